@@ -1,0 +1,53 @@
+# Pulse: every tool is pinned in go.mod and run with `go tool`; nothing is
+# installed globally. `make help` lists the targets.
+
+GO      ?= go
+BUF     := $(GO) tool buf
+ARGS    ?=
+BIN     := bin
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: run
+run: ## start pulsed on 127.0.0.1:50051 (extra flags: make run ARGS="-interval 1s")
+	$(GO) run ./cmd/pulsed $(ARGS)
+
+.PHONY: target
+target: ## start a toy HTTP backend on 127.0.0.1:8080 for the README walkthrough
+	$(GO) run ./cmd/pulse-target $(ARGS)
+
+.PHONY: build
+build: ## build every binary into bin/
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+.PHONY: generate
+generate: ## regenerate gen/ from proto/
+	$(BUF) generate
+
+.PHONY: check-generate
+check-generate: ## fail if gen/ is not what proto/ generates
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	$(BUF) generate -o "$$tmp" && \
+	if ! diff -r gen "$$tmp/gen" >/dev/null; then \
+		diff -r gen "$$tmp/gen" | head -n 20; \
+		echo "gen/ is stale: run 'make generate' and commit it"; exit 1; \
+	fi && echo "gen/ matches proto/"
+
+.PHONY: lint
+lint: ## buf lint, gofmt and go vet
+	$(BUF) lint
+	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './gen/*')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+.PHONY: test
+test: lint check-generate ## lint, check gen/, then every test with the race detector
+	$(GO) test -race -count=1 ./...
+
+.PHONY: bench
+bench: ## run the benchmarks
+	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -1,0 +1,524 @@
+// Package checker keeps Pulse's registry of targets, probes them on a
+// schedule and turns their results into states with rise/fall hysteresis.
+//
+// It knows nothing of gRPC: it speaks in its own plain types (Spec, State,
+// Result, Status, Transition) and plain Go errors, and package server
+// translates. All target state lives in one map guarded by one mutex, which
+// is never held while probing or while a subscriber reads.
+package checker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+
+	"pulse/checker/probe"
+)
+
+// Errors returned by the checker; test for them with errors.Is.
+var (
+	// ErrUnknownTarget: no target has that name.
+	ErrUnknownTarget = errors.New("unknown target")
+	// ErrClosed: the checker was closed.
+	ErrClosed = errors.New("checker closed")
+	// ErrSubscriberTooSlow: a subscription's buffer filled up, so it was
+	// ended rather than block the checker.
+	ErrSubscriberTooSlow = errors.New("subscriber fell behind")
+)
+
+// Prober runs one probe against a target: nil means pass. It must return by
+// the context's deadline. A Prober that also implements io.Closer is closed
+// when its target is removed or its probe spec replaced.
+type Prober interface {
+	Probe(ctx context.Context) error
+}
+
+// Result is the outcome of one probe.
+type Result struct {
+	// Pass is true only for an explicit pass.
+	Pass bool
+	// Latency is how long the probe took.
+	Latency time.Duration
+	// Err says why the probe failed; empty on a pass.
+	Err string
+	// Time is when the probe finished.
+	Time time.Time
+}
+
+// Transition is one change of a target's state.
+type Transition struct {
+	// Revision orders every event the checker records; it starts at 1.
+	Revision uint64
+	Target   string
+	Group    string
+	From, To State
+	// Time is when the transition was applied.
+	Time time.Time
+	// Result is the result that tipped the state; zero when Reason is set.
+	Result Result
+	// Reason says why the state changed when no probe result did, e.g.
+	// "model changed to rise_fall".
+	Reason string
+}
+
+// String returns seed 000's text: "<target>: <old> -> <new>".
+func (t Transition) String() string {
+	return fmt.Sprintf("%s: %s -> %s", t.Target, t.From, t.To)
+}
+
+// Status is a snapshot of one target.
+type Status struct {
+	// Spec is the target's spec with defaults filled in.
+	Spec       Spec
+	State      State
+	Routable   bool
+	PassStreak int
+	FailStreak int
+	// LastResult is nil before the first result.
+	LastResult *Result
+	// LastTransition is zero if the state never changed.
+	LastTransition time.Time
+}
+
+// Config configures a Checker. Every field is optional.
+type Config struct {
+	// Clock is the source of time. If nil, RealClock is used.
+	Clock Clock
+	// Defaults fill unset Spec fields. If zero, StandardDefaults() is used.
+	Defaults Defaults
+	// NewProber builds a target's Prober from its probe spec. If nil, the
+	// checker owns a probe.Factory and closes it on Close.
+	NewProber func(probe.Spec) (Prober, error)
+	// MaxConcurrentProbes bounds the probes in flight at once. If 0, 256.
+	MaxConcurrentProbes int
+	// SubscriberBuffer is how many transitions a subscriber may have
+	// unread before it is ended with ErrSubscriberTooSlow. If 0, 1024.
+	SubscriberBuffer int
+	// Logger receives one line per transition. If nil, nothing is logged.
+	Logger *slog.Logger
+}
+
+// Checker is the registry of targets and their states. Its methods are safe
+// for concurrent use. Create it with New; call Start to probe on schedule and
+// Close to stop.
+type Checker struct {
+	clock     Clock
+	defaults  Defaults
+	newProber func(probe.Spec) (Prober, error)
+	factory   *probe.Factory // owned, closed on Close; nil if NewProber was given
+	logger    *slog.Logger
+	subBuf    int
+	sem       chan struct{} // bounds probes in flight
+	wake      chan struct{} // tells the scheduler the schedule changed
+
+	ctx       context.Context // ends when Close is called
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup // the scheduler and its probes
+	startOnce sync.Once
+	closeOnce sync.Once
+
+	mu      sync.Mutex // protects targets, due, rev, subs, closed and every *target
+	targets map[string]*target
+	due     dueHeap
+	rev     uint64
+	subs    map[*Subscription]struct{}
+	closed  bool
+}
+
+// target is one registered target; the fields are guarded by Checker.mu.
+type target struct {
+	spec     Spec
+	prober   Prober
+	gen      uint64 // bumped when the probe spec is replaced
+	m        Machine
+	last     *Result
+	lastTr   time.Time
+	inFlight bool
+	next     time.Time // when the next probe is due
+	index    int       // position in the due heap
+}
+
+// New returns a Checker that has not started probing.
+func New(cfg Config) (*Checker, error) {
+	c := &Checker{
+		clock:     cfg.Clock,
+		defaults:  cfg.Defaults,
+		newProber: cfg.NewProber,
+		logger:    cfg.Logger,
+		subBuf:    cfg.SubscriberBuffer,
+		wake:      make(chan struct{}, 1),
+		targets:   make(map[string]*target),
+		subs:      make(map[*Subscription]struct{}),
+	}
+	if c.clock == nil {
+		c.clock = RealClock{}
+	}
+	if c.defaults == (Defaults{}) {
+		c.defaults = StandardDefaults()
+	}
+	if err := c.defaults.Validate(); err != nil {
+		return nil, err
+	}
+	if c.newProber == nil {
+		c.factory = probe.NewFactory()
+		c.newProber = func(s probe.Spec) (Prober, error) { return c.factory.New(s) }
+	}
+	if c.logger == nil {
+		c.logger = slog.New(slog.DiscardHandler)
+	}
+	if c.subBuf <= 0 {
+		c.subBuf = 1024
+	}
+	n := cfg.MaxConcurrentProbes
+	if n <= 0 {
+		n = 256
+	}
+	c.sem = make(chan struct{}, n)
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	return c, nil
+}
+
+// Defaults returns the defaults that fill unset Spec fields.
+func (c *Checker) Defaults() Defaults { return c.defaults }
+
+// Add registers a target, or replaces the spec of the target of that name.
+// Replacing keeps the state and streaks (seed 000's add), and a probe result
+// in flight for a replaced probe spec is discarded. created reports whether
+// the target is new. A bad spec returns a *FieldError.
+func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
+	spec = spec.WithDefaults(c.defaults)
+	if err := spec.Validate(); err != nil {
+		return Status{}, false, err
+	}
+	var unused Prober // a prober built but not kept, or the one replaced
+	defer func() { closeProber(unused) }()
+
+	c.mu.Lock()
+	old := c.targets[spec.Name]
+	sameProbe := old != nil && reflect.DeepEqual(old.spec.Probe, spec.Probe)
+	c.mu.Unlock()
+
+	var p Prober
+	if !sameProbe {
+		if p, err = c.newProber(spec.Probe); err != nil {
+			return Status{}, false, wrapProbeErr(err)
+		}
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		unused = p
+		return Status{}, false, ErrClosed
+	}
+	now := c.clock.Now()
+	t := c.targets[spec.Name]
+	if t == nil {
+		if p == nil { // the target was removed while we built the prober
+			if p, err = c.newProber(spec.Probe); err != nil {
+				return Status{}, false, wrapProbeErr(err)
+			}
+		}
+		t = &target{
+			spec:   spec,
+			prober: p,
+			m:      Machine{Model: spec.Model, Rise: spec.Rise, Fall: spec.Fall, State: spec.InitialState},
+			next:   now.Add(firstDelay(spec.Name, spec.Interval)),
+		}
+		c.targets[spec.Name] = t
+		c.due.push(t)
+		c.wakeScheduler()
+		return c.statusLocked(t), true, nil
+	}
+
+	if p != nil && !reflect.DeepEqual(t.spec.Probe, spec.Probe) {
+		unused, t.prober = t.prober, p
+		t.gen++
+	} else {
+		unused = p
+	}
+	if spec.Interval < t.spec.Interval {
+		if next := now.Add(spec.Interval); next.Before(t.next) {
+			t.next = next
+			c.due.fix(t)
+			c.wakeScheduler()
+		}
+	}
+	t.spec = spec
+	t.m.Rise, t.m.Fall = spec.Rise, spec.Fall
+	if from, changed := t.m.SetModel(spec.Model); changed {
+		tr := c.recordLocked(t, from, Result{}, "model changed to "+spec.Model.String())
+		defer c.logTransitions([]Transition{tr})
+	}
+	return c.statusLocked(t), false, nil
+}
+
+func wrapProbeErr(err error) error {
+	var fe *probe.FieldError
+	if errors.As(err, &fe) {
+		return &FieldError{fe.Field, fe.Reason}
+	}
+	return err
+}
+
+// Remove unregisters a target and reports whether it existed. A result that
+// arrives for it afterwards is discarded.
+func (c *Checker) Remove(name string) bool {
+	c.mu.Lock()
+	t, ok := c.targets[name]
+	if ok {
+		delete(c.targets, name)
+		c.due.remove(t)
+	}
+	c.mu.Unlock()
+	if ok {
+		closeProber(t.prober)
+	}
+	return ok
+}
+
+// Status returns a snapshot of one target, or an error wrapping
+// ErrUnknownTarget.
+func (c *Checker) Status(name string) (Status, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.targets[name]
+	if !ok {
+		return Status{}, fmt.Errorf("%w %q", ErrUnknownTarget, name)
+	}
+	return c.statusLocked(t), nil
+}
+
+// List returns every target's status sorted by name; a non-empty group keeps
+// only that group's targets.
+func (c *Checker) List(group string) []Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]Status, 0, len(c.targets))
+	for _, t := range c.targets {
+		if group == "" || t.spec.Group == group {
+			out = append(out, c.statusLocked(t))
+		}
+	}
+	slices.SortFunc(out, func(a, b Status) int { return cmp.Compare(a.Spec.Name, b.Spec.Name) })
+	return out
+}
+
+// Healthy returns the names of routable targets sorted by name (seed 000's
+// healthy(), with seed 001's suspect targets counted as routable); a
+// non-empty group keeps only that group's targets.
+func (c *Checker) Healthy(group string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for name, t := range c.targets {
+		if (group == "" || t.spec.Group == group) && t.m.Routable() {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (c *Checker) statusLocked(t *target) Status {
+	st := Status{
+		Spec:           t.spec,
+		State:          t.m.State,
+		Routable:       t.m.Routable(),
+		PassStreak:     t.m.PassStreak,
+		FailStreak:     t.m.FailStreak,
+		LastTransition: t.lastTr,
+	}
+	if t.last != nil {
+		r := *t.last
+		st.LastResult = &r
+	}
+	return st
+}
+
+// job is one probe to run: the target and what it was when the probe began.
+type job struct {
+	t      *target
+	gen    uint64
+	spec   Spec
+	prober Prober
+}
+
+func (c *Checker) jobLocked(t *target) job {
+	t.inFlight = true
+	return job{t: t, gen: t.gen, spec: t.spec, prober: t.prober}
+}
+
+// RunRound probes every target once, concurrently, each under its own
+// timeout, then applies the results in name order under the lock and returns
+// the round's transitions in name order: seed 000's run_checks. Targets that
+// already have a probe in flight are skipped. One target's panic or timeout
+// never stops the others.
+func (c *Checker) RunRound(ctx context.Context) []Transition {
+	c.mu.Lock()
+	var jobs []job
+	for _, t := range c.targets {
+		if !t.inFlight {
+			jobs = append(jobs, c.jobLocked(t))
+		}
+	}
+	c.mu.Unlock()
+	slices.SortFunc(jobs, func(a, b job) int { return cmp.Compare(a.spec.Name, b.spec.Name) })
+
+	results := make([]Result, len(jobs))
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		wg.Go(func() {
+			if err := c.acquire(ctx); err != nil {
+				results[i] = Result{Err: err.Error(), Time: c.clock.Now()}
+				return
+			}
+			defer c.release()
+			results[i] = c.probe(ctx, j)
+		})
+	}
+	wg.Wait()
+
+	var trs []Transition
+	c.mu.Lock()
+	for i, j := range jobs {
+		if tr, ok := c.applyLocked(ctx, j, results[i]); ok {
+			trs = append(trs, tr)
+		}
+	}
+	c.mu.Unlock()
+	c.logTransitions(trs)
+	return trs
+}
+
+func (c *Checker) acquire(ctx context.Context) error {
+	select {
+	case c.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *Checker) release() { <-c.sem }
+
+// probe runs one probe under its own timeout and turns the outcome into a
+// Result. A panicking prober is a failed probe.
+func (c *Checker) probe(ctx context.Context, j job) Result {
+	start := c.clock.Now()
+	pctx, cancel := c.clock.WithTimeout(ctx, j.spec.Timeout)
+	err := safeProbe(pctx, j.prober)
+	timedOut := errors.Is(pctx.Err(), context.DeadlineExceeded)
+	cancel()
+	end := c.clock.Now()
+	r := Result{Pass: err == nil, Latency: end.Sub(start), Time: end}
+	switch {
+	case err != nil && (timedOut || errors.Is(err, context.DeadlineExceeded)):
+		r.Err = fmt.Sprintf("timeout after %v", j.spec.Timeout)
+	case err != nil:
+		r.Err = probe.Describe(err)
+	case j.spec.MaxLatency > 0 && r.Latency > j.spec.MaxLatency:
+		r.Pass = false
+		r.Err = fmt.Sprintf("slow: %v > %v", r.Latency.Round(time.Millisecond), j.spec.MaxLatency)
+	}
+	return r
+}
+
+func safeProbe(ctx context.Context, p Prober) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("probe panicked: %v", v)
+		}
+	}()
+	return p.Probe(ctx)
+}
+
+// applyLocked records a finished job's result. The result is discarded when
+// the target was removed, its probe spec replaced, or the run cancelled (a
+// probe cut short by shutdown says nothing about the target).
+func (c *Checker) applyLocked(ctx context.Context, j job, r Result) (Transition, bool) {
+	if c.targets[j.spec.Name] != j.t {
+		return Transition{}, false
+	}
+	j.t.inFlight = false
+	if j.t.gen != j.gen || ctx.Err() != nil {
+		return Transition{}, false
+	}
+	j.t.last = &r
+	from, changed := j.t.m.Observe(r.Pass)
+	if !changed {
+		return Transition{}, false
+	}
+	return c.recordLocked(j.t, from, r, ""), true
+}
+
+// recordLocked stamps and publishes a state change of t.
+func (c *Checker) recordLocked(t *target, from State, r Result, reason string) Transition {
+	c.rev++
+	now := c.clock.Now()
+	t.lastTr = now
+	tr := Transition{
+		Revision: c.rev,
+		Target:   t.spec.Name,
+		Group:    t.spec.Group,
+		From:     from,
+		To:       t.m.State,
+		Time:     now,
+		Result:   r,
+		Reason:   reason,
+	}
+	c.publishLocked(tr)
+	return tr
+}
+
+func (c *Checker) logTransitions(trs []Transition) {
+	for _, tr := range trs {
+		attrs := []any{"target", tr.Target, "group", tr.Group, "from", tr.From.String(), "to", tr.To.String(), "revision", tr.Revision}
+		if tr.Result.Err != "" {
+			attrs = append(attrs, "error", tr.Result.Err)
+		}
+		if tr.Reason != "" {
+			attrs = append(attrs, "reason", tr.Reason)
+		}
+		c.logger.Info(tr.String(), attrs...)
+	}
+}
+
+// Close stops the scheduler, waits for probes in flight, ends every
+// subscription with ErrClosed and closes every prober. It is idempotent.
+func (c *Checker) Close() error {
+	c.closeOnce.Do(func() {
+		c.cancel()
+		c.wg.Wait()
+		c.mu.Lock()
+		c.closed = true
+		for s := range c.subs {
+			c.endLocked(s, ErrClosed)
+		}
+		probers := make([]Prober, 0, len(c.targets))
+		for _, t := range c.targets {
+			probers = append(probers, t.prober)
+		}
+		c.mu.Unlock()
+		for _, p := range probers {
+			closeProber(p)
+		}
+		if c.factory != nil {
+			c.factory.Close()
+		}
+	})
+	return nil
+}
+
+func closeProber(p Prober) {
+	if cl, ok := p.(io.Closer); ok {
+		_ = cl.Close()
+	}
+}

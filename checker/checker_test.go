@@ -1,0 +1,433 @@
+package checker_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"pulse/checker"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"pulse/checker/probe"
+)
+
+// Seed 000, examples 1 and 2, verbatim: fall=2, rise=2, targets web-1 and
+// web-2, one RunRound per round. Example 2 continues from example 1.
+func TestSeed000Examples(t *testing.T) {
+	e := newEnv(t, checker.Config{Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 2}})
+	e.add(t, spec("web-2"))
+	e.add(t, spec("web-1"))
+
+	rounds := []struct {
+		name string
+		set  map[string]outcome
+		want []string
+	}{
+		{"round 1", map[string]outcome{"web-1": pass, "web-2": pass}, []string{}},
+		{"round 2", map[string]outcome{"web-1": pass, "web-2": pass}, []string{"web-1: unhealthy -> healthy", "web-2: unhealthy -> healthy"}},
+		{"round 3", map[string]outcome{"web-1": pass, "web-2": timeout}, []string{}},
+		{"round 4", map[string]outcome{"web-1": pass, "web-2": fail}, []string{"web-2: healthy -> unhealthy"}},
+		// Example 2.
+		{"round 5", map[string]outcome{"web-1": pass, "web-2": pass}, []string{}},
+		{"round 6", map[string]outcome{"web-1": pass, "web-2": fail}, []string{}},
+		{"round 7", map[string]outcome{"web-1": pass, "web-2": pass}, []string{}},
+		{"round 8", map[string]outcome{"web-1": pass, "web-2": pass}, []string{"web-2: unhealthy -> healthy"}},
+	}
+	for _, r := range rounds {
+		e.probes.setAll(r.set)
+		got := texts(e.c.RunRound(t.Context()))
+		if diff := cmp.Diff(r.want, got); diff != "" {
+			t.Fatalf("%s transitions (-want +got):\n%s", r.name, diff)
+		}
+		if r.name == "round 4" {
+			if diff := cmp.Diff([]string{"web-1"}, e.c.Healthy("")); diff != "" {
+				t.Errorf("healthy() after example 1 (-want +got):\n%s", diff)
+			}
+		}
+	}
+	st, err := e.c.Status("web-2")
+	if err != nil || st.State != checker.StateHealthy {
+		t.Errorf("state(web-2) = %v, %v; want healthy", st.State, err)
+	}
+}
+
+func TestRoundTimeoutAndPanicAreFailuresAndDoNotStopOthers(t *testing.T) {
+	e := newEnv(t, checker.Config{Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}})
+	for _, n := range []string{"a-hangs", "b-panics", "c-passes"} {
+		s := spec(n)
+		s.InitialState = checker.StateHealthy
+		e.add(t, s)
+	}
+	e.probes.set("a-hangs", outcome{hang: true})
+	e.probes.set("b-panics", outcome{panics: true})
+	e.probes.set("c-passes", pass)
+
+	done := make(chan []checker.Transition)
+	go func() { done <- e.c.RunRound(t.Context()) }()
+	waitFor(t, "the hung probe to start", func() bool { return e.probes.callCount("a-hangs") == 1 })
+	e.clock.Advance(time.Second)
+	trs := <-done
+
+	if diff := cmp.Diff([]string{"a-hangs: healthy -> unhealthy", "b-panics: healthy -> unhealthy"}, texts(trs)); diff != "" {
+		t.Errorf("transitions (-want +got):\n%s", diff)
+	}
+	for name, want := range map[string]string{"a-hangs": "timeout after 1s", "b-panics": "probe panicked: boom", "c-passes": ""} {
+		st, _ := e.c.Status(name)
+		if st.LastResult == nil || st.LastResult.Err != want {
+			t.Errorf("%s last result %+v, want error %q", name, st.LastResult, want)
+		}
+	}
+	if diff := cmp.Diff([]string{"c-passes"}, e.c.Healthy("")); diff != "" {
+		t.Errorf("healthy (-want +got):\n%s", diff)
+	}
+}
+
+func TestMaxLatencyFailsASlowPass(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	s := spec("slow")
+	s.MaxLatency = 500 * time.Millisecond
+	s.Rise, s.Fall, s.InitialState = 1, 1, checker.StateHealthy
+	e.add(t, s)
+	e.probes.set("slow", outcome{advance: 612 * time.Millisecond})
+	trs := e.c.RunRound(t.Context())
+	if len(trs) != 1 || trs[0].Result.Err != "slow: 612ms > 500ms" || trs[0].Result.Pass {
+		t.Fatalf("transitions %+v, want one failure \"slow: 612ms > 500ms\"", trs)
+	}
+	if trs[0].Result.Latency != 612*time.Millisecond {
+		t.Errorf("latency %v, want 612ms", trs[0].Result.Latency)
+	}
+	e.probes.set("slow", outcome{advance: 499 * time.Millisecond})
+	if trs := texts(e.c.RunRound(t.Context())); !cmp.Equal(trs, []string{"slow: unhealthy -> healthy"}) {
+		t.Errorf("a fast enough answer: transitions %v", trs)
+	}
+}
+
+func TestAddExistingKeepsStateAndStreaksAndAppliesSpec(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	e.add(t, spec("web-1"))
+	e.probes.set("web-1", pass)
+	e.c.RunRound(t.Context())
+
+	s := spec("web-1")
+	s.Rise = 5
+	s.Group = "edge"
+	st, created, err := e.c.Add(s)
+	if err != nil || created {
+		t.Fatalf("re-Add: created %v, err %v; want an update", created, err)
+	}
+	if st.PassStreak != 1 || st.State != checker.StateUnhealthy || st.Spec.Rise != 5 || st.Spec.Group != "edge" {
+		t.Errorf("after re-Add: %+v; want pass streak 1 kept, rise 5 and group edge applied", st)
+	}
+	for range 3 {
+		if trs := e.c.RunRound(t.Context()); len(trs) != 0 {
+			t.Fatalf("rose before 5 passes: %v", texts(trs))
+		}
+	}
+	if trs := texts(e.c.RunRound(t.Context())); !cmp.Equal(trs, []string{"web-1: unhealthy -> healthy"}) {
+		t.Errorf("fifth pass: %v", trs)
+	}
+	if got := e.c.Healthy("edge"); !cmp.Equal(got, []string{"web-1"}) {
+		t.Errorf("Healthy(edge) = %v", got)
+	}
+}
+
+func TestAddSameProbeKeepsProberNewProbeReplacesIt(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	e.add(t, spec("web-1"))
+	e.add(t, spec("web-1"))
+	if n := e.probes.closed["web-1:80"]; n != 0 {
+		t.Errorf("re-adding the same probe closed %d probers", n)
+	}
+	s := spec("web-1")
+	s.Probe.TCP.Address = "web-1b:80"
+	e.add(t, s)
+	if n := e.probes.closed["web-1:80"]; n != 1 {
+		t.Errorf("replacing the probe closed %d old probers, want 1", n)
+	}
+	if !e.c.Remove("web-1") || e.probes.closed["web-1b:80"] != 1 {
+		t.Errorf("Remove did not close the prober")
+	}
+}
+
+func TestAddRejectsBadSpecsNamingTheField(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	tests := []struct {
+		field string
+		edit  func(*checker.Spec)
+	}{
+		{"name", func(s *checker.Spec) { s.Name = "" }},
+		{"name", func(s *checker.Spec) { s.Name = "web 1" }},
+		{"name", func(s *checker.Spec) { s.Name = "-web" }},
+		{"name", func(s *checker.Spec) { s.Name = strings.Repeat("a", checker.MaxNameLen+1) }},
+		{"group", func(s *checker.Spec) { s.Group = "a/b" }},
+		{"rise", func(s *checker.Spec) { s.Rise = -1 }},
+		{"fall", func(s *checker.Spec) { s.Fall = -2 }},
+		{"timeout", func(s *checker.Spec) { s.Interval, s.Timeout = time.Second, 2*time.Second }},
+		{"timeout", func(s *checker.Spec) { s.Timeout = 5 * time.Second }}, // default interval 2s
+		{"interval", func(s *checker.Spec) { s.Interval = -time.Second }},
+		{"max_latency", func(s *checker.Spec) { s.MaxLatency = 2 * time.Second }},
+		{"initial_state", func(s *checker.Spec) { s.InitialState = checker.StateSuspect }},
+		{"model", func(s *checker.Spec) { s.Model = checker.Model(7) }},
+		{"tcp.address", func(s *checker.Spec) { s.Probe.TCP.Address = "no-port" }},
+		{"probe", func(s *checker.Spec) { s.Probe = probe.Spec{} }},
+	}
+	for _, tt := range tests {
+		s := spec("web-1")
+		tt.edit(&s)
+		_, _, err := e.c.Add(s)
+		var fe *checker.FieldError
+		if !errors.As(err, &fe) || fe.Field != tt.field {
+			t.Errorf("%+v: error %v, want a checker.FieldError on %q", s, err, tt.field)
+		}
+	}
+	if n := len(e.c.List("")); n != 0 {
+		t.Errorf("rejected specs registered %d targets", n)
+	}
+}
+
+func TestRemove(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	if e.c.Remove("nope") {
+		t.Error("Remove of an unknown name reported true")
+	}
+	e.add(t, spec("web-1"))
+	if !e.c.Remove("web-1") {
+		t.Error("Remove of a known name reported false")
+	}
+	if _, err := e.c.Status("web-1"); !errors.Is(err, checker.ErrUnknownTarget) {
+		t.Errorf("checker.Status after Remove: %v, want checker.ErrUnknownTarget", err)
+	}
+}
+
+func TestResultForRemovedTargetIsDiscarded(t *testing.T) {
+	e := newEnv(t, checker.Config{Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}})
+	s := spec("web-1")
+	s.InitialState = checker.StateHealthy
+	e.add(t, s)
+	e.probes.set("web-1", outcome{hang: true})
+	sub := e.c.Subscribe(checker.Filter{})
+	defer sub.Close()
+
+	done := make(chan []checker.Transition)
+	go func() { done <- e.c.RunRound(t.Context()) }()
+	waitFor(t, "the probe to start", func() bool { return e.probes.callCount("web-1") == 1 })
+	e.c.Remove("web-1")
+	e.add(t, s) // the same name again is a new target
+	e.clock.Advance(time.Second)
+	if trs := <-done; len(trs) != 0 {
+		t.Errorf("a removed target's result made transitions: %v", texts(trs))
+	}
+	st, err := e.c.Status("web-1")
+	if err != nil || st.State != checker.StateHealthy || st.LastResult != nil {
+		t.Errorf("re-added target took the old result: %+v, %v", st, err)
+	}
+	select {
+	case tr := <-sub.C():
+		t.Errorf("subscriber got %v", tr)
+	default:
+	}
+}
+
+func TestStatusAndList(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	b := spec("b")
+	b.Group = "g1"
+	e.add(t, b)
+	a := spec("a")
+	a.Group = "g2"
+	e.add(t, a)
+	e.probes.setAll(map[string]outcome{"a": pass, "b": fail})
+	e.clock.Advance(time.Second)
+	e.c.RunRound(t.Context())
+	e.clock.Advance(time.Second)
+	e.c.RunRound(t.Context())
+
+	st, err := e.c.Status("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := checker.Status{
+		Spec:           checker.Spec{Name: "a", Group: "g2", Probe: a.Probe, Interval: 2 * time.Second, Timeout: time.Second, Rise: 2, Fall: 3, InitialState: checker.StateUnhealthy},
+		State:          checker.StateHealthy,
+		Routable:       true,
+		PassStreak:     2,
+		LastResult:     &checker.Result{Pass: true, Time: epoch.Add(2 * time.Second)},
+		LastTransition: epoch.Add(2 * time.Second),
+	}
+	if diff := cmp.Diff(want, st); diff != "" {
+		t.Errorf("checker.Status(a) (-want +got):\n%s", diff)
+	}
+	var names []string
+	for _, s := range e.c.List("") {
+		names = append(names, s.Spec.Name)
+	}
+	if !cmp.Equal(names, []string{"a", "b"}) {
+		t.Errorf("List order %v", names)
+	}
+	if l := e.c.List("g1"); len(l) != 1 || l[0].Spec.Name != "b" || l[0].FailStreak != 2 || l[0].LastResult.Err != "status 503" {
+		t.Errorf("List(g1) = %+v", l)
+	}
+}
+
+func TestThreeStateSuspectIsRoutable(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	s := spec("db")
+	s.Model = checker.ModelThreeState
+	e.add(t, s)
+	e.probes.set("db", pass)
+	if trs := texts(e.c.RunRound(t.Context())); !cmp.Equal(trs, []string{"db: unhealthy -> suspect"}) {
+		t.Fatalf("first pass: %v", trs)
+	}
+	if got := e.c.Healthy(""); !cmp.Equal(got, []string{"db"}) {
+		t.Errorf("Healthy with a suspect target = %v, want [db]", got)
+	}
+	// Switching to rise_fall keeps it routable, and says so on the stream.
+	sub := e.c.Subscribe(checker.Filter{})
+	defer sub.Close()
+	s.Model = checker.ModelRiseFall
+	e.add(t, s)
+	tr := <-sub.C()
+	if tr.String() != "db: suspect -> healthy" || tr.Reason != "model changed to rise_fall" {
+		t.Errorf("model change transition %v (%q)", tr, tr.Reason)
+	}
+}
+
+func TestSubscriptionsFilterAndOrder(t *testing.T) {
+	e := newEnv(t, checker.Config{Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}})
+	for _, n := range []string{"a", "b", "c"} {
+		s := spec(n)
+		if n != "a" {
+			s.Group = "g"
+		}
+		e.add(t, s)
+	}
+	all := e.c.Subscribe(checker.Filter{})
+	group := e.c.Subscribe(checker.Filter{Group: "g"})
+	named := e.c.Subscribe(checker.Filter{Group: "g", Names: []string{"c", "a"}})
+	defer all.Close()
+	defer group.Close()
+	defer named.Close()
+
+	e.probes.setAll(map[string]outcome{"a": pass, "b": pass, "c": pass})
+	e.c.RunRound(t.Context())
+	e.probes.setAll(map[string]outcome{"a": fail, "b": fail, "c": fail})
+	e.c.RunRound(t.Context())
+
+	read := func(s *checker.Subscription, n int) []string {
+		var out []string
+		var last uint64
+		for range n {
+			tr := <-s.C()
+			if tr.Revision <= last {
+				t.Errorf("revision %d after %d", tr.Revision, last)
+			}
+			last = tr.Revision
+			out = append(out, tr.String())
+		}
+		select {
+		case tr := <-s.C():
+			t.Errorf("unexpected extra %v", tr)
+		default:
+		}
+		return out
+	}
+	if diff := cmp.Diff([]string{
+		"a: unhealthy -> healthy", "b: unhealthy -> healthy", "c: unhealthy -> healthy",
+		"a: healthy -> unhealthy", "b: healthy -> unhealthy", "c: healthy -> unhealthy",
+	}, read(all, 6)); diff != "" {
+		t.Errorf("all (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{
+		"b: unhealthy -> healthy", "c: unhealthy -> healthy", "b: healthy -> unhealthy", "c: healthy -> unhealthy",
+	}, read(group, 4)); diff != "" {
+		t.Errorf("group (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"c: unhealthy -> healthy", "c: healthy -> unhealthy"}, read(named, 2)); diff != "" {
+		t.Errorf("group and names (-want +got):\n%s", diff)
+	}
+}
+
+func TestSlowSubscriberIsEndedNotWaitedFor(t *testing.T) {
+	e := newEnv(t, checker.Config{SubscriberBuffer: 1, Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}})
+	e.add(t, spec("a"))
+	e.add(t, spec("b"))
+	slow := e.c.Subscribe(checker.Filter{})
+	fast := e.c.Subscribe(checker.Filter{Names: []string{"b"}})
+	defer fast.Close()
+
+	e.probes.setAll(map[string]outcome{"a": pass, "b": pass})
+	if n := len(e.c.RunRound(t.Context())); n != 2 { // returns: nothing blocked
+		t.Fatalf("%d transitions, want 2", n)
+	}
+	if tr := <-fast.C(); tr.Target != "b" {
+		t.Errorf("fast subscriber got %v", tr)
+	}
+	if tr := <-slow.C(); tr.Target != "a" {
+		t.Errorf("slow subscriber's buffered transition %v", tr)
+	}
+	if _, ok := <-slow.C(); ok {
+		t.Fatal("slow subscriber not ended")
+	}
+	if !errors.Is(slow.Err(), checker.ErrSubscriberTooSlow) {
+		t.Errorf("slow.Err() = %v", slow.Err())
+	}
+	slow.Close() // idempotent after the checker ended it
+	if fast.Err() != nil {
+		t.Errorf("fast subscriber ended: %v", fast.Err())
+	}
+}
+
+func TestCloseEndsSubscriptionsAndIsIdempotent(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	e.add(t, spec("a"))
+	sub := e.c.Subscribe(checker.Filter{})
+	e.c.Start()
+	e.c.Close()
+	e.c.Close()
+	if _, ok := <-sub.C(); ok || !errors.Is(sub.Err(), checker.ErrClosed) {
+		t.Errorf("subscription after Close: err %v", sub.Err())
+	}
+	if _, _, err := e.c.Add(spec("b")); !errors.Is(err, checker.ErrClosed) {
+		t.Errorf("Add after Close: %v", err)
+	}
+	if late := e.c.Subscribe(checker.Filter{}); !errors.Is(late.Err(), checker.ErrClosed) {
+		t.Errorf("Subscribe after Close: %v", late.Err())
+	}
+	if e.probes.closed["a:80"] != 1 {
+		t.Errorf("Close closed %d probers of a, want 1", e.probes.closed["a:80"])
+	}
+}
+
+func TestTransitionsAreLoggedInSeedText(t *testing.T) {
+	var buf bytes.Buffer
+	e := newEnv(t, checker.Config{Logger: slog.New(slog.NewTextHandler(&buf, nil)), Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}})
+	e.add(t, spec("web-2"))
+	e.probes.set("web-2", pass)
+	e.c.RunRound(t.Context())
+	e.probes.set("web-2", fail)
+	e.c.RunRound(t.Context())
+	for _, want := range []string{`msg="web-2: unhealthy -> healthy"`, `msg="web-2: healthy -> unhealthy"`, `error="status 503"`} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("log lacks %s:\n%s", want, buf.String())
+		}
+	}
+}
+
+func TestRoundCancelledDiscardsResults(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	e.add(t, spec("a"))
+	e.probes.set("a", outcome{hang: true})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan []checker.Transition)
+	go func() { done <- e.c.RunRound(ctx) }()
+	waitFor(t, "the probe to start", func() bool { return e.probes.callCount("a") == 1 })
+	cancel()
+	<-done
+	if st, _ := e.c.Status("a"); st.LastResult != nil || st.FailStreak != 0 {
+		t.Errorf("a probe cut short by cancellation counted: %+v", st)
+	}
+}

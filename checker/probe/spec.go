@@ -1,0 +1,251 @@
+// Package probe runs one health probe against one target: an HTTP(S)
+// request, a TCP connect, or a grpc.health.v1 Check.
+//
+// A Spec says what to probe, Spec.Validate says what is wrong with it, and a
+// Factory turns a valid Spec into a Prober. Probers know nothing of
+// schedules, thresholds or state: they answer one question, once, within the
+// deadline of the context they are given. Describe turns whatever a Prober
+// returned into the short text a person reads ("connection refused",
+// "status 503", "NOT_SERVING", "timeout").
+package probe
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Spec describes how to probe one target: exactly one of HTTP, TCP and GRPC
+// must be non-nil. The zero Spec sets none of them and is invalid.
+//
+// A Spec is a plain value; it is safe to copy and to read from several
+// goroutines, but the pointed-to specs must not be modified while a Factory
+// is building a Prober from them.
+type Spec struct {
+	HTTP *HTTPSpec
+	TCP  *TCPSpec
+	GRPC *GRPCSpec
+}
+
+// HTTPSpec describes an HTTP or HTTPS probe. The probe passes when the
+// response status is one of ExpectedStatus, or any 2xx when ExpectedStatus is
+// empty. Redirects are never followed.
+type HTTPSpec struct {
+	// URL is the absolute http:// or https:// URL to request; it must have a
+	// host. Required.
+	URL string
+	// Method is the request method: "GET" or "HEAD". Empty means "GET".
+	Method string
+	// ExpectedStatus lists the status codes that pass, each in 100..599.
+	// Empty (or nil) means any 2xx passes.
+	ExpectedStatus []int
+	// Headers are extra request headers. A "Host" entry sets the request's
+	// Host (the virtual host asked for) instead of a header line; a
+	// "User-Agent" entry replaces the default "pulse-probe/1". Nil means none.
+	Headers map[string]string
+}
+
+// TCPSpec describes a TCP probe: it passes when a connection to Address can
+// be opened. The connection is closed at once.
+type TCPSpec struct {
+	// Address is host:port with a non-empty host and a port in 1..65535.
+	Address string
+}
+
+// GRPCSpec describes a grpc.health.v1 Health/Check probe: it passes when the
+// server answers SERVING for Service.
+type GRPCSpec struct {
+	// Address is host:port with a non-empty host and a port in 1..65535.
+	Address string
+	// Service is the service name sent in the HealthCheckRequest. Empty asks
+	// about the server as a whole.
+	Service string
+	// TLS, when true, connects with TLS and verifies the server against the
+	// system roots. False (the default) connects in plaintext.
+	TLS bool
+}
+
+// Kind reports which probe s describes: "http", "tcp" or "grpc". It returns
+// "" when none or more than one is set, that is, whenever Validate would
+// report a "probe" error.
+func (s Spec) Kind() string {
+	kinds := s.kinds()
+	if len(kinds) != 1 {
+		return ""
+	}
+	return kinds[0]
+}
+
+// kinds lists the kinds that are set, in a fixed order.
+func (s Spec) kinds() []string {
+	var kinds []string
+	if s.HTTP != nil {
+		kinds = append(kinds, "http")
+	}
+	if s.TCP != nil {
+		kinds = append(kinds, "tcp")
+	}
+	if s.GRPC != nil {
+		kinds = append(kinds, "grpc")
+	}
+	return kinds
+}
+
+// Validate reports the first problem with s as a *FieldError, or nil when a
+// Factory can build a Prober from it. It does no I/O (no DNS lookups).
+func (s Spec) Validate() error {
+	switch kinds := s.kinds(); len(kinds) {
+	case 0:
+		return &FieldError{Field: "probe", Reason: "set exactly one of http, tcp or grpc; none is set"}
+	case 1:
+	default:
+		return &FieldError{Field: "probe", Reason: "set exactly one of http, tcp or grpc; got " + strings.Join(kinds, " and ")}
+	}
+	switch {
+	case s.HTTP != nil:
+		return s.HTTP.validate()
+	case s.TCP != nil:
+		return validateHostPort("tcp.address", s.TCP.Address)
+	default:
+		return validateHostPort("grpc.address", s.GRPC.Address)
+	}
+}
+
+// FieldError says which field of a Spec is wrong and how to fix it. Field is
+// a dotted, lower-case path such as "http.url", "http.method",
+// "http.expected_status", "http.headers", "tcp.address", "grpc.address", or
+// "probe" when none or several kinds are set. Reason is a sentence for the
+// person who wrote the Spec.
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+// Error returns "<field>: <reason>".
+func (e *FieldError) Error() string {
+	return e.Field + ": " + e.Reason
+}
+
+const urlHint = "must be an absolute http:// or https:// URL"
+
+// validate checks an HTTP spec field by field.
+func (h *HTTPSpec) validate() error {
+	if _, err := parseProbeURL(h.URL); err != nil {
+		return err
+	}
+	switch h.Method {
+	case "", http.MethodGet, http.MethodHead:
+	default:
+		return &FieldError{Field: "http.method", Reason: fmt.Sprintf(`must be "GET" or "HEAD" (empty means GET), got %q`, h.Method)}
+	}
+	for i, code := range h.ExpectedStatus {
+		if code < 100 || code > 599 {
+			return &FieldError{Field: "http.expected_status", Reason: fmt.Sprintf("each code must be between 100 and 599, got %d at index %d", code, i)}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(h.Headers)) {
+		value := h.Headers[name]
+		if !isToken(name) {
+			return &FieldError{Field: "http.headers", Reason: fmt.Sprintf("header name %q is not a valid HTTP token: use letters, digits and !#$%%&'*+-.^_`|~ only, e.g. \"X-Health-Token\"", name)}
+		}
+		if !validHeaderValue(value) {
+			return &FieldError{Field: "http.headers", Reason: fmt.Sprintf("value of header %q must not contain control characters such as CR or LF, got %q", name, value)}
+		}
+	}
+	return nil
+}
+
+// parseProbeURL parses and checks an HTTP probe URL, returning a
+// *FieldError for field "http.url" when it cannot be probed.
+func parseProbeURL(raw string) (*url.URL, error) {
+	bad := func(format string, args ...any) (*url.URL, error) {
+		return nil, &FieldError{Field: "http.url", Reason: fmt.Sprintf(format, args...)}
+	}
+	if raw == "" {
+		return bad("is required: it %s, e.g. \"http://10.0.0.5:8080/healthz\"", urlHint)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return bad("%s, got %q (%v)", urlHint, raw, err)
+	}
+	if !u.IsAbs() {
+		return bad("%s, got %q", urlHint, raw)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return bad("unknown scheme %q: %s, got %q", u.Scheme, urlHint, raw)
+	}
+	if u.Hostname() == "" {
+		return bad("must include a host, e.g. \"%s://10.0.0.5:8080/healthz\", got %q", u.Scheme, raw)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return bad("port must be between 1 and 65535, got %q in %q", p, raw)
+		}
+	}
+	return u, nil
+}
+
+// validateHostPort checks a host:port address for the named field.
+func validateHostPort(field, addr string) error {
+	bad := func(format string, args ...any) error {
+		return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	}
+	const example = `e.g. "10.0.0.5:5432" or "[::1]:5432"`
+	if addr == "" {
+		return bad("is required: host:port, %s", example)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		var aerr *net.AddrError
+		if errors.As(err, &aerr) {
+			err = errors.New(aerr.Err)
+		}
+		return bad("must be host:port, %s, got %q (%v)", example, addr, err)
+	}
+	if host == "" {
+		return bad("host is empty in %q: write host:port, %s", addr, example)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return bad("port must be a number between 1 and 65535, got %q in %q", port, addr)
+	}
+	return nil
+}
+
+// isToken reports whether s is a non-empty RFC 9110 token, the syntax of a
+// header field name.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue reports whether v can be sent as a header value: no
+// control characters other than horizontal tab.
+func validHeaderValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,106 @@
+package probe
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestValidate(t *testing.T) {
+	httpSpec := func(h HTTPSpec) Spec { return Spec{HTTP: &h} }
+	tests := []struct {
+		name      string
+		spec      Spec
+		wantField string // "" means valid
+		wantIn    string // substring of Reason
+	}{
+		{name: "http ok", spec: httpSpec(HTTPSpec{URL: "http://10.0.0.5:8080/healthz"})},
+		{name: "https ok with everything", spec: httpSpec(HTTPSpec{
+			URL: "https://example.com/healthz?deep=1", Method: "HEAD",
+			ExpectedStatus: []int{200, 204, 301}, Headers: map[string]string{"Host": "svc.internal", "X-Token": "a b\tc"},
+		})},
+		{name: "tcp ok", spec: Spec{TCP: &TCPSpec{Address: "db.internal:5432"}}},
+		{name: "tcp ipv6 ok", spec: Spec{TCP: &TCPSpec{Address: "[::1]:65535"}}},
+		{name: "grpc ok", spec: Spec{GRPC: &GRPCSpec{Address: "10.0.0.5:50051", Service: "pulse.v1.Pulse", TLS: true}}},
+
+		{name: "none set", spec: Spec{}, wantField: "probe", wantIn: "none is set"},
+		{name: "two set", spec: Spec{HTTP: &HTTPSpec{URL: "http://x"}, TCP: &TCPSpec{Address: "x:1"}}, wantField: "probe", wantIn: "got http and tcp"},
+		{name: "three set", spec: Spec{HTTP: &HTTPSpec{}, TCP: &TCPSpec{}, GRPC: &GRPCSpec{}}, wantField: "probe", wantIn: "got http and tcp and grpc"},
+
+		{name: "url empty", spec: httpSpec(HTTPSpec{}), wantField: "http.url", wantIn: "is required"},
+		{name: "url relative", spec: httpSpec(HTTPSpec{URL: "/healthz"}), wantField: "http.url", wantIn: `must be an absolute http:// or https:// URL, got "/healthz"`},
+		{name: "url no scheme", spec: httpSpec(HTTPSpec{URL: "example.com/healthz"}), wantField: "http.url", wantIn: "must be an absolute"},
+		{name: "url unknown scheme", spec: httpSpec(HTTPSpec{URL: "ftp://x"}), wantField: "http.url", wantIn: `unknown scheme "ftp": must be an absolute http:// or https:// URL, got "ftp://x"`},
+		{name: "url unparsable", spec: httpSpec(HTTPSpec{URL: "http://x:abc/"}), wantField: "http.url", wantIn: `invalid port`},
+		{name: "url missing host", spec: httpSpec(HTTPSpec{URL: "http:///healthz"}), wantField: "http.url", wantIn: "must include a host"},
+		{name: "url port only", spec: httpSpec(HTTPSpec{URL: "http://:8080/"}), wantField: "http.url", wantIn: "must include a host"},
+		{name: "url port 0", spec: httpSpec(HTTPSpec{URL: "http://x:0/"}), wantField: "http.url", wantIn: "between 1 and 65535"},
+		{name: "url port too big", spec: httpSpec(HTTPSpec{URL: "http://x:65536/"}), wantField: "http.url", wantIn: "between 1 and 65535"},
+		{name: "method post", spec: httpSpec(HTTPSpec{URL: "http://x", Method: "POST"}), wantField: "http.method", wantIn: `must be "GET" or "HEAD" (empty means GET), got "POST"`},
+		{name: "method lower case", spec: httpSpec(HTTPSpec{URL: "http://x", Method: "get"}), wantField: "http.method", wantIn: `got "get"`},
+		{name: "status too low", spec: httpSpec(HTTPSpec{URL: "http://x", ExpectedStatus: []int{200, 99}}), wantField: "http.expected_status", wantIn: "between 100 and 599, got 99 at index 1"},
+		{name: "status too high", spec: httpSpec(HTTPSpec{URL: "http://x", ExpectedStatus: []int{600}}), wantField: "http.expected_status", wantIn: "got 600"},
+		{name: "header name with space", spec: httpSpec(HTTPSpec{URL: "http://x", Headers: map[string]string{"X Token": "1"}}), wantField: "http.headers", wantIn: `header name "X Token" is not a valid HTTP token`},
+		{name: "header name with colon", spec: httpSpec(HTTPSpec{URL: "http://x", Headers: map[string]string{"X-Token:": "1"}}), wantField: "http.headers", wantIn: "not a valid HTTP token"},
+		{name: "header name empty", spec: httpSpec(HTTPSpec{URL: "http://x", Headers: map[string]string{"": "1"}}), wantField: "http.headers", wantIn: "not a valid HTTP token"},
+		{name: "header value newline", spec: httpSpec(HTTPSpec{URL: "http://x", Headers: map[string]string{"X-A": "1\r\nX-B: 2"}}), wantField: "http.headers", wantIn: "control characters"},
+
+		{name: "tcp empty", spec: Spec{TCP: &TCPSpec{}}, wantField: "tcp.address", wantIn: "is required"},
+		{name: "tcp missing port", spec: Spec{TCP: &TCPSpec{Address: "db.internal"}}, wantField: "tcp.address", wantIn: `must be host:port, e.g. "10.0.0.5:5432" or "[::1]:5432", got "db.internal" (missing port in address)`},
+		{name: "tcp empty host", spec: Spec{TCP: &TCPSpec{Address: ":5432"}}, wantField: "tcp.address", wantIn: `host is empty in ":5432"`},
+		{name: "tcp port 0", spec: Spec{TCP: &TCPSpec{Address: "x:0"}}, wantField: "tcp.address", wantIn: `port must be a number between 1 and 65535, got "0" in "x:0"`},
+		{name: "tcp port too big", spec: Spec{TCP: &TCPSpec{Address: "x:65536"}}, wantField: "tcp.address", wantIn: `got "65536"`},
+		{name: "tcp port named", spec: Spec{TCP: &TCPSpec{Address: "x:postgres"}}, wantField: "tcp.address", wantIn: `got "postgres"`},
+		{name: "tcp empty port", spec: Spec{TCP: &TCPSpec{Address: "x:"}}, wantField: "tcp.address", wantIn: `got ""`},
+		{name: "grpc missing port", spec: Spec{GRPC: &GRPCSpec{Address: "10.0.0.5"}}, wantField: "grpc.address", wantIn: "missing port"},
+		{name: "grpc port too big", spec: Spec{GRPC: &GRPCSpec{Address: "10.0.0.5:70000"}}, wantField: "grpc.address", wantIn: "between 1 and 65535"},
+		{name: "grpc empty host", spec: Spec{GRPC: &GRPCSpec{Address: ":50051"}}, wantField: "grpc.address", wantIn: "host is empty"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.spec.Validate()
+			if tt.wantField == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			var fe *FieldError
+			if !errors.As(err, &fe) {
+				t.Fatalf("Validate() = %v (%T), want *FieldError", err, err)
+			}
+			if fe.Field != tt.wantField {
+				t.Errorf("Field = %q, want %q (error %q)", fe.Field, tt.wantField, err)
+			}
+			if !strings.Contains(fe.Reason, tt.wantIn) {
+				t.Errorf("Reason = %q, want it to contain %q", fe.Reason, tt.wantIn)
+			}
+		})
+	}
+}
+
+func TestFieldErrorText(t *testing.T) {
+	err := Spec{HTTP: &HTTPSpec{URL: "ftp://x"}}.Validate()
+	want := `http.url: unknown scheme "ftp": must be an absolute http:// or https:// URL, got "ftp://x"`
+	if err == nil || err.Error() != want {
+		t.Errorf("Validate().Error() = %v, want %q", err, want)
+	}
+}
+
+func TestKind(t *testing.T) {
+	tests := []struct {
+		spec Spec
+		want string
+	}{
+		{Spec{HTTP: &HTTPSpec{}}, "http"},
+		{Spec{TCP: &TCPSpec{}}, "tcp"},
+		{Spec{GRPC: &GRPCSpec{}}, "grpc"},
+		{Spec{}, ""},
+		{Spec{HTTP: &HTTPSpec{}, GRPC: &GRPCSpec{}}, ""},
+	}
+	for _, tt := range tests {
+		if got := tt.spec.Kind(); got != tt.want {
+			t.Errorf("%+v.Kind() = %q, want %q", tt.spec, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,149 @@
+package checker
+
+import (
+	"container/heap"
+	"hash/fnv"
+	"time"
+)
+
+// Start begins probing every target on its interval, in the background,
+// until Close. Calling it more than once has no further effect.
+//
+// Scheduling: each target is due every Interval at a fixed rate. Its first
+// probe is delayed by a stable offset in [0, Interval) derived from its
+// name, so many targets added at once do not probe in lockstep. A target
+// whose previous probe is still running when it falls due skips that slot:
+// there is at most one probe in flight per target. A slot missed because the
+// checker was late is skipped, not made up in a burst. At most
+// Config.MaxConcurrentProbes probes run at once; the others wait for a slot.
+func (c *Checker) Start() {
+	c.startOnce.Do(func() {
+		c.wg.Go(c.schedule)
+	})
+}
+
+func (c *Checker) schedule() {
+	for {
+		now := c.clock.Now()
+		c.mu.Lock()
+		jobs := c.dueLocked(now)
+		var wake time.Time
+		if len(c.due) > 0 {
+			wake = c.due[0].next
+		}
+		c.mu.Unlock()
+
+		for _, j := range jobs {
+			c.wg.Go(func() { c.runJob(j) })
+		}
+
+		var (
+			timer Timer
+			tick  <-chan time.Time
+		)
+		if !wake.IsZero() {
+			timer = c.clock.TimerAt(wake)
+			tick = timer.C()
+		}
+		select {
+		case <-c.ctx.Done():
+		case <-c.wake:
+		case <-tick:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if c.ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// dueLocked takes every target due at now, schedules its next probe and
+// returns the probes to start.
+func (c *Checker) dueLocked(now time.Time) []job {
+	var jobs []job
+	for len(c.due) > 0 && !c.due[0].next.After(now) {
+		t := c.due[0]
+		if !t.inFlight {
+			jobs = append(jobs, c.jobLocked(t))
+		}
+		t.next = nextSlot(t.next, t.spec.Interval, now)
+		c.due.fix(t)
+	}
+	return jobs
+}
+
+// nextSlot returns the first time after now on prev's fixed-rate grid.
+func nextSlot(prev time.Time, interval time.Duration, now time.Time) time.Time {
+	next := prev.Add(interval)
+	if next.After(now) {
+		return next
+	}
+	return prev.Add((now.Sub(prev)/interval + 1) * interval)
+}
+
+// firstDelay spreads first probes over the interval by a hash of the name.
+func firstDelay(name string, interval time.Duration) time.Duration {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return time.Duration(h.Sum64() % uint64(interval))
+}
+
+func (c *Checker) runJob(j job) {
+	ctx := c.ctx
+	var r Result
+	if err := c.acquire(ctx); err == nil {
+		r = c.probe(ctx, j)
+		c.release()
+	}
+	c.mu.Lock()
+	tr, changed := c.applyLocked(ctx, j, r)
+	c.mu.Unlock()
+	if changed {
+		c.logTransitions([]Transition{tr})
+	}
+}
+
+func (c *Checker) wakeScheduler() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// dueHeap orders targets by their next due time.
+type dueHeap []*target
+
+func (h dueHeap) Len() int { return len(h) }
+func (h dueHeap) Less(i, j int) bool {
+	if !h[i].next.Equal(h[j].next) {
+		return h[i].next.Before(h[j].next)
+	}
+	return h[i].spec.Name < h[j].spec.Name
+}
+func (h dueHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *dueHeap) Push(x any) {
+	t := x.(*target)
+	t.index = len(*h)
+	*h = append(*h, t)
+}
+func (h *dueHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	t.index = -1
+	return t
+}
+
+func (h *dueHeap) push(t *target) { heap.Push(h, t) }
+func (h *dueHeap) fix(t *target)  { heap.Fix(h, t.index) }
+func (h *dueHeap) remove(t *target) {
+	if t.index >= 0 {
+		heap.Remove(h, t.index)
+	}
+}

@@ -1,0 +1,131 @@
+package checker_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"pulse/checker"
+)
+
+// The scheduler probes each target once per interval, and a target that
+// never answers (here: a probe that hangs until its timeout) delays no other
+// target's schedule.
+func TestScheduleHungTargetDoesNotDelayOthers(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	hung := spec("hung")
+	hung.Interval, hung.Timeout = time.Second, time.Second
+	hung.InitialState = checker.StateHealthy
+	hung.Fall = 2
+	e.add(t, hung)
+	ok := spec("ok")
+	ok.Interval, ok.Timeout = time.Second, 500*time.Millisecond
+	e.add(t, ok)
+	e.probes.set("hung", outcome{hang: true})
+	e.probes.set("ok", pass)
+	sub := e.c.Subscribe(checker.Filter{})
+	defer sub.Close()
+	e.c.Start()
+
+	// Every step moves one interval: both targets fall due exactly once per
+	// step, whatever their first offset.
+	for step := 1; step <= 10; step++ {
+		e.clock.Advance(time.Second)
+		waitFor(t, fmt.Sprintf("ok's probe %d", step), func() bool { return e.probes.callCount("ok") >= step })
+		if n := e.probes.callCount("ok"); n != step {
+			t.Fatalf("after %d intervals ok was probed %d times", step, n)
+		}
+	}
+	if n := e.probes.callCount("hung"); n < 4 || n > 10 {
+		t.Errorf("hung was probed %d times in 10 intervals; want one probe at a time, each ending at its timeout", n)
+	}
+	if got := e.probes.maxActive("hung"); got != 1 {
+		t.Errorf("hung had %d probes in flight at once, want 1", got)
+	}
+	want := map[string]bool{"ok: unhealthy -> healthy": true, "hung: healthy -> unhealthy": true}
+	for len(want) > 0 {
+		tr := <-sub.C()
+		if !want[tr.String()] {
+			t.Fatalf("unexpected transition %v", tr)
+		}
+		delete(want, tr.String())
+	}
+	st, _ := e.c.Status("hung")
+	if st.LastResult == nil || st.LastResult.Err != "timeout after 1s" {
+		t.Errorf("hung's last result %+v, want a timeout", st.LastResult)
+	}
+}
+
+// A probe still running when its target falls due again makes the target
+// skip that slot instead of starting a second probe.
+func TestScheduleAtMostOneProbeInFlightPerTarget(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	s := spec("slow")
+	s.Interval, s.Timeout = time.Second, time.Second
+	e.add(t, s)
+	e.probes.set("slow", outcome{hang: true})
+	e.c.Start()
+	e.clock.Advance(time.Second)
+	waitFor(t, "the first probe", func() bool { return e.probes.callCount("slow") == 1 })
+	// Advance a quarter interval at a time: each probe times out exactly
+	// when the target falls due again, or in between.
+	waitFor(t, "later probes", func() bool {
+		e.clock.Advance(250 * time.Millisecond)
+		return e.probes.callCount("slow") >= 4
+	})
+	if got := e.probes.maxActive("slow"); got != 1 {
+		t.Errorf("%d probes in flight at once, want 1", got)
+	}
+}
+
+// At most MaxConcurrentProbes probes run at once; the rest wait for a slot.
+func TestScheduleConcurrencyBound(t *testing.T) {
+	e := newEnv(t, checker.Config{MaxConcurrentProbes: 2})
+	for i := range 5 {
+		s := spec(fmt.Sprintf("t%d", i))
+		s.Interval, s.Timeout = time.Second, time.Second
+		e.add(t, s)
+		e.probes.set(s.Name, outcome{hang: true})
+	}
+	e.c.Start()
+	e.clock.Advance(time.Second) // all five due; two may run
+	waitFor(t, "two probes running", func() bool { return e.probes.inFlight() == 2 })
+	total := func() int {
+		n := 0
+		for i := range 5 {
+			n += e.probes.callCount(fmt.Sprintf("t%d", i))
+		}
+		return n
+	}
+	for total() < 5 {
+		e.clock.Advance(time.Second) // times out the running pair, letting others in
+		waitFor(t, "the next probes", func() bool { return e.probes.inFlight() == 2 || total() >= 5 })
+	}
+	if got := e.probes.maxInFlight(); got != 2 {
+		t.Errorf("max probes in flight %d, want 2", got)
+	}
+}
+
+// Removing a target stops its probes; adding one wakes the scheduler.
+func TestScheduleFollowsAddAndRemove(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	e.c.Start()
+	s := spec("a")
+	s.Interval, s.Timeout = time.Second, time.Second
+	e.add(t, s)
+	e.probes.set("a", pass)
+	e.clock.Advance(time.Second)
+	waitFor(t, "a's first probe", func() bool { return e.probes.callCount("a") == 1 })
+	e.c.Remove("a")
+	b := spec("b")
+	b.Interval, b.Timeout = time.Second, time.Second
+	e.add(t, b)
+	e.probes.set("b", pass)
+	for step := 1; step <= 3; step++ {
+		e.clock.Advance(time.Second)
+		waitFor(t, "b's probe", func() bool { return e.probes.callCount("b") == step })
+	}
+	if n := e.probes.callCount("a"); n != 1 {
+		t.Errorf("a was probed %d times after its removal", n-1)
+	}
+}

@@ -1,0 +1,160 @@
+// Command pulsed is the Pulse health-checking server: it serves
+// pulse.v1.HealthChecker over gRPC, probes the registered targets and
+// applies rise/fall thresholds to their results.
+//
+// Usage:
+//
+//	pulsed [flags]
+//
+// Run pulsed --help for the flags. SIGINT or SIGTERM stops it gracefully
+// within --shutdown-timeout.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"pulse/checker"
+	"pulse/server"
+)
+
+func main() {
+	err := run(os.Args[1:], os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "pulsed:", err)
+		os.Exit(2)
+	}
+}
+
+type config struct {
+	listen          string
+	defaults        checker.Defaults
+	maxProbes       int
+	watchBuffer     int
+	shutdownTimeout time.Duration
+	logLevel        slog.Level
+	logJSON         bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	d := checker.StandardDefaults()
+	cfg := config{defaults: d}
+	fs := flag.NewFlagSet("pulsed", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: pulsed [flags]\n\npulsed serves pulse.v1.HealthChecker over gRPC and probes the targets registered with it.\nTargets' unset fields take the defaults below.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:50051", "`address` to serve gRPC on (host:port; port 0 picks a free one)")
+	fs.DurationVar(&cfg.defaults.Interval, "interval", d.Interval, "default time between the starts of two probes of a target")
+	fs.DurationVar(&cfg.defaults.Timeout, "timeout", d.Timeout, "default timeout of one probe (at most -interval)")
+	fs.IntVar(&cfg.defaults.Rise, "rise", d.Rise, "default consecutive passes that make a target healthy")
+	fs.IntVar(&cfg.defaults.Fall, "fall", d.Fall, "default consecutive failures that make a target unhealthy")
+	fs.IntVar(&cfg.maxProbes, "max-concurrent-probes", 256, "most probes in flight at once; others wait for a slot")
+	fs.IntVar(&cfg.watchBuffer, "watch-buffer", 1024, "transitions a WatchTransitions stream may have unread before it is ended with RESOURCE_EXHAUSTED")
+	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long to let calls in progress finish before closing them")
+	level := fs.String("log-level", "info", "log `level`: debug, info, warn or error")
+	format := fs.String("log-format", "text", "log `format`: text or json")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected argument %q; see pulsed --help", fs.Arg(0))
+	}
+	if err := cfg.logLevel.UnmarshalText([]byte(*level)); err != nil {
+		return cfg, fmt.Errorf("-log-level: %w", err)
+	}
+	switch *format {
+	case "text":
+	case "json":
+		cfg.logJSON = true
+	default:
+		return cfg, fmt.Errorf("-log-format must be text or json, got %q", *format)
+	}
+	if err := cfg.defaults.Validate(); err != nil {
+		return cfg, fmt.Errorf("-interval/-timeout/-rise/-fall: %w", err)
+	}
+	switch {
+	case cfg.maxProbes < 1:
+		return cfg, fmt.Errorf("-max-concurrent-probes must be at least 1, got %d", cfg.maxProbes)
+	case cfg.watchBuffer < 1:
+		return cfg, fmt.Errorf("-watch-buffer must be at least 1, got %d", cfg.watchBuffer)
+	case cfg.shutdownTimeout <= 0:
+		return cfg, fmt.Errorf("-shutdown-timeout must be positive, got %v", cfg.shutdownTimeout)
+	}
+	return cfg, nil
+}
+
+func run(args []string, stderr io.Writer) error {
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	opts := &slog.HandlerOptions{Level: cfg.logLevel}
+	var logger *slog.Logger
+	if cfg.logJSON {
+		logger = slog.New(slog.NewJSONHandler(stderr, opts))
+	} else {
+		logger = slog.New(slog.NewTextHandler(stderr, opts))
+	}
+
+	c, err := checker.New(checker.Config{
+		Defaults:            cfg.defaults,
+		MaxConcurrentProbes: cfg.maxProbes,
+		SubscriberBuffer:    cfg.watchBuffer,
+		Logger:              logger.With("component", "checker"),
+	})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	gs, hs := server.NewGRPCServer(server.New(c), server.Options{Logger: logger.With("component", "grpc")})
+
+	lis, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return fmt.Errorf("-listen: %w", err)
+	}
+	c.Start()
+	logger.Info("pulsed listening", "addr", lis.Addr().String())
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- gs.Serve(lis) }()
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	logger.Info("pulsed shutting down", "timeout", cfg.shutdownTimeout.String())
+	hs.Shutdown() // grpc.health.v1 answers NOT_SERVING from now on
+	// Closing the checker stops probing and ends watch streams, which would
+	// otherwise keep GracefulStop waiting forever.
+	c.Close()
+	stopped := make(chan struct{})
+	go func() {
+		gs.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(cfg.shutdownTimeout):
+		logger.Warn("shutdown timeout reached; closing the remaining calls")
+		gs.Stop()
+		<-stopped
+	}
+	logger.Info("pulsed stopped")
+	return nil
+}

@@ -1,0 +1,505 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"pulse/checker"
+	"pulse/checker/probe"
+	pb "pulse/gen/pulse/v1"
+	"pulse/server"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// switchProbers builds probers that pass while their target's switch is up.
+// A target's switch is keyed by its TCP address.
+type switchProbers struct {
+	up map[string]*atomic.Bool
+}
+
+func (s *switchProbers) New(p probe.Spec) (checker.Prober, error) {
+	if p.TCP == nil {
+		return proberFunc(func(context.Context) error { return errors.New("only tcp is faked") }), nil
+	}
+	b, ok := s.up[p.TCP.Address]
+	if !ok {
+		b = new(atomic.Bool)
+		s.up[p.TCP.Address] = b
+	}
+	return proberFunc(func(context.Context) error {
+		if b.Load() {
+			return nil
+		}
+		return errors.New("connection refused")
+	}), nil
+}
+
+type proberFunc func(context.Context) error
+
+func (f proberFunc) Probe(ctx context.Context) error { return f(ctx) }
+
+type env struct {
+	c      *checker.Checker
+	client pb.HealthCheckerClient
+	conn   *grpc.ClientConn
+	up     map[string]*atomic.Bool
+	logs   *syncBuffer
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// start serves a checker over bufconn and returns a generated client. The
+// checker is not started: tests drive probes with RunRound.
+func start(t *testing.T, cfg checker.Config) *env {
+	t.Helper()
+	sp := &switchProbers{up: map[string]*atomic.Bool{}}
+	cfg.NewProber = sp.New
+	if cfg.Defaults == (checker.Defaults{}) {
+		cfg.Defaults = checker.Defaults{Interval: 2 * time.Second, Timeout: time.Second, Rise: 1, Fall: 1}
+	}
+	c, err := checker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	gs, _ := server.NewGRPCServer(server.New(c), server.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	lis := bufconn.Listen(1 << 20)
+	go gs.Serve(lis)
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		c.Close() // ends watch streams, so GracefulStop can finish
+		gs.GracefulStop()
+	})
+	return &env{c: c, client: pb.NewHealthCheckerClient(conn), conn: conn, up: sp.up, logs: logs}
+}
+
+func (e *env) set(addr string, up bool) {
+	if b, ok := e.up[addr]; ok {
+		b.Store(up)
+	}
+}
+
+func tcpTarget(name, group string) *pb.Target {
+	return &pb.Target{Name: name, Group: group, Probe: &pb.Target_Tcp{Tcp: &pb.TcpProbe{Address: name + ":80"}}}
+}
+
+func (e *env) add(t *testing.T, tg *pb.Target) *pb.AddTargetResponse {
+	t.Helper()
+	resp, err := e.client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: tg})
+	if err != nil {
+		t.Fatalf("AddTarget(%s): %v", tg.GetName(), err)
+	}
+	return resp
+}
+
+func wantCode(t *testing.T, err error, code codes.Code, msgPrefix string) {
+	t.Helper()
+	st, _ := status.FromError(err)
+	if st.Code() != code || !strings.HasPrefix(st.Message(), msgPrefix) {
+		t.Errorf("got %v %q, want %v starting %q", st.Code(), st.Message(), code, msgPrefix)
+	}
+}
+
+func TestAddTargetCreatesThenUpdatesWithDefaults(t *testing.T) {
+	e := start(t, checker.Config{Defaults: checker.StandardDefaults()})
+	resp := e.add(t, tcpTarget("web-1", "edge"))
+	want := &pb.AddTargetResponse{
+		Created: true,
+		Status: &pb.TargetStatus{
+			Spec: &pb.Target{
+				Name: "web-1", Group: "edge",
+				Probe:        &pb.Target_Tcp{Tcp: &pb.TcpProbe{Address: "web-1:80"}},
+				Interval:     durationpb.New(2 * time.Second),
+				Timeout:      durationpb.New(time.Second),
+				Rise:         proto.Int32(2),
+				Fall:         proto.Int32(3),
+				InitialState: pb.State_STATE_UNHEALTHY,
+				Model:        pb.Model_MODEL_RISE_FALL,
+			},
+			State: pb.State_STATE_UNHEALTHY,
+		},
+	}
+	if diff := cmp.Diff(want, resp, protocmp.Transform()); diff != "" {
+		t.Errorf("AddTarget (-want +got):\n%s", diff)
+	}
+	tg := tcpTarget("web-1", "edge")
+	tg.Rise = proto.Int32(4)
+	if resp := e.add(t, tg); resp.GetCreated() || resp.GetStatus().GetSpec().GetRise() != 4 {
+		t.Errorf("second AddTarget: created %v, rise %d; want an update to rise 4", resp.GetCreated(), resp.GetStatus().GetSpec().GetRise())
+	}
+}
+
+func TestInvalidRequestsNameTheField(t *testing.T) {
+	e := start(t, checker.Config{})
+	withTarget := func(edit func(*pb.Target)) *pb.AddTargetRequest {
+		tg := tcpTarget("web-1", "")
+		edit(tg)
+		return &pb.AddTargetRequest{Target: tg}
+	}
+	httpURL := func(u string) func(*pb.Target) {
+		return func(tg *pb.Target) { tg.Probe = &pb.Target_Http{Http: &pb.HttpProbe{Url: u}} }
+	}
+	adds := []struct {
+		req    *pb.AddTargetRequest
+		prefix string
+	}{
+		{&pb.AddTargetRequest{}, "target: is required"},
+		{withTarget(func(tg *pb.Target) { tg.Name = "" }), "target.name: is required"},
+		{withTarget(func(tg *pb.Target) { tg.Name = "web 1" }), "target.name: may contain only"},
+		{withTarget(func(tg *pb.Target) { tg.Group = "a/b" }), "target.group: may contain only"},
+		{withTarget(func(tg *pb.Target) { tg.Rise = proto.Int32(0) }), "target.rise: must be at least 1, got 0"},
+		{withTarget(func(tg *pb.Target) { tg.Fall = proto.Int32(-1) }), "target.fall: must be at least 1, got -1"},
+		{withTarget(func(tg *pb.Target) { tg.Interval = durationpb.New(0) }), "target.interval: must be positive"},
+		{withTarget(func(tg *pb.Target) { tg.Timeout = durationpb.New(3 * time.Second) }), "target.timeout: must be at most the interval (2s), got 3s"},
+		{withTarget(func(tg *pb.Target) { tg.Timeout = &durationpb.Duration{Seconds: 1, Nanos: -1} }), "target.timeout: is not a valid duration"},
+		{withTarget(func(tg *pb.Target) { tg.MaxLatency = durationpb.New(5 * time.Second) }), "target.max_latency: must be at most the timeout"},
+		{withTarget(func(tg *pb.Target) { tg.InitialState = pb.State_STATE_SUSPECT }), "target.initial_state:"},
+		{withTarget(func(tg *pb.Target) { tg.Model = pb.Model(9) }), "target.model:"},
+		{withTarget(func(tg *pb.Target) { tg.Probe = nil }), "target.probe:"},
+		{withTarget(func(tg *pb.Target) { tg.Probe = &pb.Target_Tcp{Tcp: &pb.TcpProbe{Address: "no-port"}} }), "target.tcp.address:"},
+		{withTarget(func(tg *pb.Target) { tg.Probe = &pb.Target_Grpc{Grpc: &pb.GrpcProbe{Address: "h:99999"}} }), "target.grpc.address:"},
+		{withTarget(httpURL("ftp://example/x")), "target.http.url:"},
+		{withTarget(httpURL("/healthz")), "target.http.url:"},
+		{withTarget(httpURL("http://[::1")), "target.http.url:"},
+	}
+	for _, tt := range adds {
+		_, err := e.client.AddTarget(t.Context(), tt.req)
+		wantCode(t, err, codes.InvalidArgument, tt.prefix)
+	}
+	_, err := e.client.State(t.Context(), &pb.StateRequest{})
+	wantCode(t, err, codes.InvalidArgument, "name: is required")
+	_, err = e.client.RemoveTarget(t.Context(), &pb.RemoveTargetRequest{Name: "bad name"})
+	wantCode(t, err, codes.InvalidArgument, "name: may contain only")
+	_, err = e.client.Healthy(t.Context(), &pb.HealthyRequest{Group: "-x"})
+	wantCode(t, err, codes.InvalidArgument, "group: must start with")
+	_, err = e.client.ListTargets(t.Context(), &pb.ListTargetsRequest{Group: strings.Repeat("g", 65)})
+	wantCode(t, err, codes.InvalidArgument, "group: must be at most 64")
+	w, err := e.client.WatchTransitions(t.Context(), &pb.WatchTransitionsRequest{Names: []string{"ok", "not ok"}})
+	if err == nil {
+		_, err = w.Recv()
+	}
+	wantCode(t, err, codes.InvalidArgument, "names[1]: may contain only")
+
+	if l, _ := e.client.ListTargets(t.Context(), &pb.ListTargetsRequest{}); len(l.GetTargets()) != 0 {
+		t.Errorf("invalid requests registered %d targets", len(l.GetTargets()))
+	}
+}
+
+func TestRemoveStateNotFound(t *testing.T) {
+	e := start(t, checker.Config{})
+	resp, err := e.client.RemoveTarget(t.Context(), &pb.RemoveTargetRequest{Name: "nope"})
+	if err != nil || resp.GetRemoved() {
+		t.Errorf("RemoveTarget(unknown) = %v, %v; want removed false", resp, err)
+	}
+	_, err = e.client.State(t.Context(), &pb.StateRequest{Name: "nope"})
+	wantCode(t, err, codes.NotFound, `unknown target "nope"`)
+
+	e.add(t, tcpTarget("web-1", ""))
+	if resp, err := e.client.RemoveTarget(t.Context(), &pb.RemoveTargetRequest{Name: "web-1"}); err != nil || !resp.GetRemoved() {
+		t.Errorf("RemoveTarget(web-1) = %v, %v", resp, err)
+	}
+	_, err = e.client.State(t.Context(), &pb.StateRequest{Name: "web-1"})
+	wantCode(t, err, codes.NotFound, `unknown target "web-1"`)
+}
+
+func TestStateHealthyAndList(t *testing.T) {
+	e := start(t, checker.Config{})
+	e.add(t, tcpTarget("web-2", "edge"))
+	e.add(t, tcpTarget("web-1", "edge"))
+	e.add(t, tcpTarget("db-1", "data"))
+	e.set("web-1:80", true)
+	e.set("web-2:80", true)
+	e.c.RunRound(t.Context())
+
+	h, err := e.client.Healthy(t.Context(), &pb.HealthyRequest{})
+	if err != nil || !cmp.Equal(h.GetNames(), []string{"web-1", "web-2"}) {
+		t.Errorf("Healthy = %v, %v", h.GetNames(), err)
+	}
+	h, _ = e.client.Healthy(t.Context(), &pb.HealthyRequest{Group: "data"})
+	if len(h.GetNames()) != 0 {
+		t.Errorf("Healthy(data) = %v, want none", h.GetNames())
+	}
+	st, err := e.client.State(t.Context(), &pb.StateRequest{Name: "db-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := st.GetStatus()
+	if s.GetState() != pb.State_STATE_UNHEALTHY || s.GetFailStreak() != 1 || s.GetLastResult().GetError() != "connection refused" ||
+		s.GetLastResult().GetPass() || s.GetLastResult().GetTime() == nil || s.GetLastTransitionTime() != nil {
+		t.Errorf("State(db-1) = %v", s)
+	}
+	st, _ = e.client.State(t.Context(), &pb.StateRequest{Name: "web-1"})
+	if s := st.GetStatus(); !s.GetRoutable() || s.GetPassStreak() != 1 || s.GetLastTransitionTime() == nil {
+		t.Errorf("State(web-1) = %v", s)
+	}
+	l, _ := e.client.ListTargets(t.Context(), &pb.ListTargetsRequest{})
+	var names []string
+	for _, s := range l.GetTargets() {
+		names = append(names, s.GetSpec().GetName())
+	}
+	if !cmp.Equal(names, []string{"db-1", "web-1", "web-2"}) {
+		t.Errorf("ListTargets order %v", names)
+	}
+	l, _ = e.client.ListTargets(t.Context(), &pb.ListTargetsRequest{Group: "edge"})
+	if len(l.GetTargets()) != 2 {
+		t.Errorf("ListTargets(edge) has %d targets", len(l.GetTargets()))
+	}
+}
+
+// watch opens a stream and waits for its headers: from then on every
+// transition reaches it.
+func watch(t *testing.T, ctx context.Context, e *env, req *pb.WatchTransitionsRequest) grpc.ServerStreamingClient[pb.WatchTransitionsResponse] {
+	t.Helper()
+	w, err := e.client.WatchTransitions(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Header(); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func TestWatchTransitions(t *testing.T) {
+	e := start(t, checker.Config{})
+	e.add(t, tcpTarget("web-1", "edge"))
+	e.add(t, tcpTarget("db-1", "data"))
+	all := watch(t, t.Context(), e, &pb.WatchTransitionsRequest{})
+	edge := watch(t, t.Context(), e, &pb.WatchTransitionsRequest{Group: "edge"})
+
+	e.set("web-1:80", true)
+	e.set("db-1:80", true)
+	e.c.RunRound(t.Context()) // both rise
+	e.set("web-1:80", false)
+	e.c.RunRound(t.Context()) // web-1 falls
+
+	var texts []string
+	var last uint64
+	for range 3 {
+		ev, err := all.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.GetRevision() <= last {
+			t.Errorf("revision %d after %d", ev.GetRevision(), last)
+		}
+		last = ev.GetRevision()
+		texts = append(texts, ev.GetTransition().GetText())
+	}
+	if diff := cmp.Diff([]string{"db-1: unhealthy -> healthy", "web-1: unhealthy -> healthy", "web-1: healthy -> unhealthy"}, texts); diff != "" {
+		t.Errorf("all (-want +got):\n%s", diff)
+	}
+	ev, _ := edge.Recv()
+	ev, err := edge.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := ev.GetTransition()
+	want := &pb.Transition{
+		Target: "web-1", Group: "edge",
+		From: pb.State_STATE_HEALTHY, To: pb.State_STATE_UNHEALTHY,
+		Text:   "web-1: healthy -> unhealthy",
+		Result: &pb.ProbeResult{Pass: false, Error: "connection refused"},
+	}
+	if diff := cmp.Diff(want, tr, protocmp.Transform(),
+		protocmp.IgnoreFields(&pb.Transition{}, "time"),
+		protocmp.IgnoreFields(&pb.ProbeResult{}, "time", "latency")); diff != "" {
+		t.Errorf("edge transition (-want +got):\n%s", diff)
+	}
+	if tr.GetTime() == nil || tr.GetResult().GetTime() == nil {
+		t.Errorf("transition lacks times: %v", tr)
+	}
+}
+
+// A watcher that stops reading never blocks the checker or another
+// watcher: it is ended with RESOURCE_EXHAUSTED once its buffer is full.
+func TestStalledWatcherBlocksNobody(t *testing.T) {
+	e := start(t, checker.Config{SubscriberBuffer: 64})
+	e.add(t, tcpTarget("flappy", ""))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	stalled := watch(t, ctx, e, &pb.WatchTransitionsRequest{})
+	reader := watch(t, ctx, e, &pb.WatchTransitionsRequest{})
+
+	var got atomic.Int64
+	readerDone := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := reader.Recv(); err != nil {
+				readerDone <- err
+				return
+			}
+			got.Add(1)
+		}
+	}()
+	// Far more transitions than the stalled stream's flow-control window
+	// and buffer hold; the reader keeps pace.
+	const flips = 4000
+	for i := range flips {
+		e.set("flappy:80", i%2 == 0)
+		if n := len(e.c.RunRound(t.Context())); n != 1 {
+			t.Fatalf("round %d made %d transitions", i, n)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for got.Load() < int64(i+1) {
+			if time.Now().After(deadline) {
+				t.Fatalf("reader stuck at %d of %d", got.Load(), i+1)
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	var err error
+	n := 0
+	for err == nil {
+		_, err = stalled.Recv()
+		n++
+	}
+	if n >= flips {
+		t.Errorf("stalled watcher received all %d transitions; it should have been ended", n)
+	}
+	wantCode(t, err, codes.ResourceExhausted, "subscriber fell behind")
+	select {
+	case err := <-readerDone:
+		t.Fatalf("reader ended: %v", err)
+	default:
+	}
+}
+
+func TestShutdownEndsWatchersWithUnavailable(t *testing.T) {
+	e := start(t, checker.Config{})
+	w := watch(t, t.Context(), e, &pb.WatchTransitionsRequest{})
+	e.c.Close()
+	_, err := w.Recv()
+	wantCode(t, err, codes.Unavailable, "pulsed is shutting down")
+}
+
+func TestHealthAndReflection(t *testing.T) {
+	e := start(t, checker.Config{})
+	hc := healthpb.NewHealthClient(e.conn)
+	for _, svc := range []string{"", "pulse.v1.HealthChecker"} {
+		resp, err := hc.Check(t.Context(), &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health Check(%q) = %v, %v", svc, resp, err)
+		}
+	}
+	rc, err := reflectionpb.NewServerReflectionClient(e.conn).ServerReflectionInfo(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := rc.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var services []string
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		services = append(services, s.GetName())
+	}
+	if !strings.Contains(strings.Join(services, " "), "pulse.v1.HealthChecker") {
+		t.Errorf("reflection lists %v", services)
+	}
+	rc.CloseSend()
+	if _, err := rc.Recv(); err != io.EOF {
+		t.Errorf("reflection stream end: %v", err)
+	}
+}
+
+// panicky answers health checks by panicking.
+type panicky struct {
+	healthpb.UnimplementedHealthServer
+}
+
+func (panicky) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	panic("boom")
+}
+
+func TestHandlerPanicBecomesInternal(t *testing.T) {
+	unary, stream := server.Interceptors(nilLogger(), checker.StandardDefaults())
+	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
+	healthpb.RegisterHealthServer(gs, panicky{})
+	lis := bufconn.Listen(1 << 16)
+	go gs.Serve(lis)
+	defer gs.Stop()
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for range 2 { // the server lives on after the first panic
+		_, err := healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{})
+		wantCode(t, err, codes.Internal, "internal error")
+		if strings.Contains(status.Convert(err).Message(), "boom") {
+			t.Errorf("panic value leaked to the client: %v", err)
+		}
+	}
+}
+
+func nilLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func TestAPICallsAreLoggedHealthChecksAreNot(t *testing.T) {
+	e := start(t, checker.Config{})
+	e.add(t, tcpTarget("web-1", ""))
+	_, err := e.client.State(t.Context(), &pb.StateRequest{Name: "nope"})
+	wantCode(t, err, codes.NotFound, "unknown target")
+	if _, err := healthpb.NewHealthClient(e.conn).Check(t.Context(), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	logs := e.logs.String()
+	for _, want := range []string{"grpc.method=AddTarget", "grpc.code=OK", "grpc.method=State", "grpc.code=NotFound"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("logs lack %s:\n%s", want, logs)
+		}
+	}
+	if strings.Contains(logs, "grpc.health.v1") {
+		t.Errorf("health checks were logged:\n%s", logs)
+	}
+}

@@ -1,0 +1,95 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"pulse/checker"
+	pb "pulse/gen/pulse/v1"
+)
+
+// validator rejects malformed requests before they reach a handler, with
+// INVALID_ARGUMENT and a message that starts with the field to fix. The
+// generated types carry no validation methods (protovalidate's annotations
+// cannot be fetched here), so the rules are the checker's own, applied to
+// the converted request.
+type validator struct {
+	defaults checker.Defaults
+}
+
+func (v validator) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := v.check(req); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+func (v validator) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return handler(srv, &validatingStream{ServerStream: ss, v: v})
+}
+
+// validatingStream checks each message the client sends.
+type validatingStream struct {
+	grpc.ServerStream
+	v validator
+}
+
+func (s *validatingStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return s.v.check(m)
+}
+
+func (v validator) check(req any) error {
+	var err error
+	switch r := req.(type) {
+	case *pb.AddTargetRequest:
+		err = v.checkTarget(r.GetTarget())
+	case *pb.RemoveTargetRequest:
+		err = field("name", checker.ValidateName(r.GetName()))
+	case *pb.StateRequest:
+		err = field("name", checker.ValidateName(r.GetName()))
+	case *pb.HealthyRequest:
+		err = field("group", checker.ValidateGroup(r.GetGroup()))
+	case *pb.ListTargetsRequest:
+		err = field("group", checker.ValidateGroup(r.GetGroup()))
+	case *pb.WatchTransitionsRequest:
+		err = field("group", checker.ValidateGroup(r.GetGroup()))
+		for i, n := range r.GetNames() {
+			if err == nil {
+				err = field(fmt.Sprintf("names[%d]", i), checker.ValidateName(n))
+			}
+		}
+	}
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	return nil
+}
+
+func (v validator) checkTarget(t *pb.Target) error {
+	if t == nil {
+		return fmt.Errorf("target: is required, e.g. {\"target\": {\"name\": \"web-1\", \"http\": {\"url\": \"http://127.0.0.1:8080/healthz\"}}}")
+	}
+	spec, err := specFromProto(t)
+	if err == nil {
+		err = spec.WithDefaults(v.defaults).Validate()
+	}
+	if err != nil {
+		return fmt.Errorf("target.%w", err) // a *checker.FieldError: "rise: must be ..."
+	}
+	return nil
+}
+
+// field prefixes err's message with the field it is about.
+func field(name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", name, err)
+}
