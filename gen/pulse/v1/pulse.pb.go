@@ -1222,7 +1222,10 @@ func (x *ListTargetsRequest) GetGroup() string {
 type ListTargetsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// targets sorted by name.
-	Targets       []*TargetStatus `protobuf:"bytes,1,rep,name=targets,proto3" json:"targets,omitempty"`
+	Targets []*TargetStatus `protobuf:"bytes,1,rep,name=targets,proto3" json:"targets,omitempty"`
+	// revision is the registry's revision the list was taken at: a client
+	// can list, then watch with start_revision = revision.
+	Revision      uint64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1264,14 +1267,26 @@ func (x *ListTargetsResponse) GetTargets() []*TargetStatus {
 	return nil
 }
 
-// WatchTransitionsRequest filters the stream. Empty filters match everything;
-// when both are set a transition must match both.
+func (x *ListTargetsResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+// WatchTransitionsRequest filters the stream and says where it starts.
+// Empty filters match everything; when both are set an event must match
+// both.
 type WatchTransitionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// group, when set, streams only that group's transitions.
+	// group, when set, streams only that group's targets. A target whose
+	// group changes is sent as `updated` to watchers of the old group and of
+	// the new one: a client drops it when its group no longer matches.
 	Group string `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
-	// names, when set, streams only these targets' transitions.
-	Names         []string `protobuf:"bytes,2,rep,name=names,proto3" json:"names,omitempty"`
+	// names, when set, streams only these targets.
+	Names []string `protobuf:"bytes,2,rep,name=names,proto3" json:"names,omitempty"`
+	// start_revision 0 starts with a snapshot; N > 0 resumes after revision N.
+	StartRevision uint64 `protobuf:"varint,3,opt,name=start_revision,json=startRevision,proto3" json:"start_revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1320,18 +1335,163 @@ func (x *WatchTransitionsRequest) GetNames() []string {
 	return nil
 }
 
+func (x *WatchTransitionsRequest) GetStartRevision() uint64 {
+	if x != nil {
+		return x.StartRevision
+	}
+	return 0
+}
+
+// SnapshotComplete marks the end of the snapshot: every matching target has
+// been sent.
+type SnapshotComplete struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotComplete) Reset() {
+	*x = SnapshotComplete{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotComplete) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotComplete) ProtoMessage() {}
+
+func (x *SnapshotComplete) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotComplete.ProtoReflect.Descriptor instead.
+func (*SnapshotComplete) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{18}
+}
+
+// Progress says the stream has delivered every matching event up to its
+// revision.
+type Progress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Progress) Reset() {
+	*x = Progress{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Progress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Progress) ProtoMessage() {}
+
+func (x *Progress) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Progress.ProtoReflect.Descriptor instead.
+func (*Progress) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{19}
+}
+
+// TargetRemoved says a target is gone.
+type TargetRemoved struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name of the removed target.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// group it belonged to.
+	Group         string `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TargetRemoved) Reset() {
+	*x = TargetRemoved{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TargetRemoved) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TargetRemoved) ProtoMessage() {}
+
+func (x *TargetRemoved) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TargetRemoved.ProtoReflect.Descriptor instead.
+func (*TargetRemoved) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *TargetRemoved) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TargetRemoved) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
 // WatchTransitionsResponse is one event on the stream.
 type WatchTransitionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// revision numbers events in the order the checker applied them. It
-	// grows with every event the checker records, so a filtered stream sees
-	// gaps.
+	// revision orders the registry's events. A fresh pulsed starts its
+	// counter at its start time in microseconds rather than at 1, so a
+	// revision from before a restart is never mistaken for a later one.
+	// Snapshot events carry the snapshot's revision.
 	Revision uint64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
 	// event is what happened.
 	//
 	// Types that are valid to be assigned to Event:
 	//
 	//	*WatchTransitionsResponse_Transition
+	//	*WatchTransitionsResponse_Snapshot
+	//	*WatchTransitionsResponse_SnapshotComplete
+	//	*WatchTransitionsResponse_Added
+	//	*WatchTransitionsResponse_Updated
+	//	*WatchTransitionsResponse_Removed
+	//	*WatchTransitionsResponse_Progress
 	Event         isWatchTransitionsResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1339,7 +1499,7 @@ type WatchTransitionsResponse struct {
 
 func (x *WatchTransitionsResponse) Reset() {
 	*x = WatchTransitionsResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1351,7 +1511,7 @@ func (x *WatchTransitionsResponse) String() string {
 func (*WatchTransitionsResponse) ProtoMessage() {}
 
 func (x *WatchTransitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1364,7 +1524,7 @@ func (x *WatchTransitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTransitionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchTransitionsResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{18}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WatchTransitionsResponse) GetRevision() uint64 {
@@ -1390,6 +1550,60 @@ func (x *WatchTransitionsResponse) GetTransition() *Transition {
 	return nil
 }
 
+func (x *WatchTransitionsResponse) GetSnapshot() *TargetStatus {
+	if x != nil {
+		if x, ok := x.Event.(*WatchTransitionsResponse_Snapshot); ok {
+			return x.Snapshot
+		}
+	}
+	return nil
+}
+
+func (x *WatchTransitionsResponse) GetSnapshotComplete() *SnapshotComplete {
+	if x != nil {
+		if x, ok := x.Event.(*WatchTransitionsResponse_SnapshotComplete); ok {
+			return x.SnapshotComplete
+		}
+	}
+	return nil
+}
+
+func (x *WatchTransitionsResponse) GetAdded() *TargetStatus {
+	if x != nil {
+		if x, ok := x.Event.(*WatchTransitionsResponse_Added); ok {
+			return x.Added
+		}
+	}
+	return nil
+}
+
+func (x *WatchTransitionsResponse) GetUpdated() *TargetStatus {
+	if x != nil {
+		if x, ok := x.Event.(*WatchTransitionsResponse_Updated); ok {
+			return x.Updated
+		}
+	}
+	return nil
+}
+
+func (x *WatchTransitionsResponse) GetRemoved() *TargetRemoved {
+	if x != nil {
+		if x, ok := x.Event.(*WatchTransitionsResponse_Removed); ok {
+			return x.Removed
+		}
+	}
+	return nil
+}
+
+func (x *WatchTransitionsResponse) GetProgress() *Progress {
+	if x != nil {
+		if x, ok := x.Event.(*WatchTransitionsResponse_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
 type isWatchTransitionsResponse_Event interface {
 	isWatchTransitionsResponse_Event()
 }
@@ -1399,7 +1613,49 @@ type WatchTransitionsResponse_Transition struct {
 	Transition *Transition `protobuf:"bytes,2,opt,name=transition,proto3,oneof"`
 }
 
+type WatchTransitionsResponse_Snapshot struct {
+	// snapshot is one target's status as of the snapshot revision.
+	Snapshot *TargetStatus `protobuf:"bytes,3,opt,name=snapshot,proto3,oneof"`
+}
+
+type WatchTransitionsResponse_SnapshotComplete struct {
+	// snapshot_complete ends the snapshot.
+	SnapshotComplete *SnapshotComplete `protobuf:"bytes,4,opt,name=snapshot_complete,json=snapshotComplete,proto3,oneof"`
+}
+
+type WatchTransitionsResponse_Added struct {
+	// added is a target that AddTarget created.
+	Added *TargetStatus `protobuf:"bytes,5,opt,name=added,proto3,oneof"`
+}
+
+type WatchTransitionsResponse_Updated struct {
+	// updated is a target whose spec AddTarget replaced.
+	Updated *TargetStatus `protobuf:"bytes,6,opt,name=updated,proto3,oneof"`
+}
+
+type WatchTransitionsResponse_Removed struct {
+	// removed is a target that RemoveTarget removed.
+	Removed *TargetRemoved `protobuf:"bytes,7,opt,name=removed,proto3,oneof"`
+}
+
+type WatchTransitionsResponse_Progress struct {
+	// progress carries the current revision on an idle stream.
+	Progress *Progress `protobuf:"bytes,8,opt,name=progress,proto3,oneof"`
+}
+
 func (*WatchTransitionsResponse_Transition) isWatchTransitionsResponse_Event() {}
+
+func (*WatchTransitionsResponse_Snapshot) isWatchTransitionsResponse_Event() {}
+
+func (*WatchTransitionsResponse_SnapshotComplete) isWatchTransitionsResponse_Event() {}
+
+func (*WatchTransitionsResponse_Added) isWatchTransitionsResponse_Event() {}
+
+func (*WatchTransitionsResponse_Updated) isWatchTransitionsResponse_Event() {}
+
+func (*WatchTransitionsResponse_Removed) isWatchTransitionsResponse_Event() {}
+
+func (*WatchTransitionsResponse_Progress) isWatchTransitionsResponse_Event() {}
 
 var File_pulse_v1_pulse_proto protoreflect.FileDescriptor
 
@@ -1482,17 +1738,31 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x0fHealthyResponse\x12\x14\n" +
 	"\x05names\x18\x01 \x03(\tR\x05names\"*\n" +
 	"\x12ListTargetsRequest\x12\x14\n" +
-	"\x05group\x18\x01 \x01(\tR\x05group\"G\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\"c\n" +
 	"\x13ListTargetsResponse\x120\n" +
-	"\atargets\x18\x01 \x03(\v2\x16.pulse.v1.TargetStatusR\atargets\"E\n" +
+	"\atargets\x18\x01 \x03(\v2\x16.pulse.v1.TargetStatusR\atargets\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"l\n" +
 	"\x17WatchTransitionsRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
-	"\x05names\x18\x02 \x03(\tR\x05names\"w\n" +
+	"\x05names\x18\x02 \x03(\tR\x05names\x12%\n" +
+	"\x0estart_revision\x18\x03 \x01(\x04R\rstartRevision\"\x12\n" +
+	"\x10SnapshotComplete\"\n" +
+	"\n" +
+	"\bProgress\"9\n" +
+	"\rTargetRemoved\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\"\xc3\x03\n" +
 	"\x18WatchTransitionsResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x126\n" +
 	"\n" +
 	"transition\x18\x02 \x01(\v2\x14.pulse.v1.TransitionH\x00R\n" +
-	"transitionB\a\n" +
+	"transition\x124\n" +
+	"\bsnapshot\x18\x03 \x01(\v2\x16.pulse.v1.TargetStatusH\x00R\bsnapshot\x12I\n" +
+	"\x11snapshot_complete\x18\x04 \x01(\v2\x1a.pulse.v1.SnapshotCompleteH\x00R\x10snapshotComplete\x12.\n" +
+	"\x05added\x18\x05 \x01(\v2\x16.pulse.v1.TargetStatusH\x00R\x05added\x122\n" +
+	"\aupdated\x18\x06 \x01(\v2\x16.pulse.v1.TargetStatusH\x00R\aupdated\x123\n" +
+	"\aremoved\x18\a \x01(\v2\x17.pulse.v1.TargetRemovedH\x00R\aremoved\x120\n" +
+	"\bprogress\x18\b \x01(\v2\x12.pulse.v1.ProgressH\x00R\bprogressB\a\n" +
 	"\x05event*Y\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x11\n" +
@@ -1526,7 +1796,7 @@ func file_pulse_v1_pulse_proto_rawDescGZIP() []byte {
 }
 
 var file_pulse_v1_pulse_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_pulse_v1_pulse_proto_goTypes = []any{
 	(State)(0),                       // 0: pulse.v1.State
 	(Model)(0),                       // 1: pulse.v1.Model
@@ -1548,53 +1818,62 @@ var file_pulse_v1_pulse_proto_goTypes = []any{
 	(*ListTargetsRequest)(nil),       // 17: pulse.v1.ListTargetsRequest
 	(*ListTargetsResponse)(nil),      // 18: pulse.v1.ListTargetsResponse
 	(*WatchTransitionsRequest)(nil),  // 19: pulse.v1.WatchTransitionsRequest
-	(*WatchTransitionsResponse)(nil), // 20: pulse.v1.WatchTransitionsResponse
-	nil,                              // 21: pulse.v1.HttpProbe.HeadersEntry
-	(*durationpb.Duration)(nil),      // 22: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 23: google.protobuf.Timestamp
+	(*SnapshotComplete)(nil),         // 20: pulse.v1.SnapshotComplete
+	(*Progress)(nil),                 // 21: pulse.v1.Progress
+	(*TargetRemoved)(nil),            // 22: pulse.v1.TargetRemoved
+	(*WatchTransitionsResponse)(nil), // 23: pulse.v1.WatchTransitionsResponse
+	nil,                              // 24: pulse.v1.HttpProbe.HeadersEntry
+	(*durationpb.Duration)(nil),      // 25: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 26: google.protobuf.Timestamp
 }
 var file_pulse_v1_pulse_proto_depIdxs = []int32{
-	21, // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
+	24, // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
 	2,  // 1: pulse.v1.Target.http:type_name -> pulse.v1.HttpProbe
 	3,  // 2: pulse.v1.Target.tcp:type_name -> pulse.v1.TcpProbe
 	4,  // 3: pulse.v1.Target.grpc:type_name -> pulse.v1.GrpcProbe
-	22, // 4: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
-	22, // 5: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
+	25, // 4: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
+	25, // 5: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
 	0,  // 6: pulse.v1.Target.initial_state:type_name -> pulse.v1.State
 	1,  // 7: pulse.v1.Target.model:type_name -> pulse.v1.Model
-	22, // 8: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
-	22, // 9: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
-	23, // 10: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
+	25, // 8: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
+	25, // 9: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
+	26, // 10: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
 	5,  // 11: pulse.v1.TargetStatus.spec:type_name -> pulse.v1.Target
 	0,  // 12: pulse.v1.TargetStatus.state:type_name -> pulse.v1.State
 	6,  // 13: pulse.v1.TargetStatus.last_result:type_name -> pulse.v1.ProbeResult
-	23, // 14: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
+	26, // 14: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
 	0,  // 15: pulse.v1.Transition.from:type_name -> pulse.v1.State
 	0,  // 16: pulse.v1.Transition.to:type_name -> pulse.v1.State
-	23, // 17: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
+	26, // 17: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
 	6,  // 18: pulse.v1.Transition.result:type_name -> pulse.v1.ProbeResult
 	5,  // 19: pulse.v1.AddTargetRequest.target:type_name -> pulse.v1.Target
 	7,  // 20: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
 	7,  // 21: pulse.v1.StateResponse.status:type_name -> pulse.v1.TargetStatus
 	7,  // 22: pulse.v1.ListTargetsResponse.targets:type_name -> pulse.v1.TargetStatus
 	8,  // 23: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
-	9,  // 24: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
-	11, // 25: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
-	13, // 26: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
-	15, // 27: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
-	17, // 28: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
-	19, // 29: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
-	10, // 30: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
-	12, // 31: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
-	14, // 32: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
-	16, // 33: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
-	18, // 34: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
-	20, // 35: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
-	30, // [30:36] is the sub-list for method output_type
-	24, // [24:30] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	7,  // 24: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
+	20, // 25: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
+	7,  // 26: pulse.v1.WatchTransitionsResponse.added:type_name -> pulse.v1.TargetStatus
+	7,  // 27: pulse.v1.WatchTransitionsResponse.updated:type_name -> pulse.v1.TargetStatus
+	22, // 28: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
+	21, // 29: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
+	9,  // 30: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
+	11, // 31: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
+	13, // 32: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
+	15, // 33: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
+	17, // 34: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
+	19, // 35: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
+	10, // 36: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
+	12, // 37: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
+	14, // 38: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
+	16, // 39: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
+	18, // 40: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
+	23, // 41: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
+	36, // [36:42] is the sub-list for method output_type
+	30, // [30:36] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_pulse_proto_init() }
@@ -1607,8 +1886,14 @@ func file_pulse_v1_pulse_proto_init() {
 		(*Target_Tcp)(nil),
 		(*Target_Grpc)(nil),
 	}
-	file_pulse_v1_pulse_proto_msgTypes[18].OneofWrappers = []any{
+	file_pulse_v1_pulse_proto_msgTypes[21].OneofWrappers = []any{
 		(*WatchTransitionsResponse_Transition)(nil),
+		(*WatchTransitionsResponse_Snapshot)(nil),
+		(*WatchTransitionsResponse_SnapshotComplete)(nil),
+		(*WatchTransitionsResponse_Added)(nil),
+		(*WatchTransitionsResponse_Updated)(nil),
+		(*WatchTransitionsResponse_Removed)(nil),
+		(*WatchTransitionsResponse_Progress)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1616,7 +1901,7 @@ func file_pulse_v1_pulse_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_pulse_proto_rawDesc), len(file_pulse_v1_pulse_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   20,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -54,9 +54,40 @@ type HealthCheckerClient interface {
 	Healthy(ctx context.Context, in *HealthyRequest, opts ...grpc.CallOption) (*HealthyResponse, error)
 	// ListTargets returns every target's status, sorted by name.
 	ListTargets(ctx context.Context, in *ListTargetsRequest, opts ...grpc.CallOption) (*ListTargetsResponse, error)
-	// WatchTransitions streams state transitions as they happen, in the order
-	// they were applied. A watcher that stops reading never blocks the checker:
-	// once its buffer is full the stream ends with RESOURCE_EXHAUSTED.
+	// WatchTransitions streams the registry's events: state transitions, and
+	// targets added, updated and removed, so a client can keep a complete view.
+	//
+	// Contract:
+	//   - One revision counter orders every event of the registry. Events on
+	//     a stream come in strictly increasing revision order; a filtered
+	//     stream sees gaps.
+	//   - With start_revision 0 the stream first sends one `snapshot` event
+	//     per matching target, all at the current revision R, then
+	//     `snapshot_complete` at R, then every later event. Applying the
+	//     events to the snapshot gives the registry as ListTargets shows it
+	//     at the same revision.
+	//   - With start_revision N it replays every event after N from the
+	//     server's bounded history, then goes live. To resume after a broken
+	//     stream, pass the last revision received (an event's or a progress
+	//     event's).
+	//   - Delivery is at-least-once across reconnects: de-duplicate by
+	//     revision, ignoring any event at or below the last one applied.
+	//   - An idle stream gets a `progress` event with the current revision at
+	//     the server's progress interval (pulsed -watch-progress), so a client
+	//     can advance its resume point and notice a dead link.
+	//
+	// Errors, and what to do:
+	//   - OUT_OF_RANGE: start_revision is older than the oldest event still
+	//     held (the message gives it). Watch again with start_revision 0 and
+	//     rebuild the view from the snapshot.
+	//   - FAILED_PRECONDITION: start_revision is ahead of the server's current
+	//     revision, e.g. it came from another server. Watch again with
+	//     start_revision 0.
+	//   - RESOURCE_EXHAUSTED: the stream fell further behind than the history
+	//     holds; the message names the last revision delivered. Resume from
+	//     it, or re-snapshot if that answers OUT_OF_RANGE.
+	//   - UNAVAILABLE: the server is shutting down. Reconnect and resume.
+	//   - INVALID_ARGUMENT: a malformed filter; fix the request.
 	WatchTransitions(ctx context.Context, in *WatchTransitionsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTransitionsResponse], error)
 }
 
@@ -164,9 +195,40 @@ type HealthCheckerServer interface {
 	Healthy(context.Context, *HealthyRequest) (*HealthyResponse, error)
 	// ListTargets returns every target's status, sorted by name.
 	ListTargets(context.Context, *ListTargetsRequest) (*ListTargetsResponse, error)
-	// WatchTransitions streams state transitions as they happen, in the order
-	// they were applied. A watcher that stops reading never blocks the checker:
-	// once its buffer is full the stream ends with RESOURCE_EXHAUSTED.
+	// WatchTransitions streams the registry's events: state transitions, and
+	// targets added, updated and removed, so a client can keep a complete view.
+	//
+	// Contract:
+	//   - One revision counter orders every event of the registry. Events on
+	//     a stream come in strictly increasing revision order; a filtered
+	//     stream sees gaps.
+	//   - With start_revision 0 the stream first sends one `snapshot` event
+	//     per matching target, all at the current revision R, then
+	//     `snapshot_complete` at R, then every later event. Applying the
+	//     events to the snapshot gives the registry as ListTargets shows it
+	//     at the same revision.
+	//   - With start_revision N it replays every event after N from the
+	//     server's bounded history, then goes live. To resume after a broken
+	//     stream, pass the last revision received (an event's or a progress
+	//     event's).
+	//   - Delivery is at-least-once across reconnects: de-duplicate by
+	//     revision, ignoring any event at or below the last one applied.
+	//   - An idle stream gets a `progress` event with the current revision at
+	//     the server's progress interval (pulsed -watch-progress), so a client
+	//     can advance its resume point and notice a dead link.
+	//
+	// Errors, and what to do:
+	//   - OUT_OF_RANGE: start_revision is older than the oldest event still
+	//     held (the message gives it). Watch again with start_revision 0 and
+	//     rebuild the view from the snapshot.
+	//   - FAILED_PRECONDITION: start_revision is ahead of the server's current
+	//     revision, e.g. it came from another server. Watch again with
+	//     start_revision 0.
+	//   - RESOURCE_EXHAUSTED: the stream fell further behind than the history
+	//     holds; the message names the last revision delivered. Resume from
+	//     it, or re-snapshot if that answers OUT_OF_RANGE.
+	//   - UNAVAILABLE: the server is shutting down. Reconnect and resume.
+	//   - INVALID_ARGUMENT: a malformed filter; fix the request.
 	WatchTransitions(*WatchTransitionsRequest, grpc.ServerStreamingServer[WatchTransitionsResponse]) error
 	mustEmbedUnimplementedHealthCheckerServer()
 }
