@@ -28,9 +28,9 @@ var (
 	ErrUnknownTarget = errors.New("unknown target")
 	// ErrClosed: the checker was closed.
 	ErrClosed = errors.New("checker closed")
-	// ErrSubscriberTooSlow: a subscription's buffer filled up, so it was
-	// ended rather than block the checker.
-	ErrSubscriberTooSlow = errors.New("subscriber fell behind")
+	// ErrSubscriberTooSlow: a watcher fell further behind than the history
+	// holds, so it was ended rather than miss an event; see BehindError.
+	ErrSubscriberTooSlow = errors.New("watcher fell behind")
 )
 
 // Prober runs one probe against a target: nil means pass. It must return by
@@ -98,9 +98,13 @@ type Config struct {
 	NewProber func(probe.Spec) (Prober, error)
 	// MaxConcurrentProbes bounds the probes in flight at once. If 0, 256.
 	MaxConcurrentProbes int
-	// SubscriberBuffer is how many transitions a subscriber may have
-	// unread before it is ended with ErrSubscriberTooSlow. If 0, 1024.
-	SubscriberBuffer int
+	// HistorySize is how many events the checker keeps for watchers to
+	// resume from and catch up with. If 0, 10,000.
+	HistorySize int
+	// StartRevision is the revision before the first event. Zero is fine for
+	// one process; pulsed starts from its start time so that revisions do
+	// not go backwards across restarts.
+	StartRevision uint64
 	// Logger receives one line per transition. If nil, nothing is logged.
 	Logger *slog.Logger
 }
@@ -114,7 +118,6 @@ type Checker struct {
 	newProber func(probe.Spec) (Prober, error)
 	factory   *probe.Factory // owned, closed on Close; nil if NewProber was given
 	logger    *slog.Logger
-	subBuf    int
 	sem       chan struct{} // bounds probes in flight
 	wake      chan struct{} // tells the scheduler the schedule changed
 
@@ -124,12 +127,16 @@ type Checker struct {
 	startOnce sync.Once
 	closeOnce sync.Once
 
-	mu      sync.Mutex // protects targets, due, rev, subs, closed and every *target
+	// Lock order: mu, then hmu.
+	mu      sync.Mutex // protects targets, due, rev, closed and every *target
 	targets map[string]*target
 	due     dueHeap
 	rev     uint64
-	subs    map[*Subscription]struct{}
 	closed  bool
+
+	hmu      sync.Mutex // protects hist, watchers and every *Watcher's position
+	hist     history
+	watchers map[*Watcher]struct{}
 }
 
 // target is one registered target; the fields are guarded by Checker.mu.
@@ -152,11 +159,16 @@ func New(cfg Config) (*Checker, error) {
 		defaults:  cfg.Defaults,
 		newProber: cfg.NewProber,
 		logger:    cfg.Logger,
-		subBuf:    cfg.SubscriberBuffer,
 		wake:      make(chan struct{}, 1),
 		targets:   make(map[string]*target),
-		subs:      make(map[*Subscription]struct{}),
+		watchers:  make(map[*Watcher]struct{}),
+		rev:       cfg.StartRevision,
 	}
+	size := cfg.HistorySize
+	if size <= 0 {
+		size = 10000
+	}
+	c.hist = newHistory(size, cfg.StartRevision)
 	if c.clock == nil {
 		c.clock = RealClock{}
 	}
@@ -172,9 +184,6 @@ func New(cfg Config) (*Checker, error) {
 	}
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
-	}
-	if c.subBuf <= 0 {
-		c.subBuf = 1024
 	}
 	n := cfg.MaxConcurrentProbes
 	if n <= 0 {
@@ -235,7 +244,13 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 		c.targets[spec.Name] = t
 		c.due.push(t)
 		c.wakeScheduler()
-		return c.statusLocked(t), true, nil
+		st := c.statusLocked(t)
+		c.emitLocked(Event{Kind: EventAdded, Time: now, Status: st})
+		return st, true, nil
+	}
+	if reflect.DeepEqual(t.spec, spec) {
+		unused = p
+		return c.statusLocked(t), false, nil // nothing changes, no event
 	}
 
 	if p != nil && !reflect.DeepEqual(t.spec.Probe, spec.Probe) {
@@ -251,8 +266,12 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 			c.wakeScheduler()
 		}
 	}
+	prevGroup := t.spec.Group
 	t.spec = spec
 	t.m.Rise, t.m.Fall = spec.Rise, spec.Fall
+	c.emitLocked(Event{Kind: EventUpdated, Time: now, Status: c.statusLocked(t), prevGroup: prevGroup})
+	// A model change that drops the target's state is a transition of its
+	// own, after the update.
 	if from, changed := t.m.SetModel(spec.Model); changed {
 		tr := c.recordLocked(t, from, Result{}, "model changed to "+spec.Model.String())
 		defer c.logTransitions([]Transition{tr})
@@ -276,6 +295,7 @@ func (c *Checker) Remove(name string) bool {
 	if ok {
 		delete(c.targets, name)
 		c.due.remove(t)
+		c.emitLocked(Event{Kind: EventRemoved, Time: c.clock.Now(), Status: c.statusLocked(t)})
 	}
 	c.mu.Unlock()
 	if ok {
@@ -296,9 +316,9 @@ func (c *Checker) Status(name string) (Status, error) {
 	return c.statusLocked(t), nil
 }
 
-// List returns every target's status sorted by name; a non-empty group keeps
-// only that group's targets.
-func (c *Checker) List(group string) []Status {
+// List returns every target's status sorted by name, and the revision they
+// are at; a non-empty group keeps only that group's targets.
+func (c *Checker) List(group string) ([]Status, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make([]Status, 0, len(c.targets))
@@ -308,7 +328,7 @@ func (c *Checker) List(group string) []Status {
 		}
 	}
 	slices.SortFunc(out, func(a, b Status) int { return cmp.Compare(a.Spec.Name, b.Spec.Name) })
-	return out
+	return out, c.rev
 }
 
 // Healthy returns the names of routable targets sorted by name (seed 000's
@@ -325,6 +345,22 @@ func (c *Checker) Healthy(group string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// GroupHealth counts a group's targets and how many of them are routable.
+// A group exists while total > 0.
+func (c *Checker) GroupHealth(group string) (routable, total int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range c.targets {
+		if t.spec.Group == group {
+			total++
+			if t.m.Routable() {
+				routable++
+			}
+		}
+	}
+	return routable, total
 }
 
 func (c *Checker) statusLocked(t *target) Status {
@@ -461,21 +497,18 @@ func (c *Checker) applyLocked(ctx context.Context, j job, r Result) (Transition,
 
 // recordLocked stamps and publishes a state change of t.
 func (c *Checker) recordLocked(t *target, from State, r Result, reason string) Transition {
-	c.rev++
 	now := c.clock.Now()
 	t.lastTr = now
 	tr := Transition{
-		Revision: c.rev,
-		Target:   t.spec.Name,
-		Group:    t.spec.Group,
-		From:     from,
-		To:       t.m.State,
-		Time:     now,
-		Result:   r,
-		Reason:   reason,
+		Target: t.spec.Name,
+		Group:  t.spec.Group,
+		From:   from,
+		To:     t.m.State,
+		Time:   now,
+		Result: r,
+		Reason: reason,
 	}
-	c.publishLocked(tr)
-	return tr
+	return c.emitLocked(Event{Kind: EventTransition, Time: now, Transition: tr}).Transition
 }
 
 func (c *Checker) logTransitions(trs []Transition) {
@@ -492,20 +525,22 @@ func (c *Checker) logTransitions(trs []Transition) {
 }
 
 // Close stops the scheduler, waits for probes in flight, ends every
-// subscription with ErrClosed and closes every prober. It is idempotent.
+// watcher with ErrClosed and closes every prober. It is idempotent.
 func (c *Checker) Close() error {
 	c.closeOnce.Do(func() {
 		c.cancel()
 		c.wg.Wait()
 		c.mu.Lock()
 		c.closed = true
-		for s := range c.subs {
-			c.endLocked(s, ErrClosed)
-		}
 		probers := make([]Prober, 0, len(c.targets))
 		for _, t := range c.targets {
 			probers = append(probers, t.prober)
 		}
+		c.hmu.Lock()
+		for w := range c.watchers {
+			c.endLocked(w, ErrClosed)
+		}
+		c.hmu.Unlock()
 		c.mu.Unlock()
 		for _, p := range probers {
 			closeProber(p)

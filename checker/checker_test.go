@@ -184,8 +184,8 @@ func TestAddRejectsBadSpecsNamingTheField(t *testing.T) {
 			t.Errorf("%+v: error %v, want a checker.FieldError on %q", s, err, tt.field)
 		}
 	}
-	if n := len(e.c.List("")); n != 0 {
-		t.Errorf("rejected specs registered %d targets", n)
+	if l, _ := e.c.List(""); len(l) != 0 {
+		t.Errorf("rejected specs registered %d targets", len(l))
 	}
 }
 
@@ -209,8 +209,7 @@ func TestResultForRemovedTargetIsDiscarded(t *testing.T) {
 	s.InitialState = checker.StateHealthy
 	e.add(t, s)
 	e.probes.set("web-1", outcome{hang: true})
-	sub := e.c.Subscribe(checker.Filter{})
-	defer sub.Close()
+	w := watchNow(t, e.c, checker.Filter{})
 
 	done := make(chan []checker.Transition)
 	go func() { done <- e.c.RunRound(t.Context()) }()
@@ -225,10 +224,8 @@ func TestResultForRemovedTargetIsDiscarded(t *testing.T) {
 	if err != nil || st.State != checker.StateHealthy || st.LastResult != nil {
 		t.Errorf("re-added target took the old result: %+v, %v", st, err)
 	}
-	select {
-	case tr := <-sub.C():
-		t.Errorf("subscriber got %v", tr)
-	default:
+	if got := kinds(next(t, w)); !cmp.Equal(got, []string{"removed web-1", "added web-1"}) {
+		t.Errorf("watcher saw %v, want the removal and the new target, no transition", got)
 	}
 }
 
@@ -262,13 +259,14 @@ func TestStatusAndList(t *testing.T) {
 		t.Errorf("checker.Status(a) (-want +got):\n%s", diff)
 	}
 	var names []string
-	for _, s := range e.c.List("") {
+	list, _ := e.c.List("")
+	for _, s := range list {
 		names = append(names, s.Spec.Name)
 	}
 	if !cmp.Equal(names, []string{"a", "b"}) {
 		t.Errorf("List order %v", names)
 	}
-	if l := e.c.List("g1"); len(l) != 1 || l[0].Spec.Name != "b" || l[0].FailStreak != 2 || l[0].LastResult.Err != "status 503" {
+	if l, _ := e.c.List("g1"); len(l) != 1 || l[0].Spec.Name != "b" || l[0].FailStreak != 2 || l[0].LastResult.Err != "status 503" {
 		t.Errorf("List(g1) = %+v", l)
 	}
 }
@@ -286,18 +284,23 @@ func TestThreeStateSuspectIsRoutable(t *testing.T) {
 		t.Errorf("Healthy with a suspect target = %v, want [db]", got)
 	}
 	// Switching to rise_fall keeps it routable, and says so on the stream.
-	sub := e.c.Subscribe(checker.Filter{})
-	defer sub.Close()
+	w := watchNow(t, e.c, checker.Filter{})
 	s.Model = checker.ModelRiseFall
 	e.add(t, s)
-	tr := <-sub.C()
-	if tr.String() != "db: suspect -> healthy" || tr.Reason != "model changed to rise_fall" {
-		t.Errorf("model change transition %v (%q)", tr, tr.Reason)
+	evs := next(t, w)
+	if got := kinds(evs); !cmp.Equal(got, []string{"updated db", "db: suspect -> healthy"}) {
+		t.Fatalf("model change events %v", got)
+	}
+	if evs[1].Transition.Reason != "model changed to rise_fall" || evs[1].Revision != evs[0].Revision+1 {
+		t.Errorf("model change transition %+v", evs[1])
 	}
 }
 
-func TestSubscriptionsFilterAndOrder(t *testing.T) {
+func TestWatchFiltersAndOrdersEvents(t *testing.T) {
 	e := newEnv(t, checker.Config{Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}})
+	all := watchNow(t, e.c, checker.Filter{})
+	group := watchNow(t, e.c, checker.Filter{Group: "g"})
+	named := watchNow(t, e.c, checker.Filter{Group: "g", Names: []string{"c", "a"}})
 	for _, n := range []string{"a", "b", "c"} {
 		s := spec(n)
 		if n != "a" {
@@ -305,97 +308,174 @@ func TestSubscriptionsFilterAndOrder(t *testing.T) {
 		}
 		e.add(t, s)
 	}
-	all := e.c.Subscribe(checker.Filter{})
-	group := e.c.Subscribe(checker.Filter{Group: "g"})
-	named := e.c.Subscribe(checker.Filter{Group: "g", Names: []string{"c", "a"}})
-	defer all.Close()
-	defer group.Close()
-	defer named.Close()
-
 	e.probes.setAll(map[string]outcome{"a": pass, "b": pass, "c": pass})
 	e.c.RunRound(t.Context())
 	e.probes.setAll(map[string]outcome{"a": fail, "b": fail, "c": fail})
 	e.c.RunRound(t.Context())
+	moved := spec("c") // c moves from g to h: watchers of g see the update
+	moved.Group = "h"
+	e.add(t, moved)
+	e.c.Remove("b")
 
-	read := func(s *checker.Subscription, n int) []string {
-		var out []string
-		var last uint64
-		for range n {
-			tr := <-s.C()
-			if tr.Revision <= last {
-				t.Errorf("revision %d after %d", tr.Revision, last)
-			}
-			last = tr.Revision
-			out = append(out, tr.String())
-		}
-		select {
-		case tr := <-s.C():
-			t.Errorf("unexpected extra %v", tr)
-		default:
-		}
-		return out
-	}
 	if diff := cmp.Diff([]string{
+		"added a", "added b", "added c",
 		"a: unhealthy -> healthy", "b: unhealthy -> healthy", "c: unhealthy -> healthy",
 		"a: healthy -> unhealthy", "b: healthy -> unhealthy", "c: healthy -> unhealthy",
-	}, read(all, 6)); diff != "" {
+		"updated c", "removed b",
+	}, kinds(next(t, all))); diff != "" {
 		t.Errorf("all (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff([]string{
+		"added b", "added c",
 		"b: unhealthy -> healthy", "c: unhealthy -> healthy", "b: healthy -> unhealthy", "c: healthy -> unhealthy",
-	}, read(group, 4)); diff != "" {
+		"updated c", "removed b",
+	}, kinds(next(t, group))); diff != "" {
 		t.Errorf("group (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"c: unhealthy -> healthy", "c: healthy -> unhealthy"}, read(named, 2)); diff != "" {
+	if diff := cmp.Diff([]string{"added c", "c: unhealthy -> healthy", "c: healthy -> unhealthy", "updated c"}, kinds(next(t, named))); diff != "" {
 		t.Errorf("group and names (-want +got):\n%s", diff)
 	}
+	if evs := next(t, all); len(evs) != 0 {
+		t.Errorf("events handed out twice: %v", kinds(evs))
+	}
 }
 
-func TestSlowSubscriberIsEndedNotWaitedFor(t *testing.T) {
-	e := newEnv(t, checker.Config{SubscriberBuffer: 1, Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}})
-	e.add(t, spec("a"))
+func TestWatchSnapshotThenEvents(t *testing.T) {
+	e := newEnv(t, checker.Config{Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}})
 	e.add(t, spec("b"))
-	slow := e.c.Subscribe(checker.Filter{})
-	fast := e.c.Subscribe(checker.Filter{Names: []string{"b"}})
-	defer fast.Close()
-
-	e.probes.setAll(map[string]outcome{"a": pass, "b": pass})
-	if n := len(e.c.RunRound(t.Context())); n != 2 { // returns: nothing blocked
-		t.Fatalf("%d transitions, want 2", n)
+	e.add(t, spec("a"))
+	e.probes.setAll(map[string]outcome{"a": pass, "b": fail})
+	e.c.RunRound(t.Context())
+	w, err := e.c.Watch(checker.Filter{}, 0)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if tr := <-fast.C(); tr.Target != "b" {
-		t.Errorf("fast subscriber got %v", tr)
+	defer w.Close()
+	snap, rev := w.Snapshot()
+	if rev != 3 || len(snap) != 2 || snap[0].Spec.Name != "a" || snap[0].State != checker.StateHealthy || snap[1].Spec.Name != "b" {
+		t.Fatalf("snapshot at %d: %+v", rev, snap)
 	}
-	if tr := <-slow.C(); tr.Target != "a" {
-		t.Errorf("slow subscriber's buffered transition %v", tr)
-	}
-	if _, ok := <-slow.C(); ok {
-		t.Fatal("slow subscriber not ended")
-	}
-	if !errors.Is(slow.Err(), checker.ErrSubscriberTooSlow) {
-		t.Errorf("slow.Err() = %v", slow.Err())
-	}
-	slow.Close() // idempotent after the checker ended it
-	if fast.Err() != nil {
-		t.Errorf("fast subscriber ended: %v", fast.Err())
+	e.c.Remove("a")
+	evs := next(t, w)
+	if len(evs) != 1 || evs[0].Revision != 4 || evs[0].Kind != checker.EventRemoved {
+		t.Errorf("after the snapshot: %+v", evs)
 	}
 }
 
-func TestCloseEndsSubscriptionsAndIsIdempotent(t *testing.T) {
+func TestWatchResume(t *testing.T) {
+	e := newEnv(t, checker.Config{HistorySize: 4, StartRevision: 100})
+	if _, err := e.c.Watch(checker.Filter{}, 100); err != nil {
+		t.Errorf("resuming at the start revision: %v", err)
+	}
+	for _, n := range []string{"a", "b", "c", "d", "e", "f"} {
+		e.add(t, spec(n)) // revisions 101..106; the history holds 103..106
+	}
+	w, err := e.c.Watch(checker.Filter{}, 104)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := kinds(next(t, w)); !cmp.Equal(got, []string{"added e", "added f"}) {
+		t.Errorf("resume after 104: %v", got)
+	}
+	w.Close()
+	w, err = e.c.Watch(checker.Filter{}, 102) // 103 is the oldest held: fine
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := kinds(next(t, w)); len(got) != 4 || got[0] != "added c" {
+		t.Errorf("resume after 102: %v", got)
+	}
+	w.Close()
+	_, err = e.c.Watch(checker.Filter{}, 101)
+	var ce *checker.CompactedError
+	if !errors.As(err, &ce) || ce.Oldest != 102 || !errors.Is(err, checker.ErrCompacted) {
+		t.Errorf("resume after 101: %v, want compacted with oldest 102", err)
+	}
+	_, err = e.c.Watch(checker.Filter{}, 107)
+	var fe *checker.FutureRevisionError
+	if !errors.As(err, &fe) || fe.Current != 106 || !errors.Is(err, checker.ErrFutureRevision) {
+		t.Errorf("resume after 107: %v, want future with current 106", err)
+	}
+}
+
+func TestIdenticalAddMakesNoEvent(t *testing.T) {
 	e := newEnv(t, checker.Config{})
 	e.add(t, spec("a"))
-	sub := e.c.Subscribe(checker.Filter{})
+	rev := e.c.Revision()
+	e.add(t, spec("a"))
+	if e.c.Revision() != rev {
+		t.Errorf("re-adding the same spec moved the revision from %d to %d", rev, e.c.Revision())
+	}
+}
+
+// A watcher that never reads costs the checker nothing and cannot make it
+// wait: once the next event it needs leaves the history it is ended, naming
+// the last revision it was handed, while a reader gets every event in order.
+func TestStuckWatcherIsEndedReaderGetsEverything(t *testing.T) {
+	e := newEnv(t, checker.Config{HistorySize: 1000, Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}})
+	e.add(t, spec("flappy"))
+	stuck := watchNow(t, e.c, checker.Filter{})
+	stuckAt := e.c.Revision()
+	reader := watchNow(t, e.c, checker.Filter{})
+	quiet := watchNow(t, e.c, checker.Filter{Group: "other"}) // matches nothing: never behind
+
+	const n = 10000
+	var got []checker.Event
+	for i := range n {
+		e.probes.set("flappy", map[bool]outcome{true: pass, false: fail}[i%2 == 0])
+		if len(e.c.RunRound(t.Context())) != 1 {
+			t.Fatalf("round %d made no transition", i)
+		}
+		if i%500 == 499 { // the reader keeps within the history
+			got = append(got, next(t, reader)...)
+		}
+	}
+	got = append(got, next(t, reader)...)
+	if len(got) != n {
+		t.Fatalf("reader got %d events, want %d", len(got), n)
+	}
+	for i, ev := range got {
+		if ev.Revision != stuckAt+uint64(i)+1 {
+			t.Fatalf("event %d has revision %d, want %d", i, ev.Revision, stuckAt+uint64(i)+1)
+		}
+	}
+	_, err := stuck.Next(10)
+	var be *checker.BehindError
+	if !errors.As(err, &be) || be.LastDelivered != stuckAt || !errors.Is(err, checker.ErrSubscriberTooSlow) {
+		t.Errorf("stuck watcher: %v, want behind at %d", err, stuckAt)
+	}
+	stuck.Close() // idempotent after the checker ended it
+	if _, err := quiet.Next(10); err != nil {
+		t.Errorf("a watcher with nothing to read was ended: %v", err)
+	}
+	if rev, ok := quiet.Progress(); !ok || rev != e.c.Revision() {
+		t.Errorf("quiet watcher's progress %d %v, want %d", rev, ok, e.c.Revision())
+	}
+	if rev, ok := reader.Progress(); !ok || rev != e.c.Revision() {
+		t.Errorf("reader's progress %d %v, want %d", rev, ok, e.c.Revision())
+	}
+}
+
+func TestCloseEndsWatchersAndIsIdempotent(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	e.add(t, spec("a"))
+	w := watchNow(t, e.c, checker.Filter{})
 	e.c.Start()
 	e.c.Close()
 	e.c.Close()
-	if _, ok := <-sub.C(); ok || !errors.Is(sub.Err(), checker.ErrClosed) {
-		t.Errorf("subscription after Close: err %v", sub.Err())
+	select {
+	case <-w.Ready():
+	default:
+		t.Error("Close did not wake the watcher")
+	}
+	if _, err := w.Next(1); !errors.Is(err, checker.ErrClosed) {
+		t.Errorf("watcher after Close: %v", err)
 	}
 	if _, _, err := e.c.Add(spec("b")); !errors.Is(err, checker.ErrClosed) {
 		t.Errorf("Add after Close: %v", err)
 	}
-	if late := e.c.Subscribe(checker.Filter{}); !errors.Is(late.Err(), checker.ErrClosed) {
-		t.Errorf("Subscribe after Close: %v", late.Err())
+	if _, err := e.c.Watch(checker.Filter{}, 0); !errors.Is(err, checker.ErrClosed) {
+		t.Errorf("Watch after Close: %v", err)
 	}
 	if e.probes.closed["a:80"] != 1 {
 		t.Errorf("Close closed %d probers of a, want 1", e.probes.closed["a:80"])

@@ -193,3 +193,42 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// watchNow watches from the current revision, without a snapshot.
+func watchNow(t *testing.T, c *checker.Checker, f checker.Filter) *checker.Watcher {
+	t.Helper()
+	w, err := c.Watch(f, c.Revision())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	return w
+}
+
+// next returns every event the watcher has now.
+func next(t *testing.T, w *checker.Watcher) []checker.Event {
+	t.Helper()
+	evs, err := w.Next(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+// kinds describes events: a transition by its text, others as "added a".
+func kinds(evs []checker.Event) []string {
+	out := []string{}
+	for _, e := range evs {
+		switch e.Kind {
+		case checker.EventTransition:
+			out = append(out, e.Transition.String())
+		case checker.EventAdded:
+			out = append(out, "added "+e.Target())
+		case checker.EventUpdated:
+			out = append(out, "updated "+e.Target())
+		case checker.EventRemoved:
+			out = append(out, "removed "+e.Target())
+		}
+	}
+	return out
+}

@@ -23,8 +23,7 @@ func TestScheduleHungTargetDoesNotDelayOthers(t *testing.T) {
 	e.add(t, ok)
 	e.probes.set("hung", outcome{hang: true})
 	e.probes.set("ok", pass)
-	sub := e.c.Subscribe(checker.Filter{})
-	defer sub.Close()
+	w := watchNow(t, e.c, checker.Filter{})
 	e.c.Start()
 
 	// Every step moves one interval: both targets fall due exactly once per
@@ -42,13 +41,14 @@ func TestScheduleHungTargetDoesNotDelayOthers(t *testing.T) {
 	if got := e.probes.maxActive("hung"); got != 1 {
 		t.Errorf("hung had %d probes in flight at once, want 1", got)
 	}
+	waitFor(t, "hung's fall", func() bool {
+		st, _ := e.c.Status("hung")
+		return st.State == checker.StateUnhealthy
+	})
+	got := kinds(next(t, w))
 	want := map[string]bool{"ok: unhealthy -> healthy": true, "hung: healthy -> unhealthy": true}
-	for len(want) > 0 {
-		tr := <-sub.C()
-		if !want[tr.String()] {
-			t.Fatalf("unexpected transition %v", tr)
-		}
-		delete(want, tr.String())
+	if len(got) != 2 || !want[got[0]] || !want[got[1]] {
+		t.Errorf("transitions %v, want ok rising and hung falling", got)
 	}
 	st, _ := e.c.Status("hung")
 	if st.LastResult == nil || st.LastResult.Err != "timeout after 1s" {

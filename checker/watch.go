@@ -1,90 +1,365 @@
 package checker
 
-// Filter selects the transitions a Subscription receives. Empty fields match
-// everything; when both are set a transition must match both.
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// EventKind says what an Event records.
+type EventKind int
+
+// The kinds of events. Every event has its own revision.
+const (
+	// EventTransition: a target's state changed.
+	EventTransition EventKind = iota + 1
+	// EventAdded: Add created a target.
+	EventAdded
+	// EventUpdated: Add replaced a target's spec.
+	EventUpdated
+	// EventRemoved: Remove removed a target.
+	EventRemoved
+)
+
+// Event is one change to the registry. The checker numbers events with one
+// revision counter: each event's Revision is one more than the previous
+// event's.
+type Event struct {
+	Revision uint64
+	Kind     EventKind
+	Time     time.Time
+	// Transition is the state change, for EventTransition.
+	Transition Transition
+	// Status is the target after the event for EventAdded and
+	// EventUpdated, and as it was when removed for EventRemoved.
+	Status Status
+
+	prevGroup string // EventUpdated: the group before, for group filters
+}
+
+// Target returns the name of the target the event is about.
+func (e Event) Target() string {
+	if e.Kind == EventTransition {
+		return e.Transition.Target
+	}
+	return e.Status.Spec.Name
+}
+
+// Group returns the group of the target the event is about (after the
+// event, for EventUpdated).
+func (e Event) Group() string {
+	if e.Kind == EventTransition {
+		return e.Transition.Group
+	}
+	return e.Status.Spec.Group
+}
+
+// Filter selects the events a Watcher receives. Empty fields match
+// everything; when both are set an event must match both. A target moved
+// to another group by an update matches both groups' filters for that
+// update.
 type Filter struct {
 	Group string
 	Names []string
 }
 
-// Subscription receives transitions as the checker applies them, in
-// revision order. Its methods are safe for concurrent use.
+// Errors a Watch or a Watcher returns; test for them with errors.Is and read
+// the details with errors.As.
+var (
+	// ErrCompacted: the requested start revision is older than the history.
+	ErrCompacted = errors.New("revision compacted")
+	// ErrFutureRevision: the requested start revision is ahead of the
+	// checker's.
+	ErrFutureRevision = errors.New("revision is in the future")
+)
+
+// CompactedError says a watch cannot resume from Requested: the events
+// after it are no longer held. Oldest is the oldest revision a watch can
+// still resume from.
+type CompactedError struct{ Requested, Oldest uint64 }
+
+func (e *CompactedError) Error() string {
+	return fmt.Sprintf("start revision %d is older than the history: the oldest revision a watch can resume from is %d", e.Requested, e.Oldest)
+}
+
+// Is makes errors.Is(err, ErrCompacted) true.
+func (e *CompactedError) Is(target error) bool { return target == ErrCompacted }
+
+// FutureRevisionError says Requested is ahead of the checker's Current
+// revision.
+type FutureRevisionError struct{ Requested, Current uint64 }
+
+func (e *FutureRevisionError) Error() string {
+	return fmt.Sprintf("start revision %d is ahead of the current revision %d", e.Requested, e.Current)
+}
+
+// Is makes errors.Is(err, ErrFutureRevision) true.
+func (e *FutureRevisionError) Is(target error) bool { return target == ErrFutureRevision }
+
+// BehindError ends a Watcher that fell further behind than the history
+// holds. Every matching event up to LastDelivered was delivered, so a new
+// watch can resume from it.
+type BehindError struct{ LastDelivered uint64 }
+
+func (e *BehindError) Error() string {
+	return fmt.Sprintf("%v: the last revision delivered is %d", ErrSubscriberTooSlow, e.LastDelivered)
+}
+
+// Is makes errors.Is(err, ErrSubscriberTooSlow) true.
+func (e *BehindError) Is(target error) bool { return target == ErrSubscriberTooSlow }
+
+// Watcher follows the registry's events from a start revision. Its methods
+// are safe for concurrent use, but one goroutine normally owns it: it waits
+// on Ready and calls Next.
 //
-// Delivery never blocks the checker: each transition is offered to a
-// bounded buffer, and a subscription whose buffer is full is ended with
-// ErrSubscriberTooSlow instead of silently missing a transition.
-type Subscription struct {
+// Delivery never blocks the checker. Events are kept once, in the checker's
+// bounded history; a watcher only holds its position in it. A watcher whose
+// next matching event is about to leave the history is ended with a
+// *BehindError, so it never silently misses an event.
+type Watcher struct {
 	c     *Checker
 	group string
 	names map[string]bool // nil means any name
-	ch    chan Transition
-	err   error // why the subscription ended; guarded by c.mu
-	ended bool  // guarded by c.mu
+	ready chan struct{}   // signalled when Next may have something
+
+	snap    []Status // the snapshot, until taken
+	snapRev uint64
+
+	// Guarded by c.hmu.
+	cursor uint64 // every matching event up to here was handed out
+	err    error  // why the watcher ended
+	ended  bool
 }
 
-// Subscribe returns a subscription to transitions matching f. If the
-// checker is closed, the subscription is already ended with ErrClosed.
-func (c *Checker) Subscribe(f Filter) *Subscription {
-	s := &Subscription{c: c, group: f.Group, ch: make(chan Transition, c.subBuf)}
+// Watch returns a watcher of the events matching f.
+//
+// With start 0 it begins with a snapshot: Snapshot returns every matching
+// target's status at the current revision R, and Next returns the events
+// after R. With start N > 0 Next returns the events after N; N older than the
+// history returns a *CompactedError, N ahead of the current revision a
+// *FutureRevisionError. If the checker is closed, Watch returns ErrClosed.
+func (c *Checker) Watch(f Filter, start uint64) (*Watcher, error) {
+	w := &Watcher{c: c, group: f.Group, ready: make(chan struct{}, 1)}
 	if len(f.Names) > 0 {
-		s.names = make(map[string]bool, len(f.Names))
+		w.names = make(map[string]bool, len(f.Names))
 		for _, n := range f.Names {
-			s.names[n] = true
+			w.names[n] = true
 		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		s.ended, s.err = true, ErrClosed
-		close(s.ch)
-		return s
+		return nil, ErrClosed
 	}
-	c.subs[s] = struct{}{}
-	return s
+	if start == 0 {
+		for _, t := range c.targets {
+			if w.matchesTarget(t.spec.Name, t.spec.Group) {
+				w.snap = append(w.snap, c.statusLocked(t))
+			}
+		}
+		slices.SortFunc(w.snap, func(a, b Status) int { return cmp.Compare(a.Spec.Name, b.Spec.Name) })
+		w.snapRev = c.rev
+		start = c.rev
+	}
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
+	if start > c.rev {
+		return nil, &FutureRevisionError{Requested: start, Current: c.rev}
+	}
+	if oldest := c.hist.oldest(c.rev); start+1 < oldest {
+		return nil, &CompactedError{Requested: start, Oldest: oldest - 1}
+	}
+	w.cursor = start
+	c.watchers[w] = struct{}{}
+	if start < c.rev {
+		w.signal()
+	}
+	return w, nil
 }
 
-// C delivers the transitions. It is closed when the subscription ends; Err
-// then says why.
-func (s *Subscription) C() <-chan Transition { return s.ch }
-
-// Err returns nil while the subscription is live or after Close, and
-// ErrSubscriberTooSlow or ErrClosed when the checker ended it.
-func (s *Subscription) Err() error {
-	s.c.mu.Lock()
-	defer s.c.mu.Unlock()
-	return s.err
+// Snapshot returns, once, the statuses and revision of the snapshot a
+// watch with start revision 0 began with; later calls return nil and the
+// same revision.
+func (w *Watcher) Snapshot() ([]Status, uint64) {
+	w.c.hmu.Lock()
+	defer w.c.hmu.Unlock()
+	s := w.snap
+	w.snap = nil
+	return s, w.snapRev
 }
 
-// Close ends the subscription. It is idempotent.
-func (s *Subscription) Close() {
-	s.c.mu.Lock()
-	defer s.c.mu.Unlock()
-	s.c.endLocked(s, nil)
+// Ready is signalled when Next may have events or an error to return.
+func (w *Watcher) Ready() <-chan struct{} { return w.ready }
+
+// Next returns up to max matching events after the watcher's position, in
+// revision order, and moves past them. It returns nil events when there is
+// nothing new, and an error once the watcher has ended: a *BehindError,
+// ErrClosed, or ErrClosed after Close.
+func (w *Watcher) Next(max int) ([]Event, error) {
+	c := w.c
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
+	if w.ended {
+		if w.err == nil {
+			return nil, ErrClosed
+		}
+		return nil, w.err
+	}
+	var out []Event
+	for w.cursor < c.hist.last && len(out) < max {
+		e := c.hist.at(w.cursor + 1)
+		w.cursor++
+		if w.matches(e) {
+			out = append(out, *e)
+		}
+	}
+	if w.cursor < c.hist.last {
+		w.signal() // more to come
+	}
+	return out, nil
 }
 
-func (s *Subscription) matches(tr Transition) bool {
-	return (s.group == "" || s.group == tr.Group) && (s.names == nil || s.names[tr.Target])
+// Progress reports the revision up to which the watcher has been handed
+// every matching event, when it has nothing pending: a stream can send it as
+// a progress mark. ok is false when matching events are waiting for Next.
+func (w *Watcher) Progress() (rev uint64, ok bool) {
+	c := w.c
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
+	if w.ended {
+		return w.cursor, false
+	}
+	for w.cursor < c.hist.last {
+		if w.matches(c.hist.at(w.cursor + 1)) {
+			return w.cursor, false
+		}
+		w.cursor++
+	}
+	return w.cursor, true
 }
 
-func (c *Checker) endLocked(s *Subscription, err error) {
-	if s.ended {
+// Close ends the watcher. It is idempotent.
+func (w *Watcher) Close() {
+	w.c.hmu.Lock()
+	defer w.c.hmu.Unlock()
+	w.c.endLocked(w, nil)
+}
+
+func (w *Watcher) signal() {
+	select {
+	case w.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Watcher) matchesTarget(name, group string) bool {
+	return (w.group == "" || w.group == group) && (w.names == nil || w.names[name])
+}
+
+func (w *Watcher) matches(e *Event) bool {
+	if w.matchesTarget(e.Target(), e.Group()) {
+		return true
+	}
+	return e.Kind == EventUpdated && w.matchesTarget(e.Target(), e.prevGroup)
+}
+
+// endLocked ends w with err; c.hmu must be held.
+func (c *Checker) endLocked(w *Watcher, err error) {
+	if w.ended {
 		return
 	}
-	s.ended, s.err = true, err
-	delete(c.subs, s)
-	close(s.ch)
+	w.ended, w.err = true, err
+	w.snap = nil
+	delete(c.watchers, w)
+	w.signal()
 }
 
-// publishLocked offers tr to every matching subscriber without blocking.
-func (c *Checker) publishLocked(tr Transition) {
-	for s := range c.subs {
-		if !s.matches(tr) {
-			continue
-		}
-		select {
-		case s.ch <- tr:
-		default:
-			c.endLocked(s, ErrSubscriberTooSlow)
+// emitLocked numbers e, appends it to the history and wakes the watchers
+// it matches. c.mu must be held; it takes c.hmu (lock order: mu, then hmu).
+func (c *Checker) emitLocked(e Event) Event {
+	c.rev++
+	e.Revision = c.rev
+	if e.Kind == EventTransition {
+		e.Transition.Revision = c.rev
+	}
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
+	if evicted := c.hist.push(e); evicted != nil {
+		c.evictedLocked(evicted)
+	}
+	for w := range c.watchers {
+		if w.matches(&e) {
+			w.signal()
 		}
 	}
+	return e
+}
+
+// evictedLocked settles every watcher that had not yet passed an event
+// that just left the history: one it matches ends the watcher, one it does
+// not match is skipped.
+func (c *Checker) evictedLocked(e *Event) {
+	for w := range c.watchers {
+		if w.cursor >= e.Revision {
+			continue
+		}
+		if w.matches(e) {
+			c.endLocked(w, &BehindError{LastDelivered: w.cursor})
+			continue
+		}
+		w.cursor = e.Revision
+	}
+}
+
+// Revision returns the revision of the newest event.
+func (c *Checker) Revision() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rev
+}
+
+// history is a ring of the newest events. Revisions are dense: the event
+// at position i has revision last-n+1+i.
+type history struct {
+	buf   []Event
+	start int    // index of the oldest event
+	n     int    // events held
+	last  uint64 // revision of the newest event (the checker's revision)
+}
+
+func newHistory(size int, rev uint64) history {
+	return history{buf: make([]Event, size), last: rev}
+}
+
+// oldest returns the revision of the oldest event held, or rev+1 if none.
+func (h *history) oldest(rev uint64) uint64 {
+	if h.n == 0 {
+		return rev + 1
+	}
+	return h.last - uint64(h.n) + 1
+}
+
+// at returns the event with revision rev, which must be held.
+func (h *history) at(rev uint64) *Event {
+	i := int(rev - (h.last - uint64(h.n) + 1))
+	return &h.buf[(h.start+i)%len(h.buf)]
+}
+
+// push appends e (whose revision is last+1) and returns a copy of the
+// event it evicted, if any.
+func (h *history) push(e Event) *Event {
+	var evicted *Event
+	if h.n == len(h.buf) {
+		old := h.buf[h.start]
+		evicted = &old
+		h.buf[h.start] = e
+		h.start = (h.start + 1) % len(h.buf)
+	} else {
+		h.buf[(h.start+h.n)%len(h.buf)] = e
+		h.n++
+	}
+	h.last = e.Revision
+	return evicted
 }

@@ -190,3 +190,18 @@ func transitionToProto(tr checker.Transition) *pb.WatchTransitionsResponse {
 		Event:    &pb.WatchTransitionsResponse_Transition{Transition: t},
 	}
 }
+
+func eventToProto(e checker.Event) *pb.WatchTransitionsResponse {
+	switch e.Kind {
+	case checker.EventTransition:
+		return transitionToProto(e.Transition)
+	case checker.EventAdded:
+		return &pb.WatchTransitionsResponse{Revision: e.Revision, Event: &pb.WatchTransitionsResponse_Added{Added: statusToProto(e.Status)}}
+	case checker.EventUpdated:
+		return &pb.WatchTransitionsResponse{Revision: e.Revision, Event: &pb.WatchTransitionsResponse_Updated{Updated: statusToProto(e.Status)}}
+	default:
+		return &pb.WatchTransitionsResponse{Revision: e.Revision, Event: &pb.WatchTransitionsResponse_Removed{
+			Removed: &pb.TargetRemoved{Name: e.Status.Spec.Name, Group: e.Status.Spec.Group},
+		}}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -17,7 +18,6 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
@@ -31,11 +31,30 @@ import (
 // methods are safe for concurrent use. Create it with New.
 type Server struct {
 	pb.UnimplementedHealthCheckerServer
-	c *checker.Checker
+	c        *checker.Checker
+	progress time.Duration
+}
+
+// Option configures a Server.
+type Option func(*Server)
+
+// WithProgressInterval sets how long a WatchTransitions stream may stay idle
+// before it gets a progress event. The default is 30s.
+func WithProgressInterval(d time.Duration) Option {
+	return func(s *Server) { s.progress = d }
 }
 
 // New returns a Server backed by c. The caller keeps ownership of c.
-func New(c *checker.Checker) *Server { return &Server{c: c} }
+func New(c *checker.Checker, opts ...Option) *Server {
+	s := &Server{c: c, progress: 30 * time.Second}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// watchBatch bounds the events a stream takes from its watcher at once.
+const watchBatch = 256
 
 // AddTarget registers or updates a target.
 func (s *Server) AddTarget(_ context.Context, req *pb.AddTargetRequest) (*pb.AddTargetResponse, error) {
@@ -71,39 +90,70 @@ func (s *Server) Healthy(_ context.Context, req *pb.HealthyRequest) (*pb.Healthy
 
 // ListTargets returns every target's status, sorted by name.
 func (s *Server) ListTargets(_ context.Context, req *pb.ListTargetsRequest) (*pb.ListTargetsResponse, error) {
-	list := s.c.List(req.GetGroup())
-	out := &pb.ListTargetsResponse{Targets: make([]*pb.TargetStatus, len(list))}
+	list, rev := s.c.List(req.GetGroup())
+	out := &pb.ListTargetsResponse{Targets: make([]*pb.TargetStatus, len(list)), Revision: rev}
 	for i, st := range list {
 		out.Targets[i] = statusToProto(st)
 	}
 	return out, nil
 }
 
-// WatchTransitions streams transitions until the client goes away, the
-// server shuts down, or the client falls too far behind.
+// WatchTransitions streams the registry's events: a snapshot then live
+// events, or a replay from a start revision then live events, until the
+// client goes away, the server shuts down, or the stream falls further
+// behind than the history holds. See the proto for the contract.
 //
-// Only this goroutine sends on the stream; the checker offers transitions to
-// the subscription without ever waiting for it.
+// Only this goroutine sends on the stream; the checker never waits for it.
 func (s *Server) WatchTransitions(req *pb.WatchTransitionsRequest, stream grpc.ServerStreamingServer[pb.WatchTransitionsResponse]) error {
-	sub := s.c.Subscribe(checker.Filter{Group: req.GetGroup(), Names: req.GetNames()})
-	defer sub.Close()
-	// Headers tell the client the subscription is live: every transition
-	// from now on will reach it.
+	w, err := s.c.Watch(checker.Filter{Group: req.GetGroup(), Names: req.GetNames()}, req.GetStartRevision())
+	if err != nil {
+		return toStatus(err, "")
+	}
+	defer w.Close()
+	// Headers tell the client the watch is registered: every event from
+	// here on will reach it.
 	if err := stream.SendHeader(metadata.MD{}); err != nil {
 		return err
 	}
+	if req.GetStartRevision() == 0 {
+		snap, rev := w.Snapshot()
+		for _, st := range snap {
+			if err := stream.Send(&pb.WatchTransitionsResponse{Revision: rev, Event: &pb.WatchTransitionsResponse_Snapshot{Snapshot: statusToProto(st)}}); err != nil {
+				return err
+			}
+		}
+		if err := stream.Send(&pb.WatchTransitionsResponse{Revision: rev, Event: &pb.WatchTransitionsResponse_SnapshotComplete{SnapshotComplete: &pb.SnapshotComplete{}}}); err != nil {
+			return err
+		}
+	}
 	ctx := stream.Context()
+	progress := time.NewTimer(s.progress)
+	defer progress.Stop()
 	for {
+		evs, err := w.Next(watchBatch)
+		if err != nil {
+			return toStatus(err, "")
+		}
+		for _, e := range evs {
+			if err := stream.Send(eventToProto(e)); err != nil {
+				return err
+			}
+		}
+		if len(evs) > 0 {
+			progress.Reset(s.progress)
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
-		case tr, ok := <-sub.C():
-			if !ok {
-				return toStatus(sub.Err(), "")
+		case <-w.Ready():
+		case <-progress.C:
+			if rev, ok := w.Progress(); ok {
+				if err := stream.Send(&pb.WatchTransitionsResponse{Revision: rev, Event: &pb.WatchTransitionsResponse_Progress{Progress: &pb.Progress{}}}); err != nil {
+					return err
+				}
 			}
-			if err := stream.Send(transitionToProto(tr)); err != nil {
-				return err
-			}
+			progress.Reset(s.progress)
 		}
 	}
 }
@@ -120,7 +170,15 @@ func toStatus(err error, prefix string) error {
 	case errors.Is(err, checker.ErrUnknownTarget):
 		return status.Errorf(codes.NotFound, "%v; list targets with ListTargets or add it with AddTarget", err)
 	case errors.Is(err, checker.ErrSubscriberTooSlow):
-		return status.Errorf(codes.ResourceExhausted, "%v: this stream stopped reading while its buffer filled; watch again", err)
+		var be *checker.BehindError
+		if errors.As(err, &be) {
+			return status.Errorf(codes.ResourceExhausted, "%v; watch again with start_revision %d", err, be.LastDelivered)
+		}
+		return status.Errorf(codes.ResourceExhausted, "%v; watch again", err)
+	case errors.Is(err, checker.ErrCompacted):
+		return status.Errorf(codes.OutOfRange, "%v; watch again with start_revision 0 to re-snapshot", err)
+	case errors.Is(err, checker.ErrFutureRevision):
+		return status.Errorf(codes.FailedPrecondition, "%v (was it from another pulsed?); watch again with start_revision 0 to re-snapshot", err)
 	case errors.Is(err, checker.ErrClosed):
 		return status.Error(codes.Unavailable, "pulsed is shutting down; retry against a running instance")
 	default:
@@ -138,13 +196,14 @@ type Options struct {
 }
 
 // NewGRPCServer returns a *grpc.Server serving s as pulse.v1.HealthChecker,
-// plus grpc.health.v1 for the server itself (returned so the caller can
-// report NOT_SERVING on shutdown) and server reflection for grpcurl.
+// plus grpc.health.v1 for the server itself and for each group (returned so
+// the caller can report NOT_SERVING on shutdown) and server reflection for
+// grpcurl.
 //
 // Every call goes through, outermost first: request logging, panic
 // recovery (a handler panic becomes Internal and the server lives on), and
 // request validation (InvalidArgument naming the field).
-func NewGRPCServer(s *Server, opts Options) (*grpc.Server, *health.Server) {
+func NewGRPCServer(s *Server, opts Options) (*grpc.Server, *Health) {
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -155,8 +214,7 @@ func NewGRPCServer(s *Server, opts Options) (*grpc.Server, *health.Server) {
 		grpc.ChainStreamInterceptor(stream...),
 	}, opts.ServerOptions...)...)
 	pb.RegisterHealthCheckerServer(gs, s)
-	hs := health.NewServer()
-	hs.SetServingStatus(pb.HealthChecker_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	hs := newHealth(s.c)
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 	return gs, hs

@@ -67,6 +67,7 @@ type env struct {
 	conn   *grpc.ClientConn
 	up     map[string]*atomic.Bool
 	logs   *syncBuffer
+	health *server.Health
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent use.
@@ -89,7 +90,7 @@ func (s *syncBuffer) String() string {
 
 // start serves a checker over bufconn and returns a generated client. The
 // checker is not started: tests drive probes with RunRound.
-func start(t *testing.T, cfg checker.Config) *env {
+func start(t *testing.T, cfg checker.Config, opts ...server.Option) *env {
 	t.Helper()
 	sp := &switchProbers{up: map[string]*atomic.Bool{}}
 	cfg.NewProber = sp.New
@@ -101,7 +102,7 @@ func start(t *testing.T, cfg checker.Config) *env {
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
-	gs, _ := server.NewGRPCServer(server.New(c), server.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	gs, hs := server.NewGRPCServer(server.New(c, opts...), server.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	lis := bufconn.Listen(1 << 20)
 	go gs.Serve(lis)
 	conn, err := grpc.NewClient("passthrough:///bufnet",
@@ -115,7 +116,7 @@ func start(t *testing.T, cfg checker.Config) *env {
 		c.Close() // ends watch streams, so GracefulStop can finish
 		gs.GracefulStop()
 	})
-	return &env{c: c, client: pb.NewHealthCheckerClient(conn), conn: conn, up: sp.up, logs: logs}
+	return &env{c: c, client: pb.NewHealthCheckerClient(conn), conn: conn, up: sp.up, logs: logs, health: hs}
 }
 
 func (e *env) set(addr string, up bool) {
@@ -289,133 +290,6 @@ func TestStateHealthyAndList(t *testing.T) {
 	if len(l.GetTargets()) != 2 {
 		t.Errorf("ListTargets(edge) has %d targets", len(l.GetTargets()))
 	}
-}
-
-// watch opens a stream and waits for its headers: from then on every
-// transition reaches it.
-func watch(t *testing.T, ctx context.Context, e *env, req *pb.WatchTransitionsRequest) grpc.ServerStreamingClient[pb.WatchTransitionsResponse] {
-	t.Helper()
-	w, err := e.client.WatchTransitions(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Header(); err != nil {
-		t.Fatal(err)
-	}
-	return w
-}
-
-func TestWatchTransitions(t *testing.T) {
-	e := start(t, checker.Config{})
-	e.add(t, tcpTarget("web-1", "edge"))
-	e.add(t, tcpTarget("db-1", "data"))
-	all := watch(t, t.Context(), e, &pb.WatchTransitionsRequest{})
-	edge := watch(t, t.Context(), e, &pb.WatchTransitionsRequest{Group: "edge"})
-
-	e.set("web-1:80", true)
-	e.set("db-1:80", true)
-	e.c.RunRound(t.Context()) // both rise
-	e.set("web-1:80", false)
-	e.c.RunRound(t.Context()) // web-1 falls
-
-	var texts []string
-	var last uint64
-	for range 3 {
-		ev, err := all.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ev.GetRevision() <= last {
-			t.Errorf("revision %d after %d", ev.GetRevision(), last)
-		}
-		last = ev.GetRevision()
-		texts = append(texts, ev.GetTransition().GetText())
-	}
-	if diff := cmp.Diff([]string{"db-1: unhealthy -> healthy", "web-1: unhealthy -> healthy", "web-1: healthy -> unhealthy"}, texts); diff != "" {
-		t.Errorf("all (-want +got):\n%s", diff)
-	}
-	ev, _ := edge.Recv()
-	ev, err := edge.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := ev.GetTransition()
-	want := &pb.Transition{
-		Target: "web-1", Group: "edge",
-		From: pb.State_STATE_HEALTHY, To: pb.State_STATE_UNHEALTHY,
-		Text:   "web-1: healthy -> unhealthy",
-		Result: &pb.ProbeResult{Pass: false, Error: "connection refused"},
-	}
-	if diff := cmp.Diff(want, tr, protocmp.Transform(),
-		protocmp.IgnoreFields(&pb.Transition{}, "time"),
-		protocmp.IgnoreFields(&pb.ProbeResult{}, "time", "latency")); diff != "" {
-		t.Errorf("edge transition (-want +got):\n%s", diff)
-	}
-	if tr.GetTime() == nil || tr.GetResult().GetTime() == nil {
-		t.Errorf("transition lacks times: %v", tr)
-	}
-}
-
-// A watcher that stops reading never blocks the checker or another
-// watcher: it is ended with RESOURCE_EXHAUSTED once its buffer is full.
-func TestStalledWatcherBlocksNobody(t *testing.T) {
-	e := start(t, checker.Config{SubscriberBuffer: 64})
-	e.add(t, tcpTarget("flappy", ""))
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	stalled := watch(t, ctx, e, &pb.WatchTransitionsRequest{})
-	reader := watch(t, ctx, e, &pb.WatchTransitionsRequest{})
-
-	var got atomic.Int64
-	readerDone := make(chan error, 1)
-	go func() {
-		for {
-			if _, err := reader.Recv(); err != nil {
-				readerDone <- err
-				return
-			}
-			got.Add(1)
-		}
-	}()
-	// Far more transitions than the stalled stream's flow-control window
-	// and buffer hold; the reader keeps pace.
-	const flips = 4000
-	for i := range flips {
-		e.set("flappy:80", i%2 == 0)
-		if n := len(e.c.RunRound(t.Context())); n != 1 {
-			t.Fatalf("round %d made %d transitions", i, n)
-		}
-		deadline := time.Now().Add(10 * time.Second)
-		for got.Load() < int64(i+1) {
-			if time.Now().After(deadline) {
-				t.Fatalf("reader stuck at %d of %d", got.Load(), i+1)
-			}
-			time.Sleep(50 * time.Microsecond)
-		}
-	}
-	var err error
-	n := 0
-	for err == nil {
-		_, err = stalled.Recv()
-		n++
-	}
-	if n >= flips {
-		t.Errorf("stalled watcher received all %d transitions; it should have been ended", n)
-	}
-	wantCode(t, err, codes.ResourceExhausted, "subscriber fell behind")
-	select {
-	case err := <-readerDone:
-		t.Fatalf("reader ended: %v", err)
-	default:
-	}
-}
-
-func TestShutdownEndsWatchersWithUnavailable(t *testing.T) {
-	e := start(t, checker.Config{})
-	w := watch(t, t.Context(), e, &pb.WatchTransitionsRequest{})
-	e.c.Close()
-	_, err := w.Recv()
-	wantCode(t, err, codes.Unavailable, "pulsed is shutting down")
 }
 
 func TestHealthAndReflection(t *testing.T) {

@@ -41,7 +41,8 @@ type config struct {
 	listen          string
 	defaults        checker.Defaults
 	maxProbes       int
-	watchBuffer     int
+	watchHistory    int
+	watchProgress   time.Duration
 	shutdownTimeout time.Duration
 	logLevel        slog.Level
 	logJSON         bool
@@ -62,7 +63,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.defaults.Rise, "rise", d.Rise, "default consecutive passes that make a target healthy")
 	fs.IntVar(&cfg.defaults.Fall, "fall", d.Fall, "default consecutive failures that make a target unhealthy")
 	fs.IntVar(&cfg.maxProbes, "max-concurrent-probes", 256, "most probes in flight at once; others wait for a slot")
-	fs.IntVar(&cfg.watchBuffer, "watch-buffer", 1024, "transitions a WatchTransitions stream may have unread before it is ended with RESOURCE_EXHAUSTED")
+	fs.IntVar(&cfg.watchHistory, "watch-history", 10000, "events kept for WatchTransitions streams to resume from; a stream further behind is ended with RESOURCE_EXHAUSTED")
+	fs.DurationVar(&cfg.watchProgress, "watch-progress", 30*time.Second, "how long a WatchTransitions stream may stay idle before it gets a progress event with the current revision")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long to let calls in progress finish before closing them")
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn or error")
 	format := fs.String("log-format", "text", "log `format`: text or json")
@@ -88,8 +90,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	switch {
 	case cfg.maxProbes < 1:
 		return cfg, fmt.Errorf("-max-concurrent-probes must be at least 1, got %d", cfg.maxProbes)
-	case cfg.watchBuffer < 1:
-		return cfg, fmt.Errorf("-watch-buffer must be at least 1, got %d", cfg.watchBuffer)
+	case cfg.watchHistory < 1:
+		return cfg, fmt.Errorf("-watch-history must be at least 1, got %d", cfg.watchHistory)
+	case cfg.watchProgress <= 0:
+		return cfg, fmt.Errorf("-watch-progress must be positive, got %v", cfg.watchProgress)
 	case cfg.shutdownTimeout <= 0:
 		return cfg, fmt.Errorf("-shutdown-timeout must be positive, got %v", cfg.shutdownTimeout)
 	}
@@ -112,14 +116,18 @@ func run(args []string, stderr io.Writer) error {
 	c, err := checker.New(checker.Config{
 		Defaults:            cfg.defaults,
 		MaxConcurrentProbes: cfg.maxProbes,
-		SubscriberBuffer:    cfg.watchBuffer,
-		Logger:              logger.With("component", "checker"),
+		HistorySize:         cfg.watchHistory,
+		// Revisions start at the start time in microseconds, so a client
+		// resuming with a revision from before a restart is told it is too
+		// old instead of being handed the wrong events.
+		StartRevision: uint64(time.Now().UnixMicro()),
+		Logger:        logger.With("component", "checker"),
 	})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	gs, hs := server.NewGRPCServer(server.New(c), server.Options{Logger: logger.With("component", "grpc")})
+	gs, hs := server.NewGRPCServer(server.New(c, server.WithProgressInterval(cfg.watchProgress)), server.Options{Logger: logger.With("component", "grpc")})
 
 	lis, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
