@@ -136,7 +136,7 @@ type Checker struct {
 
 	hmu      sync.Mutex // protects hist, watchers and every *Watcher's position
 	hist     history
-	watchers map[*Watcher]struct{}
+	watchers map[string]map[*Watcher]struct{} // by group filter; "" is every group
 }
 
 // target is one registered target; the fields are guarded by Checker.mu.
@@ -161,7 +161,7 @@ func New(cfg Config) (*Checker, error) {
 		logger:    cfg.Logger,
 		wake:      make(chan struct{}, 1),
 		targets:   make(map[string]*target),
-		watchers:  make(map[*Watcher]struct{}),
+		watchers:  make(map[string]map[*Watcher]struct{}),
 		rev:       cfg.StartRevision,
 	}
 	size := cfg.HistorySize
@@ -537,8 +537,10 @@ func (c *Checker) Close() error {
 			probers = append(probers, t.prober)
 		}
 		c.hmu.Lock()
-		for w := range c.watchers {
-			c.endLocked(w, ErrClosed)
+		for _, set := range c.watchers {
+			for w := range set {
+				c.endLocked(w, ErrClosed)
+			}
 		}
 		c.hmu.Unlock()
 		c.mu.Unlock()

@@ -172,7 +172,7 @@ func (c *Checker) Watch(f Filter, start uint64) (*Watcher, error) {
 		return nil, &CompactedError{Requested: start, Oldest: oldest - 1}
 	}
 	w.cursor = start
-	c.watchers[w] = struct{}{}
+	c.addWatcherLocked(w)
 	if start < c.rev {
 		w.signal()
 	}
@@ -207,6 +207,7 @@ func (w *Watcher) Next(max int) ([]Event, error) {
 		}
 		return nil, w.err
 	}
+	w.skipEvictedLocked()
 	var out []Event
 	for w.cursor < c.hist.last && len(out) < max {
 		e := c.hist.at(w.cursor + 1)
@@ -231,6 +232,7 @@ func (w *Watcher) Progress() (rev uint64, ok bool) {
 	if w.ended {
 		return w.cursor, false
 	}
+	w.skipEvictedLocked()
 	for w.cursor < c.hist.last {
 		if w.matches(c.hist.at(w.cursor + 1)) {
 			return w.cursor, false
@@ -245,6 +247,15 @@ func (w *Watcher) Close() {
 	w.c.hmu.Lock()
 	defer w.c.hmu.Unlock()
 	w.c.endLocked(w, nil)
+}
+
+// skipEvictedLocked moves the position past events that left the history
+// without ending the watcher: none of them matched it, or it would have been
+// ended (see evictedLocked).
+func (w *Watcher) skipEvictedLocked() {
+	if oldest := w.c.hist.oldest(w.c.hist.last); w.cursor+1 < oldest {
+		w.cursor = oldest - 1
+	}
 }
 
 func (w *Watcher) signal() {
@@ -272,8 +283,39 @@ func (c *Checker) endLocked(w *Watcher, err error) {
 	}
 	w.ended, w.err = true, err
 	w.snap = nil
-	delete(c.watchers, w)
+	set := c.watchers[w.group]
+	delete(set, w)
+	if len(set) == 0 {
+		delete(c.watchers, w.group)
+	}
 	w.signal()
+}
+
+func (c *Checker) addWatcherLocked(w *Watcher) {
+	set := c.watchers[w.group]
+	if set == nil {
+		set = make(map[*Watcher]struct{})
+		c.watchers[w.group] = set
+	}
+	set[w] = struct{}{}
+}
+
+// eachCandidateLocked calls f for every watcher whose group filter may
+// match e: watchers of every group, of e's group, and, for an update, of
+// the group the target left. Each watcher is visited once.
+func (c *Checker) eachCandidateLocked(e *Event, f func(*Watcher)) {
+	visit := func(group string) {
+		for w := range c.watchers[group] {
+			f(w)
+		}
+	}
+	visit("")
+	if g := e.Group(); g != "" {
+		visit(g)
+	}
+	if e.Kind == EventUpdated && e.prevGroup != "" && e.prevGroup != e.Group() {
+		visit(e.prevGroup)
+	}
 }
 
 // emitLocked numbers e, appends it to the history and wakes the watchers
@@ -289,28 +331,23 @@ func (c *Checker) emitLocked(e Event) Event {
 	if evicted := c.hist.push(e); evicted != nil {
 		c.evictedLocked(evicted)
 	}
-	for w := range c.watchers {
+	c.eachCandidateLocked(&e, func(w *Watcher) {
 		if w.matches(&e) {
 			w.signal()
 		}
-	}
+	})
 	return e
 }
 
-// evictedLocked settles every watcher that had not yet passed an event
-// that just left the history: one it matches ends the watcher, one it does
-// not match is skipped.
+// evictedLocked ends every watcher that had not yet been handed an event
+// it matches that just left the history. Watchers it does not match skip it
+// lazily (skipEvictedLocked), so the cost is that of the matching watchers.
 func (c *Checker) evictedLocked(e *Event) {
-	for w := range c.watchers {
-		if w.cursor >= e.Revision {
-			continue
-		}
-		if w.matches(e) {
+	c.eachCandidateLocked(e, func(w *Watcher) {
+		if w.cursor < e.Revision && w.matches(e) {
 			c.endLocked(w, &BehindError{LastDelivered: w.cursor})
-			continue
 		}
-		w.cursor = e.Revision
-	}
+	})
 }
 
 // Revision returns the revision of the newest event.

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,11 +12,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // The end-to-end test builds the real pulsed, starts it, and drives it the
@@ -43,7 +45,7 @@ func TestEndToEndWithGrpcurl(t *testing.T) {
 		t.Fatalf("grpcurl list: %v\n%s", err, out)
 	}
 
-	watch := startWatch(t, p.addr)
+	watch := startWatch(t, p.addr, "")
 
 	for _, tg := range []struct{ name, url string }{{"web-1", web1.URL}, {"web-2", web2.URL}} {
 		req := fmt.Sprintf(`{"target": {"name": %q, "group": "edge", "http": {"url": "%s/healthz"}}}`, tg.name, tg.url)
@@ -60,9 +62,30 @@ func TestEndToEndWithGrpcurl(t *testing.T) {
 		t.Fatalf("Healthy: %v\n%s", err, out)
 	}
 
+	// List, then resume from the list's revision (filtered by group): the
+	// stream replays nothing older and goes on live.
+	out, err = goTool(t, "grpcurl", "-plaintext", "-d", `{}`, p.addr, "pulse.v1.HealthChecker/ListTargets")
+	m := regexp.MustCompile(`"revision": "(\d+)"`).FindStringSubmatch(out)
+	if err != nil || m == nil {
+		t.Fatalf("ListTargets: %v\n%s", err, out)
+	}
+	resumed := startWatch(t, p.addr, fmt.Sprintf(`start_revision: %s group: "edge"`, m[1]))
+
 	// Stop web-1: after fall=2 refused probes it turns unhealthy.
 	web1.Close()
 	watch.waitFor(t, "web-1: healthy -> unhealthy")
+	resumed.waitFor(t, "web-1: healthy -> unhealthy")
+	if got := resumed.seen(); got != "web-1: healthy -> unhealthy" {
+		t.Errorf("the resumed stream showed %q, want only web-1's fall", got)
+	}
+
+	// The group's health over grpc.health.v1: web-2 still serves edge.
+	if out, err := goTool(t, "grpc-health-probe", "-addr", p.addr, "-service", "edge"); err != nil || !strings.Contains(out, "SERVING") {
+		t.Errorf("grpc-health-probe -service edge: %v\n%s", err, out)
+	}
+	if out, err := goTool(t, "grpc-health-probe", "-addr", p.addr, "-service", "no-such-group"); err == nil || !strings.Contains(out, "NotFound") {
+		t.Errorf("grpc-health-probe -service no-such-group: %v\n%s", err, out)
+	}
 	out, err = goTool(t, "grpcurl", "-plaintext", "-d", `{"name": "web-1"}`, p.addr, "pulse.v1.HealthChecker/State")
 	if err != nil || !strings.Contains(out, `"state": "STATE_UNHEALTHY"`) || !strings.Contains(out, `"error": "connection refused"`) {
 		t.Fatalf("State(web-1): %v\n%s", err, out)
@@ -137,15 +160,16 @@ func goTool(t *testing.T, name string, args ...string) (string, error) {
 }
 
 type pulsed struct {
-	cmd  *exec.Cmd
-	addr string
-	logs *syncBuffer
-	done chan error
+	cmd     *exec.Cmd
+	addr    string
+	logs    *syncBuffer
+	exited  chan struct{} // closed once the process has been waited for
+	exitErr error         // set before exited is closed
 }
 
 func startPulsed(t *testing.T, bin string, args ...string) *pulsed {
 	t.Helper()
-	p := &pulsed{logs: &syncBuffer{}, done: make(chan error, 1)}
+	p := &pulsed{logs: &syncBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(bin, append([]string{"-listen", "127.0.0.1:0"}, args...)...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
@@ -165,18 +189,21 @@ func startPulsed(t *testing.T, bin string, args ...string) *pulsed {
 				addrc <- m[1]
 			}
 		}
-		p.done <- p.cmd.Wait()
+		p.exitErr = p.cmd.Wait()
+		close(p.exited)
 	}()
 	t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
+		select {
+		case <-p.exited:
+		default:
 			p.cmd.Process.Kill()
-			<-p.done
+			<-p.exited
 		}
 	})
 	select {
 	case p.addr = <-addrc:
-	case err := <-p.done:
-		t.Fatalf("pulsed exited: %v\n%s", err, p.logs.String())
+	case <-p.exited:
+		t.Fatalf("pulsed exited: %v\n%s", p.exitErr, p.logs.String())
 	case <-time.After(time.Minute):
 		t.Fatalf("pulsed did not start:\n%s", p.logs.String())
 	}
@@ -187,9 +214,9 @@ func (p *pulsed) stop(t *testing.T) {
 	t.Helper()
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case err := <-p.done:
-		if err != nil {
-			t.Errorf("pulsed exited with %v after SIGTERM\n%s", err, p.logs.String())
+	case <-p.exited:
+		if p.exitErr != nil {
+			t.Errorf("pulsed exited with %v after SIGTERM\n%s", p.exitErr, p.logs.String())
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("pulsed still running 30s after SIGTERM")
@@ -198,24 +225,29 @@ func (p *pulsed) stop(t *testing.T) {
 
 // watchProc is `grpcurl -v ... WatchTransitions` running in the background.
 type watchProc struct {
-	cmd   *exec.Cmd
-	mu    sync.Mutex
-	texts []string
-	more  chan struct{}
-	done  chan error
+	cmd     *exec.Cmd
+	mu      sync.Mutex
+	texts   []string
+	more    chan struct{}
+	exited  chan struct{} // closed once the process has been waited for
+	exitErr error         // set before exited is closed
 }
 
-var textField = regexp.MustCompile(`"text": ("(?:[^"\\]|\\.)*")`)
+var textField = regexp.MustCompile(`^\s*text: ("(?:[^"\\]|\\.)*")`)
 
-func startWatch(t *testing.T, addr string) *watchProc {
+// startWatch runs the README's watch command (with -v, whose "Response
+// headers received" line says the watch is registered) and a request in
+// protobuf text format.
+func startWatch(t *testing.T, addr, req string) *watchProc {
 	t.Helper()
-	w := &watchProc{more: make(chan struct{}, 1), done: make(chan error, 1)}
-	w.cmd = exec.Command("go", "tool", "grpcurl", "-v", "-plaintext", "-d", "{}", addr, "pulse.v1.HealthChecker/WatchTransitions")
+	w := &watchProc{more: make(chan struct{}, 1), exited: make(chan struct{})}
+	w.cmd = exec.Command("go", "tool", "grpcurl", "-v", "-plaintext", "-format", "text", "-d", req, addr, "pulse.v1.HealthChecker/WatchTransitions")
 	stdout, err := w.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.cmd.Stderr = os.Stderr
+	w.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // go tool runs grpcurl as a child
 	if err := w.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -228,8 +260,7 @@ func startWatch(t *testing.T, addr string) *watchProc {
 				close(subscribed)
 			}
 			if m := textField.FindStringSubmatch(line); m != nil {
-				var text string
-				json.Unmarshal([]byte(m[1]), &text)
+				text, _ := strconv.Unquote(m[1])
 				w.mu.Lock()
 				w.texts = append(w.texts, text)
 				w.mu.Unlock()
@@ -239,21 +270,32 @@ func startWatch(t *testing.T, addr string) *watchProc {
 				}
 			}
 		}
-		w.done <- w.cmd.Wait()
+		w.exitErr = w.cmd.Wait()
+		close(w.exited)
 	}()
 	t.Cleanup(func() {
-		if w.cmd.ProcessState == nil {
-			w.cmd.Process.Kill()
+		select {
+		case <-w.exited:
+		default:
+			syscall.Kill(-w.cmd.Process.Pid, syscall.SIGKILL)
+			<-w.exited
 		}
 	})
 	select {
 	case <-subscribed:
-	case err := <-w.done:
-		t.Fatalf("watch exited before subscribing: %v", err)
+	case <-w.exited:
+		t.Fatalf("watch exited before subscribing: %v", w.exitErr)
 	case <-time.After(time.Minute):
 		t.Fatal("watch did not subscribe within a minute")
 	}
 	return w
+}
+
+// seen returns the texts the stream has shown, one a line.
+func (w *watchProc) seen() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(w.texts, "\n")
 }
 
 // waitFor waits until the stream has shown text.
@@ -275,10 +317,12 @@ func (w *watchProc) waitFor(t *testing.T, text string) {
 	}
 }
 
+// wait returns the watch's exit error, or nil if it is still running after
+// a bound.
 func (w *watchProc) wait() error {
 	select {
-	case err := <-w.done:
-		return err
+	case <-w.exited:
+		return w.exitErr
 	case <-time.After(30 * time.Second):
 		return nil
 	}
@@ -301,3 +345,5 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,0 +1,319 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"pulse/checker"
+	pb "pulse/gen/pulse/v1"
+	"pulse/server"
+)
+
+// The stream property checker, after etcd's robustness watch validator:
+// subscribers with different filters watch while targets are added,
+// updated, moved between groups, removed and flipped at random, and they
+// drop and resume their streams at random. Every stream must be
+//
+//   - Ordered: revisions strictly increase, across reconnects too;
+//   - Unique: no event is applied twice (follows from Ordered);
+//   - Resumable: a stream resumed from any revision it saw replays exactly
+//     the events it saw after that revision;
+//   - Complete: applying the events to the snapshot gives what ListTargets
+//     shows at the same revision.
+func TestStreamProperties(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	e := start(t, checker.Config{HistorySize: 400}, server.WithProgressInterval(5*time.Millisecond))
+
+	names := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	groups := []string{"g1", "g2", "g3"}
+	filters := []*pb.WatchTransitionsRequest{
+		{},
+		{},
+		{Group: "g1"},
+		{Group: "g2"},
+		{Names: []string{"a", "c", "e"}},
+		{Group: "g3", Names: []string{"b", "h"}},
+	}
+
+	churnDone := make(chan struct{})
+	subs := make([]*propSub, len(filters))
+	var wg sync.WaitGroup
+	for i, f := range filters {
+		subs[i] = &propSub{t: t, e: e, filter: f, rng: rand.New(rand.NewPCG(seed, uint64(i)))}
+		wg.Go(func() { subs[i].run(churnDone) })
+	}
+
+	rng := rand.New(rand.NewPCG(seed, 99))
+	for range 1500 {
+		name := names[rng.IntN(len(names))]
+		switch op := rng.IntN(10); {
+		case op < 3: // add or update: maybe a new group, maybe new thresholds
+			tg := tcpTarget(name, groups[rng.IntN(len(groups))])
+			tg.Rise = proto.Int32(int32(1 + rng.IntN(2)))
+			tg.Interval = durationpb.New(time.Duration(1+rng.IntN(3)) * time.Second)
+			if _, err := e.client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: tg}); err != nil {
+				t.Fatal(err)
+			}
+		case op < 4:
+			if _, err := e.client.RemoveTarget(t.Context(), &pb.RemoveTargetRequest{Name: name}); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			e.set(name+":80", rng.IntN(2) == 0)
+			e.c.RunRound(t.Context())
+		}
+	}
+	close(churnDone)
+	wg.Wait()
+
+	var resumes, resnaps, replays int
+	for _, s := range subs {
+		resumes += s.resumes
+		resnaps += s.resnapshots
+		replays += s.replays
+	}
+	t.Logf("%d resumes, %d re-snapshots, %d replay checks", resumes, resnaps, replays)
+	if resumes == 0 || replays == 0 {
+		t.Errorf("the run did not exercise resuming (%d) or replay checks (%d)", resumes, replays)
+	}
+}
+
+// propSub is one subscriber of the property test.
+type propSub struct {
+	t      *testing.T
+	e      *env
+	filter *pb.WatchTransitionsRequest
+	rng    *rand.Rand
+
+	view map[string]*pb.TargetStatus
+	last uint64     // revision of the last event applied (or snapshot)
+	log  []logEntry // every event applied since the last snapshot
+
+	resumes, resnapshots, replays int
+}
+
+type logEntry struct {
+	rev  uint64
+	desc string
+}
+
+func (s *propSub) matches(name, group string) bool {
+	return (s.filter.GetGroup() == "" || s.filter.GetGroup() == group) &&
+		(len(s.filter.GetNames()) == 0 || slices.Contains(s.filter.GetNames(), name))
+}
+
+func (s *propSub) fail(format string, args ...any) {
+	s.t.Errorf("filter %v: %s", s.filter, fmt.Sprintf(format, args...))
+}
+
+// run follows the registry until the churn is over and the stream has
+// caught up with the final revision, then checks completeness.
+func (s *propSub) run(churnDone <-chan struct{}) {
+	var finalRev uint64
+	for {
+		ctx, cancel := context.WithCancel(s.t.Context())
+		err := s.follow(ctx, churnDone, &finalRev)
+		cancel()
+		if err == nil {
+			break
+		}
+		if s.t.Failed() {
+			return
+		}
+	}
+	list, err := s.e.client.ListTargets(s.t.Context(), &pb.ListTargetsRequest{Group: s.filter.GetGroup()})
+	if err != nil {
+		s.fail("ListTargets: %v", err)
+		return
+	}
+	if list.GetRevision() != s.last {
+		s.fail("caught up at %d, but ListTargets is at %d", s.last, list.GetRevision())
+	}
+	want := map[string]*pb.TargetStatus{}
+	for _, st := range list.GetTargets() {
+		if s.matches(st.GetSpec().GetName(), st.GetSpec().GetGroup()) {
+			want[st.GetSpec().GetName()] = st
+		}
+	}
+	if diff := cmp.Diff(want, s.view, protocmp.Transform(),
+		protocmp.IgnoreFields(&pb.TargetStatus{}, "pass_streak", "fail_streak", "last_result", "last_transition_time", "routable")); diff != "" {
+		s.fail("view at %d differs from ListTargets (-want +got):\n%s", s.last, diff)
+	}
+}
+
+// follow opens one stream (a snapshot when it has no view, else a resume),
+// applies its events and drops it at random. It returns nil once the churn
+// is over and the stream has reached the final revision.
+func (s *propSub) follow(ctx context.Context, churnDone <-chan struct{}, finalRev *uint64) error {
+	req := proto.Clone(s.filter).(*pb.WatchTransitionsRequest)
+	if s.view != nil {
+		req.StartRevision = s.last
+		s.resumes++
+	}
+	w, err := s.e.client.WatchTransitions(ctx, req)
+	if err != nil {
+		return err
+	}
+	snapshotting := req.StartRevision == 0
+	var snap map[string]*pb.TargetStatus
+	if snapshotting {
+		snap = map[string]*pb.TargetStatus{}
+	}
+	for {
+		ev, err := w.Recv()
+		if code := status.Code(err); code == codes.OutOfRange || code == codes.ResourceExhausted {
+			s.view = nil // too far behind: start again from a snapshot
+			s.resnapshots++
+			return err
+		} else if err != nil {
+			if ctx.Err() == nil {
+				s.fail("stream: %v", err)
+			}
+			return err
+		}
+		rev := ev.GetRevision()
+		switch e := ev.GetEvent().(type) {
+		case *pb.WatchTransitionsResponse_Snapshot:
+			if !snapshotting {
+				s.fail("snapshot event on a resumed stream")
+			}
+			snap[e.Snapshot.GetSpec().GetName()] = e.Snapshot
+			continue
+		case *pb.WatchTransitionsResponse_SnapshotComplete:
+			if !snapshotting || rev < s.last {
+				s.fail("snapshot at %d after applying %d", rev, s.last)
+			}
+			s.view, s.last, s.log, snapshotting = snap, rev, nil, false
+			continue
+		case *pb.WatchTransitionsResponse_Progress:
+			if rev < s.last {
+				s.fail("progress at %d after applying %d", rev, s.last)
+			}
+			s.last = rev
+		default:
+			if snapshotting {
+				s.fail("%s before the snapshot's end", describe(ev))
+			}
+			if rev <= s.last {
+				s.fail("revision %d (%s) after %d: not ordered or not unique", rev, describe(ev), s.last)
+			}
+			s.apply(ev)
+			s.last = rev
+			s.log = append(s.log, logEntry{rev, describe(ev)})
+		}
+		if *finalRev == 0 {
+			select {
+			case <-churnDone:
+				list, err := s.e.client.ListTargets(s.t.Context(), &pb.ListTargetsRequest{})
+				if err != nil {
+					s.fail("ListTargets: %v", err)
+					return nil
+				}
+				*finalRev = list.GetRevision()
+			default:
+			}
+		}
+		if *finalRev != 0 && s.last >= *finalRev {
+			return nil
+		}
+		if s.rng.IntN(40) == 0 && len(s.log) > 0 {
+			s.checkReplay()
+		}
+		if s.rng.IntN(60) == 0 {
+			return fmt.Errorf("dropped on purpose")
+		}
+	}
+}
+
+func (s *propSub) apply(ev *pb.WatchTransitionsResponse) {
+	switch e := ev.GetEvent().(type) {
+	case *pb.WatchTransitionsResponse_Added:
+		s.upsert(e.Added)
+	case *pb.WatchTransitionsResponse_Updated:
+		s.upsert(e.Updated)
+	case *pb.WatchTransitionsResponse_Removed:
+		if _, ok := s.view[e.Removed.GetName()]; !ok {
+			s.fail("removal of %s, which the view lacks", e.Removed.GetName())
+		}
+		delete(s.view, e.Removed.GetName())
+	case *pb.WatchTransitionsResponse_Transition:
+		st, ok := s.view[e.Transition.GetTarget()]
+		if !ok {
+			s.fail("transition %q of a target the view lacks", e.Transition.GetText())
+			return
+		}
+		if st.GetState() != e.Transition.GetFrom() {
+			s.fail("transition %q from %v, but the view has %v", e.Transition.GetText(), e.Transition.GetFrom(), st.GetState())
+		}
+		st = proto.Clone(st).(*pb.TargetStatus)
+		st.State = e.Transition.GetTo()
+		s.view[e.Transition.GetTarget()] = st
+	}
+}
+
+// upsert applies an added or updated target; one that no longer matches
+// the filter (it moved to another group) leaves the view.
+func (s *propSub) upsert(st *pb.TargetStatus) {
+	name := st.GetSpec().GetName()
+	if s.matches(name, st.GetSpec().GetGroup()) {
+		s.view[name] = st
+	} else {
+		delete(s.view, name)
+	}
+}
+
+// checkReplay resumes a second stream from a revision this one saw and
+// checks it replays exactly the events seen since.
+func (s *propSub) checkReplay() {
+	from := s.log[s.rng.IntN(len(s.log))]
+	var want []string
+	for _, l := range s.log {
+		if l.rev > from.rev {
+			want = append(want, fmt.Sprintf("%d %s", l.rev, l.desc))
+		}
+	}
+	if len(want) == 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(s.t.Context())
+	defer cancel()
+	req := proto.Clone(s.filter).(*pb.WatchTransitionsRequest)
+	req.StartRevision = from.rev
+	w, err := s.e.client.WatchTransitions(ctx, req)
+	if err != nil {
+		s.fail("replay: %v", err)
+		return
+	}
+	var got []string
+	for len(got) < len(want) {
+		ev, err := w.Recv()
+		if status.Code(err) == codes.OutOfRange {
+			return // the history moved on: nothing to compare
+		}
+		if err != nil {
+			s.fail("replay from %d: %v", from.rev, err)
+			return
+		}
+		if ev.GetProgress() != nil {
+			continue
+		}
+		got = append(got, fmt.Sprintf("%d %s", ev.GetRevision(), describe(ev)))
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		s.fail("replay from %d (-seen +replayed):\n%s", from.rev, diff)
+	}
+	s.replays++
+}
