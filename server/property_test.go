@@ -85,9 +85,9 @@ func TestStreamProperties(t *testing.T) {
 		resnaps += s.resnapshots
 		replays += s.replays
 	}
-	t.Logf("%d resumes, %d re-snapshots, %d replay checks", resumes, resnaps, replays)
-	if resumes == 0 || replays == 0 {
-		t.Errorf("the run did not exercise resuming (%d) or replay checks (%d)", resumes, replays)
+	t.Logf("%d resumes, %d snapshots, %d replay checks", resumes, resnaps, replays)
+	if resumes == 0 || replays == 0 || resnaps == 0 {
+		t.Errorf("the run did not exercise resuming (%d), snapshots under churn (%d) or replay checks (%d)", resumes, resnaps, replays)
 	}
 }
 
@@ -162,6 +162,8 @@ func (s *propSub) follow(ctx context.Context, churnDone <-chan struct{}, finalRe
 	if s.view != nil {
 		req.StartRevision = s.last
 		s.resumes++
+	} else if s.last != 0 {
+		s.resnapshots++
 	}
 	w, err := s.e.client.WatchTransitions(ctx, req)
 	if err != nil {
@@ -176,7 +178,6 @@ func (s *propSub) follow(ctx context.Context, churnDone <-chan struct{}, finalRe
 		ev, err := w.Recv()
 		if code := status.Code(err); code == codes.OutOfRange || code == codes.ResourceExhausted {
 			s.view = nil // too far behind: start again from a snapshot
-			s.resnapshots++
 			return err
 		} else if err != nil {
 			if ctx.Err() == nil {
@@ -233,6 +234,9 @@ func (s *propSub) follow(ctx context.Context, churnDone <-chan struct{}, finalRe
 			s.checkReplay()
 		}
 		if s.rng.IntN(60) == 0 {
+			if s.rng.IntN(3) == 0 {
+				s.view = nil // subscribe afresh: a snapshot in the middle of the churn
+			}
 			return fmt.Errorf("dropped on purpose")
 		}
 	}
