@@ -107,6 +107,19 @@ type Config struct {
 	StartRevision uint64
 	// Logger receives one line per transition. If nil, nothing is logged.
 	Logger *slog.Logger
+	// Observer is told of every probe result and transition, for metrics.
+	// If nil, nobody is.
+	Observer Observer
+}
+
+// Observer receives what the checker does, outside its locks. Its methods
+// are called concurrently, must return quickly and must not call back into
+// the checker.
+type Observer interface {
+	// ObserveProbe is called after each probe that ran to completion.
+	ObserveProbe(spec Spec, r Result)
+	// ObserveTransition is called after each transition is recorded.
+	ObserveTransition(tr Transition)
 }
 
 // Checker is the registry of targets and their states. Its methods are safe
@@ -118,6 +131,7 @@ type Checker struct {
 	newProber func(probe.Spec) (Prober, error)
 	factory   *probe.Factory // owned, closed on Close; nil if NewProber was given
 	logger    *slog.Logger
+	observer  Observer      // nil if none
 	sem       chan struct{} // bounds probes in flight
 	wake      chan struct{} // tells the scheduler the schedule changed
 
@@ -159,6 +173,7 @@ func New(cfg Config) (*Checker, error) {
 		defaults:  cfg.Defaults,
 		newProber: cfg.NewProber,
 		logger:    cfg.Logger,
+		observer:  cfg.Observer,
 		wake:      make(chan struct{}, 1),
 		targets:   make(map[string]*target),
 		watchers:  make(map[string]map[*Watcher]struct{}),
@@ -274,7 +289,7 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 	// own, after the update.
 	if from, changed := t.m.SetModel(spec.Model); changed {
 		tr := c.recordLocked(t, from, Result{}, "model changed to "+spec.Model.String())
-		defer c.logTransitions([]Transition{tr})
+		defer c.reportTransitions([]Transition{tr})
 	}
 	return c.statusLocked(t), false, nil
 }
@@ -430,7 +445,7 @@ func (c *Checker) RunRound(ctx context.Context) []Transition {
 		}
 	}
 	c.mu.Unlock()
-	c.logTransitions(trs)
+	c.reportTransitions(trs)
 	return trs
 }
 
@@ -463,6 +478,9 @@ func (c *Checker) probe(ctx context.Context, j job) Result {
 	case j.spec.MaxLatency > 0 && r.Latency > j.spec.MaxLatency:
 		r.Pass = false
 		r.Err = fmt.Sprintf("slow: %v > %v", r.Latency.Round(time.Millisecond), j.spec.MaxLatency)
+	}
+	if c.observer != nil && ctx.Err() == nil {
+		c.observer.ObserveProbe(j.spec, r)
 	}
 	return r
 }
@@ -511,8 +529,13 @@ func (c *Checker) recordLocked(t *target, from State, r Result, reason string) T
 	return c.emitLocked(Event{Kind: EventTransition, Time: now, Transition: tr}).Transition
 }
 
-func (c *Checker) logTransitions(trs []Transition) {
+// reportTransitions logs transitions and tells the observer; it runs
+// outside the locks.
+func (c *Checker) reportTransitions(trs []Transition) {
 	for _, tr := range trs {
+		if c.observer != nil {
+			c.observer.ObserveTransition(tr)
+		}
 		attrs := []any{"target", tr.Target, "group", tr.Group, "from", tr.From.String(), "to", tr.To.String(), "revision", tr.Revision}
 		if tr.Result.Err != "" {
 			attrs = append(attrs, "error", tr.Result.Err)

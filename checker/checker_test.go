@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"pulse/checker"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -509,5 +512,50 @@ func TestRoundCancelledDiscardsResults(t *testing.T) {
 	<-done
 	if st, _ := e.c.Status("a"); st.LastResult != nil || st.FailStreak != 0 {
 		t.Errorf("a probe cut short by cancellation counted: %+v", st)
+	}
+}
+
+type recorder struct {
+	mu     sync.Mutex
+	probes []string
+	trs    []string
+}
+
+func (r *recorder) ObserveProbe(s checker.Spec, res checker.Result) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.probes = append(r.probes, fmt.Sprintf("%s %s %v %q", s.Name, s.Probe.Kind(), res.Pass, res.Err))
+}
+
+func (r *recorder) ObserveTransition(tr checker.Transition) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.trs = append(r.trs, tr.String())
+}
+
+func TestObserverSeesProbesAndTransitions(t *testing.T) {
+	rec := &recorder{}
+	e := newEnv(t, checker.Config{Observer: rec, Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}})
+	e.add(t, spec("a"))
+	e.add(t, spec("b"))
+	e.probes.setAll(map[string]outcome{"a": pass, "b": fail})
+	e.c.RunRound(t.Context())
+	slices.Sort(rec.probes)
+	if diff := cmp.Diff([]string{`a tcp true ""`, `b tcp false "status 503"`}, rec.probes); diff != "" {
+		t.Errorf("probes (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"a: unhealthy -> healthy"}, rec.trs); diff != "" {
+		t.Errorf("transitions (-want +got):\n%s", diff)
+	}
+	if n := e.c.Watchers(); n != 0 {
+		t.Errorf("%d watchers before any Watch", n)
+	}
+	w := watchNow(t, e.c, checker.Filter{Group: "g"})
+	if n := e.c.Watchers(); n != 1 {
+		t.Errorf("%d watchers, want 1", n)
+	}
+	w.Close()
+	if n := e.c.Watchers(); n != 0 {
+		t.Errorf("%d watchers after Close, want 0", n)
 	}
 }

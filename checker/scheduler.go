@@ -101,7 +101,7 @@ func (c *Checker) runJob(j job) {
 	tr, changed := c.applyLocked(ctx, j, r)
 	c.mu.Unlock()
 	if changed {
-		c.logTransitions([]Transition{tr})
+		c.reportTransitions([]Transition{tr})
 	}
 }
 

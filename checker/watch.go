@@ -350,6 +350,17 @@ func (c *Checker) evictedLocked(e *Event) {
 	})
 }
 
+// Watchers returns how many watchers are live.
+func (c *Checker) Watchers() int {
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
+	n := 0
+	for _, set := range c.watchers {
+		n += len(set)
+	}
+	return n
+}
+
 // Revision returns the revision of the newest event.
 func (c *Checker) Revision() uint64 {
 	c.mu.Lock()
