@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
@@ -193,6 +194,10 @@ type Options struct {
 	Logger *slog.Logger
 	// ServerOptions are passed to grpc.NewServer after the interceptors.
 	ServerOptions []grpc.ServerOption
+	// UnaryInterceptors and StreamInterceptors run outside the server's own
+	// chain (e.g. metrics, which should count every call, even rejected ones).
+	UnaryInterceptors  []grpc.UnaryServerInterceptor
+	StreamInterceptors []grpc.StreamServerInterceptor
 }
 
 // NewGRPCServer returns a *grpc.Server serving s as pulse.v1.HealthChecker,
@@ -209,6 +214,8 @@ func NewGRPCServer(s *Server, opts Options) (*grpc.Server, *Health) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	unary, stream := Interceptors(logger, s.c.Defaults())
+	unary = append(slices.Clip(opts.UnaryInterceptors), unary...)
+	stream = append(slices.Clip(opts.StreamInterceptors), stream...)
 	gs := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
