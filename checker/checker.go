@@ -85,6 +85,9 @@ type Status struct {
 	LastResult *Result
 	// LastTransition is zero if the state never changed.
 	LastTransition time.Time
+	// CarriedOver is true from a restart until the first fresh result: the
+	// state was loaded from the store.
+	CarriedOver bool
 }
 
 // Config configures a Checker. Every field is optional.
@@ -110,6 +113,11 @@ type Config struct {
 	// Observer is told of every probe result and transition, for metrics.
 	// If nil, nobody is.
 	Observer Observer
+	// Store keeps the registry across restarts: New loads it, Add and Remove
+	// write specs before they return, and state changes are stored before
+	// their events reach a watcher. If nil, the registry lives in memory
+	// only. The caller closes the store after Close.
+	Store Store
 }
 
 // Observer receives what the checker does, outside its locks. Its methods
@@ -141,16 +149,25 @@ type Checker struct {
 	startOnce sync.Once
 	closeOnce sync.Once
 
-	// Lock order: mu, then hmu.
-	mu      sync.Mutex // protects targets, due, rev, closed and every *target
+	store      Store         // nil: memory only
+	wmu        sync.Mutex    // serialises Add and Remove with a store: one spec write at a time
+	commitWake chan struct{} // tells the committer there is work
+	commitStop chan struct{} // closed by Close
+	commitDone chan struct{} // closed when the committer has stopped
+
+	// Lock order: wmu, then mu, then hmu.
+	mu      sync.Mutex // protects targets, due, rev, pending, closed and every *target
 	targets map[string]*target
 	due     dueHeap
-	rev     uint64
+	rev     uint64    // the newest event's revision, published or not
+	pending []pending // events waiting for the committer, in revision order
 	closed  bool
 
-	hmu      sync.Mutex // protects hist, watchers and every *Watcher's position
-	hist     history
-	watchers map[string]map[*Watcher]struct{} // by group filter; "" is every group
+	hmu       sync.Mutex                       // protects hist, watchers, every *Watcher's position, published and storeErr
+	hist      history                          // published events; hist.last is the newest published revision
+	watchers  map[string]map[*Watcher]struct{} // by group filter; "" is every group
+	published chan struct{}                    // closed and replaced at each publication by the committer
+	storeErr  error
 }
 
 // target is one registered target; the fields are guarded by Checker.mu.
@@ -162,6 +179,7 @@ type target struct {
 	last     *Result
 	lastTr   time.Time
 	inFlight bool
+	carried  bool      // the state was loaded from the store; no fresh result yet
 	next     time.Time // when the next probe is due
 	index    int       // position in the due heap
 }
@@ -183,7 +201,7 @@ func New(cfg Config) (*Checker, error) {
 	if size <= 0 {
 		size = 10000
 	}
-	c.hist = newHistory(size, cfg.StartRevision)
+	c.published = make(chan struct{})
 	if c.clock == nil {
 		c.clock = RealClock{}
 	}
@@ -205,6 +223,22 @@ func New(cfg Config) (*Checker, error) {
 		n = 256
 	}
 	c.sem = make(chan struct{}, n)
+	if cfg.Store != nil {
+		c.store = cfg.Store
+		rev, err := c.load()
+		if err != nil {
+			c.closeProbers()
+			return nil, err
+		}
+		if rev > c.rev {
+			c.rev = rev // revisions go on from the store's, never backwards
+		}
+		c.commitWake = make(chan struct{}, 1)
+		c.commitStop = make(chan struct{})
+		c.commitDone = make(chan struct{})
+		go c.commitLoop()
+	}
+	c.hist = newHistory(size, c.rev)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c, nil
 }
@@ -223,11 +257,27 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 	}
 	var unused Prober // a prober built but not kept, or the one replaced
 	defer func() { closeProber(unused) }()
+	if c.store != nil {
+		c.wmu.Lock()
+		defer c.wmu.Unlock()
+	}
 
 	c.mu.Lock()
 	old := c.targets[spec.Name]
 	sameProbe := old != nil && reflect.DeepEqual(old.spec.Probe, spec.Probe)
+	sameSpec := old != nil && reflect.DeepEqual(old.spec, spec)
+	closed := c.closed
 	c.mu.Unlock()
+	if closed {
+		return Status{}, false, ErrClosed
+	}
+	if c.store != nil && !sameSpec {
+		// Durable before anything changes or is acknowledged; with wmu held
+		// no other Add or Remove can change this target meanwhile.
+		if err := c.store.PutSpec(spec); err != nil {
+			return Status{}, false, fmt.Errorf("%w: %v", ErrStore, err)
+		}
+	}
 
 	var p Prober
 	if !sameProbe {
@@ -303,8 +353,23 @@ func wrapProbeErr(err error) error {
 }
 
 // Remove unregisters a target and reports whether it existed. A result that
-// arrives for it afterwards is discarded.
-func (c *Checker) Remove(name string) bool {
+// arrives for it afterwards is discarded. With a store, the removal is
+// durable when Remove returns; a failure to store it returns an error
+// wrapping ErrStore and removes nothing.
+func (c *Checker) Remove(name string) (bool, error) {
+	if c.store != nil {
+		c.wmu.Lock()
+		defer c.wmu.Unlock()
+		c.mu.Lock()
+		_, ok := c.targets[name]
+		c.mu.Unlock()
+		if !ok {
+			return false, nil
+		}
+		if err := c.store.DeleteTarget(name); err != nil {
+			return false, fmt.Errorf("%w: %v", ErrStore, err)
+		}
+	}
 	c.mu.Lock()
 	t, ok := c.targets[name]
 	if ok {
@@ -316,7 +381,7 @@ func (c *Checker) Remove(name string) bool {
 	if ok {
 		closeProber(t.prober)
 	}
-	return ok
+	return ok, nil
 }
 
 // Status returns a snapshot of one target, or an error wrapping
@@ -332,8 +397,18 @@ func (c *Checker) Status(name string) (Status, error) {
 }
 
 // List returns every target's status sorted by name, and the revision they
-// are at; a non-empty group keeps only that group's targets.
+// are at; a non-empty group keeps only that group's targets. With a store,
+// List returns once that revision is stored and published, so a watch from
+// it can start at once.
 func (c *Checker) List(group string) ([]Status, uint64) {
+	list, rev := c.list(group)
+	if c.store != nil {
+		c.waitPublished(rev)
+	}
+	return list, rev
+}
+
+func (c *Checker) list(group string) ([]Status, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make([]Status, 0, len(c.targets))
@@ -386,6 +461,7 @@ func (c *Checker) statusLocked(t *target) Status {
 		PassStreak:     t.m.PassStreak,
 		FailStreak:     t.m.FailStreak,
 		LastTransition: t.lastTr,
+		CarriedOver:    t.carried,
 	}
 	if t.last != nil {
 		r := *t.last
@@ -506,6 +582,7 @@ func (c *Checker) applyLocked(ctx context.Context, j job, r Result) (Transition,
 		return Transition{}, false
 	}
 	j.t.last = &r
+	j.t.carried = false
 	from, changed := j.t.m.Observe(r.Pass)
 	if !changed {
 		return Transition{}, false
@@ -553,12 +630,12 @@ func (c *Checker) Close() error {
 	c.closeOnce.Do(func() {
 		c.cancel()
 		c.wg.Wait()
+		if c.store != nil {
+			close(c.commitStop) // the committer stores what is pending, then stops
+			<-c.commitDone
+		}
 		c.mu.Lock()
 		c.closed = true
-		probers := make([]Prober, 0, len(c.targets))
-		for _, t := range c.targets {
-			probers = append(probers, t.prober)
-		}
 		c.hmu.Lock()
 		for _, set := range c.watchers {
 			for w := range set {
@@ -567,14 +644,24 @@ func (c *Checker) Close() error {
 		}
 		c.hmu.Unlock()
 		c.mu.Unlock()
-		for _, p := range probers {
-			closeProber(p)
-		}
-		if c.factory != nil {
-			c.factory.Close()
-		}
+		c.closeProbers()
 	})
 	return nil
+}
+
+func (c *Checker) closeProbers() {
+	c.mu.Lock()
+	probers := make([]Prober, 0, len(c.targets))
+	for _, t := range c.targets {
+		probers = append(probers, t.prober)
+	}
+	c.mu.Unlock()
+	for _, p := range probers {
+		closeProber(p)
+	}
+	if c.factory != nil {
+		c.factory.Close()
+	}
 }
 
 func closeProber(p Prober) {

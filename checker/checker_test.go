@@ -151,7 +151,7 @@ func TestAddSameProbeKeepsProberNewProbeReplacesIt(t *testing.T) {
 	if n := e.probes.closed["web-1:80"]; n != 1 {
 		t.Errorf("replacing the probe closed %d old probers, want 1", n)
 	}
-	if !e.c.Remove("web-1") || e.probes.closed["web-1b:80"] != 1 {
+	if ok, _ := e.c.Remove("web-1"); !ok || e.probes.closed["web-1b:80"] != 1 {
 		t.Errorf("Remove did not close the prober")
 	}
 }
@@ -194,11 +194,11 @@ func TestAddRejectsBadSpecsNamingTheField(t *testing.T) {
 
 func TestRemove(t *testing.T) {
 	e := newEnv(t, checker.Config{})
-	if e.c.Remove("nope") {
+	if ok, err := e.c.Remove("nope"); ok || err != nil {
 		t.Error("Remove of an unknown name reported true")
 	}
 	e.add(t, spec("web-1"))
-	if !e.c.Remove("web-1") {
+	if ok, err := e.c.Remove("web-1"); !ok || err != nil {
 		t.Error("Remove of a known name reported false")
 	}
 	if _, err := e.c.Status("web-1"); !errors.Is(err, checker.ErrUnknownTarget) {

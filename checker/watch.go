@@ -153,7 +153,8 @@ func (c *Checker) Watch(f Filter, start uint64) (*Watcher, error) {
 	if c.closed {
 		return nil, ErrClosed
 	}
-	if start == 0 {
+	snapshot := start == 0
+	if snapshot {
 		for _, t := range c.targets {
 			if w.matchesTarget(t.spec.Name, t.spec.Group) {
 				w.snap = append(w.snap, c.statusLocked(t))
@@ -165,15 +166,18 @@ func (c *Checker) Watch(f Filter, start uint64) (*Watcher, error) {
 	}
 	c.hmu.Lock()
 	defer c.hmu.Unlock()
-	if start > c.rev {
-		return nil, &FutureRevisionError{Requested: start, Current: c.rev}
+	// A resume is measured against what is published: a snapshot may be
+	// ahead of it, and then its events wait for the committer.
+	last := c.hist.last
+	if !snapshot && start > last {
+		return nil, &FutureRevisionError{Requested: start, Current: last}
 	}
-	if oldest := c.hist.oldest(c.rev); start+1 < oldest {
+	if oldest := c.hist.oldest(last); start+1 < oldest {
 		return nil, &CompactedError{Requested: start, Oldest: oldest - 1}
 	}
 	w.cursor = start
 	c.addWatcherLocked(w)
-	if start < c.rev {
+	if start < last {
 		w.signal()
 	}
 	return w, nil
@@ -181,8 +185,12 @@ func (c *Checker) Watch(f Filter, start uint64) (*Watcher, error) {
 
 // Snapshot returns, once, the statuses and revision of the snapshot a
 // watch with start revision 0 began with; later calls return nil and the
-// same revision.
+// same revision. With a store it first waits until the snapshot's revision
+// is stored, so nothing unstored is ever shown.
 func (w *Watcher) Snapshot() ([]Status, uint64) {
+	if w.c.store != nil {
+		w.c.waitPublished(w.snapRev)
+	}
 	w.c.hmu.Lock()
 	defer w.c.hmu.Unlock()
 	s := w.snap
@@ -318,16 +326,37 @@ func (c *Checker) eachCandidateLocked(e *Event, f func(*Watcher)) {
 	}
 }
 
-// emitLocked numbers e, appends it to the history and wakes the watchers
-// it matches. c.mu must be held; it takes c.hmu (lock order: mu, then hmu).
+// emitLocked numbers e and publishes it, or, with a store, hands it to the
+// committer, which publishes it once its state change is stored. c.mu must
+// be held; it takes c.hmu (lock order: mu, then hmu).
 func (c *Checker) emitLocked(e Event) Event {
 	c.rev++
 	e.Revision = c.rev
 	if e.Kind == EventTransition {
 		e.Transition.Revision = c.rev
 	}
+	if c.store != nil {
+		p := pending{ev: e}
+		switch e.Kind {
+		case EventAdded:
+			p.state = &StoredState{Name: e.Status.Spec.Name, State: e.Status.State, LastTransition: e.Status.LastTransition}
+		case EventTransition:
+			p.state = &StoredState{Name: e.Transition.Target, State: e.Transition.To, LastTransition: e.Transition.Time}
+		case EventRemoved:
+			p.deleted = e.Status.Spec.Name
+		}
+		c.queueLocked(p)
+		return e
+	}
 	c.hmu.Lock()
 	defer c.hmu.Unlock()
+	c.publishLocked(e)
+	return e
+}
+
+// publishLocked appends e to the history and wakes the watchers it matches.
+// c.hmu must be held.
+func (c *Checker) publishLocked(e Event) {
 	if evicted := c.hist.push(e); evicted != nil {
 		c.evictedLocked(evicted)
 	}
@@ -336,7 +365,6 @@ func (c *Checker) emitLocked(e Event) Event {
 			w.signal()
 		}
 	})
-	return e
 }
 
 // evictedLocked ends every watcher that had not yet been handed an event
@@ -361,11 +389,12 @@ func (c *Checker) Watchers() int {
 	return n
 }
 
-// Revision returns the revision of the newest event.
+// Revision returns the revision of the newest published event: a watch
+// can resume from it.
 func (c *Checker) Revision() uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.rev
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
+	return c.hist.last
 }
 
 // history is a ring of the newest events. Revisions are dense: the event

@@ -165,6 +165,7 @@ func statusToProto(st checker.Status) *pb.TargetStatus {
 		PassStreak:         int32(st.PassStreak),
 		FailStreak:         int32(st.FailStreak),
 		LastTransitionTime: timestamp(st.LastTransition),
+		CarriedOver:        st.CarriedOver,
 	}
 	if st.LastResult != nil {
 		out.LastResult = resultToProto(*st.LastResult)

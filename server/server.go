@@ -72,7 +72,11 @@ func (s *Server) AddTarget(_ context.Context, req *pb.AddTargetRequest) (*pb.Add
 
 // RemoveTarget unregisters a target; removed is false for an unknown name.
 func (s *Server) RemoveTarget(_ context.Context, req *pb.RemoveTargetRequest) (*pb.RemoveTargetResponse, error) {
-	return &pb.RemoveTargetResponse{Removed: s.c.Remove(req.GetName())}, nil
+	removed, err := s.c.Remove(req.GetName())
+	if err != nil {
+		return nil, toStatus(err, "")
+	}
+	return &pb.RemoveTargetResponse{Removed: removed}, nil
 }
 
 // State returns one target's status.
@@ -116,7 +120,8 @@ func (s *Server) WatchTransitions(req *pb.WatchTransitionsRequest, stream grpc.S
 	if err := stream.SendHeader(metadata.MD{}); err != nil {
 		return err
 	}
-	if req.GetStartRevision() == 0 {
+	last := req.GetStartRevision() // the revision a client can resume from
+	if last == 0 {
 		snap, rev := w.Snapshot()
 		for _, st := range snap {
 			if err := stream.Send(&pb.WatchTransitionsResponse{Revision: rev, Event: &pb.WatchTransitionsResponse_Snapshot{Snapshot: statusToProto(st)}}); err != nil {
@@ -126,12 +131,16 @@ func (s *Server) WatchTransitions(req *pb.WatchTransitionsRequest, stream grpc.S
 		if err := stream.Send(&pb.WatchTransitionsResponse{Revision: rev, Event: &pb.WatchTransitionsResponse_SnapshotComplete{SnapshotComplete: &pb.SnapshotComplete{}}}); err != nil {
 			return err
 		}
+		last = rev
 	}
 	ctx := stream.Context()
 	progress := time.NewTimer(s.progress)
 	defer progress.Stop()
 	for {
 		evs, err := w.Next(watchBatch)
+		if errors.Is(err, checker.ErrClosed) {
+			return status.Errorf(codes.Unavailable, "pulsed is shutting down; reconnect and resume with start_revision %d", last)
+		}
 		if err != nil {
 			return toStatus(err, "")
 		}
@@ -139,6 +148,7 @@ func (s *Server) WatchTransitions(req *pb.WatchTransitionsRequest, stream grpc.S
 			if err := stream.Send(eventToProto(e)); err != nil {
 				return err
 			}
+			last = e.Revision
 		}
 		if len(evs) > 0 {
 			progress.Reset(s.progress)
@@ -153,6 +163,7 @@ func (s *Server) WatchTransitions(req *pb.WatchTransitionsRequest, stream grpc.S
 				if err := stream.Send(&pb.WatchTransitionsResponse{Revision: rev, Event: &pb.WatchTransitionsResponse_Progress{Progress: &pb.Progress{}}}); err != nil {
 					return err
 				}
+				last = rev
 			}
 			progress.Reset(s.progress)
 		}
@@ -180,6 +191,8 @@ func toStatus(err error, prefix string) error {
 		return status.Errorf(codes.OutOfRange, "%v; watch again with start_revision 0 to re-snapshot", err)
 	case errors.Is(err, checker.ErrFutureRevision):
 		return status.Errorf(codes.FailedPrecondition, "%v (was it from another pulsed?); watch again with start_revision 0 to re-snapshot", err)
+	case errors.Is(err, checker.ErrStore):
+		return status.Errorf(codes.Unavailable, "%v; nothing was changed: check pulsed's data dir (disk full or read-only?) and retry", err)
 	case errors.Is(err, checker.ErrClosed):
 		return status.Error(codes.Unavailable, "pulsed is shutting down; retry against a running instance")
 	default:

@@ -283,10 +283,10 @@ func TestStuckStreamBlocksNobody(t *testing.T) {
 func TestShutdownEndsWatchersWithUnavailable(t *testing.T) {
 	e := start(t, checker.Config{})
 	w := watch(t, t.Context(), e, &pb.WatchTransitionsRequest{})
-	readSnapshot(t, w)
+	_, rev := readSnapshot(t, w)
 	e.c.Close()
 	_, err := w.Recv()
-	wantCode(t, err, codes.Unavailable, "pulsed is shutting down")
+	wantCode(t, err, codes.Unavailable, fmt.Sprintf("pulsed is shutting down; reconnect and resume with start_revision %d", rev))
 }
 
 func TestGroupHealthBridge(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -170,6 +171,11 @@ type pulsed struct {
 func startPulsed(t *testing.T, bin string, args ...string) *pulsed {
 	t.Helper()
 	p := &pulsed{logs: &syncBuffer{}, exited: make(chan struct{})}
+	if !slices.ContainsFunc(args, func(a string) bool {
+		return strings.TrimLeft(a, "-") == "data-dir" || strings.HasPrefix(strings.TrimLeft(a, "-"), "data-dir=")
+	}) {
+		args = append([]string{"-data-dir", t.TempDir()}, args...)
+	}
 	p.cmd = exec.Command(bin, append([]string{"-listen", "127.0.0.1:0"}, args...)...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {

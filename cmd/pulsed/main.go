@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"pulse/checker"
+	"pulse/checker/boltstore"
 	"pulse/server"
 )
 
@@ -39,6 +40,7 @@ func main() {
 
 type config struct {
 	listen          string
+	dataDir         string
 	defaults        checker.Defaults
 	maxProbes       int
 	watchHistory    int
@@ -58,6 +60,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:50051", "`address` to serve gRPC on (host:port; port 0 picks a free one)")
+	fs.StringVar(&cfg.dataDir, "data-dir", "pulse-data", "`directory` of the embedded store that keeps targets and their states across restarts; \"\" keeps them in memory only")
 	fs.DurationVar(&cfg.defaults.Interval, "interval", d.Interval, "default time between the starts of two probes of a target")
 	fs.DurationVar(&cfg.defaults.Timeout, "timeout", d.Timeout, "default timeout of one probe (at most -interval)")
 	fs.IntVar(&cfg.defaults.Rise, "rise", d.Rise, "default consecutive passes that make a target healthy")
@@ -113,6 +116,19 @@ func run(args []string, stderr io.Writer) error {
 		logger = slog.New(slog.NewTextHandler(stderr, opts))
 	}
 
+	var store checker.Store
+	if cfg.dataDir != "" {
+		st, err := boltstore.Open(cfg.dataDir, time.Second)
+		if err != nil {
+			return fmt.Errorf("-data-dir: %w", err)
+		}
+		defer st.Close()
+		store = st
+		logger.Info("store opened", "path", st.Path())
+	} else {
+		logger.Warn("no -data-dir: targets live in memory only and are lost when pulsed stops")
+	}
+
 	c, err := checker.New(checker.Config{
 		Defaults:            cfg.defaults,
 		MaxConcurrentProbes: cfg.maxProbes,
@@ -121,6 +137,7 @@ func run(args []string, stderr io.Writer) error {
 		// resuming with a revision from before a restart is told it is too
 		// old instead of being handed the wrong events.
 		StartRevision: uint64(time.Now().UnixMicro()),
+		Store:         store,
 		Logger:        logger.With("component", "checker"),
 	})
 	if err != nil {

@@ -600,8 +600,12 @@ type TargetStatus struct {
 	LastResult *ProbeResult `protobuf:"bytes,6,opt,name=last_result,json=lastResult,proto3" json:"last_result,omitempty"`
 	// last_transition_time is when the state last changed; unset if never.
 	LastTransitionTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=last_transition_time,json=lastTransitionTime,proto3" json:"last_transition_time,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// carried_over is true after a restart until the first fresh probe
+	// result: the state is the one stored before the restart, and the streaks
+	// start again from zero.
+	CarriedOver   bool `protobuf:"varint,8,opt,name=carried_over,json=carriedOver,proto3" json:"carried_over,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TargetStatus) Reset() {
@@ -681,6 +685,13 @@ func (x *TargetStatus) GetLastTransitionTime() *timestamppb.Timestamp {
 		return x.LastTransitionTime
 	}
 	return nil
+}
+
+func (x *TargetStatus) GetCarriedOver() bool {
+	if x != nil {
+		return x.CarriedOver
+	}
+	return false
 }
 
 // Transition is one change of a target's state.
@@ -1698,7 +1709,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x04pass\x18\x01 \x01(\bR\x04pass\x123\n" +
 	"\alatency\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\alatency\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12.\n" +
-	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xbf\x02\n" +
+	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xe2\x02\n" +
 	"\fTargetStatus\x12$\n" +
 	"\x04spec\x18\x01 \x01(\v2\x10.pulse.v1.TargetR\x04spec\x12%\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x0f.pulse.v1.StateR\x05state\x12\x1a\n" +
@@ -1709,7 +1720,8 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"failStreak\x126\n" +
 	"\vlast_result\x18\x06 \x01(\v2\x15.pulse.v1.ProbeResultR\n" +
 	"lastResult\x12L\n" +
-	"\x14last_transition_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x12lastTransitionTime\"\x8b\x02\n" +
+	"\x14last_transition_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x12lastTransitionTime\x12!\n" +
+	"\fcarried_over\x18\b \x01(\bR\vcarriedOver\"\x8b\x02\n" +
 	"\n" +
 	"Transition\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +

@@ -1,0 +1,90 @@
+package boltstore_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+
+	"pulse/checker"
+	"pulse/checker/boltstore"
+	"pulse/checker/probe"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func open(t *testing.T, dir string) *boltstore.Store {
+	t.Helper()
+	s, err := boltstore.Open(dir, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	web := checker.Spec{
+		Name: "web-1", Group: "edge",
+		Probe:    probe.Spec{HTTP: &probe.HTTPSpec{URL: "http://127.0.0.1:8080/healthz", Method: "HEAD", ExpectedStatus: []int{200, 204}, Headers: map[string]string{"Host": "example"}}},
+		Interval: 2 * time.Second, Timeout: time.Second, Rise: 2, Fall: 3,
+		InitialState: checker.StateHealthy, Model: checker.ModelThreeState, MaxLatency: 500 * time.Millisecond,
+	}
+	db := checker.Spec{Name: "db-1", Probe: probe.Spec{TCP: &probe.TCPSpec{Address: "127.0.0.1:5432"}}, Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}
+	gone := checker.Spec{Name: "gone", Probe: probe.Spec{GRPC: &probe.GRPCSpec{Address: "127.0.0.1:9", Service: "x", TLS: true}}}
+	for _, sp := range []checker.Spec{web, db, gone} {
+		if err := s.PutSpec(sp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	if err := s.CommitStates([]checker.StoredState{{Name: "web-1", State: checker.StateSuspect, LastTransition: at}, {Name: "gone", State: checker.StateHealthy}, {Name: "never-added", State: checker.StateHealthy}}, nil, 41); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteTarget("gone"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CommitStates(nil, []string{"gone"}, 42); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = open(t, dir)
+	defer s.Close()
+	got, rev, err := s.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []checker.StoredTarget{
+		{Spec: db},
+		{Spec: web, State: checker.StateSuspect, LastTransition: at},
+	}
+	if diff := cmp.Diff(want, got); diff != "" || rev != 42 {
+		t.Errorf("Load: revision %d (-want +got):\n%s", rev, diff)
+	}
+}
+
+func TestSecondOpenIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	defer s.Close()
+	_, err := boltstore.Open(dir, 50*time.Millisecond)
+	if !errors.Is(err, boltstore.ErrLocked) {
+		t.Fatalf("second Open: %v, want ErrLocked", err)
+	}
+	t.Log(err)
+}
+
+func TestEmptyStore(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	got, rev, err := s.Load()
+	if err != nil || len(got) != 0 || rev != 0 {
+		t.Errorf("Load of a new store: %v %d %v", got, rev, err)
+	}
+}

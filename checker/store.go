@@ -1,0 +1,195 @@
+package checker
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Store keeps the registry across restarts. The checker owns the contract;
+// package boltstore implements it on an embedded bbolt file, and another
+// implementation can put the registry elsewhere (etcd, for several pulsed
+// replicas).
+//
+// Specs are written by Add and Remove and must be durable when the method
+// returns. States are written by the checker's committer, in revision
+// order and in batches; CommitStates must apply a batch atomically and
+// durably. A Store is used by one Checker at a time; calls may come from
+// several goroutines.
+type Store interface {
+	// Load returns every stored target and the revision of the last commit
+	// (0 for an empty store).
+	Load() ([]StoredTarget, uint64, error)
+	// PutSpec stores a target's spec, replacing any earlier one.
+	PutSpec(spec Spec) error
+	// DeleteTarget removes a target's spec and state.
+	DeleteTarget(name string) error
+	// CommitStates stores states, deletes the states of the targets named in
+	// deleted, and records rev as the store's revision, in one transaction.
+	CommitStates(states []StoredState, deleted []string, rev uint64) error
+}
+
+// StoredTarget is a target as a Store keeps it.
+type StoredTarget struct {
+	Spec Spec
+	// State is the last stored state; StateUnknown if none was stored yet.
+	State          State
+	LastTransition time.Time
+}
+
+// StoredState is a target's state as the committer writes it.
+type StoredState struct {
+	Name           string
+	State          State
+	LastTransition time.Time
+}
+
+// ErrStore wraps a failure to store a change: the change was not made.
+var ErrStore = errors.New("could not store the change")
+
+// pending is an event waiting for the committer: it is published once its
+// state change is stored.
+type pending struct {
+	ev      Event
+	state   *StoredState // the state to store, if any
+	deleted string       // a removed target whose state to delete
+}
+
+// load registers the stored targets, with their stored states carried
+// over, and returns the stored revision.
+func (c *Checker) load() (uint64, error) {
+	targets, rev, err := c.store.Load()
+	if err != nil {
+		return 0, fmt.Errorf("load the store: %w", err)
+	}
+	for _, st := range targets {
+		spec := st.Spec.WithDefaults(c.defaults)
+		if err := spec.Validate(); err != nil {
+			return 0, fmt.Errorf("stored target %q: %w", st.Spec.Name, err)
+		}
+		p, err := c.newProber(spec.Probe)
+		if err != nil {
+			return 0, fmt.Errorf("stored target %q: %w", st.Spec.Name, err)
+		}
+		state := st.State
+		if state == StateUnknown {
+			state = spec.InitialState
+		}
+		t := &target{
+			spec:    spec,
+			prober:  p,
+			m:       Machine{Model: spec.Model, Rise: spec.Rise, Fall: spec.Fall, State: state},
+			lastTr:  st.LastTransition,
+			carried: true,
+			next:    c.clock.Now().Add(firstDelay(spec.Name, spec.Interval)),
+		}
+		c.targets[spec.Name] = t
+		c.due.push(t)
+	}
+	return rev, nil
+}
+
+// queueLocked hands an event to the committer. c.mu must be held.
+func (c *Checker) queueLocked(p pending) {
+	c.pending = append(c.pending, p)
+	select {
+	case c.commitWake <- struct{}{}:
+	default:
+	}
+}
+
+// commitLoop stores pending state changes in batches and then publishes
+// their events, in revision order, so that no event reaches a watcher
+// before it is stored. A failing store is retried with backoff; meanwhile
+// events wait and StoreErr reports the failure.
+func (c *Checker) commitLoop() {
+	defer close(c.commitDone)
+	backoff := 50 * time.Millisecond
+	for {
+		select {
+		case <-c.commitWake:
+		case <-c.commitStop:
+			c.commitOnce() // flush what the last probes queued
+			return
+		}
+		for c.commitOnce() != nil {
+			select {
+			case <-time.After(backoff):
+				backoff = min(2*backoff, 5*time.Second)
+			case <-c.commitStop:
+				return
+			}
+		}
+		backoff = 50 * time.Millisecond
+	}
+}
+
+// commitOnce stores and publishes everything pending now.
+func (c *Checker) commitOnce() error {
+	c.mu.Lock()
+	batch := c.pending
+	c.pending = nil
+	c.mu.Unlock()
+	if len(batch) == 0 {
+		return nil
+	}
+	var states []StoredState
+	var deleted []string
+	for _, p := range batch {
+		if p.state != nil {
+			states = append(states, *p.state)
+		}
+		if p.deleted != "" {
+			deleted = append(deleted, p.deleted)
+		}
+	}
+	if err := c.store.CommitStates(states, deleted, batch[len(batch)-1].ev.Revision); err != nil {
+		c.logger.Error("storing state changes failed; their events wait until it works", "error", err, "events", len(batch))
+		c.mu.Lock()
+		c.pending = append(batch, c.pending...)
+		c.mu.Unlock()
+		c.setStoreErr(err)
+		return err
+	}
+	c.setStoreErr(nil)
+	c.hmu.Lock()
+	for _, p := range batch {
+		c.publishLocked(p.ev)
+	}
+	close(c.published)
+	c.published = make(chan struct{})
+	c.hmu.Unlock()
+	return nil
+}
+
+func (c *Checker) setStoreErr(err error) {
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
+	c.storeErr = err
+}
+
+// StoreErr returns the last error storing state changes, or nil once a
+// commit succeeds again. Readiness checks report it.
+func (c *Checker) StoreErr() error {
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
+	return c.storeErr
+}
+
+// waitPublished waits until every event up to rev is published, or the
+// checker closes.
+func (c *Checker) waitPublished(rev uint64) {
+	for {
+		c.hmu.Lock()
+		done, ch := c.hist.last >= rev, c.published
+		c.hmu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-ch:
+		case <-c.commitDone:
+			return
+		}
+	}
+}

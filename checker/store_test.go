@@ -1,0 +1,263 @@
+package checker_test
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"pulse/checker"
+)
+
+// memStore is a checker.Store in memory whose writes can fail or wait.
+type memStore struct {
+	mu         sync.Mutex
+	specs      map[string]checker.Spec
+	states     map[string]checker.StoredState
+	rev        uint64
+	failSpec   error
+	failCommit error
+	gate       chan struct{} // if set, CommitStates waits for it
+	commits    int
+}
+
+func newMemStore() *memStore {
+	return &memStore{specs: map[string]checker.Spec{}, states: map[string]checker.StoredState{}}
+}
+
+func (m *memStore) Load() ([]checker.StoredTarget, uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []checker.StoredTarget
+	for name, spec := range m.specs {
+		st := m.states[name]
+		out = append(out, checker.StoredTarget{Spec: spec, State: st.State, LastTransition: st.LastTransition})
+	}
+	return out, m.rev, nil
+}
+
+func (m *memStore) PutSpec(spec checker.Spec) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failSpec != nil {
+		return m.failSpec
+	}
+	m.specs[spec.Name] = spec
+	return nil
+}
+
+func (m *memStore) DeleteTarget(name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failSpec != nil {
+		return m.failSpec
+	}
+	delete(m.specs, name)
+	delete(m.states, name)
+	return nil
+}
+
+func (m *memStore) CommitStates(states []checker.StoredState, deleted []string, rev uint64) error {
+	m.mu.Lock()
+	gate := m.gate
+	m.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failCommit != nil {
+		return m.failCommit
+	}
+	for _, st := range states {
+		if _, ok := m.specs[st.Name]; ok {
+			m.states[st.Name] = st
+		}
+	}
+	for _, n := range deleted {
+		delete(m.states, n)
+	}
+	m.rev = rev
+	m.commits++
+	return nil
+}
+
+func (m *memStore) state(name string) checker.State {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.states[name].State
+}
+
+func storeEnv(t *testing.T, st *memStore, cfg checker.Config) *testEnv {
+	cfg.Store = st
+	if cfg.Defaults == (checker.Defaults{}) {
+		cfg.Defaults = checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}
+	}
+	return newEnv(t, cfg)
+}
+
+func TestStoreAddAndRemoveAreStoredBeforeTheyReturn(t *testing.T) {
+	st := newMemStore()
+	e := storeEnv(t, st, checker.Config{})
+	e.add(t, spec("a"))
+	if _, ok := st.specs["a"]; !ok {
+		t.Fatal("Add returned before the spec was stored")
+	}
+	if ok, err := e.c.Remove("a"); !ok || err != nil {
+		t.Fatalf("Remove: %v %v", ok, err)
+	}
+	if _, ok := st.specs["a"]; ok {
+		t.Fatal("Remove returned before the spec was deleted")
+	}
+
+	st.failSpec = errors.New("disk full")
+	w := watchNow(t, e.c, checker.Filter{})
+	if _, _, err := e.c.Add(spec("b")); !errors.Is(err, checker.ErrStore) {
+		t.Errorf("Add with a failing store: %v, want ErrStore", err)
+	}
+	if _, err := e.c.Status("b"); !errors.Is(err, checker.ErrUnknownTarget) {
+		t.Errorf("a target whose spec could not be stored was registered: %v", err)
+	}
+	st.failSpec = nil
+	e.add(t, spec("c"))
+	st.failSpec = errors.New("read-only")
+	if ok, err := e.c.Remove("c"); ok || !errors.Is(err, checker.ErrStore) {
+		t.Errorf("Remove with a failing store: %v %v", ok, err)
+	}
+	if _, err := e.c.Status("c"); err != nil {
+		t.Errorf("a removal that could not be stored removed the target: %v", err)
+	}
+	e.c.List("") // waits until what was acknowledged is published
+	if got := kinds(next(t, w)); !cmp.Equal(got, []string{"added c"}) {
+		t.Errorf("events %v, want only c's addition", got)
+	}
+}
+
+// A transition reaches no watcher before its state is stored.
+func TestStoreTransitionIsStoredBeforeItIsPublished(t *testing.T) {
+	st := newMemStore()
+	e := storeEnv(t, st, checker.Config{})
+	e.add(t, spec("a"))
+	e.c.List("")
+	w := watchNow(t, e.c, checker.Filter{})
+
+	gate := make(chan struct{})
+	st.mu.Lock()
+	st.gate = gate
+	st.mu.Unlock()
+	e.probes.set("a", pass)
+	if trs := e.c.RunRound(t.Context()); len(trs) != 1 {
+		t.Fatalf("no transition: %v", trs)
+	}
+	if evs := next(t, w); len(evs) != 0 {
+		t.Fatalf("published before stored: %v", kinds(evs))
+	}
+	close(gate)
+	waitFor(t, "the transition to be published", func() bool {
+		select {
+		case <-w.Ready():
+		default:
+		}
+		evs, _ := w.Next(10)
+		if len(evs) == 0 {
+			return false
+		}
+		if got := kinds(evs); !cmp.Equal(got, []string{"a: unhealthy -> healthy"}) {
+			t.Errorf("published %v", got)
+		}
+		return true
+	})
+	if st.state("a") != checker.StateHealthy {
+		t.Errorf("stored state %v, want healthy", st.state("a"))
+	}
+}
+
+// While the store fails, events wait and StoreErr says why; they are
+// published in order once it works again.
+func TestStoreFailingCommitsHoldEventsUntilItRecovers(t *testing.T) {
+	st := newMemStore()
+	e := storeEnv(t, st, checker.Config{})
+	e.add(t, spec("a"))
+	e.c.List("")
+	w := watchNow(t, e.c, checker.Filter{})
+	st.mu.Lock()
+	st.failCommit = errors.New("no space left on device")
+	st.mu.Unlock()
+	for _, o := range []outcome{pass, fail, pass} {
+		e.probes.set("a", o)
+		e.c.RunRound(t.Context())
+	}
+	waitFor(t, "the store error to show", func() bool { return e.c.StoreErr() != nil })
+	if evs := next(t, w); len(evs) != 0 {
+		t.Fatalf("published without being stored: %v", kinds(evs))
+	}
+	st.mu.Lock()
+	st.failCommit = nil
+	st.mu.Unlock()
+	var got []string
+	waitFor(t, "the held events", func() bool {
+		got = append(got, kinds(next(t, w))...)
+		return len(got) >= 3
+	})
+	if diff := cmp.Diff([]string{"a: unhealthy -> healthy", "a: healthy -> unhealthy", "a: unhealthy -> healthy"}, got); diff != "" {
+		t.Errorf("held events (-want +got):\n%s", diff)
+	}
+	if err := e.c.StoreErr(); err != nil {
+		t.Errorf("StoreErr after recovery: %v", err)
+	}
+}
+
+// After a restart every target is back with its spec and stored state,
+// marked carried over, with no transition; revisions go on from the
+// store's.
+func TestStoreRestartWithoutFlips(t *testing.T) {
+	st := newMemStore()
+	e := storeEnv(t, st, checker.Config{StartRevision: 1000})
+	b := spec("b")
+	b.Group = "edge"
+	e.add(t, spec("a"))
+	e.add(t, b)
+	e.probes.setAll(map[string]outcome{"a": pass, "b": fail})
+	e.c.RunRound(t.Context())
+	before, rev := e.c.List("")
+	e.c.Close()
+	if rev != 1003 || st.rev != 1003 {
+		t.Fatalf("revision %d, stored %d; want 1003", rev, st.rev)
+	}
+
+	e2 := storeEnv(t, st, checker.Config{StartRevision: 5}) // a smaller start never wins
+	after, rev2 := e2.c.List("")
+	if rev2 != rev {
+		t.Errorf("revision after restart %d, want %d", rev2, rev)
+	}
+	for i := range after {
+		if !after[i].CarriedOver || after[i].PassStreak != 0 || after[i].LastResult != nil {
+			t.Errorf("%s after restart: %+v; want carried over with fresh streaks", after[i].Spec.Name, after[i])
+		}
+		if after[i].State != before[i].State || !cmp.Equal(after[i].Spec, before[i].Spec) || !after[i].LastTransition.Equal(before[i].LastTransition) {
+			t.Errorf("%s: state %v spec %+v, before the restart %v %+v", after[i].Spec.Name, after[i].State, after[i].Spec, before[i].State, before[i].Spec)
+		}
+	}
+	w, err := e2.c.Watch(checker.Filter{}, rev) // resume across the restart
+	if err != nil {
+		t.Fatalf("resume at the stored revision: %v", err)
+	}
+	if _, err := e2.c.Watch(checker.Filter{}, rev-1); !errors.Is(err, checker.ErrCompacted) {
+		t.Errorf("resume before the restart's revision: %v, want compacted", err)
+	}
+	e2.probes.setAll(map[string]outcome{"a": pass, "b": fail})
+	if trs := e2.c.RunRound(t.Context()); len(trs) != 0 {
+		t.Errorf("the first results after a restart flipped states: %v", texts(trs))
+	}
+	if st, _ := e2.c.Status("a"); st.CarriedOver || st.PassStreak != 1 {
+		t.Errorf("after a fresh result: %+v", st)
+	}
+	e2.c.Remove("b")
+	e2.c.List("")
+	if got := kinds(next(t, w)); !slices.Equal(got, []string{"removed b"}) {
+		t.Errorf("events after the restart %v", got)
+	}
+}
