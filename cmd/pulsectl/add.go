@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "pulse/gen/pulse/v1"
+)
+
+func addCommand() *command {
+	return &command{
+		name:    "add",
+		args:    "--name NAME (--http URL | --tcp HOST:PORT | --grpc HOST:PORT) [flags]",
+		summary: "register a target, or replace the spec of an existing one",
+		about: `
+add registers a target with pulsed. Adding a name that exists replaces its
+spec and keeps its state and streaks. Flags left out stay unset in the request,
+so pulsed's defaults apply (see pulsed --help): interval 2s, timeout 1s,
+rise 2, fall 3, initial state unhealthy, model rise_fall, any 2xx passes.`,
+		example: `
+pulsectl add --name web-1 --group edge --http http://127.0.0.1:8080/healthz
+pulsectl add --name db --tcp 10.0.0.5:5432 --interval 5s --fall 2
+pulsectl add --name api --grpc 10.0.0.7:50051 --grpc-service api.v1.Orders --grpc-tls
+pulsectl add --name web-2 --http http://10.0.0.6/healthz --expect-status 200,204 --header Host=web.internal`,
+		run: runAdd,
+	}
+}
+
+// addFlags are add's flags; which ones were set is found with flag.Visit.
+type addFlags struct {
+	fs                         *flag.FlagSet
+	name, group                string
+	httpURL, method, tcp, grpc string
+	grpcService                string
+	grpcTLS                    bool
+	interval, timeout, maxLat  time.Duration
+	rise, fall                 int
+	initialState, model        string
+	expectStatus               intList
+	headers                    headerMap
+	client                     *clientFlags
+	output                     *outputFlag
+}
+
+func (c *command) addFlagSet(e *env) *addFlags {
+	a := &addFlags{fs: c.flags(e), headers: headerMap{}}
+	fs := a.fs
+	fs.StringVar(&a.name, "name", "", "target `name`: 1-128 of [A-Za-z0-9._:-], starting with a letter or digit (required)")
+	fs.StringVar(&a.group, "group", "", "`group` of the target")
+	fs.StringVar(&a.httpURL, "http", "", "probe with an HTTP request to `URL` (http:// or https://)")
+	fs.StringVar(&a.method, "method", "", "HTTP `method`: GET or HEAD (pulsed's default: GET)")
+	fs.Var(&a.expectStatus, "expect-status", "HTTP status `codes` that pass, comma-separated or repeated (pulsed's default: any 2xx)")
+	fs.Var(&a.headers, "header", "HTTP header `K=V` to send, repeatable; Host=... sets the virtual host")
+	fs.StringVar(&a.tcp, "tcp", "", "probe by opening a TCP connection to `host:port`")
+	fs.StringVar(&a.grpc, "grpc", "", "probe with grpc.health.v1 Check at `host:port`")
+	fs.StringVar(&a.grpcService, "grpc-service", "", "grpc.health.v1 `service` name to ask about (default: the whole server)")
+	fs.BoolVar(&a.grpcTLS, "grpc-tls", false, "connect to the gRPC target with TLS")
+	fs.DurationVar(&a.interval, "interval", 0, "time between the starts of two probes")
+	fs.DurationVar(&a.timeout, "timeout", 0, "bound on one probe (at most --interval)")
+	fs.IntVar(&a.rise, "rise", 0, "consecutive passes to become healthy")
+	fs.IntVar(&a.fall, "fall", 0, "consecutive failures to become unhealthy")
+	fs.StringVar(&a.initialState, "initial-state", "", "`state` of a new target: healthy or unhealthy")
+	fs.StringVar(&a.model, "model", "", "state `model`: rise_fall or three_state")
+	fs.DurationVar(&a.maxLat, "max-latency", 0, "fail probes that pass slower than this")
+	a.client = addClientFlags(fs)
+	a.output = addOutputFlag(fs, "the AddTargetResponse")
+	return a
+}
+
+func runAdd(ctx context.Context, e *env, c *command, args []string) int {
+	a := c.addFlagSet(e)
+	pos, code, ok := c.parse(e, a.fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		return c.usageError(e, "unexpected argument %q: give the name with --name", pos[0])
+	}
+	target, err := a.target()
+	if err != nil {
+		return c.usageError(e, "%v", err)
+	}
+	cl, code, ok := a.client.dial(e)
+	if !ok {
+		return code
+	}
+	defer cl.Close()
+	cctx, cancel := callCtx(ctx)
+	defer cancel()
+	resp, err := cl.AddTarget(cctx, &pb.AddTargetRequest{Target: target})
+	if err != nil {
+		return cl.fail(e, err, "")
+	}
+	if a.output.json() {
+		return e.printJSON(resp)
+	}
+	st := resp.GetStatus()
+	verb := "updated"
+	if resp.GetCreated() {
+		verb = "added"
+	}
+	fmt.Fprintf(e.stdout, "%s %s: %s; %s; state %s\n", verb, st.GetSpec().GetName(),
+		probeSummary(st.GetSpec()), scheduleSummary(st.GetSpec()), stateName(st.GetState()))
+	return exitOK
+}
+
+// target builds the request's Target from the flags that were set; the
+// others stay unset so that pulsed's defaults apply. It checks only what
+// the flags themselves get wrong; pulsed validates the values.
+func (a *addFlags) target() (*pb.Target, error) {
+	set := map[string]bool{}
+	a.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["name"] {
+		return nil, fmt.Errorf("--name is required")
+	}
+	t := &pb.Target{Name: a.name, Group: a.group}
+
+	var kinds []string
+	for _, k := range []string{"http", "tcp", "grpc"} {
+		if set[k] {
+			kinds = append(kinds, "--"+k)
+		}
+	}
+	switch len(kinds) {
+	case 0:
+		return nil, fmt.Errorf("set one of --http URL, --tcp HOST:PORT or --grpc HOST:PORT")
+	case 1:
+	default:
+		return nil, fmt.Errorf("set only one of --http, --tcp and --grpc; got %s", strings.Join(kinds, " and "))
+	}
+	for _, f := range []string{"method", "expect-status", "header"} {
+		if set[f] && !set["http"] {
+			return nil, fmt.Errorf("--%s applies to --http targets only", f)
+		}
+	}
+	for _, f := range []string{"grpc-service", "grpc-tls"} {
+		if set[f] && !set["grpc"] {
+			return nil, fmt.Errorf("--%s applies to --grpc targets only", f)
+		}
+	}
+	switch {
+	case set["http"]:
+		h := &pb.HttpProbe{Url: a.httpURL, Method: a.method, ExpectedStatus: a.expectStatus}
+		if len(a.headers) > 0 {
+			h.Headers = a.headers
+		}
+		t.Probe = &pb.Target_Http{Http: h}
+	case set["tcp"]:
+		t.Probe = &pb.Target_Tcp{Tcp: &pb.TcpProbe{Address: a.tcp}}
+	default:
+		t.Probe = &pb.Target_Grpc{Grpc: &pb.GrpcProbe{Address: a.grpc, Service: a.grpcService, Tls: a.grpcTLS}}
+	}
+
+	if set["interval"] {
+		t.Interval = durationpb.New(a.interval)
+	}
+	if set["timeout"] {
+		t.Timeout = durationpb.New(a.timeout)
+	}
+	if set["max-latency"] {
+		t.MaxLatency = durationpb.New(a.maxLat)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+		dst  **int32
+	}{{"rise", a.rise, &t.Rise}, {"fall", a.fall, &t.Fall}} {
+		if !set[f.name] {
+			continue
+		}
+		if f.v < math.MinInt32 || f.v > math.MaxInt32 {
+			return nil, fmt.Errorf("--%s %d is out of range", f.name, f.v)
+		}
+		*f.dst = proto.Int32(int32(f.v))
+	}
+	if set["initial-state"] {
+		switch normalize(a.initialState, "state_") {
+		case "healthy":
+			t.InitialState = pb.State_STATE_HEALTHY
+		case "unhealthy":
+			t.InitialState = pb.State_STATE_UNHEALTHY
+		default:
+			return nil, fmt.Errorf("--initial-state must be healthy or unhealthy, got %q", a.initialState)
+		}
+	}
+	if set["model"] {
+		switch normalize(a.model, "model_") {
+		case "rise_fall":
+			t.Model = pb.Model_MODEL_RISE_FALL
+		case "three_state":
+			t.Model = pb.Model_MODEL_THREE_STATE
+		default:
+			return nil, fmt.Errorf("--model must be rise_fall or three_state, got %q", a.model)
+		}
+	}
+	return t, nil
+}
+
+// normalize lower-cases an enum flag value, turns dashes into underscores
+// and drops the enum's prefix, so "STATE_HEALTHY", "healthy" and
+// "three-state" are all accepted.
+func normalize(v, prefix string) string {
+	v = strings.ReplaceAll(strings.ToLower(strings.TrimSpace(v)), "-", "_")
+	return strings.TrimPrefix(v, prefix)
+}
+
+// intList is a repeatable flag of comma-separated status codes.
+type intList []int32
+
+func (l *intList) String() string { return joinInts(*l) }
+
+func (l *intList) Set(v string) error {
+	for part := range strings.SplitSeq(v, ",") {
+		n, err := strconv.ParseInt(strings.TrimSpace(part), 10, 32)
+		if err != nil {
+			return fmt.Errorf("%q is not a status code", part)
+		}
+		*l = append(*l, int32(n))
+	}
+	return nil
+}
+
+// headerMap is a repeatable K=V flag.
+type headerMap map[string]string
+
+func (h headerMap) String() string { return "" }
+
+func (h headerMap) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || strings.TrimSpace(k) == "" {
+		return fmt.Errorf("want NAME=VALUE, got %q", v)
+	}
+	h[strings.TrimSpace(k)] = val
+	return nil
+}

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"pulse/checker/oneshot"
+	"pulse/checker/probe"
+)
+
+func TestLoadTargets(t *testing.T) {
+	web := func(url string, status int) probe.Spec {
+		return probe.Spec{HTTP: &probe.HTTPSpec{URL: url, ExpectedStatus: []int{status}}}
+	}
+	seedJSON := []oneshot.Target{
+		{Name: "api", Probe: web("https://api.internal/healthz", 200), Timeout: 2 * time.Second, Critical: true},
+		{Name: "old", Probe: web("https://old.internal/healthz", 204), Timeout: 1500 * time.Millisecond, Critical: false},
+	}
+	tests := []struct {
+		name, file, content string
+		want                []oneshot.Target
+	}{
+		{"seed 003 json", "t.json", `[
+			{"name": "api", "url": "https://api.internal/healthz", "expected_status": 200, "timeout_s": 2.0, "critical": true},
+			{"name": "old", "url": "https://old.internal/healthz", "expected_status": 204, "timeout_s": 1.5, "critical": false}
+		]`, seedJSON},
+		{"json object, sniffed", "targets", `{"targets": [
+			{"name": "api", "url": "https://api.internal/healthz"},
+			{"name": "old", "url": "https://old.internal/healthz", "expected_status": 204, "timeout": "1500ms", "critical": false}
+		]}`, seedJSON},
+		{"yaml list", "t.yml", `
+- name: api
+  url: https://api.internal/healthz
+- name: old
+  kind: http
+  url: https://old.internal/healthz
+  expected_status: 204
+  timeout_s: 1.5
+  critical: false
+`, seedJSON},
+		{"yaml object, other kinds", "t.yaml", `
+targets:
+  - name: db
+    kind: tcp
+    address: 10.0.0.5:5432
+    timeout: 500ms
+  - name: orders
+    kind: GRPC
+    address: 10.0.0.7:50051
+    service: orders.v1.Orders
+    tls: true
+  - name: vhost
+    url: http://10.0.0.6/
+    headers: {Host: web.internal}
+`, []oneshot.Target{
+			{Name: "db", Probe: probe.Spec{TCP: &probe.TCPSpec{Address: "10.0.0.5:5432"}}, Timeout: 500 * time.Millisecond, Critical: true},
+			{Name: "orders", Probe: probe.Spec{GRPC: &probe.GRPCSpec{Address: "10.0.0.7:50051", Service: "orders.v1.Orders", TLS: true}}, Timeout: 2 * time.Second, Critical: true},
+			{Name: "vhost", Probe: probe.Spec{HTTP: &probe.HTTPSpec{URL: "http://10.0.0.6/", ExpectedStatus: []int{200}, Headers: map[string]string{"Host": "web.internal"}}}, Timeout: 2 * time.Second, Critical: true},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := loadTargets(writeFile(t, tt.file, tt.content))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("targets (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestLoadTargetsErrors(t *testing.T) {
+	tests := []struct {
+		name, file, content, want string
+	}{
+		{"empty", "t.yaml", "", "no targets"},
+		{"empty list", "t.json", "[]", "no targets"},
+		{"bad json", "t.json", "[\n{\"name\": }]", "line 2"},
+		{"bad yaml", "t.yaml", "- name: [", "yaml"},
+		{"unknown field json", "t.json", `[{"name": "a", "url": "http://x/", "expect_status": 200}]`, `unknown field "expect_status"`},
+		{"unknown field yaml", "t.yaml", "- name: a\n  url: http://x/\n  expect_status: 200\n", "field expect_status not found"},
+		{"no name", "t.yaml", "- url: http://x/\n", "target 1: name is required"},
+		{"duplicate", "t.yaml", "- {name: a, url: 'http://x/'}\n- {name: a, url: 'http://y/'}\n", `target 2 (a): name "a" is already used by target 1`},
+		{"no probe", "t.yaml", "- name: a\n", "set url (an http target), or address with kind tcp or grpc"},
+		{"address without kind", "t.yaml", "- {name: a, address: 'x:1'}\n", "set url"},
+		{"unknown kind", "t.yaml", "- {name: a, kind: icmp, address: 'x:1'}\n", `kind must be http, tcp or grpc, got "icmp"`},
+		{"url on tcp", "t.yaml", "- {name: a, kind: tcp, url: 'http://x/', address: 'x:1'}\n", "url applies to kind http only"},
+		{"status on tcp", "t.yaml", "- {name: a, kind: tcp, address: 'x:1', expected_status: 200}\n", "expected_status applies to kind http only"},
+		{"service on http", "t.yaml", "- {name: a, url: 'http://x/', service: s}\n", "service applies to kind grpc only"},
+		{"address on http", "t.yaml", "- {name: a, url: 'http://x/', address: 'x:1'}\n", "an http target takes url, not address"},
+		{"bad url", "t.yaml", "- {name: a, url: 'ftp://x/'}\n", `target 1 (a): url: unknown scheme "ftp"`},
+		{"bad address", "t.yaml", "- {name: a, kind: tcp, address: 'x'}\n", "address: must be host:port"},
+		{"bad status", "t.yaml", "- {name: a, url: 'http://x/', expected_status: 999}\n", "expected_status: each code must be between 100 and 599"},
+		{"both timeouts", "t.yaml", "- {name: a, url: 'http://x/', timeout: 1s, timeout_s: 1}\n", "not both"},
+		{"bad timeout", "t.yaml", "- {name: a, url: 'http://x/', timeout: 2}\n", "timeout must be a positive duration"},
+		{"negative timeout_s", "t.yaml", "- {name: a, url: 'http://x/', timeout_s: -1}\n", "timeout_s must be a positive number"},
+		{"trailing json", "t.json", `[{"name": "a", "url": "http://x/"}] []`, "unexpected data"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeFile(t, tt.file, tt.content)
+			_, err := loadTargets(path)
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.HasPrefix(err.Error(), path+": ") {
+				t.Errorf("loadTargets = %v, want an error starting with the path and containing %q", err, tt.want)
+			}
+		})
+	}
+	if _, err := loadTargets(filepath.Join(t.TempDir(), "none.yaml")); err == nil {
+		t.Error("a missing file loaded")
+	}
+}

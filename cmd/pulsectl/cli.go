@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Exit codes; see the package comment.
+const (
+	exitOK           = 0
+	exitUsage        = 1
+	exitCriticalDown = 2
+	exitNotFound     = 3
+	exitServer       = 4
+)
+
+// defaultAddr is where `make run` serves pulsed.
+const defaultAddr = "127.0.0.1:50051"
+
+// env is what a command writes to.
+type env struct {
+	stdout, stderr io.Writer
+}
+
+// errorf prints "pulsectl: <message>" on stderr.
+func (e *env) errorf(format string, args ...any) {
+	fmt.Fprintf(e.stderr, "pulsectl: "+format+"\n", args...)
+}
+
+// command is one subcommand.
+type command struct {
+	name    string
+	args    string // the synopsis after the name, e.g. "[flags] NAME"
+	summary string // one line for `pulsectl --help`
+	about   string // paragraphs for `pulsectl <name> --help`
+	example string // lines of examples
+	run     func(ctx context.Context, e *env, c *command, args []string) int
+}
+
+// commands returns every subcommand, in the order help lists them.
+func commands() []*command {
+	return []*command{addCommand(), rmCommand(), stateCommand(), lsCommand(), healthyCommand(), watchCommand(), checkCommand()}
+}
+
+// run runs pulsectl with args (without the program name) and returns the
+// exit code. ctx ends watch and cancels check (main cancels it on SIGINT
+// and SIGTERM).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	e := &env{stdout: stdout, stderr: stderr}
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	name := args[0]
+	switch name {
+	case "-h", "-help", "--help", "help":
+		if len(args) > 1 && name == "help" {
+			if c := lookup(args[1]); c != nil {
+				c.printHelp(stdout, c.flags(e))
+				return exitOK
+			}
+			e.errorf("unknown command %q; run 'pulsectl --help' for the list", args[1])
+			return exitUsage
+		}
+		usage(stdout)
+		return exitOK
+	}
+	c := lookup(name)
+	if c == nil {
+		e.errorf("unknown command %q; run 'pulsectl --help' for the list", name)
+		return exitUsage
+	}
+	return c.run(ctx, e, c, args[1:])
+}
+
+func lookup(name string) *command {
+	for _, c := range commands() {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `pulsectl is the client of pulsed, the Pulse health-checking server, and a
+one-shot health checker.
+
+Usage:
+  pulsectl <command> [flags] [args]
+
+Commands:
+`)
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, `
+Client commands talk to pulsed at --addr (default %s,
+where 'make run' serves it). 'check' needs no server.
+
+Exit codes: 0 success; 1 usage error (bad flags or arguments, an invalid check
+file, a request pulsed rejected as invalid); 2 check found a critical target
+down; 3 unknown target; 4 pulsed unreachable or failed.
+
+Run 'pulsectl <command> --help' for a command's flags and examples.
+`, defaultAddr)
+}
+
+// flags returns a new FlagSet for c. Parse errors go to e.stderr; help is
+// printed by parse, not by the flag package.
+func (c *command) flags(e *env) *flag.FlagSet {
+	fs := flag.NewFlagSet("pulsectl "+c.name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {}
+	return fs
+}
+
+// printHelp writes c's full help with fs's flags to w.
+func (c *command) printHelp(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: pulsectl %s %s\n\n%s\n\nExamples:\n", c.name, c.args, strings.TrimSpace(c.about))
+	for line := range strings.SplitSeq(strings.TrimSpace(c.example), "\n") {
+		fmt.Fprintf(w, "  %s\n", strings.TrimSpace(line))
+	}
+	fmt.Fprint(w, "\nFlags:\n")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+}
+
+// parse parses args with fs, allowing flags after positional arguments
+// (pulsectl state web-1 -o json) until a "--". ok is false when the
+// command must stop and exit with code: 0 after --help, exitUsage after a
+// bad flag (the flag package has said what was wrong).
+func (c *command) parse(e *env, fs *flag.FlagSet, args []string) (pos []string, code int, ok bool) {
+	for {
+		err := fs.Parse(args)
+		if errors.Is(err, flag.ErrHelp) {
+			c.printHelp(e.stdout, fs)
+			return nil, exitOK, false
+		}
+		if err != nil {
+			fmt.Fprintf(e.stderr, "Run 'pulsectl %s --help' for usage.\n", c.name)
+			return nil, exitUsage, false
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, exitOK, true
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), exitOK, true
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// usageError prints a usage problem and returns exitUsage.
+func (c *command) usageError(e *env, format string, args ...any) int {
+	e.errorf(format, args...)
+	fmt.Fprintf(e.stderr, "Run 'pulsectl %s --help' for usage.\n", c.name)
+	return exitUsage
+}
+
+// outputFlag is -o: "text" or "json".
+type outputFlag string
+
+func (o *outputFlag) String() string { return string(*o) }
+
+func (o *outputFlag) Set(v string) error {
+	switch v {
+	case "text", "json":
+		*o = outputFlag(v)
+		return nil
+	}
+	return fmt.Errorf("must be text or json, got %q", v)
+}
+
+func (o *outputFlag) json() bool { return *o == "json" }
+
+// addOutputFlag registers -o on fs.
+func addOutputFlag(fs *flag.FlagSet, what string) *outputFlag {
+	o := outputFlag("text")
+	fs.Var(&o, "o", "output `format`: text, or json ("+what+")")
+	return &o
+}

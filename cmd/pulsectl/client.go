@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"pulse/checker/probe"
+	pb "pulse/gen/pulse/v1"
+)
+
+// callTimeout bounds each unary call, connecting included, so that a
+// server that does not answer is reported in seconds rather than never.
+const callTimeout = 5 * time.Second
+
+// clientFlags are the flags of every command that talks to pulsed.
+type clientFlags struct {
+	addr string
+}
+
+func addClientFlags(fs *flag.FlagSet) *clientFlags {
+	cf := &clientFlags{}
+	fs.StringVar(&cf.addr, "addr", defaultAddr, "`host:port` of pulsed")
+	return cf
+}
+
+// client is a connection to pulsed.
+type client struct {
+	addr string
+	conn *grpc.ClientConn
+	pb.HealthCheckerClient
+}
+
+// dial returns a client for cf.addr; the connection is made on the first
+// call. It fails only for an address gRPC cannot use, a usage error.
+func (cf *clientFlags) dial(e *env) (*client, int, bool) {
+	conn, err := grpc.NewClient(cf.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		e.errorf("--addr %q: %v", cf.addr, err)
+		return nil, exitUsage, false
+	}
+	return &client{addr: cf.addr, conn: conn, HealthCheckerClient: pb.NewHealthCheckerClient(conn)}, exitOK, true
+}
+
+func (c *client) Close() { c.conn.Close() }
+
+// callCtx returns the context of one unary call.
+func callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, callTimeout)
+}
+
+// fail reports a failed call and returns its exit code. name is the target
+// the call was about, for NOT_FOUND; empty when none.
+func (c *client) fail(e *env, err error, name string) int {
+	st := status.Convert(err)
+	switch st.Code() {
+	case codes.Unavailable:
+		e.errorf("cannot reach pulsed at %s: %s\nIs pulsed running? Start it with 'make run', or point --addr at it.", c.addr, probe.Describe(err))
+		return exitServer
+	case codes.DeadlineExceeded:
+		e.errorf("no answer from pulsed at %s within %v\nIs pulsed running there? Start it with 'make run', or point --addr at it.", c.addr, callTimeout)
+		return exitServer
+	case codes.Canceled:
+		e.errorf("canceled")
+		return exitServer
+	case codes.NotFound:
+		if name != "" {
+			e.errorf("no target named %q (pulsectl ls lists them)", name)
+		} else {
+			e.errorf("%s", st.Message())
+		}
+		return exitNotFound
+	case codes.InvalidArgument, codes.OutOfRange, codes.FailedPrecondition:
+		// The server's message starts with the field to fix.
+		e.errorf("%s", st.Message())
+		return exitUsage
+	default:
+		e.errorf("pulsed at %s answered %s: %s", c.addr, st.Code(), st.Message())
+		return exitServer
+	}
+}
+
+// jsonOut is how -o json prints messages: proto3's canonical JSON mapping
+// (lowerCamelCase names, enums as names, durations as "1.5s", times as
+// RFC 3339), the form grpcurl prints, with every field present, zeros
+// and empty lists included, so scripts need not guess at defaults.
+var jsonOut = protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}
+
+// printJSON writes m as JSON on stdout.
+func (e *env) printJSON(m proto.Message) int {
+	b, err := jsonOut.Marshal(m)
+	if err != nil {
+		e.errorf("encoding JSON: %v", err)
+		return exitServer
+	}
+	fmt.Fprintf(e.stdout, "%s\n", b)
+	return exitOK
+}

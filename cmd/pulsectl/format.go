@@ -1,0 +1,161 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "pulse/gen/pulse/v1"
+)
+
+// stateName is a state as people write it: "healthy", "unhealthy",
+// "suspect", or "-" when unset.
+func stateName(s pb.State) string {
+	switch s {
+	case pb.State_STATE_HEALTHY:
+		return "healthy"
+	case pb.State_STATE_UNHEALTHY:
+		return "unhealthy"
+	case pb.State_STATE_SUSPECT:
+		return "suspect"
+	default:
+		return "-"
+	}
+}
+
+// modelName is a model as the add flag takes it.
+func modelName(m pb.Model) string {
+	if m == pb.Model_MODEL_THREE_STATE {
+		return "three_state"
+	}
+	return "rise_fall"
+}
+
+// probeSummary describes a target's probe in one phrase, e.g.
+// "http GET http://10.0.0.5:8080/healthz", "tcp 10.0.0.5:5432",
+// "grpc 10.0.0.5:50051 service pulse.v1.HealthChecker (tls)".
+func probeSummary(t *pb.Target) string {
+	switch p := t.GetProbe().(type) {
+	case *pb.Target_Http:
+		method := p.Http.GetMethod()
+		if method == "" {
+			method = "GET"
+		}
+		s := "http " + method + " " + p.Http.GetUrl()
+		if codes := p.Http.GetExpectedStatus(); len(codes) > 0 {
+			s += ", expect " + joinInts(codes)
+		}
+		if hs := p.Http.GetHeaders(); len(hs) > 0 {
+			var kv []string
+			for _, k := range slices.Sorted(maps.Keys(hs)) {
+				kv = append(kv, k+"="+hs[k])
+			}
+			s += ", headers " + strings.Join(kv, " ")
+		}
+		return s
+	case *pb.Target_Tcp:
+		return "tcp " + p.Tcp.GetAddress()
+	case *pb.Target_Grpc:
+		s := "grpc " + p.Grpc.GetAddress()
+		if svc := p.Grpc.GetService(); svc != "" {
+			s += " service " + svc
+		}
+		if p.Grpc.GetTls() {
+			s += " (tls)"
+		}
+		return s
+	default:
+		return "no probe"
+	}
+}
+
+// scheduleSummary describes a target's schedule and thresholds, e.g.
+// "every 2s, timeout 1s, rise 2, fall 3, rise_fall".
+func scheduleSummary(t *pb.Target) string {
+	s := fmt.Sprintf("every %v, timeout %v, rise %d, fall %d, %s",
+		t.GetInterval().AsDuration(), t.GetTimeout().AsDuration(), t.GetRise(), t.GetFall(), modelName(t.GetModel()))
+	if t.GetMaxLatency() != nil {
+		s += fmt.Sprintf(", max latency %v", t.GetMaxLatency().AsDuration())
+	}
+	return s
+}
+
+func joinInts(v []int32) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, ",")
+}
+
+// streak describes a target's current streak and, when it is heading for
+// a transition, how far it has got: "pass 1/2" is one pass of the two
+// (rise) an unhealthy or suspect target needs to become healthy, "fail 2/3"
+// two failures of the three (fall) that make a healthy or suspect target
+// unhealthy. A streak that changes nothing has no denominator ("pass 7" on
+// a healthy target). "-" before the first probe.
+func streak(st *pb.TargetStatus) string {
+	spec := st.GetSpec()
+	switch {
+	case st.GetPassStreak() > 0 && st.GetState() != pb.State_STATE_HEALTHY:
+		return fmt.Sprintf("pass %d/%d", st.GetPassStreak(), spec.GetRise())
+	case st.GetPassStreak() > 0:
+		return fmt.Sprintf("pass %d", st.GetPassStreak())
+	case st.GetFailStreak() > 0 && st.GetState() != pb.State_STATE_UNHEALTHY:
+		return fmt.Sprintf("fail %d/%d", st.GetFailStreak(), spec.GetFall())
+	case st.GetFailStreak() > 0:
+		return fmt.Sprintf("fail %d", st.GetFailStreak())
+	default:
+		return "-"
+	}
+}
+
+// latency rounds d for a person: 850µs, 1.2ms, 612ms, 1.5s.
+func latency(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0s"
+	case d < time.Millisecond:
+		return d.Round(time.Microsecond).String()
+	case d < 10*time.Millisecond:
+		return d.Round(100 * time.Microsecond).String()
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	default:
+		return d.Round(10 * time.Millisecond).String()
+	}
+}
+
+// age is how long ago t was, rounded to the second ("4m12s"); "-" when t
+// is unset.
+func age(t *timestamppb.Timestamp, now time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return max(0, now.Sub(t.AsTime())).Round(time.Second).String()
+}
+
+// timeText formats t in RFC 3339 in the local time zone.
+func timeText(t time.Time) string { return t.Local().Format(time.RFC3339) }
+
+// orDash returns s, or "-" when s is empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// truncate shortens s to at most n runes, ending it with "…" when cut, so
+// that one long error does not widen a whole table.
+func truncate(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "pulse/gen/pulse/v1"
+)
+
+func TestStreak(t *testing.T) {
+	spec := &pb.Target{Rise: proto.Int32(2), Fall: proto.Int32(3)}
+	tests := []struct {
+		state      pb.State
+		pass, fail int32
+		want       string
+	}{
+		{pb.State_STATE_UNHEALTHY, 0, 0, "-"},
+		{pb.State_STATE_UNHEALTHY, 1, 0, "pass 1/2"},
+		{pb.State_STATE_UNHEALTHY, 0, 4, "fail 4"},
+		{pb.State_STATE_HEALTHY, 7, 0, "pass 7"},
+		{pb.State_STATE_HEALTHY, 0, 2, "fail 2/3"},
+		{pb.State_STATE_SUSPECT, 1, 0, "pass 1/2"},
+		{pb.State_STATE_SUSPECT, 0, 1, "fail 1/3"},
+	}
+	for _, tt := range tests {
+		st := &pb.TargetStatus{Spec: spec, State: tt.state, PassStreak: tt.pass, FailStreak: tt.fail}
+		if got := streak(st); got != tt.want {
+			t.Errorf("streak(%v, pass %d, fail %d) = %q, want %q", tt.state, tt.pass, tt.fail, got, tt.want)
+		}
+	}
+}
+
+func TestLatency(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0:                        "0s",
+		850123 * time.Nanosecond: "850µs",
+		1234567:                  "1.2ms",
+		612345678:                "612ms",
+		1534567890:               "1.53s",
+	} {
+		if got := latency(d); got != want {
+			t.Errorf("latency(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+func TestTruncate(t *testing.T) {
+	if got := truncate("connection refused", 60); got != "connection refused" {
+		t.Errorf("short text changed: %q", got)
+	}
+	if got := truncate("ééééé", 3); got != "éé…" {
+		t.Errorf("truncate = %q", got)
+	}
+}

@@ -1,0 +1,31 @@
+// Command pulsectl is the command-line client of pulsed, and a one-shot
+// health checker that needs no server.
+//
+// Usage:
+//
+//	pulsectl <command> [flags] [args]
+//
+// Client commands (add, rm, state, ls, healthy, watch) talk to pulsed at
+// --addr, 127.0.0.1:50051 by default. check reads a file of targets, checks
+// each once with retries under a global deadline, prints a report and exits
+// 2 when a critical target is down (seed 003). Run pulsectl --help for the
+// commands and pulsectl <command> --help for each one's flags and examples.
+//
+// Exit codes: 0 success; 1 usage error (bad flags or arguments, an invalid
+// check file, a request pulsed rejected as invalid); 2 check found a
+// critical target down; 3 unknown target; 4 pulsed unreachable or failed.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// The client tests run pulsectl's run function against the real pulsed
+// binary, built once per test run and started on 127.0.0.1:0 by each test
+// that needs it, with real HTTP targets on 127.0.0.1. Building the binary
+// rather than serving package server in-process keeps these tests on the
+// wire contract only: pulsectl imports neither server nor checker, and
+// neither do its tests.
+
+// built is the pulsed binary, built by pulsedBinary.
+var built struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+	out  []byte
+}
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if built.dir != "" {
+			os.RemoveAll(built.dir)
+		}
+		os.Exit(code)
+	}))
+}
+
+// pulsedBinary builds cmd/pulsed (without -race: it is not the code under
+// test) and returns its path.
+func pulsedBinary(t *testing.T) string {
+	t.Helper()
+	built.once.Do(func() {
+		built.dir, built.err = os.MkdirTemp("", "pulsectl-test-")
+		if built.err != nil {
+			return
+		}
+		built.path = filepath.Join(built.dir, "pulsed")
+		built.out, built.err = exec.Command("go", "build", "-o", built.path, "pulse/cmd/pulsed").CombinedOutput()
+	})
+	if built.err != nil {
+		t.Fatalf("go build pulse/cmd/pulsed: %v\n%s", built.err, built.out)
+	}
+	return built.path
+}
+
+// testPulsed is a pulsed process.
+type testPulsed struct {
+	addr string
+	cmd  *exec.Cmd
+	logs *syncBuffer
+	done chan error // the process's exit, once its stderr is drained
+}
+
+// startPulsed starts pulsed on a free loopback port with fast defaults
+// (interval 100ms, timeout 50ms, rise 2, fall 2) plus args, and kills it
+// when the test ends.
+func startPulsed(t *testing.T, args ...string) *testPulsed {
+	t.Helper()
+	p := &testPulsed{logs: &syncBuffer{}, done: make(chan error, 1)}
+	base := []string{"-listen", "127.0.0.1:0", "-data-dir", t.TempDir(), "-interval", "100ms", "-timeout", "50ms", "-rise", "2", "-fall", "2"}
+	p.cmd = exec.Command(pulsedBinary(t), append(base, args...)...)
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addrc := make(chan string, 1)
+	go func() {
+		re := regexp.MustCompile(`msg="pulsed listening" addr=(\S+)`)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.logs.WriteString(sc.Text() + "\n")
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				addrc <- m[1]
+			}
+		}
+		p.done <- p.cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+		p.done <- nil // for a later stop or cleanup
+	})
+	select {
+	case p.addr = <-addrc:
+	case err := <-p.done:
+		p.done <- err
+		t.Fatalf("pulsed exited: %v\n%s", err, p.logs.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("pulsed did not start:\n%s", p.logs.String())
+	}
+	return p
+}
+
+// stop sends SIGTERM and waits for pulsed to exit.
+func (p *testPulsed) stop(t *testing.T) {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		p.done <- err
+	case <-time.After(30 * time.Second):
+		t.Fatal("pulsed still running 30s after SIGTERM")
+	}
+}
+
+// closedAddr returns a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// result is one run of pulsectl.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// pulsectl runs the command line args to completion.
+func pulsectl(t *testing.T, args ...string) result {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), args, &stdout, &stderr)
+	return result{stdout.String(), stderr.String(), code}
+}
+
+// mustRun runs args and fails the test unless it exits 0.
+func mustRun(t *testing.T, args ...string) string {
+	t.Helper()
+	r := pulsectl(t, args...)
+	if r.code != exitOK {
+		t.Fatalf("pulsectl %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	}
+	return r.stdout
+}
+
+// background is a pulsectl command running until its context ends.
+type background struct {
+	stdout, stderr *syncBuffer
+	cancel         context.CancelFunc
+	done           chan int
+}
+
+func startBackground(t *testing.T, args ...string) *background {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	b := &background{stdout: &syncBuffer{}, stderr: &syncBuffer{}, cancel: cancel, done: make(chan int, 1)}
+	go func() { b.done <- run(ctx, args, b.stdout, b.stderr) }()
+	t.Cleanup(func() {
+		cancel()
+		<-b.done
+		b.done <- -1
+	})
+	return b
+}
+
+// stop cancels the command and returns its exit code.
+func (b *background) stop(t *testing.T) int {
+	t.Helper()
+	b.cancel()
+	return b.wait(t)
+}
+
+// wait waits for the command to end by itself and returns its exit code.
+func (b *background) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case code := <-b.done:
+		b.done <- code
+		return code
+	case <-time.After(30 * time.Second):
+		t.Fatalf("command did not end\nstdout: %s\nstderr: %s", b.stdout.String(), b.stderr.String())
+		return 0
+	}
+}
+
+// eventually polls cond every 20ms until it holds, failing the test after
+// 20s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type syncBuffer struct {
+	mu sync.Mutex // protects b
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) WriteString(v string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.WriteString(v)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

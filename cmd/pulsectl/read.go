@@ -1,0 +1,262 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	pb "pulse/gen/pulse/v1"
+)
+
+func rmCommand() *command {
+	return &command{
+		name:    "rm",
+		args:    "[flags] NAME...",
+		summary: "remove targets",
+		about: `
+rm unregisters each named target. An unknown name is an error (exit 3) unless
+--missing-ok is set; the other names are still removed.`,
+		example: `
+pulsectl rm web-1
+pulsectl rm --missing-ok web-1 web-2`,
+		run: runRm,
+	}
+}
+
+func runRm(ctx context.Context, e *env, c *command, args []string) int {
+	fs := c.flags(e)
+	cf := addClientFlags(fs)
+	missingOK := fs.Bool("missing-ok", false, "succeed when a name is not registered")
+	names, code, ok := c.parse(e, fs, args)
+	if !ok {
+		return code
+	}
+	if len(names) == 0 {
+		return c.usageError(e, "name the targets to remove")
+	}
+	cl, code, ok := cf.dial(e)
+	if !ok {
+		return code
+	}
+	defer cl.Close()
+	code = exitOK
+	for _, name := range names {
+		cctx, cancel := callCtx(ctx)
+		resp, err := cl.RemoveTarget(cctx, &pb.RemoveTargetRequest{Name: name})
+		cancel()
+		switch {
+		case err != nil:
+			return cl.fail(e, err, name)
+		case resp.GetRemoved():
+			fmt.Fprintf(e.stdout, "removed %s\n", name)
+		case !*missingOK:
+			e.errorf("no target named %q (pulsectl ls lists them)", name)
+			code = exitNotFound
+		}
+	}
+	return code
+}
+
+func stateCommand() *command {
+	return &command{
+		name:    "state",
+		args:    "[flags] NAME",
+		summary: "show one target's spec, state, streak and last probe",
+		about: `
+state shows one target as pulsed sees it: its probe and schedule with pulsed's
+defaults filled in, its state, its streak (see pulsectl ls --help), the last
+probe's result and when the state last changed.`,
+		example: `
+pulsectl state web-1
+pulsectl state web-1 -o json`,
+		run: runState,
+	}
+}
+
+func runState(ctx context.Context, e *env, c *command, args []string) int {
+	fs := c.flags(e)
+	cf := addClientFlags(fs)
+	out := addOutputFlag(fs, "the StateResponse")
+	pos, code, ok := c.parse(e, fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		return c.usageError(e, "name one target, got %d arguments", len(pos))
+	}
+	cl, code, ok := cf.dial(e)
+	if !ok {
+		return code
+	}
+	defer cl.Close()
+	cctx, cancel := callCtx(ctx)
+	defer cancel()
+	resp, err := cl.State(cctx, &pb.StateRequest{Name: pos[0]})
+	if err != nil {
+		return cl.fail(e, err, pos[0])
+	}
+	if out.json() {
+		return e.printJSON(resp)
+	}
+	st := resp.GetStatus()
+	spec := st.GetSpec()
+	now := time.Now()
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "name:\t%s\n", spec.GetName())
+	fmt.Fprintf(tw, "group:\t%s\n", orDash(spec.GetGroup()))
+	fmt.Fprintf(tw, "probe:\t%s\n", probeSummary(spec))
+	fmt.Fprintf(tw, "schedule:\t%s\n", scheduleSummary(spec))
+	routable := "not routable"
+	if st.GetRoutable() {
+		routable = "routable"
+	}
+	fmt.Fprintf(tw, "state:\t%s (%s)\n", stateName(st.GetState()), routable)
+	fmt.Fprintf(tw, "streak:\t%s\n", streak(st))
+	if r := st.GetLastResult(); r != nil {
+		verdict := "pass"
+		if !r.GetPass() {
+			verdict = "fail"
+		}
+		line := fmt.Sprintf("%s in %s at %s", verdict, latency(r.GetLatency().AsDuration()), timeText(r.GetTime().AsTime()))
+		if r.GetError() != "" {
+			line += ": " + r.GetError()
+		}
+		fmt.Fprintf(tw, "last probe:\t%s\n", line)
+	} else {
+		fmt.Fprintf(tw, "last probe:\tnone yet\n")
+	}
+	if t := st.GetLastTransitionTime(); t != nil {
+		fmt.Fprintf(tw, "since:\t%s (%s ago)\n", timeText(t.AsTime()), age(t, now))
+	} else {
+		fmt.Fprintf(tw, "since:\tadded (no transition yet)\n")
+	}
+	tw.Flush()
+	return exitOK
+}
+
+func lsCommand() *command {
+	return &command{
+		name:    "ls",
+		args:    "[flags]",
+		summary: "list targets with their state, streak and last probe",
+		about: `
+ls lists every target, sorted by name:
+
+  STATE       healthy, unhealthy, or suspect (three_state model)
+  STREAK      the current run of passes or failures; "pass 1/2" is 1 of the
+              2 passes (rise) a target that is not healthy needs to become
+              healthy, "fail 2/3" 2 of the 3 failures (fall) that make a
+              target that is not unhealthy unhealthy; no "/N" when the streak
+              changes nothing ("pass 7" on a healthy target)
+  LATENCY     of the last probe
+  LAST-ERROR  why the last probe failed, "-" if it passed
+  SINCE       time since the state last changed, "-" if it never did`,
+		example: `
+pulsectl ls
+pulsectl ls --group edge
+pulsectl ls -o json | jq -r '.targets[] | select(.state != "STATE_HEALTHY") | .spec.name'`,
+		run: runLs,
+	}
+}
+
+func runLs(ctx context.Context, e *env, c *command, args []string) int {
+	fs := c.flags(e)
+	cf := addClientFlags(fs)
+	group := fs.String("group", "", "list only this `group`'s targets")
+	out := addOutputFlag(fs, "the ListTargetsResponse")
+	pos, code, ok := c.parse(e, fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		return c.usageError(e, "unexpected argument %q (to filter by group, use --group)", pos[0])
+	}
+	cl, code, ok := cf.dial(e)
+	if !ok {
+		return code
+	}
+	defer cl.Close()
+	cctx, cancel := callCtx(ctx)
+	defer cancel()
+	resp, err := cl.ListTargets(cctx, &pb.ListTargetsRequest{Group: *group})
+	if err != nil {
+		return cl.fail(e, err, "")
+	}
+	if out.json() {
+		return e.printJSON(resp)
+	}
+	if len(resp.GetTargets()) == 0 {
+		if *group != "" {
+			fmt.Fprintf(e.stderr, "no targets in group %q\n", *group)
+		} else {
+			fmt.Fprintln(e.stderr, "no targets; add one with pulsectl add")
+		}
+		return exitOK
+	}
+	now := time.Now()
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tGROUP\tSTATE\tSTREAK\tLATENCY\tLAST-ERROR\tSINCE")
+	for _, st := range resp.GetTargets() {
+		lat, lastErr := "-", "-"
+		if r := st.GetLastResult(); r != nil {
+			lat, lastErr = latency(r.GetLatency().AsDuration()), orDash(truncate(r.GetError(), 60))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", st.GetSpec().GetName(), orDash(st.GetSpec().GetGroup()),
+			stateName(st.GetState()), streak(st), lat, lastErr, age(st.GetLastTransitionTime(), now))
+	}
+	tw.Flush()
+	return exitOK
+}
+
+func healthyCommand() *command {
+	return &command{
+		name:    "healthy",
+		args:    "[flags] [GROUP]",
+		summary: "list the routable targets, one name per line",
+		about: `
+healthy prints the names of the targets that should receive traffic, sorted:
+healthy targets, and suspect ones of the three_state model. With GROUP, only
+that group's.`,
+		example: `
+pulsectl healthy
+pulsectl healthy edge
+pulsectl healthy edge -o json`,
+		run: runHealthy,
+	}
+}
+
+func runHealthy(ctx context.Context, e *env, c *command, args []string) int {
+	fs := c.flags(e)
+	cf := addClientFlags(fs)
+	out := addOutputFlag(fs, "the HealthyResponse")
+	pos, code, ok := c.parse(e, fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) > 1 {
+		return c.usageError(e, "give at most one group, got %d arguments", len(pos))
+	}
+	req := &pb.HealthyRequest{}
+	if len(pos) == 1 {
+		req.Group = pos[0]
+	}
+	cl, code, ok := cf.dial(e)
+	if !ok {
+		return code
+	}
+	defer cl.Close()
+	cctx, cancel := callCtx(ctx)
+	defer cancel()
+	resp, err := cl.Healthy(cctx, req)
+	if err != nil {
+		return cl.fail(e, err, "")
+	}
+	if out.json() {
+		return e.printJSON(resp)
+	}
+	for _, n := range resp.GetNames() {
+		fmt.Fprintln(e.stdout, n)
+	}
+	return exitOK
+}

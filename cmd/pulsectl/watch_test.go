@@ -1,0 +1,180 @@
+package main
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	pb "pulse/gen/pulse/v1"
+)
+
+// lines returns the complete lines of s.
+func lines(s string) []string {
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return strings.Split(s[:i], "\n")
+	}
+	return nil
+}
+
+// waitLine waits until a line of b matches re and returns it.
+func waitLine(t *testing.T, b *background, re string) string {
+	t.Helper()
+	rx := regexp.MustCompile(re)
+	var found string
+	eventually(t, "a watch line matching "+re+"\nstdout so far:\n"+b.stdout.String(), func() bool {
+		for _, l := range lines(b.stdout.String()) {
+			if rx.MatchString(l) {
+				found = l
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+// rfc3339 matches the time at the start of a watch line.
+const rfc3339 = `^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:Z|[+-]\d\d:\d\d)) `
+
+// TestWatch follows a target's life on a live watch: one line per event,
+// time first, transitions in seed 000's form, no line for progress events.
+func TestWatch(t *testing.T) {
+	p := startPulsed(t, "-watch-progress", "50ms")
+	web := okServer(t)
+	addr := "--addr=" + p.addr
+
+	w := startBackground(t, "watch", addr)
+	eventually(t, "the watch to start", func() bool { return strings.Contains(w.stderr.String(), "watching pulsed at "+p.addr) })
+
+	mustRun(t, "add", addr, "--name", "web-1", "--http", web.URL)
+	waitLine(t, w, rfc3339+`web-1: added \(http GET `+regexp.QuoteMeta(web.URL)+`, unhealthy\)$`)
+	line := waitLine(t, w, rfc3339+`web-1: unhealthy -> healthy$`)
+	if _, err := time.Parse(time.RFC3339, strings.Fields(line)[0]); err != nil {
+		t.Errorf("transition line %q: %v", line, err)
+	}
+	mustRun(t, "add", addr, "--name", "web-1", "--tcp", web.Listener.Addr().String())
+	waitLine(t, w, rfc3339+`web-1: updated \(tcp `+regexp.QuoteMeta(web.Listener.Addr().String())+`\)$`)
+	mustRun(t, "rm", addr, "web-1")
+	waitLine(t, w, rfc3339+`web-1: removed$`)
+
+	// A late watch with --snapshot first shows the current targets.
+	mustRun(t, "add", addr, "--name", "web-2", "--group", "edge", "--http", web.URL)
+	mustRun(t, "add", addr, "--name", "other", "--http", web.URL)
+	waitState(t, p.addr, "web-2", pb.State_STATE_HEALTHY)
+	snap := startBackground(t, "watch", addr, "--snapshot", "--group", "edge")
+	waitLine(t, snap, rfc3339+`web-2: healthy \(snapshot\)$`)
+
+	// Progress events came every 50ms; none of them printed a line.
+	if code := w.stop(t); code != exitOK {
+		t.Errorf("watch stopped by its context: exit %d, want 0\n%s", code, w.stderr.String())
+	}
+	if code := snap.stop(t); code != exitOK {
+		t.Errorf("watch --snapshot: exit %d", code)
+	}
+	for _, l := range lines(w.stdout.String()) {
+		if !regexp.MustCompile(rfc3339 + `(web-1|web-2|other): `).MatchString(l) {
+			t.Errorf("unexpected watch line %q", l)
+		}
+	}
+	for _, l := range lines(snap.stdout.String()) {
+		if strings.Contains(l, "other") {
+			t.Errorf("watch --group edge printed %q", l)
+		}
+	}
+}
+
+// serverHasRevisions reports whether pulsed reports revisions (the
+// start_revision contract); it did not before the watch-from-revision work.
+func serverHasRevisions(t *testing.T, addr string) (uint64, bool) {
+	t.Helper()
+	var list pb.ListTargetsResponse
+	if err := protojson.Unmarshal([]byte(mustRun(t, "ls", "--addr", addr, "-o", "json")), &list); err != nil {
+		t.Fatal(err)
+	}
+	return list.GetRevision(), list.GetRevision() != 0
+}
+
+// TestWatchSince resumes from a revision taken from ls -o json: the events
+// after it are replayed in order, in JSON and in text.
+func TestWatchSince(t *testing.T) {
+	p := startPulsed(t)
+	addr := "--addr=" + p.addr
+	rev, ok := serverHasRevisions(t, p.addr)
+	if !ok {
+		t.Skip("this pulsed does not report revisions, so it cannot honour start_revision: skipping --since")
+	}
+	web := okServer(t)
+	mustRun(t, "add", addr, "--name", "web-1", "--http", web.URL)
+	waitState(t, p.addr, "web-1", pb.State_STATE_HEALTHY)
+
+	js := startBackground(t, "watch", addr, "--since", uintText(rev), "-o", "json")
+	waitLine(t, js, `"text":\s*"web-1: unhealthy -> healthy"`)
+	text := startBackground(t, "watch", addr, "--since", uintText(rev))
+	waitLine(t, text, rfc3339+`web-1: unhealthy -> healthy$`)
+	js.stop(t)
+	text.stop(t)
+
+	var kinds []string
+	last := rev
+	for _, l := range lines(js.stdout.String()) {
+		var ev pb.WatchTransitionsResponse
+		if err := protojson.Unmarshal([]byte(l), &ev); err != nil {
+			t.Fatalf("line %q is not a WatchTransitionsResponse: %v", l, err)
+		}
+		if ev.GetRevision() <= last {
+			t.Errorf("revision %d after %d: want strictly increasing, above --since %d", ev.GetRevision(), last, rev)
+		}
+		last = ev.GetRevision()
+		switch {
+		case ev.GetAdded() != nil:
+			kinds = append(kinds, "added")
+		case ev.GetTransition() != nil:
+			kinds = append(kinds, "transition")
+		}
+	}
+	if strings.Join(kinds, " ") != "added transition" {
+		t.Errorf("replayed %v, want the add then the transition", kinds)
+	}
+	if got := lines(text.stdout.String()); len(got) != 2 || !strings.Contains(got[0], "web-1: added") {
+		t.Errorf("text replay:\n%s", text.stdout.String())
+	}
+
+	// A revision the server no longer holds, or never had, is a usage
+	// error with advice.
+	r := pulsectl(t, "watch", addr, "--since", "1")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "watch without --since") {
+		t.Errorf("watch --since 1: %+v", r)
+	}
+	r = pulsectl(t, "watch", addr, "--since", uintText(last+1_000_000))
+	if r.code != exitUsage || !strings.Contains(r.stderr, "watch without --since") {
+		t.Errorf("watch --since <future>: %+v", r)
+	}
+}
+
+// TestWatchServerGone: when pulsed shuts down, watch exits 4 and says
+// which revision to resume from.
+func TestWatchServerGone(t *testing.T) {
+	p := startPulsed(t)
+	addr := "--addr=" + p.addr
+	if _, ok := serverHasRevisions(t, p.addr); !ok {
+		t.Skip("this pulsed does not report revisions: no resume point to check")
+	}
+	web := okServer(t)
+	w := startBackground(t, "watch", addr)
+	eventually(t, "the watch to start", func() bool { return strings.Contains(w.stderr.String(), "watching") })
+	mustRun(t, "add", addr, "--name", "web-1", "--http", web.URL)
+	waitLine(t, w, `web-1: added`)
+	p.stop(t)
+	if code := w.wait(t); code != exitServer {
+		t.Errorf("watch after pulsed stopped: exit %d, want %d", code, exitServer)
+	}
+	if !regexp.MustCompile(`resume with pulsectl watch --since \d+`).MatchString(w.stderr.String()) {
+		t.Errorf("stderr does not say where to resume:\n%s", w.stderr.String())
+	}
+}
+
+func uintText(v uint64) string { return strconv.FormatUint(v, 10) }
