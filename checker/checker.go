@@ -104,9 +104,10 @@ type Config struct {
 	// HistorySize is how many events the checker keeps for watchers to
 	// resume from and catch up with. If 0, 10,000.
 	HistorySize int
-	// StartRevision is the revision before the first event. Zero is fine for
-	// one process; pulsed starts from its start time so that revisions do
-	// not go backwards across restarts.
+	// StartRevision is the revision before the first event, unless the
+	// Store has one, which wins. Zero is fine for one process; pulsed starts
+	// from its start time so that revisions do not go backwards across
+	// restarts of a memory-only registry.
 	StartRevision uint64
 	// Logger receives one line per transition. If nil, nothing is logged.
 	Logger *slog.Logger
@@ -230,8 +231,10 @@ func New(cfg Config) (*Checker, error) {
 			c.closeProbers()
 			return nil, err
 		}
-		if rev > c.rev {
-			c.rev = rev // revisions go on from the store's, never backwards
+		if rev != 0 {
+			// Revisions go on from the store's: a client that resumes
+			// across the restart gets a correct (empty) replay.
+			c.rev = rev
 		}
 		c.commitWake = make(chan struct{}, 1)
 		c.commitStop = make(chan struct{})

@@ -228,7 +228,7 @@ func TestStoreRestartWithoutFlips(t *testing.T) {
 		t.Fatalf("revision %d, stored %d; want 1003", rev, st.rev)
 	}
 
-	e2 := storeEnv(t, st, checker.Config{StartRevision: 5}) // a smaller start never wins
+	e2 := storeEnv(t, st, checker.Config{StartRevision: 5000}) // the store's revision wins
 	after, rev2 := e2.c.List("")
 	if rev2 != rev {
 		t.Errorf("revision after restart %d, want %d", rev2, rev)

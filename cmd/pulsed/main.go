@@ -39,15 +39,17 @@ func main() {
 }
 
 type config struct {
-	listen          string
-	dataDir         string
-	defaults        checker.Defaults
-	maxProbes       int
-	watchHistory    int
-	watchProgress   time.Duration
-	shutdownTimeout time.Duration
-	logLevel        slog.Level
-	logJSON         bool
+	listen           string
+	dataDir          string
+	defaults         checker.Defaults
+	maxProbes        int
+	watchHistory     int
+	watchProgress    time.Duration
+	shutdownTimeout  time.Duration
+	logLevel         slog.Level
+	logJSON          bool
+	httpListen       string
+	metricsPerTarget bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -69,6 +71,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.watchHistory, "watch-history", 10000, "events kept for WatchTransitions streams to resume from; a stream further behind is ended with RESOURCE_EXHAUSTED")
 	fs.DurationVar(&cfg.watchProgress, "watch-progress", 30*time.Second, "how long a WatchTransitions stream may stay idle before it gets a progress event with the current revision")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long to let calls in progress finish before closing them")
+	fs.StringVar(&cfg.httpListen, "http-listen", "127.0.0.1:9090", "`address` to serve /metrics, the status page at /, /healthz and /readyz on (host:port; port 0 picks a free one; empty disables)")
+	fs.BoolVar(&cfg.metricsPerTarget, "metrics-per-target", true, "export pulse_target_up and pulse_target_last_latency_seconds, two series per target; false drops them for very large fleets")
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn or error")
 	format := fs.String("log-format", "text", "log `format`: text or json")
 	if err := fs.Parse(args); err != nil {
@@ -129,26 +133,36 @@ func run(args []string, stderr io.Writer) error {
 		logger.Warn("no -data-dir: targets live in memory only and are lost when pulsed stops")
 	}
 
+	obs := newObservability(cfg.metricsPerTarget, logger)
 	c, err := checker.New(checker.Config{
 		Defaults:            cfg.defaults,
 		MaxConcurrentProbes: cfg.maxProbes,
 		HistorySize:         cfg.watchHistory,
-		// Revisions start at the start time in microseconds, so a client
-		// resuming with a revision from before a restart is told it is too
-		// old instead of being handed the wrong events.
+		// A store's revision goes on across restarts. Without one, revisions
+		// start at the start time in microseconds, so a client resuming with
+		// a revision from before a restart is told it is too old instead of
+		// being handed the wrong events.
 		StartRevision: uint64(time.Now().UnixMicro()),
 		Store:         store,
 		Logger:        logger.With("component", "checker"),
+		Observer:      obs.observer,
 	})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	gs, hs := server.NewGRPCServer(server.New(c, server.WithProgressInterval(cfg.watchProgress)), server.Options{Logger: logger.With("component", "grpc")})
+	gs, hs := server.NewGRPCServer(server.New(c, server.WithProgressInterval(cfg.watchProgress)), server.Options{
+		Logger:             logger.With("component", "grpc"),
+		UnaryInterceptors:  obs.unaryInterceptors(),
+		StreamInterceptors: obs.streamInterceptors(),
+	})
 
 	lis, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return fmt.Errorf("-listen: %w", err)
+	}
+	if err := obs.start(cfg.httpListen, c, gs); err != nil {
+		return err
 	}
 	c.Start()
 	logger.Info("pulsed listening", "addr", lis.Addr().String())
@@ -157,17 +171,22 @@ func run(args []string, stderr io.Writer) error {
 	defer stop()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- gs.Serve(lis) }()
+	obs.setReady(nil)
 
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("serve: %w", err)
+	case err := <-obs.serveErr():
+		return fmt.Errorf("http serve: %w", err)
 	case <-ctx.Done():
 	}
 	logger.Info("pulsed shutting down", "timeout", cfg.shutdownTimeout.String())
 	hs.Shutdown() // grpc.health.v1 answers NOT_SERVING from now on
+	obs.setReady(errors.New("shutting down"))
 	// Closing the checker stops probing and ends watch streams, which would
 	// otherwise keep GracefulStop waiting forever.
 	c.Close()
+	httpStopped := obs.shutdown(cfg.shutdownTimeout) // its event feeds ended with the checker
 	stopped := make(chan struct{})
 	go func() {
 		gs.GracefulStop()
@@ -180,6 +199,7 @@ func run(args []string, stderr io.Writer) error {
 		gs.Stop()
 		<-stopped
 	}
+	<-httpStopped
 	logger.Info("pulsed stopped")
 	return nil
 }

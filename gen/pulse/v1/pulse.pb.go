@@ -1487,10 +1487,11 @@ func (x *TargetRemoved) GetGroup() string {
 // WatchTransitionsResponse is one event on the stream.
 type WatchTransitionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// revision orders the registry's events. A fresh pulsed starts its
-	// counter at its start time in microseconds rather than at 1, so a
-	// revision from before a restart is never mistaken for a later one.
-	// Snapshot events carry the snapshot's revision.
+	// revision orders the registry's events. With its store, pulsed goes on
+	// from the stored revision after a restart; without one (-data-dir ""),
+	// it starts its counter at its start time in microseconds rather than at
+	// 1, so a revision from before a restart is never mistaken for a later
+	// one. Snapshot events carry the snapshot's revision.
 	Revision uint64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
 	// event is what happened.
 	//

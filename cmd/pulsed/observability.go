@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+
+	"pulse/checker"
+	"pulse/server/web"
+)
+
+// observability is what pulsed shows of itself on its HTTP listener: a
+// Prometheus registry of its own (no globals) with the checker's observer,
+// the gRPC server metrics and the Go and process collectors, and the
+// handler of /metrics, the status page, /healthz and /readyz.
+type observability struct {
+	logger    *slog.Logger
+	perTarget bool
+	reg       *prometheus.Registry
+	observer  *web.Observer // goes into checker.Config.Observer
+	grpc      *grpcprom.ServerMetrics
+
+	notReady atomic.Pointer[string] // why /readyz says 503; nil when ready
+	srv      *http.Server           // nil until start, and when disabled
+	errc     chan error             // Serve's error; nil when disabled
+}
+
+func newObservability(perTarget bool, logger *slog.Logger) *observability {
+	o := &observability{
+		logger:    logger.With("component", "http"),
+		perTarget: perTarget,
+		reg:       prometheus.NewRegistry(),
+		// Failed probes are logged at debug only: a failing fleet must not
+		// flood the log. Transitions are the checker's, at info.
+		observer: web.NewObserver(web.ObserverOptions{Logger: logger.With("component", "probe")}),
+		grpc:     grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram()),
+	}
+	o.setReady(errors.New("starting"))
+	o.reg.MustRegister(o.observer, o.grpc,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return o
+}
+
+// unaryInterceptors and streamInterceptors count every gRPC call, outside
+// the server's own chain (server.Options).
+func (o *observability) unaryInterceptors() []grpc.UnaryServerInterceptor {
+	return []grpc.UnaryServerInterceptor{o.grpc.UnaryServerInterceptor()}
+}
+
+func (o *observability) streamInterceptors() []grpc.StreamServerInterceptor {
+	return []grpc.StreamServerInterceptor{o.grpc.StreamServerInterceptor()}
+}
+
+// setReady sets what /readyz answers: nil is ready, an error the reason it
+// is not.
+func (o *observability) setReady(err error) {
+	if err == nil {
+		o.notReady.Store(nil)
+		return
+	}
+	reason := err.Error()
+	o.notReady.Store(&reason)
+}
+
+func (o *observability) ready() error {
+	if r := o.notReady.Load(); r != nil {
+		return errors.New(*r)
+	}
+	return nil
+}
+
+// start registers the checker's metrics and the gRPC methods, then serves
+// the HTTP listener on addr in the background and logs its address. An
+// empty addr disables the listener.
+func (o *observability) start(addr string, c *checker.Checker, gs *grpc.Server) error {
+	o.reg.MustRegister(web.NewCollector(c, o.perTarget, o.observer))
+	o.grpc.InitializeMetrics(gs)
+	if addr == "" {
+		return nil
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("-http-listen: %w", err)
+	}
+	o.srv = &http.Server{
+		Handler: web.NewHandler(web.Config{
+			Checker:  c,
+			Gatherer: o.reg,
+			Observer: o.observer,
+			Ready:    o.ready,
+			Logger:   o.logger,
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(o.logger.Handler(), slog.LevelWarn),
+	}
+	o.errc = make(chan error, 1)
+	go func() {
+		if err := o.srv.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
+			o.errc <- err
+		}
+	}()
+	o.logger.Info("http listening", "addr", lis.Addr().String())
+	return nil
+}
+
+// serveErr delivers an error if the HTTP listener fails; it never delivers
+// when the listener is disabled.
+func (o *observability) serveErr() <-chan error { return o.errc }
+
+// shutdown stops the HTTP listener within timeout, closing what is left
+// then; the returned channel is closed when it has stopped. Event feeds end
+// when the checker closes, so close it first.
+func (o *observability) shutdown(timeout time.Duration) <-chan struct{} {
+	done := make(chan struct{})
+	if o.srv == nil {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if err := o.srv.Shutdown(ctx); err != nil {
+			o.logger.Warn("http shutdown timeout reached; closing the remaining connections")
+			o.srv.Close()
+		}
+	}()
+	return done
+}
