@@ -26,12 +26,29 @@ import (
 var (
 	// ErrUnknownTarget: no target has that name.
 	ErrUnknownTarget = errors.New("unknown target")
+	// ErrLimit: a configured limit is reached; see LimitError.
+	ErrLimit = errors.New("limit reached")
 	// ErrClosed: the checker was closed.
 	ErrClosed = errors.New("checker closed")
 	// ErrSubscriberTooSlow: a watcher fell further behind than the history
 	// holds, so it was ended rather than miss an event; see BehindError.
 	ErrSubscriberTooSlow = errors.New("watcher fell behind")
 )
+
+// LimitError says which limit a call ran into.
+type LimitError struct {
+	// What is limited, e.g. "targets", "targets in group \"edge\"",
+	// "watchers".
+	What string
+	Max  int
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("%v: at most %d %s", ErrLimit, e.Max, e.What)
+}
+
+// Is makes errors.Is(err, ErrLimit) true.
+func (e *LimitError) Is(target error) bool { return target == ErrLimit }
 
 // Prober runs one probe against a target: nil means pass. It must return by
 // the context's deadline. A Prober that also implements io.Closer is closed
@@ -114,6 +131,13 @@ type Config struct {
 	// Observer is told of every probe result and transition, for metrics.
 	// If nil, nobody is.
 	Observer Observer
+	// MaxTargets bounds the registered targets; MaxTargetsPerGroup bounds
+	// each group's (the empty group included); MaxWatchers bounds the live
+	// watchers. Zero means no limit. Past one, Add or Watch returns a
+	// *LimitError.
+	MaxTargets         int
+	MaxTargetsPerGroup int
+	MaxWatchers        int
 	// Store keeps the registry across restarts: New loads it, Add and Remove
 	// write specs before they return, and state changes are stored before
 	// their events reach a watcher. If nil, the registry lives in memory
@@ -140,6 +164,7 @@ type Checker struct {
 	newProber func(probe.Spec) (Prober, error)
 	factory   *probe.Factory // owned, closed on Close; nil if NewProber was given
 	logger    *slog.Logger
+	limits    Config        // MaxTargets, MaxTargetsPerGroup, MaxWatchers
 	observer  Observer      // nil if none
 	sem       chan struct{} // bounds probes in flight
 	wake      chan struct{} // tells the scheduler the schedule changed
@@ -159,6 +184,7 @@ type Checker struct {
 	// Lock order: wmu, then mu, then hmu.
 	mu      sync.Mutex // protects targets, due, rev, pending, closed and every *target
 	targets map[string]*target
+	groups  map[string]int // targets per group
 	due     dueHeap
 	rev     uint64    // the newest event's revision, published or not
 	pending []pending // events waiting for the committer, in revision order
@@ -193,6 +219,8 @@ func New(cfg Config) (*Checker, error) {
 		newProber: cfg.NewProber,
 		logger:    cfg.Logger,
 		observer:  cfg.Observer,
+		limits:    Config{MaxTargets: cfg.MaxTargets, MaxTargetsPerGroup: cfg.MaxTargetsPerGroup, MaxWatchers: cfg.MaxWatchers},
+		groups:    make(map[string]int),
 		wake:      make(chan struct{}, 1),
 		targets:   make(map[string]*target),
 		watchers:  make(map[string]map[*Watcher]struct{}),
@@ -270,9 +298,13 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 	sameProbe := old != nil && reflect.DeepEqual(old.spec.Probe, spec.Probe)
 	sameSpec := old != nil && reflect.DeepEqual(old.spec, spec)
 	closed := c.closed
+	limitErr := c.checkLimitsLocked(old, spec)
 	c.mu.Unlock()
 	if closed {
 		return Status{}, false, ErrClosed
+	}
+	if limitErr != nil {
+		return Status{}, false, limitErr
 	}
 	if c.store != nil && !sameSpec {
 		// Durable before anything changes or is acknowledged; with wmu held
@@ -309,7 +341,12 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 			m:      Machine{Model: spec.Model, Rise: spec.Rise, Fall: spec.Fall, State: spec.InitialState},
 			next:   now.Add(firstDelay(spec.Name, spec.Interval)),
 		}
+		if err := c.checkLimitsLocked(nil, spec); err != nil { // re-checked: others may have added meanwhile
+			unused = p
+			return Status{}, false, err
+		}
 		c.targets[spec.Name] = t
+		c.groups[spec.Group]++
 		c.due.push(t)
 		c.wakeScheduler()
 		st := c.statusLocked(t)
@@ -335,6 +372,13 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 		}
 	}
 	prevGroup := t.spec.Group
+	if prevGroup != spec.Group {
+		c.groups[prevGroup]--
+		if c.groups[prevGroup] == 0 {
+			delete(c.groups, prevGroup)
+		}
+		c.groups[spec.Group]++
+	}
 	t.spec = spec
 	t.m.Rise, t.m.Fall = spec.Rise, spec.Fall
 	c.emitLocked(Event{Kind: EventUpdated, Time: now, Status: c.statusLocked(t), prevGroup: prevGroup})
@@ -377,6 +421,9 @@ func (c *Checker) Remove(name string) (bool, error) {
 	t, ok := c.targets[name]
 	if ok {
 		delete(c.targets, name)
+		if c.groups[t.spec.Group]--; c.groups[t.spec.Group] == 0 {
+			delete(c.groups, t.spec.Group)
+		}
 		c.due.remove(t)
 		c.emitLocked(Event{Kind: EventRemoved, Time: c.clock.Now(), Status: c.statusLocked(t)})
 	}
@@ -438,6 +485,19 @@ func (c *Checker) Healthy(group string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// checkLimitsLocked says whether adding spec (replacing old, if any) stays
+// within the limits.
+func (c *Checker) checkLimitsLocked(old *target, spec Spec) error {
+	if old == nil && c.limits.MaxTargets > 0 && len(c.targets) >= c.limits.MaxTargets {
+		return &LimitError{What: "targets", Max: c.limits.MaxTargets}
+	}
+	joins := old == nil || old.spec.Group != spec.Group
+	if joins && c.limits.MaxTargetsPerGroup > 0 && c.groups[spec.Group] >= c.limits.MaxTargetsPerGroup {
+		return &LimitError{What: fmt.Sprintf("targets in group %q", spec.Group), Max: c.limits.MaxTargetsPerGroup}
+	}
+	return nil
 }
 
 // GroupHealth counts a group's targets and how many of them are routable.

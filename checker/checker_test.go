@@ -559,3 +559,35 @@ func TestObserverSeesProbesAndTransitions(t *testing.T) {
 		t.Errorf("%d watchers after Close, want 0", n)
 	}
 }
+
+func TestLimits(t *testing.T) {
+	e := newEnv(t, checker.Config{MaxTargets: 3, MaxTargetsPerGroup: 2, MaxWatchers: 1})
+	inGroup := func(name, group string) checker.Spec {
+		s := spec(name)
+		s.Group = group
+		return s
+	}
+	e.add(t, inGroup("a", "g"))
+	e.add(t, inGroup("b", "g"))
+	var le *checker.LimitError
+	if _, _, err := e.c.Add(inGroup("c", "g")); !errors.As(err, &le) || le.Max != 2 || err.Error() != `limit reached: at most 2 targets in group "g"` {
+		t.Errorf("third target in g: %v", err)
+	}
+	e.add(t, inGroup("b", "g")) // an update is not a new target
+	e.add(t, inGroup("c", "h"))
+	if _, _, err := e.c.Add(inGroup("d", "h")); !errors.Is(err, checker.ErrLimit) || err.Error() != "limit reached: at most 3 targets" {
+		t.Errorf("fourth target: %v", err)
+	}
+	if _, _, err := e.c.Add(inGroup("c", "g")); !errors.Is(err, checker.ErrLimit) {
+		t.Errorf("moving c into the full group g: %v", err)
+	}
+	e.c.Remove("a")
+	e.add(t, inGroup("c", "g")) // room again: c moves from h to g
+	if st, _ := e.c.Status("c"); st.Spec.Group != "g" {
+		t.Errorf("c is in %q", st.Spec.Group)
+	}
+	watchNow(t, e.c, checker.Filter{})
+	if _, err := e.c.Watch(checker.Filter{}, 0); !errors.Is(err, checker.ErrLimit) || err.Error() != "limit reached: at most 1 watchers" {
+		t.Errorf("second watcher: %v", err)
+	}
+}

@@ -36,7 +36,13 @@ type Spec struct {
 	Model        Model
 	// MaxLatency, when positive, fails a probe that passed but took longer.
 	MaxLatency time.Duration
+	// Source says who registered the target: "" for the API, "file" for a
+	// targets file. It is kept with the spec and shown in its status.
+	Source string
 }
+
+// SourceFile marks targets registered from a targets file.
+const SourceFile = "file"
 
 // Defaults fill a Spec's unset fields. The zero value means
 // StandardDefaults.

@@ -84,6 +84,7 @@ func (c *Checker) load() (uint64, error) {
 			next:    c.clock.Now().Add(firstDelay(spec.Name, spec.Interval)),
 		}
 		c.targets[spec.Name] = t
+		c.groups[spec.Group]++
 		c.due.push(t)
 	}
 	return rev, nil

@@ -175,6 +175,9 @@ func (c *Checker) Watch(f Filter, start uint64) (*Watcher, error) {
 	if oldest := c.hist.oldest(last); start+1 < oldest {
 		return nil, &CompactedError{Requested: start, Oldest: oldest - 1}
 	}
+	if max := c.limits.MaxWatchers; max > 0 && c.watchersLocked() >= max {
+		return nil, &LimitError{What: "watchers", Max: max}
+	}
 	w.cursor = start
 	c.addWatcherLocked(w)
 	if start < last {
@@ -382,6 +385,10 @@ func (c *Checker) evictedLocked(e *Event) {
 func (c *Checker) Watchers() int {
 	c.hmu.Lock()
 	defer c.hmu.Unlock()
+	return c.watchersLocked()
+}
+
+func (c *Checker) watchersLocked() int {
 	n := 0
 	for _, set := range c.watchers {
 		n += len(set)

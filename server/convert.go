@@ -12,11 +12,11 @@ import (
 	pb "pulse/gen/pulse/v1"
 )
 
-// specFromProto converts a wire Target into a checker.Spec. It rejects what
+// SpecFromProto converts a wire Target into a checker.Spec. It rejects what
 // only the wire form can express wrongly (an explicit zero, an unknown enum
 // value, a malformed duration) with a *checker.FieldError; the checker
 // validates the rest.
-func specFromProto(t *pb.Target) (checker.Spec, error) {
+func SpecFromProto(t *pb.Target) (checker.Spec, error) {
 	s := checker.Spec{Name: t.GetName(), Group: t.GetGroup()}
 	var err error
 	if s.Interval, err = positiveDuration("interval", t.GetInterval()); err != nil {
@@ -166,6 +166,10 @@ func statusToProto(st checker.Status) *pb.TargetStatus {
 		FailStreak:         int32(st.FailStreak),
 		LastTransitionTime: timestamp(st.LastTransition),
 		CarriedOver:        st.CarriedOver,
+		Source:             "api",
+	}
+	if st.Spec.Source != "" {
+		out.Source = st.Spec.Source
 	}
 	if st.LastResult != nil {
 		out.LastResult = resultToProto(*st.LastResult)

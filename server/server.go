@@ -59,7 +59,7 @@ const watchBatch = 256
 
 // AddTarget registers or updates a target.
 func (s *Server) AddTarget(_ context.Context, req *pb.AddTargetRequest) (*pb.AddTargetResponse, error) {
-	spec, err := specFromProto(req.GetTarget())
+	spec, err := SpecFromProto(req.GetTarget())
 	if err != nil {
 		return nil, toStatus(err, "target.")
 	}
@@ -191,6 +191,8 @@ func toStatus(err error, prefix string) error {
 		return status.Errorf(codes.OutOfRange, "%v; watch again with start_revision 0 to re-snapshot", err)
 	case errors.Is(err, checker.ErrFutureRevision):
 		return status.Errorf(codes.FailedPrecondition, "%v (was it from another pulsed?); watch again with start_revision 0 to re-snapshot", err)
+	case errors.Is(err, checker.ErrLimit):
+		return status.Errorf(codes.ResourceExhausted, "%v; remove some, or raise pulsed's -max-targets, -max-targets-per-group or -max-watchers", err)
 	case errors.Is(err, checker.ErrStore):
 		return status.Errorf(codes.Unavailable, "%v; nothing was changed: check pulsed's data dir (disk full or read-only?) and retry", err)
 	case errors.Is(err, checker.ErrClosed):

@@ -76,7 +76,7 @@ func (v validator) checkTarget(t *pb.Target) error {
 	if t == nil {
 		return fmt.Errorf("target: is required, e.g. {\"target\": {\"name\": \"web-1\", \"http\": {\"url\": \"http://127.0.0.1:8080/healthz\"}}}")
 	}
-	spec, err := specFromProto(t)
+	spec, err := SpecFromProto(t)
 	if err == nil {
 		err = spec.WithDefaults(v.defaults).Validate()
 	}

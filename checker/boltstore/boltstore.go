@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -167,4 +168,18 @@ func (s *Store) CommitStates(states []checker.StoredState, deleted []string, rev
 		}
 		return tx.Bucket(metaBucket).Put(revisionKey, []byte(strconv.FormatUint(rev, 10)))
 	})
+}
+
+// Backup writes a consistent copy of the store file to w while the store
+// stays in use (one read transaction), and returns the bytes written. The
+// copy opens like the original: pulsed -data-dir on a directory holding it
+// as pulse.db.
+func (s *Store) Backup(w io.Writer) (int64, error) {
+	var n int64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		n, err = tx.WriteTo(w)
+		return err
+	})
+	return n, err
 }

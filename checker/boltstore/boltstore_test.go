@@ -2,6 +2,8 @@ package boltstore_test
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -86,5 +88,32 @@ func TestEmptyStore(t *testing.T) {
 	got, rev, err := s.Load()
 	if err != nil || len(got) != 0 || rev != 0 {
 		t.Errorf("Load of a new store: %v %d %v", got, rev, err)
+	}
+}
+
+func TestBackupWhileOpen(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	spec := checker.Spec{Name: "a", Probe: probe.Spec{TCP: &probe.TCPSpec{Address: "127.0.0.1:1"}}}
+	if err := s.PutSpec(spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CommitStates([]checker.StoredState{{Name: "a", State: checker.StateHealthy}}, nil, 7); err != nil {
+		t.Fatal(err)
+	}
+	backupDir := t.TempDir()
+	f, err := os.Create(filepath.Join(backupDir, boltstore.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Backup(f); err != nil || n == 0 {
+		t.Fatalf("Backup: %d bytes, %v", n, err)
+	}
+	f.Close()
+	b := open(t, backupDir)
+	defer b.Close()
+	got, rev, err := b.Load()
+	if err != nil || rev != 7 || len(got) != 1 || got[0].State != checker.StateHealthy || !cmp.Equal(got[0].Spec, spec) {
+		t.Errorf("the backup holds %+v at %d (%v)", got, rev, err)
 	}
 }

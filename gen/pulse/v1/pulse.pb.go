@@ -603,7 +603,11 @@ type TargetStatus struct {
 	// carried_over is true after a restart until the first fresh probe
 	// result: the state is the one stored before the restart, and the streaks
 	// start again from zero.
-	CarriedOver   bool `protobuf:"varint,8,opt,name=carried_over,json=carriedOver,proto3" json:"carried_over,omitempty"`
+	CarriedOver bool `protobuf:"varint,8,opt,name=carried_over,json=carriedOver,proto3" json:"carried_over,omitempty"`
+	// source says who registered the target: "api" (AddTarget) or "file"
+	// (pulsed -targets). A reload of the file adds, updates and removes only
+	// the targets it lists or listed.
+	Source        string `protobuf:"bytes,9,opt,name=source,proto3" json:"source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -692,6 +696,13 @@ func (x *TargetStatus) GetCarriedOver() bool {
 		return x.CarriedOver
 	}
 	return false
+}
+
+func (x *TargetStatus) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
 }
 
 // Transition is one change of a target's state.
@@ -1710,7 +1721,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x04pass\x18\x01 \x01(\bR\x04pass\x123\n" +
 	"\alatency\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\alatency\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12.\n" +
-	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xe2\x02\n" +
+	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xfa\x02\n" +
 	"\fTargetStatus\x12$\n" +
 	"\x04spec\x18\x01 \x01(\v2\x10.pulse.v1.TargetR\x04spec\x12%\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x0f.pulse.v1.StateR\x05state\x12\x1a\n" +
@@ -1722,7 +1733,8 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\vlast_result\x18\x06 \x01(\v2\x15.pulse.v1.ProbeResultR\n" +
 	"lastResult\x12L\n" +
 	"\x14last_transition_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x12lastTransitionTime\x12!\n" +
-	"\fcarried_over\x18\b \x01(\bR\vcarriedOver\"\x8b\x02\n" +
+	"\fcarried_over\x18\b \x01(\bR\vcarriedOver\x12\x16\n" +
+	"\x06source\x18\t \x01(\tR\x06source\"\x8b\x02\n" +
 	"\n" +
 	"Transition\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +

@@ -1,0 +1,248 @@
+package web
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"pulse/checker"
+)
+
+// Paging bounds of /api/targets.
+const (
+	defaultLimit = 100
+	maxLimit     = 1000
+)
+
+// row is one target as the page shows it.
+type row struct {
+	Name       string `json:"name"`
+	Group      string `json:"group"`
+	Kind       string `json:"kind"`
+	Model      string `json:"model"`
+	State      string `json:"state"`
+	Routable   bool   `json:"routable"`
+	Rise       int    `json:"rise"`
+	Fall       int    `json:"fall"`
+	PassStreak int    `json:"passStreak"`
+	FailStreak int    `json:"failStreak"`
+	// Streak is HAProxy's "UP 1/3" form; see Streak.
+	Streak string `json:"streak"`
+	// LastLatencySeconds and LastError describe the last result; the
+	// latency is absent before the first result.
+	LastLatencySeconds *float64 `json:"lastLatencySeconds,omitempty"`
+	LastError          string   `json:"lastError,omitempty"`
+	LastResultTime     string   `json:"lastResultTime,omitempty"`
+	// LastTransitionTime is absent if the state never changed.
+	LastTransitionTime string       `json:"lastTransitionTime,omitempty"`
+	Results            []resultJSON `json:"results"`
+}
+
+type resultJSON struct {
+	Time           string  `json:"time"`
+	Pass           bool    `json:"pass"`
+	LatencySeconds float64 `json:"latencySeconds"`
+	Error          string  `json:"error,omitempty"`
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// toRow converts st, with recent as its recent results.
+func toRow(st checker.Status, recent []checker.Result) row {
+	r := row{
+		Name:       st.Spec.Name,
+		Group:      st.Spec.Group,
+		Kind:       st.Spec.Probe.Kind(),
+		Model:      st.Spec.Model.String(),
+		State:      st.State.String(),
+		Routable:   st.Routable,
+		Rise:       st.Spec.Rise,
+		Fall:       st.Spec.Fall,
+		PassStreak: st.PassStreak,
+		FailStreak: st.FailStreak,
+		Streak:     Streak(st),
+		Results:    make([]resultJSON, len(recent)),
+	}
+	if lr := st.LastResult; lr != nil {
+		lat := lr.Latency.Seconds()
+		r.LastLatencySeconds = &lat
+		r.LastError = lr.Err
+		r.LastResultTime = stamp(lr.Time)
+	}
+	if !st.LastTransition.IsZero() {
+		r.LastTransitionTime = stamp(st.LastTransition)
+	}
+	for i, res := range recent {
+		r.Results[i] = resultJSON{Time: stamp(res.Time), Pass: res.Pass, LatencySeconds: res.Latency.Seconds(), Error: res.Err}
+	}
+	return r
+}
+
+func (h *Handler) row(st checker.Status) row {
+	var recent []checker.Result
+	if h.obs != nil {
+		recent = h.obs.Recent(st.Spec.Name)
+	}
+	return toRow(st, recent)
+}
+
+// Streak returns a target's state with its progress toward the next one,
+// in HAProxy's style: "UP", "UP 1/3" (one failure of the three that take
+// it down), "DOWN", "DOWN 1/2" (one pass of the two that bring it up). A
+// three_state target between the two shows "SUSPECT", with "1/2 ↑" for
+// passes toward UP or "2/3 ↓" for failures toward DOWN.
+func Streak(st checker.Status) string {
+	switch st.State {
+	case checker.StateHealthy:
+		if st.FailStreak > 0 {
+			return fmt.Sprintf("UP %d/%d", st.FailStreak, st.Spec.Fall)
+		}
+		return "UP"
+	case checker.StateUnhealthy:
+		if st.PassStreak > 0 {
+			return fmt.Sprintf("DOWN %d/%d", st.PassStreak, st.Spec.Rise)
+		}
+		return "DOWN"
+	case checker.StateSuspect:
+		switch {
+		case st.PassStreak > 0:
+			return fmt.Sprintf("SUSPECT %d/%d ↑", st.PassStreak, st.Spec.Rise)
+		case st.FailStreak > 0:
+			return fmt.Sprintf("SUSPECT %d/%d ↓", st.FailStreak, st.Spec.Fall)
+		}
+		return "SUSPECT"
+	}
+	return strings.ToUpper(st.State.String())
+}
+
+// groupSummary counts one group's targets by state.
+type groupSummary struct {
+	Name      string `json:"name"`
+	Total     int    `json:"total"`
+	Healthy   int    `json:"healthy"`
+	Suspect   int    `json:"suspect"`
+	Unhealthy int    `json:"unhealthy"`
+}
+
+// summarize counts list by group, groups sorted by name.
+func summarize(list []checker.Status) []groupSummary {
+	idx := map[string]int{}
+	var out []groupSummary
+	for _, st := range list {
+		i, ok := idx[st.Spec.Group]
+		if !ok {
+			i = len(out)
+			idx[st.Spec.Group] = i
+			out = append(out, groupSummary{Name: st.Spec.Group})
+		}
+		g := &out[i]
+		g.Total++
+		switch st.State {
+		case checker.StateHealthy:
+			g.Healthy++
+		case checker.StateSuspect:
+			g.Suspect++
+		case checker.StateUnhealthy:
+			g.Unhealthy++
+		}
+	}
+	slices.SortFunc(out, func(a, b groupSummary) int { return strings.Compare(a.Name, b.Name) })
+	if out == nil {
+		out = []groupSummary{}
+	}
+	return out
+}
+
+// targetsPage is the answer of /api/targets.
+type targetsPage struct {
+	Revision uint64 `json:"revision"`
+	// Now is the server's time, so the page can show "time since" without
+	// trusting the browser's clock.
+	Now string `json:"now"`
+	// Total counts every target; Matched those the filters kept, of which
+	// Targets is the page from Offset.
+	Total   int            `json:"total"`
+	Matched int            `json:"matched"`
+	Offset  int            `json:"offset"`
+	Limit   int            `json:"limit"`
+	Groups  []groupSummary `json:"groups"`
+	Targets []row          `json:"targets"`
+}
+
+// serveTargets answers one page of targets, sorted by name:
+//
+//	GET /api/targets?group=G&state=S&q=TEXT&offset=N&limit=M
+//
+// group keeps one group ("" for every group; the group named "" cannot be
+// asked for alone), state one state (healthy, suspect, unhealthy),
+// q targets whose name contains TEXT (case-insensitive); limit is 100 by
+// default and at most 1,000. Groups always counts every target.
+func (h *Handler) serveTargets(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	offset, err := intParam(q.Get("offset"), 0)
+	if err != nil || offset < 0 {
+		http.Error(w, "offset: want a non-negative integer", http.StatusBadRequest)
+		return
+	}
+	limit, err := intParam(q.Get("limit"), defaultLimit)
+	if err != nil || limit < 1 {
+		http.Error(w, "limit: want a positive integer", http.StatusBadRequest)
+		return
+	}
+	limit = min(limit, maxLimit)
+	state := q.Get("state")
+	switch state {
+	case "", "healthy", "suspect", "unhealthy":
+	default:
+		http.Error(w, fmt.Sprintf("state: want healthy, suspect or unhealthy, got %q", state), http.StatusBadRequest)
+		return
+	}
+	group, text := q.Get("group"), strings.ToLower(q.Get("q"))
+
+	var seq uint64
+	if h.obs != nil {
+		seq = h.obs.seqNow()
+	}
+	list, rev := h.c.List("")
+	if h.obs != nil {
+		h.obs.sweep(seq, liveSet(list))
+	}
+	page := targetsPage{
+		Revision: rev,
+		Now:      stamp(time.Now()),
+		Total:    len(list),
+		Offset:   offset,
+		Limit:    limit,
+		Groups:   summarize(list),
+		Targets:  []row{},
+	}
+	for _, st := range list {
+		if group != "" && st.Spec.Group != group ||
+			state != "" && st.State.String() != state ||
+			text != "" && !strings.Contains(strings.ToLower(st.Spec.Name), text) {
+			continue
+		}
+		if page.Matched >= offset && len(page.Targets) < limit {
+			page.Targets = append(page.Targets, h.row(st))
+		}
+		page.Matched++
+	}
+	writeJSON(w, page)
+}
+
+func intParam(s string, def int) (int, error) {
+	if s == "" {
+		return def, nil
+	}
+	return strconv.Atoi(s)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(v)
+}

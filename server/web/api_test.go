@@ -1,0 +1,219 @@
+package web_test
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"pulse/checker"
+	"pulse/server/web"
+)
+
+func TestStreak(t *testing.T) {
+	rf := checker.Spec{Rise: 2, Fall: 3}
+	ts := checker.Spec{Rise: 2, Fall: 3, Model: checker.ModelThreeState}
+	for _, tt := range []struct {
+		name string
+		st   checker.Status
+		want string
+	}{
+		{"up", checker.Status{Spec: rf, State: checker.StateHealthy, PassStreak: 5}, "UP"},
+		{"up, one failure of three toward down", checker.Status{Spec: rf, State: checker.StateHealthy, FailStreak: 1}, "UP 1/3"},
+		{"up, two failures of three", checker.Status{Spec: rf, State: checker.StateHealthy, FailStreak: 2}, "UP 2/3"},
+		{"down", checker.Status{Spec: rf, State: checker.StateUnhealthy, FailStreak: 7}, "DOWN"},
+		{"down, one pass of two toward up", checker.Status{Spec: rf, State: checker.StateUnhealthy, PassStreak: 1}, "DOWN 1/2"},
+		{"suspect, rising", checker.Status{Spec: ts, State: checker.StateSuspect, PassStreak: 1}, "SUSPECT 1/2 ↑"},
+		{"suspect, falling", checker.Status{Spec: ts, State: checker.StateSuspect, FailStreak: 2}, "SUSPECT 2/3 ↓"},
+		{"suspect, no streak", checker.Status{Spec: ts, State: checker.StateSuspect}, "SUSPECT"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := web.Streak(tt.st); got != tt.want {
+				t.Errorf("Streak = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// page mirrors the JSON of /api/targets.
+type page struct {
+	Revision uint64 `json:"revision"`
+	Now      string `json:"now"`
+	Total    int    `json:"total"`
+	Matched  int    `json:"matched"`
+	Offset   int    `json:"offset"`
+	Limit    int    `json:"limit"`
+	Groups   []struct {
+		Name                               string
+		Total, Healthy, Suspect, Unhealthy int
+	} `json:"groups"`
+	Targets []rowJSON `json:"targets"`
+}
+
+type rowJSON struct {
+	Name, Group, Kind, Model, State, Streak string
+	Routable                                bool
+	Rise, Fall, PassStreak, FailStreak      int
+	LastLatencySeconds                      *float64
+	LastError                               string
+	LastResultTime, LastTransitionTime      string
+	Results                                 []struct {
+		Time           string
+		Pass           bool
+		LatencySeconds float64
+		Error          string
+	}
+}
+
+func TestTargetsRowHasTheDetails(t *testing.T) {
+	e := newEnv(t, checker.Config{}, web.Config{})
+	fleet(t, e)
+	e.rounds(2)
+	e.set("http://web-2/healthz", outcome{err: errors.New("status 503")})
+	e.rounds(1)
+
+	var p page
+	getJSON(t, e.srv.URL+"/api/targets?group=edge", &p)
+	if p.Total != 3 || p.Matched != 2 || len(p.Targets) != 2 {
+		t.Fatalf("total %d matched %d rows %d, want 3, 2, 2", p.Total, p.Matched, len(p.Targets))
+	}
+	web1, web2 := p.Targets[0], p.Targets[1]
+	if web1.Name != "web-1" || web1.State != "healthy" || web1.Streak != "UP" || web1.Kind != "tcp" ||
+		web1.LastLatencySeconds == nil || *web1.LastLatencySeconds != 0.25 || len(web1.Results) != 3 || web1.LastTransitionTime == "" {
+		t.Errorf("web-1 row: %+v", web1)
+	}
+	if web2.State != "healthy" || web2.Streak != "UP 1/2" || web2.LastError != "status 503" || web2.Kind != "http" {
+		t.Errorf("web-2 row: %+v", web2)
+	}
+	if n := len(web2.Results); n != 3 || !web2.Results[0].Pass || web2.Results[2].Pass || web2.Results[2].Error != "status 503" {
+		t.Errorf("web-2 results (oldest first): %+v", web2.Results)
+	}
+	if len(p.Groups) != 2 || p.Groups[0].Name != "data" || p.Groups[1].Name != "edge" || p.Groups[1].Healthy != 2 {
+		t.Errorf("groups: %+v", p.Groups)
+	}
+}
+
+// The strip keeps the last 20 results of a target, and a removed target's
+// results go at the next listing.
+func TestRecentResultsAreBounded(t *testing.T) {
+	e := newEnv(t, checker.Config{}, web.Config{})
+	e.add(t, tcpSpec("web-1", ""))
+	e.set("web-1:80", outcome{})
+	e.rounds(25)
+	if n := len(e.obs.Recent("web-1")); n != web.DefaultRecentResults {
+		t.Errorf("%d recent results after 25 rounds, want %d", n, web.DefaultRecentResults)
+	}
+	e.c.Remove("web-1")
+	var p page
+	getJSON(t, e.srv.URL+"/api/targets", &p)
+	if got := e.obs.Recent("web-1"); got != nil {
+		t.Errorf("a removed target kept %d results", len(got))
+	}
+}
+
+// At 10,000 targets the page's data endpoint answers one page, and
+// filters and pages on the server.
+func TestTargetsAtTenThousand(t *testing.T) {
+	e := newEnv(t, checker.Config{}, web.Config{})
+	const n = 10000
+	for i := range n {
+		e.add(t, tcpSpec(fmt.Sprintf("t-%05d", i), fmt.Sprintf("g%d", i%10)))
+	}
+	for _, i := range []int{42, 4242} {
+		e.set(fmt.Sprintf("t-%05d:80", i), outcome{})
+	}
+	e.rounds(2) // two targets healthy, the rest unhealthy
+
+	code, body := get(t, e.srv.URL+"/api/targets")
+	if code != http.StatusOK || len(body) > 200<<10 {
+		t.Fatalf("first page: %d, %d bytes; want 200 and at most 200 KiB", code, len(body))
+	}
+	for _, tt := range []struct {
+		query                 string
+		matched, rows         int
+		first, last           string
+		wantTotal, wantGroups int
+	}{
+		{"", n, 100, "t-00000", "t-00099", n, 10},
+		{"?offset=9950", n, 50, "t-09950", "t-09999", n, 10},
+		{"?limit=5000", n, 1000, "t-00000", "t-00999", n, 10},
+		{"?group=g2&limit=3", 1000, 3, "t-00002", "t-00022", n, 10},
+		{"?state=healthy", 2, 2, "t-00042", "t-04242", n, 10},
+		{"?q=T-0424", 10, 10, "t-04240", "t-04249", n, 10},
+		{"?q=4242&state=unhealthy", 0, 0, "", "", n, 10},
+	} {
+		var p page
+		getJSON(t, e.srv.URL+"/api/targets"+tt.query, &p)
+		if p.Total != tt.wantTotal || p.Matched != tt.matched || len(p.Targets) != tt.rows || len(p.Groups) != tt.wantGroups {
+			t.Errorf("%q: total %d matched %d rows %d groups %d; want %d %d %d %d", tt.query,
+				p.Total, p.Matched, len(p.Targets), len(p.Groups), tt.wantTotal, tt.matched, tt.rows, tt.wantGroups)
+			continue
+		}
+		if tt.rows > 0 && (p.Targets[0].Name != tt.first || p.Targets[tt.rows-1].Name != tt.last) {
+			t.Errorf("%q: rows %s..%s, want %s..%s", tt.query, p.Targets[0].Name, p.Targets[tt.rows-1].Name, tt.first, tt.last)
+		}
+	}
+
+	// The feed's snapshot carries only the rows the page names, and counts
+	// every target.
+	f := e.openFeed(t, "/events?names=t-00042,t-04242,nope", "")
+	ev := f.next(t)
+	var snap struct {
+		Total   int
+		Groups  []struct{ Name string }
+		Targets []rowJSON
+	}
+	ev.decode(t, &snap)
+	if ev.name != "snapshot" || snap.Total != n || len(snap.Groups) != 10 || len(snap.Targets) != 2 || snap.Targets[1].Name != "t-04242" {
+		t.Errorf("snapshot %s: total %d, %d groups, %d rows", ev.name, snap.Total, len(snap.Groups), len(snap.Targets))
+	}
+}
+
+func TestTargetsBadQueries(t *testing.T) {
+	e := newEnv(t, checker.Config{}, web.Config{})
+	for _, q := range []string{"offset=-1", "offset=x", "limit=0", "state=down"} {
+		code, body := get(t, e.srv.URL+"/api/targets?"+q)
+		if code != http.StatusBadRequest || !strings.Contains(body, strings.SplitN(q, "=", 2)[0]) {
+			t.Errorf("%s: %d %q, want 400 naming the parameter", q, code, body)
+		}
+	}
+}
+
+func TestHealthzAndReadyz(t *testing.T) {
+	var started atomic.Bool
+	e := newEnv(t, checker.Config{}, web.Config{Ready: func() error {
+		if !started.Load() {
+			return errors.New("starting")
+		}
+		return nil
+	}})
+	if code, body := get(t, e.srv.URL+"/healthz"); code != http.StatusOK || body != "ok\n" {
+		t.Errorf("/healthz: %d %q", code, body)
+	}
+	if code, body := get(t, e.srv.URL+"/readyz"); code != http.StatusServiceUnavailable || body != "not ready: starting\n" {
+		t.Errorf("/readyz while starting: %d %q", code, body)
+	}
+	started.Store(true)
+	if code, body := get(t, e.srv.URL+"/readyz"); code != http.StatusOK || body != "ready\n" {
+		t.Errorf("/readyz when ready: %d %q", code, body)
+	}
+	// Without a Gatherer there is no /metrics.
+	if code, _ := get(t, e.srv.URL+"/metrics"); code != http.StatusNotFound {
+		t.Errorf("/metrics without a gatherer: %d, want 404", code)
+	}
+}
+
+func TestStaticPage(t *testing.T) {
+	e := newEnv(t, checker.Config{}, web.Config{})
+	for path, want := range map[string]string{
+		"/":          `<script src="app.js" defer></script>`,
+		"/app.js":    `new EventSource("/events?names="`,
+		"/style.css": `tr[data-state="unhealthy"] .badge`,
+	} {
+		if code, body := get(t, e.srv.URL+path); code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("GET %s: %d, want 200 containing %q", path, code, want)
+		}
+	}
+}

@@ -1,0 +1,107 @@
+package web
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"pulse/checker"
+)
+
+// Collector is a prometheus.Collector of the checker's current state, read
+// at scrape time with one List: targets by group and state, subscribers,
+// and (unless dropped) each target's up gauge and last latency. Its methods
+// are safe for concurrent use. Create it with NewCollector.
+type Collector struct {
+	c         *checker.Checker
+	perTarget bool
+	recent    *Observer // swept at scrape time; may be nil
+
+	up       *prometheus.Desc
+	latency  *prometheus.Desc
+	targets  *prometheus.Desc
+	watchers *prometheus.Desc
+}
+
+// states lists every state a target can be in, so pulse_targets shows a
+// zero rather than no series for an empty state.
+var states = []checker.State{checker.StateHealthy, checker.StateSuspect, checker.StateUnhealthy}
+
+// NewCollector returns a Collector of c. perTarget false drops
+// pulse_target_up and pulse_target_last_latency_seconds, two series per
+// target, for very large fleets. recent, if not nil, is the Observer whose
+// recent results of removed targets are dropped at each scrape.
+func NewCollector(c *checker.Checker, perTarget bool, recent *Observer) *Collector {
+	return &Collector{
+		c:         c,
+		perTarget: perTarget,
+		recent:    recent,
+		up: prometheus.NewDesc("pulse_target_up",
+			"1 if the target is routable (healthy, or suspect in the three_state model), 0 if not.",
+			[]string{"target", "group"}, nil),
+		latency: prometheus.NewDesc("pulse_target_last_latency_seconds",
+			"How long the target's last probe took; absent before its first result.",
+			[]string{"target", "group"}, nil),
+		targets: prometheus.NewDesc("pulse_targets",
+			"Registered targets by group and state.",
+			[]string{"group", "state"}, nil),
+		watchers: prometheus.NewDesc("pulse_watchers",
+			"Live event-stream subscribers: WatchTransitions streams and status-page event feeds.",
+			nil, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (m *Collector) Describe(ch chan<- *prometheus.Desc) {
+	if m.perTarget {
+		ch <- m.up
+		ch <- m.latency
+	}
+	ch <- m.targets
+	ch <- m.watchers
+}
+
+// Collect implements prometheus.Collector.
+func (m *Collector) Collect(ch chan<- prometheus.Metric) {
+	var seq uint64
+	if m.recent != nil {
+		seq = m.recent.seqNow()
+	}
+	list, _ := m.c.List("")
+	byGroup := map[string]map[checker.State]int{}
+	for _, st := range list {
+		g := byGroup[st.Spec.Group]
+		if g == nil {
+			g = map[checker.State]int{}
+			byGroup[st.Spec.Group] = g
+		}
+		g[st.State]++
+		if !m.perTarget {
+			continue
+		}
+		up := 0.0
+		if st.Routable {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(m.up, prometheus.GaugeValue, up, st.Spec.Name, st.Spec.Group)
+		if st.LastResult != nil {
+			ch <- prometheus.MustNewConstMetric(m.latency, prometheus.GaugeValue, st.LastResult.Latency.Seconds(), st.Spec.Name, st.Spec.Group)
+		}
+	}
+	for group, counts := range byGroup {
+		for _, s := range states {
+			ch <- prometheus.MustNewConstMetric(m.targets, prometheus.GaugeValue, float64(counts[s]), group, s.String())
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(m.watchers, prometheus.GaugeValue, float64(m.c.Watchers()))
+	if m.recent != nil {
+		m.recent.sweep(seq, liveSet(list))
+	}
+}
+
+// liveSet returns a membership test for the names in list.
+func liveSet(list []checker.Status) func(string) bool {
+	names := make(map[string]struct{}, len(list))
+	for _, st := range list {
+		names[st.Spec.Name] = struct{}{}
+	}
+	return func(n string) bool { _, ok := names[n]; return ok }
+}

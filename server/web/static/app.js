@@ -1,0 +1,291 @@
+// Pulse status page. Plain JS, no build step.
+//
+// The page shows one page of targets from /api/targets (filtered and paged
+// on the server, so it stays light at 10,000 targets) and keeps it live from
+// /events, a server-sent event feed built on the same watch as
+// WatchTransitions: transitions update rows and group counts at once,
+// "results" events bring the named rows' new probe results (the strip), and
+// added/removed/updated targets make the page refetch its list. The browser
+// resumes the feed with Last-Event-ID after a drop.
+"use strict";
+
+const STRIP = 20; // results shown per target; the server keeps as many
+const $ = (id) => document.getElementById(id);
+
+const view = {
+  group: "", state: "", q: "", offset: 0, limit: 100,
+  rows: new Map(),    // name -> {data, rev, tr}
+  groups: new Map(),  // name -> {total, healthy, suspect, unhealthy}
+  countsRev: 0,       // the revision the group counts reflect
+  matched: 0,
+  skew: 0,            // server clock minus browser clock, ms
+  es: null, esNames: null,
+  reloadTimer: null, loading: false, again: false,
+};
+
+function readURL() {
+  const p = new URLSearchParams(location.search);
+  view.group = p.get("group") || "";
+  view.state = p.get("state") || "";
+  view.q = p.get("q") || "";
+  view.offset = Math.max(0, parseInt(p.get("offset") || "0", 10) || 0);
+  $("q").value = view.q;
+  $("state").value = view.state;
+}
+
+function writeURL() {
+  const p = new URLSearchParams();
+  if (view.group) p.set("group", view.group);
+  if (view.state) p.set("state", view.state);
+  if (view.q) p.set("q", view.q);
+  if (view.offset) p.set("offset", String(view.offset));
+  const s = p.toString();
+  history.replaceState(null, "", s ? "?" + s : location.pathname);
+}
+
+// reload fetches the current page of targets and (re)connects the feed when
+// the rows it names changed. Overlapping calls collapse into one more.
+async function reload() {
+  if (view.loading) { view.again = true; return; }
+  view.loading = true;
+  try {
+    const p = new URLSearchParams({ offset: view.offset, limit: view.limit });
+    if (view.group) p.set("group", view.group);
+    if (view.state) p.set("state", view.state);
+    if (view.q) p.set("q", view.q);
+    const res = await fetch("/api/targets?" + p);
+    if (!res.ok) throw new Error(res.status + " " + (await res.text()));
+    const page = await res.json();
+    view.skew = Date.parse(page.now) - Date.now();
+    view.matched = page.matched;
+    setGroups(page.groups, page.revision);
+    renderRows(page.targets, page.revision);
+    renderRange(page);
+    const names = page.targets.map((t) => t.name).join(",");
+    if (names !== view.esNames || !view.es || view.es.readyState === EventSource.CLOSED) connect(names);
+  } catch (err) {
+    setConn("disconnected", "cannot load targets: " + err.message);
+    scheduleReload(3000);
+  } finally {
+    view.loading = false;
+    if (view.again) { view.again = false; reload(); }
+  }
+}
+
+function scheduleReload(ms) {
+  if (view.reloadTimer) return;
+  view.reloadTimer = setTimeout(() => { view.reloadTimer = null; reload(); }, ms);
+}
+
+function connect(names) {
+  if (view.es) view.es.close();
+  view.esNames = names;
+  const es = new EventSource("/events?names=" + encodeURIComponent(names));
+  view.es = es;
+  const on = (name, fn) => es.addEventListener(name, (ev) => { if (view.es === es) fn(JSON.parse(ev.data)); });
+  es.onopen = () => setConn("live", "live");
+  es.onerror = () => {
+    if (view.es !== es) return;
+    if (es.readyState === EventSource.CLOSED) {
+      setConn("disconnected", "disconnected; retrying");
+      scheduleReload(3000);
+    } else {
+      setConn("reconnecting", "reconnecting…");
+    }
+  };
+  on("snapshot", (d) => {
+    setGroups(d.groups, d.revision);
+    for (const t of d.targets) updateRow(t, d.revision);
+  });
+  on("results", (d) => { for (const t of d.targets) updateRow(t, d.revision); });
+  on("transition", (d) => {
+    if (d.revision > view.countsRev) {
+      const g = view.groups.get(d.group);
+      if (g) { g[d.from]--; g[d.to]++; }
+      view.countsRev = d.revision;
+      renderGroups();
+    }
+    const r = view.rows.get(d.target);
+    if (r && d.revision > r.rev) {
+      Object.assign(r.data, { state: d.to, streak: d.streak, lastTransitionTime: d.time });
+      if (d.error) r.data.lastError = d.error;
+      r.rev = d.revision;
+      paintRow(r, true);
+    }
+  });
+  const registry = (sign) => (d) => {
+    if (sign && d.revision > view.countsRev) {
+      const t = d.target;
+      let g = view.groups.get(t.group);
+      if (!g) { g = { total: 0, healthy: 0, suspect: 0, unhealthy: 0 }; view.groups.set(t.group, g); }
+      g.total += sign; g[t.state] += sign;
+      if (g.total <= 0) view.groups.delete(t.group);
+      view.countsRev = d.revision;
+      renderGroups();
+    }
+    scheduleReload(1000); // the page's membership may have changed
+  };
+  on("added", registry(1));
+  on("removed", registry(-1));
+  on("updated", registry(0));
+}
+
+function setConn(kind, text) {
+  const el = $("conn");
+  el.dataset.conn = kind;
+  el.textContent = text;
+}
+
+function setGroups(list, rev) {
+  if (rev < view.countsRev) return; // the feed already counted later events
+  view.groups = new Map(list.map((g) => [g.name, { total: g.total, healthy: g.healthy, suspect: g.suspect, unhealthy: g.unhealthy }]));
+  view.countsRev = rev;
+  renderGroups();
+}
+
+function renderGroups() {
+  const tbody = $("groups").tBodies[0];
+  const sel = $("group");
+  const names = [...view.groups.keys()].sort();
+  let total = 0, up = 0;
+  tbody.replaceChildren(...names.map((name) => {
+    const g = view.groups.get(name);
+    total += g.total; up += g.healthy + g.suspect;
+    const tr = document.createElement("tr");
+    tr.dataset.group = name;
+    if (name === view.group) tr.className = "selected";
+    tr.append(
+      cell(name || "(no group)"), cell(g.total),
+      cell(g.healthy, "n-healthy"), cell(g.suspect, "n-suspect"), cell(g.unhealthy, "n-unhealthy"));
+    tr.onclick = () => { view.group = view.group === name ? "" : name; view.offset = 0; filtersChanged(); };
+    return tr;
+  }));
+  const keep = view.group;
+  sel.replaceChildren(new Option("every group", ""), ...names.filter((n) => n).map((n) => new Option(n, n)));
+  if (keep && !view.groups.has(keep)) sel.append(new Option(keep, keep));
+  sel.value = keep;
+  $("totals").textContent = `${total} targets, ${up} routable`;
+}
+
+function renderRange(page) {
+  const first = page.matched ? page.offset + 1 : 0;
+  const last = page.offset + page.targets.length;
+  $("range").textContent = `${first}–${last} of ${page.matched}` + (page.matched !== page.total ? ` (of ${page.total})` : "");
+  $("prev").disabled = page.offset === 0;
+  $("next").disabled = last >= page.matched;
+  $("empty").hidden = page.targets.length > 0;
+}
+
+function renderRows(targets, rev) {
+  const old = view.rows;
+  view.rows = new Map();
+  const trs = targets.map((t) => {
+    let r = old.get(t.name);
+    if (r && r.rev > rev) { view.rows.set(t.name, r); return r.tr; } // the feed is ahead
+    r = r ? Object.assign(r, { data: t, rev }) : { data: t, rev, tr: newRow(t.name) };
+    view.rows.set(t.name, r);
+    paintRow(r, false);
+    return r.tr;
+  });
+  $("targets").tBodies[0].replaceChildren(...trs);
+}
+
+function updateRow(t, rev) {
+  const r = view.rows.get(t.name);
+  if (!r || rev < r.rev) return;
+  const changed = r.data.state !== t.state;
+  r.data = t;
+  r.rev = rev;
+  paintRow(r, changed);
+}
+
+function newRow(name) {
+  const tr = document.createElement("tr");
+  tr.dataset.name = name;
+  for (const c of ["name", "group", "kind", "state", "latency num", "err", "since", "results"]) {
+    const td = document.createElement("td");
+    td.className = c;
+    tr.append(td);
+  }
+  const badge = document.createElement("span");
+  badge.className = "badge";
+  tr.cells[3].append(badge);
+  const strip = document.createElement("span");
+  strip.className = "strip";
+  tr.cells[7].append(strip);
+  return tr;
+}
+
+function paintRow(r, flash) {
+  const t = r.data, tr = r.tr, c = tr.cells;
+  tr.dataset.state = t.state;
+  c[0].textContent = t.name;
+  c[1].textContent = t.group;
+  c[2].textContent = t.kind + (t.model === "three_state" ? " · 3-state" : "");
+  c[3].firstChild.textContent = t.streak;
+  c[3].title = `${t.state}; rise ${t.rise}, fall ${t.fall}; ${t.passStreak} passes, ${t.failStreak} failures in a row`;
+  c[4].textContent = t.lastLatencySeconds == null ? "—" : fmtLatency(t.lastLatencySeconds);
+  c[5].textContent = t.lastError || "";
+  c[5].title = t.lastError || "";
+  c[6].textContent = since(t.lastTransitionTime);
+  const strip = c[7].firstChild;
+  const res = (t.results || []).slice(-STRIP);
+  strip.replaceChildren(...res.map((x) => {
+    const s = document.createElement("span");
+    s.className = x.pass ? "pass" : "fail";
+    s.title = `${x.time}: ${x.pass ? "pass" : "fail"} in ${fmtLatency(x.latencySeconds)}${x.error ? " (" + x.error + ")" : ""}`;
+    return s;
+  }));
+  if (flash) {
+    tr.classList.remove("changed");
+    void tr.offsetWidth; // restart the animation
+    tr.classList.add("changed");
+  }
+}
+
+function cell(text, cls) {
+  const td = document.createElement("td");
+  td.textContent = text;
+  if (cls) td.className = cls;
+  return td;
+}
+
+function fmtLatency(s) {
+  if (s < 0.001) return (s * 1e6).toFixed(0) + "µs";
+  if (s < 1) return (s * 1e3).toFixed(1) + "ms";
+  return s.toFixed(2) + "s";
+}
+
+function since(stamp) {
+  if (!stamp) return "never";
+  let s = Math.max(0, Math.floor((Date.now() + view.skew - Date.parse(stamp)) / 1000));
+  if (s < 60) return s + "s";
+  const m = Math.floor(s / 60); s %= 60;
+  if (m < 60) return `${m}m ${s}s`;
+  const h = Math.floor(m / 60);
+  if (h < 48) return `${h}h ${m % 60}m`;
+  return `${Math.floor(h / 24)}d ${h % 24}h`;
+}
+
+function filtersChanged() {
+  writeURL();
+  reload();
+}
+
+function init() {
+  readURL();
+  let qTimer = null;
+  $("q").addEventListener("input", () => {
+    clearTimeout(qTimer);
+    qTimer = setTimeout(() => { view.q = $("q").value.trim(); view.offset = 0; filtersChanged(); }, 250);
+  });
+  $("state").addEventListener("change", () => { view.state = $("state").value; view.offset = 0; filtersChanged(); });
+  $("group").addEventListener("change", () => { view.group = $("group").value; view.offset = 0; filtersChanged(); });
+  $("prev").addEventListener("click", () => { view.offset = Math.max(0, view.offset - view.limit); filtersChanged(); });
+  $("next").addEventListener("click", () => { view.offset += view.limit; filtersChanged(); });
+  $("filters").addEventListener("submit", (e) => e.preventDefault());
+  setInterval(() => { for (const r of view.rows.values()) r.tr.cells[6].textContent = since(r.data.lastTransitionTime); }, 1000);
+  reload();
+}
+
+init();

@@ -1,0 +1,130 @@
+// Package web serves pulsed's HTTP listener: Prometheus metrics at
+// /metrics, a live status page at /, its data at /api/targets and its event
+// feed at /events, and pulsed's own liveness and readiness at /healthz and
+// /readyz.
+//
+// It reads the checker through its public methods only (List, Status,
+// Watch, Watchers) and, for the page's strip of recent results, an Observer
+// the checker was given.
+package web
+
+import (
+	"embed"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"pulse/checker"
+)
+
+//go:embed static
+var static embed.FS
+
+// Config configures NewHandler. Checker is required; every other field is
+// optional.
+type Config struct {
+	// Checker is the checker the page, the feed and the API show.
+	Checker *checker.Checker
+	// Gatherer is what /metrics serves. If nil, /metrics answers 404.
+	Gatherer prometheus.Gatherer
+	// Observer supplies the recent results per target (the page's strip and
+	// the feed's "results" events). If nil, targets have no recent results
+	// and the feed sends no "results" events.
+	Observer *Observer
+	// Ready says whether pulsed is ready to serve: nil means ready, an error
+	// says why not, and /readyz answers 503 with it. If nil, /readyz answers
+	// 200 while the handler exists.
+	Ready func() error
+	// Logger receives errors of the handler itself. If nil, nothing is
+	// logged.
+	Logger *slog.Logger
+	// ResultsInterval is how often the event feed sends the new results of
+	// the targets it names. If 0, one second.
+	ResultsInterval time.Duration
+	// ProgressInterval is how long the event feed may stay idle before it
+	// sends a progress event with the current revision (which also keeps
+	// proxies from closing it). If 0, 15 seconds.
+	ProgressInterval time.Duration
+}
+
+// Handler is the http.Handler of pulsed's HTTP listener. It is safe for
+// concurrent use and starts no goroutines of its own: an event feed lives in
+// its request's goroutine and ends when the client goes away or the checker
+// closes. Create it with NewHandler.
+type Handler struct {
+	c        *checker.Checker
+	obs      *Observer
+	ready    func() error
+	logger   *slog.Logger
+	results  time.Duration
+	progress time.Duration
+	mux      *http.ServeMux
+}
+
+// NewHandler returns the handler serving cfg.Checker.
+func NewHandler(cfg Config) *Handler {
+	h := &Handler{
+		c:        cfg.Checker,
+		obs:      cfg.Observer,
+		ready:    cfg.Ready,
+		logger:   cfg.Logger,
+		results:  cfg.ResultsInterval,
+		progress: cfg.ProgressInterval,
+		mux:      http.NewServeMux(),
+	}
+	if h.logger == nil {
+		h.logger = slog.New(slog.DiscardHandler)
+	}
+	if h.results <= 0 {
+		h.results = time.Second
+	}
+	if h.progress <= 0 {
+		h.progress = 15 * time.Second
+	}
+	if h.ready == nil {
+		h.ready = func() error { return nil }
+	}
+	if cfg.Gatherer != nil {
+		h.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
+			ErrorLog:          slog.NewLogLogger(h.logger.Handler(), slog.LevelError),
+			EnableOpenMetrics: true,
+		}))
+	}
+	sub, err := fs.Sub(static, "static")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	h.mux.Handle("GET /", http.FileServerFS(sub))
+	h.mux.HandleFunc("GET /api/targets", h.serveTargets)
+	h.mux.HandleFunc("GET /events", h.serveEvents)
+	h.mux.HandleFunc("GET /healthz", serveHealthz)
+	h.mux.HandleFunc("GET /readyz", h.serveReadyz)
+	return h
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// serveHealthz is liveness: the process answers.
+func serveHealthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+// serveReadyz is readiness: 200 while Ready returns nil, 503 with its
+// reason otherwise.
+func (h *Handler) serveReadyz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if err := h.ready(); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("not ready: " + err.Error() + "\n"))
+		return
+	}
+	_, _ = w.Write([]byte("ready\n"))
+}
