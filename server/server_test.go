@@ -162,7 +162,8 @@ func TestAddTargetCreatesThenUpdatesWithDefaults(t *testing.T) {
 				InitialState: pb.State_STATE_UNHEALTHY,
 				Model:        pb.Model_MODEL_RISE_FALL,
 			},
-			State: pb.State_STATE_UNHEALTHY,
+			State:  pb.State_STATE_UNHEALTHY,
+			Source: "api",
 		},
 	}
 	if diff := cmp.Diff(want, resp, protocmp.Transform()); diff != "" {
