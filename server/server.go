@@ -15,6 +15,7 @@ import (
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"google.golang.org/grpc"
@@ -213,6 +214,11 @@ type Options struct {
 	// chain (e.g. metrics, which should count every call, even rejected ones).
 	UnaryInterceptors  []grpc.UnaryServerInterceptor
 	StreamInterceptors []grpc.StreamServerInterceptor
+	// Tokens, when set, requires a bearer token with the right role on
+	// every pulse.v1 call. If nil, calls are not authenticated.
+	Tokens *Tokens
+	// RateLimit, when set, bounds each client's rate of pulse.v1 calls.
+	RateLimit *RateLimit
 }
 
 // NewGRPCServer returns a *grpc.Server serving s as pulse.v1.HealthChecker,
@@ -229,8 +235,20 @@ func NewGRPCServer(s *Server, opts Options) (*grpc.Server, *Health) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	unary, stream := Interceptors(logger, s.c.Defaults())
-	unary = append(slices.Clip(opts.UnaryInterceptors), unary...)
-	stream = append(slices.Clip(opts.StreamInterceptors), stream...)
+	// After logging (so rejected calls are logged), before recovery: the
+	// rate limit, then authentication.
+	var guardU []grpc.UnaryServerInterceptor
+	var guardS []grpc.StreamServerInterceptor
+	if opts.RateLimit != nil {
+		guardU = append(guardU, selector.UnaryServerInterceptor(ratelimit.UnaryServerInterceptor(opts.RateLimit), apiOnly))
+		guardS = append(guardS, selector.StreamServerInterceptor(ratelimit.StreamServerInterceptor(opts.RateLimit), apiOnly))
+	}
+	if opts.Tokens != nil {
+		guardU = append(guardU, opts.Tokens.unary)
+		guardS = append(guardS, opts.Tokens.stream)
+	}
+	unary = slices.Concat(opts.UnaryInterceptors, unary[:1], guardU, unary[1:])
+	stream = slices.Concat(opts.StreamInterceptors, stream[:1], guardS, stream[1:])
 	gs := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
@@ -241,6 +259,12 @@ func NewGRPCServer(s *Server, opts Options) (*grpc.Server, *Health) {
 	reflection.Register(gs)
 	return gs, hs
 }
+
+// apiOnly selects calls of pulse.v1.HealthChecker, leaving out
+// grpc.health.v1 and reflection.
+var apiOnly = selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
+	return c.Service == pb.HealthChecker_ServiceDesc.ServiceName
+})
 
 // Interceptors returns the server's interceptor chains, outermost first:
 // logging, recovery, validation. defaults complete AddTarget specs before
@@ -255,9 +279,6 @@ func Interceptors(logger *slog.Logger, defaults checker.Defaults) ([]grpc.UnaryS
 	})
 	// Log each finished call of the API; health checks and reflection come
 	// from load balancers and tools far too often to log.
-	apiOnly := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
-		return c.Service == pb.HealthChecker_ServiceDesc.ServiceName
-	})
 	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}
 	v := validator{defaults: defaults}
 	return []grpc.UnaryServerInterceptor{

@@ -92,6 +92,12 @@ func (s *syncBuffer) String() string {
 // checker is not started: tests drive probes with RunRound.
 func start(t *testing.T, cfg checker.Config, opts ...server.Option) *env {
 	t.Helper()
+	return startWith(t, cfg, server.Options{}, opts...)
+}
+
+// startWith is start with server options.
+func startWith(t *testing.T, cfg checker.Config, sopts server.Options, opts ...server.Option) *env {
+	t.Helper()
 	sp := &switchProbers{up: map[string]*atomic.Bool{}}
 	cfg.NewProber = sp.New
 	if cfg.Defaults == (checker.Defaults{}) {
@@ -102,7 +108,8 @@ func start(t *testing.T, cfg checker.Config, opts ...server.Option) *env {
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
-	gs, hs := server.NewGRPCServer(server.New(c, opts...), server.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	sopts.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	gs, hs := server.NewGRPCServer(server.New(c, opts...), sopts)
 	lis := bufconn.Listen(1 << 20)
 	go gs.Serve(lis)
 	conn, err := grpc.NewClient("passthrough:///bufnet",

@@ -1,0 +1,80 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/peer"
+)
+
+// RateLimit bounds each client's rate of API calls with a token bucket per
+// client address: a client may burst up to Burst calls, then PerSecond calls
+// a second. It implements go-grpc-middleware's ratelimit.Limiter and is safe
+// for concurrent use. Create it with NewRateLimit.
+type RateLimit struct {
+	perSecond float64
+	burst     float64
+	now       func() time.Time
+
+	mu      sync.Mutex // protects buckets
+	buckets map[string]*bucket
+}
+
+type bucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// maxBuckets bounds the clients tracked at once; past it, buckets that have
+// refilled (idle clients) are dropped.
+const maxBuckets = 10000
+
+// NewRateLimit returns a limit of perSecond calls a second per client, with
+// bursts of up to burst calls. now is the clock; nil means time.Now.
+func NewRateLimit(perSecond float64, burst int, now func() time.Time) *RateLimit {
+	if now == nil {
+		now = time.Now
+	}
+	return &RateLimit{perSecond: perSecond, burst: float64(burst), now: now, buckets: make(map[string]*bucket)}
+}
+
+// Limit takes one token from the calling client's bucket, or says which
+// limit the client ran into.
+func (r *RateLimit) Limit(ctx context.Context) error {
+	key := "unknown"
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		key = p.Addr.String()
+		if host, _, err := net.SplitHostPort(key); err == nil {
+			key = host
+		}
+	}
+	now := r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b, ok := r.buckets[key]
+	if !ok {
+		if len(r.buckets) >= maxBuckets {
+			r.dropIdleLocked(now)
+		}
+		b = &bucket{tokens: r.burst, last: now}
+		r.buckets[key] = b
+	}
+	b.tokens = min(r.burst, b.tokens+now.Sub(b.last).Seconds()*r.perSecond)
+	b.last = now
+	if b.tokens < 1 {
+		return fmt.Errorf("rate limit of %g calls/s per client (burst %g) exceeded; slow down, or raise pulsed's -rate-limit", r.perSecond, r.burst)
+	}
+	b.tokens--
+	return nil
+}
+
+func (r *RateLimit) dropIdleLocked(now time.Time) {
+	for k, b := range r.buckets {
+		if b.tokens+now.Sub(b.last).Seconds()*r.perSecond >= r.burst {
+			delete(r.buckets, k)
+		}
+	}
+}
