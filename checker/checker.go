@@ -295,6 +295,11 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 
 	c.mu.Lock()
 	old := c.targets[spec.Name]
+	if old != nil {
+		// The initial state only matters to a new target: an update keeps
+		// the one it was created with, so it is no change.
+		spec.InitialState = old.spec.InitialState
+	}
 	sameProbe := old != nil && reflect.DeepEqual(old.spec.Probe, spec.Probe)
 	sameSpec := old != nil && reflect.DeepEqual(old.spec, spec)
 	closed := c.closed

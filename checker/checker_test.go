@@ -591,3 +591,15 @@ func TestLimits(t *testing.T) {
 		t.Errorf("second watcher: %v", err)
 	}
 }
+
+func TestReAddWithAnotherInitialStateChangesNothing(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	e.add(t, spec("a"))
+	rev := e.c.Revision()
+	s := spec("a")
+	s.InitialState = checker.StateHealthy
+	st, created, err := e.c.Add(s)
+	if err != nil || created || st.Spec.InitialState != checker.StateUnhealthy || e.c.Revision() != rev {
+		t.Errorf("re-Add with initial state healthy: %+v created %v err %v, revision %d -> %d; want no change", st.Spec, created, err, rev, e.c.Revision())
+	}
+}
