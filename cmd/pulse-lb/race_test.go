@@ -1,0 +1,6 @@
+//go:build race
+
+package main
+
+// raceEnabled builds the pulsed under test with the race detector too.
+const raceEnabled = true
