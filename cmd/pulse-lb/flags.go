@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"pulse/cmd/internal/dial"
 	"strings"
 	"time"
 
@@ -26,7 +27,8 @@ type config struct {
 	unhealthyAfter int // fall
 	healthyAfter   int // rise
 
-	pulse       string // pulsed's address; empty means the embedded checker
+	pulse       string     // pulsed's address; empty means the embedded checker
+	pulseConn   dial.Flags // TLS, mutual TLS and token for --pulse
 	group       string
 	idleTimeout time.Duration
 
@@ -88,7 +90,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.healthTimeout, "health-timeout", 250*time.Millisecond, "timeout of one probe; a probe that takes longer fails (at most --health-interval)")
 	fs.IntVar(&cfg.unhealthyAfter, "unhealthy-after", 3, "consecutive failed probes that take a backend out of rotation")
 	fs.IntVar(&cfg.healthyAfter, "healthy-after", 2, "consecutive passing probes that put a backend back in rotation")
-	fs.StringVar(&cfg.pulse, "pulse", "", "`address` (host:port) of a pulsed to take health from, over plaintext gRPC; empty runs an embedded checker")
+	fs.StringVar(&cfg.pulse, "pulse", "", "`address` (host:port) of a pulsed to take health from (plaintext unless -tls, -tls-ca or -tls-cert); empty runs an embedded checker")
+	cfg.pulseConn.Register(fs)
 	fs.StringVar(&cfg.group, "group", "pulse-lb", "with --pulse: the `group` the backends are registered in and watched by")
 	fs.DurationVar(&cfg.idleTimeout, "pulse-idle-timeout", 90*time.Second, "with --pulse: reconnect when the watch stream has been silent this long (pulsed sends a progress event every -watch-progress, 30s by default); 0 never does")
 	fs.DurationVar(&cfg.responseTimeout, "response-timeout", 30*time.Second, "how long to wait for a backend's response headers before answering 502")

@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -46,15 +45,18 @@ type remoteSource struct {
 // starts even while pulsed is down, and answers 503 until it has a view)
 // and starts following it in the background.
 func newRemoteSource(cfg config, logger *slog.Logger) (*remoteSource, error) {
-	conn, err := grpc.NewClient(cfg.pulse,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	connOpts, err := cfg.pulseConn.Options()
+	if err != nil {
+		return nil, fmt.Errorf("--pulse: %w", err)
+	}
+	conn, err := grpc.NewClient(cfg.pulse, append(connOpts,
 		// gRPC's own reconnect backoff defaults to 1s..120s; keep it within
 		// ours so a restarted pulsed is found again promptly.
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: reconnectMin, Multiplier: 1.6, Jitter: 0.2, MaxDelay: reconnectMax},
 			MinConnectTimeout: registerTimeout,
 		}),
-	)
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("--pulse: %w", err)
 	}

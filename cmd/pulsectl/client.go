@@ -8,12 +8,12 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"pulse/checker/probe"
+	"pulse/cmd/internal/dial"
 	pb "pulse/gen/pulse/v1"
 )
 
@@ -24,11 +24,13 @@ const callTimeout = 5 * time.Second
 // clientFlags are the flags of every command that talks to pulsed.
 type clientFlags struct {
 	addr string
+	conn dial.Flags // TLS, mutual TLS and token
 }
 
 func addClientFlags(fs *flag.FlagSet) *clientFlags {
 	cf := &clientFlags{}
 	fs.StringVar(&cf.addr, "addr", defaultAddr, "`host:port` of pulsed")
+	cf.conn.Register(fs)
 	return cf
 }
 
@@ -42,7 +44,12 @@ type client struct {
 // dial returns a client for cf.addr; the connection is made on the first
 // call. It fails only for an address gRPC cannot use, a usage error.
 func (cf *clientFlags) dial(e *env) (*client, int, bool) {
-	conn, err := grpc.NewClient(cf.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	opts, err := cf.conn.Options()
+	if err != nil {
+		e.errorf("%v", err)
+		return nil, exitUsage, false
+	}
+	conn, err := grpc.NewClient(cf.addr, opts...)
 	if err != nil {
 		e.errorf("--addr %q: %v", cf.addr, err)
 		return nil, exitUsage, false
@@ -78,6 +85,9 @@ func (c *client) fail(e *env, err error, name string) int {
 			e.errorf("%s", st.Message())
 		}
 		return exitNotFound
+	case codes.Unauthenticated, codes.PermissionDenied:
+		e.errorf("pulsed at %s refused the call: %s\nPass a token with --token-file (or PULSE_TOKEN) that has the role this command needs.", c.addr, st.Message())
+		return exitServer
 	case codes.InvalidArgument, codes.OutOfRange, codes.FailedPrecondition:
 		// The server's message starts with the field to fix.
 		e.errorf("%s", st.Message())
