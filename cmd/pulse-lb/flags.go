@@ -8,12 +8,12 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"pulse/cmd/internal/dial"
 	"strings"
 	"time"
 
 	"pulse/checker"
 	"pulse/checker/probe"
+	"pulse/cmd/internal/dial"
 )
 
 // config is what the flags say.
