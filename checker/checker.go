@@ -614,7 +614,10 @@ func (c *Checker) probe(ctx context.Context, j job) Result {
 	cancel()
 	end := c.clock.Now()
 	r := Result{Pass: err == nil, Latency: end.Sub(start), Time: end}
+	var panicked *panicError
 	switch {
+	case errors.As(err, &panicked):
+		r.Err = panicked.Error()
 	case err != nil && (timedOut || errors.Is(err, context.DeadlineExceeded)):
 		r.Err = fmt.Sprintf("timeout after %v", j.spec.Timeout)
 	case err != nil:
@@ -632,11 +635,17 @@ func (c *Checker) probe(ctx context.Context, j job) Result {
 func safeProbe(ctx context.Context, p Prober) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("probe panicked: %v", v)
+			err = &panicError{v}
 		}
 	}()
 	return p.Probe(ctx)
 }
+
+// panicError is a prober's panic, which is a failed probe, whatever the
+// clock says by the time it is recovered.
+type panicError struct{ v any }
+
+func (e *panicError) Error() string { return fmt.Sprintf("probe panicked: %v", e.v) }
 
 // applyLocked records a finished job's result. The result is discarded when
 // the target was removed, its probe spec replaced, or the run cancelled (a
