@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -53,32 +55,76 @@ const userAgent = "pulse-probe/1"
 // variables are ignored), never asks for compressed bodies, and verifies TLS
 // against the system roots.
 //
+// Every connection its Probers open, HTTP, TCP and gRPC alike, goes
+// through one dialer that enforces the Factory's EgressPolicy on the
+// address it is about to connect to, after looking up host names with the
+// Factory's Resolver; New also rejects a Spec whose host is an IP address
+// the policy denies. Redirects are never followed.
+//
 // A Factory is safe for concurrent use. The zero Factory is ready to use and
 // behaves like one from NewFactory; a Factory must not be copied after first
 // use.
 type Factory struct {
-	// rootCAs verifies TLS servers; nil means the system roots. Only tests
-	// set it, before first use.
+	egress   *EgressPolicy // nil means DefaultEgressPolicy; never modified once set
+	resolver Resolver      // nil means net.DefaultResolver
+
+	// rootCAs verifies TLS servers; nil means the system roots. dial, when
+	// set, replaces the guarded dialer's connect step (the policy has been
+	// checked by then). Only tests set them, before first use.
 	rootCAs *x509.CertPool
+	dial    func(ctx context.Context, network, address string) (net.Conn, error)
 
 	once      sync.Once
+	dialer    *guardedDialer
 	transport *http.Transport
 	client    *http.Client
 }
 
+// FactoryOptions configure NewFactoryWith. The zero FactoryOptions give a
+// Factory like NewFactory's.
+type FactoryOptions struct {
+	// Egress decides which addresses probes may connect to. If nil,
+	// DefaultEgressPolicy() is used. The Factory keeps a copy: changing
+	// the policy afterwards does not affect it.
+	Egress *EgressPolicy
+	// Resolver looks up the host names of every probe kind. If nil,
+	// net.DefaultResolver is used.
+	Resolver Resolver
+}
+
 // NewFactory returns a Factory that verifies TLS servers against the system
-// roots.
+// roots and denies probes the addresses of DefaultEgressPolicy.
 func NewFactory() *Factory {
 	return &Factory{}
 }
 
-// init builds the shared transport and client on first use.
+// NewFactoryWith returns a Factory configured by opts.
+func NewFactoryWith(opts FactoryOptions) *Factory {
+	f := &Factory{resolver: opts.Resolver}
+	if opts.Egress != nil {
+		f.egress = opts.Egress.clone()
+	}
+	return f
+}
+
+// init builds the dialer, the shared transport and the client on first use.
 func (f *Factory) init() {
 	f.once.Do(func() {
+		if f.egress == nil {
+			f.egress = DefaultEgressPolicy()
+		}
+		if f.resolver == nil {
+			f.resolver = net.DefaultResolver
+		}
+		f.dialer = newGuardedDialer(f.egress, f.resolver)
+		if f.dial != nil {
+			f.dialer.dial = f.dial
+		}
 		f.transport = &http.Transport{
 			Proxy:               nil, // probe the target itself, whatever HTTP_PROXY says
+			DialContext:         f.dialer.DialContext,
 			TLSClientConfig:     f.tlsConfig(),
-			ForceAttemptHTTP2:   true,
+			ForceAttemptHTTP2:   true, // needed, with a DialContext of our own, for HTTP/2 over TLS
 			DisableCompression:  true,
 			MaxIdleConns:        256,
 			MaxIdleConnsPerHost: 8,
@@ -87,6 +133,8 @@ func (f *Factory) init() {
 		f.client = &http.Client{
 			Transport: f.transport,
 			// A redirect is an answer like any other: report its status.
+			// Following it would also reach an address nobody checked
+			// when the target was added.
 			CheckRedirect: func(*http.Request, []*http.Request) error {
 				return http.ErrUseLastResponse
 			},
@@ -99,8 +147,9 @@ func (f *Factory) tlsConfig() *tls.Config {
 	return &tls.Config{RootCAs: f.rootCAs, MinVersion: tls.VersionTLS12}
 }
 
-// New validates s and returns a Prober for it. When s is invalid it returns
-// the *FieldError from s.Validate.
+// New validates s and returns a Prober for it. When s is invalid, or its
+// host is an IP address the Factory's EgressPolicy denies, it returns a
+// *FieldError (see EgressPolicy.CheckSpec).
 //
 // The Prober is safe for concurrent use and keeps no reference to s. A gRPC
 // Prober holds its own *grpc.ClientConn, reused between probes, and
@@ -111,13 +160,16 @@ func (f *Factory) New(s Spec) (Prober, error) {
 		return nil, err
 	}
 	f.init()
+	if err := f.egress.checkSpec(s); err != nil {
+		return nil, err
+	}
 	switch {
 	case s.HTTP != nil:
 		return newHTTPProber(f.client, s.HTTP), nil
 	case s.TCP != nil:
-		return &tcpProber{address: s.TCP.Address}, nil
+		return &tcpProber{address: s.TCP.Address, dialer: f.dialer}, nil
 	default:
-		return newGRPCProber(s.GRPC, f.tlsConfig())
+		return newGRPCProber(s.GRPC, f.tlsConfig(), f.dialer)
 	}
 }
 
@@ -150,18 +202,35 @@ func (e *contextError) Error() string { return e.err.Error() }
 // Unwrap returns both the context's error and the underlying one.
 func (e *contextError) Unwrap() []error { return []error{e.ctxErr, e.err} }
 
+// maxDescription is the most bytes Describe returns.
+const maxDescription = 200
+
 // Describe turns an error returned by a Prober into short text for a person:
 // "timeout" when the deadline passed, "canceled", "connection refused",
-// "status 503", a gRPC serving status such as "NOT_SERVING", and otherwise
-// the error's own text without Go's "Get \"url\": dial tcp addr:" prefixes
-// and gRPC's transport wrapping. Describe(nil) is "".
+// "status 503", a gRPC serving status such as "NOT_SERVING", the
+// *EgressError's text ("... denied by egress policy (deny 169.254.0.0/16)")
+// when the policy stopped the probe, and otherwise the error's own text
+// without Go's "Get \"url\": dial tcp addr:" prefixes and gRPC's transport
+// wrapping. Describe(nil) is "".
+//
+// The text is safe to show anyone who may see the target's state: it is at
+// most maxDescription bytes of printable UTF-8 (longer text ends in "...",
+// control characters become spaces or "?"), and it never quotes what a
+// server sent beyond a gRPC status message, so an HTTP probe aimed at a
+// gRPC port says "malformed HTTP response (not HTTP?)", not the bytes.
 func Describe(err error) string {
 	if err == nil {
 		return ""
 	}
+	return tidy(describe(err))
+}
+
+// describe is Describe before tidying.
+func describe(err error) string {
 	var (
 		statusErr  *StatusError
 		servingErr *servingError
+		egressErr  *EgressError
 		netErr     net.Error
 	)
 	switch {
@@ -175,6 +244,8 @@ func Describe(err error) string {
 		return statusErr.Error()
 	case errors.As(err, &servingErr):
 		return servingErr.Error()
+	case errors.As(err, &egressErr):
+		return egressErr.Error()
 	}
 	if st, ok := status.FromError(err); ok && st.Code() != codes.OK {
 		return describeStatus(st)
@@ -185,7 +256,64 @@ func Describe(err error) string {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return "connection closed by the server"
 	}
-	return strings.TrimSpace(goNoiseless(err))
+	return withoutEcho(goNoiseless(err))
+}
+
+// withoutEcho drops the bytes net/http and net/textproto quote from a
+// response they could not parse: `net/http: HTTP/1.x transport connection
+// broken: malformed HTTP response "\x00\x00\x06..."` becomes "malformed
+// HTTP response (not HTTP?)", and `malformed MIME header line: <line>`
+// becomes "malformed MIME header line". It also names net/http's
+// "readLoopPeekFailLocked: %!w(<nil>)", which is what a server that speaks
+// first (a gRPC server sends its settings at once) may get instead.
+func withoutEcho(msg string) string {
+	if strings.Contains(msg, "readLoopPeekFailLocked") {
+		return "unsolicited response (not HTTP?)"
+	}
+	i := strings.Index(msg, "malformed ")
+	if i < 0 {
+		return msg
+	}
+	msg = msg[i:]
+	if j := strings.IndexAny(msg, `":`); j >= 0 {
+		msg = strings.TrimSpace(msg[:j])
+	}
+	if msg == "malformed HTTP response" {
+		msg += " (not HTTP?)"
+	}
+	return msg
+}
+
+// tidy trims s and makes it safe to show: tabs and line breaks become
+// spaces, other control and non-printable characters and invalid UTF-8
+// become '?', and text longer than maxDescription bytes is cut to end in
+// "...".
+func tidy(s string) string {
+	s = strings.TrimSpace(s)
+	var b strings.Builder
+	cut := false
+	for _, r := range s {
+		switch {
+		case r == '\t' || r == '\n' || r == '\r':
+			r = ' '
+		case r == utf8.RuneError || !unicode.IsPrint(r):
+			r = '?'
+		}
+		if b.Len()+utf8.RuneLen(r) > maxDescription {
+			cut = true
+			break
+		}
+		b.WriteRune(r)
+	}
+	out := b.String()
+	if cut {
+		end := min(maxDescription-len("..."), len(out))
+		for end > 0 && end < len(out) && !utf8.RuneStart(out[end]) {
+			end--
+		}
+		out = out[:end] + "..."
+	}
+	return out
 }
 
 // goNoiseless returns err's text without the request and socket addresses

@@ -7,8 +7,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -159,6 +161,22 @@ func TestDescribe(t *testing.T) {
 		{"grpc deadline status", status.Error(codes.DeadlineExceeded, "context deadline exceeded"), "timeout"},
 		{"grpc unimplemented", newRPCError(status.Error(codes.Unimplemented, "unknown service grpc.health.v1.Health")), "Unimplemented: unknown service grpc.health.v1.Health"},
 		{"other", errors.New("  something odd "), "something odd"},
+
+		{"egress", &url.Error{Op: "Get", URL: "http://metadata.test/", Err: &EgressError{Host: "metadata.test", Addr: netip.MustParseAddr("169.254.169.254"), Deny: netip.MustParsePrefix("169.254.0.0/16")}}, "metadata.test resolves to 169.254.169.254, which is denied by egress policy (deny 169.254.0.0/16)"},
+		{"egress in grpc status", newRPCError(status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: 169.254.169.254 is denied by egress policy (deny 169.254.0.0/16)"`)), "169.254.169.254 is denied by egress policy (deny 169.254.0.0/16)"},
+
+		// What a server sent is not repeated, and whatever is shown is short
+		// and printable.
+		{"not HTTP", &url.Error{Op: "Get", URL: "http://x", Err: errors.New(`net/http: HTTP/1.x transport connection broken: malformed HTTP response "\x00\x00\x06\x04\x00"`)}, "malformed HTTP response (not HTTP?)"},
+		{"bad status code", &url.Error{Op: "Get", URL: "http://x", Err: errors.New(`malformed HTTP status code "<script>alert(1)</script>"`)}, "malformed HTTP status code"},
+		{"spoke first", &url.Error{Op: "Get", URL: "http://x", Err: errors.New("readLoopPeekFailLocked: %!w(<nil>)")}, "unsolicited response (not HTTP?)"},
+		{"bad header line", errors.New("net/http: HTTP/1.x transport connection broken: malformed MIME header line: Set-Cookie secret"), "malformed MIME header line"},
+		{"control characters", errors.New("bad\x00thing\r\nhere\x1b[31m\tend"), "bad?thing  here?[31m end"},
+		{"invalid UTF-8", errors.New("a\xffb"), "a?b"},
+		{"bidi override", errors.New("abc\u202edef"), "abc?def"},
+		{"exactly the limit", errors.New(strings.Repeat("y", 200)), strings.Repeat("y", 200)},
+		{"too long", errors.New(strings.Repeat("x", 500)), strings.Repeat("x", 197) + "..."},
+		{"too long, cut between runes", status.Error(codes.Internal, strings.Repeat("é", 300)), "Internal: " + strings.Repeat("é", 93) + "..."},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

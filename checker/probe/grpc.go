@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,13 +31,22 @@ type grpcProber struct {
 }
 
 // newGRPCProber builds a prober for a validated spec. tlsConf is used when
-// s.TLS is set.
-func newGRPCProber(s *GRPCSpec, tlsConf *tls.Config) (*grpcProber, error) {
+// s.TLS is set. Every connection goes through d.
+//
+// The address goes to the channel behind "passthrough:///", so gRPC takes
+// it as it is: it neither looks it up itself (d does, on every dial, under
+// the egress policy) nor reads a scheme into it, as it would make "unix:80"
+// a Unix socket.
+func newGRPCProber(s *GRPCSpec, tlsConf *tls.Config, d *guardedDialer) (*grpcProber, error) {
 	creds := insecure.NewCredentials()
 	if s.TLS {
 		creds = credentials.NewTLS(tlsConf)
 	}
-	conn, err := grpc.NewClient(s.Address,
+	conn, err := grpc.NewClient("passthrough:///"+s.Address,
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return d.DialContext(ctx, "tcp", addr)
+		}),
+		grpc.WithNoProxy(),
 		grpc.WithTransportCredentials(creds),
 		grpc.WithUserAgent(userAgent),
 		grpc.WithDisableServiceConfig(),

@@ -10,11 +10,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 )
 
 // startGRPC serves srv on a loopback port until the test ends and returns
@@ -257,5 +260,34 @@ func TestGRPCClose(t *testing.T) {
 	}
 	if err := p.Probe(timeoutCtx(t, 10*time.Second)); err == nil {
 		t.Error("Probe after Close = nil, want an error")
+	}
+}
+
+// rudeHealth answers every Check with a long status message full of
+// control characters.
+type rudeHealth struct {
+	healthpb.UnimplementedHealthServer
+}
+
+func (rudeHealth) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	return nil, status.Error(codes.Internal, "\x1b[2J\r\n"+strings.Repeat("secret=hunter2\n", 1000))
+}
+
+// TestGRPCHostileMessage: whatever a server puts in its status message,
+// Describe shows at most 200 printable bytes of it.
+func TestGRPCHostileMessage(t *testing.T) {
+	srv := grpc.NewServer()
+	healthpb.RegisterHealthServer(srv, rudeHealth{})
+	addr, _ := startGRPC(t, srv)
+	p := newGRPCTestProber(t, newTestFactory(t), GRPCSpec{Address: addr})
+	d := Describe(p.Probe(timeoutCtx(t, 10*time.Second)))
+	if len(d) > 200 || !strings.HasPrefix(d, "Internal: ?[2J  secret=hunter2 secret") || !strings.HasSuffix(d, "...") {
+		t.Errorf("Describe = %q (%d bytes), want the start of the message, printable, cut to 200 bytes", d, len(d))
+	}
+	for _, r := range d {
+		if !unicode.IsPrint(r) {
+			t.Errorf("Describe = %q, has non-printable %q", d, r)
+			break
+		}
 	}
 }

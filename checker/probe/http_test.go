@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -335,5 +336,51 @@ func TestHTTPSlowButInTime(t *testing.T) {
 	close(release)
 	if err := <-done; err != nil {
 		t.Errorf("Probe() = %v, want nil", err)
+	}
+}
+
+// TestHTTPNotHTTP: a server that answers in binary gets a description
+// that says so without repeating the bytes.
+func TestHTTPNotHTTP(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		// Answer once the request has arrived, so the client is waiting
+		// for a response: an HTTP/2 SETTINGS frame, then a line break.
+		if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+			return
+		}
+		c.Write([]byte("\x00\x00\x06\x04\x00\x00\x00\x00\x00\x00\x05\x00\x00@\x00\r\n"))
+	}()
+	p := newProber(t, newTestFactory(t), Spec{HTTP: &HTTPSpec{URL: "http://" + ln.Addr().String() + "/healthz"}})
+	err = p.Probe(timeoutCtx(t, 10*time.Second))
+	<-served
+	if d, want := Describe(err), "malformed HTTP response (not HTTP?)"; d != want {
+		t.Errorf("Probe() = %v, Describe %q, want %q", err, d, want)
+	}
+}
+
+// TestHTTPAtGRPCPort: an HTTP/1.1 probe of a gRPC server gets its HTTP/2
+// settings frame, as a malformed response or, when the frame comes before
+// the request is written, as an unsolicited one. Either way the text says
+// "not HTTP?".
+func TestHTTPAtGRPCPort(t *testing.T) {
+	addr, _, _ := startHealth(t, nil)
+	p := newProber(t, newTestFactory(t), Spec{HTTP: &HTTPSpec{URL: "http://" + addr + "/healthz"}})
+	err := p.Probe(timeoutCtx(t, 10*time.Second))
+	switch d := Describe(err); d {
+	case "malformed HTTP response (not HTTP?)", "unsolicited response (not HTTP?)":
+	default:
+		t.Errorf("Probe() = %v, Describe %q, want it to say not HTTP", err, d)
 	}
 }

@@ -7,6 +7,11 @@
 // deadline of the context they are given. Describe turns whatever a Prober
 // returned into the short text a person reads ("connection refused",
 // "status 503", "NOT_SERVING", "timeout").
+//
+// Whoever registers targets decides where probes connect, so a Factory
+// holds an EgressPolicy: every connection its Probers open is checked on
+// the address actually dialled, after any DNS lookup, and link-local and
+// cloud metadata addresses are denied unless configured otherwise.
 package probe
 
 import (
@@ -19,6 +24,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Spec describes how to probe one target: exactly one of HTTP, TCP and GRPC
@@ -37,31 +44,36 @@ type Spec struct {
 // response status is one of ExpectedStatus, or any 2xx when ExpectedStatus is
 // empty. Redirects are never followed.
 type HTTPSpec struct {
-	// URL is the absolute http:// or https:// URL to request; it must have a
-	// host. Required.
+	// URL is the absolute http:// or https:// URL to request; its host is a
+	// host name or an IP address. Required.
 	URL string
 	// Method is the request method: "GET" or "HEAD". Empty means "GET".
 	Method string
 	// ExpectedStatus lists the status codes that pass, each in 100..599.
 	// Empty (or nil) means any 2xx passes.
 	ExpectedStatus []int
-	// Headers are extra request headers. A "Host" entry sets the request's
-	// Host (the virtual host asked for) instead of a header line; a
-	// "User-Agent" entry replaces the default "pulse-probe/1". Nil means none.
+	// Headers are extra request headers. Names are HTTP tokens and values
+	// hold no control characters (so no CR or LF). A "Host" entry sets the
+	// request's Host (the virtual host asked for) instead of a header line,
+	// and must be a host with an optional port; a "User-Agent" entry
+	// replaces the default "pulse-probe/1". Nil means none.
 	Headers map[string]string
 }
 
 // TCPSpec describes a TCP probe: it passes when a connection to Address can
 // be opened. The connection is closed at once.
 type TCPSpec struct {
-	// Address is host:port with a non-empty host and a port in 1..65535.
+	// Address is host:port: a host name or IP address (an IPv6 one in
+	// brackets) and a port in 1..65535.
 	Address string
 }
 
 // GRPCSpec describes a grpc.health.v1 Health/Check probe: it passes when the
 // server answers SERVING for Service.
 type GRPCSpec struct {
-	// Address is host:port with a non-empty host and a port in 1..65535.
+	// Address is host:port: a host name or IP address (an IPv6 one in
+	// brackets) and a port in 1..65535. It is never read as a gRPC target
+	// URI: "unix:80" is host "unix", port 80.
 	Address string
 	// Service is the service name sent in the HealthCheckRequest. Empty asks
 	// about the server as a whole.
@@ -97,8 +109,10 @@ func (s Spec) kinds() []string {
 	return kinds
 }
 
-// Validate reports the first problem with s as a *FieldError, or nil when a
-// Factory can build a Prober from it. It does no I/O (no DNS lookups).
+// Validate reports the first problem with s as a *FieldError, or nil when it
+// is well formed. It does no I/O (no DNS lookups) and knows no policy: a
+// Factory also refuses a Spec whose host is an address its EgressPolicy
+// denies (see EgressPolicy.CheckSpec).
 func (s Spec) Validate() error {
 	switch kinds := s.kinds(); len(kinds) {
 	case 0:
@@ -157,6 +171,9 @@ func (h *HTTPSpec) validate() error {
 		if !validHeaderValue(value) {
 			return &FieldError{Field: "http.headers", Reason: fmt.Sprintf("value of header %q must not contain control characters such as CR or LF, got %q", name, value)}
 		}
+		if http.CanonicalHeaderKey(name) == "Host" && !validHostHeader(value) {
+			return &FieldError{Field: "http.headers", Reason: fmt.Sprintf(`value of header %q must be a host and optional port, e.g. "svc.internal" or "svc.internal:8080", got %q`, name, value)}
+		}
 	}
 	return nil
 }
@@ -187,6 +204,9 @@ func parseProbeURL(raw string) (*url.URL, error) {
 	if u.Hostname() == "" {
 		return bad("must include a host, e.g. \"%s://10.0.0.5:8080/healthz\", got %q", u.Scheme, raw)
 	}
+	if !validHost(u.Hostname()) {
+		return bad("host %q is neither a host name nor an IP address, in %q", u.Hostname(), raw)
+	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
 			return bad("port must be between 1 and 65535, got %q in %q", p, raw)
@@ -215,6 +235,9 @@ func validateHostPort(field, addr string) error {
 	if host == "" {
 		return bad("host is empty in %q: write host:port, %s", addr, example)
 	}
+	if !validHost(host) {
+		return bad("host %q is neither a host name nor an IP address, in %q", host, addr)
+	}
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 		return bad("port must be a number between 1 and 65535, got %q in %q", port, addr)
 	}
@@ -232,6 +255,42 @@ func isToken(s string) bool {
 		switch {
 		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
 		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validHost reports whether h, a host without a port, can be probed: an IP
+// address (an IPv6 one with or without a zone, or an IPv4 one in any form
+// hostAddr reads), or a host name made of ASCII letters, digits, '-', '.'
+// and '_' and of letters, digits and marks beyond ASCII (an international
+// name, which net/http sends in punycode).
+func validHost(h string) bool {
+	if _, ok := hostAddr(h); ok {
+		return true
+	}
+	for _, r := range h {
+		switch {
+		case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z', '0' <= r && r <= '9', r == '-', r == '.', r == '_':
+		case r >= utf8.RuneSelf && r != utf8.RuneError && (unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r)):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validHostHeader reports whether h can be sent as a request's Host: only
+// the bytes of a host name, an IP literal and a port. net/http would send
+// any other value as an empty Host.
+func validHostHeader(h string) bool {
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("-._~!$&'()*+,;=:[]%", c) >= 0:
 		default:
 			return false
 		}
