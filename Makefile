@@ -47,6 +47,17 @@ lint: ## buf lint, gofmt and go vet
 .PHONY: test
 test: lint check-generate ## lint, check gen/, then every test with the race detector
 	$(GO) test -race -count=1 ./...
+	@command -v chromium >/dev/null 2>&1 || echo "NOTE: chromium is not installed, so the real-browser test of the status page was SKIPPED; run 'make browser-test'"
+
+.PHONY: browser-test
+browser-test: ## run the status page's real-browser test (installs Debian's chromium when missing)
+	GO=$(GO) scripts/browser-test
+
+.PHONY: fuzz
+fuzz: ## run each fuzz target for FUZZTIME (default 30s)
+	@for f in FuzzValidate FuzzAddress FuzzEgress FuzzDescribe; do \
+		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(or $(FUZZTIME),30s) ./checker/probe/ || exit 1; \
+	done
 
 .PHONY: bench
 bench: ## run the benchmarks

@@ -5,6 +5,14 @@
 // Result, Status, Transition) and plain Go errors, and package server
 // translates. All target state lives in one map guarded by one mutex, which
 // is never held while probing or while a subscriber reads.
+//
+// Each target has two states. Its verdict is what its results alone say:
+// the pure Machine's state. Its state, the one Status, Healthy and the
+// transitions publish, is the verdict unless a pool policy holds it (see
+// policy.go): the panic threshold of its group keeps it routable
+// (Status.PanicHeld), or flap damping keeps it unhealthy
+// (Status.Flapping). Policies that look across targets live here, in the
+// registry, under its one mutex; the Machine stays a value.
 package checker
 
 import (
@@ -14,9 +22,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"pulse/checker/probe"
@@ -57,7 +67,7 @@ type Prober interface {
 	Probe(ctx context.Context) error
 }
 
-// Result is the outcome of one probe.
+// Result is the outcome of one probe, or of one passive outcome.
 type Result struct {
 	// Pass is true only for an explicit pass.
 	Pass bool
@@ -67,6 +77,11 @@ type Result struct {
 	Err string
 	// Time is when the probe finished.
 	Time time.Time
+	// Passive is true for an outcome reported with ReportOutcome.
+	Passive bool
+	// Ignored is true for a probe timeout that did not count because the
+	// checker was overloaded (see Overload): stale is not down.
+	Ignored bool
 }
 
 // Transition is one change of a target's state.
@@ -105,6 +120,34 @@ type Status struct {
 	// CarriedOver is true from a restart until the first fresh result: the
 	// state was loaded from the store.
 	CarriedOver bool
+
+	// Verdict is the state the results alone give (the Machine's). It
+	// differs from State while a policy holds the target.
+	Verdict State
+	// PanicHeld is true while the target's group is in panic and its
+	// verdict, unhealthy, is held back: it stays routable.
+	PanicHeld bool
+	// Flapping is true while flap damping holds the target unhealthy.
+	Flapping bool
+	// Transitions counts the verdict's changes within Spec.FlapWindow up to
+	// now (at most 256).
+	Transitions int
+	// ProbeInterval is the interval the target is probed at now, after
+	// Spec.IntervalFor.
+	ProbeInterval time.Duration
+	// NextProbe is when the next scheduled probe is due.
+	NextProbe time.Time
+	// Probing is true while a probe of the target is in flight, waiting for
+	// a slot or running.
+	Probing bool
+	// ActiveResults and PassiveResults count the probe results and the
+	// passive outcomes applied; PassiveLimited counts the passive outcomes
+	// dropped by Spec.PassiveRate; IgnoredTimeouts the probe timeouts not
+	// counted because the checker was overloaded.
+	ActiveResults   uint64
+	PassiveResults  uint64
+	PassiveLimited  uint64
+	IgnoredTimeouts uint64
 }
 
 // Config configures a Checker. Every field is optional.
@@ -141,8 +184,18 @@ type Config struct {
 	// Store keeps the registry across restarts: New loads it, Add and Remove
 	// write specs before they return, and state changes are stored before
 	// their events reach a watcher. If nil, the registry lives in memory
-	// only. The caller closes the store after Close.
+	// only. The caller closes the store after Close. A Store that is also a
+	// PolicyStore keeps group policies too.
 	Store Store
+	// MaxUnhealthyFraction is the panic threshold of groups without a
+	// policy of their own (see SetGroupPolicy): at most
+	// floor(MaxUnhealthyFraction x targets) of a group, and always at least
+	// one, are marked unhealthy at once. In [0, 1]; if 0, 1: no threshold.
+	// pulsed's default is 0.5.
+	MaxUnhealthyFraction float64
+	// Overload tunes how the scheduler decides it is overloaded; the zero
+	// value is the documented defaults.
+	Overload OverloadPolicy
 }
 
 // Observer receives what the checker does, outside its locks. Its methods
@@ -175,19 +228,25 @@ type Checker struct {
 	startOnce sync.Once
 	closeOnce sync.Once
 
-	store      Store         // nil: memory only
+	store      Store   // nil: memory only
+	policyDflt float64 // MaxUnhealthyFraction in force for groups without their own
+	overload   OverloadPolicy
+	waiting    atomic.Int64  // probes waiting for a slot
+	lastLag    atomic.Int64  // how late the last probe started, in ns
 	wmu        sync.Mutex    // serialises Add and Remove with a store: one spec write at a time
 	commitWake chan struct{} // tells the committer there is work
 	commitStop chan struct{} // closed by Close
 	commitDone chan struct{} // closed when the committer has stopped
 
 	// Lock order: wmu, then mu, then hmu.
-	mu      sync.Mutex // protects targets, due, rev, pending, closed and every *target
+	mu      sync.Mutex // protects targets, pools, due, rev, pending, reports, ov, closed and every *target
 	targets map[string]*target
-	groups  map[string]int // targets per group
+	pools   map[string]*pool // by group, "" included; see policy.go
 	due     dueHeap
 	rev     uint64    // the newest event's revision, published or not
 	pending []pending // events waiting for the committer, in revision order
+	reports []Event   // events to log and observe once mu is released
+	ov      overloadState
 	closed  bool
 
 	hmu       sync.Mutex                       // protects hist, watchers, every *Watcher's position, published and storeErr
@@ -201,14 +260,31 @@ type Checker struct {
 type target struct {
 	spec     Spec
 	prober   Prober
-	gen      uint64 // bumped when the probe spec is replaced
-	m        Machine
+	gen      uint64  // bumped when the probe spec is replaced
+	m        Machine // the verdict
+	state    State   // the published state: the verdict unless a policy holds it
+	held     bool    // held routable by its group's panic threshold
+	flapping bool    // held unhealthy by flap damping
+	flaps    flapLog // the verdict's recent changes
 	last     *Result
 	lastTr   time.Time
 	inFlight bool
 	carried  bool      // the state was loaded from the store; no fresh result yet
+	slot     time.Time // the scheduled start of the last scheduled probe; zero before the first
 	next     time.Time // when the next probe is due
 	index    int       // position in the due heap
+
+	active, passive, limited, ignored uint64 // result counts, see Status
+	bucket                            tokenBucket
+}
+
+func newTarget(spec Spec, p Prober, state State) *target {
+	return &target{
+		spec:   spec,
+		prober: p,
+		m:      Machine{Model: spec.Model, Rise: spec.Rise, Fall: spec.Fall, State: state},
+		state:  state,
+	}
 }
 
 // New returns a Checker that has not started probing.
@@ -220,7 +296,8 @@ func New(cfg Config) (*Checker, error) {
 		logger:    cfg.Logger,
 		observer:  cfg.Observer,
 		limits:    Config{MaxTargets: cfg.MaxTargets, MaxTargetsPerGroup: cfg.MaxTargetsPerGroup, MaxWatchers: cfg.MaxWatchers},
-		groups:    make(map[string]int),
+		pools:     make(map[string]*pool),
+		overload:  cfg.Overload,
 		wake:      make(chan struct{}, 1),
 		targets:   make(map[string]*target),
 		watchers:  make(map[string]map[*Watcher]struct{}),
@@ -240,6 +317,17 @@ func New(cfg Config) (*Checker, error) {
 	if err := c.defaults.Validate(); err != nil {
 		return nil, err
 	}
+	switch f := cfg.MaxUnhealthyFraction; {
+	case math.IsNaN(f) || f < 0 || f > 1:
+		return nil, fmt.Errorf("MaxUnhealthyFraction must be in [0, 1], got %v", f)
+	case f == 0:
+		c.policyDflt = 1
+	default:
+		c.policyDflt = f
+	}
+	if err := c.overload.validate(); err != nil {
+		return nil, err
+	}
 	if c.newProber == nil {
 		c.factory = probe.NewFactory()
 		c.newProber = func(s probe.Spec) (Prober, error) { return c.factory.New(s) }
@@ -252,6 +340,12 @@ func New(cfg Config) (*Checker, error) {
 		n = 256
 	}
 	c.sem = make(chan struct{}, n)
+	if c.overload.MaxWaiting == 0 {
+		c.overload.MaxWaiting = n
+	}
+	if c.overload.RecoverAfter == 0 {
+		c.overload.RecoverAfter = DefaultOverloadRecovery
+	}
 	if cfg.Store != nil {
 		c.store = cfg.Store
 		rev, err := c.load()
@@ -327,7 +421,7 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 	}
 
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlockAndReport()
 	if c.closed {
 		unused = p
 		return Status{}, false, ErrClosed
@@ -340,27 +434,24 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 				return Status{}, false, wrapProbeErr(err)
 			}
 		}
-		t = &target{
-			spec:   spec,
-			prober: p,
-			m:      Machine{Model: spec.Model, Rise: spec.Rise, Fall: spec.Fall, State: spec.InitialState},
-			next:   now.Add(firstDelay(spec.Name, spec.Interval)),
-		}
 		if err := c.checkLimitsLocked(nil, spec); err != nil { // re-checked: others may have added meanwhile
 			unused = p
 			return Status{}, false, err
 		}
+		t = newTarget(spec, p, spec.InitialState)
+		t.next = now.Add(firstDelay(spec.Name, spec.Interval))
 		c.targets[spec.Name] = t
-		c.groups[spec.Group]++
+		c.joinPoolLocked(t)
 		c.due.push(t)
 		c.wakeScheduler()
-		st := c.statusLocked(t)
+		st := c.statusLocked(t, now)
 		c.emitLocked(Event{Kind: EventAdded, Time: now, Status: st})
+		c.settleLocked(spec.Group, now) // a new routable target may make room
 		return st, true, nil
 	}
 	if reflect.DeepEqual(t.spec, spec) {
 		unused = p
-		return c.statusLocked(t), false, nil // nothing changes, no event
+		return c.statusLocked(t, now), false, nil // nothing changes, no event
 	}
 
 	if p != nil && !reflect.DeepEqual(t.spec.Probe, spec.Probe) {
@@ -369,31 +460,42 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 	} else {
 		unused = p
 	}
-	if spec.Interval < t.spec.Interval {
-		if next := now.Add(spec.Interval); next.Before(t.next) {
-			t.next = next
-			c.due.fix(t)
-			c.wakeScheduler()
-		}
-	}
 	prevGroup := t.spec.Group
 	if prevGroup != spec.Group {
-		c.groups[prevGroup]--
-		if c.groups[prevGroup] == 0 {
-			delete(c.groups, prevGroup)
-		}
-		c.groups[spec.Group]++
+		c.leavePoolLocked(t)
 	}
 	t.spec = spec
 	t.m.Rise, t.m.Fall = spec.Rise, spec.Fall
-	c.emitLocked(Event{Kind: EventUpdated, Time: now, Status: c.statusLocked(t), prevGroup: prevGroup})
-	// A model change that drops the target's state is a transition of its
-	// own, after the update.
-	if from, changed := t.m.SetModel(spec.Model); changed {
-		tr := c.recordLocked(t, from, Result{}, "model changed to "+spec.Model.String())
-		defer c.reportTransitions([]Transition{tr})
+	if prevGroup != spec.Group {
+		c.joinPoolLocked(t)
 	}
-	return c.statusLocked(t), false, nil
+	c.emitLocked(Event{Kind: EventUpdated, Time: now, Status: c.statusLocked(t, now), prevGroup: prevGroup})
+	// What the new spec changes in the state comes after the update, as
+	// transitions of its own: a model change that drops the suspect state,
+	// damping turned off, a group with more or less room.
+	why := cause{reason: "spec changed"}
+	if prevGroup != spec.Group {
+		why = cause{reason: fmt.Sprintf("moved to group %q", spec.Group)}
+	}
+	if _, changed := t.m.SetModel(spec.Model); changed {
+		why = cause{reason: "model changed to " + spec.Model.String()}
+	}
+	if t.flapping && spec.FlapThreshold == 0 {
+		c.endFlappingLocked(t, now, "flap damping turned off")
+		why = cause{reason: "flap damping turned off"}
+	}
+	c.updateLocked(t, now, why)
+	if prevGroup != spec.Group {
+		c.settleLocked(prevGroup, now)
+		c.dropPoolLocked(prevGroup)
+	}
+	c.settleLocked(spec.Group, now)
+	if want := now.Add(t.spec.IntervalFor(t.m)); want.Before(t.next) {
+		t.next = want
+		c.due.fix(t)
+		c.wakeScheduler()
+	}
+	return c.statusLocked(t, now), false, nil
 }
 
 func wrapProbeErr(err error) error {
@@ -425,14 +527,15 @@ func (c *Checker) Remove(name string) (bool, error) {
 	c.mu.Lock()
 	t, ok := c.targets[name]
 	if ok {
+		now := c.clock.Now()
 		delete(c.targets, name)
-		if c.groups[t.spec.Group]--; c.groups[t.spec.Group] == 0 {
-			delete(c.groups, t.spec.Group)
-		}
 		c.due.remove(t)
-		c.emitLocked(Event{Kind: EventRemoved, Time: c.clock.Now(), Status: c.statusLocked(t)})
+		c.leavePoolLocked(t)
+		c.emitLocked(Event{Kind: EventRemoved, Time: now, Status: c.statusLocked(t, now)})
+		c.settleLocked(t.spec.Group, now) // fewer unhealthy targets: room for held ones
+		c.dropPoolLocked(t.spec.Group)
 	}
-	c.mu.Unlock()
+	c.unlockAndReport()
 	if ok {
 		closeProber(t.prober)
 	}
@@ -448,7 +551,7 @@ func (c *Checker) Status(name string) (Status, error) {
 	if !ok {
 		return Status{}, fmt.Errorf("%w %q", ErrUnknownTarget, name)
 	}
-	return c.statusLocked(t), nil
+	return c.statusLocked(t, c.clock.Now()), nil
 }
 
 // List returns every target's status sorted by name, and the revision they
@@ -466,10 +569,11 @@ func (c *Checker) List(group string) ([]Status, uint64) {
 func (c *Checker) list(group string) ([]Status, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	now := c.clock.Now()
 	out := make([]Status, 0, len(c.targets))
 	for _, t := range c.targets {
 		if group == "" || t.spec.Group == group {
-			out = append(out, c.statusLocked(t))
+			out = append(out, c.statusLocked(t, now))
 		}
 	}
 	slices.SortFunc(out, func(a, b Status) int { return cmp.Compare(a.Spec.Name, b.Spec.Name) })
@@ -484,7 +588,7 @@ func (c *Checker) Healthy(group string) []string {
 	defer c.mu.Unlock()
 	var out []string
 	for name, t := range c.targets {
-		if (group == "" || t.spec.Group == group) && t.m.Routable() {
+		if (group == "" || t.spec.Group == group) && t.state.routable() {
 			out = append(out, name)
 		}
 	}
@@ -499,7 +603,7 @@ func (c *Checker) checkLimitsLocked(old *target, spec Spec) error {
 		return &LimitError{What: "targets", Max: c.limits.MaxTargets}
 	}
 	joins := old == nil || old.spec.Group != spec.Group
-	if joins && c.limits.MaxTargetsPerGroup > 0 && c.groups[spec.Group] >= c.limits.MaxTargetsPerGroup {
+	if joins && c.limits.MaxTargetsPerGroup > 0 && c.pools[spec.Group].size() >= c.limits.MaxTargetsPerGroup {
 		return &LimitError{What: fmt.Sprintf("targets in group %q", spec.Group), Max: c.limits.MaxTargetsPerGroup}
 	}
 	return nil
@@ -513,7 +617,7 @@ func (c *Checker) GroupHealth(group string) (routable, total int) {
 	for _, t := range c.targets {
 		if t.spec.Group == group {
 			total++
-			if t.m.Routable() {
+			if t.state.routable() {
 				routable++
 			}
 		}
@@ -521,15 +625,26 @@ func (c *Checker) GroupHealth(group string) (routable, total int) {
 	return routable, total
 }
 
-func (c *Checker) statusLocked(t *target) Status {
+func (c *Checker) statusLocked(t *target, now time.Time) Status {
 	st := Status{
-		Spec:           t.spec,
-		State:          t.m.State,
-		Routable:       t.m.Routable(),
-		PassStreak:     t.m.PassStreak,
-		FailStreak:     t.m.FailStreak,
-		LastTransition: t.lastTr,
-		CarriedOver:    t.carried,
+		Spec:            t.spec,
+		State:           t.state,
+		Routable:        t.state.routable(),
+		PassStreak:      t.m.PassStreak,
+		FailStreak:      t.m.FailStreak,
+		LastTransition:  t.lastTr,
+		CarriedOver:     t.carried,
+		Verdict:         t.m.State,
+		PanicHeld:       t.held,
+		Flapping:        t.flapping,
+		Transitions:     t.flaps.count(now, t.spec.flapWindow()),
+		ProbeInterval:   t.spec.IntervalFor(t.m),
+		NextProbe:       t.next,
+		Probing:         t.inFlight,
+		ActiveResults:   t.active,
+		PassiveResults:  t.passive,
+		PassiveLimited:  t.limited,
+		IgnoredTimeouts: t.ignored,
 	}
 	if t.last != nil {
 		r := *t.last
@@ -540,85 +655,88 @@ func (c *Checker) statusLocked(t *target) Status {
 
 // job is one probe to run: the target and what it was when the probe began.
 type job struct {
-	t      *target
-	gen    uint64
-	spec   Spec
-	prober Prober
+	t        *target
+	gen      uint64
+	spec     Spec
+	prober   Prober
+	due      time.Time     // when the probe should start
+	interval time.Duration // the interval it was scheduled at
 }
 
-func (c *Checker) jobLocked(t *target) job {
+func (c *Checker) jobLocked(t *target, due time.Time) job {
 	t.inFlight = true
-	return job{t: t, gen: t.gen, spec: t.spec, prober: t.prober}
+	return job{t: t, gen: t.gen, spec: t.spec, prober: t.prober, due: due, interval: t.spec.IntervalFor(t.m)}
 }
 
 // RunRound probes every target once, concurrently, each under its own
 // timeout, then applies the results in name order under the lock and returns
 // the round's transitions in name order: seed 000's run_checks. Targets that
 // already have a probe in flight are skipped. One target's panic or timeout
-// never stops the others.
+// never stops the others. The transitions include those the results cause
+// in other targets (a panic hold released).
 func (c *Checker) RunRound(ctx context.Context) []Transition {
 	c.mu.Lock()
+	now := c.clock.Now()
 	var jobs []job
 	for _, t := range c.targets {
 		if !t.inFlight {
-			jobs = append(jobs, c.jobLocked(t))
+			jobs = append(jobs, c.jobLocked(t, now))
 		}
 	}
 	c.mu.Unlock()
 	slices.SortFunc(jobs, func(a, b job) int { return cmp.Compare(a.spec.Name, b.spec.Name) })
 
-	results := make([]Result, len(jobs))
+	type outcome struct {
+		r        Result
+		timedOut bool
+	}
+	results := make([]outcome, len(jobs))
 	var wg sync.WaitGroup
 	for i, j := range jobs {
 		wg.Go(func() {
-			if err := c.acquire(ctx); err != nil {
-				results[i] = Result{Err: err.Error(), Time: c.clock.Now()}
+			if err := c.acquire(ctx, j); err != nil {
+				results[i] = outcome{r: Result{Err: err.Error(), Time: c.clock.Now()}}
 				return
 			}
 			defer c.release()
-			results[i] = c.probe(ctx, j)
+			results[i].r, results[i].timedOut = c.probe(ctx, j)
 		})
 	}
 	wg.Wait()
 
-	var trs []Transition
 	c.mu.Lock()
+	mark := len(c.reports)
 	for i, j := range jobs {
-		if tr, ok := c.applyLocked(ctx, j, results[i]); ok {
-			trs = append(trs, tr)
+		c.applyLocked(ctx, j, results[i].r, results[i].timedOut)
+	}
+	var trs []Transition
+	for _, e := range c.reports[mark:] {
+		if e.Kind == EventTransition {
+			trs = append(trs, e.Transition)
 		}
 	}
-	c.mu.Unlock()
-	c.reportTransitions(trs)
+	c.unlockAndReport()
+	slices.SortStableFunc(trs, func(a, b Transition) int { return cmp.Compare(a.Target, b.Target) })
 	return trs
 }
 
-func (c *Checker) acquire(ctx context.Context) error {
-	select {
-	case c.sem <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (c *Checker) release() { <-c.sem }
-
 // probe runs one probe under its own timeout and turns the outcome into a
-// Result. A panicking prober is a failed probe.
-func (c *Checker) probe(ctx context.Context, j job) Result {
+// Result; timedOut says the probe ran into its own timeout. A panicking
+// prober is a failed probe.
+func (c *Checker) probe(ctx context.Context, j job) (r Result, timedOut bool) {
 	start := c.clock.Now()
 	pctx, cancel := c.clock.WithTimeout(ctx, j.spec.Timeout)
 	err := safeProbe(pctx, j.prober)
-	timedOut := errors.Is(pctx.Err(), context.DeadlineExceeded)
+	expired := errors.Is(pctx.Err(), context.DeadlineExceeded)
 	cancel()
 	end := c.clock.Now()
-	r := Result{Pass: err == nil, Latency: end.Sub(start), Time: end}
+	r = Result{Pass: err == nil, Latency: end.Sub(start), Time: end}
 	var panicked *panicError
 	switch {
 	case errors.As(err, &panicked):
 		r.Err = panicked.Error()
-	case err != nil && (timedOut || errors.Is(err, context.DeadlineExceeded)):
+	case err != nil && (expired || errors.Is(err, context.DeadlineExceeded)):
+		timedOut = true
 		r.Err = fmt.Sprintf("timeout after %v", j.spec.Timeout)
 	case err != nil:
 		r.Err = probe.Describe(err)
@@ -629,7 +747,7 @@ func (c *Checker) probe(ctx context.Context, j job) Result {
 	if c.observer != nil && ctx.Err() == nil {
 		c.observer.ObserveProbe(j.spec, r)
 	}
-	return r
+	return r, timedOut
 }
 
 func safeProbe(ctx context.Context, p Prober) (err error) {
@@ -649,56 +767,107 @@ func (e *panicError) Error() string { return fmt.Sprintf("probe panicked: %v", e
 
 // applyLocked records a finished job's result. The result is discarded when
 // the target was removed, its probe spec replaced, or the run cancelled (a
-// probe cut short by shutdown says nothing about the target).
-func (c *Checker) applyLocked(ctx context.Context, j job, r Result) (Transition, bool) {
+// probe cut short by shutdown says nothing about the target). A timeout of
+// a probe that overlapped an overload is kept as the last result but does
+// not count (stale is not down).
+func (c *Checker) applyLocked(ctx context.Context, j job, r Result, timedOut bool) {
 	if c.targets[j.spec.Name] != j.t {
-		return Transition{}, false
+		return
 	}
-	j.t.inFlight = false
-	if j.t.gen != j.gen || ctx.Err() != nil {
-		return Transition{}, false
+	t := j.t
+	t.inFlight = false
+	if t.gen != j.gen || ctx.Err() != nil {
+		return
 	}
-	j.t.last = &r
-	j.t.carried = false
-	from, changed := j.t.m.Observe(r.Pass)
-	if !changed {
-		return Transition{}, false
+	now := c.clock.Now()
+	c.checkRecoveryLocked(now)
+	if timedOut && c.overloadedSinceLocked(j.due) {
+		r.Ignored = true
+		t.last = &r
+		t.ignored++
+		c.ov.ignored++
+		c.rescheduleLocked(t, now)
+		return
 	}
-	return c.recordLocked(j.t, from, r, ""), true
+	t.active++
+	c.observeLocked(t, r, now)
+	c.rescheduleLocked(t, now)
 }
 
-// recordLocked stamps and publishes a state change of t.
-func (c *Checker) recordLocked(t *target, from State, r Result, reason string) Transition {
-	now := c.clock.Now()
+// observeLocked feeds one result, active or passive, to t's machine and
+// applies the policies to what comes out.
+func (c *Checker) observeLocked(t *target, r Result, now time.Time) {
+	t.last = &r
+	t.carried = false
+	_, changed := t.m.Observe(r.Pass)
+	c.verdictLocked(t, changed, now, cause{result: r})
+}
+
+// cause is why a target's state changes: the result that tipped it, or a
+// reason when no result did.
+type cause struct {
+	result Result
+	reason string
+}
+
+// setStateLocked changes t's published state, keeps its pool's counts and
+// records the transition.
+func (c *Checker) setStateLocked(t *target, to State, now time.Time, why cause) {
+	from := t.state
+	if from == to {
+		return
+	}
+	if p := c.pools[t.spec.Group]; p != nil && from.routable() != to.routable() {
+		if to.routable() {
+			p.down--
+		} else {
+			p.down++
+		}
+	}
+	t.state = to
 	t.lastTr = now
 	tr := Transition{
 		Target: t.spec.Name,
 		Group:  t.spec.Group,
 		From:   from,
-		To:     t.m.State,
+		To:     to,
 		Time:   now,
-		Result: r,
-		Reason: reason,
+		Reason: why.reason,
 	}
-	return c.emitLocked(Event{Kind: EventTransition, Time: now, Transition: tr}).Transition
+	if why.reason == "" {
+		tr.Result = why.result
+	}
+	c.emitLocked(Event{Kind: EventTransition, Time: now, Transition: tr})
 }
 
-// reportTransitions logs transitions and tells the observer; it runs
-// outside the locks.
-func (c *Checker) reportTransitions(trs []Transition) {
-	for _, tr := range trs {
-		if c.observer != nil {
-			c.observer.ObserveTransition(tr)
-		}
-		attrs := []any{"target", tr.Target, "group", tr.Group, "from", tr.From.String(), "to", tr.To.String(), "revision", tr.Revision}
-		if tr.Result.Err != "" {
-			attrs = append(attrs, "error", tr.Result.Err)
-		}
-		if tr.Reason != "" {
-			attrs = append(attrs, "reason", tr.Reason)
-		}
-		c.logger.Info(tr.String(), attrs...)
+// unlockAndReport releases mu, then logs the events recorded meanwhile and
+// tells the observer of the transitions, outside the locks.
+func (c *Checker) unlockAndReport() {
+	evs := c.reports
+	c.reports = nil
+	c.mu.Unlock()
+	for _, e := range evs {
+		c.report(e)
 	}
+}
+
+func (c *Checker) report(e Event) {
+	if e.Kind != EventTransition {
+		c.reportPolicy(e)
+		return
+	}
+	tr := e.Transition
+	if c.observer != nil {
+		c.observer.ObserveTransition(tr)
+	}
+	attrs := []any{"target", tr.Target, "group", tr.Group, "from", tr.From.String(), "to", tr.To.String(), "revision", tr.Revision}
+	if tr.Result.Err != "" {
+		attrs = append(attrs, "error", tr.Result.Err)
+	}
+	if tr.Reason != "" {
+		attrs = append(attrs, "reason", tr.Reason)
+	}
+	c.logger.Info(tr.String(), attrs...)
 }
 
 // Close stops the scheduler, waits for probes in flight, ends every

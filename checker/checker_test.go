@@ -257,6 +257,14 @@ func TestStatusAndList(t *testing.T) {
 		PassStreak:     2,
 		LastResult:     &checker.Result{Pass: true, Time: epoch.Add(2 * time.Second)},
 		LastTransition: epoch.Add(2 * time.Second),
+		Verdict:        checker.StateHealthy,
+		Transitions:    1, // unhealthy -> healthy, within the minute
+		ProbeInterval:  2 * time.Second,
+		NextProbe:      st.NextProbe, // the first probe's offset: not scheduled yet
+		ActiveResults:  2,
+	}
+	if st.NextProbe.Before(epoch) || !st.NextProbe.Before(epoch.Add(2*time.Second)) {
+		t.Errorf("next probe %v, want within the first interval", st.NextProbe)
 	}
 	if diff := cmp.Diff(want, st); diff != "" {
 		t.Errorf("checker.Status(a) (-want +got):\n%s", diff)

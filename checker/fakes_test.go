@@ -45,16 +45,18 @@ type fakeProbers struct {
 	maxTotal int
 	total    int
 	closed   map[string]int
+	running  map[*context.Context]bool // the contexts of the probes running now
 }
 
 func newFakeProbers(clock *fakeclock.Clock) *fakeProbers {
 	return &fakeProbers{
-		clock:  clock,
-		next:   map[string]outcome{},
-		calls:  map[string]int{},
-		active: map[string]int{},
-		maxPer: map[string]int{},
-		closed: map[string]int{},
+		clock:   clock,
+		next:    map[string]outcome{},
+		calls:   map[string]int{},
+		active:  map[string]int{},
+		maxPer:  map[string]int{},
+		closed:  map[string]int{},
+		running: map[*context.Context]bool{},
 	}
 }
 
@@ -95,6 +97,20 @@ func (f *fakeProbers) inFlight() int {
 	return f.total
 }
 
+// ending counts the running probes whose context is done: they are about to
+// return.
+func (f *fakeProbers) ending() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for ctx := range f.running {
+		if (*ctx).Err() != nil {
+			n++
+		}
+	}
+	return n
+}
+
 func (f *fakeProbers) maxInFlight() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -115,11 +131,13 @@ func (p *fakeProber) Probe(ctx context.Context) error {
 	f.maxPer[p.addr] = max(f.maxPer[p.addr], f.active[p.addr])
 	f.total++
 	f.maxTotal = max(f.maxTotal, f.total)
+	f.running[&ctx] = true
 	f.mu.Unlock()
 	defer func() {
 		f.mu.Lock()
 		f.active[p.addr]--
 		f.total--
+		delete(f.running, &ctx)
 		f.mu.Unlock()
 	}()
 	if o.advance > 0 {

@@ -139,6 +139,22 @@ func (m Machine) Routable() bool {
 	return m.State == StateHealthy || m.State == StateSuspect
 }
 
+// Transitioning reports whether the results are on their way to a
+// transition: a healthy target with a failure streak, an unhealthy one with
+// a pass streak, or a suspect one. The scheduler probes such a target at
+// its FastInterval.
+func (m Machine) Transitioning() bool {
+	switch m.State {
+	case StateHealthy:
+		return m.FailStreak > 0
+	case StateUnhealthy:
+		return m.PassStreak > 0
+	case StateSuspect:
+		return true
+	}
+	return false
+}
+
 // SetModel switches the machine to model, keeping streaks. A suspect target
 // moving to ModelRiseFall, which has no suspect state, becomes healthy: it
 // was routable and stays routable. It returns the state before and whether

@@ -9,13 +9,20 @@ import (
 // Start begins probing every target on its interval, in the background,
 // until Close. Calling it more than once has no further effect.
 //
-// Scheduling: each target is due every Interval at a fixed rate. Its first
-// probe is delayed by a stable offset in [0, Interval) derived from its
-// name, so many targets added at once do not probe in lockstep. A target
-// whose previous probe is still running when it falls due skips that slot:
-// there is at most one probe in flight per target. A slot missed because the
-// checker was late is skipped, not made up in a burst. At most
-// Config.MaxConcurrentProbes probes run at once; the others wait for a slot.
+// Scheduling: each target is due at a fixed rate, every Spec.IntervalFor
+// its machine: Interval while steady, FastInterval while on its way to a
+// transition, DownInterval while unhealthy. Each result (probe or passive)
+// moves the next probe to the last scheduled start plus the interval of the
+// state it left, so a target that starts failing is probed again
+// FastInterval after its first failure. Its first probe is delayed by a
+// stable offset in [0, Interval) derived from its name, so many targets
+// added at once do not probe in lockstep. A target whose previous probe is
+// still running when it falls due skips that slot: there is at most one
+// probe in flight per target. A slot missed because the checker was late is
+// skipped, not made up in a burst. At most Config.MaxConcurrentProbes
+// probes run at once; the others wait for a slot, and the scheduler counts
+// them and how late probes start to tell when it is overloaded (see
+// overload.go).
 func (c *Checker) Start() {
 	c.startOnce.Do(func() {
 		c.wg.Go(c.schedule)
@@ -66,12 +73,36 @@ func (c *Checker) dueLocked(now time.Time) []job {
 	for len(c.due) > 0 && !c.due[0].next.After(now) {
 		t := c.due[0]
 		if !t.inFlight {
-			jobs = append(jobs, c.jobLocked(t))
+			jobs = append(jobs, c.jobLocked(t, t.next))
 		}
-		t.next = nextSlot(t.next, t.spec.Interval, now)
+		t.slot = t.next
+		t.next = nextSlot(t.next, t.spec.IntervalFor(t.m), now)
 		c.due.fix(t)
 	}
 	return jobs
+}
+
+// rescheduleLocked moves t's next probe to its last scheduled start plus
+// the interval of its state now, after a result changed it. A target with a
+// probe in flight is left alone: that probe's result reschedules it.
+func (c *Checker) rescheduleLocked(t *target, now time.Time) {
+	if t.inFlight || t.slot.IsZero() || t.index < 0 {
+		return
+	}
+	iv := t.spec.IntervalFor(t.m)
+	next := t.slot.Add(iv)
+	if !next.After(now) {
+		next = nextSlot(t.slot, iv, now)
+	}
+	if next.Equal(t.next) {
+		return
+	}
+	earlier := next.Before(t.next)
+	t.next = next
+	c.due.fix(t)
+	if earlier {
+		c.wakeScheduler()
+	}
 }
 
 // nextSlot returns the first time after now on prev's fixed-rate grid.
@@ -93,16 +124,14 @@ func firstDelay(name string, interval time.Duration) time.Duration {
 func (c *Checker) runJob(j job) {
 	ctx := c.ctx
 	var r Result
-	if err := c.acquire(ctx); err == nil {
-		r = c.probe(ctx, j)
+	var timedOut bool
+	if err := c.acquire(ctx, j); err == nil {
+		r, timedOut = c.probe(ctx, j)
 		c.release()
 	}
 	c.mu.Lock()
-	tr, changed := c.applyLocked(ctx, j, r)
-	c.mu.Unlock()
-	if changed {
-		c.reportTransitions([]Transition{tr})
-	}
+	c.applyLocked(ctx, j, r, timedOut)
+	c.unlockAndReport()
 }
 
 func (c *Checker) wakeScheduler() {

@@ -17,8 +17,10 @@ const (
 )
 
 // Spec is what to probe and how to judge it. Zero durations and thresholds
-// mean "use the checker's Defaults"; the zero InitialState means unhealthy
-// and the zero Model is ModelRiseFall.
+// mean "use the checker's Defaults", which WithDefaults fills in; the zero
+// InitialState means unhealthy and the zero Model is ModelRiseFall. The
+// policy fields (FastInterval and after) stay zero when unset, and the
+// checker applies the default each one states.
 type Spec struct {
 	Name  string
 	Group string
@@ -39,6 +41,85 @@ type Spec struct {
 	// Source says who registered the target: "" for the API, "file" for a
 	// targets file. It is kept with the spec and shown in its status.
 	Source string
+
+	// FastInterval is the interval while the target is on its way to a
+	// transition (Machine.Transitioning): a dead target is detected in its
+	// first failure plus (Fall-1) x FastInterval. If 0, Interval. At least
+	// Timeout.
+	FastInterval time.Duration
+	// DownInterval is the interval while the target's verdict is unhealthy
+	// with no pass streak. If 0, Interval. At least Timeout.
+	DownInterval time.Duration
+
+	// FlapWindow is the sliding window over which transitions are counted
+	// (Status.Transitions) and flapping is judged. If 0, DefaultFlapWindow.
+	FlapWindow time.Duration
+	// FlapThreshold, when at least 2, turns flap damping on: a target whose
+	// verdict changes FlapThreshold times within FlapWindow is flapping and
+	// held unhealthy until its verdict has not changed for FlapStableFor.
+	// 0 means no damping.
+	FlapThreshold int
+	// FlapStableFor is how long a flapping target's verdict must stay
+	// unchanged before it is released. If 0, FlapWindow. Only with
+	// FlapThreshold.
+	FlapStableFor time.Duration
+
+	// PassiveOutcomes lets ReportOutcome feed the target's machine. Off by
+	// default.
+	PassiveOutcomes bool
+	// PassiveRate is how many passive outcomes a second are counted at
+	// most, with a burst of as many. If 0, DefaultPassiveRate. Only with
+	// PassiveOutcomes.
+	PassiveRate int
+}
+
+// Defaults of the Spec fields that Defaults does not carry.
+const (
+	// DefaultFlapWindow is FlapWindow's default.
+	DefaultFlapWindow = time.Minute
+	// DefaultPassiveRate is PassiveRate's default, in outcomes a second.
+	DefaultPassiveRate = 10
+	// MinFlapThreshold is the smallest FlapThreshold that turns damping on:
+	// one transition is not a flap.
+	MinFlapThreshold = 2
+)
+
+// IntervalFor returns the interval a target with this spec is probed at
+// while its machine is m: FastInterval on its way to a transition,
+// DownInterval while unhealthy, Interval otherwise (an unset one is
+// Interval). s must have its defaults filled in.
+func (s Spec) IntervalFor(m Machine) time.Duration {
+	switch {
+	case m.Transitioning() && s.FastInterval > 0:
+		return s.FastInterval
+	case !m.Transitioning() && m.State == StateUnhealthy && s.DownInterval > 0:
+		return s.DownInterval
+	}
+	return s.Interval
+}
+
+// flapWindow is FlapWindow or its default.
+func (s Spec) flapWindow() time.Duration {
+	if s.FlapWindow > 0 {
+		return s.FlapWindow
+	}
+	return DefaultFlapWindow
+}
+
+// flapStableFor is FlapStableFor or its default, the flap window.
+func (s Spec) flapStableFor() time.Duration {
+	if s.FlapStableFor > 0 {
+		return s.FlapStableFor
+	}
+	return s.flapWindow()
+}
+
+// passiveRate is PassiveRate or its default.
+func (s Spec) passiveRate() int {
+	if s.PassiveRate > 0 {
+		return s.PassiveRate
+	}
+	return DefaultPassiveRate
 }
 
 // SourceFile marks targets registered from a targets file.
@@ -51,6 +132,11 @@ type Defaults struct {
 	Timeout  time.Duration
 	Rise     int
 	Fall     int
+	// FastInterval and DownInterval, when positive, fill a spec's unset
+	// FastInterval and DownInterval, raised to the spec's timeout if they
+	// are shorter. Zero leaves them unset: each target's own Interval.
+	FastInterval time.Duration
+	DownInterval time.Duration
 }
 
 // StandardDefaults returns the defaults pulsed uses unless its flags say
@@ -69,18 +155,32 @@ func (d Defaults) Validate() error {
 		return fmt.Errorf("default timeout must be positive and at most the default interval %v, got %v", d.Interval, d.Timeout)
 	case d.Rise < 1 || d.Fall < 1:
 		return fmt.Errorf("default rise and fall must be at least 1, got rise %d, fall %d", d.Rise, d.Fall)
+	case d.FastInterval < 0 || d.DownInterval < 0:
+		return fmt.Errorf("default fast and down intervals must not be negative (0: each target's interval), got %v and %v", d.FastInterval, d.DownInterval)
 	}
 	return nil
 }
 
 // WithDefaults returns s with its unset fields taken from d. An unset
-// timeout is d.Timeout capped at the interval.
+// timeout is d.Timeout capped at the shortest interval set.
 func (s Spec) WithDefaults(d Defaults) Spec {
 	if s.Interval == 0 {
 		s.Interval = d.Interval
 	}
 	if s.Timeout == 0 {
 		s.Timeout = min(d.Timeout, s.Interval)
+		if s.FastInterval > 0 {
+			s.Timeout = min(s.Timeout, s.FastInterval)
+		}
+		if s.DownInterval > 0 {
+			s.Timeout = min(s.Timeout, s.DownInterval)
+		}
+	}
+	if s.FastInterval == 0 && d.FastInterval > 0 {
+		s.FastInterval = max(d.FastInterval, s.Timeout)
+	}
+	if s.DownInterval == 0 && d.DownInterval > 0 {
+		s.DownInterval = max(d.DownInterval, s.Timeout)
 	}
 	if s.Rise == 0 {
 		s.Rise = d.Rise
@@ -138,6 +238,26 @@ func (s Spec) Validate() error {
 		return &FieldError{"max_latency", fmt.Sprintf("must be positive when set, got %v", s.MaxLatency)}
 	case s.MaxLatency > s.Timeout:
 		return &FieldError{"max_latency", fmt.Sprintf("must be at most the timeout (%v), got %v", s.Timeout, s.MaxLatency)}
+	case s.FastInterval < 0:
+		return &FieldError{"fast_interval", fmt.Sprintf("must be positive when set, got %v", s.FastInterval)}
+	case s.FastInterval > 0 && s.FastInterval < s.Timeout:
+		return &FieldError{"fast_interval", fmt.Sprintf("must be at least the timeout (%v), got %v", s.Timeout, s.FastInterval)}
+	case s.DownInterval < 0:
+		return &FieldError{"down_interval", fmt.Sprintf("must be positive when set, got %v", s.DownInterval)}
+	case s.DownInterval > 0 && s.DownInterval < s.Timeout:
+		return &FieldError{"down_interval", fmt.Sprintf("must be at least the timeout (%v), got %v", s.Timeout, s.DownInterval)}
+	case s.FlapWindow < 0:
+		return &FieldError{"flap_window", fmt.Sprintf("must be positive when set, got %v", s.FlapWindow)}
+	case s.FlapThreshold < 0 || s.FlapThreshold == 1:
+		return &FieldError{"flap_threshold", fmt.Sprintf("must be 0 (no damping) or at least %d (one transition is not a flap), got %d", MinFlapThreshold, s.FlapThreshold)}
+	case s.FlapStableFor < 0:
+		return &FieldError{"flap_stable_for", fmt.Sprintf("must be positive when set, got %v", s.FlapStableFor)}
+	case s.FlapStableFor > 0 && s.FlapThreshold == 0:
+		return &FieldError{"flap_stable_for", "needs flap_threshold: without it there is no damping to be stable from"}
+	case s.PassiveRate < 0:
+		return &FieldError{"passive_rate", fmt.Sprintf("must be positive when set, got %d", s.PassiveRate)}
+	case s.PassiveRate > 0 && !s.PassiveOutcomes:
+		return &FieldError{"passive_rate", "needs passive_outcomes: true"}
 	}
 	return nil
 }

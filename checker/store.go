@@ -29,6 +29,20 @@ type Store interface {
 	CommitStates(states []StoredState, deleted []string, rev uint64) error
 }
 
+// PolicyStore is a Store that also keeps group policies. If Config.Store
+// implements it, New loads the policies and SetGroupPolicy stores a policy
+// (durably) before it returns; with another Store, group policies live in
+// memory only. Panic holds and flapping are never stored: after a restart
+// they start afresh from the carried-over states.
+type PolicyStore interface {
+	Store
+	// LoadGroupPolicies returns every stored group policy by group.
+	LoadGroupPolicies() (map[string]GroupPolicy, error)
+	// PutGroupPolicy stores a group's policy; the zero GroupPolicy deletes
+	// it.
+	PutGroupPolicy(group string, p GroupPolicy) error
+}
+
 // StoredTarget is a target as a Store keeps it.
 type StoredTarget struct {
 	Spec Spec
@@ -75,17 +89,28 @@ func (c *Checker) load() (uint64, error) {
 		if state == StateUnknown {
 			state = spec.InitialState
 		}
-		t := &target{
-			spec:    spec,
-			prober:  p,
-			m:       Machine{Model: spec.Model, Rise: spec.Rise, Fall: spec.Fall, State: state},
-			lastTr:  st.LastTransition,
-			carried: true,
-			next:    c.clock.Now().Add(firstDelay(spec.Name, spec.Interval)),
-		}
+		t := newTarget(spec, p, state)
+		t.lastTr = st.LastTransition
+		t.carried = true
+		t.next = c.clock.Now().Add(firstDelay(spec.Name, spec.Interval))
 		c.targets[spec.Name] = t
-		c.groups[spec.Group]++
+		c.joinPoolLocked(t)
 		c.due.push(t)
+	}
+	if ps, ok := c.store.(PolicyStore); ok {
+		policies, err := ps.LoadGroupPolicies()
+		if err != nil {
+			return 0, fmt.Errorf("load the group policies: %w", err)
+		}
+		for group, p := range policies {
+			if err := ValidateGroup(group); err != nil || group == "" {
+				return 0, fmt.Errorf("stored policy of group %q: bad group name", group)
+			}
+			if err := ValidateFraction(p.MaxUnhealthyFraction); err != nil {
+				return 0, fmt.Errorf("stored policy of group %q: max_unhealthy_fraction %w", group, err)
+			}
+			c.poolLocked(group).policy = p
+		}
 	}
 	return rev, nil
 }

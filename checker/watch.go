@@ -21,7 +21,77 @@ const (
 	EventUpdated
 	// EventRemoved: Remove removed a target.
 	EventRemoved
+	// EventPanicEntered: a group's panic threshold started holding a
+	// transition to unhealthy; see Event.Policy.
+	EventPanicEntered
+	// EventPanicExited: the group holds no target any more.
+	EventPanicExited
+	// EventFlappingStarted: a target's verdict changed Spec.FlapThreshold
+	// times within Spec.FlapWindow; flap damping holds it unhealthy.
+	EventFlappingStarted
+	// EventFlappingEnded: the target was stable for Spec.FlapStableFor, or
+	// its damping was turned off.
+	EventFlappingEnded
+	// EventCheckerDegraded: the checker is overloaded; its own probe
+	// timeouts do not count until it recovers.
+	EventCheckerDegraded
+	// EventCheckerRecovered: the checker keeps up again.
+	EventCheckerRecovered
 )
+
+// String returns the kind's name as the API spells it, e.g.
+// "PANIC_ENTERED" or "TRANSITION".
+func (k EventKind) String() string {
+	switch k {
+	case EventTransition:
+		return "TRANSITION"
+	case EventAdded:
+		return "ADDED"
+	case EventUpdated:
+		return "UPDATED"
+	case EventRemoved:
+		return "REMOVED"
+	case EventPanicEntered:
+		return "PANIC_ENTERED"
+	case EventPanicExited:
+		return "PANIC_EXITED"
+	case EventFlappingStarted:
+		return "FLAPPING_STARTED"
+	case EventFlappingEnded:
+		return "FLAPPING_ENDED"
+	case EventCheckerDegraded:
+		return "CHECKER_DEGRADED"
+	case EventCheckerRecovered:
+		return "CHECKER_RECOVERED"
+	}
+	return fmt.Sprintf("EventKind(%d)", int(k))
+}
+
+// IsPolicy reports whether the kind is a policy event (panic, flapping,
+// checker overload), whose details are in Event.Policy.
+func (k EventKind) IsPolicy() bool { return k >= EventPanicEntered && k <= EventCheckerRecovered }
+
+// PolicyChange details a policy event. Policy events change no target's
+// state by themselves: the transitions they lead to are events of their
+// own.
+type PolicyChange struct {
+	// Group is the group of a panic event, and the target's group of a
+	// flapping event; empty for checker events.
+	Group string
+	// Target is the target of a flapping event.
+	Target string
+	// Text says what happened, e.g. "edge: panic entered, holding web-3 (2
+	// of 4 unhealthy, at most 2)"; it is the event's log message.
+	Text string
+	// Held lists the targets a group holds, sorted (panic events).
+	Held []string
+	// Targets, Unhealthy and MaxUnhealthy are the group's counts (panic
+	// events).
+	Targets, Unhealthy, MaxUnhealthy int
+	// Transitions is the target's verdict changes in its flap window
+	// (flapping events).
+	Transitions int
+}
 
 // Event is one change to the registry. The checker numbers events with one
 // revision counter: each event's Revision is one more than the previous
@@ -35,23 +105,33 @@ type Event struct {
 	// Status is the target after the event for EventAdded and
 	// EventUpdated, and as it was when removed for EventRemoved.
 	Status Status
+	// Policy details a policy event (Kind.IsPolicy).
+	Policy PolicyChange
 
 	prevGroup string // EventUpdated: the group before, for group filters
 }
 
-// Target returns the name of the target the event is about.
+// Target returns the name of the target the event is about; "" for panic
+// and checker events.
 func (e Event) Target() string {
-	if e.Kind == EventTransition {
+	switch {
+	case e.Kind == EventTransition:
 		return e.Transition.Target
+	case e.Kind.IsPolicy():
+		return e.Policy.Target
 	}
 	return e.Status.Spec.Name
 }
 
 // Group returns the group of the target the event is about (after the
-// event, for EventUpdated).
+// event, for EventUpdated), or of the group a panic event is about; "" for
+// checker events.
 func (e Event) Group() string {
-	if e.Kind == EventTransition {
+	switch {
+	case e.Kind == EventTransition:
 		return e.Transition.Group
+	case e.Kind.IsPolicy():
+		return e.Policy.Group
 	}
 	return e.Status.Spec.Group
 }
@@ -59,7 +139,8 @@ func (e Event) Group() string {
 // Filter selects the events a Watcher receives. Empty fields match
 // everything; when both are set an event must match both. A target moved
 // to another group by an update matches both groups' filters for that
-// update.
+// update. Policy events about a group (panic) match on the group alone,
+// whatever the names; checker events (overload) match every filter.
 type Filter struct {
 	Group string
 	Names []string
@@ -155,9 +236,10 @@ func (c *Checker) Watch(f Filter, start uint64) (*Watcher, error) {
 	}
 	snapshot := start == 0
 	if snapshot {
+		now := c.clock.Now()
 		for _, t := range c.targets {
 			if w.matchesTarget(t.spec.Name, t.spec.Group) {
-				w.snap = append(w.snap, c.statusLocked(t))
+				w.snap = append(w.snap, c.statusLocked(t, now))
 			}
 		}
 		slices.SortFunc(w.snap, func(a, b Status) int { return cmp.Compare(a.Spec.Name, b.Spec.Name) })
@@ -281,6 +363,12 @@ func (w *Watcher) matchesTarget(name, group string) bool {
 }
 
 func (w *Watcher) matches(e *Event) bool {
+	switch e.Kind {
+	case EventCheckerDegraded, EventCheckerRecovered:
+		return true
+	case EventPanicEntered, EventPanicExited:
+		return w.group == "" || w.group == e.Policy.Group
+	}
 	if w.matchesTarget(e.Target(), e.Group()) {
 		return true
 	}
@@ -320,6 +408,14 @@ func (c *Checker) eachCandidateLocked(e *Event, f func(*Watcher)) {
 			f(w)
 		}
 	}
+	if e.Kind == EventCheckerDegraded || e.Kind == EventCheckerRecovered {
+		for _, set := range c.watchers { // rare: every watcher
+			for w := range set {
+				f(w)
+			}
+		}
+		return
+	}
 	visit("")
 	if g := e.Group(); g != "" {
 		visit(g)
@@ -337,6 +433,9 @@ func (c *Checker) emitLocked(e Event) Event {
 	e.Revision = c.rev
 	if e.Kind == EventTransition {
 		e.Transition.Revision = c.rev
+	}
+	if e.Kind == EventTransition || e.Kind.IsPolicy() {
+		c.reports = append(c.reports, e)
 	}
 	if c.store != nil {
 		p := pending{ev: e}

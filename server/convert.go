@@ -28,6 +28,27 @@ func SpecFromProto(t *pb.Target) (checker.Spec, error) {
 	if s.MaxLatency, err = positiveDuration("max_latency", t.GetMaxLatency()); err != nil {
 		return s, err
 	}
+	if s.FastInterval, err = positiveDuration("fast_interval", t.GetFastInterval()); err != nil {
+		return s, err
+	}
+	if s.DownInterval, err = positiveDuration("down_interval", t.GetDownInterval()); err != nil {
+		return s, err
+	}
+	if s.FlapWindow, err = positiveDuration("flap_window", t.GetFlapWindow()); err != nil {
+		return s, err
+	}
+	if s.FlapStableFor, err = positiveDuration("flap_stable_for", t.GetFlapStableFor()); err != nil {
+		return s, err
+	}
+	if n := t.GetFlapThreshold(); n < 0 {
+		return s, &checker.FieldError{Field: "flap_threshold", Reason: fmt.Sprintf("must be 0 (no damping) or at least %d, got %d", checker.MinFlapThreshold, n)}
+	}
+	s.FlapThreshold = int(t.GetFlapThreshold())
+	if n := t.GetPassiveRate(); n < 0 {
+		return s, &checker.FieldError{Field: "passive_rate", Reason: fmt.Sprintf("must be positive when set, got %d", n)}
+	}
+	s.PassiveRate = int(t.GetPassiveRate())
+	s.PassiveOutcomes = t.GetPassiveOutcomes()
 	if t.Rise != nil {
 		if t.GetRise() < 1 {
 			return s, &checker.FieldError{Field: "rise", Reason: fmt.Sprintf("must be at least 1, got %d", t.GetRise())}
@@ -103,6 +124,21 @@ func specToProto(s checker.Spec) *pb.Target {
 	if s.MaxLatency > 0 {
 		t.MaxLatency = durationpb.New(s.MaxLatency)
 	}
+	if s.FastInterval > 0 {
+		t.FastInterval = durationpb.New(s.FastInterval)
+	}
+	if s.DownInterval > 0 {
+		t.DownInterval = durationpb.New(s.DownInterval)
+	}
+	if s.FlapWindow > 0 {
+		t.FlapWindow = durationpb.New(s.FlapWindow)
+	}
+	t.FlapThreshold = int32(s.FlapThreshold)
+	if s.FlapStableFor > 0 {
+		t.FlapStableFor = durationpb.New(s.FlapStableFor)
+	}
+	t.PassiveOutcomes = s.PassiveOutcomes
+	t.PassiveRate = int32(s.PassiveRate)
 	switch {
 	case s.Probe.HTTP != nil:
 		h := &pb.HttpProbe{Url: s.Probe.HTTP.URL, Method: s.Probe.HTTP.Method, Headers: s.Probe.HTTP.Headers}
@@ -146,6 +182,8 @@ func resultToProto(r checker.Result) *pb.ProbeResult {
 		Latency: durationpb.New(r.Latency),
 		Error:   r.Err,
 		Time:    timestamp(r.Time),
+		Passive: r.Passive,
+		Ignored: r.Ignored,
 	}
 }
 
@@ -159,14 +197,26 @@ func timestamp(t time.Time) *timestamppb.Timestamp {
 
 func statusToProto(st checker.Status) *pb.TargetStatus {
 	out := &pb.TargetStatus{
-		Spec:               specToProto(st.Spec),
-		State:              stateToProto(st.State),
-		Routable:           st.Routable,
-		PassStreak:         int32(st.PassStreak),
-		FailStreak:         int32(st.FailStreak),
-		LastTransitionTime: timestamp(st.LastTransition),
-		CarriedOver:        st.CarriedOver,
-		Source:             "api",
+		Spec:                specToProto(st.Spec),
+		State:               stateToProto(st.State),
+		Routable:            st.Routable,
+		PassStreak:          int32(st.PassStreak),
+		FailStreak:          int32(st.FailStreak),
+		LastTransitionTime:  timestamp(st.LastTransition),
+		CarriedOver:         st.CarriedOver,
+		Source:              "api",
+		Verdict:             stateToProto(st.Verdict),
+		PanicHeld:           st.PanicHeld,
+		Flapping:            st.Flapping,
+		TransitionsInWindow: int32(st.Transitions),
+		NextProbeTime:       timestamp(st.NextProbe),
+		ActiveResults:       st.ActiveResults,
+		PassiveResults:      st.PassiveResults,
+		PassiveRateLimited:  st.PassiveLimited,
+		IgnoredTimeouts:     st.IgnoredTimeouts,
+	}
+	if st.ProbeInterval > 0 {
+		out.ProbeInterval = durationpb.New(st.ProbeInterval)
 	}
 	if st.Spec.Source != "" {
 		out.Source = st.Spec.Source
@@ -196,7 +246,61 @@ func transitionToProto(tr checker.Transition) *pb.WatchTransitionsResponse {
 	}
 }
 
+// policyKinds maps the checker's policy events to the wire's.
+var policyKinds = map[checker.EventKind]pb.PolicyEvent_Kind{
+	checker.EventPanicEntered:     pb.PolicyEvent_KIND_PANIC_ENTERED,
+	checker.EventPanicExited:      pb.PolicyEvent_KIND_PANIC_EXITED,
+	checker.EventFlappingStarted:  pb.PolicyEvent_KIND_FLAPPING_STARTED,
+	checker.EventFlappingEnded:    pb.PolicyEvent_KIND_FLAPPING_ENDED,
+	checker.EventCheckerDegraded:  pb.PolicyEvent_KIND_CHECKER_DEGRADED,
+	checker.EventCheckerRecovered: pb.PolicyEvent_KIND_CHECKER_RECOVERED,
+}
+
+func policyEventToProto(e checker.Event) *pb.WatchTransitionsResponse {
+	return &pb.WatchTransitionsResponse{Revision: e.Revision, Event: &pb.WatchTransitionsResponse_Policy{Policy: &pb.PolicyEvent{
+		Kind:   policyKinds[e.Kind],
+		Group:  e.Policy.Group,
+		Target: e.Policy.Target,
+		Time:   timestamp(e.Time),
+		Text:   e.Policy.Text,
+		Held:   e.Policy.Held,
+	}}}
+}
+
+func groupStatusToProto(g checker.GroupStatus) *pb.GroupStatus {
+	out := &pb.GroupStatus{
+		Group:                g.Group,
+		Policy:               &pb.GroupPolicy{},
+		MaxUnhealthyFraction: g.MaxUnhealthyFraction,
+		Targets:              int32(g.Targets),
+		Unhealthy:            int32(g.Unhealthy),
+		MaxUnhealthy:         int32(g.MaxUnhealthy),
+		Panic:                g.Panic,
+		Held:                 g.Held,
+	}
+	if f := g.Policy.MaxUnhealthyFraction; f > 0 {
+		out.Policy.MaxUnhealthyFraction = &f
+	}
+	return out
+}
+
+func overloadToProto(o checker.OverloadStatus) *pb.CheckerStatus {
+	return &pb.CheckerStatus{
+		Degraded:            o.Degraded,
+		DegradedSince:       timestamp(o.Since),
+		Reason:              o.Reason,
+		Lag:                 durationpb.New(o.Lag),
+		WaitingProbes:       int32(o.Waiting),
+		InFlightProbes:      int32(o.InFlight),
+		MaxConcurrentProbes: int32(o.MaxConcurrent),
+		IgnoredTimeouts:     o.IgnoredTimeouts,
+	}
+}
+
 func eventToProto(e checker.Event) *pb.WatchTransitionsResponse {
+	if e.Kind.IsPolicy() {
+		return policyEventToProto(e)
+	}
 	switch e.Kind {
 	case checker.EventTransition:
 		return transitionToProto(e.Transition)
@@ -209,4 +313,21 @@ func eventToProto(e checker.Event) *pb.WatchTransitionsResponse {
 			Removed: &pb.TargetRemoved{Name: e.Status.Spec.Name, Group: e.Status.Spec.Group},
 		}}
 	}
+}
+
+func groupPolicyFromProto(p *pb.GroupPolicy) checker.GroupPolicy {
+	return checker.GroupPolicy{MaxUnhealthyFraction: p.GetMaxUnhealthyFraction()}
+}
+
+// outcomeFromProto converts a ReportOutcome request into a
+// checker.Outcome, rejecting a malformed latency with a *checker.FieldError.
+func outcomeFromProto(req *pb.ReportOutcomeRequest) (checker.Outcome, error) {
+	o := checker.Outcome{Pass: req.GetOk(), Err: req.GetError()}
+	if d := req.GetLatency(); d != nil {
+		if err := d.CheckValid(); err != nil {
+			return o, &checker.FieldError{Field: "latency", Reason: "is not a valid duration: " + err.Error()}
+		}
+		o.Latency = d.AsDuration()
+	}
+	return o, o.Validate()
 }

@@ -94,14 +94,45 @@ func (s *Server) Healthy(_ context.Context, req *pb.HealthyRequest) (*pb.Healthy
 	return &pb.HealthyResponse{Names: s.c.Healthy(req.GetGroup())}, nil
 }
 
-// ListTargets returns every target's status, sorted by name.
+// ListTargets returns every target's status, sorted by name, with the
+// groups' pool states and the checker's own.
 func (s *Server) ListTargets(_ context.Context, req *pb.ListTargetsRequest) (*pb.ListTargetsResponse, error) {
 	list, rev := s.c.List(req.GetGroup())
 	out := &pb.ListTargetsResponse{Targets: make([]*pb.TargetStatus, len(list)), Revision: rev}
 	for i, st := range list {
 		out.Targets[i] = statusToProto(st)
 	}
+	for _, g := range s.c.Groups(req.GetGroup()) {
+		out.Groups = append(out.Groups, groupStatusToProto(g))
+	}
+	out.Checker = overloadToProto(s.c.Overload())
 	return out, nil
+}
+
+// SetGroupPolicy sets or clears a group's pool policy.
+func (s *Server) SetGroupPolicy(_ context.Context, req *pb.SetGroupPolicyRequest) (*pb.SetGroupPolicyResponse, error) {
+	g, err := s.c.SetGroupPolicy(req.GetGroup(), groupPolicyFromProto(req.GetPolicy()))
+	if err != nil {
+		var fe *checker.FieldError
+		if errors.As(err, &fe) && fe.Field != "group" {
+			return nil, toStatus(err, "policy.")
+		}
+		return nil, toStatus(err, "")
+	}
+	return &pb.SetGroupPolicyResponse{Group: groupStatusToProto(g)}, nil
+}
+
+// ReportOutcome feeds a passive outcome to a target that accepts them.
+func (s *Server) ReportOutcome(_ context.Context, req *pb.ReportOutcomeRequest) (*pb.ReportOutcomeResponse, error) {
+	o, err := outcomeFromProto(req)
+	if err != nil {
+		return nil, toStatus(err, "")
+	}
+	st, counted, err := s.c.ReportOutcome(req.GetTarget(), o)
+	if err != nil {
+		return nil, toStatus(err, "")
+	}
+	return &pb.ReportOutcomeResponse{Counted: counted, Status: statusToProto(st)}, nil
 }
 
 // WatchTransitions streams the registry's events: a snapshot then live
@@ -182,6 +213,8 @@ func toStatus(err error, prefix string) error {
 		return status.Error(codes.InvalidArgument, prefix+fe.Error())
 	case errors.Is(err, checker.ErrUnknownTarget):
 		return status.Errorf(codes.NotFound, "%v; list targets with ListTargets or add it with AddTarget", err)
+	case errors.Is(err, checker.ErrPassiveDisabled):
+		return status.Errorf(codes.FailedPrecondition, "%v; enable them by adding the target again (AddTarget) with target.passive_outcomes: true (and optionally target.passive_rate, 10 a second by default)", err)
 	case errors.Is(err, checker.ErrSubscriberTooSlow):
 		var be *checker.BehindError
 		if errors.As(err, &be) {

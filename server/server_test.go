@@ -169,11 +169,13 @@ func TestAddTargetCreatesThenUpdatesWithDefaults(t *testing.T) {
 				InitialState: pb.State_STATE_UNHEALTHY,
 				Model:        pb.Model_MODEL_RISE_FALL,
 			},
-			State:  pb.State_STATE_UNHEALTHY,
-			Source: "api",
+			State:         pb.State_STATE_UNHEALTHY,
+			Verdict:       pb.State_STATE_UNHEALTHY,
+			ProbeInterval: durationpb.New(2 * time.Second),
+			Source:        "api",
 		},
 	}
-	if diff := cmp.Diff(want, resp, protocmp.Transform()); diff != "" {
+	if diff := cmp.Diff(want, resp, protocmp.Transform(), protocmp.IgnoreFields(&pb.TargetStatus{}, "next_probe_time")); diff != "" {
 		t.Errorf("AddTarget (-want +got):\n%s", diff)
 	}
 	tg := tcpTarget("web-1", "edge")

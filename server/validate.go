@@ -58,6 +58,13 @@ func (v validator) check(req any) error {
 		err = field("group", checker.ValidateGroup(r.GetGroup()))
 	case *pb.ListTargetsRequest:
 		err = field("group", checker.ValidateGroup(r.GetGroup()))
+	case *pb.SetGroupPolicyRequest:
+		err = v.checkGroupPolicy(r)
+	case *pb.ReportOutcomeRequest:
+		err = field("target", checker.ValidateName(r.GetTarget()))
+		if err == nil {
+			_, err = outcomeFromProto(r)
+		}
 	case *pb.WatchTransitionsRequest:
 		err = field("group", checker.ValidateGroup(r.GetGroup()))
 		for i, n := range r.GetNames() {
@@ -82,6 +89,23 @@ func (v validator) checkTarget(t *pb.Target) error {
 	}
 	if err != nil {
 		return fmt.Errorf("target.%w", err) // a *checker.FieldError: "rise: must be ..."
+	}
+	return nil
+}
+
+func (v validator) checkGroupPolicy(r *pb.SetGroupPolicyRequest) error {
+	if r.GetGroup() == "" {
+		return fmt.Errorf("group: is required: targets without a group are not a pool")
+	}
+	if err := field("group", checker.ValidateGroup(r.GetGroup())); err != nil {
+		return err
+	}
+	if p := r.GetPolicy(); p != nil && p.MaxUnhealthyFraction != nil {
+		f := p.GetMaxUnhealthyFraction()
+		if f == 0 {
+			return fmt.Errorf("policy.max_unhealthy_fraction: must be in (0, 1] (1 disables the threshold), got 0; leave it unset for the server default")
+		}
+		return field("policy.max_unhealthy_fraction", checker.ValidateFraction(f))
 	}
 	return nil
 }

@@ -2,9 +2,10 @@
 // checker.Store that pulsed uses by default.
 //
 // Layout: bucket "specs" maps a target name to its spec, bucket "states" a
-// target name to its last state, and bucket "meta" holds the revision of the
-// last state commit. Values are JSON with a version field. Every write is
-// one bbolt transaction, fsynced before it returns.
+// target name to its last state, bucket "policies" a group to its policy,
+// and bucket "meta" holds the revision of the last state commit. Values are
+// JSON with a version field. Every write is one bbolt transaction, fsynced
+// before it returns.
 package boltstore
 
 import (
@@ -27,10 +28,11 @@ import (
 const FileName = "pulse.db"
 
 var (
-	specsBucket  = []byte("specs")
-	statesBucket = []byte("states")
-	metaBucket   = []byte("meta")
-	revisionKey  = []byte("revision")
+	specsBucket    = []byte("specs")
+	statesBucket   = []byte("states")
+	policiesBucket = []byte("policies")
+	metaBucket     = []byte("meta")
+	revisionKey    = []byte("revision")
 )
 
 // ErrLocked: another process holds the data dir's store open.
@@ -41,7 +43,7 @@ type Store struct {
 	db *bolt.DB
 }
 
-var _ checker.Store = (*Store)(nil)
+var _ checker.PolicyStore = (*Store)(nil)
 
 // Open opens (creating if needed) the store in dir. It fails with an error
 // wrapping ErrLocked when another process has it open, after waiting up to
@@ -59,7 +61,7 @@ func Open(dir string, lockWait time.Duration) (*Store, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{specsBucket, statesBucket, metaBucket} {
+		for _, b := range [][]byte{specsBucket, statesBucket, policiesBucket, metaBucket} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -82,6 +84,49 @@ func (s *Store) Path() string { return s.db.Path() }
 type specRecord struct {
 	V    int          `json:"v"`
 	Spec checker.Spec `json:"spec"`
+}
+
+type policyRecord struct {
+	V                    int     `json:"v"`
+	MaxUnhealthyFraction float64 `json:"max_unhealthy_fraction,omitempty"`
+}
+
+// LoadGroupPolicies returns every stored group policy.
+func (s *Store) LoadGroupPolicies() (map[string]checker.GroupPolicy, error) {
+	out := map[string]checker.GroupPolicy{}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(policiesBucket)
+		if b == nil { // a file from before policies: nothing stored
+			return nil
+		}
+		return b.ForEach(func(k, v []byte) error {
+			var pr policyRecord
+			if err := json.Unmarshal(v, &pr); err != nil {
+				return fmt.Errorf("stored policy of group %q: %w", k, err)
+			}
+			out[string(k)] = checker.GroupPolicy{MaxUnhealthyFraction: pr.MaxUnhealthyFraction}
+			return nil
+		})
+	})
+	return out, err
+}
+
+// PutGroupPolicy stores a group's policy; the zero policy deletes it.
+func (s *Store) PutGroupPolicy(group string, p checker.GroupPolicy) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(policiesBucket)
+		if err != nil {
+			return err
+		}
+		if p == (checker.GroupPolicy{}) {
+			return b.Delete([]byte(group))
+		}
+		v, err := json.Marshal(policyRecord{V: 1, MaxUnhealthyFraction: p.MaxUnhealthyFraction})
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(group), v)
+	})
 }
 
 type stateRecord struct {

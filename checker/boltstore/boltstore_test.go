@@ -117,3 +117,53 @@ func TestBackupWhileOpen(t *testing.T) {
 		t.Errorf("the backup holds %+v at %d (%v)", got, rev, err)
 	}
 }
+
+// Group policies are stored with the registry: a checker on the same data
+// dir after a restart has them, and clearing one deletes it. Specs keep
+// their policy fields.
+func TestGroupPoliciesSurviveARestart(t *testing.T) {
+	dir := t.TempDir()
+	newChecker := func(s *boltstore.Store) *checker.Checker {
+		c, err := checker.New(checker.Config{Store: s, MaxUnhealthyFraction: 0.5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	s := open(t, dir)
+	c := newChecker(s)
+	web := checker.Spec{Name: "web-1", Group: "edge", Probe: probe.Spec{TCP: &probe.TCPSpec{Address: "127.0.0.1:9"}},
+		FastInterval: time.Second, DownInterval: 5 * time.Second, FlapThreshold: 4, FlapWindow: time.Minute, PassiveOutcomes: true, PassiveRate: 3}
+	if _, _, err := c.Add(web); err != nil {
+		t.Fatal(err)
+	}
+	for group, f := range map[string]float64{"edge": 0.25, "empty": 1, "gone": 0.75} {
+		if _, err := c.SetGroupPolicy(group, checker.GroupPolicy{MaxUnhealthyFraction: f}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.SetGroupPolicy("gone", checker.GroupPolicy{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	s.Close()
+
+	s = open(t, dir)
+	defer s.Close()
+	c = newChecker(s)
+	defer c.Close()
+	got := map[string]float64{}
+	for _, g := range c.Groups("") {
+		got[g.Group] = g.MaxUnhealthyFraction
+	}
+	if diff := cmp.Diff(map[string]float64{"edge": 0.25, "empty": 1}, got); diff != "" {
+		t.Errorf("group policies after a restart (-want +got):\n%s", diff)
+	}
+	st, err := c.Status("web-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sp := st.Spec; sp.FastInterval != time.Second || sp.DownInterval != 5*time.Second || sp.FlapThreshold != 4 || !sp.PassiveOutcomes || sp.PassiveRate != 3 {
+		t.Errorf("stored spec lost its policy fields: %+v", sp)
+	}
+}

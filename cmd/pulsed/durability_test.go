@@ -198,7 +198,7 @@ func TestRestartKeepsStateWithoutFlip(t *testing.T) {
 // revision to resume from, and pulsed exits within its bound.
 func TestShutdownWithThousandStreams(t *testing.T) {
 	bin := buildPulsed(t)
-	p := startPulsed(t, bin, "-shutdown-timeout", "5s")
+	p := startPulsed(t, bin, "-shutdown-timeout", "5s", "-rate-limit", "0") // 1,000 streams at once from one client
 	client := dial(t, p.addr)
 	const n = 1000
 	streams := make([]grpc.ServerStreamingClient[pb.WatchTransitionsResponse], n)
@@ -295,4 +295,41 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// GET /backup on the HTTP listener copies the store while pulsed runs; the
+// copy opens as a data dir with the same targets.
+func TestHotBackup(t *testing.T) {
+	bin := buildPulsed(t)
+	p := startPulsed(t, bin)
+	client := dial(t, p.addr)
+	if _, err := client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: tcpTarget("kept")}); err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`msg="http listening" .*addr=(\S+)`).FindStringSubmatch(p.logs.String())
+	if m == nil {
+		t.Fatalf("no http address in the log:\n%s", p.logs.String())
+	}
+	resp, err := http.Get("http://" + m[1] + "/backup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, "pulse.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("backup: %v %s", err, resp.Status)
+	}
+	f.Close()
+	p.stop(t)
+
+	p2 := startPulsed(t, bin, "-data-dir", dir)
+	st, err := dial(t, p2.addr).State(t.Context(), &pb.StateRequest{Name: "kept"})
+	if err != nil || st.GetStatus().GetSpec().GetGroup() != "crash" {
+		t.Errorf("the restored backup lacks the target: %v %v", st, err)
+	}
+	p2.stop(t)
 }

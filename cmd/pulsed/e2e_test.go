@@ -176,7 +176,8 @@ func startPulsed(t *testing.T, bin string, args ...string) *pulsed {
 	}) {
 		args = append([]string{"-data-dir", t.TempDir()}, args...)
 	}
-	p.cmd = exec.Command(bin, append([]string{"-listen", "127.0.0.1:0"}, args...)...)
+	// Port 0 for the HTTP listener too: the default 9090 may be taken.
+	p.cmd = exec.Command(bin, append([]string{"-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0"}, args...)...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,7 @@ import (
 
 	"pulse/checker"
 	"pulse/checker/boltstore"
+	"pulse/checker/probe"
 	"pulse/server"
 )
 
@@ -41,8 +42,12 @@ func main() {
 type config struct {
 	listen           string
 	dataDir          string
+	targetsFile      string
+	security         securityFlags
 	defaults         checker.Defaults
 	maxProbes        int
+	maxUnhealthy     float64
+	overload         checker.OverloadPolicy
 	watchHistory     int
 	watchProgress    time.Duration
 	shutdownTimeout  time.Duration
@@ -62,12 +67,21 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:50051", "`address` to serve gRPC on (host:port; port 0 picks a free one)")
+	cfg.security.register(fs)
+	fs.StringVar(&cfg.targetsFile, "targets", "", "YAML `file` of targets to register at start and again on SIGHUP (see the README); it owns the targets it lists")
 	fs.StringVar(&cfg.dataDir, "data-dir", "pulse-data", "`directory` of the embedded store that keeps targets and their states across restarts; \"\" keeps them in memory only")
 	fs.DurationVar(&cfg.defaults.Interval, "interval", d.Interval, "default time between the starts of two probes of a target")
 	fs.DurationVar(&cfg.defaults.Timeout, "timeout", d.Timeout, "default timeout of one probe (at most -interval)")
 	fs.IntVar(&cfg.defaults.Rise, "rise", d.Rise, "default consecutive passes that make a target healthy")
 	fs.IntVar(&cfg.defaults.Fall, "fall", d.Fall, "default consecutive failures that make a target unhealthy")
 	fs.IntVar(&cfg.maxProbes, "max-concurrent-probes", 256, "most probes in flight at once; others wait for a slot")
+	fs.DurationVar(&cfg.defaults.FastInterval, "fast-interval", 0, "default interval while a target is on its way to a transition (failing while healthy, passing while unhealthy); 0: the target's interval")
+	fs.DurationVar(&cfg.defaults.DownInterval, "down-interval", 0, "default interval while a target is unhealthy; 0: the target's interval")
+	fs.Float64Var(&cfg.maxUnhealthy, "max-unhealthy-fraction", 0.5, "panic threshold of groups without a policy of their own (SetGroupPolicy): at most this fraction of a group, and always at least one target, is marked unhealthy at once; the rest stay routable, held; 1 disables")
+	overloadDetection := fs.Bool("overload-detection", true, "when pulsed cannot keep up with its probes (see -overload-lag, -overload-waiting), its own probe timeouts do not count toward fall")
+	fs.DurationVar(&cfg.overload.MaxLag, "overload-lag", 0, "a probe starting later than this after its slot is a sign of overload; 0: the probe's interval")
+	fs.IntVar(&cfg.overload.MaxWaiting, "overload-waiting", 0, "this many probes waiting for a slot at once is a sign of overload; 0: -max-concurrent-probes")
+	fs.DurationVar(&cfg.overload.RecoverAfter, "overload-recovery", checker.DefaultOverloadRecovery, "pulsed is no longer overloaded after this long without a sign")
 	fs.IntVar(&cfg.watchHistory, "watch-history", 10000, "events kept for WatchTransitions streams to resume from; a stream further behind is ended with RESOURCE_EXHAUSTED")
 	fs.DurationVar(&cfg.watchProgress, "watch-progress", 30*time.Second, "how long a WatchTransitions stream may stay idle before it gets a progress event with the current revision")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long to let calls in progress finish before closing them")
@@ -92,9 +106,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("-log-format must be text or json, got %q", *format)
 	}
 	if err := cfg.defaults.Validate(); err != nil {
-		return cfg, fmt.Errorf("-interval/-timeout/-rise/-fall: %w", err)
+		return cfg, fmt.Errorf("-interval/-timeout/-rise/-fall/-fast-interval/-down-interval: %w", err)
 	}
+	cfg.overload.Disabled = !*overloadDetection
 	switch {
+	case cfg.maxUnhealthy <= 0 || cfg.maxUnhealthy > 1:
+		return cfg, fmt.Errorf("-max-unhealthy-fraction must be in (0, 1] (1 disables the panic threshold), got %v", cfg.maxUnhealthy)
+	case cfg.overload.MaxLag < 0 || cfg.overload.MaxWaiting < 0 || cfg.overload.RecoverAfter <= 0:
+		return cfg, fmt.Errorf("-overload-lag and -overload-waiting must not be negative, -overload-recovery must be positive; got %v, %d, %v", cfg.overload.MaxLag, cfg.overload.MaxWaiting, cfg.overload.RecoverAfter)
 	case cfg.maxProbes < 1:
 		return cfg, fmt.Errorf("-max-concurrent-probes must be at least 1, got %d", cfg.maxProbes)
 	case cfg.watchHistory < 1:
@@ -107,11 +126,34 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	return cfg, nil
 }
 
+// reloadTargets re-reads the targets file on SIGHUP. A file with errors
+// changes nothing; the log says which line is wrong.
+func reloadTargets(c *checker.Checker, cfg config, logger *slog.Logger) {
+	if cfg.targetsFile == "" {
+		logger.Warn("SIGHUP ignored: no -targets file to reload")
+		return
+	}
+	specs, err := loadTargets(cfg.targetsFile, cfg.defaults)
+	if err != nil {
+		logger.Error("targets file not applied: nothing changed", "error", err)
+		return
+	}
+	if err := applyTargets(c, specs, logger); err != nil {
+		logger.Error("targets file applied in part", "error", err)
+	}
+}
+
 func run(args []string, stderr io.Writer) error {
 	cfg, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
+	// SIGHUP reloads the targets file; caught from the start so that an
+	// early one does not kill pulsed.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
 	opts := &slog.HandlerOptions{Level: cfg.logLevel}
 	var logger *slog.Logger
 	if cfg.logJSON {
@@ -133,8 +175,27 @@ func run(args []string, stderr io.Writer) error {
 		logger.Warn("no -data-dir: targets live in memory only and are lost when pulsed stops")
 	}
 
+	sopts, err := cfg.security.serverOptions(cfg.listen)
+	if err != nil {
+		return err
+	}
+	egress, err := cfg.security.egress()
+	if err != nil {
+		return err
+	}
+	logger.Info("probe egress policy", "policy", egress.String())
+	probes := probe.NewFactoryWith(probe.FactoryOptions{Egress: egress})
+	defer probes.Close() // after the checker's Close, deferred below
+
 	obs := newObservability(cfg.metricsPerTarget, logger)
+	if bs, ok := store.(*boltstore.Store); ok {
+		obs.backup = bs.Backup
+	}
 	c, err := checker.New(checker.Config{
+		NewProber:           func(s probe.Spec) (checker.Prober, error) { return probes.New(s) },
+		MaxTargets:          cfg.security.maxTargets,
+		MaxTargetsPerGroup:  cfg.security.maxTargetsPerGroup,
+		MaxWatchers:         cfg.security.maxWatchers,
 		Defaults:            cfg.defaults,
 		MaxConcurrentProbes: cfg.maxProbes,
 		HistorySize:         cfg.watchHistory,
@@ -146,16 +207,19 @@ func run(args []string, stderr io.Writer) error {
 		Store:         store,
 		Logger:        logger.With("component", "checker"),
 		Observer:      obs.observer,
+
+		// Pool policies: the default panic threshold, overload detection.
+		MaxUnhealthyFraction: cfg.maxUnhealthy,
+		Overload:             cfg.overload,
 	})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	gs, hs := server.NewGRPCServer(server.New(c, server.WithProgressInterval(cfg.watchProgress)), server.Options{
-		Logger:             logger.With("component", "grpc"),
-		UnaryInterceptors:  obs.unaryInterceptors(),
-		StreamInterceptors: obs.streamInterceptors(),
-	})
+	sopts.Logger = logger.With("component", "grpc")
+	sopts.UnaryInterceptors = obs.unaryInterceptors()
+	sopts.StreamInterceptors = obs.streamInterceptors()
+	gs, hs := server.NewGRPCServer(server.New(c, server.WithProgressInterval(cfg.watchProgress)), sopts)
 
 	lis, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
@@ -163,6 +227,15 @@ func run(args []string, stderr io.Writer) error {
 	}
 	if err := obs.start(cfg.httpListen, c, gs); err != nil {
 		return err
+	}
+	if cfg.targetsFile != "" {
+		specs, err := loadTargets(cfg.targetsFile, cfg.defaults)
+		if err != nil {
+			return fmt.Errorf("-targets: %w", err)
+		}
+		if err := applyTargets(c, specs, logger); err != nil {
+			return fmt.Errorf("-targets: %w", err)
+		}
 	}
 	c.Start()
 	logger.Info("pulsed listening", "addr", lis.Addr().String())
@@ -173,12 +246,18 @@ func run(args []string, stderr io.Writer) error {
 	go func() { serveErr <- gs.Serve(lis) }()
 	obs.setReady(nil)
 
-	select {
-	case err := <-serveErr:
-		return fmt.Errorf("serve: %w", err)
-	case err := <-obs.serveErr():
-		return fmt.Errorf("http serve: %w", err)
-	case <-ctx.Done():
+wait:
+	for {
+		select {
+		case err := <-serveErr:
+			return fmt.Errorf("serve: %w", err)
+		case err := <-obs.serveErr():
+			return fmt.Errorf("http serve: %w", err)
+		case <-hup:
+			reloadTargets(c, cfg, logger)
+		case <-ctx.Done():
+			break wait
+		}
 	}
 	logger.Info("pulsed shutting down", "timeout", cfg.shutdownTimeout.String())
 	hs.Shutdown() // grpc.health.v1 answers NOT_SERVING from now on

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -29,6 +30,7 @@ type observability struct {
 	reg       *prometheus.Registry
 	observer  *web.Observer // goes into checker.Config.Observer
 	grpc      *grpcprom.ServerMetrics
+	backup    func(io.Writer) (int64, error) // the store's hot backup; nil without a store
 
 	notReady atomic.Pointer[string] // why /readyz says 503; nil when ready
 	srv      *http.Server           // nil until start, and when disabled
@@ -100,6 +102,7 @@ func (o *observability) start(addr string, c *checker.Checker, gs *grpc.Server) 
 			Observer: o.observer,
 			Ready:    o.ready,
 			Logger:   o.logger,
+			Backup:   o.backup,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(o.logger.Handler(), slog.LevelWarn),

@@ -7,8 +7,9 @@ import (
 )
 
 // Collector is a prometheus.Collector of the checker's current state, read
-// at scrape time with one List: targets by group and state, subscribers,
-// and (unless dropped) each target's up gauge and last latency. Its methods
+// at scrape time: targets by group and state, subscribers, each group's
+// panic flag, the checker's degraded flag, and (unless dropped) each
+// target's up gauge and last latency. Its methods
 // are safe for concurrent use. Create it with NewCollector.
 type Collector struct {
 	c         *checker.Checker
@@ -19,6 +20,8 @@ type Collector struct {
 	latency  *prometheus.Desc
 	targets  *prometheus.Desc
 	watchers *prometheus.Desc
+	panic    *prometheus.Desc
+	degraded *prometheus.Desc
 }
 
 // states lists every state a target can be in, so pulse_targets shows a
@@ -46,6 +49,12 @@ func NewCollector(c *checker.Checker, perTarget bool, recent *Observer) *Collect
 		watchers: prometheus.NewDesc("pulse_watchers",
 			"Live event-stream subscribers: WatchTransitions streams and status-page event feeds.",
 			nil, nil),
+		panic: prometheus.NewDesc("pulse_group_panic",
+			"1 while the group's panic threshold holds at least one of its targets routable, 0 if not.",
+			[]string{"group"}, nil),
+		degraded: prometheus.NewDesc("pulse_checker_degraded",
+			"1 while the checker is overloaded (degraded), 0 if not.",
+			nil, nil),
 	}
 }
 
@@ -57,6 +66,8 @@ func (m *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	ch <- m.targets
 	ch <- m.watchers
+	ch <- m.panic
+	ch <- m.degraded
 }
 
 // Collect implements prometheus.Collector.
@@ -77,11 +88,7 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 		if !m.perTarget {
 			continue
 		}
-		up := 0.0
-		if st.Routable {
-			up = 1
-		}
-		ch <- prometheus.MustNewConstMetric(m.up, prometheus.GaugeValue, up, st.Spec.Name, st.Spec.Group)
+		ch <- prometheus.MustNewConstMetric(m.up, prometheus.GaugeValue, flag(st.Routable), st.Spec.Name, st.Spec.Group)
 		if st.LastResult != nil {
 			ch <- prometheus.MustNewConstMetric(m.latency, prometheus.GaugeValue, st.LastResult.Latency.Seconds(), st.Spec.Name, st.Spec.Group)
 		}
@@ -92,9 +99,20 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(m.watchers, prometheus.GaugeValue, float64(m.c.Watchers()))
+	for _, g := range m.c.Groups("") {
+		ch <- prometheus.MustNewConstMetric(m.panic, prometheus.GaugeValue, flag(g.Panic), g.Group)
+	}
+	ch <- prometheus.MustNewConstMetric(m.degraded, prometheus.GaugeValue, flag(m.c.Overload().Degraded))
 	if m.recent != nil {
 		m.recent.sweep(seq, liveSet(list))
 	}
+}
+
+func flag(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // liveSet returns a membership test for the names in list.

@@ -65,12 +65,13 @@ type rowsJSON struct {
 // sends each later "transition", "added", "updated" and "removed" event
 // with its revision as the event id, "results" events with the fresh rows
 // of the named targets that got probe results (every ResultsInterval, and
-// at once after a named target's transition), and "progress" events (id: the current revision) when idle. A
-// browser that reconnects sends the last id as Last-Event-ID and the feed
-// resumes after it, with no snapshot; if that revision is no longer held
-// (or comes from another pulsed) the feed starts over with a snapshot. A
-// feed that falls further behind than the history holds gets an "end"
-// event and is closed, and the browser's reconnect resumes it.
+// at once after a named target's transition), and "progress" events (id:
+// the current revision) when idle. A browser that reconnects sends the last
+// id as Last-Event-ID and the feed resumes after it, with no snapshot; if
+// that revision is no longer held (or comes from another pulsed) the feed
+// starts over with a snapshot. A feed that falls further behind than the
+// history holds gets an "end" event and is closed, and the browser's
+// reconnect resumes it.
 func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var names []string
@@ -147,7 +148,13 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		var moved []string // named targets whose state changed
 		for _, e := range evs {
-			s.event(eventName(e.Kind), e.Revision, h.eventData(e))
+			name := eventName(e.Kind)
+			if name == "" {
+				// A kind the page does not show: only move the resume point.
+				s.event("progress", e.Revision, map[string]uint64{"revision": e.Revision})
+				continue
+			}
+			s.event(name, e.Revision, h.eventData(e))
 			if e.Kind == checker.EventTransition && want[e.Target()] && !slices.Contains(moved, e.Target()) {
 				moved = append(moved, e.Target())
 			}
@@ -194,6 +201,8 @@ func (h *Handler) rowsNow(names []string) rowsJSON {
 	return data
 }
 
+// eventName names the kinds of events the feed carries; "" for the others
+// (group panic, flapping, checker overload), which it sends as progress.
 func eventName(k checker.EventKind) string {
 	switch k {
 	case checker.EventTransition:
@@ -205,7 +214,7 @@ func eventName(k checker.EventKind) string {
 	case checker.EventRemoved:
 		return "removed"
 	}
-	return "unknown"
+	return ""
 }
 
 func (h *Handler) eventData(e checker.Event) any {

@@ -3,6 +3,7 @@ package web_test
 import (
 	"bytes"
 	"errors"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -127,6 +128,12 @@ func TestMetricsWithoutPerTargetSeries(t *testing.T) {
 	}
 	if n := strings.Count(gatherText(t, reg, "pulse_targets"), "pulse_targets{"); n != 6 {
 		t.Errorf("%d pulse_targets series, want 6 (2 groups x 3 states)", n)
+	}
+	// The group panic and checker degraded flags are there.
+	flags := gatherText(t, reg, "pulse_group_panic", "pulse_checker_degraded")
+	if !regexp.MustCompile(`(?m)^pulse_checker_degraded [01]$`).MatchString(flags) ||
+		!regexp.MustCompile(`(?m)^pulse_group_panic\{group="edge"\} [01]$`).MatchString(flags) {
+		t.Errorf("no panic or degraded flag in\n%s", flags)
 	}
 }
 

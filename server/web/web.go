@@ -10,6 +10,7 @@ package web
 
 import (
 	"embed"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -49,6 +50,9 @@ type Config struct {
 	// sends a progress event with the current revision (which also keeps
 	// proxies from closing it). If 0, 15 seconds.
 	ProgressInterval time.Duration
+	// Backup writes a consistent copy of the store to w, for GET /backup.
+	// If nil (no store), /backup answers 404.
+	Backup func(w io.Writer) (int64, error)
 }
 
 // Handler is the http.Handler of pulsed's HTTP listener. It is safe for
@@ -103,6 +107,17 @@ func NewHandler(cfg Config) *Handler {
 	h.mux.HandleFunc("GET /events", h.serveEvents)
 	h.mux.HandleFunc("GET /healthz", serveHealthz)
 	h.mux.HandleFunc("GET /readyz", h.serveReadyz)
+	h.mux.HandleFunc("GET /backup", func(w http.ResponseWriter, r *http.Request) {
+		if cfg.Backup == nil {
+			http.Error(w, "pulsed runs without a store (-data-dir \"\"): there is nothing to back up", http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Disposition", `attachment; filename="pulse.db"`)
+		if _, err := cfg.Backup(w); err != nil {
+			h.logger.Error("backup failed", "error", err) // the client sees a cut-off body
+		}
+	})
 	return h
 }
 

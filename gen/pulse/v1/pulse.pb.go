@@ -138,6 +138,80 @@ func (Model) EnumDescriptor() ([]byte, []int) {
 	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{1}
 }
 
+// Kind says what changed.
+type PolicyEvent_Kind int32
+
+const (
+	// Unset; never sent.
+	PolicyEvent_KIND_UNSPECIFIED PolicyEvent_Kind = 0
+	// PANIC_ENTERED: a group's results would mark more than its
+	// max_unhealthy_fraction unhealthy; the transitions beyond it are held
+	// (held lists them) and those targets stay routable.
+	PolicyEvent_KIND_PANIC_ENTERED PolicyEvent_Kind = 1
+	// PANIC_EXITED: the group holds no target any more.
+	PolicyEvent_KIND_PANIC_EXITED PolicyEvent_Kind = 2
+	// FLAPPING_STARTED: a target changed state flap_threshold times within
+	// flap_window; it is held UNHEALTHY.
+	PolicyEvent_KIND_FLAPPING_STARTED PolicyEvent_Kind = 3
+	// FLAPPING_ENDED: the target was stable for flap_stable_for (or its
+	// damping was turned off); it takes its verdict again.
+	PolicyEvent_KIND_FLAPPING_ENDED PolicyEvent_Kind = 4
+	// CHECKER_DEGRADED: the checker is overloaded; its own probe timeouts
+	// do not count toward fall until it recovers.
+	PolicyEvent_KIND_CHECKER_DEGRADED PolicyEvent_Kind = 5
+	// CHECKER_RECOVERED: the checker keeps up again.
+	PolicyEvent_KIND_CHECKER_RECOVERED PolicyEvent_Kind = 6
+)
+
+// Enum value maps for PolicyEvent_Kind.
+var (
+	PolicyEvent_Kind_name = map[int32]string{
+		0: "KIND_UNSPECIFIED",
+		1: "KIND_PANIC_ENTERED",
+		2: "KIND_PANIC_EXITED",
+		3: "KIND_FLAPPING_STARTED",
+		4: "KIND_FLAPPING_ENDED",
+		5: "KIND_CHECKER_DEGRADED",
+		6: "KIND_CHECKER_RECOVERED",
+	}
+	PolicyEvent_Kind_value = map[string]int32{
+		"KIND_UNSPECIFIED":       0,
+		"KIND_PANIC_ENTERED":     1,
+		"KIND_PANIC_EXITED":      2,
+		"KIND_FLAPPING_STARTED":  3,
+		"KIND_FLAPPING_ENDED":    4,
+		"KIND_CHECKER_DEGRADED":  5,
+		"KIND_CHECKER_RECOVERED": 6,
+	}
+)
+
+func (x PolicyEvent_Kind) Enum() *PolicyEvent_Kind {
+	p := new(PolicyEvent_Kind)
+	*p = x
+	return p
+}
+
+func (x PolicyEvent_Kind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PolicyEvent_Kind) Descriptor() protoreflect.EnumDescriptor {
+	return file_pulse_v1_pulse_proto_enumTypes[2].Descriptor()
+}
+
+func (PolicyEvent_Kind) Type() protoreflect.EnumType {
+	return &file_pulse_v1_pulse_proto_enumTypes[2]
+}
+
+func (x PolicyEvent_Kind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PolicyEvent_Kind.Descriptor instead.
+func (PolicyEvent_Kind) EnumDescriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{27, 0}
+}
+
 // HttpProbe passes when GET (or HEAD) on url answers with an expected status.
 // Redirects are not followed.
 type HttpProbe struct {
@@ -355,7 +429,37 @@ type Target struct {
 	Model Model `protobuf:"varint,11,opt,name=model,proto3,enum=pulse.v1.Model" json:"model,omitempty"`
 	// max_latency, when set, fails a probe that answered correctly but slower
 	// than this; it must be positive and at most timeout.
-	MaxLatency    *durationpb.Duration `protobuf:"bytes,12,opt,name=max_latency,json=maxLatency,proto3" json:"max_latency,omitempty"`
+	MaxLatency *durationpb.Duration `protobuf:"bytes,12,opt,name=max_latency,json=maxLatency,proto3" json:"max_latency,omitempty"`
+	// fast_interval is the interval while the target is on its way to a
+	// transition: HEALTHY with a failure streak, UNHEALTHY with a pass
+	// streak, or SUSPECT. Unset: interval. It must be positive and at least
+	// timeout. A dead target is detected in its first failure plus
+	// (fall - 1) x fast_interval.
+	FastInterval *durationpb.Duration `protobuf:"bytes,13,opt,name=fast_interval,json=fastInterval,proto3" json:"fast_interval,omitempty"`
+	// down_interval is the interval while the target is UNHEALTHY with no
+	// pass streak. Unset: interval. It must be positive and at least
+	// timeout.
+	DownInterval *durationpb.Duration `protobuf:"bytes,14,opt,name=down_interval,json=downInterval,proto3" json:"down_interval,omitempty"`
+	// flap_window is the sliding window over which the target's transitions
+	// are counted (TargetStatus.transitions_in_window) and flapping is
+	// judged. Unset: 60s.
+	FlapWindow *durationpb.Duration `protobuf:"bytes,15,opt,name=flap_window,json=flapWindow,proto3" json:"flap_window,omitempty"`
+	// flap_threshold, when set (at least 2), turns flap damping on: a target
+	// whose results change its state flap_threshold times within
+	// flap_window is flapping and held UNHEALTHY until its results have not
+	// changed its state for flap_stable_for. Unset or 0: no damping.
+	FlapThreshold int32 `protobuf:"varint,16,opt,name=flap_threshold,json=flapThreshold,proto3" json:"flap_threshold,omitempty"`
+	// flap_stable_for is how long a flapping target's results must stay
+	// unchanged before it is released. Unset: flap_window. Only with
+	// flap_threshold.
+	FlapStableFor *durationpb.Duration `protobuf:"bytes,17,opt,name=flap_stable_for,json=flapStableFor,proto3" json:"flap_stable_for,omitempty"`
+	// passive_outcomes lets ReportOutcome feed this target's state machine.
+	// Off by default: a target is judged by its probes only.
+	PassiveOutcomes bool `protobuf:"varint,18,opt,name=passive_outcomes,json=passiveOutcomes,proto3" json:"passive_outcomes,omitempty"`
+	// passive_rate is how many passive outcomes a second are counted at
+	// most, with a burst of as many; the rest are dropped. Unset: 10. Only
+	// with passive_outcomes.
+	PassiveRate   int32 `protobuf:"varint,19,opt,name=passive_rate,json=passiveRate,proto3" json:"passive_rate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -487,6 +591,55 @@ func (x *Target) GetMaxLatency() *durationpb.Duration {
 	return nil
 }
 
+func (x *Target) GetFastInterval() *durationpb.Duration {
+	if x != nil {
+		return x.FastInterval
+	}
+	return nil
+}
+
+func (x *Target) GetDownInterval() *durationpb.Duration {
+	if x != nil {
+		return x.DownInterval
+	}
+	return nil
+}
+
+func (x *Target) GetFlapWindow() *durationpb.Duration {
+	if x != nil {
+		return x.FlapWindow
+	}
+	return nil
+}
+
+func (x *Target) GetFlapThreshold() int32 {
+	if x != nil {
+		return x.FlapThreshold
+	}
+	return 0
+}
+
+func (x *Target) GetFlapStableFor() *durationpb.Duration {
+	if x != nil {
+		return x.FlapStableFor
+	}
+	return nil
+}
+
+func (x *Target) GetPassiveOutcomes() bool {
+	if x != nil {
+		return x.PassiveOutcomes
+	}
+	return false
+}
+
+func (x *Target) GetPassiveRate() int32 {
+	if x != nil {
+		return x.PassiveRate
+	}
+	return 0
+}
+
 type isTarget_Probe interface {
 	isTarget_Probe()
 }
@@ -520,7 +673,14 @@ type ProbeResult struct {
 	// "status 503", "timeout after 1s", "slow: 612ms > 500ms".
 	Error string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
 	// time is when the probe finished.
-	Time          *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=time,proto3" json:"time,omitempty"`
+	Time *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=time,proto3" json:"time,omitempty"`
+	// passive is true for an outcome reported with ReportOutcome, false for
+	// a probe of the checker.
+	Passive bool `protobuf:"varint,5,opt,name=passive,proto3" json:"passive,omitempty"`
+	// ignored is true for a probe timeout that did not count toward fall
+	// because the checker was overloaded (see CheckerStatus): stale is not
+	// down.
+	Ignored       bool `protobuf:"varint,6,opt,name=ignored,proto3" json:"ignored,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -583,10 +743,26 @@ func (x *ProbeResult) GetTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ProbeResult) GetPassive() bool {
+	if x != nil {
+		return x.Passive
+	}
+	return false
+}
+
+func (x *ProbeResult) GetIgnored() bool {
+	if x != nil {
+		return x.Ignored
+	}
+	return false
+}
+
 // TargetStatus is a target's spec and its current health.
 type TargetStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// spec is the target's spec with the server's defaults filled in.
+	// spec is the target's spec with the server's defaults filled in; the
+	// policy fields (fast_interval and after) stay unset when they were,
+	// meaning the defaults their comments state.
 	Spec *Target `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
 	// state is the current state.
 	State State `protobuf:"varint,2,opt,name=state,proto3,enum=pulse.v1.State" json:"state,omitempty"`
@@ -607,9 +783,38 @@ type TargetStatus struct {
 	// source says who registered the target: "api" (AddTarget) or "file"
 	// (pulsed -targets). A reload of the file adds, updates and removes only
 	// the targets it lists or listed.
-	Source        string `protobuf:"bytes,9,opt,name=source,proto3" json:"source,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Source string `protobuf:"bytes,9,opt,name=source,proto3" json:"source,omitempty"`
+	// verdict is the state the results alone give. It differs from state
+	// while a policy holds the target: panic_held (verdict UNHEALTHY, state
+	// still routable) or flapping (state UNHEALTHY whatever the verdict).
+	Verdict State `protobuf:"varint,10,opt,name=verdict,proto3,enum=pulse.v1.State" json:"verdict,omitempty"`
+	// panic_held is true while the target's group is in panic and the
+	// target, which its results say is UNHEALTHY, is kept routable because
+	// marking it would take more than the group's max_unhealthy_fraction
+	// out. Held targets are released in name order as room appears.
+	PanicHeld bool `protobuf:"varint,11,opt,name=panic_held,json=panicHeld,proto3" json:"panic_held,omitempty"`
+	// flapping is true while flap damping holds the target UNHEALTHY.
+	Flapping bool `protobuf:"varint,12,opt,name=flapping,proto3" json:"flapping,omitempty"`
+	// transitions_in_window counts the state changes the target's results
+	// made within spec.flap_window up to now (counting at most 256).
+	TransitionsInWindow int32 `protobuf:"varint,13,opt,name=transitions_in_window,json=transitionsInWindow,proto3" json:"transitions_in_window,omitempty"`
+	// probe_interval is the interval the target is probed at now: interval,
+	// fast_interval or down_interval.
+	ProbeInterval *durationpb.Duration `protobuf:"bytes,14,opt,name=probe_interval,json=probeInterval,proto3" json:"probe_interval,omitempty"`
+	// next_probe_time is when the next probe is due.
+	NextProbeTime *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=next_probe_time,json=nextProbeTime,proto3" json:"next_probe_time,omitempty"`
+	// active_results counts the probe results applied to the target since it
+	// was added (or since pulsed started).
+	ActiveResults uint64 `protobuf:"varint,16,opt,name=active_results,json=activeResults,proto3" json:"active_results,omitempty"`
+	// passive_results counts the ReportOutcome outcomes applied.
+	PassiveResults uint64 `protobuf:"varint,17,opt,name=passive_results,json=passiveResults,proto3" json:"passive_results,omitempty"`
+	// passive_rate_limited counts the outcomes dropped by passive_rate.
+	PassiveRateLimited uint64 `protobuf:"varint,18,opt,name=passive_rate_limited,json=passiveRateLimited,proto3" json:"passive_rate_limited,omitempty"`
+	// ignored_timeouts counts probe timeouts that did not count because the
+	// checker was overloaded.
+	IgnoredTimeouts uint64 `protobuf:"varint,19,opt,name=ignored_timeouts,json=ignoredTimeouts,proto3" json:"ignored_timeouts,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TargetStatus) Reset() {
@@ -705,6 +910,357 @@ func (x *TargetStatus) GetSource() string {
 	return ""
 }
 
+func (x *TargetStatus) GetVerdict() State {
+	if x != nil {
+		return x.Verdict
+	}
+	return State_STATE_UNSPECIFIED
+}
+
+func (x *TargetStatus) GetPanicHeld() bool {
+	if x != nil {
+		return x.PanicHeld
+	}
+	return false
+}
+
+func (x *TargetStatus) GetFlapping() bool {
+	if x != nil {
+		return x.Flapping
+	}
+	return false
+}
+
+func (x *TargetStatus) GetTransitionsInWindow() int32 {
+	if x != nil {
+		return x.TransitionsInWindow
+	}
+	return 0
+}
+
+func (x *TargetStatus) GetProbeInterval() *durationpb.Duration {
+	if x != nil {
+		return x.ProbeInterval
+	}
+	return nil
+}
+
+func (x *TargetStatus) GetNextProbeTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextProbeTime
+	}
+	return nil
+}
+
+func (x *TargetStatus) GetActiveResults() uint64 {
+	if x != nil {
+		return x.ActiveResults
+	}
+	return 0
+}
+
+func (x *TargetStatus) GetPassiveResults() uint64 {
+	if x != nil {
+		return x.PassiveResults
+	}
+	return 0
+}
+
+func (x *TargetStatus) GetPassiveRateLimited() uint64 {
+	if x != nil {
+		return x.PassiveRateLimited
+	}
+	return 0
+}
+
+func (x *TargetStatus) GetIgnoredTimeouts() uint64 {
+	if x != nil {
+		return x.IgnoredTimeouts
+	}
+	return 0
+}
+
+// GroupPolicy is a group's pool policy.
+type GroupPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// max_unhealthy_fraction is the panic threshold: active checks never
+	// mark more than floor(max_unhealthy_fraction x targets) of the group
+	// UNHEALTHY at once, though always at least one. Transitions beyond it
+	// are held (TargetStatus.panic_held). In (0, 1]; 1 disables the
+	// threshold. Unset: the server default (pulsed -max-unhealthy-fraction,
+	// 0.5).
+	MaxUnhealthyFraction *float64 `protobuf:"fixed64,1,opt,name=max_unhealthy_fraction,json=maxUnhealthyFraction,proto3,oneof" json:"max_unhealthy_fraction,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *GroupPolicy) Reset() {
+	*x = GroupPolicy{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupPolicy) ProtoMessage() {}
+
+func (x *GroupPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupPolicy.ProtoReflect.Descriptor instead.
+func (*GroupPolicy) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *GroupPolicy) GetMaxUnhealthyFraction() float64 {
+	if x != nil && x.MaxUnhealthyFraction != nil {
+		return *x.MaxUnhealthyFraction
+	}
+	return 0
+}
+
+// GroupStatus is a group's policy and its pool state.
+type GroupStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// group is the group's name.
+	Group string `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// policy is the group's own policy; unset fields take the server
+	// default.
+	Policy *GroupPolicy `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	// max_unhealthy_fraction is the threshold in force, the group's own or
+	// the server default.
+	MaxUnhealthyFraction float64 `protobuf:"fixed64,3,opt,name=max_unhealthy_fraction,json=maxUnhealthyFraction,proto3" json:"max_unhealthy_fraction,omitempty"`
+	// targets is how many targets the group has.
+	Targets int32 `protobuf:"varint,4,opt,name=targets,proto3" json:"targets,omitempty"`
+	// unhealthy is how many of them are not routable.
+	Unhealthy int32 `protobuf:"varint,5,opt,name=unhealthy,proto3" json:"unhealthy,omitempty"`
+	// max_unhealthy is how many may be unhealthy at once under the
+	// threshold.
+	MaxUnhealthy int32 `protobuf:"varint,6,opt,name=max_unhealthy,json=maxUnhealthy,proto3" json:"max_unhealthy,omitempty"`
+	// panic is true while at least one target is held.
+	Panic bool `protobuf:"varint,7,opt,name=panic,proto3" json:"panic,omitempty"`
+	// held lists the held targets, sorted: released in this order.
+	Held          []string `protobuf:"bytes,8,rep,name=held,proto3" json:"held,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupStatus) Reset() {
+	*x = GroupStatus{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupStatus) ProtoMessage() {}
+
+func (x *GroupStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
+func (*GroupStatus) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *GroupStatus) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *GroupStatus) GetPolicy() *GroupPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *GroupStatus) GetMaxUnhealthyFraction() float64 {
+	if x != nil {
+		return x.MaxUnhealthyFraction
+	}
+	return 0
+}
+
+func (x *GroupStatus) GetTargets() int32 {
+	if x != nil {
+		return x.Targets
+	}
+	return 0
+}
+
+func (x *GroupStatus) GetUnhealthy() int32 {
+	if x != nil {
+		return x.Unhealthy
+	}
+	return 0
+}
+
+func (x *GroupStatus) GetMaxUnhealthy() int32 {
+	if x != nil {
+		return x.MaxUnhealthy
+	}
+	return 0
+}
+
+func (x *GroupStatus) GetPanic() bool {
+	if x != nil {
+		return x.Panic
+	}
+	return false
+}
+
+func (x *GroupStatus) GetHeld() []string {
+	if x != nil {
+		return x.Held
+	}
+	return nil
+}
+
+// CheckerStatus is the checker's own health: whether it keeps up with its
+// schedule.
+type CheckerStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// degraded is true while the checker is overloaded: a probe started
+	// later than its overload lag threshold, or more probes wait for a slot
+	// than its waiting threshold (see pulsed -overload-lag and
+	// -overload-waiting). While degraded, the checker's own probe timeouts
+	// do not count toward fall. It recovers after -overload-recovery without
+	// either sign.
+	Degraded bool `protobuf:"varint,1,opt,name=degraded,proto3" json:"degraded,omitempty"`
+	// degraded_since is when the checker became degraded; unset when not
+	// degraded.
+	DegradedSince *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=degraded_since,json=degradedSince,proto3" json:"degraded_since,omitempty"`
+	// reason says what made the checker degraded, e.g. "12 probes waiting
+	// for a slot (threshold 8)".
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// lag is how late the most recent probe started against its schedule.
+	Lag *durationpb.Duration `protobuf:"bytes,4,opt,name=lag,proto3" json:"lag,omitempty"`
+	// waiting_probes is how many probes wait for a slot now.
+	WaitingProbes int32 `protobuf:"varint,5,opt,name=waiting_probes,json=waitingProbes,proto3" json:"waiting_probes,omitempty"`
+	// in_flight_probes is how many probes run now.
+	InFlightProbes int32 `protobuf:"varint,6,opt,name=in_flight_probes,json=inFlightProbes,proto3" json:"in_flight_probes,omitempty"`
+	// max_concurrent_probes is the bound on probes in flight.
+	MaxConcurrentProbes int32 `protobuf:"varint,7,opt,name=max_concurrent_probes,json=maxConcurrentProbes,proto3" json:"max_concurrent_probes,omitempty"`
+	// ignored_timeouts counts every probe timeout not counted because the
+	// checker was degraded.
+	IgnoredTimeouts uint64 `protobuf:"varint,8,opt,name=ignored_timeouts,json=ignoredTimeouts,proto3" json:"ignored_timeouts,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *CheckerStatus) Reset() {
+	*x = CheckerStatus{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckerStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckerStatus) ProtoMessage() {}
+
+func (x *CheckerStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckerStatus.ProtoReflect.Descriptor instead.
+func (*CheckerStatus) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CheckerStatus) GetDegraded() bool {
+	if x != nil {
+		return x.Degraded
+	}
+	return false
+}
+
+func (x *CheckerStatus) GetDegradedSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DegradedSince
+	}
+	return nil
+}
+
+func (x *CheckerStatus) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *CheckerStatus) GetLag() *durationpb.Duration {
+	if x != nil {
+		return x.Lag
+	}
+	return nil
+}
+
+func (x *CheckerStatus) GetWaitingProbes() int32 {
+	if x != nil {
+		return x.WaitingProbes
+	}
+	return 0
+}
+
+func (x *CheckerStatus) GetInFlightProbes() int32 {
+	if x != nil {
+		return x.InFlightProbes
+	}
+	return 0
+}
+
+func (x *CheckerStatus) GetMaxConcurrentProbes() int32 {
+	if x != nil {
+		return x.MaxConcurrentProbes
+	}
+	return 0
+}
+
+func (x *CheckerStatus) GetIgnoredTimeouts() uint64 {
+	if x != nil {
+		return x.IgnoredTimeouts
+	}
+	return 0
+}
+
 // Transition is one change of a target's state.
 type Transition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -733,7 +1289,7 @@ type Transition struct {
 
 func (x *Transition) Reset() {
 	*x = Transition{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[6]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -745,7 +1301,7 @@ func (x *Transition) String() string {
 func (*Transition) ProtoMessage() {}
 
 func (x *Transition) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[6]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -758,7 +1314,7 @@ func (x *Transition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transition.ProtoReflect.Descriptor instead.
 func (*Transition) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{6}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Transition) GetTarget() string {
@@ -828,7 +1384,7 @@ type AddTargetRequest struct {
 
 func (x *AddTargetRequest) Reset() {
 	*x = AddTargetRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[7]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +1396,7 @@ func (x *AddTargetRequest) String() string {
 func (*AddTargetRequest) ProtoMessage() {}
 
 func (x *AddTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[7]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +1409,7 @@ func (x *AddTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddTargetRequest.ProtoReflect.Descriptor instead.
 func (*AddTargetRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{7}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AddTargetRequest) GetTarget() *Target {
@@ -876,7 +1432,7 @@ type AddTargetResponse struct {
 
 func (x *AddTargetResponse) Reset() {
 	*x = AddTargetResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[8]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +1444,7 @@ func (x *AddTargetResponse) String() string {
 func (*AddTargetResponse) ProtoMessage() {}
 
 func (x *AddTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[8]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +1457,7 @@ func (x *AddTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddTargetResponse.ProtoReflect.Descriptor instead.
 func (*AddTargetResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{8}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AddTargetResponse) GetCreated() bool {
@@ -929,7 +1485,7 @@ type RemoveTargetRequest struct {
 
 func (x *RemoveTargetRequest) Reset() {
 	*x = RemoveTargetRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[9]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -941,7 +1497,7 @@ func (x *RemoveTargetRequest) String() string {
 func (*RemoveTargetRequest) ProtoMessage() {}
 
 func (x *RemoveTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[9]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -954,7 +1510,7 @@ func (x *RemoveTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveTargetRequest.ProtoReflect.Descriptor instead.
 func (*RemoveTargetRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{9}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RemoveTargetRequest) GetName() string {
@@ -975,7 +1531,7 @@ type RemoveTargetResponse struct {
 
 func (x *RemoveTargetResponse) Reset() {
 	*x = RemoveTargetResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[10]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1543,7 @@ func (x *RemoveTargetResponse) String() string {
 func (*RemoveTargetResponse) ProtoMessage() {}
 
 func (x *RemoveTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[10]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1556,7 @@ func (x *RemoveTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveTargetResponse.ProtoReflect.Descriptor instead.
 func (*RemoveTargetResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{10}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RemoveTargetResponse) GetRemoved() bool {
@@ -1021,7 +1577,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[11]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1033,7 +1589,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[11]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1046,7 +1602,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{11}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StateRequest) GetName() string {
@@ -1067,7 +1623,7 @@ type StateResponse struct {
 
 func (x *StateResponse) Reset() {
 	*x = StateResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[12]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1079,7 +1635,7 @@ func (x *StateResponse) String() string {
 func (*StateResponse) ProtoMessage() {}
 
 func (x *StateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[12]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1092,7 +1648,7 @@ func (x *StateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateResponse.ProtoReflect.Descriptor instead.
 func (*StateResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{12}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StateResponse) GetStatus() *TargetStatus {
@@ -1113,7 +1669,7 @@ type HealthyRequest struct {
 
 func (x *HealthyRequest) Reset() {
 	*x = HealthyRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[13]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1125,7 +1681,7 @@ func (x *HealthyRequest) String() string {
 func (*HealthyRequest) ProtoMessage() {}
 
 func (x *HealthyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[13]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1138,7 +1694,7 @@ func (x *HealthyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthyRequest.ProtoReflect.Descriptor instead.
 func (*HealthyRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{13}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *HealthyRequest) GetGroup() string {
@@ -1159,7 +1715,7 @@ type HealthyResponse struct {
 
 func (x *HealthyResponse) Reset() {
 	*x = HealthyResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[14]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1171,7 +1727,7 @@ func (x *HealthyResponse) String() string {
 func (*HealthyResponse) ProtoMessage() {}
 
 func (x *HealthyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[14]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1184,7 +1740,7 @@ func (x *HealthyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthyResponse.ProtoReflect.Descriptor instead.
 func (*HealthyResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{14}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HealthyResponse) GetNames() []string {
@@ -1205,7 +1761,7 @@ type ListTargetsRequest struct {
 
 func (x *ListTargetsRequest) Reset() {
 	*x = ListTargetsRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1217,7 +1773,7 @@ func (x *ListTargetsRequest) String() string {
 func (*ListTargetsRequest) ProtoMessage() {}
 
 func (x *ListTargetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1230,7 +1786,7 @@ func (x *ListTargetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTargetsRequest.ProtoReflect.Descriptor instead.
 func (*ListTargetsRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{15}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListTargetsRequest) GetGroup() string {
@@ -1247,14 +1803,19 @@ type ListTargetsResponse struct {
 	Targets []*TargetStatus `protobuf:"bytes,1,rep,name=targets,proto3" json:"targets,omitempty"`
 	// revision is the registry's revision the list was taken at: a client
 	// can list, then watch with start_revision = revision.
-	Revision      uint64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision uint64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// groups are the named groups (those with targets or a policy), sorted
+	// by name; only the requested one when the request names a group.
+	Groups []*GroupStatus `protobuf:"bytes,3,rep,name=groups,proto3" json:"groups,omitempty"`
+	// checker is the checker's own health.
+	Checker       *CheckerStatus `protobuf:"bytes,4,opt,name=checker,proto3" json:"checker,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListTargetsResponse) Reset() {
 	*x = ListTargetsResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +1827,7 @@ func (x *ListTargetsResponse) String() string {
 func (*ListTargetsResponse) ProtoMessage() {}
 
 func (x *ListTargetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +1840,7 @@ func (x *ListTargetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTargetsResponse.ProtoReflect.Descriptor instead.
 func (*ListTargetsResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{16}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListTargetsResponse) GetTargets() []*TargetStatus {
@@ -1294,6 +1855,251 @@ func (x *ListTargetsResponse) GetRevision() uint64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *ListTargetsResponse) GetGroups() []*GroupStatus {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *ListTargetsResponse) GetChecker() *CheckerStatus {
+	if x != nil {
+		return x.Checker
+	}
+	return nil
+}
+
+// SetGroupPolicyRequest names a group and its new policy.
+type SetGroupPolicyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// group is the group's name; required.
+	Group string `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// policy replaces the group's policy; unset fields (or an unset policy)
+	// go back to the server default.
+	Policy        *GroupPolicy `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetGroupPolicyRequest) Reset() {
+	*x = SetGroupPolicyRequest{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetGroupPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetGroupPolicyRequest) ProtoMessage() {}
+
+func (x *SetGroupPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetGroupPolicyRequest.ProtoReflect.Descriptor instead.
+func (*SetGroupPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *SetGroupPolicyRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *SetGroupPolicyRequest) GetPolicy() *GroupPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+// SetGroupPolicyResponse is the group after the change.
+type SetGroupPolicyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// group is the group's status after the call.
+	Group         *GroupStatus `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetGroupPolicyResponse) Reset() {
+	*x = SetGroupPolicyResponse{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetGroupPolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetGroupPolicyResponse) ProtoMessage() {}
+
+func (x *SetGroupPolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetGroupPolicyResponse.ProtoReflect.Descriptor instead.
+func (*SetGroupPolicyResponse) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *SetGroupPolicyResponse) GetGroup() *GroupStatus {
+	if x != nil {
+		return x.Group
+	}
+	return nil
+}
+
+// ReportOutcomeRequest is one real request's outcome.
+type ReportOutcomeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// target is the target's name.
+	Target string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	// ok is true when the request succeeded.
+	Ok bool `protobuf:"varint,2,opt,name=ok,proto3" json:"ok,omitempty"`
+	// latency is how long the request took; optional, not negative. A
+	// latency above the target's max_latency fails the outcome.
+	Latency *durationpb.Duration `protobuf:"bytes,3,opt,name=latency,proto3" json:"latency,omitempty"`
+	// error says why the request failed (at most 1024 bytes); empty when ok.
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportOutcomeRequest) Reset() {
+	*x = ReportOutcomeRequest{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportOutcomeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportOutcomeRequest) ProtoMessage() {}
+
+func (x *ReportOutcomeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportOutcomeRequest.ProtoReflect.Descriptor instead.
+func (*ReportOutcomeRequest) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ReportOutcomeRequest) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *ReportOutcomeRequest) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *ReportOutcomeRequest) GetLatency() *durationpb.Duration {
+	if x != nil {
+		return x.Latency
+	}
+	return nil
+}
+
+func (x *ReportOutcomeRequest) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// ReportOutcomeResponse says what the outcome did.
+type ReportOutcomeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// counted is false when passive_rate dropped the outcome.
+	Counted bool `protobuf:"varint,1,opt,name=counted,proto3" json:"counted,omitempty"`
+	// status is the target's status after the outcome.
+	Status        *TargetStatus `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportOutcomeResponse) Reset() {
+	*x = ReportOutcomeResponse{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportOutcomeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportOutcomeResponse) ProtoMessage() {}
+
+func (x *ReportOutcomeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportOutcomeResponse.ProtoReflect.Descriptor instead.
+func (*ReportOutcomeResponse) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ReportOutcomeResponse) GetCounted() bool {
+	if x != nil {
+		return x.Counted
+	}
+	return false
+}
+
+func (x *ReportOutcomeResponse) GetStatus() *TargetStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
 }
 
 // WatchTransitionsRequest filters the stream and says where it starts.
@@ -1315,7 +2121,7 @@ type WatchTransitionsRequest struct {
 
 func (x *WatchTransitionsRequest) Reset() {
 	*x = WatchTransitionsRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1327,7 +2133,7 @@ func (x *WatchTransitionsRequest) String() string {
 func (*WatchTransitionsRequest) ProtoMessage() {}
 
 func (x *WatchTransitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1340,7 +2146,7 @@ func (x *WatchTransitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTransitionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchTransitionsRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{17}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WatchTransitionsRequest) GetGroup() string {
@@ -1374,7 +2180,7 @@ type SnapshotComplete struct {
 
 func (x *SnapshotComplete) Reset() {
 	*x = SnapshotComplete{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1386,7 +2192,7 @@ func (x *SnapshotComplete) String() string {
 func (*SnapshotComplete) ProtoMessage() {}
 
 func (x *SnapshotComplete) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1399,7 +2205,7 @@ func (x *SnapshotComplete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotComplete.ProtoReflect.Descriptor instead.
 func (*SnapshotComplete) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{18}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{25}
 }
 
 // Progress says the stream has delivered every matching event up to its
@@ -1412,7 +2218,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1424,7 +2230,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1437,7 +2243,102 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{19}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{26}
+}
+
+// PolicyEvent is a change in a pool policy's or the checker's state. It
+// changes no target's state by itself: the transitions it leads to are
+// transition events of their own.
+type PolicyEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind says what changed.
+	Kind PolicyEvent_Kind `protobuf:"varint,1,opt,name=kind,proto3,enum=pulse.v1.PolicyEvent_Kind" json:"kind,omitempty"`
+	// group is the group of a PANIC event, and the target's group of a
+	// FLAPPING event; empty for CHECKER events.
+	Group string `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	// target is the target of a FLAPPING event.
+	Target string `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	// time is when it changed.
+	Time *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=time,proto3" json:"time,omitempty"`
+	// text says what happened, e.g. "edge: panic entered, holding web-3 (2
+	// of 4 unhealthy, at most 2)".
+	Text string `protobuf:"bytes,5,opt,name=text,proto3" json:"text,omitempty"`
+	// held lists a PANIC_ENTERED group's held targets.
+	Held          []string `protobuf:"bytes,6,rep,name=held,proto3" json:"held,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyEvent) Reset() {
+	*x = PolicyEvent{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyEvent) ProtoMessage() {}
+
+func (x *PolicyEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyEvent.ProtoReflect.Descriptor instead.
+func (*PolicyEvent) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *PolicyEvent) GetKind() PolicyEvent_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return PolicyEvent_KIND_UNSPECIFIED
+}
+
+func (x *PolicyEvent) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *PolicyEvent) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *PolicyEvent) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *PolicyEvent) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *PolicyEvent) GetHeld() []string {
+	if x != nil {
+		return x.Held
+	}
+	return nil
 }
 
 // TargetRemoved says a target is gone.
@@ -1453,7 +2354,7 @@ type TargetRemoved struct {
 
 func (x *TargetRemoved) Reset() {
 	*x = TargetRemoved{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1465,7 +2366,7 @@ func (x *TargetRemoved) String() string {
 func (*TargetRemoved) ProtoMessage() {}
 
 func (x *TargetRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1478,7 +2379,7 @@ func (x *TargetRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetRemoved.ProtoReflect.Descriptor instead.
 func (*TargetRemoved) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{20}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TargetRemoved) GetName() string {
@@ -1515,6 +2416,7 @@ type WatchTransitionsResponse struct {
 	//	*WatchTransitionsResponse_Updated
 	//	*WatchTransitionsResponse_Removed
 	//	*WatchTransitionsResponse_Progress
+	//	*WatchTransitionsResponse_Policy
 	Event         isWatchTransitionsResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1522,7 +2424,7 @@ type WatchTransitionsResponse struct {
 
 func (x *WatchTransitionsResponse) Reset() {
 	*x = WatchTransitionsResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1534,7 +2436,7 @@ func (x *WatchTransitionsResponse) String() string {
 func (*WatchTransitionsResponse) ProtoMessage() {}
 
 func (x *WatchTransitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1547,7 +2449,7 @@ func (x *WatchTransitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTransitionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchTransitionsResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{21}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WatchTransitionsResponse) GetRevision() uint64 {
@@ -1627,6 +2529,15 @@ func (x *WatchTransitionsResponse) GetProgress() *Progress {
 	return nil
 }
 
+func (x *WatchTransitionsResponse) GetPolicy() *PolicyEvent {
+	if x != nil {
+		if x, ok := x.Event.(*WatchTransitionsResponse_Policy); ok {
+			return x.Policy
+		}
+	}
+	return nil
+}
+
 type isWatchTransitionsResponse_Event interface {
 	isWatchTransitionsResponse_Event()
 }
@@ -1666,6 +2577,14 @@ type WatchTransitionsResponse_Progress struct {
 	Progress *Progress `protobuf:"bytes,8,opt,name=progress,proto3,oneof"`
 }
 
+type WatchTransitionsResponse_Policy struct {
+	// policy is a change of a group's panic state, a target's flapping,
+	// or the checker's overload. A stream filtered by group gets its
+	// group's PANIC events (whatever its names) and its targets' FLAPPING
+	// events; every stream gets the CHECKER events.
+	Policy *PolicyEvent `protobuf:"bytes,9,opt,name=policy,proto3,oneof"`
+}
+
 func (*WatchTransitionsResponse_Transition) isWatchTransitionsResponse_Event() {}
 
 func (*WatchTransitionsResponse_Snapshot) isWatchTransitionsResponse_Event() {}
@@ -1679,6 +2598,8 @@ func (*WatchTransitionsResponse_Updated) isWatchTransitionsResponse_Event() {}
 func (*WatchTransitionsResponse_Removed) isWatchTransitionsResponse_Event() {}
 
 func (*WatchTransitionsResponse_Progress) isWatchTransitionsResponse_Event() {}
+
+func (*WatchTransitionsResponse_Policy) isWatchTransitionsResponse_Event() {}
 
 var File_pulse_v1_pulse_proto protoreflect.FileDescriptor
 
@@ -1698,7 +2619,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\tGrpcProbe\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x10\n" +
-	"\x03tls\x18\x03 \x01(\bR\x03tls\"\x82\x04\n" +
+	"\x03tls\x18\x03 \x01(\bR\x03tls\"\xf6\x06\n" +
 	"\x06Target\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12)\n" +
@@ -1713,15 +2634,25 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	" \x01(\x0e2\x0f.pulse.v1.StateR\finitialState\x12%\n" +
 	"\x05model\x18\v \x01(\x0e2\x0f.pulse.v1.ModelR\x05model\x12:\n" +
 	"\vmax_latency\x18\f \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"maxLatencyB\a\n" +
+	"maxLatency\x12>\n" +
+	"\rfast_interval\x18\r \x01(\v2\x19.google.protobuf.DurationR\ffastInterval\x12>\n" +
+	"\rdown_interval\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\fdownInterval\x12:\n" +
+	"\vflap_window\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"flapWindow\x12%\n" +
+	"\x0eflap_threshold\x18\x10 \x01(\x05R\rflapThreshold\x12A\n" +
+	"\x0fflap_stable_for\x18\x11 \x01(\v2\x19.google.protobuf.DurationR\rflapStableFor\x12)\n" +
+	"\x10passive_outcomes\x18\x12 \x01(\bR\x0fpassiveOutcomes\x12!\n" +
+	"\fpassive_rate\x18\x13 \x01(\x05R\vpassiveRateB\a\n" +
 	"\x05probeB\a\n" +
 	"\x05_riseB\a\n" +
-	"\x05_fall\"\x9c\x01\n" +
+	"\x05_fall\"\xd0\x01\n" +
 	"\vProbeResult\x12\x12\n" +
 	"\x04pass\x18\x01 \x01(\bR\x04pass\x123\n" +
 	"\alatency\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\alatency\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12.\n" +
-	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xfa\x02\n" +
+	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x18\n" +
+	"\apassive\x18\x05 \x01(\bR\apassive\x12\x18\n" +
+	"\aignored\x18\x06 \x01(\bR\aignored\"\xc7\x06\n" +
 	"\fTargetStatus\x12$\n" +
 	"\x04spec\x18\x01 \x01(\v2\x10.pulse.v1.TargetR\x04spec\x12%\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x0f.pulse.v1.StateR\x05state\x12\x1a\n" +
@@ -1734,7 +2665,40 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"lastResult\x12L\n" +
 	"\x14last_transition_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x12lastTransitionTime\x12!\n" +
 	"\fcarried_over\x18\b \x01(\bR\vcarriedOver\x12\x16\n" +
-	"\x06source\x18\t \x01(\tR\x06source\"\x8b\x02\n" +
+	"\x06source\x18\t \x01(\tR\x06source\x12)\n" +
+	"\averdict\x18\n" +
+	" \x01(\x0e2\x0f.pulse.v1.StateR\averdict\x12\x1d\n" +
+	"\n" +
+	"panic_held\x18\v \x01(\bR\tpanicHeld\x12\x1a\n" +
+	"\bflapping\x18\f \x01(\bR\bflapping\x122\n" +
+	"\x15transitions_in_window\x18\r \x01(\x05R\x13transitionsInWindow\x12@\n" +
+	"\x0eprobe_interval\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\rprobeInterval\x12B\n" +
+	"\x0fnext_probe_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\rnextProbeTime\x12%\n" +
+	"\x0eactive_results\x18\x10 \x01(\x04R\ractiveResults\x12'\n" +
+	"\x0fpassive_results\x18\x11 \x01(\x04R\x0epassiveResults\x120\n" +
+	"\x14passive_rate_limited\x18\x12 \x01(\x04R\x12passiveRateLimited\x12)\n" +
+	"\x10ignored_timeouts\x18\x13 \x01(\x04R\x0fignoredTimeouts\"c\n" +
+	"\vGroupPolicy\x129\n" +
+	"\x16max_unhealthy_fraction\x18\x01 \x01(\x01H\x00R\x14maxUnhealthyFraction\x88\x01\x01B\x19\n" +
+	"\x17_max_unhealthy_fraction\"\x8f\x02\n" +
+	"\vGroupStatus\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12-\n" +
+	"\x06policy\x18\x02 \x01(\v2\x15.pulse.v1.GroupPolicyR\x06policy\x124\n" +
+	"\x16max_unhealthy_fraction\x18\x03 \x01(\x01R\x14maxUnhealthyFraction\x12\x18\n" +
+	"\atargets\x18\x04 \x01(\x05R\atargets\x12\x1c\n" +
+	"\tunhealthy\x18\x05 \x01(\x05R\tunhealthy\x12#\n" +
+	"\rmax_unhealthy\x18\x06 \x01(\x05R\fmaxUnhealthy\x12\x14\n" +
+	"\x05panic\x18\a \x01(\bR\x05panic\x12\x12\n" +
+	"\x04held\x18\b \x03(\tR\x04held\"\xe3\x02\n" +
+	"\rCheckerStatus\x12\x1a\n" +
+	"\bdegraded\x18\x01 \x01(\bR\bdegraded\x12A\n" +
+	"\x0edegraded_since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\rdegradedSince\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12+\n" +
+	"\x03lag\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03lag\x12%\n" +
+	"\x0ewaiting_probes\x18\x05 \x01(\x05R\rwaitingProbes\x12(\n" +
+	"\x10in_flight_probes\x18\x06 \x01(\x05R\x0einFlightProbes\x122\n" +
+	"\x15max_concurrent_probes\x18\a \x01(\x05R\x13maxConcurrentProbes\x12)\n" +
+	"\x10ignored_timeouts\x18\b \x01(\x04R\x0fignoredTimeouts\"\x8b\x02\n" +
 	"\n" +
 	"Transition\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +
@@ -1763,20 +2727,50 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x0fHealthyResponse\x12\x14\n" +
 	"\x05names\x18\x01 \x03(\tR\x05names\"*\n" +
 	"\x12ListTargetsRequest\x12\x14\n" +
-	"\x05group\x18\x01 \x01(\tR\x05group\"c\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\"\xc5\x01\n" +
 	"\x13ListTargetsResponse\x120\n" +
 	"\atargets\x18\x01 \x03(\v2\x16.pulse.v1.TargetStatusR\atargets\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x04R\brevision\"l\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x12-\n" +
+	"\x06groups\x18\x03 \x03(\v2\x15.pulse.v1.GroupStatusR\x06groups\x121\n" +
+	"\achecker\x18\x04 \x01(\v2\x17.pulse.v1.CheckerStatusR\achecker\"\\\n" +
+	"\x15SetGroupPolicyRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12-\n" +
+	"\x06policy\x18\x02 \x01(\v2\x15.pulse.v1.GroupPolicyR\x06policy\"E\n" +
+	"\x16SetGroupPolicyResponse\x12+\n" +
+	"\x05group\x18\x01 \x01(\v2\x15.pulse.v1.GroupStatusR\x05group\"\x89\x01\n" +
+	"\x14ReportOutcomeRequest\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\x12\x0e\n" +
+	"\x02ok\x18\x02 \x01(\bR\x02ok\x123\n" +
+	"\alatency\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\alatency\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"a\n" +
+	"\x15ReportOutcomeResponse\x12\x18\n" +
+	"\acounted\x18\x01 \x01(\bR\acounted\x12.\n" +
+	"\x06status\x18\x02 \x01(\v2\x16.pulse.v1.TargetStatusR\x06status\"l\n" +
 	"\x17WatchTransitionsRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
 	"\x05names\x18\x02 \x03(\tR\x05names\x12%\n" +
 	"\x0estart_revision\x18\x03 \x01(\x04R\rstartRevision\"\x12\n" +
 	"\x10SnapshotComplete\"\n" +
 	"\n" +
-	"\bProgress\"9\n" +
+	"\bProgress\"\xfc\x02\n" +
+	"\vPolicyEvent\x12.\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1a.pulse.v1.PolicyEvent.KindR\x04kind\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\x12\x16\n" +
+	"\x06target\x18\x03 \x01(\tR\x06target\x12.\n" +
+	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
+	"\x04text\x18\x05 \x01(\tR\x04text\x12\x12\n" +
+	"\x04held\x18\x06 \x03(\tR\x04held\"\xb6\x01\n" +
+	"\x04Kind\x12\x14\n" +
+	"\x10KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12KIND_PANIC_ENTERED\x10\x01\x12\x15\n" +
+	"\x11KIND_PANIC_EXITED\x10\x02\x12\x19\n" +
+	"\x15KIND_FLAPPING_STARTED\x10\x03\x12\x17\n" +
+	"\x13KIND_FLAPPING_ENDED\x10\x04\x12\x19\n" +
+	"\x15KIND_CHECKER_DEGRADED\x10\x05\x12\x1a\n" +
+	"\x16KIND_CHECKER_RECOVERED\x10\x06\"9\n" +
 	"\rTargetRemoved\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05group\x18\x02 \x01(\tR\x05group\"\xc3\x03\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\"\xf4\x03\n" +
 	"\x18WatchTransitionsResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x126\n" +
 	"\n" +
@@ -1787,7 +2781,8 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x05added\x18\x05 \x01(\v2\x16.pulse.v1.TargetStatusH\x00R\x05added\x122\n" +
 	"\aupdated\x18\x06 \x01(\v2\x16.pulse.v1.TargetStatusH\x00R\aupdated\x123\n" +
 	"\aremoved\x18\a \x01(\v2\x17.pulse.v1.TargetRemovedH\x00R\aremoved\x120\n" +
-	"\bprogress\x18\b \x01(\v2\x12.pulse.v1.ProgressH\x00R\bprogressB\a\n" +
+	"\bprogress\x18\b \x01(\v2\x12.pulse.v1.ProgressH\x00R\bprogress\x12/\n" +
+	"\x06policy\x18\t \x01(\v2\x15.pulse.v1.PolicyEventH\x00R\x06policyB\a\n" +
 	"\x05event*Y\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x11\n" +
@@ -1797,14 +2792,16 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x05Model\x12\x15\n" +
 	"\x11MODEL_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fMODEL_RISE_FALL\x10\x01\x12\x15\n" +
-	"\x11MODEL_THREE_STATE\x10\x022\xc7\x03\n" +
+	"\x11MODEL_THREE_STATE\x10\x022\xee\x04\n" +
 	"\rHealthChecker\x12D\n" +
 	"\tAddTarget\x12\x1a.pulse.v1.AddTargetRequest\x1a\x1b.pulse.v1.AddTargetResponse\x12M\n" +
 	"\fRemoveTarget\x12\x1d.pulse.v1.RemoveTargetRequest\x1a\x1e.pulse.v1.RemoveTargetResponse\x128\n" +
 	"\x05State\x12\x16.pulse.v1.StateRequest\x1a\x17.pulse.v1.StateResponse\x12>\n" +
 	"\aHealthy\x12\x18.pulse.v1.HealthyRequest\x1a\x19.pulse.v1.HealthyResponse\x12J\n" +
 	"\vListTargets\x12\x1c.pulse.v1.ListTargetsRequest\x1a\x1d.pulse.v1.ListTargetsResponse\x12[\n" +
-	"\x10WatchTransitions\x12!.pulse.v1.WatchTransitionsRequest\x1a\".pulse.v1.WatchTransitionsResponse0\x01Bw\n" +
+	"\x10WatchTransitions\x12!.pulse.v1.WatchTransitionsRequest\x1a\".pulse.v1.WatchTransitionsResponse0\x01\x12S\n" +
+	"\x0eSetGroupPolicy\x12\x1f.pulse.v1.SetGroupPolicyRequest\x1a .pulse.v1.SetGroupPolicyResponse\x12P\n" +
+	"\rReportOutcome\x12\x1e.pulse.v1.ReportOutcomeRequest\x1a\x1f.pulse.v1.ReportOutcomeResponseBw\n" +
 	"\fcom.pulse.v1B\n" +
 	"PulseProtoP\x01Z\x1apulse/gen/pulse/v1;pulsev1\xa2\x02\x03PXX\xaa\x02\bPulse.V1\xca\x02\bPulse\\V1\xe2\x02\x14Pulse\\V1\\GPBMetadata\xea\x02\tPulse::V1b\x06proto3"
 
@@ -1820,85 +2817,117 @@ func file_pulse_v1_pulse_proto_rawDescGZIP() []byte {
 	return file_pulse_v1_pulse_proto_rawDescData
 }
 
-var file_pulse_v1_pulse_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_pulse_v1_pulse_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_pulse_v1_pulse_proto_goTypes = []any{
 	(State)(0),                       // 0: pulse.v1.State
 	(Model)(0),                       // 1: pulse.v1.Model
-	(*HttpProbe)(nil),                // 2: pulse.v1.HttpProbe
-	(*TcpProbe)(nil),                 // 3: pulse.v1.TcpProbe
-	(*GrpcProbe)(nil),                // 4: pulse.v1.GrpcProbe
-	(*Target)(nil),                   // 5: pulse.v1.Target
-	(*ProbeResult)(nil),              // 6: pulse.v1.ProbeResult
-	(*TargetStatus)(nil),             // 7: pulse.v1.TargetStatus
-	(*Transition)(nil),               // 8: pulse.v1.Transition
-	(*AddTargetRequest)(nil),         // 9: pulse.v1.AddTargetRequest
-	(*AddTargetResponse)(nil),        // 10: pulse.v1.AddTargetResponse
-	(*RemoveTargetRequest)(nil),      // 11: pulse.v1.RemoveTargetRequest
-	(*RemoveTargetResponse)(nil),     // 12: pulse.v1.RemoveTargetResponse
-	(*StateRequest)(nil),             // 13: pulse.v1.StateRequest
-	(*StateResponse)(nil),            // 14: pulse.v1.StateResponse
-	(*HealthyRequest)(nil),           // 15: pulse.v1.HealthyRequest
-	(*HealthyResponse)(nil),          // 16: pulse.v1.HealthyResponse
-	(*ListTargetsRequest)(nil),       // 17: pulse.v1.ListTargetsRequest
-	(*ListTargetsResponse)(nil),      // 18: pulse.v1.ListTargetsResponse
-	(*WatchTransitionsRequest)(nil),  // 19: pulse.v1.WatchTransitionsRequest
-	(*SnapshotComplete)(nil),         // 20: pulse.v1.SnapshotComplete
-	(*Progress)(nil),                 // 21: pulse.v1.Progress
-	(*TargetRemoved)(nil),            // 22: pulse.v1.TargetRemoved
-	(*WatchTransitionsResponse)(nil), // 23: pulse.v1.WatchTransitionsResponse
-	nil,                              // 24: pulse.v1.HttpProbe.HeadersEntry
-	(*durationpb.Duration)(nil),      // 25: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 26: google.protobuf.Timestamp
+	(PolicyEvent_Kind)(0),            // 2: pulse.v1.PolicyEvent.Kind
+	(*HttpProbe)(nil),                // 3: pulse.v1.HttpProbe
+	(*TcpProbe)(nil),                 // 4: pulse.v1.TcpProbe
+	(*GrpcProbe)(nil),                // 5: pulse.v1.GrpcProbe
+	(*Target)(nil),                   // 6: pulse.v1.Target
+	(*ProbeResult)(nil),              // 7: pulse.v1.ProbeResult
+	(*TargetStatus)(nil),             // 8: pulse.v1.TargetStatus
+	(*GroupPolicy)(nil),              // 9: pulse.v1.GroupPolicy
+	(*GroupStatus)(nil),              // 10: pulse.v1.GroupStatus
+	(*CheckerStatus)(nil),            // 11: pulse.v1.CheckerStatus
+	(*Transition)(nil),               // 12: pulse.v1.Transition
+	(*AddTargetRequest)(nil),         // 13: pulse.v1.AddTargetRequest
+	(*AddTargetResponse)(nil),        // 14: pulse.v1.AddTargetResponse
+	(*RemoveTargetRequest)(nil),      // 15: pulse.v1.RemoveTargetRequest
+	(*RemoveTargetResponse)(nil),     // 16: pulse.v1.RemoveTargetResponse
+	(*StateRequest)(nil),             // 17: pulse.v1.StateRequest
+	(*StateResponse)(nil),            // 18: pulse.v1.StateResponse
+	(*HealthyRequest)(nil),           // 19: pulse.v1.HealthyRequest
+	(*HealthyResponse)(nil),          // 20: pulse.v1.HealthyResponse
+	(*ListTargetsRequest)(nil),       // 21: pulse.v1.ListTargetsRequest
+	(*ListTargetsResponse)(nil),      // 22: pulse.v1.ListTargetsResponse
+	(*SetGroupPolicyRequest)(nil),    // 23: pulse.v1.SetGroupPolicyRequest
+	(*SetGroupPolicyResponse)(nil),   // 24: pulse.v1.SetGroupPolicyResponse
+	(*ReportOutcomeRequest)(nil),     // 25: pulse.v1.ReportOutcomeRequest
+	(*ReportOutcomeResponse)(nil),    // 26: pulse.v1.ReportOutcomeResponse
+	(*WatchTransitionsRequest)(nil),  // 27: pulse.v1.WatchTransitionsRequest
+	(*SnapshotComplete)(nil),         // 28: pulse.v1.SnapshotComplete
+	(*Progress)(nil),                 // 29: pulse.v1.Progress
+	(*PolicyEvent)(nil),              // 30: pulse.v1.PolicyEvent
+	(*TargetRemoved)(nil),            // 31: pulse.v1.TargetRemoved
+	(*WatchTransitionsResponse)(nil), // 32: pulse.v1.WatchTransitionsResponse
+	nil,                              // 33: pulse.v1.HttpProbe.HeadersEntry
+	(*durationpb.Duration)(nil),      // 34: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 35: google.protobuf.Timestamp
 }
 var file_pulse_v1_pulse_proto_depIdxs = []int32{
-	24, // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
-	2,  // 1: pulse.v1.Target.http:type_name -> pulse.v1.HttpProbe
-	3,  // 2: pulse.v1.Target.tcp:type_name -> pulse.v1.TcpProbe
-	4,  // 3: pulse.v1.Target.grpc:type_name -> pulse.v1.GrpcProbe
-	25, // 4: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
-	25, // 5: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
+	33, // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
+	3,  // 1: pulse.v1.Target.http:type_name -> pulse.v1.HttpProbe
+	4,  // 2: pulse.v1.Target.tcp:type_name -> pulse.v1.TcpProbe
+	5,  // 3: pulse.v1.Target.grpc:type_name -> pulse.v1.GrpcProbe
+	34, // 4: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
+	34, // 5: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
 	0,  // 6: pulse.v1.Target.initial_state:type_name -> pulse.v1.State
 	1,  // 7: pulse.v1.Target.model:type_name -> pulse.v1.Model
-	25, // 8: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
-	25, // 9: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
-	26, // 10: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
-	5,  // 11: pulse.v1.TargetStatus.spec:type_name -> pulse.v1.Target
-	0,  // 12: pulse.v1.TargetStatus.state:type_name -> pulse.v1.State
-	6,  // 13: pulse.v1.TargetStatus.last_result:type_name -> pulse.v1.ProbeResult
-	26, // 14: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
-	0,  // 15: pulse.v1.Transition.from:type_name -> pulse.v1.State
-	0,  // 16: pulse.v1.Transition.to:type_name -> pulse.v1.State
-	26, // 17: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
-	6,  // 18: pulse.v1.Transition.result:type_name -> pulse.v1.ProbeResult
-	5,  // 19: pulse.v1.AddTargetRequest.target:type_name -> pulse.v1.Target
-	7,  // 20: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
-	7,  // 21: pulse.v1.StateResponse.status:type_name -> pulse.v1.TargetStatus
-	7,  // 22: pulse.v1.ListTargetsResponse.targets:type_name -> pulse.v1.TargetStatus
-	8,  // 23: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
-	7,  // 24: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
-	20, // 25: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
-	7,  // 26: pulse.v1.WatchTransitionsResponse.added:type_name -> pulse.v1.TargetStatus
-	7,  // 27: pulse.v1.WatchTransitionsResponse.updated:type_name -> pulse.v1.TargetStatus
-	22, // 28: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
-	21, // 29: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
-	9,  // 30: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
-	11, // 31: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
-	13, // 32: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
-	15, // 33: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
-	17, // 34: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
-	19, // 35: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
-	10, // 36: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
-	12, // 37: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
-	14, // 38: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
-	16, // 39: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
-	18, // 40: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
-	23, // 41: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
-	36, // [36:42] is the sub-list for method output_type
-	30, // [30:36] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	34, // 8: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
+	34, // 9: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
+	34, // 10: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
+	34, // 11: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
+	34, // 12: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
+	34, // 13: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
+	35, // 14: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
+	6,  // 15: pulse.v1.TargetStatus.spec:type_name -> pulse.v1.Target
+	0,  // 16: pulse.v1.TargetStatus.state:type_name -> pulse.v1.State
+	7,  // 17: pulse.v1.TargetStatus.last_result:type_name -> pulse.v1.ProbeResult
+	35, // 18: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
+	0,  // 19: pulse.v1.TargetStatus.verdict:type_name -> pulse.v1.State
+	34, // 20: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
+	35, // 21: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
+	9,  // 22: pulse.v1.GroupStatus.policy:type_name -> pulse.v1.GroupPolicy
+	35, // 23: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
+	34, // 24: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
+	0,  // 25: pulse.v1.Transition.from:type_name -> pulse.v1.State
+	0,  // 26: pulse.v1.Transition.to:type_name -> pulse.v1.State
+	35, // 27: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
+	7,  // 28: pulse.v1.Transition.result:type_name -> pulse.v1.ProbeResult
+	6,  // 29: pulse.v1.AddTargetRequest.target:type_name -> pulse.v1.Target
+	8,  // 30: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
+	8,  // 31: pulse.v1.StateResponse.status:type_name -> pulse.v1.TargetStatus
+	8,  // 32: pulse.v1.ListTargetsResponse.targets:type_name -> pulse.v1.TargetStatus
+	10, // 33: pulse.v1.ListTargetsResponse.groups:type_name -> pulse.v1.GroupStatus
+	11, // 34: pulse.v1.ListTargetsResponse.checker:type_name -> pulse.v1.CheckerStatus
+	9,  // 35: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
+	10, // 36: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
+	34, // 37: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
+	8,  // 38: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
+	2,  // 39: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
+	35, // 40: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
+	12, // 41: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
+	8,  // 42: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
+	28, // 43: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
+	8,  // 44: pulse.v1.WatchTransitionsResponse.added:type_name -> pulse.v1.TargetStatus
+	8,  // 45: pulse.v1.WatchTransitionsResponse.updated:type_name -> pulse.v1.TargetStatus
+	31, // 46: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
+	29, // 47: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
+	30, // 48: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
+	13, // 49: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
+	15, // 50: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
+	17, // 51: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
+	19, // 52: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
+	21, // 53: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
+	27, // 54: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
+	23, // 55: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
+	25, // 56: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
+	14, // 57: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
+	16, // 58: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
+	18, // 59: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
+	20, // 60: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
+	22, // 61: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
+	32, // 62: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
+	24, // 63: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
+	26, // 64: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
+	57, // [57:65] is the sub-list for method output_type
+	49, // [49:57] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_pulse_proto_init() }
@@ -1911,7 +2940,8 @@ func file_pulse_v1_pulse_proto_init() {
 		(*Target_Tcp)(nil),
 		(*Target_Grpc)(nil),
 	}
-	file_pulse_v1_pulse_proto_msgTypes[21].OneofWrappers = []any{
+	file_pulse_v1_pulse_proto_msgTypes[6].OneofWrappers = []any{}
+	file_pulse_v1_pulse_proto_msgTypes[29].OneofWrappers = []any{
 		(*WatchTransitionsResponse_Transition)(nil),
 		(*WatchTransitionsResponse_Snapshot)(nil),
 		(*WatchTransitionsResponse_SnapshotComplete)(nil),
@@ -1919,14 +2949,15 @@ func file_pulse_v1_pulse_proto_init() {
 		(*WatchTransitionsResponse_Updated)(nil),
 		(*WatchTransitionsResponse_Removed)(nil),
 		(*WatchTransitionsResponse_Progress)(nil),
+		(*WatchTransitionsResponse_Policy)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_pulse_proto_rawDesc), len(file_pulse_v1_pulse_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   23,
+			NumEnums:      3,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,8 @@ const (
 	HealthChecker_Healthy_FullMethodName          = "/pulse.v1.HealthChecker/Healthy"
 	HealthChecker_ListTargets_FullMethodName      = "/pulse.v1.HealthChecker/ListTargets"
 	HealthChecker_WatchTransitions_FullMethodName = "/pulse.v1.HealthChecker/WatchTransitions"
+	HealthChecker_SetGroupPolicy_FullMethodName   = "/pulse.v1.HealthChecker/SetGroupPolicy"
+	HealthChecker_ReportOutcome_FullMethodName    = "/pulse.v1.HealthChecker/ReportOutcome"
 )
 
 // HealthCheckerClient is the client API for HealthChecker service.
@@ -75,6 +77,11 @@ type HealthCheckerClient interface {
 	//   - An idle stream gets a `progress` event with the current revision at
 	//     the server's progress interval (pulsed -watch-progress), so a client
 	//     can advance its resume point and notice a dead link.
+	//   - `policy` events (a group's panic, a target's flapping, the checker's
+	//     overload) share the revision counter; they change no state by
+	//     themselves. A client that does not know them skips them. Like the
+	//     streaks, a status's verdict, panic_held and counters are not kept up
+	//     to date by events: read them with State or ListTargets.
 	//
 	// Errors, and what to do:
 	//   - OUT_OF_RANGE: start_revision is older than the oldest event still
@@ -89,6 +96,22 @@ type HealthCheckerClient interface {
 	//   - UNAVAILABLE: the server is shutting down. Reconnect and resume.
 	//   - INVALID_ARGUMENT: a malformed filter; fix the request.
 	WatchTransitions(ctx context.Context, in *WatchTransitionsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTransitionsResponse], error)
+	// SetGroupPolicy sets a group's pool policy (its panic threshold), or
+	// clears it so that the server default applies again. The group need not
+	// have targets yet. With a store the policy survives restarts. The reply
+	// is the group's status after the call. A group with no name
+	// (ungrouped targets) is not a pool: INVALID_ARGUMENT.
+	SetGroupPolicy(ctx context.Context, in *SetGroupPolicyRequest, opts ...grpc.CallOption) (*SetGroupPolicyResponse, error)
+	// ReportOutcome reports the outcome of one real request to a target (a
+	// passive check, as a load balancer sees it). When the target's spec has
+	// passive_outcomes set it feeds the same rise/fall state machine as the
+	// target's probes, at most passive_rate outcomes a second; outcomes over
+	// the rate are answered counted=false and change nothing.
+	//
+	// Errors: INVALID_ARGUMENT naming the field; NOT_FOUND for an unknown
+	// target; FAILED_PRECONDITION when the target does not accept passive
+	// outcomes (set passive_outcomes in its spec with AddTarget).
+	ReportOutcome(ctx context.Context, in *ReportOutcomeRequest, opts ...grpc.CallOption) (*ReportOutcomeResponse, error)
 }
 
 type healthCheckerClient struct {
@@ -168,6 +191,26 @@ func (c *healthCheckerClient) WatchTransitions(ctx context.Context, in *WatchTra
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type HealthChecker_WatchTransitionsClient = grpc.ServerStreamingClient[WatchTransitionsResponse]
 
+func (c *healthCheckerClient) SetGroupPolicy(ctx context.Context, in *SetGroupPolicyRequest, opts ...grpc.CallOption) (*SetGroupPolicyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetGroupPolicyResponse)
+	err := c.cc.Invoke(ctx, HealthChecker_SetGroupPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *healthCheckerClient) ReportOutcome(ctx context.Context, in *ReportOutcomeRequest, opts ...grpc.CallOption) (*ReportOutcomeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportOutcomeResponse)
+	err := c.cc.Invoke(ctx, HealthChecker_ReportOutcome_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // HealthCheckerServer is the server API for HealthChecker service.
 // All implementations must embed UnimplementedHealthCheckerServer
 // for forward compatibility.
@@ -216,6 +259,11 @@ type HealthCheckerServer interface {
 	//   - An idle stream gets a `progress` event with the current revision at
 	//     the server's progress interval (pulsed -watch-progress), so a client
 	//     can advance its resume point and notice a dead link.
+	//   - `policy` events (a group's panic, a target's flapping, the checker's
+	//     overload) share the revision counter; they change no state by
+	//     themselves. A client that does not know them skips them. Like the
+	//     streaks, a status's verdict, panic_held and counters are not kept up
+	//     to date by events: read them with State or ListTargets.
 	//
 	// Errors, and what to do:
 	//   - OUT_OF_RANGE: start_revision is older than the oldest event still
@@ -230,6 +278,22 @@ type HealthCheckerServer interface {
 	//   - UNAVAILABLE: the server is shutting down. Reconnect and resume.
 	//   - INVALID_ARGUMENT: a malformed filter; fix the request.
 	WatchTransitions(*WatchTransitionsRequest, grpc.ServerStreamingServer[WatchTransitionsResponse]) error
+	// SetGroupPolicy sets a group's pool policy (its panic threshold), or
+	// clears it so that the server default applies again. The group need not
+	// have targets yet. With a store the policy survives restarts. The reply
+	// is the group's status after the call. A group with no name
+	// (ungrouped targets) is not a pool: INVALID_ARGUMENT.
+	SetGroupPolicy(context.Context, *SetGroupPolicyRequest) (*SetGroupPolicyResponse, error)
+	// ReportOutcome reports the outcome of one real request to a target (a
+	// passive check, as a load balancer sees it). When the target's spec has
+	// passive_outcomes set it feeds the same rise/fall state machine as the
+	// target's probes, at most passive_rate outcomes a second; outcomes over
+	// the rate are answered counted=false and change nothing.
+	//
+	// Errors: INVALID_ARGUMENT naming the field; NOT_FOUND for an unknown
+	// target; FAILED_PRECONDITION when the target does not accept passive
+	// outcomes (set passive_outcomes in its spec with AddTarget).
+	ReportOutcome(context.Context, *ReportOutcomeRequest) (*ReportOutcomeResponse, error)
 	mustEmbedUnimplementedHealthCheckerServer()
 }
 
@@ -257,6 +321,12 @@ func (UnimplementedHealthCheckerServer) ListTargets(context.Context, *ListTarget
 }
 func (UnimplementedHealthCheckerServer) WatchTransitions(*WatchTransitionsRequest, grpc.ServerStreamingServer[WatchTransitionsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchTransitions not implemented")
+}
+func (UnimplementedHealthCheckerServer) SetGroupPolicy(context.Context, *SetGroupPolicyRequest) (*SetGroupPolicyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetGroupPolicy not implemented")
+}
+func (UnimplementedHealthCheckerServer) ReportOutcome(context.Context, *ReportOutcomeRequest) (*ReportOutcomeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportOutcome not implemented")
 }
 func (UnimplementedHealthCheckerServer) mustEmbedUnimplementedHealthCheckerServer() {}
 func (UnimplementedHealthCheckerServer) testEmbeddedByValue()                       {}
@@ -380,6 +450,42 @@ func _HealthChecker_WatchTransitions_Handler(srv interface{}, stream grpc.Server
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type HealthChecker_WatchTransitionsServer = grpc.ServerStreamingServer[WatchTransitionsResponse]
 
+func _HealthChecker_SetGroupPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetGroupPolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HealthCheckerServer).SetGroupPolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HealthChecker_SetGroupPolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HealthCheckerServer).SetGroupPolicy(ctx, req.(*SetGroupPolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _HealthChecker_ReportOutcome_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportOutcomeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HealthCheckerServer).ReportOutcome(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HealthChecker_ReportOutcome_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HealthCheckerServer).ReportOutcome(ctx, req.(*ReportOutcomeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // HealthChecker_ServiceDesc is the grpc.ServiceDesc for HealthChecker service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -406,6 +512,14 @@ var HealthChecker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListTargets",
 			Handler:    _HealthChecker_ListTargets_Handler,
+		},
+		{
+			MethodName: "SetGroupPolicy",
+			Handler:    _HealthChecker_SetGroupPolicy_Handler,
+		},
+		{
+			MethodName: "ReportOutcome",
+			Handler:    _HealthChecker_ReportOutcome_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

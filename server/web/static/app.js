@@ -94,7 +94,7 @@ function connect(names) {
     }
   };
   on("snapshot", (d) => {
-    setGroups(d.groups, d.revision);
+    setGroups(d.groups || [], d.revision); // absent when no target matches
     for (const t of d.targets) updateRow(t, d.revision);
   });
   on("results", (d) => { for (const t of d.targets) updateRow(t, d.revision); });

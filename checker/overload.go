@@ -1,0 +1,187 @@
+package checker
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Stale is not down. A checker that cannot keep up with its schedule times
+// out its own probes and would mark healthy targets down by the hundred
+// (Envoy's main thread at ~20k endpoints). So the scheduler watches two
+// signs of its own overload:
+//
+//   - lag: how late a probe starts (gets its concurrency slot) against its
+//     scheduled time; a sign when above OverloadPolicy.MaxLag;
+//   - saturation: how many probes wait for a slot; a sign when at least
+//     OverloadPolicy.MaxWaiting.
+//
+// At the first sign the checker is degraded (EventCheckerDegraded, and
+// Overload().Degraded). While degraded, and for a probe that was scheduled
+// before the checker last recovered, a probe's own timeout does not count
+// toward fall: it is kept as the target's last result, marked Ignored, and
+// counted in Status.IgnoredTimeouts. Explicit failures (connection refused,
+// a 503) still count: they are the target's answer, not the checker's
+// slowness. The checker recovers (EventCheckerRecovered) once it has seen
+// no sign for OverloadPolicy.RecoverAfter, checked as results come in.
+//
+// The cost: while degraded, a target that really died by hanging is not
+// marked down until the checker recovers. Raise -max-concurrent-probes (or
+// lower the probe load) rather than turn detection off.
+
+// DefaultOverloadRecovery is OverloadPolicy.RecoverAfter's default.
+const DefaultOverloadRecovery = 10 * time.Second
+
+// OverloadPolicy tunes overload detection. The zero value is the defaults.
+type OverloadPolicy struct {
+	// MaxLag: a probe that starts more than this after its scheduled time
+	// is a sign of overload. If 0, the interval the probe was scheduled at
+	// (the probe missed a whole slot). Negative: lag is no sign.
+	MaxLag time.Duration
+	// MaxWaiting: this many probes waiting for a concurrency slot at once
+	// is a sign of overload. If 0, Config.MaxConcurrentProbes (a second
+	// full set of probes queued behind the running one). Negative:
+	// saturation is no sign.
+	MaxWaiting int
+	// RecoverAfter is how long without a sign ends the overload. If 0,
+	// DefaultOverloadRecovery.
+	RecoverAfter time.Duration
+	// Disabled turns detection off: every timeout counts.
+	Disabled bool
+}
+
+func (p OverloadPolicy) validate() error {
+	if p.RecoverAfter < 0 {
+		return fmt.Errorf("Overload.RecoverAfter must be positive when set, got %v", p.RecoverAfter)
+	}
+	return nil
+}
+
+// OverloadStatus is the checker's own health: whether it keeps up.
+type OverloadStatus struct {
+	// Degraded is true while the checker is overloaded.
+	Degraded bool
+	// Since is when it became degraded; zero when not degraded.
+	Since time.Time
+	// Reason says what made it degraded, e.g. "12 probes waiting for a
+	// slot (threshold 8)" or "a probe of web-1 started 2.1s late (threshold
+	// 2s)".
+	Reason string
+	// Lag is how late the most recent probe started against its schedule.
+	Lag time.Duration
+	// Waiting is how many probes wait for a slot now; InFlight how many run;
+	// MaxConcurrent the bound.
+	Waiting, InFlight, MaxConcurrent int
+	// IgnoredTimeouts counts every probe timeout not counted because the
+	// checker was degraded.
+	IgnoredTimeouts uint64
+}
+
+// overloadState is guarded by Checker.mu.
+type overloadState struct {
+	degraded  bool
+	since     time.Time
+	reason    string
+	lastSign  time.Time // when a sign was last seen
+	recovered time.Time // when the checker last recovered
+	ignored   uint64
+}
+
+// Overload returns the checker's overload state, for status pages and
+// metrics. It is safe for concurrent use.
+func (c *Checker) Overload() OverloadStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return OverloadStatus{
+		Degraded:        c.ov.degraded,
+		Since:           c.ov.since,
+		Reason:          c.ov.reason,
+		Lag:             time.Duration(c.lastLag.Load()),
+		Waiting:         int(c.waiting.Load()),
+		InFlight:        len(c.sem),
+		MaxConcurrent:   cap(c.sem),
+		IgnoredTimeouts: c.ov.ignored,
+	}
+}
+
+// acquire takes a concurrency slot for j, measuring how long the probe
+// waits and how late it starts.
+func (c *Checker) acquire(ctx context.Context, j job) error {
+	select {
+	case c.sem <- struct{}{}:
+	default:
+		n := int(c.waiting.Add(1))
+		if max := c.overload.MaxWaiting; !c.overload.Disabled && max > 0 && n >= max {
+			c.mu.Lock()
+			c.signLocked(c.clock.Now(), fmt.Sprintf("%d %s waiting for a slot (threshold %d)", n, plural(n, "probe"), max))
+			c.unlockAndReport()
+		}
+		select {
+		case c.sem <- struct{}{}:
+			c.waiting.Add(-1)
+		case <-ctx.Done():
+			c.waiting.Add(-1)
+			return ctx.Err()
+		}
+	}
+	now := c.clock.Now()
+	lag := max(now.Sub(j.due), 0)
+	c.lastLag.Store(int64(lag))
+	maxLag := c.overload.MaxLag
+	if maxLag == 0 {
+		maxLag = j.interval
+	}
+	if !c.overload.Disabled && maxLag > 0 && lag > maxLag {
+		c.mu.Lock()
+		c.signLocked(now, fmt.Sprintf("a probe of %s started %v late (threshold %v)", j.spec.Name, lag, maxLag))
+		c.unlockAndReport()
+	}
+	return nil
+}
+
+func (c *Checker) release() { <-c.sem }
+
+// signLocked records a sign of overload, entering the degraded state at the
+// first one.
+func (c *Checker) signLocked(now time.Time, reason string) {
+	if c.closed {
+		return
+	}
+	c.ov.lastSign = now
+	if c.ov.degraded {
+		return
+	}
+	c.ov.degraded, c.ov.since, c.ov.reason = true, now, reason
+	c.emitLocked(Event{Kind: EventCheckerDegraded, Time: now, Policy: PolicyChange{
+		Text: "checker degraded: " + reason + "; its own probe timeouts do not count until it recovers",
+	}})
+}
+
+// checkRecoveryLocked ends the overload once no sign was seen for
+// RecoverAfter and no more probes wait than the threshold allows.
+func (c *Checker) checkRecoveryLocked(now time.Time) {
+	if !c.ov.degraded || now.Sub(c.ov.lastSign) < c.overload.RecoverAfter {
+		return
+	}
+	if max := c.overload.MaxWaiting; max > 0 && int(c.waiting.Load()) >= max {
+		return
+	}
+	c.ov.degraded, c.ov.recovered = false, now
+	c.emitLocked(Event{Kind: EventCheckerRecovered, Time: now, Policy: PolicyChange{
+		Text: fmt.Sprintf("checker recovered: no sign of overload for %v (degraded since %s: %s)", c.overload.RecoverAfter, c.ov.since.Format(time.RFC3339), c.ov.reason),
+	}})
+	c.ov.since, c.ov.reason = time.Time{}, ""
+}
+
+// overloadedSinceLocked reports whether the checker was degraded at some
+// time since due: it is now, or it recovered after due.
+func (c *Checker) overloadedSinceLocked(due time.Time) bool {
+	return c.ov.degraded || (!c.ov.recovered.IsZero() && !c.ov.recovered.Before(due))
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
+}

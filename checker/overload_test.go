@@ -1,0 +1,165 @@
+package checker_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"pulse/checker"
+)
+
+// totals sums the result counts of every target.
+func totals(c *checker.Checker) (active, ignored uint64) {
+	list, _ := c.List("")
+	for _, st := range list {
+		active += st.ActiveResults
+		ignored += st.IgnoredTimeouts
+	}
+	return active, ignored
+}
+
+func (f *fakeProbers) totalCalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, c := range f.calls {
+		n += c
+	}
+	return n
+}
+
+// quiet reports whether the checker is at rest until the clock moves:
+// every due probe was taken, and every probe taken is waiting for a slot,
+// running in the fake prober (and not about to return), or applied.
+func quiet(e *testEnv) bool {
+	now := e.clock.Now()
+	list, _ := e.c.List("")
+	probing := 0
+	for _, st := range list {
+		if !st.NextProbe.After(now) {
+			return false
+		}
+		if st.Probing {
+			probing++
+		}
+	}
+	ov := e.c.Overload()
+	return probing == ov.InFlight+ov.Waiting && e.probes.inFlight() == ov.InFlight && e.probes.ending() == 0
+}
+
+func step(t *testing.T, e *testEnv, d time.Duration) {
+	t.Helper()
+	e.clock.Advance(d)
+	waitFor(t, "the checker at rest", func() bool { return quiet(e) })
+}
+
+// The prober is saturated: twelve healthy targets whose probes hang share
+// four slots, so probes wait in line and every probe times out. A checker
+// that counted its own timeouts marks the whole fleet down (the control,
+// with detection off); an overloaded one says so (CHECKER_DEGRADED,
+// Overload().Degraded) and marks nobody down. Once it keeps up again it
+// recovers (CHECKER_RECOVERED), and timeouts count again.
+func TestOverloadedCheckerMarksNoMassTransition(t *testing.T) {
+	const targets, slots, steps = 12, 4, 12
+	for _, detect := range []bool{true, false} {
+		t.Run(fmt.Sprintf("detection %v", detect), func(t *testing.T) {
+			e := newEnv(t, checker.Config{MaxConcurrentProbes: slots, Overload: checker.OverloadPolicy{Disabled: !detect, RecoverAfter: 3 * time.Second}})
+			for i := range targets {
+				s := spec(fmt.Sprintf("t%02d", i))
+				s.Interval, s.Timeout, s.Fall, s.InitialState = time.Second, time.Second, 2, checker.StateHealthy
+				e.add(t, s)
+				e.probes.set(s.Name, outcome{hang: true})
+			}
+			w := watchNow(t, e.c, checker.Filter{})
+			e.c.Start()
+			for range steps {
+				step(t, e, time.Second) // times out the running probes; waiting ones start
+			}
+			evs := policyKinds(next(t, w))
+			ov := e.c.Overload()
+			if !detect {
+				if len(evs) != targets || len(e.c.Healthy("")) != 0 {
+					t.Fatalf("without detection: %d events %v, want the whole fleet down", len(evs), evs)
+				}
+				return
+			}
+			if len(evs) != 1 || !strings.HasPrefix(evs[0], "checker degraded: ") {
+				t.Fatalf("events %v, want only CHECKER_DEGRADED", evs)
+			}
+			if !ov.Degraded || ov.Waiting == 0 || ov.InFlight != slots || ov.IgnoredTimeouts != slots*(steps-1) || !strings.Contains(ov.Reason, "probes waiting for a slot") {
+				t.Errorf("overload %+v", ov)
+			}
+			if got := e.c.Healthy(""); len(got) != targets {
+				t.Errorf("%d targets routable, want all %d", len(got), targets)
+			}
+			st, _ := e.c.Status("t00")
+			if st.IgnoredTimeouts == 0 || st.LastResult == nil || !st.LastResult.Ignored || st.FailStreak != 0 || st.ActiveResults != 0 {
+				t.Errorf("t00 %+v: want ignored timeouts, none counted", st)
+			}
+
+			// The targets answer again: the line drains, and with no sign for
+			// RecoverAfter the checker recovers. Steps of 100ms let the
+			// targets' staggered slots come one by one.
+			for i := range targets {
+				e.probes.set(fmt.Sprintf("t%02d", i), pass)
+			}
+			step(t, e, time.Second) // the last hung probes time out
+			for i := 0; e.c.Overload().Degraded; i++ {
+				if i == 100 {
+					t.Fatalf("still degraded after 10s: %+v", e.c.Overload())
+				}
+				step(t, e, 100*time.Millisecond)
+			}
+			if got := policyKinds(next(t, w)); len(got) != 1 || !strings.HasPrefix(got[0], "checker recovered: ") {
+				t.Errorf("events %v, want only CHECKER_RECOVERED", got)
+			}
+			// Its own timeouts count again.
+			e.probes.set("t00", outcome{hang: true})
+			for i := 0; ; i++ {
+				if st, _ := e.c.Status("t00"); st.State == checker.StateUnhealthy {
+					break
+				}
+				if i == 100 {
+					t.Fatal("t00 never fell")
+				}
+				step(t, e, 100*time.Millisecond)
+			}
+			if got := policyKinds(next(t, w)); len(got) != 1 || got[0] != "t00: healthy -> unhealthy" {
+				t.Errorf("events %v, want t00 down", got)
+			}
+		})
+	}
+}
+
+// An explicit failure is the target's answer, not the checker's slowness:
+// it counts even while the checker is degraded. Here the sign is lag: with
+// MaxLag 1ns, probes that start after their slot (the fake clock jumps past
+// it) make the checker degraded.
+func TestOverloadedCheckerStillCountsExplicitFailures(t *testing.T) {
+	e := newEnv(t, checker.Config{Overload: checker.OverloadPolicy{MaxLag: time.Nanosecond}})
+	for _, n := range []string{"a-hangs", "b-refuses"} {
+		s := spec(n)
+		s.Interval, s.Timeout, s.Fall, s.InitialState = time.Second, time.Second, 1, checker.StateHealthy
+		e.add(t, s)
+	}
+	e.probes.set("a-hangs", outcome{hang: true})
+	e.probes.set("b-refuses", fail)
+	e.c.Start()
+	e.clock.Advance(time.Second) // both due, and late
+	waitFor(t, "both probed", func() bool {
+		return e.probes.callCount("a-hangs") == 1 && e.probes.callCount("b-refuses") == 1 && e.c.Overload().Degraded
+	})
+	e.clock.Advance(time.Second) // a's timeout
+	waitFor(t, "both results", func() bool {
+		a, _ := e.c.Status("a-hangs")
+		b, _ := e.c.Status("b-refuses")
+		return a.IgnoredTimeouts == 1 && b.ActiveResults >= 1
+	})
+	if got := e.c.Healthy(""); len(got) != 1 || got[0] != "a-hangs" {
+		t.Errorf("routable %v, want only a-hangs: its timeout did not count, b's refusal did", got)
+	}
+	if ov := e.c.Overload(); !ov.Degraded || !strings.Contains(ov.Reason, "late (threshold 1ns)") {
+		t.Errorf("overload %+v, want degraded by lag", ov)
+	}
+}

@@ -1,0 +1,111 @@
+package checker
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrPassiveDisabled: the target's spec does not accept passive outcomes
+// (Spec.PassiveOutcomes is off).
+var ErrPassiveDisabled = errors.New("passive outcomes are off for this target")
+
+// MaxOutcomeErrLen bounds Outcome.Err, in bytes.
+const MaxOutcomeErrLen = 1024
+
+// Outcome is the outcome of one real request to a target, as a load
+// balancer saw it: a passive check (HAProxy's observe layer7, Envoy's
+// outlier detection).
+type Outcome struct {
+	// Pass is true when the request succeeded.
+	Pass bool
+	// Latency is how long it took; zero if unknown, never negative. Above
+	// the target's MaxLatency the outcome is a failure.
+	Latency time.Duration
+	// Err says why it failed; empty when Pass is true. If empty on a
+	// failure, "request failed".
+	Err string
+}
+
+// Validate returns a *FieldError naming the first bad field ("latency",
+// "error").
+func (o Outcome) Validate() error {
+	switch {
+	case o.Latency < 0:
+		return &FieldError{"latency", fmt.Sprintf("must not be negative, got %v", o.Latency)}
+	case len(o.Err) > MaxOutcomeErrLen:
+		return &FieldError{"error", fmt.Sprintf("must be at most %d bytes, got %d", MaxOutcomeErrLen, len(o.Err))}
+	case o.Pass && o.Err != "":
+		return &FieldError{"error", "must be empty when the outcome is ok"}
+	}
+	return nil
+}
+
+// ReportOutcome feeds a passive outcome to the named target's machine,
+// exactly as a probe result would be (rise, fall, the model and the pool
+// policies all apply), when its spec has PassiveOutcomes. Outcomes are
+// rate-limited per target by a token bucket of Spec.PassiveRate a second
+// with a burst of as many: one over the rate is dropped, counted in
+// Status.PassiveLimited, and ReportOutcome returns counted false and no
+// error. A passive result does not go to the Observer (which sees probes).
+//
+// Errors: a *FieldError for a bad outcome, ErrUnknownTarget, an error
+// wrapping ErrPassiveDisabled, ErrClosed.
+func (c *Checker) ReportOutcome(name string, o Outcome) (st Status, counted bool, err error) {
+	if err := o.Validate(); err != nil {
+		return Status{}, false, err
+	}
+	c.mu.Lock()
+	defer c.unlockAndReport()
+	if c.closed {
+		return Status{}, false, ErrClosed
+	}
+	t, ok := c.targets[name]
+	if !ok {
+		return Status{}, false, fmt.Errorf("%w %q", ErrUnknownTarget, name)
+	}
+	if !t.spec.PassiveOutcomes {
+		return Status{}, false, fmt.Errorf("target %q: %w", name, ErrPassiveDisabled)
+	}
+	now := c.clock.Now()
+	if !t.bucket.take(now, t.spec.passiveRate()) {
+		t.limited++
+		return c.statusLocked(t, now), false, nil
+	}
+	r := Result{Pass: o.Pass, Latency: o.Latency, Err: o.Err, Time: now, Passive: true}
+	switch {
+	case !r.Pass && r.Err == "":
+		r.Err = "request failed"
+	case r.Pass && t.spec.MaxLatency > 0 && r.Latency > t.spec.MaxLatency:
+		r.Pass = false
+		r.Err = fmt.Sprintf("slow: %v > %v", r.Latency.Round(time.Millisecond), t.spec.MaxLatency)
+	}
+	t.passive++
+	c.observeLocked(t, r, now)
+	c.rescheduleLocked(t, now)
+	return c.statusLocked(t, now), true, nil
+}
+
+// tokenBucket rate-limits passive outcomes. It is a value with no clock:
+// callers pass the time.
+type tokenBucket struct {
+	tokens float64
+	at     time.Time // when tokens was last brought up to date; zero: full
+}
+
+// take spends a token if one is left at now, refilling at rate a second up
+// to a burst of rate.
+func (b *tokenBucket) take(now time.Time, rate int) bool {
+	burst := float64(rate)
+	if b.at.IsZero() {
+		b.tokens = burst
+	} else if d := now.Sub(b.at); d > 0 {
+		b.tokens = min(burst, b.tokens+d.Seconds()*burst)
+	}
+	b.at = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}

@@ -1,0 +1,115 @@
+package checker_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"pulse/checker"
+)
+
+// Passive outcomes feed the same machine as probes when the spec allows
+// them, are rate-limited per target, and are counted apart from probes.
+func TestReportOutcome(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	s := spec("web-1")
+	s.Rise, s.Fall, s.InitialState = 2, 2, checker.StateHealthy
+	s.MaxLatency = 500 * time.Millisecond
+	s.PassiveOutcomes, s.PassiveRate = true, 3
+	e.add(t, s)
+	e.add(t, spec("probes-only"))
+	w := watchNow(t, e.c, checker.Filter{})
+
+	report := func(o checker.Outcome) (checker.Status, bool) {
+		t.Helper()
+		st, counted, err := e.c.ReportOutcome("web-1", o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st, counted
+	}
+	report(checker.Outcome{Pass: false, Err: "upstream reset"})
+	st, counted := report(checker.Outcome{Pass: true, Latency: 612 * time.Millisecond}) // slow: a failure
+	if !counted || st.State != checker.StateUnhealthy || st.PassiveResults != 2 || st.ActiveResults != 0 {
+		t.Fatalf("after two failed outcomes: counted %v, %+v", counted, st)
+	}
+	if lr := st.LastResult; lr == nil || !lr.Passive || lr.Pass || lr.Err != "slow: 612ms > 500ms" {
+		t.Errorf("last result %+v", st.LastResult)
+	}
+	// The bucket holds 3: the third outcome in the same instant is the
+	// last counted, the fourth is dropped.
+	if _, counted := report(checker.Outcome{Pass: true}); !counted {
+		t.Error("third outcome not counted")
+	}
+	st, counted = report(checker.Outcome{Pass: true})
+	if counted || st.PassiveLimited != 1 || st.PassiveResults != 3 || st.State != checker.StateUnhealthy {
+		t.Errorf("fourth outcome: counted %v, %+v; want dropped", counted, st)
+	}
+	e.clock.Advance(400 * time.Millisecond) // 3 a second: one more token
+	if st, counted = report(checker.Outcome{Pass: true}); !counted || st.State != checker.StateHealthy {
+		t.Errorf("after 400ms: counted %v, state %v; want counted and healthy (rise 2)", counted, st.State)
+	}
+	// Probes and outcomes feed the same machine and are counted apart.
+	e.probes.set("web-1", pass)
+	e.c.RunRound(t.Context())
+	if st, _ := e.c.Status("web-1"); st.ActiveResults != 1 || st.PassiveResults != 4 || st.PassStreak != 3 {
+		t.Errorf("after a probe: %+v", st)
+	}
+	evs := next(t, w)
+	if diff := cmp.Diff([]string{"web-1: healthy -> unhealthy", "web-1: unhealthy -> healthy"}, kinds(evs)); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	if r := evs[0].Transition.Result; !r.Passive || r.Err != "slow: 612ms > 500ms" {
+		t.Errorf("the fall's result %+v, want the passive outcome", r)
+	}
+
+	// Errors.
+	_, _, err := e.c.ReportOutcome("probes-only", checker.Outcome{Pass: true})
+	if !errors.Is(err, checker.ErrPassiveDisabled) || !strings.Contains(err.Error(), `"probes-only"`) {
+		t.Errorf("a target without passive outcomes: %v", err)
+	}
+	if _, _, err := e.c.ReportOutcome("nope", checker.Outcome{Pass: true}); !errors.Is(err, checker.ErrUnknownTarget) {
+		t.Errorf("unknown target: %v", err)
+	}
+	for _, tt := range []struct {
+		o     checker.Outcome
+		field string
+	}{
+		{checker.Outcome{Latency: -time.Second}, "latency"},
+		{checker.Outcome{Pass: true, Err: "but failed"}, "error"},
+		{checker.Outcome{Err: strings.Repeat("x", checker.MaxOutcomeErrLen+1)}, "error"},
+	} {
+		_, _, err := e.c.ReportOutcome("web-1", tt.o)
+		var fe *checker.FieldError
+		if !errors.As(err, &fe) || fe.Field != tt.field {
+			t.Errorf("%+v: %v, want a FieldError on %s", tt.o, err, tt.field)
+		}
+	}
+	if st, _ := e.c.Status("web-1"); st.PassiveResults != 4 {
+		t.Errorf("rejected outcomes were counted: %d", st.PassiveResults)
+	}
+}
+
+// A passive failure starts a failure streak, and the scheduler brings the
+// next probe forward to fast_interval.
+func TestPassiveFailureBringsTheNextProbeForward(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	s := spec("web-1")
+	s.Interval, s.FastInterval, s.Timeout = 10*time.Second, time.Second, 500*time.Millisecond
+	s.InitialState, s.PassiveOutcomes = checker.StateHealthy, true
+	e.add(t, s)
+	e.probes.set("web-1", pass)
+	e.c.Start()
+	p0 := probeNext(t, e, "web-1")
+	if st, _ := e.c.Status("web-1"); !st.NextProbe.Equal(p0.Add(10 * time.Second)) {
+		t.Fatalf("next probe in %v, want 10s", st.NextProbe.Sub(p0))
+	}
+	e.clock.Advance(2 * time.Second)
+	st, _, err := e.c.ReportOutcome("web-1", checker.Outcome{Err: "connection reset"})
+	if err != nil || st.FailStreak != 1 || st.ProbeInterval != time.Second || !st.NextProbe.Equal(p0.Add(3*time.Second)) {
+		t.Errorf("after a passive failure: %+v, %v; want the next probe at the first fast slot, 3s after the last probe", st, err)
+	}
+}

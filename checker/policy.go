@@ -1,0 +1,390 @@
+package checker
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Pool policies. They decide a target's published state from its verdict
+// (its Machine's state) and live here, in the registry, under Checker.mu:
+// the panic threshold looks across a group's targets, flap damping at a
+// target's recent history, and neither belongs in the pure Machine.
+//
+// The published state is the verdict, unless:
+//
+//   - flap damping holds the target unhealthy (Status.Flapping): its
+//     verdict changed Spec.FlapThreshold times within Spec.FlapWindow; it is
+//     released at its first result after the verdict has not changed for
+//     Spec.FlapStableFor;
+//   - its group's panic threshold holds it routable (Status.PanicHeld): the
+//     move to unhealthy would make more than MaxUnhealthy targets of the
+//     group unhealthy. Held targets are released, in name order, as room
+//     appears (a target recovers, leaves, or the policy changes); a held
+//     target whose verdict recovers simply stops being held.
+//
+// The panic threshold has the last word: flap damping never takes more of a
+// group out than the threshold allows either.
+
+// GroupPolicy is a group's pool policy. The zero value means the
+// checker's defaults.
+type GroupPolicy struct {
+	// MaxUnhealthyFraction is the group's panic threshold: at most
+	// floor(MaxUnhealthyFraction x targets) of the group, and always at
+	// least one, are marked unhealthy at once. In (0, 1]; 1 disables the
+	// threshold. If 0, Config.MaxUnhealthyFraction.
+	MaxUnhealthyFraction float64
+}
+
+// GroupStatus is a group's policy and its pool state.
+type GroupStatus struct {
+	Group string
+	// Policy is the group's own policy; zero fields take the defaults.
+	Policy GroupPolicy
+	// MaxUnhealthyFraction is the threshold in force.
+	MaxUnhealthyFraction float64
+	// Targets is the group's size; Unhealthy how many of its targets are
+	// not routable; MaxUnhealthy how many may be at once.
+	Targets, Unhealthy, MaxUnhealthy int
+	// Panic is true while the group holds at least one target.
+	Panic bool
+	// Held lists the held targets, sorted: the order they are released in.
+	Held []string
+}
+
+// pool is a group's counts and policy state; guarded by Checker.mu. The
+// empty group has one too (for its counts) but is never a pool: ungrouped
+// targets are independent, so its threshold never holds them.
+type pool struct {
+	n      int                // targets
+	down   int                // targets whose state is not routable
+	held   map[string]*target // held routable by the threshold
+	panic  bool               // len(held) > 0, as last announced
+	policy GroupPolicy
+}
+
+func (p *pool) size() int {
+	if p == nil {
+		return 0
+	}
+	return p.n
+}
+
+// routable reports whether a target in state s receives traffic.
+func (s State) routable() bool { return s == StateHealthy || s == StateSuspect }
+
+// maxUnhealthy returns how many of n targets may be unhealthy at once under
+// fraction f: floor(f x n), and at least one, so that a single dead backend
+// is always marked (the threshold is about mass failure).
+func maxUnhealthy(f float64, n int) int {
+	return max(1, int(math.Floor(f*float64(n)+1e-9)))
+}
+
+func (c *Checker) fractionLocked(p *pool) float64 {
+	if p != nil && p.policy.MaxUnhealthyFraction > 0 {
+		return p.policy.MaxUnhealthyFraction
+	}
+	return c.policyDflt
+}
+
+func (c *Checker) poolLocked(group string) *pool {
+	p := c.pools[group]
+	if p == nil {
+		p = &pool{held: make(map[string]*target)}
+		c.pools[group] = p
+	}
+	return p
+}
+
+// dropPoolLocked forgets an empty group without a policy.
+func (c *Checker) dropPoolLocked(group string) {
+	if p := c.pools[group]; p != nil && p.n == 0 && p.policy == (GroupPolicy{}) {
+		delete(c.pools, group)
+	}
+}
+
+// joinPoolLocked counts t in its group.
+func (c *Checker) joinPoolLocked(t *target) {
+	p := c.poolLocked(t.spec.Group)
+	p.n++
+	if !t.state.routable() {
+		p.down++
+	}
+}
+
+// leavePoolLocked takes t out of its group's counts and holds; the caller
+// settles the group afterwards.
+func (c *Checker) leavePoolLocked(t *target) {
+	p := c.pools[t.spec.Group]
+	if p == nil {
+		return
+	}
+	p.n--
+	if !t.state.routable() {
+		p.down--
+	}
+	if t.held {
+		t.held = false
+		delete(p.held, t.spec.Name)
+	}
+}
+
+// verdictLocked applies flap damping after a result (or another change of
+// t's machine) and then brings t's state in line; changed says the verdict
+// changed.
+func (c *Checker) verdictLocked(t *target, changed bool, now time.Time, why cause) {
+	if changed {
+		t.flaps.record(now, t.spec.flapWindow())
+		if th := t.spec.FlapThreshold; th > 0 && !t.flapping {
+			if n := t.flaps.count(now, t.spec.flapWindow()); n >= th {
+				t.flapping = true
+				c.emitLocked(Event{Kind: EventFlappingStarted, Time: now, Policy: PolicyChange{
+					Group: t.spec.Group, Target: t.spec.Name, Transitions: n,
+					Text: fmt.Sprintf("%s: flapping, %d transitions in %v; held unhealthy until stable for %v", t.spec.Name, n, t.spec.flapWindow(), t.spec.flapStableFor()),
+				}})
+			}
+		}
+	} else if t.flapping && now.Sub(t.flaps.last()) >= t.spec.flapStableFor() {
+		reason := fmt.Sprintf("stable for %v after flapping", t.spec.flapStableFor())
+		c.endFlappingLocked(t, now, reason)
+		why = cause{reason: reason}
+	}
+	c.updateLocked(t, now, why)
+}
+
+// endFlappingLocked releases t from flap damping; the caller then updates
+// its state.
+func (c *Checker) endFlappingLocked(t *target, now time.Time, reason string) {
+	t.flapping = false
+	c.emitLocked(Event{Kind: EventFlappingEnded, Time: now, Policy: PolicyChange{
+		Group: t.spec.Group, Target: t.spec.Name, Transitions: t.flaps.count(now, t.spec.flapWindow()),
+		Text: fmt.Sprintf("%s: no longer flapping, %s", t.spec.Name, reason),
+	}})
+}
+
+// updateLocked brings t's published state in line with its verdict and the
+// policies: flap damping wants it unhealthy, and the group's threshold may
+// hold a move to unhealthy.
+func (c *Checker) updateLocked(t *target, now time.Time, why cause) {
+	want := t.m.State
+	if t.flapping && want != StateUnhealthy {
+		want = StateUnhealthy
+		why = cause{reason: fmt.Sprintf("flapping: %d transitions in %v", t.flaps.count(now, t.spec.flapWindow()), t.spec.flapWindow())}
+	}
+	p := c.pools[t.spec.Group]
+	switch {
+	case want.routable() || !t.state.routable():
+		// No hold needed: routable, or already out (only unhealthy is not
+		// routable, so want == t.state then).
+		if t.held {
+			t.held = false
+			delete(p.held, t.spec.Name)
+		}
+		c.setStateLocked(t, want, now, why)
+	case t.held:
+		return // still held: settleLocked releases held targets in name order
+	case t.spec.Group == "" || p.down < maxUnhealthy(c.fractionLocked(p), p.n):
+		c.setStateLocked(t, want, now, why)
+	default:
+		t.held = true
+		p.held[t.spec.Name] = t
+	}
+	// A recovery makes room for held targets; a new hold is a panic.
+	c.settleLocked(t.spec.Group, now)
+}
+
+// settleLocked releases a group's held targets, in name order, while it has
+// room, and announces the group entering or leaving panic. It is called
+// after anything that may change a group's room: a transition, a target
+// added, removed or moved, a policy changed.
+func (c *Checker) settleLocked(group string, now time.Time) {
+	p := c.pools[group]
+	if p == nil || group == "" {
+		return
+	}
+	allowed := maxUnhealthy(c.fractionLocked(p), p.n)
+	if len(p.held) > 0 && p.down < allowed {
+		for _, name := range sortedKeys(p.held) {
+			if p.down >= allowed {
+				break
+			}
+			t := p.held[name]
+			t.held = false
+			delete(p.held, name)
+			c.setStateLocked(t, StateUnhealthy, now, cause{reason: fmt.Sprintf("released from group %s's panic hold (%d of %d unhealthy, at most %d)", group, p.down+1, p.n, allowed)})
+		}
+	}
+	panicNow := len(p.held) > 0
+	if panicNow == p.panic {
+		return
+	}
+	p.panic = panicNow
+	pc := PolicyChange{Group: group, Held: sortedKeys(p.held), Targets: p.n, Unhealthy: p.down, MaxUnhealthy: allowed}
+	kind := EventPanicExited
+	pc.Text = fmt.Sprintf("%s: panic exited (%d of %d unhealthy, at most %d)", group, p.down, p.n, allowed)
+	if panicNow {
+		kind = EventPanicEntered
+		pc.Text = fmt.Sprintf("%s: panic entered, holding %s (%d of %d unhealthy, at most %d)", group, strings.Join(pc.Held, ", "), p.down, p.n, allowed)
+	}
+	c.emitLocked(Event{Kind: kind, Time: now, Policy: pc})
+}
+
+func sortedKeys(m map[string]*target) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ValidateFraction checks a MaxUnhealthyFraction: in (0, 1], or 0 for the
+// default.
+func ValidateFraction(f float64) error {
+	if math.IsNaN(f) || f < 0 || f > 1 {
+		return fmt.Errorf("must be in (0, 1] (1 disables the threshold), got %v", f)
+	}
+	return nil
+}
+
+// SetGroupPolicy sets a group's policy; the zero GroupPolicy clears it, so
+// the defaults apply again. The group need not have targets yet. Raising
+// the threshold releases held targets at once, in name order; lowering it
+// marks no target unhealthy by itself, it only holds later transitions.
+//
+// The empty group is not a pool (a *FieldError on "group"), nor is a
+// fraction outside (0, 1] valid (a *FieldError on "max_unhealthy_fraction").
+// With a Store that is a PolicyStore the policy is durable when
+// SetGroupPolicy returns (an error wrapping ErrStore changes nothing);
+// with another Store, or none, policies live in memory only.
+func (c *Checker) SetGroupPolicy(group string, p GroupPolicy) (GroupStatus, error) {
+	if group == "" {
+		return GroupStatus{}, &FieldError{"group", "is required: targets without a group are not a pool"}
+	}
+	if err := ValidateGroup(group); err != nil {
+		return GroupStatus{}, &FieldError{"group", err.Error()}
+	}
+	if err := ValidateFraction(p.MaxUnhealthyFraction); err != nil {
+		return GroupStatus{}, &FieldError{"max_unhealthy_fraction", err.Error()}
+	}
+	if ps, ok := c.store.(PolicyStore); ok {
+		c.wmu.Lock()
+		defer c.wmu.Unlock()
+		if err := ps.PutGroupPolicy(group, p); err != nil {
+			return GroupStatus{}, fmt.Errorf("%w: %v", ErrStore, err)
+		}
+	}
+	c.mu.Lock()
+	defer c.unlockAndReport()
+	if c.closed {
+		return GroupStatus{}, ErrClosed
+	}
+	c.poolLocked(group).policy = p
+	c.settleLocked(group, c.clock.Now())
+	st := c.groupStatusLocked(group)
+	c.dropPoolLocked(group)
+	return st, nil
+}
+
+// Groups returns the status of every named group that has targets or a
+// policy, sorted by name; a non-empty group returns only that one (none if
+// it has neither).
+func (c *Checker) Groups(group string) []GroupStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []GroupStatus
+	if group != "" {
+		if _, ok := c.pools[group]; ok {
+			out = append(out, c.groupStatusLocked(group))
+		}
+		return out
+	}
+	for g := range c.pools {
+		if g != "" {
+			out = append(out, c.groupStatusLocked(g))
+		}
+	}
+	slices.SortFunc(out, func(a, b GroupStatus) int { return strings.Compare(a.Group, b.Group) })
+	return out
+}
+
+func (c *Checker) groupStatusLocked(group string) GroupStatus {
+	p := c.poolLocked(group)
+	f := c.fractionLocked(p)
+	return GroupStatus{
+		Group:                group,
+		Policy:               p.policy,
+		MaxUnhealthyFraction: f,
+		Targets:              p.n,
+		Unhealthy:            p.down,
+		MaxUnhealthy:         maxUnhealthy(f, p.n),
+		Panic:                len(p.held) > 0,
+		Held:                 sortedKeys(p.held),
+	}
+}
+
+// reportPolicy logs a policy event; it runs outside the locks.
+func (c *Checker) reportPolicy(e Event) {
+	attrs := []any{"event", e.Kind.String(), "revision", e.Revision}
+	if e.Policy.Group != "" {
+		attrs = append(attrs, "group", e.Policy.Group)
+	}
+	if e.Policy.Target != "" {
+		attrs = append(attrs, "target", e.Policy.Target)
+	}
+	switch e.Kind {
+	case EventPanicEntered, EventFlappingStarted, EventCheckerDegraded:
+		c.logger.Warn(e.Policy.Text, attrs...)
+	default:
+		c.logger.Info(e.Policy.Text, attrs...)
+	}
+}
+
+// maxFlaps bounds the verdict changes a target remembers.
+const maxFlaps = 256
+
+// flapLog holds the times of a target's recent verdict changes, oldest
+// first. It is a value with no clock: callers pass the times.
+type flapLog struct {
+	times []time.Time
+}
+
+// record notes a change at now and forgets the ones older than window.
+func (f *flapLog) record(now time.Time, window time.Duration) {
+	f.trim(now, window)
+	if len(f.times) == maxFlaps {
+		f.times = slices.Delete(f.times, 0, 1)
+	}
+	f.times = append(f.times, now)
+}
+
+func (f *flapLog) trim(now time.Time, window time.Duration) {
+	i := 0
+	for i < len(f.times) && !f.times[i].After(now.Add(-window)) {
+		i++
+	}
+	if i > 0 {
+		f.times = slices.Delete(f.times, 0, i)
+	}
+}
+
+// count returns the changes within (now-window, now].
+func (f flapLog) count(now time.Time, window time.Duration) int {
+	n := 0
+	for _, t := range f.times {
+		if t.After(now.Add(-window)) && !t.After(now) {
+			n++
+		}
+	}
+	return n
+}
+
+// last returns the time of the latest change, zero if none is remembered.
+func (f flapLog) last() time.Time {
+	if len(f.times) == 0 {
+		return time.Time{}
+	}
+	return f.times[len(f.times)-1]
+}

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	pb "pulse/gen/pulse/v1"
+)
+
+// switchServer is an HTTP target on 127.0.0.1 that answers 200 while up
+// and 503 once failed.
+type switchServer struct {
+	*httptest.Server
+	down atomic.Bool
+}
+
+func newSwitchServer(t *testing.T) *switchServer {
+	t.Helper()
+	s := &switchServer{}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if s.down.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// startPulsedJSON starts pulsed with -log-format json, both listeners on
+// free loopback ports and targets in memory only, and returns it with its HTTP listener's base URL,
+// read from its `"msg":"http listening"` line.
+func startPulsedJSON(t *testing.T, bin string, args ...string) (*pulsed, string) {
+	t.Helper()
+	p := &pulsed{logs: &syncBuffer{}, exited: make(chan struct{})}
+	p.cmd = exec.Command(bin, append([]string{"-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0", "-log-format", "json", "-data-dir", ""}, args...)...)
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	grpcAddr, httpAddr := make(chan string, 1), make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			p.logs.WriteString(line + "\n")
+			var l struct{ Msg, Addr string }
+			if json.Unmarshal([]byte(line), &l) == nil {
+				switch l.Msg {
+				case "pulsed listening":
+					grpcAddr <- l.Addr
+				case "http listening":
+					httpAddr <- l.Addr
+				}
+			}
+		}
+		p.exitErr = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			p.cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	var base string
+	for p.addr == "" || base == "" {
+		select {
+		case p.addr = <-grpcAddr:
+		case a := <-httpAddr:
+			base = "http://" + a
+		case <-p.exited:
+			t.Fatalf("pulsed exited: %v\n%s", p.exitErr, p.logs.String())
+		case <-time.After(time.Minute):
+			t.Fatalf("pulsed did not start:\n%s", p.logs.String())
+		}
+	}
+	return p, base
+}
+
+// httpGet returns the status and body of GET url.
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// addHTTPTarget registers name in group edge, probing url/healthz.
+func addHTTPTarget(t *testing.T, client pb.HealthCheckerClient, name, url string) {
+	t.Helper()
+	_, err := client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: &pb.Target{
+		Name: name, Group: "edge",
+		Probe: &pb.Target_Http{Http: &pb.HttpProbe{Url: url + "/healthz"}},
+	}})
+	if err != nil {
+		t.Fatalf("AddTarget(%s): %v", name, err)
+	}
+}
+
+// The HTTP listener of a real pulsed: liveness and readiness, metrics that
+// follow a real target up and down, the page's data, a JSON log line per
+// transition and none per failed probe, and a shutdown within its bound
+// with a status-page feed open.
+func TestHTTPListener(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs pulsed")
+	}
+	bin := buildPulsed(t)
+	target := newSwitchServer(t)
+	p, base := startPulsedJSON(t, bin, "-interval", "100ms", "-timeout", "80ms", "-rise", "1", "-fall", "2", "-shutdown-timeout", "5s")
+
+	if code, body := httpGet(t, base+"/healthz"); code != 200 || body != "ok\n" {
+		t.Errorf("/healthz: %d %q", code, body)
+	}
+	eventually(t, "/readyz to answer 200", func() bool { code, _ := httpGet(t, base+"/readyz"); return code == 200 })
+
+	client := dial(t, p.addr)
+	addHTTPTarget(t, client, "web-1", target.URL)
+	metricsShow := func(lines ...string) func() bool {
+		return func() bool {
+			_, body := httpGet(t, base+"/metrics")
+			for _, l := range lines {
+				if !strings.Contains(body, l+"\n") {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	eventually(t, "web-1 up in /metrics", metricsShow(`pulse_target_up{group="edge",target="web-1"} 1`))
+	target.down.Store(true)
+	eventually(t, "web-1 down in /metrics", metricsShow(
+		`pulse_target_up{group="edge",target="web-1"} 0`,
+		`pulse_targets{group="edge",state="unhealthy"} 1`,
+		`pulse_transitions_total{from="healthy",group="edge",to="unhealthy"} 1`,
+	))
+	_, body := httpGet(t, base+"/metrics")
+	for _, s := range []string{
+		`grpc_server_handled_total{grpc_code="OK",grpc_method="AddTarget",grpc_service="pulse.v1.HealthChecker",grpc_type="unary"} 1`,
+		`grpc_server_handling_seconds_bucket{grpc_method="AddTarget"`,
+		`pulse_probes_total{kind="http",result="fail"} `,
+		`pulse_probe_duration_seconds_bucket{kind="http",result="pass",le="0.005"} `,
+		`pulse_target_last_latency_seconds{group="edge",target="web-1"} `,
+		"go_goroutines ",
+		"process_cpu_seconds_total ",
+	} {
+		if !strings.Contains(body, s) {
+			t.Errorf("/metrics lacks %s", s)
+		}
+	}
+
+	var page struct {
+		Targets []struct{ Name, State, Streak, LastError string }
+	}
+	_, body = httpGet(t, base+"/api/targets?q=web")
+	if err := json.Unmarshal([]byte(body), &page); err != nil {
+		t.Fatalf("/api/targets: %v\n%s", err, body)
+	}
+	if len(page.Targets) != 1 || page.Targets[0].State != "unhealthy" || page.Targets[0].LastError != "status 503" {
+		t.Errorf("/api/targets: %s", body)
+	}
+
+	// A status-page feed is open when pulsed is told to stop: it ends
+	// with the checker and shutdown stays within its bound.
+	resp, err := http.Get(base + "/events?names=web-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	feed := bufio.NewReader(resp.Body)
+	if line, err := feed.ReadString('\n'); err != nil || line != "retry: 2000\n" {
+		t.Fatalf("the feed began %q, %v", line, err)
+	}
+	start := time.Now()
+	p.stop(t)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("pulsed took %v to stop with a feed open; the bound is 5s", d)
+	}
+	if rest, _ := io.ReadAll(feed); !bytes.Contains(rest, []byte("event: end\n")) {
+		t.Errorf("the feed did not end with an end event:\n%s", rest)
+	}
+
+	// One JSON line for the fall, with its attributes; no line per failed
+	// probe at the default level.
+	var fall map[string]any
+	for _, line := range strings.Split(p.logs.String(), "\n") {
+		var l map[string]any
+		if json.Unmarshal([]byte(line), &l) != nil {
+			continue
+		}
+		switch l["msg"] {
+		case "web-1: healthy -> unhealthy":
+			fall = l
+		case "probe failed":
+			t.Errorf("a failed probe was logged at info: %s", line)
+		}
+	}
+	if fall == nil {
+		t.Fatalf("no JSON line for web-1's fall:\n%s", p.logs.String())
+	}
+	rev, _ := fall["revision"].(float64)
+	got := fmt.Sprintf("level=%v component=%v target=%v group=%v from=%v to=%v error=%v", fall["level"], fall["component"], fall["target"], fall["group"], fall["from"], fall["to"], fall["error"])
+	if want := "level=INFO component=checker target=web-1 group=edge from=healthy to=unhealthy error=status 503"; got != want || rev <= 0 {
+		t.Errorf("the fall's line has %s revision=%v, want %s and a revision", got, fall["revision"], want)
+	}
+}
+
+func TestHTTPFlags(t *testing.T) {
+	var stderr bytes.Buffer
+	cfg, err := parseFlags(nil, &stderr)
+	if err != nil || cfg.httpListen != "127.0.0.1:9090" || !cfg.metricsPerTarget {
+		t.Errorf("defaults: -http-listen %q -metrics-per-target %v, %v", cfg.httpListen, cfg.metricsPerTarget, err)
+	}
+	cfg, err = parseFlags([]string{"-http-listen", "", "-metrics-per-target=false"}, &stderr)
+	if err != nil || cfg.httpListen != "" || cfg.metricsPerTarget {
+		t.Errorf("-http-listen '' -metrics-per-target=false: %q %v, %v", cfg.httpListen, cfg.metricsPerTarget, err)
+	}
+}

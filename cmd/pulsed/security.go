@@ -1,0 +1,151 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	"pulse/checker/probe"
+	"pulse/server"
+)
+
+// securityFlags are pulsed's TLS, auth and resource-limit flags.
+type securityFlags struct {
+	tlsCert, tlsKey, clientCA string
+	tokenFile                 string
+	insecure                  bool
+
+	allowTargets, denyTargets cidrList
+
+	maxTargets, maxTargetsPerGroup, maxWatchers int
+	maxStreams                                  uint
+	maxRequestBytes                             int
+	rateLimit                                   float64
+	rateBurst                                   int
+}
+
+func (f *securityFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "PEM `file` of the API's TLS certificate (with -tls-key)")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "PEM `file` of the API's TLS key")
+	fs.StringVar(&f.clientCA, "client-ca", "", "PEM `file` of CAs: clients must present a certificate they signed (mutual TLS; needs -tls-cert)")
+	fs.StringVar(&f.tokenFile, "token-file", "", "`file` of bearer tokens with their roles (read or write); every pulse.v1 call then needs one (see the README)")
+	fs.BoolVar(&f.insecure, "insecure", false, "allow -listen on a non-loopback address without TLS or tokens")
+	fs.Var(&f.allowTargets, "allow-targets", "comma-separated CIDRs or addresses probes may reach; empty: any address not denied")
+	fs.Var(&f.denyTargets, "deny-targets", fmt.Sprintf("comma-separated CIDRs or addresses probes must never reach, checked on the resolved address at every dial (default %s; -deny-targets= denies nothing)", denyDefault()))
+	fs.IntVar(&f.maxTargets, "max-targets", 100000, "most targets registered at once; 0: no limit")
+	fs.IntVar(&f.maxTargetsPerGroup, "max-targets-per-group", 10000, "most targets in one group; 0: no limit")
+	fs.IntVar(&f.maxWatchers, "max-watchers", 10000, "most WatchTransitions (and health Watch) streams at once; 0: no limit")
+	fs.UintVar(&f.maxStreams, "max-streams-per-conn", 1100, "most concurrent calls on one client connection (HTTP/2 MaxConcurrentStreams)")
+	fs.IntVar(&f.maxRequestBytes, "max-request-bytes", 1<<20, "largest request message accepted, in bytes")
+	fs.Float64Var(&f.rateLimit, "rate-limit", 200, "pulse.v1 calls per second allowed per client address; 0: no limit")
+	fs.IntVar(&f.rateBurst, "rate-burst", 400, "calls a client may make in a burst above -rate-limit")
+}
+
+// serverOptions turns the flags into the gRPC server's credentials, limits
+// and guards. It refuses a listener other machines can reach unless it has
+// TLS or tokens, or -insecure says so.
+func (f *securityFlags) serverOptions(listen string) (server.Options, error) {
+	var opts server.Options
+	switch {
+	case f.clientCA != "" && f.tlsCert == "":
+		return opts, errors.New("-client-ca needs -tls-cert and -tls-key")
+	case f.maxRequestBytes < 1024:
+		return opts, fmt.Errorf("-max-request-bytes must be at least 1024, got %d", f.maxRequestBytes)
+	case f.rateLimit < 0 || f.rateBurst < 1:
+		return opts, fmt.Errorf("-rate-limit must be >= 0 and -rate-burst >= 1, got %g and %d", f.rateLimit, f.rateBurst)
+	case f.maxStreams < 1:
+		return opts, errors.New("-max-streams-per-conn must be at least 1")
+	}
+	if f.tlsCert != "" || f.tlsKey != "" {
+		cfg, err := server.TLSConfig(f.tlsCert, f.tlsKey, f.clientCA)
+		if err != nil {
+			return opts, err
+		}
+		opts.ServerOptions = append(opts.ServerOptions, grpc.Creds(credentials.NewTLS(cfg)))
+	}
+	if f.tokenFile != "" {
+		t, err := server.LoadTokens(f.tokenFile)
+		if err != nil {
+			return opts, fmt.Errorf("-token-file: %w", err)
+		}
+		opts.Tokens = t
+	}
+	if !f.insecure && f.tlsCert == "" && opts.Tokens == nil && !isLoopback(listen) {
+		return opts, fmt.Errorf("-listen %s is reachable from other machines, but the API has neither TLS (-tls-cert) nor tokens (-token-file): add them, or pass -insecure to accept that", listen)
+	}
+	if f.rateLimit > 0 {
+		opts.RateLimit = server.NewRateLimit(f.rateLimit, f.rateBurst, nil)
+	}
+	opts.ServerOptions = append(opts.ServerOptions,
+		grpc.MaxConcurrentStreams(uint32(f.maxStreams)),
+		grpc.MaxRecvMsgSize(f.maxRequestBytes),
+		// Clients may ping at most every 10s; a ping flood gets GOAWAY.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// Find dead clients (and their streams) within a minute or so.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
+	)
+	return opts, nil
+}
+
+// isLoopback reports whether a listen address is reachable only from this
+// machine: a loopback IP or "localhost". An empty host listens everywhere.
+func isLoopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// egress returns the probes' egress policy.
+func (f *securityFlags) egress() (*probe.EgressPolicy, error) {
+	var deny []string // nil: the default deny list
+	if f.denyTargets.set {
+		deny = append([]string{}, f.denyTargets.list...)
+	}
+	p, err := probe.ParseEgressPolicy(f.allowTargets.list, deny)
+	if err != nil {
+		return nil, fmt.Errorf("-allow-targets/-deny-targets: %w", err)
+	}
+	return p, nil
+}
+
+func denyDefault() string {
+	var out []string
+	for _, p := range probe.DefaultDenyTargets() {
+		out = append(out, p.String())
+	}
+	return strings.Join(out, ",")
+}
+
+// cidrList is a comma-separated flag that remembers whether it was set, so
+// an explicitly empty list differs from the default.
+type cidrList struct {
+	list []string
+	set  bool
+}
+
+func (c *cidrList) String() string { return strings.Join(c.list, ",") }
+
+func (c *cidrList) Set(v string) error {
+	c.set = true
+	c.list = nil
+	for _, e := range strings.Split(v, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			c.list = append(c.list, e)
+		}
+	}
+	return nil
+}

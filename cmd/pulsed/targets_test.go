@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"pulse/checker"
+	"pulse/checker/probe"
+	pb "pulse/gen/pulse/v1"
+)
+
+func writeFile(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadTargets(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "targets.yaml")
+	writeFile(t, path, `
+targets:
+  - name: web-1
+    group: edge
+    http: {url: "http://127.0.0.1:8080/healthz", expected_status: [200, 204]}
+    interval: 1s
+    rise: 3
+  - name: db-1
+    tcp: {address: "127.0.0.1:5432"}
+    model: MODEL_THREE_STATE
+`)
+	specs, err := loadTargets(path, checker.StandardDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(specs) != 2 {
+		t.Fatalf("%d specs", len(specs))
+	}
+	web, db := specs[0], specs[1]
+	if web.Name != "web-1" || web.Group != "edge" || web.Interval != time.Second || web.Rise != 3 ||
+		web.Probe.HTTP == nil || !cmp.Equal(web.Probe.HTTP.ExpectedStatus, []int{200, 204}) || web.Source != checker.SourceFile {
+		t.Errorf("web-1: %+v", web)
+	}
+	if db.Probe.TCP.Address != "127.0.0.1:5432" || db.Model != checker.ModelThreeState {
+		t.Errorf("db-1: %+v", db)
+	}
+}
+
+func TestLoadTargetsErrorsNameTheLine(t *testing.T) {
+	for _, tt := range []struct{ body, want string }{
+		{"targets:\n  - name: a\n    tcp: {address: \"127.0.0.1:1\"}\n  - name: b\n    rise: 0\n    tcp: {address: \"127.0.0.1:1\"}\n", `:4: target "b": rise: must be at least 1, got 0`},
+		{"targets:\n  - name: a\n    tcp: {address: \"127.0.0.1:1\"}\n  - name: a\n    tcp: {address: \"127.0.0.1:2\"}\n", `:4: target "a" is already declared on line 2`},
+		{"targets:\n  - name: a\n    tpc: {address: \"127.0.0.1:1\"}\n", `:2: target: unknown field "tpc"`},
+		{"targets:\n  - name: a\n    http: {url: \"ftp://x\"}\n", `:2: target "a": http.url:`},
+		{"tragets: []\n", `:1: unknown key "tragets"`},
+		{"targets: {name: a}\n", `:1: targets must be a list`},
+		{"targets:\n  - name: [\n", `yaml:`},
+	} {
+		path := filepath.Join(t.TempDir(), "targets.yaml")
+		writeFile(t, path, tt.body)
+		_, err := loadTargets(path, checker.StandardDefaults())
+		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.HasPrefix(err.Error(), path) {
+			t.Errorf("%q: error %v, want one naming %s and containing %q", tt.body, err, path, tt.want)
+		}
+	}
+}
+
+func TestApplyTargetsOwnsOnlyFileTargets(t *testing.T) {
+	c, err := checker.New(checker.Config{NewProber: func(probe.Spec) (checker.Prober, error) { return nopProber{}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	logger := slog.New(slog.DiscardHandler)
+	tcp := func(name string) checker.Spec {
+		s := checker.Spec{Name: name, Source: checker.SourceFile}
+		s.Probe.TCP = &probe.TCPSpec{Address: "127.0.0.1:1"}
+		return s
+	}
+	if err := applyTargets(c, []checker.Spec{tcp("a"), tcp("b")}, logger); err != nil {
+		t.Fatal(err)
+	}
+	api := tcp("api")
+	api.Source = ""
+	c.Add(api)
+	changed := tcp("b")
+	changed.Rise = 5
+	if err := applyTargets(c, []checker.Spec{changed}, logger); err != nil {
+		t.Fatal(err)
+	}
+	list, _ := c.List("")
+	var got []string
+	for _, st := range list {
+		got = append(got, st.Spec.Name+":"+st.Spec.Source)
+	}
+	if diff := cmp.Diff([]string{"api:", "b:file"}, got); diff != "" {
+		t.Errorf("after the reload (-want +got):\n%s", diff)
+	}
+	if st, _ := c.Status("b"); st.Spec.Rise != 5 {
+		t.Errorf("b's rise %d, want 5", st.Spec.Rise)
+	}
+}
+
+// pulsed -targets loads the file at start and again on SIGHUP; a file with
+// errors changes nothing and the log names the line.
+func TestTargetsFileAndSIGHUP(t *testing.T) {
+	bin := buildPulsed(t)
+	path := filepath.Join(t.TempDir(), "targets.yaml")
+	writeFile(t, path, "targets:\n  - name: a\n    tcp: {address: \"127.0.0.1:9\"}\n  - name: b\n    tcp: {address: \"127.0.0.1:9\"}\n")
+	p := startPulsed(t, bin, "-targets", path)
+	client := dial(t, p.addr)
+	names := func() []string {
+		list, err := client.ListTargets(t.Context(), &pb.ListTargetsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, st := range list.GetTargets() {
+			out = append(out, st.GetSpec().GetName()+":"+st.GetSource())
+		}
+		return out
+	}
+	if diff := cmp.Diff([]string{"a:file", "b:file"}, names()); diff != "" {
+		t.Fatalf("at start (-want +got):\n%s", diff)
+	}
+	if _, err := client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: &pb.Target{Name: "api", Probe: &pb.Target_Tcp{Tcp: &pb.TcpProbe{Address: "127.0.0.1:9"}}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	writeFile(t, path, "targets:\n  - name: b\n    tcp: {address: \"127.0.0.1:9\"}\n  - name: c\n    tcp: {address: \"127.0.0.1:9\"}\n")
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	eventually(t, "the reload", func() bool { return cmp.Equal(names(), []string{"api:api", "b:file", "c:file"}) })
+
+	writeFile(t, path, "targets:\n  - name: d\n    tcp: {address: \"127.0.0.1:9\"}\n  - name: e\n    fall: -1\n    tcp: {address: \"127.0.0.1:9\"}\n")
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	eventually(t, "the bad file's log line", func() bool {
+		return strings.Contains(p.logs.String(), `targets file not applied: nothing changed`) && strings.Contains(p.logs.String(), `targets.yaml:4: target \"e\": fall: must be at least 1, got -1`)
+	})
+	if diff := cmp.Diff([]string{"api:api", "b:file", "c:file"}, names()); diff != "" {
+		t.Errorf("a bad file changed targets (-want +got):\n%s", diff)
+	}
+	p.stop(t)
+}
+
+type nopProber struct{}
+
+func (nopProber) Probe(context.Context) error { return nil }
