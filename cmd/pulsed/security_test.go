@@ -1,12 +1,21 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "pulse/gen/pulse/v1"
 )
 
 func TestIsLoopback(t *testing.T) {
@@ -107,6 +116,73 @@ func TestEgressPolicyRefusesDeniedTargets(t *testing.T) {
 	out, err = goTool(t, "grpcurl", "-plaintext", "-d", `{"target": {"name": "meta", "http": {"url": "http://[::ffff:169.254.169.254]/"}}}`, p.addr, "pulse.v1.HealthChecker/AddTarget")
 	if err == nil || !strings.Contains(out, "is denied by egress policy (deny 169.254.0.0/16)") {
 		t.Errorf("AddTarget of the metadata address, mapped, by default: %v\n%s", err, out)
+	}
+	p.stop(t)
+}
+
+// The transport limits of the real pulsed: an oversized request is refused
+// with RESOURCE_EXHAUSTED, calls past -max-streams-per-conn wait for a free
+// stream (HTTP/2 queues them; they are never served concurrently), and a
+// ping flood is answered with GOAWAY (ENHANCE_YOUR_CALM, "too_many_pings").
+func TestTransportLimits(t *testing.T) {
+	bin := buildPulsed(t)
+	p := startPulsed(t, bin, "-max-request-bytes", "2048", "-max-streams-per-conn", "2", "-rate-limit", "0")
+	client := dial(t, p.addr)
+
+	big := tcpTarget("big")
+	big.Probe = &pb.Target_Http{Http: &pb.HttpProbe{Url: "http://127.0.0.1:9/", Headers: map[string]string{"X-Pad": strings.Repeat("x", 4096)}}}
+	_, err := client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: big})
+	if st := status.Convert(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "larger than max") {
+		t.Errorf("an oversized AddTarget: %v", err)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	for range 2 { // two streams use up the connection's limit
+		w, err := client.WatchTransitions(ctx, &pb.WatchTransitionsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	short, cancelShort := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancelShort()
+	if _, err := client.Healthy(short, &pb.HealthyRequest{}); status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("a third call on a connection with 2 streams open: %v, want it to wait (DeadlineExceeded)", err)
+	}
+	cancel() // frees the streams
+
+	conn, err := net.Dial("tcp", p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(20 * time.Second))
+	io.WriteString(conn, http2.ClientPreface)
+	fr := http2.NewFramer(conn, conn)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for i := range 50 { // far faster than one ping every 10s
+			if fr.WritePing(false, [8]byte{byte(i)}) != nil {
+				return
+			}
+		}
+	}()
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("no GOAWAY after a ping flood: %v", err)
+		}
+		if ga, ok := f.(*http2.GoAwayFrame); ok {
+			if ga.ErrCode != http2.ErrCodeEnhanceYourCalm || !strings.Contains(string(ga.DebugData()), "too_many_pings") {
+				t.Errorf("GOAWAY %v %q, want ENHANCE_YOUR_CALM too_many_pings", ga.ErrCode, ga.DebugData())
+			}
+			break
+		}
 	}
 	p.stop(t)
 }
