@@ -27,12 +27,15 @@ func TestScheduleHungTargetDoesNotDelayOthers(t *testing.T) {
 	e.c.Start()
 
 	// Every step moves one interval: both targets fall due exactly once per
-	// step, whatever their first offset.
-	for step := 1; step <= 10; step++ {
-		e.clock.Advance(time.Second)
-		waitFor(t, fmt.Sprintf("ok's probe %d", step), func() bool { return e.probes.callCount("ok") >= step })
-		if n := e.probes.callCount("ok"); n != step {
-			t.Fatalf("after %d intervals ok was probed %d times", step, n)
+	// step, whatever their first offset. Each step waits for the checker to
+	// be at rest (hung's probe started too): a probe that starts only after
+	// the clock jumped on would be a whole interval late, which the checker
+	// takes for overload.
+	for i := 1; i <= 10; i++ {
+		step(t, e, time.Second)
+		waitFor(t, fmt.Sprintf("ok's probe %d", i), func() bool { return applied(e, "ok") >= i })
+		if n := applied(e, "ok"); n != i {
+			t.Fatalf("after %d intervals ok was probed %d times", i, n)
 		}
 	}
 	if n := e.probes.callCount("hung"); n < 4 || n > 10 {
@@ -76,6 +79,16 @@ func TestScheduleAtMostOneProbeInFlightPerTarget(t *testing.T) {
 	if got := e.probes.maxActive("slow"); got != 1 {
 		t.Errorf("%d probes in flight at once, want 1", got)
 	}
+}
+
+// applied returns how many of name's probe results were applied, or -1
+// while a probe that started has not been applied yet.
+func applied(e *testEnv, name string) int {
+	st, err := e.c.Status(name)
+	if err != nil || st.Probing || int(st.ActiveResults) != e.probes.callCount(name) {
+		return -1
+	}
+	return int(st.ActiveResults)
 }
 
 // At most MaxConcurrentProbes probes run at once; the rest wait for a slot.
@@ -123,7 +136,9 @@ func TestScheduleFollowsAddAndRemove(t *testing.T) {
 	e.probes.set("b", pass)
 	for step := 1; step <= 3; step++ {
 		e.clock.Advance(time.Second)
-		waitFor(t, "b's probe", func() bool { return e.probes.callCount("b") == step })
+		// Applied, not only started: a target whose result is still on its
+		// way when the clock moves on skips that slot.
+		waitFor(t, "b's probe", func() bool { return applied(e, "b") == step })
 	}
 	if n := e.probes.callCount("a"); n != 1 {
 		t.Errorf("a was probed %d times after its removal", n-1)

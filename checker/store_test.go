@@ -114,6 +114,7 @@ func TestStoreAddAndRemoveAreStoredBeforeTheyReturn(t *testing.T) {
 	}
 
 	st.failSpec = errors.New("disk full")
+	e.c.List("") // a's removal is published: the watcher starts after it
 	w := watchNow(t, e.c, checker.Filter{})
 	if _, _, err := e.c.Add(spec("b")); !errors.Is(err, checker.ErrStore) {
 		t.Errorf("Add with a failing store: %v, want ErrStore", err)
