@@ -23,7 +23,7 @@ type checkerSource struct {
 // --healthy-after probes before it gets traffic (seed 000: prove yourself
 // first), so for about that long after start pulse-lb answers 503.
 func newCheckerSource(cfg config, logger *slog.Logger) (*checkerSource, error) {
-	c, err := checker.New(checker.Config{Defaults: cfg.defaults(), Logger: logger})
+	c, err := checker.New(checker.Config{Defaults: cfg.defaults(), Logger: logger, MaxUnhealthyFraction: cfg.panicFrac})
 	if err != nil {
 		return nil, err
 	}

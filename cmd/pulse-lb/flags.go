@@ -30,6 +30,7 @@ type config struct {
 	pulse       string     // pulsed's address; empty means the embedded checker
 	pulseConn   dial.Flags // TLS, mutual TLS and token for --pulse
 	group       string
+	panicFrac   float64 // the group's max_unhealthy_fraction
 	idleTimeout time.Duration
 
 	responseTimeout time.Duration
@@ -92,6 +93,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.healthyAfter, "healthy-after", 2, "consecutive passing probes that put a backend back in rotation")
 	fs.StringVar(&cfg.pulse, "pulse", "", "`address` (host:port) of a pulsed to take health from (plaintext unless -tls, -tls-ca or -tls-cert); empty runs an embedded checker")
 	cfg.pulseConn.Register(fs)
+	fs.Float64Var(&cfg.panicFrac, "max-unhealthy-fraction", 1, "panic threshold of the backends' group: at most this fraction of backends is taken out at once (the rest stay in rotation, Envoy-style); 1 takes out every failing backend and answers 503 when all are down (seed 004)")
 	fs.StringVar(&cfg.group, "group", "pulse-lb", "with --pulse: the `group` the backends are registered in and watched by")
 	fs.DurationVar(&cfg.idleTimeout, "pulse-idle-timeout", 90*time.Second, "with --pulse: reconnect when the watch stream has been silent this long (pulsed sends a progress event every -watch-progress, 30s by default); 0 never does")
 	fs.DurationVar(&cfg.responseTimeout, "response-timeout", 30*time.Second, "how long to wait for a backend's response headers before answering 502")
@@ -130,6 +132,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, usageErrorf("--healthy-after must be at least 1, got %d", cfg.healthyAfter)
 	case !strings.HasPrefix(cfg.healthPath, "/"):
 		return cfg, usageErrorf("--health-path must start with /, got %q", cfg.healthPath)
+	case cfg.panicFrac <= 0 || cfg.panicFrac > 1:
+		return cfg, usageErrorf("--max-unhealthy-fraction must be in (0, 1], got %g", cfg.panicFrac)
 	case cfg.idleTimeout < 0:
 		return cfg, usageErrorf("--pulse-idle-timeout must not be negative, got %v", cfg.idleTimeout)
 	case cfg.responseTimeout <= 0:

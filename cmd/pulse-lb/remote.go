@@ -246,6 +246,14 @@ func (f *follower) register(ctx context.Context) error {
 	if created > 0 {
 		f.logger.Info("registered backends with pulsed", "pulse", f.cfg.pulse, "group", f.cfg.group, "created", created)
 	}
+	// pulsed's default panic threshold keeps half of a failing group in
+	// rotation; pulse-lb's own default takes out every failing backend.
+	if _, err := f.client.SetGroupPolicy(ctx, &pb.SetGroupPolicyRequest{
+		Group:  f.cfg.group,
+		Policy: &pb.GroupPolicy{MaxUnhealthyFraction: proto.Float64(f.cfg.panicFrac)},
+	}); err != nil {
+		return fmt.Errorf("setting the group's panic threshold: %w", err)
+	}
 	return nil
 }
 

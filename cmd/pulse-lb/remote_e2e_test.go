@@ -244,7 +244,7 @@ func startPulsed(t *testing.T, bin string, args ...string) *pulsed {
 	// The scenario stops every backend and wants a 503, as embedded mode
 	// gives: pulsed's panic threshold (0.5 by default) would hold half of
 	// them routable, so it is off here.
-	p.cmd = exec.Command(bin, append([]string{"-listen", "127.0.0.1:0", "-http-listen", "", "-watch-progress", "100ms", "-watch-history", "8", "-max-unhealthy-fraction", "1"}, args...)...)
+	p.cmd = exec.Command(bin, append([]string{"-listen", "127.0.0.1:0", "-http-listen", "", "-watch-progress", "100ms", "-watch-history", "8"}, args...)...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

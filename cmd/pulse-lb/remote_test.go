@@ -27,7 +27,8 @@ type fakePulse struct {
 	failAdds int // AddTarget calls still to fail with UNAVAILABLE
 	targets  map[string]*pb.Target
 	adds     []*pb.Target
-	starts   []uint64 // start_revision of each watch
+	starts   []uint64  // start_revision of each watch
+	policies []float64 // max_unhealthy_fraction of each SetGroupPolicy
 	scripts  []watchScript
 }
 
@@ -59,6 +60,13 @@ func (f *fakePulse) AddTarget(_ context.Context, req *pb.AddTargetRequest) (*pb.
 	_, had := f.targets[req.GetTarget().GetName()]
 	f.targets[req.GetTarget().GetName()] = req.GetTarget()
 	return &pb.AddTargetResponse{Created: !had}, nil
+}
+
+func (f *fakePulse) SetGroupPolicy(_ context.Context, req *pb.SetGroupPolicyRequest) (*pb.SetGroupPolicyResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.policies = append(f.policies, req.GetPolicy().GetMaxUnhealthyFraction())
+	return &pb.SetGroupPolicyResponse{Group: &pb.GroupStatus{Group: req.GetGroup(), Policy: req.GetPolicy()}}, nil
 }
 
 func (f *fakePulse) WatchTransitions(req *pb.WatchTransitionsRequest, stream grpc.ServerStreamingServer[pb.WatchTransitionsResponse]) error {
@@ -110,7 +118,7 @@ func startFake(t *testing.T, f *fakePulse, idle time.Duration) (*follower, *logS
 	}
 	t.Cleanup(func() { conn.Close() })
 	logs := newLogSink()
-	cfg := config{group: "lb", healthInterval: time.Second, healthTimeout: time.Second, healthyAfter: 2, unhealthyAfter: 3, pulse: lis.Addr().String()}
+	cfg := config{group: "lb", healthInterval: time.Second, healthTimeout: time.Second, healthyAfter: 2, unhealthyAfter: 3, pulse: lis.Addr().String(), panicFrac: 1}
 	for _, name := range []string{"a", "b"} {
 		u := &url.URL{Scheme: "http", Host: name + ".test"}
 		cfg.backends = append(cfg.backends, backendConfig{name: name, url: u, healthURL: u.String() + "/healthz"})
@@ -215,6 +223,12 @@ func TestFollowerReconnects(t *testing.T) {
 	adds := f.added()
 	if got := len(adds); got != 10 {
 		t.Errorf("%d AddTarget calls, want 10 (2 before each of 5 watches)", got)
+	}
+	f.mu.Lock()
+	policies := slices.Clone(f.policies)
+	f.mu.Unlock()
+	if len(policies) != 5 || slices.ContainsFunc(policies, func(p float64) bool { return p != 1 }) {
+		t.Errorf("SetGroupPolicy fractions %v, want 1 before each of 5 watches (seed 004: all down is 503)", policies)
 	}
 	for _, a := range adds {
 		if a.GetGroup() != "lb" || a.GetHttp().GetUrl() != "http://"+a.GetName()+".test/healthz" || a.GetRise() != 2 || a.GetFall() != 3 ||
