@@ -222,6 +222,9 @@ type Checker struct {
 	sem       chan struct{} // bounds probes in flight
 	wake      chan struct{} // tells the scheduler the schedule changed
 
+	scheduled     chan struct{} // closed after the scheduler's first pass
+	scheduledOnce sync.Once
+
 	ctx       context.Context // ends when Close is called
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup // the scheduler and its probes
@@ -299,6 +302,7 @@ func New(cfg Config) (*Checker, error) {
 		pools:     make(map[string]*pool),
 		overload:  cfg.Overload,
 		wake:      make(chan struct{}, 1),
+		scheduled: make(chan struct{}),
 		targets:   make(map[string]*target),
 		watchers:  make(map[string]map[*Watcher]struct{}),
 		rev:       cfg.StartRevision,

@@ -29,6 +29,11 @@ func (c *Checker) Start() {
 	})
 }
 
+// Scheduled is closed once the scheduler has made its first pass over the
+// registry: every target loaded or registered before Start has its first
+// probe scheduled. Readiness checks wait for it.
+func (c *Checker) Scheduled() <-chan struct{} { return c.scheduled }
+
 func (c *Checker) schedule() {
 	for {
 		now := c.clock.Now()
@@ -43,6 +48,7 @@ func (c *Checker) schedule() {
 		for _, j := range jobs {
 			c.wg.Go(func() { c.runJob(j) })
 		}
+		c.scheduledOnce.Do(func() { close(c.scheduled) })
 
 		var (
 			timer Timer

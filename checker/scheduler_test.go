@@ -144,3 +144,22 @@ func TestScheduleFollowsAddAndRemove(t *testing.T) {
 		t.Errorf("a was probed %d times after its removal", n-1)
 	}
 }
+
+func TestScheduledAfterTheFirstPass(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	e.add(t, spec("a"))
+	select {
+	case <-e.c.Scheduled():
+		t.Fatal("Scheduled before Start")
+	default:
+	}
+	e.c.Start()
+	waitFor(t, "the first pass", func() bool {
+		select {
+		case <-e.c.Scheduled():
+			return true
+		default:
+			return false
+		}
+	})
+}

@@ -244,7 +244,13 @@ func run(args []string, stderr io.Writer) error {
 	defer stop()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- gs.Serve(lis) }()
-	obs.setReady(nil)
+	// Ready once the store is open (above) and the scheduler has made its
+	// first pass.
+	select {
+	case <-c.Scheduled():
+		obs.setReady(nil)
+	case <-ctx.Done():
+	}
 
 wait:
 	for {
