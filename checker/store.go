@@ -1,9 +1,13 @@
 package checker
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"pulse/checker/probe"
 )
 
 // Store keeps the registry across restarts. The checker owns the contract;
@@ -78,12 +82,22 @@ func (c *Checker) load() (uint64, error) {
 	}
 	for _, st := range targets {
 		spec := st.Spec.WithDefaults(c.defaults)
-		if err := spec.Validate(); err != nil {
-			return 0, fmt.Errorf("stored target %q: %w", st.Spec.Name, err)
+		var p Prober
+		err := spec.Validate()
+		if err == nil {
+			p, err = c.newProber(spec.Probe)
 		}
-		p, err := c.newProber(spec.Probe)
 		if err != nil {
-			return 0, fmt.Errorf("stored target %q: %w", st.Spec.Name, err)
+			// A probe that today's rules refuse (a stricter egress policy,
+			// say) must not keep pulsed from starting, nor be dropped
+			// silently: the target stays, failing every probe with the
+			// reason, until it is fixed or removed through the API. Any
+			// other invalid field would break scheduling: refuse to start.
+			if !isProbeField(err) {
+				return 0, fmt.Errorf("stored target %q: %w", st.Spec.Name, err)
+			}
+			c.logger.Warn("stored target's probe is refused; it will fail until fixed or removed", "target", st.Spec.Name, "error", err)
+			p = refusedProber{err}
 		}
 		state := st.State
 		if state == StateUnknown {
@@ -218,4 +232,27 @@ func (c *Checker) waitPublished(rev uint64) {
 			return
 		}
 	}
+}
+
+// isProbeField reports whether err is a FieldError about the probe spec.
+func isProbeField(err error) bool {
+	var fe *FieldError
+	if !errors.As(err, &fe) {
+		var pe *probe.FieldError
+		return errors.As(err, &pe)
+	}
+	for _, prefix := range []string{"http.", "tcp.", "grpc.", "probe"} {
+		if strings.HasPrefix(fe.Field, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// refusedProber stands for a stored target whose probe today's rules
+// refuse: every probe fails with the reason.
+type refusedProber struct{ err error }
+
+func (r refusedProber) Probe(context.Context) error {
+	return fmt.Errorf("refused since the restart: %w", r.err)
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"pulse/checker"
+	"pulse/checker/fakeclock"
+	"pulse/checker/probe"
 )
 
 // memStore is a checker.Store in memory whose writes can fail or wait.
@@ -260,5 +262,41 @@ func TestStoreRestartWithoutFlips(t *testing.T) {
 	e2.c.List("")
 	if got := kinds(next(t, w)); !slices.Equal(got, []string{"removed b"}) {
 		t.Errorf("events after the restart %v", got)
+	}
+}
+
+// A stored target whose probe today's rules refuse (e.g. a stricter egress
+// policy) does not keep the checker from starting: it stays, failing every
+// probe with the reason, and can be removed.
+func TestStoredTargetRefusedByTodaysRulesStaysAndFails(t *testing.T) {
+	st := newMemStore()
+	e := storeEnv(t, st, checker.Config{})
+	e.add(t, spec("meta"))
+	e.add(t, spec("ok"))
+	e.c.Close()
+
+	clock := fakeclock.New(epoch)
+	fp := newFakeProbers(clock)
+	c, err := checker.New(checker.Config{
+		Store: st, Clock: clock,
+		Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1},
+		NewProber: func(s probe.Spec) (checker.Prober, error) {
+			if s.TCP != nil && s.TCP.Address == "meta:80" {
+				return nil, &probe.FieldError{Field: "tcp.address", Reason: "meta is denied by egress policy"}
+			}
+			return fp.New(s)
+		},
+	})
+	if err != nil {
+		t.Fatalf("New with a refused stored target: %v", err)
+	}
+	defer c.Close()
+	c.RunRound(t.Context())
+	got, err := c.Status("meta")
+	if err != nil || got.LastResult == nil || got.LastResult.Err != "refused since the restart: tcp.address: meta is denied by egress policy" {
+		t.Errorf("the refused target: %+v %v", got.LastResult, err)
+	}
+	if ok, err := c.Remove("meta"); !ok || err != nil {
+		t.Errorf("Remove of the refused target: %v %v", ok, err)
 	}
 }
