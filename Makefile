@@ -62,3 +62,7 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 .PHONY: bench
 bench: ## run the benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+.PHONY: bench-harness
+bench-harness: ## measure pulsed beside HAProxy at 1k-100k targets (installs Debian's haproxy when missing; POINTS=1000@1s,10000@1s)
+	GO=$(GO) scripts/bench $(ARGS)

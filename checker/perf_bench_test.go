@@ -1,0 +1,375 @@
+package checker_test
+
+// Micro-benchmarks of the paths every probe pays for (issue 10, acceptance
+// 4). They assert nothing about time; compare them between commits with
+// benchstat (see BENCHMARKS.md):
+//
+//	go test -run '^$' -bench 'Perf' -benchmem -count 10 ./checker/ > new.txt
+//	go run golang.org/x/perf/cmd/benchstat@latest old.txt new.txt
+//
+// The fakes here are self-contained: a prober that answers at once from an
+// atomic outcome, so the numbers are the checker's own cost.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"pulse/checker"
+	"pulse/checker/fakeclock"
+	"pulse/checker/probe"
+)
+
+// perfProber passes or fails at once, as its shared switch says, and counts
+// its calls.
+type perfProber struct {
+	fail  *atomic.Bool
+	calls *atomic.Int64
+}
+
+func (p perfProber) Probe(context.Context) error {
+	p.calls.Add(1)
+	if p.fail.Load() {
+		return errPerfFail
+	}
+	return nil
+}
+
+var errPerfFail = errors.New("status 503")
+
+// perfFleet is a checker with n fake targets named t00000, t00001, ...
+type perfFleet struct {
+	c     *checker.Checker
+	fail  atomic.Bool
+	calls atomic.Int64
+	names []string
+}
+
+func newPerfFleet(b *testing.B, n int, cfg checker.Config, s checker.Spec) *perfFleet {
+	b.Helper()
+	f := &perfFleet{}
+	cfg.NewProber = func(probe.Spec) (checker.Prober, error) {
+		return perfProber{fail: &f.fail, calls: &f.calls}, nil
+	}
+	c, err := checker.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f.c = c
+	b.Cleanup(func() { c.Close() })
+	for i := range n {
+		s.Name = fmt.Sprintf("t%05d", i)
+		s.Probe = probe.Spec{TCP: &probe.TCPSpec{Address: fmt.Sprintf("127.0.0.1:%d", 10000+i)}}
+		if _, _, err := c.Add(s); err != nil {
+			b.Fatal(err)
+		}
+		f.names = append(f.names, s.Name)
+	}
+	return f
+}
+
+// BenchmarkPerfMachineObserve: one result through the pure state machine.
+// "steady" never changes state; "transition" changes state on every result
+// (rise = fall = 1, alternating results).
+func BenchmarkPerfMachineObserve(b *testing.B) {
+	b.Run("rise_fall/steady", func(b *testing.B) {
+		m := checker.Machine{Rise: 2, Fall: 3, State: checker.StateHealthy}
+		b.ReportAllocs()
+		for b.Loop() {
+			m.Observe(true)
+		}
+	})
+	b.Run("rise_fall/transition", func(b *testing.B) {
+		m := checker.Machine{Rise: 1, Fall: 1, State: checker.StateHealthy}
+		b.ReportAllocs()
+		pass := false
+		for b.Loop() {
+			m.Observe(pass)
+			pass = !pass
+		}
+	})
+	b.Run("three_state/transition", func(b *testing.B) {
+		m := checker.Machine{Model: checker.ModelThreeState, Rise: 1, Fall: 1, State: checker.StateHealthy}
+		b.ReportAllocs()
+		pass := false
+		for b.Loop() {
+			m.Observe(pass)
+			pass = !pass
+		}
+	})
+}
+
+// BenchmarkPerfRunRound10k: one RunRound over 10,000 fake targets that all
+// pass (steady state: no transitions), with the real clock, so each probe
+// pays for its real context.WithTimeout. ns/op is the whole round; divide by
+// 10,000 for the checker's cost per probe (the "ns/probe" metric).
+func BenchmarkPerfRunRound10k(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		flip bool // every target changes state every round (rise = fall = 1)
+	}{
+		{name: "steady"},
+		{name: "all-transition", flip: true},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			const n = 10000
+			s := checker.Spec{Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 3, InitialState: checker.StateHealthy}
+			if tc.flip {
+				s.Rise, s.Fall = 1, 1
+			}
+			f := newPerfFleet(b, n, checker.Config{MaxUnhealthyFraction: 1, HistorySize: 4 * n}, s)
+			w, err := f.c.Watch(checker.Filter{}, f.c.Revision())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer w.Close()
+			f.c.RunRound(b.Context()) // warm: every target has a result
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if tc.flip {
+					f.fail.Store(!f.fail.Load())
+				}
+				f.c.RunRound(b.Context())
+				if _, err := w.Next(1 << 30); err != nil { // keep the watcher within the history
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/probe")
+		})
+	}
+}
+
+// BenchmarkPerfScheduleRound10k: one round of the real scheduler (Start)
+// over 10,000 fake targets at a 1s interval, driven by the fake clock: each
+// op advances the clock one interval, which makes every target due once, and
+// waits until all 10,000 probes ran and their results were applied (a
+// List of the 10,000 statuses confirms it, and is part of the op: compare
+// with BenchmarkPerfList10k from the same run).
+func BenchmarkPerfScheduleRound10k(b *testing.B) {
+	const n = 10000
+	clock := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	s := checker.Spec{Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 3, InitialState: checker.StateHealthy}
+	f := newPerfFleet(b, n, checker.Config{Clock: clock, MaxUnhealthyFraction: 1}, s)
+	f.c.Start()
+	var want int64
+	round := func() {
+		want += n
+		waitPerf(b, "the scheduler's timer", func() bool { return clock.Waiters() == 1 })
+		clock.Advance(time.Second)
+		waitPerf(b, "the round's probes", func() bool { return f.calls.Load() >= want })
+		waitPerf(b, "the round's results", func() bool {
+			list, _ := f.c.List("")
+			for _, st := range list {
+				if st.Probing {
+					return false
+				}
+			}
+			return true
+		})
+		if got := f.calls.Load(); got != want {
+			b.Fatalf("%d probes after the round, want %d: a slot was skipped", got, want)
+		}
+	}
+	round() // warm
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		round()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/probe")
+}
+
+// BenchmarkPerfList10k is the cost of List over 10,000 targets, which
+// BenchmarkPerfScheduleRound10k includes once per op.
+func BenchmarkPerfList10k(b *testing.B) {
+	s := checker.Spec{Interval: time.Second, Timeout: time.Second, InitialState: checker.StateHealthy}
+	f := newPerfFleet(b, 10000, checker.Config{}, s)
+	b.ReportAllocs()
+	for b.Loop() {
+		f.c.List("")
+	}
+}
+
+// waitPerf polls cond, without a deadline of its own: a benchmark that
+// never gets there is stopped by go test's -timeout.
+func waitPerf(b *testing.B, what string, cond func() bool) {
+	b.Helper()
+	for i := 0; !cond(); i++ {
+		if i > 0 && i%1_000_000 == 0 {
+			b.Logf("still waiting for %s", what)
+		}
+		if i > 100 {
+			time.Sleep(10 * time.Microsecond)
+		}
+	}
+}
+
+// BenchmarkPerfPublishTo1000Watchers: one transition (a one-target RunRound
+// that flips it) published to 1,000 watchers that all match it.
+// "signal" only publishes: the watchers are woken, and read in bulk every
+// 1,000 ops with the timer stopped, so the op is the producer's cost. "delivered" also has every
+// watcher take the event with Next, as 1,000 WatchTransitions streams
+// would, before the op ends: the cost of getting one transition to every
+// subscriber, without gRPC.
+func BenchmarkPerfPublishTo1000Watchers(b *testing.B) {
+	const watchers = 1000
+	for _, delivered := range []bool{false, true} {
+		name := "signal"
+		if delivered {
+			name = "delivered"
+		}
+		b.Run(name, func(b *testing.B) {
+			s := checker.Spec{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1, InitialState: checker.StateHealthy}
+			f := newPerfFleet(b, 1, checker.Config{MaxUnhealthyFraction: 1, HistorySize: 10000}, s)
+			ws := make([]*checker.Watcher, watchers)
+			for i := range ws {
+				w, err := f.c.Watch(checker.Filter{}, f.c.Revision())
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer w.Close()
+				ws[i] = w
+			}
+			drain := func() {
+				for _, w := range ws {
+					<-w.Ready()
+					evs, err := w.Next(1 << 20)
+					if err != nil || len(evs) == 0 {
+						b.Fatalf("watcher got %d events, %v", len(evs), err)
+					}
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			i := 0
+			for b.Loop() {
+				f.fail.Store(i%2 == 0)
+				if trs := f.c.RunRound(b.Context()); len(trs) != 1 {
+					b.Fatalf("round %d: %d transitions, want 1", i, len(trs))
+				}
+				i++
+				switch {
+				case delivered:
+					drain()
+				case i%1000 == 0: // keep the watchers within the history, off the clock
+					b.StopTimer()
+					drain()
+					b.StartTimer()
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPerfHTTPProbe: one real HTTP probe through probe.Factory against
+// Go HTTP servers on 127.0.0.1, each answering GET /healthz with 200. With
+// one target the probe reuses its keep-alive connection. With 1,000 targets
+// probed in turn, as a 1,000-target fleet is, the Factory's idle pool
+// decides whether a probe finds its connection still open; "conns/op" is
+// the share of probes that had to open a new TCP connection.
+func BenchmarkPerfHTTPProbe(b *testing.B) {
+	for _, n := range []int{1, 1000} {
+		b.Run(fmt.Sprintf("targets=%d", n), func(b *testing.B) {
+			var accepted atomic.Int64
+			srv := &http.Server{
+				Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					_, _ = io.WriteString(w, "ok\n")
+				}),
+				ConnState: func(_ net.Conn, s http.ConnState) {
+					if s == http.StateNew {
+						accepted.Add(1)
+					}
+				},
+			}
+			var wg sync.WaitGroup
+			defer func() {
+				_ = srv.Close()
+				wg.Wait()
+			}()
+			fac := probe.NewFactory()
+			defer fac.Close()
+			probers := make([]probe.Prober, n)
+			for i := range n {
+				l, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					b.Fatal(err)
+				}
+				wg.Go(func() { _ = srv.Serve(l) })
+				p, err := fac.New(probe.Spec{HTTP: &probe.HTTPSpec{URL: "http://" + l.Addr().String() + "/healthz"}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				probers[i] = p
+			}
+			ctx := b.Context()
+			probeOnce := func(p probe.Prober) {
+				pctx, cancel := context.WithTimeout(ctx, time.Second)
+				defer cancel()
+				if err := p.Probe(pctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for _, p := range probers { // warm: one connection each, as far as the pool keeps them
+				probeOnce(p)
+			}
+			before := accepted.Load()
+			b.ReportAllocs()
+			b.ResetTimer()
+			i := 0
+			for b.Loop() {
+				probeOnce(probers[i%n])
+				i++
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(accepted.Load()-before)/float64(b.N), "conns/op")
+			fac.Close()
+		})
+	}
+}
+
+// BenchmarkPerfHeapPerTarget reports the live heap one registered HTTP
+// target holds in the checker (spec, state, prober, heap and pool entries),
+// after 10,000 Adds and a GC: the "B/target" metric. It does not probe, so
+// it leaves out what probing holds (connections, goroutines) and what
+// pulsed keeps beside the checker (the status page's last 20 results).
+func BenchmarkPerfHeapPerTarget(b *testing.B) {
+	const n = 10000
+	for b.Loop() {
+		b.StopTimer()
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		fac := probe.NewFactory()
+		c, err := checker.New(checker.Config{NewProber: func(s probe.Spec) (checker.Prober, error) { return fac.New(s) }})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		for i := range n {
+			s := checker.Spec{
+				Name:  fmt.Sprintf("t%06d", i),
+				Group: "bench",
+				Probe: probe.Spec{HTTP: &probe.HTTPSpec{URL: fmt.Sprintf("http://127.1.%d.%d:41000/healthz", i/254, 1+i%254)}},
+			}
+			if _, _, err := c.Add(s); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "B/target")
+		c.Close()
+		fac.Close()
+		b.StartTimer()
+	}
+}

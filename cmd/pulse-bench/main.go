@@ -1,0 +1,295 @@
+// Command pulse-bench measures pulsed against a farm of HTTP targets on
+// loopback, side by side with HAProxy's health checks against the same
+// farm (issue 10).
+//
+// For each scale point (N targets at an interval) it starts a farm of N
+// HTTP targets, each on its own loopback address and port and counting
+// the GET /healthz probes it answers, then:
+//
+//  1. builds nothing itself unless -pulsed is empty (then it runs
+//     `go build ./cmd/pulsed` from the module root), starts pulsed with
+//     -data-dir "" -http-listen "" -rate-limit 0 -max-targets 0
+//     -max-targets-per-group 0 -listen 127.0.0.1:0, registers the N targets
+//     through the gRPC API and waits until all are healthy;
+//  2. over a steady window, measures pulsed's CPU (utime+stime from
+//     /proc/<pid>/stat) per probe the farm answered, its VmRSS, and the
+//     probes done against the probes scheduled, with the late ones;
+//  3. flips -flip-fraction of the targets to failing (or hanging) and
+//     times each transition's arrival on WatchTransitions, from the flip
+//     and from the target's first failing answer;
+//  4. opens -subscribers WatchTransitions streams, heals -delivery-flips of
+//     the failing targets and times each recovery from its own timestamp to
+//     its receipt on every stream;
+//  5. stops pulsed and runs haproxy against the same farm with one backend
+//     of the same servers (`option httpchk GET /healthz`,
+//     `check inter <interval> rise 2 fall 3`), measuring its CPU per probe,
+//     RSS and detection (its "is DOWN" log lines) the same way.
+//
+// It prints a Markdown report with Pulse/HAProxy ratios and how the run
+// compares with issue 10's targets, and can write it and the raw results
+// (JSON) to files. Only 127.0.0.0/8 is ever contacted.
+//
+// Usage:
+//
+//	pulse-bench [flags]
+//
+// scripts/bench (make bench-harness) installs haproxy when missing, raises
+// the open-file limit and runs the scale points of BENCHMARKS.md.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	err := run(os.Args[1:], os.Stdout, os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "pulse-bench:", err)
+		os.Exit(1)
+	}
+}
+
+type cliFlags struct {
+	points, flipMode, out, jsonOut, pulsedArgs string
+	defaultInterval                            time.Duration
+	opts                                       Options
+}
+
+func parseFlags(args []string, stderr io.Writer) (cliFlags, error) {
+	var f cliFlags
+	fs := flag.NewFlagSet("pulse-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: pulse-bench [flags]\n\nMeasures pulsed, side by side with HAProxy, against a farm of HTTP targets on loopback.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&f.points, "points", "1000@1s,10000@1s", "comma-separated scale `points`, targets@interval (10k@1s works too)")
+	fs.DurationVar(&f.defaultInterval, "interval", time.Second, "interval of a point that names none")
+	fs.DurationVar(&f.opts.Window, "window", 0, "steady measurement window; 0: max(20s, 3 intervals)")
+	fs.DurationVar(&f.opts.Timeout, "timeout", time.Second, "probe timeout, for both checkers (capped at the interval)")
+	fs.IntVar(&f.opts.Rise, "rise", 2, "rise, for both checkers")
+	fs.IntVar(&f.opts.Fall, "fall", 3, "fall, for both checkers")
+	fs.Float64Var(&f.opts.FlipFraction, "flip-fraction", 0.1, "fraction of the targets switched to -flip-mode for the detection measurement")
+	fs.StringVar(&f.flipMode, "flip-mode", "fail", "what flipped targets do: fail (answer 503) or hang (never answer)")
+	fs.IntVar(&f.opts.Subscribers, "subscribers", 1000, "WatchTransitions streams for the delivery measurement; 0 skips it")
+	fs.IntVar(&f.opts.SubsPerConn, "subscribers-per-conn", 100, "streams per client connection")
+	fs.IntVar(&f.opts.DeliveryFlips, "delivery-flips", 100, "recoveries delivered to every subscriber (at most the flipped targets)")
+	fs.StringVar(&f.opts.PulsedBin, "pulsed", "", "pulsed `binary`; empty builds ./cmd/pulsed from the module root")
+	fs.StringVar(&f.pulsedArgs, "pulsed-args", "", "more flags for pulsed, space-separated (e.g. \"-max-concurrent-probes 512\")")
+	fs.StringVar(&f.opts.HAProxyBin, "haproxy", "haproxy", "haproxy `binary`; empty runs Pulse alone")
+	fs.IntVar(&f.opts.RegisterWorkers, "register-workers", 32, "AddTarget calls in flight at once")
+	fs.StringVar(&f.opts.PerfDir, "perf-dir", "", "record a profile (perf record -g) of each checker's steady window into this `directory`; needs perf, whose own CPU shows as other processes'")
+	fs.StringVar(&f.out, "out", "", "also write the Markdown report to this `file`")
+	fs.StringVar(&f.jsonOut, "json", "", "write the raw results as JSON to this `file`")
+	if err := fs.Parse(args); err != nil {
+		return f, err
+	}
+	if fs.NArg() > 0 {
+		return f, fmt.Errorf("unexpected argument %q; see pulse-bench --help", fs.Arg(0))
+	}
+	var err error
+	if f.opts.Points, err = parsePoints(f.points, f.defaultInterval); err != nil {
+		return f, fmt.Errorf("-points: %w", err)
+	}
+	if f.opts.FlipMode, err = ParseMode(f.flipMode); err != nil || f.opts.FlipMode == ModeOK {
+		return f, fmt.Errorf("-flip-mode must be fail or hang, got %q", f.flipMode)
+	}
+	switch {
+	case f.opts.Rise < 1 || f.opts.Fall < 1:
+		return f, fmt.Errorf("-rise and -fall must be at least 1")
+	case f.opts.Timeout <= 0:
+		return f, fmt.Errorf("-timeout must be positive")
+	case f.opts.FlipFraction <= 0 || f.opts.FlipFraction > 0.5:
+		return f, fmt.Errorf("-flip-fraction must be in (0, 0.5] (pulsed's panic threshold holds more), got %v", f.opts.FlipFraction)
+	case f.opts.Subscribers < 0 || f.opts.RegisterWorkers < 1:
+		return f, fmt.Errorf("-subscribers must not be negative and -register-workers must be positive")
+	}
+	f.opts.PulsedArgs = strings.Fields(f.pulsedArgs)
+	return f, nil
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	f, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	o := f.opts
+	o.Log = stderr
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	// The farm listens on one socket; its files are the checkers'
+	// connections to it, a few hundred at a time, and the subscribers'.
+	if err := ensureFiles(8192); err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "pulse-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	o.WorkDir = work
+	if o.PulsedBin == "" {
+		if o.PulsedBin, err = buildPulsed(ctx, work, stderr); err != nil {
+			return err
+		}
+	}
+	rep := Report{
+		Command: "pulse-bench " + strings.Join(args, " "),
+		Started: time.Now(),
+		Machine: machine(),
+		Source:  sourceState(ctx),
+		Rise:    o.Rise,
+		Fall:    o.Fall,
+	}
+	if o.HAProxyBin != "" {
+		if rep.Machine.HAProxyVersion, err = haproxyVersion(o.HAProxyBin); err != nil {
+			return fmt.Errorf("haproxy -v: %w (install Debian's haproxy, or pass -haproxy \"\" to run Pulse alone)", err)
+		}
+	}
+	for _, p := range o.Points {
+		pt, err := runPoint(ctx, o, p)
+		if err != nil {
+			if len(rep.Points) > 0 {
+				fmt.Fprintln(stdout, rep.Markdown()) // what was measured before
+			}
+			return fmt.Errorf("%s targets at %s: %w", fmtCount(p.Targets), p.Interval, err)
+		}
+		rep.Points = append(rep.Points, pt)
+		if err := writeOutputs(f, rep); err != nil { // after each point: a run cut short keeps what it did
+			return err
+		}
+	}
+	_, err = io.WriteString(stdout, rep.Markdown())
+	return err
+}
+
+func writeOutputs(f cliFlags, rep Report) error {
+	if f.out != "" {
+		if err := os.WriteFile(f.out, []byte(rep.Markdown()), 0o644); err != nil {
+			return err
+		}
+	}
+	if f.jsonOut != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(f.jsonOut, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ensureFiles makes sure the harness may open need files, raising its
+// limit if it can (Go already raises the soft limit to the hard one).
+func ensureFiles(need uint64) error {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return err
+	}
+	if lim.Cur >= need {
+		return nil
+	}
+	want := syscall.Rlimit{Cur: max(need, lim.Cur), Max: max(need, lim.Max)}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
+		return fmt.Errorf("the farm needs %d open files but the limit is %d (%v); raise it with `ulimit -n %d` (scripts/bench does)", need, lim.Cur, err, need)
+	}
+	return nil
+}
+
+// buildPulsed builds ./cmd/pulsed of the module the working directory is
+// in, into dir.
+func buildPulsed(ctx context.Context, dir string, stderr io.Writer) (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "pulsed")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/pulsed")
+	cmd.Dir = root
+	cmd.Stdout, cmd.Stderr = stderr, stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/pulsed: %w", err)
+	}
+	return bin, nil
+}
+
+// moduleRoot finds the directory of the go.mod of module pulse, from the
+// working directory up.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.HasPrefix(string(b), "module pulse\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("not inside module pulse: run from the repository or pass -pulsed")
+		}
+		dir = parent
+	}
+}
+
+// sourceState names the commit the working directory is at and the files
+// changed since, when git can tell: the pulsed measured is built from them.
+func sourceState(ctx context.Context) string {
+	head, err := exec.CommandContext(ctx, "git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	s := "commit " + strings.TrimSpace(string(head))
+	st, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output()
+	if err == nil && len(strings.TrimSpace(string(st))) > 0 {
+		var files []string
+		for line := range strings.Lines(string(st)) {
+			if len(line) > 3 {
+				files = append(files, strings.TrimSpace(line[3:]))
+			}
+		}
+		s += " with uncommitted changes to " + strings.Join(files, ", ")
+	}
+	return s
+}
+
+// machine describes the host.
+func machine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		m.Model = cpuModel(string(b))
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	return m
+}
+
+// cpuModel returns the first "model name" of /proc/cpuinfo's text.
+func cpuModel(cpuinfo string) string {
+	for line := range strings.Lines(cpuinfo) {
+		if key, val, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(key) == "model name" {
+			return strings.TrimSpace(val)
+		}
+	}
+	return "unknown"
+}

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "pulse/gen/pulse/v1"
+)
+
+// pulsedArgs are the flags the harness starts pulsed with: memory only, no
+// HTTP listener, no API rate limit or target limits (the harness registers
+// tens of thousands of targets as fast as it can), and the probe defaults
+// of the run.
+func pulsedArgs(o Options, interval time.Duration) []string {
+	return append([]string{
+		"-listen", "127.0.0.1:0",
+		"-data-dir", "",
+		"-http-listen", "",
+		"-rate-limit", "0",
+		"-max-targets", "0",
+		"-max-targets-per-group", "0",
+		"-interval", interval.String(),
+		"-timeout", min(o.Timeout, interval).String(),
+		"-rise", strconv.Itoa(o.Rise),
+		"-fall", strconv.Itoa(o.Fall),
+	}, o.PulsedArgs...)
+}
+
+var listeningRE = regexp.MustCompile(`msg="pulsed listening".* addr=(\S+)`)
+
+// parseListening returns the gRPC address of pulsed's
+// `msg="pulsed listening" addr=...` log line.
+func parseListening(line string) (string, bool) {
+	m := listeningRE.FindStringSubmatch(line)
+	if m == nil {
+		return "", false
+	}
+	return m[1], true
+}
+
+// targetName is the name of farm target i, in Pulse and in HAProxy.
+func targetName(i int) string { return fmt.Sprintf("t%06d", i) }
+
+// targetIndex is targetName's inverse; -1 for another name.
+func targetIndex(name string) int {
+	if len(name) != 7 || name[0] != 't' {
+		return -1
+	}
+	n, err := strconv.Atoi(name[1:])
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
+
+// pulsedProc is a running pulsed and a client of it.
+type pulsedProc struct {
+	*child
+	addr string
+	conn *grpc.ClientConn
+	api  pb.HealthCheckerClient
+}
+
+func startPulsed(ctx context.Context, bin string, args []string) (*pulsedProc, error) {
+	ready := make(chan string, 1)
+	c, err := startChild("pulsed", exec.Command(bin, args...), func(line string) {
+		if addr, ok := parseListening(line); ok {
+			select {
+			case ready <- addr:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	addr, err := waitLine(wctx, c, ready, "its listening line")
+	if err != nil {
+		c.Stop(5 * time.Second)
+		return nil, err
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		c.Stop(5 * time.Second)
+		return nil, err
+	}
+	return &pulsedProc{child: c, addr: addr, conn: conn, api: pb.NewHealthCheckerClient(conn)}, nil
+}
+
+func (p *pulsedProc) Close() {
+	_ = p.conn.Close()
+	p.Stop(20 * time.Second)
+}
+
+// register adds every farm target to pulsed, workers at a time.
+func (p *pulsedProc) register(ctx context.Context, farm *Farm, workers int) error {
+	next := atomic.Int64{}
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= farm.Len() || ctx.Err() != nil {
+					return
+				}
+				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				_, err := p.api.AddTarget(cctx, &pb.AddTargetRequest{Target: &pb.Target{
+					Name:  targetName(i),
+					Group: "bench",
+					Probe: &pb.Target_Http{Http: &pb.HttpProbe{Url: farm.URL(i)}},
+				}})
+				cancel()
+				if err != nil {
+					once.Do(func() { firstErr = fmt.Errorf("AddTarget %s: %w", targetName(i), err) })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return firstErr
+}
+
+// tracker follows one WatchTransitions stream from the start of the
+// registry and keeps, per target, whether it is healthy and when the
+// harness last received its transitions. Its fields are atomic.
+type tracker struct {
+	healthy  []atomic.Bool
+	nHealthy atomic.Int64
+	downAt   *stamps // receipt of the last transition to unhealthy
+	upAt     *stamps // receipt of the last transition to healthy
+	events   atomic.Int64
+	rev      atomic.Uint64 // the revision of the last event received
+	err      atomic.Pointer[error]
+}
+
+func newTracker(n int) *tracker {
+	return &tracker{healthy: make([]atomic.Bool, n), downAt: newStamps(n), upAt: newStamps(n)}
+}
+
+// apply records one transition received at now.
+func (t *tracker) apply(tr *pb.Transition, now time.Time) {
+	i := targetIndex(tr.GetTarget())
+	if i < 0 || i >= len(t.healthy) {
+		return
+	}
+	t.events.Add(1)
+	switch tr.GetTo() {
+	case pb.State_STATE_HEALTHY, pb.State_STATE_SUSPECT:
+		t.upAt.set(i, now)
+		if !t.healthy[i].Swap(true) {
+			t.nHealthy.Add(1)
+		}
+	case pb.State_STATE_UNHEALTHY:
+		t.downAt.set(i, now)
+		if t.healthy[i].Swap(false) {
+			t.nHealthy.Add(-1)
+		}
+	}
+}
+
+// follow reads the stream until it ends.
+func (t *tracker) follow(stream grpc.ServerStreamingClient[pb.WatchTransitionsResponse]) {
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.err.Store(&err)
+			}
+			return
+		}
+		if tr := resp.GetTransition(); tr != nil {
+			t.apply(tr, time.Now())
+		}
+		t.rev.Store(resp.GetRevision())
+	}
+}
+
+// subscribers are many WatchTransitions streams, each recording how long
+// each transition took from its own timestamp to reach it.
+type subscribers struct {
+	conns   []*grpc.ClientConn
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	samples [][]time.Duration // per subscriber; guarded by mu
+	mu      sync.Mutex
+	failed  atomic.Int64 // streams that ended with an error
+	lastErr atomic.Pointer[error]
+}
+
+// subscribe opens n streams resuming after rev, perConn on each client
+// connection. Only transitions to healthy stamped at or after since are
+// recorded: a resumed stream may first replay older events.
+func subscribe(ctx context.Context, addr string, n, perConn int, rev uint64, since time.Time) (*subscribers, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	s := &subscribers{cancel: cancel, samples: make([][]time.Duration, n)}
+	var conn *grpc.ClientConn
+	for i := range n {
+		if i%perConn == 0 {
+			c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				s.Close()
+				return nil, err
+			}
+			s.conns = append(s.conns, c)
+			conn = c
+		}
+		stream, err := pb.NewHealthCheckerClient(conn).WatchTransitions(ctx, &pb.WatchTransitionsRequest{StartRevision: rev})
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("subscriber %d: %w", i, err)
+		}
+		s.wg.Go(func() {
+			for {
+				resp, err := stream.Recv()
+				if err != nil {
+					if ctx.Err() == nil {
+						s.failed.Add(1)
+						s.lastErr.Store(&err)
+					}
+					return
+				}
+				now := time.Now()
+				if tr := resp.GetTransition(); tr != nil && tr.GetTo() == pb.State_STATE_HEALTHY && !tr.GetTime().AsTime().Before(since) {
+					lat := now.Sub(tr.GetTime().AsTime())
+					s.mu.Lock()
+					s.samples[i] = append(s.samples[i], lat)
+					s.mu.Unlock()
+				}
+			}
+		})
+	}
+	return s, nil
+}
+
+// minReceived returns the fewest transitions any subscriber has received.
+func (s *subscribers) minReceived() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	least := -1
+	for _, x := range s.samples {
+		if least < 0 || len(x) < least {
+			least = len(x)
+		}
+	}
+	return max(least, 0)
+}
+
+// all returns every sample of every subscriber.
+func (s *subscribers) all() []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []time.Duration
+	for _, x := range s.samples {
+		out = append(out, x...)
+	}
+	return out
+}
+
+// Close ends every stream and connection and waits for the readers.
+func (s *subscribers) Close() {
+	s.cancel()
+	for _, c := range s.conns {
+		_ = c.Close()
+	}
+	s.wg.Wait()
+}

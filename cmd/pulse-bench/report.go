@@ -1,0 +1,380 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Latency summarises latency samples.
+type Latency struct {
+	// N is how many samples there are; Expected how many there should have
+	// been (the rest never arrived within the phase's bound).
+	N, Expected   int
+	P50, P99, Max time.Duration
+}
+
+// Missing is how many expected samples never arrived.
+func (l Latency) Missing() int { return max(l.Expected-l.N, 0) }
+
+// summarize returns the nearest-rank p50, p99 and max of samples.
+func summarize(samples []time.Duration, expected int) Latency {
+	l := Latency{N: len(samples), Expected: expected}
+	if len(samples) == 0 {
+		return l
+	}
+	s := slices.Clone(samples)
+	slices.Sort(s)
+	l.P50 = quantile(s, 0.50)
+	l.P99 = quantile(s, 0.99)
+	l.Max = s[len(s)-1]
+	return l
+}
+
+// quantile is the nearest-rank q-quantile of sorted, which is not empty.
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	rank := int(math.Ceil(q * float64(len(sorted))))
+	return sorted[max(1, min(rank, len(sorted)))-1]
+}
+
+// ratio returns a/b and whether it means anything (both positive).
+func ratio(a, b float64) (float64, bool) {
+	if a <= 0 || b <= 0 || math.IsNaN(a) || math.IsNaN(b) || math.IsInf(a, 0) || math.IsInf(b, 0) {
+		return 0, false
+	}
+	return a / b, true
+}
+
+// SystemResult is what one health checker did at one scale point.
+type SystemResult struct {
+	// System is "Pulse" or "HAProxy".
+	System string
+	// Targets, Interval: the scale point.
+	Targets  int
+	Interval time.Duration
+	// Healthy is how many targets were healthy (up) when the steady window
+	// began.
+	Healthy int
+	// Window is the steady window's length; Probes the probes the farm
+	// answered in it; Late those that came more than 1.5 intervals after the
+	// previous probe of their target; GapP50, GapP99 and GapMax the gaps
+	// between two probes of one target (10ms resolution).
+	Window       time.Duration
+	Probes, Late uint64
+	// Conns is how many connections the checker opened to the farm in the
+	// window: one per probe without keep-alive.
+	Conns                  uint64
+	GapP50, GapP99, GapMax time.Duration
+	// CPU is the checker's user+system time in the window (every thread);
+	// FarmCPU the harness's own (the farm's serving, mostly); OtherCPU the
+	// rest of the host's busy time, other processes (and kernel work not
+	// charged to a process): what disturbed the measurement.
+	CPU, FarmCPU, OtherCPU time.Duration
+	// RSS and PeakRSS are VmRSS and VmHWM at the end of the window; BaseRSS
+	// is VmRSS before any target was registered (Pulse only).
+	RSS, PeakRSS, BaseRSS uint64
+	// Flipped is how many targets the farm switched to failing.
+	Flipped int
+	// Detect is from the flip to the transition's receipt (Pulse: on
+	// WatchTransitions; HAProxy: its "is DOWN" log line); DetectFirstFail
+	// from the target's first failing answer to the receipt.
+	Detect, DetectFirstFail Latency
+	// Delivery is from a transition's own timestamp to its receipt on each
+	// of Subscribers WatchTransitions streams (Pulse only).
+	Subscribers int
+	Delivery    Latency
+	// Notes say what went wrong or is worth knowing.
+	Notes []string
+}
+
+// Scheduled is how many probes the schedule asks for in the window.
+func (r *SystemResult) Scheduled() float64 {
+	if r.Interval <= 0 {
+		return 0
+	}
+	return float64(r.Targets) * r.Window.Seconds() / r.Interval.Seconds()
+}
+
+// DoneFraction is probes done over probes scheduled.
+func (r *SystemResult) DoneFraction() float64 {
+	f, _ := ratio(float64(r.Probes), r.Scheduled())
+	return f
+}
+
+// LateFraction is the share of probes that came late.
+func (r *SystemResult) LateFraction() float64 {
+	if r.Probes == 0 {
+		return 0
+	}
+	return float64(r.Late) / float64(r.Probes)
+}
+
+// ConnsPerProbe is the connections opened per probe.
+func (r *SystemResult) ConnsPerProbe() float64 {
+	if r.Probes == 0 {
+		return 0
+	}
+	return float64(r.Conns) / float64(r.Probes)
+}
+
+// CPUPerProbe is CPU time per probe answered, in microseconds.
+func (r *SystemResult) CPUPerProbe() float64 {
+	if r.Probes == 0 {
+		return 0
+	}
+	return float64(r.CPU.Microseconds()) / float64(r.Probes)
+}
+
+// Cores is the average number of cores the checker kept busy.
+func (r *SystemResult) Cores() float64 {
+	if r.Window <= 0 {
+		return 0
+	}
+	return r.CPU.Seconds() / r.Window.Seconds()
+}
+
+// FarmCores and OtherCores are FarmCPU and OtherCPU over the window.
+func (r *SystemResult) FarmCores() float64  { return perWindow(r.FarmCPU, r.Window) }
+func (r *SystemResult) OtherCores() float64 { return perWindow(r.OtherCPU, r.Window) }
+
+func perWindow(d, w time.Duration) float64 {
+	if w <= 0 {
+		return 0
+	}
+	return d.Seconds() / w.Seconds()
+}
+
+// RSSPerTarget is VmRSS over the targets, in KiB.
+func (r *SystemResult) RSSPerTarget() float64 {
+	if r.Targets == 0 {
+		return 0
+	}
+	return float64(r.RSS) / 1024 / float64(r.Targets)
+}
+
+// MarginalRSSPerTarget is (VmRSS - BaseRSS) over the targets, in KiB; 0
+// without a base.
+func (r *SystemResult) MarginalRSSPerTarget() float64 {
+	if r.Targets == 0 || r.BaseRSS == 0 || r.RSS < r.BaseRSS {
+		return 0
+	}
+	return float64(r.RSS-r.BaseRSS) / 1024 / float64(r.Targets)
+}
+
+// Point is one scale point, both checkers against the same farm.
+type Point struct {
+	Targets  int
+	Interval time.Duration
+	Pulse    *SystemResult
+	HAProxy  *SystemResult // nil when HAProxy was not run
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	CPUs           int
+	Model          string
+	Kernel         string
+	Go             string
+	HAProxyVersion string
+}
+
+// Report is a whole run.
+type Report struct {
+	Command string
+	Started time.Time
+	Machine Machine
+	// Source says what pulsed was built from (a commit, local changes).
+	Source string
+	Rise   int
+	Fall   int
+	Points []Point
+}
+
+// fmtDur prints a duration compactly: µs below 1ms, ms below 1s, else s.
+func fmtDur(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%dµs", d.Microseconds())
+	case d < time.Second:
+		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
+	default:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	}
+}
+
+// fmtLat prints "p50 / p99", with "(k missing)" when samples are missing,
+// or "n/a" without samples.
+func fmtLat(l Latency) string {
+	if l.N == 0 {
+		if l.Expected > 0 {
+			return fmt.Sprintf("none of %d", l.Expected)
+		}
+		return "n/a"
+	}
+	s := fmtDur(l.P50) + " / " + fmtDur(l.P99)
+	if m := l.Missing(); m > 0 {
+		s += fmt.Sprintf(" (%d of %d missing)", m, l.Expected)
+	}
+	return s
+}
+
+func fmtCount(n int) string {
+	switch {
+	case n >= 1000 && n%1000 == 0:
+		return fmt.Sprintf("%dk", n/1000)
+	default:
+		return fmt.Sprint(n)
+	}
+}
+
+func fmtMiB(b uint64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
+
+func fmtRatio(a, b float64) string {
+	r, ok := ratio(a, b)
+	if !ok {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", r)
+}
+
+// systems returns the point's results in table order.
+func (p Point) systems() []*SystemResult {
+	var out []*SystemResult
+	for _, r := range []*SystemResult{p.Pulse, p.HAProxy} {
+		if r != nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Markdown renders the report: the measurements, the ratios and the
+// targets of issue 10's acceptance 6.
+func (r Report) Markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Run %s on %d CPUs (%s), Linux %s, %s, %s; rise %d, fall %d.\n\n",
+		r.Started.UTC().Format(time.RFC3339), r.Machine.CPUs, r.Machine.Model, r.Machine.Kernel, r.Machine.Go, orNA(r.Machine.HAProxyVersion), r.Rise, r.Fall)
+	if r.Command != "" {
+		fmt.Fprintf(&b, "Command: `%s`\n\n", r.Command)
+	}
+	if r.Source != "" {
+		fmt.Fprintf(&b, "Source: %s.\n\n", r.Source)
+	}
+	b.WriteString("| targets | interval | checker | healthy | probes done / scheduled | late | gap p50 / p99 / max | new conns/probe | CPU µs/probe | cores (farm, other) | RSS MiB | RSS KiB/target | detect p50 / p99 (from flip) | detect p50 / p99 (from 1st failed probe) | delivery p50 / p99 / max |\n")
+	b.WriteString("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, p := range r.Points {
+		for _, s := range p.systems() {
+			delivery := "n/a"
+			if s.Delivery.Expected > 0 {
+				delivery = fmtLat(s.Delivery)
+				if s.Delivery.N > 0 {
+					delivery = fmt.Sprintf("%s / %s / %s", fmtDur(s.Delivery.P50), fmtDur(s.Delivery.P99), fmtDur(s.Delivery.Max))
+					if m := s.Delivery.Missing(); m > 0 {
+						delivery += fmt.Sprintf(" (%d of %d missing)", m, s.Delivery.Expected)
+					}
+				}
+				delivery += fmt.Sprintf(" (%d subs)", s.Subscribers)
+			}
+			rss := fmt.Sprintf("%.2f", s.RSSPerTarget())
+			if m := s.MarginalRSSPerTarget(); m > 0 {
+				rss += fmt.Sprintf(" (+%.2f)", m)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %d | %d / %.0f (%.1f%%) | %.2f%% | %s / %s / %s | %.2f | %.1f | %.2f (%.2f, %.2f) | %s | %s | %s | %s | %s |\n",
+				fmtCount(p.Targets), p.Interval, s.System, s.Healthy,
+				s.Probes, s.Scheduled(), 100*s.DoneFraction(), 100*s.LateFraction(),
+				fmtDur(s.GapP50), fmtDur(s.GapP99), fmtDur(s.GapMax),
+				s.ConnsPerProbe(), s.CPUPerProbe(), s.Cores(), s.FarmCores(), s.OtherCores(), fmtMiB(s.RSS), rss,
+				fmtLat(s.Detect), fmtLat(s.DetectFirstFail), delivery)
+		}
+	}
+	b.WriteString("\n| targets | interval | CPU per probe, Pulse / HAProxy | RSS, Pulse / HAProxy | detect p99 from 1st failed probe, Pulse vs HAProxy |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|\n")
+	for _, p := range r.Points {
+		if p.Pulse == nil || p.HAProxy == nil {
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s vs %s |\n", fmtCount(p.Targets), p.Interval,
+			fmtRatio(p.Pulse.CPUPerProbe(), p.HAProxy.CPUPerProbe()),
+			fmtRatio(float64(p.Pulse.RSS), float64(p.HAProxy.RSS)),
+			fmtDur(p.Pulse.DetectFirstFail.P99), fmtDur(p.HAProxy.DetectFirstFail.P99))
+	}
+	if v := r.Verdicts(); len(v) > 0 {
+		b.WriteString("\nAcceptance 6 targets, as this run shows them:\n\n")
+		for _, line := range v {
+			b.WriteString("- " + line + "\n")
+		}
+	}
+	var notes []string
+	for _, p := range r.Points {
+		for _, s := range p.systems() {
+			for _, n := range s.Notes {
+				notes = append(notes, fmt.Sprintf("%s targets, %s: %s", fmtCount(p.Targets), s.System, n))
+			}
+		}
+	}
+	if len(notes) > 0 {
+		b.WriteString("\nNotes:\n\n")
+		for _, n := range notes {
+			b.WriteString("- " + n + "\n")
+		}
+	}
+	return b.String()
+}
+
+func orNA(s string) string {
+	if s == "" {
+		return "HAProxy not run"
+	}
+	return s
+}
+
+// Verdicts compares the run with acceptance 6's targets, one line each,
+// saying met or missed and by how much.
+func (r Report) Verdicts() []string {
+	var out []string
+	metOr := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "MISSED"
+	}
+	for _, p := range r.Points {
+		ps, hs := p.Pulse, p.HAProxy
+		if ps == nil {
+			continue
+		}
+		at := fmt.Sprintf("%s targets at %s", fmtCount(p.Targets), p.Interval)
+		if hs != nil {
+			if q, ok := ratio(ps.CPUPerProbe(), hs.CPUPerProbe()); ok {
+				out = append(out, fmt.Sprintf("CPU per probe at most half of HAProxy's, %s: %s (%.1f vs %.1f µs, ratio %.2f, target 0.50)",
+					at, metOr(q <= 0.5), ps.CPUPerProbe(), hs.CPUPerProbe(), q))
+			}
+		}
+		if kib := ps.RSSPerTarget(); kib > 0 {
+			out = append(out, fmt.Sprintf("RSS at most 5 KiB per target, %s: %s (%.2f KiB)", at, metOr(kib <= 5), kib))
+		}
+		if ps.Probes > 0 {
+			missed := 1 - ps.DoneFraction()
+			late := ps.LateFraction()
+			out = append(out, fmt.Sprintf("under 1%% late probes, %s: %s (%.2f%% late, %.2f%% of scheduled probes not done)",
+				at, metOr(late < 0.01 && missed < 0.01), 100*late, 100*max(missed, 0)))
+		}
+		if ps.DetectFirstFail.N > 0 && r.Fall > 0 {
+			floor := time.Duration(r.Fall-1) * p.Interval
+			bound := floor + p.Interval
+			ok := ps.DetectFirstFail.P99 <= bound && ps.DetectFirstFail.Missing() == 0
+			out = append(out, fmt.Sprintf("detection p99 within one interval of the floor, %s: %s (p99 %s after the first failed probe; floor %s, bound %s)",
+				at, metOr(ok), fmtDur(ps.DetectFirstFail.P99), fmtDur(floor), fmtDur(bound)))
+		}
+		if ps.Delivery.N > 0 {
+			ok := ps.Delivery.P99 < 10*time.Millisecond && ps.Delivery.Missing() == 0
+			out = append(out, fmt.Sprintf("delivery p99 under 10ms to %d subscribers, %s: %s (p99 %s)",
+				ps.Subscribers, at, metOr(ok), fmtDur(ps.Delivery.P99)))
+		}
+	}
+	return out
+}
