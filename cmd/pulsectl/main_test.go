@@ -75,7 +75,7 @@ type testPulsed struct {
 func startPulsed(t *testing.T, args ...string) *testPulsed {
 	t.Helper()
 	p := &testPulsed{logs: &syncBuffer{}, done: make(chan error, 1)}
-	base := []string{"-listen", "127.0.0.1:0", "-data-dir", t.TempDir(), "-interval", "100ms", "-timeout", "50ms", "-rise", "2", "-fall", "2"}
+	base := []string{"-listen", "127.0.0.1:0", "-http-listen", "", "-data-dir", t.TempDir(), "-interval", "100ms", "-timeout", "50ms", "-rise", "2", "-fall", "2"}
 	p.cmd = exec.Command(pulsedBinary(t), append(base, args...)...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {

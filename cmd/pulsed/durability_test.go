@@ -124,7 +124,7 @@ func TestSecondPulsedOnTheSameDataDirRefusesToStart(t *testing.T) {
 	bin := buildPulsed(t)
 	dir := t.TempDir()
 	p := startPulsed(t, bin, "-data-dir", dir)
-	out, err := exec.Command(bin, "-listen", "127.0.0.1:0", "-data-dir", dir).CombinedOutput()
+	out, err := exec.Command(bin, "-listen", "127.0.0.1:0", "-http-listen", "", "-data-dir", dir).CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
 		t.Fatalf("second pulsed: %v\n%s", err, out)
@@ -137,7 +137,7 @@ func TestSecondPulsedOnTheSameDataDirRefusesToStart(t *testing.T) {
 	// A data dir that cannot be created is refused at start, with the path.
 	file := filepath.Join(t.TempDir(), "file")
 	os.WriteFile(file, nil, 0o600)
-	out, err = exec.Command(bin, "-listen", "127.0.0.1:0", "-data-dir", filepath.Join(file, "sub")).CombinedOutput()
+	out, err = exec.Command(bin, "-listen", "127.0.0.1:0", "-http-listen", "", "-data-dir", filepath.Join(file, "sub")).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "-data-dir: create data dir") {
 		t.Errorf("pulsed with an impossible data dir: %v\n%s", err, out)
 	}
