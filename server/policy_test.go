@@ -3,17 +3,13 @@ package server_test
 import (
 	"context"
 	"log/slog"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -228,19 +224,7 @@ func (h *hangProbers) New(probe.Spec) (checker.Prober, error) {
 func serve(t *testing.T, c *checker.Checker) pb.HealthCheckerClient {
 	t.Helper()
 	gs, _ := server.NewGRPCServer(server.New(c), server.Options{})
-	lis := bufconn.Listen(1 << 20)
-	go gs.Serve(lis)
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		c.Close()
-		gs.GracefulStop()
-	})
+	conn := serveBufconn(t, gs, c)
 	return pb.NewHealthCheckerClient(conn)
 }
 

@@ -110,6 +110,15 @@ func startWith(t *testing.T, cfg checker.Config, sopts server.Options, opts ...s
 	logs := &syncBuffer{}
 	sopts.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	gs, hs := server.NewGRPCServer(server.New(c, opts...), sopts)
+	conn := serveBufconn(t, gs, c)
+	return &env{c: c, client: pb.NewHealthCheckerClient(conn), conn: conn, up: sp.up, logs: logs, health: hs}
+}
+
+// serveBufconn serves gs over bufconn and returns a client connection to
+// it; cleanup closes the connection, then c (which ends watch streams, so
+// GracefulStop can finish), then the server.
+func serveBufconn(t *testing.T, gs *grpc.Server, c *checker.Checker) *grpc.ClientConn {
+	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	go gs.Serve(lis)
 	conn, err := grpc.NewClient("passthrough:///bufnet",
@@ -120,10 +129,10 @@ func startWith(t *testing.T, cfg checker.Config, sopts server.Options, opts ...s
 	}
 	t.Cleanup(func() {
 		conn.Close()
-		c.Close() // ends watch streams, so GracefulStop can finish
+		c.Close()
 		gs.GracefulStop()
 	})
-	return &env{c: c, client: pb.NewHealthCheckerClient(conn), conn: conn, up: sp.up, logs: logs, health: hs}
+	return conn
 }
 
 func (e *env) set(addr string, up bool) {
