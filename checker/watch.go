@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
 	"time"
 )
 
@@ -254,8 +255,8 @@ func (c *Checker) Watch(f Filter, start uint64) (*Watcher, error) {
 	if !snapshot && start > last {
 		return nil, &FutureRevisionError{Requested: start, Current: last}
 	}
-	if oldest := c.hist.oldest(last); start+1 < oldest {
-		return nil, &CompactedError{Requested: start, Oldest: oldest - 1}
+	if start < c.hist.floor {
+		return nil, &CompactedError{Requested: start, Oldest: c.hist.floor}
 	}
 	if max := c.limits.MaxWatchers; max > 0 && c.watchersLocked() >= max {
 		return nil, &LimitError{What: "watchers", Max: max}
@@ -302,14 +303,17 @@ func (w *Watcher) Next(max int) ([]Event, error) {
 	}
 	w.skipEvictedLocked()
 	var out []Event
-	for w.cursor < c.hist.last && len(out) < max {
-		e := c.hist.at(w.cursor + 1)
-		w.cursor++
+	i := c.hist.after(w.cursor)
+	for ; i < c.hist.n && len(out) < max; i++ {
+		e := c.hist.get(i)
+		w.cursor = e.Revision
 		if w.matches(e) {
 			out = append(out, *e)
 		}
 	}
-	if w.cursor < c.hist.last {
+	if i == c.hist.n {
+		w.cursor = c.hist.last
+	} else {
 		w.signal() // more to come
 	}
 	return out, nil
@@ -326,12 +330,14 @@ func (w *Watcher) Progress() (rev uint64, ok bool) {
 		return w.cursor, false
 	}
 	w.skipEvictedLocked()
-	for w.cursor < c.hist.last {
-		if w.matches(c.hist.at(w.cursor + 1)) {
+	for i := c.hist.after(w.cursor); i < c.hist.n; i++ {
+		e := c.hist.get(i)
+		if w.matches(e) {
 			return w.cursor, false
 		}
-		w.cursor++
+		w.cursor = e.Revision
 	}
+	w.cursor = c.hist.last
 	return w.cursor, true
 }
 
@@ -346,8 +352,8 @@ func (w *Watcher) Close() {
 // without ending the watcher: none of them matched it, or it would have been
 // ended (see evictedLocked).
 func (w *Watcher) skipEvictedLocked() {
-	if oldest := w.c.hist.oldest(w.c.hist.last); w.cursor+1 < oldest {
-		w.cursor = oldest - 1
+	if w.cursor < w.c.hist.floor {
+		w.cursor = w.c.hist.floor
 	}
 }
 
@@ -503,40 +509,43 @@ func (c *Checker) Revision() uint64 {
 	return c.hist.last
 }
 
-// history is a ring of the newest events. Revisions are dense: the event
-// at position i has revision last-n+1+i.
+// history is a ring of the newest events, in revision order. Revisions
+// increase but need not be dense: with a shared registry they are the
+// registry's revisions, and some of those are not events (see advance).
 type history struct {
 	buf   []Event
 	start int    // index of the oldest event
 	n     int    // events held
-	last  uint64 // revision of the newest event (the checker's revision)
+	last  uint64 // the newest revision: the newest event's, or a later one without an event
+	floor uint64 // every event up to floor has left the history: a resume needs start >= floor
 }
 
 func newHistory(size int, rev uint64) history {
-	return history{buf: make([]Event, size), last: rev}
+	return history{buf: make([]Event, size), last: rev, floor: rev}
 }
 
-// oldest returns the revision of the oldest event held, or rev+1 if none.
-func (h *history) oldest(rev uint64) uint64 {
-	if h.n == 0 {
-		return rev + 1
-	}
-	return h.last - uint64(h.n) + 1
-}
-
-// at returns the event with revision rev, which must be held.
-func (h *history) at(rev uint64) *Event {
-	i := int(rev - (h.last - uint64(h.n) + 1))
+// get returns the i-th event held, oldest first.
+func (h *history) get(i int) *Event {
 	return &h.buf[(h.start+i)%len(h.buf)]
 }
 
-// push appends e (whose revision is last+1) and returns a copy of the
+// after returns the index of the oldest event held whose revision is after
+// rev, or h.n if there is none.
+func (h *history) after(rev uint64) int {
+	if h.n == 0 || h.get(h.n-1).Revision <= rev {
+		return h.n // the common case: nothing new
+	}
+	return sort.Search(h.n, func(i int) bool { return h.get(i).Revision > rev })
+}
+
+// push appends e, whose revision is after last, and returns a copy of the
 // event it evicted, if any.
 func (h *history) push(e Event) *Event {
 	var evicted *Event
 	if h.n == len(h.buf) {
 		old := h.buf[h.start]
 		evicted = &old
+		h.floor = old.Revision
 		h.buf[h.start] = e
 		h.start = (h.start + 1) % len(h.buf)
 	} else {
@@ -545,4 +554,11 @@ func (h *history) push(e Event) *Event {
 	}
 	h.last = e.Revision
 	return evicted
+}
+
+// advance moves the newest revision to rev, a revision without an event.
+func (h *history) advance(rev uint64) {
+	if rev > h.last {
+		h.last = rev
+	}
 }
