@@ -196,6 +196,10 @@ type Config struct {
 	// Overload tunes how the scheduler decides it is overloaded; the zero
 	// value is the documented defaults.
 	Overload OverloadPolicy
+	// Shared, when set, puts the registry in a registry shared by several
+	// replicas (see Shared) instead of Store, which must then be nil. The
+	// caller feeds the shared registry's changes to ApplyShared.
+	Shared Shared
 }
 
 // Observer receives what the checker does, outside its locks. Its methods
@@ -257,6 +261,15 @@ type Checker struct {
 	watchers  map[string]map[*Watcher]struct{} // by group filter; "" is every group
 	published chan struct{}                    // closed and replaced at each publication by the committer
 	storeErr  error
+
+	// With a shared registry (see shared.go); applying, mirroring and
+	// proposals are guarded by mu.
+	shared      Shared
+	applying    uint64 // the revision ApplyShared is applying; 0 outside it
+	mirroring   bool   // setStateLocked applies a stored state, not a verdict
+	proposals   []proposal
+	proposeWake chan struct{}
+	proposeDone chan struct{}
 }
 
 // target is one registered target; the fields are guarded by Checker.mu.
@@ -279,6 +292,12 @@ type target struct {
 
 	active, passive, limited, ignored uint64 // result counts, see Status
 	bucket                            tokenBucket
+
+	// With a shared registry: whether this replica probes the target, the
+	// revision of its stored state, and whether a state write is on its way.
+	owned     bool
+	stateRev  uint64
+	proposing bool
 }
 
 func newTarget(spec Spec, p Prober, state State) *target {
@@ -350,6 +369,23 @@ func New(cfg Config) (*Checker, error) {
 	if c.overload.RecoverAfter == 0 {
 		c.overload.RecoverAfter = DefaultOverloadRecovery
 	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	if cfg.Shared != nil {
+		if cfg.Store != nil {
+			return nil, errors.New("a checker takes a Store or a Shared registry, not both")
+		}
+		c.shared = cfg.Shared
+		c.policyDflt = 1 // panic thresholds need one view of the group: see Shared
+		rev, err := c.loadShared()
+		if err != nil {
+			c.closeProbers()
+			return nil, err
+		}
+		c.rev = rev
+		c.proposeWake = make(chan struct{}, 1)
+		c.proposeDone = make(chan struct{})
+		go c.proposeLoop()
+	}
 	if cfg.Store != nil {
 		c.store = cfg.Store
 		rev, err := c.load()
@@ -368,7 +404,6 @@ func New(cfg Config) (*Checker, error) {
 		go c.commitLoop()
 	}
 	c.hist = newHistory(size, c.rev)
-	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c, nil
 }
 
@@ -383,6 +418,9 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 	spec = spec.WithDefaults(c.defaults)
 	if err := spec.Validate(); err != nil {
 		return Status{}, false, err
+	}
+	if c.shared != nil {
+		return c.addShared(spec)
 	}
 	var unused Prober // a prober built but not kept, or the one replaced
 	defer func() { closeProber(unused) }()
@@ -515,6 +553,9 @@ func wrapProbeErr(err error) error {
 // durable when Remove returns; a failure to store it returns an error
 // wrapping ErrStore and removes nothing.
 func (c *Checker) Remove(name string) (bool, error) {
+	if c.shared != nil {
+		return c.removeShared(name)
+	}
 	if c.store != nil {
 		c.wmu.Lock()
 		defer c.wmu.Unlock()
@@ -821,6 +862,10 @@ func (c *Checker) setStateLocked(t *target, to State, now time.Time, why cause) 
 	if from == to {
 		return
 	}
+	if c.shared != nil && !c.mirroring {
+		c.proposeLocked(t, to, now, why)
+		return
+	}
 	if p := c.pools[t.spec.Group]; p != nil && from.routable() != to.routable() {
 		if to.routable() {
 			p.down--
@@ -883,6 +928,9 @@ func (c *Checker) Close() error {
 		if c.store != nil {
 			close(c.commitStop) // the committer stores what is pending, then stops
 			<-c.commitDone
+		}
+		if c.shared != nil {
+			<-c.proposeDone
 		}
 		c.mu.Lock()
 		c.closed = true

@@ -269,6 +269,14 @@ func (c *Checker) SetGroupPolicy(group string, p GroupPolicy) (GroupStatus, erro
 	if err := ValidateFraction(p.MaxUnhealthyFraction); err != nil {
 		return GroupStatus{}, &FieldError{"max_unhealthy_fraction", err.Error()}
 	}
+	if c.shared != nil {
+		if f := p.MaxUnhealthyFraction; f != 0 && f != 1 {
+			return GroupStatus{}, fmt.Errorf("%w: a panic threshold needs one view of the group's results; only max_unhealthy_fraction 1 (no threshold) is accepted", ErrNotShared)
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.groupStatusLocked(group), nil
+	}
 	if ps, ok := c.store.(PolicyStore); ok {
 		c.wmu.Lock()
 		defer c.wmu.Unlock()

@@ -435,6 +435,9 @@ func (c *Checker) eachCandidateLocked(e *Event, f func(*Watcher)) {
 // committer, which publishes it once its state change is stored. c.mu must
 // be held; it takes c.hmu (lock order: mu, then hmu).
 func (c *Checker) emitLocked(e Event) Event {
+	if c.shared != nil {
+		return c.emitSharedLocked(e)
+	}
 	c.rev++
 	e.Revision = c.rev
 	if e.Kind == EventTransition {
@@ -454,6 +457,26 @@ func (c *Checker) emitLocked(e Event) Event {
 			p.deleted = e.Status.Spec.Name
 		}
 		c.queueLocked(p)
+		return e
+	}
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
+	c.publishLocked(e)
+	return e
+}
+
+// emitSharedLocked numbers e with the shared registry's revision being
+// applied and publishes it. An event outside ApplyShared concerns this
+// replica alone (overload): it is logged and observed, not streamed.
+func (c *Checker) emitSharedLocked(e Event) Event {
+	e.Revision = c.applying
+	if e.Kind == EventTransition {
+		e.Transition.Revision = c.applying
+	}
+	if e.Kind == EventTransition || e.Kind.IsPolicy() {
+		c.reports = append(c.reports, e)
+	}
+	if c.applying == 0 {
 		return e
 	}
 	c.hmu.Lock()

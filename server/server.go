@@ -58,6 +58,11 @@ func New(c *checker.Checker, opts ...Option) *Server {
 // watchBatch bounds the events a stream takes from its watcher at once.
 const watchBatch = 256
 
+// resumeWait bounds how long a watch that resumes from a revision this
+// replica has not applied yet waits for it before answering
+// FAILED_PRECONDITION.
+const resumeWait = 5 * time.Second
+
 // AddTarget registers or updates a target.
 func (s *Server) AddTarget(_ context.Context, req *pb.AddTargetRequest) (*pb.AddTargetResponse, error) {
 	spec, err := SpecFromProto(req.GetTarget())
@@ -142,6 +147,16 @@ func (s *Server) ReportOutcome(_ context.Context, req *pb.ReportOutcomeRequest) 
 //
 // Only this goroutine sends on the stream; the checker never waits for it.
 func (s *Server) WatchTransitions(req *pb.WatchTransitionsRequest, stream grpc.ServerStreamingServer[pb.WatchTransitionsResponse]) error {
+	if rev := req.GetStartRevision(); rev > 0 {
+		// With replicas, a client may resume here from a revision another
+		// replica gave it: give this one a moment to catch up with it.
+		ctx, cancel := context.WithTimeout(stream.Context(), resumeWait)
+		err := s.c.WaitRevision(ctx, rev)
+		cancel()
+		if errors.Is(err, checker.ErrClosed) {
+			return toStatus(err, "")
+		}
+	}
 	w, err := s.c.Watch(checker.Filter{Group: req.GetGroup(), Names: req.GetNames()}, req.GetStartRevision())
 	if err != nil {
 		return toStatus(err, "")
@@ -227,8 +242,10 @@ func toStatus(err error, prefix string) error {
 		return status.Errorf(codes.FailedPrecondition, "%v (was it from another pulsed?); watch again with start_revision 0 to re-snapshot", err)
 	case errors.Is(err, checker.ErrLimit):
 		return status.Errorf(codes.ResourceExhausted, "%v; remove some, or raise pulsed's -max-targets, -max-targets-per-group or -max-watchers", err)
+	case errors.Is(err, checker.ErrNotShared):
+		return status.Errorf(codes.FailedPrecondition, "%v (pulsed runs with --registry etcd)", err)
 	case errors.Is(err, checker.ErrStore):
-		return status.Errorf(codes.Unavailable, "%v; nothing was changed: check pulsed's data dir (disk full or read-only?) and retry", err)
+		return status.Errorf(codes.Unavailable, "%v; check pulsed's registry (its data dir: disk full or read-only? or etcd with --registry etcd) and retry", err)
 	case errors.Is(err, checker.ErrClosed):
 		return status.Error(codes.Unavailable, "pulsed is shutting down; retry against a running instance")
 	default:

@@ -1,0 +1,629 @@
+// Package etcdreg keeps Pulse's registry on etcd, shared by several pulsed
+// replicas: it implements checker.Shared.
+//
+// Keys, under a prefix (default "/pulse/"):
+//
+//	targets/<name>  a target's spec (JSON), written by AddTarget
+//	states/<name>   its last state (JSON), written by the target's owner
+//	members/<id>    a live replica, attached to that replica's lease
+//
+// Each replica holds a lease and announces itself under members/. Targets
+// are divided among the live members by rendezvous hashing, so a member
+// joining or leaving moves only the targets it must. A state is written in
+// a transaction that requires the writer's member key to be the one it
+// created under its current lease and the state to be the one the writer
+// last saw: a replica whose lease expired (paused, partitioned) cannot
+// overwrite what the new owner wrote. Every replica watches the prefix and
+// applies the changes, in etcd's revision order and with etcd's revisions,
+// to its checker, so any replica answers any call the same way and a watch
+// stream resumes on any replica.
+package etcdreg
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"pulse/checker"
+)
+
+// Options configures Open.
+type Options struct {
+	// Endpoints are etcd's client URLs. Required.
+	Endpoints []string
+	// Prefix is the key prefix of this fleet; if empty, "/pulse/".
+	Prefix string
+	// ID names this replica among the members; if empty, the host name,
+	// the process ID and a random suffix.
+	ID string
+	// LeaseTTL is how long a replica that stops renewing its lease keeps
+	// its targets; if 0, 10s. At least 2s.
+	LeaseTTL time.Duration
+	// DialTimeout bounds connecting to etcd at Open; if 0, 5s.
+	DialTimeout time.Duration
+	// Logger receives the registry's own events; if nil, nothing is logged.
+	Logger *slog.Logger
+}
+
+// Registry is a checker.Shared on etcd. Open connects and registers the
+// replica; Run feeds the checker; Close leaves.
+type Registry struct {
+	cli    *clientv3.Client
+	prefix string
+	id     string
+	ttl    time.Duration
+	logger *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu        sync.Mutex
+	members   []string // live replicas' IDs, sorted
+	lease     clientv3.LeaseID
+	createRev int64            // create revision of this replica's member key; 0 while it has none
+	loadRev   int64            // the revision Load read at
+	known     map[string]int64 // every target's state revision (0: none yet), for resync
+}
+
+type specRecord struct {
+	V    int          `json:"v"`
+	Spec checker.Spec `json:"spec"`
+}
+
+type stateRecord struct {
+	V       int            `json:"v"`
+	State   checker.State  `json:"state"`
+	From    checker.State  `json:"from"`
+	Time    time.Time      `json:"time"`
+	Result  checker.Result `json:"result"`
+	Reason  string         `json:"reason,omitempty"`
+	Writer  string         `json:"writer"`
+	Applies uint64         `json:"applies_to"` // the state revision it replaced
+}
+
+type memberRecord struct {
+	ID      string    `json:"id"`
+	Started time.Time `json:"started"`
+}
+
+// Open connects to etcd, takes a lease and announces the replica.
+func Open(ctx context.Context, o Options) (*Registry, error) {
+	if len(o.Endpoints) == 0 {
+		return nil, errors.New("no etcd endpoints")
+	}
+	if o.Prefix == "" {
+		o.Prefix = "/pulse/"
+	}
+	if !strings.HasSuffix(o.Prefix, "/") {
+		o.Prefix += "/"
+	}
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = 10 * time.Second
+	}
+	if o.LeaseTTL < 2*time.Second {
+		return nil, fmt.Errorf("lease TTL must be at least 2s, got %v", o.LeaseTTL)
+	}
+	if o.DialTimeout == 0 {
+		o.DialTimeout = 5 * time.Second
+	}
+	if o.ID == "" {
+		o.ID = defaultID()
+	}
+	if strings.ContainsAny(o.ID, "/\x00") || len(o.ID) > 128 {
+		return nil, fmt.Errorf("replica ID %q: at most 128 bytes, no '/'", o.ID)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   o.Endpoints,
+		DialTimeout: o.DialTimeout,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to etcd at %s: %w", strings.Join(o.Endpoints, ","), err)
+	}
+	r := &Registry{cli: cli, prefix: o.Prefix, id: o.ID, ttl: o.LeaseTTL, logger: o.Logger, known: make(map[string]int64)}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	cctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
+	defer cancel()
+	if err := r.register(cctx); err != nil {
+		r.cancel()
+		cli.Close()
+		return nil, fmt.Errorf("register with etcd at %s: %w", strings.Join(o.Endpoints, ","), err)
+	}
+	return r, nil
+}
+
+func defaultID() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s-%d-%s", cmp.Or(host, "pulsed"), os.Getpid(), hex.EncodeToString(b))
+}
+
+// ID returns the replica's member ID.
+func (r *Registry) ID() string { return r.id }
+
+func (r *Registry) memberKey(id string) string { return r.prefix + "members/" + id }
+func (r *Registry) specKey(name string) string { return r.prefix + "targets/" + name }
+func (r *Registry) stateKey(name string) string {
+	return r.prefix + "states/" + name
+}
+
+// register takes a new lease and puts this replica's member key on it.
+func (r *Registry) register(ctx context.Context) error {
+	lease, err := r.cli.Grant(ctx, int64(r.ttl/time.Second))
+	if err != nil {
+		return err
+	}
+	v, _ := json.Marshal(memberRecord{ID: r.id, Started: time.Now().UTC()})
+	key := r.memberKey(r.id)
+	// A member key of the same ID left by an earlier run of this replica
+	// is replaced: its lease is not ours.
+	resp, err := r.cli.Txn(ctx).Then(clientv3.OpPut(key, string(v), clientv3.WithLease(lease.ID)), clientv3.OpGet(key)).Commit()
+	if err != nil {
+		_, _ = r.cli.Revoke(context.WithoutCancel(ctx), lease.ID)
+		return err
+	}
+	kvs := resp.Responses[1].GetResponseRange().Kvs
+	if len(kvs) != 1 {
+		return errors.New("member key vanished right after it was written")
+	}
+	r.mu.Lock()
+	r.lease, r.createRev = lease.ID, kvs[0].CreateRevision
+	r.mu.Unlock()
+	return nil
+}
+
+// Load implements checker.Shared: one consistent read of the prefix.
+func (r *Registry) Load() ([]checker.SharedTarget, uint64, error) {
+	ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
+	defer cancel()
+	resp, err := r.cli.Get(ctx, r.prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, 0, err
+	}
+	specs := map[string]checker.SharedTarget{}
+	states := map[string]*mvccpb.KeyValue{}
+	var members []string
+	for _, kv := range resp.Kvs {
+		kind, name, ok := r.split(string(kv.Key))
+		if !ok {
+			continue
+		}
+		switch kind {
+		case "targets":
+			var sr specRecord
+			if err := json.Unmarshal(kv.Value, &sr); err != nil {
+				return nil, 0, fmt.Errorf("target %q in etcd: %w", name, err)
+			}
+			specs[name] = checker.SharedTarget{Spec: sr.Spec}
+			r.known[name] = 0
+		case "states":
+			states[name] = kv
+		case "members":
+			members = append(members, name)
+		}
+	}
+	var out []checker.SharedTarget
+	for name, st := range specs {
+		if kv := states[name]; kv != nil {
+			s, err := decodeState(kv.Value)
+			if err != nil {
+				return nil, 0, fmt.Errorf("state of %q in etcd: %w", name, err)
+			}
+			st.State, st.StateRev = &s, uint64(kv.ModRevision)
+			r.known[name] = kv.ModRevision
+		}
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b checker.SharedTarget) int { return cmp.Compare(a.Spec.Name, b.Spec.Name) })
+	slices.Sort(members)
+	r.mu.Lock()
+	r.members = members
+	r.loadRev = resp.Header.Revision
+	r.mu.Unlock()
+	return out, uint64(resp.Header.Revision), nil
+}
+
+// split parses a key under the prefix into its kind and name.
+func (r *Registry) split(key string) (kind, name string, ok bool) {
+	rest, ok := strings.CutPrefix(key, r.prefix)
+	if !ok {
+		return "", "", false
+	}
+	kind, name, ok = strings.Cut(rest, "/")
+	return kind, name, ok && name != ""
+}
+
+func decodeState(v []byte) (checker.SharedState, error) {
+	var sr stateRecord
+	if err := json.Unmarshal(v, &sr); err != nil {
+		return checker.SharedState{}, err
+	}
+	return checker.SharedState{State: sr.State, From: sr.From, Time: sr.Time, Result: sr.Result, Reason: sr.Reason, Writer: sr.Writer}, nil
+}
+
+// PutSpec implements checker.Shared.
+func (r *Registry) PutSpec(ctx context.Context, spec checker.Spec) (uint64, error) {
+	v, err := json.Marshal(specRecord{V: 1, Spec: spec})
+	if err != nil {
+		return 0, err
+	}
+	resp, err := r.cli.Put(ctx, r.specKey(spec.Name), string(v))
+	if err != nil {
+		return 0, fmt.Errorf("etcd: %w", err)
+	}
+	return uint64(resp.Header.Revision), nil
+}
+
+// DeleteTarget implements checker.Shared: the spec and the state go in one
+// transaction.
+func (r *Registry) DeleteTarget(ctx context.Context, name string) (uint64, bool, error) {
+	resp, err := r.cli.Txn(ctx).Then(
+		clientv3.OpDelete(r.specKey(name)),
+		clientv3.OpDelete(r.stateKey(name)),
+	).Commit()
+	if err != nil {
+		return 0, false, fmt.Errorf("etcd: %w", err)
+	}
+	if resp.Responses[0].GetResponseDeleteRange().Deleted == 0 {
+		return 0, false, nil // nothing changed: nothing to wait for
+	}
+	return uint64(resp.Header.Revision), true, nil
+}
+
+// ProposeState implements checker.Shared: the write is fenced by this
+// replica's member key (so by its lease) and by the state revision the
+// replica last saw.
+func (r *Registry) ProposeState(ctx context.Context, p checker.StateProposal) error {
+	r.mu.Lock()
+	createRev := r.createRev
+	r.mu.Unlock()
+	if createRev == 0 {
+		return fmt.Errorf("%w: this replica has lost its lease and not yet taken a new one", checker.ErrFenced)
+	}
+	v, err := json.Marshal(stateRecord{
+		V: 1, State: p.State.State, From: p.State.From, Time: p.State.Time,
+		Result: p.State.Result, Reason: p.State.Reason, Writer: r.id, Applies: p.StateRev,
+	})
+	if err != nil {
+		return err
+	}
+	resp, err := r.cli.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(r.memberKey(r.id)), "=", createRev),
+		clientv3.Compare(clientv3.ModRevision(r.stateKey(p.Name)), "=", int64(p.StateRev)),
+		clientv3.Compare(clientv3.Version(r.specKey(p.Name)), ">", 0),
+	).Then(clientv3.OpPut(r.stateKey(p.Name), string(v))).Commit()
+	if err != nil {
+		return fmt.Errorf("etcd: %w", err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("%w: %s's lease, the state at revision %d or the target itself is gone", checker.ErrFenced, r.id, p.StateRev)
+	}
+	return nil
+}
+
+// Owns implements checker.Shared: rendezvous hashing over the live members.
+func (r *Registry) Owns(name string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return owner(r.members, name) == r.id
+}
+
+// Owner returns the live member that probes the named target, or "".
+func (r *Registry) Owner(name string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return owner(r.members, name)
+}
+
+// Members returns the live replicas' IDs, sorted.
+func (r *Registry) Members() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.members)
+}
+
+// owner picks, for name, the member with the highest hash of (member,
+// name): when a member leaves, only its own targets move.
+func owner(members []string, name string) string {
+	var best string
+	var bestH uint64
+	for _, m := range members {
+		h := fnv.New64a()
+		h.Write([]byte(m))
+		h.Write([]byte{0})
+		h.Write([]byte(name))
+		if v := mix(h.Sum64()); best == "" || v > bestH {
+			best, bestH = m, v
+		}
+	}
+	return best
+}
+
+// mix spreads FNV's output (splitmix64's finaliser), so that owners are
+// balanced even for names that differ in their last byte only.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// Applier is what Run feeds: a *checker.Checker.
+type Applier interface {
+	ApplyShared(changes []checker.SharedChange, rev uint64)
+	SetSharedErr(err error)
+}
+
+// Run watches the prefix from the revision Load read at and applies every
+// change to c, and keeps the lease alive, until Close.
+func (r *Registry) Run(c Applier) {
+	r.wg.Go(func() { r.watchLoop(c) })
+	r.wg.Go(func() { r.keepAliveLoop(c) })
+}
+
+func (r *Registry) watchLoop(c Applier) {
+	r.mu.Lock()
+	from := r.loadRev + 1
+	r.mu.Unlock()
+	for r.ctx.Err() == nil {
+		next, err := r.watch(c, from)
+		if r.ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			r.logger.Warn("etcd compacted past this replica's position; reading the registry again", "from", from)
+			next, err = r.resync(c)
+		}
+		if err != nil {
+			r.logger.Warn("etcd watch ended; watching again", "error", err)
+			select {
+			case <-time.After(500 * time.Millisecond):
+			case <-r.ctx.Done():
+				return
+			}
+		}
+		if next > from {
+			from = next
+		}
+	}
+}
+
+// watch applies changes from revision from on; it returns the revision to
+// watch from next when the watch ends.
+func (r *Registry) watch(c Applier, from int64) (int64, error) {
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(r.ctx))
+	defer cancel()
+	wch := r.cli.Watch(ctx, r.prefix, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify())
+	for resp := range wch {
+		if err := resp.Err(); err != nil {
+			return from, err
+		}
+		if resp.IsProgressNotify() {
+			if rev := resp.Header.Revision; rev >= from {
+				c.ApplyShared(nil, uint64(rev))
+				from = rev + 1
+			}
+			continue
+		}
+		changes, last := r.changes(resp.Events)
+		if last == 0 {
+			continue
+		}
+		c.ApplyShared(changes, uint64(last))
+		from = last + 1
+	}
+	return from, r.ctx.Err()
+}
+
+// changes turns etcd events into the checker's changes. A target's removal
+// deletes its spec and state at one revision: one change.
+func (r *Registry) changes(evs []*clientv3.Event) ([]checker.SharedChange, int64) {
+	var out []checker.SharedChange
+	var last int64
+	membersChanged := false
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ev := range evs {
+		last = max(last, ev.Kv.ModRevision)
+		kind, name, ok := r.split(string(ev.Kv.Key))
+		if !ok {
+			continue
+		}
+		rev := uint64(ev.Kv.ModRevision)
+		put := ev.Type == clientv3.EventTypePut
+		switch kind {
+		case "targets":
+			if !put {
+				delete(r.known, name)
+				out = append(out, checker.SharedChange{Kind: checker.SharedSpecDeleted, Rev: rev, Name: name})
+				continue
+			}
+			var sr specRecord
+			if err := json.Unmarshal(ev.Kv.Value, &sr); err != nil || sr.Spec.Name != name {
+				r.logger.Error("ignoring a target in etcd that does not decode", "key", string(ev.Kv.Key), "error", err)
+				continue
+			}
+			if _, ok := r.known[name]; !ok {
+				r.known[name] = 0
+			}
+			out = append(out, checker.SharedChange{Kind: checker.SharedSpecPut, Rev: rev, Spec: sr.Spec})
+		case "states":
+			if !put {
+				continue
+			}
+			st, err := decodeState(ev.Kv.Value)
+			if err != nil {
+				r.logger.Error("ignoring a state in etcd that does not decode", "key", string(ev.Kv.Key), "error", err)
+				continue
+			}
+			r.known[name] = ev.Kv.ModRevision
+			out = append(out, checker.SharedChange{Kind: checker.SharedStatePut, Rev: rev, Name: name, State: st})
+		case "members":
+			i, found := slices.BinarySearch(r.members, name)
+			switch {
+			case put && !found:
+				r.members = slices.Insert(r.members, i, name)
+				membersChanged = true
+			case !put && found:
+				r.members = slices.Delete(r.members, i, i+1)
+				membersChanged = true
+				if name == r.id {
+					// Our lease expired (we were paused or cut off):
+					// nothing we write is accepted until we register again.
+					r.createRev = 0
+				}
+			}
+		}
+	}
+	if membersChanged {
+		r.logger.Info("replicas changed", "members", strings.Join(r.members, ","))
+		out = append(out, checker.SharedChange{Kind: checker.SharedMembersChanged, Rev: uint64(last)})
+	}
+	return out, last
+}
+
+// resync reads the whole registry again after etcd compacted the history
+// this replica still needed, and applies the difference.
+func (r *Registry) resync(c Applier) (int64, error) {
+	ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
+	defer cancel()
+	resp, err := r.cli.Get(ctx, r.prefix, clientv3.WithPrefix())
+	if err != nil {
+		return 0, err
+	}
+	rev := resp.Header.Revision
+	var evs []*clientv3.Event
+	seen := map[string]bool{}
+	var members []string
+	for _, kv := range resp.Kvs {
+		kind, name, ok := r.split(string(kv.Key))
+		if !ok {
+			continue
+		}
+		orig := kv.ModRevision
+		kv := &mvccpb.KeyValue{Key: kv.Key, Value: kv.Value, CreateRevision: kv.CreateRevision, ModRevision: rev, Version: kv.Version, Lease: kv.Lease}
+		switch kind {
+		case "targets":
+			seen[name] = true
+			evs = append(evs, &clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
+		case "states":
+			r.mu.Lock()
+			stale := r.known[name] != orig
+			r.mu.Unlock()
+			if stale {
+				evs = append(evs, &clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
+			}
+		case "members":
+			members = append(members, name)
+		}
+	}
+	r.mu.Lock()
+	var gone []string
+	for name := range r.known {
+		if !seen[name] {
+			gone = append(gone, name)
+			delete(r.known, name)
+		}
+	}
+	slices.Sort(members)
+	changed := !slices.Equal(members, r.members)
+	r.members = members
+	r.mu.Unlock()
+	changes, _ := r.changes(evs)
+	for _, name := range gone {
+		changes = append(changes, checker.SharedChange{Kind: checker.SharedSpecDeleted, Rev: uint64(rev), Name: name})
+	}
+	if changed {
+		changes = append(changes, checker.SharedChange{Kind: checker.SharedMembersChanged, Rev: uint64(rev)})
+	}
+	c.ApplyShared(changes, uint64(rev))
+	return rev + 1, nil
+}
+
+// keepAliveLoop renews the lease; while etcd cannot be reached the checker
+// is flagged degraded, and a lease found expired is replaced by a new one.
+func (r *Registry) keepAliveLoop(c Applier) {
+	tick := time.NewTicker(r.ttl / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		r.mu.Lock()
+		lease := r.lease
+		r.mu.Unlock()
+		ctx, cancel := context.WithTimeout(r.ctx, r.ttl/3)
+		_, err := r.cli.KeepAliveOnce(ctx, lease)
+		cancel()
+		switch {
+		case r.ctx.Err() != nil:
+			return
+		case err == nil:
+			c.SetSharedErr(nil)
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			r.logger.Warn("this replica's etcd lease expired; its targets went to the others; registering again")
+			r.mu.Lock()
+			r.createRev = 0
+			r.mu.Unlock()
+			ctx, cancel := context.WithTimeout(r.ctx, r.ttl)
+			err := r.register(ctx)
+			cancel()
+			if err != nil {
+				c.SetSharedErr(fmt.Errorf("etcd: register again: %w", err))
+				continue
+			}
+			c.SetSharedErr(nil)
+		default:
+			r.logger.Warn("cannot renew the etcd lease; serving the last view", "error", err)
+			c.SetSharedErr(fmt.Errorf("etcd unreachable: %w", err))
+		}
+	}
+}
+
+// Close stops watching, gives up the lease (the other replicas take this
+// one's targets at once) and closes the connection.
+func (r *Registry) Close() error {
+	r.cancel()
+	r.wg.Wait()
+	r.mu.Lock()
+	lease := r.lease
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, _ = r.cli.Revoke(ctx, lease)
+	return r.cli.Close()
+}
+
+// Abandon stops the registry like a crash would: the lease is neither
+// renewed nor revoked, so the other replicas take this one's targets only
+// once it expires. Tests use it to stand for a killed process.
+func (r *Registry) Abandon() {
+	r.cancel()
+	r.wg.Wait()
+	_ = r.cli.Close()
+}

@@ -1,0 +1,95 @@
+// Package etcdtest runs a real, single-member etcd server inside a test
+// process (etcd's own embed package), on loopback, for the tests of the
+// etcd registry and of pulsed replicas. Only tests import it.
+package etcdtest
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// Server is a running etcd.
+type Server struct {
+	// Endpoint is the client URL, e.g. http://127.0.0.1:40123.
+	Endpoint string
+
+	t          testing.TB
+	dir        string
+	client     url.URL
+	peer       url.URL
+	e          *embed.Etcd
+	progressIv time.Duration
+}
+
+// Start starts etcd with its data in a temporary directory and stops it
+// when the test ends. Watch progress notifications come every progress
+// (if 0, etcd's default of ten minutes).
+func Start(t testing.TB, progress time.Duration) *Server {
+	t.Helper()
+	s := &Server{t: t, dir: t.TempDir(), client: freeURL(t), peer: freeURL(t), progressIv: progress}
+	s.Endpoint = s.client.String()
+	s.start()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+func freeURL(t testing.TB) url.URL {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return url.URL{Scheme: "http", Host: addr}
+}
+
+func (s *Server) start() {
+	s.t.Helper()
+	cfg := embed.NewConfig()
+	cfg.Name = "pulse-test"
+	cfg.Dir = s.dir
+	cfg.ListenClientUrls = []url.URL{s.client}
+	cfg.AdvertiseClientUrls = []url.URL{s.client}
+	cfg.ListenPeerUrls = []url.URL{s.peer}
+	cfg.AdvertisePeerUrls = []url.URL{s.peer}
+	cfg.InitialCluster = fmt.Sprintf("%s=%s", cfg.Name, s.peer.String())
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cfg.UnsafeNoFsync = true // test data only
+	if s.progressIv > 0 {
+		cfg.WatchProgressNotifyInterval = s.progressIv
+	}
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		s.t.Fatalf("start etcd: %v", err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		e.Close()
+		s.t.Fatal("etcd did not become ready within 30s")
+	}
+	s.e = e
+}
+
+// Stop stops etcd; its data stays for Restart. It is idempotent.
+func (s *Server) Stop() {
+	if s.e != nil {
+		s.e.Close()
+		s.e = nil
+	}
+}
+
+// Restart starts a stopped etcd again, on the same address and data.
+func (s *Server) Restart() {
+	s.t.Helper()
+	if s.e == nil {
+		s.start()
+	}
+}
