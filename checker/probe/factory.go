@@ -49,11 +49,13 @@ func (e *StatusError) Error() string {
 // probes.
 const userAgent = "pulse-probe/1"
 
-// Factory builds Probers from Specs. It owns one *http.Transport shared by
-// all the HTTP Probers it builds, so keep-alive connections are reused from
-// one probe to the next. The transport never uses a proxy (proxy environment
-// variables are ignored), never asks for compressed bodies, and verifies TLS
-// against the system roots.
+// Factory builds Probers from Specs. An HTTP Prober for an http:// URL
+// keeps one connection of its own to its target from one probe to the
+// next; the others (https://, and the few http:// requests only net/http
+// can send as specified) share one *http.Transport, whose keep-alive
+// connections are reused likewise. Neither ever uses a proxy (proxy
+// environment variables are ignored) or asks for compressed bodies; TLS is
+// verified against the system roots.
 //
 // Every connection its Probers open, HTTP, TCP and gRPC alike, goes
 // through one dialer that enforces the Factory's EgressPolicy on the

@@ -27,8 +27,8 @@ import (
 //
 // It answers exactly as the net/http prober would: the request bytes are
 // net/http's own (Request.Write of the same request), a response head it
-// does not understand completely (1xx aside from the common case, odd
-// framing, malformed lines, a head larger than its buffer) is handed to
+// does not understand completely (odd framing, malformed lines, a head
+// larger than its buffer) is handed to
 // http.ReadResponse on the same buffered bytes, and its errors read like
 // net/http's ("Get \"url\": ..."), so Describe says the same. The body is
 // read as the net/http prober reads it: at most maxBodyBytes+1 bytes,
