@@ -273,9 +273,11 @@ func BenchmarkPerfPublishTo1000Watchers(b *testing.B) {
 // BenchmarkPerfHTTPProbe: one real HTTP probe through probe.Factory against
 // Go HTTP servers on 127.0.0.1, each answering GET /healthz with 200. With
 // one target the probe reuses its keep-alive connection. With 1,000 targets
-// probed in turn, as a 1,000-target fleet is, the Factory's idle pool
-// decides whether a probe finds its connection still open; "conns/op" is
-// the share of probes that had to open a new TCP connection.
+// probed in turn, as a 1,000-target fleet is, each prober must still find
+// its own connection open (an http:// prober keeps one; a pool smaller than
+// the fleet would close it first); "conns/op" is the share of probes that
+// had to open a new TCP connection. checker/probe's BenchmarkHTTPProber
+// compares the lean prober with net/http's on the same setup.
 func BenchmarkPerfHTTPProbe(b *testing.B) {
 	for _, n := range []int{1, 1000} {
 		b.Run(fmt.Sprintf("targets=%d", n), func(b *testing.B) {

@@ -49,11 +49,13 @@ func (e *StatusError) Error() string {
 // probes.
 const userAgent = "pulse-probe/1"
 
-// Factory builds Probers from Specs. It owns one *http.Transport shared by
-// all the HTTP Probers it builds, so keep-alive connections are reused from
-// one probe to the next. The transport never uses a proxy (proxy environment
-// variables are ignored), never asks for compressed bodies, and verifies TLS
-// against the system roots.
+// Factory builds Probers from Specs. An HTTP Prober for an http:// URL
+// keeps one connection of its own to its target from one probe to the
+// next; the others (https://, and the few http:// requests only net/http
+// can send as specified) share one *http.Transport, whose keep-alive
+// connections are reused likewise. Neither ever uses a proxy (proxy
+// environment variables are ignored) or asks for compressed bodies; TLS is
+// verified against the system roots.
 //
 // Every connection its Probers open, HTTP, TCP and gRPC alike, goes
 // through one dialer that enforces the Factory's EgressPolicy on the
@@ -78,6 +80,9 @@ type Factory struct {
 	dialer    *guardedDialer
 	transport *http.Transport
 	client    *http.Client
+
+	leanMu sync.Mutex // protects lean
+	lean   map[*leanProber]struct{}
 }
 
 // FactoryOptions configure NewFactoryWith. The zero FactoryOptions give a
@@ -121,15 +126,24 @@ func (f *Factory) init() {
 			f.dialer.dial = f.dial
 		}
 		f.transport = &http.Transport{
-			Proxy:               nil, // probe the target itself, whatever HTTP_PROXY says
-			DialContext:         f.dialer.DialContext,
-			TLSClientConfig:     f.tlsConfig(),
-			ForceAttemptHTTP2:   true, // needed, with a DialContext of our own, for HTTP/2 over TLS
-			DisableCompression:  true,
-			MaxIdleConns:        256,
+			Proxy:              nil, // probe the target itself, whatever HTTP_PROXY says
+			DialContext:        f.dialer.DialContext,
+			TLSClientConfig:    f.tlsConfig(),
+			ForceAttemptHTTP2:  true, // needed, with a DialContext of our own, for HTTP/2 over TLS
+			DisableCompression: true,
+			// No limit on the whole pool: a bound below the number of
+			// targets closes the least recently used connection before
+			// its target's next probe, so past it every probe dials. A
+			// target probes once at a time and keeps at most one idle
+			// connection, so the pool holds about one descriptor per
+			// target it serves, and a few more per host for targets that
+			// share one; IdleConnTimeout gives back those of targets
+			// probed less often than that (or removed).
+			MaxIdleConns:        0,
 			MaxIdleConnsPerHost: 8,
-			IdleConnTimeout:     90 * time.Second,
+			IdleConnTimeout:     2 * time.Minute,
 		}
+		f.lean = make(map[*leanProber]struct{})
 		f.client = &http.Client{
 			Transport: f.transport,
 			// A redirect is an answer like any other: report its status.
@@ -152,9 +166,13 @@ func (f *Factory) tlsConfig() *tls.Config {
 // *FieldError (see EgressPolicy.CheckSpec).
 //
 // The Prober is safe for concurrent use and keeps no reference to s. A gRPC
-// Prober holds its own *grpc.ClientConn, reused between probes, and
-// implements io.Closer: the caller must Close it when the target is removed.
-// HTTP and TCP Probers hold nothing that needs closing.
+// Prober holds its own *grpc.ClientConn, reused between probes, and an
+// HTTP Prober for an http:// URL keeps its own connection to the target
+// between probes (see newHTTPProber); both implement io.Closer, and the
+// caller must Close them when the target is removed. Other HTTP Probers
+// (https://) share the Factory's connection pool, and TCP Probers hold
+// nothing; they too implement io.Closer or not as documented here, so
+// callers should close every Prober that implements it.
 func (f *Factory) New(s Spec) (Prober, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
@@ -165,7 +183,7 @@ func (f *Factory) New(s Spec) (Prober, error) {
 	}
 	switch {
 	case s.HTTP != nil:
-		return newHTTPProber(f.client, s.HTTP), nil
+		return f.newHTTPProber(s.HTTP), nil
 	case s.TCP != nil:
 		return &tcpProber{address: s.TCP.Address, dialer: f.dialer}, nil
 	default:
@@ -173,12 +191,36 @@ func (f *Factory) New(s Spec) (Prober, error) {
 	}
 }
 
-// Close closes the idle connections of the shared HTTP transport. It is
-// idempotent. Probers built earlier keep working (they open new connections
-// as needed); gRPC Probers are not affected and must be closed on their own.
+// Close closes the idle connections of the shared HTTP transport and the
+// connections http:// Probers keep between probes. It is idempotent.
+// Probers built earlier keep working (they open new connections as
+// needed); gRPC Probers are not affected and must be closed on their own.
 func (f *Factory) Close() {
 	f.init()
 	f.transport.CloseIdleConnections()
+	f.leanMu.Lock()
+	probers := make([]*leanProber, 0, len(f.lean))
+	for p := range f.lean {
+		probers = append(probers, p)
+	}
+	f.leanMu.Unlock()
+	for _, p := range probers { // not under leanMu: closeIdle takes p.mu
+		p.closeIdle()
+	}
+}
+
+// remember records p, so that Close can close its kept connection.
+func (f *Factory) remember(p *leanProber) {
+	f.leanMu.Lock()
+	f.lean[p] = struct{}{}
+	f.leanMu.Unlock()
+}
+
+// forget drops p, closed, from the Probers Close reaches.
+func (f *Factory) forget(p *leanProber) {
+	f.leanMu.Lock()
+	delete(f.lean, p)
+	f.leanMu.Unlock()
 }
 
 // withContext returns err, made to satisfy errors.Is(err, ctx.Err()) when

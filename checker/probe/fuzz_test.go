@@ -119,7 +119,7 @@ func FuzzValidate(f *testing.F) {
 // back.
 func checkHTTPRoundTrip(t *testing.T, h *HTTPSpec) {
 	t.Helper()
-	p := newHTTPProber(nil, h)
+	p := newNetHTTPProber(nil, h)
 	req, err := http.NewRequest(p.method, p.url, nil)
 	if err != nil {
 		t.Fatalf("valid spec, but NewRequest: %v", err)

@@ -26,8 +26,21 @@ type httpProber struct {
 	expected []int       // empty means any 2xx
 }
 
-// newHTTPProber builds a prober for a validated spec.
-func newHTTPProber(client *http.Client, s *HTTPSpec) *httpProber {
+// newHTTPProber builds a prober for a validated spec: a leanProber, which
+// keeps its own connection, for a plain http:// request it can send
+// exactly as net/http would, and otherwise an httpProber on the shared
+// client.
+func (f *Factory) newHTTPProber(s *HTTPSpec) Prober {
+	p := newNetHTTPProber(f.client, s)
+	if lp := newLeanProber(f, p); lp != nil {
+		f.remember(lp)
+		return lp
+	}
+	return p
+}
+
+// newNetHTTPProber builds a prober that sends its requests through client.
+func newNetHTTPProber(client *http.Client, s *HTTPSpec) *httpProber {
 	p := &httpProber{
 		client:   client,
 		method:   s.Method,

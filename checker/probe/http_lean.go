@@ -1,0 +1,621 @@
+package probe
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// A leanProber serves plain http:// probes without net/http's Transport:
+// it keeps one connection to its target, writes request bytes formatted
+// once by New, and reads the response head itself from a small buffer. A
+// probe through net/http costs a pooled connection with two goroutines
+// (and, once the fleet outgrows the pool, a new TCP connection every time);
+// this one costs a write and a read or two on a connection it already has.
+//
+// It answers exactly as the net/http prober would: the request bytes are
+// net/http's own (Request.Write of the same request), a response head it
+// does not understand completely (odd framing, malformed lines, a head
+// larger than its buffer) is handed to
+// http.ReadResponse on the same buffered bytes, and its errors read like
+// net/http's ("Get \"url\": ..."), so Describe says the same. The body is
+// read as the net/http prober reads it: at most maxBodyBytes+1 bytes,
+// whatever is read (or fails to be) does not change the result, and only a
+// body read to its end leaves the connection reusable.
+//
+// Probe is safe for concurrent use: each probe takes the kept connection
+// (or dials a new one when another probe holds it) and puts it back when
+// the response allows keep-alive and no connection is kept yet, so at most
+// one idle connection is kept. Close closes it.
+type leanProber struct {
+	factory *Factory
+	addr    string        // host:port to dial, as net/http's canonicalAddr
+	req     []byte        // the request, as net/http writes it
+	head    bool          // a HEAD request: responses have no body
+	httpReq *http.Request // for http.ReadResponse on the slow path
+	urlText string        // the URL in errors, as net/http's client shows it
+	op      string        // "Get" or "Head", as net/http's client shows it
+	passes  func(code int) bool
+
+	mu     sync.Mutex // protects idle and closed
+	idle   *leanConn  // the kept connection, nil when none is idle
+	closed bool
+}
+
+// leanIdleTimeout is how long a kept connection may sit unused before a
+// probe dials afresh instead of trying it; servers close idle connections
+// (nginx after 75s, Apache after 5s), and a connection past this age would
+// likely cost a failed write and a redial.
+const leanIdleTimeout = 90 * time.Second
+
+// maxResponseHeaderBytes bounds a response head (including any 1xx heads
+// before it), as net/http's Transport does by default.
+const maxResponseHeaderBytes = 10 << 20
+
+// leanBufferSize is the read buffer of a kept connection: a response head
+// that does not fit is parsed by http.ReadResponse instead.
+const leanBufferSize = 4 << 10
+
+// leanHeaderExcluded lists request headers that change how a connection or
+// a message is framed; net/http gives them meaning beyond their bytes, so a
+// spec that sets one is served by net/http.
+var leanHeaderExcluded = map[string]bool{
+	"Connection":        true,
+	"Content-Length":    true,
+	"Expect":            true,
+	"Keep-Alive":        true,
+	"Proxy-Connection":  true,
+	"Te":                true,
+	"Trailer":           true,
+	"Transfer-Encoding": true,
+	"Upgrade":           true,
+}
+
+// newLeanProber returns a leanProber for the request net/http would send
+// for p, or nil when the lean path cannot send exactly that request (not
+// plain http, a host name beyond ASCII, a framing header).
+func newLeanProber(f *Factory, p *httpProber) *leanProber {
+	u, err := url.Parse(p.url)
+	if err != nil || u.Scheme != "http" {
+		return nil
+	}
+	host := u.Hostname()
+	for i := 0; i < len(host); i++ {
+		if host[i] >= utf8.RuneSelf {
+			return nil // net/http sends it in punycode
+		}
+	}
+	for name := range p.header {
+		if leanHeaderExcluded[name] {
+			return nil
+		}
+	}
+	req, err := http.NewRequest(p.method, p.url, nil)
+	if err != nil {
+		return nil
+	}
+	req.Header = p.header.Clone()
+	if p.host != "" {
+		req.Host = p.host
+	}
+	// What http.Client.send adds for a URL with user information.
+	if u.User != nil && req.Header.Get("Authorization") == "" {
+		password, _ := u.User.Password()
+		req.SetBasicAuth(u.User.Username(), password)
+	}
+	var buf bytes.Buffer
+	if err := req.Write(&buf); err != nil {
+		return nil
+	}
+	port := u.Port()
+	if port == "" {
+		port = "80"
+	}
+	urlText := u.String()
+	if _, ok := u.User.Password(); ok {
+		urlText = strings.Replace(urlText, u.User.String()+"@", u.User.Username()+":***@", 1)
+	}
+	return &leanProber{
+		factory: f,
+		addr:    net.JoinHostPort(host, port),
+		req:     buf.Bytes(),
+		head:    p.method == http.MethodHead,
+		httpReq: req,
+		urlText: urlText,
+		op:      p.method[:1] + strings.ToLower(p.method[1:]),
+		passes:  p.passes,
+	}
+}
+
+// leanConn is one connection of a leanProber, with its read buffer.
+type leanConn struct {
+	conn      net.Conn
+	br        *bufio.Reader
+	readLimit int64     // bytes Read may still return; bounds the head
+	idleSince time.Time // when it was last put back
+	expire    func()    // sets a deadline in the past; made once per conn
+}
+
+// Read reads from the connection within readLimit, so that br, and
+// http.ReadResponse on it, never reads more of a head than
+// maxResponseHeaderBytes.
+func (c *leanConn) Read(p []byte) (int, error) {
+	if c.readLimit <= 0 {
+		return 0, fmt.Errorf("read limit of %d bytes exhausted", maxResponseHeaderBytes)
+	}
+	if int64(len(p)) > c.readLimit {
+		p = p[:c.readLimit]
+	}
+	n, err := c.conn.Read(p)
+	c.readLimit -= int64(n)
+	return n, err
+}
+
+// aLongTimeAgo is a deadline that has passed: setting it makes blocked
+// reads and writes return at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// Probe sends the request on the kept connection, or on a new one, and
+// checks the status.
+func (p *leanProber) Probe(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return p.urlError(err)
+	}
+	c := p.take()
+	reused := c != nil
+	for {
+		if c == nil {
+			var err error
+			if c, err = p.dial(ctx); err != nil {
+				if cerr := ctx.Err(); cerr != nil {
+					return p.urlError(cerr)
+				}
+				return p.urlError(err)
+			}
+		}
+		code, keep, received, err := p.roundTrip(ctx, c)
+		if err != nil {
+			_ = c.conn.Close()
+			// A kept connection the server closed (or reset) while it was
+			// idle fails before any byte of a response arrives: try once
+			// more on a new one, as net/http does for idempotent requests.
+			if reused && !received && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+				c, reused = nil, false
+				continue
+			}
+			return err
+		}
+		if keep {
+			p.putBack(c)
+		} else {
+			_ = c.conn.Close()
+		}
+		if p.passes(code) {
+			return nil
+		}
+		return &StatusError{Code: code}
+	}
+}
+
+// take returns the kept connection, or nil when there is none (or it has
+// been idle too long, and is closed).
+func (p *leanProber) take() *leanConn {
+	p.mu.Lock()
+	c := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	// Bytes that arrived on the idle connection are no answer to the next
+	// request: net/http drops such a connection too.
+	if c != nil && (c.br.Buffered() > 0 || time.Since(c.idleSince) > leanIdleTimeout) {
+		_ = c.conn.Close()
+		return nil
+	}
+	return c
+}
+
+// putBack keeps c for the next probe, or closes it when the prober is
+// closed or already keeps one.
+func (p *leanProber) putBack(c *leanConn) {
+	c.idleSince = time.Now()
+	p.mu.Lock()
+	if p.closed || p.idle != nil {
+		p.mu.Unlock()
+		_ = c.conn.Close()
+		return
+	}
+	p.idle = c
+	p.mu.Unlock()
+}
+
+// dial opens a connection through the Factory's guarded dialer.
+func (p *leanProber) dial(ctx context.Context) (*leanConn, error) {
+	conn, err := p.factory.dialer.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return nil, err
+	}
+	c := &leanConn{conn: conn}
+	c.br = bufio.NewReaderSize(c, leanBufferSize)
+	c.expire = func() { _ = conn.SetDeadline(aLongTimeAgo) }
+	return c, nil
+}
+
+// roundTrip writes the request on c and reads the response: its status
+// code, whether c may serve another request, and whether any byte of a
+// response arrived. The error, when not nil, is the one to return.
+func (p *leanProber) roundTrip(ctx context.Context, c *leanConn) (code int, keep, received bool, err error) {
+	deadline, _ := ctx.Deadline() // the zero time means none
+	if err := c.conn.SetDeadline(deadline); err != nil {
+		return 0, false, false, p.urlError(err)
+	}
+	stop := context.AfterFunc(ctx, c.expire)
+	defer func() {
+		if !stop() {
+			// The context ended during the probe and c's deadline has
+			// been (or is being) moved to the past: do not keep it.
+			keep = false
+		}
+	}()
+
+	if _, err := c.conn.Write(p.req); err != nil {
+		return 0, false, false, p.ioError(ctx, err)
+	}
+	c.readLimit = maxResponseHeaderBytes
+	for {
+		head, complete, n, err := peekHead(c.br)
+		if err != nil {
+			if n == 0 && c.readLimit > 0 {
+				if errors.Is(err, io.EOF) {
+					return 0, false, false, p.urlError(io.EOF)
+				}
+				return 0, false, false, p.ioError(ctx, err)
+			}
+			return 0, false, true, p.brokenHead(ctx, c, err)
+		}
+		resp, ok := parseHead(head)
+		if !complete || !ok {
+			code, keep, err := p.slowResponse(ctx, c)
+			return code, keep, true, err
+		}
+		_, _ = c.br.Discard(len(head))
+		if resp.code >= 100 && resp.code <= 199 && resp.code != http.StatusSwitchingProtocols {
+			continue // informational: the final response follows
+		}
+		c.readLimit = 1<<63 - 1
+		return resp.code, p.readBody(c, resp), true, nil
+	}
+}
+
+// slowResponse reads the response with http.ReadResponse from c's
+// buffered bytes onwards, for a head the lean parser leaves to net/http.
+func (p *leanProber) slowResponse(ctx context.Context, c *leanConn) (code int, keep bool, err error) {
+	var resp *http.Response
+	for {
+		resp, err = http.ReadResponse(c.br, p.httpReq)
+		if err != nil {
+			return 0, false, p.readError(ctx, c, err)
+		}
+		if resp.StatusCode < 100 || resp.StatusCode > 199 || resp.StatusCode == http.StatusSwitchingProtocols {
+			break
+		}
+	}
+	c.readLimit = 1<<63 - 1
+	body := resp.Body
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// net/http hands the connection itself over as the body.
+		body = io.NopCloser(c.br)
+	}
+	// Under the cap without an error, the copy ended at the body's end.
+	n, err := io.Copy(io.Discard, io.LimitReader(body, maxBodyBytes+1))
+	keep = err == nil && n <= maxBodyBytes && !resp.Close && resp.StatusCode >= 200
+	return resp.StatusCode, keep, nil
+}
+
+// brokenHead returns the error for a response head cut short by err
+// after some bytes of it arrived: what http.ReadResponse makes of those
+// bytes followed by err, as net/http reads them. Bytes that cannot begin a
+// status line at all (a server speaking another protocol, such as a gRPC
+// server's HTTP/2 settings) make a malformed response, as they do in
+// net/http whenever the line they start has ended.
+func (p *leanProber) brokenHead(ctx context.Context, c *leanConn, err error) error {
+	got, _ := c.br.Peek(c.br.Buffered())
+	got = bytes.Clone(got)
+	replay := bufio.NewReader(io.MultiReader(bytes.NewReader(got), errorReader{err}))
+	_, rerr := http.ReadResponse(replay, p.httpReq)
+	if rerr == nil {
+		rerr = io.ErrUnexpectedEOF // not reached: the head had no end
+	}
+	if ctxError(ctx, rerr) == nil && c.readLimit > 0 && !mayStartStatusLine(got) {
+		line, _, _ := bytes.Cut(got, []byte("\n"))
+		rerr = fmt.Errorf("malformed HTTP response %q", bytes.TrimSuffix(line, []byte("\r")))
+	}
+	return p.readError(ctx, c, rerr)
+}
+
+// mayStartStatusLine reports whether b could be the start of an HTTP/1
+// status line.
+func mayStartStatusLine(b []byte) bool {
+	n := min(len(b), len("HTTP/"))
+	return string(b[:n]) == "HTTP/"[:n]
+}
+
+// errorReader returns err from every Read.
+type errorReader struct{ err error }
+
+func (r errorReader) Read([]byte) (int, error) { return 0, r.err }
+
+// readError turns an error reading a response head into net/http's.
+func (p *leanProber) readError(ctx context.Context, c *leanConn, err error) error {
+	if cerr := ctxError(ctx, err); cerr != nil {
+		return p.urlError(cerr)
+	}
+	if c.readLimit <= 0 {
+		return p.urlError(fmt.Errorf("net/http: server response headers exceeded %d bytes; aborted", maxResponseHeaderBytes))
+	}
+	return p.urlError(fmt.Errorf("net/http: HTTP/1.x transport connection broken: %w", err))
+}
+
+// ioError turns an error writing the request, or reading before any byte
+// of a response arrived, into net/http's.
+func (p *leanProber) ioError(ctx context.Context, err error) error {
+	if cerr := ctxError(ctx, err); cerr != nil {
+		return p.urlError(cerr)
+	}
+	return p.urlError(err)
+}
+
+// ctxError returns ctx's error when err is what the connection returns
+// once the deadline taken from ctx has passed or ctx was cancelled, and
+// nil otherwise. The deadline can pass just before ctx notices.
+func ctxError(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// urlError wraps err as http.Client does.
+func (p *leanProber) urlError(err error) error {
+	return &url.Error{Op: p.op, URL: p.urlText, Err: err}
+}
+
+// readBody reads the body as framed by resp, up to maxBodyBytes+1 bytes,
+// and reports whether the connection may serve another request: the body
+// ended within the cap and the response allows keep-alive.
+func (p *leanProber) readBody(c *leanConn, resp leanResponse) bool {
+	noBody := p.head || resp.code == http.StatusNoContent || resp.code == http.StatusNotModified
+	switch {
+	case resp.code == http.StatusSwitchingProtocols:
+		// net/http hands the connection over as the body.
+		_, _ = io.Copy(io.Discard, io.LimitReader(c.br, maxBodyBytes+1))
+		return false
+	case noBody:
+		return resp.keepAlive
+	case resp.chunked:
+		body := httputil.NewChunkedReader(c.br)
+		n, err := io.Copy(io.Discard, io.LimitReader(body, maxBodyBytes+1))
+		if err != nil || n > maxBodyBytes { // else the copy ended at the last chunk
+			return false
+		}
+		return readTrailer(c.br) && resp.keepAlive
+	case resp.length >= 0:
+		if resp.length > maxBodyBytes+1 {
+			return false // cut off at the cap: the connection goes
+		}
+		n, err := c.br.Discard(int(resp.length))
+		return err == nil && int64(n) == resp.length && resp.keepAlive
+	default:
+		// Delimited by the end of the connection.
+		_, _ = io.Copy(io.Discard, io.LimitReader(c.br, maxBodyBytes+1))
+		return false
+	}
+}
+
+// readTrailer reads the trailer section after a chunked body, through its
+// final blank line, and reports whether it was read whole.
+func readTrailer(br *bufio.Reader) bool {
+	for total := 0; total < leanBufferSize; {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return false
+		}
+		if len(line) <= 2 && (len(line) == 1 || line[0] == '\r') {
+			return true
+		}
+		total += len(line)
+	}
+	return false
+}
+
+// peekHead returns the response head at the start of br's buffer: the
+// status line and header lines through the blank line that ends them,
+// without consuming them. It reads more from the connection as needed.
+// When the head does not fit in br's buffer, complete is false. On an
+// error, n is how many bytes of a response have arrived.
+func peekHead(br *bufio.Reader) (head []byte, complete bool, n int, err error) {
+	from := 0
+	for {
+		buf, _ := br.Peek(br.Buffered())
+		if i := headEnd(buf, from); i >= 0 {
+			return buf[:i], true, len(buf), nil
+		}
+		if len(buf) == br.Size() {
+			return buf, false, len(buf), nil
+		}
+		from = max(0, len(buf)-2)
+		if _, err := br.Peek(len(buf) + 1); err != nil {
+			return nil, false, br.Buffered(), err
+		}
+	}
+}
+
+// headEnd returns the length of the head in buf, through the blank line
+// ("\r\n" or "\n") that ends it, or -1 when buf holds no blank line.
+// Blank lines start at from or later.
+func headEnd(buf []byte, from int) int {
+	for i := from; i < len(buf); i++ {
+		if buf[i] != '\n' {
+			continue
+		}
+		switch {
+		case i+1 < len(buf) && buf[i+1] == '\n':
+			return i + 2
+		case i+2 < len(buf) && buf[i+1] == '\r' && buf[i+2] == '\n':
+			return i + 3
+		}
+	}
+	return -1
+}
+
+// leanResponse is what the lean parser takes from a response head.
+type leanResponse struct {
+	code      int
+	keepAlive bool  // the response lets the connection serve another request
+	chunked   bool  // Transfer-Encoding: chunked
+	length    int64 // Content-Length, or -1 when none
+}
+
+// parseHead parses a response head in the common, unambiguous form: an
+// "HTTP/1.0" or "HTTP/1.1" status line with a three-digit code, header
+// lines "Name: value" with a token name, at most one Content-Length of
+// digits, and no Transfer-Encoding other than a lone "chunked" in HTTP/1.1.
+// For anything else it returns ok false, and net/http parses the head, so
+// that what passes, what fails and what the error says stay net/http's.
+func parseHead(head []byte) (r leanResponse, ok bool) {
+	line, rest, _ := bytes.Cut(head, []byte("\n"))
+	line = bytes.TrimSuffix(line, []byte("\r"))
+	// "HTTP/1.1 200 OK", "HTTP/1.1 200"
+	if len(line) < 12 || string(line[:7]) != "HTTP/1." || (line[7] != '0' && line[7] != '1') || line[8] != ' ' {
+		return r, false
+	}
+	minor := line[7] - '0'
+	if len(line) > 12 && line[12] != ' ' {
+		return r, false
+	}
+	for _, d := range line[9:12] {
+		if d < '0' || d > '9' {
+			return r, false
+		}
+		r.code = r.code*10 + int(d-'0')
+	}
+	r.length = -1
+	var sawClose, sawKeepAlive, sawLength, sawTE bool
+	for {
+		var hl []byte
+		hl, rest, _ = bytes.Cut(rest, []byte("\n"))
+		hl = bytes.TrimSuffix(hl, []byte("\r"))
+		if len(hl) == 0 {
+			break
+		}
+		name, value, found := bytes.Cut(hl, []byte(":"))
+		if !found || !isToken(string(name)) || !plainHeaderValue(value) {
+			return r, false
+		}
+		value = bytes.Trim(value, " \t")
+		switch {
+		case asciiEqualFold(name, "Content-Length"):
+			if sawLength || len(value) == 0 || len(value) > 18 {
+				return r, false
+			}
+			sawLength = true
+			r.length = 0
+			for _, d := range value {
+				if d < '0' || d > '9' {
+					return r, false
+				}
+				r.length = r.length*10 + int64(d-'0')
+			}
+		case asciiEqualFold(name, "Transfer-Encoding"):
+			if sawTE || minor == 0 || !asciiEqualFold(value, "chunked") {
+				return r, false
+			}
+			sawTE = true
+			r.chunked = true
+		case asciiEqualFold(name, "Connection"):
+			for tok := range strings.SplitSeq(string(value), ",") {
+				tok = strings.Trim(tok, " \t")
+				sawClose = sawClose || asciiEqualFold([]byte(tok), "close")
+				sawKeepAlive = sawKeepAlive || asciiEqualFold([]byte(tok), "keep-alive")
+			}
+		}
+	}
+	if sawTE && sawLength {
+		return r, false
+	}
+	// As net/http's shouldClose: HTTP/1.0 closes unless asked to keep alive.
+	r.keepAlive = !sawClose && (minor == 1 || sawKeepAlive) && r.code >= 200
+	return r, true
+}
+
+// plainHeaderValue reports whether v holds only bytes net/textproto takes
+// in a header value as they are: tab, visible ASCII, space, and bytes of
+// 0x80 and above.
+func plainHeaderValue(v []byte) bool {
+	for _, c := range v {
+		if (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// asciiEqualFold reports whether b equals s, ignoring ASCII case.
+func asciiEqualFold(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range b {
+		x, y := b[i], s[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// Close closes the kept connection; probes in flight close theirs when
+// they end. Probes after Close still work, each on a connection of its
+// own that it closes. Close is idempotent and always returns nil.
+func (p *leanProber) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	c := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	p.factory.forget(p)
+	if c != nil {
+		_ = c.conn.Close()
+	}
+	return nil
+}
+
+// closeIdle closes the kept connection, leaving the prober open.
+func (p *leanProber) closeIdle() {
+	p.mu.Lock()
+	c := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	if c != nil {
+		_ = c.conn.Close()
+	}
+}

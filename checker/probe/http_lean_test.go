@@ -1,0 +1,496 @@
+package probe
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// rawServer serves canned bytes on 127.0.0.1: for each request it reads
+// (up to its blank line) it calls answer, which writes on the connection
+// and says whether to keep serving it. It counts the connections it
+// accepts and records the request heads it reads.
+type rawServer struct {
+	ln       net.Listener
+	accepted atomic.Int64
+	mu       sync.Mutex
+	heads    []string
+	wg       sync.WaitGroup
+}
+
+func newRawServer(t *testing.T, answer func(c net.Conn) bool) *rawServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &rawServer{ln: ln}
+	var conns sync.Map
+	s.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.accepted.Add(1)
+			conns.Store(c, true)
+			s.wg.Go(func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					var head strings.Builder
+					for {
+						line, err := br.ReadString('\n')
+						if err != nil {
+							return
+						}
+						head.WriteString(line)
+						if line == "\r\n" {
+							break
+						}
+					}
+					s.mu.Lock()
+					s.heads = append(s.heads, head.String())
+					s.mu.Unlock()
+					if !answer(c) {
+						return
+					}
+				}
+			})
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		conns.Range(func(c, _ any) bool { c.(net.Conn).Close(); return true })
+		s.wg.Wait()
+	})
+	return s
+}
+
+func (s *rawServer) url() string { return "http://" + s.ln.Addr().String() }
+
+func (s *rawServer) requestHeads() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.heads...)
+}
+
+// reply answers every request with resp and keeps the connection.
+func reply(resp string) func(net.Conn) bool {
+	return func(c net.Conn) bool {
+		_, err := c.Write([]byte(resp))
+		return err == nil
+	}
+}
+
+// replyAndClose answers with resp and closes the connection.
+func replyAndClose(resp string) func(net.Conn) bool {
+	return func(c net.Conn) bool {
+		c.Write([]byte(resp))
+		return false
+	}
+}
+
+// replyAndReset answers with resp and resets the connection.
+func replyAndReset(resp string) func(net.Conn) bool {
+	return func(c net.Conn) bool {
+		c.Write([]byte(resp))
+		c.(*net.TCPConn).SetLinger(0)
+		return false
+	}
+}
+
+// replyAndHold answers with resp and then sends nothing more, holding the
+// connection open until the client closes it.
+func replyAndHold(resp string) func(net.Conn) bool {
+	return func(c net.Conn) bool {
+		c.Write([]byte(resp))
+		var b [1]byte
+		for {
+			if _, err := c.Read(b[:]); err != nil {
+				return false
+			}
+		}
+	}
+}
+
+// leanAndNetHTTP returns the lean prober for s and the net/http prober the
+// Factory would have used before, failing the test if s is not served by
+// the lean path.
+func leanAndNetHTTP(t *testing.T, f *Factory, s *HTTPSpec) (lean *leanProber, std *httpProber) {
+	t.Helper()
+	p := newProber(t, f, Spec{HTTP: s})
+	lean, ok := p.(*leanProber)
+	if !ok {
+		t.Fatalf("New(%+v) = %T, want the lean prober", s, p)
+	}
+	t.Cleanup(func() { lean.Close() })
+	return lean, newNetHTTPProber(f.client, s)
+}
+
+// TestHTTPLeanMatchesNetHTTP is the lean prober's contract: against the
+// same server answering the same bytes, it passes or fails as the net/http
+// prober does, with the same error text, the same Describe and the same
+// errors.Is answers.
+func TestHTTPLeanMatchesNetHTTP(t *testing.T) {
+	const ok = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+	tests := []struct {
+		name     string
+		answer   func(net.Conn) bool
+		expected []int
+		method   string
+	}{
+		{name: "200", answer: reply(ok)},
+		{name: "200 HEAD", answer: reply("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"), method: "HEAD"},
+		{name: "204", answer: reply("HTTP/1.1 204 No Content\r\n\r\n")},
+		{name: "299", answer: reply("HTTP/1.1 299 Odd\r\nContent-Length: 0\r\n\r\n")},
+		{name: "300", answer: reply("HTTP/1.1 300 Multiple\r\nContent-Length: 0\r\n\r\n")},
+		{name: "503", answer: reply("HTTP/1.1 503 Unavailable\r\nContent-Length: 4\r\n\r\ndown")},
+		{name: "503 expected", answer: reply("HTTP/1.1 503 Unavailable\r\nContent-Length: 0\r\n\r\n"), expected: []int{503}},
+		{name: "200 not expected", answer: reply(ok), expected: []int{204}},
+		{name: "no reason", answer: reply("HTTP/1.1 200\r\nContent-Length: 0\r\n\r\n")},
+		{name: "bare LF", answer: reply("HTTP/1.1 200 OK\nContent-Length: 0\n\n")},
+		{name: "spaces before code", answer: reply("HTTP/1.1   200 OK\r\nContent-Length: 0\r\n\r\n")},
+		{name: "code 099", answer: reply("HTTP/1.1 099 Low\r\n\r\n")},
+		{name: "code 600", answer: reply("HTTP/1.1 600 High\r\nContent-Length: 0\r\n\r\n")},
+		{name: "code +12", answer: replyAndClose("HTTP/1.1 +12 Signed\r\n\r\n")},
+		{name: "code -12", answer: replyAndClose("HTTP/1.1 -12 Signed\r\n\r\n")},
+		{name: "code abc", answer: replyAndClose("HTTP/1.1 abc OK\r\n\r\n")},
+		{name: "code 2000", answer: replyAndClose("HTTP/1.1 2000 OK\r\n\r\n")},
+		{name: "HTTP/2.0 line", answer: replyAndClose("HTTP/2.0 200 OK\r\n\r\n")},
+		{name: "lower-case version", answer: replyAndClose("http/1.1 200 OK\r\n\r\n")},
+		{name: "garbage", answer: replyAndClose("garbage\r\n\r\n")},
+		{name: "binary then close", answer: replyAndClose("\x00\x00\x06\x04\x00\x00\x00\x00\x00")},
+		{name: "binary line", answer: replyAndClose("\x00\x00\x06\x04\x00\x00\x00\x00\x00\x00\x05\x00\x00@\x00\r\n")},
+		{name: "header without colon", answer: replyAndClose("HTTP/1.1 200 OK\r\nbad header\r\n\r\n")},
+		{name: "folded first header", answer: replyAndClose("HTTP/1.1 200 OK\r\n folded\r\n\r\n")},
+		{name: "folded header", answer: reply("HTTP/1.1 200 OK\r\nX-A: 1\r\n  more\r\nContent-Length: 0\r\n\r\n")},
+		{name: "control in value", answer: replyAndClose("HTTP/1.1 200 OK\r\nX-A: a\x01b\r\n\r\n")},
+		{name: "bad Content-Length", answer: replyAndClose("HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n")},
+		{name: "two Content-Lengths", answer: replyAndClose("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab")},
+		{name: "same Content-Length twice", answer: reply("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok")},
+		{name: "gzip transfer encoding", answer: replyAndClose("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n")},
+		{name: "chunked", answer: reply("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nX-Trailer: 1\r\n\r\n")},
+		{name: "chunked and Content-Length", answer: reply("HTTP/1.1 200 OK\r\nContent-Length: 9\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n")},
+		{name: "bad chunk", answer: replyAndClose("HTTP/1.1 503 Unavailable\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")},
+		{name: "HTTP/1.0", answer: replyAndClose("HTTP/1.0 200 OK\r\n\r\nok")},
+		{name: "HTTP/1.0 chunked", answer: replyAndClose("HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nok")},
+		{name: "100 then 200", answer: reply("HTTP/1.1 100 Continue\r\n\r\n" + ok)},
+		{name: "103 then 503", answer: reply("HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 503 No\r\nContent-Length: 0\r\n\r\n")},
+		{name: "101", answer: replyAndClose("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\nrest")},
+		{name: "101 expected", answer: replyAndClose("HTTP/1.1 101 Switching Protocols\r\n\r\n"), expected: []int{101}},
+		{name: "short body", answer: replyAndClose("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nab")},
+		{name: "body held open", answer: replyAndHold("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nab")},
+		{name: "head cut short", answer: replyAndClose("HTTP/1.1 200 OK\r\nX-A: 1")},
+		{name: "head held open", answer: replyAndHold("HTTP/1.1 200 OK\r\nX-A: 1")},
+		{name: "nothing", answer: replyAndClose("")},
+		{name: "reset", answer: replyAndReset("")},
+		{name: "silence", answer: replyAndHold("")},
+	}
+	f := newTestFactory(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newRawServer(t, tt.answer)
+			lean, std := leanAndNetHTTP(t, f, &HTTPSpec{URL: srv.url() + "/healthz", ExpectedStatus: tt.expected, Method: tt.method})
+			run := func(p Prober) error {
+				return probeWithin(t, timeoutCtx(t, 300*time.Millisecond), p)
+			}
+			want, got := run(std), run(lean)
+			if (got == nil) != (want == nil) {
+				t.Fatalf("lean Probe() = %v, net/http = %v", got, want)
+			}
+			if want == nil {
+				return
+			}
+			if Describe(got) != Describe(want) {
+				t.Errorf("lean Describe = %q, net/http %q\nlean:     %v\nnet/http: %v", Describe(got), Describe(want), got, want)
+			}
+			// Texts naming a socket hold the client's own port.
+			if !strings.Contains(want.Error(), "tcp 127.0.0.1") && got.Error() != want.Error() {
+				t.Errorf("lean error:\n  %v\nnet/http:\n  %v", got, want)
+			}
+			for _, target := range []error{context.DeadlineExceeded, context.Canceled, syscall.ECONNREFUSED, syscall.ECONNRESET} {
+				if errors.Is(got, target) != errors.Is(want, target) {
+					t.Errorf("errors.Is(lean, %v) = %v, net/http %v", target, errors.Is(got, target), errors.Is(want, target))
+				}
+			}
+			var gotSE, wantSE *StatusError
+			if errors.As(got, &gotSE) != errors.As(want, &wantSE) || (gotSE != nil && *gotSE != *wantSE) {
+				t.Errorf("lean StatusError %v, net/http %v", gotSE, wantSE)
+			}
+		})
+	}
+}
+
+// TestHTTPLeanRequestBytes: the lean prober sends the bytes net/http sends
+// for the same spec.
+func TestHTTPLeanRequestBytes(t *testing.T) {
+	srv := newRawServer(t, reply("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
+	addr := srv.ln.Addr().String()
+	f := newTestFactory(t)
+	for _, s := range []HTTPSpec{
+		{URL: srv.url()},
+		{URL: srv.url() + "/healthz?full=1&x=%20y#frag", Method: "HEAD"},
+		{URL: srv.url() + "/a%2Fb/ü", Headers: map[string]string{"host": "svc.example:8080", "x-token": " s3cret\t", "X-Token": "two", "Accept": "*/*"}},
+		{URL: srv.url(), Headers: map[string]string{"User-Agent": "lb-check", "Authorization": "Bearer x"}},
+		{URL: "http://user:pa%20ss@" + addr + "/private"},
+		{URL: "http://user@" + addr + "/private"},
+	} {
+		lean, std := leanAndNetHTTP(t, f, &s)
+		for _, p := range []Prober{std, lean} {
+			if err := p.Probe(timeoutCtx(t, 10*time.Second)); err != nil {
+				t.Fatalf("%+v: %v", s, err)
+			}
+		}
+		heads := srv.requestHeads()
+		if want, got := heads[len(heads)-2], heads[len(heads)-1]; got != want {
+			t.Errorf("%+v: lean request\n%q\nnet/http request\n%q", s, got, want)
+		}
+	}
+}
+
+// TestHTTPLeanChosen: only what the lean path can send exactly takes it.
+func TestHTTPLeanChosen(t *testing.T) {
+	f := newTestFactory(t)
+	for _, tt := range []struct {
+		spec HTTPSpec
+		lean bool
+	}{
+		{HTTPSpec{URL: "http://127.0.0.1:8080/healthz"}, true},
+		{HTTPSpec{URL: "http://svc.internal/", Method: "HEAD", Headers: map[string]string{"Host": "a.example", "X-A": "1"}}, true},
+		{HTTPSpec{URL: "https://127.0.0.1:8443/healthz"}, false},
+		{HTTPSpec{URL: "http://bücher.example/"}, false},
+		{HTTPSpec{URL: "http://127.0.0.1/", Headers: map[string]string{"connection": "close"}}, false},
+		{HTTPSpec{URL: "http://127.0.0.1/", Headers: map[string]string{"Transfer-Encoding": "chunked"}}, false},
+		{HTTPSpec{URL: "http://127.0.0.1/", Headers: map[string]string{"Upgrade": "h2c"}}, false},
+	} {
+		p := newProber(t, f, Spec{HTTP: &tt.spec})
+		if _, lean := p.(*leanProber); lean != tt.lean {
+			t.Errorf("New(%+v) = %T, want lean %v", tt.spec, p, tt.lean)
+		}
+		closeProber(p)
+	}
+}
+
+func closeProber(p Prober) {
+	if c, ok := p.(interface{ Close() error }); ok {
+		c.Close()
+	}
+}
+
+// probeN probes n times, each under its own 10s timeout, failing the test
+// on an error.
+func probeN(t *testing.T, p Prober, n int) {
+	t.Helper()
+	for i := range n {
+		if err := p.Probe(timeoutCtx(t, 10*time.Second)); err != nil {
+			t.Fatalf("probe %d: %v", i, err)
+		}
+	}
+}
+
+// TestHTTPLeanConnections counts the connections probes open for each way
+// a server may end a response.
+func TestHTTPLeanConnections(t *testing.T) {
+	big := "HTTP/1.1 200 OK\r\nContent-Length: " + "1048576" + "\r\n\r\n" + strings.Repeat("x", 1<<20)
+	tests := []struct {
+		name   string
+		answer func(net.Conn) bool
+		method string
+		want   int64 // connections for 5 probes
+	}{
+		{name: "keep-alive", answer: reply("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"), want: 1},
+		{name: "HEAD", answer: reply("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"), method: "HEAD", want: 1},
+		{name: "chunked with trailer", answer: reply("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nX-T: 1\r\n\r\n"), want: 1},
+		{name: "1xx first", answer: reply("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n"), want: 1},
+		{name: "Connection close", answer: replyAndClose("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok"), want: 5},
+		{name: "Connection close, kept open", answer: reply("HTTP/1.1 200 OK\r\nConnection: Keep-Alive, Close\r\nContent-Length: 2\r\n\r\nok"), want: 5},
+		{name: "HTTP/1.0", answer: replyAndClose("HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok"), want: 5},
+		{name: "HTTP/1.0 keep-alive", answer: reply("HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok"), want: 1},
+		{name: "body until close", answer: replyAndClose("HTTP/1.1 200 OK\r\n\r\nok"), want: 5},
+		{name: "body over the cap", answer: reply(big), want: 5},
+		// The server closes every connection after its response without
+		// saying so: each probe finds its kept connection closed and
+		// redials within the same probe.
+		{name: "closed while idle", answer: replyAndClose("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"), want: 5},
+		{name: "reset while idle", answer: replyAndReset("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"), want: 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newRawServer(t, tt.answer)
+			f := newTestFactory(t)
+			lean, _ := leanAndNetHTTP(t, f, &HTTPSpec{URL: srv.url(), Method: tt.method})
+			probeN(t, lean, 5)
+			if n := srv.accepted.Load(); n != tt.want {
+				t.Errorf("5 probes opened %d connections, want %d", n, tt.want)
+			}
+		})
+	}
+}
+
+// TestHTTPLeanNoRetryOnFreshConnection: a server that hangs up on every
+// request fails each probe once, on the connection it dialled: only a kept
+// connection is worth a second try.
+func TestHTTPLeanNoRetryOnFreshConnection(t *testing.T) {
+	srv := newRawServer(t, replyAndClose(""))
+	lean, _ := leanAndNetHTTP(t, newTestFactory(t), &HTTPSpec{URL: srv.url()})
+	for range 3 {
+		err := lean.Probe(timeoutCtx(t, 10*time.Second))
+		if d := Describe(err); d != "connection closed by the server" {
+			t.Fatalf("Probe() = %v (%q), want the server's EOF", err, d)
+		}
+	}
+	if n := srv.accepted.Load(); n != 3 {
+		t.Errorf("3 probes opened %d connections, want 3", n)
+	}
+}
+
+// TestHTTPLeanHangingBody: a status followed by a body that never comes
+// counts as the status, as with net/http, once the deadline ends the read.
+func TestHTTPLeanHangingBody(t *testing.T) {
+	srv := newRawServer(t, replyAndHold("HTTP/1.1 503 Unavailable\r\nContent-Length: 10\r\n\r\n"))
+	lean, _ := leanAndNetHTTP(t, newTestFactory(t), &HTTPSpec{URL: srv.url()})
+	err := probeWithin(t, timeoutCtx(t, 200*time.Millisecond), lean)
+	var se *StatusError
+	if !errors.As(err, &se) || se.Code != 503 {
+		t.Errorf("Probe() = %v, want status 503", err)
+	}
+}
+
+// TestHTTPLeanCancelKeepsWorking: a probe cancelled while it waits leaves
+// no past deadline behind: the next probe passes on a new connection.
+func TestHTTPLeanCancelKeepsWorking(t *testing.T) {
+	release := make(chan struct{})
+	var first atomic.Bool
+	srv := newRawServer(t, func(c net.Conn) bool {
+		if !first.Swap(true) {
+			<-release
+		}
+		_, err := c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
+		return err == nil
+	})
+	defer close(release)
+	lean, _ := leanAndNetHTTP(t, newTestFactory(t), &HTTPSpec{URL: srv.url()})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- lean.Probe(ctx) }()
+	for len(srv.requestHeads()) == 0 { // the request has arrived
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) || Describe(err) != "canceled" {
+		t.Fatalf("Probe() = %v, want it to wrap context.Canceled", err)
+	}
+	probeN(t, lean, 2)
+	if n := srv.accepted.Load(); n != 2 {
+		t.Errorf("opened %d connections, want 2 (the cancelled one is not kept)", n)
+	}
+}
+
+// TestHTTPLeanClose: Close closes the kept connection (the server sees it
+// end), is idempotent, and a probe afterwards works without keeping one.
+func TestHTTPLeanClose(t *testing.T) {
+	var closed atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateClosed {
+			closed.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	f := newTestFactory(t)
+	p := newProber(t, f, Spec{HTTP: &HTTPSpec{URL: srv.URL}}).(*leanProber)
+	probeN(t, p, 2)
+	p.Close()
+	p.Close()
+	waitFor(t, func() bool { return closed.Load() == 1 }, "the server to see the kept connection closed")
+	probeN(t, p, 1)
+	waitFor(t, func() bool { return closed.Load() == 2 }, "the server to see the probe's connection closed")
+	f.leanMu.Lock()
+	_, known := f.lean[p]
+	f.leanMu.Unlock()
+	if known {
+		t.Error("the Factory still holds the closed prober")
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after 10 seconds.
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestHTTPLeanEgress: the lean path dials through the guarded dialer: a
+// name that resolves to a denied address is refused at dial time, and
+// nothing reaches the server.
+func TestHTTPLeanEgress(t *testing.T) {
+	srv := newRawServer(t, reply("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
+	_, port, _ := net.SplitHostPort(srv.ln.Addr().String())
+	f := NewFactoryWith(FactoryOptions{
+		Egress:   &EgressPolicy{Deny: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
+		Resolver: staticResolver{"rebind.test": {netip.MustParseAddr("127.0.0.1")}},
+	})
+	t.Cleanup(f.Close)
+	lean, _ := leanAndNetHTTP(t, f, &HTTPSpec{URL: "http://rebind.test:" + port + "/"})
+	err := lean.Probe(timeoutCtx(t, 10*time.Second))
+	var ee *EgressError
+	if !errors.As(err, &ee) {
+		t.Fatalf("Probe() = %v, want an *EgressError", err)
+	}
+	if d, want := Describe(err), "rebind.test resolves to 127.0.0.1, which is denied by egress policy (deny 127.0.0.0/8)"; d != want {
+		t.Errorf("Describe = %q, want %q", d, want)
+	}
+	if n := srv.accepted.Load(); n != 0 {
+		t.Errorf("the server accepted %d connections, want 0", n)
+	}
+}
+
+// staticResolver answers from a map.
+type staticResolver map[string][]netip.Addr
+
+func (r staticResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if addrs, ok := r[host]; ok {
+		return addrs, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+// TestHTTPLeanConcurrent: probes of one prober from many goroutines at once
+// all pass, and at most one connection stays kept.
+func TestHTTPLeanConcurrent(t *testing.T) {
+	srv, _ := newHTTPServer(t, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	lean := newProber(t, newTestFactory(t), Spec{HTTP: &HTTPSpec{URL: srv.URL}}).(*leanProber)
+	defer lean.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8*10)
+	for range 8 {
+		wg.Go(func() {
+			for range 10 {
+				errs <- lean.Probe(timeoutCtx(t, 10*time.Second))
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
