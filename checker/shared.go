@@ -100,6 +100,9 @@ var (
 	// ErrNotShared: the call needs a view that only one replica has, and the
 	// registry is shared.
 	ErrNotShared = errors.New("not supported with a shared registry")
+	// ErrLagging: a change is stored in the shared registry, but this
+	// replica has not applied it yet (its watch is behind or cut off).
+	ErrLagging = errors.New("the change is stored, but this replica has not caught up with it yet")
 )
 
 // sharedWait bounds how long Add and Remove wait for their own change to
@@ -209,7 +212,7 @@ func (c *Checker) waitApplied(ctx context.Context, rev uint64) error {
 			if c.ctx.Err() != nil {
 				return ErrClosed
 			}
-			return fmt.Errorf("%w: stored at revision %d, but this replica has not caught up with it yet; it will show once it has", ErrStore, rev)
+			return fmt.Errorf("%w: revision %d", ErrLagging, rev)
 		}
 	}
 }
@@ -510,3 +513,19 @@ func (c *Checker) proposeLoop() {
 		}
 	}
 }
+
+// Replica returns this replica's member ID and the live members, sorted,
+// when the shared registry tells them; empty otherwise.
+func (c *Checker) Replica() (id string, members []string) {
+	type membership interface {
+		ID() string
+		Members() []string
+	}
+	if m, ok := c.shared.(membership); ok {
+		return m.ID(), m.Members()
+	}
+	return "", nil
+}
+
+// IsShared reports whether the registry is shared by replicas.
+func (c *Checker) IsShared() bool { return c.shared != nil }

@@ -111,6 +111,10 @@ func (s *Server) ListTargets(_ context.Context, req *pb.ListTargetsRequest) (*pb
 		out.Groups = append(out.Groups, groupStatusToProto(g))
 	}
 	out.Checker = overloadToProto(s.c.Overload())
+	if err := s.c.StoreErr(); err != nil {
+		out.Checker.RegistryError = err.Error()
+	}
+	out.Checker.Replica, out.Checker.Replicas = s.c.Replica()
 	return out, nil
 }
 
@@ -243,9 +247,11 @@ func toStatus(err error, prefix string) error {
 	case errors.Is(err, checker.ErrLimit):
 		return status.Errorf(codes.ResourceExhausted, "%v; remove some, or raise pulsed's -max-targets, -max-targets-per-group or -max-watchers", err)
 	case errors.Is(err, checker.ErrNotShared):
-		return status.Errorf(codes.FailedPrecondition, "%v (pulsed runs with --registry etcd)", err)
+		return status.Errorf(codes.FailedPrecondition, "%v (pulsed runs with -registry etcd)", err)
 	case errors.Is(err, checker.ErrStore):
-		return status.Errorf(codes.Unavailable, "%v; check pulsed's registry (its data dir: disk full or read-only? or etcd with --registry etcd) and retry", err)
+		return status.Errorf(codes.Unavailable, "%v; nothing was changed: check pulsed's registry (its data dir: disk full or read-only? or etcd with -registry etcd) and retry", err)
+	case errors.Is(err, checker.ErrLagging):
+		return status.Errorf(codes.Unavailable, "%v; it will show once this replica catches up with etcd (a retry is harmless)", err)
 	case errors.Is(err, checker.ErrClosed):
 		return status.Error(codes.Unavailable, "pulsed is shutting down; retry against a running instance")
 	default:

@@ -490,9 +490,11 @@ func (r *Registry) changes(evs []*clientv3.Event) ([]checker.SharedChange, int64
 			case !put && found:
 				r.members = slices.Delete(r.members, i, i+1)
 				membersChanged = true
-				if name == r.id {
+				if name == r.id && r.createRev != 0 && r.createRev < ev.Kv.ModRevision {
 					// Our lease expired (we were paused or cut off):
-					// nothing we write is accepted until we register again.
+					// nothing we write is accepted until we register
+					// again. (A deletion older than our key is of the key
+					// an earlier lease held: we registered again already.)
 					r.createRev = 0
 				}
 			}

@@ -172,7 +172,8 @@ func startPulsed(t *testing.T, bin string, args ...string) *pulsed {
 	t.Helper()
 	p := &pulsed{logs: &syncBuffer{}, exited: make(chan struct{})}
 	if !slices.ContainsFunc(args, func(a string) bool {
-		return strings.TrimLeft(a, "-") == "data-dir" || strings.HasPrefix(strings.TrimLeft(a, "-"), "data-dir=")
+		a = strings.TrimLeft(a, "-")
+		return a == "data-dir" || strings.HasPrefix(a, "data-dir=") || a == "registry"
 	}) {
 		args = append([]string{"-data-dir", t.TempDir()}, args...)
 	}

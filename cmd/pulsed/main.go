@@ -25,6 +25,7 @@ import (
 
 	"pulse/checker"
 	"pulse/checker/boltstore"
+	"pulse/checker/etcdreg"
 	"pulse/checker/probe"
 	"pulse/server"
 )
@@ -42,6 +43,7 @@ func main() {
 type config struct {
 	listen           string
 	dataDir          string
+	registry         registryFlags
 	targetsFile      string
 	security         securityFlags
 	defaults         checker.Defaults
@@ -69,6 +71,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:50051", "`address` to serve gRPC on (host:port; port 0 picks a free one)")
 	cfg.security.register(fs)
 	fs.StringVar(&cfg.targetsFile, "targets", "", "YAML `file` of targets to register at start and again on SIGHUP (see the README); it owns the targets it lists")
+	cfg.registry.register(fs)
 	fs.StringVar(&cfg.dataDir, "data-dir", "pulse-data", "`directory` of the embedded store that keeps targets and their states across restarts; \"\" keeps them in memory only")
 	fs.DurationVar(&cfg.defaults.Interval, "interval", d.Interval, "default time between the starts of two probes of a target")
 	fs.DurationVar(&cfg.defaults.Timeout, "timeout", d.Timeout, "default timeout of one probe (at most -interval)")
@@ -94,6 +97,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q; see pulsed --help", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := cfg.registry.check(set, &cfg); err != nil {
+		return cfg, err
 	}
 	if err := cfg.logLevel.UnmarshalText([]byte(*level)); err != nil {
 		return cfg, fmt.Errorf("-log-level: %w", err)
@@ -162,17 +170,29 @@ func run(args []string, stderr io.Writer) error {
 		logger = slog.New(slog.NewTextHandler(stderr, opts))
 	}
 
-	var store checker.Store
-	if cfg.dataDir != "" {
-		st, err := boltstore.Open(cfg.dataDir, time.Second)
-		if err != nil {
-			return fmt.Errorf("-data-dir: %w", err)
+	var (
+		store  checker.Store
+		bolt   *boltstore.Store
+		shared *etcdreg.Registry
+	)
+	if cfg.registry.etcd() {
+		if shared, err = cfg.registry.openEtcd(logger); err != nil {
+			return err
 		}
-		defer st.Close()
-		store = st
-		logger.Info("store opened", "path", st.Path())
+		// Closed after the checker (deferred below): leaving gives this
+		// replica's targets to the others at once.
+		defer shared.Close()
+		if cfg.maxUnhealthy != 1 {
+			logger.Info("panic thresholds are not applied with -registry etcd: every replica marks what its results say")
+		}
 	} else {
-		logger.Warn("no -data-dir: targets live in memory only and are lost when pulsed stops")
+		if bolt, err = openStore(cfg.dataDir, logger); err != nil {
+			return err
+		}
+		if bolt != nil {
+			defer bolt.Close()
+			store = bolt
+		}
 	}
 
 	sopts, err := cfg.security.serverOptions(cfg.listen)
@@ -188,10 +208,10 @@ func run(args []string, stderr io.Writer) error {
 	defer probes.Close() // after the checker's Close, deferred below
 
 	obs := newObservability(cfg.metricsPerTarget, logger)
-	if bs, ok := store.(*boltstore.Store); ok {
-		obs.backup = bs.Backup
+	if bolt != nil {
+		obs.backup = bolt.Backup
 	}
-	c, err := checker.New(checker.Config{
+	cc := checker.Config{
 		NewProber:           func(s probe.Spec) (checker.Prober, error) { return probes.New(s) },
 		MaxTargets:          cfg.security.maxTargets,
 		MaxTargetsPerGroup:  cfg.security.maxTargetsPerGroup,
@@ -211,11 +231,19 @@ func run(args []string, stderr io.Writer) error {
 		// Pool policies: the default panic threshold, overload detection.
 		MaxUnhealthyFraction: cfg.maxUnhealthy,
 		Overload:             cfg.overload,
-	})
+	}
+	if shared != nil {
+		cc.Shared = shared
+		cc.StartRevision = 0 // revisions are etcd's
+	}
+	c, err := checker.New(cc)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	if shared != nil {
+		shared.Run(c)
+	}
 	sopts.Logger = logger.With("component", "grpc")
 	sopts.UnaryInterceptors = obs.unaryInterceptors()
 	sopts.StreamInterceptors = obs.streamInterceptors()

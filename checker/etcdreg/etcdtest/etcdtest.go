@@ -5,8 +5,10 @@ package etcdtest
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,4 +94,88 @@ func (s *Server) Restart() {
 	if s.e == nil {
 		s.start()
 	}
+}
+
+// Proxy forwards TCP connections to etcd until it is cut: a partition
+// between pulsed and etcd, while etcd itself runs on.
+type Proxy struct {
+	// Endpoint is the proxy's client URL.
+	Endpoint string
+
+	l      net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
+}
+
+// Proxy starts a proxy to s, closed when the test ends.
+func (s *Server) Proxy(t testing.TB) *Proxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Proxy{Endpoint: "http://" + l.Addr().String(), l: l, target: s.client.Host, conns: map[net.Conn]struct{}{}}
+	p.wg.Go(p.accept)
+	t.Cleanup(func() {
+		l.Close()
+		p.Cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *Proxy) accept() {
+	for {
+		c, err := p.l.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		cut := p.cut
+		p.mu.Unlock()
+		if cut {
+			c.Close()
+			continue
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		pipe := func(dst, src net.Conn) {
+			_, _ = io.Copy(dst, src)
+			dst.Close()
+			src.Close()
+			p.mu.Lock()
+			delete(p.conns, dst)
+			delete(p.conns, src)
+			p.mu.Unlock()
+		}
+		p.wg.Go(func() { pipe(up, c) })
+		p.wg.Go(func() { pipe(c, up) })
+	}
+}
+
+// Cut closes every connection through the proxy and refuses new ones
+// until Heal.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
+// Heal lets connections through again.
+func (p *Proxy) Heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = false
 }

@@ -1171,8 +1171,18 @@ type CheckerStatus struct {
 	// ignored_timeouts counts every probe timeout not counted because the
 	// checker was degraded.
 	IgnoredTimeouts uint64 `protobuf:"varint,8,opt,name=ignored_timeouts,json=ignoredTimeouts,proto3" json:"ignored_timeouts,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// registry_error says why pulsed cannot store changes in its registry
+	// (its data dir, or etcd with --registry etcd); empty while it can. While
+	// it is set pulsed keeps probing and answering from its last view, and
+	// refuses the changes it cannot store with UNAVAILABLE.
+	RegistryError string `protobuf:"bytes,9,opt,name=registry_error,json=registryError,proto3" json:"registry_error,omitempty"`
+	// replica is this pulsed's member ID with --registry etcd, and replicas
+	// the live members it sees, sorted; both empty with the embedded
+	// registry.
+	Replica       string   `protobuf:"bytes,10,opt,name=replica,proto3" json:"replica,omitempty"`
+	Replicas      []string `protobuf:"bytes,11,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CheckerStatus) Reset() {
@@ -1259,6 +1269,27 @@ func (x *CheckerStatus) GetIgnoredTimeouts() uint64 {
 		return x.IgnoredTimeouts
 	}
 	return 0
+}
+
+func (x *CheckerStatus) GetRegistryError() string {
+	if x != nil {
+		return x.RegistryError
+	}
+	return ""
+}
+
+func (x *CheckerStatus) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
+func (x *CheckerStatus) GetReplicas() []string {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
 }
 
 // Transition is one change of a target's state.
@@ -2689,7 +2720,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\tunhealthy\x18\x05 \x01(\x05R\tunhealthy\x12#\n" +
 	"\rmax_unhealthy\x18\x06 \x01(\x05R\fmaxUnhealthy\x12\x14\n" +
 	"\x05panic\x18\a \x01(\bR\x05panic\x12\x12\n" +
-	"\x04held\x18\b \x03(\tR\x04held\"\xe3\x02\n" +
+	"\x04held\x18\b \x03(\tR\x04held\"\xc0\x03\n" +
 	"\rCheckerStatus\x12\x1a\n" +
 	"\bdegraded\x18\x01 \x01(\bR\bdegraded\x12A\n" +
 	"\x0edegraded_since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\rdegradedSince\x12\x16\n" +
@@ -2698,7 +2729,11 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x0ewaiting_probes\x18\x05 \x01(\x05R\rwaitingProbes\x12(\n" +
 	"\x10in_flight_probes\x18\x06 \x01(\x05R\x0einFlightProbes\x122\n" +
 	"\x15max_concurrent_probes\x18\a \x01(\x05R\x13maxConcurrentProbes\x12)\n" +
-	"\x10ignored_timeouts\x18\b \x01(\x04R\x0fignoredTimeouts\"\x8b\x02\n" +
+	"\x10ignored_timeouts\x18\b \x01(\x04R\x0fignoredTimeouts\x12%\n" +
+	"\x0eregistry_error\x18\t \x01(\tR\rregistryError\x12\x18\n" +
+	"\areplica\x18\n" +
+	" \x01(\tR\areplica\x12\x1a\n" +
+	"\breplicas\x18\v \x03(\tR\breplicas\"\x8b\x02\n" +
 	"\n" +
 	"Transition\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +

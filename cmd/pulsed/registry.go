@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"pulse/checker"
+	"pulse/checker/boltstore"
+	"pulse/checker/etcdreg"
+)
+
+// registryFlags choose where the registry lives: the embedded store (one
+// pulsed) or etcd (several replicas sharing one fleet).
+type registryFlags struct {
+	kind      string
+	endpoints string
+	prefix    string
+	leaseTTL  time.Duration
+	replicaID string
+}
+
+func (r *registryFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&r.kind, "registry", "embedded", "where targets and states live: \"embedded\" (the -data-dir store, one pulsed) or \"etcd\" (shared by every pulsed replica pointed at the same -etcd-endpoints and -etcd-prefix)")
+	fs.StringVar(&r.endpoints, "etcd-endpoints", "", "with -registry etcd: comma-separated etcd client `URLs`, e.g. http://127.0.0.1:2379")
+	fs.StringVar(&r.prefix, "etcd-prefix", "/pulse/", "with -registry etcd: the key `prefix` of this fleet; replicas with the same prefix share it")
+	fs.DurationVar(&r.leaseTTL, "etcd-lease-ttl", 10*time.Second, "with -registry etcd: a replica that stops renewing its lease (crashed, paused, cut off) loses its targets to the others after this long (at least 2s)")
+	fs.StringVar(&r.replicaID, "replica-id", "", "with -registry etcd: this replica's member `ID` (default: host name, process ID and a random suffix)")
+}
+
+// check validates the registry flags against the others; set holds the
+// flags given on the command line.
+func (r *registryFlags) check(set map[string]bool, cfg *config) error {
+	switch r.kind {
+	case "embedded":
+		for _, f := range []string{"etcd-endpoints", "etcd-prefix", "etcd-lease-ttl", "replica-id"} {
+			if set[f] {
+				return fmt.Errorf("-%s needs -registry etcd", f)
+			}
+		}
+	case "etcd":
+		if strings.TrimSpace(r.endpoints) == "" {
+			return fmt.Errorf("-registry etcd needs -etcd-endpoints, e.g. -etcd-endpoints http://127.0.0.1:2379")
+		}
+		if r.leaseTTL < 2*time.Second {
+			return fmt.Errorf("-etcd-lease-ttl must be at least 2s, got %v", r.leaseTTL)
+		}
+		if set["data-dir"] {
+			return fmt.Errorf("-data-dir is the embedded registry's; with -registry etcd the registry is in etcd")
+		}
+		if set["max-unhealthy-fraction"] && cfg.maxUnhealthy != 1 {
+			return fmt.Errorf("-max-unhealthy-fraction: panic thresholds need one view of a group's results, which replicas do not share; with -registry etcd only 1 (no threshold) is accepted")
+		}
+		cfg.dataDir = ""
+	default:
+		return fmt.Errorf("-registry must be embedded or etcd, got %q", r.kind)
+	}
+	return nil
+}
+
+func (r *registryFlags) etcd() bool { return r.kind == "etcd" }
+
+// openEtcd connects to etcd and announces this replica.
+func (r *registryFlags) openEtcd(logger *slog.Logger) (*etcdreg.Registry, error) {
+	var eps []string
+	for _, e := range strings.Split(r.endpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			eps = append(eps, e)
+		}
+	}
+	reg, err := etcdreg.Open(context.Background(), etcdreg.Options{
+		Endpoints: eps,
+		Prefix:    r.prefix,
+		ID:        r.replicaID,
+		LeaseTTL:  r.leaseTTL,
+		Logger:    logger.With("component", "etcd"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("-registry etcd: %w", err)
+	}
+	logger.Info("joined the replicas on etcd", "replica", reg.ID(), "prefix", r.prefix, "endpoints", strings.Join(eps, ","))
+	return reg, nil
+}
+
+// openStore opens the embedded store, or returns nil to keep the registry
+// in memory.
+func openStore(dataDir string, logger *slog.Logger) (*boltstore.Store, error) {
+	if dataDir == "" {
+		logger.Warn("no -data-dir: targets live in memory only and are lost when pulsed stops")
+		return nil, nil
+	}
+	st, err := boltstore.Open(dataDir, time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("-data-dir: %w", err)
+	}
+	logger.Info("store opened", "path", st.Path())
+	return st, nil
+}
+
+var _ checker.Shared = (*etcdreg.Registry)(nil)
