@@ -16,6 +16,13 @@ help: ## list the targets
 run: ## start pulsed on 127.0.0.1:50051 (extra flags: make run ARGS="-interval 1s")
 	$(GO) run ./cmd/pulsed $(ARGS)
 
+.PHONY: etcd
+etcd: ## start a local etcd on 127.0.0.1:2379 for pulsed -registry etcd (data in ./etcd-data)
+	$(GO) tool go.etcd.io/etcd/server/v3 --name pulse-dev --data-dir etcd-data \
+		--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+		--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+		--initial-cluster pulse-dev=http://127.0.0.1:2380 $(ARGS)
+
 .PHONY: target
 target: ## start a toy HTTP backend on 127.0.0.1:8080 for the README walkthrough
 	$(GO) run ./cmd/pulse-target $(ARGS)
