@@ -724,7 +724,7 @@ func (c *Checker) RunRound(ctx context.Context) []Transition {
 	now := c.clock.Now()
 	var jobs []job
 	for _, t := range c.targets {
-		if !t.inFlight {
+		if !t.inFlight && (c.shared == nil || t.owned) {
 			jobs = append(jobs, c.jobLocked(t, now))
 		}
 	}

@@ -1,0 +1,273 @@
+package checker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	"pulse/checker"
+)
+
+// fakeShared is a shared registry in memory: it numbers changes with
+// revisions that skip (as etcd's do, for writes that are not events) and
+// applies them to the checker at once, as a watch would.
+type fakeShared struct {
+	mu        sync.Mutex
+	c         *checker.Checker
+	rev       uint64
+	notOwned  map[string]bool
+	fence     bool
+	proposals []checker.StateProposal
+	loaded    []checker.SharedTarget
+	loadRev   uint64
+}
+
+func (f *fakeShared) Load() ([]checker.SharedTarget, uint64, error) {
+	f.rev = f.loadRev
+	return f.loaded, f.loadRev, nil
+}
+
+// commit numbers a change, two revisions past the last, and applies it.
+func (f *fakeShared) commit(ch checker.SharedChange) uint64 {
+	f.mu.Lock()
+	f.rev += 2
+	ch.Rev = f.rev
+	c := f.c
+	f.mu.Unlock()
+	c.ApplyShared([]checker.SharedChange{ch}, ch.Rev)
+	return ch.Rev
+}
+
+func (f *fakeShared) PutSpec(_ context.Context, spec checker.Spec) (uint64, error) {
+	return f.commit(checker.SharedChange{Kind: checker.SharedSpecPut, Spec: spec}), nil
+}
+
+func (f *fakeShared) DeleteTarget(_ context.Context, name string) (uint64, bool, error) {
+	return f.commit(checker.SharedChange{Kind: checker.SharedSpecDeleted, Name: name}), true, nil
+}
+
+func (f *fakeShared) ProposeState(_ context.Context, p checker.StateProposal) error {
+	f.mu.Lock()
+	f.proposals = append(f.proposals, p)
+	fenced := f.fence
+	f.mu.Unlock()
+	if fenced {
+		return fmt.Errorf("%w: test", checker.ErrFenced)
+	}
+	p.State.Writer = "me"
+	f.commit(checker.SharedChange{Kind: checker.SharedStatePut, Name: p.Name, State: p.State})
+	return nil
+}
+
+func (f *fakeShared) Owns(name string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.notOwned[name]
+}
+
+func (f *fakeShared) setOwned(name string, own bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.notOwned[name] = !own
+}
+
+func (f *fakeShared) proposed() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.proposals)
+}
+
+func newSharedEnv(t *testing.T, f *fakeShared, cfg checker.Config) *testEnv {
+	t.Helper()
+	if f.notOwned == nil {
+		f.notOwned = map[string]bool{}
+	}
+	cfg.Shared = f
+	cfg.Defaults = checker.Defaults{Interval: 1e9, Timeout: 5e8, Rise: 1, Fall: 1}
+	e := newEnv(t, cfg)
+	f.mu.Lock()
+	f.c = e.c
+	f.mu.Unlock()
+	return e
+}
+
+func (e *testEnv) state(t *testing.T, name string) checker.State {
+	t.Helper()
+	st, err := e.c.Status(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.State
+}
+
+// The loaded registry comes without events; every later event carries the
+// shared registry's revision, gaps included; the owner's result becomes a
+// state only once its write comes back; resumes, compaction and future
+// revisions follow the registry's revisions.
+func TestSharedRevisionsAreTheRegistrys(t *testing.T) {
+	f := &fakeShared{loadRev: 7, loaded: []checker.SharedTarget{{
+		Spec:     spec("pre"),
+		State:    &checker.SharedState{State: checker.StateHealthy, From: checker.StateUnhealthy, Writer: "other"},
+		StateRev: 3,
+	}}}
+	e := newSharedEnv(t, f, checker.Config{HistorySize: 3})
+	if e.c.Revision() != 7 {
+		t.Fatalf("revision after load = %d, want 7", e.c.Revision())
+	}
+	st, err := e.c.Status("pre")
+	if err != nil || st.State != checker.StateHealthy || !st.CarriedOver {
+		t.Fatalf("loaded target: %+v, %v", st, err)
+	}
+
+	st, created, err := e.c.Add(spec("a"))
+	if err != nil || !created || st.State != checker.StateUnhealthy {
+		t.Fatalf("Add = %+v, %v, %v", st, created, err)
+	}
+	e.probes.set("a", pass)
+	e.probes.set("pre", pass)
+	if trs := e.c.RunRound(t.Context()); len(trs) != 0 {
+		t.Fatalf("a shared checker's round changed states itself: %v", texts(trs))
+	}
+	waitFor(t, "a's write to come back", func() bool { return e.state(t, "a") == checker.StateHealthy })
+	if f.proposed() != 1 {
+		t.Fatalf("%d proposals, want 1 (pre's pass changes nothing)", f.proposed())
+	}
+
+	w, err := e.c.Watch(checker.Filter{}, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	var got []string
+	for _, ev := range next(t, w) {
+		got = append(got, fmt.Sprintf("%d %s", ev.Revision, kinds([]checker.Event{ev})[0]))
+	}
+	if want := []string{"9 added a", "11 a: unhealthy -> healthy"}; !slices.Equal(got, want) {
+		t.Fatalf("events from 7: %q, want %q", got, want)
+	}
+	// A revision inside a gap resumes at the next event.
+	w2, err := e.c.Watch(checker.Filter{}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Close()
+	if evs := next(t, w2); len(evs) != 1 || evs[0].Revision != 11 {
+		t.Fatalf("from 10: %v", evs)
+	}
+	if _, err := e.c.Watch(checker.Filter{}, 12); !errors.Is(err, checker.ErrFutureRevision) {
+		t.Fatalf("from 12: %v, want a future revision", err)
+	}
+	// A revision without an event (a member's lease, say) moves the
+	// checker on.
+	e.c.ApplyShared(nil, 20)
+	if e.c.Revision() != 20 {
+		t.Fatalf("revision = %d, want 20", e.c.Revision())
+	}
+	if rev, ok := w2.Progress(); !ok || rev != 20 {
+		t.Fatalf("progress = %d, %v; want 20, true", rev, ok)
+	}
+	f.mu.Lock()
+	f.rev = 20
+	f.mu.Unlock()
+	// Two more events overflow the history of 3: resuming from before the
+	// evicted one is compacted.
+	e.add(t, spec("b"))
+	e.add(t, spec("c"))
+	if _, err := e.c.Watch(checker.Filter{}, 8); !errors.Is(err, checker.ErrCompacted) {
+		t.Fatalf("from 8 after eviction: %v, want compacted", err)
+	}
+	if _, err := e.c.Watch(checker.Filter{}, 9); err != nil {
+		t.Fatalf("from 9 (the evicted event's revision): %v", err)
+	}
+}
+
+// A replica probes only what it owns and mirrors the rest; ownership
+// moves with the members; a fenced write changes nothing and the next
+// result proposes again.
+func TestSharedOwnershipAndFencing(t *testing.T) {
+	f := &fakeShared{}
+	e := newSharedEnv(t, f, checker.Config{})
+	f.setOwned("theirs", false)
+	e.add(t, spec("theirs"))
+	e.probes.set("theirs", pass)
+	e.c.RunRound(t.Context())
+	if n := e.probes.callCount("theirs"); n != 0 {
+		t.Fatalf("probed a target another replica owns %d times", n)
+	}
+	// Its owner's write arrives: mirrored, with an event.
+	w := watchNow(t, e.c, checker.Filter{})
+	f.commit(checker.SharedChange{Kind: checker.SharedStatePut, Name: "theirs", State: checker.SharedState{
+		State: checker.StateHealthy, From: checker.StateUnhealthy, Time: e.clock.Now(), Writer: "other",
+	}})
+	if got := kinds(next(t, w)); !slices.Equal(got, []string{"theirs: unhealthy -> healthy"}) {
+		t.Fatalf("mirrored events: %q", got)
+	}
+
+	// The other replica leaves: this one takes the target over from its
+	// stored state, without a transition when the results agree.
+	f.setOwned("theirs", true)
+	e.c.ApplyShared([]checker.SharedChange{{Kind: checker.SharedMembersChanged, Rev: 100}}, 100)
+	st, _ := e.c.Status("theirs")
+	if !st.CarriedOver || st.State != checker.StateHealthy {
+		t.Fatalf("taken over: %+v", st)
+	}
+	e.c.RunRound(t.Context())
+	if e.probes.callCount("theirs") != 1 || f.proposed() != 0 {
+		t.Fatalf("after the takeover: %d probes, %d proposals; want 1, 0", e.probes.callCount("theirs"), f.proposed())
+	}
+
+	// Fenced: the write is refused, the state stays.
+	f.mu.Lock()
+	f.fence = true
+	f.mu.Unlock()
+	e.probes.set("theirs", fail)
+	e.c.RunRound(t.Context())
+	waitFor(t, "the fenced proposal", func() bool { return f.proposed() == 1 })
+	if got := e.state(t, "theirs"); got != checker.StateHealthy {
+		t.Fatalf("a fenced write changed the state to %v", got)
+	}
+	f.mu.Lock()
+	f.fence = false
+	f.mu.Unlock()
+	waitFor(t, "the proposal to settle", func() bool {
+		e.c.RunRound(t.Context())
+		return e.state(t, "theirs") == checker.StateUnhealthy
+	})
+	if f.proposals[len(f.proposals)-1].StateRev == 0 {
+		t.Fatal("the proposal did not name the state revision it replaces")
+	}
+
+	// Given away again: no more probes.
+	f.setOwned("theirs", false)
+	e.c.ApplyShared([]checker.SharedChange{{Kind: checker.SharedMembersChanged, Rev: 200}}, 200)
+	before := e.probes.callCount("theirs")
+	e.c.RunRound(t.Context())
+	if e.probes.callCount("theirs") != before {
+		t.Fatal("probed a target given away")
+	}
+}
+
+// What needs one view of a target's results is refused, not ignored.
+func TestSharedRefusals(t *testing.T) {
+	e := newSharedEnv(t, &fakeShared{}, checker.Config{})
+	s := spec("x")
+	s.FlapThreshold = 3
+	var fe *checker.FieldError
+	if _, _, err := e.c.Add(s); !errors.As(err, &fe) || fe.Field != "flap_threshold" {
+		t.Fatalf("flap damping: %v", err)
+	}
+	s = spec("x")
+	s.PassiveOutcomes = true
+	if _, _, err := e.c.Add(s); !errors.As(err, &fe) || fe.Field != "passive_outcomes" {
+		t.Fatalf("passive outcomes: %v", err)
+	}
+	if _, err := e.c.SetGroupPolicy("g", checker.GroupPolicy{MaxUnhealthyFraction: 0.5}); !errors.Is(err, checker.ErrNotShared) {
+		t.Fatalf("panic threshold: %v", err)
+	}
+	if _, err := e.c.SetGroupPolicy("g", checker.GroupPolicy{MaxUnhealthyFraction: 1}); err != nil {
+		t.Fatalf("no threshold: %v", err)
+	}
+}
