@@ -55,6 +55,9 @@ func (c *Checker) ReportOutcome(name string, o Outcome) (st Status, counted bool
 	if err := o.Validate(); err != nil {
 		return Status{}, false, err
 	}
+	if c.shared != nil {
+		return Status{}, false, fmt.Errorf("%w: passive outcomes need one view of a target's results; report them to a pulsed with the embedded registry", ErrNotShared)
+	}
 	c.mu.Lock()
 	defer c.unlockAndReport()
 	if c.closed {

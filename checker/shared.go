@@ -486,7 +486,7 @@ func (c *Checker) proposeLoop() {
 				switch {
 				case err == nil:
 				case errors.Is(err, ErrFenced):
-					c.logger.Info("state write fenced: this replica no longer owns the target or its view was stale", "target", pr.p.Name, "error", err)
+					c.logger.Debug("state write fenced: this replica no longer owns the target or its view was stale", "target", pr.p.Name, "error", err)
 					c.mu.Lock()
 					pr.t.proposing = false
 					c.mu.Unlock()
