@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -338,6 +339,17 @@ func TestThreeReplicasOnEtcd(t *testing.T) {
 	if n := healthyCount(listTargets(t, clients[2])); n != 12 {
 		t.Errorf("last view while cut off: %d healthy, want 12", n)
 	}
+	metrics := func(p *pulsed) string {
+		m := regexp.MustCompile(`msg="http listening" component=http addr=(\S+)`).FindStringSubmatch(p.logs.String())
+		if m == nil {
+			t.Fatal("no HTTP listener address in the log")
+		}
+		_, body := httpGet(t, "http://"+m[1]+"/metrics")
+		return body
+	}
+	if body := metrics(reps[2]); !strings.Contains(body, "\npulse_registry_error 1\n") {
+		t.Errorf("/metrics while cut off has no pulse_registry_error 1")
+	}
 	extra := newCountingServer(t)
 	actx, acancel := context.WithTimeout(t.Context(), 20*time.Second)
 	_, err = clients[2].AddTarget(actx, &pb.AddTargetRequest{Target: &pb.Target{
@@ -368,6 +380,10 @@ func TestThreeReplicasOnEtcd(t *testing.T) {
 			t.Logf("r2 logs:\n%s", reps[1].logs.String())
 			t.Logf("r3 logs:\n%s", reps[2].logs.String())
 		}
+	})
+	eventually(t, "/metrics after the partition healed: pulse_registry_error 0 and pulse_replicas 2", func() bool {
+		body := metrics(reps[2])
+		return strings.Contains(body, "\npulse_registry_error 0\n") && strings.Contains(body, "\npulse_replicas 2\n")
 	})
 	eventually(t, "13 healthy targets on both replicas", func() bool {
 		return healthyCount(listTargets(t, clients[1])) == 13 && healthyCount(listTargets(t, clients[2])) == 13

@@ -22,6 +22,8 @@ type Collector struct {
 	watchers *prometheus.Desc
 	panic    *prometheus.Desc
 	degraded *prometheus.Desc
+	registry *prometheus.Desc
+	replicas *prometheus.Desc
 }
 
 // states lists every state a target can be in, so pulse_targets shows a
@@ -55,6 +57,12 @@ func NewCollector(c *checker.Checker, perTarget bool, recent *Observer) *Collect
 		degraded: prometheus.NewDesc("pulse_checker_degraded",
 			"1 while the checker is overloaded (degraded), 0 if not.",
 			nil, nil),
+		registry: prometheus.NewDesc("pulse_registry_error",
+			"1 while pulsed cannot store changes in its registry (the data dir, or etcd with -registry etcd), 0 if it can.",
+			nil, nil),
+		replicas: prometheus.NewDesc("pulse_replicas",
+			"Live pulsed replicas this one sees with -registry etcd (0 with the embedded registry).",
+			nil, nil),
 	}
 }
 
@@ -68,6 +76,8 @@ func (m *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.watchers
 	ch <- m.panic
 	ch <- m.degraded
+	ch <- m.registry
+	ch <- m.replicas
 }
 
 // Collect implements prometheus.Collector.
@@ -103,6 +113,9 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.panic, prometheus.GaugeValue, flag(g.Panic), g.Group)
 	}
 	ch <- prometheus.MustNewConstMetric(m.degraded, prometheus.GaugeValue, flag(m.c.Overload().Degraded))
+	ch <- prometheus.MustNewConstMetric(m.registry, prometheus.GaugeValue, flag(m.c.StoreErr() != nil))
+	_, members := m.c.Replica()
+	ch <- prometheus.MustNewConstMetric(m.replicas, prometheus.GaugeValue, float64(len(members)))
 	if m.recent != nil {
 		m.recent.sweep(seq, liveSet(list))
 	}
