@@ -91,7 +91,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.healthTimeout, "health-timeout", 250*time.Millisecond, "timeout of one probe; a probe that takes longer fails (at most --health-interval)")
 	fs.IntVar(&cfg.unhealthyAfter, "unhealthy-after", 3, "consecutive failed probes that take a backend out of rotation")
 	fs.IntVar(&cfg.healthyAfter, "healthy-after", 2, "consecutive passing probes that put a backend back in rotation")
-	fs.StringVar(&cfg.pulse, "pulse", "", "`address` (host:port) of a pulsed to take health from (plaintext unless -tls, -tls-ca or -tls-cert); empty runs an embedded checker")
+	fs.StringVar(&cfg.pulse, "pulse", "", "`address` (host:port) of a pulsed to take health from (plaintext unless -tls, -tls-ca or -tls-cert), or a comma-separated list of pulsed replicas sharing one registry (-registry etcd): pulse-lb follows one and fails over to the next, resuming where it was; empty runs an embedded checker")
 	cfg.pulseConn.Register(fs)
 	fs.Float64Var(&cfg.panicFrac, "max-unhealthy-fraction", 1, "panic threshold of the backends' group: at most this fraction of backends is taken out at once (the rest stay in rotation, Envoy-style); 1 takes out every failing backend and answers 503 when all are down (seed 004)")
 	fs.StringVar(&cfg.group, "group", "pulse-lb", "with --pulse: the `group` the backends are registered in and watched by")
@@ -145,8 +145,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, usageErrorf("--group %s", err)
 	}
 	if cfg.pulse != "" {
-		if host, port, err := net.SplitHostPort(cfg.pulse); err != nil || host == "" || port == "" {
-			return cfg, usageErrorf("--pulse must be host:port, e.g. 127.0.0.1:50051, got %q", cfg.pulse)
+		for _, addr := range strings.Split(cfg.pulse, ",") {
+			if host, port, err := net.SplitHostPort(addr); err != nil || host == "" || port == "" {
+				return cfg, usageErrorf("--pulse must be host:port, or several for pulsed replicas (host:port,host:port), e.g. 127.0.0.1:50051, got %q", addr)
+			}
 		}
 	}
 	var err error

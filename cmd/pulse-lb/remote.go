@@ -7,11 +7,14 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -49,7 +52,21 @@ func newRemoteSource(cfg config, logger *slog.Logger) (*remoteSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--pulse: %w", err)
 	}
-	conn, err := grpc.NewClient(cfg.pulse, append(connOpts,
+	target := cfg.pulse
+	if addrs := strings.Split(cfg.pulse, ","); len(addrs) > 1 {
+		// Replicas: one connection, to the first that answers, moving to
+		// another when it fails (gRPC's pick_first over the list). The
+		// stream resumes there: replicas share revisions.
+		r := manual.NewBuilderWithScheme("pulse-replicas")
+		var state resolver.State
+		for _, a := range addrs {
+			state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
+		}
+		r.InitialState(state)
+		target = r.Scheme() + ":///replicas"
+		connOpts = append(connOpts, grpc.WithResolvers(r), grpc.WithAuthority(addrs[0]))
+	}
+	conn, err := grpc.NewClient(target, append(connOpts,
 		// gRPC's own reconnect backoff defaults to 1s..120s; keep it within
 		// ours so a restarted pulsed is found again promptly.
 		grpc.WithConnectParams(grpc.ConnectParams{
