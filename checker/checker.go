@@ -223,7 +223,6 @@ type Checker struct {
 	logger    *slog.Logger
 	limits    Config        // MaxTargets, MaxTargetsPerGroup, MaxWatchers
 	observer  Observer      // nil if none
-	sem       chan struct{} // bounds probes in flight
 	wake      chan struct{} // tells the scheduler the schedule changed
 
 	scheduled     chan struct{} // closed after the scheduler's first pass
@@ -246,7 +245,7 @@ type Checker struct {
 	commitDone chan struct{} // closed when the committer has stopped
 
 	// Lock order: wmu, then mu, then hmu.
-	mu      sync.Mutex // protects targets, pools, due, rev, pending, reports, ov, closed and every *target
+	mu      sync.Mutex // protects targets, pools, due, rev, pending, reports, ov, pool, closed and every *target
 	targets map[string]*target
 	pools   map[string]*pool // by group, "" included; see policy.go
 	due     dueHeap
@@ -254,6 +253,7 @@ type Checker struct {
 	pending []pending // events waiting for the committer, in revision order
 	reports []Event   // events to log and observe once mu is released
 	ov      overloadState
+	pool    probePool // the probe queue and its workers; see pool.go
 	closed  bool
 
 	hmu       sync.Mutex                       // protects hist, watchers, every *Watcher's position, published and storeErr
@@ -282,7 +282,8 @@ type target struct {
 	held     bool    // held routable by its group's panic threshold
 	flapping bool    // held unhealthy by flap damping
 	flaps    flapLog // the verdict's recent changes
-	last     *Result
+	last     Result  // the last result; valid when hasLast
+	hasLast  bool
 	lastTr   time.Time
 	inFlight bool
 	carried  bool      // the state was loaded from the store; no fresh result yet
@@ -362,7 +363,7 @@ func New(cfg Config) (*Checker, error) {
 	if n <= 0 {
 		n = 256
 	}
-	c.sem = make(chan struct{}, n)
+	c.pool.init(&c.mu, n)
 	if c.overload.MaxWaiting == 0 {
 		c.overload.MaxWaiting = n
 	}
@@ -691,26 +692,11 @@ func (c *Checker) statusLocked(t *target, now time.Time) Status {
 		PassiveLimited:  t.limited,
 		IgnoredTimeouts: t.ignored,
 	}
-	if t.last != nil {
-		r := *t.last
+	if t.hasLast {
+		r := t.last
 		st.LastResult = &r
 	}
 	return st
-}
-
-// job is one probe to run: the target and what it was when the probe began.
-type job struct {
-	t        *target
-	gen      uint64
-	spec     Spec
-	prober   Prober
-	due      time.Time     // when the probe should start
-	interval time.Duration // the interval it was scheduled at
-}
-
-func (c *Checker) jobLocked(t *target, due time.Time) job {
-	t.inFlight = true
-	return job{t: t, gen: t.gen, spec: t.spec, prober: t.prober, due: due, interval: t.spec.IntervalFor(t.m)}
 }
 
 // RunRound probes every target once, concurrently, each under its own
@@ -718,7 +704,8 @@ func (c *Checker) jobLocked(t *target, due time.Time) job {
 // the round's transitions in name order: seed 000's run_checks. Targets that
 // already have a probe in flight are skipped. One target's panic or timeout
 // never stops the others. The transitions include those the results cause
-// in other targets (a panic hold released).
+// in other targets (a panic hold released). The probes share the
+// scheduler's workers and its MaxConcurrentProbes bound.
 func (c *Checker) RunRound(ctx context.Context) []Transition {
 	c.mu.Lock()
 	now := c.clock.Now()
@@ -728,31 +715,30 @@ func (c *Checker) RunRound(ctx context.Context) []Transition {
 			jobs = append(jobs, c.jobLocked(t, now))
 		}
 	}
-	c.mu.Unlock()
-	slices.SortFunc(jobs, func(a, b job) int { return cmp.Compare(a.spec.Name, b.spec.Name) })
-
-	type outcome struct {
-		r        Result
-		timedOut bool
+	slices.SortFunc(jobs, func(a, b job) int { return cmp.Compare(a.t.spec.Name, b.t.spec.Name) })
+	rd := &round{ctx: ctx, out: make([]outcome, len(jobs)), left: len(jobs), done: make(chan struct{})}
+	if len(jobs) == 0 {
+		close(rd.done)
 	}
-	results := make([]outcome, len(jobs))
-	var wg sync.WaitGroup
-	for i, j := range jobs {
-		wg.Go(func() {
-			if err := c.acquire(ctx, j); err != nil {
-				results[i] = outcome{r: Result{Err: err.Error(), Time: c.clock.Now()}}
-				return
-			}
-			defer c.release()
-			results[i].r, results[i].timedOut = c.probe(ctx, j)
-		})
+	for i := range jobs {
+		jobs[i].round, jobs[i].i = rd, i
+		c.enqueueLocked(jobs[i])
 	}
-	wg.Wait()
+	c.dispatchLocked()
+	c.unlockAndReport()
+	<-rd.done
 
 	c.mu.Lock()
 	mark := len(c.reports)
 	for i, j := range jobs {
-		c.applyLocked(ctx, j, results[i].r, results[i].timedOut)
+		o := rd.out[i]
+		if o.skipped {
+			if c.targets[j.t.spec.Name] == j.t {
+				j.t.inFlight = false
+			}
+			continue
+		}
+		c.applyLocked(ctx, j.t, j.gen, j.due, o.r, o.timedOut)
 	}
 	var trs []Transition
 	for _, e := range c.reports[mark:] {
@@ -765,13 +751,22 @@ func (c *Checker) RunRound(ctx context.Context) []Transition {
 	return trs
 }
 
+// probeArgs is what a probe needs from its target, read under c.mu when
+// the probe starts.
+type probeArgs struct {
+	prober     Prober
+	timeout    time.Duration
+	maxLatency time.Duration
+	spec       *Spec // the target's spec for the Observer; nil without one
+}
+
 // probe runs one probe under its own timeout and turns the outcome into a
 // Result; timedOut says the probe ran into its own timeout. A panicking
 // prober is a failed probe.
-func (c *Checker) probe(ctx context.Context, j job) (r Result, timedOut bool) {
+func (c *Checker) probe(ctx context.Context, a probeArgs) (r Result, timedOut bool) {
 	start := c.clock.Now()
-	pctx, cancel := c.clock.WithTimeout(ctx, j.spec.Timeout)
-	err := safeProbe(pctx, j.prober)
+	pctx, cancel := c.clock.WithTimeout(ctx, a.timeout)
+	err := safeProbe(pctx, a.prober)
 	expired := errors.Is(pctx.Err(), context.DeadlineExceeded)
 	cancel()
 	end := c.clock.Now()
@@ -782,15 +777,15 @@ func (c *Checker) probe(ctx context.Context, j job) (r Result, timedOut bool) {
 		r.Err = panicked.Error()
 	case err != nil && (expired || errors.Is(err, context.DeadlineExceeded)):
 		timedOut = true
-		r.Err = fmt.Sprintf("timeout after %v", j.spec.Timeout)
+		r.Err = fmt.Sprintf("timeout after %v", a.timeout)
 	case err != nil:
 		r.Err = probe.Describe(err)
-	case j.spec.MaxLatency > 0 && r.Latency > j.spec.MaxLatency:
+	case a.maxLatency > 0 && r.Latency > a.maxLatency:
 		r.Pass = false
-		r.Err = fmt.Sprintf("slow: %v > %v", r.Latency.Round(time.Millisecond), j.spec.MaxLatency)
+		r.Err = fmt.Sprintf("slow: %v > %v", r.Latency.Round(time.Millisecond), a.maxLatency)
 	}
-	if c.observer != nil && ctx.Err() == nil {
-		c.observer.ObserveProbe(j.spec, r)
+	if a.spec != nil && ctx.Err() == nil {
+		c.observer.ObserveProbe(*a.spec, r)
 	}
 	return r, timedOut
 }
@@ -810,25 +805,25 @@ type panicError struct{ v any }
 
 func (e *panicError) Error() string { return fmt.Sprintf("probe panicked: %v", e.v) }
 
-// applyLocked records a finished job's result. The result is discarded when
-// the target was removed, its probe spec replaced, or the run cancelled (a
+// applyLocked records the result of t's probe that was scheduled at probe
+// generation gen and due at due. The result is discarded when the
+// target was removed, its probe spec replaced, or the run cancelled (a
 // probe cut short by shutdown says nothing about the target). A timeout of
 // a probe that overlapped an overload is kept as the last result but does
 // not count (stale is not down).
-func (c *Checker) applyLocked(ctx context.Context, j job, r Result, timedOut bool) {
-	if c.targets[j.spec.Name] != j.t {
+func (c *Checker) applyLocked(ctx context.Context, t *target, gen uint64, due time.Time, r Result, timedOut bool) {
+	if c.targets[t.spec.Name] != t {
 		return
 	}
-	t := j.t
 	t.inFlight = false
-	if t.gen != j.gen || ctx.Err() != nil {
+	if t.gen != gen || ctx.Err() != nil {
 		return
 	}
 	now := c.clock.Now()
 	c.checkRecoveryLocked(now)
-	if timedOut && c.overloadedSinceLocked(j.due) {
+	if timedOut && c.overloadedSinceLocked(due) {
 		r.Ignored = true
-		t.last = &r
+		t.last, t.hasLast = r, true
 		t.ignored++
 		c.ov.ignored++
 		c.rescheduleLocked(t, now)
@@ -842,7 +837,7 @@ func (c *Checker) applyLocked(ctx context.Context, j job, r Result, timedOut boo
 // observeLocked feeds one result, active or passive, to t's machine and
 // applies the policies to what comes out.
 func (c *Checker) observeLocked(t *target, r Result, now time.Time) {
-	t.last = &r
+	t.last, t.hasLast = r, true
 	t.carried = false
 	_, changed := t.m.Observe(r.Pass)
 	c.verdictLocked(t, changed, now, cause{result: r})
@@ -923,7 +918,7 @@ func (c *Checker) report(e Event) {
 // watcher with ErrClosed and closes every prober. It is idempotent.
 func (c *Checker) Close() error {
 	c.closeOnce.Do(func() {
-		c.cancel()
+		c.stopWorkers() // cancels c.ctx
 		c.wg.Wait()
 		if c.store != nil {
 			close(c.commitStop) // the committer stores what is pending, then stops

@@ -1,7 +1,6 @@
 package checker
 
 import (
-	"context"
 	"fmt"
 	"time"
 )
@@ -11,10 +10,10 @@ import (
 // (Envoy's main thread at ~20k endpoints). So the scheduler watches two
 // signs of its own overload:
 //
-//   - lag: how late a probe starts (gets its concurrency slot) against its
+//   - lag: how late a probe starts (a worker takes it) against its
 //     scheduled time; a sign when above OverloadPolicy.MaxLag;
-//   - saturation: how many probes wait for a slot; a sign when at least
-//     OverloadPolicy.MaxWaiting.
+//   - saturation: how many probes wait for a slot (queued beyond the free
+//     workers); a sign when at least OverloadPolicy.MaxWaiting.
 //
 // At the first sign the checker is degraded (EventCheckerDegraded, and
 // Overload().Degraded). While degraded, and for a probe that was scheduled
@@ -98,48 +97,11 @@ func (c *Checker) Overload() OverloadStatus {
 		Reason:          c.ov.reason,
 		Lag:             time.Duration(c.lastLag.Load()),
 		Waiting:         int(c.waiting.Load()),
-		InFlight:        len(c.sem),
-		MaxConcurrent:   cap(c.sem),
+		InFlight:        c.pool.running,
+		MaxConcurrent:   c.pool.max,
 		IgnoredTimeouts: c.ov.ignored,
 	}
 }
-
-// acquire takes a concurrency slot for j, measuring how long the probe
-// waits and how late it starts.
-func (c *Checker) acquire(ctx context.Context, j job) error {
-	select {
-	case c.sem <- struct{}{}:
-	default:
-		n := int(c.waiting.Add(1))
-		if max := c.overload.MaxWaiting; !c.overload.Disabled && max > 0 && n >= max {
-			c.mu.Lock()
-			c.signLocked(c.clock.Now(), fmt.Sprintf("%d %s waiting for a slot (threshold %d)", n, plural(n, "probe"), max))
-			c.unlockAndReport()
-		}
-		select {
-		case c.sem <- struct{}{}:
-			c.waiting.Add(-1)
-		case <-ctx.Done():
-			c.waiting.Add(-1)
-			return ctx.Err()
-		}
-	}
-	now := c.clock.Now()
-	lag := max(now.Sub(j.due), 0)
-	c.lastLag.Store(int64(lag))
-	maxLag := c.overload.MaxLag
-	if maxLag == 0 {
-		maxLag = j.interval
-	}
-	if !c.overload.Disabled && maxLag > 0 && lag > maxLag {
-		c.mu.Lock()
-		c.signLocked(now, fmt.Sprintf("a probe of %s started %v late (threshold %v)", j.spec.Name, lag, maxLag))
-		c.unlockAndReport()
-	}
-	return nil
-}
-
-func (c *Checker) release() { <-c.sem }
 
 // signLocked records a sign of overload, entering the degraded state at the
 // first one.

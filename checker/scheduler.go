@@ -20,9 +20,9 @@ import (
 // still running when it falls due skips that slot: there is at most one
 // probe in flight per target. A slot missed because the checker was late is
 // skipped, not made up in a burst. At most Config.MaxConcurrentProbes
-// probes run at once; the others wait for a slot, and the scheduler counts
-// them and how late probes start to tell when it is overloaded (see
-// overload.go).
+// probes run at once, on as many workers (see pool.go); the others wait in
+// a queue, first due first served, and the scheduler counts them and how
+// late probes start to tell when it is overloaded (see overload.go).
 func (c *Checker) Start() {
 	c.startOnce.Do(func() {
 		c.wg.Go(c.schedule)
@@ -38,16 +38,14 @@ func (c *Checker) schedule() {
 	for {
 		now := c.clock.Now()
 		c.mu.Lock()
-		jobs := c.dueLocked(now)
+		c.dueLocked(now)
+		c.dispatchLocked()
 		var wake time.Time
 		if len(c.due) > 0 {
 			wake = c.due[0].next
 		}
-		c.mu.Unlock()
+		c.unlockAndReport()
 
-		for _, j := range jobs {
-			c.wg.Go(func() { c.runJob(j) })
-		}
 		c.scheduledOnce.Do(func() { close(c.scheduled) })
 
 		var (
@@ -73,19 +71,17 @@ func (c *Checker) schedule() {
 }
 
 // dueLocked takes every target due at now, schedules its next probe and
-// returns the probes to start.
-func (c *Checker) dueLocked(now time.Time) []job {
-	var jobs []job
+// queues the probes to start.
+func (c *Checker) dueLocked(now time.Time) {
 	for len(c.due) > 0 && !c.due[0].next.After(now) {
 		t := c.due[0]
 		if !t.inFlight {
-			jobs = append(jobs, c.jobLocked(t, t.next))
+			c.enqueueLocked(c.jobLocked(t, t.next))
 		}
 		t.slot = t.next
 		t.next = nextSlot(t.next, t.spec.IntervalFor(t.m), now)
 		c.due.fix(t)
 	}
-	return jobs
 }
 
 // rescheduleLocked moves t's next probe to its last scheduled start plus
@@ -125,19 +121,6 @@ func firstDelay(name string, interval time.Duration) time.Duration {
 	h := fnv.New64a()
 	h.Write([]byte(name))
 	return time.Duration(h.Sum64() % uint64(interval))
-}
-
-func (c *Checker) runJob(j job) {
-	ctx := c.ctx
-	var r Result
-	var timedOut bool
-	if err := c.acquire(ctx, j); err == nil {
-		r, timedOut = c.probe(ctx, j)
-		c.release()
-	}
-	c.mu.Lock()
-	c.applyLocked(ctx, j, r, timedOut)
-	c.unlockAndReport()
 }
 
 func (c *Checker) wakeScheduler() {

@@ -385,14 +385,7 @@ func (c *Checker) mirrorStateLocked(name string, st SharedState, rev uint64) {
 		return
 	}
 	// The owner's verdict may have moved on while the write was on its way.
-	c.updateLocked(t, c.clock.Now(), cause{result: derefResult(t.last)})
-}
-
-func derefResult(r *Result) Result {
-	if r == nil {
-		return Result{}
-	}
-	return *r
+	c.updateLocked(t, c.clock.Now(), cause{result: t.last}) // zero before the first result
 }
 
 // reownLocked asks the shared registry which targets this replica owns now
