@@ -274,31 +274,35 @@ type Checker struct {
 
 // target is one registered target; the fields are guarded by Checker.mu.
 type target struct {
-	spec     Spec
-	prober   Prober
-	gen      uint64  // bumped when the probe spec is replaced
-	m        Machine // the verdict
-	state    State   // the published state: the verdict unless a policy holds it
-	held     bool    // held routable by its group's panic threshold
-	flapping bool    // held unhealthy by flap damping
-	flaps    flapLog // the verdict's recent changes
-	last     Result  // the last result; valid when hasLast
-	hasLast  bool
-	lastTr   time.Time
-	inFlight bool
-	carried  bool      // the state was loaded from the store; no fresh result yet
-	slot     time.Time // the scheduled start of the last scheduled probe; zero before the first
-	next     time.Time // when the next probe is due
-	index    int       // position in the due heap
+	spec   Spec
+	prober Prober
+	gen    uint64  // bumped when the probe spec is replaced
+	m      Machine // the verdict
+	state  State   // the published state: the verdict unless a policy holds it
+	flaps  flapLog // the verdict's recent changes
+	last   Result  // the last result, by value: no allocation per result; valid when hasLast
+	lastTr time.Time
+
+	// The flags, together so that they take one word: with the last result
+	// by value the target stays within a 512-byte allocation.
+	held      bool // held routable by its group's panic threshold
+	flapping  bool // held unhealthy by flap damping
+	inFlight  bool
+	hasLast   bool
+	carried   bool // the state was loaded from the store; no fresh result yet
+	owned     bool // with a shared registry: this replica probes the target
+	proposing bool // with a shared registry: a state write is on its way
+
+	slot  time.Time // the scheduled start of the last scheduled probe; zero before the first
+	next  time.Time // when the next probe is due
+	index int       // position in the due heap
 
 	active, passive, limited, ignored uint64 // result counts, see Status
 	bucket                            tokenBucket
 
-	// With a shared registry: whether this replica probes the target, the
-	// revision of its stored state, and whether a state write is on its way.
-	owned     bool
-	stateRev  uint64
-	proposing bool
+	// With a shared registry: the revision of the target's stored state
+	// (owned and proposing are with the flags above).
+	stateRev uint64
 }
 
 func newTarget(spec Spec, p Prober, state State) *target {
@@ -771,9 +775,9 @@ func (c *Checker) probe(ctx context.Context, a probeArgs) (r Result, timedOut bo
 	cancel()
 	end := c.clock.Now()
 	r = Result{Pass: err == nil, Latency: end.Sub(start), Time: end}
-	var panicked *panicError
+	panicked, _ := err.(*panicError) // safeProbe's own, never wrapped; As would allocate per probe
 	switch {
-	case errors.As(err, &panicked):
+	case panicked != nil:
 		r.Err = panicked.Error()
 	case err != nil && (expired || errors.Is(err, context.DeadlineExceeded)):
 		timedOut = true

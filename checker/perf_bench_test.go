@@ -377,3 +377,51 @@ func BenchmarkPerfHeapPerTarget(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// BenchmarkPerfHeapPerProbedTarget reports the live heap one fake target
+// holds in the checker once it has been probed: BenchmarkPerfHeapPerTarget's
+// figure without the HTTP prober, plus the last result every probed target
+// keeps (here a failure with its error string, as a dead fleet's) and what
+// probing leaves behind (the probes run through RunRound on the checker's
+// workers). Like BenchmarkPerfHeapPerTarget it includes each target's
+// EventAdded in the history, but not the history's own buffer.
+func BenchmarkPerfHeapPerProbedTarget(b *testing.B) {
+	const n = 10000
+	for b.Loop() {
+		b.StopTimer()
+		var fail atomic.Bool
+		var calls atomic.Int64
+		fail.Store(true)
+		c, err := checker.New(checker.Config{MaxUnhealthyFraction: 1, NewProber: func(probe.Spec) (checker.Prober, error) {
+			return perfProber{fail: &fail, calls: &calls}, nil
+		}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		b.StartTimer()
+		for i := range n {
+			s := checker.Spec{
+				Name:         fmt.Sprintf("t%06d", i),
+				Group:        "bench",
+				InitialState: checker.StateHealthy,
+				Probe:        probe.Spec{TCP: &probe.TCPSpec{Address: fmt.Sprintf("127.1.%d.%d:41000", i/254, 1+i%254)}},
+			}
+			if _, _, err := c.Add(s); err != nil {
+				b.Fatal(err)
+			}
+		}
+		c.RunRound(b.Context())
+		b.StopTimer()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if got := calls.Load(); got != n {
+			b.Fatalf("%d probes, want %d", got, n)
+		}
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "B/target")
+		c.Close()
+		b.StartTimer()
+	}
+}

@@ -67,12 +67,14 @@ type outcome struct {
 	skipped  bool // never probed: target gone or changed, round cancelled, or checker closed
 }
 
-// jobQueue is a FIFO of jobs in a slice that is reused once drained and
-// compacted when it would otherwise grow.
+// jobQueue is a FIFO of jobs in a slice that is reused once drained (up to
+// maxKeptQueue jobs) and compacted when it would otherwise grow.
 type jobQueue struct {
 	buf  []job
 	head int
 }
+
+const maxKeptQueue = 1024
 
 func (q *jobQueue) len() int { return len(q.buf) - q.head }
 
@@ -93,7 +95,12 @@ func (q *jobQueue) pop() (job, bool) {
 	q.buf[q.head] = job{}
 	q.head++
 	if q.head == len(q.buf) {
+		// Drained: keep a small buffer for the next jobs, but let a
+		// burst's (a round of thousands of targets) go.
 		q.buf, q.head = q.buf[:0], 0
+		if cap(q.buf) > maxKeptQueue {
+			q.buf = nil
+		}
 	}
 	return j, true
 }
