@@ -89,6 +89,9 @@ func (o *observability) start(addr string, c *checker.Checker, gs *grpc.Server) 
 	o.reg.MustRegister(web.NewCollector(c, o.perTarget, o.observer))
 	o.grpc.InitializeMetrics(gs)
 	if addr == "" {
+		// Nothing serves the status page: keep no recent results (its
+		// strip), only the metrics, which the process still counts.
+		o.observer.KeepRecent(0)
 		return nil
 	}
 	lis, err := net.Listen("tcp", addr)

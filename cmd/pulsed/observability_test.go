@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
@@ -14,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
+	"pulse/checker"
 	pb "pulse/gen/pulse/v1"
 )
 
@@ -238,5 +242,31 @@ func TestHTTPFlags(t *testing.T) {
 	cfg, err = parseFlags([]string{"-http-listen", "", "-metrics-per-target=false"}, &stderr)
 	if err != nil || cfg.httpListen != "" || cfg.metricsPerTarget {
 		t.Errorf("-http-listen '' -metrics-per-target=false: %q %v, %v", cfg.httpListen, cfg.metricsPerTarget, err)
+	}
+}
+
+// Without a status page (-http-listen "") the observer keeps no recent
+// results per target, only the metrics; with one it keeps them.
+func TestRecentResultsOnlyWithAStatusPage(t *testing.T) {
+	for _, addr := range []string{"", "127.0.0.1:0"} {
+		t.Run(fmt.Sprintf("-http-listen %q", addr), func(t *testing.T) {
+			c, err := checker.New(checker.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			gs := grpc.NewServer()
+			defer gs.Stop()
+			o := newObservability(true, slog.New(slog.DiscardHandler))
+			if err := o.start(addr, c, gs); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { <-o.shutdown(5 * time.Second) }()
+			o.observer.ObserveProbe(checker.Spec{Name: "web-1"}, checker.Result{Err: "status 503"})
+			got := len(o.observer.Recent("web-1"))
+			if want := map[string]int{"": 0, "127.0.0.1:0": 1}[addr]; got != want {
+				t.Errorf("%d recent results kept, want %d", got, want)
+			}
+		})
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"pulse/checker"
 	"pulse/server/web"
 )
@@ -110,6 +112,46 @@ func TestRecentResultsAreBounded(t *testing.T) {
 	getJSON(t, e.srv.URL+"/api/targets", &p)
 	if got := e.obs.Recent("web-1"); got != nil {
 		t.Errorf("a removed target kept %d results", len(got))
+	}
+}
+
+// An Observer told to keep no recent results (pulsed without a status
+// page) drops those it kept and keeps none, and still counts the probes.
+func TestKeepRecentOff(t *testing.T) {
+	e := newEnv(t, checker.Config{}, web.Config{})
+	e.add(t, tcpSpec("web-1", ""))
+	e.set("web-1:80", outcome{})
+	e.rounds(3)
+	if n := len(e.obs.Recent("web-1")); n != 3 {
+		t.Fatalf("%d recent results after 3 rounds, want 3", n)
+	}
+	e.obs.KeepRecent(0)
+	if got := e.obs.Recent("web-1"); got != nil {
+		t.Errorf("KeepRecent(0) kept %d results", len(got))
+	}
+	e.rounds(2)
+	if got := e.obs.Recent("web-1"); got != nil {
+		t.Errorf("%d results kept after KeepRecent(0)", len(got))
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(e.obs)
+	want := `
+# HELP pulse_probes_total Probes that ran to completion, by probe kind (http, tcp, grpc) and result (pass, fail).
+# TYPE pulse_probes_total counter
+pulse_probes_total{kind="grpc",result="fail"} 0
+pulse_probes_total{kind="grpc",result="pass"} 0
+pulse_probes_total{kind="http",result="fail"} 0
+pulse_probes_total{kind="http",result="pass"} 0
+pulse_probes_total{kind="tcp",result="fail"} 0
+pulse_probes_total{kind="tcp",result="pass"} 5
+`
+	if got := gatherText(t, reg, "pulse_probes_total"); got != strings.TrimPrefix(want, "\n") {
+		t.Errorf("the probes are not all counted:\n%s", got)
+	}
+	e.obs.KeepRecent(2)
+	e.rounds(3)
+	if n := len(e.obs.Recent("web-1")); n != 2 {
+		t.Errorf("%d recent results with KeepRecent(2), want 2", n)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -21,7 +22,8 @@ type ObserverOptions struct {
 	// logged by the checker at info. If nil, nothing is logged.
 	Logger *slog.Logger
 	// RecentResults is how many results per target are kept for the status
-	// page's strip. If 0, DefaultRecentResults.
+	// page's strip. If 0, DefaultRecentResults; KeepRecent changes it, and
+	// can turn keeping off.
 	RecentResults int
 }
 
@@ -41,7 +43,7 @@ type ObserverOptions struct {
 // longer has.
 type Observer struct {
 	logger      *slog.Logger
-	keep        int
+	keep        atomic.Int64 // results kept per target; 0: none
 	probes      *prometheus.CounterVec
 	durations   *prometheus.HistogramVec
 	transitions *prometheus.CounterVec
@@ -85,7 +87,6 @@ var probeBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
 func NewObserver(opts ObserverOptions) *Observer {
 	o := &Observer{
 		logger: opts.Logger,
-		keep:   opts.RecentResults,
 		recent: make(map[string]*ring),
 		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pulse_probes_total",
@@ -104,9 +105,11 @@ func NewObserver(opts ObserverOptions) *Observer {
 	if o.logger == nil {
 		o.logger = slog.New(slog.DiscardHandler)
 	}
-	if o.keep <= 0 {
-		o.keep = DefaultRecentResults
+	keep := opts.RecentResults
+	if keep <= 0 {
+		keep = DefaultRecentResults
 	}
+	o.keep.Store(int64(keep))
 	// Show every kind and result from the first scrape, so rate() works
 	// from the first failure on.
 	for _, kind := range []string{"http", "tcp", "grpc"} {
@@ -130,20 +133,38 @@ func (o *Observer) ObserveProbe(spec checker.Spec, r checker.Result) {
 	o.probes.WithLabelValues(kind, result).Inc()
 	o.durations.WithLabelValues(kind, result).Observe(r.Latency.Seconds())
 
-	o.mu.Lock()
-	rg := o.recent[spec.Name]
-	if rg == nil || len(rg.buf) != o.keep {
-		rg = &ring{buf: make([]checker.Result, o.keep)}
-		o.recent[spec.Name] = rg
+	if o.keep.Load() > 0 {
+		o.mu.Lock()
+		// Read again under mu: KeepRecent(0) may have cleared meanwhile.
+		if keep := int(o.keep.Load()); keep > 0 {
+			rg := o.recent[spec.Name]
+			if rg == nil || len(rg.buf) != keep {
+				rg = &ring{buf: make([]checker.Result, keep)}
+				o.recent[spec.Name] = rg
+			}
+			rg.push(r)
+			o.seq++
+			rg.seq = o.seq
+		}
+		o.mu.Unlock()
 	}
-	rg.push(r)
-	o.seq++
-	rg.seq = o.seq
-	o.mu.Unlock()
 
 	if !r.Pass && o.logger.Enabled(context.Background(), slog.LevelDebug) {
 		o.logger.Debug("probe failed", "target", spec.Name, "group", spec.Group, "kind", kind,
 			"error", r.Err, "latency", r.Latency.String())
+	}
+}
+
+// KeepRecent sets how many results per target the Observer keeps from now
+// on; n <= 0 keeps none and drops those kept, for a process that serves no
+// status page (each target's 20 results are about 1.5 KB). Metrics and
+// logging are unaffected. It is safe to call at any time.
+func (o *Observer) KeepRecent(n int) {
+	o.keep.Store(int64(max(n, 0)))
+	if n <= 0 {
+		o.mu.Lock()
+		clear(o.recent)
+		o.mu.Unlock()
 	}
 }
 
