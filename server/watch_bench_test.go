@@ -1,0 +1,122 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+
+	"pulse/checker"
+	"pulse/checker/probe"
+	pb "pulse/gen/pulse/v1"
+	"pulse/server"
+)
+
+// BenchmarkWatchTransitionsFanOut: one transition delivered to 1,000
+// WatchTransitions streams over bufconn, as pulsed's subscribers get it:
+// each op flips one target (a RunRound) and ends when every stream has
+// received the transition. Client and server share the process, so the
+// figures include the clients' Recv; "ns/delivery" is ns/op / 1,000.
+// "groups=2" has half the streams watch another group: they receive
+// nothing, and the op waits for the 500 that match.
+func BenchmarkWatchTransitionsFanOut(b *testing.B) {
+	const streams = 1000
+	for _, groups := range []int{1, 2} {
+		b.Run(fmt.Sprintf("groups=%d", groups), func(b *testing.B) {
+			var up atomic.Bool
+			c, err := checker.New(checker.Config{
+				Defaults:             checker.Defaults{Interval: 2 * time.Second, Timeout: time.Second, Rise: 1, Fall: 1},
+				MaxUnhealthyFraction: 1,
+				NewProber: func(probe.Spec) (checker.Prober, error) {
+					return proberFunc(func(context.Context) error {
+						if up.Load() {
+							return nil
+						}
+						return errBenchDown
+					}), nil
+				},
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			gs, _ := server.NewGRPCServer(server.New(c), server.Options{Logger: nilLogger()})
+			lis := bufconn.Listen(1 << 20)
+			go gs.Serve(lis)
+			conn, err := grpc.NewClient("passthrough:///bufnet",
+				grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+				grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() {
+				conn.Close()
+				c.Close()
+				gs.GracefulStop()
+			}()
+			client := pb.NewHealthCheckerClient(conn)
+			if _, err := client.AddTarget(b.Context(), &pb.AddTargetRequest{Target: tcpTarget("web-1", "edge")}); err != nil {
+				b.Fatal(err)
+			}
+
+			ctx, cancel := context.WithCancel(b.Context())
+			defer cancel()
+			got := make(chan struct{}, streams)
+			done := make(chan struct{}, streams)
+			matching := 0
+			for i := range streams {
+				group := "edge"
+				if i%groups != 0 {
+					group = "other"
+				} else {
+					matching++
+				}
+				w, err := client.WatchTransitions(ctx, &pb.WatchTransitionsRequest{Group: group, StartRevision: c.Revision()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := w.Header(); err != nil {
+					b.Fatal(err)
+				}
+				go func() {
+					defer func() { done <- struct{}{} }()
+					for {
+						ev, err := w.Recv()
+						if err != nil {
+							return
+						}
+						if ev.GetTransition() != nil {
+							got <- struct{}{}
+						}
+					}
+				}()
+			}
+			defer func() {
+				cancel()
+				for range streams {
+					<-done
+				}
+			}()
+
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				up.Store(i%2 == 0)
+				if trs := c.RunRound(b.Context()); len(trs) != 1 {
+					b.Fatalf("round %d: %d transitions, want 1", i, len(trs))
+				}
+				for range matching {
+					<-got
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(matching), "ns/delivery")
+		})
+	}
+}
+
+var errBenchDown = fmt.Errorf("connection refused")
