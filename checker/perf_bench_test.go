@@ -217,16 +217,14 @@ func waitPerf(b *testing.B, what string, cond func() bool) {
 // that flips it) published to 1,000 watchers that all match it.
 // "signal" only publishes: the watchers are woken, and read in bulk every
 // 1,000 ops with the timer stopped, so the op is the producer's cost. "delivered" also has every
-// watcher take the event with Next, as 1,000 WatchTransitions streams
-// would, before the op ends: the cost of getting one transition to every
-// subscriber, without gRPC.
+// watcher take the event with Next before the op ends: the cost of getting
+// one transition to every subscriber, without gRPC. "delivered-reused" is
+// "delivered" with each watcher taking it with NextAppend into a buffer it
+// reuses, as WatchTransitions streams do.
 func BenchmarkPerfPublishTo1000Watchers(b *testing.B) {
 	const watchers = 1000
-	for _, delivered := range []bool{false, true} {
-		name := "signal"
-		if delivered {
-			name = "delivered"
-		}
+	for _, name := range []string{"signal", "delivered", "delivered-reused"} {
+		delivered, reuse := name != "signal", name == "delivered-reused"
 		b.Run(name, func(b *testing.B) {
 			s := checker.Spec{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1, InitialState: checker.StateHealthy}
 			f := newPerfFleet(b, 1, checker.Config{MaxUnhealthyFraction: 1, HistorySize: 10000}, s)
@@ -239,10 +237,18 @@ func BenchmarkPerfPublishTo1000Watchers(b *testing.B) {
 				defer w.Close()
 				ws[i] = w
 			}
+			bufs := make([][]checker.Event, watchers)
 			drain := func() {
-				for _, w := range ws {
+				for i, w := range ws {
 					<-w.Ready()
-					evs, err := w.Next(1 << 20)
+					var evs []checker.Event
+					var err error
+					if reuse {
+						evs, err = w.NextAppend(bufs[i][:0], 1<<20)
+						bufs[i] = evs
+					} else {
+						evs, err = w.Next(1 << 20)
+					}
 					if err != nil || len(evs) == 0 {
 						b.Fatalf("watcher got %d events, %v", len(evs), err)
 					}

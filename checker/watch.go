@@ -291,24 +291,32 @@ func (w *Watcher) Ready() <-chan struct{} { return w.ready }
 // revision order, and moves past them. It returns nil events when there is
 // nothing new, and an error once the watcher has ended: a *BehindError,
 // ErrClosed, or ErrClosed after Close.
-func (w *Watcher) Next(max int) ([]Event, error) {
+func (w *Watcher) Next(max int) ([]Event, error) { return w.NextAppend(nil, max) }
+
+// NextAppend is Next appending the events to buf and returning the
+// extended buffer (buf itself when there is nothing new or the watcher has
+// ended): a caller that reuses its buffer copies each event into it instead
+// of allocating per call.
+func (w *Watcher) NextAppend(buf []Event, max int) ([]Event, error) {
 	c := w.c
 	c.hmu.Lock()
 	defer c.hmu.Unlock()
 	if w.ended {
 		if w.err == nil {
-			return nil, ErrClosed
+			return buf, ErrClosed
 		}
-		return nil, w.err
+		return buf, w.err
 	}
 	w.skipEvictedLocked()
-	var out []Event
+	out := buf
+	n := 0 // events taken
 	i := c.hist.after(w.cursor)
-	for ; i < c.hist.n && len(out) < max; i++ {
+	for ; i < c.hist.n && n < max; i++ {
 		e := c.hist.get(i)
 		w.cursor = e.Revision
 		if w.matches(e) {
 			out = append(out, *e)
+			n++
 		}
 	}
 	if i == c.hist.n {
