@@ -35,6 +35,7 @@ type Server struct {
 	pb.UnimplementedHealthCheckerServer
 	c        *checker.Checker
 	progress time.Duration
+	encoded  encodedCache // events encoded once for every stream; see fanout.go
 }
 
 // Option configures a Server.
@@ -62,6 +63,10 @@ const watchBatch = 256
 // replica has not applied yet waits for it before answering
 // FAILED_PRECONDITION.
 const resumeWait = 5 * time.Second
+
+// keptEvents bounds the buffer a stream keeps for its next batch: a burst's
+// larger one goes.
+const keptEvents = 8
 
 // AddTarget registers or updates a target.
 func (s *Server) AddTarget(_ context.Context, req *pb.AddTargetRequest) (*pb.AddTargetResponse, error) {
@@ -185,10 +190,12 @@ func (s *Server) WatchTransitions(req *pb.WatchTransitionsRequest, stream grpc.S
 		last = rev
 	}
 	ctx := stream.Context()
+	sender := newEventSender(s, stream)
 	progress := time.NewTimer(s.progress)
 	defer progress.Stop()
+	var buf []checker.Event // reused: events are copied in, not allocated per call
 	for {
-		evs, err := w.Next(watchBatch)
+		evs, err := w.NextAppend(buf[:0], watchBatch)
 		if errors.Is(err, checker.ErrClosed) {
 			return status.Errorf(codes.Unavailable, "pulsed is shutting down; reconnect and resume with start_revision %d", last)
 		}
@@ -196,14 +203,20 @@ func (s *Server) WatchTransitions(req *pb.WatchTransitionsRequest, stream grpc.S
 			return toStatus(err, "")
 		}
 		for _, e := range evs {
-			if err := stream.Send(eventToProto(e)); err != nil {
+			if err := sender.send(e); err != nil {
 				return err
 			}
 			last = e.Revision
 		}
+		clear(evs) // hold no event's strings while idle
+		if cap(evs) <= keptEvents {
+			buf = evs
+		}
 		if len(evs) > 0 {
 			progress.Reset(s.progress)
-			continue
+			if len(evs) == watchBatch {
+				continue // there may be more; if not, Next signalled Ready
+			}
 		}
 		select {
 		case <-ctx.Done():

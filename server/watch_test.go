@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding/gzip"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -360,5 +361,40 @@ func TestGroupHealthBridge(t *testing.T) {
 	}
 	if !strings.Contains(fmt.Sprint(check("edge")), "NOT_SERVING") {
 		t.Errorf("groups keep answering after Shutdown")
+	}
+}
+
+// Streams share each event's encoded message, but only among streams that
+// encode alike: a stream that asked for gzip and one that did not receive
+// the same event, each in its own encoding, whichever sent it first. The
+// gzip stream sends first; the plain one resumes from before the event.
+func TestWatchSharedEncodingFollowsCompression(t *testing.T) {
+	e := start(t, checker.Config{})
+	e.add(t, tcpTarget("web-1", "edge"))
+	before := e.c.Revision()
+	zipped, err := e.client.WatchTransitions(t.Context(), &pb.WatchTransitionsRequest{StartRevision: before}, grpc.UseCompressor(gzip.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := zipped.Header(); err != nil {
+		t.Fatal(err)
+	}
+	e.set("web-1:80", true)
+	e.c.RunRound(t.Context()) // web-1 rises
+	if diff := cmp.Diff([]string{"web-1: unhealthy -> healthy"}, recvN(t, zipped, 1)); diff != "" {
+		t.Errorf("gzip stream (-want +got):\n%s", diff)
+	}
+	plain := watch(t, t.Context(), e, &pb.WatchTransitionsRequest{StartRevision: before})
+	if diff := cmp.Diff([]string{"web-1: unhealthy -> healthy"}, recvN(t, plain, 1)); diff != "" {
+		t.Errorf("plain stream (-want +got):\n%s", diff)
+	}
+	// And the other way round: a plain stream first, then gzip.
+	e.set("web-1:80", false)
+	e.c.RunRound(t.Context()) // web-1 falls
+	if diff := cmp.Diff([]string{"web-1: healthy -> unhealthy"}, recvN(t, plain, 1)); diff != "" {
+		t.Errorf("plain stream (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"web-1: healthy -> unhealthy"}, recvN(t, zipped, 1)); diff != "" {
+		t.Errorf("gzip stream (-want +got):\n%s", diff)
 	}
 }

@@ -1,0 +1,111 @@
+package server
+
+import (
+	"sync"
+
+	"google.golang.org/grpc"
+
+	"pulse/checker"
+	pb "pulse/gen/pulse/v1"
+)
+
+// An event's message is the same on every stream that receives it: a
+// watcher's filter decides whether it gets the event, never what it says.
+// So the WatchTransitions streams share one encoded message per event
+// (grpc.PreparedMsg) instead of each converting and marshalling its own:
+// the first stream to send revision R encodes it, the others send the same
+// bytes. Snapshots and progress marks differ per stream and are sent as
+// before.
+//
+// The encoding depends on the stream's codec (its content subtype) and
+// compressor (the one the client's request used), so those are part of the
+// key. A stream whose transport does not tell them sends unshared.
+
+// maxEncoded bounds the events kept encoded; past it the cache starts
+// over. Streams deliver an event within moments of its publication, so a
+// few thousand covers any burst; a stream far behind encodes its own.
+const maxEncoded = 4096
+
+type encodedKey struct {
+	rev      uint64
+	subtype  string // the stream's content subtype: its codec
+	compress string // the stream's compressor; "" for none
+}
+
+// encoded is one event's message, encoded once.
+type encoded struct {
+	once sync.Once
+	msg  *grpc.PreparedMsg
+	err  error
+}
+
+// encodedCache holds the events' encoded messages. It is safe for
+// concurrent use.
+type encodedCache struct {
+	mu sync.Mutex // protects m
+	m  map[encodedKey]*encoded
+}
+
+func (c *encodedCache) get(k encodedKey) *encoded {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.m[k]
+	if e == nil {
+		if c.m == nil || len(c.m) >= maxEncoded {
+			c.m = make(map[encodedKey]*encoded)
+		}
+		e = &encoded{}
+		c.m[k] = e
+	}
+	return e
+}
+
+// streamEncoding says how a stream encodes its messages. ok is false when
+// its transport does not tell.
+func streamEncoding(stream grpc.ServerStream) (subtype, compress string, ok bool) {
+	ts, ok := grpc.ServerTransportStreamFromContext(stream.Context()).(interface {
+		ContentSubtype() string
+		RecvCompress() string
+	})
+	if !ok {
+		return "", "", false
+	}
+	return ts.ContentSubtype(), ts.RecvCompress(), true
+}
+
+// eventSender sends events on one WatchTransitions stream, sharing their
+// encoded messages with the other streams of the same encoding.
+type eventSender struct {
+	stream grpc.ServerStreamingServer[pb.WatchTransitionsResponse]
+	cache  *encodedCache // nil: send unshared
+	key    encodedKey    // rev set per event
+}
+
+func newEventSender(s *Server, stream grpc.ServerStreamingServer[pb.WatchTransitionsResponse]) *eventSender {
+	es := &eventSender{stream: stream}
+	if subtype, compress, ok := streamEncoding(stream); ok {
+		es.cache = &s.encoded
+		es.key = encodedKey{subtype: subtype, compress: compress}
+	}
+	return es
+}
+
+func (es *eventSender) send(e checker.Event) error {
+	if es.cache == nil {
+		return es.stream.Send(eventToProto(e))
+	}
+	es.key.rev = e.Revision
+	enc := es.cache.get(es.key)
+	enc.once.Do(func() {
+		msg := &grpc.PreparedMsg{}
+		if err := msg.Encode(es.stream, eventToProto(e)); err != nil {
+			enc.err = err
+			return
+		}
+		enc.msg = msg
+	})
+	if enc.err != nil { // this stream cannot prepare messages: send its own
+		return es.stream.Send(eventToProto(e))
+	}
+	return es.stream.SendMsg(enc.msg)
+}
