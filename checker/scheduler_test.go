@@ -2,6 +2,7 @@ package checker_test
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -116,6 +117,32 @@ func TestScheduleConcurrencyBound(t *testing.T) {
 	}
 	if got := e.probes.maxInFlight(); got != 2 {
 		t.Errorf("max probes in flight %d, want 2", got)
+	}
+}
+
+// A backlog waits in the scheduler's queue, not as goroutines: with 200
+// hung targets due at once and 4 slots, 4 probes run, 196 wait, and the
+// checker holds a worker per slot and no goroutine per waiting probe.
+func TestScheduleBacklogHoldsNoGoroutinePerProbe(t *testing.T) {
+	const targets, slots = 200, 4
+	e := newEnv(t, checker.Config{MaxConcurrentProbes: slots, Overload: checker.OverloadPolicy{Disabled: true}})
+	for i := range targets {
+		s := spec(fmt.Sprintf("t%03d", i))
+		s.Interval, s.Timeout = time.Second, time.Second
+		e.add(t, s)
+		e.probes.set(s.Name, outcome{hang: true})
+	}
+	before := runtime.NumGoroutine()
+	e.c.Start()
+	e.clock.Advance(time.Second) // all due
+	waitFor(t, "the backlog", func() bool {
+		ov := e.c.Overload()
+		return ov.InFlight == slots && ov.Waiting == targets-slots && e.probes.inFlight() == slots
+	})
+	// The scheduler and one worker per slot; a goroutine per probe would
+	// be 200 more.
+	if n := runtime.NumGoroutine() - before; n > 1+slots {
+		t.Errorf("%d more goroutines with %d probes due, want at most %d", n, targets, 1+slots)
 	}
 }
 
