@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode"
@@ -83,6 +84,11 @@ type Factory struct {
 
 	leanMu sync.Mutex // protects lean
 	lean   map[*leanProber]struct{}
+
+	// keptMax bounds the connections http:// probers keep between probes,
+	// all together; kept counts them.
+	keptMax int64
+	kept    atomic.Int64
 }
 
 // FactoryOptions configure NewFactoryWith. The zero FactoryOptions give a
@@ -95,6 +101,13 @@ type FactoryOptions struct {
 	// Resolver looks up the host names of every probe kind. If nil,
 	// net.DefaultResolver is used.
 	Resolver Resolver
+	// MaxIdleConns bounds the connections kept open between probes, by
+	// the http:// probers together and by the shared https pool: past it,
+	// a probe closes its connection and the next one dials. If 0, three
+	// quarters of the process's open-file limit (so that a fleet larger
+	// than the limit still probes, dialing each time, instead of failing
+	// with "too many open files"); negative keeps none.
+	MaxIdleConns int
 }
 
 // NewFactory returns a Factory that verifies TLS servers against the system
@@ -105,7 +118,7 @@ func NewFactory() *Factory {
 
 // NewFactoryWith returns a Factory configured by opts.
 func NewFactoryWith(opts FactoryOptions) *Factory {
-	f := &Factory{resolver: opts.Resolver}
+	f := &Factory{resolver: opts.Resolver, keptMax: int64(opts.MaxIdleConns)}
 	if opts.Egress != nil {
 		f.egress = opts.Egress.clone()
 	}
@@ -120,6 +133,12 @@ func (f *Factory) init() {
 		}
 		if f.resolver == nil {
 			f.resolver = net.DefaultResolver
+		}
+		switch {
+		case f.keptMax < 0:
+			f.keptMax = 0
+		case f.keptMax == 0:
+			f.keptMax = defaultMaxIdle(openFileLimit())
 		}
 		f.dialer = newGuardedDialer(f.egress, f.resolver)
 		if f.dial != nil {
@@ -139,7 +158,9 @@ func (f *Factory) init() {
 			// target it serves, and a few more per host for targets that
 			// share one; IdleConnTimeout gives back those of targets
 			// probed less often than that (or removed).
-			MaxIdleConns:        0,
+			// The Factory's bound keeps a fleet larger than the open-file
+			// limit probing.
+			MaxIdleConns:        int(f.keptMax),
 			MaxIdleConnsPerHost: 8,
 			IdleConnTimeout:     2 * time.Minute,
 		}
@@ -155,6 +176,32 @@ func (f *Factory) init() {
 		}
 	})
 }
+
+// defaultMaxIdle is three quarters of an open-file limit: the rest is
+// for connections in flight, pulsed's clients and its files. An unknown
+// limit keeps at most 4,096 and none is kept past a million.
+func defaultMaxIdle(limit uint64) int64 {
+	switch {
+	case limit == 0:
+		return 4096
+	case limit > 1<<20:
+		return 3 << 18
+	}
+	return max(int64(limit*3/4), 1)
+}
+
+// keep reserves room for one kept connection, and reports whether there
+// was any.
+func (f *Factory) keep() bool {
+	if f.kept.Add(1) > f.keptMax {
+		f.kept.Add(-1)
+		return false
+	}
+	return true
+}
+
+// unkeep gives back the room of a kept connection.
+func (f *Factory) unkeep() { f.kept.Add(-1) }
 
 // tlsConfig returns a new TLS client configuration for one connection pool.
 func (f *Factory) tlsConfig() *tls.Config {

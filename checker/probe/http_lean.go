@@ -216,6 +216,9 @@ func (p *leanProber) take() *leanConn {
 	c := p.idle
 	p.idle = nil
 	p.mu.Unlock()
+	if c != nil {
+		p.factory.unkeep()
+	}
 	// Bytes that arrived on the idle connection are no answer to the next
 	// request: net/http drops such a connection too.
 	if c != nil && (c.br.Buffered() > 0 || time.Since(c.idleSince) > leanIdleTimeout) {
@@ -226,11 +229,11 @@ func (p *leanProber) take() *leanConn {
 }
 
 // putBack keeps c for the next probe, or closes it when the prober is
-// closed or already keeps one.
+// closed, already keeps one, or the Factory keeps as many as it may.
 func (p *leanProber) putBack(c *leanConn) {
 	c.idleSince = time.Now()
 	p.mu.Lock()
-	if p.closed || p.idle != nil {
+	if p.closed || p.idle != nil || !p.factory.keep() {
 		p.mu.Unlock()
 		_ = c.conn.Close()
 		return
@@ -604,6 +607,7 @@ func (p *leanProber) Close() error {
 	p.mu.Unlock()
 	p.factory.forget(p)
 	if c != nil {
+		p.factory.unkeep()
 		_ = c.conn.Close()
 	}
 	return nil
@@ -616,6 +620,7 @@ func (p *leanProber) closeIdle() {
 	p.idle = nil
 	p.mu.Unlock()
 	if c != nil {
+		p.factory.unkeep()
 		_ = c.conn.Close()
 	}
 }

@@ -338,6 +338,39 @@ func TestHTTPLeanConnections(t *testing.T) {
 	}
 }
 
+// TestHTTPLeanKeptConnectionBudget: past the Factory's bound on kept
+// connections a prober closes its connection after each probe (and the
+// next probe dials), so a fleet larger than the open-file limit keeps
+// probing; a connection given back (Close) makes room for another.
+func TestHTTPLeanKeptConnectionBudget(t *testing.T) {
+	ok := reply("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	srvs := []*rawServer{newRawServer(t, ok), newRawServer(t, ok), newRawServer(t, ok)}
+	f := NewFactoryWith(FactoryOptions{MaxIdleConns: 2})
+	t.Cleanup(f.Close)
+	var probers []*leanProber
+	for _, s := range srvs {
+		p, _ := leanAndNetHTTP(t, f, &HTTPSpec{URL: s.url()})
+		probers = append(probers, p)
+	}
+	for _, p := range probers {
+		probeN(t, p, 3)
+	}
+	if a, b, c := srvs[0].accepted.Load(), srvs[1].accepted.Load(), srvs[2].accepted.Load(); a != 1 || b != 1 || c != 3 {
+		t.Fatalf("connections with room for 2 kept: %d, %d, %d; want 1, 1, 3", a, b, c)
+	}
+	probers[0].Close()
+	probeN(t, probers[2], 3)
+	if c := srvs[2].accepted.Load(); c != 4 {
+		t.Fatalf("after one prober gave its connection back, the third opened %d in all, want 4 (one more, then kept)", c)
+	}
+	if got := defaultMaxIdle(20000); got != 15000 {
+		t.Errorf("defaultMaxIdle(20000) = %d, want 15000", got)
+	}
+	if got := defaultMaxIdle(0); got != 4096 {
+		t.Errorf("defaultMaxIdle(unknown) = %d, want 4096", got)
+	}
+}
+
 // TestHTTPLeanNoRetryOnFreshConnection: a server that hangs up on every
 // request fails each probe once, on the connection it dialled: only a kept
 // connection is worth a second try.
