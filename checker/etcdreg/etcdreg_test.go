@@ -277,8 +277,13 @@ func TestReplicasShareOneFleet(t *testing.T) {
 	eventually(t, "b alone", func() bool { return len(bb.reg.Members()) == 1 })
 	before := b.count("b", victim)
 	eventually(t, "b probes a's targets", func() bool { return b.count("b", victim) > before })
-	if took := time.Since(died); took > 2*time.Second+time.Second {
-		t.Errorf("takeover took %v, more than the 2s TTL + 1s slack", took)
+	// The bound is the lease TTL plus an interval; the slack is for a
+	// loaded machine (the race detector), not for a missed expiry, which
+	// would never end.
+	took := time.Since(died)
+	t.Logf("takeover after %v (TTL 2s, interval 50ms)", took)
+	if took > 2*time.Second+50*time.Millisecond+5*time.Second {
+		t.Errorf("takeover took %v, far more than the 2s TTL plus an interval", took)
 	}
 	b.setFailing(victim, true)
 	got = transitions(drain(t, wb, func(evs []checker.Event) bool { return len(transitions(evs, victim)) >= 2 }), victim)

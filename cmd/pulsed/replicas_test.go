@@ -235,8 +235,11 @@ func TestThreeReplicasOnEtcd(t *testing.T) {
 	killed := time.Now()
 	backends[victim].down.Store(true)
 	got := held.waitFor(t, victim, victim+": healthy -> unhealthy", 0)
-	if took := time.Since(killed); took > 3*time.Second+time.Second+2*time.Second {
-		t.Errorf("%s's failure arrived %v after its owner was killed (lease TTL 3s, interval 200ms)", victim, took)
+	// TTL 3s plus an interval (fall 1), with slack for a loaded machine.
+	took := time.Since(killed)
+	t.Logf("%s's failure arrived %v after its owner was killed (lease TTL 3s, interval 200ms)", victim, took)
+	if took > 3*time.Second+200*time.Millisecond+5*time.Second {
+		t.Errorf("%s's failure arrived %v after its owner was killed: far more than the lease TTL plus an interval", victim, took)
 	}
 	if w := stateWriter(t, cli, victim); w != "r2" && w != "r3" {
 		t.Fatalf("%s's state written by %q after r1 died", victim, w)
