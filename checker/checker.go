@@ -507,15 +507,7 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 	} else {
 		unused = p
 	}
-	prevGroup := t.spec.Group
-	if prevGroup != spec.Group {
-		c.leavePoolLocked(t)
-	}
-	t.spec = spec
-	t.m.Rise, t.m.Fall = spec.Rise, spec.Fall
-	if prevGroup != spec.Group {
-		c.joinPoolLocked(t)
-	}
+	prevGroup := c.setSpecLocked(t, spec)
 	c.emitLocked(Event{Kind: EventUpdated, Time: now, Status: c.statusLocked(t, now), prevGroup: prevGroup})
 	// What the new spec changes in the state comes after the update, as
 	// transitions of its own: a model change that drops the suspect state,
@@ -543,6 +535,21 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 		c.wakeScheduler()
 	}
 	return c.statusLocked(t, now), false, nil
+}
+
+// setSpecLocked gives t a new spec, moving it between pools if its group
+// changes, and returns the group it was in.
+func (c *Checker) setSpecLocked(t *target, spec Spec) (prevGroup string) {
+	prevGroup = t.spec.Group
+	if prevGroup != spec.Group {
+		c.leavePoolLocked(t)
+	}
+	t.spec = spec
+	t.m.Rise, t.m.Fall = spec.Rise, spec.Fall
+	if prevGroup != spec.Group {
+		c.joinPoolLocked(t)
+	}
+	return prevGroup
 }
 
 func wrapProbeErr(err error) error {

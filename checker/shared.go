@@ -197,24 +197,14 @@ func (c *Checker) removeShared(name string) (bool, error) {
 	return existed, nil
 }
 
-// waitApplied waits until ApplyShared has applied rev.
+// waitApplied waits until ApplyShared has applied rev, for Add and Remove
+// to read their own write.
 func (c *Checker) waitApplied(ctx context.Context, rev uint64) error {
-	for {
-		c.hmu.Lock()
-		done, ch := c.hist.last >= rev, c.published
-		c.hmu.Unlock()
-		if done {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			if c.ctx.Err() != nil {
-				return ErrClosed
-			}
-			return fmt.Errorf("%w: revision %d", ErrLagging, rev)
-		}
+	err := c.awaitRevision(ctx, rev)
+	if err == nil || errors.Is(err, ErrClosed) {
+		return err
 	}
+	return fmt.Errorf("%w: revision %d", ErrLagging, rev)
 }
 
 // WaitRevision waits until the checker has applied rev, for a watcher that
@@ -225,6 +215,12 @@ func (c *Checker) WaitRevision(ctx context.Context, rev uint64) error {
 	if c.shared == nil {
 		return nil
 	}
+	return c.awaitRevision(ctx, rev)
+}
+
+// awaitRevision waits until rev is applied, ctx ends (its error) or the
+// checker closes (ErrClosed).
+func (c *Checker) awaitRevision(ctx context.Context, rev uint64) error {
 	for {
 		c.hmu.Lock()
 		done, ch := c.hist.last >= rev, c.published
@@ -234,10 +230,10 @@ func (c *Checker) WaitRevision(ctx context.Context, rev uint64) error {
 		}
 		select {
 		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
 		case <-c.ctx.Done():
 			return ErrClosed
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }
@@ -328,14 +324,8 @@ func (c *Checker) putSharedLocked(spec Spec, st *SharedState, stateRev uint64, n
 		t.prober = p
 		t.gen++
 	}
-	prevGroup := t.spec.Group
+	prevGroup := c.setSpecLocked(t, spec)
 	if prevGroup != spec.Group {
-		c.leavePoolLocked(t)
-	}
-	t.spec = spec
-	t.m.Rise, t.m.Fall = spec.Rise, spec.Fall
-	if prevGroup != spec.Group {
-		c.joinPoolLocked(t)
 		c.dropPoolLocked(prevGroup)
 	}
 	c.emitLocked(Event{Kind: EventUpdated, Time: now, Status: c.statusLocked(t, now), prevGroup: prevGroup})

@@ -22,16 +22,18 @@ import (
 )
 
 // switchServer is an HTTP target on 127.0.0.1 that answers 200 while up
-// and 503 once failed.
+// and 503 once failed, and counts its probes.
 type switchServer struct {
 	*httptest.Server
-	down atomic.Bool
+	down   atomic.Bool
+	probes atomic.Int64
 }
 
 func newSwitchServer(t *testing.T) *switchServer {
 	t.Helper()
 	s := &switchServer{}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		s.probes.Add(1)
 		if s.down.Load() {
 			http.Error(w, "down", http.StatusServiceUnavailable)
 			return

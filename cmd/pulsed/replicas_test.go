@@ -4,13 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -23,29 +19,6 @@ import (
 	"pulse/checker/etcdreg/etcdtest"
 	pb "pulse/gen/pulse/v1"
 )
-
-// countingServer is an HTTP target on 127.0.0.1 that counts its probes and
-// answers 503 once failed.
-type countingServer struct {
-	*httptest.Server
-	down   atomic.Bool
-	probes atomic.Int64
-}
-
-func newCountingServer(t *testing.T) *countingServer {
-	t.Helper()
-	s := &countingServer{}
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		s.probes.Add(1)
-		if s.down.Load() {
-			http.Error(w, "down", http.StatusServiceUnavailable)
-			return
-		}
-		io.WriteString(w, "ok")
-	}))
-	t.Cleanup(s.Close)
-	return s
-}
 
 // stream collects one WatchTransitions stream's events in the background.
 type stream struct {
@@ -194,12 +167,12 @@ func TestThreeReplicasOnEtcd(t *testing.T) {
 
 	// Register on r1; every replica serves the same view at the same
 	// revision.
-	backends := map[string]*countingServer{}
+	backends := map[string]*switchServer{}
 	var names []string
 	for i := range 12 {
 		name := fmt.Sprintf("web-%02d", i)
 		names = append(names, name)
-		backends[name] = newCountingServer(t)
+		backends[name] = newSwitchServer(t)
 		if _, err := clients[0].AddTarget(t.Context(), &pb.AddTargetRequest{Target: &pb.Target{
 			Name: name, Probe: &pb.Target_Http{Http: &pb.HttpProbe{Url: backends[name].URL}},
 		}}); err != nil {
@@ -353,7 +326,7 @@ func TestThreeReplicasOnEtcd(t *testing.T) {
 	if body := metrics(reps[2]); !strings.Contains(body, "\npulse_registry_error 1\n") {
 		t.Errorf("/metrics while cut off has no pulse_registry_error 1")
 	}
-	extra := newCountingServer(t)
+	extra := newSwitchServer(t)
 	actx, acancel := context.WithTimeout(t.Context(), 20*time.Second)
 	_, err = clients[2].AddTarget(actx, &pb.AddTargetRequest{Target: &pb.Target{
 		Name: "late", Probe: &pb.Target_Http{Http: &pb.HttpProbe{Url: extra.URL}},
