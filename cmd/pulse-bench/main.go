@@ -25,6 +25,15 @@
 //     `check inter <interval> rise 2 fall 3`), measuring its CPU per probe,
 //     RSS and detection (its "is DOWN" log lines) the same way.
 //
+// With -replicas 1,2,3 (issue 11) it measures instead, at each point, one
+// pulsed on the embedded registry (a fresh -data-dir) and then 1, 2 and 3
+// pulsed replicas sharing the fleet through one etcd (-registry etcd, a
+// fresh -etcd-prefix per run), all against the same farm: the probes per
+// second, the replicas' CPU per probe summed over them and etcd's apart,
+// each replica's RSS and its share of the targets (the writers of the
+// states in etcd). The etcd pinned in go.mod is built into a binary of its
+// own (-etcd names one), so its CPU is its process's.
+//
 // It prints a Markdown report with Pulse/HAProxy ratios and how the run
 // compares with issue 10's targets, and can write it and the raw results
 // (JSON) to files. Only 127.0.0.0/8 is ever contacted.
