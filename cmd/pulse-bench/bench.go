@@ -96,7 +96,8 @@ type Options struct {
 	EtcdBin  string
 	// RegisterWorkers AddTarget calls run at once.
 	RegisterWorkers int
-	// WorkDir holds the generated HAProxy files.
+	// WorkDir holds the generated HAProxy files, and etcd's and the
+	// baseline pulsed's data with -replicas.
 	WorkDir string
 	// PerfDir, when set, gets a `perf record -g` profile of each checker
 	// over its steady window (<checker>-<targets>.perf.data).
