@@ -73,3 +73,7 @@ bench: ## run the benchmarks
 .PHONY: bench-harness
 bench-harness: ## measure pulsed beside HAProxy at 1k-100k targets (installs Debian's haproxy when missing; POINTS=1000@1s,10000@1s)
 	GO=$(GO) scripts/bench $(ARGS)
+
+.PHONY: bench-replicas
+bench-replicas: ## probes/s and CPU per probe of 1, 2, 3 pulsed replicas on etcd against the embedded registry (REPLICAS=1,2,3 POINTS=2000@1s,5000@1s)
+	GO=$(GO) REPLICAS="$${REPLICAS:-1,2,3}" POINTS="$${POINTS:-2000@1s,5000@1s}" scripts/bench $(ARGS)

@@ -89,9 +89,15 @@ type Options struct {
 	PulsedArgs []string
 	// HAProxyBin is the haproxy binary; "" runs Pulse alone.
 	HAProxyBin string
+	// Replicas, when not empty, measures these counts of pulsed replicas
+	// on etcd, and one pulsed on the embedded registry, at each point
+	// instead of Pulse and HAProxy (issue 11); EtcdBin is the etcd binary.
+	Replicas []int
+	EtcdBin  string
 	// RegisterWorkers AddTarget calls run at once.
 	RegisterWorkers int
-	// WorkDir holds the generated HAProxy files.
+	// WorkDir holds the generated HAProxy files, and etcd's and the
+	// baseline pulsed's data with -replicas.
 	WorkDir string
 	// PerfDir, when set, gets a `perf record -g` profile of each checker
 	// over its steady window (<checker>-<targets>.perf.data).
@@ -152,11 +158,16 @@ func runPoint(ctx context.Context, o Options, p ScalePoint) (Point, error) {
 }
 
 // steady measures the window: the probes the farm answered, the checker's
-// CPU and the harness's, and the checker's memory at its end.
-func steady(ctx context.Context, o Options, farm *Farm, pid int, r *SystemResult) error {
+// CPU (every process of pids: one pulsed, several replicas, or haproxy),
+// etcd's when etcdPid is not 0, the harness's, and the memory at its end.
+func steady(ctx context.Context, o Options, farm *Farm, pids []int, etcdPid int, r *SystemResult) error {
 	r.Window = o.window(r.Interval)
 	s0 := farm.Snapshot()
-	cpu0, err := procCPU(pid)
+	cpu0, err := sumCPU(pids)
+	if err != nil {
+		return err
+	}
+	etcd0, err := sumCPU(nonzero(etcdPid))
 	if err != nil {
 		return err
 	}
@@ -171,8 +182,12 @@ func steady(ctx context.Context, o Options, farm *Farm, pid int, r *SystemResult
 	start := time.Now()
 	var perf *exec.Cmd
 	if o.PerfDir != "" {
-		out := filepath.Join(o.PerfDir, fmt.Sprintf("%s-%d.perf.data", strings.ToLower(r.System), r.Targets))
-		perf = exec.CommandContext(ctx, "perf", "record", "-F", "499", "-g", "-p", strconv.Itoa(pid), "-o", out, "--", "sleep", strconv.Itoa(int(r.Window.Seconds())))
+		out := filepath.Join(o.PerfDir, fmt.Sprintf("%s-%d.perf.data", fileSafe(r.System), r.Targets))
+		var ps []string
+		for _, pid := range pids {
+			ps = append(ps, strconv.Itoa(pid))
+		}
+		perf = exec.CommandContext(ctx, "perf", "record", "-F", "499", "-g", "-p", strings.Join(ps, ","), "-o", out, "--", "sleep", strconv.Itoa(int(r.Window.Seconds())))
 		if err := perf.Start(); err != nil {
 			return fmt.Errorf("perf record: %w", err)
 		}
@@ -183,7 +198,11 @@ func steady(ctx context.Context, o Options, farm *Farm, pid int, r *SystemResult
 	if perf != nil {
 		defer func() { _ = perf.Wait() }()
 	}
-	cpu1, err := procCPU(pid)
+	cpu1, err := sumCPU(pids)
+	if err != nil {
+		return err
+	}
+	etcd1, err := sumCPU(nonzero(etcdPid))
 	if err != nil {
 		return err
 	}
@@ -191,14 +210,62 @@ func steady(ctx context.Context, o Options, farm *Farm, pid int, r *SystemResult
 	host1, _ := hostBusy()
 	d := farm.Snapshot().Sub(s0)
 	r.Window = time.Since(start).Round(time.Millisecond)
-	r.CPU, r.FarmCPU = cpu1-cpu0, self1-self0
-	r.OtherCPU = max(host1-host0-r.CPU-r.FarmCPU, 0)
+	r.CPU, r.EtcdCPU, r.FarmCPU = cpu1-cpu0, etcd1-etcd0, self1-self0
+	r.OtherCPU = max(host1-host0-r.CPU-r.EtcdCPU-r.FarmCPU, 0)
 	r.Probes, r.Late, r.Conns = d.Probes, d.Late, d.Conns
 	r.GapP50, r.GapP99, r.GapMax = d.GapQuantile(0.5), d.GapQuantile(0.99), d.GapQuantile(1)
-	r.RSS, r.PeakRSS, err = procMem(pid)
-	o.logf("  %s: window %s: %d probes (%.1f%% of scheduled, %.2f%% late), %.2f new connections/probe, %.1f µs CPU/probe (%.2f cores), RSS %s MiB, farm %.2f cores, other processes %.2f cores",
-		r.System, r.Window, r.Probes, 100*r.DoneFraction(), 100*r.LateFraction(), r.ConnsPerProbe(), r.CPUPerProbe(), r.Cores(), fmtMiB(r.RSS), r.FarmCPU.Seconds()/r.Window.Seconds(), r.OtherCPU.Seconds()/r.Window.Seconds())
-	return err
+	r.RSS, r.PeakRSS, r.ProcRSS = 0, 0, nil
+	for _, pid := range pids {
+		rss, peak, err := procMem(pid)
+		if err != nil {
+			return err
+		}
+		r.RSS, r.PeakRSS = r.RSS+rss, r.PeakRSS+peak
+		if len(pids) > 1 {
+			r.ProcRSS = append(r.ProcRSS, rss)
+		}
+	}
+	if etcdPid != 0 {
+		if r.EtcdRSS, _, err = procMem(etcdPid); err != nil {
+			return err
+		}
+	}
+	etcd := ""
+	if etcdPid != 0 {
+		etcd = fmt.Sprintf(", etcd %.1f µs CPU/probe (%.2f cores), etcd RSS %s MiB", r.EtcdCPUPerProbe(), perWindow(r.EtcdCPU, r.Window), fmtMiB(r.EtcdRSS))
+	}
+	o.logf("  %s: window %s: %d probes (%.1f%% of scheduled, %.2f%% late), %.2f new connections/probe, %.1f µs CPU/probe (%.2f cores), RSS %s MiB%s, farm %.2f cores, other processes %.2f cores",
+		r.System, r.Window, r.Probes, 100*r.DoneFraction(), 100*r.LateFraction(), r.ConnsPerProbe(), r.CPUPerProbe(), r.Cores(), fmtMiB(r.RSS), etcd, r.FarmCPU.Seconds()/r.Window.Seconds(), r.OtherCPU.Seconds()/r.Window.Seconds())
+	return nil
+}
+
+// fileSafe turns a system's name into a file name's part: "Pulse (etcd, 2
+// replicas)" becomes "pulse-etcd-2-replicas".
+func fileSafe(name string) string {
+	return strings.Join(strings.FieldsFunc(strings.ToLower(name), func(c rune) bool {
+		return (c < 'a' || c > 'z') && (c < '0' || c > '9')
+	}), "-")
+}
+
+// sumCPU returns the CPU time the processes have used, together.
+func sumCPU(pids []int) (time.Duration, error) {
+	var sum time.Duration
+	for _, pid := range pids {
+		d, err := procCPU(pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += d
+	}
+	return sum, nil
+}
+
+// nonzero returns pid as a list, empty when it is 0.
+func nonzero(pid int) []int {
+	if pid == 0 {
+		return nil
+	}
+	return []int{pid}
 }
 
 // detect flips the targets to o.FlipMode and waits until downAt has
@@ -314,7 +381,7 @@ func runPulse(ctx context.Context, o Options, farm *Farm, p ScalePoint, flipped 
 	if err := sleepCtx(ctx, p.Interval); err != nil { // the warm-up's transitions are logged and delivered
 		return nil, err
 	}
-	if err := steady(ctx, o, farm, pid, r); err != nil {
+	if err := steady(ctx, o, farm, []int{pid}, 0, r); err != nil {
 		return nil, err
 	}
 
@@ -412,7 +479,7 @@ func runHAProxy(ctx context.Context, o Options, farm *Farm, p ScalePoint, flippe
 		r.Notes = append(r.Notes, fmt.Sprintf("server states before the window: %v", states))
 	}
 	o.logf("  HAProxy: %d of %d up after %s", r.Healthy, p.Targets, time.Since(start).Round(time.Millisecond))
-	if err := steady(ctx, o, farm, pid, r); err != nil {
+	if err := steady(ctx, o, farm, []int{pid}, 0, r); err != nil {
 		return nil, err
 	}
 	h.resetDown()

@@ -25,6 +25,15 @@
 //     `check inter <interval> rise 2 fall 3`), measuring its CPU per probe,
 //     RSS and detection (its "is DOWN" log lines) the same way.
 //
+// With -replicas 1,2,3 (issue 11) it measures instead, at each point, one
+// pulsed on the embedded registry (a fresh -data-dir) and then 1, 2 and 3
+// pulsed replicas sharing the fleet through one etcd (-registry etcd, a
+// fresh -etcd-prefix per run), all against the same farm: the probes per
+// second, the replicas' CPU per probe summed over them and etcd's apart,
+// each replica's RSS and its share of the targets (the writers of the
+// states in etcd). The etcd pinned in go.mod is built into a binary of its
+// own (-etcd names one), so its CPU is its process's.
+//
 // It prints a Markdown report with Pulse/HAProxy ratios and how the run
 // compares with issue 10's targets, and can write it and the raw results
 // (JSON) to files. Only 127.0.0.0/8 is ever contacted.
@@ -65,9 +74,9 @@ func main() {
 }
 
 type cliFlags struct {
-	points, flipMode, out, jsonOut, pulsedArgs string
-	defaultInterval                            time.Duration
-	opts                                       Options
+	points, flipMode, out, jsonOut, pulsedArgs, replicas string
+	defaultInterval                                      time.Duration
+	opts                                                 Options
 }
 
 func parseFlags(args []string, stderr io.Writer) (cliFlags, error) {
@@ -92,6 +101,8 @@ func parseFlags(args []string, stderr io.Writer) (cliFlags, error) {
 	fs.StringVar(&f.opts.PulsedBin, "pulsed", "", "pulsed `binary`; empty builds ./cmd/pulsed from the module root")
 	fs.StringVar(&f.pulsedArgs, "pulsed-args", "", "more flags for pulsed, space-separated (e.g. \"-max-concurrent-probes 512\")")
 	fs.StringVar(&f.opts.HAProxyBin, "haproxy", "haproxy", "haproxy `binary`; empty runs Pulse alone")
+	fs.StringVar(&f.replicas, "replicas", "", "measure these `counts` of pulsed replicas sharing the fleet on etcd (e.g. 1,2,3), each against one pulsed on the embedded registry, instead of Pulse and HAProxy: steady window only, no detection or delivery")
+	fs.StringVar(&f.opts.EtcdBin, "etcd", "", "etcd `binary` for -replicas; empty builds go.etcd.io/etcd/server/v3 (pinned in go.mod) from the module root")
 	fs.IntVar(&f.opts.RegisterWorkers, "register-workers", 32, "AddTarget calls in flight at once")
 	fs.StringVar(&f.opts.PerfDir, "perf-dir", "", "record a profile (perf record -g) of each checker's steady window into this `directory`; needs perf, whose own CPU shows as other processes'")
 	fs.StringVar(&f.out, "out", "", "also write the Markdown report to this `file`")
@@ -118,6 +129,9 @@ func parseFlags(args []string, stderr io.Writer) (cliFlags, error) {
 		return f, fmt.Errorf("-flip-fraction must be in (0, 0.5] (pulsed's panic threshold holds more), got %v", f.opts.FlipFraction)
 	case f.opts.Subscribers < 0 || f.opts.RegisterWorkers < 1:
 		return f, fmt.Errorf("-subscribers must not be negative and -register-workers must be positive")
+	}
+	if f.opts.Replicas, err = parseReplicas(f.replicas); err != nil {
+		return f, fmt.Errorf("-replicas: %w", err)
 	}
 	f.opts.PulsedArgs = strings.Fields(f.pulsedArgs)
 	return f, nil
@@ -157,6 +171,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		Rise:    o.Rise,
 		Fall:    o.Fall,
 	}
+	if len(o.Replicas) > 0 {
+		return runReplicaPoints(ctx, f, o, rep, stdout, stderr)
+	}
 	if o.HAProxyBin != "" {
 		if rep.Machine.HAProxyVersion, err = haproxyVersion(o.HAProxyBin); err != nil {
 			return fmt.Errorf("haproxy -v: %w (install Debian's haproxy, or pass -haproxy \"\" to run Pulse alone)", err)
@@ -172,6 +189,43 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		rep.Points = append(rep.Points, pt)
 		if err := writeOutputs(f, rep); err != nil { // after each point: a run cut short keeps what it did
+			return err
+		}
+	}
+	_, err = io.WriteString(stdout, rep.Markdown())
+	return err
+}
+
+// runReplicaPoints is run's -replicas mode: one etcd for the whole run,
+// then at each point the embedded registry and every replica count.
+func runReplicaPoints(ctx context.Context, f cliFlags, o Options, rep Report, stdout, stderr io.Writer) error {
+	var err error
+	if o.EtcdBin == "" {
+		if o.EtcdBin, err = buildEtcd(ctx, o.WorkDir, stderr); err != nil {
+			return err
+		}
+	}
+	if rep.Machine.EtcdVersion, err = etcdVersion(o.EtcdBin); err != nil {
+		return fmt.Errorf("etcd --version: %w", err)
+	}
+	e, err := startEtcd(ctx, o.EtcdBin, o.WorkDir)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	o.logf("etcd %s listening on %s", rep.Machine.EtcdVersion, e.url)
+	for _, p := range o.Points {
+		pt, err := runReplicaPoint(ctx, o, e, p)
+		if len(pt.Runs) > 0 {
+			rep.ReplicaPoints = append(rep.ReplicaPoints, pt)
+		}
+		if err != nil {
+			if len(rep.ReplicaPoints) > 0 {
+				fmt.Fprintln(stdout, rep.Markdown()) // what was measured before
+			}
+			return fmt.Errorf("%s targets at %s: %w", fmtCount(p.Targets), p.Interval, err)
+		}
+		if err := writeOutputs(f, rep); err != nil {
 			return err
 		}
 	}

@@ -18,14 +18,16 @@ import (
 	pb "pulse/gen/pulse/v1"
 )
 
-// pulsedArgs are the flags the harness starts pulsed with: memory only, no
-// HTTP listener, no API rate limit or target limits (the harness registers
-// tens of thousands of targets as fast as it can), and the probe defaults
-// of the run.
-func pulsedArgs(o Options, interval time.Duration) []string {
-	return append([]string{
-		"-listen", "127.0.0.1:0",
-		"-data-dir", "",
+// pulsedArgs are the flags the harness starts pulsed with: the registry
+// flags (none: memory only, -data-dir ""), no HTTP listener, no API rate
+// limit or target limits (the harness registers tens of thousands of
+// targets as fast as it can), and the probe defaults of the run.
+func pulsedArgs(o Options, interval time.Duration, registry ...string) []string {
+	if len(registry) == 0 {
+		registry = []string{"-data-dir", ""}
+	}
+	args := append([]string{"-listen", "127.0.0.1:0"}, registry...)
+	args = append(args,
 		"-http-listen", "",
 		"-rate-limit", "0",
 		"-max-targets", "0",
@@ -34,7 +36,8 @@ func pulsedArgs(o Options, interval time.Duration) []string {
 		"-timeout", min(o.Timeout, interval).String(),
 		"-rise", strconv.Itoa(o.Rise),
 		"-fall", strconv.Itoa(o.Fall),
-	}, o.PulsedArgs...)
+	)
+	return append(args, o.PulsedArgs...)
 }
 
 var listeningRE = regexp.MustCompile(`msg="pulsed listening".* addr=(\S+)`)

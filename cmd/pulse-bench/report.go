@@ -72,9 +72,17 @@ type SystemResult struct {
 	// rest of the host's busy time, other processes (and kernel work not
 	// charged to a process): what disturbed the measurement.
 	CPU, FarmCPU, OtherCPU time.Duration
-	// RSS and PeakRSS are VmRSS and VmHWM at the end of the window; BaseRSS
-	// is VmRSS before any target was registered (Pulse only).
+	// EtcdCPU is etcd's user+system time in the window (replica runs only),
+	// in neither CPU nor OtherCPU.
+	EtcdCPU time.Duration
+	// RSS and PeakRSS are VmRSS and VmHWM at the end of the window, summed
+	// over the replicas; BaseRSS is VmRSS before any target was registered
+	// (Pulse only).
 	RSS, PeakRSS, BaseRSS uint64
+	// ProcRSS is each replica's VmRSS at the end of the window, with more
+	// than one; EtcdRSS etcd's (replica runs only).
+	ProcRSS []uint64
+	EtcdRSS uint64
 	// Flipped is how many targets the farm switched to failing.
 	Flipped int
 	// Detect is from the flip to the transition's receipt (Pulse: on
@@ -125,6 +133,22 @@ func (r *SystemResult) CPUPerProbe() float64 {
 		return 0
 	}
 	return float64(r.CPU.Microseconds()) / float64(r.Probes)
+}
+
+// EtcdCPUPerProbe is etcd's CPU time per probe answered, in microseconds.
+func (r *SystemResult) EtcdCPUPerProbe() float64 {
+	if r.Probes == 0 {
+		return 0
+	}
+	return float64(r.EtcdCPU.Microseconds()) / float64(r.Probes)
+}
+
+// ProbesPerSecond is the probes answered per second of the window.
+func (r *SystemResult) ProbesPerSecond() float64 {
+	if r.Window <= 0 {
+		return 0
+	}
+	return float64(r.Probes) / r.Window.Seconds()
 }
 
 // Cores is the average number of cores the checker kept busy.
@@ -178,6 +202,7 @@ type Machine struct {
 	Kernel         string
 	Go             string
 	HAProxyVersion string
+	EtcdVersion    string
 }
 
 // Report is a whole run.
@@ -190,6 +215,9 @@ type Report struct {
 	Rise   int
 	Fall   int
 	Points []Point
+	// ReplicaPoints are the runs of -replicas: the embedded registry, then
+	// 1, 2, 3... replicas on etcd, at each scale point.
+	ReplicaPoints []ReplicaPoint
 }
 
 // fmtDur prints a duration compactly: µs below 1ms, ms below 1s, else s.
@@ -256,58 +284,65 @@ func (p Point) systems() []*SystemResult {
 // targets of issue 10's acceptance 6.
 func (r Report) Markdown() string {
 	var b strings.Builder
+	versions := orNA(r.Machine.HAProxyVersion)
+	if r.Machine.EtcdVersion != "" {
+		versions += ", etcd " + r.Machine.EtcdVersion
+	}
 	fmt.Fprintf(&b, "Run %s on %d CPUs (%s), Linux %s, %s, %s; rise %d, fall %d.\n\n",
-		r.Started.UTC().Format(time.RFC3339), r.Machine.CPUs, r.Machine.Model, r.Machine.Kernel, r.Machine.Go, orNA(r.Machine.HAProxyVersion), r.Rise, r.Fall)
+		r.Started.UTC().Format(time.RFC3339), r.Machine.CPUs, r.Machine.Model, r.Machine.Kernel, r.Machine.Go, versions, r.Rise, r.Fall)
 	if r.Command != "" {
 		fmt.Fprintf(&b, "Command: `%s`\n\n", r.Command)
 	}
 	if r.Source != "" {
 		fmt.Fprintf(&b, "Source: %s.\n\n", r.Source)
 	}
-	b.WriteString("| targets | interval | checker | healthy | probes done / scheduled | late | gap p50 / p99 / max | new conns/probe | CPU µs/probe | cores (farm, other) | RSS MiB | RSS KiB/target | detect p50 / p99 (from flip) | detect p50 / p99 (from 1st failed probe) | delivery p50 / p99 / max |\n")
-	b.WriteString("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, p := range r.Points {
-		for _, s := range p.systems() {
-			delivery := "n/a"
-			if s.Delivery.Expected > 0 {
-				delivery = fmtLat(s.Delivery)
-				if s.Delivery.N > 0 {
-					delivery = fmt.Sprintf("%s / %s / %s", fmtDur(s.Delivery.P50), fmtDur(s.Delivery.P99), fmtDur(s.Delivery.Max))
-					if m := s.Delivery.Missing(); m > 0 {
-						delivery += fmt.Sprintf(" (%d of %d missing)", m, s.Delivery.Expected)
+	if len(r.Points) > 0 {
+		b.WriteString("| targets | interval | checker | healthy | probes done / scheduled | late | gap p50 / p99 / max | new conns/probe | CPU µs/probe | cores (farm, other) | RSS MiB | RSS KiB/target | detect p50 / p99 (from flip) | detect p50 / p99 (from 1st failed probe) | delivery p50 / p99 / max |\n")
+		b.WriteString("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, p := range r.Points {
+			for _, s := range p.systems() {
+				delivery := "n/a"
+				if s.Delivery.Expected > 0 {
+					delivery = fmtLat(s.Delivery)
+					if s.Delivery.N > 0 {
+						delivery = fmt.Sprintf("%s / %s / %s", fmtDur(s.Delivery.P50), fmtDur(s.Delivery.P99), fmtDur(s.Delivery.Max))
+						if m := s.Delivery.Missing(); m > 0 {
+							delivery += fmt.Sprintf(" (%d of %d missing)", m, s.Delivery.Expected)
+						}
 					}
+					delivery += fmt.Sprintf(" (%d subs)", s.Subscribers)
 				}
-				delivery += fmt.Sprintf(" (%d subs)", s.Subscribers)
+				rss := fmt.Sprintf("%.2f", s.RSSPerTarget())
+				if m := s.MarginalRSSPerTarget(); m > 0 {
+					rss += fmt.Sprintf(" (+%.2f)", m)
+				}
+				fmt.Fprintf(&b, "| %s | %s | %s | %d | %d / %.0f (%.1f%%) | %.2f%% | %s / %s / %s | %.2f | %.1f | %.2f (%.2f, %.2f) | %s | %s | %s | %s | %s |\n",
+					fmtCount(p.Targets), p.Interval, s.System, s.Healthy,
+					s.Probes, s.Scheduled(), 100*s.DoneFraction(), 100*s.LateFraction(),
+					fmtDur(s.GapP50), fmtDur(s.GapP99), fmtDur(s.GapMax),
+					s.ConnsPerProbe(), s.CPUPerProbe(), s.Cores(), s.FarmCores(), s.OtherCores(), fmtMiB(s.RSS), rss,
+					fmtLat(s.Detect), fmtLat(s.DetectFirstFail), delivery)
 			}
-			rss := fmt.Sprintf("%.2f", s.RSSPerTarget())
-			if m := s.MarginalRSSPerTarget(); m > 0 {
-				rss += fmt.Sprintf(" (+%.2f)", m)
+		}
+		b.WriteString("\n| targets | interval | CPU per probe, Pulse / HAProxy | RSS, Pulse / HAProxy | detect p99 from 1st failed probe, Pulse vs HAProxy |\n")
+		b.WriteString("|---:|---:|---:|---:|---:|\n")
+		for _, p := range r.Points {
+			if p.Pulse == nil || p.HAProxy == nil {
+				continue
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %d | %d / %.0f (%.1f%%) | %.2f%% | %s / %s / %s | %.2f | %.1f | %.2f (%.2f, %.2f) | %s | %s | %s | %s | %s |\n",
-				fmtCount(p.Targets), p.Interval, s.System, s.Healthy,
-				s.Probes, s.Scheduled(), 100*s.DoneFraction(), 100*s.LateFraction(),
-				fmtDur(s.GapP50), fmtDur(s.GapP99), fmtDur(s.GapMax),
-				s.ConnsPerProbe(), s.CPUPerProbe(), s.Cores(), s.FarmCores(), s.OtherCores(), fmtMiB(s.RSS), rss,
-				fmtLat(s.Detect), fmtLat(s.DetectFirstFail), delivery)
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s vs %s |\n", fmtCount(p.Targets), p.Interval,
+				fmtRatio(p.Pulse.CPUPerProbe(), p.HAProxy.CPUPerProbe()),
+				fmtRatio(float64(p.Pulse.RSS), float64(p.HAProxy.RSS)),
+				fmtDur(p.Pulse.DetectFirstFail.P99), fmtDur(p.HAProxy.DetectFirstFail.P99))
+		}
+		if v := r.Verdicts(); len(v) > 0 {
+			b.WriteString("\nAcceptance 6 targets, as this run shows them:\n\n")
+			for _, line := range v {
+				b.WriteString("- " + line + "\n")
+			}
 		}
 	}
-	b.WriteString("\n| targets | interval | CPU per probe, Pulse / HAProxy | RSS, Pulse / HAProxy | detect p99 from 1st failed probe, Pulse vs HAProxy |\n")
-	b.WriteString("|---:|---:|---:|---:|---:|\n")
-	for _, p := range r.Points {
-		if p.Pulse == nil || p.HAProxy == nil {
-			continue
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s vs %s |\n", fmtCount(p.Targets), p.Interval,
-			fmtRatio(p.Pulse.CPUPerProbe(), p.HAProxy.CPUPerProbe()),
-			fmtRatio(float64(p.Pulse.RSS), float64(p.HAProxy.RSS)),
-			fmtDur(p.Pulse.DetectFirstFail.P99), fmtDur(p.HAProxy.DetectFirstFail.P99))
-	}
-	if v := r.Verdicts(); len(v) > 0 {
-		b.WriteString("\nAcceptance 6 targets, as this run shows them:\n\n")
-		for _, line := range v {
-			b.WriteString("- " + line + "\n")
-		}
-	}
+	b.WriteString(r.replicaMarkdown())
 	var notes []string
 	for _, p := range r.Points {
 		for _, s := range p.systems() {
@@ -377,4 +412,159 @@ func (r Report) Verdicts() []string {
 		}
 	}
 	return out
+}
+
+// ReplicaResult is one run of -replicas: one pulsed on the embedded
+// registry (Replicas 0), or Replicas pulsed sharing the fleet through etcd.
+// CPU, RSS and ProcRSS are the replicas' together and each; EtcdCPU and
+// EtcdRSS etcd's.
+type ReplicaResult struct {
+	SystemResult
+	Replicas int
+	// Owned is how many targets' states each replica (r1, r2, ...) wrote
+	// in etcd: its share of the fleet. OwnedOther counts the states none
+	// of them wrote.
+	Owned      []int
+	OwnedOther int
+	// Setup is from the first AddTarget to every target healthy on the
+	// stream; SetupCPU is the replicas' CPU over it, SetupEtcdCPU etcd's.
+	Setup, SetupCPU, SetupEtcdCPU time.Duration
+}
+
+// TotalCPUPerProbe is the replicas' and etcd's CPU per probe answered, in
+// microseconds.
+func (r *ReplicaResult) TotalCPUPerProbe() float64 { return r.CPUPerProbe() + r.EtcdCPUPerProbe() }
+
+// SetupCPUPerTarget is the replicas' and etcd's CPU from the first
+// AddTarget to all healthy, per target, in microseconds.
+func (r *ReplicaResult) SetupCPUPerTarget() (replicas, etcd float64) {
+	if r.Targets == 0 {
+		return 0, 0
+	}
+	return float64(r.SetupCPU.Microseconds()) / float64(r.Targets), float64(r.SetupEtcdCPU.Microseconds()) / float64(r.Targets)
+}
+
+// ReplicaPoint is one scale point of -replicas: the embedded registry,
+// then each replica count, one after the other against the same farm.
+type ReplicaPoint struct {
+	Targets  int
+	Interval time.Duration
+	Runs     []*ReplicaResult
+}
+
+// embedded returns the run on the embedded registry, or nil.
+func (p ReplicaPoint) embedded() *ReplicaResult {
+	for _, r := range p.Runs {
+		if r.Replicas == 0 {
+			return r
+		}
+	}
+	return nil
+}
+
+// fmtShares prints each replica's count and share: "r1 1012 (51%), r2 988 (49%)".
+func fmtShares(owned []int, others int) string {
+	total := others
+	for _, n := range owned {
+		total += n
+	}
+	if total == 0 {
+		return "n/a"
+	}
+	var parts []string
+	for i, n := range owned {
+		parts = append(parts, fmt.Sprintf("%s %d (%.0f%%)", replicaID(i), n, 100*float64(n)/float64(total)))
+	}
+	if others > 0 {
+		parts = append(parts, fmt.Sprintf("none of them %d", others))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// replicaMarkdown renders the -replicas runs: a table of every run, then
+// probes per second and the CPU per probe of etcd mode against the
+// embedded registry, and what this machine can show of scale.
+func (r Report) replicaMarkdown() string {
+	if len(r.ReplicaPoints) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	if len(r.Points) > 0 {
+		b.WriteString("\n")
+	}
+	b.WriteString("Replicas on etcd against the embedded registry (one pulsed with a fresh `-data-dir`); every run against the same farm, one after the other. CPU of the replicas is summed over them; etcd's is apart.\n\n")
+	b.WriteString("| targets | interval | registry | healthy | probes done / scheduled | probes/s | late | gap p50 / p99 / max | CPU µs/probe: pulsed + etcd = total | total / embedded | cores: pulsed + etcd (farm, other) | RSS MiB: each pulsed (etcd) | states written per replica | register → all healthy: time, CPU µs/target pulsed + etcd |\n")
+	b.WriteString("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n")
+	for _, p := range r.ReplicaPoints {
+		base := p.embedded()
+		for _, s := range p.Runs {
+			vs := "1 (base)"
+			if s != base && base != nil {
+				vs = fmtRatio(s.TotalCPUPerProbe(), base.TotalCPUPerProbe())
+			}
+			rss := fmtMiB(s.RSS)
+			if len(s.ProcRSS) > 0 {
+				var each []string
+				for _, x := range s.ProcRSS {
+					each = append(each, fmtMiB(x))
+				}
+				rss = strings.Join(each, " / ")
+			}
+			if s.Replicas > 0 {
+				rss += " (" + fmtMiB(s.EtcdRSS) + ")"
+			}
+			owned := "n/a"
+			if s.Replicas > 0 {
+				owned = fmtShares(s.Owned, s.OwnedOther)
+			}
+			setupPulsed, setupEtcd := s.SetupCPUPerTarget()
+			fmt.Fprintf(&b, "| %s | %s | %s | %d | %d / %.0f (%.1f%%) | %.0f | %.2f%% | %s / %s / %s | %.1f + %.1f = %.1f | %s | %.2f + %.2f (%.2f, %.2f) | %s | %s | %s, %.0f + %.0f |\n",
+				fmtCount(p.Targets), p.Interval, registryName(s.Replicas), s.Healthy,
+				s.Probes, s.Scheduled(), 100*s.DoneFraction(), s.ProbesPerSecond(), 100*s.LateFraction(),
+				fmtDur(s.GapP50), fmtDur(s.GapP99), fmtDur(s.GapMax),
+				s.CPUPerProbe(), s.EtcdCPUPerProbe(), s.TotalCPUPerProbe(), vs,
+				s.Cores(), perWindow(s.EtcdCPU, s.Window), s.FarmCores(), s.OtherCores(), rss, owned,
+				fmtDur(s.Setup), setupPulsed, setupEtcd)
+		}
+	}
+	b.WriteString("\n")
+	for _, p := range r.ReplicaPoints {
+		var rates, costs []string
+		base := p.embedded()
+		for _, s := range p.Runs {
+			rates = append(rates, fmt.Sprintf("%s %.0f", registryName(s.Replicas), s.ProbesPerSecond()))
+			if s != base && base != nil {
+				costs = append(costs, fmt.Sprintf("%s %s (%.1f vs %.1f µs)", registryName(s.Replicas), fmtRatio(s.TotalCPUPerProbe(), base.TotalCPUPerProbe()), s.TotalCPUPerProbe(), base.TotalCPUPerProbe()))
+			}
+		}
+		fmt.Fprintf(&b, "- %s targets at %s: probes/s: %s (scheduled %.0f).\n", fmtCount(p.Targets), p.Interval, strings.Join(rates, "; "), float64(p.Targets)/p.Interval.Seconds())
+		if len(costs) > 0 {
+			fmt.Fprintf(&b, "- %s targets at %s: CPU per probe of etcd mode (replicas + etcd) / embedded: %s.\n", fmtCount(p.Targets), p.Interval, strings.Join(costs, "; "))
+		}
+	}
+	fmt.Fprintf(&b, "- Every replica, etcd and the farm share this machine's %d CPUs: a second or third replica divides the same probes among processes on the same cores, so it cannot add probes per second here (the ceiling is the machine's, not one pulsed's). The table shows what replication costs; how far replicas on separate machines scale is not measured.\n", r.Machine.CPUs)
+	var notes []string
+	for _, p := range r.ReplicaPoints {
+		for _, s := range p.Runs {
+			for _, n := range s.Notes {
+				notes = append(notes, fmt.Sprintf("%s targets, %s: %s", fmtCount(p.Targets), registryName(s.Replicas), n))
+			}
+		}
+	}
+	for _, n := range notes {
+		b.WriteString("- " + n + "\n")
+	}
+	return b.String()
+}
+
+// registryName names a run in the replica table.
+func registryName(replicas int) string {
+	switch replicas {
+	case 0:
+		return "embedded"
+	case 1:
+		return "etcd, 1 replica"
+	default:
+		return fmt.Sprintf("etcd, %d replicas", replicas)
+	}
 }
