@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync"
 	"time"
 )
 
@@ -433,6 +434,52 @@ type proposal struct {
 	p   StateProposal
 }
 
+// proposeConcurrency bounds the state writes in flight at once: each waits
+// for its commit, and etcd commits many together, so a mass transition
+// (start-up, an outage) is stored at etcd's pace rather than one round
+// trip at a time.
+const proposeConcurrency = 64
+
+// proposeBatch writes a batch of proposed states, proposeConcurrency at a
+// time, and returns those to retry with the last error that asked for it.
+func (c *Checker) proposeBatch(batch []proposal) (retry []proposal, lastErr error) {
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex // protects retry and lastErr
+		sem = make(chan struct{}, proposeConcurrency)
+	)
+	for _, pr := range batch {
+		c.mu.Lock()
+		valid := pr.t.owned && pr.t.gen == pr.gen && c.targets[pr.p.Name] == pr.t
+		c.mu.Unlock()
+		if !valid {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(c.ctx, sharedWait)
+			err := c.shared.ProposeState(ctx, pr.p)
+			cancel()
+			switch {
+			case err == nil:
+			case errors.Is(err, ErrFenced):
+				c.logger.Debug("state write fenced: this replica no longer owns the target or its view was stale", "target", pr.p.Name, "error", err)
+				c.mu.Lock()
+				pr.t.proposing = false
+				c.mu.Unlock()
+			default:
+				mu.Lock()
+				lastErr = err
+				retry = append(retry, pr)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return retry, lastErr
+}
+
 // proposeLoop writes proposed states, each in its own transaction, and
 // retries those the shared registry could not take, with backoff; fenced
 // ones are dropped (the writes that fenced them come back through
@@ -454,30 +501,7 @@ func (c *Checker) proposeLoop() {
 			if len(batch) == 0 {
 				break
 			}
-			var retry []proposal
-			var lastErr error
-			for _, pr := range batch {
-				c.mu.Lock()
-				valid := pr.t.owned && pr.t.gen == pr.gen && c.targets[pr.p.Name] == pr.t
-				c.mu.Unlock()
-				if !valid {
-					continue
-				}
-				ctx, cancel := context.WithTimeout(c.ctx, sharedWait)
-				err := c.shared.ProposeState(ctx, pr.p)
-				cancel()
-				switch {
-				case err == nil:
-				case errors.Is(err, ErrFenced):
-					c.logger.Debug("state write fenced: this replica no longer owns the target or its view was stale", "target", pr.p.Name, "error", err)
-					c.mu.Lock()
-					pr.t.proposing = false
-					c.mu.Unlock()
-				default:
-					lastErr = err
-					retry = append(retry, pr)
-				}
-			}
+			retry, lastErr := c.proposeBatch(batch)
 			c.setStoreErr(lastErr)
 			if len(retry) == 0 {
 				backoff = 50 * time.Millisecond
