@@ -66,7 +66,7 @@ const maxResponseHeaderBytes = 10 << 20
 
 // leanBufferSize is the read buffer of a kept connection: a response head
 // that does not fit is parsed by http.ReadResponse instead.
-const leanBufferSize = 4 << 10
+const leanBufferSize = 1 << 10
 
 // leanHeaderExcluded lists request headers that change how a connection or
 // a message is framed; net/http gives them meaning beyond their bytes, so a

@@ -151,6 +151,10 @@ func TestHTTPLeanMatchesNetHTTP(t *testing.T) {
 		method   string
 	}{
 		{name: "200", answer: reply(ok)},
+		// A head larger than the kept connection's read buffer takes
+		// http.ReadResponse's path on the same bytes.
+		{name: "head over the buffer", answer: reply("HTTP/1.1 200 OK\r\nX-Pad: " + strings.Repeat("p", 3*leanBufferSize) + "\r\nContent-Length: 2\r\n\r\nok")},
+		{name: "503 head over the buffer", answer: reply("HTTP/1.1 503 Unavailable\r\nX-Pad: " + strings.Repeat("p", 3*leanBufferSize) + "\r\nContent-Length: 0\r\n\r\n")},
 		{name: "200 HEAD", answer: reply("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"), method: "HEAD"},
 		{name: "204", answer: reply("HTTP/1.1 204 No Content\r\n\r\n")},
 		{name: "299", answer: reply("HTTP/1.1 299 Odd\r\nContent-Length: 0\r\n\r\n")},
