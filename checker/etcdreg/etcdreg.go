@@ -23,6 +23,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -59,6 +60,10 @@ type Options struct {
 	DialTimeout time.Duration
 	// Logger receives the registry's own events; if nil, nothing is logged.
 	Logger *slog.Logger
+	// TLS, when set, connects to etcd over TLS (https:// endpoints) with
+	// this configuration: its roots verify etcd, its certificate (if any)
+	// identifies the replica to an etcd that asks for client certificates.
+	TLS *tls.Config
 }
 
 // Registry is a checker.Shared on etcd. Open connects and registers the
@@ -135,6 +140,7 @@ func Open(ctx context.Context, o Options) (*Registry, error) {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   o.Endpoints,
 		DialTimeout: o.DialTimeout,
+		TLS:         o.TLS,
 		Logger:      zap.NewNop(),
 	})
 	if err != nil {

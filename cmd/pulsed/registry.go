@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -21,6 +24,8 @@ type registryFlags struct {
 	prefix    string
 	leaseTTL  time.Duration
 	replicaID string
+	ca        string
+	cert, key string
 }
 
 func (r *registryFlags) register(fs *flag.FlagSet) {
@@ -28,6 +33,9 @@ func (r *registryFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.endpoints, "etcd-endpoints", "", "with -registry etcd: comma-separated etcd client `URLs`, e.g. http://127.0.0.1:2379")
 	fs.StringVar(&r.prefix, "etcd-prefix", "/pulse/", "with -registry etcd: the key `prefix` of this fleet; replicas with the same prefix share it")
 	fs.DurationVar(&r.leaseTTL, "etcd-lease-ttl", 10*time.Second, "with -registry etcd: a replica that stops renewing its lease (crashed, paused, cut off) loses its targets to the others after this long (at least 2s)")
+	fs.StringVar(&r.ca, "etcd-ca", "", "with -registry etcd: PEM `file` of the CA that signed etcd's certificate; connects over TLS (use https:// endpoints)")
+	fs.StringVar(&r.cert, "etcd-cert", "", "with -registry etcd: PEM `file` of this replica's client certificate, for an etcd that requires one (with -etcd-key)")
+	fs.StringVar(&r.key, "etcd-key", "", "with -registry etcd: PEM `file` of the key of -etcd-cert")
 	fs.StringVar(&r.replicaID, "replica-id", "", "with -registry etcd: this replica's member `ID` (default: host name, process ID and a random suffix)")
 }
 
@@ -36,7 +44,7 @@ func (r *registryFlags) register(fs *flag.FlagSet) {
 func (r *registryFlags) check(set map[string]bool, cfg *config) error {
 	switch r.kind {
 	case "embedded":
-		for _, f := range []string{"etcd-endpoints", "etcd-prefix", "etcd-lease-ttl", "replica-id"} {
+		for _, f := range []string{"etcd-endpoints", "etcd-prefix", "etcd-lease-ttl", "replica-id", "etcd-ca", "etcd-cert", "etcd-key"} {
 			if set[f] {
 				return fmt.Errorf("-%s needs -registry etcd", f)
 			}
@@ -47,6 +55,9 @@ func (r *registryFlags) check(set map[string]bool, cfg *config) error {
 		}
 		if r.leaseTTL < 2*time.Second {
 			return fmt.Errorf("-etcd-lease-ttl must be at least 2s, got %v", r.leaseTTL)
+		}
+		if (r.cert == "") != (r.key == "") {
+			return fmt.Errorf("-etcd-cert and -etcd-key go together")
 		}
 		if set["data-dir"] {
 			return fmt.Errorf("-data-dir is the embedded registry's; with -registry etcd the registry is in etcd")
@@ -71,7 +82,12 @@ func (r *registryFlags) openEtcd(logger *slog.Logger) (*etcdreg.Registry, error)
 			eps = append(eps, e)
 		}
 	}
+	tlsCfg, err := r.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
 	reg, err := etcdreg.Open(context.Background(), etcdreg.Options{
+		TLS:       tlsCfg,
 		Endpoints: eps,
 		Prefix:    r.prefix,
 		ID:        r.replicaID,
@@ -83,6 +99,33 @@ func (r *registryFlags) openEtcd(logger *slog.Logger) (*etcdreg.Registry, error)
 	}
 	logger.Info("joined the replicas on etcd", "replica", reg.ID(), "prefix", r.prefix, "endpoints", strings.Join(eps, ","))
 	return reg, nil
+}
+
+// tlsConfig builds the TLS configuration for etcd from -etcd-ca,
+// -etcd-cert and -etcd-key, or returns nil for plaintext.
+func (r *registryFlags) tlsConfig() (*tls.Config, error) {
+	if r.ca == "" && r.cert == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if r.ca != "" {
+		pem, err := os.ReadFile(r.ca)
+		if err != nil {
+			return nil, fmt.Errorf("-etcd-ca: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("-etcd-ca: no PEM certificate in %s", r.ca)
+		}
+	}
+	if r.cert != "" {
+		pair, err := tls.LoadX509KeyPair(r.cert, r.key)
+		if err != nil {
+			return nil, fmt.Errorf("-etcd-cert/-etcd-key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
 }
 
 // openStore opens the embedded store, or returns nil to keep the registry

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"regexp"
 	"strings"
 	"sync"
@@ -364,4 +365,30 @@ func TestThreeReplicasOnEtcd(t *testing.T) {
 	eventually(t, "13 healthy targets on both replicas", func() bool {
 		return healthyCount(listTargets(t, clients[1])) == 13 && healthyCount(listTargets(t, clients[2])) == 13
 	})
+}
+
+// A replica talks to an etcd that serves TLS and requires client
+// certificates; without its certificate it refuses to start, saying why.
+func TestReplicaOverTLS(t *testing.T) {
+	etcd, files := etcdtest.StartTLS(t)
+	bin := buildPulsed(t)
+	p := startPulsed(t, bin, "-registry", "etcd", "-etcd-endpoints", etcd.Endpoint, "-replica-id", "tls-1",
+		"-etcd-ca", files.CA, "-etcd-cert", files.ClientCert, "-etcd-key", files.ClientKey)
+	client := dial(t, p.addr)
+	if _, err := client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: tcpTarget("over-tls")}); err != nil {
+		t.Fatalf("AddTarget through a TLS etcd: %v", err)
+	}
+	resp := listTargets(t, client)
+	if len(resp.GetTargets()) != 1 || resp.GetChecker().GetReplica() != "tls-1" {
+		t.Fatalf("ListTargets: %d targets, replica %q", len(resp.GetTargets()), resp.GetChecker().GetReplica())
+	}
+	p.stop(t)
+
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "-listen", "127.0.0.1:0", "-http-listen", "", "-registry", "etcd",
+		"-etcd-endpoints", etcd.Endpoint, "-etcd-ca", files.CA).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "-registry etcd: register with etcd at "+etcd.Endpoint) {
+		t.Fatalf("pulsed without a client certificate: %v\n%s", err, out)
+	}
 }

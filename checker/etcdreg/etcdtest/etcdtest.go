@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -27,6 +28,7 @@ type Server struct {
 	peer       url.URL
 	e          *embed.Etcd
 	progressIv time.Duration
+	tls        *transport.TLSInfo // nil: plaintext
 }
 
 // Start starts etcd with its data in a temporary directory and stops it
@@ -64,6 +66,9 @@ func (s *Server) start() {
 	cfg.InitialCluster = fmt.Sprintf("%s=%s", cfg.Name, s.peer.String())
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	cfg.UnsafeNoFsync = true // test data only
+	if s.tls != nil {
+		cfg.ClientTLSInfo = *s.tls
+	}
 	if s.progressIv > 0 {
 		cfg.WatchProgressNotifyInterval = s.progressIv
 	}
