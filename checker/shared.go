@@ -101,6 +101,9 @@ var (
 	// ErrNotShared: the call needs a view that only one replica has, and the
 	// registry is shared.
 	ErrNotShared = errors.New("not supported with a shared registry")
+	// ErrUncertain: a write to the shared registry timed out; it may have
+	// been committed or not.
+	ErrUncertain = errors.New("the shared registry did not confirm the change in time; it may or may not be stored")
 	// ErrLagging: a change is stored in the shared registry, but this
 	// replica has not applied it yet (its watch is behind or cut off).
 	ErrLagging = errors.New("the change is stored, but this replica has not caught up with it yet")
@@ -114,9 +117,9 @@ const sharedWait = 10 * time.Second
 func validateShared(spec Spec) error {
 	switch {
 	case spec.FlapThreshold > 0:
-		return &FieldError{"flap_threshold", "flap damping is not supported with a shared registry (--registry etcd): leave it 0"}
+		return &FieldError{"flap_threshold", "flap damping is not supported with a shared registry (-registry etcd): leave it 0"}
 	case spec.PassiveOutcomes:
-		return &FieldError{"passive_outcomes", "passive outcomes are not supported with a shared registry (--registry etcd): leave it false"}
+		return &FieldError{"passive_outcomes", "passive outcomes are not supported with a shared registry (-registry etcd): leave it false"}
 	}
 	return nil
 }
@@ -172,14 +175,14 @@ func (c *Checker) addShared(spec Spec) (Status, bool, error) {
 	defer cancel()
 	rev, err := c.shared.PutSpec(ctx, spec)
 	if err != nil {
-		return Status{}, false, fmt.Errorf("%w: %v", ErrStore, err)
+		return Status{}, false, sharedWriteErr(err)
 	}
 	if err := c.waitApplied(ctx, rev); err != nil {
 		return Status{}, false, err
 	}
 	st, err = c.Status(spec.Name)
 	if err != nil { // removed again meanwhile
-		return Status{}, false, fmt.Errorf("%w: stored at revision %d, then removed by another call", ErrStore, rev)
+		return Status{}, false, fmt.Errorf("%w %q: stored at revision %d, then removed by another call", ErrUnknownTarget, spec.Name, rev)
 	}
 	return st, old == nil, nil
 }
@@ -190,12 +193,22 @@ func (c *Checker) removeShared(name string) (bool, error) {
 	defer cancel()
 	rev, existed, err := c.shared.DeleteTarget(ctx, name)
 	if err != nil {
-		return false, fmt.Errorf("%w: %v", ErrStore, err)
+		return false, sharedWriteErr(err)
 	}
 	if err := c.waitApplied(ctx, rev); err != nil {
 		return false, err
 	}
 	return existed, nil
+}
+
+// sharedWriteErr wraps a failed write to the shared registry: ErrStore
+// (nothing changed), or ErrUncertain when the write timed out and may
+// have been committed all the same.
+func sharedWriteErr(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %v", ErrUncertain, err)
+	}
+	return fmt.Errorf("%w: %v", ErrStore, err)
 }
 
 // waitApplied waits until ApplyShared has applied rev, for Add and Remove

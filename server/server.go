@@ -263,6 +263,8 @@ func toStatus(err error, prefix string) error {
 		return status.Errorf(codes.FailedPrecondition, "%v (pulsed runs with -registry etcd)", err)
 	case errors.Is(err, checker.ErrStore):
 		return status.Errorf(codes.Unavailable, "%v; nothing was changed: check pulsed's registry (its data dir: disk full or read-only? or etcd with -registry etcd) and retry", err)
+	case errors.Is(err, checker.ErrUncertain):
+		return status.Errorf(codes.Unavailable, "%v; retry: AddTarget and RemoveTarget are idempotent", err)
 	case errors.Is(err, checker.ErrLagging):
 		return status.Errorf(codes.Unavailable, "%v; it will show once this replica catches up with etcd (a retry is harmless)", err)
 	case errors.Is(err, checker.ErrClosed):
