@@ -84,6 +84,7 @@ type Registry struct {
 	lease     clientv3.LeaseID
 	createRev int64            // create revision of this replica's member key; 0 while it has none
 	loadRev   int64            // the revision Load read at
+	joinedRev int64            // the newest member key put this replica has applied
 	known     map[string]int64 // every target's state revision (0: none yet), for resync
 }
 
@@ -210,6 +211,7 @@ func (r *Registry) Load() ([]checker.SharedTarget, uint64, error) {
 	specs := map[string]checker.SharedTarget{}
 	states := map[string]*mvccpb.KeyValue{}
 	var members []string
+	var joined int64
 	for _, kv := range resp.Kvs {
 		kind, name, ok := r.split(string(kv.Key))
 		if !ok {
@@ -227,6 +229,7 @@ func (r *Registry) Load() ([]checker.SharedTarget, uint64, error) {
 			states[name] = kv
 		case "members":
 			members = append(members, name)
+			joined = max(joined, kv.ModRevision)
 		}
 	}
 	var out []checker.SharedTarget
@@ -245,6 +248,7 @@ func (r *Registry) Load() ([]checker.SharedTarget, uint64, error) {
 	slices.Sort(members)
 	r.mu.Lock()
 	r.members = members
+	r.joinedRev = joined
 	r.loadRev = resp.Header.Revision
 	r.mu.Unlock()
 	return out, uint64(resp.Header.Revision), nil
@@ -302,7 +306,7 @@ func (r *Registry) DeleteTarget(ctx context.Context, name string) (uint64, bool,
 // replica last saw.
 func (r *Registry) ProposeState(ctx context.Context, p checker.StateProposal) error {
 	r.mu.Lock()
-	createRev := r.createRev
+	createRev, joined := r.createRev, r.joinedRev
 	r.mu.Unlock()
 	if createRev == 0 {
 		return fmt.Errorf("%w: this replica has lost its lease and not yet taken a new one", checker.ErrFenced)
@@ -316,6 +320,10 @@ func (r *Registry) ProposeState(ctx context.Context, p checker.StateProposal) er
 	}
 	resp, err := r.cli.Txn(ctx).If(
 		clientv3.Compare(clientv3.CreateRevision(r.memberKey(r.id)), "=", createRev),
+		// No replica joined (or came back) since this one's view of the
+		// members: ownership is still what this replica thinks. One that
+		// left only gave it more.
+		clientv3.Compare(clientv3.ModRevision(r.prefix+"members/"), "<", joined+1).WithPrefix(),
 		clientv3.Compare(clientv3.ModRevision(r.stateKey(p.Name)), "=", int64(p.StateRev)),
 		clientv3.Compare(clientv3.Version(r.specKey(p.Name)), ">", 0),
 	).Then(clientv3.OpPut(r.stateKey(p.Name), string(v))).Commit()
@@ -323,7 +331,7 @@ func (r *Registry) ProposeState(ctx context.Context, p checker.StateProposal) er
 		return fmt.Errorf("etcd: %w", err)
 	}
 	if !resp.Succeeded {
-		return fmt.Errorf("%w: %s's lease, the state at revision %d or the target itself is gone", checker.ErrFenced, r.id, p.StateRev)
+		return fmt.Errorf("%w: %s's lease, its view of the members, the state at revision %d or the target itself is out of date", checker.ErrFenced, r.id, p.StateRev)
 	}
 	return nil
 }
@@ -488,6 +496,9 @@ func (r *Registry) changes(evs []*clientv3.Event) ([]checker.SharedChange, int64
 			r.known[name] = ev.Kv.ModRevision
 			out = append(out, checker.SharedChange{Kind: checker.SharedStatePut, Rev: rev, Name: name, State: st})
 		case "members":
+			if put {
+				r.joinedRev = max(r.joinedRev, ev.Kv.ModRevision)
+			}
 			i, found := slices.BinarySearch(r.members, name)
 			switch {
 			case put && !found:
@@ -526,6 +537,7 @@ func (r *Registry) resync(c Applier) (int64, error) {
 	var evs []*clientv3.Event
 	seen := map[string]bool{}
 	var members []string
+	var joined int64
 	for _, kv := range resp.Kvs {
 		kind, name, ok := r.split(string(kv.Key))
 		if !ok {
@@ -546,6 +558,7 @@ func (r *Registry) resync(c Applier) (int64, error) {
 			}
 		case "members":
 			members = append(members, name)
+			joined = max(joined, orig)
 		}
 	}
 	r.mu.Lock()
@@ -559,6 +572,7 @@ func (r *Registry) resync(c Applier) (int64, error) {
 	slices.Sort(members)
 	changed := !slices.Equal(members, r.members)
 	r.members = members
+	r.joinedRev = max(r.joinedRev, joined)
 	r.mu.Unlock()
 	changes, _ := r.changes(evs)
 	for _, name := range gone {

@@ -411,3 +411,50 @@ func TestEtcdUnavailable(t *testing.T) {
 func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
+
+// A replica whose view of the members is out of date (a replica joined
+// that it has not seen: the new one may own its targets now) cannot write
+// states until it catches up.
+func TestWritesAreFencedByMembersNotSeen(t *testing.T) {
+	etcd := etcdtest.Start(t, 0)
+	reg, err := etcdreg.Open(context.Background(), etcdreg.Options{Endpoints: []string{etcd.Endpoint}, Prefix: prefix, ID: "a", LeaseTTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	rev, err := reg.PutSpec(context.Background(), target("web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := reg.Load(); err != nil { // its view; no watch runs (Run is not called)
+		t.Fatal(err)
+	}
+	propose := func(stateRev uint64) error {
+		return reg.ProposeState(context.Background(), checker.StateProposal{Name: "web", StateRev: stateRev,
+			State: checker.SharedState{State: checker.StateHealthy, From: checker.StateUnhealthy, Time: time.Now()}})
+	}
+	if err := propose(0); err != nil {
+		t.Fatalf("first state, members as seen: %v", err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Put(context.Background(), prefix+"members/b", `{"id":"b"}`); err != nil {
+		t.Fatal(err)
+	}
+	st, err := cli.Get(context.Background(), prefix+"states/web")
+	if err != nil || len(st.Kvs) != 1 || uint64(st.Kvs[0].ModRevision) <= rev {
+		t.Fatalf("state key: %v, %v", st, err)
+	}
+	if err := propose(uint64(st.Kvs[0].ModRevision)); !errors.Is(err, checker.ErrFenced) {
+		t.Fatalf("write with a member not seen: %v, want ErrFenced", err)
+	}
+	if _, _, err := reg.Load(); err != nil { // caught up
+		t.Fatal(err)
+	}
+	if err := propose(uint64(st.Kvs[0].ModRevision)); err != nil {
+		t.Fatalf("write after seeing the new member: %v", err)
+	}
+}
