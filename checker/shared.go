@@ -546,6 +546,3 @@ func (c *Checker) Replica() (id string, members []string) {
 	}
 	return "", nil
 }
-
-// IsShared reports whether the registry is shared by replicas.
-func (c *Checker) IsShared() bool { return c.shared != nil }

@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	pb "pulse/gen/pulse/v1"
 )
 
 // ScalePoint is a number of targets and the interval they are probed at.
@@ -345,22 +343,11 @@ func runPulse(ctx context.Context, o Options, farm *Farm, p ScalePoint, flipped 
 		return nil, err
 	}
 
-	wctx, cancelWatch := context.WithCancel(ctx)
-	defer cancelWatch()
-	tr := newTracker(p.Targets)
-	stream, err := proc.api.WatchTransitions(wctx, &pb.WatchTransitionsRequest{})
+	tr, unwatch, err := watchAll(ctx, proc.api, p.Targets)
 	if err != nil {
 		return nil, err
 	}
-	followed := make(chan struct{})
-	go func() {
-		defer close(followed)
-		tr.follow(stream)
-	}()
-	defer func() {
-		cancelWatch()
-		<-followed
-	}()
+	defer unwatch()
 
 	start := time.Now()
 	if err := proc.register(ctx, farm, o.RegisterWorkers); err != nil {

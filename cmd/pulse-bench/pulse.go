@@ -152,6 +152,28 @@ type tracker struct {
 	err      atomic.Pointer[error]
 }
 
+// watchAll opens one WatchTransitions stream on api and follows it into a
+// tracker of n targets in the background; unwatch ends the stream and
+// waits for the follower.
+func watchAll(ctx context.Context, api pb.HealthCheckerClient, n int) (tr *tracker, unwatch func(), err error) {
+	wctx, cancel := context.WithCancel(ctx)
+	stream, err := api.WatchTransitions(wctx, &pb.WatchTransitionsRequest{})
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	tr = newTracker(n)
+	followed := make(chan struct{})
+	go func() {
+		defer close(followed)
+		tr.follow(stream)
+	}()
+	return tr, func() {
+		cancel()
+		<-followed
+	}, nil
+}
+
 func newTracker(n int) *tracker {
 	return &tracker{healthy: make([]atomic.Bool, n), downAt: newStamps(n), upAt: newStamps(n)}
 }

@@ -321,22 +321,11 @@ func runReplicas(ctx context.Context, o Options, farm *Farm, p ScalePoint, k int
 		etcdPid = e.Pid()
 	}
 
-	wctx, cancelWatch := context.WithCancel(ctx)
-	defer cancelWatch()
-	tr := newTracker(p.Targets)
-	stream, err := procs[0].api.WatchTransitions(wctx, &pb.WatchTransitionsRequest{})
+	tr, unwatch, err := watchAll(ctx, procs[0].api, p.Targets)
 	if err != nil {
 		return nil, err
 	}
-	followed := make(chan struct{})
-	go func() {
-		defer close(followed)
-		tr.follow(stream)
-	}()
-	defer func() {
-		cancelWatch()
-		<-followed
-	}()
+	defer unwatch()
 
 	start := time.Now()
 	cpu0, err := sumCPU(pids)
