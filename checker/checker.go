@@ -161,6 +161,12 @@ type Config struct {
 	NewProber func(probe.Spec) (Prober, error)
 	// MaxConcurrentProbes bounds the probes in flight at once. If 0, 256.
 	MaxConcurrentProbes int
+	// ScheduleTick batches probe starts: the scheduler wakes only on
+	// multiples of it (counted from the zero time) and starts every probe
+	// due by then, so each probe starts at most one tick after its due
+	// time and probes due close together start in one wake-up. If 0, each
+	// probe starts at its own due time.
+	ScheduleTick time.Duration
 	// HistorySize is how many events the checker keeps for watchers to
 	// resume from and catch up with. If 0, 10,000.
 	HistorySize int
@@ -237,6 +243,7 @@ type Checker struct {
 	store      Store   // nil: memory only
 	policyDflt float64 // MaxUnhealthyFraction in force for groups without their own
 	overload   OverloadPolicy
+	tick       time.Duration // Config.ScheduleTick
 	waiting    atomic.Int64  // probes waiting for a slot
 	lastLag    atomic.Int64  // how late the last probe started, in ns
 	wmu        sync.Mutex    // serialises Add and Remove with a store: one spec write at a time
@@ -295,6 +302,7 @@ type target struct {
 
 	slot  time.Time // the scheduled start of the last scheduled probe; zero before the first
 	next  time.Time // when the next probe is due
+	start time.Time // when it starts: next, batched by Config.ScheduleTick (see startBy)
 	index int       // position in the due heap
 
 	active, passive, limited, ignored uint64 // result counts, see Status
@@ -325,6 +333,7 @@ func New(cfg Config) (*Checker, error) {
 		limits:    Config{MaxTargets: cfg.MaxTargets, MaxTargetsPerGroup: cfg.MaxTargetsPerGroup, MaxWatchers: cfg.MaxWatchers},
 		pools:     make(map[string]*pool),
 		overload:  cfg.Overload,
+		tick:      cfg.ScheduleTick,
 		wake:      make(chan struct{}, 1),
 		scheduled: make(chan struct{}),
 		targets:   make(map[string]*target),
@@ -355,6 +364,9 @@ func New(cfg Config) (*Checker, error) {
 	}
 	if err := c.overload.validate(); err != nil {
 		return nil, err
+	}
+	if c.tick < 0 {
+		return nil, fmt.Errorf("ScheduleTick must not be negative, got %v", c.tick)
 	}
 	if c.newProber == nil {
 		c.factory = probe.NewFactory()
@@ -486,7 +498,7 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 			return Status{}, false, err
 		}
 		t = newTarget(spec, p, spec.InitialState)
-		t.next = now.Add(firstDelay(spec.Name, spec.Interval))
+		c.setNextLocked(t, now.Add(firstDelay(spec.Name, spec.Interval)))
 		c.targets[spec.Name] = t
 		c.joinPoolLocked(t)
 		c.due.push(t)
@@ -530,7 +542,7 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 	}
 	c.settleLocked(spec.Group, now)
 	if want := now.Add(t.spec.IntervalFor(t.m)); want.Before(t.next) {
-		t.next = want
+		c.setNextLocked(t, want)
 		c.due.fix(t)
 		c.wakeScheduler()
 	}

@@ -221,7 +221,7 @@ func (c *Checker) startLocked(j job, a *probeArgs) {
 	*a = probeArgs{prober: t.prober, timeout: t.spec.Timeout, maxLatency: t.spec.MaxLatency}
 	c.pool.running++
 	now := c.clock.Now()
-	lag := max(now.Sub(j.due), 0)
+	lag := max(now.Sub(c.startBy(j.due, j.interval)), 0) // a tick's batching is not lateness
 	c.lastLag.Store(int64(lag))
 	maxLag := c.overload.MaxLag
 	if maxLag == 0 {

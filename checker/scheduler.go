@@ -18,7 +18,9 @@ import (
 // stable offset in [0, Interval) derived from its name, so many targets
 // added at once do not probe in lockstep. A target whose previous probe is
 // still running when it falls due skips that slot: there is at most one
-// probe in flight per target. A slot missed because the checker was late is
+// probe in flight per target. Probes are batched by Config.ScheduleTick:
+// one due within a tick starts at the tick's end, with the others due in
+// it (see startBy). A slot missed because the checker was late is
 // skipped, not made up in a burst. At most Config.MaxConcurrentProbes
 // probes run at once, on as many workers (see pool.go); the others wait in
 // a queue, first due first served, and the scheduler counts them and how
@@ -42,7 +44,7 @@ func (c *Checker) schedule() {
 		c.dispatchLocked()
 		var wake time.Time
 		if len(c.due) > 0 {
-			wake = c.due[0].next
+			wake = c.due[0].start
 		}
 		c.unlockAndReport()
 
@@ -73,13 +75,13 @@ func (c *Checker) schedule() {
 // dueLocked takes every target due at now, schedules its next probe and
 // queues the probes to start.
 func (c *Checker) dueLocked(now time.Time) {
-	for len(c.due) > 0 && !c.due[0].next.After(now) {
+	for len(c.due) > 0 && !c.due[0].start.After(now) {
 		t := c.due[0]
 		if !t.inFlight {
 			c.enqueueLocked(c.jobLocked(t, t.next))
 		}
 		t.slot = t.next
-		t.next = nextSlot(t.next, t.spec.IntervalFor(t.m), now)
+		c.setNextLocked(t, nextSlot(t.next, t.spec.IntervalFor(t.m), now))
 		c.due.fix(t)
 	}
 }
@@ -96,15 +98,40 @@ func (c *Checker) rescheduleLocked(t *target, now time.Time) {
 	if !next.After(now) {
 		next = nextSlot(t.slot, iv, now)
 	}
-	if next.Equal(t.next) {
+	start := t.start
+	c.setNextLocked(t, next)
+	if t.start.Equal(start) {
 		return
 	}
-	earlier := next.Before(t.next)
-	t.next = next
+	earlier := t.start.Before(start)
 	c.due.fix(t)
 	if earlier {
 		c.wakeScheduler()
 	}
+}
+
+// startBy returns when a probe due at due, of a target probed every
+// interval, is started: at the first multiple of Config.ScheduleTick at or
+// after due, so that the probes due within one tick start in one wake-up
+// of the scheduler. A target whose interval is under ten ticks is probed
+// at its due time: a tick's delay would be more than a tenth of its
+// interval.
+func (c *Checker) startBy(due time.Time, interval time.Duration) time.Time {
+	if c.tick <= 0 || interval < 10*c.tick {
+		return due
+	}
+	w := due.Truncate(c.tick)
+	if w.Before(due) {
+		w = w.Add(c.tick)
+	}
+	return w
+}
+
+// setNextLocked sets when t's next probe is due and when it starts; the
+// caller pushes or fixes t in the due heap.
+func (c *Checker) setNextLocked(t *target, next time.Time) {
+	t.next = next
+	t.start = c.startBy(next, t.spec.IntervalFor(t.m))
 }
 
 // nextSlot returns the first time after now on prev's fixed-rate grid.
@@ -130,13 +157,13 @@ func (c *Checker) wakeScheduler() {
 	}
 }
 
-// dueHeap orders targets by their next due time.
+// dueHeap orders targets by the start of their next probe.
 type dueHeap []*target
 
 func (h dueHeap) Len() int { return len(h) }
 func (h dueHeap) Less(i, j int) bool {
-	if !h[i].next.Equal(h[j].next) {
-		return h[i].next.Before(h[j].next)
+	if !h[i].start.Equal(h[j].start) {
+		return h[i].start.Before(h[j].start)
 	}
 	return h[i].spec.Name < h[j].spec.Name
 }

@@ -3,6 +3,8 @@ package checker_test
 import (
 	"fmt"
 	"runtime"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -189,4 +191,133 @@ func TestScheduledAfterTheFirstPass(t *testing.T) {
 			return false
 		}
 	})
+}
+
+// With a ScheduleTick, a probe starts at the first multiple of the tick at
+// or after its due time, never before it: the probes due within one tick
+// start in one wake-up. A target whose interval is under ten ticks is
+// probed at its own due times, whatever the batched targets around it do.
+// Batching is not lateness: a MaxLag far under the tick signals no
+// overload.
+func TestScheduleTickBatchesProbeStarts(t *testing.T) {
+	const tick = 100 * time.Millisecond
+	starts := &probeTimes{at: map[string][]time.Time{}}
+	e := newEnv(t, checker.Config{
+		ScheduleTick: tick,
+		Overload:     checker.OverloadPolicy{MaxLag: time.Millisecond},
+		Observer:     starts,
+	})
+	for i := range 20 {
+		s := spec(fmt.Sprintf("t%02d", i))
+		s.Interval, s.Timeout = 10*time.Second, time.Second
+		if i%5 == 0 { // under ten ticks: not batched
+			s.Interval, s.Timeout = 900*time.Millisecond, 500*time.Millisecond
+		}
+		e.add(t, s)
+		e.probes.set(s.Name, pass)
+	}
+	e.c.Start()
+	<-e.c.Scheduled()
+
+	// Every probe start expected in the first ten seconds, by target.
+	end := epoch.Add(10 * time.Second)
+	want := map[string][]time.Time{}
+	var times []time.Time // every due time and every start, in order
+	offTick := 0
+	for _, st := range list(e.c) {
+		due, name := st.NextProbe, st.Spec.Name
+		if st.Spec.Interval < 10*tick {
+			for ; due.Before(end); due = due.Add(st.Spec.Interval) {
+				want[name] = append(want[name], due)
+				times = append(times, due)
+			}
+			continue
+		}
+		start := due.Truncate(tick)
+		if start.Before(due) {
+			start = start.Add(tick)
+			offTick++
+		}
+		want[name] = []time.Time{start}
+		times = append(times, due, start)
+	}
+	if offTick < 10 {
+		t.Fatalf("only %d of 16 batched targets are due off a tick; the test needs most of them to be", offTick)
+	}
+	slices.SortFunc(times, time.Time.Compare)
+	times = slices.Compact(times)
+
+	// Move the clock to each due time and each start in turn; at each, wait
+	// for the probes expected by then and for the scheduler to be at rest
+	// (its timer armed, no probe queued or running), so that every probe
+	// runs at the time it was started at.
+	atRest := func() bool {
+		for _, st := range list(e.c) {
+			if st.Probing {
+				return false
+			}
+		}
+		return e.clock.Waiters() == 1
+	}
+	waitFor(t, "the scheduler's first timer", atRest)
+	for _, at := range times {
+		e.clock.Advance(at.Sub(e.clock.Now()))
+		waitFor(t, fmt.Sprintf("the probes started by %v", at.Sub(epoch)), func() bool {
+			for name, ts := range want {
+				n, _ := slices.BinarySearchFunc(ts, at, func(a, b time.Time) int {
+					if a.After(b) {
+						return 1
+					}
+					return -1
+				})
+				if len(starts.of(name)) < n {
+					return false
+				}
+			}
+			return atRest()
+		})
+	}
+	for name, ts := range want {
+		if got := starts.of(name); !slices.EqualFunc(got, ts, time.Time.Equal) {
+			t.Errorf("%s probed at %v, want %v", name, sinceEpoch(got), sinceEpoch(ts))
+		}
+	}
+	if o := e.c.Overload(); o.Degraded || o.Lag != 0 {
+		t.Errorf("overload %+v after batched starts; a tick's delay is not lateness", o)
+	}
+}
+
+// probeTimes is an Observer that keeps the time of each probe result by
+// target: with a fake clock that stands still while a probe runs, the
+// time it started.
+type probeTimes struct {
+	mu sync.Mutex
+	at map[string][]time.Time
+}
+
+func (p *probeTimes) ObserveProbe(s checker.Spec, r checker.Result) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.at[s.Name] = append(p.at[s.Name], r.Time)
+}
+
+func (p *probeTimes) ObserveTransition(checker.Transition) {}
+
+func (p *probeTimes) of(name string) []time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.at[name])
+}
+
+func sinceEpoch(ts []time.Time) []time.Duration {
+	out := []time.Duration{}
+	for _, t := range ts {
+		out = append(out, t.Sub(epoch))
+	}
+	return out
+}
+
+func list(c *checker.Checker) []checker.Status {
+	sts, _ := c.List("")
+	return sts
 }

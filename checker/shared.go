@@ -349,7 +349,7 @@ func (c *Checker) putSharedLocked(spec Spec, st *SharedState, stateRev uint64, n
 	}
 	if t.owned {
 		if want := now.Add(t.spec.IntervalFor(t.m)); want.Before(t.next) {
-			t.next = want
+			c.setNextLocked(t, want)
 			c.due.fix(t)
 			c.wakeScheduler()
 		}
@@ -418,7 +418,7 @@ func (c *Checker) ownLocked(t *target, own bool, now time.Time) {
 	t.m = Machine{Model: t.spec.Model, Rise: t.spec.Rise, Fall: t.spec.Fall, State: t.state}
 	t.carried = true
 	t.slot = time.Time{}
-	t.next = now.Add(firstDelay(t.spec.Name, t.spec.Interval))
+	c.setNextLocked(t, now.Add(firstDelay(t.spec.Name, t.spec.Interval)))
 	c.due.push(t)
 	c.wakeScheduler()
 }

@@ -106,7 +106,7 @@ func (c *Checker) load() (uint64, error) {
 		t := newTarget(spec, p, state)
 		t.lastTr = st.LastTransition
 		t.carried = true
-		t.next = c.clock.Now().Add(firstDelay(spec.Name, spec.Interval))
+		c.setNextLocked(t, c.clock.Now().Add(firstDelay(spec.Name, spec.Interval)))
 		c.targets[spec.Name] = t
 		c.joinPoolLocked(t)
 		c.due.push(t)

@@ -122,6 +122,7 @@ func TestFlagErrors(t *testing.T) {
 		{"-rise", "0"},
 		{"-interval", "1s", "-timeout", "2s"},
 		{"-max-concurrent-probes", "0"},
+		{"-schedule-tick", "-1ms"},
 		{"-log-format", "xml"},
 		{"extra"},
 	} {

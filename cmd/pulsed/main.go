@@ -48,6 +48,7 @@ type config struct {
 	security         securityFlags
 	defaults         checker.Defaults
 	maxProbes        int
+	scheduleTick     time.Duration
 	maxUnhealthy     float64
 	overload         checker.OverloadPolicy
 	watchHistory     int
@@ -78,6 +79,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.defaults.Rise, "rise", d.Rise, "default consecutive passes that make a target healthy")
 	fs.IntVar(&cfg.defaults.Fall, "fall", d.Fall, "default consecutive failures that make a target unhealthy")
 	fs.IntVar(&cfg.maxProbes, "max-concurrent-probes", 256, "most probes in flight at once; others wait for a slot")
+	fs.DurationVar(&cfg.scheduleTick, "schedule-tick", 10*time.Millisecond, "probes due within one tick start together, at most this long after their due time (fewer wake-ups, less CPU per probe); 0 starts each at its own due time")
 	fs.DurationVar(&cfg.defaults.FastInterval, "fast-interval", 0, "default interval while a target is on its way to a transition (failing while healthy, passing while unhealthy); 0: the target's interval")
 	fs.DurationVar(&cfg.defaults.DownInterval, "down-interval", 0, "default interval while a target is unhealthy; 0: the target's interval")
 	fs.Float64Var(&cfg.maxUnhealthy, "max-unhealthy-fraction", 0.5, "panic threshold of groups without a policy of their own (SetGroupPolicy): at most this fraction of a group, and always at least one target, is marked unhealthy at once; the rest stay routable, held; 1 disables")
@@ -122,6 +124,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("-max-unhealthy-fraction must be in (0, 1] (1 disables the panic threshold), got %v", cfg.maxUnhealthy)
 	case cfg.overload.MaxLag < 0 || cfg.overload.MaxWaiting < 0 || cfg.overload.RecoverAfter <= 0:
 		return cfg, fmt.Errorf("-overload-lag and -overload-waiting must not be negative, -overload-recovery must be positive; got %v, %d, %v", cfg.overload.MaxLag, cfg.overload.MaxWaiting, cfg.overload.RecoverAfter)
+	case cfg.scheduleTick < 0:
+		return cfg, fmt.Errorf("-schedule-tick must not be negative, got %v", cfg.scheduleTick)
 	case cfg.maxProbes < 1:
 		return cfg, fmt.Errorf("-max-concurrent-probes must be at least 1, got %d", cfg.maxProbes)
 	case cfg.watchHistory < 1:
@@ -218,6 +222,7 @@ func run(args []string, stderr io.Writer) error {
 		MaxWatchers:         cfg.security.maxWatchers,
 		Defaults:            cfg.defaults,
 		MaxConcurrentProbes: cfg.maxProbes,
+		ScheduleTick:        cfg.scheduleTick,
 		HistorySize:         cfg.watchHistory,
 		// A store's revision goes on across restarts. Without one, revisions
 		// start at the start time in microseconds, so a client resuming with
