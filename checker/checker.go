@@ -67,6 +67,25 @@ type Prober interface {
 	Probe(ctx context.Context) error
 }
 
+// AsyncProber is a Prober that can also run a probe without a goroutine
+// waiting for its answer: the checker's workers start such probes and go
+// on to the next, and the answers are applied as they come. The probe
+// package's plain http:// probers are AsyncProbers on Linux, for probes on
+// a connection they keep.
+type AsyncProber interface {
+	Prober
+	// ProbeAsync starts a probe that ends by deadline and returns true;
+	// done is then called exactly once, from another goroutine, with what
+	// Probe would have returned. It returns false, having started nothing
+	// and without calling done, when it cannot run this probe so: the
+	// caller runs Probe instead.
+	ProbeAsync(deadline time.Time, done func(error)) bool
+	// CancelAsync ends the probe ProbeAsync started, if it still runs:
+	// done is called soon, with an error. The checker calls it when it
+	// closes.
+	CancelAsync()
+}
+
 // Result is the outcome of one probe, or of one passive outcome.
 type Result struct {
 	// Pass is true only for an explicit pass.
@@ -303,7 +322,9 @@ type target struct {
 	slot  time.Time // the scheduled start of the last scheduled probe; zero before the first
 	next  time.Time // when the next probe is due
 	start time.Time // when it starts: next, batched by Config.ScheduleTick (see startBy)
-	index int       // position in the due heap
+	// startNs is start in nanoseconds, for the due heap's comparisons.
+	startNs int64
+	index   int // position in the due heap
 
 	active, passive, limited, ignored uint64 // result counts, see Status
 	bucket                            tokenBucket
@@ -792,7 +813,16 @@ func (c *Checker) probe(ctx context.Context, a probeArgs) (r Result, timedOut bo
 	err := safeProbe(pctx, a.prober)
 	expired := errors.Is(pctx.Err(), context.DeadlineExceeded)
 	cancel()
-	end := c.clock.Now()
+	r, timedOut = c.result(a, start, c.clock.Now(), err, expired)
+	if a.spec != nil && ctx.Err() == nil {
+		c.observer.ObserveProbe(*a.spec, r)
+	}
+	return r, timedOut
+}
+
+// result turns a probe's outcome into a Result: err is what the prober
+// returned, expired whether the probe's deadline has passed.
+func (c *Checker) result(a probeArgs, start, end time.Time, err error, expired bool) (r Result, timedOut bool) {
 	r = Result{Pass: err == nil, Latency: end.Sub(start), Time: end}
 	panicked, _ := err.(*panicError) // safeProbe's own, never wrapped; As would allocate per probe
 	switch {
@@ -806,9 +836,6 @@ func (c *Checker) probe(ctx context.Context, a probeArgs) (r Result, timedOut bo
 	case a.maxLatency > 0 && r.Latency > a.maxLatency:
 		r.Pass = false
 		r.Err = fmt.Sprintf("slow: %v > %v", r.Latency.Round(time.Millisecond), a.maxLatency)
-	}
-	if a.spec != nil && ctx.Err() == nil {
-		c.observer.ObserveProbe(*a.spec, r)
 	}
 	return r, timedOut
 }

@@ -122,24 +122,15 @@ func (c *Checker) enqueueLocked(j job) {
 	c.pool.queue.push(j)
 }
 
-// dispatchLocked wakes idle workers for the queued jobs, starts workers up
-// to the bound for those that find none, and takes a queue longer than the
-// free workers as a sign of overload.
+// dispatchLocked wakes a worker for the queued jobs and takes a queue
+// longer than the free workers as a sign of overload.
 func (c *Checker) dispatchLocked() {
 	p := &c.pool
 	n := p.queue.len()
 	if n == 0 {
 		return
 	}
-	for range min(n, p.idle) {
-		p.cond.Signal()
-	}
-	if c.ctx.Err() == nil { // no worker starts once Close waits for them
-		for range min(n-p.idle, p.max-p.workers) {
-			p.workers++
-			c.wg.Go(c.work)
-		}
-	}
+	c.spreadLocked()
 	waiting := p.waiting()
 	c.waiting.Store(int64(waiting))
 	if max := c.overload.MaxWaiting; !c.overload.Disabled && max > 0 && waiting >= max {
@@ -147,14 +138,40 @@ func (c *Checker) dispatchLocked() {
 	}
 }
 
-// stopWorkers cancels the checker's context and wakes every idle worker so
-// that it sees it. Workers finish the queue (dropping what is queued) and
+// spreadLocked wakes one idle worker, or starts one up to the bound, when
+// jobs are queued. Workers wake one another in a chain: one takes a job
+// and, before it blocks on a probe, calls spreadLocked for the rest; an
+// asynchronous probe does not block, so a single worker starts a whole
+// batch of them without waking the others.
+func (c *Checker) spreadLocked() {
+	p := &c.pool
+	switch {
+	case p.queue.len() == 0:
+	case p.idle > 0:
+		p.cond.Signal()
+	case p.workers < p.max && c.ctx.Err() == nil: // no worker starts once Close waits for them
+		p.workers++
+		c.wg.Go(c.work)
+	}
+}
+
+// stopWorkers cancels the checker's context and the asynchronous probes
+// in flight, and wakes every idle worker so that it sees it. Workers finish the queue (dropping what is queued) and
 // stop; no worker starts afterwards.
 func (c *Checker) stopWorkers() {
 	c.mu.Lock()
 	c.cancel()
 	c.pool.cond.Broadcast()
+	var async []AsyncProber
+	for _, t := range c.targets {
+		if ap, ok := t.prober.(AsyncProber); ok && t.inFlight {
+			async = append(async, ap)
+		}
+	}
 	c.mu.Unlock()
+	for _, ap := range async { // not under c.mu: their results take it
+		ap.CancelAsync()
+	}
 }
 
 // work is one worker: it takes jobs until the checker stops and the queue
@@ -166,7 +183,15 @@ func (c *Checker) work() {
 	)
 	c.mu.Lock()
 	for {
-		j, ok := c.pool.queue.pop()
+		var (
+			j  job
+			ok bool
+		)
+		// Asynchronous probes count against the bound too; once stopping,
+		// the queue is drained whatever runs.
+		if c.pool.running < c.pool.max || c.ctx.Err() != nil {
+			j, ok = c.pool.queue.pop()
+		}
 		if !ok {
 			if c.ctx.Err() != nil {
 				c.pool.workers--
@@ -197,8 +222,22 @@ func (c *Checker) work() {
 			a.spec = &spec
 		}
 		c.waiting.Store(int64(c.pool.waiting()))
+		ap, async := a.prober.(AsyncProber)
+		async = async && j.round == nil
+		if !async {
+			c.spreadLocked() // this worker blocks on the probe
+		}
 		c.unlockAndReport()
 
+		if async {
+			if c.startAsync(j, a, ap) {
+				c.mu.Lock()
+				continue
+			}
+			c.mu.Lock()
+			c.spreadLocked()
+			c.mu.Unlock()
+		}
 		r, timedOut := c.probe(ctx, a)
 
 		c.mu.Lock()
@@ -210,6 +249,44 @@ func (c *Checker) work() {
 			continue
 		}
 		c.applyLocked(ctx, j.t, j.gen, j.due, r, timedOut)
+	}
+}
+
+// startAsync starts j's probe without waiting for it when its prober can
+// (see AsyncProber), and reports whether it did; asyncDone applies the
+// result. The probe holds a slot and c.wg until then.
+func (c *Checker) startAsync(j job, a probeArgs, ap AsyncProber) bool {
+	start := c.clock.Now()
+	deadline := start.Add(a.timeout)
+	c.wg.Add(1) // this worker's own count is held: Close is not past wg.Wait
+	if ap.ProbeAsync(deadline, func(err error) { c.asyncDone(j, a, start, deadline, err) }) {
+		return true
+	}
+	c.wg.Done()
+	return false
+}
+
+// asyncDone applies the result of a probe startAsync started, as a worker
+// applies the result of one it ran.
+func (c *Checker) asyncDone(j job, a probeArgs, start, deadline time.Time, err error) {
+	defer c.wg.Done()
+	end := c.clock.Now()
+	r, timedOut := c.result(a, start, end, err, !end.Before(deadline))
+	c.mu.Lock()
+	c.pool.running--
+	c.waiting.Store(int64(c.pool.waiting()))
+	if c.pool.queue.len() > 0 && c.pool.idle > 0 {
+		c.pool.cond.Signal() // a job may have waited for this slot
+	}
+	var spec Spec
+	observe := c.observer != nil && c.ctx.Err() == nil && c.targets[j.t.spec.Name] == j.t && j.t.gen == j.gen
+	if observe {
+		spec = j.t.spec
+	}
+	c.applyLocked(c.ctx, j.t, j.gen, j.due, r, timedOut)
+	c.unlockAndReport()
+	if observe {
+		c.observer.ObserveProbe(spec, r)
 	}
 }
 

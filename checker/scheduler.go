@@ -132,6 +132,7 @@ func (c *Checker) startBy(due time.Time, interval time.Duration) time.Time {
 func (c *Checker) setNextLocked(t *target, next time.Time) {
 	t.next = next
 	t.start = c.startBy(next, t.spec.IntervalFor(t.m))
+	t.startNs = t.start.UnixNano()
 }
 
 // nextSlot returns the first time after now on prev's fixed-rate grid.
@@ -162,8 +163,8 @@ type dueHeap []*target
 
 func (h dueHeap) Len() int { return len(h) }
 func (h dueHeap) Less(i, j int) bool {
-	if !h[i].start.Equal(h[j].start) {
-		return h[i].start.Before(h[j].start)
+	if h[i].startNs != h[j].startNs {
+		return h[i].startNs < h[j].startNs
 	}
 	return h[i].spec.Name < h[j].spec.Name
 }

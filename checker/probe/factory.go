@@ -89,6 +89,8 @@ type Factory struct {
 	// all together; kept counts them.
 	keptMax int64
 	kept    atomic.Int64
+
+	async asyncState // the loop of asynchronous http:// probes
 }
 
 // FactoryOptions configure NewFactoryWith. The zero FactoryOptions give a
@@ -239,11 +241,13 @@ func (f *Factory) New(s Spec) (Prober, error) {
 }
 
 // Close closes the idle connections of the shared HTTP transport and the
-// connections http:// Probers keep between probes. It is idempotent.
+// connections http:// Probers keep between probes, and ends their
+// asynchronous probes (see leanProber.ProbeAsync). It is idempotent.
 // Probers built earlier keep working (they open new connections as
 // needed); gRPC Probers are not affected and must be closed on their own.
 func (f *Factory) Close() {
 	f.init()
+	f.closeAsync()
 	f.transport.CloseIdleConnections()
 	f.leanMu.Lock()
 	probers := make([]*leanProber, 0, len(f.lean))

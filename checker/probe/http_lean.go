@@ -52,6 +52,8 @@ type leanProber struct {
 	mu     sync.Mutex // protects idle and closed
 	idle   *leanConn  // the kept connection, nil when none is idle
 	closed bool
+
+	async *asyncProbe // the probe ProbeAsync started, while it runs; guarded by the async loop's mutex
 }
 
 // leanIdleTimeout is how long a kept connection may sit unused before a
@@ -146,6 +148,15 @@ type leanConn struct {
 	readLimit int64     // bytes Read may still return; bounds the head
 	idleSince time.Time // when it was last put back
 	expire    func()    // sets a deadline in the past; made once per conn
+
+	// pending holds bytes of a response that an asynchronous probe read
+	// before handing the connection to Probe's code, and pendingErr the
+	// error that ended its reading; Read returns them first.
+	pending    []byte
+	pendingErr error
+	// async is the connection's registration with the async loop; nil
+	// until an asynchronous probe first uses it.
+	async *asyncConn
 }
 
 // Read reads from the connection within readLimit, so that br, and
@@ -158,9 +169,28 @@ func (c *leanConn) Read(p []byte) (int, error) {
 	if int64(len(p)) > c.readLimit {
 		p = p[:c.readLimit]
 	}
+	if len(c.pending) > 0 {
+		n := copy(p, c.pending)
+		c.pending = c.pending[n:]
+		c.readLimit -= int64(n)
+		return n, nil
+	}
+	if err := c.pendingErr; err != nil {
+		c.pendingErr = nil
+		return 0, err
+	}
 	n, err := c.conn.Read(p)
 	c.readLimit -= int64(n)
 	return n, err
+}
+
+// close closes the connection and ends its registration with the async
+// loop.
+func (c *leanConn) close() {
+	if c.async != nil {
+		c.async.forget()
+	}
+	_ = c.conn.Close()
 }
 
 // aLongTimeAgo is a deadline that has passed: setting it makes blocked
@@ -173,7 +203,14 @@ func (p *leanProber) Probe(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return p.urlError(err)
 	}
-	c := p.take()
+	return p.probeOn(ctx, p.take(), false)
+}
+
+// probeOn runs the probe on c, the kept connection, or on a new one when c
+// is nil; written says the request is already on c (an asynchronous probe
+// handed c over). A kept connection that fails before any byte of a
+// response arrives is replaced by a new one, once.
+func (p *leanProber) probeOn(ctx context.Context, c *leanConn, written bool) error {
 	reused := c != nil
 	for {
 		if c == nil {
@@ -185,9 +222,10 @@ func (p *leanProber) Probe(ctx context.Context) error {
 				return p.urlError(err)
 			}
 		}
-		code, keep, received, err := p.roundTrip(ctx, c)
+		code, keep, received, err := p.roundTrip(ctx, c, written)
+		written = false
 		if err != nil {
-			_ = c.conn.Close()
+			c.close()
 			// A kept connection the server closed (or reset) while it was
 			// idle fails before any byte of a response arrives: try once
 			// more on a new one, as net/http does for idempotent requests.
@@ -200,7 +238,7 @@ func (p *leanProber) Probe(ctx context.Context) error {
 		if keep {
 			p.putBack(c)
 		} else {
-			_ = c.conn.Close()
+			c.close()
 		}
 		if p.passes(code) {
 			return nil
@@ -222,7 +260,7 @@ func (p *leanProber) take() *leanConn {
 	// Bytes that arrived on the idle connection are no answer to the next
 	// request: net/http drops such a connection too.
 	if c != nil && (c.br.Buffered() > 0 || time.Since(c.idleSince) > leanIdleTimeout) {
-		_ = c.conn.Close()
+		c.close()
 		return nil
 	}
 	return c
@@ -235,7 +273,7 @@ func (p *leanProber) putBack(c *leanConn) {
 	p.mu.Lock()
 	if p.closed || p.idle != nil || !p.factory.keep() {
 		p.mu.Unlock()
-		_ = c.conn.Close()
+		c.close()
 		return
 	}
 	p.idle = c
@@ -254,10 +292,11 @@ func (p *leanProber) dial(ctx context.Context) (*leanConn, error) {
 	return c, nil
 }
 
-// roundTrip writes the request on c and reads the response: its status
-// code, whether c may serve another request, and whether any byte of a
-// response arrived. The error, when not nil, is the one to return.
-func (p *leanProber) roundTrip(ctx context.Context, c *leanConn) (code int, keep, received bool, err error) {
+// roundTrip writes the request on c, unless written, and reads the
+// response: its status code, whether c may serve another request, and
+// whether any byte of a response arrived. The error, when not nil, is the
+// one to return.
+func (p *leanProber) roundTrip(ctx context.Context, c *leanConn, written bool) (code int, keep, received bool, err error) {
 	deadline, _ := ctx.Deadline() // the zero time means none
 	if err := c.conn.SetDeadline(deadline); err != nil {
 		return 0, false, false, p.urlError(err)
@@ -271,10 +310,12 @@ func (p *leanProber) roundTrip(ctx context.Context, c *leanConn) (code int, keep
 		}
 	}()
 
-	if _, err := c.conn.Write(p.req); err != nil {
-		return 0, false, false, p.ioError(ctx, err)
+	if !written {
+		if _, err := c.conn.Write(p.req); err != nil {
+			return 0, false, false, p.ioError(ctx, err)
+		}
+		c.readLimit = maxResponseHeaderBytes
 	}
-	c.readLimit = maxResponseHeaderBytes
 	for {
 		head, complete, n, err := peekHead(c.br)
 		if err != nil {
@@ -596,10 +637,11 @@ func asciiEqualFold(b []byte, s string) bool {
 	return true
 }
 
-// Close closes the kept connection; probes in flight close theirs when
-// they end. Probes after Close still work, each on a connection of its
+// Close closes the kept connection and ends an asynchronous probe in
+// flight; other probes in flight close their connections when they end. Probes after Close still work, each on a connection of its
 // own that it closes. Close is idempotent and always returns nil.
 func (p *leanProber) Close() error {
+	p.CancelAsync() // its result is no longer wanted
 	p.mu.Lock()
 	p.closed = true
 	c := p.idle
@@ -608,7 +650,7 @@ func (p *leanProber) Close() error {
 	p.factory.forget(p)
 	if c != nil {
 		p.factory.unkeep()
-		_ = c.conn.Close()
+		c.close()
 	}
 	return nil
 }
@@ -621,6 +663,6 @@ func (p *leanProber) closeIdle() {
 	p.mu.Unlock()
 	if c != nil {
 		p.factory.unkeep()
-		_ = c.conn.Close()
+		c.close()
 	}
 }

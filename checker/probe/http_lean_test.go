@@ -138,18 +138,10 @@ func leanAndNetHTTP(t *testing.T, f *Factory, s *HTTPSpec) (lean *leanProber, st
 	return lean, newNetHTTPProber(f.client, s)
 }
 
-// TestHTTPLeanMatchesNetHTTP is the lean prober's contract: against the
-// same server answering the same bytes, it passes or fails as the net/http
-// prober does, with the same error text, the same Describe and the same
-// errors.Is answers.
-func TestHTTPLeanMatchesNetHTTP(t *testing.T) {
+// leanAnswerCases are answers a server may give to a probe's request.
+var leanAnswerCases = func() []leanAnswerCase {
 	const ok = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
-	tests := []struct {
-		name     string
-		answer   func(net.Conn) bool
-		expected []int
-		method   string
-	}{
+	return []leanAnswerCase{
 		{name: "200", answer: reply(ok)},
 		// A head larger than the kept connection's read buffer takes
 		// http.ReadResponse's path on the same bytes.
@@ -201,6 +193,21 @@ func TestHTTPLeanMatchesNetHTTP(t *testing.T) {
 		{name: "reset", answer: replyAndReset("")},
 		{name: "silence", answer: replyAndHold("")},
 	}
+}()
+
+type leanAnswerCase struct {
+	name     string
+	answer   func(net.Conn) bool
+	expected []int
+	method   string
+}
+
+// TestHTTPLeanMatchesNetHTTP is the lean prober's contract: against the
+// same server answering the same bytes, it passes or fails as the net/http
+// prober does, with the same error text, the same Describe and the same
+// errors.Is answers.
+func TestHTTPLeanMatchesNetHTTP(t *testing.T) {
+	tests := leanAnswerCases
 	f := newTestFactory(t)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -209,30 +216,37 @@ func TestHTTPLeanMatchesNetHTTP(t *testing.T) {
 			run := func(p Prober) error {
 				return probeWithin(t, timeoutCtx(t, 300*time.Millisecond), p)
 			}
-			want, got := run(std), run(lean)
-			if (got == nil) != (want == nil) {
-				t.Fatalf("lean Probe() = %v, net/http = %v", got, want)
-			}
-			if want == nil {
-				return
-			}
-			if Describe(got) != Describe(want) {
-				t.Errorf("lean Describe = %q, net/http %q\nlean:     %v\nnet/http: %v", Describe(got), Describe(want), got, want)
-			}
-			// Texts naming a socket hold the client's own port.
-			if !strings.Contains(want.Error(), "tcp 127.0.0.1") && got.Error() != want.Error() {
-				t.Errorf("lean error:\n  %v\nnet/http:\n  %v", got, want)
-			}
-			for _, target := range []error{context.DeadlineExceeded, context.Canceled, syscall.ECONNREFUSED, syscall.ECONNRESET} {
-				if errors.Is(got, target) != errors.Is(want, target) {
-					t.Errorf("errors.Is(lean, %v) = %v, net/http %v", target, errors.Is(got, target), errors.Is(want, target))
-				}
-			}
-			var gotSE, wantSE *StatusError
-			if errors.As(got, &gotSE) != errors.As(want, &wantSE) || (gotSE != nil && *gotSE != *wantSE) {
-				t.Errorf("lean StatusError %v, net/http %v", gotSE, wantSE)
-			}
+			sameProbeError(t, "lean", run(lean), "net/http", run(std))
 		})
+	}
+}
+
+// sameProbeError fails t unless got and want are the same result: both
+// nil, or errors with the same text (but for the client's own port), the
+// same Describe, the same errors.Is answers and the same StatusError.
+func sameProbeError(t *testing.T, gotName string, got error, wantName string, want error) {
+	t.Helper()
+	if (got == nil) != (want == nil) {
+		t.Fatalf("%s Probe() = %v, %s = %v", gotName, got, wantName, want)
+	}
+	if want == nil {
+		return
+	}
+	if Describe(got) != Describe(want) {
+		t.Errorf("%s Describe = %q, %s %q\n%s: %v\n%s: %v", gotName, Describe(got), wantName, Describe(want), gotName, got, wantName, want)
+	}
+	// Texts naming a socket hold the client's own port.
+	if !strings.Contains(want.Error(), "tcp 127.0.0.1") && got.Error() != want.Error() {
+		t.Errorf("%s error:\n  %v\n%s:\n  %v", gotName, got, wantName, want)
+	}
+	for _, target := range []error{context.DeadlineExceeded, context.Canceled, syscall.ECONNREFUSED, syscall.ECONNRESET} {
+		if errors.Is(got, target) != errors.Is(want, target) {
+			t.Errorf("errors.Is(%s, %v) = %v, %s %v", gotName, target, errors.Is(got, target), wantName, errors.Is(want, target))
+		}
+	}
+	var gotSE, wantSE *StatusError
+	if errors.As(got, &gotSE) != errors.As(want, &wantSE) || (gotSE != nil && *gotSE != *wantSE) {
+		t.Errorf("%s StatusError %v, %s %v", gotName, gotSE, wantName, wantSE)
 	}
 }
 
@@ -303,16 +317,11 @@ func probeN(t *testing.T, p Prober, n int) {
 	}
 }
 
-// TestHTTPLeanConnections counts the connections probes open for each way
-// a server may end a response.
-func TestHTTPLeanConnections(t *testing.T) {
+// leanConnectionCases are ways a server may end its responses, with the
+// connections 5 probes open.
+var leanConnectionCases = func() []leanConnectionCase {
 	big := "HTTP/1.1 200 OK\r\nContent-Length: " + "1048576" + "\r\n\r\n" + strings.Repeat("x", 1<<20)
-	tests := []struct {
-		name   string
-		answer func(net.Conn) bool
-		method string
-		want   int64 // connections for 5 probes
-	}{
+	return []leanConnectionCase{
 		{name: "keep-alive", answer: reply("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"), want: 1},
 		{name: "HEAD", answer: reply("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"), method: "HEAD", want: 1},
 		{name: "chunked with trailer", answer: reply("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nX-T: 1\r\n\r\n"), want: 1},
@@ -329,6 +338,19 @@ func TestHTTPLeanConnections(t *testing.T) {
 		{name: "closed while idle", answer: replyAndClose("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"), want: 5},
 		{name: "reset while idle", answer: replyAndReset("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"), want: 5},
 	}
+}()
+
+type leanConnectionCase struct {
+	name   string
+	answer func(net.Conn) bool
+	method string
+	want   int64 // connections for 5 probes
+}
+
+// TestHTTPLeanConnections counts the connections probes open for each way
+// a server may end a response.
+func TestHTTPLeanConnections(t *testing.T) {
+	tests := leanConnectionCases
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := newRawServer(t, tt.answer)

@@ -1,0 +1,652 @@
+//go:build linux
+
+package probe
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Asynchronous probes: the lean prober's answer to "a goroutine per probe
+// in flight". ProbeAsync writes the request on the kept connection from
+// the caller's goroutine and returns; one loop per Factory waits for the
+// answers of every probe in flight on an epoll instance of its own, reads
+// them with plain system calls and hands each result to its callback. A
+// probe costs a write and a read or two, and the loop wakes once for all
+// the answers that arrived together, where a blocking Probe parks and
+// wakes a goroutine for each.
+//
+// Only the common case stays on the loop: a whole response head the lean
+// parser takes (parseHead), a final status in 200-599 and a body that is
+// empty or framed by a Content-Length and already read. Anything else (a
+// head larger than the read buffer, 1xx, a chunked body, an error or the
+// end of the connection before the answer is whole) hands the connection,
+// with the bytes read so far and the error met, to Probe's own code in a
+// goroutine, which finishes the probe exactly as Probe would have: the
+// same result, the same error text, the same retry of a kept connection
+// that failed before any byte of an answer.
+//
+// The connections stay registered (edge-triggered) while they are kept
+// between probes. An event on a connection no probe waits on is bytes or
+// the end of the connection arriving unasked for: the connection is
+// marked dead and the next probe dials instead of trying it.
+
+// asyncState is a Factory's async loop, started by the first asynchronous
+// probe.
+type asyncState struct {
+	loop atomic.Pointer[asyncLoop]
+	mu   sync.Mutex // serialises starting and stopping the loop
+	off  bool       // Close ran, or the loop could not start: probes block
+}
+
+// asyncLoop waits for the answers of the asynchronous probes in flight.
+type asyncLoop struct {
+	file *os.File // the epoll instance, in Go's poller
+	rc   syscall.RawConn
+	done chan struct{} // closed when run returns
+
+	mu      sync.Mutex
+	epfd    int
+	closed  bool
+	conns   map[uint64]*asyncConn // registered connections by id
+	nextID  uint64
+	waiting probeHeap   // probes waiting for an answer, by deadline
+	timer   *time.Timer // fires at waiting's first deadline
+	timerAt time.Time   // when timer fires; zero when it is stopped
+}
+
+// asyncConn is a connection registered with the loop.
+type asyncConn struct {
+	loop  *asyncLoop
+	id    uint64
+	c     *leanConn
+	rc    syscall.RawConn
+	probe *asyncProbe // the probe in flight on it; guarded by loop.mu
+	dead  bool        // bytes or the end arrived while idle; guarded by loop.mu
+}
+
+// asyncProbe is one asynchronous probe in flight. Its fields are guarded
+// by the loop's mutex.
+type asyncProbe struct {
+	p        *leanProber
+	ac       *asyncConn
+	deadline time.Time
+	done     func(error)
+	buf      *[leanBufferSize]byte // the answer so far
+	n        int
+	index    int // in loop.waiting; -1 when not there
+
+	writing   bool  // ProbeAsync is writing the request
+	event     bool  // an event arrived while writing
+	cancelled bool  // CancelAsync came while writing
+	ended     bool  // its end has been decided
+	endErr    error // the result decided while writing, for ProbeAsync to deliver
+
+	// Set once handed over to Probe's code, which runs under ctx.
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// asyncEnd is what becomes of a probe, carried out outside the loop's
+// mutex by finish.
+type asyncEnd struct {
+	ap       *asyncProbe
+	err      error // the probe's result
+	keep     bool  // the connection may serve the next probe
+	handOver bool  // Probe's code finishes the probe
+}
+
+var asyncBufs = sync.Pool{New: func() any { return new([leanBufferSize]byte) }}
+
+// epollET is EPOLLET as the uint32 the event mask is.
+const epollET = 1 << 31
+
+// loop returns the Factory's async loop, starting it on first use, or nil
+// when probes cannot be asynchronous.
+func (f *Factory) loop() *asyncLoop {
+	if l := f.async.loop.Load(); l != nil {
+		return l
+	}
+	f.async.mu.Lock()
+	defer f.async.mu.Unlock()
+	if f.async.off {
+		return nil
+	}
+	if l := f.async.loop.Load(); l != nil {
+		return l
+	}
+	l, err := newAsyncLoop()
+	if err != nil {
+		f.async.off = true // probes block, as they did before
+		return nil
+	}
+	f.async.loop.Store(l)
+	return l
+}
+
+// closeAsync stops the async loop: probes in flight end with a
+// cancellation, later probes block.
+func (f *Factory) closeAsync() {
+	f.async.mu.Lock()
+	f.async.off = true
+	l := f.async.loop.Swap(nil)
+	f.async.mu.Unlock()
+	if l != nil {
+		l.close()
+	}
+}
+
+func newAsyncLoop() (*asyncLoop, error) {
+	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	if err := syscall.SetNonblock(epfd, true); err != nil {
+		_ = syscall.Close(epfd)
+		return nil, err
+	}
+	file := os.NewFile(uintptr(epfd), "probe-epoll") // non-blocking: in Go's poller
+	rc, err := file.SyscallConn()
+	if err != nil {
+		_ = file.Close()
+		return nil, err
+	}
+	l := &asyncLoop{file: file, rc: rc, epfd: epfd, done: make(chan struct{}), conns: make(map[uint64]*asyncConn)}
+	go l.run()
+	return l, nil
+}
+
+// run takes the events of the epoll instance until it is closed. Go's
+// poller wakes it when the instance has events.
+func (l *asyncLoop) run() {
+	defer close(l.done)
+	events := make([]syscall.EpollEvent, 256)
+	_ = l.rc.Read(func(fd uintptr) bool {
+		for {
+			n, err := syscall.EpollWait(int(fd), events, 0)
+			switch {
+			case err == syscall.EINTR:
+				continue
+			case err != nil:
+				return true
+			}
+			if n > 0 {
+				l.handle(events[:n])
+			}
+			if n < len(events) {
+				return false // drained: wait for the next events
+			}
+		}
+	})
+}
+
+func (l *asyncLoop) handle(events []syscall.EpollEvent) {
+	var ends []asyncEnd
+	l.mu.Lock()
+	for _, ev := range events {
+		ac := l.conns[uint64(uint32(ev.Fd))|uint64(uint32(ev.Pad))<<32]
+		if ac == nil {
+			continue
+		}
+		switch ap := ac.probe; {
+		case ap == nil:
+			if !ac.dead && ac.unasked() {
+				ac.dead = true
+			}
+		case ap.writing:
+			ap.event = true
+		case ap.cancel != nil:
+			// Probe's code reads the connection now.
+		default:
+			if end, ok := l.serviceLocked(ap); ok {
+				ends = append(ends, end)
+			}
+		}
+	}
+	l.mu.Unlock()
+	l.finish(ends)
+}
+
+// unasked reports whether bytes, or the end of the connection, wait on an
+// idle connection: an event without either is a late one for an answer
+// already read.
+func (ac *asyncConn) unasked() bool {
+	var b [1]byte
+	unasked := true
+	err := ac.rc.Control(func(fd uintptr) {
+		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		unasked = err != syscall.EAGAIN
+	})
+	return unasked || err != nil
+}
+
+// register registers c with the loop, once.
+func (l *asyncLoop) register(c *leanConn) (*asyncConn, error) {
+	if c.async != nil {
+		return c.async, nil
+	}
+	sc, ok := c.conn.(syscall.Conn)
+	if !ok {
+		return nil, errors.New("not a system connection")
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, net.ErrClosed
+	}
+	l.nextID++
+	ac := &asyncConn{loop: l, id: l.nextID, c: c, rc: rc}
+	var cerr error
+	err = rc.Control(func(fd uintptr) {
+		ev := syscall.EpollEvent{
+			Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | epollET,
+			Fd:     int32(uint32(ac.id)),
+			Pad:    int32(uint32(ac.id >> 32)),
+		}
+		cerr = syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, int(fd), &ev)
+	})
+	if err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	l.conns[ac.id] = ac
+	c.async = ac
+	return ac, nil
+}
+
+// forget drops the registration of a connection about to be closed;
+// closing it takes it out of the epoll instance.
+func (ac *asyncConn) forget() {
+	l := ac.loop
+	l.mu.Lock()
+	delete(l.conns, ac.id)
+	l.mu.Unlock()
+}
+
+// ProbeAsync runs the probe on the kept connection without waiting for
+// the answer (see checker.AsyncProber). It returns false when there is no
+// kept connection to use, the deadline has passed, the Factory's loop is
+// not running (Close, or not Linux) or writing the request failed; Probe
+// then does it all, dialling.
+func (p *leanProber) ProbeAsync(deadline time.Time, done func(error)) bool {
+	if !time.Now().Before(deadline) {
+		return false
+	}
+	l := p.factory.loop()
+	if l == nil {
+		return false
+	}
+	c := p.take()
+	if c == nil {
+		return false
+	}
+	ac, err := l.register(c)
+	if err != nil {
+		p.putBack(c)
+		return false
+	}
+	ap := &asyncProbe{p: p, ac: ac, deadline: deadline, done: done, buf: asyncBufs.Get().(*[leanBufferSize]byte), index: -1, writing: true}
+	l.mu.Lock()
+	if l.closed || ac.dead || p.async != nil {
+		l.mu.Unlock()
+		asyncBufs.Put(ap.buf)
+		c.close()
+		return false
+	}
+	ac.probe, p.async = ap, ap
+	heap.Push(&l.waiting, ap)
+	l.armLocked()
+	l.mu.Unlock()
+
+	c.readLimit = maxResponseHeaderBytes
+	n, err := ac.write(p.req)
+
+	l.mu.Lock()
+	ap.writing = false
+	var end asyncEnd
+	switch {
+	case ap.ended: // timed out, or the loop closed, during the write
+		end = asyncEnd{ap: ap, err: ap.endErr}
+	case err != nil || n < len(p.req):
+		// Nothing, or part of the request, went out: Probe sends it
+		// afresh on a new connection, as it would after a failed write
+		// on a kept one.
+		l.endLocked(ap)
+		l.mu.Unlock()
+		asyncBufs.Put(ap.buf)
+		c.close()
+		return false
+	case ap.cancelled:
+		l.endLocked(ap)
+		end = asyncEnd{ap: ap, err: p.urlError(context.Canceled)}
+	case ap.event:
+		var ok bool
+		if end, ok = l.serviceLocked(ap); !ok {
+			l.mu.Unlock()
+			return true
+		}
+	default:
+		l.mu.Unlock()
+		return true
+	}
+	l.mu.Unlock()
+	l.finish([]asyncEnd{end})
+	return true
+}
+
+// write writes b on the connection without waiting: the request of a
+// probe fits in an idle connection's send buffer.
+func (ac *asyncConn) write(b []byte) (n int, err error) {
+	cerr := ac.rc.Control(func(fd uintptr) {
+		for {
+			n, err = syscall.Write(int(fd), b)
+			if err != syscall.EINTR {
+				return
+			}
+		}
+	})
+	if cerr != nil {
+		return 0, cerr
+	}
+	return max(n, 0), err
+}
+
+// CancelAsync ends the asynchronous probe in flight, if any: its callback
+// gets a cancellation error.
+func (p *leanProber) CancelAsync() {
+	l := p.factory.async.loop.Load()
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	ap := p.async
+	switch {
+	case ap == nil:
+		l.mu.Unlock()
+	case ap.cancel != nil: // Probe's code has it
+		cancel := ap.cancel
+		l.mu.Unlock()
+		cancel()
+	case ap.ended:
+		l.mu.Unlock()
+	case ap.writing:
+		ap.cancelled = true
+		l.mu.Unlock()
+	default:
+		l.endLocked(ap)
+		l.mu.Unlock()
+		l.finish([]asyncEnd{{ap: ap, err: p.urlError(context.Canceled)}})
+	}
+}
+
+// serviceLocked reads what has arrived for ap and reports its end when
+// the probe is over, on the loop or by handing over to Probe's code.
+func (l *asyncLoop) serviceLocked(ap *asyncProbe) (asyncEnd, bool) {
+	for {
+		if ap.n == len(ap.buf) {
+			return l.handOverLocked(ap, nil), true // a head over the buffer
+		}
+		var (
+			n   int
+			err error
+		)
+		if cerr := ap.ac.rc.Control(func(fd uintptr) {
+			for {
+				n, err = syscall.Read(int(fd), ap.buf[ap.n:])
+				if err != syscall.EINTR {
+					return
+				}
+			}
+		}); cerr != nil {
+			err = cerr
+		}
+		switch {
+		case err == syscall.EAGAIN:
+			return asyncEnd{}, false // the rest is on its way
+		case err != nil:
+			c := ap.ac.c
+			return l.handOverLocked(ap, &net.OpError{Op: "read", Net: "tcp", Source: c.conn.LocalAddr(), Addr: c.conn.RemoteAddr(), Err: os.NewSyscallError("read", err)}), true
+		case n == 0:
+			return l.handOverLocked(ap, io.EOF), true
+		}
+		ap.n += n
+		if end, over := l.answerLocked(ap); over {
+			return end, true
+		}
+	}
+}
+
+// answerLocked decides ap from the bytes read so far when the loop can:
+// over is false while more bytes are needed, and the end hands over what
+// the loop leaves to Probe's code.
+func (l *asyncLoop) answerLocked(ap *asyncProbe) (end asyncEnd, over bool) {
+	buf := ap.buf[:ap.n]
+	i := headEnd(buf, 0)
+	if i < 0 {
+		return asyncEnd{}, false
+	}
+	resp, ok := parseHead(buf[:i])
+	if !ok || resp.code < 200 || resp.code > 599 {
+		return l.handOverLocked(ap, nil), true
+	}
+	// From here on the result is the status: the body only decides
+	// whether the connection is kept, as in readBody.
+	body := int64(len(buf) - i)
+	p := ap.p
+	keep := resp.keepAlive
+	switch {
+	case p.head || resp.code == http.StatusNoContent || resp.code == http.StatusNotModified:
+		keep = keep && body == 0
+	case resp.chunked || resp.length < 0:
+		return l.handOverLocked(ap, nil), true
+	case body < resp.length:
+		return asyncEnd{}, false
+	default:
+		keep = keep && body == resp.length
+	}
+	l.endLocked(ap)
+	end = asyncEnd{ap: ap, keep: keep}
+	if !p.passes(resp.code) {
+		end.err = &StatusError{Code: resp.code}
+	}
+	return end, true
+}
+
+// status returns the final status of the answer read so far, when its
+// head has arrived whole.
+func (ap *asyncProbe) status() (code int, ok bool) {
+	buf := ap.buf[:ap.n]
+	i := headEnd(buf, 0)
+	if i < 0 {
+		return 0, false
+	}
+	resp, ok := parseHead(buf[:i])
+	return resp.code, ok && resp.code >= 200 && resp.code <= 599
+}
+
+// handOverLocked gives ap's connection to Probe's code, with the bytes
+// read so far and the error that ended reading (nil: none yet).
+func (l *asyncLoop) handOverLocked(ap *asyncProbe, err error) asyncEnd {
+	l.removeLocked(ap)
+	c := ap.ac.c
+	c.pending = append([]byte(nil), ap.buf[:ap.n]...)
+	c.pendingErr = err
+	ap.ctx, ap.cancel = context.WithDeadline(context.Background(), ap.deadline)
+	ap.ended = true
+	return asyncEnd{ap: ap, handOver: true}
+}
+
+// endLocked takes ap out of the loop: its connection and its prober are
+// free for the next probe.
+func (l *asyncLoop) endLocked(ap *asyncProbe) {
+	l.removeLocked(ap)
+	ap.ended = true
+	if ap.ac.probe == ap {
+		ap.ac.probe = nil
+	}
+	if ap.p.async == ap {
+		ap.p.async = nil
+	}
+}
+
+func (l *asyncLoop) removeLocked(ap *asyncProbe) {
+	if ap.index >= 0 {
+		heap.Remove(&l.waiting, ap.index)
+	}
+}
+
+// finish carries out ends outside the loop's mutex: keeps or closes each
+// connection and calls each callback, or starts Probe's code on a handed
+// over one.
+func (l *asyncLoop) finish(ends []asyncEnd) {
+	for _, e := range ends {
+		ap := e.ap
+		if e.handOver {
+			go l.finishHandedOver(ap)
+			continue
+		}
+		asyncBufs.Put(ap.buf)
+		ap.buf = nil
+		if e.keep {
+			ap.p.putBack(ap.ac.c)
+		} else {
+			ap.ac.c.close()
+		}
+		ap.done(e.err)
+	}
+}
+
+// finishHandedOver finishes ap with Probe's code, on its connection.
+func (l *asyncLoop) finishHandedOver(ap *asyncProbe) {
+	asyncBufs.Put(ap.buf)
+	ap.buf = nil
+	err := ap.p.probeOn(ap.ctx, ap.ac.c, true) // ctx and cancel are set before the hand-over and never change
+	ap.cancel()
+	l.mu.Lock()
+	l.endLocked(ap)
+	l.mu.Unlock()
+	ap.done(err)
+}
+
+// armLocked sets the timer to the first deadline of the probes waiting.
+func (l *asyncLoop) armLocked() {
+	if len(l.waiting) == 0 {
+		return
+	}
+	first := l.waiting[0].deadline
+	switch {
+	case l.timer == nil:
+		l.timer = time.AfterFunc(time.Until(first), l.expire)
+	case l.timerAt.IsZero() || first.Before(l.timerAt):
+		l.timer.Reset(time.Until(first))
+	default:
+		return
+	}
+	l.timerAt = first
+}
+
+// expire ends the probes whose deadline has passed: their connections
+// are closed, as Probe closes one at its deadline.
+func (l *asyncLoop) expire() {
+	now := time.Now()
+	var ends []asyncEnd
+	l.mu.Lock()
+	l.timerAt = time.Time{}
+	for len(l.waiting) > 0 && !l.waiting[0].deadline.After(now) {
+		ap := l.waiting[0]
+		l.endLocked(ap)
+		err := ap.p.urlError(context.DeadlineExceeded)
+		if code, ok := ap.status(); ok {
+			// The head arrived, the body did not: Probe's result too,
+			// once reading the body ran into the deadline.
+			err = nil
+			if !ap.p.passes(code) {
+				err = &StatusError{Code: code}
+			}
+		}
+		if ap.writing {
+			ap.endErr = err // ProbeAsync delivers it once written
+			continue
+		}
+		ends = append(ends, asyncEnd{ap: ap, err: err})
+	}
+	if !l.closed {
+		l.armLocked()
+	}
+	l.mu.Unlock()
+	l.finish(ends)
+}
+
+// close ends every probe in flight with a cancellation and stops the
+// loop.
+func (l *asyncLoop) close() {
+	var (
+		ends    []asyncEnd
+		cancels []context.CancelFunc
+	)
+	l.mu.Lock()
+	l.closed = true
+	for len(l.waiting) > 0 {
+		ap := l.waiting[0]
+		l.endLocked(ap)
+		err := ap.p.urlError(context.Canceled)
+		if ap.writing {
+			ap.endErr = err // ProbeAsync delivers it once written
+			continue
+		}
+		ends = append(ends, asyncEnd{ap: ap, err: err})
+	}
+	for _, ac := range l.conns {
+		if ap := ac.probe; ap != nil && ap.cancel != nil {
+			cancels = append(cancels, ap.cancel)
+		}
+	}
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	l.mu.Unlock()
+	l.finish(ends)
+	for _, cancel := range cancels {
+		cancel()
+	}
+	_ = l.file.Close()
+	<-l.done
+}
+
+// probeHeap orders probes by deadline.
+type probeHeap []*asyncProbe
+
+func (h probeHeap) Len() int           { return len(h) }
+func (h probeHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
+func (h probeHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *probeHeap) Push(x any) {
+	ap := x.(*asyncProbe)
+	ap.index = len(*h)
+	*h = append(*h, ap)
+}
+func (h *probeHeap) Pop() any {
+	old := *h
+	ap := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	ap.index = -1
+	return ap
+}

@@ -1,0 +1,197 @@
+//go:build linux
+
+package probe
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// primed answers a connection's first request with a plain 200, which
+// leaves it kept, and every later one with answer: the second probe of a
+// prober runs on a kept connection, where asynchronous probes run.
+func primed(answer func(net.Conn) bool) func(net.Conn) bool {
+	var seen sync.Map
+	return func(c net.Conn) bool {
+		if _, again := seen.LoadOrStore(c, true); again {
+			return answer(c)
+		}
+		return reply("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")(c) // no body: right for HEAD too
+	}
+}
+
+// probeAsync runs one probe as the checker does: ProbeAsync, or Probe
+// when it declines. It reports whether the probe was asynchronous.
+func probeAsync(t *testing.T, p *leanProber, timeout time.Duration) (err error, async bool) {
+	t.Helper()
+	done := make(chan error, 1)
+	if !p.ProbeAsync(time.Now().Add(timeout), func(err error) { done <- err }) {
+		return probeWithin(t, timeoutCtx(t, timeout), p), false
+	}
+	select {
+	case err := <-done:
+		return err, true
+	case <-time.After(hungBound):
+		t.Fatalf("the asynchronous probe did not end within %v", hungBound)
+		return nil, true
+	}
+}
+
+// An asynchronous probe on a kept connection gives what Probe gives, for
+// every answer of the lean prober's contract: the same result, error text,
+// Describe, errors.Is answers and StatusError.
+func TestHTTPAsyncMatchesProbe(t *testing.T) {
+	f := newTestFactory(t)
+	for _, tt := range leanAnswerCases {
+		t.Run(tt.name, func(t *testing.T) {
+			// One server for both, so that error texts name the same URL.
+			srv := newRawServer(t, primed(tt.answer))
+			spec := &HTTPSpec{URL: srv.url() + "/healthz", ExpectedStatus: tt.expected, Method: tt.method}
+			blocking, _ := leanAndNetHTTP(t, f, spec)
+			_ = probeWithin(t, timeoutCtx(t, time.Second), blocking) // primes a kept connection
+			want := probeWithin(t, timeoutCtx(t, 300*time.Millisecond), blocking)
+			byProbe := srv.accepted.Load()
+
+			async, _ := leanAndNetHTTP(t, f, spec)
+			_ = probeWithin(t, timeoutCtx(t, time.Second), async)
+			got, wasAsync := probeAsync(t, async, 300*time.Millisecond)
+			if !wasAsync {
+				t.Fatalf("ProbeAsync declined a probe on a kept connection")
+			}
+			sameProbeError(t, "async", got, "Probe", want)
+			if n := srv.accepted.Load() - byProbe; n != byProbe {
+				t.Errorf("async probes opened %d connections, Probe %d", n, byProbe)
+			}
+		})
+	}
+}
+
+// Asynchronous probes keep connections as Probe does: for each way a
+// server ends its responses, five probes open as many connections.
+func TestHTTPAsyncConnections(t *testing.T) {
+	for _, tt := range leanConnectionCases {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newRawServer(t, tt.answer)
+			f := newTestFactory(t)
+			lean, _ := leanAndNetHTTP(t, f, &HTTPSpec{URL: srv.url(), Method: tt.method})
+			asyncs := 0
+			for i := range 5 {
+				err, async := probeAsync(t, lean, 10*time.Second)
+				if err != nil {
+					t.Fatalf("probe %d: %v", i, err)
+				}
+				if async {
+					asyncs++
+				}
+			}
+			if n := srv.accepted.Load(); n != tt.want {
+				t.Errorf("5 probes opened %d connections, want %d", n, tt.want)
+			}
+			if tt.want == 1 && asyncs != 4 {
+				t.Errorf("%d of the 4 probes on the kept connection were asynchronous", asyncs)
+			}
+		})
+	}
+}
+
+// A probe without an answer ends at its deadline with Probe's timeout
+// error, and its connection is not kept.
+func TestHTTPAsyncDeadline(t *testing.T) {
+	srv := newRawServer(t, primed(replyAndHold("")))
+	lean, _ := leanAndNetHTTP(t, newTestFactory(t), &HTTPSpec{URL: srv.url()})
+	if err := probeWithin(t, timeoutCtx(t, time.Second), lean); err != nil {
+		t.Fatal(err)
+	}
+	err, async := probeAsync(t, lean, 200*time.Millisecond)
+	if !async {
+		t.Fatal("ProbeAsync declined a probe on a kept connection")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || Describe(err) != "timeout" && err.Error() != `Get "`+srv.url()+`": context deadline exceeded` {
+		t.Errorf("got %v (Describe %q), want the deadline's error", err, Describe(err))
+	}
+	if c := lean.take(); c != nil {
+		t.Errorf("the timed-out connection was kept")
+	}
+}
+
+// A kept connection the server closes while it is idle is marked dead by
+// the loop, and the next probe dials instead of trying it.
+func TestHTTPAsyncIdleConnectionClosed(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	ok := reply("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	srv := newRawServer(t, func(c net.Conn) bool {
+		mu.Lock()
+		conns = append(conns, c)
+		mu.Unlock()
+		return ok(c)
+	})
+	lean, _ := leanAndNetHTTP(t, newTestFactory(t), &HTTPSpec{URL: srv.url()})
+	for range 2 { // the second registers the connection with the loop
+		if err, _ := probeAsync(t, lean, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lean.mu.Lock()
+	ac := lean.idle.async
+	lean.mu.Unlock()
+	if ac == nil {
+		t.Fatal("the kept connection is not registered with the loop")
+	}
+	mu.Lock()
+	conns[0].Close()
+	mu.Unlock()
+	waitFor(t, func() bool {
+		ac.loop.mu.Lock()
+		defer ac.loop.mu.Unlock()
+		return ac.dead
+	}, "the loop to mark the closed connection dead")
+	if err, async := probeAsync(t, lean, time.Second); err != nil || async {
+		t.Errorf("probe after the close: %v, asynchronous %v; want a pass by Probe on a new connection", err, async)
+	}
+	if n := srv.accepted.Load(); n != 2 {
+		t.Errorf("%d connections, want 2", n)
+	}
+}
+
+// CancelAsync and Factory.Close end a probe in flight at once with a
+// cancellation; after Close, probes block (and pass) again.
+func TestHTTPAsyncCancel(t *testing.T) {
+	srv := newRawServer(t, primed(replyAndHold("")))
+	for _, stop := range []string{"CancelAsync", "Factory.Close"} {
+		t.Run(stop, func(t *testing.T) {
+			f := NewFactory()
+			defer f.Close()
+			lean, _ := leanAndNetHTTP(t, f, &HTTPSpec{URL: srv.url()})
+			if err := probeWithin(t, timeoutCtx(t, time.Second), lean); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			if !lean.ProbeAsync(time.Now().Add(time.Hour), func(err error) { done <- err }) {
+				t.Fatal("ProbeAsync declined a probe on a kept connection")
+			}
+			if stop == "CancelAsync" {
+				lean.CancelAsync()
+			} else {
+				f.Close()
+			}
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("got %v, want a cancellation", err)
+				}
+			case <-time.After(hungBound):
+				t.Fatalf("%s did not end the probe", stop)
+			}
+			if stop == "Factory.Close" && lean.ProbeAsync(time.Now().Add(time.Second), func(error) { t.Error("done called after Close") }) {
+				t.Error("ProbeAsync started a probe after Factory.Close")
+			}
+		})
+	}
+}
