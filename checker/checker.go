@@ -306,7 +306,9 @@ type target struct {
 	index int       // position in the due heap
 
 	active, passive, limited, ignored uint64 // result counts, see Status
-	bucket                            tokenBucket
+	// The passive outcomes' rate limit, made by the first one: most targets
+	// never report any, and by value it would take the target past 512 bytes.
+	bucket *tokenBucket
 
 	// With a shared registry: the revision of the target's stored state
 	// (owned and proposing are with the flags above).
