@@ -319,23 +319,32 @@ type target struct {
 	owned     bool // with a shared registry: this replica probes the target
 	proposing bool // with a shared registry: a state write is on its way
 
-	slot  time.Time // the scheduled start of the last scheduled probe; zero before the first
-	next  time.Time // when the next probe is due
-	start time.Time // when it starts: next, batched by Config.ScheduleTick (see startBy)
-	// startNs is start in nanoseconds, for the due heap's comparisons.
+	slot time.Time // the scheduled start of the last scheduled probe; zero before the first
+	next time.Time // when the next probe is due
+	// startNs is when the next probe starts, in nanoseconds since the
+	// epoch: next, batched by Config.ScheduleTick (see startBy). seq is the
+	// target's number. Both order the due heap.
 	startNs int64
+	seq     uint64
 	index   int // position in the due heap
 
 	active, passive, limited, ignored uint64 // result counts, see Status
-	bucket                            tokenBucket
+	// The passive outcomes' rate limit, made by the first one: most targets
+	// never report any, and by value it would take the target past 512 bytes.
+	bucket *tokenBucket
 
 	// With a shared registry: the revision of the target's stored state
 	// (owned and proposing are with the flags above).
 	stateRev uint64
 }
 
+// targetSeq numbers targets as they are made: the due heap's order among
+// targets that start at the same time.
+var targetSeq atomic.Uint64
+
 func newTarget(spec Spec, p Prober, state State) *target {
 	return &target{
+		seq:    targetSeq.Add(1),
 		spec:   spec,
 		prober: p,
 		m:      Machine{Model: spec.Model, Rise: spec.Rise, Fall: spec.Fall, State: state},

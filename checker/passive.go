@@ -71,6 +71,9 @@ func (c *Checker) ReportOutcome(name string, o Outcome) (st Status, counted bool
 		return Status{}, false, fmt.Errorf("target %q: %w", name, ErrPassiveDisabled)
 	}
 	now := c.clock.Now()
+	if t.bucket == nil {
+		t.bucket = new(tokenBucket)
+	}
 	if !t.bucket.take(now, t.spec.passiveRate()) {
 		t.limited++
 		return c.statusLocked(t, now), false, nil

@@ -44,7 +44,7 @@ func (c *Checker) schedule() {
 		c.dispatchLocked()
 		var wake time.Time
 		if len(c.due) > 0 {
-			wake = c.due[0].start
+			wake = time.Unix(0, c.due[0].startNs)
 		}
 		c.unlockAndReport()
 
@@ -75,7 +75,7 @@ func (c *Checker) schedule() {
 // dueLocked takes every target due at now, schedules its next probe and
 // queues the probes to start.
 func (c *Checker) dueLocked(now time.Time) {
-	for len(c.due) > 0 && !c.due[0].start.After(now) {
+	for nowNs := now.UnixNano(); len(c.due) > 0 && c.due[0].startNs <= nowNs; {
 		t := c.due[0]
 		if !t.inFlight {
 			c.enqueueLocked(c.jobLocked(t, t.next))
@@ -98,12 +98,12 @@ func (c *Checker) rescheduleLocked(t *target, now time.Time) {
 	if !next.After(now) {
 		next = nextSlot(t.slot, iv, now)
 	}
-	start := t.start
+	start := t.startNs
 	c.setNextLocked(t, next)
-	if t.start.Equal(start) {
+	if t.startNs == start {
 		return
 	}
-	earlier := t.start.Before(start)
+	earlier := t.startNs < start
 	c.due.fix(t)
 	if earlier {
 		c.wakeScheduler()
@@ -131,8 +131,7 @@ func (c *Checker) startBy(due time.Time, interval time.Duration) time.Time {
 // caller pushes or fixes t in the due heap.
 func (c *Checker) setNextLocked(t *target, next time.Time) {
 	t.next = next
-	t.start = c.startBy(next, t.spec.IntervalFor(t.m))
-	t.startNs = t.start.UnixNano()
+	t.startNs = c.startBy(next, t.spec.IntervalFor(t.m)).UnixNano()
 }
 
 // nextSlot returns the first time after now on prev's fixed-rate grid.
@@ -158,7 +157,7 @@ func (c *Checker) wakeScheduler() {
 	}
 }
 
-// dueHeap orders targets by the start of their next probe.
+// dueHeap orders targets by the start of their next probe, then by age.
 type dueHeap []*target
 
 func (h dueHeap) Len() int { return len(h) }
@@ -166,7 +165,7 @@ func (h dueHeap) Less(i, j int) bool {
 	if h[i].startNs != h[j].startNs {
 		return h[i].startNs < h[j].startNs
 	}
-	return h[i].spec.Name < h[j].spec.Name
+	return h[i].seq < h[j].seq
 }
 func (h dueHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]

@@ -92,8 +92,14 @@ func (p *httpProber) Probe(ctx context.Context) error {
 
 // passes reports whether code is an expected status.
 func (p *httpProber) passes(code int) bool {
-	if len(p.expected) == 0 {
+	return statusPasses(p.expected, code)
+}
+
+// statusPasses reports whether code is one of expected, or a 2xx when
+// expected is empty.
+func statusPasses(expected []int, code int) bool {
+	if len(expected) == 0 {
 		return code >= 200 && code <= 299
 	}
-	return slices.Contains(p.expected, code)
+	return slices.Contains(expected, code)
 }

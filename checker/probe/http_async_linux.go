@@ -53,6 +53,7 @@ type asyncLoop struct {
 	file *os.File // the epoll instance, in Go's poller
 	rc   syscall.RawConn
 	done chan struct{} // closed when run returns
+	ends []asyncEnd    // handle's, kept between calls; only run uses it
 
 	mu      sync.Mutex
 	epfd    int
@@ -65,11 +66,19 @@ type asyncLoop struct {
 }
 
 // asyncConn is a connection registered with the loop.
+//
+// Its reads and writes use the socket's descriptor directly, without
+// net's reference counting: an asynchronous probe owns its connection
+// from take to its end, and only the code that ends it (under the loop's
+// mutex, then in finish) closes it, so the descriptor stays open while
+// the probe reads or writes. An idle connection is only peeked at through
+// rc.Control, which holds it open.
 type asyncConn struct {
 	loop  *asyncLoop
 	id    uint64
 	c     *leanConn
 	rc    syscall.RawConn
+	fd    int
 	probe *asyncProbe // the probe in flight on it; guarded by loop.mu
 	dead  bool        // bytes or the end arrived while idle; guarded by loop.mu
 }
@@ -166,7 +175,9 @@ func newAsyncLoop() (*asyncLoop, error) {
 }
 
 // run takes the events of the epoll instance until it is closed. Go's
-// poller wakes it when the instance has events.
+// poller wakes it when the instance has events. (A thread of its own
+// blocked in epoll_wait cost more CPU per probe here: the runtime hands
+// its P off and back around every wait.)
 func (l *asyncLoop) run() {
 	defer close(l.done)
 	events := make([]syscall.EpollEvent, 256)
@@ -190,7 +201,7 @@ func (l *asyncLoop) run() {
 }
 
 func (l *asyncLoop) handle(events []syscall.EpollEvent) {
-	var ends []asyncEnd
+	ends := l.ends[:0]
 	l.mu.Lock()
 	for _, ev := range events {
 		ac := l.conns[uint64(uint32(ev.Fd))|uint64(uint32(ev.Pad))<<32]
@@ -214,6 +225,8 @@ func (l *asyncLoop) handle(events []syscall.EpollEvent) {
 	}
 	l.mu.Unlock()
 	l.finish(ends)
+	clear(ends)
+	l.ends = ends
 }
 
 // unasked reports whether bytes, or the end of the connection, wait on an
@@ -251,6 +264,7 @@ func (l *asyncLoop) register(c *leanConn) (*asyncConn, error) {
 	ac := &asyncConn{loop: l, id: l.nextID, c: c, rc: rc}
 	var cerr error
 	err = rc.Control(func(fd uintptr) {
+		ac.fd = int(fd)
 		ev := syscall.EpollEvent{
 			Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | epollET,
 			Fd:     int32(uint32(ac.id)),
@@ -352,18 +366,12 @@ func (p *leanProber) ProbeAsync(deadline time.Time, done func(error)) bool {
 // write writes b on the connection without waiting: the request of a
 // probe fits in an idle connection's send buffer.
 func (ac *asyncConn) write(b []byte) (n int, err error) {
-	cerr := ac.rc.Control(func(fd uintptr) {
-		for {
-			n, err = syscall.Write(int(fd), b)
-			if err != syscall.EINTR {
-				return
-			}
+	for {
+		n, err = syscall.Write(ac.fd, b)
+		if err != syscall.EINTR {
+			return max(n, 0), err
 		}
-	})
-	if cerr != nil {
-		return 0, cerr
 	}
-	return max(n, 0), err
 }
 
 // CancelAsync ends the asynchronous probe in flight, if any: its callback
@@ -401,21 +409,10 @@ func (l *asyncLoop) serviceLocked(ap *asyncProbe) (asyncEnd, bool) {
 		if ap.n == len(ap.buf) {
 			return l.handOverLocked(ap, nil), true // a head over the buffer
 		}
-		var (
-			n   int
-			err error
-		)
-		if cerr := ap.ac.rc.Control(func(fd uintptr) {
-			for {
-				n, err = syscall.Read(int(fd), ap.buf[ap.n:])
-				if err != syscall.EINTR {
-					return
-				}
-			}
-		}); cerr != nil {
-			err = cerr
-		}
+		n, err := syscall.Read(ap.ac.fd, ap.buf[ap.n:])
 		switch {
+		case err == syscall.EINTR:
+			continue
 		case err == syscall.EAGAIN:
 			return asyncEnd{}, false // the rest is on its way
 		case err != nil:

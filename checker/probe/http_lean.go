@@ -39,15 +39,19 @@ import (
 // (or dials a new one when another probe holds it) and puts it back when
 // the response allows keep-alive and no connection is kept yet, so at most
 // one idle connection is kept. Close closes it.
+//
+// A fleet has one leanProber per target, so it keeps only what a probe
+// reads: the request's bytes, not the *http.Request and header map they
+// were formatted from (the slow path builds the little it needs, see
+// readRequest), and strings shared with the spec where they are equal.
 type leanProber struct {
-	factory *Factory
-	addr    string        // host:port to dial, as net/http's canonicalAddr
-	req     []byte        // the request, as net/http writes it
-	head    bool          // a HEAD request: responses have no body
-	httpReq *http.Request // for http.ReadResponse on the slow path
-	urlText string        // the URL in errors, as net/http's client shows it
-	op      string        // "Get" or "Head", as net/http's client shows it
-	passes  func(code int) bool
+	factory  *Factory
+	addr     string // host:port to dial, as net/http's canonicalAddr
+	req      []byte // the request, as net/http writes it
+	head     bool   // a HEAD request (else GET): responses have no body
+	urlText  string // the URL in errors, as net/http's client shows it
+	op       string // "Get" or "Head", as net/http's client shows it
+	expected []int  // statuses that pass; empty means any 2xx
 
 	mu     sync.Mutex // protects idle and closed
 	idle   *leanConn  // the kept connection, nil when none is idle
@@ -87,11 +91,21 @@ var leanHeaderExcluded = map[string]bool{
 
 // newLeanProber returns a leanProber for the request net/http would send
 // for p, or nil when the lean path cannot send exactly that request (not
-// plain http, a host name beyond ASCII, a framing header).
+// plain http, a method other than GET or HEAD, a host name beyond ASCII, a
+// framing header). The prober keeps no reference to p.
 func newLeanProber(f *Factory, p *httpProber) *leanProber {
 	u, err := url.Parse(p.url)
 	if err != nil || u.Scheme != "http" {
 		return nil
+	}
+	var op string
+	switch p.method {
+	case http.MethodGet:
+		op = "Get"
+	case http.MethodHead:
+		op = "Head"
+	default:
+		return nil // readRequest knows only these two
 	}
 	host := u.Hostname()
 	for i := 0; i < len(host); i++ {
@@ -125,20 +139,43 @@ func newLeanProber(f *Factory, p *httpProber) *leanProber {
 	if port == "" {
 		port = "80"
 	}
+	addr := net.JoinHostPort(host, port)
+	if addr == u.Host {
+		addr = u.Host // a piece of p.url: no copy of its own
+	}
 	urlText := u.String()
 	if _, ok := u.User.Password(); ok {
 		urlText = strings.Replace(urlText, u.User.String()+"@", u.User.Username()+":***@", 1)
 	}
-	return &leanProber{
-		factory: f,
-		addr:    net.JoinHostPort(host, port),
-		req:     buf.Bytes(),
-		head:    p.method == http.MethodHead,
-		httpReq: req,
-		urlText: urlText,
-		op:      p.method[:1] + strings.ToLower(p.method[1:]),
-		passes:  p.passes,
+	if urlText == p.url {
+		urlText = p.url // the spec's string, which its target keeps anyway
 	}
+	return &leanProber{
+		factory:  f,
+		addr:     addr,
+		req:      bytes.Clone(buf.Bytes()), // not the buffer's spare capacity
+		head:     p.method == http.MethodHead,
+		urlText:  urlText,
+		op:       op,
+		expected: p.expected,
+	}
+}
+
+// passes reports whether code is an expected status.
+func (p *leanProber) passes(code int) bool {
+	return statusPasses(p.expected, code)
+}
+
+// readRequest returns the request http.ReadResponse is given on the slow
+// path. ReadResponse consults only its method (a HEAD response has no
+// body), so that is all it holds: keeping the whole request, with its URL
+// and header map, cost every target about a kilobyte for the rare response
+// the lean parser leaves to net/http.
+func (p *leanProber) readRequest() *http.Request {
+	if p.head {
+		return &http.Request{Method: http.MethodHead}
+	}
+	return &http.Request{Method: http.MethodGet}
 }
 
 // leanConn is one connection of a leanProber, with its read buffer.
@@ -346,7 +383,7 @@ func (p *leanProber) roundTrip(ctx context.Context, c *leanConn, written bool) (
 func (p *leanProber) slowResponse(ctx context.Context, c *leanConn) (code int, keep bool, err error) {
 	var resp *http.Response
 	for {
-		resp, err = http.ReadResponse(c.br, p.httpReq)
+		resp, err = http.ReadResponse(c.br, p.readRequest())
 		if err != nil {
 			return 0, false, p.readError(ctx, c, err)
 		}
@@ -376,7 +413,7 @@ func (p *leanProber) brokenHead(ctx context.Context, c *leanConn, err error) err
 	got, _ := c.br.Peek(c.br.Buffered())
 	got = bytes.Clone(got)
 	replay := bufio.NewReader(io.MultiReader(bytes.NewReader(got), errorReader{err}))
-	_, rerr := http.ReadResponse(replay, p.httpReq)
+	_, rerr := http.ReadResponse(replay, p.readRequest())
 	if rerr == nil {
 		rerr = io.ErrUnexpectedEOF // not reached: the head had no end
 	}

@@ -148,6 +148,13 @@ var leanAnswerCases = func() []leanAnswerCase {
 		{name: "head over the buffer", answer: reply("HTTP/1.1 200 OK\r\nX-Pad: " + strings.Repeat("p", 3*leanBufferSize) + "\r\nContent-Length: 2\r\n\r\nok")},
 		{name: "503 head over the buffer", answer: reply("HTTP/1.1 503 Unavailable\r\nX-Pad: " + strings.Repeat("p", 3*leanBufferSize) + "\r\nContent-Length: 0\r\n\r\n")},
 		{name: "200 HEAD", answer: reply("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"), method: "HEAD"},
+		// On the slow path too a HEAD response has no body: were the
+		// request net/http reads it with not a HEAD, it would wait for
+		// two bytes that never come.
+		{name: "HEAD head over the buffer", answer: reply("HTTP/1.1 200 OK\r\nX-Pad: " + strings.Repeat("p", 3*leanBufferSize) + "\r\nContent-Length: 2\r\n\r\n"), method: "HEAD"},
+		{name: "HEAD 503 head over the buffer", answer: reply("HTTP/1.1 503 Unavailable\r\nX-Pad: " + strings.Repeat("p", 3*leanBufferSize) + "\r\nContent-Length: 2\r\n\r\n"), method: "HEAD", expected: []int{200}},
+		{name: "HEAD head cut short", answer: replyAndClose("HTTP/1.1 200 OK\r\nX-A: 1"), method: "HEAD"},
+		{name: "HEAD garbage", answer: replyAndClose("garbage\r\n\r\n"), method: "HEAD"},
 		{name: "204", answer: reply("HTTP/1.1 204 No Content\r\n\r\n")},
 		{name: "299", answer: reply("HTTP/1.1 299 Odd\r\nContent-Length: 0\r\n\r\n")},
 		{name: "300", answer: reply("HTTP/1.1 300 Multiple\r\nContent-Length: 0\r\n\r\n")},
@@ -277,6 +284,36 @@ func TestHTTPLeanRequestBytes(t *testing.T) {
 	}
 }
 
+// TestHTTPLeanErrorURL: the URL in the lean prober's errors is the one
+// net/http's client shows, however the spec spells it: normalised, with a
+// password hidden, and the same whether the prober could keep the spec's
+// own text or had to make its own.
+func TestHTTPLeanErrorURL(t *testing.T) {
+	srv := newRawServer(t, replyAndClose("garbage\r\n\r\n"))
+	addr := srv.ln.Addr().String()
+	f := newTestFactory(t)
+	for _, u := range []string{
+		srv.url(),
+		srv.url() + "/healthz?x=%20y#frag",
+		"HTTP://" + addr + "/healthz",
+		"http://user:pa%20ss@" + addr + "/private",
+		"http://user@" + addr + "/private",
+		"http://" + addr + "/a b",
+	} {
+		for _, method := range []string{"", "HEAD"} {
+			s := &HTTPSpec{URL: u, Method: method}
+			lean, std := leanAndNetHTTP(t, f, s)
+			want, got := std.Probe(timeoutCtx(t, 10*time.Second)), lean.Probe(timeoutCtx(t, 10*time.Second))
+			if want == nil || got == nil || got.Error() != want.Error() {
+				t.Errorf("%s %s: lean error\n  %v\nnet/http:\n  %v", method, u, got, want)
+			}
+			if strings.Contains(got.Error(), "pa%20ss") || strings.Contains(got.Error(), "pa ss") {
+				t.Errorf("%s: the error shows the password: %v", u, got)
+			}
+		}
+	}
+}
+
 // TestHTTPLeanChosen: only what the lean path can send exactly takes it.
 func TestHTTPLeanChosen(t *testing.T) {
 	f := newTestFactory(t)
@@ -324,6 +361,9 @@ var leanConnectionCases = func() []leanConnectionCase {
 	return []leanConnectionCase{
 		{name: "keep-alive", answer: reply("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"), want: 1},
 		{name: "HEAD", answer: reply("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"), method: "HEAD", want: 1},
+		// Heads over the read buffer, which http.ReadResponse reads.
+		{name: "head over the buffer", answer: reply("HTTP/1.1 200 OK\r\nX-Pad: " + strings.Repeat("p", 3*leanBufferSize) + "\r\nContent-Length: 2\r\n\r\nok"), want: 1},
+		{name: "HEAD, head over the buffer", answer: reply("HTTP/1.1 200 OK\r\nX-Pad: " + strings.Repeat("p", 3*leanBufferSize) + "\r\nContent-Length: 2\r\n\r\n"), method: "HEAD", want: 1},
 		{name: "chunked with trailer", answer: reply("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nX-T: 1\r\n\r\n"), want: 1},
 		{name: "1xx first", answer: reply("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n"), want: 1},
 		{name: "Connection close", answer: replyAndClose("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok"), want: 5},
