@@ -3,12 +3,14 @@
 package probe
 
 import (
+	"bufio"
 	"container/heap"
 	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -100,9 +102,16 @@ type asyncProbe struct {
 	ended     bool  // its end has been decided
 	endErr    error // the result decided while writing, for ProbeAsync to deliver
 
-	// Set once handed over to Probe's code, which runs under ctx.
-	ctx    context.Context
-	cancel context.CancelFunc
+	connecting bool // dialAsync's connection is being established
+
+	// Set once handed over to Probe's code, which runs under ctx: the
+	// bytes read and the error met, or redial when the connection could
+	// not be made.
+	ctx        context.Context
+	cancel     context.CancelFunc
+	pending    []byte
+	pendingErr error
+	redial     bool
 }
 
 // asyncEnd is what becomes of a probe, carried out outside the loop's
@@ -209,6 +218,8 @@ func (l *asyncLoop) handle(events []syscall.EpollEvent) {
 			continue
 		}
 		switch ap := ac.probe; {
+		case ap == nil && ac.c == nil:
+			// dialAsync's connection, about to be closed.
 		case ap == nil:
 			if !ac.dead && ac.unasked() {
 				ac.dead = true
@@ -217,6 +228,10 @@ func (l *asyncLoop) handle(events []syscall.EpollEvent) {
 			ap.event = true
 		case ap.cancel != nil:
 			// Probe's code reads the connection now.
+		case ap.connecting:
+			if end, ok := l.connectedLocked(ap, ev.Events); ok {
+				ends = append(ends, end)
+			}
 		default:
 			if end, ok := l.serviceLocked(ap); ok {
 				ends = append(ends, end)
@@ -307,7 +322,10 @@ func (p *leanProber) ProbeAsync(deadline time.Time, done func(error)) bool {
 	}
 	c := p.take()
 	if c == nil {
-		return false
+		if p.factory.kept.Load() < p.factory.keptMax {
+			return false // Probe dials a connection to keep
+		}
+		return p.dialAsync(l, deadline, done)
 	}
 	ac, err := l.register(c)
 	if err != nil {
@@ -416,8 +434,8 @@ func (l *asyncLoop) serviceLocked(ap *asyncProbe) (asyncEnd, bool) {
 		case err == syscall.EAGAIN:
 			return asyncEnd{}, false // the rest is on its way
 		case err != nil:
-			c := ap.ac.c
-			return l.handOverLocked(ap, &net.OpError{Op: "read", Net: "tcp", Source: c.conn.LocalAddr(), Addr: c.conn.RemoteAddr(), Err: os.NewSyscallError("read", err)}), true
+			local, remote := ap.ac.addrs()
+			return l.handOverLocked(ap, &net.OpError{Op: "read", Net: "tcp", Source: local, Addr: remote, Err: os.NewSyscallError("read", err)}), true
 		case n == 0:
 			return l.handOverLocked(ap, io.EOF), true
 		}
@@ -480,9 +498,8 @@ func (ap *asyncProbe) status() (code int, ok bool) {
 // read so far and the error that ended reading (nil: none yet).
 func (l *asyncLoop) handOverLocked(ap *asyncProbe, err error) asyncEnd {
 	l.removeLocked(ap)
-	c := ap.ac.c
-	c.pending = append([]byte(nil), ap.buf[:ap.n]...)
-	c.pendingErr = err
+	ap.pending = append([]byte(nil), ap.buf[:ap.n]...)
+	ap.pendingErr = err
 	ap.ctx, ap.cancel = context.WithDeadline(context.Background(), ap.deadline)
 	ap.ended = true
 	return asyncEnd{ap: ap, handOver: true}
@@ -519,9 +536,12 @@ func (l *asyncLoop) finish(ends []asyncEnd) {
 		}
 		asyncBufs.Put(ap.buf)
 		ap.buf = nil
-		if e.keep {
+		switch {
+		case ap.ac.c == nil:
+			ap.ac.closeRaw()
+		case e.keep:
 			ap.p.putBack(ap.ac.c)
-		} else {
+		default:
 			ap.ac.c.close()
 		}
 		ap.done(e.err)
@@ -532,7 +552,20 @@ func (l *asyncLoop) finish(ends []asyncEnd) {
 func (l *asyncLoop) finishHandedOver(ap *asyncProbe) {
 	asyncBufs.Put(ap.buf)
 	ap.buf = nil
-	err := ap.p.probeOn(ap.ctx, ap.ac.c, true) // ctx and cancel are set before the hand-over and never change
+	// ctx, cancel and what was read are set before the hand-over and
+	// never change.
+	c, reused := ap.ac.c, true
+	switch {
+	case ap.redial: // the connection failed: Probe dials afresh and says why
+		ap.ac.closeRaw()
+		c = nil
+	case c == nil: // a connection of dialAsync's, made a net.Conn now
+		c, reused = ap.ac.leanConn(), false
+	}
+	if c != nil {
+		c.pending, c.pendingErr = ap.pending, ap.pendingErr
+	}
+	err := ap.p.probeOn(ap.ctx, c, c != nil, reused)
 	ap.cancel()
 	l.mu.Lock()
 	l.endLocked(ap)
@@ -646,4 +679,136 @@ func (h *probeHeap) Pop() any {
 	*h = old[:len(old)-1]
 	ap.index = -1
 	return ap
+}
+
+// dialAsync runs the probe on a new connection without waiting: it
+// connects without blocking and the loop sends the request once the
+// connection is made. It serves probes that would dial and close their
+// connection anyway (the Factory's budget of kept connections is spent),
+// to an IP address (a host name, a zone, or a Factory whose dialling tests
+// replace take Probe's way). It returns false, having started nothing,
+// when it cannot: Probe then dials.
+func (p *leanProber) dialAsync(l *asyncLoop, deadline time.Time, done func(error)) bool {
+	f := p.factory
+	if f.dial != nil {
+		return false
+	}
+	addr, err := netip.ParseAddrPort(p.addr)
+	if err != nil || addr.Addr().Zone() != "" || f.dialer.policy.Check(addr.Addr()) != nil {
+		return false
+	}
+	var (
+		domain int
+		sa     syscall.Sockaddr
+	)
+	if ip := addr.Addr(); ip.Is4() {
+		domain, sa = syscall.AF_INET, &syscall.SockaddrInet4{Port: int(addr.Port()), Addr: ip.As4()}
+	} else {
+		domain, sa = syscall.AF_INET6, &syscall.SockaddrInet6{Port: int(addr.Port()), Addr: ip.As16()}
+	}
+	fd, err := syscall.Socket(domain, syscall.SOCK_STREAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	if err := syscall.Connect(fd, sa); err != nil && err != syscall.EINPROGRESS {
+		_ = syscall.Close(fd)
+		return false // refused at once: Probe dials and says so in its words
+	}
+	ap := &asyncProbe{p: p, deadline: deadline, done: done, buf: asyncBufs.Get().(*[leanBufferSize]byte), index: -1, connecting: true}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || p.async != nil {
+		_ = syscall.Close(fd)
+		asyncBufs.Put(ap.buf)
+		return false
+	}
+	l.nextID++
+	ac := &asyncConn{loop: l, id: l.nextID, fd: fd, probe: ap}
+	ap.ac = ac
+	ev := syscall.EpollEvent{
+		Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | epollET,
+		Fd:     int32(uint32(ac.id)),
+		Pad:    int32(uint32(ac.id >> 32)),
+	}
+	if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		_ = syscall.Close(fd)
+		asyncBufs.Put(ap.buf)
+		return false
+	}
+	l.conns[ac.id] = ac
+	p.async = ap
+	heap.Push(&l.waiting, ap)
+	l.armLocked()
+	return true
+}
+
+// connectedLocked goes on with a probe of dialAsync's once its connection
+// is made (events has EPOLLOUT) or has failed: it writes the request, or
+// hands the probe over to Probe's code to dial afresh.
+func (l *asyncLoop) connectedLocked(ap *asyncProbe, events uint32) (asyncEnd, bool) {
+	soerr, err := syscall.GetsockoptInt(ap.ac.fd, syscall.SOL_SOCKET, syscall.SO_ERROR)
+	if err == nil && soerr == 0 && events&syscall.EPOLLOUT == 0 {
+		return asyncEnd{}, false // not yet
+	}
+	ap.connecting = false
+	if err == nil && soerr == 0 {
+		n, werr := ap.ac.write(ap.p.req)
+		if werr == nil && n == len(ap.p.req) {
+			return asyncEnd{}, false // the answer is on its way
+		}
+	}
+	// Connecting or writing failed: Probe dials again and reports what
+	// it meets, in its own words.
+	end := l.handOverLocked(ap, nil)
+	ap.redial = true
+	return end, true
+}
+
+// closeRaw closes a connection of dialAsync's.
+func (ac *asyncConn) closeRaw() {
+	ac.forget()
+	_ = syscall.Close(ac.fd)
+}
+
+// leanConn makes a connection of dialAsync's into a leanConn for Probe's
+// code, or returns nil when it cannot (Probe then dials afresh).
+func (ac *asyncConn) leanConn() *leanConn {
+	l := ac.loop
+	l.mu.Lock()
+	if !l.closed {
+		_ = syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_DEL, ac.fd, nil)
+	}
+	l.mu.Unlock()
+	f := os.NewFile(uintptr(ac.fd), "")
+	conn, err := net.FileConn(f) // a duplicate of the descriptor
+	ac.forget()
+	_ = f.Close()
+	if err != nil {
+		return nil
+	}
+	c := &leanConn{conn: conn, readLimit: maxResponseHeaderBytes}
+	c.br = bufio.NewReaderSize(c, leanBufferSize)
+	c.expire = func() { _ = conn.SetDeadline(aLongTimeAgo) }
+	return c
+}
+
+// addrs returns the connection's two ends, as net's errors name them.
+func (ac *asyncConn) addrs() (local, remote net.Addr) {
+	if ac.c != nil {
+		return ac.c.conn.LocalAddr(), ac.c.conn.RemoteAddr()
+	}
+	tcp := func(sa syscall.Sockaddr, err error) net.Addr {
+		switch sa := sa.(type) {
+		case *syscall.SockaddrInet4:
+			if err == nil {
+				return &net.TCPAddr{IP: sa.Addr[:], Port: sa.Port}
+			}
+		case *syscall.SockaddrInet6:
+			if err == nil {
+				return &net.TCPAddr{IP: sa.Addr[:], Port: sa.Port}
+			}
+		}
+		return nil
+	}
+	return tcp(syscall.Getsockname(ac.fd)), tcp(syscall.Getpeername(ac.fd))
 }

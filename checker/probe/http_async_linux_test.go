@@ -41,30 +41,48 @@ func probeAsync(t *testing.T, p *leanProber, timeout time.Duration) (err error, 
 	}
 }
 
-// An asynchronous probe on a kept connection gives what Probe gives, for
-// every answer of the lean prober's contract: the same result, error text,
-// Describe, errors.Is answers and StatusError.
+// An asynchronous probe gives what Probe gives, for every answer of the
+// lean prober's contract: the same result, error text, Describe,
+// errors.Is answers and StatusError, and as many connections. "kept" runs
+// it on a kept connection; "dialled" on a new one, with the Factory's
+// budget of kept connections spent (dialAsync).
 func TestHTTPAsyncMatchesProbe(t *testing.T) {
-	f := newTestFactory(t)
-	for _, tt := range leanAnswerCases {
-		t.Run(tt.name, func(t *testing.T) {
-			// One server for both, so that error texts name the same URL.
-			srv := newRawServer(t, primed(tt.answer))
-			spec := &HTTPSpec{URL: srv.url() + "/healthz", ExpectedStatus: tt.expected, Method: tt.method}
-			blocking, _ := leanAndNetHTTP(t, f, spec)
-			_ = probeWithin(t, timeoutCtx(t, time.Second), blocking) // primes a kept connection
-			want := probeWithin(t, timeoutCtx(t, 300*time.Millisecond), blocking)
-			byProbe := srv.accepted.Load()
-
-			async, _ := leanAndNetHTTP(t, f, spec)
-			_ = probeWithin(t, timeoutCtx(t, time.Second), async)
-			got, wasAsync := probeAsync(t, async, 300*time.Millisecond)
-			if !wasAsync {
-				t.Fatalf("ProbeAsync declined a probe on a kept connection")
+	for _, mode := range []string{"kept", "dialled"} {
+		t.Run(mode, func(t *testing.T) {
+			f := newTestFactory(t)
+			if mode == "dialled" {
+				f = NewFactoryWith(FactoryOptions{MaxIdleConns: -1})
+				t.Cleanup(f.Close)
 			}
-			sameProbeError(t, "async", got, "Probe", want)
-			if n := srv.accepted.Load() - byProbe; n != byProbe {
-				t.Errorf("async probes opened %d connections, Probe %d", n, byProbe)
+			for _, tt := range leanAnswerCases {
+				t.Run(tt.name, func(t *testing.T) {
+					answer := tt.answer
+					if mode == "kept" {
+						answer = primed(answer)
+					}
+					// One server for both, so that error texts name the same URL.
+					srv := newRawServer(t, answer)
+					spec := &HTTPSpec{URL: srv.url() + "/healthz", ExpectedStatus: tt.expected, Method: tt.method}
+					blocking, _ := leanAndNetHTTP(t, f, spec)
+					if mode == "kept" {
+						_ = probeWithin(t, timeoutCtx(t, time.Second), blocking) // primes a kept connection
+					}
+					want := probeWithin(t, timeoutCtx(t, 300*time.Millisecond), blocking)
+					byProbe := srv.accepted.Load()
+
+					async, _ := leanAndNetHTTP(t, f, spec)
+					if mode == "kept" {
+						_ = probeWithin(t, timeoutCtx(t, time.Second), async)
+					}
+					got, wasAsync := probeAsync(t, async, 300*time.Millisecond)
+					if !wasAsync {
+						t.Fatalf("ProbeAsync declined the probe")
+					}
+					sameProbeError(t, "async", got, "Probe", want)
+					if n := srv.accepted.Load() - byProbe; n != byProbe {
+						t.Errorf("async probes opened %d connections, Probe %d", n, byProbe)
+					}
+				})
 			}
 		})
 	}
@@ -194,4 +212,43 @@ func TestHTTPAsyncCancel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// With the budget of kept connections spent, a probe dials without
+// blocking (dialAsync): a silent server runs it into its deadline, a
+// refused connection gives Probe's error, and each probe's connection is
+// closed.
+func TestHTTPAsyncDialled(t *testing.T) {
+	f := NewFactoryWith(FactoryOptions{MaxIdleConns: -1})
+	defer f.Close()
+
+	silent := newRawServer(t, replyAndHold(""))
+	lean, _ := leanAndNetHTTP(t, f, &HTTPSpec{URL: silent.url()})
+	err, async := probeAsync(t, lean, 200*time.Millisecond)
+	if !async || !errors.Is(err, context.DeadlineExceeded) || err.Error() != `Get "`+silent.url()+`": context deadline exceeded` {
+		t.Errorf("silent server: %v (asynchronous %v), want the deadline's error from an asynchronous probe", err, async)
+	}
+
+	url := "http://" + refusedAddr(t) + "/healthz"
+	lean, _ = leanAndNetHTTP(t, f, &HTTPSpec{URL: url})
+	want := probeWithin(t, timeoutCtx(t, time.Second), lean)
+	got, _ := probeAsync(t, lean, time.Second)
+	sameProbeError(t, "async", got, "Probe", want)
+
+	ok := newRawServer(t, reply("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
+	lean, _ = leanAndNetHTTP(t, f, &HTTPSpec{URL: ok.url()})
+	for i := range 3 {
+		if err, async := probeAsync(t, lean, time.Second); err != nil || !async {
+			t.Fatalf("probe %d: %v, asynchronous %v", i, err, async)
+		}
+	}
+	if n := ok.accepted.Load(); n != 3 {
+		t.Errorf("3 probes opened %d connections, want 3", n)
+	}
+	l := f.async.loop.Load()
+	waitFor(t, func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return len(l.conns) == 0
+	}, "the loop to forget every closed connection")
 }

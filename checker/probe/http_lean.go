@@ -240,15 +240,16 @@ func (p *leanProber) Probe(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return p.urlError(err)
 	}
-	return p.probeOn(ctx, p.take(), false)
+	c := p.take()
+	return p.probeOn(ctx, c, false, c != nil)
 }
 
-// probeOn runs the probe on c, the kept connection, or on a new one when c
-// is nil; written says the request is already on c (an asynchronous probe
-// handed c over). A kept connection that fails before any byte of a
-// response arrives is replaced by a new one, once.
-func (p *leanProber) probeOn(ctx context.Context, c *leanConn, written bool) error {
-	reused := c != nil
+// probeOn runs the probe on c, or on a new connection when c is nil;
+// written says the request is already on c (an asynchronous probe handed c
+// over), reused that c was kept from an earlier probe: a kept connection
+// that fails before any byte of a response arrives is replaced by a new
+// one, once.
+func (p *leanProber) probeOn(ctx context.Context, c *leanConn, written, reused bool) error {
 	for {
 		if c == nil {
 			var err error
