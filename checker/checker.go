@@ -75,14 +75,15 @@ type Prober interface {
 type AsyncProber interface {
 	Prober
 	// ProbeAsync starts a probe that ends by deadline and returns true;
-	// done is then called exactly once, from another goroutine, with what
-	// Probe would have returned. It returns false, having started nothing
-	// and without calling done, when it cannot run this probe so: the
-	// caller runs Probe instead.
+	// done is then called exactly once with what Probe would have
+	// returned, usually from another goroutine but possibly before
+	// ProbeAsync returns (the caller holds no lock done takes). It returns
+	// false, having started nothing and without calling done, when it
+	// cannot run this probe so: the caller runs Probe instead.
 	ProbeAsync(deadline time.Time, done func(error)) bool
 	// CancelAsync ends the probe ProbeAsync started, if it still runs:
-	// done is called soon, with an error. The checker calls it when it
-	// closes.
+	// done is called soon, from another goroutine, with an error. The
+	// checker calls it when it closes; closing the prober does it too.
 	CancelAsync()
 }
 

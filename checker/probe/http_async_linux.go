@@ -393,7 +393,7 @@ func (ac *asyncConn) write(b []byte) (n int, err error) {
 }
 
 // CancelAsync ends the asynchronous probe in flight, if any: its callback
-// gets a cancellation error.
+// gets a cancellation error, on another goroutine.
 func (p *leanProber) CancelAsync() {
 	l := p.factory.async.loop.Load()
 	if l == nil {
@@ -416,7 +416,9 @@ func (p *leanProber) CancelAsync() {
 	default:
 		l.endLocked(ap)
 		l.mu.Unlock()
-		l.finish([]asyncEnd{{ap: ap, err: p.urlError(context.Canceled)}})
+		// On a goroutine of its own: the caller may hold a lock the
+		// callback takes (a checker closes probers under its mutex).
+		go l.finish([]asyncEnd{{ap: ap, err: p.urlError(context.Canceled)}})
 	}
 }
 

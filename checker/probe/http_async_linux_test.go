@@ -252,3 +252,45 @@ func TestHTTPAsyncDialled(t *testing.T) {
 		return len(l.conns) == 0
 	}, "the loop to forget every closed connection")
 }
+
+// Closing a prober while holding a lock its probe's callback takes does
+// not deadlock: the cancelled probe's callback runs on another goroutine
+// (a checker closes the prober of a changed target under its mutex).
+func TestHTTPAsyncCloseUnderCallbackLock(t *testing.T) {
+	srv := newRawServer(t, primed(replyAndHold("")))
+	lean, _ := leanAndNetHTTP(t, newTestFactory(t), &HTTPSpec{URL: srv.url()})
+	if err := probeWithin(t, timeoutCtx(t, time.Second), lean); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	done := make(chan error, 1)
+	if !lean.ProbeAsync(time.Now().Add(time.Hour), func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		done <- err
+	}) {
+		t.Fatal("ProbeAsync declined a probe on a kept connection")
+	}
+	closed := make(chan struct{})
+	go func() {
+		mu.Lock()
+		lean.Close()
+		mu.Unlock()
+		close(closed)
+	}()
+	for _, ch := range []<-chan struct{}{closed} {
+		select {
+		case <-ch:
+		case <-time.After(hungBound):
+			t.Fatal("Close under the callback's lock did not return")
+		}
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("got %v, want a cancellation", err)
+		}
+	case <-time.After(hungBound):
+		t.Fatal("the cancelled probe's callback never ran")
+	}
+}
