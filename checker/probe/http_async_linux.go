@@ -128,6 +128,19 @@ var asyncBufs = sync.Pool{New: func() any { return new([leanBufferSize]byte) }}
 // epollET is EPOLLET as the uint32 the event mask is.
 const epollET = 1 << 31
 
+// epollEvent is an event registration for the connection numbered id: the
+// number rides in the event's data, in place of a descriptor, so that an
+// event is never taken for a later connection's that got the same
+// descriptor.
+func epollEvent(id uint64, events uint32) syscall.EpollEvent {
+	return syscall.EpollEvent{Events: events, Fd: int32(uint32(id)), Pad: int32(uint32(id >> 32))}
+}
+
+// eventID returns the connection number epollEvent put in ev.
+func eventID(ev syscall.EpollEvent) uint64 {
+	return uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
+}
+
 // loop returns the Factory's async loop, starting it on first use, or nil
 // when probes cannot be asynchronous.
 func (f *Factory) loop() *asyncLoop {
@@ -213,7 +226,7 @@ func (l *asyncLoop) handle(events []syscall.EpollEvent) {
 	ends := l.ends[:0]
 	l.mu.Lock()
 	for _, ev := range events {
-		ac := l.conns[uint64(uint32(ev.Fd))|uint64(uint32(ev.Pad))<<32]
+		ac := l.conns[eventID(ev)]
 		if ac == nil {
 			continue
 		}
@@ -280,11 +293,7 @@ func (l *asyncLoop) register(c *leanConn) (*asyncConn, error) {
 	var cerr error
 	err = rc.Control(func(fd uintptr) {
 		ac.fd = int(fd)
-		ev := syscall.EpollEvent{
-			Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | epollET,
-			Fd:     int32(uint32(ac.id)),
-			Pad:    int32(uint32(ac.id >> 32)),
-		}
+		ev := epollEvent(ac.id, syscall.EPOLLIN|syscall.EPOLLRDHUP|epollET)
 		cerr = syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, int(fd), &ev)
 	})
 	if err == nil {
@@ -727,11 +736,7 @@ func (p *leanProber) dialAsync(l *asyncLoop, deadline time.Time, done func(error
 	l.nextID++
 	ac := &asyncConn{loop: l, id: l.nextID, fd: fd, probe: ap}
 	ap.ac = ac
-	ev := syscall.EpollEvent{
-		Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | epollET,
-		Fd:     int32(uint32(ac.id)),
-		Pad:    int32(uint32(ac.id >> 32)),
-	}
+	ev := epollEvent(ac.id, syscall.EPOLLIN|syscall.EPOLLOUT|syscall.EPOLLRDHUP|epollET)
 	if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		_ = syscall.Close(fd)
 		asyncBufs.Put(ap.buf)
