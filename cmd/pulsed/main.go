@@ -79,7 +79,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.defaults.Rise, "rise", d.Rise, "default consecutive passes that make a target healthy")
 	fs.IntVar(&cfg.defaults.Fall, "fall", d.Fall, "default consecutive failures that make a target unhealthy")
 	fs.IntVar(&cfg.maxProbes, "max-concurrent-probes", 256, "most probes in flight at once; others wait for a slot")
-	fs.DurationVar(&cfg.scheduleTick, "schedule-tick", 20*time.Millisecond, "probes due within one tick start together, at most this long after their due time (fewer wake-ups, less CPU per probe); targets with an interval under ten ticks keep exact starts; 0 starts each at its own due time")
+	fs.DurationVar(&cfg.scheduleTick, "schedule-tick", 10*time.Millisecond, "probes due within one tick start together, at most this long after their due time (fewer wake-ups, less CPU per probe); 0 starts each at its own due time")
 	fs.DurationVar(&cfg.defaults.FastInterval, "fast-interval", 0, "default interval while a target is on its way to a transition (failing while healthy, passing while unhealthy); 0: the target's interval")
 	fs.DurationVar(&cfg.defaults.DownInterval, "down-interval", 0, "default interval while a target is unhealthy; 0: the target's interval")
 	fs.Float64Var(&cfg.maxUnhealthy, "max-unhealthy-fraction", 0.5, "panic threshold of groups without a policy of their own (SetGroupPolicy): at most this fraction of a group, and always at least one target, is marked unhealthy at once; the rest stay routable, held; 1 disables")
