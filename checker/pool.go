@@ -11,13 +11,15 @@ import (
 // workers that take jobs from it, probe, and apply the result. A due target
 // costs one small queue entry, not a goroutine parked on a semaphore, so a
 // checker that falls behind holds its backlog in a slice (about 64 bytes a
-// target) rather than in goroutine stacks. Workers start when jobs find no
-// idle one, up to the bound, and stay until Close; an idle worker waits on
-// a condition of c.mu.
+// target) rather than in goroutine stacks. Workers wake one another, or
+// start, one at a time as jobs need them (see spreadLocked), up to the
+// bound, and stay until Close; an idle worker waits on a condition of c.mu.
 //
 // A worker takes c.mu once per probe: to apply the result of the probe it
-// just ran and, in the same critical section, to take its next job. The
-// queue and the counts below are guarded by c.mu.
+// just ran and, in the same critical section, to take its next job. An
+// asynchronous probe (AsyncProber) holds no worker while it waits: the
+// worker takes its next job at once, and asyncDone takes c.mu to apply the
+// result when it comes. The queue and the counts below are guarded by c.mu.
 
 // probePool is the Checker's pool state; guarded by Checker.mu.
 type probePool struct {

@@ -461,18 +461,15 @@ func (l *asyncLoop) serviceLocked(ap *asyncProbe) (asyncEnd, bool) {
 // over is false while more bytes are needed, and the end hands over what
 // the loop leaves to Probe's code.
 func (l *asyncLoop) answerLocked(ap *asyncProbe) (end asyncEnd, over bool) {
-	buf := ap.buf[:ap.n]
-	i := headEnd(buf, 0)
-	if i < 0 {
+	resp, body, complete, ok := ap.head()
+	switch {
+	case !complete:
 		return asyncEnd{}, false
-	}
-	resp, ok := parseHead(buf[:i])
-	if !ok || resp.code < 200 || resp.code > 599 {
+	case !ok:
 		return l.handOverLocked(ap, nil), true
 	}
 	// From here on the result is the status: the body only decides
 	// whether the connection is kept, as in readBody.
-	body := int64(len(buf) - i)
 	p := ap.p
 	keep := resp.keepAlive
 	switch {
@@ -486,23 +483,20 @@ func (l *asyncLoop) answerLocked(ap *asyncProbe) (end asyncEnd, over bool) {
 		keep = keep && body == resp.length
 	}
 	l.endLocked(ap)
-	end = asyncEnd{ap: ap, keep: keep}
-	if !p.passes(resp.code) {
-		end.err = &StatusError{Code: resp.code}
-	}
-	return end, true
+	return asyncEnd{ap: ap, keep: keep, err: p.statusResult(resp.code)}, true
 }
 
-// status returns the final status of the answer read so far, when its
-// head has arrived whole.
-func (ap *asyncProbe) status() (code int, ok bool) {
+// head parses the answer read so far: complete once its head has arrived
+// whole, ok when that head is one the loop finishes (parseHead takes it and
+// its status is final, 200-599), and body the bytes read after it.
+func (ap *asyncProbe) head() (resp leanResponse, body int64, complete, ok bool) {
 	buf := ap.buf[:ap.n]
 	i := headEnd(buf, 0)
 	if i < 0 {
-		return 0, false
+		return resp, 0, false, false
 	}
-	resp, ok := parseHead(buf[:i])
-	return resp.code, ok && resp.code >= 200 && resp.code <= 599
+	resp, ok = parseHead(buf[:i])
+	return resp, int64(len(buf) - i), true, ok && resp.code >= 200 && resp.code <= 599
 }
 
 // handOverLocked gives ap's connection to Probe's code, with the bytes
@@ -612,13 +606,10 @@ func (l *asyncLoop) expire() {
 		ap := l.waiting[0]
 		l.endLocked(ap)
 		err := ap.p.urlError(context.DeadlineExceeded)
-		if code, ok := ap.status(); ok {
+		if resp, _, _, ok := ap.head(); ok {
 			// The head arrived, the body did not: Probe's result too,
 			// once reading the body ran into the deadline.
-			err = nil
-			if !ap.p.passes(code) {
-				err = &StatusError{Code: code}
-			}
+			err = ap.p.statusResult(resp.code)
 		}
 		if ap.writing {
 			ap.endErr = err // ProbeAsync delivers it once written

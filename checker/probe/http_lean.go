@@ -278,11 +278,17 @@ func (p *leanProber) probeOn(ctx context.Context, c *leanConn, written, reused b
 		} else {
 			c.close()
 		}
-		if p.passes(code) {
-			return nil
-		}
-		return &StatusError{Code: code}
+		return p.statusResult(code)
 	}
+}
+
+// statusResult is a probe's result for the final status code of its
+// answer.
+func (p *leanProber) statusResult(code int) error {
+	if p.passes(code) {
+		return nil
+	}
+	return &StatusError{Code: code}
 }
 
 // take returns the kept connection, or nil when there is none (or it has

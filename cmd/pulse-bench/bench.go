@@ -117,17 +117,27 @@ func (o Options) logf(format string, args ...any) {
 	}
 }
 
+// startFarm starts the farm of a scale point: p.Targets targets, a probe
+// late when it comes more than 1.5 intervals after the previous one.
+func startFarm(o Options, p ScalePoint) (*Farm, error) {
+	o.logf("%s targets at %s: starting the farm", fmtCount(p.Targets), p.Interval)
+	farm, err := NewFarm(FarmConfig{N: p.Targets})
+	if err != nil {
+		return nil, err
+	}
+	farm.SetLateAfter(p.Interval * 3 / 2)
+	return farm, nil
+}
+
 // runPoint measures Pulse, then HAProxy, against one farm of p.Targets
 // targets.
 func runPoint(ctx context.Context, o Options, p ScalePoint) (Point, error) {
 	out := Point{Targets: p.Targets, Interval: p.Interval}
-	o.logf("%s targets at %s: starting the farm", fmtCount(p.Targets), p.Interval)
-	farm, err := NewFarm(FarmConfig{N: p.Targets})
+	farm, err := startFarm(o, p)
 	if err != nil {
 		return out, err
 	}
 	defer farm.Close()
-	farm.SetLateAfter(p.Interval * 3 / 2)
 	flipped := flipSet(p.Targets, o.FlipFraction)
 
 	out.Pulse, err = runPulse(ctx, o, farm, p, flipped)

@@ -222,13 +222,11 @@ func (e *etcdProc) forget(ctx context.Context, prefix string) error {
 // replicas on etcd, one run after the other.
 func runReplicaPoint(ctx context.Context, o Options, e *etcdProc, p ScalePoint) (ReplicaPoint, error) {
 	out := ReplicaPoint{Targets: p.Targets, Interval: p.Interval}
-	o.logf("%s targets at %s: starting the farm", fmtCount(p.Targets), p.Interval)
-	farm, err := NewFarm(FarmConfig{N: p.Targets})
+	farm, err := startFarm(o, p)
 	if err != nil {
 		return out, err
 	}
 	defer farm.Close()
-	farm.SetLateAfter(p.Interval * 3 / 2)
 	for n, k := range append([]int{0}, o.Replicas...) {
 		if n > 0 {
 			farm.Forget()
