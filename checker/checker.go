@@ -168,6 +168,10 @@ type Status struct {
 	PassiveResults  uint64
 	PassiveLimited  uint64
 	IgnoredTimeouts uint64
+	// Quarantined, when set, says why a stored target that today's rules
+	// refuse is not probed: it stays listed, never routable, until Add
+	// replaces its spec or Remove removes it.
+	Quarantined string
 }
 
 // Config configures a Checker. Every field is optional.
@@ -479,6 +483,10 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 
 	c.mu.Lock()
 	old := c.targets[spec.Name]
+	limitErr := c.checkLimitsLocked(old, spec)
+	if old != nil && old.quarantined() != "" {
+		old = nil // replaced by a target made afresh from this spec
+	}
 	if old != nil {
 		// The initial state only matters to a new target: an update keeps
 		// the one it was created with, so it is no change.
@@ -487,7 +495,6 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 	sameProbe := old != nil && reflect.DeepEqual(old.spec.Probe, spec.Probe)
 	sameSpec := old != nil && reflect.DeepEqual(old.spec, spec)
 	closed := c.closed
-	limitErr := c.checkLimitsLocked(old, spec)
 	c.mu.Unlock()
 	if closed {
 		return Status{}, false, ErrClosed
@@ -495,18 +502,20 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 	if limitErr != nil {
 		return Status{}, false, limitErr
 	}
-	if c.store != nil && !sameSpec {
-		// Durable before anything changes or is acknowledged; with wmu held
-		// no other Add or Remove can change this target meanwhile.
-		if err := c.store.PutSpec(spec); err != nil {
-			return Status{}, false, fmt.Errorf("%w: %v", ErrStore, err)
-		}
-	}
-
+	// The prober is built first: a probe the egress policy refuses is a
+	// rejected call, and a rejected call stores nothing.
 	var p Prober
 	if !sameProbe {
 		if p, err = c.newProber(spec.Probe); err != nil {
 			return Status{}, false, wrapProbeErr(err)
+		}
+	}
+	if c.store != nil && !sameSpec {
+		// Durable before anything changes or is acknowledged; with wmu held
+		// no other Add or Remove can change this target meanwhile.
+		if err := c.store.PutSpec(spec); err != nil {
+			unused = p
+			return Status{}, false, fmt.Errorf("%w: %v", ErrStore, err)
 		}
 	}
 
@@ -518,15 +527,21 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 	}
 	now := c.clock.Now()
 	t := c.targets[spec.Name]
+	var fixed *target // the quarantined target this spec replaces
+	if t != nil && t.quarantined() != "" {
+		fixed, t = t, nil
+	}
 	if t == nil {
 		if p == nil { // the target was removed while we built the prober
 			if p, err = c.newProber(spec.Probe); err != nil {
 				return Status{}, false, wrapProbeErr(err)
 			}
 		}
-		if err := c.checkLimitsLocked(nil, spec); err != nil { // re-checked: others may have added meanwhile
-			unused = p
-			return Status{}, false, err
+		if fixed == nil {
+			if err := c.checkLimitsLocked(nil, spec); err != nil { // re-checked: others may have added meanwhile
+				unused = p
+				return Status{}, false, err
+			}
 		}
 		t = newTarget(spec, p, spec.InitialState)
 		c.setNextLocked(t, now.Add(firstDelay(spec.Name, spec.Interval)))
@@ -535,6 +550,13 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 		c.due.push(t)
 		c.wakeScheduler()
 		st := c.statusLocked(t, now)
+		if fixed != nil {
+			// Watchers know the name from the quarantined target: the fix is
+			// an update of it.
+			c.emitLocked(Event{Kind: EventUpdated, Time: now, Status: st, prevGroup: fixed.spec.Group})
+			c.settleLocked(spec.Group, now)
+			return st, false, nil
+		}
 		c.emitLocked(Event{Kind: EventAdded, Time: now, Status: st})
 		c.settleLocked(spec.Group, now) // a new routable target may make room
 		return st, true, nil
@@ -629,11 +651,15 @@ func (c *Checker) Remove(name string) (bool, error) {
 	if ok {
 		now := c.clock.Now()
 		delete(c.targets, name)
-		c.due.remove(t)
-		c.leavePoolLocked(t)
-		c.emitLocked(Event{Kind: EventRemoved, Time: now, Status: c.statusLocked(t, now)})
-		c.settleLocked(t.spec.Group, now) // fewer unhealthy targets: room for held ones
-		c.dropPoolLocked(t.spec.Group)
+		if t.quarantined() != "" { // in no heap and no pool
+			c.emitLocked(Event{Kind: EventRemoved, Time: now, Status: c.statusLocked(t, now)})
+		} else {
+			c.due.remove(t)
+			c.leavePoolLocked(t)
+			c.emitLocked(Event{Kind: EventRemoved, Time: now, Status: c.statusLocked(t, now)})
+			c.settleLocked(t.spec.Group, now) // fewer unhealthy targets: room for held ones
+			c.dropPoolLocked(t.spec.Group)
+		}
 	}
 	c.unlockAndReport()
 	if ok {
@@ -702,7 +728,7 @@ func (c *Checker) checkLimitsLocked(old *target, spec Spec) error {
 	if old == nil && c.limits.MaxTargets > 0 && len(c.targets) >= c.limits.MaxTargets {
 		return &LimitError{What: "targets", Max: c.limits.MaxTargets}
 	}
-	joins := old == nil || old.spec.Group != spec.Group
+	joins := old == nil || old.spec.Group != spec.Group || old.quarantined() != "" // a quarantined target is in no pool
 	if joins && c.limits.MaxTargetsPerGroup > 0 && c.pools[spec.Group].size() >= c.limits.MaxTargetsPerGroup {
 		return &LimitError{What: fmt.Sprintf("targets in group %q", spec.Group), Max: c.limits.MaxTargetsPerGroup}
 	}
@@ -745,6 +771,7 @@ func (c *Checker) statusLocked(t *target, now time.Time) Status {
 		PassiveResults:  t.passive,
 		PassiveLimited:  t.limited,
 		IgnoredTimeouts: t.ignored,
+		Quarantined:     t.quarantined(),
 	}
 	if t.hasLast {
 		r := t.last
@@ -765,7 +792,7 @@ func (c *Checker) RunRound(ctx context.Context) []Transition {
 	now := c.clock.Now()
 	var jobs []job
 	for _, t := range c.targets {
-		if !t.inFlight && (c.shared == nil || t.owned) {
+		if !t.inFlight && (c.shared == nil || t.owned) && t.quarantined() == "" {
 			jobs = append(jobs, c.jobLocked(t, now))
 		}
 	}

@@ -10,6 +10,10 @@ import (
 // (Spec.PassiveOutcomes is off).
 var ErrPassiveDisabled = errors.New("passive outcomes are off for this target")
 
+// ErrQuarantined: the target is quarantined (Status.Quarantined) and takes
+// no results until its spec is fixed.
+var ErrQuarantined = errors.New("the target is quarantined: fix its spec with AddTarget or remove it")
+
 // MaxOutcomeErrLen bounds Outcome.Err, in bytes.
 const MaxOutcomeErrLen = 1024
 
@@ -66,6 +70,9 @@ func (c *Checker) ReportOutcome(name string, o Outcome) (st Status, counted bool
 	t, ok := c.targets[name]
 	if !ok {
 		return Status{}, false, fmt.Errorf("%w %q", ErrUnknownTarget, name)
+	}
+	if t.quarantined() != "" {
+		return Status{}, false, fmt.Errorf("target %q: %w", name, ErrQuarantined)
 	}
 	if !t.spec.PassiveOutcomes {
 		return Status{}, false, fmt.Errorf("target %q: %w", name, ErrPassiveDisabled)

@@ -546,3 +546,11 @@ func (c *Checker) Replica() (id string, members []string) {
 	}
 	return "", nil
 }
+
+// refusedProber stands for a shared target whose probe this replica's rules
+// refuse (another replica's allowed it): every probe fails with the reason.
+type refusedProber struct{ err error }
+
+func (r refusedProber) Probe(context.Context) error {
+	return fmt.Errorf("refused by this replica's rules: %w", r.err)
+}

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-
-	"pulse/checker/probe"
 )
 
 // Store keeps the registry across restarts. The checker owns the contract;
@@ -53,6 +50,9 @@ type StoredTarget struct {
 	// State is the last stored state; StateUnknown if none was stored yet.
 	State          State
 	LastTransition time.Time
+	// Err, when set, says why the record could not be read; Spec then holds
+	// at least the name. The checker quarantines such a target.
+	Err error
 }
 
 // StoredState is a target's state as the committer writes it.
@@ -82,22 +82,23 @@ func (c *Checker) load() (uint64, error) {
 	}
 	for _, st := range targets {
 		spec := st.Spec.WithDefaults(c.defaults)
+		err := st.Err
+		if err == nil {
+			err = spec.Validate()
+		}
 		var p Prober
-		err := spec.Validate()
 		if err == nil {
 			p, err = c.newProber(spec.Probe)
 		}
 		if err != nil {
-			// A probe that today's rules refuse (a stricter egress policy,
-			// say) must not keep pulsed from starting, nor be dropped
-			// silently: the target stays, failing every probe with the
-			// reason, until it is fixed or removed through the API. Any
-			// other invalid field would break scheduling: refuse to start.
-			if !isProbeField(err) {
-				return 0, fmt.Errorf("stored target %q: %w", st.Spec.Name, err)
-			}
-			c.logger.Warn("stored target's probe is refused; it will fail until fixed or removed", "target", st.Spec.Name, "error", err)
-			p = refusedProber{err}
+			// A record that today's rules refuse (a stricter bound or egress
+			// policy, a probe kind this version does not know, damaged bytes)
+			// must neither keep pulsed from starting nor be dropped silently:
+			// it is listed, quarantined with the reason, never probed, until
+			// AddTarget fixes it or RemoveTarget removes it.
+			c.logger.Warn("stored target quarantined: it is listed but not probed until fixed or removed", "target", st.Spec.Name, "error", err)
+			c.targets[st.Spec.Name] = newQuarantined(st.Spec, err)
+			continue
 		}
 		state := st.State
 		if state == StateUnknown {
@@ -234,25 +235,26 @@ func (c *Checker) waitPublished(rev uint64) {
 	}
 }
 
-// isProbeField reports whether err is a FieldError about the probe spec.
-func isProbeField(err error) bool {
-	var fe *FieldError
-	if !errors.As(err, &fe) {
-		var pe *probe.FieldError
-		return errors.As(err, &pe)
-	}
-	for _, prefix := range []string{"http.", "tcp.", "grpc.", "probe"} {
-		if strings.HasPrefix(fe.Field, prefix) {
-			return true
-		}
-	}
-	return false
+// quarantine stands in for the prober of a stored target that today's
+// rules refuse. Such a target is never scheduled, belongs to no pool and is
+// never routable; its status says why (Status.Quarantined).
+type quarantine struct{ reason string }
+
+func (q quarantine) Probe(context.Context) error { return errors.New(q.reason) }
+
+// newQuarantined returns the quarantined target for a stored spec refused
+// with err.
+func newQuarantined(spec Spec, err error) *target {
+	t := newTarget(spec, quarantine{err.Error()}, StateUnhealthy)
+	t.index = -1 // in no due heap
+	t.carried = true
+	return t
 }
 
-// refusedProber stands for a stored target whose probe today's rules
-// refuse: every probe fails with the reason.
-type refusedProber struct{ err error }
-
-func (r refusedProber) Probe(context.Context) error {
-	return fmt.Errorf("refused since the restart: %w", r.err)
+// quarantined returns why t is quarantined, or "" if it is not.
+func (t *target) quarantined() string {
+	if q, ok := t.prober.(quarantine); ok {
+		return q.reason
+	}
+	return ""
 }

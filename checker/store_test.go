@@ -22,7 +22,8 @@ type memStore struct {
 	rev        uint64
 	failSpec   error
 	failCommit error
-	gate       chan struct{} // if set, CommitStates waits for it
+	gate       chan struct{}    // if set, CommitStates waits for it
+	loadErr    map[string]error // Load returns these targets as unreadable
 	commits    int
 }
 
@@ -36,7 +37,7 @@ func (m *memStore) Load() ([]checker.StoredTarget, uint64, error) {
 	var out []checker.StoredTarget
 	for name, spec := range m.specs {
 		st := m.states[name]
-		out = append(out, checker.StoredTarget{Spec: spec, State: st.State, LastTransition: st.LastTransition})
+		out = append(out, checker.StoredTarget{Spec: spec, State: st.State, LastTransition: st.LastTransition, Err: m.loadErr[name]})
 	}
 	return out, m.rev, nil
 }
@@ -265,15 +266,24 @@ func TestStoreRestartWithoutFlips(t *testing.T) {
 	}
 }
 
-// A stored target whose probe today's rules refuse (e.g. a stricter egress
-// policy) does not keep the checker from starting: it stays, failing every
-// probe with the reason, and can be removed.
-func TestStoredTargetRefusedByTodaysRulesStaysAndFails(t *testing.T) {
+// TestStoredTargetsRefusedByTodaysRulesAreQuarantined: a stored target
+// that today's rules refuse (a probe the egress policy denies, a spec that
+// no longer validates, a record that cannot be read) does not keep the
+// checker from starting and is not dropped: it is listed with the reason,
+// never probed, never routable, refuses passive outcomes, and AddTarget
+// fixes it (an update of the name) or Remove removes it.
+func TestStoredTargetsRefusedByTodaysRulesAreQuarantined(t *testing.T) {
 	st := newMemStore()
 	e := storeEnv(t, st, checker.Config{})
 	e.add(t, spec("meta"))
 	e.add(t, spec("ok"))
 	e.c.Close()
+	bad := spec("bad")
+	bad.Interval, bad.Timeout, bad.Rise, bad.Fall = time.Second, 2*time.Second, 1, 1 // timeout past the interval
+	st.specs["bad"] = bad
+	st.specs["garbled"] = checker.Spec{Name: "garbled"}
+	st.loadErr = map[string]error{"garbled": errors.New("stored spec: unexpected end of JSON input")}
+	st.states["ok"] = checker.StoredState{Name: "ok", State: checker.StateHealthy}
 
 	clock := fakeclock.New(epoch)
 	fp := newFakeProbers(clock)
@@ -288,15 +298,74 @@ func TestStoredTargetRefusedByTodaysRulesStaysAndFails(t *testing.T) {
 		},
 	})
 	if err != nil {
-		t.Fatalf("New with a refused stored target: %v", err)
+		t.Fatalf("New with refused stored targets: %v", err)
 	}
 	defer c.Close()
+	c.Start()
+	wantWhy := map[string]string{
+		"bad":     "timeout: must be at most the interval (1s), got 2s",
+		"garbled": "stored spec: unexpected end of JSON input",
+		"meta":    "tcp.address: meta is denied by egress policy",
+	}
+	list, _ := c.List("")
+	got := map[string]string{}
+	for _, s := range list {
+		if s.Quarantined != "" {
+			got[s.Spec.Name] = s.Quarantined
+			if s.Routable || s.State != checker.StateUnhealthy {
+				t.Errorf("quarantined %s: state %v routable %v, want unhealthy, not routable", s.Spec.Name, s.State, s.Routable)
+			}
+		}
+	}
+	if diff := cmp.Diff(wantWhy, got); diff != "" {
+		t.Errorf("quarantined targets (-want +got):\n%s", diff)
+	}
+	if h := c.Healthy(""); !slices.Equal(h, []string{"ok"}) {
+		t.Errorf("Healthy = %v, want only [ok]", h)
+	}
+	if routable, total := c.GroupHealth(""); routable != 1 || total != 4 {
+		t.Errorf("GroupHealth = %d of %d, want 1 of 4", routable, total)
+	}
+
+	// Probes run on schedule for the others, never for the quarantined.
 	c.RunRound(t.Context())
-	got, err := c.Status("meta")
-	if err != nil || got.LastResult == nil || got.LastResult.Err != "refused since the restart: tcp.address: meta is denied by egress policy" {
-		t.Errorf("the refused target: %+v %v", got.LastResult, err)
+	for range 5 {
+		clock.Advance(time.Second)
+	}
+	waitFor(t, "ok to be probed", func() bool { return fp.callCount("ok") >= 2 })
+	for _, addr := range []string{"meta", "bad", "garbled"} {
+		if n := fp.callCount(addr); n != 0 {
+			t.Errorf("%s was probed %d times; a quarantined target is never probed", addr, n)
+		}
+	}
+	if _, _, err := c.ReportOutcome("bad", checker.Outcome{Pass: true}); !errors.Is(err, checker.ErrQuarantined) {
+		t.Errorf("ReportOutcome on a quarantined target: %v, want ErrQuarantined", err)
+	}
+
+	// A valid spec of the name fixes it: an update, probed from then on.
+	w := watchNow(t, c, checker.Filter{})
+	fixed := spec("bad")
+	if _, created, err := c.Add(fixed); err != nil || created {
+		t.Fatalf("Add fixing a quarantined target: created %v, %v; want an update", created, err)
+	}
+	if s, _ := c.Status("bad"); s.Quarantined != "" {
+		t.Errorf("after the fix, still quarantined: %q", s.Quarantined)
+	}
+	if st.specs["bad"].Timeout != time.Second {
+		t.Errorf("the fixed spec was not stored: %+v", st.specs["bad"])
 	}
 	if ok, err := c.Remove("meta"); !ok || err != nil {
-		t.Errorf("Remove of the refused target: %v %v", ok, err)
+		t.Errorf("Remove of a quarantined target: %v %v", ok, err)
 	}
+	if _, ok := st.specs["meta"]; ok {
+		t.Error("the removed quarantined target is still stored")
+	}
+	c.List("")
+	if diff := cmp.Diff([]string{"updated bad", "removed meta"}, kinds(next(t, w))); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	waitFor(t, "the fixed target to be probed", func() bool {
+		clock.Advance(time.Second)
+		return fp.callCount("bad") >= 1
+	})
 }

@@ -214,6 +214,7 @@ func statusToProto(st checker.Status) *pb.TargetStatus {
 		PassiveResults:      st.PassiveResults,
 		PassiveRateLimited:  st.PassiveLimited,
 		IgnoredTimeouts:     st.IgnoredTimeouts,
+		Quarantined:         st.Quarantined,
 	}
 	if st.ProbeInterval > 0 {
 		out.ProbeInterval = durationpb.New(st.ProbeInterval)

@@ -247,6 +247,8 @@ func toStatus(err error, prefix string) error {
 		return status.Errorf(codes.NotFound, "%v; list targets with ListTargets or add it with AddTarget", err)
 	case errors.Is(err, checker.ErrPassiveDisabled):
 		return status.Errorf(codes.FailedPrecondition, "%v; enable them by adding the target again (AddTarget) with target.passive_outcomes: true (and optionally target.passive_rate, 10 a second by default)", err)
+	case errors.Is(err, checker.ErrQuarantined):
+		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, checker.ErrSubscriberTooSlow):
 		var be *checker.BehindError
 		if errors.As(err, &be) {

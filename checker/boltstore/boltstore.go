@@ -13,8 +13,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -38,6 +40,37 @@ var (
 // ErrLocked: another process holds the data dir's store open.
 var ErrLocked = errors.New("the store is in use by another process")
 
+// ErrDamaged: the store file is not a readable bbolt file (truncated,
+// overwritten, corrupted pages, or another program's file). bbolt panics on
+// some damage; every method recovers that into an error wrapping ErrDamaged.
+var ErrDamaged = errors.New("damaged")
+
+// damagedError says which file is damaged, why, and what to do.
+type damagedError struct {
+	path  string
+	cause string
+}
+
+func (e *damagedError) Error() string {
+	return fmt.Sprintf("%s is damaged (%s): restore a backup (README \"Backup\") or move it away", e.path, e.cause)
+}
+
+func (e *damagedError) Is(target error) bool { return target == ErrDamaged }
+
+// recoverDamaged turns a bbolt panic into an error wrapping ErrDamaged in
+// *err. Every method that reads or writes the file defers it as
+//
+//	defer recoverDamaged(path, &err, debug.SetPanicOnFault(true))
+//
+// so that a read past the mapped file (a page number out of range) is a
+// panic to recover, not a fatal fault; it restores the goroutine's setting.
+func recoverDamaged(path string, err *error, panicOnFault bool) {
+	debug.SetPanicOnFault(panicOnFault)
+	if v := recover(); v != nil {
+		*err = &damagedError{path: path, cause: fmt.Sprint(v)}
+	}
+}
+
 // Store is a checker.Store on a bbolt file. It is safe for concurrent use.
 type Store struct {
 	db *bolt.DB
@@ -48,17 +81,27 @@ var _ checker.PolicyStore = (*Store)(nil)
 // Open opens (creating if needed) the store in dir. It fails with an error
 // wrapping ErrLocked when another process has it open, after waiting up to
 // lockWait for it to close.
-func Open(dir string, lockWait time.Duration) (*Store, error) {
+//
+// A file that is not a readable store gives an error wrapping ErrDamaged
+// that says what to do, never a panic. After such an error the file may
+// stay locked until the process exits.
+func Open(dir string, lockWait time.Duration) (_ *Store, err error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
 	path := filepath.Join(dir, FileName)
+	// bbolt panics on some damage (a bad freelist page) after it has
+	// mapped the file, and leaves it mapped and so locked: the caller is
+	// expected to give up on the store (pulsed exits), not to open it again.
+	defer recoverDamaged(path, &err, debug.SetPanicOnFault(true))
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockWait})
-	if errors.Is(err, bolterrors.ErrTimeout) {
+	switch {
+	case errors.Is(err, bolterrors.ErrTimeout):
 		return nil, fmt.Errorf("%w: %s is locked (is another pulsed using data dir %s?)", ErrLocked, path, dir)
-	}
-	if err != nil {
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("open %s: %w", path, err)
+	case err != nil: // bbolt's own errors: not a bbolt file, a bad checksum, too small
+		return nil, &damagedError{path: path, cause: err.Error()}
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, b := range [][]byte{specsBucket, statesBucket, policiesBucket, metaBucket} {
@@ -70,7 +113,7 @@ func Open(dir string, lockWait time.Duration) (*Store, error) {
 	})
 	if err != nil {
 		db.Close()
-		return nil, fmt.Errorf("initialise %s: %w", path, err)
+		return nil, &damagedError{path: path, cause: "initialise: " + err.Error()}
 	}
 	return &Store{db: db}, nil
 }
@@ -92,9 +135,10 @@ type policyRecord struct {
 }
 
 // LoadGroupPolicies returns every stored group policy.
-func (s *Store) LoadGroupPolicies() (map[string]checker.GroupPolicy, error) {
+func (s *Store) LoadGroupPolicies() (_ map[string]checker.GroupPolicy, err error) {
+	defer recoverDamaged(s.db.Path(), &err, debug.SetPanicOnFault(true))
 	out := map[string]checker.GroupPolicy{}
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err = s.db.View(func(tx *bolt.Tx) error {
 		b := tx.Bucket(policiesBucket)
 		if b == nil { // a file from before policies: nothing stored
 			return nil
@@ -112,7 +156,8 @@ func (s *Store) LoadGroupPolicies() (map[string]checker.GroupPolicy, error) {
 }
 
 // PutGroupPolicy stores a group's policy; the zero policy deletes it.
-func (s *Store) PutGroupPolicy(group string, p checker.GroupPolicy) error {
+func (s *Store) PutGroupPolicy(group string, p checker.GroupPolicy) (err error) {
+	defer recoverDamaged(s.db.Path(), &err, debug.SetPanicOnFault(true))
 	return s.db.Update(func(tx *bolt.Tx) error {
 		b, err := tx.CreateBucketIfNotExists(policiesBucket)
 		if err != nil {
@@ -135,11 +180,14 @@ type stateRecord struct {
 	LastTransition time.Time     `json:"last_transition"`
 }
 
-// Load returns every stored target and the stored revision.
-func (s *Store) Load() ([]checker.StoredTarget, uint64, error) {
+// Load returns every stored target and the stored revision. A record that
+// cannot be decoded is returned with its Err set (and only its name in the
+// spec), so that the checker quarantines it instead of refusing to start.
+func (s *Store) Load() (_ []checker.StoredTarget, _ uint64, err error) {
+	defer recoverDamaged(s.db.Path(), &err, debug.SetPanicOnFault(true))
 	var out []checker.StoredTarget
 	var rev uint64
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err = s.db.View(func(tx *bolt.Tx) error {
 		if v := tx.Bucket(metaBucket).Get(revisionKey); v != nil {
 			var err error
 			if rev, err = strconv.ParseUint(string(v), 10, 64); err != nil {
@@ -149,14 +197,16 @@ func (s *Store) Load() ([]checker.StoredTarget, uint64, error) {
 		states := tx.Bucket(statesBucket)
 		return tx.Bucket(specsBucket).ForEach(func(k, v []byte) error {
 			var sr specRecord
-			if err := json.Unmarshal(v, &sr); err != nil {
-				return fmt.Errorf("stored spec of %q: %w", k, err)
+			if err := decodeSpec(v, &sr); err != nil {
+				out = append(out, checker.StoredTarget{Spec: checker.Spec{Name: string(k)}, Err: err})
+				return nil
 			}
 			t := checker.StoredTarget{Spec: sr.Spec}
 			if v := states.Get(k); v != nil {
 				var st stateRecord
 				if err := json.Unmarshal(v, &st); err != nil {
-					return fmt.Errorf("stored state of %q: %w", k, err)
+					out = append(out, checker.StoredTarget{Spec: sr.Spec, Err: fmt.Errorf("stored state: %w", err)})
+					return nil
 				}
 				t.State, t.LastTransition = st.State, st.LastTransition
 			}
@@ -168,7 +218,8 @@ func (s *Store) Load() ([]checker.StoredTarget, uint64, error) {
 }
 
 // PutSpec stores a target's spec.
-func (s *Store) PutSpec(spec checker.Spec) error {
+func (s *Store) PutSpec(spec checker.Spec) (err error) {
+	defer recoverDamaged(s.db.Path(), &err, debug.SetPanicOnFault(true))
 	v, err := json.Marshal(specRecord{V: 1, Spec: spec})
 	if err != nil {
 		return err
@@ -179,7 +230,8 @@ func (s *Store) PutSpec(spec checker.Spec) error {
 }
 
 // DeleteTarget removes a target's spec and state.
-func (s *Store) DeleteTarget(name string) error {
+func (s *Store) DeleteTarget(name string) (err error) {
+	defer recoverDamaged(s.db.Path(), &err, debug.SetPanicOnFault(true))
 	return s.db.Update(func(tx *bolt.Tx) error {
 		if err := tx.Bucket(specsBucket).Delete([]byte(name)); err != nil {
 			return err
@@ -191,7 +243,8 @@ func (s *Store) DeleteTarget(name string) error {
 // CommitStates stores states, deletes those of the deleted targets and
 // records rev, in one transaction. States of targets whose spec is gone
 // (removed meanwhile) are not stored.
-func (s *Store) CommitStates(states []checker.StoredState, deleted []string, rev uint64) error {
+func (s *Store) CommitStates(states []checker.StoredState, deleted []string, rev uint64) (err error) {
+	defer recoverDamaged(s.db.Path(), &err, debug.SetPanicOnFault(true))
 	return s.db.Update(func(tx *bolt.Tx) error {
 		specs, b := tx.Bucket(specsBucket), tx.Bucket(statesBucket)
 		for _, st := range states {
@@ -219,12 +272,27 @@ func (s *Store) CommitStates(states []checker.StoredState, deleted []string, rev
 // stays in use (one read transaction), and returns the bytes written. The
 // copy opens like the original: pulsed -data-dir on a directory holding it
 // as pulse.db.
-func (s *Store) Backup(w io.Writer) (int64, error) {
+func (s *Store) Backup(w io.Writer) (_ int64, err error) {
+	defer recoverDamaged(s.db.Path(), &err, debug.SetPanicOnFault(true))
 	var n int64
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err = s.db.View(func(tx *bolt.Tx) error {
 		var err error
 		n, err = tx.WriteTo(w)
 		return err
 	})
 	return n, err
+}
+
+// decodeSpec decodes a stored spec record. A record of another version is
+// refused rather than read as less than it says. (A probe kind this version
+// does not know decodes as no probe at all, which the checker's validation
+// refuses.)
+func decodeSpec(v []byte, sr *specRecord) error {
+	if err := json.Unmarshal(v, sr); err != nil {
+		return fmt.Errorf("stored spec: %w", err)
+	}
+	if sr.V != 1 {
+		return fmt.Errorf("stored spec: record version %d, this pulsed reads version 1", sr.V)
+	}
+	return nil
 }

@@ -813,8 +813,14 @@ type TargetStatus struct {
 	// ignored_timeouts counts probe timeouts that did not count because the
 	// checker was overloaded.
 	IgnoredTimeouts uint64 `protobuf:"varint,19,opt,name=ignored_timeouts,json=ignoredTimeouts,proto3" json:"ignored_timeouts,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// quarantined, when set, says why this target, loaded from the store, is
+	// not probed: today's rules refuse its stored spec (a bound it exceeds,
+	// a probe the egress policy denies, a probe kind this version does not
+	// know, a damaged record). It is never routable. AddTarget with a valid
+	// spec of the same name fixes it; RemoveTarget removes it.
+	Quarantined   string `protobuf:"bytes,20,opt,name=quarantined,proto3" json:"quarantined,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TargetStatus) Reset() {
@@ -978,6 +984,13 @@ func (x *TargetStatus) GetIgnoredTimeouts() uint64 {
 		return x.IgnoredTimeouts
 	}
 	return 0
+}
+
+func (x *TargetStatus) GetQuarantined() string {
+	if x != nil {
+		return x.Quarantined
+	}
+	return ""
 }
 
 // GroupPolicy is a group's pool policy.
@@ -2683,7 +2696,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12.\n" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x18\n" +
 	"\apassive\x18\x05 \x01(\bR\apassive\x12\x18\n" +
-	"\aignored\x18\x06 \x01(\bR\aignored\"\xc7\x06\n" +
+	"\aignored\x18\x06 \x01(\bR\aignored\"\xe9\x06\n" +
 	"\fTargetStatus\x12$\n" +
 	"\x04spec\x18\x01 \x01(\v2\x10.pulse.v1.TargetR\x04spec\x12%\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x0f.pulse.v1.StateR\x05state\x12\x1a\n" +
@@ -2708,7 +2721,8 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x0eactive_results\x18\x10 \x01(\x04R\ractiveResults\x12'\n" +
 	"\x0fpassive_results\x18\x11 \x01(\x04R\x0epassiveResults\x120\n" +
 	"\x14passive_rate_limited\x18\x12 \x01(\x04R\x12passiveRateLimited\x12)\n" +
-	"\x10ignored_timeouts\x18\x13 \x01(\x04R\x0fignoredTimeouts\"c\n" +
+	"\x10ignored_timeouts\x18\x13 \x01(\x04R\x0fignoredTimeouts\x12 \n" +
+	"\vquarantined\x18\x14 \x01(\tR\vquarantined\"c\n" +
 	"\vGroupPolicy\x129\n" +
 	"\x16max_unhealthy_fraction\x18\x01 \x01(\x01H\x00R\x14maxUnhealthyFraction\x88\x01\x01B\x19\n" +
 	"\x17_max_unhealthy_fraction\"\x8f\x02\n" +

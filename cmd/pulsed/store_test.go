@@ -1,0 +1,227 @@
+package main
+
+import (
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"pulse/checker"
+	"pulse/checker/boltstore"
+	"pulse/checker/probe"
+	pb "pulse/gen/pulse/v1"
+)
+
+// storedDir returns a data dir whose store holds the given specs and raw
+// spec records (name to bytes), written as an older or damaged pulsed
+// could have left them.
+func storedDir(t *testing.T, specs []checker.Spec, raw map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := boltstore.Open(dir, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sp := range specs {
+		if err := s.PutSpec(sp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(filepath.Join(dir, boltstore.FileName), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.Update(func(tx *bolt.Tx) error {
+		for name, v := range raw {
+			if err := tx.Bucket([]byte("specs")).Put([]byte(name), []byte(v)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestStoredTargetsThatTodaysRulesRefuseAreQuarantined: records that the
+// running pulsed refuses (a denied egress address, a spec that no longer
+// validates, a probe kind it does not know, bytes it cannot decode) never
+// keep the real binary from becoming ready: they are listed with the
+// reason, never routable, removable, and fixable by AddTarget.
+func TestStoredTargetsThatTodaysRulesRefuseAreQuarantined(t *testing.T) {
+	ok := okServer(t)
+	dir := storedDir(t, []checker.Spec{
+		{Name: "ok-1", Probe: probe.Spec{HTTP: &probe.HTTPSpec{URL: ok.URL}}, Interval: 100 * time.Millisecond, Timeout: 100 * time.Millisecond, Rise: 1, Fall: 1},
+		{Name: "meta", Probe: probe.Spec{HTTP: &probe.HTTPSpec{URL: "http://169.254.169.254/latest"}}},
+		{Name: "slow", Probe: probe.Spec{TCP: &probe.TCPSpec{Address: "127.0.0.1:9"}}, Interval: time.Second, Timeout: 5 * time.Second},
+	}, map[string]string{
+		"udp-1":   `{"v":1,"spec":{"Name":"udp-1","Probe":{"UDP":{"Address":"127.0.0.1:53"}}}}`,
+		"garbled": `{"v":1,"spec":{"Name":`,
+		"future":  `{"v":2,"spec":{"Name":"future"}}`,
+	})
+	bin := buildPulsed(t)
+	p := startPulsed(t, bin, "-data-dir", dir)
+	m := regexp.MustCompile(`msg="http listening" .*addr=(\S+)`).FindStringSubmatch(p.logs.String())
+	if m == nil {
+		t.Fatalf("no http address in the log:\n%s", p.logs.String())
+	}
+	eventually(t, "/readyz to answer 200", func() bool {
+		resp, err := http.Get("http://" + m[1] + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	client := dial(t, p.addr)
+	ctx := t.Context()
+	wantWhy := map[string]string{
+		"meta":    "denied by egress policy",
+		"slow":    "timeout: must be at most the interval",
+		"udp-1":   "exactly one",
+		"garbled": "stored spec: unexpected end of JSON input",
+		"future":  "record version 2",
+	}
+	list, err := client.ListTargets(ctx, &pb.ListTargetsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, st := range list.GetTargets() {
+		name, why := st.GetSpec().GetName(), st.GetQuarantined()
+		want, bad := wantWhy[name]
+		switch {
+		case !bad && why != "":
+			t.Errorf("%s quarantined (%q), want it probed", name, why)
+		case bad && !strings.Contains(why, want):
+			t.Errorf("%s: quarantined = %q, want a reason containing %q", name, why, want)
+		case bad && st.GetRoutable():
+			t.Errorf("quarantined %s is routable", name)
+		}
+		seen[name] = true
+	}
+	for name := range wantWhy {
+		if !seen[name] {
+			t.Errorf("stored target %s is not listed", name)
+		}
+	}
+	if !strings.Contains(p.logs.String(), "stored target quarantined") {
+		t.Errorf("the log does not say that targets were quarantined:\n%s", p.logs.String())
+	}
+	eventually(t, "ok-1 to be healthy", func() bool {
+		h, err := client.Healthy(ctx, &pb.HealthyRequest{})
+		return err == nil && len(h.GetNames()) == 1 && h.GetNames()[0] == "ok-1"
+	})
+
+	if _, err := client.RemoveTarget(ctx, &pb.RemoveTargetRequest{Name: "garbled"}); err != nil {
+		t.Errorf("RemoveTarget of a quarantined target: %v", err)
+	}
+	fixed := &pb.Target{Name: "slow", Probe: &pb.Target_Tcp{Tcp: &pb.TcpProbe{Address: "127.0.0.1:9"}}, Interval: durationpb.New(time.Second)}
+	if resp, err := client.AddTarget(ctx, &pb.AddTargetRequest{Target: fixed}); err != nil || resp.GetCreated() || resp.GetStatus().GetQuarantined() != "" {
+		t.Errorf("AddTarget fixing a quarantined target: %v, %v", resp, err)
+	}
+	if _, err := client.ReportOutcome(ctx, &pb.ReportOutcomeRequest{Target: "udp-1"}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("ReportOutcome on a quarantined target: %v, want FailedPrecondition", err)
+	}
+	p.stop(t)
+
+	// The removal and the fix were stored: after a restart garbled is gone
+	// and slow is probed.
+	p = startPulsed(t, bin, "-data-dir", dir)
+	client = dial(t, p.addr)
+	list, err = client.ListTargets(ctx, &pb.ListTargetsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range list.GetTargets() {
+		switch st.GetSpec().GetName() {
+		case "garbled":
+			t.Error("the removed quarantined target came back")
+		case "slow":
+			if st.GetQuarantined() != "" {
+				t.Errorf("the fixed target is quarantined again: %q", st.GetQuarantined())
+			}
+		}
+	}
+	p.stop(t)
+}
+
+// TestDamagedStoreExitsWithAClearError: a damaged pulse.db stops the real
+// binary at start with exit status 2 and a message that names the file and
+// says what to do, never a Go panic.
+func TestDamagedStoreExitsWithAClearError(t *testing.T) {
+	bin := buildPulsed(t)
+	// A real store with targets in it, to damage.
+	good := storedDir(t, nil, nil)
+	p := startPulsed(t, bin, "-data-dir", good)
+	client := dial(t, p.addr)
+	for i := range 200 {
+		tg := tcpTarget("t-" + strings.Repeat("x", i%40) + string(rune('a'+i%26)) + string(rune('a'+i/26)))
+		if _, err := client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: tg}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.stop(t)
+	orig, err := os.ReadFile(filepath.Join(good, boltstore.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := os.Getpagesize()
+	rng := rand.New(rand.NewPCG(5, 6))
+	corrupt := func(b []byte, from, to int) []byte {
+		b = append([]byte(nil), b...)
+		for i := from; i < to && i < len(b); i++ {
+			b[i] = byte(rng.UintN(256))
+		}
+		return b
+	}
+	random := make([]byte, 8*page)
+	for i := range random {
+		random[i] = byte(rng.UintN(256))
+	}
+	for _, tc := range []struct {
+		name  string
+		bytes []byte
+	}{
+		{"truncated", orig[:page/2]},
+		{"random", random},
+		{"meta pages corrupted", corrupt(orig, 0, 2*page)},
+		{"data pages corrupted", corrupt(orig, 2*page, len(orig))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, boltstore.FileName)
+			if err := os.WriteFile(path, tc.bytes, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, err := exec.Command(bin, "-listen", "127.0.0.1:0", "-http-listen", "", "-data-dir", dir).CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+				t.Fatalf("pulsed on a damaged store: %v, want exit status 2\n%s", err, out)
+			}
+			if !strings.Contains(string(out), path+" is damaged (") || !strings.Contains(string(out), `restore a backup (README "Backup") or move it away`) {
+				t.Errorf("pulsed does not say what is damaged and what to do:\n%s", out)
+			}
+			if strings.Contains(string(out), "panic") || strings.Contains(string(out), "goroutine ") {
+				t.Errorf("pulsed panicked:\n%s", out)
+			}
+		})
+	}
+}
