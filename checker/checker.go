@@ -499,16 +499,18 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 	if closed {
 		return Status{}, false, ErrClosed
 	}
-	if limitErr != nil {
-		return Status{}, false, limitErr
-	}
 	// The prober is built first: a probe the egress policy refuses is a
-	// rejected call, and a rejected call stores nothing.
+	// rejected call (a bad request before a full registry), and a rejected
+	// call stores nothing.
 	var p Prober
 	if !sameProbe {
 		if p, err = c.newProber(spec.Probe); err != nil {
 			return Status{}, false, wrapProbeErr(err)
 		}
+	}
+	if limitErr != nil {
+		unused = p
+		return Status{}, false, limitErr
 	}
 	if c.store != nil && !sameSpec {
 		// Durable before anything changes or is acknowledged; with wmu held

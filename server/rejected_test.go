@@ -1,0 +1,233 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"pulse/checker"
+	"pulse/checker/boltstore"
+	"pulse/checker/fakeclock"
+	"pulse/checker/probe"
+	pb "pulse/gen/pulse/v1"
+	"pulse/server"
+)
+
+// faultyStore is the real bolt store whose writes fail while broken is set.
+type faultyStore struct {
+	*boltstore.Store
+	broken atomic.Bool
+}
+
+var errDiskFull = errors.New("no space left on device")
+
+func (f *faultyStore) PutSpec(s checker.Spec) error {
+	if f.broken.Load() {
+		return errDiskFull
+	}
+	return f.Store.PutSpec(s)
+}
+
+func (f *faultyStore) DeleteTarget(name string) error {
+	if f.broken.Load() {
+		return errDiskFull
+	}
+	return f.Store.DeleteTarget(name)
+}
+
+func (f *faultyStore) PutGroupPolicy(g string, p checker.GroupPolicy) error {
+	if f.broken.Load() {
+		return errDiskFull
+	}
+	return f.Store.PutGroupPolicy(g, p)
+}
+
+// storeDump is everything the store holds.
+type storeDump struct {
+	Targets  []checker.StoredTarget
+	Rev      uint64
+	Policies map[string]checker.GroupPolicy
+}
+
+func dumpStore(t *testing.T, s *boltstore.Store) storeDump {
+	t.Helper()
+	targets, rev, err := s.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies, err := s.LoadGroupPolicies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return storeDump{targets, rev, policies}
+}
+
+// TestARejectedCallChangesNothing sends every RPC that writes, in every
+// class of rejection (validation, egress, limits, auth, a failing store,
+// an unknown name, a precondition), and checks after each that the store,
+// the registry and the revision are as before; then that a watcher that
+// followed it all sees, as its next event, the first accepted change.
+func TestARejectedCallChangesNothing(t *testing.T) {
+	bolt, err := boltstore.Open(t.TempDir(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bolt.Close()
+	store := &faultyStore{Store: bolt}
+	egress, err := probe.ParseEgressPolicy(nil, nil) // the default deny list
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory := probe.NewFactoryWith(probe.FactoryOptions{Egress: egress})
+	defer factory.Close()
+	tokens, err := server.ParseTokens(strings.NewReader(tokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := checker.New(checker.Config{
+		Clock:              fakeclock.New(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)),
+		Store:              store,
+		NewProber:          func(s probe.Spec) (checker.Prober, error) { return factory.New(s) },
+		Defaults:           checker.Defaults{Interval: 2 * time.Second, Timeout: time.Second, Rise: 1, Fall: 1},
+		MaxTargets:         4,
+		MaxTargetsPerGroup: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs, _ := server.NewGRPCServer(server.New(c), server.Options{Tokens: tokens, Logger: nilLogger()})
+	client := pb.NewHealthCheckerClient(serveBufconn(t, gs, c))
+	ctx := t.Context()
+	write := withToken(ctx, "writer-token-0123456789")
+	read := withToken(ctx, "reader-token-0123456789")
+
+	tcp := func(name, group string) *pb.Target {
+		return &pb.Target{Name: name, Group: group, Probe: &pb.Target_Tcp{Tcp: &pb.TcpProbe{Address: "127.0.0.1:9"}}, Interval: durationpb.New(time.Minute)}
+	}
+	passive := tcp("c", "g2")
+	passive.PassiveOutcomes = true
+	for _, tg := range []*pb.Target{tcp("a", "g1"), tcp("b", "g1"), passive} {
+		if _, err := client.AddTarget(write, &pb.AddTargetRequest{Target: tg}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	half := 0.5
+	if _, err := client.SetGroupPolicy(write, &pb.SetGroupPolicyRequest{Group: "g1", Policy: &pb.GroupPolicy{MaxUnhealthyFraction: &half}}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := client.WatchTransitions(read, &pb.WatchTransitionsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev, err := w.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.GetSnapshotComplete() != nil {
+			break
+		}
+	}
+
+	with := func(tg *pb.Target, edit func(*pb.Target)) *pb.Target {
+		edit(tg)
+		return tg
+	}
+	add := func(ctx context.Context, tg *pb.Target) func() error {
+		return func() error { _, err := client.AddTarget(ctx, &pb.AddTargetRequest{Target: tg}); return err }
+	}
+	remove := func(ctx context.Context, name string) func() error {
+		return func() error { _, err := client.RemoveTarget(ctx, &pb.RemoveTargetRequest{Name: name}); return err }
+	}
+	policy := func(ctx context.Context, group string, f float64) func() error {
+		return func() error {
+			_, err := client.SetGroupPolicy(ctx, &pb.SetGroupPolicyRequest{Group: group, Policy: &pb.GroupPolicy{MaxUnhealthyFraction: &f}})
+			return err
+		}
+	}
+	outcome := func(ctx context.Context, req *pb.ReportOutcomeRequest) func() error {
+		return func() error { _, err := client.ReportOutcome(ctx, req); return err }
+	}
+	denied := func(name string) *pb.Target {
+		return &pb.Target{Name: name, Group: "g2", Probe: &pb.Target_Http{Http: &pb.HttpProbe{Url: "http://169.254.169.254/latest"}}}
+	}
+	cases := []struct {
+		class, name string
+		call        func() error
+		code        codes.Code
+		broken      bool // with the store failing
+	}{
+		{"validation", "AddTarget rise -1", add(write, with(tcp("d", "g2"), func(tg *pb.Target) { tg.Rise = proto.Int32(-1) })), codes.InvalidArgument, false},
+		{"validation", "AddTarget update with timeout past interval", add(write, with(tcp("a", "g1"), func(tg *pb.Target) { tg.Timeout = durationpb.New(time.Hour) })), codes.InvalidArgument, false},
+		{"validation", "AddTarget without a probe", add(write, &pb.Target{Name: "d"}), codes.InvalidArgument, false},
+		{"validation", "AddTarget negative interval", add(write, with(tcp("a", "g1"), func(tg *pb.Target) { tg.Interval = durationpb.New(-time.Second) })), codes.InvalidArgument, false},
+		{"validation", "RemoveTarget bad name", remove(write, "../a"), codes.InvalidArgument, false},
+		{"validation", "SetGroupPolicy fraction 2", policy(write, "g1", 2), codes.InvalidArgument, false},
+		{"validation", "SetGroupPolicy fraction NaN", policy(write, "g1", math.NaN()), codes.InvalidArgument, false},
+		{"validation", "SetGroupPolicy fraction -Inf", policy(write, "g1", math.Inf(-1)), codes.InvalidArgument, false},
+		{"validation", "ReportOutcome negative latency", outcome(write, &pb.ReportOutcomeRequest{Target: "c", Latency: durationpb.New(-time.Second)}), codes.InvalidArgument, false},
+		{"egress", "AddTarget of a denied address", add(write, denied("meta")), codes.InvalidArgument, false},
+		{"egress", "AddTarget moving a target to a denied address", add(write, denied("c")), codes.InvalidArgument, false},
+		{"limits", "AddTarget of a new target into a full group", add(write, tcp("d", "g1")), codes.ResourceExhausted, false},
+		{"limits", "AddTarget moving a target into a full group", add(write, tcp("c", "g1")), codes.ResourceExhausted, false},
+		{"auth", "AddTarget without a token", add(ctx, tcp("a", "g2")), codes.Unauthenticated, false},
+		{"auth", "AddTarget with a read token", add(read, tcp("a", "g2")), codes.PermissionDenied, false},
+		{"auth", "RemoveTarget with a read token", remove(read, "a"), codes.PermissionDenied, false},
+		{"auth", "RemoveTarget with an unknown token", remove(withToken(ctx, "not-a-known-token-at-all"), "a"), codes.Unauthenticated, false},
+		{"auth", "SetGroupPolicy with a read token", policy(read, "g1", 1), codes.PermissionDenied, false},
+		{"auth", "ReportOutcome with a read token", outcome(read, &pb.ReportOutcomeRequest{Target: "c", Ok: true}), codes.PermissionDenied, false},
+		{"store", "AddTarget new", add(write, with(tcp("a", "g1"), func(tg *pb.Target) { tg.Name = "d"; tg.Group = "g2" })), codes.Unavailable, true},
+		{"store", "AddTarget update", add(write, with(tcp("a", "g1"), func(tg *pb.Target) { tg.Rise = proto.Int32(5) })), codes.Unavailable, true},
+		{"store", "RemoveTarget", remove(write, "a"), codes.Unavailable, true},
+		{"store", "SetGroupPolicy", policy(write, "g1", 0.9), codes.Unavailable, true},
+		{"not found", "RemoveTarget unknown (removed: false)", remove(write, "nobody"), codes.OK, false},
+		{"not found", "ReportOutcome unknown", outcome(write, &pb.ReportOutcomeRequest{Target: "nobody", Ok: true}), codes.NotFound, false},
+		{"precondition", "ReportOutcome with passive outcomes off", outcome(write, &pb.ReportOutcomeRequest{Target: "a", Ok: true}), codes.FailedPrecondition, false},
+	}
+	list := func() *pb.ListTargetsResponse {
+		t.Helper()
+		l, err := client.ListTargets(read, &pb.ListTargetsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	for _, tc := range cases {
+		beforeStore, beforeList := dumpStore(t, bolt), list()
+		store.broken.Store(tc.broken)
+		err := tc.call()
+		store.broken.Store(false)
+		if got := status.Code(err); got != tc.code {
+			t.Errorf("%s: %s: %v, want %v", tc.class, tc.name, err, tc.code)
+		}
+		if diff := cmp.Diff(beforeStore, dumpStore(t, bolt)); diff != "" {
+			t.Errorf("%s: %s changed the store (-before +after):\n%s", tc.class, tc.name, diff)
+		}
+		if diff := cmp.Diff(beforeList, list(), protocmp.Transform()); diff != "" {
+			t.Errorf("%s: %s changed the registry or its revision (-before +after):\n%s", tc.class, tc.name, diff)
+		}
+	}
+
+	// Nothing reached the stream: its next event is the next accepted call.
+	if _, err := client.AddTarget(write, &pb.AddTargetRequest{Target: tcp("b", "g2")}); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := w.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ev.GetUpdated().GetSpec().GetName(); got != "b" {
+		t.Errorf("the watcher's next event after the rejected calls is %v, want b's update", ev)
+	}
+}
