@@ -46,6 +46,7 @@ type config struct {
 	registry         registryFlags
 	targetsFile      string
 	security         securityFlags
+	conns            connFlags
 	defaults         checker.Defaults
 	maxProbes        int
 	scheduleTick     time.Duration
@@ -71,6 +72,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:50051", "`address` to serve gRPC on (host:port; port 0 picks a free one)")
 	cfg.security.register(fs)
+	cfg.conns.register(fs)
 	fs.StringVar(&cfg.targetsFile, "targets", "", "YAML `file` of targets to register at start and again on SIGHUP (see the README); it owns the targets it lists")
 	cfg.registry.register(fs)
 	fs.StringVar(&cfg.dataDir, "data-dir", "pulse-data", "`directory` of the embedded store that keeps targets and their states across restarts; \"\" keeps them in memory only")
@@ -103,6 +105,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if err := cfg.registry.check(set, &cfg); err != nil {
+		return cfg, err
+	}
+	if err := cfg.conns.check(); err != nil {
 		return cfg, err
 	}
 	if err := cfg.logLevel.UnmarshalText([]byte(*level)); err != nil {
@@ -250,6 +255,7 @@ func run(args []string, stderr io.Writer) error {
 		shared.Run(c)
 	}
 	sopts.Logger = logger.With("component", "grpc")
+	sopts.ServerOptions = append(sopts.ServerOptions, cfg.conns.serverOptions()...)
 	sopts.UnaryInterceptors = obs.unaryInterceptors()
 	sopts.StreamInterceptors = obs.streamInterceptors()
 	gs, hs := server.NewGRPCServer(server.New(c, server.WithProgressInterval(cfg.watchProgress)), sopts)
@@ -258,6 +264,7 @@ func run(args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("-listen: %w", err)
 	}
+	lis = cfg.conns.limit(lis, "grpc", obs.reg)
 	if err := obs.start(cfg.httpListen, c, gs); err != nil {
 		return err
 	}
