@@ -66,6 +66,10 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(or $(FUZZTIME),30s) ./checker/probe/ || exit 1; \
 	done
 
+.PHONY: fuzz-api
+fuzz-api: ## fuzz the real pulsed's whole API with restarts for FUZZTIME (default 10m; make test runs 20s); PULSE_API_FUZZ_SEED=N replays
+	PULSE_API_FUZZ_TIME=$(or $(FUZZTIME),10m) $(GO) test -race -count=1 -timeout 0 -run '^TestAPIFuzz$$' -v ./cmd/pulsed/
+
 .PHONY: bench
 bench: ## run the benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem ./...
