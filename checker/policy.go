@@ -350,8 +350,9 @@ func (c *Checker) reportPolicy(e Event) {
 	}
 }
 
-// maxFlaps bounds the verdict changes a target remembers.
-const maxFlaps = 256
+// maxFlaps bounds the verdict changes a target remembers; Validate bounds
+// FlapThreshold by it.
+const maxFlaps = MaxFlapThreshold
 
 // flapLog holds the times of a target's recent verdict changes, oldest
 // first. It is a value with no clock: callers pass the times.
