@@ -39,7 +39,7 @@ func TestSpecBounds(t *testing.T) {
 		{"timeout", func(s *checker.Spec) { s.Timeout = checker.MinTimeout },
 			func(s *checker.Spec) { s.Timeout = checker.MinTimeout - ns }, "must be at least 1ms, got 999.999µs"},
 		{"timeout", func(s *checker.Spec) { s.Interval, s.Timeout = time.Second, time.Second },
-			func(s *checker.Spec) { s.Interval, s.Timeout = time.Second, time.Second + ns }, "must be at most the interval (1s)"},
+			func(s *checker.Spec) { s.Interval, s.Timeout = time.Second, time.Second+ns }, "must be at most the interval (1s)"},
 		{"max_latency", func(s *checker.Spec) { s.MaxLatency = s.Timeout },
 			func(s *checker.Spec) { s.MaxLatency = s.Timeout + ns }, "must be at most the timeout (1h0m0s)"},
 		{"fast_interval", func(s *checker.Spec) { s.FastInterval = checker.MaxInterval },
