@@ -10,8 +10,14 @@ import (
 // (Spec.PassiveOutcomes is off).
 var ErrPassiveDisabled = errors.New("passive outcomes are off for this target")
 
-// MaxOutcomeErrLen bounds Outcome.Err, in bytes.
-const MaxOutcomeErrLen = 1024
+// Bounds of an Outcome's fields, checked by Outcome.Validate.
+const (
+	// MaxOutcomeErrLen bounds Outcome.Err, in bytes.
+	MaxOutcomeErrLen = 1024
+	// MaxOutcomeLatency bounds Outcome.Latency: no request a health check
+	// judges takes longer.
+	MaxOutcomeLatency = 24 * time.Hour
+)
 
 // Outcome is the outcome of one real request to a target, as a load
 // balancer saw it: a passive check (HAProxy's observe layer7, Envoy's
@@ -19,8 +25,9 @@ const MaxOutcomeErrLen = 1024
 type Outcome struct {
 	// Pass is true when the request succeeded.
 	Pass bool
-	// Latency is how long it took; zero if unknown, never negative. Above
-	// the target's MaxLatency the outcome is a failure.
+	// Latency is how long it took; zero if unknown, never negative, at most
+	// MaxOutcomeLatency. Above the target's MaxLatency the outcome is a
+	// failure.
 	Latency time.Duration
 	// Err says why it failed; empty when Pass is true. If empty on a
 	// failure, "request failed".
@@ -33,6 +40,8 @@ func (o Outcome) Validate() error {
 	switch {
 	case o.Latency < 0:
 		return &FieldError{"latency", fmt.Sprintf("must not be negative, got %v", o.Latency)}
+	case o.Latency > MaxOutcomeLatency:
+		return &FieldError{"latency", fmt.Sprintf("must be at most %v, got %v", MaxOutcomeLatency, o.Latency)}
 	case len(o.Err) > MaxOutcomeErrLen:
 		return &FieldError{"error", fmt.Sprintf("must be at most %d bytes, got %d", MaxOutcomeErrLen, len(o.Err))}
 	case o.Pass && o.Err != "":
