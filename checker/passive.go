@@ -41,7 +41,7 @@ func (o Outcome) Validate() error {
 	case o.Latency < 0:
 		return &FieldError{"latency", fmt.Sprintf("must not be negative, got %v", o.Latency)}
 	case o.Latency > MaxOutcomeLatency:
-		return &FieldError{"latency", fmt.Sprintf("must be at most %v, got %v", MaxOutcomeLatency, o.Latency)}
+		return &FieldError{"latency", fmt.Sprintf("must be at most %v, got %s", MaxOutcomeLatency, durText(o.Latency))}
 	case len(o.Err) > MaxOutcomeErrLen:
 		return &FieldError{"error", fmt.Sprintf("must be at most %d bytes, got %d", MaxOutcomeErrLen, len(o.Err))}
 	case o.Pass && o.Err != "":

@@ -3,6 +3,7 @@ package checker
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"pulse/checker/probe"
@@ -314,7 +315,7 @@ func (s Spec) validateTiming() error {
 	case s.MaxLatency < 0:
 		return &FieldError{"max_latency", fmt.Sprintf("must be positive when set, got %v", s.MaxLatency)}
 	case s.MaxLatency > s.Timeout:
-		return &FieldError{"max_latency", fmt.Sprintf("must be at most the timeout (%v), got %v", s.Timeout, s.MaxLatency)}
+		return &FieldError{"max_latency", fmt.Sprintf("must be at most the timeout (%v), got %s", s.Timeout, durText(s.MaxLatency))}
 	}
 	for _, iv := range []struct {
 		field string
@@ -326,7 +327,7 @@ func (s Spec) validateTiming() error {
 		case iv.d > 0 && iv.d < s.Timeout:
 			return &FieldError{iv.field, fmt.Sprintf("must be at least the timeout (%v), got %v: set timeout to at most %v, or a longer %s", s.Timeout, iv.d, iv.d, iv.field)}
 		case iv.d > MaxInterval:
-			return &FieldError{iv.field, fmt.Sprintf("must be at most %v, got %v", MaxInterval, iv.d)}
+			return &FieldError{iv.field, fmt.Sprintf("must be at most %v, got %s", MaxInterval, durText(iv.d))}
 		}
 	}
 	for _, w := range []struct {
@@ -338,7 +339,7 @@ func (s Spec) validateTiming() error {
 		case w.d < 0:
 			return &FieldError{w.field, fmt.Sprintf("must be positive when set, got %v", w.d)}
 		case w.d > w.max:
-			return &FieldError{w.field, fmt.Sprintf("must be at most %v, got %v", w.max, w.d)}
+			return &FieldError{w.field, fmt.Sprintf("must be at most %v, got %s", w.max, durText(w.d))}
 		}
 	}
 	return nil
@@ -352,9 +353,19 @@ func checkRange(field string, d, lo, hi time.Duration) error {
 	case d < lo:
 		return &FieldError{field, fmt.Sprintf("must be at least %v, got %v", lo, d)}
 	case d > hi:
-		return &FieldError{field, fmt.Sprintf("must be at most %v, got %v", hi, d)}
+		return &FieldError{field, fmt.Sprintf("must be at most %v, got %s", hi, durText(d))}
 	}
 	return nil
+}
+
+// durText formats a duration for an error message. A converted duration
+// too long for a time.Duration (the API's seconds can say 10,000 years)
+// arrives as the largest one, whose text would be a made-up number.
+func durText(d time.Duration) string {
+	if d == math.MaxInt64 {
+		return "more than 292 years"
+	}
+	return d.String()
 }
 
 // ValidateName checks a target name against the documented charset and
