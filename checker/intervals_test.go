@@ -123,7 +123,7 @@ func TestFastAndDownIntervals(t *testing.T) {
 	}
 }
 
-func TestIntervalsAreValidatedAndCapTheDefaultTimeout(t *testing.T) {
+func TestIntervalsAreValidated(t *testing.T) {
 	e := newEnv(t, checker.Config{})
 	for _, tt := range []struct {
 		field string
@@ -145,20 +145,34 @@ func TestIntervalsAreValidatedAndCapTheDefaultTimeout(t *testing.T) {
 			t.Errorf("%+v: %v, want a FieldError on %s", s, err, tt.field)
 		}
 	}
-	// An unset timeout fits the shortest interval set.
+	// An unset timeout is the default one (1s), not shortened to fit a
+	// shorter fast_interval: that is refused, saying what to change, and
+	// nothing is added.
 	s := spec("b")
 	s.Interval, s.FastInterval = 10*time.Second, 300*time.Millisecond
-	st, _, err := e.c.Add(s)
-	if err != nil || st.Spec.Timeout != 300*time.Millisecond || st.Spec.DownInterval != 0 {
-		t.Errorf("default timeout with fast_interval 300ms: %v (down %v), %v; want 300ms and down unset", st.Spec.Timeout, st.Spec.DownInterval, err)
+	_, _, err := e.c.Add(s)
+	const want = "fast_interval: must be at least the timeout (1s), got 300ms: set timeout to at most 300ms, or a longer fast_interval"
+	if err == nil || err.Error() != want {
+		t.Errorf("fast_interval 300ms with the default timeout: %v, want %q", err, want)
 	}
-	// Server defaults fill unset intervals, raised to the timeout.
+	if _, err := e.c.Status("b"); !errors.Is(err, checker.ErrUnknownTarget) {
+		t.Errorf("the refused target was added: %v", err)
+	}
+	s.Timeout = 300 * time.Millisecond
+	if st, _, err := e.c.Add(s); err != nil || st.Spec.Timeout != 300*time.Millisecond || st.Spec.FastInterval != 300*time.Millisecond || st.Spec.DownInterval != 0 {
+		t.Errorf("with timeout 300ms: timeout %v fast %v down %v, %v; want 300ms, 300ms and down unset", st.Spec.Timeout, st.Spec.FastInterval, st.Spec.DownInterval, err)
+	}
+	// Server defaults fill unset intervals, raised to the timeout a spec
+	// sets when it is longer than the default one.
 	d := checker.StandardDefaults()
-	d.FastInterval, d.DownInterval = 500*time.Millisecond, 10*time.Second
+	d.FastInterval, d.DownInterval = time.Second, 10*time.Second
 	got := spec("c")
-	got.Timeout = 800 * time.Millisecond
+	got.Timeout = 1800 * time.Millisecond
 	got = got.WithDefaults(d)
-	if got.FastInterval != 800*time.Millisecond || got.DownInterval != 10*time.Second {
-		t.Errorf("defaulted intervals fast %v down %v, want 800ms (the timeout) and 10s", got.FastInterval, got.DownInterval)
+	if got.FastInterval != 1800*time.Millisecond || got.DownInterval != 10*time.Second {
+		t.Errorf("defaulted intervals fast %v down %v, want 1.8s (the timeout) and 10s", got.FastInterval, got.DownInterval)
+	}
+	if err := got.Validate(); err != nil {
+		t.Errorf("a spec with defaulted intervals: %v", err)
 	}
 }

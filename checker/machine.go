@@ -1,6 +1,9 @@
 package checker
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // State is a target's health as the checker has decided it. The zero value is
 // StateUnknown, which no target ever has: it means "not set" in a Spec.
@@ -88,10 +91,10 @@ type Machine struct {
 func (m *Machine) Observe(pass bool) (from State, changed bool) {
 	from = m.State
 	if pass {
-		m.PassStreak++
+		m.PassStreak = inc(m.PassStreak)
 		m.FailStreak = 0
 	} else {
-		m.FailStreak++
+		m.FailStreak = inc(m.FailStreak)
 		m.PassStreak = 0
 	}
 	switch m.Model {
@@ -101,6 +104,15 @@ func (m *Machine) Observe(pass bool) (from State, changed bool) {
 		m.State = m.nextRiseFall(pass)
 	}
 	return from, m.State != from
+}
+
+// inc adds one to a streak, saturating: a target that passes for ever
+// keeps a streak of math.MaxInt rather than wrapping to a negative one.
+func inc(n int) int {
+	if n == math.MaxInt {
+		return n
+	}
+	return n + 1
 }
 
 func (m *Machine) nextRiseFall(pass bool) State {

@@ -1,6 +1,7 @@
 package checker_test
 
 import (
+	"math"
 	"pulse/checker"
 	"strings"
 	"testing"
@@ -216,5 +217,18 @@ func TestStateAndModelStrings(t *testing.T) {
 	}
 	if checker.ModelRiseFall.String() != "rise_fall" || checker.ModelThreeState.String() != "three_state" {
 		t.Errorf("model strings: %v %v", checker.ModelRiseFall, checker.ModelThreeState)
+	}
+}
+
+// A streak at its largest stays there: it never wraps to a negative one,
+// which would turn a healthy target unhealthy after 2^63 passes.
+func TestMachineStreaksSaturate(t *testing.T) {
+	m := checker.Machine{Rise: 2, Fall: 3, State: checker.StateHealthy, PassStreak: math.MaxInt}
+	if from, changed := m.Observe(true); changed || m.PassStreak != math.MaxInt || m.State != checker.StateHealthy {
+		t.Errorf("pass at streak MaxInt: %v -> %v (changed %v), streak %d", from, m.State, changed, m.PassStreak)
+	}
+	m = checker.Machine{Rise: 2, Fall: 3, State: checker.StateUnhealthy, FailStreak: math.MaxInt}
+	if _, changed := m.Observe(false); changed || m.FailStreak != math.MaxInt || m.State != checker.StateUnhealthy {
+		t.Errorf("failure at streak MaxInt: %v (changed %v), streak %d", m.State, changed, m.FailStreak)
 	}
 }

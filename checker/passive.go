@@ -14,8 +14,14 @@ var ErrPassiveDisabled = errors.New("passive outcomes are off for this target")
 // no results until its spec is fixed.
 var ErrQuarantined = errors.New("the target is quarantined: fix its spec with AddTarget or remove it")
 
-// MaxOutcomeErrLen bounds Outcome.Err, in bytes.
-const MaxOutcomeErrLen = 1024
+// Bounds of an Outcome's fields, checked by Outcome.Validate.
+const (
+	// MaxOutcomeErrLen bounds Outcome.Err, in bytes.
+	MaxOutcomeErrLen = 1024
+	// MaxOutcomeLatency bounds Outcome.Latency: no request a health check
+	// judges takes longer.
+	MaxOutcomeLatency = 24 * time.Hour
+)
 
 // Outcome is the outcome of one real request to a target, as a load
 // balancer saw it: a passive check (HAProxy's observe layer7, Envoy's
@@ -23,8 +29,9 @@ const MaxOutcomeErrLen = 1024
 type Outcome struct {
 	// Pass is true when the request succeeded.
 	Pass bool
-	// Latency is how long it took; zero if unknown, never negative. Above
-	// the target's MaxLatency the outcome is a failure.
+	// Latency is how long it took; zero if unknown, never negative, at most
+	// MaxOutcomeLatency. Above the target's MaxLatency the outcome is a
+	// failure.
 	Latency time.Duration
 	// Err says why it failed; empty when Pass is true. If empty on a
 	// failure, "request failed".
@@ -37,6 +44,8 @@ func (o Outcome) Validate() error {
 	switch {
 	case o.Latency < 0:
 		return &FieldError{"latency", fmt.Sprintf("must not be negative, got %v", o.Latency)}
+	case o.Latency > MaxOutcomeLatency:
+		return &FieldError{"latency", fmt.Sprintf("must be at most %v, got %s", MaxOutcomeLatency, durText(o.Latency))}
 	case len(o.Err) > MaxOutcomeErrLen:
 		return &FieldError{"error", fmt.Sprintf("must be at most %d bytes, got %d", MaxOutcomeErrLen, len(o.Err))}
 	case o.Pass && o.Err != "":

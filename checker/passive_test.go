@@ -2,6 +2,7 @@ package checker_test
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -79,6 +80,8 @@ func TestReportOutcome(t *testing.T) {
 		field string
 	}{
 		{checker.Outcome{Latency: -time.Second}, "latency"},
+		{checker.Outcome{Latency: checker.MaxOutcomeLatency + 1}, "latency"},
+		{checker.Outcome{Latency: math.MaxInt64}, "latency"},
 		{checker.Outcome{Pass: true, Err: "but failed"}, "error"},
 		{checker.Outcome{Err: strings.Repeat("x", checker.MaxOutcomeErrLen+1)}, "error"},
 	} {
@@ -111,5 +114,17 @@ func TestPassiveFailureBringsTheNextProbeForward(t *testing.T) {
 	st, _, err := e.c.ReportOutcome("web-1", checker.Outcome{Err: "connection reset"})
 	if err != nil || st.FailStreak != 1 || st.ProbeInterval != time.Second || !st.NextProbe.Equal(p0.Add(3*time.Second)) {
 		t.Errorf("after a passive failure: %+v, %v; want the next probe at the first fast slot, 3s after the last probe", st, err)
+	}
+}
+
+// An outcome's latency is accepted up to MaxOutcomeLatency and refused past
+// it, naming the bound.
+func TestOutcomeLatencyBound(t *testing.T) {
+	if err := (checker.Outcome{Pass: true, Latency: checker.MaxOutcomeLatency}).Validate(); err != nil {
+		t.Errorf("at the bound: %v", err)
+	}
+	err := checker.Outcome{Pass: true, Latency: checker.MaxOutcomeLatency + time.Nanosecond}.Validate()
+	if want := "latency: must be at most 24h0m0s, got 24h0m0.000000001s"; err == nil || err.Error() != want {
+		t.Errorf("past the bound: %v, want %q", err, want)
 	}
 }

@@ -350,8 +350,9 @@ func (c *Checker) reportPolicy(e Event) {
 	}
 }
 
-// maxFlaps bounds the verdict changes a target remembers.
-const maxFlaps = 256
+// maxFlaps bounds the verdict changes a target remembers; Validate bounds
+// FlapThreshold by it.
+const maxFlaps = MaxFlapThreshold
 
 // flapLog holds the times of a target's recent verdict changes, oldest
 // first. It is a value with no clock: callers pass the times.
@@ -369,8 +370,8 @@ func (f *flapLog) record(now time.Time, window time.Duration) {
 }
 
 func (f *flapLog) trim(now time.Time, window time.Duration) {
-	i := 0
-	for i < len(f.times) && !f.times[i].After(now.Add(-window)) {
+	i, cut := 0, addDur(now, -window)
+	for i < len(f.times) && !f.times[i].After(cut) {
 		i++
 	}
 	if i > 0 {
@@ -380,9 +381,9 @@ func (f *flapLog) trim(now time.Time, window time.Duration) {
 
 // count returns the changes within (now-window, now].
 func (f flapLog) count(now time.Time, window time.Duration) int {
-	n := 0
+	n, cut := 0, addDur(now, -window)
 	for _, t := range f.times {
-		if t.After(now.Add(-window)) && !t.After(now) {
+		if t.After(cut) && !t.After(now) {
 			n++
 		}
 	}

@@ -259,7 +259,7 @@ func (c *Checker) work() {
 // result. The probe holds a slot and c.wg until then.
 func (c *Checker) startAsync(j job, a probeArgs, ap AsyncProber) bool {
 	start := c.clock.Now()
-	deadline := start.Add(a.timeout)
+	deadline := addDur(start, a.timeout)
 	c.wg.Add(1) // this worker's own count is held: Close is not past wg.Wait
 	if ap.ProbeAsync(deadline, func(err error) { c.asyncDone(j, a, start, deadline, err) }) {
 		return true

@@ -3,6 +3,7 @@ package checker
 import (
 	"container/heap"
 	"hash/fnv"
+	"math"
 	"time"
 )
 
@@ -46,6 +47,9 @@ func (c *Checker) schedule() {
 		if len(c.due) > 0 {
 			wake = time.Unix(0, c.due[0].startNs)
 		}
+		if !wake.After(now) { // no target, or the clock at the end of time
+			wake = time.Time{}
+		}
 		c.unlockAndReport()
 
 		c.scheduledOnce.Do(func() { close(c.scheduled) })
@@ -73,8 +77,11 @@ func (c *Checker) schedule() {
 }
 
 // dueLocked takes every target due at now, schedules its next probe and
-// queues the probes to start.
+// queues the probes to start. It takes each target once: a next probe is
+// after now (see nextSlot), except at the last time UnixNano holds, where
+// none can be; such a target is set aside until the pass ends.
 func (c *Checker) dueLocked(now time.Time) {
+	var stuck []*target
 	for nowNs := now.UnixNano(); len(c.due) > 0 && c.due[0].startNs <= nowNs; {
 		t := c.due[0]
 		if !t.inFlight {
@@ -82,7 +89,15 @@ func (c *Checker) dueLocked(now time.Time) {
 		}
 		t.slot = t.next
 		c.setNextLocked(t, nextSlot(t.next, t.spec.IntervalFor(t.m), now))
+		if t.startNs <= nowNs {
+			c.due.remove(t)
+			stuck = append(stuck, t)
+			continue
+		}
 		c.due.fix(t)
+	}
+	for _, t := range stuck {
+		c.due.push(t)
 	}
 }
 
@@ -94,7 +109,7 @@ func (c *Checker) rescheduleLocked(t *target, now time.Time) {
 		return
 	}
 	iv := t.spec.IntervalFor(t.m)
-	next := t.slot.Add(iv)
+	next := addDur(t.slot, iv)
 	if !next.After(now) {
 		next = nextSlot(t.slot, iv, now)
 	}
@@ -117,37 +132,74 @@ func (c *Checker) rescheduleLocked(t *target, now time.Time) {
 // at its due time: a tick's delay would be more than a tenth of its
 // interval.
 func (c *Checker) startBy(due time.Time, interval time.Duration) time.Time {
-	if c.tick <= 0 || interval < 10*c.tick {
+	if c.tick <= 0 || interval/10 < c.tick { // interval < 10 ticks, without overflow
 		return due
 	}
 	w := due.Truncate(c.tick)
 	if w.Before(due) {
-		w = w.Add(c.tick)
+		w = addDur(w, c.tick)
 	}
 	return w
 }
 
 // setNextLocked sets when t's next probe is due and when it starts; the
-// caller pushes or fixes t in the due heap.
+// caller pushes or fixes t in the due heap. Both are clamped to the times
+// UnixNano can hold, whatever the caller computed.
 func (c *Checker) setNextLocked(t *target, next time.Time) {
-	t.next = next
-	t.startNs = c.startBy(next, t.spec.IntervalFor(t.m)).UnixNano()
+	t.next = addDur(next, 0)
+	t.startNs = c.startBy(t.next, t.spec.IntervalFor(t.m)).UnixNano()
 }
 
-// nextSlot returns the first time after now on prev's fixed-rate grid.
+// nextSlot returns the first time after now on prev's fixed-rate grid. A
+// target far behind steps over its missed slots in one computation, never
+// one slot at a time. An interval under MinInterval, which only a spec that
+// skipped Validate can have, is taken as MinInterval.
 func nextSlot(prev time.Time, interval time.Duration, now time.Time) time.Time {
-	next := prev.Add(interval)
+	interval = max(interval, MinInterval)
+	next := addDur(prev, interval)
 	if next.After(now) {
 		return next
 	}
-	return prev.Add((now.Sub(prev)/interval + 1) * interval)
+	steps := int64(now.Sub(prev)/interval) + 1
+	if next = addDur(prev, mulDur(steps, interval)); next.After(now) {
+		return next
+	}
+	// now.Sub(prev) saturated: prev is centuries behind. Leave the grid.
+	return addDur(now, interval)
 }
 
 // firstDelay spreads first probes over the interval by a hash of the name.
 func firstDelay(name string, interval time.Duration) time.Duration {
+	if interval <= 0 {
+		return 0
+	}
 	h := fnv.New64a()
 	h.Write([]byte(name))
 	return time.Duration(h.Sum64() % uint64(interval))
+}
+
+// addDur returns t+d clamped to the times whose UnixNano an int64 holds
+// (the years 1678 to 2262): the due heap orders targets by UnixNano, and a
+// time past its range would wrap around into the past and be due forever.
+// Validate keeps every duration of a spec far below that; addDur keeps the
+// scheduler safe whatever it is given.
+func addDur(t time.Time, d time.Duration) time.Time {
+	u := t.Add(d)
+	if last := time.Unix(0, math.MaxInt64); u.After(last) {
+		return last
+	}
+	if first := time.Unix(0, math.MinInt64); u.Before(first) {
+		return first
+	}
+	return u
+}
+
+// mulDur returns n x d for n, d >= 0, saturating at the largest Duration.
+func mulDur(n int64, d time.Duration) time.Duration {
+	if n > 0 && d > math.MaxInt64/time.Duration(n) {
+		return math.MaxInt64
+	}
+	return time.Duration(n) * d
 }
 
 func (c *Checker) wakeScheduler() {

@@ -1,9 +1,13 @@
 package checker
 
 import (
+	"context"
 	"fmt"
+	"math"
 	"testing"
 	"time"
+
+	"pulse/checker/probe"
 )
 
 // First probes of 10,000 targets added at once spread evenly over the
@@ -41,5 +45,94 @@ func TestNextSlotSkipsMissedSlots(t *testing.T) {
 		if got := nextSlot(t0, time.Second, t0.Add(tt.now)); !got.Equal(t0.Add(tt.want)) {
 			t.Errorf("nextSlot(0, 1s, %v) = %v, want %v", tt.now, got.Sub(t0), tt.want)
 		}
+	}
+}
+
+// The scheduler's time arithmetic saturates at the times UnixNano holds:
+// no duration, however large, wraps a due time into the past.
+func TestSchedulerArithmeticSaturates(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	first, last := time.Unix(0, math.MinInt64), time.Unix(0, math.MaxInt64)
+	for _, tt := range []struct {
+		name string
+		got  time.Time
+		want time.Time
+	}{
+		{"addDur in range", addDur(t0, time.Hour), t0.Add(time.Hour)},
+		{"addDur past 2262", addDur(t0, math.MaxInt64), last},
+		{"addDur in range, far back", addDur(t0, math.MinInt64), t0.Add(math.MinInt64)},
+		{"addDur before 1678", addDur(first, -time.Hour), first},
+		{"addDur of a time past 2262", addDur(last.Add(time.Hour), 0), last},
+		{"nextSlot, largest interval", nextSlot(t0, math.MaxInt64, t0), last},
+		{"nextSlot, largest interval, from the last time", nextSlot(last, math.MaxInt64, t0), last},
+		{"nextSlot, 1ms interval, 348 years behind", nextSlot(first, time.Millisecond, t0), t0.Add(time.Millisecond)},
+		{"nextSlot, a day behind", nextSlot(t0, time.Second, t0.Add(24*time.Hour)), t0.Add(24*time.Hour + time.Second)},
+		{"nextSlot, zero interval", nextSlot(t0, 0, t0), t0.Add(MinInterval)},
+		{"nextSlot, negative interval", nextSlot(t0, -time.Hour, t0), t0.Add(MinInterval)},
+	} {
+		if !tt.got.Equal(tt.want) {
+			t.Errorf("%s: %v, want %v", tt.name, tt.got, tt.want)
+		}
+	}
+	if got := mulDur(math.MaxInt64/time.Millisecond.Nanoseconds()+1, time.Millisecond); got != math.MaxInt64 {
+		t.Errorf("mulDur past the largest Duration: %v, want it", got)
+	}
+	if got := mulDur(3, time.Second); got != 3*time.Second {
+		t.Errorf("mulDur(3, 1s) = %v", got)
+	}
+	if d := firstDelay("a", 0); d != 0 {
+		t.Errorf("firstDelay over a zero interval: %v, want 0", d)
+	}
+	if d := firstDelay("a", math.MaxInt64); d < 0 {
+		t.Errorf("firstDelay over the largest interval: %v, want not negative", d)
+	}
+	c := &Checker{tick: math.MaxInt64}
+	if got := c.startBy(last, math.MaxInt64); !got.Equal(last) {
+		t.Errorf("startBy with the largest tick: %v, want %v", got, last)
+	}
+	c.tick = time.Hour
+	if got := c.startBy(last, math.MaxInt64); !got.Equal(last) {
+		t.Errorf("startBy of the last time, rounded up to an hour: %v, want %v", got, last)
+	}
+}
+
+type nopProber struct{}
+
+func (nopProber) Probe(context.Context) error { return nil }
+
+// dueLocked takes each due target once per pass, even where no next probe
+// can be after now: at the last time UnixNano holds.
+func TestDueLockedEndsAtTheEndOfTime(t *testing.T) {
+	c, err := New(Config{NewProber: func(probe.Spec) (Prober, error) { return nopProber{}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	last := time.Unix(0, math.MaxInt64)
+	for _, name := range []string{"a", "b"} {
+		s := Spec{Name: name, Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}
+		if err := c.AddUnchecked(s, last); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan int)
+	go func() {
+		c.mu.Lock()
+		c.dueLocked(last)
+		n := c.pool.queue.len()
+		c.pool.queue = jobQueue{} // nothing is to run them: Start was not called
+		for _, t := range c.targets {
+			t.inFlight = false
+		}
+		c.mu.Unlock()
+		done <- n
+	}()
+	select {
+	case n := <-done:
+		if n != 2 {
+			t.Errorf("%d probes queued, want one of each target", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("dueLocked at the end of time did not return within 10s")
 	}
 }

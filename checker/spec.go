@@ -3,6 +3,7 @@ package checker
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"pulse/checker/probe"
@@ -25,18 +26,23 @@ type Spec struct {
 	Name  string
 	Group string
 	Probe probe.Spec
-	// Interval is the time between the starts of two probes.
+	// Interval is the time between the starts of two probes, in
+	// [MinInterval, MaxInterval].
 	Interval time.Duration
-	// Timeout bounds one probe; at most Interval.
+	// Timeout bounds one probe: in [MinTimeout, MaxTimeout] and at most
+	// Interval.
 	Timeout time.Duration
-	// Rise is the consecutive passes that make a target healthy.
+	// Rise is the consecutive passes that make a target healthy, in
+	// [1, MaxRise].
 	Rise int
-	// Fall is the consecutive failures that make a target unhealthy.
+	// Fall is the consecutive failures that make a target unhealthy, in
+	// [1, MaxFall].
 	Fall int
 	// InitialState is a new target's state: StateUnhealthy or StateHealthy.
 	InitialState State
 	Model        Model
 	// MaxLatency, when positive, fails a probe that passed but took longer.
+	// At most Timeout.
 	MaxLatency time.Duration
 	// Source says who registered the target: "" for the API, "file" for a
 	// targets file. It is kept with the spec and shown in its status.
@@ -45,23 +51,25 @@ type Spec struct {
 	// FastInterval is the interval while the target is on its way to a
 	// transition (Machine.Transitioning): a dead target is detected in its
 	// first failure plus (Fall-1) x FastInterval. If 0, Interval. At least
-	// Timeout.
+	// Timeout, at most MaxInterval.
 	FastInterval time.Duration
 	// DownInterval is the interval while the target's verdict is unhealthy
-	// with no pass streak. If 0, Interval. At least Timeout.
+	// with no pass streak. If 0, Interval. At least Timeout, at most
+	// MaxInterval.
 	DownInterval time.Duration
 
 	// FlapWindow is the sliding window over which transitions are counted
 	// (Status.Transitions) and flapping is judged. If 0, DefaultFlapWindow.
+	// At most MaxFlapWindow.
 	FlapWindow time.Duration
 	// FlapThreshold, when at least 2, turns flap damping on: a target whose
 	// verdict changes FlapThreshold times within FlapWindow is flapping and
 	// held unhealthy until its verdict has not changed for FlapStableFor.
-	// 0 means no damping.
+	// 0 means no damping. At most MaxFlapThreshold.
 	FlapThreshold int
 	// FlapStableFor is how long a flapping target's verdict must stay
 	// unchanged before it is released. If 0, FlapWindow. Only with
-	// FlapThreshold.
+	// FlapThreshold; at most MaxFlapStableFor.
 	FlapStableFor time.Duration
 
 	// PassiveOutcomes lets ReportOutcome feed the target's machine. Off by
@@ -69,9 +77,37 @@ type Spec struct {
 	PassiveOutcomes bool
 	// PassiveRate is how many passive outcomes a second are counted at
 	// most, with a burst of as many. If 0, DefaultPassiveRate. Only with
-	// PassiveOutcomes.
+	// PassiveOutcomes; at most MaxPassiveRate.
 	PassiveRate int
 }
+
+// Bounds of a Spec's durations and counts, checked by Validate (the
+// durations and counts of Defaults too, by Defaults.Validate). Nothing a
+// health check needs lies beyond them, and they keep every accepted value
+// far from the limits of time arithmetic: a time.Duration holds about 292
+// years, and a time past the year 2262 has no UnixNano.
+const (
+	// MinInterval and MaxInterval bound Interval, FastInterval and
+	// DownInterval.
+	MinInterval = time.Millisecond
+	MaxInterval = 24 * time.Hour
+	// MinTimeout and MaxTimeout bound Timeout, which is also at most the
+	// interval.
+	MinTimeout = time.Millisecond
+	MaxTimeout = time.Hour
+	// MaxRise and MaxFall bound Rise and Fall.
+	MaxRise = 1000
+	MaxFall = 1000
+	// MaxFlapWindow and MaxFlapStableFor bound FlapWindow and
+	// FlapStableFor.
+	MaxFlapWindow    = 24 * time.Hour
+	MaxFlapStableFor = 24 * time.Hour
+	// MaxFlapThreshold bounds FlapThreshold: it is as many verdict changes
+	// as a target remembers, so a larger threshold could never be reached.
+	MaxFlapThreshold = 256
+	// MaxPassiveRate bounds PassiveRate, in outcomes a second.
+	MaxPassiveRate = 10000
+)
 
 // Defaults of the Spec fields that Defaults does not carry.
 const (
@@ -126,15 +162,19 @@ func (s Spec) passiveRate() int {
 const SourceFile = "file"
 
 // Defaults fill a Spec's unset fields. The zero value means
-// StandardDefaults.
+// StandardDefaults. Each field has the bounds of the Spec field it fills
+// (see Validate).
 type Defaults struct {
 	Interval time.Duration
-	Timeout  time.Duration
-	Rise     int
-	Fall     int
+	// Timeout fills an unset Timeout, capped at the spec's Interval.
+	Timeout time.Duration
+	Rise    int
+	Fall    int
 	// FastInterval and DownInterval, when positive, fill a spec's unset
 	// FastInterval and DownInterval, raised to the spec's timeout if they
-	// are shorter. Zero leaves them unset: each target's own Interval.
+	// are shorter (a spec may set a longer timeout than Timeout). Zero
+	// leaves them unset: each target's own Interval. When set, at least
+	// Timeout.
 	FastInterval time.Duration
 	DownInterval time.Duration
 }
@@ -145,36 +185,48 @@ func StandardDefaults() Defaults {
 	return Defaults{Interval: 2 * time.Second, Timeout: time.Second, Rise: 2, Fall: 3}
 }
 
-// Validate reports whether d can fill a Spec: positive durations and
-// thresholds, and a timeout no longer than the interval.
+// Validate reports whether d can fill a Spec: every field within the
+// bounds of the Spec field it fills, a timeout no longer than the interval,
+// and fast and down intervals, when set, no shorter than the timeout.
 func (d Defaults) Validate() error {
 	switch {
-	case d.Interval <= 0:
-		return fmt.Errorf("default interval must be positive, got %v", d.Interval)
-	case d.Timeout <= 0 || d.Timeout > d.Interval:
-		return fmt.Errorf("default timeout must be positive and at most the default interval %v, got %v", d.Interval, d.Timeout)
-	case d.Rise < 1 || d.Fall < 1:
-		return fmt.Errorf("default rise and fall must be at least 1, got rise %d, fall %d", d.Rise, d.Fall)
-	case d.FastInterval < 0 || d.DownInterval < 0:
-		return fmt.Errorf("default fast and down intervals must not be negative (0: each target's interval), got %v and %v", d.FastInterval, d.DownInterval)
+	case d.Interval < MinInterval || d.Interval > MaxInterval:
+		return fmt.Errorf("default interval must be between %v and %v, got %v", MinInterval, MaxInterval, d.Interval)
+	case d.Timeout < MinTimeout || d.Timeout > MaxTimeout:
+		return fmt.Errorf("default timeout must be between %v and %v, got %v", MinTimeout, MaxTimeout, d.Timeout)
+	case d.Timeout > d.Interval:
+		return fmt.Errorf("default timeout must be at most the default interval %v, got %v", d.Interval, d.Timeout)
+	case d.Rise < 1 || d.Rise > MaxRise:
+		return fmt.Errorf("default rise must be between 1 and %d, got %d", MaxRise, d.Rise)
+	case d.Fall < 1 || d.Fall > MaxFall:
+		return fmt.Errorf("default fall must be between 1 and %d, got %d", MaxFall, d.Fall)
+	}
+	for _, iv := range []struct {
+		name string
+		d    time.Duration
+	}{{"fast", d.FastInterval}, {"down", d.DownInterval}} {
+		switch {
+		case iv.d < 0:
+			return fmt.Errorf("default %s interval must not be negative (0: each target's interval), got %v", iv.name, iv.d)
+		case iv.d > 0 && iv.d < d.Timeout:
+			return fmt.Errorf("default %s interval must be at least the default timeout %v (0: each target's interval), got %v", iv.name, d.Timeout, iv.d)
+		case iv.d > MaxInterval:
+			return fmt.Errorf("default %s interval must be at most %v, got %v", iv.name, MaxInterval, iv.d)
+		}
 	}
 	return nil
 }
 
 // WithDefaults returns s with its unset fields taken from d. An unset
-// timeout is d.Timeout capped at the shortest interval set.
+// timeout is d.Timeout capped at the interval; it is not capped at a
+// shorter FastInterval or DownInterval, which Validate then rejects: a
+// probe must be able to time out before the next one is due.
 func (s Spec) WithDefaults(d Defaults) Spec {
 	if s.Interval == 0 {
 		s.Interval = d.Interval
 	}
 	if s.Timeout == 0 {
 		s.Timeout = min(d.Timeout, s.Interval)
-		if s.FastInterval > 0 {
-			s.Timeout = min(s.Timeout, s.FastInterval)
-		}
-		if s.DownInterval > 0 {
-			s.Timeout = min(s.Timeout, s.DownInterval)
-		}
 	}
 	if s.FastInterval == 0 && d.FastInterval > 0 {
 		s.FastInterval = max(d.FastInterval, s.Timeout)
@@ -219,47 +271,101 @@ func (s Spec) Validate() error {
 		}
 		return &FieldError{"probe", err.Error()}
 	}
+	if err := s.validateTiming(); err != nil {
+		return err
+	}
 	switch {
-	case s.Interval <= 0:
-		return &FieldError{"interval", fmt.Sprintf("must be positive, got %v", s.Interval)}
-	case s.Timeout <= 0:
-		return &FieldError{"timeout", fmt.Sprintf("must be positive, got %v", s.Timeout)}
-	case s.Timeout > s.Interval:
-		return &FieldError{"timeout", fmt.Sprintf("must be at most the interval (%v), got %v", s.Interval, s.Timeout)}
-	case s.Rise < 1:
-		return &FieldError{"rise", fmt.Sprintf("must be at least 1, got %d", s.Rise)}
-	case s.Fall < 1:
-		return &FieldError{"fall", fmt.Sprintf("must be at least 1, got %d", s.Fall)}
+	case s.Rise < 1 || s.Rise > MaxRise:
+		return &FieldError{"rise", fmt.Sprintf("must be between 1 and %d, got %d", MaxRise, s.Rise)}
+	case s.Fall < 1 || s.Fall > MaxFall:
+		return &FieldError{"fall", fmt.Sprintf("must be between 1 and %d, got %d", MaxFall, s.Fall)}
 	case s.InitialState != StateHealthy && s.InitialState != StateUnhealthy:
 		return &FieldError{"initial_state", fmt.Sprintf("must be healthy or unhealthy, got %v", s.InitialState)}
 	case s.Model != ModelRiseFall && s.Model != ModelThreeState:
 		return &FieldError{"model", fmt.Sprintf("must be rise_fall or three_state, got %v", s.Model)}
-	case s.MaxLatency < 0:
-		return &FieldError{"max_latency", fmt.Sprintf("must be positive when set, got %v", s.MaxLatency)}
-	case s.MaxLatency > s.Timeout:
-		return &FieldError{"max_latency", fmt.Sprintf("must be at most the timeout (%v), got %v", s.Timeout, s.MaxLatency)}
-	case s.FastInterval < 0:
-		return &FieldError{"fast_interval", fmt.Sprintf("must be positive when set, got %v", s.FastInterval)}
-	case s.FastInterval > 0 && s.FastInterval < s.Timeout:
-		return &FieldError{"fast_interval", fmt.Sprintf("must be at least the timeout (%v), got %v", s.Timeout, s.FastInterval)}
-	case s.DownInterval < 0:
-		return &FieldError{"down_interval", fmt.Sprintf("must be positive when set, got %v", s.DownInterval)}
-	case s.DownInterval > 0 && s.DownInterval < s.Timeout:
-		return &FieldError{"down_interval", fmt.Sprintf("must be at least the timeout (%v), got %v", s.Timeout, s.DownInterval)}
-	case s.FlapWindow < 0:
-		return &FieldError{"flap_window", fmt.Sprintf("must be positive when set, got %v", s.FlapWindow)}
 	case s.FlapThreshold < 0 || s.FlapThreshold == 1:
 		return &FieldError{"flap_threshold", fmt.Sprintf("must be 0 (no damping) or at least %d (one transition is not a flap), got %d", MinFlapThreshold, s.FlapThreshold)}
-	case s.FlapStableFor < 0:
-		return &FieldError{"flap_stable_for", fmt.Sprintf("must be positive when set, got %v", s.FlapStableFor)}
+	case s.FlapThreshold > MaxFlapThreshold:
+		return &FieldError{"flap_threshold", fmt.Sprintf("must be at most %d (the transitions a target remembers), got %d", MaxFlapThreshold, s.FlapThreshold)}
 	case s.FlapStableFor > 0 && s.FlapThreshold == 0:
 		return &FieldError{"flap_stable_for", "needs flap_threshold: without it there is no damping to be stable from"}
 	case s.PassiveRate < 0:
 		return &FieldError{"passive_rate", fmt.Sprintf("must be positive when set, got %d", s.PassiveRate)}
+	case s.PassiveRate > MaxPassiveRate:
+		return &FieldError{"passive_rate", fmt.Sprintf("must be at most %d a second, got %d", MaxPassiveRate, s.PassiveRate)}
 	case s.PassiveRate > 0 && !s.PassiveOutcomes:
 		return &FieldError{"passive_rate", "needs passive_outcomes: true"}
 	}
 	return nil
+}
+
+// validateTiming checks the durations: each within its bounds, the
+// timeout within every interval, max_latency within the timeout.
+func (s Spec) validateTiming() error {
+	if err := checkRange("interval", s.Interval, MinInterval, MaxInterval); err != nil {
+		return err
+	}
+	if err := checkRange("timeout", s.Timeout, MinTimeout, MaxTimeout); err != nil {
+		return err
+	}
+	if s.Timeout > s.Interval {
+		return &FieldError{"timeout", fmt.Sprintf("must be at most the interval (%v), got %v", s.Interval, s.Timeout)}
+	}
+	switch {
+	case s.MaxLatency < 0:
+		return &FieldError{"max_latency", fmt.Sprintf("must be positive when set, got %v", s.MaxLatency)}
+	case s.MaxLatency > s.Timeout:
+		return &FieldError{"max_latency", fmt.Sprintf("must be at most the timeout (%v), got %s", s.Timeout, durText(s.MaxLatency))}
+	}
+	for _, iv := range []struct {
+		field string
+		d     time.Duration
+	}{{"fast_interval", s.FastInterval}, {"down_interval", s.DownInterval}} {
+		switch {
+		case iv.d < 0:
+			return &FieldError{iv.field, fmt.Sprintf("must be positive when set, got %v", iv.d)}
+		case iv.d > 0 && iv.d < s.Timeout:
+			return &FieldError{iv.field, fmt.Sprintf("must be at least the timeout (%v), got %v: set timeout to at most %v, or a longer %s", s.Timeout, iv.d, iv.d, iv.field)}
+		case iv.d > MaxInterval:
+			return &FieldError{iv.field, fmt.Sprintf("must be at most %v, got %s", MaxInterval, durText(iv.d))}
+		}
+	}
+	for _, w := range []struct {
+		field string
+		d     time.Duration
+		max   time.Duration
+	}{{"flap_window", s.FlapWindow, MaxFlapWindow}, {"flap_stable_for", s.FlapStableFor, MaxFlapStableFor}} {
+		switch {
+		case w.d < 0:
+			return &FieldError{w.field, fmt.Sprintf("must be positive when set, got %v", w.d)}
+		case w.d > w.max:
+			return &FieldError{w.field, fmt.Sprintf("must be at most %v, got %s", w.max, durText(w.d))}
+		}
+	}
+	return nil
+}
+
+// checkRange checks a required duration against its bounds.
+func checkRange(field string, d, lo, hi time.Duration) error {
+	switch {
+	case d <= 0:
+		return &FieldError{field, fmt.Sprintf("must be positive, got %v", d)}
+	case d < lo:
+		return &FieldError{field, fmt.Sprintf("must be at least %v, got %v", lo, d)}
+	case d > hi:
+		return &FieldError{field, fmt.Sprintf("must be at most %v, got %s", hi, durText(d))}
+	}
+	return nil
+}
+
+// durText formats a duration for an error message. A converted duration
+// too long for a time.Duration (the API's seconds can say 10,000 years)
+// arrives as the largest one, whose text would be a made-up number.
+func durText(d time.Duration) string {
+	if d == math.MaxInt64 {
+		return "more than 292 years"
+	}
+	return d.String()
 }
 
 // ValidateName checks a target name against the documented charset and

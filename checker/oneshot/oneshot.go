@@ -57,6 +57,9 @@ const (
 	// DefaultMaxRetries is the retry budget pulsectl check uses. It is not
 	// a zero-value default: Options.MaxRetries 0 means no retries.
 	DefaultMaxRetries = 3
+	// MaxTimeout bounds Target.Timeout, as pulsed bounds a target's
+	// timeout: no health check waits longer for one answer.
+	MaxTimeout = time.Hour
 )
 
 // Target is one thing to check. The zero Target is invalid (it has no
@@ -69,10 +72,26 @@ type Target struct {
 	// Attempt reports it; any other status is a failed attempt whose
 	// Status is the code received.
 	Probe probe.Spec
-	// Timeout bounds one attempt. Zero means DefaultTimeout.
+	// Timeout bounds one attempt, at most MaxTimeout. Zero means
+	// DefaultTimeout.
 	Timeout time.Duration
 	// Critical targets that end Down are listed in Summary.CriticalDown.
 	Critical bool
+}
+
+// Validate reports the first problem with t: a *probe.FieldError for its
+// probe spec (including the probe package's size bounds), or an error
+// starting "timeout: " for a Timeout that is negative or over MaxTimeout.
+// Run does not call it: a probe spec Validate refuses fails its attempts,
+// and a long timeout is clipped to the deadline.
+func (t Target) Validate() error {
+	switch {
+	case t.Timeout < 0:
+		return fmt.Errorf("timeout: must be positive when set, got %v", t.Timeout)
+	case t.Timeout > MaxTimeout:
+		return fmt.Errorf("timeout: must be at most %v, got %v", MaxTimeout, t.Timeout)
+	}
+	return t.Probe.Validate()
 }
 
 // Outcome is how a target's check ended.

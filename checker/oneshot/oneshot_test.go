@@ -430,3 +430,27 @@ func TestCancel(t *testing.T) {
 		}
 	}
 }
+
+// Target.Validate bounds the timeout and the probe spec, naming the field
+// and the bound.
+func TestTargetValidate(t *testing.T) {
+	tcp := probe.Spec{TCP: &probe.TCPSpec{Address: "x:1"}}
+	for _, tt := range []struct {
+		t    Target
+		want string // "" means valid
+	}{
+		{Target{Name: "a", Probe: tcp}, ""},
+		{Target{Name: "a", Probe: tcp, Timeout: MaxTimeout}, ""},
+		{Target{Name: "a", Probe: tcp, Timeout: MaxTimeout + time.Nanosecond}, "timeout: must be at most 1h0m0s, got 1h0m0.000000001s"},
+		{Target{Name: "a", Probe: tcp, Timeout: -time.Second}, "timeout: must be positive when set, got -1s"},
+		{Target{Name: "a", Probe: probe.Spec{GRPC: &probe.GRPCSpec{Address: "x:1", Service: strings.Repeat("s", probe.MaxServiceLen+1)}}}, "grpc.service: must be at most 1024 bytes, got 1025"},
+	} {
+		err := tt.t.Validate()
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%+v: %v, want valid", tt.t, err)
+		case tt.want != "" && (err == nil || err.Error() != tt.want):
+			t.Errorf("%+v: %v, want %q", tt.t, err, tt.want)
+		}
+	}
+}

@@ -28,6 +28,27 @@ import (
 	"unicode/utf8"
 )
 
+// Limits on a Spec's fields, checked by Validate. They bound what one
+// target may make pulsed hold and send, far above anything a health check
+// needs.
+const (
+	// MaxURLLen bounds HTTPSpec.URL, in bytes.
+	MaxURLLen = 2048
+	// MaxHeaders bounds how many HTTPSpec.Headers a probe sends.
+	MaxHeaders = 32
+	// MaxHeaderLen bounds one header's name and value together, in bytes.
+	MaxHeaderLen = 4096
+	// MaxExpectedStatus bounds the codes HTTPSpec.ExpectedStatus lists:
+	// as many as there are valid codes, 100 to 599.
+	MaxExpectedStatus = 500
+	// MaxAddressLen bounds TCPSpec.Address and GRPCSpec.Address, in bytes:
+	// a host name of at most 253 characters and a port leave room for an
+	// IPv6 address with a zone.
+	MaxAddressLen = 512
+	// MaxServiceLen bounds GRPCSpec.Service, in bytes.
+	MaxServiceLen = 1024
+)
+
 // Spec describes how to probe one target: exactly one of HTTP, TCP and GRPC
 // must be non-nil. The zero Spec sets none of them and is invalid.
 //
@@ -45,18 +66,20 @@ type Spec struct {
 // empty. Redirects are never followed.
 type HTTPSpec struct {
 	// URL is the absolute http:// or https:// URL to request; its host is a
-	// host name or an IP address. Required.
+	// host name or an IP address. Required; at most MaxURLLen bytes.
 	URL string
 	// Method is the request method: "GET" or "HEAD". Empty means "GET".
 	Method string
-	// ExpectedStatus lists the status codes that pass, each in 100..599.
-	// Empty (or nil) means any 2xx passes.
+	// ExpectedStatus lists the status codes that pass, each in 100..599,
+	// at most MaxExpectedStatus of them. Empty (or nil) means any 2xx
+	// passes.
 	ExpectedStatus []int
 	// Headers are extra request headers. Names are HTTP tokens and values
 	// hold no control characters (so no CR or LF). A "Host" entry sets the
 	// request's Host (the virtual host asked for) instead of a header line,
 	// and must be a host with an optional port; a "User-Agent" entry
-	// replaces the default "pulse-probe/1". Nil means none.
+	// replaces the default "pulse-probe/1". At most MaxHeaders, each at
+	// most MaxHeaderLen bytes (name and value). Nil means none.
 	Headers map[string]string
 }
 
@@ -64,7 +87,7 @@ type HTTPSpec struct {
 // be opened. The connection is closed at once.
 type TCPSpec struct {
 	// Address is host:port: a host name or IP address (an IPv6 one in
-	// brackets) and a port in 1..65535.
+	// brackets) and a port in 1..65535; at most MaxAddressLen bytes.
 	Address string
 }
 
@@ -72,11 +95,11 @@ type TCPSpec struct {
 // server answers SERVING for Service.
 type GRPCSpec struct {
 	// Address is host:port: a host name or IP address (an IPv6 one in
-	// brackets) and a port in 1..65535. It is never read as a gRPC target
-	// URI: "unix:80" is host "unix", port 80.
+	// brackets) and a port in 1..65535; at most MaxAddressLen bytes. It is
+	// never read as a gRPC target URI: "unix:80" is host "unix", port 80.
 	Address string
-	// Service is the service name sent in the HealthCheckRequest. Empty asks
-	// about the server as a whole.
+	// Service is the service name sent in the HealthCheckRequest, at most
+	// MaxServiceLen bytes. Empty asks about the server as a whole.
 	Service string
 	// TLS, when true, connects with TLS and verifies the server against the
 	// system roots. False (the default) connects in plaintext.
@@ -127,15 +150,21 @@ func (s Spec) Validate() error {
 	case s.TCP != nil:
 		return validateHostPort("tcp.address", s.TCP.Address)
 	default:
-		return validateHostPort("grpc.address", s.GRPC.Address)
+		if err := validateHostPort("grpc.address", s.GRPC.Address); err != nil {
+			return err
+		}
+		if n := len(s.GRPC.Service); n > MaxServiceLen {
+			return &FieldError{Field: "grpc.service", Reason: fmt.Sprintf("must be at most %d bytes, got %d", MaxServiceLen, n)}
+		}
+		return nil
 	}
 }
 
 // FieldError says which field of a Spec is wrong and how to fix it. Field is
 // a dotted, lower-case path such as "http.url", "http.method",
-// "http.expected_status", "http.headers", "tcp.address", "grpc.address", or
-// "probe" when none or several kinds are set. Reason is a sentence for the
-// person who wrote the Spec.
+// "http.expected_status", "http.headers", "tcp.address", "grpc.address",
+// "grpc.service", or "probe" when none or several kinds are set. Reason is
+// a sentence for the person who wrote the Spec.
 type FieldError struct {
 	Field  string
 	Reason string
@@ -153,6 +182,12 @@ func (h *HTTPSpec) validate() error {
 	if _, err := parseProbeURL(h.URL); err != nil {
 		return err
 	}
+	if len(h.ExpectedStatus) > MaxExpectedStatus {
+		return &FieldError{Field: "http.expected_status", Reason: fmt.Sprintf("must list at most %d codes, got %d", MaxExpectedStatus, len(h.ExpectedStatus))}
+	}
+	if len(h.Headers) > MaxHeaders {
+		return &FieldError{Field: "http.headers", Reason: fmt.Sprintf("must be at most %d headers, got %d", MaxHeaders, len(h.Headers))}
+	}
 	switch h.Method {
 	case "", http.MethodGet, http.MethodHead:
 	default:
@@ -165,6 +200,9 @@ func (h *HTTPSpec) validate() error {
 	}
 	for _, name := range slices.Sorted(maps.Keys(h.Headers)) {
 		value := h.Headers[name]
+		if n := len(name) + len(value); n > MaxHeaderLen {
+			return &FieldError{Field: "http.headers", Reason: fmt.Sprintf("header %.40q must be at most %d bytes, name and value together, got %d", name, MaxHeaderLen, n)}
+		}
 		if !isToken(name) {
 			return &FieldError{Field: "http.headers", Reason: fmt.Sprintf("header name %q is not a valid HTTP token: use letters, digits and !#$%%&'*+-.^_`|~ only, e.g. \"X-Health-Token\"", name)}
 		}
@@ -186,6 +224,9 @@ func parseProbeURL(raw string) (*url.URL, error) {
 	}
 	if raw == "" {
 		return bad("is required: it %s, e.g. \"http://10.0.0.5:8080/healthz\"", urlHint)
+	}
+	if len(raw) > MaxURLLen {
+		return bad("must be at most %d bytes, got %d", MaxURLLen, len(raw))
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -223,6 +264,9 @@ func validateHostPort(field, addr string) error {
 	const example = `e.g. "10.0.0.5:5432" or "[::1]:5432"`
 	if addr == "" {
 		return bad("is required: host:port, %s", example)
+	}
+	if len(addr) > MaxAddressLen {
+		return bad("must be at most %d bytes, got %d", MaxAddressLen, len(addr))
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {

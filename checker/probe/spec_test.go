@@ -2,6 +2,8 @@ package probe
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -128,5 +130,65 @@ func TestKind(t *testing.T) {
 		if got := tt.spec.Kind(); got != tt.want {
 			t.Errorf("%+v.Kind() = %q, want %q", tt.spec, got, tt.want)
 		}
+	}
+}
+
+// Each bounded field is accepted at its bound and rejected one past it,
+// with the bound in the reason.
+func TestValidateBounds(t *testing.T) {
+	url := func(n int) string { // an http URL of exactly n bytes
+		const head = "http://x/"
+		return head + strings.Repeat("a", n-len(head))
+	}
+	headers := func(n int) map[string]string {
+		h := make(map[string]string, n)
+		for i := range n {
+			h[fmt.Sprintf("X-H%d", i)] = "1"
+		}
+		return h
+	}
+	statuses := func(n int) []int { return slices.Repeat([]int{200}, n) }
+	addr := func(n int) string { // host:port of exactly n bytes
+		return strings.Repeat("h", n-len(":80")) + ":80"
+	}
+	tests := []struct {
+		name      string
+		ok, bad   Spec
+		wantField string
+		wantIn    string
+	}{
+		{"url length",
+			Spec{HTTP: &HTTPSpec{URL: url(MaxURLLen)}}, Spec{HTTP: &HTTPSpec{URL: url(MaxURLLen + 1)}},
+			"http.url", fmt.Sprintf("must be at most %d bytes, got %d", MaxURLLen, MaxURLLen+1)},
+		{"header count",
+			Spec{HTTP: &HTTPSpec{URL: "http://x/", Headers: headers(MaxHeaders)}}, Spec{HTTP: &HTTPSpec{URL: "http://x/", Headers: headers(MaxHeaders + 1)}},
+			"http.headers", fmt.Sprintf("must be at most %d headers, got %d", MaxHeaders, MaxHeaders+1)},
+		{"header size",
+			Spec{HTTP: &HTTPSpec{URL: "http://x/", Headers: map[string]string{"X-A": strings.Repeat("v", MaxHeaderLen-3)}}},
+			Spec{HTTP: &HTTPSpec{URL: "http://x/", Headers: map[string]string{"X-A": strings.Repeat("v", MaxHeaderLen-2)}}},
+			"http.headers", fmt.Sprintf(`header "X-A" must be at most %d bytes, name and value together, got %d`, MaxHeaderLen, MaxHeaderLen+1)},
+		{"expected status count",
+			Spec{HTTP: &HTTPSpec{URL: "http://x/", ExpectedStatus: statuses(MaxExpectedStatus)}}, Spec{HTTP: &HTTPSpec{URL: "http://x/", ExpectedStatus: statuses(MaxExpectedStatus + 1)}},
+			"http.expected_status", fmt.Sprintf("must list at most %d codes, got %d", MaxExpectedStatus, MaxExpectedStatus+1)},
+		{"tcp address length",
+			Spec{TCP: &TCPSpec{Address: addr(MaxAddressLen)}}, Spec{TCP: &TCPSpec{Address: addr(MaxAddressLen + 1)}},
+			"tcp.address", fmt.Sprintf("must be at most %d bytes, got %d", MaxAddressLen, MaxAddressLen+1)},
+		{"grpc address length",
+			Spec{GRPC: &GRPCSpec{Address: addr(MaxAddressLen)}}, Spec{GRPC: &GRPCSpec{Address: addr(MaxAddressLen + 1)}},
+			"grpc.address", fmt.Sprintf("must be at most %d bytes, got %d", MaxAddressLen, MaxAddressLen+1)},
+		{"grpc service length",
+			Spec{GRPC: &GRPCSpec{Address: "x:80", Service: strings.Repeat("s", MaxServiceLen)}}, Spec{GRPC: &GRPCSpec{Address: "x:80", Service: strings.Repeat("s", MaxServiceLen+1)}},
+			"grpc.service", fmt.Sprintf("must be at most %d bytes, got %d", MaxServiceLen, MaxServiceLen+1)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.ok.Validate(); err != nil {
+				t.Errorf("at the bound: Validate() = %v, want nil", err)
+			}
+			var fe *FieldError
+			if err := tt.bad.Validate(); !errors.As(err, &fe) || fe.Field != tt.wantField || !strings.Contains(fe.Reason, tt.wantIn) {
+				t.Errorf("past the bound: Validate() = %v, want a FieldError on %s containing %q", err, tt.wantField, tt.wantIn)
+			}
+		})
 	}
 }

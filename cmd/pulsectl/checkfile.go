@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -159,13 +158,16 @@ func (f fileTarget) target() (oneshot.Target, error) {
 	case f.Timeout != "":
 		d, err := time.ParseDuration(f.Timeout)
 		if err != nil || d <= 0 {
-			return t, fmt.Errorf("timeout must be a positive duration such as 2s or 500ms, got %q", f.Timeout)
+			return t, fmt.Errorf("timeout must be a positive duration such as 2s or 500ms, at most %v, got %q", oneshot.MaxTimeout, f.Timeout)
+		}
+		if d > oneshot.MaxTimeout {
+			return t, fmt.Errorf("timeout must be at most %v, got %v", oneshot.MaxTimeout, d)
 		}
 		t.Timeout = d
 	case f.TimeoutS != nil:
-		s := *f.TimeoutS
-		if !(s > 0) || s > math.MaxInt64/float64(time.Second) {
-			return t, fmt.Errorf("timeout_s must be a positive number of seconds, got %v", s)
+		s, most := *f.TimeoutS, oneshot.MaxTimeout.Seconds()
+		if !(s > 0) || s > most {
+			return t, fmt.Errorf("timeout_s must be a positive number of seconds, at most %v (%v), got %v", most, oneshot.MaxTimeout, s)
 		}
 		t.Timeout = time.Duration(s * float64(time.Second))
 	}
@@ -208,7 +210,7 @@ func (f fileTarget) target() (oneshot.Target, error) {
 	default:
 		return t, fmt.Errorf("kind must be http, tcp or grpc, got %q", f.Kind)
 	}
-	if err := t.Probe.Validate(); err != nil {
+	if err := t.Validate(); err != nil {
 		var fe *probe.FieldError
 		if errors.As(err, &fe) {
 			return t, fmt.Errorf("%s: %s", fileField(fe.Field), fe.Reason)
@@ -229,6 +231,8 @@ func fileField(field string) string {
 		return "headers"
 	case "tcp.address", "grpc.address":
 		return "address"
+	case "grpc.service":
+		return "service"
 	default:
 		return field
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -101,6 +102,13 @@ func TestLoadTargetsErrors(t *testing.T) {
 		{"bad timeout", "t.yaml", "- {name: a, url: 'http://x/', timeout: 2}\n", "timeout must be a positive duration"},
 		{"negative timeout_s", "t.yaml", "- {name: a, url: 'http://x/', timeout_s: -1}\n", "timeout_s must be a positive number"},
 		{"trailing json", "t.json", `[{"name": "a", "url": "http://x/"}] []`, "unexpected data"},
+		// Past the bounds: the field as the file spells it, and the bound.
+		{"timeout too long", "t.yaml", "- {name: a, url: 'http://x/', timeout: 1h0m0.001s}\n", "target 1 (a): timeout must be at most 1h0m0s, got 1h0m0.001s"},
+		{"timeout_s too long", "t.yaml", "- {name: a, url: 'http://x/', timeout_s: 3600.5}\n", "target 1 (a): timeout_s must be a positive number of seconds, at most 3600 (1h0m0s), got 3600.5"},
+		{"timeout_s huge", "t.json", `[{"name": "a", "url": "http://x/", "timeout_s": 1e300}]`, "at most 3600 (1h0m0s), got 1e+300"},
+		{"url too long", "t.yaml", "- {name: a, url: 'http://x/" + strings.Repeat("a", 2040) + "'}\n", "target 1 (a): url: must be at most 2048 bytes, got 2049"},
+		{"too many headers", "t.yaml", "- name: a\n  url: http://x/\n  headers: {" + manyHeaders(33) + "}\n", "target 1 (a): headers: must be at most 32 headers, got 33"},
+		{"service too long", "t.yaml", "- {name: a, kind: grpc, address: 'x:1', service: " + strings.Repeat("s", 1025) + "}\n", "target 1 (a): service: must be at most 1024 bytes, got 1025"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -113,5 +121,26 @@ func TestLoadTargetsErrors(t *testing.T) {
 	}
 	if _, err := loadTargets(filepath.Join(t.TempDir(), "none.yaml")); err == nil {
 		t.Error("a missing file loaded")
+	}
+}
+
+// manyHeaders returns n YAML flow-mapping entries "X-Hi: v".
+func manyHeaders(n int) string {
+	h := make([]string, n)
+	for i := range h {
+		h[i] = fmt.Sprintf("X-H%d: v", i)
+	}
+	return strings.Join(h, ", ")
+}
+
+// A timeout at its bound is accepted in either spelling.
+func TestLoadTargetsAtTheBounds(t *testing.T) {
+	path := writeFile(t, "t.yaml", "- {name: a, url: 'http://x/', timeout: 1h}\n- {name: b, url: 'http://x/', timeout_s: 3600}\n- name: c\n  url: http://x/\n  headers: {"+manyHeaders(32)+"}\n")
+	got, err := loadTargets(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].Timeout != oneshot.MaxTimeout || got[1].Timeout != oneshot.MaxTimeout || len(got[2].Probe.HTTP.Headers) != 32 {
+		t.Errorf("timeouts %v and %v, %d headers; want %v, %v, 32", got[0].Timeout, got[1].Timeout, len(got[2].Probe.HTTP.Headers), oneshot.MaxTimeout, oneshot.MaxTimeout)
 	}
 }

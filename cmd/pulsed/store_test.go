@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -71,6 +72,9 @@ func TestStoredTargetsThatTodaysRulesRefuseAreQuarantined(t *testing.T) {
 		{Name: "ok-1", Probe: probe.Spec{HTTP: &probe.HTTPSpec{URL: ok.URL}}, Interval: 100 * time.Millisecond, Timeout: 100 * time.Millisecond, Rise: 1, Fall: 1},
 		{Name: "meta", Probe: probe.Spec{HTTP: &probe.HTTPSpec{URL: "http://169.254.169.254/latest"}}},
 		{Name: "slow", Probe: probe.Spec{TCP: &probe.TCPSpec{Address: "127.0.0.1:9"}}, Interval: time.Second, Timeout: 5 * time.Second},
+		// The interval an older pulsed accepted and whose schedule wedged
+		// the checker.
+		{Name: "huge", Probe: probe.Spec{TCP: &probe.TCPSpec{Address: "127.0.0.1:9"}}, Interval: math.MaxInt64},
 	}, map[string]string{
 		"udp-1":   `{"v":1,"spec":{"Name":"udp-1","Probe":{"UDP":{"Address":"127.0.0.1:53"}}}}`,
 		"garbled": `{"v":1,"spec":{"Name":`,
@@ -95,6 +99,7 @@ func TestStoredTargetsThatTodaysRulesRefuseAreQuarantined(t *testing.T) {
 	wantWhy := map[string]string{
 		"meta":    "denied by egress policy",
 		"slow":    "timeout: must be at most the interval",
+		"huge":    "interval: must be at most 24h",
 		"udp-1":   "exactly one",
 		"garbled": "stored spec: unexpected end of JSON input",
 		"future":  "record version 2",

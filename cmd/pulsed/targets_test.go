@@ -63,6 +63,13 @@ func TestLoadTargetsErrorsNameTheLine(t *testing.T) {
 		{"tragets: []\n", `:1: unknown key "tragets"`},
 		{"targets: {name: a}\n", `:1: targets must be a list`},
 		{"targets:\n  - name: [\n", `yaml:`},
+		// Out-of-bound values: the field and the bound.
+		{"targets:\n  - name: a\n    tcp: {address: \"127.0.0.1:1\"}\n    interval: 100000000000s\n", `:2: target "a": interval: must be at most 24h0m0s, got more than 292 years`},
+		{"targets:\n  - name: a\n    tcp: {address: \"127.0.0.1:1\"}\n    interval: 90000s\n", `:2: target "a": interval: must be at most 24h0m0s, got 25h0m0s`},
+		{"targets:\n  - name: a\n    tcp: {address: \"127.0.0.1:1\"}\n    rise: 5000\n", `:2: target "a": rise: must be between 1 and 1000, got 5000`},
+		{"targets:\n  - name: a\n    tcp: {address: \"127.0.0.1:1\"}\n    fast_interval: 0.001s\n", `:2: target "a": fast_interval: must be at least the timeout (1s), got 1ms: set timeout to at most 1ms, or a longer fast_interval`},
+		{"targets:\n  - name: a\n    tcp: {address: \"127.0.0.1:1\"}\n    flapThreshold: 300\n", `:2: target "a": flap_threshold: must be at most 256`},
+		{"targets:\n  - name: a\n    tcp: {address: \"127.0.0.1:1\"}\n    timeout: 7200s\n    interval: 86400s\n", `:2: target "a": timeout: must be at most 1h0m0s, got 2h0m0s`},
 	} {
 		path := filepath.Join(t.TempDir(), "targets.yaml")
 		writeFile(t, path, tt.body)

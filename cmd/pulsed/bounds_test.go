@@ -1,0 +1,35 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// The default flags have the bounds of the target fields they fill, and
+// their errors name the bound.
+func TestDefaultFlagBounds(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string // "" means accepted
+	}{
+		{[]string{"-interval", "24h", "-timeout", "1h", "-rise", "1000", "-fall", "1000", "-fast-interval", "24h", "-down-interval", "24h"}, ""},
+		{[]string{"-interval", "1ms", "-timeout", "1ms", "-fast-interval", "1ms"}, ""},
+		{[]string{"-interval", "24h1s"}, "default interval must be between 1ms and 24h0m0s, got 24h0m1s"},
+		{[]string{"-interval", "2562047h"}, "default interval must be between 1ms and 24h0m0s, got 2562047h0m0s"},
+		{[]string{"-interval", "24h", "-timeout", "61m"}, "default timeout must be between 1ms and 1h0m0s, got 1h1m0s"},
+		{[]string{"-rise", "1001"}, "default rise must be between 1 and 1000, got 1001"},
+		{[]string{"-fall", "100000"}, "default fall must be between 1 and 1000, got 100000"},
+		{[]string{"-fast-interval", "1ms"}, "default fast interval must be at least the default timeout 1s (0: each target's interval), got 1ms"},
+		{[]string{"-down-interval", "48h"}, "default down interval must be at most 24h0m0s, got 48h0m0s"},
+	} {
+		var stderr bytes.Buffer
+		_, err := parseFlags(tt.args, &stderr)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%q: %v, want accepted", tt.args, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%q: %v, want an error containing %q", tt.args, err, tt.want)
+		}
+	}
+}
