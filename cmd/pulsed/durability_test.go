@@ -246,14 +246,19 @@ func TestFullDiskFailsAddTargetClearly(t *testing.T) {
 	bin := buildPulsed(t)
 	p := startPulsed(t, bin, "-data-dir", filepath.Join(dir, "data"))
 	client := dial(t, p.addr)
-	// Fill the disk, then add targets with large headers until the store
-	// has to grow its file and cannot.
+	// Fill the disk, then add targets with large headers (16 KiB, in
+	// headers within the per-header bound) until the store has to grow its
+	// file and cannot.
 	os.WriteFile(filepath.Join(dir, "filler"), make([]byte, 1<<20), 0o600)
+	pad := map[string]string{}
+	for i := range 4 {
+		pad[fmt.Sprintf("X-Pad-%d", i)] = strings.Repeat("x", 4000)
+	}
 	var acked, failed int
 	var lastErr error
 	for i := range 200 {
 		tg := tcpTarget(fmt.Sprintf("big-%03d", i))
-		tg.Probe = &pb.Target_Http{Http: &pb.HttpProbe{Url: "http://127.0.0.1:9/", Headers: map[string]string{"X-Pad": strings.Repeat("x", 16<<10)}}}
+		tg.Probe = &pb.Target_Http{Http: &pb.HttpProbe{Url: "http://127.0.0.1:9/", Headers: pad}}
 		_, err := client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: tg})
 		if err == nil {
 			acked++
