@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -244,6 +245,15 @@ func TestInvalidRequestsNameTheField(t *testing.T) {
 		_, err = w.Recv()
 	}
 	wantCode(t, err, codes.InvalidArgument, "names[1]: may contain only")
+	many := make([]string, server.MaxWatchNames+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("t-%d", i)
+	}
+	w, err = e.client.WatchTransitions(t.Context(), &pb.WatchTransitionsRequest{Names: many})
+	if err == nil {
+		_, err = w.Recv()
+	}
+	wantCode(t, err, codes.InvalidArgument, fmt.Sprintf("names: must list at most %d targets, got %d", server.MaxWatchNames, server.MaxWatchNames+1))
 
 	if l, _ := e.client.ListTargets(t.Context(), &pb.ListTargetsRequest{}); len(l.GetTargets()) != 0 {
 		t.Errorf("invalid requests registered %d targets", len(l.GetTargets()))

@@ -12,6 +12,10 @@ import (
 	pb "pulse/gen/pulse/v1"
 )
 
+// MaxWatchNames bounds WatchTransitionsRequest.names: a watcher keeps its
+// names in a set for as long as it lives.
+const MaxWatchNames = 10000
+
 // validator rejects malformed requests before they reach a handler, with
 // INVALID_ARGUMENT and a message that starts with the field to fix. The
 // generated types carry no validation methods (protovalidate's annotations
@@ -67,6 +71,9 @@ func (v validator) check(req any) error {
 		}
 	case *pb.WatchTransitionsRequest:
 		err = field("group", checker.ValidateGroup(r.GetGroup()))
+		if n := len(r.GetNames()); err == nil && n > MaxWatchNames {
+			err = fmt.Errorf("names: must list at most %d targets, got %d; filter by group instead", MaxWatchNames, n)
+		}
 		for i, n := range r.GetNames() {
 			if err == nil {
 				err = field(fmt.Sprintf("names[%d]", i), checker.ValidateName(n))

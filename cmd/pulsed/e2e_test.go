@@ -123,6 +123,8 @@ func TestFlagErrors(t *testing.T) {
 		{"-interval", "1s", "-timeout", "2s"},
 		{"-max-concurrent-probes", "0"},
 		{"-schedule-tick", "-1ms"},
+		{"-max-unhealthy-fraction", "NaN"},
+		{"-max-connections", "-1"},
 		{"-log-format", "xml"},
 		{"extra"},
 	} {

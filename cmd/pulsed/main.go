@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"os/signal"
@@ -125,7 +126,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	cfg.overload.Disabled = !*overloadDetection
 	switch {
-	case cfg.maxUnhealthy <= 0 || cfg.maxUnhealthy > 1:
+	case cfg.maxUnhealthy <= 0 || cfg.maxUnhealthy > 1 || math.IsNaN(cfg.maxUnhealthy):
 		return cfg, fmt.Errorf("-max-unhealthy-fraction must be in (0, 1] (1 disables the panic threshold), got %v", cfg.maxUnhealthy)
 	case cfg.overload.MaxLag < 0 || cfg.overload.MaxWaiting < 0 || cfg.overload.RecoverAfter <= 0:
 		return cfg, fmt.Errorf("-overload-lag and -overload-waiting must not be negative, -overload-recovery must be positive; got %v, %d, %v", cfg.overload.MaxLag, cfg.overload.MaxWaiting, cfg.overload.RecoverAfter)
