@@ -278,7 +278,7 @@ func (w *Watchdog) noteLocked(now time.Time, out []Stall) {
 		}
 		changed = true
 		w.episodes[s.Component] = now.Add(-s.For)
-		w.logger.Error("pulsed is not live: "+s.String(), "component", s.Component, "stalled_for", s.For.String())
+		w.logger.Error("pulsed is not live: "+s.String(), "part", s.Component, "stalled_for", s.For.String())
 	}
 	for comp, since := range w.episodes {
 		if slices.ContainsFunc(out, func(s Stall) bool { return s.Component == comp }) {
@@ -286,7 +286,7 @@ func (w *Watchdog) noteLocked(now time.Time, out []Stall) {
 		}
 		changed = true
 		delete(w.episodes, comp)
-		w.logger.Info("pulsed is live again: "+comp+" progresses", "component", comp, "stalled_for", now.Sub(since).String())
+		w.logger.Info("pulsed is live again: "+comp+" progresses", "part", comp, "stalled_for", now.Sub(since).String())
 	}
 	w.last = out
 	if changed && w.onChange != nil {

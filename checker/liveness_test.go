@@ -169,10 +169,10 @@ func TestLivenessSchedulerAndLockStall(t *testing.T) {
 	}
 	logs := we.logs.String()
 	for _, line := range []string{
-		`level=ERROR msg="pulsed is not live: scheduler: no progress for 31s" component=scheduler`,
-		`level=ERROR msg="pulsed is not live: checker_lock: lock held for 31s" component=checker_lock`,
-		`level=INFO msg="pulsed is live again: scheduler progresses" component=scheduler`,
-		`level=INFO msg="pulsed is live again: checker_lock progresses" component=checker_lock`,
+		`level=ERROR msg="pulsed is not live: scheduler: no progress for 31s" part=scheduler`,
+		`level=ERROR msg="pulsed is not live: checker_lock: lock held for 31s" part=checker_lock`,
+		`level=INFO msg="pulsed is live again: scheduler progresses" part=scheduler`,
+		`level=INFO msg="pulsed is live again: checker_lock progresses" part=checker_lock`,
 	} {
 		if n := strings.Count(logs, line); n != 1 {
 			t.Errorf("logged %d times, want once: %s\nlogs:\n%s", n, line, logs)
