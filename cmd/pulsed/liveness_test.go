@@ -315,3 +315,16 @@ func (l *lockedLog) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+func TestLivenessTimeoutFlag(t *testing.T) {
+	var stderr bytes.Buffer
+	cfg, err := parseFlags(nil, &stderr)
+	if err != nil || cfg.livenessTimeout != checker.DefaultLivenessTimeout || checker.DefaultLivenessTimeout != 30*time.Second {
+		t.Errorf("default -liveness-timeout: %v, %v", cfg.livenessTimeout, err)
+	}
+	for _, v := range []string{"0", "-1s"} {
+		if _, err := parseFlags([]string{"-liveness-timeout", v}, &stderr); err == nil || !strings.Contains(err.Error(), "-liveness-timeout must be positive") {
+			t.Errorf("-liveness-timeout %s: %v", v, err)
+		}
+	}
+}
