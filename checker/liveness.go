@@ -137,9 +137,11 @@ type Watchdog struct {
 	episodes map[string]time.Time // stalled components, by when they were due
 	last     []Stall
 
-	startOnce, closeOnce sync.Once
-	stop                 chan struct{}
-	done                 chan struct{} // closed when the loop has ended; nil before Start
+	run     sync.Mutex    // protects started and closed
+	started bool          // Start ran the loop
+	closed  bool          // Close was called
+	stop    chan struct{} // closed by Close
+	done    chan struct{} // closed when the loop has ended
 }
 
 // lockProbe probes one lock: waiting is the stamp of the probe in
@@ -167,6 +169,7 @@ func NewWatchdog(c *Checker, cfg WatchdogConfig) (*Watchdog, error) {
 		},
 		episodes: make(map[string]time.Time),
 		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
 	}
 	if w.timeout == 0 {
 		w.timeout = DefaultLivenessTimeout
@@ -192,12 +195,15 @@ func (w *Watchdog) Components() []string {
 }
 
 // Start runs Check every Interval, in the background, until Close. Calling
-// it more than once has no further effect.
+// it more than once, or after Close, has no further effect.
 func (w *Watchdog) Start() {
-	w.startOnce.Do(func() {
-		w.done = make(chan struct{})
-		go w.loop()
-	})
+	w.run.Lock()
+	defer w.run.Unlock()
+	if w.started || w.closed {
+		return
+	}
+	w.started = true
+	go w.loop()
 }
 
 func (w *Watchdog) loop() {
@@ -218,12 +224,18 @@ func (w *Watchdog) loop() {
 // Close stops the loop Start began. It does not wait for a lock probe
 // still waiting: that one ends when it gets its lock. It is idempotent.
 func (w *Watchdog) Close() {
-	w.closeOnce.Do(func() {
-		close(w.stop)
-		if w.done != nil {
-			<-w.done
-		}
-	})
+	w.run.Lock()
+	if w.closed {
+		w.run.Unlock()
+		return
+	}
+	w.closed = true
+	close(w.stop)
+	started := w.started
+	w.run.Unlock()
+	if started {
+		<-w.done
+	}
 }
 
 // Stalls returns what the last Check found: nil when nothing is stalled.
