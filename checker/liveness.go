@@ -56,7 +56,7 @@ type Stall struct {
 }
 
 // String says what stalled, e.g. "scheduler: no progress for 41s" or
-// "checker_lock: held for 41s".
+// "checker_lock: lock held for 41s".
 func (s Stall) String() string {
 	d := s.For.Round(time.Second)
 	if s.For < 10*time.Second {
