@@ -274,6 +274,7 @@ type Checker struct {
 	commitWake chan struct{} // tells the committer there is work
 	commitStop chan struct{} // closed by Close
 	commitDone chan struct{} // closed when the committer has stopped
+	live       liveStamps    // progress stamps for a Watchdog; see liveness.go
 
 	// Lock order: wmu, then mu, then hmu.
 	mu      sync.Mutex // protects targets, pools, due, rev, pending, reports, ov, pool, closed and every *target
@@ -383,6 +384,7 @@ func New(cfg Config) (*Checker, error) {
 	if c.clock == nil {
 		c.clock = RealClock{}
 	}
+	c.live.base = c.clock.Now()
 	if c.defaults == (Defaults{}) {
 		c.defaults = StandardDefaults()
 	}

@@ -28,6 +28,7 @@ import (
 // late probes start to tell when it is overloaded (see overload.go).
 func (c *Checker) Start() {
 	c.startOnce.Do(func() {
+		c.startTestHook()
 		c.wg.Go(c.schedule)
 	})
 }
@@ -40,7 +41,9 @@ func (c *Checker) Scheduled() <-chan struct{} { return c.scheduled }
 func (c *Checker) schedule() {
 	for {
 		now := c.clock.Now()
+		c.live.set(&c.live.scheduler, now) // a pass is due: see liveness.go
 		c.mu.Lock()
+		c.testHookLocked()
 		c.dueLocked(now)
 		c.dispatchLocked()
 		var wake time.Time
@@ -62,6 +65,7 @@ func (c *Checker) schedule() {
 			timer = c.clock.TimerAt(wake)
 			tick = timer.C()
 		}
+		c.live.set(&c.live.scheduler, wake) // the next pass is due at wake; none if zero
 		select {
 		case <-c.ctx.Done():
 		case <-c.wake:
@@ -71,6 +75,7 @@ func (c *Checker) schedule() {
 			timer.Stop()
 		}
 		if c.ctx.Err() != nil {
+			c.live.set(&c.live.scheduler, time.Time{})
 			return
 		}
 	}

@@ -145,15 +145,19 @@ func (c *Checker) queueLocked(p pending) {
 // events wait and StoreErr reports the failure.
 func (c *Checker) commitLoop() {
 	defer close(c.commitDone)
+	defer c.live.set(&c.live.committer, time.Time{})
 	backoff := 50 * time.Millisecond
 	for {
+		c.live.set(&c.live.committer, time.Time{}) // idle: see liveness.go
 		select {
 		case <-c.commitWake:
 		case <-c.commitStop:
 			c.commitOnce() // flush what the last probes queued
 			return
 		}
+		c.live.set(&c.live.committer, c.clock.Now())
 		for c.commitOnce() != nil {
+			c.live.set(&c.live.committer, c.clock.Now().Add(backoff)) // due again after the backoff
 			select {
 			case <-time.After(backoff):
 				backoff = min(2*backoff, 5*time.Second)

@@ -7,11 +7,11 @@
 //	pulsed [flags]
 //
 // Run pulsed --help for the flags. SIGINT or SIGTERM stops it gracefully
-// within --shutdown-timeout.
+// within --shutdown-timeout; past it and a grace of 5s, or at a second
+// signal, it exits at once with status 1.
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -56,6 +56,7 @@ type config struct {
 	watchHistory     int
 	watchProgress    time.Duration
 	shutdownTimeout  time.Duration
+	livenessTimeout  time.Duration
 	logLevel         slog.Level
 	logJSON          bool
 	httpListen       string
@@ -92,7 +93,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.overload.RecoverAfter, "overload-recovery", checker.DefaultOverloadRecovery, "pulsed is no longer overloaded after this long without a sign")
 	fs.IntVar(&cfg.watchHistory, "watch-history", 10000, "events kept for WatchTransitions streams to resume from; a stream further behind is ended with RESOURCE_EXHAUSTED")
 	fs.DurationVar(&cfg.watchProgress, "watch-progress", 30*time.Second, "how long a WatchTransitions stream may stay idle before it gets a progress event with the current revision")
-	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long to let calls in progress finish before closing them")
+	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long to let calls in progress finish before closing them; past it and a grace of 5s, or at a second signal, pulsed exits at once with status 1")
+	fs.DurationVar(&cfg.livenessTimeout, "liveness-timeout", checker.DefaultLivenessTimeout, "how long a part of pulsed (scheduler, committer, watch hub, its lock) may make no progress before pulsed is not live: /healthz answers 503 and grpc.health.v1 NOT_SERVING for pulsed itself")
 	fs.StringVar(&cfg.httpListen, "http-listen", "127.0.0.1:9090", "`address` to serve /metrics, the status page at /, /healthz and /readyz on (host:port; port 0 picks a free one; empty disables)")
 	fs.BoolVar(&cfg.metricsPerTarget, "metrics-per-target", true, "export pulse_target_up and pulse_target_last_latency_seconds, two series per target; false drops them for very large fleets")
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn or error")
@@ -140,6 +142,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("-watch-progress must be positive, got %v", cfg.watchProgress)
 	case cfg.shutdownTimeout <= 0:
 		return cfg, fmt.Errorf("-shutdown-timeout must be positive, got %v", cfg.shutdownTimeout)
+	case cfg.livenessTimeout <= 0:
+		return cfg, fmt.Errorf("-liveness-timeout must be positive, got %v", cfg.livenessTimeout)
 	}
 	return cfg, nil
 }
@@ -179,6 +183,11 @@ func run(args []string, stderr io.Writer) error {
 	} else {
 		logger = slog.New(slog.NewTextHandler(stderr, opts))
 	}
+	// SIGINT and SIGTERM start the shutdown and bound it, whatever state
+	// pulsed is in; registered first, stopped last, so that the bound
+	// covers the deferred closes too.
+	sigs := watchSignals(cfg.shutdownTimeout+shutdownGrace, logger, os.Exit)
+	defer sigs.stop()
 
 	var (
 		store  checker.Store
@@ -260,6 +269,11 @@ func run(args []string, stderr io.Writer) error {
 	sopts.UnaryInterceptors = obs.unaryInterceptors()
 	sopts.StreamInterceptors = obs.streamInterceptors()
 	gs, hs := server.NewGRPCServer(server.New(c, server.WithProgressInterval(cfg.watchProgress)), sopts)
+	wd, err := startWatchdog(c, cfg.livenessTimeout, hs, obs, logger)
+	if err != nil {
+		return err
+	}
+	defer wd.Close()
 
 	lis, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
@@ -281,8 +295,7 @@ func run(args []string, stderr io.Writer) error {
 	c.Start()
 	logger.Info("pulsed listening", "addr", lis.Addr().String())
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx := sigs.ctx
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- gs.Serve(lis) }()
 	// Ready once the store is open (above) and the scheduler has made its
@@ -306,13 +319,17 @@ wait:
 			break wait
 		}
 	}
-	logger.Info("pulsed shutting down", "timeout", cfg.shutdownTimeout.String())
+	logger.Info("pulsed shutting down", "timeout", cfg.shutdownTimeout.String(), "grace", shutdownGrace.String())
+	deadline := time.Now().Add(cfg.shutdownTimeout)
 	hs.Shutdown() // grpc.health.v1 answers NOT_SERVING from now on
 	obs.setReady(errors.New("shutting down"))
+	wd.Close()
 	// Closing the checker stops probing and ends watch streams, which would
 	// otherwise keep GracefulStop waiting forever.
+	sigs.waitingFor("the checker to close (probes in flight, state changes to store, watch streams to end)")
 	c.Close()
-	httpStopped := obs.shutdown(cfg.shutdownTimeout) // its event feeds ended with the checker
+	sigs.waitingFor("HTTP requests and gRPC calls in progress")
+	httpStopped := obs.shutdown(time.Until(deadline)) // its event feeds ended with the checker
 	stopped := make(chan struct{})
 	go func() {
 		gs.GracefulStop()
@@ -320,12 +337,13 @@ wait:
 	}()
 	select {
 	case <-stopped:
-	case <-time.After(cfg.shutdownTimeout):
+	case <-time.After(time.Until(deadline)):
 		logger.Warn("shutdown timeout reached; closing the remaining calls")
 		gs.Stop()
 		<-stopped
 	}
 	<-httpStopped
+	sigs.waitingFor("the store and the registry to close")
 	logger.Info("pulsed stopped")
 	return nil
 }

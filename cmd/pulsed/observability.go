@@ -33,6 +33,7 @@ type observability struct {
 	backup    func(io.Writer) (int64, error) // the store's hot backup; nil without a store
 
 	notReady atomic.Pointer[string] // why /readyz says 503; nil when ready
+	live     func() error           // what /healthz says (see startWatchdog); nil: live
 	srv      *http.Server           // nil until start, and when disabled
 	errc     chan error             // Serve's error; nil when disabled
 }
@@ -104,6 +105,7 @@ func (o *observability) start(addr string, c *checker.Checker, gs *grpc.Server) 
 			Gatherer: o.reg,
 			Observer: o.observer,
 			Ready:    o.ready,
+			Live:     o.live,
 			Logger:   o.logger,
 			Backup:   o.backup,
 		}),

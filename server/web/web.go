@@ -40,6 +40,10 @@ type Config struct {
 	// says why not, and /readyz answers 503 with it. If nil, /readyz answers
 	// 200 while the handler exists.
 	Ready func() error
+	// Live says whether pulsed is live (makes progress): nil means live,
+	// an error says what stalled, and /healthz answers 503 with it. If nil,
+	// /healthz answers 200 while the handler exists.
+	Live func() error
 	// Logger receives errors of the handler itself. If nil, nothing is
 	// logged.
 	Logger *slog.Logger
@@ -63,6 +67,7 @@ type Handler struct {
 	c        *checker.Checker
 	obs      *Observer
 	ready    func() error
+	live     func() error
 	logger   *slog.Logger
 	results  time.Duration
 	progress time.Duration
@@ -75,6 +80,7 @@ func NewHandler(cfg Config) *Handler {
 		c:        cfg.Checker,
 		obs:      cfg.Observer,
 		ready:    cfg.Ready,
+		live:     cfg.Live,
 		logger:   cfg.Logger,
 		results:  cfg.ResultsInterval,
 		progress: cfg.ProgressInterval,
@@ -92,6 +98,9 @@ func NewHandler(cfg Config) *Handler {
 	if h.ready == nil {
 		h.ready = func() error { return nil }
 	}
+	if h.live == nil {
+		h.live = func() error { return nil }
+	}
 	if cfg.Gatherer != nil {
 		h.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
 			ErrorLog:          slog.NewLogLogger(h.logger.Handler(), slog.LevelError),
@@ -105,7 +114,7 @@ func NewHandler(cfg Config) *Handler {
 	h.mux.Handle("GET /", http.FileServerFS(sub))
 	h.mux.HandleFunc("GET /api/targets", h.serveTargets)
 	h.mux.HandleFunc("GET /events", h.serveEvents)
-	h.mux.HandleFunc("GET /healthz", serveHealthz)
+	h.mux.HandleFunc("GET /healthz", h.serveHealthz)
 	h.mux.HandleFunc("GET /readyz", h.serveReadyz)
 	h.mux.HandleFunc("GET /backup", func(w http.ResponseWriter, r *http.Request) {
 		if cfg.Backup == nil {
@@ -124,10 +133,16 @@ func NewHandler(cfg Config) *Handler {
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
-// serveHealthz is liveness: the process answers.
-func serveHealthz(w http.ResponseWriter, _ *http.Request) {
+// serveHealthz is liveness: 200 while Live returns nil, 503 with what
+// stalled otherwise. Unlike readiness, a failure here asks for a restart.
+func (h *Handler) serveHealthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	if err := h.live(); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("not live: " + err.Error() + "\n"))
+		return
+	}
 	_, _ = w.Write([]byte("ok\n"))
 }
 

@@ -1,0 +1,42 @@
+//go:build pulse_testhook && unix
+
+package checker
+
+import (
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+)
+
+// In a build with the pulse_testhook tag, SIGUSR1 wedges the checker: the
+// scheduler's next pass holds the checker's lock and never lets go, as a
+// bug that spins under the lock would. pulsed's end-to-end liveness tests
+// build it so, to see the watchdog notice and shutdown stay bounded. A
+// normal build has no such hook (testhook_off.go).
+
+// wedged is set by SIGUSR1: the hook is the process's, not one checker's.
+var wedged atomic.Bool
+
+// startTestHook wakes the scheduler on SIGUSR1 so that its next pass,
+// which comes at once, wedges.
+func (c *Checker) startTestHook() {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGUSR1)
+	go func() {
+		defer signal.Stop(sig)
+		select {
+		case <-sig:
+			wedged.Store(true)
+			c.wakeScheduler()
+		case <-c.ctx.Done():
+		}
+	}()
+}
+
+// testHookLocked blocks forever, with c.mu held, once SIGUSR1 came.
+func (c *Checker) testHookLocked() {
+	if wedged.Load() {
+		select {}
+	}
+}
