@@ -106,6 +106,10 @@ func TestHeaderValuesAreRedacted(t *testing.T) {
 	if got := stored(); len(got) != 2 || got["Authorization"] != secret {
 		t.Errorf("a rejected call changed web-1's headers to %v", got)
 	}
+	// A value that cannot be sent is refused without echoing it: the
+	// error is logged.
+	_, err = e.client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: httpTarget("web-3", map[string]string{"Authorization": secret + "\n"})})
+	wantCode(t, err, codes.InvalidArgument, `target.http.headers: value of header "Authorization" must not contain control characters such as CR or LF, got '\n' at byte 30`)
 	// Without the placeholder, values are written as sent.
 	e.add(t, httpTarget("web-1", map[string]string{"Authorization": "Bearer rotated"}))
 	if got := stored()["Authorization"]; got != "Bearer rotated" {
