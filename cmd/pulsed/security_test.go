@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"flag"
 	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -371,4 +372,21 @@ func TestHTTPListenerTLSAndTokens(t *testing.T) {
 		t.Errorf("plain HTTP to the TLS listener: %d, want 400", code)
 	}
 	p.stop(t)
+}
+
+// -insecure lets an exposed HTTP listener through, with a warning.
+func TestInsecureHTTPListenerWarns(t *testing.T) {
+	var logs strings.Builder
+	o := newObservability(false, slog.New(slog.NewTextHandler(&logs, nil)))
+	f := &securityFlags{insecure: true}
+	if err := o.secure(f, "0.0.0.0:9090", nil); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), `level=WARN msg="-insecure: the HTTP listener is reachable from other machines without TLS or tokens" component=http addr=0.0.0.0:9090 tls=false tokens=false`) {
+		t.Errorf("no warning for an exposed listener:\n%s", logs.String())
+	}
+	logs.Reset()
+	if err := o.secure(f, "127.0.0.1:9090", nil); err != nil || logs.Len() > 0 {
+		t.Errorf("a loopback listener: %v, logged %q", err, logs.String())
+	}
 }
