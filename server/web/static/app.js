@@ -94,7 +94,7 @@ class Feed {
 
   async read(reader) {
     const dec = new TextDecoder();
-    let buf = "", name = "", data = [];
+    let buf = "", name = "", data = [], id = this.lastId;
     for (;;) {
       const { value, done } = await reader.read();
       if (done || this.readyState === Feed.CLOSED) return;
@@ -105,6 +105,7 @@ class Feed {
         buf = buf.slice(nl + 1);
         if (line.endsWith("\r")) line = line.slice(0, -1);
         if (line === "") {
+          this.lastId = id; // an event counts as delivered once complete
           const fn = this.handlers.get(name || "message");
           if (data.length && fn && this.readyState !== Feed.CLOSED) fn({ data: data.join("\n") });
           name = "";
@@ -118,7 +119,7 @@ class Feed {
         if (v.startsWith(" ")) v = v.slice(1);
         if (field === "event") name = v;
         else if (field === "data") data.push(v);
-        else if (field === "id") this.lastId = v;
+        else if (field === "id") id = v;
         else if (field === "retry" && /^[0-9]+$/.test(v)) this.retry = Number(v);
       }
     }
