@@ -22,7 +22,8 @@ import (
 // Role is what a token may do.
 type Role int
 
-// The roles. Write includes read.
+// The roles. Write includes read, and is the highest: there is no admin
+// role.
 const (
 	RoleRead Role = iota + 1
 	RoleWrite
@@ -133,6 +134,14 @@ func ParseTokens(r io.Reader) (*Tokens, error) {
 		return nil, fmt.Errorf("1: no tokens: an empty token file would lock every client out")
 	}
 	return t, nil
+}
+
+// Authenticate returns the role and name of a presented token, and false
+// for a token the file does not hold. It compares the token's digest
+// against every entry in constant time. It is what the HTTP listener checks
+// a request's "Authorization: Bearer <token>" with.
+func (t *Tokens) Authenticate(token string) (role Role, name string, ok bool) {
+	return t.lookup(token)
 }
 
 // lookup returns the role of a presented token, comparing against every

@@ -1,7 +1,11 @@
 package server
 
 import (
+	"errors"
 	"fmt"
+	"maps"
+	"net/http"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -110,6 +114,108 @@ func positiveDuration(field string, d *durationpb.Duration) (time.Duration, erro
 	return v, nil
 }
 
+// Redacted stands for every probe header's value in what the API answers
+// (ListTargets, State, WatchTransitions, and AddTarget's and ReportOutcome's
+// statuses): header values often are credentials ("Authorization: Bearer
+// ..."), and a read token must not reveal them. Header names stay visible.
+// Only the store keeps the values (and so pulsed's /backup, which copies
+// it).
+//
+// AddTarget takes Redacted back as "keep the stored value" for a header the
+// target already has, so that a client that reads a spec, changes it and
+// writes it back does not replace a secret with this placeholder.
+const Redacted = "<redacted>"
+
+// redactHeaders returns h with every value replaced by Redacted.
+func redactHeaders(h map[string]string) map[string]string {
+	if len(h) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(h))
+	for k := range h {
+		out[k] = Redacted
+	}
+	return out
+}
+
+// unredact replaces each header value of spec that is Redacted with the
+// value the stored target of the same name has for that header (names
+// compared as HTTP does, case-insensitively). stored looks the target up.
+// A Redacted value with nothing stored to stand for is a *checker.FieldError:
+// the placeholder is never written as a real value. spec's header map is
+// copied before it is changed, since it may be the request's.
+func unredact(spec *checker.Spec, stored func(name string) (checker.Status, error)) error {
+	h := spec.Probe.HTTP
+	if h == nil || !hasRedacted(h.Headers) {
+		return nil
+	}
+	var old map[string]string
+	st, err := stored(spec.Name)
+	switch {
+	case err == nil && st.Spec.Probe.HTTP != nil:
+		old = st.Spec.Probe.HTTP.Headers
+	case err != nil && !errors.Is(err, checker.ErrUnknownTarget):
+		return err
+	}
+	headers := maps.Clone(h.Headers)
+	for _, name := range slices.Sorted(maps.Keys(headers)) {
+		if headers[name] != Redacted {
+			continue
+		}
+		v, ok := lookupHeader(old, name)
+		if !ok {
+			return &checker.FieldError{
+				Field:  fmt.Sprintf("http.headers[%q]", name),
+				Reason: fmt.Sprintf("is %q, which keeps the stored value, but target %q has no stored header %s: send the value itself", Redacted, spec.Name, name),
+			}
+		}
+		headers[name] = v
+	}
+	hc := *h
+	hc.Headers = headers
+	spec.Probe.HTTP = &hc
+	return nil
+}
+
+func hasRedacted(h map[string]string) bool {
+	for _, v := range h {
+		if v == Redacted {
+			return true
+		}
+	}
+	return false
+}
+
+// withoutRedacted returns spec without the headers whose value is
+// Redacted, for checks made before the stored values are known.
+func withoutRedacted(spec checker.Spec) checker.Spec {
+	h := spec.Probe.HTTP
+	if h == nil || !hasRedacted(h.Headers) {
+		return spec
+	}
+	hc := *h
+	hc.Headers = maps.Clone(h.Headers)
+	maps.DeleteFunc(hc.Headers, func(_, v string) bool { return v == Redacted })
+	spec.Probe.HTTP = &hc
+	return spec
+}
+
+// lookupHeader finds name in h as HTTP does: case-insensitively.
+func lookupHeader(h map[string]string, name string) (string, bool) {
+	if v, ok := h[name]; ok {
+		return v, true
+	}
+	want := http.CanonicalHeaderKey(name)
+	for k, v := range h {
+		if http.CanonicalHeaderKey(k) == want {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// specToProto converts a spec for an answer of the API; header values are
+// Redacted.
 func specToProto(s checker.Spec) *pb.Target {
 	t := &pb.Target{
 		Name:         s.Name,
@@ -141,7 +247,7 @@ func specToProto(s checker.Spec) *pb.Target {
 	t.PassiveRate = int32(s.PassiveRate)
 	switch {
 	case s.Probe.HTTP != nil:
-		h := &pb.HttpProbe{Url: s.Probe.HTTP.URL, Method: s.Probe.HTTP.Method, Headers: s.Probe.HTTP.Headers}
+		h := &pb.HttpProbe{Url: s.Probe.HTTP.URL, Method: s.Probe.HTTP.Method, Headers: redactHeaders(s.Probe.HTTP.Headers)}
 		for _, code := range s.Probe.HTTP.ExpectedStatus {
 			h.ExpectedStatus = append(h.ExpectedStatus, int32(code))
 		}

@@ -71,6 +71,9 @@ const keptEvents = 8
 // AddTarget registers or updates a target.
 func (s *Server) AddTarget(_ context.Context, req *pb.AddTargetRequest) (*pb.AddTargetResponse, error) {
 	spec, err := SpecFromProto(req.GetTarget())
+	if err == nil {
+		err = unredact(&spec, s.c.Status) // a header sent back as read keeps its value
+	}
 	if err != nil {
 		return nil, toStatus(err, "target.")
 	}

@@ -206,8 +206,10 @@ func (h *HTTPSpec) validate() error {
 		if !isToken(name) {
 			return &FieldError{Field: "http.headers", Reason: fmt.Sprintf("header name %q is not a valid HTTP token: use letters, digits and !#$%%&'*+-.^_`|~ only, e.g. \"X-Health-Token\"", name)}
 		}
-		if !validHeaderValue(value) {
-			return &FieldError{Field: "http.headers", Reason: fmt.Sprintf("value of header %q must not contain control characters such as CR or LF, got %q", name, value)}
+		if i := badHeaderByte(value); i >= 0 {
+			// The value is not echoed: it may be a credential, and the
+			// error is logged.
+			return &FieldError{Field: "http.headers", Reason: fmt.Sprintf("value of header %q must not contain control characters such as CR or LF, got %q at byte %d", name, value[i], i)}
 		}
 		if http.CanonicalHeaderKey(name) == "Host" && !validHostHeader(value) {
 			return &FieldError{Field: "http.headers", Reason: fmt.Sprintf(`value of header %q must be a host and optional port, e.g. "svc.internal" or "svc.internal:8080", got %q`, name, value)}
@@ -342,13 +344,14 @@ func validHostHeader(h string) bool {
 	return true
 }
 
-// validHeaderValue reports whether v can be sent as a header value: no
-// control characters other than horizontal tab.
-func validHeaderValue(v string) bool {
+// badHeaderByte returns the index of the first byte of v that cannot be
+// sent in a header value (a control character other than horizontal tab),
+// or -1 when there is none.
+func badHeaderByte(v string) int {
 	for i := 0; i < len(v); i++ {
 		if c := v[i]; (c < ' ' && c != '\t') || c == 0x7f {
-			return false
+			return i
 		}
 	}
-	return true
+	return -1
 }

@@ -35,8 +35,13 @@ func modelName(m pb.Model) string {
 	return "rise_fall"
 }
 
+// redacted stands for a header's value in what pulsectl prints, as it does
+// in what pulsed answers.
+const redacted = "<redacted>"
+
 // probeSummary describes a target's probe in one phrase, e.g.
-// "http GET http://10.0.0.5:8080/healthz", "tcp 10.0.0.5:5432",
+// "http GET http://10.0.0.5:8080/healthz, headers Authorization=<redacted>",
+// "tcp 10.0.0.5:5432",
 // "grpc 10.0.0.5:50051 service pulse.v1.HealthChecker (tls)".
 func probeSummary(t *pb.Target) string {
 	switch p := t.GetProbe().(type) {
@@ -50,9 +55,11 @@ func probeSummary(t *pb.Target) string {
 			s += ", expect " + joinInts(codes)
 		}
 		if hs := p.Http.GetHeaders(); len(hs) > 0 {
+			// Names only: values are often credentials. pulsed sends
+			// them redacted; an older one might not.
 			var kv []string
 			for _, k := range slices.Sorted(maps.Keys(hs)) {
-				kv = append(kv, k+"="+hs[k])
+				kv = append(kv, k+"="+redacted)
 			}
 			s += ", headers " + strings.Join(kv, " ")
 		}

@@ -54,3 +54,13 @@ func TestTruncate(t *testing.T) {
 		t.Errorf("truncate = %q", got)
 	}
 }
+
+// Header values never show, whatever pulsed sent; names do.
+func TestProbeSummaryHidesHeaderValues(t *testing.T) {
+	tg := &pb.Target{Probe: &pb.Target_Http{Http: &pb.HttpProbe{Url: "http://10.0.0.5/healthz",
+		Headers: map[string]string{"Authorization": "Bearer s3cret", "Host": "web.internal"}}}}
+	want := "http GET http://10.0.0.5/healthz, headers Authorization=<redacted> Host=<redacted>"
+	if got := probeSummary(tg); got != want {
+		t.Errorf("probeSummary = %q, want %q", got, want)
+	}
+}

@@ -14,9 +14,11 @@ import (
 )
 
 // The real-browser test of the status page: headless Chromium (Debian's
-// chromium package) loads the page of a real pulsed with a real HTTP
-// target: targets added after the page opened appear, the target fails,
-// and its row changes state, all without a reload.
+// chromium package) loads the page of a real pulsed with tokens and a real
+// HTTP target. Without a token the page asks for one and shows no target
+// data; a refused token is said so; with a read token the page shows the
+// targets, targets added after it opened appear, the target fails and its
+// row changes state, all without a reload; signing out wipes the rows.
 // Screenshots go to test-artifacts/ at the repository root.
 //
 // Without chromium the test skips, loudly; scripts/browser-test (make
@@ -49,7 +51,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 	bin := buildPulsed(t)
 	target := newSwitchServer(t)
 	other := newSwitchServer(t)
-	p, base := startPulsedJSON(t, bin, "-interval", "200ms", "-timeout", "150ms", "-rise", "2", "-fall", "3")
+	p, base := startPulsedJSON(t, bin, "-interval", "200ms", "-timeout", "150ms", "-rise", "2", "-fall", "3", "-token-file", writeTokenFile(t))
+	client := dialToken(t, p.addr, writeToken)
+	addHTTPTarget(t, client, "web-1", target.URL)
+
 	b := startChromium(t, chromium)
 	page := b.newPage(t)
 	page.call(t, "Page.enable", nil, nil)
@@ -57,27 +62,50 @@ func TestStatusPageInBrowser(t *testing.T) {
 	page.call(t, "Emulation.setDeviceMetricsOverride", map[string]any{"width": 1280, "height": 720, "deviceScaleFactor": 1, "mobile": false}, nil)
 	page.call(t, "Page.navigate", map[string]any{"url": base + "/"}, nil)
 
-	// The page opens on an empty pulsed; targets added afterwards appear
-	// from the feed's "added" events.
-	page.waitFor(t, `document.getElementById("conn").dataset.conn`, "live")
-	page.waitFor(t, `String(!document.getElementById("empty").hidden)`, "true")
+	// Without a token: a prompt, and no target data anywhere on the page.
+	page.waitFor(t, `document.getElementById("conn").dataset.conn`, "locked")
+	page.waitFor(t, `String(!document.getElementById("login").hidden && document.getElementById("data").hidden)`, "true")
+	noData := func(when string) {
+		t.Helper()
+		if got := page.evaluate(t, `String(document.querySelectorAll("#targets tbody tr, #groups tbody tr").length)`); got != "0" {
+			t.Errorf("%s: %s rows on the page, want none", when, got)
+		}
+		if got := page.evaluate(t, `String(document.documentElement.outerHTML.includes("web-1") || document.body.innerText.includes("edge"))`); got != "false" {
+			t.Errorf("%s: the page shows target data", when)
+		}
+	}
+	noData("without a token")
+	page.screenshot(t, filepath.Join(artifacts, "status-page-token.png"))
 	page.evaluate(t, `window.pulseNotReloaded = "yes"`)
-	client := dial(t, p.addr)
-	addHTTPTarget(t, client, "web-1", target.URL)
-	addHTTPTarget(t, client, "web-2", other.URL)
+	login := func(token string) {
+		t.Helper()
+		page.evaluate(t, `document.getElementById("token").value = "`+token+`"; document.getElementById("login-form").requestSubmit(); ""`)
+	}
+	login("not-a-known-token-at-all")
+	page.waitFor(t, `String(document.getElementById("login-msg").textContent.includes("refused"))`, "true")
+	noData("with a refused token")
 
-	rowState := `(() => { const tr = document.querySelector('tr[data-name="web-1"]'); return tr ? tr.dataset.state + " " + tr.querySelector(".badge").textContent : ""; })()`
-	page.waitFor(t, rowState, "healthy UP")
+	// A read token: the page fills in and follows the feed.
+	login(readToken)
+	page.waitFor(t, `document.getElementById("conn").dataset.conn`, "live")
+	rowState := func(name string) string {
+		return `(() => { const tr = document.querySelector('tr[data-name="` + name + `"]'); return tr ? tr.dataset.state + " " + tr.querySelector(".badge").textContent : ""; })()`
+	}
+	page.waitFor(t, rowState("web-1"), "healthy UP")
+	if got := page.evaluate(t, `String(location.href.includes("`+readToken+`") || document.cookie !== "")`); got != "false" {
+		t.Errorf("the token is in the URL or a cookie")
+	}
+	// Targets added after the page opened appear from the feed's "added"
+	// events.
+	addHTTPTarget(t, client, "web-2", other.URL)
+	page.waitFor(t, rowState("web-2"), "healthy UP")
 	// The strip fills from the feed's results events.
 	page.waitFor(t, `String(document.querySelectorAll('tr[data-name="web-1"] .strip span.pass').length >= 3)`, "true")
 	page.screenshot(t, filepath.Join(artifacts, "status-page-healthy.png"))
 
 	target.down.Store(true)
 	// With fall 3 the row passes through "UP 1/3" and "UP 2/3" on its way.
-	page.waitFor(t, rowState, "unhealthy DOWN")
-	if got := page.evaluate(t, `String(window.pulseNotReloaded)`); got != "yes" {
-		t.Errorf("the page was reloaded (marker %q)", got)
-	}
+	page.waitFor(t, rowState("web-1"), "unhealthy DOWN")
 	if got := page.evaluate(t, `document.querySelector('tr[data-name="web-1"] td.err').textContent`); got != "status 503" {
 		t.Errorf("web-1's last error shows %q, want status 503", got)
 	}
@@ -85,6 +113,18 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Errorf("edge's unhealthy count shows %q, want 1", got)
 	}
 	page.screenshot(t, filepath.Join(artifacts, "status-page-failed.png"))
+
+	// Signing out forgets the token and wipes the rows.
+	page.evaluate(t, `document.getElementById("signout").click(); ""`)
+	page.waitFor(t, `document.getElementById("conn").dataset.conn`, "locked")
+	noData("after signing out")
+	if got := page.evaluate(t, `String(sessionStorage.getItem("pulse-token"))`); got != "null" {
+		t.Errorf("the token is still in sessionStorage after signing out: %q", got)
+	}
+
+	if got := page.evaluate(t, `String(window.pulseNotReloaded)`); got != "yes" {
+		t.Errorf("the page was reloaded (marker %q)", got)
+	}
 	if n := page.navigations(); n != 1 {
 		t.Errorf("%d navigations of the page, want the first only", n)
 	}

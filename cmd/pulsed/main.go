@@ -227,6 +227,9 @@ func run(args []string, stderr io.Writer) error {
 	defer probes.Close() // after the checker's Close, deferred below
 
 	obs := newObservability(cfg.metricsPerTarget, logger)
+	if err := obs.secure(&cfg.security, cfg.httpListen, sopts.Tokens); err != nil {
+		return err
+	}
 	if bolt != nil {
 		obs.backup = bolt.Backup
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 
 	"pulse/checker"
+	"pulse/server"
 	"pulse/server/web"
 )
 
@@ -31,6 +33,8 @@ type observability struct {
 	observer  *web.Observer // goes into checker.Config.Observer
 	grpc      *grpcprom.ServerMetrics
 	backup    func(io.Writer) (int64, error) // the store's hot backup; nil without a store
+	tokens    *server.Tokens                 // nil: every path is open
+	tls       *tls.Config                    // nil: plain HTTP
 
 	notReady atomic.Pointer[string] // why /readyz says 503; nil when ready
 	live     func() error           // what /healthz says (see startWatchdog); nil: live
@@ -83,6 +87,21 @@ func (o *observability) ready() error {
 	return nil
 }
 
+// secure sets the HTTP listener's guards from the security flags: the
+// API's tokens (nil for none) and TLS. It refuses an exposed listener as
+// securityFlags.httpOptions says, and warns of one -insecure lets through.
+func (o *observability) secure(f *securityFlags, addr string, tokens *server.Tokens) error {
+	cfg, err := f.httpOptions(addr, tokens != nil)
+	if err != nil {
+		return err
+	}
+	if addr != "" && !isLoopback(addr) && (cfg == nil || tokens == nil) {
+		o.logger.Warn("-insecure: the HTTP listener is reachable from other machines without TLS or tokens", "addr", addr, "tls", cfg != nil, "tokens", tokens != nil)
+	}
+	o.tokens, o.tls = tokens, cfg
+	return nil
+}
+
 // start registers the checker's metrics and the gRPC methods, then serves
 // the HTTP listener on addr in the background and logs its address. An
 // empty addr disables the listener.
@@ -108,17 +127,23 @@ func (o *observability) start(addr string, c *checker.Checker, gs *grpc.Server) 
 			Live:     o.live,
 			Logger:   o.logger,
 			Backup:   o.backup,
+			Tokens:   o.tokens,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(o.logger.Handler(), slog.LevelWarn),
 	}
 	o.errc = make(chan error, 1)
+	serve := o.srv.Serve
+	if o.tls != nil {
+		o.srv.TLSConfig = o.tls.Clone()
+		serve = func(l net.Listener) error { return o.srv.ServeTLS(l, "", "") }
+	}
 	go func() {
-		if err := o.srv.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(lis); !errors.Is(err, http.ErrServerClosed) {
 			o.errc <- err
 		}
 	}()
-	o.logger.Info("http listening", "addr", lis.Addr().String())
+	o.logger.Info("http listening", "addr", lis.Addr().String(), "tls", o.tls != nil, "tokens", o.tokens != nil)
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 // securityFlags are pulsed's TLS, auth and resource-limit flags.
 type securityFlags struct {
 	tlsCert, tlsKey, clientCA string
+	httpTLSCert, httpTLSKey   string
 	tokenFile                 string
 	insecure                  bool
 
@@ -36,8 +38,10 @@ func (f *securityFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "PEM `file` of the API's TLS certificate (with -tls-key)")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "PEM `file` of the API's TLS key")
 	fs.StringVar(&f.clientCA, "client-ca", "", "PEM `file` of CAs: clients must present a certificate they signed (mutual TLS; needs -tls-cert)")
-	fs.StringVar(&f.tokenFile, "token-file", "", "`file` of bearer tokens with their roles (read or write); every pulse.v1 call then needs one (see the README)")
-	fs.BoolVar(&f.insecure, "insecure", false, "allow -listen on a non-loopback address without TLS or tokens")
+	fs.StringVar(&f.httpTLSCert, "http-tls-cert", "", "PEM `file` of the HTTP listener's TLS certificate (with -http-tls-key); default: -tls-cert's, if set")
+	fs.StringVar(&f.httpTLSKey, "http-tls-key", "", "PEM `file` of the HTTP listener's TLS key; default: -tls-key's, if set")
+	fs.StringVar(&f.tokenFile, "token-file", "", "`file` of bearer tokens with their roles (read or write); every pulse.v1 call, and every HTTP path but /healthz, /readyz and the status page's shell, then needs one (see the README)")
+	fs.BoolVar(&f.insecure, "insecure", false, "allow -listen on a non-loopback address without TLS or tokens, and -http-listen without both")
 	fs.Var(&f.allowTargets, "allow-targets", "comma-separated CIDRs or addresses probes may reach; empty: any address not denied")
 	fs.Var(&f.denyTargets, "deny-targets", fmt.Sprintf("comma-separated CIDRs or addresses probes must never reach, checked on the resolved address at every dial (default %s; -deny-targets= denies nothing)", denyDefault()))
 	fs.IntVar(&f.maxTargets, "max-targets", 100000, "most targets registered at once; 0: no limit")
@@ -93,6 +97,51 @@ func (f *securityFlags) serverOptions(listen string) (server.Options, error) {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
 	)
 	return opts, nil
+}
+
+// httpOptions returns the HTTP listener's TLS configuration, nil for plain
+// HTTP: -http-tls-cert/-http-tls-key, or else -tls-cert/-tls-key. It asks
+// for no client certificate (-client-ca is the gRPC API's): browsers and
+// scrapers authenticate with tokens. It refuses a listen address other
+// machines can reach unless the listener has both TLS and tokens, or
+// -insecure says so: without tokens anyone there could read every target
+// and download the store (/backup); without TLS the tokens cross the
+// network in clear. An empty listen (no listener) needs nothing.
+func (f *securityFlags) httpOptions(listen string, tokens bool) (*tls.Config, error) {
+	if listen == "" {
+		return nil, nil
+	}
+	var cfg *tls.Config
+	switch {
+	case f.httpTLSCert != "" || f.httpTLSKey != "":
+		if f.httpTLSCert == "" || f.httpTLSKey == "" {
+			return nil, errors.New("-http-tls-cert and -http-tls-key go together")
+		}
+		c, err := server.TLSConfig(f.httpTLSCert, f.httpTLSKey, "")
+		if err != nil {
+			return nil, fmt.Errorf("-http-tls-cert/-http-tls-key: %w", err)
+		}
+		cfg = c
+	case f.tlsCert != "":
+		c, err := server.TLSConfig(f.tlsCert, f.tlsKey, "")
+		if err != nil {
+			return nil, err
+		}
+		cfg = c
+	}
+	if f.insecure || isLoopback(listen) {
+		return cfg, nil
+	}
+	const tlsFlags, tokenFlag = "TLS (-http-tls-cert/-http-tls-key, or -tls-cert/-tls-key)", "tokens (-token-file)"
+	switch {
+	case cfg == nil && !tokens:
+		return nil, fmt.Errorf("-http-listen %s is reachable from other machines, but the HTTP listener has neither %s nor %s: add them, or pass -insecure to accept that", listen, tlsFlags, tokenFlag)
+	case !tokens:
+		return nil, fmt.Errorf("-http-listen %s is reachable from other machines, but the HTTP listener has no %s: anyone there could read every target and download /backup; add them, or pass -insecure to accept that", listen, tokenFlag)
+	case cfg == nil:
+		return nil, fmt.Errorf("-http-listen %s is reachable from other machines, but the HTTP listener has no %s: its tokens would cross the network in clear; add it, or pass -insecure to accept that", listen, tlsFlags)
+	}
+	return cfg, nil
 }
 
 // isLoopback reports whether a listen address is reachable only from this

@@ -2,10 +2,21 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"flag"
 	"io"
+	"log/slog"
+	"math/big"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -185,4 +196,197 @@ func TestTransportLimits(t *testing.T) {
 		}
 	}
 	p.stop(t)
+}
+
+const (
+	readToken  = "reader-token-0123456789"
+	writeToken = "writer-token-0123456789"
+)
+
+// writeTokenFile writes a token file with a read and a write token.
+func writeTokenFile(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(p, []byte("read "+readToken+" dashboards\nwrite "+writeToken+" deployer\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// selfSigned writes a self-signed certificate for 127.0.0.1 and its key,
+// made at run time, and returns their files and a pool that trusts it.
+func selfSigned(t *testing.T, name string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
+	cert, _ := x509.ParseCertificate(der)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
+
+// The HTTP listener's TLS and exposure rule: its own certificate, or the
+// API's; a non-loopback address needs both TLS and tokens unless -insecure.
+func TestHTTPSecurityFlags(t *testing.T) {
+	parse := func(args ...string) *securityFlags {
+		f := &securityFlags{}
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		f.register(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	apiCert, apiKey, _ := selfSigned(t, "api")
+	webCert, webKey, _ := selfSigned(t, "web")
+	for _, tt := range []struct {
+		listen string
+		tokens bool
+		args   []string
+		want   string // "" means accepted; "api" or "web" names the certificate served
+	}{
+		{"127.0.0.1:9090", false, nil, ""},
+		{"localhost:9090", false, nil, ""},
+		{"", false, nil, ""},
+		{"0.0.0.0:9090", false, nil, "-http-listen 0.0.0.0:9090 is reachable from other machines, but the HTTP listener has neither TLS (-http-tls-cert/-http-tls-key, or -tls-cert/-tls-key) nor tokens (-token-file): add them, or pass -insecure to accept that"},
+		{":9090", false, nil, "-http-listen :9090 is reachable from other machines"},
+		{"0.0.0.0:9090", true, nil, "the HTTP listener has no TLS (-http-tls-cert/-http-tls-key, or -tls-cert/-tls-key): its tokens would cross the network in clear"},
+		{"0.0.0.0:9090", false, []string{"-http-tls-cert", webCert, "-http-tls-key", webKey}, "the HTTP listener has no tokens (-token-file): anyone there could read every target and download /backup"},
+		{"0.0.0.0:9090", false, []string{"-insecure"}, ""},
+		{"0.0.0.0:9090", true, []string{"-http-tls-cert", webCert, "-http-tls-key", webKey}, "web"},
+		{"0.0.0.0:9090", true, []string{"-tls-cert", apiCert, "-tls-key", apiKey}, "api"},
+		{"127.0.0.1:9090", false, []string{"-tls-cert", apiCert, "-tls-key", apiKey, "-http-tls-cert", webCert, "-http-tls-key", webKey}, "web"},
+		{"127.0.0.1:9090", false, []string{"-http-tls-cert", webCert}, "-http-tls-cert and -http-tls-key go together"},
+		{"127.0.0.1:9090", false, []string{"-http-tls-cert", "missing.pem", "-http-tls-key", "missing.key"}, "-http-tls-cert/-http-tls-key: load"},
+	} {
+		cfg, err := parse(tt.args...).httpOptions(tt.listen, tt.tokens)
+		switch tt.want {
+		case "":
+			if err != nil || cfg != nil {
+				t.Errorf("%s tokens %v %v: %v, %v; want plain HTTP", tt.listen, tt.tokens, tt.args, cfg, err)
+			}
+		case "api", "web":
+			if err != nil || cfg == nil {
+				t.Errorf("%s tokens %v %v: %v, %v; want TLS", tt.listen, tt.tokens, tt.args, cfg, err)
+				continue
+			}
+			leaf, _ := x509.ParseCertificate(cfg.Certificates[0].Certificate[0])
+			if leaf.Subject.CommonName != tt.want || cfg.ClientAuth != tls.NoClientCert {
+				t.Errorf("%s %v: serves %q with client auth %v, want %q and none", tt.listen, tt.args, leaf.Subject.CommonName, cfg.ClientAuth, tt.want)
+			}
+		default:
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("%s tokens %v %v: %v, want %q", tt.listen, tt.tokens, tt.args, err, tt.want)
+			}
+		}
+	}
+}
+
+// pulsed itself refuses an exposed HTTP listener at start, before it
+// listens, and warns of one that -insecure lets through.
+func TestExposedHTTPListenerRefused(t *testing.T) {
+	bin := buildPulsed(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "-listen", "127.0.0.1:0", "-http-listen", "0.0.0.0:0", "-data-dir", "").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "pulsed: -http-listen 0.0.0.0:0 is reachable from other machines, but the HTTP listener has neither TLS") {
+		t.Errorf("pulsed -http-listen 0.0.0.0:0: %v\n%s", err, out)
+	}
+	out, err = exec.CommandContext(ctx, bin, "-listen", "127.0.0.1:0", "-http-listen", "0.0.0.0:0", "-data-dir", "", "-token-file", writeTokenFile(t)).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "the HTTP listener has no TLS") {
+		t.Errorf("pulsed -http-listen 0.0.0.0:0 with tokens only: %v\n%s", err, out)
+	}
+}
+
+// The HTTP listener over TLS (the API's certificate, reused) with tokens:
+// https only, and the token rules on a real pulsed.
+func TestHTTPListenerTLSAndTokens(t *testing.T) {
+	bin := buildPulsed(t)
+	cert, key, pool := selfSigned(t, "pulsed")
+	p, base := startPulsedJSON(t, bin, "-tls-cert", cert, "-tls-key", key, "-token-file", writeTokenFile(t), "-data-dir", t.TempDir())
+	if !strings.Contains(p.logs.String(), `"tls":true,"tokens":true`) {
+		t.Errorf("the http listening line does not say TLS and tokens:\n%s", p.logs.String())
+	}
+	base = strings.Replace(base, "http://", "https://", 1)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 30 * time.Second}
+	defer client.CloseIdleConnections()
+	get := func(path, token string) (int, http.Header) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", base+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header
+	}
+	for _, tt := range []struct {
+		path, token string
+		want        int
+	}{
+		{"/healthz", "", 200},
+		{"/", "", 200},
+		{"/api/targets", "", 401},
+		{"/api/targets", readToken, 200},
+		{"/metrics", "", 401},
+		{"/metrics", readToken, 200},
+		{"/backup", readToken, 403},
+		{"/backup", writeToken, 200},
+	} {
+		code, hd := get(tt.path, tt.token)
+		if code != tt.want {
+			t.Errorf("GET %s with %q: %d, want %d", tt.path, tt.token, code, tt.want)
+		}
+		if code == 401 && !strings.HasPrefix(hd.Get("WWW-Authenticate"), "Bearer") {
+			t.Errorf("GET %s: 401 without WWW-Authenticate: Bearer", tt.path)
+		}
+	}
+	// Plain HTTP is not served.
+	plain := strings.Replace(base, "https://", "http://", 1)
+	if code, _ := httpGet(t, plain+"/healthz"); code != http.StatusBadRequest {
+		t.Errorf("plain HTTP to the TLS listener: %d, want 400", code)
+	}
+	p.stop(t)
+}
+
+// -insecure lets an exposed HTTP listener through, with a warning.
+func TestInsecureHTTPListenerWarns(t *testing.T) {
+	var logs strings.Builder
+	o := newObservability(false, slog.New(slog.NewTextHandler(&logs, nil)))
+	f := &securityFlags{insecure: true}
+	if err := o.secure(f, "0.0.0.0:9090", nil); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), `level=WARN msg="-insecure: the HTTP listener is reachable from other machines without TLS or tokens" component=http addr=0.0.0.0:9090 tls=false tokens=false`) {
+		t.Errorf("no warning for an exposed listener:\n%s", logs.String())
+	}
+	logs.Reset()
+	if err := o.secure(f, "127.0.0.1:9090", nil); err != nil || logs.Len() > 0 {
+		t.Errorf("a loopback listener: %v, logged %q", err, logs.String())
+	}
 }

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -106,6 +108,9 @@ func targetFromNode(n *yaml.Node, d checker.Defaults) (checker.Spec, error) {
 	}
 	spec, err := server.SpecFromProto(&t)
 	if err == nil {
+		err = refuseRedacted(spec)
+	}
+	if err == nil {
 		err = spec.WithDefaults(d).Validate()
 	}
 	var fe *checker.FieldError
@@ -117,6 +122,22 @@ func targetFromNode(n *yaml.Node, d checker.Defaults) (checker.Spec, error) {
 	}
 	spec.Source = checker.SourceFile
 	return spec, nil
+}
+
+// refuseRedacted refuses the placeholder pulsed shows for a probe header's
+// value: AddTarget takes it as "keep the stored value", but a targets file
+// is the record of its targets and must hold the values themselves (a spec
+// copied from ListTargets would otherwise send the placeholder).
+func refuseRedacted(s checker.Spec) error {
+	if s.Probe.HTTP == nil {
+		return nil
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.Probe.HTTP.Headers)) {
+		if s.Probe.HTTP.Headers[name] == server.Redacted {
+			return &checker.FieldError{Field: fmt.Sprintf("http.headers[%q]", name), Reason: fmt.Sprintf("is %q, the placeholder pulsed shows for a value: a targets file must hold the value itself", server.Redacted)}
+		}
+	}
+	return nil
 }
 
 // applyTargets makes the checker's file targets those of specs: it adds or

@@ -60,6 +60,7 @@ func TestLoadTargetsErrorsNameTheLine(t *testing.T) {
 		{"targets:\n  - name: a\n    tcp: {address: \"127.0.0.1:1\"}\n  - name: a\n    tcp: {address: \"127.0.0.1:2\"}\n", `:4: target "a" is already declared on line 2`},
 		{"targets:\n  - name: a\n    tpc: {address: \"127.0.0.1:1\"}\n", `:2: target: unknown field "tpc"`},
 		{"targets:\n  - name: a\n    http: {url: \"ftp://x\"}\n", `:2: target "a": http.url:`},
+		{"targets:\n  - name: a\n    http: {url: \"http://127.0.0.1:1/\", headers: {Authorization: \"<redacted>\"}}\n", `:2: target "a": http.headers["Authorization"]: is "<redacted>", the placeholder pulsed shows for a value: a targets file must hold the value itself`},
 		{"tragets: []\n", `:1: unknown key "tragets"`},
 		{"targets: {name: a}\n", `:1: targets must be a list`},
 		{"targets:\n  - name: [\n", `yaml:`},

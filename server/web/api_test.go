@@ -251,7 +251,7 @@ func TestStaticPage(t *testing.T) {
 	e := newEnv(t, checker.Config{}, web.Config{})
 	for path, want := range map[string]string{
 		"/":          `<script src="app.js" defer></script>`,
-		"/app.js":    `new EventSource("/events?names="`,
+		"/app.js":    `new Feed("/events?names="`,
 		"/style.css": `tr[data-state="unhealthy"] .badge`,
 	} {
 		if code, body := get(t, e.srv.URL+path); code != http.StatusOK || !strings.Contains(body, want) {

@@ -6,6 +6,11 @@
 // It reads the checker through its public methods only (List, Status,
 // Watch, Watchers) and, for the page's strip of recent results, an Observer
 // the checker was given.
+//
+// With tokens (Config.Tokens) it guards itself as the gRPC API does: every
+// path but /healthz, /readyz and the page's static shell needs an
+// "Authorization: Bearer <token>" header, of the read role, and /backup of
+// the write role.
 package web
 
 import (
@@ -20,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"pulse/checker"
+	"pulse/server"
 )
 
 //go:embed static
@@ -57,6 +63,12 @@ type Config struct {
 	// Backup writes a consistent copy of the store to w, for GET /backup.
 	// If nil (no store), /backup answers 404.
 	Backup func(w io.Writer) (int64, error)
+	// Tokens, if not nil, guard every path but /healthz, /readyz and the
+	// status page's static shell (its HTML, script and style, which hold no
+	// data): a request needs "Authorization: Bearer <token>" of the read
+	// role, and /backup of the write role; else 401 (with
+	// WWW-Authenticate: Bearer) or 403. If nil, every path is open.
+	Tokens *server.Tokens
 }
 
 // Handler is the http.Handler of pulsed's HTTP listener. It is safe for
@@ -72,6 +84,8 @@ type Handler struct {
 	results  time.Duration
 	progress time.Duration
 	mux      *http.ServeMux
+	tokens   *server.Tokens
+	static   map[string]bool // the URL paths of the page's shell
 }
 
 // NewHandler returns the handler serving cfg.Checker.
@@ -85,6 +99,7 @@ func NewHandler(cfg Config) *Handler {
 		results:  cfg.ResultsInterval,
 		progress: cfg.ProgressInterval,
 		mux:      http.NewServeMux(),
+		tokens:   cfg.Tokens,
 	}
 	if h.logger == nil {
 		h.logger = slog.New(slog.DiscardHandler)
@@ -111,6 +126,7 @@ func NewHandler(cfg Config) *Handler {
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
 	}
+	h.static = staticPaths(sub)
 	h.mux.Handle("GET /", http.FileServerFS(sub))
 	h.mux.HandleFunc("GET /api/targets", h.serveTargets)
 	h.mux.HandleFunc("GET /events", h.serveEvents)
@@ -131,7 +147,12 @@ func NewHandler(cfg Config) *Handler {
 }
 
 // ServeHTTP implements http.Handler.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	setSecurityHeaders(w)
+	if h.authorize(w, r) {
+		h.mux.ServeHTTP(w, r)
+	}
+}
 
 // serveHealthz is liveness: 200 while Live returns nil, 503 with what
 // stalled otherwise. Unlike readiness, a failure here asks for a restart.

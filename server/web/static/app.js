@@ -5,12 +5,126 @@
 // /events, a server-sent event feed built on the same watch as
 // WatchTransitions: transitions update rows and group counts at once,
 // "results" events bring the named rows' new probe results (the strip), and
-// added/removed/updated targets make the page refetch its list. The browser
-// resumes the feed with Last-Event-ID after a drop.
+// added/removed/updated targets make the page refetch its list. The feed
+// resumes with Last-Event-ID after a drop.
+//
+// When pulsed has tokens (-token-file), /api and /events answer 401 without
+// one: the page then hides and forgets every row and asks for a token, which
+// it keeps in this tab's sessionStorage and sends as "Authorization: Bearer"
+// with every request. EventSource cannot send that header, so the feed is
+// read with fetch (Feed, below), which can. This file, the HTML and the
+// style sheet are all anyone gets without a token: they hold no data.
 "use strict";
 
 const STRIP = 20; // results shown per target; the server keeps as many
+const TOKEN_KEY = "pulse-token";
 const $ = (id) => document.getElementById(id);
+
+// authHeaders returns the headers that carry the tab's token, if it has one.
+function authHeaders() {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  return token ? { Authorization: "Bearer " + token } : {};
+}
+
+// Feed reads a server-sent event stream as EventSource does (named events,
+// ids, retry, reconnecting with Last-Event-ID after a drop; a non-200 answer
+// closes it for good), but over fetch, so that it can send the token.
+class Feed {
+  static CONNECTING = 0;
+  static OPEN = 1;
+  static CLOSED = 2;
+
+  constructor(url) {
+    this.url = url;
+    this.readyState = Feed.CONNECTING;
+    this.status = 0; // the HTTP status that closed it
+    this.lastId = "";
+    this.retry = 2000;
+    this.handlers = new Map();
+    this.onopen = null;
+    this.onerror = null;
+    this.abort = null;
+    this.timer = null;
+    this.open();
+  }
+
+  addEventListener(name, fn) { this.handlers.set(name, fn); }
+
+  close() {
+    this.readyState = Feed.CLOSED;
+    clearTimeout(this.timer);
+    if (this.abort) this.abort.abort();
+  }
+
+  async open() {
+    const abort = new AbortController();
+    this.abort = abort;
+    const headers = { Accept: "text/event-stream", ...authHeaders() };
+    if (this.lastId) headers["Last-Event-ID"] = this.lastId;
+    let res;
+    try {
+      res = await fetch(this.url, { headers, cache: "no-store", signal: abort.signal });
+    } catch (err) {
+      this.dropped();
+      return;
+    }
+    if (this.readyState === Feed.CLOSED) return;
+    if (!res.ok || !(res.headers.get("Content-Type") || "").startsWith("text/event-stream")) {
+      this.status = res.status;
+      this.readyState = Feed.CLOSED;
+      if (this.onerror) this.onerror();
+      return;
+    }
+    this.readyState = Feed.OPEN;
+    if (this.onopen) this.onopen();
+    try {
+      await this.read(res.body.getReader());
+    } catch (err) {
+      // a broken stream: reconnect below
+    }
+    this.dropped();
+  }
+
+  dropped() {
+    if (this.readyState === Feed.CLOSED) return;
+    this.readyState = Feed.CONNECTING;
+    if (this.onerror) this.onerror();
+    this.timer = setTimeout(() => this.open(), this.retry);
+  }
+
+  async read(reader) {
+    const dec = new TextDecoder();
+    let buf = "", name = "", data = [], id = this.lastId;
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done || this.readyState === Feed.CLOSED) return;
+      buf += dec.decode(value, { stream: true });
+      let nl;
+      while ((nl = buf.indexOf("\n")) >= 0) {
+        let line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        if (line.endsWith("\r")) line = line.slice(0, -1);
+        if (line === "") {
+          this.lastId = id; // an event counts as delivered once complete
+          const fn = this.handlers.get(name || "message");
+          if (data.length && fn && this.readyState !== Feed.CLOSED) fn({ data: data.join("\n") });
+          name = "";
+          data = [];
+          continue;
+        }
+        if (line.startsWith(":")) continue;
+        const colon = line.indexOf(":");
+        const field = colon < 0 ? line : line.slice(0, colon);
+        let v = colon < 0 ? "" : line.slice(colon + 1);
+        if (v.startsWith(" ")) v = v.slice(1);
+        if (field === "event") name = v;
+        else if (field === "data") data.push(v);
+        else if (field === "id") id = v;
+        else if (field === "retry" && /^[0-9]+$/.test(v)) this.retry = Number(v);
+      }
+    }
+  }
+}
 
 const view = {
   group: "", state: "", q: "", offset: 0, limit: 100,
@@ -21,6 +135,7 @@ const view = {
   skew: 0,            // server clock minus browser clock, ms
   es: null, esNames: null,
   reloadTimer: null, loading: false, again: false,
+  gen: 0,             // bumped when the page locks: answers to older requests are dropped
 };
 
 function readURL() {
@@ -48,22 +163,27 @@ function writeURL() {
 async function reload() {
   if (view.loading) { view.again = true; return; }
   view.loading = true;
+  const gen = view.gen;
   try {
     const p = new URLSearchParams({ offset: view.offset, limit: view.limit });
     if (view.group) p.set("group", view.group);
     if (view.state) p.set("state", view.state);
     if (view.q) p.set("q", view.q);
-    const res = await fetch("/api/targets?" + p);
+    const res = await fetch("/api/targets?" + p, { headers: authHeaders(), cache: "no-store" });
+    if (gen !== view.gen) return;
+    if (res.status === 401) { lock(true); return; }
     if (!res.ok) throw new Error(res.status + " " + (await res.text()));
     const page = await res.json();
+    if (gen !== view.gen) return;
     view.skew = Date.parse(page.now) - Date.now();
     view.matched = page.matched;
     setGroups(page.groups, page.revision);
     renderRows(page.targets, page.revision);
     renderRange(page);
     const names = page.targets.map((t) => t.name).join(",");
-    if (names !== view.esNames || !view.es || view.es.readyState === EventSource.CLOSED) connect(names);
+    if (names !== view.esNames || !view.es || view.es.readyState === Feed.CLOSED) connect(names);
   } catch (err) {
+    if (gen !== view.gen) return;
     setConn("disconnected", "cannot load targets: " + err.message);
     scheduleReload(3000);
   } finally {
@@ -80,13 +200,15 @@ function scheduleReload(ms) {
 function connect(names) {
   if (view.es) view.es.close();
   view.esNames = names;
-  const es = new EventSource("/events?names=" + encodeURIComponent(names));
+  const es = new Feed("/events?names=" + encodeURIComponent(names));
   view.es = es;
   const on = (name, fn) => es.addEventListener(name, (ev) => { if (view.es === es) fn(JSON.parse(ev.data)); });
   es.onopen = () => setConn("live", "live");
   es.onerror = () => {
     if (view.es !== es) return;
-    if (es.readyState === EventSource.CLOSED) {
+    if (es.status === 401) {
+      lock(true);
+    } else if (es.readyState === Feed.CLOSED) {
       setConn("disconnected", "disconnected; retrying");
       scheduleReload(3000);
     } else {
@@ -128,6 +250,45 @@ function connect(names) {
   on("added", registry(1));
   on("removed", registry(-1));
   on("updated", registry(0));
+}
+
+// lock hides and forgets every row and asks for a token; refused says
+// whether pulsed turned down the one the page sent.
+function lock(refused) {
+  view.gen++;
+  view.again = false;
+  if (view.es) view.es.close();
+  view.es = null;
+  view.esNames = null;
+  clearTimeout(view.reloadTimer);
+  view.reloadTimer = null;
+  view.rows = new Map();
+  view.groups = new Map();
+  view.countsRev = 0;
+  $("targets").tBodies[0].replaceChildren();
+  $("groups").tBodies[0].replaceChildren();
+  $("totals").textContent = "";
+  $("range").textContent = "";
+  $("data").hidden = true;
+  const had = sessionStorage.getItem(TOKEN_KEY) !== null;
+  sessionStorage.removeItem(TOKEN_KEY);
+  $("signout").hidden = true;
+  $("login-msg").textContent = refused && had
+    ? "pulsed refused the token (401): enter another, of its -token-file."
+    : "This pulsed needs a token: one of its -token-file, of the read role or higher.";
+  $("login").hidden = false;
+  setConn("locked", "token needed");
+  $("token").focus();
+}
+
+function unlock(token) {
+  sessionStorage.setItem(TOKEN_KEY, token);
+  $("token").value = "";
+  $("login").hidden = true;
+  $("data").hidden = false;
+  $("signout").hidden = false;
+  setConn("connecting", "connecting…");
+  reload();
 }
 
 function setConn(kind, text) {
@@ -284,6 +445,13 @@ function init() {
   $("prev").addEventListener("click", () => { view.offset = Math.max(0, view.offset - view.limit); filtersChanged(); });
   $("next").addEventListener("click", () => { view.offset += view.limit; filtersChanged(); });
   $("filters").addEventListener("submit", (e) => e.preventDefault());
+  $("login-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const token = $("token").value.trim();
+    if (token) unlock(token);
+  });
+  $("signout").addEventListener("click", () => lock(false));
+  $("signout").hidden = sessionStorage.getItem(TOKEN_KEY) === null;
   setInterval(() => { for (const r of view.rows.values()) r.tr.cells[6].textContent = since(r.data.lastTransitionTime); }, 1000);
   reload();
 }
