@@ -18,7 +18,7 @@ type connFlags struct {
 }
 
 func (f *connFlags) register(fs *flag.FlagSet) {
-	fs.IntVar(&f.limits.Max, "max-connections", 10000, "most client connections open at once on the gRPC listener; past it a new connection is closed at once (counted in pulse_connections_rejected_total); 0: no limit")
+	fs.IntVar(&f.limits.Max, "max-connections", 10000, "most client connections open at once on each listener (gRPC and HTTP); past it a new connection is closed at once (counted in pulse_connections_rejected_total); 0: no limit")
 	fs.IntVar(&f.limits.PerSource, "max-connections-per-source", 1024, "most connections open at once from one source IP address (all local clients share 127.0.0.1); 0: no limit")
 }
 

@@ -18,6 +18,7 @@ import (
 // served. A connection that never sends a byte (held[1], open until the
 // end) does not hold up shutdown: the handshake has a deadline.
 func TestConnectionLimitsOnTheRealBinary(t *testing.T) {
+	t.Cleanup(metricsClient.CloseIdleConnections)
 	bin := buildPulsed(t)
 	p := startPulsed(t, bin, "-max-connections-per-source", "3")
 	m := regexp.MustCompile(`msg="http listening" .*addr=(\S+)`).FindStringSubmatch(p.logs.String())
@@ -61,8 +62,37 @@ func TestConnectionLimitsOnTheRealBinary(t *testing.T) {
 	eventually(t, "a closed connection to free its slot", func() bool {
 		return strings.Contains(metrics(t, m[1]), `pulse_connections_open{listener="grpc"} 2`)
 	})
+
+	// The HTTP listener has the same limits. metrics() keeps one
+	// connection; two more fill the source's three slots.
+	for range 2 {
+		c, err := net.Dial("tcp", m[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	eventually(t, "the HTTP connections to be counted", func() bool {
+		return strings.Contains(metrics(t, m[1]), `pulse_connections_open{listener="http"} 3`)
+	})
+	c, err := net.Dial("tcp", m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+		t.Errorf("HTTP connection past the limit: read %v, want it closed at once", err)
+	}
+	if got := metrics(t, m[1]); !strings.Contains(got, `pulse_connections_rejected_total{limit="per_source",listener="http"} 1`) {
+		t.Errorf("/metrics does not count the rejected HTTP connection:\n%s", grep(got, "pulse_connections"))
+	}
 	p.stop(t)
 }
+
+// metricsClient keeps one connection to the HTTP listener, so that the
+// test knows how many it holds.
+var metricsClient = &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1}}
 
 func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
@@ -71,7 +101,7 @@ func isTimeout(err error) bool {
 
 func metrics(t *testing.T, addr string) string {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
+	resp, err := metricsClient.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

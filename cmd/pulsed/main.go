@@ -283,6 +283,7 @@ func run(args []string, stderr io.Writer) error {
 		return fmt.Errorf("-listen: %w", err)
 	}
 	lis = cfg.conns.limit(lis, "grpc", obs.reg)
+	obs.limit = func(l net.Listener) net.Listener { return cfg.conns.limit(l, "http", obs.reg) }
 	if err := obs.start(cfg.httpListen, c, gs); err != nil {
 		return err
 	}

@@ -32,9 +32,10 @@ type observability struct {
 	reg       *prometheus.Registry
 	observer  *web.Observer // goes into checker.Config.Observer
 	grpc      *grpcprom.ServerMetrics
-	backup    func(io.Writer) (int64, error) // the store's hot backup; nil without a store
-	tokens    *server.Tokens                 // nil: every path is open
-	tls       *tls.Config                    // nil: plain HTTP
+	backup    func(io.Writer) (int64, error)  // the store's hot backup; nil without a store
+	tokens    *server.Tokens                  // nil: every path is open
+	tls       *tls.Config                     // nil: plain HTTP
+	limit     func(net.Listener) net.Listener // the connection limits; nil: none
 
 	notReady atomic.Pointer[string] // why /readyz says 503; nil when ready
 	live     func() error           // what /healthz says (see startWatchdog); nil: live
@@ -117,6 +118,9 @@ func (o *observability) start(addr string, c *checker.Checker, gs *grpc.Server) 
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("-http-listen: %w", err)
+	}
+	if o.limit != nil {
+		lis = o.limit(lis)
 	}
 	o.srv = &http.Server{
 		Handler: web.NewHandler(web.Config{
