@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"time"
 
@@ -126,6 +127,58 @@ func positiveDuration(field string, d *durationpb.Duration) (time.Duration, erro
 // writes it back does not replace a secret with this placeholder.
 const Redacted = "<redacted>"
 
+// redactURL returns u with the password of its user info, if it has one,
+// replaced by Redacted (which reads "%3Credacted%3E" once escaped in the
+// URL). A URL that does not parse is returned as is: validation refused it.
+func redactURL(u string) string {
+	pu, err := url.Parse(u)
+	if err != nil || pu.User == nil {
+		return u
+	}
+	if _, ok := pu.User.Password(); !ok {
+		return u
+	}
+	pu.User = url.UserPassword(pu.User.Username(), Redacted)
+	return pu.String()
+}
+
+// urlHasRedacted reports whether u's password is Redacted.
+func urlHasRedacted(u string) bool {
+	pu, err := url.Parse(u)
+	if err != nil || pu.User == nil {
+		return false
+	}
+	pw, ok := pu.User.Password()
+	return ok && pw == Redacted
+}
+
+// unredactURL puts back the stored URL's password where u's is Redacted.
+func unredactURL(spec *checker.Spec, old *probe.HTTPSpec) error {
+	h := spec.Probe.HTTP
+	if !urlHasRedacted(h.URL) {
+		return nil
+	}
+	pu, _ := url.Parse(h.URL)
+	var stored string
+	var ok bool
+	if old != nil {
+		if ou, err := url.Parse(old.URL); err == nil && ou.User != nil {
+			stored, ok = ou.User.Password()
+		}
+	}
+	if !ok {
+		return &checker.FieldError{
+			Field:  "http.url",
+			Reason: fmt.Sprintf("has the password %q, which keeps the stored one, but target %q has no stored URL password: send the password itself", Redacted, spec.Name),
+		}
+	}
+	pu.User = url.UserPassword(pu.User.Username(), stored)
+	hc := *h
+	hc.URL = pu.String()
+	spec.Probe.HTTP = &hc
+	return nil
+}
+
 // redactHeaders returns h with every value replaced by Redacted.
 func redactHeaders(h map[string]string) map[string]string {
 	if len(h) == 0 {
@@ -146,16 +199,25 @@ func redactHeaders(h map[string]string) map[string]string {
 // copied before it is changed, since it may be the request's.
 func unredact(spec *checker.Spec, stored func(name string) (checker.Status, error)) error {
 	h := spec.Probe.HTTP
-	if h == nil || !hasRedacted(h.Headers) {
+	if h == nil || !hasRedacted(h.Headers) && !urlHasRedacted(h.URL) {
 		return nil
 	}
 	var old map[string]string
+	var oldHTTP *probe.HTTPSpec
 	st, err := stored(spec.Name)
 	switch {
 	case err == nil && st.Spec.Probe.HTTP != nil:
-		old = st.Spec.Probe.HTTP.Headers
+		oldHTTP = st.Spec.Probe.HTTP
+		old = oldHTTP.Headers
 	case err != nil && !errors.Is(err, checker.ErrUnknownTarget):
 		return err
+	}
+	if err := unredactURL(spec, oldHTTP); err != nil {
+		return err
+	}
+	h = spec.Probe.HTTP
+	if !hasRedacted(h.Headers) {
+		return nil
 	}
 	headers := maps.Clone(h.Headers)
 	for _, name := range slices.Sorted(maps.Keys(headers)) {
@@ -247,7 +309,7 @@ func specToProto(s checker.Spec) *pb.Target {
 	t.PassiveRate = int32(s.PassiveRate)
 	switch {
 	case s.Probe.HTTP != nil:
-		h := &pb.HttpProbe{Url: s.Probe.HTTP.URL, Method: s.Probe.HTTP.Method, Headers: redactHeaders(s.Probe.HTTP.Headers)}
+		h := &pb.HttpProbe{Url: redactURL(s.Probe.HTTP.URL), Method: s.Probe.HTTP.Method, Headers: redactHeaders(s.Probe.HTTP.Headers)}
 		for _, code := range s.Probe.HTTP.ExpectedStatus {
 			h.ExpectedStatus = append(h.ExpectedStatus, int32(code))
 		}

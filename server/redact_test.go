@@ -119,3 +119,43 @@ func TestHeaderValuesAreRedacted(t *testing.T) {
 		t.Errorf("the server's log misses the calls or shows the value:\n%s", e.logs.String())
 	}
 }
+
+// A password in an HTTP probe's URL is a secret too: redacted in every
+// answer, kept by a write back, never stored as the placeholder.
+func TestURLPasswordsAreRedacted(t *testing.T) {
+	e := start(t, checker.Config{})
+	tg := httpTarget("web-1", nil)
+	tg.GetHttp().Url = "http://probe:s3cret-pw@127.0.0.1:9/healthz"
+	resp := e.add(t, tg)
+	noSecret(t, "AddTarget's answer", resp)
+	const shown = "http://probe:%3Credacted%3E@127.0.0.1:9/healthz"
+	if got := resp.GetStatus().GetSpec().GetHttp().GetUrl(); got != shown {
+		t.Errorf("AddTarget's URL = %q, want %q", got, shown)
+	}
+	list, err := e.client.ListTargets(t.Context(), &pb.ListTargetsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noSecret(t, "ListTargets", list)
+	storedURL := func() string {
+		st, err := e.c.Status("web-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Spec.Probe.HTTP.URL
+	}
+
+	back := list.GetTargets()[0].GetSpec()
+	back.Rise = proto.Int32(4)
+	e.add(t, back)
+	if got := storedURL(); got != "http://probe:s3cret-pw@127.0.0.1:9/healthz" {
+		t.Errorf("after a write back the stored URL is %q, want the password kept", got)
+	}
+	tg2 := httpTarget("web-2", nil)
+	tg2.GetHttp().Url = shown
+	_, err = e.client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: tg2})
+	wantCode(t, err, codes.InvalidArgument, `target.http.url: has the password "<redacted>", which keeps the stored one, but target "web-2" has no stored URL password`)
+	if _, err := e.c.Status("web-2"); err == nil {
+		t.Error("web-2 was added by a rejected call")
+	}
+}

@@ -168,7 +168,8 @@ func TestProbeHeaderValuesStaySecret(t *testing.T) {
 	// A target that fails, so that pulsed logs its probes at debug level.
 	if _, err := writer.AddTarget(ctx, &pb.AddTargetRequest{Target: &pb.Target{
 		Name: "down-1", Group: "edge",
-		Probe: &pb.Target_Http{Http: &pb.HttpProbe{Url: "http://127.0.0.1:1/healthz", Headers: map[string]string{"Authorization": "Bearer " + probeSecret}}},
+		// The credential in the URL's user info too.
+		Probe: &pb.Target_Http{Http: &pb.HttpProbe{Url: "http://probe:" + probeSecret + "@127.0.0.1:1/healthz", Headers: map[string]string{"Authorization": "Bearer " + probeSecret}}},
 	}}); err != nil {
 		t.Fatal(err)
 	}
