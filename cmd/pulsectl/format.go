@@ -108,6 +108,8 @@ func joinInts(v []int32) string {
 func streak(st *pb.TargetStatus) string {
 	spec := st.GetSpec()
 	switch {
+	case st.GetQuarantined() != "":
+		return "quarantined"
 	case st.GetPassStreak() > 0 && st.GetState() != pb.State_STATE_HEALTHY:
 		return fmt.Sprintf("pass %d/%d", st.GetPassStreak(), spec.GetRise())
 	case st.GetPassStreak() > 0:

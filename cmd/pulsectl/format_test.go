@@ -30,6 +30,10 @@ func TestStreak(t *testing.T) {
 			t.Errorf("streak(%v, pass %d, fail %d) = %q, want %q", tt.state, tt.pass, tt.fail, got, tt.want)
 		}
 	}
+	q := &pb.TargetStatus{Spec: spec, State: pb.State_STATE_UNHEALTHY, Quarantined: "interval: must be at most 24h0m0s"}
+	if got := streak(q); got != "quarantined" {
+		t.Errorf("streak of a quarantined target = %q, want quarantined", got)
+	}
 }
 
 func TestLatency(t *testing.T) {

@@ -113,6 +113,9 @@ func runState(ctx context.Context, e *env, c *command, args []string) int {
 	}
 	fmt.Fprintf(tw, "state:\t%s (%s)\n", stateName(st.GetState()), routable)
 	fmt.Fprintf(tw, "streak:\t%s\n", streak(st))
+	if q := st.GetQuarantined(); q != "" {
+		fmt.Fprintf(tw, "quarantined:\t%s (not probed: fix it with pulsectl add, or remove it with pulsectl rm)\n", q)
+	}
 	if r := st.GetLastResult(); r != nil {
 		verdict := "pass"
 		if !r.GetPass() {
@@ -201,6 +204,9 @@ func runLs(ctx context.Context, e *env, c *command, args []string) int {
 		lat, lastErr := "-", "-"
 		if r := st.GetLastResult(); r != nil {
 			lat, lastErr = latency(r.GetLatency().AsDuration()), orDash(truncate(r.GetError(), 60))
+		}
+		if q := st.GetQuarantined(); q != "" {
+			lastErr = truncate("quarantined: "+q, 60)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", st.GetSpec().GetName(), orDash(st.GetSpec().GetGroup()),
 			stateName(st.GetState()), streak(st), lat, lastErr, age(st.GetLastTransitionTime(), now))

@@ -38,8 +38,11 @@ type row struct {
 	LastError          string   `json:"lastError,omitempty"`
 	LastResultTime     string   `json:"lastResultTime,omitempty"`
 	// LastTransitionTime is absent if the state never changed.
-	LastTransitionTime string       `json:"lastTransitionTime,omitempty"`
-	Results            []resultJSON `json:"results"`
+	LastTransitionTime string `json:"lastTransitionTime,omitempty"`
+	// Quarantined says why a stored target is not probed (see
+	// checker.Status.Quarantined).
+	Quarantined string       `json:"quarantined,omitempty"`
+	Results     []resultJSON `json:"results"`
 }
 
 type resultJSON struct {
@@ -75,6 +78,11 @@ func toRow(st checker.Status, recent []checker.Result) row {
 	}
 	if !st.LastTransition.IsZero() {
 		r.LastTransitionTime = stamp(st.LastTransition)
+	}
+	if st.Quarantined != "" {
+		r.Quarantined = st.Quarantined
+		r.Streak = "QUARANTINED"
+		r.LastError = "quarantined, not probed: " + st.Quarantined
 	}
 	for i, res := range recent {
 		r.Results[i] = resultJSON{Time: stamp(res.Time), Pass: res.Pass, LatencySeconds: res.Latency.Seconds(), Error: res.Err}

@@ -1,6 +1,7 @@
 package web_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -66,6 +67,20 @@ type rowJSON struct {
 		Pass           bool
 		LatencySeconds float64
 		Error          string
+	}
+}
+
+// A quarantined target shows as such on the page, with the reason.
+func TestQuarantinedRow(t *testing.T) {
+	st := checker.Status{Spec: checker.Spec{Name: "old", Rise: 1, Fall: 1}, State: checker.StateUnhealthy, Quarantined: "interval: must be at most 24h0m0s, got 1000h0m0s"}
+	body, err := json.Marshal(web.RowForTest(st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"streak":"QUARANTINED"`, `"quarantined":"interval: must be at most 24h0m0s, got 1000h0m0s"`, `"lastError":"quarantined, not probed: interval`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("row %s lacks %s", body, want)
+		}
 	}
 }
 
