@@ -76,7 +76,7 @@ type env struct {
 
 // start serves a checker (not started: tests drive probes with round) over
 // DNS on loopback.
-func start(t *testing.T, ccfg checker.Config, cfg dns.Config) *env {
+func start(t testing.TB, ccfg checker.Config, cfg dns.Config) *env {
 	t.Helper()
 	sp := &switchProbers{up: map[string]*atomic.Bool{}}
 	ccfg.NewProber = sp.New
@@ -113,7 +113,7 @@ func tcpTarget(name, group, addr string) checker.Spec {
 }
 
 // add registers specs; up says which of them pass their probes.
-func (e *env) add(t *testing.T, up bool, specs ...checker.Spec) {
+func (e *env) add(t testing.TB, up bool, specs ...checker.Spec) {
 	t.Helper()
 	for _, s := range specs {
 		if _, _, err := e.c.Add(s); err != nil {
@@ -128,14 +128,14 @@ func (e *env) add(t *testing.T, up bool, specs ...checker.Spec) {
 func (e *env) set(key string, up bool) { e.probes.sw(key).Store(up) }
 
 // round probes every target once and waits for DNS to see the results.
-func (e *env) round(t *testing.T) {
+func (e *env) round(t testing.TB) {
 	t.Helper()
 	e.c.RunRound(t.Context())
 	e.sync(t)
 }
 
 // sync waits until the DNS server's view is at the checker's revision.
-func (e *env) sync(t *testing.T) {
+func (e *env) sync(t testing.TB) {
 	t.Helper()
 	want := e.c.Revision()
 	deadline := time.Now().Add(5 * time.Second)
@@ -148,7 +148,7 @@ func (e *env) sync(t *testing.T) {
 }
 
 // ask sends m over net ("udp" or "tcp") and returns the response.
-func (e *env) ask(t *testing.T, network string, m *mdns.Msg) *mdns.Msg {
+func (e *env) ask(t testing.TB, network string, m *mdns.Msg) *mdns.Msg {
 	t.Helper()
 	cl := &mdns.Client{Net: network, Timeout: 5 * time.Second}
 	r, _, err := cl.Exchange(m, e.addr)
@@ -159,7 +159,7 @@ func (e *env) ask(t *testing.T, network string, m *mdns.Msg) *mdns.Msg {
 }
 
 // query asks name's qtype over UDP.
-func (e *env) query(t *testing.T, name string, qtype uint16) *mdns.Msg {
+func (e *env) query(t testing.TB, name string, qtype uint16) *mdns.Msg {
 	t.Helper()
 	m := new(mdns.Msg)
 	m.SetQuestion(name, qtype)
@@ -446,7 +446,7 @@ func TestAllowList(t *testing.T) {
 }
 
 // big registers group big of n routable IPv4 targets.
-func big(t *testing.T, e *env, n int) {
+func big(t testing.TB, e *env, n int) {
 	t.Helper()
 	var specs []checker.Spec
 	for i := range n {
