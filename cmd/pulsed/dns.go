@@ -58,7 +58,7 @@ func (f *dnsFlags) config(insecure bool, logger *slog.Logger) (pulsedns.Config, 
 		}
 		cfg.Allow = append(cfg.Allow, p.Masked())
 	}
-	if !insecure && cfg.Allow == nil && !isLoopback(f.listen) {
+	if f.listen != "" && !insecure && cfg.Allow == nil && !isLoopback(f.listen) {
 		return cfg, fmt.Errorf("-dns-listen %s is reachable from other machines, and DNS has no tokens: list the client networks with -dns-allow, or pass -insecure to answer anyone", f.listen)
 	}
 	if err := cfg.Validate(); err != nil {
@@ -71,6 +71,14 @@ func (f *dnsFlags) config(insecure bool, logger *slog.Logger) (pulsedns.Config, 
 		return cfg, err
 	}
 	return cfg, nil
+}
+
+// check reports what is wrong with the flags, so that pulsed stops before
+// it opens anything. Set DNS flags are checked even with DNS off: a
+// mistake there is one still when -dns-listen is added.
+func (f *dnsFlags) check(insecure bool) error {
+	_, err := f.config(insecure, nil)
+	return err
 }
 
 // startDNS serves the DNS interface when -dns-listen is set, and logs

@@ -112,6 +112,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if err := cfg.conns.check(); err != nil {
 		return cfg, err
 	}
+	if err := cfg.dns.check(cfg.security.insecure); err != nil {
+		return cfg, err
+	}
 	if err := cfg.logLevel.UnmarshalText([]byte(*level)); err != nil {
 		return cfg, fmt.Errorf("-log-level: %w", err)
 	}
