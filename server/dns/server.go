@@ -437,9 +437,9 @@ func (s *Server) resolve(m *mdns.Msg, q mdns.Question) {
 var recordPool = sync.Pool{New: func() any { return new([]*record) }}
 
 // pickLocked returns the routable records of set that keep says to, in
-// random order, at most MaxAnswers of them. Put the slice back in
-// recordPool when done.
-func (s *Server) pickLocked(set map[string]*record, keep func(*record) bool) *[]*record {
+// random order, at most MaxAnswers of them, and the pooled slice that
+// holds them: put it back with putRecords when done.
+func (s *Server) pickLocked(set map[string]*record, keep func(*record) bool) (*[]*record, []*record) {
 	p := recordPool.Get().(*[]*record)
 	rs := (*p)[:0]
 	for _, r := range set {
@@ -448,11 +448,11 @@ func (s *Server) pickLocked(set map[string]*record, keep func(*record) bool) *[]
 		}
 	}
 	rand.Shuffle(len(rs), func(i, j int) { rs[i], rs[j] = rs[j], rs[i] })
+	*p = rs
 	if n := s.cfg.MaxAnswers; n > 0 && len(rs) > n {
 		rs = rs[:n]
 	}
-	*p = rs
-	return p
+	return p, rs
 }
 
 func putRecords(p *[]*record) {
@@ -464,9 +464,9 @@ func putRecords(p *[]*record) {
 // addressesLocked answers an A or AAAA query.
 func (s *Server) addressesLocked(m *mdns.Msg, q mdns.Question, set map[string]*record) {
 	v4 := q.Qtype == mdns.TypeA
-	p := s.pickLocked(set, func(r *record) bool { return r.addr.IsValid() && r.addr.Is4() == v4 })
+	p, rs := s.pickLocked(set, func(r *record) bool { return r.addr.IsValid() && r.addr.Is4() == v4 })
 	defer putRecords(p)
-	for _, r := range *p {
+	for _, r := range rs {
 		m.Answer = append(m.Answer, s.addressRR(q.Name, r))
 	}
 }
@@ -474,9 +474,9 @@ func (s *Server) addressesLocked(m *mdns.Msg, q mdns.Question, set map[string]*r
 // servicesLocked answers an SRV query, with the addresses of the targets
 // addressed by IP in the additional section.
 func (s *Server) servicesLocked(m *mdns.Msg, q mdns.Question, set map[string]*record) {
-	p := s.pickLocked(set, func(r *record) bool { return r.srvTarget != "" })
+	p, rs := s.pickLocked(set, func(r *record) bool { return r.srvTarget != "" })
 	defer putRecords(p)
-	for _, r := range *p {
+	for _, r := range rs {
 		m.Answer = append(m.Answer, &mdns.SRV{
 			Hdr:      mdns.RR_Header{Name: q.Name, Rrtype: mdns.TypeSRV, Class: mdns.ClassINET, Ttl: s.ttl},
 			Priority: 1,

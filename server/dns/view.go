@@ -137,10 +137,9 @@ type view struct {
 	domain string
 	logger *slog.Logger
 
-	mu      sync.RWMutex // protects everything below and every record's routable
-	targets map[string]*record
-	groups  index // by lower-case group
-	names   index // by lower-case target name
+	mu     sync.RWMutex // protects everything below and every record's routable
+	groups index        // by lower-case group
+	names  index        // by lower-case target name: every target
 	// ents counts the names below each empty non-terminal, relative to the
 	// domain: "target" and "_tcp" have none of their own, and neither has
 	// "b" while group "a.b" exists. Such a name is NOERROR, never NXDOMAIN,
@@ -162,7 +161,6 @@ func (v *view) reset(snap []checker.Status, rev uint64) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.targets = make(map[string]*record, len(snap))
 	v.groups, v.names, v.ents = index{}, index{}, map[string]int{}
 	for _, r := range records {
 		v.addLocked(r)
@@ -183,7 +181,7 @@ func (v *view) apply(evs []checker.Event) {
 		case checker.EventRemoved:
 			v.removeLocked(e.Status.Spec.Name)
 		case checker.EventTransition:
-			if r := v.targets[e.Transition.Target]; r != nil {
+			if r := v.lookupLocked(e.Transition.Target); r != nil {
 				r.routable = checker.Machine{State: e.Transition.To}.Routable()
 			}
 		}
@@ -191,8 +189,12 @@ func (v *view) apply(evs []checker.Event) {
 	}
 }
 
+// lookupLocked returns the record of the target named name, or nil.
+func (v *view) lookupLocked(name string) *record {
+	return v.names[strings.ToLower(name)][name]
+}
+
 func (v *view) addLocked(r *record) {
-	v.targets[r.name] = r
 	if r.group != "" {
 		g := strings.ToLower(r.group)
 		v.groups.add(g, r)
@@ -203,11 +205,10 @@ func (v *view) addLocked(r *record) {
 }
 
 func (v *view) removeLocked(name string) {
-	r := v.targets[name]
+	r := v.lookupLocked(name)
 	if r == nil {
 		return
 	}
-	delete(v.targets, name)
 	if r.group != "" {
 		g := strings.ToLower(r.group)
 		v.groups.remove(g, r)
