@@ -419,7 +419,7 @@ func (s *Server) resolve(m *mdns.Msg, q mdns.Question) {
 		return
 	}
 	switch {
-	case q.Qtype == mdns.TypeA || q.Qtype == mdns.TypeAAAA:
+	case q.Qtype == mdns.TypeA || q.Qtype == mdns.TypeAAAA || q.Qtype == mdns.TypeANY:
 		if kind != nameSRV {
 			s.addressesLocked(m, q, set)
 		}
@@ -461,10 +461,11 @@ func putRecords(p *[]*record) {
 	recordPool.Put(p)
 }
 
-// addressesLocked answers an A or AAAA query.
+// addressesLocked answers an A or AAAA query; ANY gets both (RFC 8482
+// lets a server answer ANY with a subset of what it has).
 func (s *Server) addressesLocked(m *mdns.Msg, q mdns.Question, set map[string]*record) {
-	v4 := q.Qtype == mdns.TypeA
-	p, rs := s.pickLocked(set, func(r *record) bool { return r.addr.IsValid() && r.addr.Is4() == v4 })
+	both, v4 := q.Qtype == mdns.TypeANY, q.Qtype == mdns.TypeA
+	p, rs := s.pickLocked(set, func(r *record) bool { return r.addr.IsValid() && (both || r.addr.Is4() == v4) })
 	defer putRecords(p)
 	for _, r := range rs {
 		m.Answer = append(m.Answer, s.addressRR(q.Name, r))

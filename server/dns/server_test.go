@@ -271,8 +271,13 @@ func TestSRV(t *testing.T) {
 			t.Errorf("%s SRV additional (-want +got):\n%s", name, diff)
 		}
 	}
+	// ANY gets the addresses of both families.
+	r := e.query(t, "edge.pulse.", mdns.TypeANY)
+	if diff := cmp.Diff([]string{"A edge.pulse. 127.0.0.1", "A edge.pulse. 127.0.0.2", "AAAA edge.pulse. ::1"}, values(r.Answer)); diff != "" {
+		t.Errorf("edge ANY (-want +got):\n%s", diff)
+	}
 	// _edge._tcp is a service name, not an address.
-	r := e.query(t, "_edge._tcp.pulse.", mdns.TypeA)
+	r = e.query(t, "_edge._tcp.pulse.", mdns.TypeA)
 	checkHeader(t, r, mdns.RcodeSuccess)
 	if len(r.Answer) != 0 || len(r.Ns) != 1 {
 		t.Errorf("_edge._tcp A: answer %v, authority %v; want none and the SOA", r.Answer, r.Ns)
@@ -417,6 +422,9 @@ func TestRefused(t *testing.T) {
 	m.SetQuestion("edge.svc.example.", mdns.TypeA)
 	m.Question[0].Qclass = mdns.ClassCHAOS
 	checkHeader(t, e.ask(t, "udp", m), mdns.RcodeRefused)
+	m = new(mdns.Msg)
+	m.SetNotify("edge.svc.example.")
+	checkHeader(t, e.ask(t, "udp", m), mdns.RcodeNotImplemented)
 	if got := e.s.Stats().Refused; got != 4 {
 		t.Errorf("Stats().Refused = %d, want 4", got)
 	}
