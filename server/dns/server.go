@@ -215,7 +215,8 @@ func Listen(addr string) (net.PacketConn, net.Listener, error) {
 }
 
 // Serve answers queries on pc (UDP) and l (TCP), either of which may be
-// nil, until Close; it returns once both are serving. Close closes them.
+// nil, until Close; it returns once both are serving. Close closes them,
+// and so does a failing Serve.
 func (s *Server) Serve(pc net.PacketConn, l net.Listener) error {
 	var srvs []*mdns.Server
 	if pc != nil {
@@ -242,6 +243,12 @@ func (s *Server) Serve(pc net.PacketConn, l net.Listener) error {
 		case <-started:
 			s.servers = append(s.servers, srv)
 		case err := <-errs:
+			if pc != nil {
+				pc.Close()
+			}
+			if l != nil {
+				l.Close()
+			}
 			return fmt.Errorf("dns serve: %w", err)
 		}
 	}

@@ -17,7 +17,7 @@ import (
 )
 
 // Source is what the DNS server needs from the checker: its event stream,
-// the same one WatchTargets serves. *checker.Checker implements it.
+// the same one WatchTransitions serves. *checker.Checker implements it.
 type Source interface {
 	Watch(f checker.Filter, start uint64) (*checker.Watcher, error)
 }
