@@ -61,6 +61,7 @@ type config struct {
 	logJSON          bool
 	httpListen       string
 	metricsPerTarget bool
+	dns              dnsFlags
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -75,6 +76,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:50051", "`address` to serve gRPC on (host:port; port 0 picks a free one)")
 	cfg.security.register(fs)
 	cfg.conns.register(fs)
+	cfg.dns.register(fs)
 	fs.StringVar(&cfg.targetsFile, "targets", "", "YAML `file` of targets to register at start and again on SIGHUP (see the README); it owns the targets it lists")
 	cfg.registry.register(fs)
 	fs.StringVar(&cfg.dataDir, "data-dir", "pulse-data", "`directory` of the embedded store that keeps targets and their states across restarts; \"\" keeps them in memory only")
@@ -111,6 +113,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, err
 	}
 	if err := cfg.conns.check(); err != nil {
+		return cfg, err
+	}
+	if err := cfg.dns.check(cfg.security.insecure); err != nil {
 		return cfg, err
 	}
 	if err := cfg.logLevel.UnmarshalText([]byte(*level)); err != nil {
@@ -296,6 +301,11 @@ func run(args []string, stderr io.Writer) error {
 			return fmt.Errorf("-targets: %w", err)
 		}
 	}
+	stopDNS, err := startDNS(cfg, c, obs.reg, logger)
+	if err != nil {
+		return err
+	}
+	defer stopDNS()
 	c.Start()
 	logger.Info("pulsed listening", "addr", lis.Addr().String())
 

@@ -159,7 +159,7 @@ func TestThreeReplicasOnEtcd(t *testing.T) {
 	for i := range reps {
 		reps[i] = startPulsed(t, bin, "-registry", "etcd", "-etcd-endpoints", proxy.Endpoint,
 			"-etcd-prefix", e2ePrefix, "-etcd-lease-ttl", "3s", "-replica-id", fmt.Sprintf("r%d", i+1),
-			"-interval", "200ms", "-timeout", "150ms", "-rise", "1", "-fall", "1")
+			"-interval", "200ms", "-timeout", "150ms", "-rise", "1", "-fall", "1", "-dns-listen", "127.0.0.1:0")
 		clients[i] = dial(t, reps[i].addr)
 	}
 	eventually(t, "three replicas", func() bool {
@@ -191,6 +191,20 @@ func TestThreeReplicasOnEtcd(t *testing.T) {
 		}
 		return revs[0] == revs[1] && revs[1] == revs[2]
 	})
+	// DNS answers from each replica's own checker, which holds the whole
+	// registry: every replica resolves every target.
+	var dnsAddrs [3]string
+	for i := range reps {
+		dnsAddrs[i] = dnsAddr(t, reps[i])
+		eventually(t, fmt.Sprintf("r%d resolves the 12 targets", i+1), func() bool {
+			for _, n := range names {
+				if got := resolveA(t, dnsAddrs[i], n+".target.pulse."); len(got) != 1 || got[0] != "127.0.0.1" {
+					return false
+				}
+			}
+			return true
+		})
+	}
 	owners := map[string][]string{}
 	for _, n := range names {
 		w := stateWriter(t, cli, n)
@@ -219,6 +233,11 @@ func TestThreeReplicasOnEtcd(t *testing.T) {
 		t.Fatalf("%s's state written by %q after r1 died", victim, w)
 	}
 	t.Logf("after r1 was killed: %s", got)
+	for i := 1; i < 3; i++ { // and both survivors stop resolving it
+		eventually(t, fmt.Sprintf("r%d's DNS drops %s", i+1, victim), func() bool {
+			return len(resolveA(t, dnsAddrs[i], victim+".target.pulse.")) == 0
+		})
+	}
 
 	// Resume on r2 from the revision r3's stream reached.
 	resumeAt := held.last()

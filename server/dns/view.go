@@ -1,0 +1,343 @@
+package dns
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	mdns "github.com/miekg/dns"
+
+	"pulse/checker"
+)
+
+// Source is what the DNS server needs from the checker: its event stream,
+// the same one WatchTransitions serves. *checker.Checker implements it.
+type Source interface {
+	Watch(f checker.Filter, start uint64) (*checker.Watcher, error)
+}
+
+// record is what DNS answers about one target. Records are replaced, never
+// changed, except routable, which view.mu guards.
+type record struct {
+	name, group string
+	routable    bool
+	// addr is the probe's address when it is an IP literal; invalid when
+	// the probe addresses a host name, or has no address DNS can carry.
+	addr netip.Addr
+	ip   net.IP // addr as the A or AAAA record carries it
+	// srvTarget is the SRV record's target: NAME.target.DOMAIN for an IP
+	// literal, the host name (as an FQDN) otherwise; "" when there is none
+	// DNS can carry (a label over 63 bytes, say). port is the probe's port.
+	srvTarget string
+	port      uint16
+}
+
+// newRecord derives a target's record from its status; domain is the
+// server's domain, lower case, as an FQDN.
+func newRecord(st checker.Status, domain string) *record {
+	r := &record{name: st.Spec.Name, group: st.Spec.Group, routable: st.Routable}
+	host, port, ok := probeHostPort(st)
+	if !ok {
+		return r
+	}
+	r.port = port
+	if a, err := netip.ParseAddr(host); err == nil {
+		if a.Zone() != "" {
+			return r // a scoped address means nothing to another machine
+		}
+		r.addr = a.Unmap()
+		r.ip = net.IP(r.addr.AsSlice())
+		if fq := mdns.Fqdn(r.name + ".target." + domain); validName(fq) {
+			r.srvTarget = fq
+		}
+		return r
+	}
+	if fq := mdns.Fqdn(strings.ToLower(host)); validName(fq) {
+		r.srvTarget = fq
+	}
+	return r
+}
+
+// validName reports whether an FQDN can go on the wire: labels of at most
+// 63 bytes, at most 255 bytes in all.
+func validName(fqdn string) bool {
+	_, ok := mdns.IsDomainName(fqdn)
+	return ok && !strings.Contains(fqdn, "..")
+}
+
+// probeHostPort returns the host and port a target's probe connects to:
+// the TCP or gRPC address, or the host of the HTTP URL with its port or
+// the scheme's.
+func probeHostPort(st checker.Status) (host string, port uint16, ok bool) {
+	var hostPort string
+	switch p := st.Spec.Probe; {
+	case p.TCP != nil:
+		hostPort = p.TCP.Address
+	case p.GRPC != nil:
+		hostPort = p.GRPC.Address
+	case p.HTTP != nil:
+		u, err := url.Parse(p.HTTP.URL)
+		if err != nil || u.Hostname() == "" {
+			return "", 0, false
+		}
+		ps := u.Port()
+		if ps == "" {
+			ps = map[string]string{"http": "80", "https": "443"}[strings.ToLower(u.Scheme)]
+		}
+		hostPort = net.JoinHostPort(u.Hostname(), ps)
+	default:
+		return "", 0, false
+	}
+	h, ps, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		return "", 0, false
+	}
+	n, err := strconv.ParseUint(ps, 10, 16)
+	if err != nil || n == 0 {
+		return "", 0, false
+	}
+	return h, uint16(n), true
+}
+
+// index maps a lower-case DNS name to the records it answers, by target
+// name. DNS names are case-insensitive (RFC 4343) but Pulse's are not, so
+// names that differ only in case answer together.
+type index map[string]map[string]*record
+
+func (ix index) add(key string, r *record) {
+	set := ix[key]
+	if set == nil {
+		set = map[string]*record{}
+		ix[key] = set
+	}
+	set[r.name] = r
+}
+
+func (ix index) remove(key string, r *record) {
+	if set := ix[key]; set != nil {
+		delete(set, r.name)
+		if len(set) == 0 {
+			delete(ix, key)
+		}
+	}
+}
+
+// view is the checker's registry as DNS sees it, kept up to date from a
+// watch. It serves queries without the checker's lock: Checker.List would
+// scan every target under that lock and build a full Status for each of a
+// group's targets on every query, and with a store wait for the commit in
+// flight, so a query flood would slow the probing down.
+type view struct {
+	domain string
+	logger *slog.Logger
+
+	mu     sync.RWMutex // protects everything below and every record's routable
+	groups index        // by lower-case group
+	names  index        // by lower-case target name: every target
+	// ents counts the names below each empty non-terminal, relative to the
+	// domain: "target" and "_tcp" have none of their own, and neither has
+	// "b" while group "a.b" exists. Such a name is NOERROR, never NXDOMAIN,
+	// which would tell a resolver nothing exists below it (RFC 8020).
+	ents map[string]int
+	rev  uint64
+	live bool // false once the checker has closed
+}
+
+func newView(domain string, logger *slog.Logger) *view {
+	return &view{domain: domain, logger: logger}
+}
+
+// reset replaces the view with a snapshot.
+func (v *view) reset(snap []checker.Status, rev uint64) {
+	records := make([]*record, len(snap))
+	for i, st := range snap {
+		records[i] = newRecord(st, v.domain)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.groups, v.names, v.ents = index{}, index{}, map[string]int{}
+	for _, r := range records {
+		v.addLocked(r)
+	}
+	v.rev, v.live = rev, true
+}
+
+// apply applies events in revision order.
+func (v *view) apply(evs []checker.Event) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for i := range evs {
+		e := &evs[i]
+		switch e.Kind {
+		case checker.EventAdded, checker.EventUpdated:
+			v.removeLocked(e.Status.Spec.Name)
+			v.addLocked(newRecord(e.Status, v.domain))
+		case checker.EventRemoved:
+			v.removeLocked(e.Status.Spec.Name)
+		case checker.EventTransition:
+			if r := v.lookupLocked(e.Transition.Target); r != nil {
+				r.routable = checker.Machine{State: e.Transition.To}.Routable()
+			}
+		}
+		v.rev = e.Revision
+	}
+}
+
+// lookupLocked returns the record of the target named name, or nil.
+func (v *view) lookupLocked(name string) *record {
+	return v.names[strings.ToLower(name)][name]
+}
+
+func (v *view) addLocked(r *record) {
+	if r.group != "" {
+		g := strings.ToLower(r.group)
+		v.groups.add(g, r)
+		v.entsLocked(g, 1)
+	}
+	v.names.add(strings.ToLower(r.name), r)
+	v.entsLocked(strings.ToLower(r.name)+".target", 1)
+}
+
+func (v *view) removeLocked(name string) {
+	r := v.lookupLocked(name)
+	if r == nil {
+		return
+	}
+	if r.group != "" {
+		g := strings.ToLower(r.group)
+		v.groups.remove(g, r)
+		v.entsLocked(g, -1)
+	}
+	v.names.remove(strings.ToLower(r.name), r)
+	v.entsLocked(strings.ToLower(r.name)+".target", -1)
+}
+
+// entsLocked counts name (relative to the domain) in or out of the empty
+// non-terminals above it.
+func (v *view) entsLocked(name string, delta int) {
+	for i := strings.IndexByte(name, '.'); i >= 0; i = strings.IndexByte(name, '.') {
+		name = name[i+1:]
+		if v.ents[name] += delta; v.ents[name] <= 0 {
+			delete(v.ents, name)
+		}
+	}
+}
+
+func (v *view) progress(rev uint64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.rev = max(v.rev, rev)
+}
+
+func (v *view) close() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.live = false
+}
+
+// revision returns the revision the view is at.
+func (v *view) revision() uint64 {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.rev
+}
+
+// follower keeps a view up to date from a Source.
+type follower struct {
+	src    Source
+	v      *view
+	stop   chan struct{}
+	done   chan struct{}
+	logger *slog.Logger
+}
+
+// maxEvents is how many events the follower takes at a time.
+const maxEvents = 1024
+
+// watchRetry is how long the follower waits before watching again when
+// Watch fails for a reason other than the checker closing (the watcher
+// limit).
+const watchRetry = time.Second
+
+// start watches src from a snapshot, fills v with it, and follows the
+// events in a goroutine until stop. It fails if the first watch does.
+func startFollower(src Source, v *view, logger *slog.Logger) (*follower, error) {
+	f := &follower{src: src, v: v, stop: make(chan struct{}), done: make(chan struct{}), logger: logger}
+	w, err := f.watch()
+	if err != nil {
+		return nil, err
+	}
+	go f.run(w)
+	return f, nil
+}
+
+func (f *follower) watch() (*checker.Watcher, error) {
+	w, err := f.src.Watch(checker.Filter{}, 0)
+	if err != nil {
+		return nil, err
+	}
+	snap, rev := w.Snapshot()
+	f.v.reset(snap, rev)
+	return w, nil
+}
+
+func (f *follower) run(w *checker.Watcher) {
+	defer close(f.done)
+	var buf []checker.Event
+	for {
+		if w == nil {
+			var err error
+			if w, err = f.watch(); err != nil {
+				if errors.Is(err, checker.ErrClosed) {
+					f.v.close()
+					return
+				}
+				f.logger.Warn("cannot watch the checker; answering from the last view", "error", err, "retry", watchRetry.String())
+				t := time.NewTimer(watchRetry)
+				select {
+				case <-f.stop:
+					t.Stop()
+					return
+				case <-t.C:
+				}
+				continue
+			}
+		}
+		select {
+		case <-f.stop:
+			w.Close()
+			return
+		case <-w.Ready():
+		}
+		evs, err := w.NextAppend(buf[:0], maxEvents)
+		f.v.apply(evs)
+		clear(evs) // drop the statuses' references until the next batch
+		buf = evs
+		switch {
+		case errors.Is(err, checker.ErrClosed):
+			f.v.close()
+			return
+		case err != nil:
+			// Too far behind: start again from a snapshot.
+			f.logger.Warn("fell behind the checker's events; reloading", "error", err)
+			w.Close()
+			w = nil
+			continue
+		}
+		if rev, ok := w.Progress(); ok {
+			f.v.progress(rev)
+		}
+	}
+}
+
+// close stops the follower and waits for it. It is called once.
+func (f *follower) close() {
+	close(f.stop)
+	<-f.done
+}
