@@ -216,13 +216,18 @@ func (PolicyEvent_Kind) EnumDescriptor() ([]byte, []int) {
 // Redirects are not followed.
 type HttpProbe struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// url is an absolute http:// or https:// URL.
+	// url is an absolute http:// or https:// URL of at most 2048 bytes. A
+	// password in it is shown as "<redacted>" in every answer; sending that
+	// back keeps the stored password.
 	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
 	// method is GET (the default when empty) or HEAD.
 	Method string `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
-	// expected_status lists the status codes that pass. Empty: any 2xx.
+	// expected_status lists the status codes that pass, each 100 to 599, at
+	// most 500. Empty: any 2xx.
 	ExpectedStatus []int32 `protobuf:"varint,3,rep,packed,name=expected_status,json=expectedStatus,proto3" json:"expected_status,omitempty"`
-	// headers are sent with every probe; "Host" sets the request's host.
+	// headers are sent with every probe; "Host" sets the request's host. At
+	// most 32, each at most 4096 bytes (name and value). Values are shown as
+	// "<redacted>" in every answer; sending that back keeps the stored value.
 	Headers       map[string]string `protobuf:"bytes,4,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -289,7 +294,7 @@ func (x *HttpProbe) GetHeaders() map[string]string {
 // TcpProbe passes when a TCP connection to address can be opened.
 type TcpProbe struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// address is host:port.
+	// address is host:port, at most 512 bytes.
 	Address       string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -335,10 +340,10 @@ func (x *TcpProbe) GetAddress() string {
 // GrpcProbe passes when grpc.health.v1.Health/Check answers SERVING.
 type GrpcProbe struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// address is host:port.
+	// address is host:port, at most 512 bytes.
 	Address string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
-	// service is the grpc.health.v1 service name; empty asks about the whole
-	// server.
+	// service is the grpc.health.v1 service name, at most 1024 bytes; empty
+	// asks about the whole server.
 	Service string `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
 	// tls connects with TLS (system roots) instead of plaintext.
 	Tls           bool `protobuf:"varint,3,opt,name=tls,proto3" json:"tls,omitempty"`
@@ -398,7 +403,9 @@ func (x *GrpcProbe) GetTls() bool {
 }
 
 // Target is a target's spec: what to probe, how often, and the thresholds.
-// Unset fields take the server's defaults (see `pulsed --help`).
+// Unset fields take the server's defaults (see `pulsed --help`). A value
+// past a bound is refused with INVALID_ARGUMENT naming the field and the
+// bound (README "Limits").
 type Target struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name identifies the target: 1 to 128 characters from [A-Za-z0-9._:-],
@@ -414,13 +421,14 @@ type Target struct {
 	//	*Target_Tcp
 	//	*Target_Grpc
 	Probe isTarget_Probe `protobuf_oneof:"probe"`
-	// interval between the starts of two probes; must be positive.
+	// interval between the starts of two probes: 1ms to 24h.
 	Interval *durationpb.Duration `protobuf:"bytes,6,opt,name=interval,proto3" json:"interval,omitempty"`
-	// timeout of one probe; must be positive and at most interval.
+	// timeout of one probe: 1ms to 1h, and at most interval.
 	Timeout *durationpb.Duration `protobuf:"bytes,7,opt,name=timeout,proto3" json:"timeout,omitempty"`
-	// rise is the consecutive passes needed to become HEALTHY; at least 1.
+	// rise is the consecutive passes needed to become HEALTHY: 1 to 1000.
 	Rise *int32 `protobuf:"varint,8,opt,name=rise,proto3,oneof" json:"rise,omitempty"`
-	// fall is the consecutive failures needed to become UNHEALTHY; at least 1.
+	// fall is the consecutive failures needed to become UNHEALTHY: 1 to
+	// 1000.
 	Fall *int32 `protobuf:"varint,9,opt,name=fall,proto3,oneof" json:"fall,omitempty"`
 	// initial_state is the state of a new target: UNHEALTHY (default) or
 	// HEALTHY. It is ignored when the target already exists.
@@ -432,33 +440,33 @@ type Target struct {
 	MaxLatency *durationpb.Duration `protobuf:"bytes,12,opt,name=max_latency,json=maxLatency,proto3" json:"max_latency,omitempty"`
 	// fast_interval is the interval while the target is on its way to a
 	// transition: HEALTHY with a failure streak, UNHEALTHY with a pass
-	// streak, or SUSPECT. Unset: interval. It must be positive and at least
-	// timeout. A dead target is detected in its first failure plus
+	// streak, or SUSPECT. Unset: interval. It must be at least timeout and
+	// at most 24h. A dead target is detected in its first failure plus
 	// (fall - 1) x fast_interval.
 	FastInterval *durationpb.Duration `protobuf:"bytes,13,opt,name=fast_interval,json=fastInterval,proto3" json:"fast_interval,omitempty"`
 	// down_interval is the interval while the target is UNHEALTHY with no
-	// pass streak. Unset: interval. It must be positive and at least
-	// timeout.
+	// pass streak. Unset: interval. It must be at least timeout and at most
+	// 24h.
 	DownInterval *durationpb.Duration `protobuf:"bytes,14,opt,name=down_interval,json=downInterval,proto3" json:"down_interval,omitempty"`
 	// flap_window is the sliding window over which the target's transitions
 	// are counted (TargetStatus.transitions_in_window) and flapping is
-	// judged. Unset: 60s.
+	// judged. Unset: 60s. At most 24h.
 	FlapWindow *durationpb.Duration `protobuf:"bytes,15,opt,name=flap_window,json=flapWindow,proto3" json:"flap_window,omitempty"`
-	// flap_threshold, when set (at least 2), turns flap damping on: a target
+	// flap_threshold, when set (2 to 256), turns flap damping on: a target
 	// whose results change its state flap_threshold times within
 	// flap_window is flapping and held UNHEALTHY until its results have not
 	// changed its state for flap_stable_for. Unset or 0: no damping.
 	FlapThreshold int32 `protobuf:"varint,16,opt,name=flap_threshold,json=flapThreshold,proto3" json:"flap_threshold,omitempty"`
 	// flap_stable_for is how long a flapping target's results must stay
-	// unchanged before it is released. Unset: flap_window. Only with
-	// flap_threshold.
+	// unchanged before it is released. Unset: flap_window. At most 24h. Only
+	// with flap_threshold.
 	FlapStableFor *durationpb.Duration `protobuf:"bytes,17,opt,name=flap_stable_for,json=flapStableFor,proto3" json:"flap_stable_for,omitempty"`
 	// passive_outcomes lets ReportOutcome feed this target's state machine.
 	// Off by default: a target is judged by its probes only.
 	PassiveOutcomes bool `protobuf:"varint,18,opt,name=passive_outcomes,json=passiveOutcomes,proto3" json:"passive_outcomes,omitempty"`
 	// passive_rate is how many passive outcomes a second are counted at
-	// most, with a burst of as many; the rest are dropped. Unset: 10. Only
-	// with passive_outcomes.
+	// most, with a burst of as many; the rest are dropped. Unset: 10. At
+	// most 10000. Only with passive_outcomes.
 	PassiveRate   int32 `protobuf:"varint,19,opt,name=passive_rate,json=passiveRate,proto3" json:"passive_rate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
