@@ -1,6 +1,6 @@
 // Command pulse-bench measures pulsed against a farm of HTTP targets on
 // loopback, side by side with HAProxy's health checks against the same
-// farm (issue 10).
+// farm.
 //
 // For each scale point (N targets at an interval) it starts a farm of N
 // HTTP targets, each on its own loopback address and port and counting
@@ -35,7 +35,7 @@
 // own (-etcd names one), so its CPU is its process's.
 //
 // It prints a Markdown report with Pulse/HAProxy ratios and how the run
-// compares with issue 10's targets, and can write it and the raw results
+// compares with Pulse's performance targets, and can write it and the raw results
 // (JSON) to files. Only 127.0.0.0/8 is ever contacted.
 //
 // Usage:

@@ -281,7 +281,7 @@ func (p Point) systems() []*SystemResult {
 }
 
 // Markdown renders the report: the measurements, the ratios and the
-// targets of issue 10's acceptance 6.
+// performance targets.
 func (r Report) Markdown() string {
 	var b strings.Builder
 	versions := orNA(r.Machine.HAProxyVersion)

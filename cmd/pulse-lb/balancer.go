@@ -25,7 +25,7 @@ type healthSource interface {
 
 // balancer is the front door: it picks a healthy backend with the rotor and
 // proxies the request to it. It answers 503 at once when no backend is
-// healthy (seed 004: "I have nobody left to give this to"), and 502 when the
+// healthy ("I have nobody left to give this to"), and 502 when the
 // chosen backend fails the request ("my backend failed me"). It never
 // queues a request, and it never retries one on another backend: a request
 // may not be safe to send twice.

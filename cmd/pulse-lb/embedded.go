@@ -20,7 +20,7 @@ type checkerSource struct {
 // newCheckerSource registers every backend with a new checker and starts
 // probing. The checker logs every transition ("web-1: healthy ->
 // unhealthy") to logger. Backends start unhealthy: each must pass
-// --healthy-after probes before it gets traffic (seed 000: prove yourself
+// --healthy-after probes before it gets traffic (a backend proves itself
 // first), so for about that long after start pulse-lb answers 503.
 func newCheckerSource(cfg config, logger *slog.Logger) (*checkerSource, error) {
 	c, err := checker.New(checker.Config{Defaults: cfg.defaults(), Logger: logger, MaxUnhealthyFraction: cfg.panicFrac})

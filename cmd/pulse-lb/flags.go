@@ -93,7 +93,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.healthyAfter, "healthy-after", 2, "consecutive passing probes that put a backend back in rotation")
 	fs.StringVar(&cfg.pulse, "pulse", "", "`address` (host:port) of a pulsed to take health from (plaintext unless -tls, -tls-ca or -tls-cert), or a comma-separated list of pulsed replicas sharing one registry (-registry etcd): pulse-lb follows one and fails over to the next, resuming where it was; empty runs an embedded checker")
 	cfg.pulseConn.Register(fs)
-	fs.Float64Var(&cfg.panicFrac, "max-unhealthy-fraction", 1, "panic threshold of the backends' group: at most this fraction of backends is taken out at once (the rest stay in rotation, Envoy-style); 1 takes out every failing backend and answers 503 when all are down (seed 004)")
+	fs.Float64Var(&cfg.panicFrac, "max-unhealthy-fraction", 1, "panic threshold of the backends' group: at most this fraction of backends is taken out at once (the rest stay in rotation, Envoy-style); 1 takes out every failing backend and answers 503 when all are down")
 	fs.StringVar(&cfg.group, "group", "pulse-lb", "with --pulse: the `group` the backends are registered in and watched by")
 	fs.DurationVar(&cfg.idleTimeout, "pulse-idle-timeout", 90*time.Second, "with --pulse: reconnect when the watch stream has been silent this long (pulsed sends a progress event every -watch-progress, 30s by default); 0 never does")
 	fs.DurationVar(&cfg.responseTimeout, "response-timeout", 30*time.Second, "how long to wait for a backend's response headers before answering 502")

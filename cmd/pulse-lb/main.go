@@ -1,4 +1,4 @@
-// Command pulse-lb is seed 004's load balancer built on Pulse: an HTTP
+// Command pulse-lb is a load balancer built on Pulse: an HTTP
 // reverse proxy that round-robins requests over the backends that are
 // healthy, with health from an embedded checker or, with --pulse, from a
 // remote pulsed's WatchTransitions stream.

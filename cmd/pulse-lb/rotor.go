@@ -2,7 +2,7 @@ package main
 
 import "sync"
 
-// rotor is seed 004's round robin over a fixed pool of n backends that skips
+// rotor is a round robin over a fixed pool of n backends that skips
 // the ones that are down without burning a turn on them.
 //
 // A pick starts at the rotor's position and tries at most n backends, in

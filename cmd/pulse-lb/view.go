@@ -53,7 +53,7 @@ type change struct {
 	Reason string
 }
 
-// String returns seed 000's text, "<target>: <old> -> <new>", where a
+// String returns the transition's text, "<target>: <old> -> <new>", where a
 // target that was not or is no longer in the view is "absent".
 func (c change) String() string {
 	return fmt.Sprintf("%s: %s -> %s", c.Target, stateName(c.From), stateName(c.To))

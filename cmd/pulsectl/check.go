@@ -52,7 +52,7 @@ YAML: a list of targets, or an object whose "targets" is that list. Fields:
   kind             http (the default when url is set), tcp or grpc
   address          host:port, for kind tcp or grpc
   expected_status  the HTTP status that passes; default 200
-  timeout_s        per-attempt timeout in seconds (seed 003's form), e.g. 1.5
+  timeout_s        per-attempt timeout in seconds, e.g. 1.5
   timeout          the same as a duration, e.g. 1500ms; default 2s
   critical         whether a failure makes the exit code 2; default true
   headers          HTTP request headers, e.g. {Host: web.internal}
@@ -79,7 +79,7 @@ pulsectl check -o json targets.yaml | jq '.summary'`,
 }
 
 // secondsFlag is a duration given as a Go duration ("20s", "1m") or as
-// seconds ("20", "2.5"), as seed 003's --deadline takes it.
+// seconds ("20", "2.5"), as --deadline takes it.
 type secondsFlag time.Duration
 
 func (s *secondsFlag) String() string { return time.Duration(*s).String() }
@@ -189,7 +189,7 @@ func writeCheckText(w io.Writer, results []oneshot.Result, s oneshot.Summary) {
 	}
 }
 
-// The JSON report: seed 003's summarize keys, and one object per target.
+// The JSON report: the summary's keys, and one object per target.
 type (
 	checkJSON struct {
 		Results []resultJSON `json:"results"`
@@ -206,7 +206,7 @@ type (
 		Attempts  []attemptJSON `json:"attempts"`
 	}
 	attemptJSON struct {
-		Status    *int    `json:"status"` // the HTTP status; null when none (seed 003's None, and tcp and grpc)
+		Status    *int    `json:"status"` // the HTTP status; null when none (no answer, and tcp and grpc)
 		LatencyMS float64 `json:"latency_ms"`
 		Error     string  `json:"error"`
 	}
@@ -253,7 +253,7 @@ func writeCheckJSON(w io.Writer, results []oneshot.Result, s oneshot.Summary) er
 	return enc.Encode(doc)
 }
 
-// roundMS is d in milliseconds to 0.1, as seed 003 rounds its report.
+// roundMS is d in milliseconds to 0.1, as the report rounds it.
 func roundMS(d time.Duration) float64 { return math.Round(oneshot.Milliseconds(d)*10) / 10 }
 
 // isTerminal reports whether w is a terminal.

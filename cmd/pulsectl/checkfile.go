@@ -16,7 +16,7 @@ import (
 	"pulse/checker/probe"
 )
 
-// fileTarget is one target of a check file, as seed 003 writes it plus
+// fileTarget is one target of a check file, as a check file writes it plus
 // non-HTTP kinds. See checkCommand's help for the meaning of each field.
 type fileTarget struct {
 	Name           string            `json:"name" yaml:"name"`

@@ -8,7 +8,7 @@
 // Client commands (add, rm, state, ls, healthy, watch) talk to pulsed at
 // --addr, 127.0.0.1:50051 by default. check reads a file of targets, checks
 // each once with retries under a global deadline, prints a report and exits
-// 2 when a critical target is down (seed 003). Run pulsectl --help for the
+// 2 when a critical target is down. Run pulsectl --help for the
 // commands and pulsectl <command> --help for each one's flags and examples.
 //
 // Exit codes: 0 success; 1 usage error (bad flags or arguments, an invalid
