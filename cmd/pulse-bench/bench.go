@@ -89,7 +89,7 @@ type Options struct {
 	HAProxyBin string
 	// Replicas, when not empty, measures these counts of pulsed replicas
 	// on etcd, and one pulsed on the embedded registry, at each point
-	// instead of Pulse and HAProxy (issue 11); EtcdBin is the etcd binary.
+	// instead of Pulse and HAProxy; EtcdBin is the etcd binary.
 	Replicas []int
 	EtcdBin  string
 	// RegisterWorkers AddTarget calls run at once.

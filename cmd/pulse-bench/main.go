@@ -25,7 +25,7 @@
 //     `check inter <interval> rise 2 fall 3`), measuring its CPU per probe,
 //     RSS and detection (its "is DOWN" log lines) the same way.
 //
-// With -replicas 1,2,3 (issue 11) it measures instead, at each point, one
+// With -replicas 1,2,3 it measures instead, at each point, one
 // pulsed on the embedded registry (a fresh -data-dir) and then 1, 2 and 3
 // pulsed replicas sharing the fleet through one etcd (-registry etcd, a
 // fresh -etcd-prefix per run), all against the same farm: the probes per

@@ -1,6 +1,6 @@
 package main
 
-// The -replicas mode (issue 11): several pulsed replicas sharing one fleet
+// The -replicas mode: several pulsed replicas sharing one fleet
 // through etcd, against one pulsed on its embedded registry, at the same
 // scale point and against the same farm.
 
