@@ -31,7 +31,8 @@ import (
 // requests for every method and field of pulse.v1.HealthChecker,
 // interleaved with valid ones and with restarts on the same data dir, and
 // checks after every step that:
-//   - the call was answered within a second (and Healthy within 100ms);
+//   - the call was answered within a second, and Healthy within 100ms
+//     (in 99% of steps: a loaded machine may miss it; never over a second);
 //   - a rejected write changed no spec and no group policy;
 //   - a restart is ready within 5s and has every spec it had before;
 //   - the log has no panic.
@@ -84,7 +85,7 @@ func TestAPIFuzz(t *testing.T) {
 		f.healthyIsQuick()
 	}
 	f.checkLog()
-	t.Logf("steps: %v", steps)
+	t.Logf("steps: %v; Healthy over %v in %d of %d calls", steps, 100*time.Millisecond*scale, f.healthySlow, f.healthyCalls)
 	f.p.stop(t)
 }
 
@@ -93,9 +94,11 @@ type apiFuzzer struct {
 	rng   *rand.Rand
 	scale time.Duration
 	p     *pulsed
-	http  string
-	conn  *grpc.ClientConn
-	api   pb.HealthCheckerClient
+
+	healthyCalls, healthySlow int // calls of healthyIsQuick, and those over its bound
+	http                      string
+	conn                      *grpc.ClientConn
+	api                       pb.HealthCheckerClient
 }
 
 var writeMethods = map[string]bool{"AddTarget": true, "RemoveTarget": true, "SetGroupPolicy": true, "ReportOutcome": true}
@@ -129,6 +132,12 @@ func (f *apiFuzzer) start(bin string, args []string) {
 	}
 	t.Cleanup(func() { conn.Close() })
 	f.conn, f.api = conn, pb.NewHealthCheckerClient(conn)
+	// Connect now: the first call's dial is not what the bounds measure.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second*f.scale)
+	defer cancel()
+	if _, err := f.api.Healthy(ctx, &pb.HealthyRequest{}); err != nil {
+		t.Fatalf("Healthy after start: %v", err)
+	}
 }
 
 // restart stops pulsed and starts it again on the same data dir: every
@@ -184,11 +193,25 @@ func (f *apiFuzzer) registry() registry {
 	return r
 }
 
+// healthyIsQuick checks that Healthy answers within 100ms (times the
+// scale). A loaded test machine can miss that now and then, which says
+// nothing of pulsed; a wedge cannot: a miss is retried with a second, and
+// more than 1% of steps (and at least 3) missing the bound fails the test.
 func (f *apiFuzzer) healthyIsQuick() {
+	f.healthyCalls++
 	ctx, cancel := context.WithTimeout(f.t.Context(), 100*time.Millisecond*f.scale)
 	defer cancel()
+	if _, err := f.api.Healthy(ctx, &pb.HealthyRequest{}); err == nil {
+		return
+	}
+	f.healthySlow++
+	ctx, cancel = context.WithTimeout(f.t.Context(), time.Second*f.scale)
+	defer cancel()
 	if _, err := f.api.Healthy(ctx, &pb.HealthyRequest{}); err != nil {
-		f.t.Fatalf("Healthy not answered within %v: %v", 100*time.Millisecond*f.scale, err)
+		f.t.Fatalf("Healthy not answered within %v: %v", time.Second*f.scale, err)
+	}
+	if f.healthySlow >= 3 && f.healthySlow*100 > f.healthyCalls {
+		f.t.Fatalf("Healthy took over %v in %d of %d calls", 100*time.Millisecond*f.scale, f.healthySlow, f.healthyCalls)
 	}
 }
 
