@@ -388,6 +388,9 @@ func TestResultsKeepInputOrder(t *testing.T) {
 	opts := fakeOptions(newFakeServer(scripts))
 	opts.Workers = 3
 	results := Run(t.Context(), targets, opts)
+	if len(results) != len(targets) {
+		t.Fatalf("%d results for %d targets", len(results), len(targets))
+	}
 	for i, r := range results {
 		if r.Target.Name != targets[i].Name {
 			t.Fatalf("result %d is %s, want %s", i, r.Target.Name, targets[i].Name)
@@ -428,5 +431,32 @@ func TestCancel(t *testing.T) {
 		if r.Outcome != Down || r.Reason != "check canceled" {
 			t.Errorf("%s: %s %q, want down, check canceled", r.Target.Name, r.Outcome, r.Reason)
 		}
+	}
+}
+
+// TestDefaultBackoff pins the zero Options' backoff through the retry times
+// on a fake timeline: with the jitter at its top, the waits between
+// attempts are the ceilings 0.2s, 0.4s, ... doubling up to the 5s cap.
+func TestDefaultBackoff(t *testing.T) {
+	srv := newFakeServer(map[string][]reply{fakeURL("db"): script(code(500))})
+	opts := fakeOptions(srv)
+	opts.MaxRetries = 7 // 16.2s of backoff: within the default 20s deadline
+	opts.Rand = func() float64 { return 1 }
+	if opts.BackoffBase != 0 || opts.BackoffCap != 0 || opts.Deadline != 0 || opts.Workers != 0 {
+		t.Fatalf("fakeOptions sets fields this test needs zero: %+v", opts)
+	}
+	results := Run(t.Context(), []Target{{Name: "db", Probe: httpSpec(fakeURL("db"))}}, opts)
+	if len(results) != 1 || len(results[0].Attempts) != 8 {
+		t.Fatalf("results %+v, want one target with 8 attempts", results)
+	}
+	starts := srv.startTimes(fakeURL("db"))
+	var waits []time.Duration
+	for i := 1; i < len(starts); i++ {
+		waits = append(waits, starts[i].Sub(starts[i-1])-10*time.Millisecond) // each attempt takes 10ms
+	}
+	ms := time.Millisecond
+	want := []time.Duration{200 * ms, 400 * ms, 800 * ms, 1600 * ms, 3200 * ms, 5000 * ms, 5000 * ms}
+	if diff := cmp.Diff(want, waits); diff != "" {
+		t.Errorf("waits between attempts with the default backoff (-want +got):\n%s", diff)
 	}
 }
