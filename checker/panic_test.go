@@ -91,7 +91,7 @@ func TestPanicAllBackendsFailAtOnce(t *testing.T) {
 		"a: healthy -> unhealthy", "b: healthy -> unhealthy",
 		"edge: panic entered, holding c (2 of 4 unhealthy, at most 2)",
 	}, policyKinds(evs)); diff != "" {
-		t.Errorf("stream (-want +got):\n%s", diff)
+		t.Fatalf("stream (-want +got):\n%s", diff)
 	}
 	if pe := evs[2]; pe.Kind != checker.EventPanicEntered || pe.Group() != "edge" || pe.Revision != evs[1].Revision+1 {
 		t.Errorf("panic event %+v: want PANIC_ENTERED of edge at the next revision", pe)
@@ -171,7 +171,7 @@ func TestPanicRecoveryReleasesHeldTargetsInNameOrder(t *testing.T) {
 		"c: unhealthy -> healthy", "b: healthy -> unhealthy",
 		"edge: panic exited (2 of 4 unhealthy, at most 2)",
 	}, policyKinds(evs)); diff != "" {
-		t.Errorf("stream (-want +got):\n%s", diff)
+		t.Fatalf("stream (-want +got):\n%s", diff)
 	}
 	if r := evs[2].Transition.Reason; r != "released from group edge's panic hold (2 of 4 unhealthy, at most 2)" {
 		t.Errorf("release reason %q", r)

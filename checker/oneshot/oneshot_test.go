@@ -317,6 +317,9 @@ func TestDeadlineBeforeCheck(t *testing.T) {
 		{Name: "a", Probe: httpSpec(fakeURL("a")), Timeout: 5 * time.Second},
 		{Name: "b", Probe: httpSpec(fakeURL("b"))},
 	}, opts)
+	if len(results) != 2 {
+		t.Fatalf("%d results for 2 targets", len(results))
+	}
 	if r := results[0]; r.Reason != "global deadline reached while backing off" || len(r.Attempts) != 1 || r.Attempts[0].Latency != time.Second {
 		t.Errorf("a: %q after %+v, want one attempt clipped to the 1s deadline", r.Reason, r.Attempts)
 	}
