@@ -483,9 +483,7 @@ func TestHTTPLeanCancelKeepsWorking(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- lean.Probe(ctx) }()
-	for len(srv.requestHeads()) == 0 { // the request has arrived
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, func() bool { return len(srv.requestHeads()) > 0 }, "the request to arrive")
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) || Describe(err) != "canceled" {
 		t.Fatalf("Probe() = %v, want it to wrap context.Canceled", err)
