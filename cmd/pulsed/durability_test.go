@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "pulse/gen/pulse/v1"
+	"pulse/internal/testscale"
 )
 
 func dial(t *testing.T, addr string) pb.HealthCheckerClient {
@@ -65,7 +66,7 @@ func TestCrashLosesNothingAcknowledged(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			name := fmt.Sprintf("t-%04d", i)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), testscale.D(30*time.Second))
 			defer cancel()
 			if _, err := client.AddTarget(ctx, &pb.AddTargetRequest{Target: tcpTarget(name)}); err != nil {
 				return
@@ -226,7 +227,7 @@ func TestShutdownWithThousandStreams(t *testing.T) {
 	}
 	select {
 	case <-p.exited:
-	case <-time.After(30 * time.Second):
+	case <-time.After(testscale.D(30 * time.Second)):
 		t.Fatal("pulsed still running 30s after SIGTERM")
 	}
 	if p.exitErr != nil {
@@ -294,7 +295,7 @@ func okServer(t *testing.T) *httptest.Server {
 // eventually polls cond until it holds or a generous deadline passes.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(testscale.D(30 * time.Second))
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
