@@ -224,3 +224,31 @@ func TestUpdatesSurviveARestart(t *testing.T) {
 		t.Errorf("group core's policy after a restart: %v, want the last one set, 0.5", groups)
 	}
 }
+
+// DeleteTarget removes the state with the spec, at once: a target added
+// again under the same name, before any commit, starts without the old
+// state (it must not come back after a crash and a restart).
+func TestDeleteTargetDropsTheState(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	spec := checker.Spec{Name: "a", Probe: probe.Spec{TCP: &probe.TCPSpec{Address: "127.0.0.1:1"}}}
+	if err := s.PutSpec(spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CommitStates([]checker.StoredState{{Name: "a", State: checker.StateHealthy, LastTransition: time.Unix(100, 0)}}, nil, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteTarget("a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutSpec(spec); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := s.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]checker.StoredTarget{{Spec: spec}}, got); diff != "" {
+		t.Errorf("Load after delete and re-add (-want +got):\n%s", diff)
+	}
+}
