@@ -83,7 +83,7 @@ bench-replicas: ## probes/s and CPU per probe of 1, 2, 3 pulsed replicas on etcd
 MUTATE_CHECKER_SKIP := -E 'probe/' -E 'etcdreg/' -E 'fakeclock/' -E '(^|/)checker\.go$$' \
 	-E '(^|/)(overload|passive|scheduler|shared|spec|store)\.go$$'
 MUTATE_SERVER_SKIP  := -E 'web/' -E '(^|/)(convert|fanout|health|limits|server|tls|validate)\.go$$'
-MUTATE_FLAGS        ?= --workers 2 --timeout-coefficient 3
+MUTATE_FLAGS        ?= --workers 2 --timeout-coefficient 15
 
 .PHONY: mutate
 mutate: ## mutation testing (gremlins) of the core's contract files; slow (tens of minutes), not in CI
