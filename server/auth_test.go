@@ -2,6 +2,9 @@ package server_test
 
 import (
 	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -106,5 +109,58 @@ func TestEveryMethodNeedsItsRole(t *testing.T) {
 				t.Errorf("%s with %s: %v, want %v", m.name, tc.who, err, tc.want)
 			}
 		}
+	}
+}
+
+// A token of exactly 16 characters is long enough; 15 is not.
+func TestTokenMinimumLength(t *testing.T) {
+	if _, err := server.ParseTokens(strings.NewReader("read 0123456789abcdef\n")); err != nil {
+		t.Errorf("a 16-character token: %v", err)
+	}
+	if _, err := server.ParseTokens(strings.NewReader("read 0123456789abcde\n")); err == nil || !strings.Contains(err.Error(), "at least 16 characters") {
+		t.Errorf("a 15-character token: %v, want refused", err)
+	}
+}
+
+// A token listed more than once has its highest role; among lines of that
+// role, the first one names it.
+func TestTokenListedTwice(t *testing.T) {
+	tokens, err := server.ParseTokens(strings.NewReader(`read  same-token-0123456789 first
+read  same-token-0123456789 second
+write other-token-0123456789 w1
+read  other-token-0123456789 r1
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startWith(t, checker.Config{}, server.Options{Tokens: tokens})
+	_, err = e.client.RemoveTarget(withToken(t.Context(), "same-token-0123456789"), &pb.RemoveTargetRequest{Name: "x"})
+	wantCode(t, err, codes.PermissionDenied, `token "first" has the read role; RemoveTarget needs write`)
+	_, err = e.client.RemoveTarget(withToken(t.Context(), "other-token-0123456789"), &pb.RemoveTargetRequest{Name: "x"})
+	if c := status.Code(err); c == codes.PermissionDenied || c == codes.Unauthenticated {
+		t.Errorf("a token listed as write and read: %v, want the write role", err)
+	}
+}
+
+// LoadTokens reads the file ParseTokens parses; its errors name the file,
+// and a missing file is an error, never an open server.
+func TestLoadTokens(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(good, []byte(tokenFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := server.LoadTokens(good); err != nil {
+		t.Errorf("LoadTokens(%s): %v", good, err)
+	}
+	bad := filepath.Join(dir, "bad")
+	if err := os.WriteFile(bad, []byte("# c\nadmin some-long-token-123456\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := server.LoadTokens(bad); err == nil || !strings.HasPrefix(err.Error(), bad+":2: role must be read or write") {
+		t.Errorf("LoadTokens of a bad file: %v, want it to name the file and line", err)
+	}
+	if tok, err := server.LoadTokens(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) || tok != nil {
+		t.Errorf("LoadTokens of a missing file: %v, %v; want ErrNotExist", tok, err)
 	}
 }
