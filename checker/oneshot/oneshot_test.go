@@ -376,6 +376,19 @@ func TestProgress(t *testing.T) {
 	if last := calls[5]; last.failing != 3 {
 		t.Errorf("last call %+v, want 3 failing", last)
 	}
+
+	// One worker takes the targets in order, so every call is known:
+	// healthy, degraded, then three down (db, cache, old), then healthy.
+	calls = nil
+	opts = fakeOptions(seedServer())
+	opts.Workers = 1
+	opts.MaxRetries = 3
+	opts.Progress = func(done, total, failing int) { calls = append(calls, call{done, total, failing}) }
+	Run(t.Context(), seedTargets(), opts)
+	want := []call{{1, 6, 0}, {2, 6, 0}, {3, 6, 1}, {4, 6, 2}, {5, 6, 3}, {6, 6, 3}}
+	if diff := cmp.Diff(want, calls, cmp.AllowUnexported(call{})); diff != "" {
+		t.Errorf("Progress with one worker (-want +got):\n%s", diff)
+	}
 }
 
 // TestResultsKeepInputOrder: many targets through few workers come back in
