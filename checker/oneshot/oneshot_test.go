@@ -252,6 +252,9 @@ func TestClassify(t *testing.T) {
 		{"grpc unimplemented", grpcTarget, status.Error(codes.Unimplemented, "unknown service grpc.health.v1.Health"), Attempt{Answered: true, Err: "Unimplemented: unknown service grpc.health.v1.Health"}, false},
 		{"grpc overloaded", grpcTarget, status.Error(codes.ResourceExhausted, "busy"), Attempt{Answered: true, Err: "ResourceExhausted: busy"}, true},
 		{"panic", httpTarget, &panicError{v: "boom"}, Attempt{Err: "probe panicked: boom"}, false},
+		{"599", httpTarget, &probe.StatusError{Code: 599}, Attempt{Answered: true, Status: 599, Err: "status 599"}, true},
+		{"600", httpTarget, &probe.StatusError{Code: 600}, Attempt{Answered: true, Status: 600, Err: "status 600"}, false},
+		{"499", httpTarget, &probe.StatusError{Code: 499}, Attempt{Answered: true, Status: 499, Err: "status 499"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
