@@ -1,6 +1,9 @@
 package checker_test
 
 import (
+	"bytes"
+	"log/slog"
+	"regexp"
 	"testing"
 	"time"
 
@@ -64,5 +67,25 @@ func TestGroupsCountAndForget(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string][2]int{"edge": {1, 1}, "core": {1, 1}}, summary()); diff != "" {
 		t.Errorf("after clearing edge's policy (-want +got):\n%s", diff)
+	}
+}
+
+// A target's policy event is logged with its group and target.
+func TestPolicyLogNamesTheTarget(t *testing.T) {
+	var logs bytes.Buffer
+	e := newEnv(t, checker.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	s := spec("web-2")
+	s.Group = "edge"
+	s.Interval, s.Timeout, s.Rise, s.Fall, s.InitialState = time.Second, time.Second, 1, 1, checker.StateHealthy
+	s.FlapWindow, s.FlapThreshold, s.FlapStableFor = 10*time.Second, 3, 3*time.Second
+	e.add(t, s)
+	for _, o := range []outcome{fail, pass, fail} {
+		e.clock.Advance(time.Second)
+		e.probes.set("web-2", o)
+		e.c.RunRound(t.Context())
+	}
+	re := regexp.MustCompile(`level=WARN msg="web-2: flapping, 3 transitions in 10s; held unhealthy until stable for 3s" event=FLAPPING_STARTED revision=\d+ group=edge target=web-2\n`)
+	if !re.MatchString(logs.String()) {
+		t.Errorf("log lacks FLAPPING_STARTED with its group and target:\n%s", logs.String())
 	}
 }

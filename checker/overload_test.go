@@ -163,3 +163,28 @@ func TestOverloadedCheckerStillCountsExplicitFailures(t *testing.T) {
 		t.Errorf("overload %+v, want degraded by lag", ov)
 	}
 }
+
+// The saturation sign is inclusive: with MaxWaiting 1, one probe waiting
+// for the only slot makes the checker degraded (lag is no sign here).
+func TestOverloadWaitingThresholdIsInclusive(t *testing.T) {
+	e := newEnv(t, checker.Config{MaxConcurrentProbes: 1, Overload: checker.OverloadPolicy{MaxWaiting: 1, MaxLag: -1}})
+	for _, n := range []string{"a", "b"} {
+		s := spec(n)
+		s.Interval, s.Timeout, s.InitialState = 5*time.Second, 5*time.Second, checker.StateHealthy
+		e.add(t, s)
+		e.probes.set(n, outcome{hang: true})
+	}
+	e.c.Start()
+	for i := 0; ; i++ {
+		if ov := e.c.Overload(); ov.Waiting == 1 && ov.InFlight == 1 {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("never one probe running and one waiting: %+v", e.c.Overload())
+		}
+		step(t, e, 100*time.Millisecond)
+	}
+	if ov := e.c.Overload(); !ov.Degraded || !strings.Contains(ov.Reason, "1 probe waiting for a slot (threshold 1)") {
+		t.Errorf("one probe waiting at threshold 1: %+v, want degraded", ov)
+	}
+}
