@@ -188,3 +188,37 @@ func TestOverloadWaitingThresholdIsInclusive(t *testing.T) {
 		t.Errorf("one probe waiting at threshold 1: %+v, want degraded", ov)
 	}
 }
+
+// Workers are started up to MaxConcurrentProbes when probes pile up, even
+// after a single worker has been idling: five hanging targets over four
+// slots have four probes in flight and one waiting.
+func TestWorkersStartWhenIdleOnesAreBusy(t *testing.T) {
+	e := newEnv(t, checker.Config{MaxConcurrentProbes: 4, Overload: checker.OverloadPolicy{Disabled: true}})
+	a := spec("a")
+	a.Interval, a.Timeout = time.Second, time.Second
+	e.add(t, a)
+	e.probes.set("a", pass)
+	e.c.Start()
+	for range 5 { // one worker probes a, goes idle, wakes, ...
+		step(t, e, time.Second)
+	}
+	if st, _ := e.c.Status("a"); st.ActiveResults < 3 {
+		t.Fatalf("a probed %d times in 5s", st.ActiveResults)
+	}
+	for _, n := range []string{"b", "c", "d", "e"} {
+		s := spec(n)
+		s.Interval, s.Timeout = 5*time.Second, 5*time.Second
+		e.add(t, s)
+		e.probes.set(n, outcome{hang: true})
+	}
+	e.probes.set("a", outcome{hang: true})
+	for i := 0; ; i++ {
+		if ov := e.c.Overload(); ov.InFlight == 4 && ov.Waiting == 1 {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("after 10s: %+v, want 4 probes in flight and 1 waiting", e.c.Overload())
+		}
+		step(t, e, 100*time.Millisecond)
+	}
+}
