@@ -222,3 +222,42 @@ func TestWorkersStartWhenIdleOnesAreBusy(t *testing.T) {
 		step(t, e, 100*time.Millisecond)
 	}
 }
+
+// A queued probe whose target got a new probe spec meanwhile is dropped,
+// and the target is probed again with the new spec: the dropped job does
+// not leave it marked as probing forever.
+func TestQueuedProbeOfAnUpdatedTargetIsReplaced(t *testing.T) {
+	e := newEnv(t, checker.Config{MaxConcurrentProbes: 1, Overload: checker.OverloadPolicy{Disabled: true}})
+	for _, n := range []string{"x", "y"} {
+		s := spec(n)
+		s.Interval, s.Timeout = time.Second, time.Second
+		e.add(t, s)
+		e.probes.set(n, outcome{hang: true})
+	}
+	e.c.Start()
+	for i := 0; ; i++ {
+		if ov := e.c.Overload(); ov.InFlight == 1 && ov.Waiting == 1 {
+			break
+		}
+		if i == 30 {
+			t.Fatalf("never one probe running and one queued: %+v", e.c.Overload())
+		}
+		step(t, e, 100*time.Millisecond)
+	}
+	queued := "x"
+	if e.probes.callCount("x") == 1 {
+		queued = "y"
+	}
+	s := spec(queued)
+	s.Interval, s.Timeout = time.Second, time.Second
+	s.Probe.TCP.Address = queued + "-new:80"
+	e.probes.set(queued+"-new", pass)
+	e.add(t, s)
+	for i := 0; e.probes.callCount(queued+"-new") == 0; i++ {
+		if i == 50 {
+			st, _ := e.c.Status(queued)
+			t.Fatalf("%s never probed with its new spec in 5s: %+v", queued, st)
+		}
+		step(t, e, 100*time.Millisecond)
+	}
+}
