@@ -1,0 +1,65 @@
+package checker_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"pulse/checker"
+	"pulse/internal/testscale"
+)
+
+// Next returns at most max events and leaves the rest for the next call;
+// Progress moves a watcher past events it does not match; a watch resumed
+// from an older revision is signalled Ready at once, as events wait.
+func TestWatcherNextProgressAndResume(t *testing.T) {
+	e := newEnv(t, checker.Config{Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}})
+	e.add(t, spec("first")) // so that the resume below starts past revision 0 (0 asks for a snapshot)
+	e.c.List("")
+	start := e.c.Revision()
+	if start == 0 {
+		t.Fatal("revision 0 after an add")
+	}
+	all := watchNow(t, e.c, checker.Filter{})
+	other := watchNow(t, e.c, checker.Filter{Group: "g1"})
+	for _, n := range []string{"a", "b", "c", "d", "e"} {
+		e.add(t, spec(n))
+	}
+	e.c.List("") // every add is published
+	last := e.c.Revision()
+
+	first, err := all.Next(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := kinds(first); !slices.Equal(got, []string{"added a", "added b"}) {
+		t.Errorf("Next(2) = %v, want the first two", got)
+	}
+	if rev, ok := all.Progress(); ok {
+		t.Errorf("Progress with three events pending = %d, true; want false", rev)
+	}
+	if got := kinds(next(t, all)); !slices.Equal(got, []string{"added c", "added d", "added e"}) {
+		t.Errorf("the next call = %v, want the other three", got)
+	}
+
+	if rev, ok := other.Progress(); !ok || rev != last {
+		t.Errorf("Progress of a watcher matching none of the events = %d, %v; want %d, true", rev, ok, last)
+	}
+	if evs := next(t, other); len(evs) != 0 {
+		t.Errorf("a watcher of g1 got %v", kinds(evs))
+	}
+
+	resumed, err := e.c.Watch(checker.Filter{}, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resumed.Close()
+	select {
+	case <-resumed.Ready():
+	case <-time.After(testscale.D(5 * time.Second)):
+		t.Fatal("a watch resumed with five events waiting was not signalled Ready")
+	}
+	if got := kinds(next(t, resumed)); len(got) != 5 {
+		t.Errorf("the resumed watch got %v, want the five adds", got)
+	}
+}
