@@ -63,3 +63,54 @@ func TestWatcherNextProgressAndResume(t *testing.T) {
 		t.Errorf("the resumed watch got %v, want the five adds", got)
 	}
 }
+
+// A watcher of a group is signalled Ready for its group's events, and for
+// a target that leaves the group; a transition event carries its revision.
+func TestWatchersAreSignalledForTheirGroup(t *testing.T) {
+	e := newEnv(t, checker.Config{Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}})
+	g1 := watchNow(t, e.c, checker.Filter{Group: "g1"})
+	all := watchNow(t, e.c, checker.Filter{})
+	ready := func(what string) {
+		t.Helper()
+		select {
+		case <-g1.Ready():
+		case <-time.After(testscale.D(5 * time.Second)):
+			t.Fatalf("%s: the watcher of g1 was not signalled", what)
+		}
+	}
+	s := spec("a")
+	s.Group = "g1"
+	e.add(t, s)
+	e.c.List("")
+	ready("a added to g1")
+	if got := kinds(next(t, g1)); !slices.Equal(got, []string{"added a"}) {
+		t.Errorf("g1 got %v", got)
+	}
+	select { // a spurious signal is allowed; drain it
+	case <-g1.Ready():
+	default:
+	}
+	s.Group = "g2"
+	e.add(t, s)
+	e.c.List("")
+	ready("a moved out of g1")
+	if got := kinds(next(t, g1)); !slices.Equal(got, []string{"updated a"}) {
+		t.Errorf("g1 got %v, want a's move out", got)
+	}
+
+	e.probes.set("a", pass)
+	e.c.RunRound(t.Context())
+	e.c.List("")
+	var trs int
+	for _, ev := range next(t, all) {
+		if ev.Kind == checker.EventTransition {
+			trs++
+			if ev.Transition.Revision != ev.Revision || ev.Revision == 0 {
+				t.Errorf("transition %v at revision %d carries revision %d", ev.Transition, ev.Revision, ev.Transition.Revision)
+			}
+		}
+	}
+	if trs != 1 {
+		t.Errorf("%d transitions, want a's rise", trs)
+	}
+}
