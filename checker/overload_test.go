@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"pulse/checker"
+	"pulse/internal/testscale"
 )
 
 // totals sums the result counts of every target.
@@ -168,6 +169,7 @@ func TestOverloadedCheckerStillCountsExplicitFailures(t *testing.T) {
 // for the only slot makes the checker degraded (lag is no sign here).
 func TestOverloadWaitingThresholdIsInclusive(t *testing.T) {
 	e := newEnv(t, checker.Config{MaxConcurrentProbes: 1, Overload: checker.OverloadPolicy{MaxWaiting: 1, MaxLag: -1}})
+	g1 := watchNow(t, e.c, checker.Filter{Group: "g1"}) // the checker's own events reach every watcher
 	for _, n := range []string{"a", "b"} {
 		s := spec(n)
 		s.Interval, s.Timeout, s.InitialState = 5*time.Second, 5*time.Second, checker.StateHealthy
@@ -186,6 +188,14 @@ func TestOverloadWaitingThresholdIsInclusive(t *testing.T) {
 	}
 	if ov := e.c.Overload(); !ov.Degraded || !strings.Contains(ov.Reason, "1 probe waiting for a slot (threshold 1)") {
 		t.Errorf("one probe waiting at threshold 1: %+v, want degraded", ov)
+	}
+	select {
+	case <-g1.Ready():
+	case <-time.After(testscale.D(5 * time.Second)):
+		t.Fatal("a watcher of another group was not signalled of CHECKER_DEGRADED")
+	}
+	if got := policyKinds(next(t, g1)); len(got) != 1 || !strings.HasPrefix(got[0], "checker degraded: ") {
+		t.Errorf("the watcher of g1 got %v, want CHECKER_DEGRADED", got)
 	}
 }
 

@@ -65,11 +65,13 @@ func TestWatcherNextProgressAndResume(t *testing.T) {
 }
 
 // A watcher of a group is signalled Ready for its group's events, and for
-// a target that leaves the group; a transition event carries its revision.
+// a target that leaves the group, also after another watcher of the group
+// closed; a transition event carries its revision.
 func TestWatchersAreSignalledForTheirGroup(t *testing.T) {
 	e := newEnv(t, checker.Config{Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}})
 	g1 := watchNow(t, e.c, checker.Filter{Group: "g1"})
 	all := watchNow(t, e.c, checker.Filter{})
+	watchNow(t, e.c, checker.Filter{Group: "g1"}).Close() // another of g1 leaving keeps g1 watched
 	ready := func(what string) {
 		t.Helper()
 		select {
