@@ -116,3 +116,27 @@ func TestWatchersAreSignalledForTheirGroup(t *testing.T) {
 		t.Errorf("%d transitions, want a's rise", trs)
 	}
 }
+
+// An event leaving the history ends only the watchers that had not been
+// handed it: one whose position is that event is not behind.
+func TestEvictionSparesAWatcherAtTheEvictedEvent(t *testing.T) {
+	e := newEnv(t, checker.Config{HistorySize: 2})
+	e.add(t, spec("a"))
+	e.c.List("")
+	w := watchNow(t, e.c, checker.Filter{})
+	e.add(t, spec("b"))
+	e.c.List("")
+	if got := kinds(next(t, w)); !slices.Equal(got, []string{"added b"}) {
+		t.Fatalf("first read %v", got)
+	}
+	e.add(t, spec("c"))
+	e.add(t, spec("d")) // evicts b, which w was handed last
+	e.c.List("")
+	evs, err := w.Next(10)
+	if err != nil {
+		t.Fatalf("a watcher at the evicted event was ended: %v", err)
+	}
+	if got := kinds(evs); !slices.Equal(got, []string{"added c", "added d"}) {
+		t.Errorf("then %v, want c and d", got)
+	}
+}
