@@ -17,10 +17,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "pulse/gen/pulse/v1"
@@ -337,6 +340,53 @@ func TestHotBackup(t *testing.T) {
 	st, err := dial(t, p2.addr).State(t.Context(), &pb.StateRequest{Name: "kept"})
 	if err != nil || st.GetStatus().GetSpec().GetGroup() != "crash" {
 		t.Errorf("the restored backup lacks the target: %v %v", st, err)
+	}
+	p2.stop(t)
+}
+
+// An update of an existing target and a changed group policy are durable
+// as a new target is: after a restart the last acknowledged ones are in
+// force.
+func TestUpdatesSurviveARestart(t *testing.T) {
+	bin := buildPulsed(t)
+	dir := t.TempDir()
+	p := startPulsed(t, bin, "-data-dir", dir)
+	client := dial(t, p.addr)
+	tg := tcpTarget("web-1")
+	if _, err := client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: tg}); err != nil {
+		t.Fatal(err)
+	}
+	tg.Group, tg.Rise, tg.Fall = "edge", proto.Int32(4), proto.Int32(5)
+	tg.Interval = durationpb.New(2 * time.Minute)
+	if _, err := client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: tg}); err != nil {
+		t.Fatal(err)
+	}
+	want, err := client.State(t.Context(), &pb.StateRequest{Name: "web-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []float64{0.25, 0.75} {
+		if _, err := client.SetGroupPolicy(t.Context(), &pb.SetGroupPolicyRequest{Group: "edge", Policy: &pb.GroupPolicy{MaxUnhealthyFraction: proto.Float64(f)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.stop(t)
+
+	p2 := startPulsed(t, bin, "-data-dir", dir)
+	client = dial(t, p2.addr)
+	got, err := client.State(t.Context(), &pb.StateRequest{Name: "web-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want.GetStatus().GetSpec(), got.GetStatus().GetSpec(), protocmp.Transform()); diff != "" {
+		t.Errorf("web-1's spec after an update and a restart (-updated +got):\n%s", diff)
+	}
+	list, err := client.ListTargets(t.Context(), &pb.ListTargetsRequest{Group: "edge"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gs := list.GetGroups(); len(gs) != 1 || gs[0].GetMaxUnhealthyFraction() != 0.75 {
+		t.Errorf("group edge after a restart: %v, want the last policy set, 0.75", gs)
 	}
 	p2.stop(t)
 }
