@@ -81,3 +81,15 @@ bench-harness: ## measure pulsed beside HAProxy at 1k-100k targets (installs Deb
 .PHONY: bench-replicas
 bench-replicas: ## probes/s and CPU per probe of 1, 2, 3 pulsed replicas on etcd against the embedded registry (REPLICAS=1,2,3 POINTS=2000@1s,5000@1s)
 	GO=$(GO) REPLICAS="$${REPLICAS:-1,2,3}" POINTS="$${POINTS:-2000@1s,5000@1s}" scripts/bench $(ARGS)
+
+# The files whose behaviour the tests must pin: the state machine, pool
+# policies, the watch stream, the store, the one-shot checker, and auth.
+MUTATE_CHECKER_SKIP := -E 'probe/' -E 'etcdreg/' -E 'fakeclock/' -E '(^|/)checker\.go$$' \
+	-E '(^|/)(overload|passive|scheduler|shared|spec|store)\.go$$'
+MUTATE_SERVER_SKIP  := -E 'web/' -E '(^|/)(convert|fanout|health|limits|server|tls|validate)\.go$$'
+MUTATE_FLAGS        ?= --workers 2 --timeout-coefficient 15
+
+.PHONY: mutate
+mutate: ## mutation testing (gremlins) of the core's contract files; slow (tens of minutes), not in CI
+	$(GO) tool gremlins unleash $(MUTATE_FLAGS) $(MUTATE_CHECKER_SKIP) ./checker
+	$(GO) tool gremlins unleash $(MUTATE_FLAGS) $(MUTATE_SERVER_SKIP) ./server

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"pulse/checker"
 	"pulse/checker/fakeclock"
 	"pulse/checker/probe"
@@ -179,5 +181,50 @@ func TestAsyncProbes(t *testing.T) {
 	c.Close()
 	if n := fp.inFlight(); n != 0 {
 		t.Errorf("%d probes still in flight after Close", n)
+	}
+}
+
+// The Observer sees every asynchronous result, as it sees blocking ones,
+// but not one that outlived its target (removed) or its probe spec
+// (updated while in flight).
+func TestAsyncProbesAreObserved(t *testing.T) {
+	fp := newAsyncProbers()
+	clock := fakeclock.New(epoch)
+	rec := &recorder{}
+	c, err := checker.New(checker.Config{Clock: clock, NewProber: fp.New, Observer: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	add := func(name, addr string) {
+		t.Helper()
+		s := spec(name)
+		s.Probe.TCP.Address = addr
+		s.Interval, s.Timeout, s.Rise, s.Fall = time.Second, time.Second, 1, 1
+		if _, _, err := c.Add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("a", "a:80")
+	add("gone", "gone:80")
+	add("moved", "old:80")
+	c.Start()
+	clock.Advance(time.Second) // every target falls due
+	waitFor(t, "three probes in flight", func() bool { return fp.inFlight() == 3 })
+	if ok, err := c.Remove("gone"); !ok || err != nil {
+		t.Fatalf("Remove: %v %v", ok, err)
+	}
+	add("moved", "new:80") // a new probe spec: the old probe's result is stale
+	for _, name := range []string{"gone:80", "old:80", "a:80"} {
+		if !fp.end(name, nil) {
+			t.Fatalf("no probe of %s in flight", name)
+		}
+	}
+	waitFor(t, "a's result", func() bool { st, _ := c.Status("a"); return st.ActiveResults == 1 })
+	c.Close() // no later probe gets in the way
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if diff := cmp.Diff([]string{`a tcp true ""`}, rec.probes); diff != "" {
+		t.Errorf("observed probes (-want +got):\n%s", diff)
 	}
 }

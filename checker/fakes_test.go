@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"pulse/checker"
+	"pulse/internal/testscale"
 	"sync"
 	"testing"
 	"time"
@@ -203,7 +204,7 @@ func texts(trs []checker.Transition) []string {
 // waitFor polls cond until it holds or a generous deadline passes.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testscale.D(10 * time.Second))
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

@@ -87,7 +87,7 @@ func TestFlapDampingSeed002(t *testing.T) {
 			"web-2: no longer flapping, stable for 3s after flapping",
 			"web-2: unhealthy -> healthy",
 		}, policyKinds(evs)); diff != "" {
-			t.Errorf("events (-want +got):\n%s", diff)
+			t.Fatalf("events (-want +got):\n%s", diff)
 		}
 		if last := evs[len(evs)-1]; last.Transition.Reason != "stable for 3s after flapping" {
 			t.Errorf("the return's reason %q", last.Transition.Reason)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"pulse/checker"
+	"pulse/internal/testscale"
 )
 
 // totals sums the result counts of every target.
@@ -161,5 +162,112 @@ func TestOverloadedCheckerStillCountsExplicitFailures(t *testing.T) {
 	}
 	if ov := e.c.Overload(); !ov.Degraded || !strings.Contains(ov.Reason, "late (threshold 1ns)") {
 		t.Errorf("overload %+v, want degraded by lag", ov)
+	}
+}
+
+// The saturation sign is inclusive: with MaxWaiting 1, one probe waiting
+// for the only slot makes the checker degraded (lag is no sign here).
+func TestOverloadWaitingThresholdIsInclusive(t *testing.T) {
+	e := newEnv(t, checker.Config{MaxConcurrentProbes: 1, Overload: checker.OverloadPolicy{MaxWaiting: 1, MaxLag: -1}})
+	g1 := watchNow(t, e.c, checker.Filter{Group: "g1"}) // the checker's own events reach every watcher
+	for _, n := range []string{"a", "b"} {
+		s := spec(n)
+		s.Interval, s.Timeout, s.InitialState = 5*time.Second, 5*time.Second, checker.StateHealthy
+		e.add(t, s)
+		e.probes.set(n, outcome{hang: true})
+	}
+	e.c.Start()
+	for i := 0; ; i++ {
+		if ov := e.c.Overload(); ov.Waiting == 1 && ov.InFlight == 1 {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("never one probe running and one waiting: %+v", e.c.Overload())
+		}
+		step(t, e, 100*time.Millisecond)
+	}
+	if ov := e.c.Overload(); !ov.Degraded || !strings.Contains(ov.Reason, "1 probe waiting for a slot (threshold 1)") {
+		t.Errorf("one probe waiting at threshold 1: %+v, want degraded", ov)
+	}
+	select {
+	case <-g1.Ready():
+	case <-time.After(testscale.D(5 * time.Second)):
+		t.Fatal("a watcher of another group was not signalled of CHECKER_DEGRADED")
+	}
+	if got := policyKinds(next(t, g1)); len(got) != 1 || !strings.HasPrefix(got[0], "checker degraded: ") {
+		t.Errorf("the watcher of g1 got %v, want CHECKER_DEGRADED", got)
+	}
+}
+
+// Workers are started up to MaxConcurrentProbes when probes pile up, even
+// after a single worker has been idling: five hanging targets over four
+// slots have four probes in flight and one waiting.
+func TestWorkersStartWhenIdleOnesAreBusy(t *testing.T) {
+	e := newEnv(t, checker.Config{MaxConcurrentProbes: 4, Overload: checker.OverloadPolicy{Disabled: true}})
+	a := spec("a")
+	a.Interval, a.Timeout = time.Second, time.Second
+	e.add(t, a)
+	e.probes.set("a", pass)
+	e.c.Start()
+	for range 5 { // one worker probes a, goes idle, wakes, ...
+		step(t, e, time.Second)
+	}
+	if st, _ := e.c.Status("a"); st.ActiveResults < 3 {
+		t.Fatalf("a probed %d times in 5s", st.ActiveResults)
+	}
+	for _, n := range []string{"b", "c", "d", "e"} {
+		s := spec(n)
+		s.Interval, s.Timeout = 5*time.Second, 5*time.Second
+		e.add(t, s)
+		e.probes.set(n, outcome{hang: true})
+	}
+	e.probes.set("a", outcome{hang: true})
+	for i := 0; ; i++ {
+		if ov := e.c.Overload(); ov.InFlight == 4 && ov.Waiting == 1 {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("after 10s: %+v, want 4 probes in flight and 1 waiting", e.c.Overload())
+		}
+		step(t, e, 100*time.Millisecond)
+	}
+}
+
+// A queued probe whose target got a new probe spec meanwhile is dropped,
+// and the target is probed again with the new spec: the dropped job does
+// not leave it marked as probing forever.
+func TestQueuedProbeOfAnUpdatedTargetIsReplaced(t *testing.T) {
+	e := newEnv(t, checker.Config{MaxConcurrentProbes: 1, Overload: checker.OverloadPolicy{Disabled: true}})
+	for _, n := range []string{"x", "y"} {
+		s := spec(n)
+		s.Interval, s.Timeout = time.Second, time.Second
+		e.add(t, s)
+		e.probes.set(n, outcome{hang: true})
+	}
+	e.c.Start()
+	for i := 0; ; i++ {
+		if ov := e.c.Overload(); ov.InFlight == 1 && ov.Waiting == 1 {
+			break
+		}
+		if i == 30 {
+			t.Fatalf("never one probe running and one queued: %+v", e.c.Overload())
+		}
+		step(t, e, 100*time.Millisecond)
+	}
+	queued := "x"
+	if e.probes.callCount("x") == 1 {
+		queued = "y"
+	}
+	s := spec(queued)
+	s.Interval, s.Timeout = time.Second, time.Second
+	s.Probe.TCP.Address = queued + "-new:80"
+	e.probes.set(queued+"-new", pass)
+	e.add(t, s)
+	for i := 0; e.probes.callCount(queued+"-new") == 0; i++ {
+		if i == 50 {
+			st, _ := e.c.Status(queued)
+			t.Fatalf("%s never probed with its new spec in 5s: %+v", queued, st)
+		}
+		step(t, e, 100*time.Millisecond)
 	}
 }

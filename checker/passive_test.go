@@ -61,7 +61,7 @@ func TestReportOutcome(t *testing.T) {
 	}
 	evs := next(t, w)
 	if diff := cmp.Diff([]string{"web-1: healthy -> unhealthy", "web-1: unhealthy -> healthy"}, kinds(evs)); diff != "" {
-		t.Errorf("events (-want +got):\n%s", diff)
+		t.Fatalf("events (-want +got):\n%s", diff)
 	}
 	if r := evs[0].Transition.Result; !r.Passive || r.Err != "slow: 612ms > 500ms" {
 		t.Errorf("the fall's result %+v, want the passive outcome", r)

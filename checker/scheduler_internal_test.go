@@ -136,3 +136,40 @@ func TestDueLockedEndsAtTheEndOfTime(t *testing.T) {
 		t.Fatal("dueLocked at the end of time did not return within 10s")
 	}
 }
+
+// The job queue is FIFO; in a steady state (a job or two queued) its
+// buffer stays small, and once drained it keeps a small buffer but lets a
+// burst's go.
+func TestJobQueueBuffer(t *testing.T) {
+	var q jobQueue
+	next := 0
+	for i := range 10000 {
+		q.push(job{i: i})
+		if i == 0 {
+			continue // keep one job queued throughout
+		}
+		j, ok := q.pop()
+		if !ok || j.i != next {
+			t.Fatalf("pop %d: %v %v, want job %d", i, j.i, ok, next)
+		}
+		next++
+	}
+	if q.len() != 1 || cap(q.buf) > 16 {
+		t.Errorf("steady state: %d queued in a buffer of %d, want 1 in at most 16", q.len(), cap(q.buf))
+	}
+	q.pop()
+	if q.len() != 0 || cap(q.buf) == 0 {
+		t.Errorf("drained after a steady state: %d queued, buffer %d; want a small buffer kept", q.len(), cap(q.buf))
+	}
+	for i := range 5000 {
+		q.push(job{i: i})
+	}
+	for i := range 5000 {
+		if j, ok := q.pop(); !ok || j.i != i {
+			t.Fatalf("burst pop %d: %v %v", i, j.i, ok)
+		}
+	}
+	if _, ok := q.pop(); ok || cap(q.buf) != 0 {
+		t.Errorf("after a burst of 5000: buffer %d, want it let go", cap(q.buf))
+	}
+}

@@ -113,7 +113,8 @@ func TestSharedRevisionsAreTheRegistrys(t *testing.T) {
 		State:    &checker.SharedState{State: checker.StateHealthy, From: checker.StateUnhealthy, Writer: "other"},
 		StateRev: 3,
 	}}}
-	e := newSharedEnv(t, f, checker.Config{HistorySize: 3})
+	rec := &recorder{}
+	e := newSharedEnv(t, f, checker.Config{HistorySize: 3, Observer: rec})
 	if e.c.Revision() != 7 {
 		t.Fatalf("revision after load = %d, want 7", e.c.Revision())
 	}
@@ -148,6 +149,22 @@ func TestSharedRevisionsAreTheRegistrys(t *testing.T) {
 	if want := []string{"9 added a", "11 a: unhealthy -> healthy"}; !slices.Equal(got, want) {
 		t.Fatalf("events from 7: %q, want %q", got, want)
 	}
+	// The transition carries its event's revision, and is reported (to the
+	// Observer) as the only transition.
+	w3, err := e.c.Watch(checker.Filter{}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w3.Close()
+	if evs := next(t, w3); len(evs) != 1 || evs[0].Transition.Revision != 11 {
+		t.Fatalf("the transition from 10: %+v, want Transition.Revision 11", evs)
+	}
+	waitFor(t, "the transition observed", func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.trs) > 0 })
+	rec.mu.Lock()
+	if !slices.Equal(rec.trs, []string{"a: unhealthy -> healthy"}) {
+		t.Errorf("observed transitions %q, want a's rise only", rec.trs)
+	}
+	rec.mu.Unlock()
 	// A revision inside a gap resumes at the next event.
 	w2, err := e.c.Watch(checker.Filter{}, 10)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"pulse/checker/fakeclock"
 	"pulse/checker/probe"
 	pb "pulse/gen/pulse/v1"
+	"pulse/internal/testscale"
 	"pulse/server"
 )
 
@@ -263,7 +264,7 @@ func TestOverloadThroughTheAPI(t *testing.T) {
 		}
 		return list.GetChecker()
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testscale.D(10 * time.Second))
 	for !degraded().GetDegraded() || hp.running.Load() != 1 {
 		if time.Now().After(deadline) {
 			t.Fatalf("never degraded: %v", degraded())

@@ -2,9 +2,12 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +21,7 @@ import (
 
 	"pulse/checker"
 	pb "pulse/gen/pulse/v1"
+	"pulse/internal/testscale"
 	"pulse/server"
 )
 
@@ -33,8 +37,12 @@ import (
 //   - Complete: applying the events to the snapshot gives what ListTargets
 //     shows at the same revision.
 func TestStreamProperties(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := propertySeed(t)
+	// The run takes a second or two; a stream that never catches up (a
+	// revision that stopped moving, an event never sent) fails at this
+	// deadline instead of hanging until the test binary's timeout.
+	ctx, cancel := context.WithTimeout(t.Context(), testscale.D(60*time.Second))
+	defer cancel()
 	e := start(t, checker.Config{HistorySize: 400}, server.WithProgressInterval(5*time.Millisecond))
 
 	names := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
@@ -52,32 +60,42 @@ func TestStreamProperties(t *testing.T) {
 	subs := make([]*propSub, len(filters))
 	var wg sync.WaitGroup
 	for i, f := range filters {
-		subs[i] = &propSub{t: t, e: e, filter: f, rng: rand.New(rand.NewPCG(seed, uint64(i)))}
+		subs[i] = &propSub{t: t, ctx: ctx, e: e, filter: f, rng: rand.New(rand.NewPCG(seed, uint64(i)))}
 		wg.Go(func() { subs[i].run(churnDone) })
 	}
 
 	rng := rand.New(rand.NewPCG(seed, 99))
-	for range 1500 {
-		name := names[rng.IntN(len(names))]
-		switch op := rng.IntN(10); {
-		case op < 3: // add or update: maybe a new group, maybe new thresholds
-			tg := tcpTarget(name, groups[rng.IntN(len(groups))])
-			tg.Rise = proto.Int32(int32(1 + rng.IntN(2)))
-			tg.Interval = durationpb.New(time.Duration(1+rng.IntN(3)) * time.Second)
-			if _, err := e.client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: tg}); err != nil {
-				t.Fatal(err)
+	churn := func() error {
+		for range 1500 {
+			name := names[rng.IntN(len(names))]
+			switch op := rng.IntN(10); {
+			case op < 3: // add or update: maybe a new group, maybe new thresholds
+				tg := tcpTarget(name, groups[rng.IntN(len(groups))])
+				tg.Rise = proto.Int32(int32(1 + rng.IntN(2)))
+				tg.Interval = durationpb.New(time.Duration(1+rng.IntN(3)) * time.Second)
+				if _, err := e.client.AddTarget(ctx, &pb.AddTargetRequest{Target: tg}); err != nil {
+					return fmt.Errorf("AddTarget: %w", err)
+				}
+			case op < 4:
+				if _, err := e.client.RemoveTarget(ctx, &pb.RemoveTargetRequest{Name: name}); err != nil {
+					return fmt.Errorf("RemoveTarget: %w", err)
+				}
+			default:
+				e.set(name+":80", rng.IntN(2) == 0)
+				e.c.RunRound(ctx)
 			}
-		case op < 4:
-			if _, err := e.client.RemoveTarget(t.Context(), &pb.RemoveTargetRequest{Name: name}); err != nil {
-				t.Fatal(err)
-			}
-		default:
-			e.set(name+":80", rng.IntN(2) == 0)
-			e.c.RunRound(t.Context())
 		}
+		return nil
+	}
+	err := churn()
+	if err != nil {
+		cancel() // the subscribers stop at once
 	}
 	close(churnDone)
 	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	var resumes, resnaps, replays int
 	for _, s := range subs {
@@ -91,9 +109,25 @@ func TestStreamProperties(t *testing.T) {
 	}
 }
 
+// propertySeed returns PULSE_PROPERTY_SEED when set, else a seed from the
+// clock, and logs it: the same seed replays the same operations, filters'
+// drops and replay checks (the goroutines' interleaving still varies).
+func propertySeed(t *testing.T) uint64 {
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("PULSE_PROPERTY_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("PULSE_PROPERTY_SEED=%q: want an unsigned integer", v)
+		}
+	}
+	t.Logf("seed %d: replay with PULSE_PROPERTY_SEED=%d", seed, seed)
+	return seed
+}
+
 // propSub is one subscriber of the property test.
 type propSub struct {
 	t      *testing.T
+	ctx    context.Context // ends at the test's overall deadline
 	e      *env
 	filter *pb.WatchTransitionsRequest
 	rng    *rand.Rand
@@ -124,7 +158,7 @@ func (s *propSub) fail(format string, args ...any) {
 func (s *propSub) run(churnDone <-chan struct{}) {
 	var finalRev uint64
 	for {
-		ctx, cancel := context.WithCancel(s.t.Context())
+		ctx, cancel := context.WithCancel(s.ctx)
 		err := s.follow(ctx, churnDone, &finalRev)
 		cancel()
 		if err == nil {
@@ -133,8 +167,12 @@ func (s *propSub) run(churnDone <-chan struct{}) {
 		if s.t.Failed() {
 			return
 		}
+		if s.ctx.Err() != nil {
+			s.fail("at revision %d when the deadline passed, final revision %d (0: not known yet): the stream never caught up", s.last, finalRev)
+			return
+		}
 	}
-	list, err := s.e.client.ListTargets(s.t.Context(), &pb.ListTargetsRequest{Group: s.filter.GetGroup()})
+	list, err := s.e.client.ListTargets(s.ctx, &pb.ListTargetsRequest{Group: s.filter.GetGroup()})
 	if err != nil {
 		s.fail("ListTargets: %v", err)
 		return
@@ -223,10 +261,14 @@ func (s *propSub) follow(ctx context.Context, churnDone <-chan struct{}, finalRe
 		if *finalRev == 0 {
 			select {
 			case <-churnDone:
-				list, err := s.e.client.ListTargets(s.t.Context(), &pb.ListTargetsRequest{})
+				list, err := s.e.client.ListTargets(s.ctx, &pb.ListTargetsRequest{})
 				if err != nil {
 					s.fail("ListTargets: %v", err)
-					return nil
+					return err
+				}
+				if list.GetRevision() == 0 {
+					s.fail("ListTargets reports revision 0 after the churn")
+					return errors.New("no final revision")
 				}
 				*finalRev = list.GetRevision()
 			default:
@@ -297,7 +339,7 @@ func (s *propSub) checkReplay() {
 	if len(want) == 0 {
 		return
 	}
-	ctx, cancel := context.WithCancel(s.t.Context())
+	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
 	req := proto.Clone(s.filter).(*pb.WatchTransitionsRequest)
 	req.StartRevision = from.rev

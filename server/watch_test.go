@@ -18,6 +18,7 @@ import (
 
 	"pulse/checker"
 	pb "pulse/gen/pulse/v1"
+	"pulse/internal/testscale"
 	"pulse/server"
 )
 
@@ -242,7 +243,7 @@ func TestStuckStreamBlocksNobody(t *testing.T) {
 			t.Fatalf("round %d made %d transitions", i, n)
 		}
 		if i%200 == 199 { // keep the reader within the history
-			deadline := time.Now().Add(10 * time.Second)
+			deadline := time.Now().Add(testscale.D(10 * time.Second))
 			for got.Load() < int64(i+1) {
 				if time.Now().After(deadline) {
 					t.Fatalf("reader stuck at %d of %d", got.Load(), i+1)
@@ -251,7 +252,7 @@ func TestStuckStreamBlocksNobody(t *testing.T) {
 			}
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testscale.D(10 * time.Second))
 	for got.Load() < flips {
 		if time.Now().After(deadline) {
 			t.Fatalf("reader got %d of %d", got.Load(), flips)

@@ -167,3 +167,88 @@ func TestGroupPoliciesSurviveARestart(t *testing.T) {
 		t.Errorf("stored spec lost its policy fields: %+v", sp)
 	}
 }
+
+// An update of an existing target and a changed group policy are as
+// durable as a new target: after a restart on the same data dir the last
+// acknowledged spec and policy are the ones in force.
+func TestUpdatesSurviveARestart(t *testing.T) {
+	dir := t.TempDir()
+	newChecker := func(s *boltstore.Store) *checker.Checker {
+		c, err := checker.New(checker.Config{Store: s, Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	s := open(t, dir)
+	c := newChecker(s)
+	first := checker.Spec{Name: "web-1", Group: "edge", Probe: probe.Spec{TCP: &probe.TCPSpec{Address: "127.0.0.1:9"}}}
+	if _, created, err := c.Add(first); err != nil || !created {
+		t.Fatalf("Add: created %v, %v", created, err)
+	}
+	updated := first
+	updated.Group = "core"
+	updated.Probe = probe.Spec{TCP: &probe.TCPSpec{Address: "127.0.0.1:10"}}
+	updated.Interval, updated.Rise, updated.Fall = 3*time.Second, 2, 4
+	if _, created, err := c.Add(updated); err != nil || created {
+		t.Fatalf("update: created %v, %v", created, err)
+	}
+	want, err := c.Status("web-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []float64{0.25, 0.5} { // a policy set, then changed
+		if _, err := c.SetGroupPolicy("core", checker.GroupPolicy{MaxUnhealthyFraction: f}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Close()
+	s.Close()
+
+	s = open(t, dir)
+	defer s.Close()
+	c = newChecker(s)
+	defer c.Close()
+	got, err := c.Status("web-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want.Spec, got.Spec); diff != "" {
+		t.Errorf("spec after an update and a restart (-updated +got):\n%s", diff)
+	}
+	groups := map[string]float64{}
+	for _, g := range c.Groups("") {
+		groups[g.Group] = g.MaxUnhealthyFraction
+	}
+	if groups["core"] != 0.5 {
+		t.Errorf("group core's policy after a restart: %v, want the last one set, 0.5", groups)
+	}
+}
+
+// DeleteTarget removes the state with the spec, at once: a target added
+// again under the same name, before any commit, starts without the old
+// state (it must not come back after a crash and a restart).
+func TestDeleteTargetDropsTheState(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	spec := checker.Spec{Name: "a", Probe: probe.Spec{TCP: &probe.TCPSpec{Address: "127.0.0.1:1"}}}
+	if err := s.PutSpec(spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CommitStates([]checker.StoredState{{Name: "a", State: checker.StateHealthy, LastTransition: time.Unix(100, 0)}}, nil, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteTarget("a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutSpec(spec); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := s.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]checker.StoredTarget{{Spec: spec}}, got); diff != "" {
+		t.Errorf("Load after delete and re-add (-want +got):\n%s", diff)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"pulse/checker/etcdreg"
 	"pulse/checker/etcdreg/etcdtest"
 	"pulse/checker/probe"
+	"pulse/internal/testscale"
 )
 
 // backend is the fleet the replicas probe: each target passes unless set
@@ -118,7 +119,7 @@ func (r *replica) stop() {
 // eventually polls cond until it holds or 15s pass.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(testscale.D(15 * time.Second))
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
@@ -139,7 +140,7 @@ func state(r *replica, name string) checker.State {
 func drain(t *testing.T, w *checker.Watcher, until func([]checker.Event) bool) []checker.Event {
 	t.Helper()
 	var got []checker.Event
-	deadline := time.After(15 * time.Second)
+	deadline := time.After(testscale.D(15 * time.Second))
 	for !until(got) {
 		select {
 		case <-w.Ready():

@@ -252,6 +252,9 @@ func TestClassify(t *testing.T) {
 		{"grpc unimplemented", grpcTarget, status.Error(codes.Unimplemented, "unknown service grpc.health.v1.Health"), Attempt{Answered: true, Err: "Unimplemented: unknown service grpc.health.v1.Health"}, false},
 		{"grpc overloaded", grpcTarget, status.Error(codes.ResourceExhausted, "busy"), Attempt{Answered: true, Err: "ResourceExhausted: busy"}, true},
 		{"panic", httpTarget, &panicError{v: "boom"}, Attempt{Err: "probe panicked: boom"}, false},
+		{"599", httpTarget, &probe.StatusError{Code: 599}, Attempt{Answered: true, Status: 599, Err: "status 599"}, true},
+		{"600", httpTarget, &probe.StatusError{Code: 600}, Attempt{Answered: true, Status: 600, Err: "status 600"}, false},
+		{"499", httpTarget, &probe.StatusError{Code: 499}, Attempt{Answered: true, Status: 499, Err: "status 499"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -317,6 +320,9 @@ func TestDeadlineBeforeCheck(t *testing.T) {
 		{Name: "a", Probe: httpSpec(fakeURL("a")), Timeout: 5 * time.Second},
 		{Name: "b", Probe: httpSpec(fakeURL("b"))},
 	}, opts)
+	if len(results) != 2 {
+		t.Fatalf("%d results for 2 targets", len(results))
+	}
 	if r := results[0]; r.Reason != "global deadline reached while backing off" || len(r.Attempts) != 1 || r.Attempts[0].Latency != time.Second {
 		t.Errorf("a: %q after %+v, want one attempt clipped to the 1s deadline", r.Reason, r.Attempts)
 	}
@@ -373,6 +379,19 @@ func TestProgress(t *testing.T) {
 	if last := calls[5]; last.failing != 3 {
 		t.Errorf("last call %+v, want 3 failing", last)
 	}
+
+	// One worker takes the targets in order, so every call is known:
+	// healthy, degraded, then three down (db, cache, old), then healthy.
+	calls = nil
+	opts = fakeOptions(seedServer())
+	opts.Workers = 1
+	opts.MaxRetries = 3
+	opts.Progress = func(done, total, failing int) { calls = append(calls, call{done, total, failing}) }
+	Run(t.Context(), seedTargets(), opts)
+	want := []call{{1, 6, 0}, {2, 6, 0}, {3, 6, 1}, {4, 6, 2}, {5, 6, 3}, {6, 6, 3}}
+	if diff := cmp.Diff(want, calls, cmp.AllowUnexported(call{})); diff != "" {
+		t.Errorf("Progress with one worker (-want +got):\n%s", diff)
+	}
 }
 
 // TestResultsKeepInputOrder: many targets through few workers come back in
@@ -388,6 +407,9 @@ func TestResultsKeepInputOrder(t *testing.T) {
 	opts := fakeOptions(newFakeServer(scripts))
 	opts.Workers = 3
 	results := Run(t.Context(), targets, opts)
+	if len(results) != len(targets) {
+		t.Fatalf("%d results for %d targets", len(results), len(targets))
+	}
 	for i, r := range results {
 		if r.Target.Name != targets[i].Name {
 			t.Fatalf("result %d is %s, want %s", i, r.Target.Name, targets[i].Name)
@@ -452,5 +474,32 @@ func TestTargetValidate(t *testing.T) {
 		case tt.want != "" && (err == nil || err.Error() != tt.want):
 			t.Errorf("%+v: %v, want %q", tt.t, err, tt.want)
 		}
+	}
+}
+
+// TestDefaultBackoff pins the zero Options' backoff through the retry times
+// on a fake timeline: with the jitter at its top, the waits between
+// attempts are the ceilings 0.2s, 0.4s, ... doubling up to the 5s cap.
+func TestDefaultBackoff(t *testing.T) {
+	srv := newFakeServer(map[string][]reply{fakeURL("db"): script(code(500))})
+	opts := fakeOptions(srv)
+	opts.MaxRetries = 7 // 16.2s of backoff: within the default 20s deadline
+	opts.Rand = func() float64 { return 1 }
+	if opts.BackoffBase != 0 || opts.BackoffCap != 0 || opts.Deadline != 0 || opts.Workers != 0 {
+		t.Fatalf("fakeOptions sets fields this test needs zero: %+v", opts)
+	}
+	results := Run(t.Context(), []Target{{Name: "db", Probe: httpSpec(fakeURL("db"))}}, opts)
+	if len(results) != 1 || len(results[0].Attempts) != 8 {
+		t.Fatalf("results %+v, want one target with 8 attempts", results)
+	}
+	starts := srv.startTimes(fakeURL("db"))
+	var waits []time.Duration
+	for i := 1; i < len(starts); i++ {
+		waits = append(waits, starts[i].Sub(starts[i-1])-10*time.Millisecond) // each attempt takes 10ms
+	}
+	ms := time.Millisecond
+	want := []time.Duration{200 * ms, 400 * ms, 800 * ms, 1600 * ms, 3200 * ms, 5000 * ms, 5000 * ms}
+	if diff := cmp.Diff(want, waits); diff != "" {
+		t.Errorf("waits between attempts with the default backoff (-want +got):\n%s", diff)
 	}
 }

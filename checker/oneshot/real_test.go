@@ -92,8 +92,15 @@ func TestRealProbes(t *testing.T) {
 		"grpc-down":    {Down, "still failing after 2 retries (NOT_SERVING)", 3},
 		"grpc-unknown": {Down, "SERVICE_UNKNOWN, not retried", 1},
 	}
-	for _, r := range results {
-		w := want[r.Target.Name]
+	if len(results) != len(targets) {
+		t.Fatalf("%d results for %d targets", len(results), len(targets))
+	}
+	for i, r := range results {
+		w, ok := want[r.Target.Name]
+		if !ok || r.Target.Name != targets[i].Name {
+			t.Errorf("result %d is for %q, want %q", i, r.Target.Name, targets[i].Name)
+			continue
+		}
 		if r.Outcome != w.outcome || r.Reason != w.reason || len(r.Attempts) != w.attempts {
 			t.Errorf("%s: %s %q after %d attempts, want %s %q after %d", r.Target.Name, r.Outcome, r.Reason, len(r.Attempts), w.outcome, w.reason, w.attempts)
 		}

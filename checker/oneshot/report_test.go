@@ -111,10 +111,49 @@ func TestWriteMetricsFile(t *testing.T) {
 
 func TestWriteMetricsFileRelative(t *testing.T) {
 	t.Chdir(t.TempDir())
+	t.Setenv("TMPDIR", filepath.Join(t.TempDir(), "missing")) // the temporary file is not made there
 	if err := WriteMetricsFile("out.prom", nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat("out.prom"); err != nil {
 		t.Error(err)
+	}
+}
+
+// The temporary file is made beside the metrics file, so that the rename
+// stays on one file system and is atomic: not in the working directory
+// (here one that no longer exists).
+func TestWriteMetricsFileTempBesideTarget(t *testing.T) {
+	gone := t.TempDir()
+	t.Chdir(gone)
+	if err := os.Remove(gone); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "x.prom")
+	if err := WriteMetricsFile(path, nil); err != nil {
+		t.Fatalf("WriteMetricsFile(%s) from a removed working directory: %v", path, err)
+	}
+}
+
+// A write that fails after the temporary file was made removes it.
+func TestWriteMetricsFileCleansUpOnError(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "x.prom")
+	if err := os.MkdirAll(filepath.Join(path, "in-the-way"), 0o750); err != nil { // the rename cannot replace it
+		t.Fatal(err)
+	}
+	if err := WriteMetricsFile(path, nil); err == nil {
+		t.Fatal("renaming over a non-empty directory succeeded")
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if len(names) != 1 || names[0] != "x.prom" {
+		t.Errorf("after a failed write the directory holds %v, want only x.prom (the temporary file removed)", names)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"pulse/internal/testscale"
 )
 
 // primed answers a connection's first request with a plain 200, which
@@ -65,16 +67,16 @@ func TestHTTPAsyncMatchesProbe(t *testing.T) {
 					spec := &HTTPSpec{URL: srv.url() + "/healthz", ExpectedStatus: tt.expected, Method: tt.method}
 					blocking, _ := leanAndNetHTTP(t, f, spec)
 					if mode == "kept" {
-						_ = probeWithin(t, timeoutCtx(t, time.Second), blocking) // primes a kept connection
+						_ = probeWithin(t, timeoutCtx(t, testscale.D(time.Second)), blocking) // primes a kept connection
 					}
-					want := probeWithin(t, timeoutCtx(t, 300*time.Millisecond), blocking)
+					want := probeWithin(t, timeoutCtx(t, testscale.D(300*time.Millisecond)), blocking)
 					byProbe := srv.accepted.Load()
 
 					async, _ := leanAndNetHTTP(t, f, spec)
 					if mode == "kept" {
-						_ = probeWithin(t, timeoutCtx(t, time.Second), async)
+						_ = probeWithin(t, timeoutCtx(t, testscale.D(time.Second)), async)
 					}
-					got, wasAsync := probeAsync(t, async, 300*time.Millisecond)
+					got, wasAsync := probeAsync(t, async, testscale.D(300*time.Millisecond))
 					if !wasAsync {
 						t.Fatalf("ProbeAsync declined the probe")
 					}
@@ -121,7 +123,7 @@ func TestHTTPAsyncConnections(t *testing.T) {
 func TestHTTPAsyncDeadline(t *testing.T) {
 	srv := newRawServer(t, primed(replyAndHold("")))
 	lean, _ := leanAndNetHTTP(t, newTestFactory(t), &HTTPSpec{URL: srv.url()})
-	if err := probeWithin(t, timeoutCtx(t, time.Second), lean); err != nil {
+	if err := probeWithin(t, timeoutCtx(t, testscale.D(time.Second)), lean); err != nil {
 		t.Fatal(err)
 	}
 	err, async := probeAsync(t, lean, 200*time.Millisecond)
@@ -152,7 +154,7 @@ func TestHTTPAsyncIdleConnectionClosed(t *testing.T) {
 	})
 	lean, _ := leanAndNetHTTP(t, newTestFactory(t), &HTTPSpec{URL: srv.url()})
 	for range 2 { // the second registers the connection with the loop
-		if err, _ := probeAsync(t, lean, time.Second); err != nil {
+		if err, _ := probeAsync(t, lean, testscale.D(time.Second)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -170,7 +172,7 @@ func TestHTTPAsyncIdleConnectionClosed(t *testing.T) {
 		defer ac.loop.mu.Unlock()
 		return ac.dead
 	}, "the loop to mark the closed connection dead")
-	if err, async := probeAsync(t, lean, time.Second); err != nil || async {
+	if err, async := probeAsync(t, lean, testscale.D(time.Second)); err != nil || async {
 		t.Errorf("probe after the close: %v, asynchronous %v; want a pass by Probe on a new connection", err, async)
 	}
 	if n := srv.accepted.Load(); n != 2 {
@@ -187,7 +189,7 @@ func TestHTTPAsyncCancel(t *testing.T) {
 			f := NewFactory()
 			defer f.Close()
 			lean, _ := leanAndNetHTTP(t, f, &HTTPSpec{URL: srv.url()})
-			if err := probeWithin(t, timeoutCtx(t, time.Second), lean); err != nil {
+			if err := probeWithin(t, timeoutCtx(t, testscale.D(time.Second)), lean); err != nil {
 				t.Fatal(err)
 			}
 			done := make(chan error, 1)
@@ -231,14 +233,14 @@ func TestHTTPAsyncDialled(t *testing.T) {
 
 	url := "http://" + refusedAddr(t) + "/healthz"
 	lean, _ = leanAndNetHTTP(t, f, &HTTPSpec{URL: url})
-	want := probeWithin(t, timeoutCtx(t, time.Second), lean)
-	got, _ := probeAsync(t, lean, time.Second)
+	want := probeWithin(t, timeoutCtx(t, testscale.D(time.Second)), lean)
+	got, _ := probeAsync(t, lean, testscale.D(time.Second))
 	sameProbeError(t, "async", got, "Probe", want)
 
 	ok := newRawServer(t, reply("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
 	lean, _ = leanAndNetHTTP(t, f, &HTTPSpec{URL: ok.url()})
 	for i := range 3 {
-		if err, async := probeAsync(t, lean, time.Second); err != nil || !async {
+		if err, async := probeAsync(t, lean, testscale.D(time.Second)); err != nil || !async {
 			t.Fatalf("probe %d: %v, asynchronous %v", i, err, async)
 		}
 	}
@@ -259,7 +261,7 @@ func TestHTTPAsyncDialled(t *testing.T) {
 func TestHTTPAsyncCloseUnderCallbackLock(t *testing.T) {
 	srv := newRawServer(t, primed(replyAndHold("")))
 	lean, _ := leanAndNetHTTP(t, newTestFactory(t), &HTTPSpec{URL: srv.url()})
-	if err := probeWithin(t, timeoutCtx(t, time.Second), lean); err != nil {
+	if err := probeWithin(t, timeoutCtx(t, testscale.D(time.Second)), lean); err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"pulse/internal/testscale"
 )
 
 // rawServer serves canned bytes on 127.0.0.1: for each request it reads
@@ -221,7 +223,7 @@ func TestHTTPLeanMatchesNetHTTP(t *testing.T) {
 			srv := newRawServer(t, tt.answer)
 			lean, std := leanAndNetHTTP(t, f, &HTTPSpec{URL: srv.url() + "/healthz", ExpectedStatus: tt.expected, Method: tt.method})
 			run := func(p Prober) error {
-				return probeWithin(t, timeoutCtx(t, 300*time.Millisecond), p)
+				return probeWithin(t, timeoutCtx(t, testscale.D(300*time.Millisecond)), p)
 			}
 			sameProbeError(t, "lean", run(lean), "net/http", run(std))
 		})
@@ -459,7 +461,7 @@ func TestHTTPLeanNoRetryOnFreshConnection(t *testing.T) {
 func TestHTTPLeanHangingBody(t *testing.T) {
 	srv := newRawServer(t, replyAndHold("HTTP/1.1 503 Unavailable\r\nContent-Length: 10\r\n\r\n"))
 	lean, _ := leanAndNetHTTP(t, newTestFactory(t), &HTTPSpec{URL: srv.url()})
-	err := probeWithin(t, timeoutCtx(t, 200*time.Millisecond), lean)
+	err := probeWithin(t, timeoutCtx(t, testscale.D(200*time.Millisecond)), lean)
 	var se *StatusError
 	if !errors.As(err, &se) || se.Code != 503 {
 		t.Errorf("Probe() = %v, want status 503", err)
@@ -483,9 +485,7 @@ func TestHTTPLeanCancelKeepsWorking(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- lean.Probe(ctx) }()
-	for len(srv.requestHeads()) == 0 { // the request has arrived
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, func() bool { return len(srv.requestHeads()) > 0 }, "the request to arrive")
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) || Describe(err) != "canceled" {
 		t.Fatalf("Probe() = %v, want it to wrap context.Canceled", err)
@@ -527,7 +527,7 @@ func TestHTTPLeanClose(t *testing.T) {
 // waitFor polls cond until it holds, failing the test after 10 seconds.
 func waitFor(t *testing.T, cond func() bool, what string) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+	for deadline := time.Now().Add(testscale.D(10 * time.Second)); !cond(); {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"pulse/internal/testscale"
 )
 
 // TestMain fails the run if any test leaves a goroutine behind (an HTTP
@@ -27,8 +29,9 @@ func TestMain(m *testing.M) {
 
 // hungBound is how long a probe against a silent target may take past its
 // deadline before a test calls it hung. Generous, so a loaded CI machine
-// does not flake; a probe that ignores its deadline blocks far longer.
-const hungBound = 5 * time.Second
+// does not flake (and scaled by testscale); a probe that ignores its
+// deadline blocks far longer.
+var hungBound = testscale.D(5 * time.Second)
 
 // probeWithin runs p.Probe(ctx) and fails the test if it has not returned
 // within hungBound, so a probe that ignores its deadline fails the test

@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"pulse/internal/testscale"
 )
 
 func newTestFarm(t *testing.T, n int) *Farm {
@@ -190,7 +192,11 @@ func TestFarmCloseReleasesHangingRequests(t *testing.T) {
 	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.0\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	for f.Probes(0) == 0 { // the handler is hanging
+	for deadline := time.Now().Add(testscale.D(10 * time.Second)); f.Probes(0) == 0; { // until the handler hangs
+		if time.Now().After(deadline) {
+			f.Close()
+			t.Fatal("the hanging request never reached the farm's handler")
+		}
 		time.Sleep(time.Millisecond)
 	}
 	f.Close() // returns once the handler has let go

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"pulse/internal/testscale"
 )
 
 // The end-to-end tests run pulse-lb (its run function, in this process)
@@ -16,12 +18,14 @@ const (
 	e2eInterval = 50 * time.Millisecond
 	e2eFall     = 3
 	e2eRise     = 2
-	// e2eSlack is what a detection may take beyond its probe intervals:
-	// one more interval for the first probe after a change to come round
-	// on the checker's fixed grid, and time for a loaded machine (the race
-	// detector, a pulsed in another process) to schedule everything.
-	e2eSlack = e2eInterval + 400*time.Millisecond
 )
+
+// e2eSlack is what a detection may take beyond its probe intervals: one
+// more interval for the first probe after a change to come round on the
+// checker's fixed grid, and time for a loaded machine (the race detector,
+// a pulsed in another process) to schedule everything, scaled by
+// testscale.
+var e2eSlack = e2eInterval + testscale.D(400*time.Millisecond)
 
 func e2eFlags() []string {
 	return []string{
@@ -156,7 +160,7 @@ func scenario(t *testing.T, lb *lbProc, bs []*testBackend, names []string) {
 			if r.status != http.StatusServiceUnavailable || !strings.Contains(r.body, "no healthy backend") {
 				t.Errorf("with every backend down: %d %q; want 503", r.status, r.body)
 			}
-			if took > time.Second {
+			if took > testscale.D(time.Second) {
 				t.Errorf("the 503 took %v; want it at once", took)
 			}
 		}

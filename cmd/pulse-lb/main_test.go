@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"pulse/internal/testscale"
 )
 
 // TestMain fails the run if any test leaves a goroutine behind: a proxy
@@ -33,8 +35,9 @@ func TestMain(m *testing.M) {
 
 // waitBound is how long any test waits for something that should happen
 // within a few probe intervals: generous, so a loaded machine does not
-// flake, and a hang still fails instead of blocking the run.
-const waitBound = 30 * time.Second
+// flake (and scaled by testscale), and a hang still fails instead of
+// blocking the run.
+var waitBound = testscale.D(30 * time.Second)
 
 // logSink collects log lines with the time each was written, so a test can
 // wait for one and compare when things happened.

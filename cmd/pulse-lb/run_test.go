@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"pulse/internal/testscale"
 )
 
 // misbehaving is a backend that is healthy but can fail requests: /reset
@@ -70,7 +72,7 @@ func TestBackendFailsMidRequest(t *testing.T) {
 	if r.status != http.StatusBadGateway || !strings.Contains(r.body, "backend web-1 failed: timeout") {
 		t.Errorf("no answer within --response-timeout: %d %q; want 502 timeout", r.status, r.body)
 	}
-	if took := time.Since(r.start); took > 10*time.Second {
+	if took := time.Since(r.start); took > testscale.D(10*time.Second) {
 		t.Errorf("the timeout took %v", took)
 	}
 	if r := lb.getPath(t, "/"); r.status != http.StatusOK || r.body != "fine" {
@@ -127,7 +129,7 @@ func TestShutdownTimeout(t *testing.T) {
 	<-m.arrived
 	start := time.Now()
 	lb.stop(t)
-	if took := time.Since(start); took > 10*time.Second {
+	if took := time.Since(start); took > testscale.D(10*time.Second) {
 		t.Errorf("shutdown took %v with --shutdown-timeout 200ms", took)
 	}
 	if err := <-errc; err == nil {

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"pulse/internal/testscale"
 )
 
 // The client tests run pulsectl's run function against the real pulsed
@@ -106,7 +108,7 @@ func startPulsed(t *testing.T, args ...string) *testPulsed {
 	case err := <-p.done:
 		p.done <- err
 		t.Fatalf("pulsed exited: %v\n%s", err, p.logs.String())
-	case <-time.After(30 * time.Second):
+	case <-time.After(testscale.D(30 * time.Second)):
 		t.Fatalf("pulsed did not start:\n%s", p.logs.String())
 	}
 	return p
@@ -119,8 +121,8 @@ func (p *testPulsed) stop(t *testing.T) {
 	select {
 	case err := <-p.done:
 		p.done <- err
-	case <-time.After(30 * time.Second):
-		t.Fatal("pulsed still running 30s after SIGTERM")
+	case <-time.After(testscale.D(30 * time.Second)):
+		t.Fatalf("pulsed still running %v after SIGTERM", testscale.D(30*time.Second))
 	}
 }
 
@@ -194,17 +196,17 @@ func (b *background) wait(t *testing.T) int {
 	case code := <-b.done:
 		b.done <- code
 		return code
-	case <-time.After(30 * time.Second):
+	case <-time.After(testscale.D(30 * time.Second)):
 		t.Fatalf("command did not end\nstdout: %s\nstderr: %s", b.stdout.String(), b.stderr.String())
 		return 0
 	}
 }
 
 // eventually polls cond every 20ms until it holds, failing the test after
-// 20s.
+// 20s (scaled by testscale).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(testscale.D(20 * time.Second))
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for !cond() {

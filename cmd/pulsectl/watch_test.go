@@ -87,15 +87,19 @@ func TestWatch(t *testing.T) {
 	}
 }
 
-// serverHasRevisions reports whether pulsed reports revisions (the
-// start_revision contract); it did not before the watch-from-revision work.
-func serverHasRevisions(t *testing.T, addr string) (uint64, bool) {
+// serverRevision returns the revision ls -o json reports. pulsed always
+// reports one even with no targets, so 0 is a regression, not a reason
+// to skip.
+func serverRevision(t *testing.T, addr string) uint64 {
 	t.Helper()
 	var list pb.ListTargetsResponse
 	if err := protojson.Unmarshal([]byte(mustRun(t, "ls", "--addr", addr, "-o", "json")), &list); err != nil {
 		t.Fatal(err)
 	}
-	return list.GetRevision(), list.GetRevision() != 0
+	if list.GetRevision() == 0 {
+		t.Fatal("ls -o json reports revision 0: pulsed lost its revisions, so --since and resuming cannot work")
+	}
+	return list.GetRevision()
 }
 
 // TestWatchSince resumes from a revision taken from ls -o json: the events
@@ -103,10 +107,7 @@ func serverHasRevisions(t *testing.T, addr string) (uint64, bool) {
 func TestWatchSince(t *testing.T) {
 	p := startPulsed(t)
 	addr := "--addr=" + p.addr
-	rev, ok := serverHasRevisions(t, p.addr)
-	if !ok {
-		t.Skip("this pulsed does not report revisions, so it cannot honour start_revision: skipping --since")
-	}
+	rev := serverRevision(t, p.addr)
 	web := okServer(t)
 	mustRun(t, "add", addr, "--name", "web-1", "--http", web.URL)
 	waitState(t, p.addr, "web-1", pb.State_STATE_HEALTHY)
@@ -160,9 +161,7 @@ func TestWatchSince(t *testing.T) {
 func TestWatchServerGone(t *testing.T) {
 	p := startPulsed(t)
 	addr := "--addr=" + p.addr
-	if _, ok := serverHasRevisions(t, p.addr); !ok {
-		t.Skip("this pulsed does not report revisions: no resume point to check")
-	}
+	serverRevision(t, p.addr)
 	web := okServer(t)
 	w := startBackground(t, "watch", addr)
 	eventually(t, "the watch to start", func() bool { return strings.Contains(w.stderr.String(), "watching") })

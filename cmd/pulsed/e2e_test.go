@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"pulse/internal/testscale"
 )
 
 // The end-to-end test builds the real pulsed, starts it, and drives it the
@@ -229,7 +231,7 @@ func (p *pulsed) stop(t *testing.T) {
 		if p.exitErr != nil {
 			t.Errorf("pulsed exited with %v after SIGTERM\n%s", p.exitErr, p.logs.String())
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(testscale.D(30 * time.Second)):
 		t.Fatalf("pulsed still running 30s after SIGTERM")
 	}
 }
@@ -312,7 +314,7 @@ func (w *watchProc) seen() string {
 // waitFor waits until the stream has shown text.
 func (w *watchProc) waitFor(t *testing.T, text string) {
 	t.Helper()
-	deadline := time.After(30 * time.Second)
+	deadline := time.After(testscale.D(30 * time.Second))
 	for {
 		w.mu.Lock()
 		seen := strings.Join(w.texts, "\n")
@@ -334,7 +336,7 @@ func (w *watchProc) wait() error {
 	select {
 	case <-w.exited:
 		return w.exitErr
-	case <-time.After(30 * time.Second):
+	case <-time.After(testscale.D(30 * time.Second)):
 		return nil
 	}
 }

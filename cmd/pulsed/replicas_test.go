@@ -19,6 +19,7 @@ import (
 
 	"pulse/checker/etcdreg/etcdtest"
 	pb "pulse/gen/pulse/v1"
+	"pulse/internal/testscale"
 )
 
 // stream collects one WatchTransitions stream's events in the background.
@@ -226,7 +227,7 @@ func TestThreeReplicasOnEtcd(t *testing.T) {
 	// TTL 3s plus an interval (fall 1), with slack for a loaded machine.
 	took := time.Since(killed)
 	t.Logf("%s's failure arrived %v after its owner was killed (lease TTL 3s, interval 200ms)", victim, took)
-	if took > 3*time.Second+200*time.Millisecond+5*time.Second {
+	if took > 3*time.Second+200*time.Millisecond+testscale.D(5*time.Second) {
 		t.Errorf("%s's failure arrived %v after its owner was killed: far more than the lease TTL plus an interval", victim, took)
 	}
 	if w := stateWriter(t, cli, victim); w != "r2" && w != "r3" {
@@ -293,7 +294,7 @@ func TestThreeReplicasOnEtcd(t *testing.T) {
 					back = ev.Kv.ModRevision
 				}
 			}
-		case <-time.After(30 * time.Second):
+		case <-time.After(testscale.D(30 * time.Second)):
 			reps[1].cmd.Process.Signal(syscall.SIGCONT)
 			t.Fatalf("r2's lease: gone at %d, back at %d", leaseGone, back)
 		}
