@@ -11,12 +11,20 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/xds" // gRPC's own xDS client: the resolver for xds:///
+	"google.golang.org/protobuf/proto"
+
+	"pulse/checker/etcdreg/etcdtest"
+	pb "pulse/gen/pulse/v1"
 )
 
 // grpcBackend is a real gRPC server on loopback: its grpc.health.v1 answers
@@ -185,4 +193,144 @@ func TestXDSWithGRPCClient(t *testing.T) {
 	b1.serving(false)
 	await(t, conn, "b1 unhealthy after the restart", allOf(b2, b3))
 	p.stop(t)
+}
+
+// firstEDS opens a State of the World stream to addr, asks for group's
+// assignment and returns the first one it gets, marshaled as sent.
+func firstEDS(t *testing.T, addr, group string) []byte {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	st, err := discoverypb.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Send(&discoverypb.DiscoveryRequest{Node: &corev3.Node{Id: "replica-test"}, TypeUrl: resourcev3.EndpointType, ResourceNames: []string{group}})
+	r, err := st.Recv()
+	if err != nil {
+		t.Fatalf("EDS from %s: %v", addr, err)
+	}
+	if len(r.GetResources()) != 1 {
+		return nil
+	}
+	return r.GetResources()[0].GetValue()
+}
+
+// healthOf renders a marshaled assignment's endpoints as "addr STATUS"
+// lines.
+func healthOf(t *testing.T, b []byte) string {
+	t.Helper()
+	cla := &endpointv3.ClusterLoadAssignment{}
+	if err := proto.Unmarshal(b, cla); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range cla.GetEndpoints() {
+		for _, ep := range l.GetLbEndpoints() {
+			sa := ep.GetEndpoint().GetAddress().GetSocketAddress()
+			out = append(out, fmt.Sprintf("%s:%d %s", sa.GetAddress(), sa.GetPortValue(), ep.GetHealthStatus()))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// Replicas on etcd serve byte-identical resources, and a Delta client
+// moving from one replica to another with the versions it has gets
+// nothing until something changes.
+func TestXDSOnReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs binaries")
+	}
+	etcd := etcdtest.Start(t, time.Second)
+	bin := buildPulsed(t)
+	var reps [2]*pulsed
+	for i := range reps {
+		reps[i] = startPulsed(t, bin, "-registry", "etcd", "-etcd-endpoints", etcd.Endpoint,
+			"-etcd-prefix", "/pulse-xds/", "-etcd-lease-ttl", "3s", "-replica-id", fmt.Sprintf("r%d", i+1),
+			"-interval", "200ms", "-timeout", "150ms", "-rise", "1", "-fall", "1", "-xds")
+	}
+	bs := []*grpcBackend{startGRPCBackend(t), startGRPCBackend(t), startGRPCBackend(t)}
+	client := dial(t, reps[0].addr)
+	for i, b := range bs {
+		if _, err := client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: &pb.Target{
+			Name: fmt.Sprintf("b%d", i+1), Group: "pool", Probe: &pb.Target_Grpc{Grpc: &pb.GrpcProbe{Address: b.addr}},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var same []byte
+	eventually(t, "both replicas serve the same assignment, all healthy", func() bool {
+		a, b := firstEDS(t, reps[0].addr, "pool"), firstEDS(t, reps[1].addr, "pool")
+		same = a
+		return a != nil && string(a) == string(b) && strings.Count(healthOf(t, a), " HEALTHY") == 3
+	})
+
+	delta := func(addr string, known map[string]string) (discoverypb.AggregatedDiscoveryService_DeltaAggregatedResourcesClient, context.CancelFunc) {
+		t.Helper()
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		st, err := discoverypb.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Send(&discoverypb.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "delta"}, TypeUrl: resourcev3.EndpointType,
+			ResourceNamesSubscribe: []string{"pool"}, InitialResourceVersions: known})
+		return st, func() { cancel(); conn.Close() }
+	}
+	st1, stop1 := delta(reps[0].addr, nil)
+	defer stop1()
+	r, err := st1.Recv()
+	if err != nil || len(r.GetResources()) != 1 {
+		t.Fatalf("delta from r1: %v %v", r, err)
+	}
+	version := r.GetResources()[0].GetVersion()
+	if string(r.GetResources()[0].GetResource().GetValue()) != string(same) {
+		t.Errorf("the delta resource differs from the SotW one")
+	}
+
+	// On r2 with r1's version: nothing differs, so nothing comes ...
+	st2, stop2 := delta(reps[1].addr, map[string]string{"pool": version})
+	defer stop2()
+	got := make(chan *discoverypb.DeltaDiscoveryResponse, 4)
+	go func() {
+		for {
+			r, err := st2.Recv()
+			if err != nil {
+				close(got)
+				return
+			}
+			got <- r
+		}
+	}()
+	select {
+	case r := <-got:
+		t.Fatalf("r2 sent what r1's version already has: %v", r)
+	case <-time.After(time.Second):
+	}
+	// ... until a backend fails: then r2 pushes it, with the version r1
+	// gives the same assignment.
+	bs[1].serving(false)
+	var r2 *discoverypb.DeltaDiscoveryResponse
+	select {
+	case r2 = <-got:
+	case <-time.After(30 * time.Second):
+		t.Fatal("r2 pushed nothing after b2 failed")
+	}
+	if h := healthOf(t, r2.GetResources()[0].GetResource().GetValue()); strings.Count(h, " UNHEALTHY") != 1 {
+		t.Fatalf("r2's push: %s", h)
+	}
+	eventually(t, "r1 serves the same assignment, at the same version", func() bool {
+		st, stop := delta(reps[0].addr, nil)
+		defer stop()
+		r, err := st.Recv()
+		return err == nil && len(r.GetResources()) == 1 && r.GetResources()[0].GetVersion() == r2.GetResources()[0].GetVersion()
+	})
 }
