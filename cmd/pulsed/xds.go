@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,12 +28,9 @@ func (f *xdsFlags) register(fs *flag.FlagSet) {
 // config turns the flags into the xDS server's config.
 func (f *xdsFlags) config(logger *slog.Logger) (pulsexds.Config, error) {
 	cfg := pulsexds.Config{Coalesce: f.coalesce, Logger: logger}
-	if f.coalesce <= 0 {
-		return cfg, fmt.Errorf("-xds-coalesce must be positive, got %v", f.coalesce)
-	}
-	if err := cfg.Validate(); err != nil {
-		_, rest, _ := strings.Cut(err.Error(), ":")
-		return cfg, fmt.Errorf("-xds-coalesce:%s", rest)
+	// Config takes 0 as its default; the flag's default is explicit.
+	if f.coalesce <= 0 || cfg.Validate() != nil {
+		return cfg, fmt.Errorf("-xds-coalesce must be positive and at most 10s, got %v", f.coalesce)
 	}
 	return cfg, nil
 }

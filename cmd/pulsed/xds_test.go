@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -333,4 +334,22 @@ func TestXDSOnReplicas(t *testing.T) {
 		r, err := st.Recv()
 		return err == nil && len(r.GetResources()) == 1 && r.GetResources()[0].GetVersion() == r2.GetResources()[0].GetVersion()
 	})
+}
+
+func TestXDSFlagErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-xds", "-xds-coalesce", "0"}, "-xds-coalesce must be positive and at most 10s, got 0s"},
+		{[]string{"-xds-coalesce", "1m"}, "-xds-coalesce must be positive and at most 10s, got 1m0s"},
+	} {
+		var stderr strings.Builder
+		if _, err := parseFlags(c.args, &stderr); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("parseFlags(%q): %v, want %q", c.args, err, c.want)
+		}
+	}
+	if cfg, err := parseFlags([]string{"-xds"}, io.Discard); err != nil || !cfg.xds.enabled || cfg.xds.coalesce != 50*time.Millisecond {
+		t.Errorf("-xds: %+v, %v", cfg.xds, err)
+	}
 }

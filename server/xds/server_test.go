@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sort"
 	"strings"
@@ -89,6 +90,12 @@ type env struct {
 // xDS on loopback, guarded by tokens when set.
 func start(t testing.TB, ccfg checker.Config, cfg xds.Config, tokens *server.Tokens) *env {
 	t.Helper()
+	return startWith(t, ccfg, cfg, tokens, nil)
+}
+
+// startWith is start with the server's source wrapped by wrap, if set.
+func startWith(t testing.TB, ccfg checker.Config, cfg xds.Config, tokens *server.Tokens, wrap func(*checker.Checker) xds.Source) *env {
+	t.Helper()
 	sp := &switchProbers{up: map[string]*atomic.Bool{}}
 	ccfg.NewProber = sp.New
 	if ccfg.Defaults == (checker.Defaults{}) {
@@ -101,7 +108,11 @@ func start(t testing.TB, ccfg checker.Config, cfg xds.Config, tokens *server.Tok
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := xds.New(c, cfg)
+	var src xds.Source = c
+	if wrap != nil {
+		src = wrap(c)
+	}
+	s, err := xds.New(src, cfg)
 	if err != nil {
 		c.Close()
 		t.Fatal(err)
@@ -170,6 +181,7 @@ type sotw struct {
 	stream discoverypb.AggregatedDiscoveryService_StreamAggregatedResourcesClient
 	resps  chan *discoverypb.DiscoveryResponse
 	errc   chan error
+	last   *discoverypb.DiscoveryResponse // the last response ACKed
 }
 
 func (e *env) sotw(t testing.TB, ctx context.Context) *sotw {
@@ -212,6 +224,7 @@ func (s *sotw) next(names ...string) *discoverypb.DiscoveryResponse {
 	select {
 	case r := <-s.resps:
 		s.request(r.GetTypeUrl(), names, r.GetVersionInfo(), r.GetNonce())
+		s.last = r
 		return r
 	case err := <-s.errc:
 		s.t.Fatalf("stream ended: %v", err)
@@ -219,6 +232,13 @@ func (s *sotw) next(names ...string) *discoverypb.DiscoveryResponse {
 		s.t.Fatal("no response within 10s")
 	}
 	return nil
+}
+
+// subscribe changes the names watched of the last response's type; the
+// server ignores a request that does not carry the last nonce.
+func (s *sotw) subscribe(names ...string) {
+	s.t.Helper()
+	s.request(s.last.GetTypeUrl(), names, s.last.GetVersionInfo(), s.last.GetNonce())
 }
 
 // none checks that no response comes within d.
@@ -587,4 +607,121 @@ func TestCheckerCloseEndsStreams(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the stream did not end after the checker closed")
 	}
+}
+
+// stallingSource blocks Groups while stall is set, to hold the follower.
+type stallingSource struct {
+	*checker.Checker
+	stall   atomic.Bool
+	stalled chan struct{} // receives when Groups starts stalling
+	release chan struct{}
+}
+
+func (s *stallingSource) Groups(group string) []checker.GroupStatus {
+	if s.stall.Load() {
+		s.stalled <- struct{}{}
+		<-s.release
+	}
+	return s.Checker.Groups(group)
+}
+
+// A target held during a panic, which has no event of its own, shows as
+// held within the refresh; a follower stalled past the checker's history
+// reloads from a snapshot and serves every target.
+func TestPanicRefreshAndReload(t *testing.T) {
+	var logs lockedBuffer
+	var src *stallingSource
+	e := startWith(t, checker.Config{MaxUnhealthyFraction: 0.5, HistorySize: 8},
+		xds.Config{Coalesce: time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, nil,
+		func(c *checker.Checker) xds.Source {
+			src = &stallingSource{Checker: c, stalled: make(chan struct{}), release: make(chan struct{})}
+			return src
+		})
+	for _, n := range "abcdef" {
+		e.add(t, true, tcpTarget(string(n), "edge", fmt.Sprintf("127.0.0.%d:1", n-'a'+1)))
+	}
+	e.round(t)
+	s := e.sotw(t, t.Context())
+	s.request(resourcev3.EndpointType, []string{"edge"}, "", "")
+	s.next("edge")
+	waitHeld := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			cla := &endpointv3.ClusterLoadAssignment{}
+			if err := s.next("edge").GetResources()[0].UnmarshalTo(cla); err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, h := range strings.Split(held(cla), "; ") {
+				names = append(names, strings.SplitN(h, ":", 2)[0])
+			}
+			if got := strings.Join(names, ","); got == want {
+				return
+			} else if time.Now().After(deadline) {
+				t.Fatalf("held %q, want %q", got, want)
+			}
+		}
+	}
+	// a, b, c fail: three of six may be unhealthy. d fails: held (the
+	// panic starts, with an event).
+	for _, a := range []string{"127.0.0.1:1", "127.0.0.2:1", "127.0.0.3:1", "127.0.0.4:1"} {
+		e.set(a, false)
+	}
+	e.round(t)
+	waitHeld("d")
+	// e fails during the panic: held, with no event.
+	e.set("127.0.0.5:1", false)
+	e.round(t)
+	waitHeld("d,e")
+
+	// Stall the follower at its next refresh, and make more events than
+	// the history holds.
+	src.stall.Store(true)
+	<-src.stalled
+	src.stall.Store(false)
+	for i := range 20 {
+		e.add2(t, tcpTarget(fmt.Sprintf("o-%02d", i), "other", fmt.Sprintf("127.0.1.%d:1", i+1)))
+	}
+	close(src.release)
+	e.sync(t)
+	s.subscribe("edge", "other")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := health(t, s.next("edge", "other"))
+		if strings.Count(got["other"], "UNHEALTHY") == 20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("group other: %q", got["other"])
+		}
+	}
+	if !strings.Contains(logs.String(), "fell behind the checker's events; reloading") {
+		t.Errorf("no reload logged:\n%s", logs.String())
+	}
+}
+
+// add2 registers a target without waiting for xDS to serve it.
+func (e *env) add2(t testing.TB, spec checker.Spec) {
+	t.Helper()
+	if _, _, err := e.c.Add(spec); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
