@@ -352,6 +352,10 @@ func (s *Server) push() {
 	s.rev.Store(s.v.rev)
 }
 
+// update hands a type's changes to its cache, which answers the watches
+// of the streams that asked for them. It never waits for a stream: a
+// stream has at most one open watch per type, and its response channel
+// has room for one response of every type.
 func (s *Server) update(typ string, set map[string]types.Resource, gone []string) {
 	if err := s.caches[typ].UpdateResources(set, gone); err != nil {
 		// Only a resource whose version cannot be computed fails, and
