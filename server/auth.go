@@ -49,11 +49,16 @@ var readMethods = map[string]bool{
 	"WatchTransitions": true,
 }
 
+// adsService is the xDS Aggregated Discovery Service (package server/xds),
+// named here so that this package needs no xDS types to guard it.
+const adsService = "envoy.service.discovery.v3.AggregatedDiscoveryService"
+
 // Tokens authenticates API calls by bearer token. It keeps only the
 // tokens' SHA-256 digests and compares them in constant time. It is safe for
 // concurrent use once loaded. Create it with LoadTokens or ParseTokens.
 //
-// Only pulse.v1.HealthChecker is guarded. grpc.health.v1 stays open so load
+// Only pulse.v1.HealthChecker and the xDS Aggregated Discovery Service
+// (read role) are guarded. grpc.health.v1 stays open so load
 // balancers and Kubernetes probes can read health without a token, and so
 // does server reflection: it reveals the API's schema, which is public,
 // never data.
@@ -162,12 +167,20 @@ func (t *Tokens) lookup(token string) (Role, string, bool) {
 // needs.
 func (t *Tokens) authorize(ctx context.Context, fullMethod string) error {
 	svc, method, ok := strings.Cut(strings.TrimPrefix(fullMethod, "/"), "/")
-	if !ok || svc != pb.HealthChecker_ServiceDesc.ServiceName {
-		return nil // grpc.health.v1 and reflection stay open
+	if !ok {
+		return nil
 	}
-	need := RoleWrite
-	if readMethods[method] {
-		need = RoleRead
+	var need Role
+	switch svc {
+	case pb.HealthChecker_ServiceDesc.ServiceName:
+		need = RoleWrite
+		if readMethods[method] {
+			need = RoleRead
+		}
+	case adsService:
+		need = RoleRead // xDS only reads: the targets' addresses and health
+	default:
+		return nil // grpc.health.v1 and reflection stay open
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get("authorization")

@@ -62,6 +62,7 @@ type config struct {
 	httpListen       string
 	metricsPerTarget bool
 	dns              dnsFlags
+	xds              xdsFlags
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -77,6 +78,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	cfg.security.register(fs)
 	cfg.conns.register(fs)
 	cfg.dns.register(fs)
+	cfg.xds.register(fs)
 	fs.StringVar(&cfg.targetsFile, "targets", "", "YAML `file` of targets to register at start and again on SIGHUP (see the README); it owns the targets it lists")
 	cfg.registry.register(fs)
 	fs.StringVar(&cfg.dataDir, "data-dir", "pulse-data", "`directory` of the embedded store that keeps targets and their states across restarts; \"\" keeps them in memory only")
@@ -116,6 +118,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, err
 	}
 	if err := cfg.dns.check(cfg.security.insecure); err != nil {
+		return cfg, err
+	}
+	if err := cfg.xds.check(); err != nil {
 		return cfg, err
 	}
 	if err := cfg.logLevel.UnmarshalText([]byte(*level)); err != nil {
@@ -277,6 +282,11 @@ func run(args []string, stderr io.Writer) error {
 	sopts.UnaryInterceptors = obs.unaryInterceptors()
 	sopts.StreamInterceptors = obs.streamInterceptors()
 	gs, hs := server.NewGRPCServer(server.New(c, server.WithProgressInterval(cfg.watchProgress)), sopts)
+	stopXDS, err := startXDS(cfg, c, gs, obs.reg, logger)
+	if err != nil {
+		return err
+	}
+	defer stopXDS()
 	wd, err := startWatchdog(c, cfg.livenessTimeout, hs, obs, logger)
 	if err != nil {
 		return err

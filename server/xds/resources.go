@@ -1,0 +1,248 @@
+package xds
+
+import (
+	"cmp"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"pulse/checker"
+)
+
+// MetadataKey is the filter_metadata key under which each endpoint carries
+// Pulse's view of it: "target" (the target's name, or names joined by ","
+// when several targets share the address), "state" (healthy, suspect or
+// unhealthy, as Pulse publishes it) and, while the group's panic threshold
+// holds the target, "panic_held": true and "reason".
+const MetadataKey = "pulse"
+
+// endpoint is one target as xDS sees it.
+type endpoint struct {
+	name  string
+	group string
+	host  string // "" when the target has no address xDS can carry
+	port  uint32
+	state checker.State
+	held  bool // the group's panic threshold holds it routable
+}
+
+// newEndpoint derives a target's endpoint from its status.
+func newEndpoint(st checker.Status) *endpoint {
+	e := &endpoint{name: st.Spec.Name, group: st.Spec.Group, state: st.State, held: st.PanicHeld}
+	e.host, e.port = probeHostPort(st)
+	return e
+}
+
+// probeHostPort returns the host and port a target's probe connects to:
+// the TCP or gRPC address, or the host of the HTTP URL with its port or
+// the scheme's; "" when there is none.
+func probeHostPort(st checker.Status) (string, uint32) {
+	var hostPort string
+	switch p := st.Spec.Probe; {
+	case p.TCP != nil:
+		hostPort = p.TCP.Address
+	case p.GRPC != nil:
+		hostPort = p.GRPC.Address
+	case p.HTTP != nil:
+		u, err := url.Parse(p.HTTP.URL)
+		if err != nil || u.Hostname() == "" {
+			return "", 0
+		}
+		ps := u.Port()
+		if ps == "" {
+			ps = map[string]string{"http": "80", "https": "443"}[strings.ToLower(u.Scheme)]
+		}
+		hostPort = net.JoinHostPort(u.Hostname(), ps)
+	default:
+		return "", 0
+	}
+	h, ps, err := net.SplitHostPort(hostPort)
+	if err != nil || h == "" {
+		return "", 0
+	}
+	n, err := strconv.ParseUint(ps, 10, 16)
+	if err != nil || n == 0 {
+		return "", 0
+	}
+	return h, uint32(n)
+}
+
+// healthStatus maps Pulse's published state to xDS's: a target the panic
+// threshold holds is HEALTHY, since Pulse decided to keep it in rotation.
+func (e *endpoint) healthStatus() corev3.HealthStatus {
+	switch {
+	case e.held:
+		return corev3.HealthStatus_HEALTHY
+	case e.state == checker.StateHealthy:
+		return corev3.HealthStatus_HEALTHY
+	case e.state == checker.StateSuspect:
+		return corev3.HealthStatus_DEGRADED
+	}
+	return corev3.HealthStatus_UNHEALTHY
+}
+
+// rank orders health statuses from best to worst, for endpoints that share
+// an address.
+func rank(h corev3.HealthStatus) int {
+	switch h {
+	case corev3.HealthStatus_HEALTHY:
+		return 0
+	case corev3.HealthStatus_DEGRADED:
+		return 1
+	}
+	return 2
+}
+
+// loadAssignment builds a group's ClusterLoadAssignment from its endpoints:
+// one locality of weight 1 (gRPC ignores a locality without a weight), its
+// endpoints sorted by address. Targets without an address are left out.
+// Targets that share an address make one endpoint, whose health is the
+// worst of theirs: xDS clients reject an assignment that lists an address
+// twice, and any of the checks failing says something is wrong there.
+func loadAssignment(group string, eps []*endpoint) *endpointv3.ClusterLoadAssignment {
+	type merged struct {
+		host    string
+		port    uint32
+		health  corev3.HealthStatus
+		names   []string
+		states  []string
+		held    bool
+		reasons []string
+	}
+	byAddr := map[string]*merged{}
+	for _, e := range eps {
+		if e.host == "" {
+			continue
+		}
+		key := net.JoinHostPort(e.host, strconv.Itoa(int(e.port)))
+		m := byAddr[key]
+		if m == nil {
+			m = &merged{host: e.host, port: e.port, health: e.healthStatus()}
+			byAddr[key] = m
+		}
+		if h := e.healthStatus(); rank(h) > rank(m.health) {
+			m.health = h
+		}
+		m.names = append(m.names, e.name)
+		m.states = append(m.states, e.state.String())
+		if e.held {
+			m.held = true
+			m.reasons = append(m.reasons, "group "+group+"'s panic threshold holds "+e.name+" routable: its verdict is unhealthy, but marking it so would take more of the group out than the threshold allows")
+		}
+	}
+	list := make([]*merged, 0, len(byAddr))
+	for _, m := range byAddr {
+		list = append(list, m)
+	}
+	slices.SortFunc(list, func(a, b *merged) int {
+		return cmp.Or(cmp.Compare(a.host, b.host), cmp.Compare(a.port, b.port))
+	})
+	lbs := make([]*endpointv3.LbEndpoint, len(list))
+	for i, m := range list {
+		slices.Sort(m.names) // eps is in name order already; keeps the output stable regardless
+		md := map[string]any{
+			"target": strings.Join(m.names, ","),
+			"state":  strings.Join(m.states, ","),
+		}
+		if m.held {
+			md["panic_held"] = true
+			md["reason"] = strings.Join(m.reasons, "; ")
+		}
+		s, _ := structpb.NewStruct(md) // strings and a bool: never fails
+		lbs[i] = &endpointv3.LbEndpoint{
+			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+				Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+					Protocol:      corev3.SocketAddress_TCP,
+					Address:       m.host,
+					PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: m.port},
+				}}},
+			}},
+			HealthStatus: m.health,
+			Metadata:     &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{MetadataKey: s}},
+		}
+	}
+	return &endpointv3.ClusterLoadAssignment{
+		ClusterName: group,
+		Endpoints: []*endpointv3.LocalityLbEndpoints{{
+			Locality:            &corev3.Locality{},
+			LbEndpoints:         lbs,
+			LoadBalancingWeight: wrapperspb.UInt32(1),
+		}},
+	}
+}
+
+// adsSource is the config source of every resource that names another: the
+// same ADS stream.
+func adsSource() *corev3.ConfigSource {
+	return &corev3.ConfigSource{
+		ResourceApiVersion:    corev3.ApiVersion_V3,
+		ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
+	}
+}
+
+// cluster builds a group's Cluster: EDS over ADS, round robin.
+func cluster(group string) *clusterv3.Cluster {
+	return &clusterv3.Cluster{
+		Name:                 group,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource()},
+		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
+	}
+}
+
+// routeConfig builds a group's RouteConfiguration: every request to the
+// group's cluster.
+func routeConfig(group string) *routev3.RouteConfiguration {
+	return &routev3.RouteConfiguration{
+		Name: group,
+		VirtualHosts: []*routev3.VirtualHost{{
+			Name:    group,
+			Domains: []string{"*"},
+			Routes: []*routev3.Route{{
+				Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: ""}},
+				Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: group}}},
+			}},
+		}},
+	}
+}
+
+// listener builds a group's Listener for proxyless gRPC: an api_listener
+// whose HttpConnectionManager takes its routes over RDS, named after the
+// group, so that a client dialing xds:///GROUP finds it. It ends with the
+// router filter, which gRPC requires last.
+func listener(group string) (*listenerv3.Listener, error) {
+	router, err := anypb.New(&routerv3.Router{})
+	if err != nil {
+		return nil, err
+	}
+	hcm, err := anypb.New(&hcmv3.HttpConnectionManager{
+		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
+			ConfigSource:    adsSource(),
+			RouteConfigName: group,
+		}},
+		HttpFilters: []*hcmv3.HttpFilter{{
+			Name:       "envoy.filters.http.router",
+			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router},
+		}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &listenerv3.Listener{
+		Name:        group,
+		ApiListener: &listenerv3.ApiListener{ApiListener: hcm},
+	}, nil
+}
