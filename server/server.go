@@ -291,7 +291,8 @@ type Options struct {
 	UnaryInterceptors  []grpc.UnaryServerInterceptor
 	StreamInterceptors []grpc.StreamServerInterceptor
 	// Tokens, when set, requires a bearer token with the right role on
-	// every pulse.v1 call. If nil, calls are not authenticated.
+	// every pulse.v1 call and on the xDS service (read role). If nil, calls
+	// are not authenticated.
 	Tokens *Tokens
 	// RateLimit, when set, bounds each client's rate of pulse.v1 calls.
 	RateLimit *RateLimit
