@@ -73,6 +73,9 @@ func TestOverloadedCheckerMarksNoMassTransition(t *testing.T) {
 				e.probes.set(s.Name, outcome{hang: true})
 			}
 			w := watchNow(t, e.c, checker.Filter{})
+			// The checker's own events go to every watcher, whatever its
+			// filter: one of a group with no targets here too.
+			wg := watchNow(t, e.c, checker.Filter{Group: "edge"})
 			e.c.Start()
 			for range steps {
 				step(t, e, time.Second) // times out the running probes; waiting ones start
@@ -87,6 +90,9 @@ func TestOverloadedCheckerMarksNoMassTransition(t *testing.T) {
 			}
 			if len(evs) != 1 || !strings.HasPrefix(evs[0], "checker degraded: ") {
 				t.Fatalf("events %v, want only CHECKER_DEGRADED", evs)
+			}
+			if got := policyKinds(next(t, wg)); len(got) != 1 || !strings.HasPrefix(got[0], "checker degraded: ") {
+				t.Errorf("a group's watcher got %v, want CHECKER_DEGRADED", got)
 			}
 			if !ov.Degraded || ov.Waiting == 0 || ov.InFlight != slots || ov.IgnoredTimeouts != slots*(steps-1) || !strings.Contains(ov.Reason, "probes waiting for a slot") {
 				t.Errorf("overload %+v", ov)
@@ -114,6 +120,9 @@ func TestOverloadedCheckerMarksNoMassTransition(t *testing.T) {
 			}
 			if got := policyKinds(next(t, w)); len(got) != 1 || !strings.HasPrefix(got[0], "checker recovered: ") {
 				t.Errorf("events %v, want only CHECKER_RECOVERED", got)
+			}
+			if got := policyKinds(next(t, wg)); len(got) != 1 || !strings.HasPrefix(got[0], "checker recovered: ") {
+				t.Errorf("a group's watcher got %v, want CHECKER_RECOVERED", got)
 			}
 			// Its own timeouts count again.
 			e.probes.set("t00", outcome{hang: true})
