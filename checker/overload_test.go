@@ -111,6 +111,10 @@ func TestOverloadedCheckerMarksNoMassTransition(t *testing.T) {
 			for i := range targets {
 				e.probes.set(fmt.Sprintf("t%02d", i), pass)
 			}
+			select { // the group's watcher has read all; it waits to be told
+			case <-wg.Ready():
+			default:
+			}
 			step(t, e, time.Second) // the last hung probes time out
 			for i := 0; e.c.Overload().Degraded; i++ {
 				if i == 100 {
@@ -120,6 +124,11 @@ func TestOverloadedCheckerMarksNoMassTransition(t *testing.T) {
 			}
 			if got := policyKinds(next(t, w)); len(got) != 1 || !strings.HasPrefix(got[0], "checker recovered: ") {
 				t.Errorf("events %v, want only CHECKER_RECOVERED", got)
+			}
+			select {
+			case <-wg.Ready():
+			default:
+				t.Error("a group's watcher was not woken for CHECKER_RECOVERED")
 			}
 			if got := policyKinds(next(t, wg)); len(got) != 1 || !strings.HasPrefix(got[0], "checker recovered: ") {
 				t.Errorf("a group's watcher got %v, want CHECKER_RECOVERED", got)
