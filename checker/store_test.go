@@ -179,6 +179,58 @@ func TestStoreTransitionIsStoredBeforeItIsPublished(t *testing.T) {
 	}
 }
 
+// A snapshot shows nothing unstored: Snapshot waits until the snapshot's
+// revision is stored before it returns.
+func TestStoreSnapshotWaitsForItsRevisionToBeStored(t *testing.T) {
+	st := newMemStore()
+	e := storeEnv(t, st, checker.Config{})
+	e.add(t, spec("a"))
+	e.c.List("") // a's addition is stored and published
+
+	gate := make(chan struct{})
+	var openGate sync.Once
+	t.Cleanup(func() { openGate.Do(func() { close(gate) }) }) // before the checker's Close, which waits for the committer
+	st.mu.Lock()
+	st.gate = gate
+	commitsBefore := st.commits
+	st.mu.Unlock()
+	e.probes.set("a", pass)
+	if trs := e.c.RunRound(t.Context()); len(trs) != 1 { // a rises; its commit waits at the gate
+		t.Fatalf("no transition: %v", trs)
+	}
+	w, err := e.c.Watch(checker.Filter{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	type snap struct {
+		statuses []checker.Status
+		commits  int
+	}
+	got := make(chan snap, 1)
+	go func() {
+		statuses, _ := w.Snapshot()
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		got <- snap{statuses, st.commits}
+	}()
+	// A Snapshot that did not wait returns at once; give it the time to.
+	select {
+	case s := <-got:
+		t.Fatalf("Snapshot returned (%d statuses) before its revision was stored", len(s.statuses))
+	case <-time.After(50 * time.Millisecond):
+	}
+	openGate.Do(func() { close(gate) })
+	select {
+	case s := <-got:
+		if s.commits == commitsBefore || len(s.statuses) != 1 || s.statuses[0].State != checker.StateHealthy {
+			t.Errorf("Snapshot after %d commits (before: %d): %+v", s.commits, commitsBefore, s.statuses)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Snapshot did not return once the store was written")
+	}
+}
+
 // While the store fails, events wait and StoreErr says why; they are
 // published in order once it works again.
 func TestStoreFailingCommitsHoldEventsUntilItRecovers(t *testing.T) {
