@@ -276,7 +276,7 @@ type Checker struct {
 	commitDone chan struct{} // closed when the committer has stopped
 	live       liveStamps    // progress stamps for a Watchdog; see liveness.go
 
-	// Lock order: wmu, then mu, then hmu.
+	// Lock order: wmu, then mu, then the hub's.
 	mu      sync.Mutex // protects targets, pools, due, rev, pending, reports, ov, pool, closed and every *target
 	targets map[string]*target
 	pools   map[string]*pool // by group, "" included; see policy.go
@@ -288,11 +288,8 @@ type Checker struct {
 	pool    probePool // the probe queue and its workers; see pool.go
 	closed  bool
 
-	hmu       sync.Mutex                       // protects hist, watchers, every *Watcher's position, published and storeErr
-	hist      history                          // published events; hist.last is the newest published revision
-	watchers  map[string]map[*Watcher]struct{} // by group filter; "" is every group
-	published chan struct{}                    // closed and replaced at each publication by the committer
-	storeErr  error
+	hub      *hub   // the history of published events and the watchers; see hub.go
+	storeErr errBox // the last failure to store state changes
 
 	// With a shared registry (see shared.go); applying, mirroring and
 	// proposals are guarded by mu.
@@ -373,14 +370,12 @@ func New(cfg Config) (*Checker, error) {
 		wake:      make(chan struct{}, 1),
 		scheduled: make(chan struct{}),
 		targets:   make(map[string]*target),
-		watchers:  make(map[string]map[*Watcher]struct{}),
 		rev:       cfg.StartRevision,
 	}
 	size := cfg.HistorySize
 	if size <= 0 {
 		size = 10000
 	}
-	c.published = make(chan struct{})
 	if c.clock == nil {
 		c.clock = RealClock{}
 	}
@@ -438,7 +433,6 @@ func New(cfg Config) (*Checker, error) {
 		c.rev = rev
 		c.proposeWake = make(chan struct{}, 1)
 		c.proposeDone = make(chan struct{})
-		go c.proposeLoop()
 	}
 	if cfg.Store != nil {
 		c.store = cfg.Store
@@ -455,9 +449,14 @@ func New(cfg Config) (*Checker, error) {
 		c.commitWake = make(chan struct{}, 1)
 		c.commitStop = make(chan struct{})
 		c.commitDone = make(chan struct{})
+	}
+	c.hub = newHub(size, c.rev, cfg.MaxWatchers)
+	if c.shared != nil {
+		go c.proposeLoop()
+	}
+	if c.store != nil {
 		go c.commitLoop()
 	}
-	c.hist = newHistory(size, c.rev)
 	return c, nil
 }
 
@@ -690,9 +689,7 @@ func (c *Checker) Status(name string) (Status, error) {
 // it can start at once.
 func (c *Checker) List(group string) ([]Status, uint64) {
 	list, rev := c.list(group)
-	if c.store != nil {
-		c.waitPublished(rev)
-	}
+	_ = c.hub.wait(context.Background(), rev, nil) // with a store, the committer may not have published rev yet
 	return list, rev
 }
 
@@ -1020,13 +1017,7 @@ func (c *Checker) Close() error {
 		}
 		c.mu.Lock()
 		c.closed = true
-		c.hmu.Lock()
-		for _, set := range c.watchers {
-			for w := range set {
-				c.endLocked(w, ErrClosed)
-			}
-		}
-		c.hmu.Unlock()
+		c.hub.close()
 		c.mu.Unlock()
 		c.closeProbers()
 	})

@@ -1,6 +1,9 @@
 package checker
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // AddUnchecked registers a new target as Add does, but skips WithDefaults
 // and Validate and makes its first probe due at first: it is how a spec
@@ -21,3 +24,39 @@ func (c *Checker) AddUnchecked(spec Spec, first time.Time) error {
 	c.wakeScheduler()
 	return nil
 }
+
+// Hub is the watch hub, exported for its unit tests.
+type Hub = hub
+
+// NewHub returns a watch hub on its own: a history of size events after
+// rev, and at most maxWatchers watchers (0: no limit).
+func NewHub(size int, rev uint64, maxWatchers int) *Hub { return newHub(size, rev, maxWatchers) }
+
+// Publish publishes events, in revision order.
+func (h *hub) Publish(evs ...Event) { h.publish(evs...) }
+
+// Advance moves the newest revision to rev without an event.
+func (h *hub) Advance(rev uint64) { h.advance(rev) }
+
+// Watch adds a watcher of f from start; snapshot says start is a
+// snapshot's revision rather than a resume.
+func (h *hub) Watch(f Filter, start uint64, snapshot bool) (*Watcher, error) {
+	w := h.newWatcher(f)
+	w.snapRev = start
+	if err := h.watch(w, start, snapshot); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// Wait waits until rev is published, ctx ends or the hub closes.
+func (h *hub) Wait(ctx context.Context, rev uint64) error { return h.wait(ctx, rev, nil) }
+
+// Close ends every watcher.
+func (h *hub) Close() { h.close() }
+
+// Count returns the live watchers.
+func (h *hub) Count() int { return h.count() }
+
+// Revision returns the newest published revision.
+func (h *hub) Revision() uint64 { return h.revision() }

@@ -22,7 +22,7 @@ import (
 //     state changes until it has stored and published it, and from the end
 //     of a retry's backoff; waiting for work it owes nothing (work queued
 //     wakes it at once, so work waiting means it is busy or backing off);
-//   - the watch hub (the history and the watchers, under hmu) and the
+//   - the watch hub (the history and the watchers, under the hub's lock) and the
 //     checker's lock (mu) are probed: the Watchdog's probe goroutine takes
 //     the lock and releases it, and the probe's age is the age of the
 //     oldest wait for the lock. A probe still waiting past the timeout means
@@ -164,7 +164,7 @@ func NewWatchdog(c *Checker, cfg WatchdogConfig) (*Watchdog, error) {
 		logger:   cfg.Logger,
 		onChange: cfg.OnChange,
 		locks: [2]lockProbe{
-			{component: ComponentWatchHub, lock: &c.hmu},
+			{component: ComponentWatchHub, lock: &c.hub.mu},
 			{component: ComponentLock, lock: &c.mu},
 		},
 		episodes: make(map[string]time.Time),

@@ -11,8 +11,8 @@ func HoldLock(c *Checker) (release func()) {
 
 // HoldHubLock takes c's watch hub lock and returns what releases it.
 func HoldHubLock(c *Checker) (release func()) {
-	c.hmu.Lock()
-	return c.hmu.Unlock
+	c.hub.mu.Lock()
+	return c.hub.mu.Unlock
 }
 
 // ProgressDue returns when the scheduler or the committer was due to make

@@ -235,21 +235,7 @@ func (c *Checker) WaitRevision(ctx context.Context, rev uint64) error {
 // awaitRevision waits until rev is applied, ctx ends (its error) or the
 // checker closes (ErrClosed).
 func (c *Checker) awaitRevision(ctx context.Context, rev uint64) error {
-	for {
-		c.hmu.Lock()
-		done, ch := c.hist.last >= rev, c.published
-		c.hmu.Unlock()
-		if done {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-c.ctx.Done():
-			return ErrClosed
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return c.hub.wait(ctx, rev, c.ctx.Done())
 }
 
 // ApplyShared applies changes read from the shared registry, in revision
@@ -281,11 +267,7 @@ func (c *Checker) ApplyShared(changes []SharedChange, rev uint64) {
 	if rev > c.rev {
 		c.rev = rev
 	}
-	c.hmu.Lock()
-	c.hist.advance(c.rev)
-	close(c.published)
-	c.published = make(chan struct{})
-	c.hmu.Unlock()
+	c.hub.advance(c.rev)
 	c.unlockAndReport()
 }
 

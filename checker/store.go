@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -197,46 +198,36 @@ func (c *Checker) commitOnce() error {
 		return err
 	}
 	c.setStoreErr(nil)
-	c.hmu.Lock()
-	for _, p := range batch {
-		c.publishLocked(p.ev)
+	evs := make([]Event, len(batch))
+	for i, p := range batch {
+		evs[i] = p.ev
 	}
-	close(c.published)
-	c.published = make(chan struct{})
-	c.hmu.Unlock()
+	c.hub.publish(evs...)
 	return nil
 }
 
-func (c *Checker) setStoreErr(err error) {
-	c.hmu.Lock()
-	defer c.hmu.Unlock()
-	c.storeErr = err
-}
+func (c *Checker) setStoreErr(err error) { c.storeErr.set(err) }
 
 // StoreErr returns the last error storing state changes, or nil once a
 // commit succeeds again. Readiness checks report it.
-func (c *Checker) StoreErr() error {
-	c.hmu.Lock()
-	defer c.hmu.Unlock()
-	return c.storeErr
+func (c *Checker) StoreErr() error { return c.storeErr.get() }
+
+// errBox holds an error for concurrent use.
+type errBox struct {
+	mu  sync.Mutex // protects err
+	err error
 }
 
-// waitPublished waits until every event up to rev is published, or the
-// checker closes.
-func (c *Checker) waitPublished(rev uint64) {
-	for {
-		c.hmu.Lock()
-		done, ch := c.hist.last >= rev, c.published
-		c.hmu.Unlock()
-		if done {
-			return
-		}
-		select {
-		case <-ch:
-		case <-c.commitDone:
-			return
-		}
-	}
+func (b *errBox) set(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.err = err
+}
+
+func (b *errBox) get() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
 }
 
 // quarantine stands in for the prober of a stored target that today's
