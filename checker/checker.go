@@ -271,19 +271,16 @@ type Checker struct {
 	waiting    atomic.Int64  // probes waiting for a slot
 	lastLag    atomic.Int64  // how late the last probe started, in ns
 	wmu        sync.Mutex    // serialises Add and Remove with a store: one spec write at a time
-	commitWake chan struct{} // tells the committer there is work
-	commitStop chan struct{} // closed by Close
-	commitDone chan struct{} // closed when the committer has stopped
-	live       liveStamps    // progress stamps for a Watchdog; see liveness.go
+	commit     *committer    // with a store: stores state changes, then publishes them; see committer.go
+	schedStamp progress      // the scheduler's progress, for a Watchdog; see liveness.go
 
 	// Lock order: wmu, then mu, then the hub's.
-	mu      sync.Mutex // protects targets, pools, due, rev, pending, reports, ov, pool, closed and every *target
+	mu      sync.Mutex // protects targets, pools, due, rev, reports, ov, pool, closed and every *target
 	targets map[string]*target
 	pools   map[string]*pool // by group, "" included; see policy.go
 	due     dueHeap
-	rev     uint64    // the newest event's revision, published or not
-	pending []pending // events waiting for the committer, in revision order
-	reports []Event   // events to log and observe once mu is released
+	rev     uint64  // the newest event's revision, published or not
+	reports []Event // events to log and observe once mu is released
 	ov      overloadState
 	pool    probePool // the probe queue and its workers; see pool.go
 	closed  bool
@@ -379,7 +376,7 @@ func New(cfg Config) (*Checker, error) {
 	if c.clock == nil {
 		c.clock = RealClock{}
 	}
-	c.live.base = c.clock.Now()
+	c.schedStamp.base = c.clock.Now()
 	if c.defaults == (Defaults{}) {
 		c.defaults = StandardDefaults()
 	}
@@ -446,16 +443,13 @@ func New(cfg Config) (*Checker, error) {
 			// across the restart gets a correct (empty) replay.
 			c.rev = rev
 		}
-		c.commitWake = make(chan struct{}, 1)
-		c.commitStop = make(chan struct{})
-		c.commitDone = make(chan struct{})
 	}
 	c.hub = newHub(size, c.rev, cfg.MaxWatchers)
 	if c.shared != nil {
 		go c.proposeLoop()
 	}
 	if c.store != nil {
-		go c.commitLoop()
+		c.commit = newCommitter(c.store, c.hub, c.clock, c.logger, nil)
 	}
 	return c, nil
 }
@@ -1008,9 +1002,8 @@ func (c *Checker) Close() error {
 	c.closeOnce.Do(func() {
 		c.stopWorkers() // cancels c.ctx
 		c.wg.Wait()
-		if c.store != nil {
-			close(c.commitStop) // the committer stores what is pending, then stops
-			<-c.commitDone
+		if c.commit != nil {
+			c.commit.close() // it stores what is queued, then stops
 		}
 		if c.shared != nil {
 			<-c.proposeDone

@@ -2,6 +2,7 @@ package checker
 
 import (
 	"context"
+	"log/slog"
 	"time"
 )
 
@@ -60,3 +61,28 @@ func (h *hub) Count() int { return h.count() }
 
 // Revision returns the newest published revision.
 func (h *hub) Revision() uint64 { return h.revision() }
+
+// Committer is the committer, exported for its unit tests.
+type Committer = committer
+
+// NewCommitter starts a committer of store's state changes to h; after is
+// its backoff's timer.
+func NewCommitter(store Store, h *Hub, clock Clock, after func(time.Duration) <-chan time.Time) *Committer {
+	return newCommitter(store, h, clock, slog.New(slog.DiscardHandler), after)
+}
+
+// Queue queues an event, as the registry does.
+func (c *committer) Queue(e Event) { c.queue(e) }
+
+// Err returns the last error storing.
+func (c *committer) Err() error { return c.err() }
+
+// Close flushes and stops the committer.
+func (c *committer) Close() { c.close() }
+
+// Due returns when the committer was due to make progress; ok is false
+// while it owes none.
+func (c *committer) Due() (due time.Time, ok bool) {
+	ns := c.stamp.due.Load()
+	return c.stamp.base.Add(time.Duration(ns - 1)), ns != 0
+}

@@ -18,12 +18,12 @@ func HoldHubLock(c *Checker) (release func()) {
 // ProgressDue returns when the scheduler or the committer was due to make
 // progress; ok is false while it owes none.
 func ProgressDue(c *Checker, component string) (due time.Time, ok bool) {
-	p := &c.live.scheduler
+	p, commit := c.stamps()
 	if component == ComponentCommitter {
-		p = &c.live.committer
+		p = commit
 	}
 	ns := p.due.Load()
-	return c.live.base.Add(time.Duration(ns - 1)), ns != 0
+	return p.base.Add(time.Duration(ns - 1)), ns != 0
 }
 
 // Probing reports whether w's probe of a lock (ComponentWatchHub or

@@ -41,7 +41,7 @@ func (c *Checker) Scheduled() <-chan struct{} { return c.scheduled }
 func (c *Checker) schedule() {
 	for {
 		now := c.clock.Now()
-		c.live.set(&c.live.scheduler, now) // a pass is due: see liveness.go
+		c.schedStamp.set(now) // a pass is due: see liveness.go
 		c.mu.Lock()
 		c.testHookLocked()
 		c.dueLocked(now)
@@ -65,7 +65,7 @@ func (c *Checker) schedule() {
 			timer = c.clock.TimerAt(wake)
 			tick = timer.C()
 		}
-		c.live.set(&c.live.scheduler, wake) // the next pass is due at wake; none if zero
+		c.schedStamp.set(wake) // the next pass is due at wake; none if zero
 		select {
 		case <-c.ctx.Done():
 		case <-c.wake:
@@ -75,7 +75,7 @@ func (c *Checker) schedule() {
 			timer.Stop()
 		}
 		if c.ctx.Err() != nil {
-			c.live.set(&c.live.scheduler, time.Time{})
+			c.schedStamp.set(time.Time{})
 			return
 		}
 	}

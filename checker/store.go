@@ -66,14 +66,6 @@ type StoredState struct {
 // ErrStore wraps a failure to store a change: the change was not made.
 var ErrStore = errors.New("could not store the change")
 
-// pending is an event waiting for the committer: it is published once its
-// state change is stored.
-type pending struct {
-	ev      Event
-	state   *StoredState // the state to store, if any
-	deleted string       // a removed target whose state to delete
-}
-
 // load registers the stored targets, with their stored states carried
 // over, and returns the stored revision.
 func (c *Checker) load() (uint64, error) {
@@ -131,86 +123,16 @@ func (c *Checker) load() (uint64, error) {
 	return rev, nil
 }
 
-// queueLocked hands an event to the committer. c.mu must be held.
-func (c *Checker) queueLocked(p pending) {
-	c.pending = append(c.pending, p)
-	select {
-	case c.commitWake <- struct{}{}:
-	default:
-	}
-}
-
-// commitLoop stores pending state changes in batches and then publishes
-// their events, in revision order, so that no event reaches a watcher
-// before it is stored. A failing store is retried with backoff; meanwhile
-// events wait and StoreErr reports the failure.
-func (c *Checker) commitLoop() {
-	defer close(c.commitDone)
-	defer c.live.set(&c.live.committer, time.Time{})
-	backoff := 50 * time.Millisecond
-	for {
-		c.live.set(&c.live.committer, time.Time{}) // idle: see liveness.go
-		select {
-		case <-c.commitWake:
-		case <-c.commitStop:
-			c.commitOnce() // flush what the last probes queued
-			return
-		}
-		c.live.set(&c.live.committer, c.clock.Now())
-		for c.commitOnce() != nil {
-			c.live.set(&c.live.committer, c.clock.Now().Add(backoff)) // due again after the backoff
-			select {
-			case <-time.After(backoff):
-				backoff = min(2*backoff, 5*time.Second)
-			case <-c.commitStop:
-				return
-			}
-		}
-		backoff = 50 * time.Millisecond
-	}
-}
-
-// commitOnce stores and publishes everything pending now.
-func (c *Checker) commitOnce() error {
-	c.mu.Lock()
-	batch := c.pending
-	c.pending = nil
-	c.mu.Unlock()
-	if len(batch) == 0 {
-		return nil
-	}
-	var states []StoredState
-	var deleted []string
-	for _, p := range batch {
-		if p.state != nil {
-			states = append(states, *p.state)
-		}
-		if p.deleted != "" {
-			deleted = append(deleted, p.deleted)
-		}
-	}
-	if err := c.store.CommitStates(states, deleted, batch[len(batch)-1].ev.Revision); err != nil {
-		c.logger.Error("storing state changes failed; their events wait until it works", "error", err, "events", len(batch))
-		c.mu.Lock()
-		c.pending = append(batch, c.pending...)
-		c.mu.Unlock()
-		c.setStoreErr(err)
-		return err
-	}
-	c.setStoreErr(nil)
-	evs := make([]Event, len(batch))
-	for i, p := range batch {
-		evs[i] = p.ev
-	}
-	c.hub.publish(evs...)
-	return nil
-}
-
 func (c *Checker) setStoreErr(err error) { c.storeErr.set(err) }
 
 // StoreErr returns the last error storing state changes, or nil once a
 // commit succeeds again. Readiness checks report it.
-func (c *Checker) StoreErr() error { return c.storeErr.get() }
+func (c *Checker) StoreErr() error {
+	if c.commit != nil {
+		return c.commit.err()
+	}
+	return c.storeErr.get()
+}
 
 // errBox holds an error for concurrent use.
 type errBox struct {

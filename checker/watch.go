@@ -247,17 +247,8 @@ func (c *Checker) emitLocked(e Event) Event {
 	if e.Kind == EventTransition || e.Kind.IsPolicy() {
 		c.reports = append(c.reports, e)
 	}
-	if c.store != nil {
-		p := pending{ev: e}
-		switch e.Kind {
-		case EventAdded:
-			p.state = &StoredState{Name: e.Status.Spec.Name, State: e.Status.State, LastTransition: e.Status.LastTransition}
-		case EventTransition:
-			p.state = &StoredState{Name: e.Transition.Target, State: e.Transition.To, LastTransition: e.Transition.Time}
-		case EventRemoved:
-			p.deleted = e.Status.Spec.Name
-		}
-		c.queueLocked(p)
+	if c.commit != nil {
+		c.commit.queue(e)
 		return e
 	}
 	c.hub.publish(e)
