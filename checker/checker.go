@@ -251,38 +251,22 @@ type Checker struct {
 	newProber func(probe.Spec) (Prober, error)
 	factory   *probe.Factory // owned, closed on Close; nil if NewProber was given
 	logger    *slog.Logger
-	limits    Config        // MaxTargets, MaxTargetsPerGroup, MaxWatchers
-	observer  Observer      // nil if none
-	wake      chan struct{} // tells the scheduler the schedule changed
-
-	scheduled     chan struct{} // closed after the scheduler's first pass
-	scheduledOnce sync.Once
-
-	ctx       context.Context // ends when Close is called
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup // the scheduler and its probes
-	startOnce sync.Once
+	limits    Config   // MaxTargets, MaxTargetsPerGroup, MaxWatchers
+	observer  Observer // nil if none
 	closeOnce sync.Once
 
-	store      Store   // nil: memory only
-	policyDflt float64 // MaxUnhealthyFraction in force for groups without their own
-	overload   OverloadPolicy
-	tick       time.Duration // Config.ScheduleTick
-	waiting    atomic.Int64  // probes waiting for a slot
-	lastLag    atomic.Int64  // how late the last probe started, in ns
-	wmu        sync.Mutex    // serialises Add and Remove with a store: one spec write at a time
-	commit     *committer    // with a store: stores state changes, then publishes them; see committer.go
-	schedStamp progress      // the scheduler's progress, for a Watchdog; see liveness.go
+	store      Store      // nil: memory only
+	policyDflt float64    // MaxUnhealthyFraction in force for groups without their own
+	wmu        sync.Mutex // serialises Add and Remove with a store: one spec write at a time
+	sched      *scheduler // the due heap, the probe pool, overload; see scheduler.go
+	commit     *committer // with a store: stores state changes, then publishes them; see committer.go
 
-	// Lock order: wmu, then mu, then the hub's.
-	mu      sync.Mutex // protects targets, pools, due, rev, reports, ov, pool, closed and every *target
+	// Lock order: wmu, then mu, then the committer's, then the hub's.
+	mu      sync.Mutex // protects targets, pools, rev, reports, closed, every *target, and the scheduler's state
 	targets map[string]*target
 	pools   map[string]*pool // by group, "" included; see policy.go
-	due     dueHeap
-	rev     uint64  // the newest event's revision, published or not
-	reports []Event // events to log and observe once mu is released
-	ov      overloadState
-	pool    probePool // the probe queue and its workers; see pool.go
+	rev     uint64           // the newest event's revision, published or not
+	reports []Event          // events to log and observe once mu is released
 	closed  bool
 
 	hub      *hub   // the history of published events and the watchers; see hub.go
@@ -362,10 +346,6 @@ func New(cfg Config) (*Checker, error) {
 		observer:  cfg.Observer,
 		limits:    Config{MaxTargets: cfg.MaxTargets, MaxTargetsPerGroup: cfg.MaxTargetsPerGroup, MaxWatchers: cfg.MaxWatchers},
 		pools:     make(map[string]*pool),
-		overload:  cfg.Overload,
-		tick:      cfg.ScheduleTick,
-		wake:      make(chan struct{}, 1),
-		scheduled: make(chan struct{}),
 		targets:   make(map[string]*target),
 		rev:       cfg.StartRevision,
 	}
@@ -376,7 +356,6 @@ func New(cfg Config) (*Checker, error) {
 	if c.clock == nil {
 		c.clock = RealClock{}
 	}
-	c.schedStamp.base = c.clock.Now()
 	if c.defaults == (Defaults{}) {
 		c.defaults = StandardDefaults()
 	}
@@ -391,12 +370,11 @@ func New(cfg Config) (*Checker, error) {
 	default:
 		c.policyDflt = f
 	}
-	if err := c.overload.validate(); err != nil {
+	sched, err := newScheduler(c, &c.mu, cfg, c.clock)
+	if err != nil {
 		return nil, err
 	}
-	if c.tick < 0 {
-		return nil, fmt.Errorf("ScheduleTick must not be negative, got %v", c.tick)
-	}
+	c.sched = sched
 	if c.newProber == nil {
 		c.factory = probe.NewFactory()
 		c.newProber = func(s probe.Spec) (Prober, error) { return c.factory.New(s) }
@@ -404,18 +382,6 @@ func New(cfg Config) (*Checker, error) {
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
-	n := cfg.MaxConcurrentProbes
-	if n <= 0 {
-		n = 256
-	}
-	c.pool.init(&c.mu, n)
-	if c.overload.MaxWaiting == 0 {
-		c.overload.MaxWaiting = n
-	}
-	if c.overload.RecoverAfter == 0 {
-		c.overload.RecoverAfter = DefaultOverloadRecovery
-	}
-	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if cfg.Shared != nil {
 		if cfg.Store != nil {
 			return nil, errors.New("a checker takes a Store or a Shared registry, not both")
@@ -541,11 +507,9 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 			}
 		}
 		t = newTarget(spec, p, spec.InitialState)
-		c.setNextLocked(t, now.Add(firstDelay(spec.Name, spec.Interval)))
 		c.targets[spec.Name] = t
 		c.joinPoolLocked(t)
-		c.due.push(t)
-		c.wakeScheduler()
+		c.sched.addLocked(t, now.Add(firstDelay(spec.Name, spec.Interval)))
 		st := c.statusLocked(t, now)
 		if fixed != nil {
 			// Watchers know the name from the quarantined target: the fix is
@@ -591,11 +555,7 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 		c.dropPoolLocked(prevGroup)
 	}
 	c.settleLocked(spec.Group, now)
-	if want := now.Add(t.spec.IntervalFor(t.m)); want.Before(t.next) {
-		c.setNextLocked(t, want)
-		c.due.fix(t)
-		c.wakeScheduler()
-	}
+	c.sched.hurryLocked(t, now)
 	return c.statusLocked(t, now), false, nil
 }
 
@@ -651,7 +611,7 @@ func (c *Checker) Remove(name string) (bool, error) {
 		if t.quarantined() != "" { // in no heap and no pool
 			c.emitLocked(Event{Kind: EventRemoved, Time: now, Status: c.statusLocked(t, now)})
 		} else {
-			c.due.remove(t)
+			c.sched.removeLocked(t)
 			c.leavePoolLocked(t)
 			c.emitLocked(Event{Kind: EventRemoved, Time: now, Status: c.statusLocked(t, now)})
 			c.settleLocked(t.spec.Group, now) // fewer unhealthy targets: room for held ones
@@ -775,147 +735,6 @@ func (c *Checker) statusLocked(t *target, now time.Time) Status {
 	return st
 }
 
-// RunRound probes every target once, concurrently, each under its own
-// timeout, then applies the results in name order under the lock and returns
-// the round's transitions in name order: seed 000's run_checks. Targets that
-// already have a probe in flight are skipped. One target's panic or timeout
-// never stops the others. The transitions include those the results cause
-// in other targets (a panic hold released). The probes share the
-// scheduler's workers and its MaxConcurrentProbes bound.
-func (c *Checker) RunRound(ctx context.Context) []Transition {
-	c.mu.Lock()
-	now := c.clock.Now()
-	var jobs []job
-	for _, t := range c.targets {
-		if !t.inFlight && (c.shared == nil || t.owned) && t.quarantined() == "" {
-			jobs = append(jobs, c.jobLocked(t, now))
-		}
-	}
-	slices.SortFunc(jobs, func(a, b job) int { return cmp.Compare(a.t.spec.Name, b.t.spec.Name) })
-	rd := &round{ctx: ctx, out: make([]outcome, len(jobs)), left: len(jobs), done: make(chan struct{})}
-	if len(jobs) == 0 {
-		close(rd.done)
-	}
-	for i := range jobs {
-		jobs[i].round, jobs[i].i = rd, i
-		c.enqueueLocked(jobs[i])
-	}
-	c.dispatchLocked()
-	c.unlockAndReport()
-	<-rd.done
-
-	c.mu.Lock()
-	mark := len(c.reports)
-	for i, j := range jobs {
-		o := rd.out[i]
-		if o.skipped {
-			if c.targets[j.t.spec.Name] == j.t {
-				j.t.inFlight = false
-			}
-			continue
-		}
-		c.applyLocked(ctx, j.t, j.gen, j.due, o.r, o.timedOut)
-	}
-	var trs []Transition
-	for _, e := range c.reports[mark:] {
-		if e.Kind == EventTransition {
-			trs = append(trs, e.Transition)
-		}
-	}
-	c.unlockAndReport()
-	slices.SortStableFunc(trs, func(a, b Transition) int { return cmp.Compare(a.Target, b.Target) })
-	return trs
-}
-
-// probeArgs is what a probe needs from its target, read under c.mu when
-// the probe starts.
-type probeArgs struct {
-	prober     Prober
-	timeout    time.Duration
-	maxLatency time.Duration
-	spec       *Spec // the target's spec for the Observer; nil without one
-}
-
-// probe runs one probe under its own timeout and turns the outcome into a
-// Result; timedOut says the probe ran into its own timeout. A panicking
-// prober is a failed probe.
-func (c *Checker) probe(ctx context.Context, a probeArgs) (r Result, timedOut bool) {
-	start := c.clock.Now()
-	pctx, cancel := c.clock.WithTimeout(ctx, a.timeout)
-	err := safeProbe(pctx, a.prober)
-	expired := errors.Is(pctx.Err(), context.DeadlineExceeded)
-	cancel()
-	r, timedOut = c.result(a, start, c.clock.Now(), err, expired)
-	if a.spec != nil && ctx.Err() == nil {
-		c.observer.ObserveProbe(*a.spec, r)
-	}
-	return r, timedOut
-}
-
-// result turns a probe's outcome into a Result: err is what the prober
-// returned, expired whether the probe's deadline has passed.
-func (c *Checker) result(a probeArgs, start, end time.Time, err error, expired bool) (r Result, timedOut bool) {
-	r = Result{Pass: err == nil, Latency: end.Sub(start), Time: end}
-	panicked, _ := err.(*panicError) // safeProbe's own, never wrapped; As would allocate per probe
-	switch {
-	case panicked != nil:
-		r.Err = panicked.Error()
-	case err != nil && (expired || errors.Is(err, context.DeadlineExceeded)):
-		timedOut = true
-		r.Err = fmt.Sprintf("timeout after %v", a.timeout)
-	case err != nil:
-		r.Err = probe.Describe(err)
-	case a.maxLatency > 0 && r.Latency > a.maxLatency:
-		r.Pass = false
-		r.Err = fmt.Sprintf("slow: %v > %v", r.Latency.Round(time.Millisecond), a.maxLatency)
-	}
-	return r, timedOut
-}
-
-func safeProbe(ctx context.Context, p Prober) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &panicError{v}
-		}
-	}()
-	return p.Probe(ctx)
-}
-
-// panicError is a prober's panic, which is a failed probe, whatever the
-// clock says by the time it is recovered.
-type panicError struct{ v any }
-
-func (e *panicError) Error() string { return fmt.Sprintf("probe panicked: %v", e.v) }
-
-// applyLocked records the result of t's probe that was scheduled at probe
-// generation gen and due at due. The result is discarded when the
-// target was removed, its probe spec replaced, or the run cancelled (a
-// probe cut short by shutdown says nothing about the target). A timeout of
-// a probe that overlapped an overload is kept as the last result but does
-// not count (stale is not down).
-func (c *Checker) applyLocked(ctx context.Context, t *target, gen uint64, due time.Time, r Result, timedOut bool) {
-	if c.targets[t.spec.Name] != t {
-		return
-	}
-	t.inFlight = false
-	if t.gen != gen || ctx.Err() != nil {
-		return
-	}
-	now := c.clock.Now()
-	c.checkRecoveryLocked(now)
-	if timedOut && c.overloadedSinceLocked(due) {
-		r.Ignored = true
-		t.last, t.hasLast = r, true
-		t.ignored++
-		c.ov.ignored++
-		c.rescheduleLocked(t, now)
-		return
-	}
-	t.active++
-	c.observeLocked(t, r, now)
-	c.rescheduleLocked(t, now)
-}
-
 // observeLocked feeds one result, active or passive, to t's machine and
 // applies the policies to what comes out.
 func (c *Checker) observeLocked(t *target, r Result, now time.Time) {
@@ -1000,8 +819,7 @@ func (c *Checker) report(e Event) {
 // watcher with ErrClosed and closes every prober. It is idempotent.
 func (c *Checker) Close() error {
 	c.closeOnce.Do(func() {
-		c.stopWorkers() // cancels c.ctx
-		c.wg.Wait()
+		c.sched.stop()
 		if c.commit != nil {
 			c.commit.close() // it stores what is queued, then stops
 		}
@@ -1036,4 +854,85 @@ func closeProber(p Prober) {
 	if cl, ok := p.(io.Closer); ok {
 		_ = cl.Close()
 	}
+}
+
+// Start begins probing every target on its interval, in the background,
+// until Close. Calling it more than once has no further effect. See
+// scheduler.start for how targets are scheduled.
+func (c *Checker) Start() { c.sched.start() }
+
+// Scheduled is closed once the scheduler has made its first pass over the
+// registry: every target loaded or registered before Start has its first
+// probe scheduled. Readiness checks wait for it.
+func (c *Checker) Scheduled() <-chan struct{} { return c.sched.scheduled }
+
+// Overload returns the checker's overload state, for status pages and
+// metrics. It is safe for concurrent use.
+func (c *Checker) Overload() OverloadStatus { return c.sched.status() }
+
+// RunRound probes every target once, concurrently, each under its own
+// timeout, then applies the results in name order under the lock and returns
+// the round's transitions in name order: seed 000's run_checks. Targets that
+// already have a probe in flight are skipped. One target's panic or timeout
+// never stops the others. The transitions include those the results cause
+// in other targets (a panic hold released). The probes share the
+// scheduler's workers and its MaxConcurrentProbes bound.
+func (c *Checker) RunRound(ctx context.Context) []Transition { return c.sched.runRound(ctx) }
+
+// The registry's side of the scheduler's work: the scheduler takes the
+// lock, asks which targets are still registered and probed, and hands each
+// result over; the registry decides what it does to the target's state.
+
+func (c *Checker) lock()   { c.mu.Lock() }
+func (c *Checker) unlock() { c.mu.Unlock() }
+
+// closedLocked reports whether Close has begun ending the registry.
+func (c *Checker) closedLocked() bool { return c.closed }
+
+// eachLocked calls f for every registered target, in no order.
+func (c *Checker) eachLocked(f func(*target)) {
+	for _, t := range c.targets {
+		f(t)
+	}
+}
+
+// currentLocked reports whether t is still registered (not removed, nor
+// replaced by a target of the same name).
+func (c *Checker) currentLocked(t *target) bool { return c.targets[t.spec.Name] == t }
+
+// probedLocked reports whether this checker probes t: it is not
+// quarantined and, with a shared registry, this replica owns it.
+func (c *Checker) probedLocked(t *target) bool {
+	return (c.shared == nil || t.owned) && t.quarantined() == ""
+}
+
+// hasReportsLocked reports whether events wait to be logged and observed.
+func (c *Checker) hasReportsLocked() bool { return len(c.reports) > 0 }
+
+// reportsLocked returns a mark of the events recorded so far, for
+// transitionsSinceLocked.
+func (c *Checker) reportsLocked() int { return len(c.reports) }
+
+// transitionsSinceLocked returns the transitions recorded since mark.
+func (c *Checker) transitionsSinceLocked(mark int) []Transition {
+	var trs []Transition
+	for _, e := range c.reports[mark:] {
+		if e.Kind == EventTransition {
+			trs = append(trs, e.Transition)
+		}
+	}
+	return trs
+}
+
+// resultLocked applies a probe result to t.
+func (c *Checker) resultLocked(t *target, r Result, now time.Time) {
+	t.active++
+	c.observeLocked(t, r, now)
+}
+
+// ignoreLocked keeps a probe timeout that does not count (the checker was
+// overloaded) as t's last result.
+func (c *Checker) ignoreLocked(t *target, r Result) {
+	t.last, t.hasLast = r, true
+	t.ignored++
 }

@@ -18,11 +18,9 @@ func (c *Checker) AddUnchecked(spec Spec, first time.Time) error {
 	c.mu.Lock()
 	defer c.unlockAndReport()
 	t := newTarget(spec, p, StateUnhealthy)
-	c.setNextLocked(t, first)
 	c.targets[spec.Name] = t
 	c.joinPoolLocked(t)
-	c.due.push(t)
-	c.wakeScheduler()
+	c.sched.addLocked(t, first)
 	return nil
 }
 

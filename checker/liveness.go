@@ -313,5 +313,5 @@ func (c *Checker) stamps() (sched, commit *progress) {
 	if c.commit != nil {
 		commit = &c.commit.stamp
 	}
-	return &c.schedStamp, commit
+	return &c.sched.stamp, commit
 }

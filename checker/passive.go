@@ -104,7 +104,7 @@ func (c *Checker) ReportOutcome(name string, o Outcome) (st Status, counted bool
 	}
 	t.passive++
 	c.observeLocked(t, r, now)
-	c.rescheduleLocked(t, now)
+	c.sched.rescheduleLocked(t, now)
 	return c.statusLocked(t, now), true, nil
 }
 

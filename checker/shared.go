@@ -171,7 +171,7 @@ func (c *Checker) addShared(spec Spec) (Status, bool, error) {
 		return Status{}, false, wrapProbeErr(err)
 	}
 	closeProber(p)
-	ctx, cancel := context.WithTimeout(c.ctx, sharedWait)
+	ctx, cancel := context.WithTimeout(c.sched.closing(), sharedWait)
 	defer cancel()
 	rev, err := c.shared.PutSpec(ctx, spec)
 	if err != nil {
@@ -189,7 +189,7 @@ func (c *Checker) addShared(spec Spec) (Status, bool, error) {
 
 // removeShared is Remove with a shared registry.
 func (c *Checker) removeShared(name string) (bool, error) {
-	ctx, cancel := context.WithTimeout(c.ctx, sharedWait)
+	ctx, cancel := context.WithTimeout(c.sched.closing(), sharedWait)
 	defer cancel()
 	rev, existed, err := c.shared.DeleteTarget(ctx, name)
 	if err != nil {
@@ -235,7 +235,7 @@ func (c *Checker) WaitRevision(ctx context.Context, rev uint64) error {
 // awaitRevision waits until rev is applied, ctx ends (its error) or the
 // checker closes (ErrClosed).
 func (c *Checker) awaitRevision(ctx context.Context, rev uint64) error {
-	return c.hub.wait(ctx, rev, c.ctx.Done())
+	return c.hub.wait(ctx, rev, c.sched.closing().Done())
 }
 
 // ApplyShared applies changes read from the shared registry, in revision
@@ -330,11 +330,7 @@ func (c *Checker) putSharedLocked(spec Spec, st *SharedState, stateRev uint64, n
 		c.updateLocked(t, now, cause{reason: "model changed to " + spec.Model.String()})
 	}
 	if t.owned {
-		if want := now.Add(t.spec.IntervalFor(t.m)); want.Before(t.next) {
-			c.setNextLocked(t, want)
-			c.due.fix(t)
-			c.wakeScheduler()
-		}
+		c.sched.hurryLocked(t, now)
 	}
 }
 
@@ -345,7 +341,7 @@ func (c *Checker) deleteSharedLocked(name string, now time.Time) {
 		return
 	}
 	delete(c.targets, name)
-	c.due.remove(t)
+	c.sched.removeLocked(t)
 	t.index = -1
 	c.leavePoolLocked(t)
 	c.emitLocked(Event{Kind: EventRemoved, Time: now, Status: c.statusLocked(t, now)})
@@ -391,7 +387,7 @@ func (c *Checker) ownLocked(t *target, own bool, now time.Time) {
 	}
 	t.owned = own
 	if !own {
-		c.due.remove(t)
+		c.sched.removeLocked(t)
 		t.index = -1
 		t.gen++ // a result in flight is no longer this replica's to store
 		t.proposing = false
@@ -400,9 +396,7 @@ func (c *Checker) ownLocked(t *target, own bool, now time.Time) {
 	t.m = Machine{Model: t.spec.Model, Rise: t.spec.Rise, Fall: t.spec.Fall, State: t.state}
 	t.carried = true
 	t.slot = time.Time{}
-	c.setNextLocked(t, now.Add(firstDelay(t.spec.Name, t.spec.Interval)))
-	c.due.push(t)
-	c.wakeScheduler()
+	c.sched.addLocked(t, now.Add(firstDelay(t.spec.Name, t.spec.Interval)))
 }
 
 // proposeLocked asks the proposer to store t's new state: with a shared
@@ -453,7 +447,7 @@ func (c *Checker) proposeBatch(batch []proposal) (retry []proposal, lastErr erro
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			ctx, cancel := context.WithTimeout(c.ctx, sharedWait)
+			ctx, cancel := context.WithTimeout(c.sched.closing(), sharedWait)
 			err := c.shared.ProposeState(ctx, pr.p)
 			cancel()
 			switch {
@@ -485,7 +479,7 @@ func (c *Checker) proposeLoop() {
 	for {
 		select {
 		case <-c.proposeWake:
-		case <-c.ctx.Done():
+		case <-c.sched.closing().Done():
 			return
 		}
 		for {
@@ -509,7 +503,7 @@ func (c *Checker) proposeLoop() {
 			select {
 			case <-time.After(backoff):
 				backoff = min(2*backoff, 2*time.Second)
-			case <-c.ctx.Done():
+			case <-c.sched.closing().Done():
 				return
 			}
 		}

@@ -100,10 +100,9 @@ func (c *Checker) load() (uint64, error) {
 		t := newTarget(spec, p, state)
 		t.lastTr = st.LastTransition
 		t.carried = true
-		c.setNextLocked(t, c.clock.Now().Add(firstDelay(spec.Name, spec.Interval)))
 		c.targets[spec.Name] = t
 		c.joinPoolLocked(t)
-		c.due.push(t)
+		c.sched.addLocked(t, c.clock.Now().Add(firstDelay(spec.Name, spec.Interval)))
 	}
 	if ps, ok := c.store.(PolicyStore); ok {
 		policies, err := ps.LoadGroupPolicies()
