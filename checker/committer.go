@@ -149,6 +149,9 @@ func (c *committer) commitOnce() error {
 	return nil
 }
 
+// progress returns the committer's progress stamp, for a Watchdog.
+func (c *committer) progress() *progress { return &c.stamp }
+
 // err returns the last error storing state changes, or nil once a commit
 // succeeded again.
 func (c *committer) err() error {

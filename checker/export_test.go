@@ -11,15 +11,15 @@ import (
 // that no rule bounded (a bug, or data from elsewhere) would reach the
 // scheduler, for tests that show the scheduler survives it.
 func (c *Checker) AddUnchecked(spec Spec, first time.Time) error {
-	p, err := c.newProber(spec.Probe)
+	p, err := c.reg.newProber(spec.Probe)
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	defer c.unlockAndReport()
+	c.reg.mu.Lock()
+	defer c.reg.unlockAndReport()
 	t := newTarget(spec, p, StateUnhealthy)
-	c.targets[spec.Name] = t
-	c.joinPoolLocked(t)
+	c.reg.targets[spec.Name] = t
+	c.reg.joinPoolLocked(t)
 	c.sched.addLocked(t, first)
 	return nil
 }
@@ -41,8 +41,7 @@ func (h *hub) Advance(rev uint64) { h.advance(rev) }
 // snapshot's revision rather than a resume.
 func (h *hub) Watch(f Filter, start uint64, snapshot bool) (*Watcher, error) {
 	w := h.newWatcher(f)
-	w.snapRev = start
-	if err := h.watch(w, start, snapshot); err != nil {
+	if err := h.watch(w, nil, start, snapshot); err != nil {
 		return nil, err
 	}
 	return w, nil

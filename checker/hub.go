@@ -73,10 +73,10 @@ func (h *hub) newWatcher(f Filter) *Watcher {
 }
 
 // watch adds w at start. With snapshot set, start is the revision of w's
-// snapshot, which may be ahead of what is published (its events still
+// snapshot snap, which may be ahead of what is published (its events still
 // wait for the committer); otherwise start is a resume, measured against
 // what is published.
-func (h *hub) watch(w *Watcher, start uint64, snapshot bool) error {
+func (h *hub) watch(w *Watcher, snap []Status, start uint64, snapshot bool) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	last := h.hist.last
@@ -88,6 +88,9 @@ func (h *hub) watch(w *Watcher, start uint64, snapshot bool) error {
 	}
 	if max := h.maxWatchers; max > 0 && h.countLocked() >= max {
 		return &LimitError{What: "watchers", Max: max}
+	}
+	if snapshot {
+		w.snap, w.snapRev = snap, start
 	}
 	w.cursor = start
 	set := h.watchers[w.group]
@@ -352,6 +355,9 @@ func (h *hub) close() {
 		}
 	}
 }
+
+// locker returns the hub's lock, for the Watchdog's lock probe.
+func (h *hub) locker() sync.Locker { return &h.mu }
 
 // count returns how many watchers are live.
 func (h *hub) count() int {

@@ -160,8 +160,8 @@ func NewWatchdog(c *Checker, cfg WatchdogConfig) (*Watchdog, error) {
 		logger:   cfg.Logger,
 		onChange: cfg.OnChange,
 		locks: [2]lockProbe{
-			{component: ComponentWatchHub, lock: &c.hub.mu},
-			{component: ComponentLock, lock: &c.mu},
+			{component: ComponentWatchHub, lock: c.hub.locker()},
+			{component: ComponentLock, lock: c.reg.locker()},
 		},
 		episodes: make(map[string]time.Time),
 		stop:     make(chan struct{}),
@@ -311,7 +311,7 @@ func (w *Watchdog) noteLocked(now time.Time, out []Stall) {
 // of the committer (nil without one).
 func (c *Checker) stamps() (sched, commit *progress) {
 	if c.commit != nil {
-		commit = &c.commit.stamp
+		commit = c.commit.progress()
 	}
-	return &c.sched.stamp, commit
+	return c.sched.progress(), commit
 }

@@ -5,8 +5,8 @@ import "time"
 // HoldLock takes c's lock, as a wedged component would, and returns what
 // releases it.
 func HoldLock(c *Checker) (release func()) {
-	c.mu.Lock()
-	return c.mu.Unlock
+	c.reg.mu.Lock()
+	return c.reg.mu.Unlock
 }
 
 // HoldHubLock takes c's watch hub lock and returns what releases it.

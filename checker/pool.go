@@ -28,14 +28,14 @@ import (
 // the result when it comes. The queue and the counts below are guarded by
 // the registry's lock.
 
-// probePool is the Checker's pool state; guarded by Checker.mu.
+// probePool is the scheduler's pool state; guarded by the registry's lock.
 type probePool struct {
 	max     int        // the bound: MaxConcurrentProbes
 	queue   jobQueue   // jobs waiting for a worker
 	workers int        // workers started and not yet stopped
 	idle    int        // workers waiting for a job
 	running int        // jobs taken by a worker and not yet applied
-	cond    *sync.Cond // on Checker.mu: signalled when a job is queued or the pool stops
+	cond    *sync.Cond // on the registry's lock: signalled when a job is queued or the pool stops
 }
 
 func (p *probePool) init(mu *sync.Mutex, max int) {

@@ -26,7 +26,7 @@ import (
 // The registry calls addLocked, removeLocked, rescheduleLocked and
 // hurryLocked with that lock held when a target comes, goes or changes.
 type scheduler struct {
-	reg      *Checker // the registry: its lock, its targets, where results go
+	reg      *registry // its lock, its targets, where results go
 	clock    Clock
 	observer Observer // nil if none
 	tick     time.Duration
@@ -50,7 +50,7 @@ type scheduler struct {
 }
 
 // newScheduler returns the scheduler of reg's targets, not started.
-func newScheduler(reg *Checker, mu *sync.Mutex, cfg Config, clock Clock) (*scheduler, error) {
+func newScheduler(reg *registry, cfg Config, clock Clock) (*scheduler, error) {
 	s := &scheduler{
 		reg:       reg,
 		clock:     clock,
@@ -70,7 +70,7 @@ func newScheduler(reg *Checker, mu *sync.Mutex, cfg Config, clock Clock) (*sched
 	if n <= 0 {
 		n = 256
 	}
-	s.pool.init(mu, n)
+	s.pool.init(reg.locker(), n)
 	if s.overload.MaxWaiting == 0 {
 		s.overload.MaxWaiting = n
 	}
@@ -341,6 +341,12 @@ func (s *scheduler) hurryLocked(t *target, now time.Time) {
 		s.wakeUp()
 	}
 }
+
+// progress returns the scheduler's progress stamp, for a Watchdog.
+func (s *scheduler) progress() *progress { return &s.stamp }
+
+// scheduledCh is closed after the first pass; see Checker.Scheduled.
+func (s *scheduler) scheduledCh() <-chan struct{} { return s.scheduled }
 
 // closing returns a context that ends when the checker closes.
 func (s *scheduler) closing() context.Context { return s.ctx }

@@ -117,14 +117,14 @@ func TestDueLockedEndsAtTheEndOfTime(t *testing.T) {
 	}
 	done := make(chan int)
 	go func() {
-		c.mu.Lock()
+		c.reg.mu.Lock()
 		c.sched.dueLocked(last)
 		n := c.sched.pool.queue.len()
 		c.sched.pool.queue = jobQueue{} // nothing is to run them: Start was not called
-		for _, t := range c.targets {
+		for _, t := range c.reg.targets {
 			t.inFlight = false
 		}
-		c.mu.Unlock()
+		c.reg.mu.Unlock()
 		done <- n
 	}()
 	select {

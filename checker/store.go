@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 )
 
@@ -66,89 +65,28 @@ type StoredState struct {
 // ErrStore wraps a failure to store a change: the change was not made.
 var ErrStore = errors.New("could not store the change")
 
-// load registers the stored targets, with their stored states carried
-// over, and returns the stored revision.
-func (c *Checker) load() (uint64, error) {
-	targets, rev, err := c.store.Load()
+// loadStore registers what store holds in reg: the targets, with their
+// stored states carried over, the group policies if it keeps them, and
+// the revision, from which revisions go on (a client that resumes across
+// the restart gets a correct, empty, replay).
+func loadStore(store Store, reg *registry) error {
+	targets, rev, err := store.Load()
 	if err != nil {
-		return 0, fmt.Errorf("load the store: %w", err)
+		return fmt.Errorf("load the store: %w", err)
 	}
-	for _, st := range targets {
-		spec := st.Spec.WithDefaults(c.defaults)
-		err := st.Err
-		if err == nil {
-			err = spec.Validate()
-		}
-		var p Prober
-		if err == nil {
-			p, err = c.newProber(spec.Probe)
-		}
-		if err != nil {
-			// A record that today's rules refuse (a stricter bound or egress
-			// policy, a probe kind this version does not know, damaged bytes)
-			// must neither keep pulsed from starting nor be dropped silently:
-			// it is listed, quarantined with the reason, never probed, until
-			// AddTarget fixes it or RemoveTarget removes it.
-			c.logger.Warn("stored target quarantined: it is listed but not probed until fixed or removed", "target", st.Spec.Name, "error", err)
-			c.targets[st.Spec.Name] = newQuarantined(st.Spec, err)
-			continue
-		}
-		state := st.State
-		if state == StateUnknown {
-			state = spec.InitialState
-		}
-		t := newTarget(spec, p, state)
-		t.lastTr = st.LastTransition
-		t.carried = true
-		c.targets[spec.Name] = t
-		c.joinPoolLocked(t)
-		c.sched.addLocked(t, c.clock.Now().Add(firstDelay(spec.Name, spec.Interval)))
-	}
-	if ps, ok := c.store.(PolicyStore); ok {
-		policies, err := ps.LoadGroupPolicies()
-		if err != nil {
-			return 0, fmt.Errorf("load the group policies: %w", err)
-		}
-		for group, p := range policies {
-			if err := ValidateGroup(group); err != nil || group == "" {
-				return 0, fmt.Errorf("stored policy of group %q: bad group name", group)
-			}
-			if err := ValidateFraction(p.MaxUnhealthyFraction); err != nil {
-				return 0, fmt.Errorf("stored policy of group %q: max_unhealthy_fraction %w", group, err)
-			}
-			c.poolLocked(group).policy = p
+	var policies map[string]GroupPolicy
+	if ps, ok := store.(PolicyStore); ok {
+		if policies, err = ps.LoadGroupPolicies(); err != nil {
+			return fmt.Errorf("load the group policies: %w", err)
 		}
 	}
-	return rev, nil
-}
-
-func (c *Checker) setStoreErr(err error) { c.storeErr.set(err) }
-
-// StoreErr returns the last error storing state changes, or nil once a
-// commit succeeds again. Readiness checks report it.
-func (c *Checker) StoreErr() error {
-	if c.commit != nil {
-		return c.commit.err()
+	if err := reg.load(targets, policies); err != nil {
+		return err
 	}
-	return c.storeErr.get()
-}
-
-// errBox holds an error for concurrent use.
-type errBox struct {
-	mu  sync.Mutex // protects err
-	err error
-}
-
-func (b *errBox) set(err error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.err = err
-}
-
-func (b *errBox) get() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.err
+	if rev != 0 {
+		reg.setRevision(rev)
+	}
+	return nil
 }
 
 // quarantine stands in for the prober of a stored target that today's

@@ -1,10 +1,8 @@
 package checker
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -190,85 +188,3 @@ func (e *BehindError) Error() string {
 
 // Is makes errors.Is(err, ErrSubscriberTooSlow) true.
 func (e *BehindError) Is(target error) bool { return target == ErrSubscriberTooSlow }
-
-// Watch returns a watcher of the events matching f.
-//
-// With start 0 it begins with a snapshot: Snapshot returns every matching
-// target's status at the current revision R, and Next returns the events
-// after R. With start N > 0 Next returns the events after N; N older than the
-// history returns a *CompactedError, N ahead of the current revision a
-// *FutureRevisionError. If the checker is closed, Watch returns ErrClosed.
-func (c *Checker) Watch(f Filter, start uint64) (*Watcher, error) {
-	w := c.hub.newWatcher(f)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, ErrClosed
-	}
-	snapshot := start == 0
-	if snapshot {
-		now := c.clock.Now()
-		for _, t := range c.targets {
-			if w.matchesTarget(t.spec.Name, t.spec.Group) {
-				w.snap = append(w.snap, c.statusLocked(t, now))
-			}
-		}
-		slices.SortFunc(w.snap, func(a, b Status) int { return cmp.Compare(a.Spec.Name, b.Spec.Name) })
-		w.snapRev = c.rev
-		start = c.rev
-	}
-	// Still under mu: no event after the snapshot's revision is published
-	// before the watcher is in place.
-	if err := c.hub.watch(w, start, snapshot); err != nil {
-		return nil, err
-	}
-	return w, nil
-}
-
-// Watchers returns how many watchers are live.
-func (c *Checker) Watchers() int { return c.hub.count() }
-
-// Revision returns the revision of the newest published event: a watch
-// can resume from it.
-func (c *Checker) Revision() uint64 { return c.hub.revision() }
-
-// emitLocked numbers e and publishes it, or, with a store, hands it to the
-// committer, which publishes it once its state change is stored. c.mu must
-// be held; it takes the hub's lock (lock order: mu, then the hub's).
-func (c *Checker) emitLocked(e Event) Event {
-	if c.shared != nil {
-		return c.emitSharedLocked(e)
-	}
-	c.rev++
-	e.Revision = c.rev
-	if e.Kind == EventTransition {
-		e.Transition.Revision = c.rev
-	}
-	if e.Kind == EventTransition || e.Kind.IsPolicy() {
-		c.reports = append(c.reports, e)
-	}
-	if c.commit != nil {
-		c.commit.queue(e)
-		return e
-	}
-	c.hub.publish(e)
-	return e
-}
-
-// emitSharedLocked numbers e with the shared registry's revision being
-// applied and publishes it. An event outside ApplyShared concerns this
-// replica alone (overload): it is logged and observed, not streamed.
-func (c *Checker) emitSharedLocked(e Event) Event {
-	e.Revision = c.applying
-	if e.Kind == EventTransition {
-		e.Transition.Revision = c.applying
-	}
-	if e.Kind == EventTransition || e.Kind.IsPolicy() {
-		c.reports = append(c.reports, e)
-	}
-	if c.applying == 0 {
-		return e
-	}
-	c.hub.publish(e)
-	return e
-}
