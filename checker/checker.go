@@ -95,6 +95,9 @@ func New(cfg Config) (*Checker, error) {
 	case f == 0:
 		policyDflt = 1
 	}
+	if cfg.Shared != nil {
+		policyDflt = 1 // panic thresholds need one view of the group: see Shared
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -104,18 +107,17 @@ func New(cfg Config) (*Checker, error) {
 	if err != nil {
 		return nil, err
 	}
-	reg.sched = sched
 	c := &Checker{clock: clock, defaults: defaults, store: cfg.Store, reg: reg, sched: sched}
-	reg.newProber = cfg.NewProber
-	if reg.newProber == nil {
+	newProber := cfg.NewProber
+	if newProber == nil {
 		c.factory = probe.NewFactory()
-		reg.newProber = func(s probe.Spec) (Prober, error) { return c.factory.New(s) }
+		newProber = func(s probe.Spec) (Prober, error) { return c.factory.New(s) }
 	}
+	reg.use(sched, newProber)
 	if cfg.Shared != nil {
 		if cfg.Store != nil {
 			return nil, errors.New("a checker takes a Store or a Shared registry, not both")
 		}
-		reg.policyDflt = 1 // panic thresholds need one view of the group: see Shared
 		if c.repl, err = newReplication(cfg.Shared, reg, logger, sched.closing()); err != nil {
 			c.closeProbers()
 			return nil, err
@@ -132,13 +134,14 @@ func New(cfg Config) (*Checker, error) {
 		size = 10000
 	}
 	c.hub = newHub(size, reg.revision(), cfg.MaxWatchers)
-	reg.sink = func(e Event) { c.hub.publish(e) }
-	if c.repl != nil {
-		c.repl.start(c.hub)
-	}
 	if cfg.Store != nil {
 		c.commit = newCommitter(cfg.Store, c.hub, clock, logger, nil)
-		reg.sink = c.commit.queue
+		reg.emitTo(c.commit.queue) // published once stored
+	} else {
+		reg.emitTo(func(e Event) { c.hub.publish(e) })
+	}
+	if c.repl != nil {
+		c.repl.start(c.hub)
 	}
 	return c, nil
 }

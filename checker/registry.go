@@ -50,8 +50,8 @@ type registry struct {
 	mirroring bool   // with a shared registry: setStateLocked applies a stored state
 }
 
-// newRegistry returns an empty registry; the caller sets sched,
-// newProber and sink before it is used.
+// newRegistry returns an empty registry; the caller calls use, then
+// emitTo, before anything else.
 func newRegistry(cfg Config, clock Clock, defaults Defaults, logger *slog.Logger, policyDflt float64) *registry {
 	return &registry{
 		clock:      clock,
@@ -65,6 +65,19 @@ func newRegistry(cfg Config, clock Clock, defaults Defaults, logger *slog.Logger
 		pools:      make(map[string]*pool),
 		rev:        cfg.StartRevision,
 	}
+}
+
+// use gives the registry its scheduler and the builder of its probers.
+func (r *registry) use(sched *scheduler, newProber func(probe.Spec) (Prober, error)) {
+	r.sched, r.newProber = sched, newProber
+}
+
+// emitTo makes sink the taker of the registry's events, from now on; it is
+// called with the registry's lock held, in revision order.
+func (r *registry) emitTo(sink func(Event)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sink = sink
 }
 
 // buildProber builds a prober for a probe spec, as the registry would.
