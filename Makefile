@@ -85,8 +85,8 @@ bench-replicas: ## probes/s and CPU per probe of 1, 2, 3 pulsed replicas on etcd
 # The files whose behaviour the tests must pin: the state machine, pool
 # policies, the watch stream, the store, the one-shot checker, and auth.
 MUTATE_CHECKER_SKIP := -E 'probe/' -E 'etcdreg/' -E 'fakeclock/' -E '(^|/)checker\.go$$' \
-	-E '(^|/)(overload|passive|scheduler|shared|spec|store)\.go$$'
-MUTATE_SERVER_SKIP  := -E 'web/' -E '(^|/)(convert|fanout|health|limits|server|tls|validate)\.go$$'
+	-E '(^|/)(overload|passive|scheduler|shared|registry_shared|spec|store|types|clock|liveness|testhook_on|testhook_off)\.go$$'
+MUTATE_SERVER_SKIP  := -E 'web/' -E 'dns/' -E 'xds/' -E '(^|/)(connlimit|convert|fanout|health|limits|server|tls|validate)\.go$$'
 MUTATE_FLAGS        ?= --workers 2 --timeout-coefficient 15
 
 .PHONY: mutate

@@ -11,236 +11,52 @@
 // transitions publish, is the verdict unless a pool policy holds it (see
 // policy.go): the panic threshold of its group keeps it routable
 // (Status.PanicHeld), or flap damping keeps it unhealthy
-// (Status.Flapping). Policies that look across targets live here, in the
+// (Status.Flapping). Policies that look across targets live in the
 // registry, under its one mutex; the Machine stays a value.
+//
+// # Components
+//
+// Checker is a thin façade over components with one job each; data flows
+// forward through them:
+//
+//		scheduler → registry → committer → hub → Watcher
+//		                    ↘ replication ↗        (with a shared registry)
+//
+//	  - scheduler (scheduler.go, pool.go, overload.go): the due heap, the
+//	    schedule loop, the probe workers and the asynchronous probe path,
+//	    overload detection. It hands each result to the registry.
+//	  - registry (registry.go, policy.go, passive.go, registry_shared.go):
+//	    the targets, their Machines and the pool policies. It decides
+//	    transitions and emits numbered events to its sink; no I/O.
+//	  - committer (committer.go): with a Store, stores the registry's state
+//	    changes in batches, then publishes their events to the hub.
+//	  - hub (hub.go): the history of published events and the watchers.
+//	  - replication (shared.go): with a Shared registry, writes specs and
+//	    proposed states through it and applies what comes back.
+//
+// # Lock order
+//
+// Each lock is taken only after the ones before it, never the other way:
+//
+//  1. Checker.wmu: one spec or policy write to the Store at a time.
+//  2. registry.mu: the targets, the pools, the revision, and the
+//     scheduler's heap, pool and overload state (one lock per result).
+//  3. committer.mu (the store queue) or replication.mu (the proposals).
+//  4. hub.mu: the history and every watcher's position.
+//
+// No lock is held while probing, storing, or while a watcher reads.
 package checker
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
-	"reflect"
-	"slices"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	"pulse/checker/probe"
 )
-
-// Errors returned by the checker; test for them with errors.Is.
-var (
-	// ErrUnknownTarget: no target has that name.
-	ErrUnknownTarget = errors.New("unknown target")
-	// ErrLimit: a configured limit is reached; see LimitError.
-	ErrLimit = errors.New("limit reached")
-	// ErrClosed: the checker was closed.
-	ErrClosed = errors.New("checker closed")
-	// ErrSubscriberTooSlow: a watcher fell further behind than the history
-	// holds, so it was ended rather than miss an event; see BehindError.
-	ErrSubscriberTooSlow = errors.New("watcher fell behind")
-)
-
-// LimitError says which limit a call ran into.
-type LimitError struct {
-	// What is limited, e.g. "targets", "targets in group \"edge\"",
-	// "watchers".
-	What string
-	Max  int
-}
-
-func (e *LimitError) Error() string {
-	return fmt.Sprintf("%v: at most %d %s", ErrLimit, e.Max, e.What)
-}
-
-// Is makes errors.Is(err, ErrLimit) true.
-func (e *LimitError) Is(target error) bool { return target == ErrLimit }
-
-// Prober runs one probe against a target: nil means pass. It must return by
-// the context's deadline. A Prober that also implements io.Closer is closed
-// when its target is removed or its probe spec replaced.
-type Prober interface {
-	Probe(ctx context.Context) error
-}
-
-// AsyncProber is a Prober that can also run a probe without a goroutine
-// waiting for its answer: the checker's workers start such probes and go
-// on to the next, and the answers are applied as they come. The probe
-// package's plain http:// probers are AsyncProbers on Linux, for probes on
-// a connection they keep.
-type AsyncProber interface {
-	Prober
-	// ProbeAsync starts a probe that ends by deadline and returns true;
-	// done is then called exactly once with what Probe would have
-	// returned, usually from another goroutine but possibly before
-	// ProbeAsync returns (the caller holds no lock done takes). It returns
-	// false, having started nothing and without calling done, when it
-	// cannot run this probe so: the caller runs Probe instead.
-	ProbeAsync(deadline time.Time, done func(error)) bool
-	// CancelAsync ends the probe ProbeAsync started, if it still runs:
-	// done is called soon, from another goroutine, with an error. The
-	// checker calls it when it closes; closing the prober does it too.
-	CancelAsync()
-}
-
-// Result is the outcome of one probe, or of one passive outcome.
-type Result struct {
-	// Pass is true only for an explicit pass.
-	Pass bool
-	// Latency is how long the probe took.
-	Latency time.Duration
-	// Err says why the probe failed; empty on a pass.
-	Err string
-	// Time is when the probe finished.
-	Time time.Time
-	// Passive is true for an outcome reported with ReportOutcome.
-	Passive bool
-	// Ignored is true for a probe timeout that did not count because the
-	// checker was overloaded (see Overload): stale is not down.
-	Ignored bool
-}
-
-// Transition is one change of a target's state.
-type Transition struct {
-	// Revision orders every event the checker records; it starts at 1.
-	Revision uint64
-	Target   string
-	Group    string
-	From, To State
-	// Time is when the transition was applied.
-	Time time.Time
-	// Result is the result that tipped the state; zero when Reason is set.
-	Result Result
-	// Reason says why the state changed when no probe result did, e.g.
-	// "model changed to rise_fall".
-	Reason string
-}
-
-// String returns seed 000's text: "<target>: <old> -> <new>".
-func (t Transition) String() string {
-	return fmt.Sprintf("%s: %s -> %s", t.Target, t.From, t.To)
-}
-
-// Status is a snapshot of one target.
-type Status struct {
-	// Spec is the target's spec with defaults filled in.
-	Spec       Spec
-	State      State
-	Routable   bool
-	PassStreak int
-	FailStreak int
-	// LastResult is nil before the first result.
-	LastResult *Result
-	// LastTransition is zero if the state never changed.
-	LastTransition time.Time
-	// CarriedOver is true from a restart until the first fresh result: the
-	// state was loaded from the store.
-	CarriedOver bool
-
-	// Verdict is the state the results alone give (the Machine's). It
-	// differs from State while a policy holds the target.
-	Verdict State
-	// PanicHeld is true while the target's group is in panic and its
-	// verdict, unhealthy, is held back: it stays routable.
-	PanicHeld bool
-	// Flapping is true while flap damping holds the target unhealthy.
-	Flapping bool
-	// Transitions counts the verdict's changes within Spec.FlapWindow up to
-	// now (at most 256).
-	Transitions int
-	// ProbeInterval is the interval the target is probed at now, after
-	// Spec.IntervalFor.
-	ProbeInterval time.Duration
-	// NextProbe is when the next scheduled probe is due.
-	NextProbe time.Time
-	// Probing is true while a probe of the target is in flight, waiting for
-	// a slot or running.
-	Probing bool
-	// ActiveResults and PassiveResults count the probe results and the
-	// passive outcomes applied; PassiveLimited counts the passive outcomes
-	// dropped by Spec.PassiveRate; IgnoredTimeouts the probe timeouts not
-	// counted because the checker was overloaded.
-	ActiveResults   uint64
-	PassiveResults  uint64
-	PassiveLimited  uint64
-	IgnoredTimeouts uint64
-	// Quarantined, when set, says why a stored target that today's rules
-	// refuse is not probed: it stays listed, never routable, until Add
-	// replaces its spec or Remove removes it.
-	Quarantined string
-}
-
-// Config configures a Checker. Every field is optional.
-type Config struct {
-	// Clock is the source of time. If nil, RealClock is used.
-	Clock Clock
-	// Defaults fill unset Spec fields. If zero, StandardDefaults() is used.
-	Defaults Defaults
-	// NewProber builds a target's Prober from its probe spec. If nil, the
-	// checker owns a probe.Factory and closes it on Close.
-	NewProber func(probe.Spec) (Prober, error)
-	// MaxConcurrentProbes bounds the probes in flight at once. If 0, 256.
-	MaxConcurrentProbes int
-	// ScheduleTick batches probe starts: the scheduler wakes only on
-	// multiples of it (counted from the zero time) and starts every probe
-	// due by then, so each probe starts at most one tick after its due
-	// time and probes due close together start in one wake-up. If 0, each
-	// probe starts at its own due time.
-	ScheduleTick time.Duration
-	// HistorySize is how many events the checker keeps for watchers to
-	// resume from and catch up with. If 0, 10,000.
-	HistorySize int
-	// StartRevision is the revision before the first event, unless the
-	// Store has one, which wins. Zero is fine for one process; pulsed starts
-	// from its start time so that revisions do not go backwards across
-	// restarts of a memory-only registry.
-	StartRevision uint64
-	// Logger receives one line per transition. If nil, nothing is logged.
-	Logger *slog.Logger
-	// Observer is told of every probe result and transition, for metrics.
-	// If nil, nobody is.
-	Observer Observer
-	// MaxTargets bounds the registered targets; MaxTargetsPerGroup bounds
-	// each group's (the empty group included); MaxWatchers bounds the live
-	// watchers. Zero means no limit. Past one, Add or Watch returns a
-	// *LimitError.
-	MaxTargets         int
-	MaxTargetsPerGroup int
-	MaxWatchers        int
-	// Store keeps the registry across restarts: New loads it, Add and Remove
-	// write specs before they return, and state changes are stored before
-	// their events reach a watcher. If nil, the registry lives in memory
-	// only. The caller closes the store after Close. A Store that is also a
-	// PolicyStore keeps group policies too.
-	Store Store
-	// MaxUnhealthyFraction is the panic threshold of groups without a
-	// policy of their own (see SetGroupPolicy): at most
-	// floor(MaxUnhealthyFraction x targets) of a group, and always at least
-	// one, are marked unhealthy at once. In [0, 1]; if 0, 1: no threshold.
-	// pulsed's default is 0.5.
-	MaxUnhealthyFraction float64
-	// Overload tunes how the scheduler decides it is overloaded; the zero
-	// value is the documented defaults.
-	Overload OverloadPolicy
-	// Shared, when set, puts the registry in a registry shared by several
-	// replicas (see Shared) instead of Store, which must then be nil. The
-	// caller feeds the shared registry's changes to ApplyShared.
-	Shared Shared
-}
-
-// Observer receives what the checker does, outside its locks. Its methods
-// are called concurrently, must return quickly and must not call back into
-// the checker.
-type Observer interface {
-	// ObserveProbe is called after each probe that ran to completion.
-	ObserveProbe(spec Spec, r Result)
-	// ObserveTransition is called after each transition is recorded.
-	ObserveTransition(tr Transition)
-}
 
 // Checker is the registry of targets and their states. Its methods are safe
 // for concurrent use. Create it with New; call Start to probe on schedule and
@@ -248,216 +64,85 @@ type Observer interface {
 type Checker struct {
 	clock     Clock
 	defaults  Defaults
-	newProber func(probe.Spec) (Prober, error)
 	factory   *probe.Factory // owned, closed on Close; nil if NewProber was given
-	logger    *slog.Logger
-	limits    Config        // MaxTargets, MaxTargetsPerGroup, MaxWatchers
-	observer  Observer      // nil if none
-	wake      chan struct{} // tells the scheduler the schedule changed
-
-	scheduled     chan struct{} // closed after the scheduler's first pass
-	scheduledOnce sync.Once
-
-	ctx       context.Context // ends when Close is called
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup // the scheduler and its probes
-	startOnce sync.Once
+	store     Store          // nil: memory only
+	wmu       sync.Mutex     // serialises spec and policy writes to the store
+	reg       *registry
+	sched     *scheduler
+	commit    *committer   // nil without a store
+	repl      *replication // nil without a shared registry
+	hub       *hub
 	closeOnce sync.Once
-
-	store      Store   // nil: memory only
-	policyDflt float64 // MaxUnhealthyFraction in force for groups without their own
-	overload   OverloadPolicy
-	tick       time.Duration // Config.ScheduleTick
-	waiting    atomic.Int64  // probes waiting for a slot
-	lastLag    atomic.Int64  // how late the last probe started, in ns
-	wmu        sync.Mutex    // serialises Add and Remove with a store: one spec write at a time
-	commitWake chan struct{} // tells the committer there is work
-	commitStop chan struct{} // closed by Close
-	commitDone chan struct{} // closed when the committer has stopped
-	live       liveStamps    // progress stamps for a Watchdog; see liveness.go
-
-	// Lock order: wmu, then mu, then hmu.
-	mu      sync.Mutex // protects targets, pools, due, rev, pending, reports, ov, pool, closed and every *target
-	targets map[string]*target
-	pools   map[string]*pool // by group, "" included; see policy.go
-	due     dueHeap
-	rev     uint64    // the newest event's revision, published or not
-	pending []pending // events waiting for the committer, in revision order
-	reports []Event   // events to log and observe once mu is released
-	ov      overloadState
-	pool    probePool // the probe queue and its workers; see pool.go
-	closed  bool
-
-	hmu       sync.Mutex                       // protects hist, watchers, every *Watcher's position, published and storeErr
-	hist      history                          // published events; hist.last is the newest published revision
-	watchers  map[string]map[*Watcher]struct{} // by group filter; "" is every group
-	published chan struct{}                    // closed and replaced at each publication by the committer
-	storeErr  error
-
-	// With a shared registry (see shared.go); applying, mirroring and
-	// proposals are guarded by mu.
-	shared      Shared
-	applying    uint64 // the revision ApplyShared is applying; 0 outside it
-	mirroring   bool   // setStateLocked applies a stored state, not a verdict
-	proposals   []proposal
-	proposeWake chan struct{}
-	proposeDone chan struct{}
-}
-
-// target is one registered target; the fields are guarded by Checker.mu.
-type target struct {
-	spec   Spec
-	prober Prober
-	gen    uint64  // bumped when the probe spec is replaced
-	m      Machine // the verdict
-	state  State   // the published state: the verdict unless a policy holds it
-	flaps  flapLog // the verdict's recent changes
-	last   Result  // the last result, by value: no allocation per result; valid when hasLast
-	lastTr time.Time
-
-	// The flags, together so that they take one word: with the last result
-	// by value the target stays within a 512-byte allocation.
-	held      bool // held routable by its group's panic threshold
-	flapping  bool // held unhealthy by flap damping
-	inFlight  bool
-	hasLast   bool
-	carried   bool // the state was loaded from the store; no fresh result yet
-	owned     bool // with a shared registry: this replica probes the target
-	proposing bool // with a shared registry: a state write is on its way
-
-	slot time.Time // the scheduled start of the last scheduled probe; zero before the first
-	next time.Time // when the next probe is due
-	// startNs is when the next probe starts, in nanoseconds since the
-	// epoch: next, batched by Config.ScheduleTick (see startBy). seq is the
-	// target's number. Both order the due heap.
-	startNs int64
-	seq     uint64
-	index   int // position in the due heap
-
-	active, passive, limited, ignored uint64 // result counts, see Status
-	// The passive outcomes' rate limit, made by the first one: most targets
-	// never report any, and by value it would take the target past 512 bytes.
-	bucket *tokenBucket
-
-	// With a shared registry: the revision of the target's stored state
-	// (owned and proposing are with the flags above).
-	stateRev uint64
-}
-
-// targetSeq numbers targets as they are made: the due heap's order among
-// targets that start at the same time.
-var targetSeq atomic.Uint64
-
-func newTarget(spec Spec, p Prober, state State) *target {
-	return &target{
-		seq:    targetSeq.Add(1),
-		spec:   spec,
-		prober: p,
-		m:      Machine{Model: spec.Model, Rise: spec.Rise, Fall: spec.Fall, State: state},
-		state:  state,
-	}
 }
 
 // New returns a Checker that has not started probing.
 func New(cfg Config) (*Checker, error) {
-	c := &Checker{
-		clock:     cfg.Clock,
-		defaults:  cfg.Defaults,
-		newProber: cfg.NewProber,
-		logger:    cfg.Logger,
-		observer:  cfg.Observer,
-		limits:    Config{MaxTargets: cfg.MaxTargets, MaxTargetsPerGroup: cfg.MaxTargetsPerGroup, MaxWatchers: cfg.MaxWatchers},
-		pools:     make(map[string]*pool),
-		overload:  cfg.Overload,
-		tick:      cfg.ScheduleTick,
-		wake:      make(chan struct{}, 1),
-		scheduled: make(chan struct{}),
-		targets:   make(map[string]*target),
-		watchers:  make(map[string]map[*Watcher]struct{}),
-		rev:       cfg.StartRevision,
+	clock := cfg.Clock
+	if clock == nil {
+		clock = RealClock{}
+	}
+	defaults := cfg.Defaults
+	if defaults == (Defaults{}) {
+		defaults = StandardDefaults()
+	}
+	if err := defaults.Validate(); err != nil {
+		return nil, err
+	}
+	policyDflt := cfg.MaxUnhealthyFraction
+	switch f := policyDflt; {
+	case math.IsNaN(f) || f < 0 || f > 1:
+		return nil, fmt.Errorf("MaxUnhealthyFraction must be in [0, 1], got %v", f)
+	case f == 0:
+		policyDflt = 1
+	}
+	if cfg.Shared != nil {
+		policyDflt = 1 // panic thresholds need one view of the group: see Shared
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	reg := newRegistry(cfg, clock, defaults, logger, policyDflt)
+	sched, err := newScheduler(reg, cfg, clock)
+	if err != nil {
+		return nil, err
+	}
+	c := &Checker{clock: clock, defaults: defaults, store: cfg.Store, reg: reg, sched: sched}
+	newProber := cfg.NewProber
+	if newProber == nil {
+		c.factory = probe.NewFactory()
+		newProber = func(s probe.Spec) (Prober, error) { return c.factory.New(s) }
+	}
+	reg.use(sched, newProber)
+	if cfg.Shared != nil {
+		if cfg.Store != nil {
+			return nil, errors.New("a checker takes a Store or a Shared registry, not both")
+		}
+		if c.repl, err = newReplication(cfg.Shared, reg, logger, sched.closing()); err != nil {
+			c.closeProbers()
+			return nil, err
+		}
+	}
+	if cfg.Store != nil {
+		if err := loadStore(cfg.Store, reg); err != nil {
+			c.closeProbers()
+			return nil, err
+		}
 	}
 	size := cfg.HistorySize
 	if size <= 0 {
 		size = 10000
 	}
-	c.published = make(chan struct{})
-	if c.clock == nil {
-		c.clock = RealClock{}
-	}
-	c.live.base = c.clock.Now()
-	if c.defaults == (Defaults{}) {
-		c.defaults = StandardDefaults()
-	}
-	if err := c.defaults.Validate(); err != nil {
-		return nil, err
-	}
-	switch f := cfg.MaxUnhealthyFraction; {
-	case math.IsNaN(f) || f < 0 || f > 1:
-		return nil, fmt.Errorf("MaxUnhealthyFraction must be in [0, 1], got %v", f)
-	case f == 0:
-		c.policyDflt = 1
-	default:
-		c.policyDflt = f
-	}
-	if err := c.overload.validate(); err != nil {
-		return nil, err
-	}
-	if c.tick < 0 {
-		return nil, fmt.Errorf("ScheduleTick must not be negative, got %v", c.tick)
-	}
-	if c.newProber == nil {
-		c.factory = probe.NewFactory()
-		c.newProber = func(s probe.Spec) (Prober, error) { return c.factory.New(s) }
-	}
-	if c.logger == nil {
-		c.logger = slog.New(slog.DiscardHandler)
-	}
-	n := cfg.MaxConcurrentProbes
-	if n <= 0 {
-		n = 256
-	}
-	c.pool.init(&c.mu, n)
-	if c.overload.MaxWaiting == 0 {
-		c.overload.MaxWaiting = n
-	}
-	if c.overload.RecoverAfter == 0 {
-		c.overload.RecoverAfter = DefaultOverloadRecovery
-	}
-	c.ctx, c.cancel = context.WithCancel(context.Background())
-	if cfg.Shared != nil {
-		if cfg.Store != nil {
-			return nil, errors.New("a checker takes a Store or a Shared registry, not both")
-		}
-		c.shared = cfg.Shared
-		c.policyDflt = 1 // panic thresholds need one view of the group: see Shared
-		rev, err := c.loadShared()
-		if err != nil {
-			c.closeProbers()
-			return nil, err
-		}
-		c.rev = rev
-		c.proposeWake = make(chan struct{}, 1)
-		c.proposeDone = make(chan struct{})
-		go c.proposeLoop()
-	}
+	c.hub = newHub(size, reg.revision(), cfg.MaxWatchers)
 	if cfg.Store != nil {
-		c.store = cfg.Store
-		rev, err := c.load()
-		if err != nil {
-			c.closeProbers()
-			return nil, err
-		}
-		if rev != 0 {
-			// Revisions go on from the store's: a client that resumes
-			// across the restart gets a correct (empty) replay.
-			c.rev = rev
-		}
-		c.commitWake = make(chan struct{}, 1)
-		c.commitStop = make(chan struct{})
-		c.commitDone = make(chan struct{})
-		go c.commitLoop()
+		c.commit = newCommitter(cfg.Store, c.hub, clock, logger, nil)
+		reg.emitTo(c.commit.queue) // published once stored
+	} else {
+		reg.emitTo(func(e Event) { c.hub.publish(e) })
 	}
-	c.hist = newHistory(size, c.rev)
+	if c.repl != nil {
+		c.repl.start(c.hub)
+	}
 	return c, nil
 }
 
@@ -473,160 +158,17 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 	if err := spec.Validate(); err != nil {
 		return Status{}, false, err
 	}
-	if c.shared != nil {
-		return c.addShared(spec)
+	if c.repl != nil {
+		return c.repl.add(spec)
 	}
-	var unused Prober // a prober built but not kept, or the one replaced
-	defer func() { closeProber(unused) }()
-	if c.store != nil {
-		c.wmu.Lock()
-		defer c.wmu.Unlock()
+	if c.store == nil {
+		return c.reg.add(spec, nil)
 	}
-
-	c.mu.Lock()
-	old := c.targets[spec.Name]
-	limitErr := c.checkLimitsLocked(old, spec)
-	if old != nil && old.quarantined() != "" {
-		old = nil // replaced by a target made afresh from this spec
-	}
-	if old != nil {
-		// The initial state only matters to a new target: an update keeps
-		// the one it was created with, so it is no change.
-		spec.InitialState = old.spec.InitialState
-	}
-	sameProbe := old != nil && reflect.DeepEqual(old.spec.Probe, spec.Probe)
-	sameSpec := old != nil && reflect.DeepEqual(old.spec, spec)
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
-		return Status{}, false, ErrClosed
-	}
-	// The prober is built first: a probe the egress policy refuses is a
-	// rejected call (a bad request before a full registry), and a rejected
-	// call stores nothing.
-	var p Prober
-	if !sameProbe {
-		if p, err = c.newProber(spec.Probe); err != nil {
-			return Status{}, false, wrapProbeErr(err)
-		}
-	}
-	if limitErr != nil {
-		unused = p
-		return Status{}, false, limitErr
-	}
-	if c.store != nil && !sameSpec {
-		// Durable before anything changes or is acknowledged; with wmu held
-		// no other Add or Remove can change this target meanwhile.
-		if err := c.store.PutSpec(spec); err != nil {
-			unused = p
-			return Status{}, false, fmt.Errorf("%w: %v", ErrStore, err)
-		}
-	}
-
-	c.mu.Lock()
-	defer c.unlockAndReport()
-	if c.closed {
-		unused = p
-		return Status{}, false, ErrClosed
-	}
-	now := c.clock.Now()
-	t := c.targets[spec.Name]
-	var fixed *target // the quarantined target this spec replaces
-	if t != nil && t.quarantined() != "" {
-		fixed, t = t, nil
-	}
-	if t == nil {
-		if p == nil { // the target was removed while we built the prober
-			if p, err = c.newProber(spec.Probe); err != nil {
-				return Status{}, false, wrapProbeErr(err)
-			}
-		}
-		if fixed == nil {
-			if err := c.checkLimitsLocked(nil, spec); err != nil { // re-checked: others may have added meanwhile
-				unused = p
-				return Status{}, false, err
-			}
-		}
-		t = newTarget(spec, p, spec.InitialState)
-		c.setNextLocked(t, now.Add(firstDelay(spec.Name, spec.Interval)))
-		c.targets[spec.Name] = t
-		c.joinPoolLocked(t)
-		c.due.push(t)
-		c.wakeScheduler()
-		st := c.statusLocked(t, now)
-		if fixed != nil {
-			// Watchers know the name from the quarantined target: the fix is
-			// an update of it.
-			c.emitLocked(Event{Kind: EventUpdated, Time: now, Status: st, prevGroup: fixed.spec.Group})
-			c.settleLocked(spec.Group, now)
-			return st, false, nil
-		}
-		c.emitLocked(Event{Kind: EventAdded, Time: now, Status: st})
-		c.settleLocked(spec.Group, now) // a new routable target may make room
-		return st, true, nil
-	}
-	if reflect.DeepEqual(t.spec, spec) {
-		unused = p
-		return c.statusLocked(t, now), false, nil // nothing changes, no event
-	}
-
-	if p != nil && !reflect.DeepEqual(t.spec.Probe, spec.Probe) {
-		unused, t.prober = t.prober, p
-		t.gen++
-	} else {
-		unused = p
-	}
-	prevGroup := c.setSpecLocked(t, spec)
-	c.emitLocked(Event{Kind: EventUpdated, Time: now, Status: c.statusLocked(t, now), prevGroup: prevGroup})
-	// What the new spec changes in the state comes after the update, as
-	// transitions of its own: a model change that drops the suspect state,
-	// damping turned off, a group with more or less room.
-	why := cause{reason: "spec changed"}
-	if prevGroup != spec.Group {
-		why = cause{reason: fmt.Sprintf("moved to group %q", spec.Group)}
-	}
-	if _, changed := t.m.SetModel(spec.Model); changed {
-		why = cause{reason: "model changed to " + spec.Model.String()}
-	}
-	if t.flapping && spec.FlapThreshold == 0 {
-		c.endFlappingLocked(t, now, "flap damping turned off")
-		why = cause{reason: "flap damping turned off"}
-	}
-	c.updateLocked(t, now, why)
-	if prevGroup != spec.Group {
-		c.settleLocked(prevGroup, now)
-		c.dropPoolLocked(prevGroup)
-	}
-	c.settleLocked(spec.Group, now)
-	if want := now.Add(t.spec.IntervalFor(t.m)); want.Before(t.next) {
-		c.setNextLocked(t, want)
-		c.due.fix(t)
-		c.wakeScheduler()
-	}
-	return c.statusLocked(t, now), false, nil
-}
-
-// setSpecLocked gives t a new spec, moving it between pools if its group
-// changes, and returns the group it was in.
-func (c *Checker) setSpecLocked(t *target, spec Spec) (prevGroup string) {
-	prevGroup = t.spec.Group
-	if prevGroup != spec.Group {
-		c.leavePoolLocked(t)
-	}
-	t.spec = spec
-	t.m.Rise, t.m.Fall = spec.Rise, spec.Fall
-	if prevGroup != spec.Group {
-		c.joinPoolLocked(t)
-	}
-	return prevGroup
-}
-
-func wrapProbeErr(err error) error {
-	var fe *probe.FieldError
-	if errors.As(err, &fe) {
-		return &FieldError{fe.Field, fe.Reason}
-	}
-	return err
+	// With wmu held no other Add or Remove changes the target while its
+	// spec is written.
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.reg.add(spec, c.store.PutSpec)
 }
 
 // Remove unregisters a target and reports whether it existed. A result that
@@ -634,155 +176,135 @@ func wrapProbeErr(err error) error {
 // durable when Remove returns; a failure to store it returns an error
 // wrapping ErrStore and removes nothing.
 func (c *Checker) Remove(name string) (bool, error) {
-	if c.shared != nil {
-		return c.removeShared(name)
+	if c.repl != nil {
+		return c.repl.remove(name)
 	}
-	if c.store != nil {
-		c.wmu.Lock()
-		defer c.wmu.Unlock()
-		c.mu.Lock()
-		_, ok := c.targets[name]
-		c.mu.Unlock()
-		if !ok {
-			return false, nil
-		}
-		if err := c.store.DeleteTarget(name); err != nil {
-			return false, fmt.Errorf("%w: %v", ErrStore, err)
-		}
+	if c.store == nil {
+		return c.reg.remove(name, nil)
 	}
-	c.mu.Lock()
-	t, ok := c.targets[name]
-	if ok {
-		now := c.clock.Now()
-		delete(c.targets, name)
-		if t.quarantined() != "" { // in no heap and no pool
-			c.emitLocked(Event{Kind: EventRemoved, Time: now, Status: c.statusLocked(t, now)})
-		} else {
-			c.due.remove(t)
-			c.leavePoolLocked(t)
-			c.emitLocked(Event{Kind: EventRemoved, Time: now, Status: c.statusLocked(t, now)})
-			c.settleLocked(t.spec.Group, now) // fewer unhealthy targets: room for held ones
-			c.dropPoolLocked(t.spec.Group)
-		}
-	}
-	c.unlockAndReport()
-	if ok {
-		closeProber(t.prober)
-	}
-	return ok, nil
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.reg.remove(name, c.store.DeleteTarget)
 }
 
 // Status returns a snapshot of one target, or an error wrapping
 // ErrUnknownTarget.
-func (c *Checker) Status(name string) (Status, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t, ok := c.targets[name]
-	if !ok {
-		return Status{}, fmt.Errorf("%w %q", ErrUnknownTarget, name)
-	}
-	return c.statusLocked(t, c.clock.Now()), nil
-}
+func (c *Checker) Status(name string) (Status, error) { return c.reg.status(name) }
 
 // List returns every target's status sorted by name, and the revision they
 // are at; a non-empty group keeps only that group's targets. With a store,
 // List returns once that revision is stored and published, so a watch from
 // it can start at once.
 func (c *Checker) List(group string) ([]Status, uint64) {
-	list, rev := c.list(group)
-	if c.store != nil {
-		c.waitPublished(rev)
-	}
+	list, rev := c.reg.list(group)
+	_ = c.hub.wait(context.Background(), rev, nil) // with a store, the committer may not have published rev yet
 	return list, rev
-}
-
-func (c *Checker) list(group string) ([]Status, uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := c.clock.Now()
-	out := make([]Status, 0, len(c.targets))
-	for _, t := range c.targets {
-		if group == "" || t.spec.Group == group {
-			out = append(out, c.statusLocked(t, now))
-		}
-	}
-	slices.SortFunc(out, func(a, b Status) int { return cmp.Compare(a.Spec.Name, b.Spec.Name) })
-	return out, c.rev
 }
 
 // Healthy returns the names of routable targets sorted by name (seed 000's
 // healthy(), with seed 001's suspect targets counted as routable); a
 // non-empty group keeps only that group's targets.
-func (c *Checker) Healthy(group string) []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []string
-	for name, t := range c.targets {
-		if (group == "" || t.spec.Group == group) && t.state.routable() {
-			out = append(out, name)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// checkLimitsLocked says whether adding spec (replacing old, if any) stays
-// within the limits.
-func (c *Checker) checkLimitsLocked(old *target, spec Spec) error {
-	if old == nil && c.limits.MaxTargets > 0 && len(c.targets) >= c.limits.MaxTargets {
-		return &LimitError{What: "targets", Max: c.limits.MaxTargets}
-	}
-	joins := old == nil || old.spec.Group != spec.Group || old.quarantined() != "" // a quarantined target is in no pool
-	if joins && c.limits.MaxTargetsPerGroup > 0 && c.pools[spec.Group].size() >= c.limits.MaxTargetsPerGroup {
-		return &LimitError{What: fmt.Sprintf("targets in group %q", spec.Group), Max: c.limits.MaxTargetsPerGroup}
-	}
-	return nil
-}
+func (c *Checker) Healthy(group string) []string { return c.reg.healthy(group) }
 
 // GroupHealth counts a group's targets and how many of them are routable.
 // A group exists while total > 0.
-func (c *Checker) GroupHealth(group string) (routable, total int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, t := range c.targets {
-		if t.spec.Group == group {
-			total++
-			if t.state.routable() {
-				routable++
-			}
-		}
+func (c *Checker) GroupHealth(group string) (routable, total int) { return c.reg.groupHealth(group) }
+
+// Watch returns a watcher of the events matching f.
+//
+// With start 0 it begins with a snapshot: Snapshot returns every matching
+// target's status at the current revision R, and Next returns the events
+// after R. With start N > 0 Next returns the events after N; N older than the
+// history returns a *CompactedError, N ahead of the current revision a
+// *FutureRevisionError. If the checker is closed, Watch returns ErrClosed.
+func (c *Checker) Watch(f Filter, start uint64) (*Watcher, error) {
+	w := c.hub.newWatcher(f)
+	// The registry holds its lock from the snapshot until the watcher is
+	// in place: no event after the snapshot's revision is missed.
+	err := c.reg.watch(w.matchesTarget, start, func(snap []Status, start uint64, snapshot bool) error {
+		return c.hub.watch(w, snap, start, snapshot)
+	})
+	if err != nil {
+		return nil, err
 	}
-	return routable, total
+	return w, nil
 }
 
-func (c *Checker) statusLocked(t *target, now time.Time) Status {
-	st := Status{
-		Spec:            t.spec,
-		State:           t.state,
-		Routable:        t.state.routable(),
-		PassStreak:      t.m.PassStreak,
-		FailStreak:      t.m.FailStreak,
-		LastTransition:  t.lastTr,
-		CarriedOver:     t.carried,
-		Verdict:         t.m.State,
-		PanicHeld:       t.held,
-		Flapping:        t.flapping,
-		Transitions:     t.flaps.count(now, t.spec.flapWindow()),
-		ProbeInterval:   t.spec.IntervalFor(t.m),
-		NextProbe:       t.next,
-		Probing:         t.inFlight,
-		ActiveResults:   t.active,
-		PassiveResults:  t.passive,
-		PassiveLimited:  t.limited,
-		IgnoredTimeouts: t.ignored,
-		Quarantined:     t.quarantined(),
+// Watchers returns how many watchers are live.
+func (c *Checker) Watchers() int { return c.hub.count() }
+
+// Revision returns the revision of the newest published event: a watch
+// can resume from it.
+func (c *Checker) Revision() uint64 { return c.hub.revision() }
+
+// ReportOutcome feeds a passive outcome to the named target's machine,
+// exactly as a probe result would be (rise, fall, the model and the pool
+// policies all apply), when its spec has PassiveOutcomes. Outcomes are
+// rate-limited per target by a token bucket of Spec.PassiveRate a second
+// with a burst of as many: one over the rate is dropped, counted in
+// Status.PassiveLimited, and ReportOutcome returns counted false and no
+// error. A passive result does not go to the Observer (which sees probes).
+//
+// Errors: a *FieldError for a bad outcome, ErrUnknownTarget, an error
+// wrapping ErrPassiveDisabled, ErrClosed.
+func (c *Checker) ReportOutcome(name string, o Outcome) (st Status, counted bool, err error) {
+	if err := o.Validate(); err != nil {
+		return Status{}, false, err
 	}
-	if t.hasLast {
-		r := t.last
-		st.LastResult = &r
+	if c.repl != nil {
+		return Status{}, false, fmt.Errorf("%w: passive outcomes need one view of a target's results; report them to a pulsed with the embedded registry", ErrNotShared)
 	}
-	return st
+	return c.reg.reportOutcome(name, o)
 }
+
+// SetGroupPolicy sets a group's policy; the zero GroupPolicy clears it, so
+// the defaults apply again. The group need not have targets yet. Raising
+// the threshold releases held targets at once, in name order; lowering it
+// marks no target unhealthy by itself, it only holds later transitions.
+//
+// The empty group is not a pool (a *FieldError on "group"), nor is a
+// fraction outside (0, 1] valid (a *FieldError on "max_unhealthy_fraction").
+// With a Store that is a PolicyStore the policy is durable when
+// SetGroupPolicy returns (an error wrapping ErrStore changes nothing);
+// with another Store, or none, policies live in memory only.
+func (c *Checker) SetGroupPolicy(group string, p GroupPolicy) (GroupStatus, error) {
+	if err := checkGroupPolicy(group, p); err != nil {
+		return GroupStatus{}, err
+	}
+	if c.repl != nil {
+		if f := p.MaxUnhealthyFraction; f != 0 && f != 1 {
+			return GroupStatus{}, fmt.Errorf("%w: a panic threshold needs one view of the group's results; only max_unhealthy_fraction 1 (no threshold) is accepted", ErrNotShared)
+		}
+		return c.reg.groupStatus(group), nil
+	}
+	if ps, ok := c.store.(PolicyStore); ok {
+		c.wmu.Lock()
+		defer c.wmu.Unlock()
+		if err := ps.PutGroupPolicy(group, p); err != nil {
+			return GroupStatus{}, fmt.Errorf("%w: %v", ErrStore, err)
+		}
+	}
+	return c.reg.setGroupPolicy(group, p)
+}
+
+// Groups returns the status of every named group that has targets or a
+// policy, sorted by name; a non-empty group returns only that one (none if
+// it has neither).
+func (c *Checker) Groups(group string) []GroupStatus { return c.reg.groups(group) }
+
+// Start begins probing every target on its interval, in the background,
+// until Close. Calling it more than once has no further effect. See
+// scheduler.start for how targets are scheduled.
+func (c *Checker) Start() { c.sched.start() }
+
+// Scheduled is closed once the scheduler has made its first pass over the
+// registry: every target loaded or registered before Start has its first
+// probe scheduled. Readiness checks wait for it.
+func (c *Checker) Scheduled() <-chan struct{} { return c.sched.scheduledCh() }
+
+// Overload returns the checker's overload state, for status pages and
+// metrics. It is safe for concurrent use.
+func (c *Checker) Overload() OverloadStatus { return c.sched.status() }
 
 // RunRound probes every target once, concurrently, each under its own
 // timeout, then applies the results in name order under the lock and returns
@@ -791,265 +313,83 @@ func (c *Checker) statusLocked(t *target, now time.Time) Status {
 // never stops the others. The transitions include those the results cause
 // in other targets (a panic hold released). The probes share the
 // scheduler's workers and its MaxConcurrentProbes bound.
-func (c *Checker) RunRound(ctx context.Context) []Transition {
-	c.mu.Lock()
-	now := c.clock.Now()
-	var jobs []job
-	for _, t := range c.targets {
-		if !t.inFlight && (c.shared == nil || t.owned) && t.quarantined() == "" {
-			jobs = append(jobs, c.jobLocked(t, now))
-		}
-	}
-	slices.SortFunc(jobs, func(a, b job) int { return cmp.Compare(a.t.spec.Name, b.t.spec.Name) })
-	rd := &round{ctx: ctx, out: make([]outcome, len(jobs)), left: len(jobs), done: make(chan struct{})}
-	if len(jobs) == 0 {
-		close(rd.done)
-	}
-	for i := range jobs {
-		jobs[i].round, jobs[i].i = rd, i
-		c.enqueueLocked(jobs[i])
-	}
-	c.dispatchLocked()
-	c.unlockAndReport()
-	<-rd.done
+func (c *Checker) RunRound(ctx context.Context) []Transition { return c.sched.runRound(ctx) }
 
-	c.mu.Lock()
-	mark := len(c.reports)
-	for i, j := range jobs {
-		o := rd.out[i]
-		if o.skipped {
-			if c.targets[j.t.spec.Name] == j.t {
-				j.t.inFlight = false
-			}
-			continue
-		}
-		c.applyLocked(ctx, j.t, j.gen, j.due, o.r, o.timedOut)
-	}
-	var trs []Transition
-	for _, e := range c.reports[mark:] {
-		if e.Kind == EventTransition {
-			trs = append(trs, e.Transition)
-		}
-	}
-	c.unlockAndReport()
-	slices.SortStableFunc(trs, func(a, b Transition) int { return cmp.Compare(a.Target, b.Target) })
-	return trs
-}
-
-// probeArgs is what a probe needs from its target, read under c.mu when
-// the probe starts.
-type probeArgs struct {
-	prober     Prober
-	timeout    time.Duration
-	maxLatency time.Duration
-	spec       *Spec // the target's spec for the Observer; nil without one
-}
-
-// probe runs one probe under its own timeout and turns the outcome into a
-// Result; timedOut says the probe ran into its own timeout. A panicking
-// prober is a failed probe.
-func (c *Checker) probe(ctx context.Context, a probeArgs) (r Result, timedOut bool) {
-	start := c.clock.Now()
-	pctx, cancel := c.clock.WithTimeout(ctx, a.timeout)
-	err := safeProbe(pctx, a.prober)
-	expired := errors.Is(pctx.Err(), context.DeadlineExceeded)
-	cancel()
-	r, timedOut = c.result(a, start, c.clock.Now(), err, expired)
-	if a.spec != nil && ctx.Err() == nil {
-		c.observer.ObserveProbe(*a.spec, r)
-	}
-	return r, timedOut
-}
-
-// result turns a probe's outcome into a Result: err is what the prober
-// returned, expired whether the probe's deadline has passed.
-func (c *Checker) result(a probeArgs, start, end time.Time, err error, expired bool) (r Result, timedOut bool) {
-	r = Result{Pass: err == nil, Latency: end.Sub(start), Time: end}
-	panicked, _ := err.(*panicError) // safeProbe's own, never wrapped; As would allocate per probe
+// StoreErr returns the last error storing state changes, or nil once a
+// commit succeeds again; with a shared registry, the last error writing
+// to it (see SetSharedErr). Readiness checks report it.
+func (c *Checker) StoreErr() error {
 	switch {
-	case panicked != nil:
-		r.Err = panicked.Error()
-	case err != nil && (expired || errors.Is(err, context.DeadlineExceeded)):
-		timedOut = true
-		r.Err = fmt.Sprintf("timeout after %v", a.timeout)
-	case err != nil:
-		r.Err = probe.Describe(err)
-	case a.maxLatency > 0 && r.Latency > a.maxLatency:
-		r.Pass = false
-		r.Err = fmt.Sprintf("slow: %v > %v", r.Latency.Round(time.Millisecond), a.maxLatency)
+	case c.commit != nil:
+		return c.commit.err()
+	case c.repl != nil:
+		return c.repl.err()
 	}
-	return r, timedOut
+	return nil
 }
 
-func safeProbe(ctx context.Context, p Prober) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &panicError{v}
-		}
-	}()
-	return p.Probe(ctx)
-}
-
-// panicError is a prober's panic, which is a failed probe, whatever the
-// clock says by the time it is recovered.
-type panicError struct{ v any }
-
-func (e *panicError) Error() string { return fmt.Sprintf("probe panicked: %v", e.v) }
-
-// applyLocked records the result of t's probe that was scheduled at probe
-// generation gen and due at due. The result is discarded when the
-// target was removed, its probe spec replaced, or the run cancelled (a
-// probe cut short by shutdown says nothing about the target). A timeout of
-// a probe that overlapped an overload is kept as the last result but does
-// not count (stale is not down).
-func (c *Checker) applyLocked(ctx context.Context, t *target, gen uint64, due time.Time, r Result, timedOut bool) {
-	if c.targets[t.spec.Name] != t {
-		return
-	}
-	t.inFlight = false
-	if t.gen != gen || ctx.Err() != nil {
-		return
-	}
-	now := c.clock.Now()
-	c.checkRecoveryLocked(now)
-	if timedOut && c.overloadedSinceLocked(due) {
-		r.Ignored = true
-		t.last, t.hasLast = r, true
-		t.ignored++
-		c.ov.ignored++
-		c.rescheduleLocked(t, now)
-		return
-	}
-	t.active++
-	c.observeLocked(t, r, now)
-	c.rescheduleLocked(t, now)
-}
-
-// observeLocked feeds one result, active or passive, to t's machine and
-// applies the policies to what comes out.
-func (c *Checker) observeLocked(t *target, r Result, now time.Time) {
-	t.last, t.hasLast = r, true
-	t.carried = false
-	_, changed := t.m.Observe(r.Pass)
-	c.verdictLocked(t, changed, now, cause{result: r})
-}
-
-// cause is why a target's state changes: the result that tipped it, or a
-// reason when no result did.
-type cause struct {
-	result Result
-	reason string
-}
-
-// setStateLocked changes t's published state, keeps its pool's counts and
-// records the transition.
-func (c *Checker) setStateLocked(t *target, to State, now time.Time, why cause) {
-	from := t.state
-	if from == to {
-		return
-	}
-	if c.shared != nil && !c.mirroring {
-		c.proposeLocked(t, to, now, why)
-		return
-	}
-	if p := c.pools[t.spec.Group]; p != nil && from.routable() != to.routable() {
-		if to.routable() {
-			p.down--
-		} else {
-			p.down++
-		}
-	}
-	t.state = to
-	t.lastTr = now
-	tr := Transition{
-		Target: t.spec.Name,
-		Group:  t.spec.Group,
-		From:   from,
-		To:     to,
-		Time:   now,
-		Reason: why.reason,
-	}
-	if why.reason == "" {
-		tr.Result = why.result
-	}
-	c.emitLocked(Event{Kind: EventTransition, Time: now, Transition: tr})
-}
-
-// unlockAndReport releases mu, then logs the events recorded meanwhile and
-// tells the observer of the transitions, outside the locks.
-func (c *Checker) unlockAndReport() {
-	evs := c.reports
-	c.reports = nil
-	c.mu.Unlock()
-	for _, e := range evs {
-		c.report(e)
+// ApplyShared applies changes read from the shared registry, in revision
+// order, then moves the checker's revision to rev (at least that of the
+// last change): every replica applies the same changes and so shows the
+// same targets, states and events. One goroutine calls it. Without a
+// shared registry it does nothing.
+func (c *Checker) ApplyShared(changes []SharedChange, rev uint64) {
+	if c.repl != nil {
+		c.repl.apply(changes, rev)
 	}
 }
 
-func (c *Checker) report(e Event) {
-	if e.Kind != EventTransition {
-		c.reportPolicy(e)
-		return
+// WaitRevision waits until the checker has applied rev, for a watcher that
+// resumes on this replica from a revision another replica gave it. It
+// returns ctx's error if ctx ends first. Without a shared registry it
+// returns at once.
+func (c *Checker) WaitRevision(ctx context.Context, rev uint64) error {
+	if c.repl == nil {
+		return nil
 	}
-	tr := e.Transition
-	if c.observer != nil {
-		c.observer.ObserveTransition(tr)
+	return c.repl.await(ctx, rev)
+}
+
+// SetSharedErr records that the shared registry cannot be reached (or nil
+// once it can again): readiness and ListTargets report it. Without a
+// shared registry it does nothing.
+func (c *Checker) SetSharedErr(err error) {
+	if c.repl != nil {
+		c.repl.setErr(err)
 	}
-	attrs := []any{"target", tr.Target, "group", tr.Group, "from", tr.From.String(), "to", tr.To.String(), "revision", tr.Revision}
-	if tr.Result.Err != "" {
-		attrs = append(attrs, "error", tr.Result.Err)
+}
+
+// Replica returns this replica's member ID and the live members, sorted,
+// when the shared registry tells them; empty otherwise.
+func (c *Checker) Replica() (id string, members []string) {
+	if c.repl == nil {
+		return "", nil
 	}
-	if tr.Reason != "" {
-		attrs = append(attrs, "reason", tr.Reason)
-	}
-	c.logger.Info(tr.String(), attrs...)
+	return c.repl.replica()
 }
 
 // Close stops the scheduler, waits for probes in flight, ends every
 // watcher with ErrClosed and closes every prober. It is idempotent.
 func (c *Checker) Close() error {
 	c.closeOnce.Do(func() {
-		c.stopWorkers() // cancels c.ctx
-		c.wg.Wait()
-		if c.store != nil {
-			close(c.commitStop) // the committer stores what is pending, then stops
-			<-c.commitDone
+		c.sched.stop() // cancels the scheduler's context, which ends the replication's proposer
+		if c.commit != nil {
+			c.commit.close() // it stores what is queued, then stops
 		}
-		if c.shared != nil {
-			<-c.proposeDone
+		if c.repl != nil {
+			c.repl.wait()
 		}
-		c.mu.Lock()
-		c.closed = true
-		c.hmu.Lock()
-		for _, set := range c.watchers {
-			for w := range set {
-				c.endLocked(w, ErrClosed)
-			}
-		}
-		c.hmu.Unlock()
-		c.mu.Unlock()
+		c.reg.close(c.hub.close)
 		c.closeProbers()
 	})
 	return nil
 }
 
+// closeProbers closes every target's prober and the factory the checker
+// owns.
 func (c *Checker) closeProbers() {
-	c.mu.Lock()
-	probers := make([]Prober, 0, len(c.targets))
-	for _, t := range c.targets {
-		probers = append(probers, t.prober)
-	}
-	c.mu.Unlock()
-	for _, p := range probers {
-		closeProber(p)
-	}
+	c.reg.closeProbers()
 	if c.factory != nil {
 		c.factory.Close()
-	}
-}
-
-func closeProber(p Prober) {
-	if cl, ok := p.(io.Closer); ok {
-		_ = cl.Close()
 	}
 }

@@ -1,23 +1,85 @@
 package checker
 
-import "time"
+import (
+	"context"
+	"log/slog"
+	"time"
+)
 
 // AddUnchecked registers a new target as Add does, but skips WithDefaults
 // and Validate and makes its first probe due at first: it is how a spec
 // that no rule bounded (a bug, or data from elsewhere) would reach the
 // scheduler, for tests that show the scheduler survives it.
 func (c *Checker) AddUnchecked(spec Spec, first time.Time) error {
-	p, err := c.newProber(spec.Probe)
+	p, err := c.reg.newProber(spec.Probe)
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	defer c.unlockAndReport()
+	c.reg.mu.Lock()
+	defer c.reg.unlockAndReport()
 	t := newTarget(spec, p, StateUnhealthy)
-	c.setNextLocked(t, first)
-	c.targets[spec.Name] = t
-	c.joinPoolLocked(t)
-	c.due.push(t)
-	c.wakeScheduler()
+	c.reg.targets[spec.Name] = t
+	c.reg.joinPoolLocked(t)
+	c.sched.addLocked(t, first)
 	return nil
+}
+
+// Hub is the watch hub, exported for its unit tests.
+type Hub = hub
+
+// NewHub returns a watch hub on its own: a history of size events after
+// rev, and at most maxWatchers watchers (0: no limit).
+func NewHub(size int, rev uint64, maxWatchers int) *Hub { return newHub(size, rev, maxWatchers) }
+
+// Publish publishes events, in revision order.
+func (h *hub) Publish(evs ...Event) { h.publish(evs...) }
+
+// Advance moves the newest revision to rev without an event.
+func (h *hub) Advance(rev uint64) { h.advance(rev) }
+
+// Watch adds a watcher of f from start; snapshot says start is a
+// snapshot's revision rather than a resume.
+func (h *hub) Watch(f Filter, start uint64, snapshot bool) (*Watcher, error) {
+	w := h.newWatcher(f)
+	if err := h.watch(w, nil, start, snapshot); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// Wait waits until rev is published, ctx ends or the hub closes.
+func (h *hub) Wait(ctx context.Context, rev uint64) error { return h.wait(ctx, rev, nil) }
+
+// Close ends every watcher.
+func (h *hub) Close() { h.close() }
+
+// Count returns the live watchers.
+func (h *hub) Count() int { return h.count() }
+
+// Revision returns the newest published revision.
+func (h *hub) Revision() uint64 { return h.revision() }
+
+// Committer is the committer, exported for its unit tests.
+type Committer = committer
+
+// NewCommitter starts a committer of store's state changes to h; after is
+// its backoff's timer.
+func NewCommitter(store Store, h *Hub, clock Clock, after func(time.Duration) <-chan time.Time) *Committer {
+	return newCommitter(store, h, clock, slog.New(slog.DiscardHandler), after)
+}
+
+// Queue queues an event, as the registry does.
+func (c *committer) Queue(e Event) { c.queue(e) }
+
+// Err returns the last error storing.
+func (c *committer) Err() error { return c.err() }
+
+// Close flushes and stops the committer.
+func (c *committer) Close() { c.close() }
+
+// Due returns when the committer was due to make progress; ok is false
+// while it owes none.
+func (c *committer) Due() (due time.Time, ok bool) {
+	ns := c.stamp.due.Load()
+	return c.stamp.base.Add(time.Duration(ns - 1)), ns != 0
 }

@@ -22,7 +22,7 @@ import (
 //     state changes until it has stored and published it, and from the end
 //     of a retry's backoff; waiting for work it owes nothing (work queued
 //     wakes it at once, so work waiting means it is busy or backing off);
-//   - the watch hub (the history and the watchers, under hmu) and the
+//   - the watch hub (the history and the watchers, under the hub's lock) and the
 //     checker's lock (mu) are probed: the Watchdog's probe goroutine takes
 //     the lock and releases it, and the probe's age is the age of the
 //     oldest wait for the lock. A probe still waiting past the timeout means
@@ -69,36 +69,32 @@ func (s Stall) String() string {
 }
 
 // progress is a progress stamp: when its component was due to make
-// progress, as one plus the nanoseconds after liveStamps.base on the
-// checker's clock, or 0 while it owes none. Its component writes it, a
-// Watchdog reads it; no lock guards it.
-type progress struct{ due atomic.Int64 }
-
-// liveStamps are the checker's progress stamps.
-type liveStamps struct {
-	base      time.Time // the clock's time at New: stamps are offsets from it (monotonic with RealClock)
-	scheduler progress
-	committer progress
+// progress, as one plus the nanoseconds after base on the checker's
+// clock, or 0 while it owes none. Its component writes it, a Watchdog
+// reads it; no lock guards it.
+type progress struct {
+	base time.Time // set before use: stamps are offsets from it (monotonic with RealClock)
+	due  atomic.Int64
 }
 
 // set records that p's component owes progress from due on; a zero due
 // means it owes none.
-func (l *liveStamps) set(p *progress, due time.Time) {
+func (p *progress) set(due time.Time) {
 	if due.IsZero() {
 		p.due.Store(0)
 		return
 	}
-	p.due.Store(max(int64(due.Sub(l.base)), 0) + 1)
+	p.due.Store(max(int64(due.Sub(p.base)), 0) + 1)
 }
 
 // overdue returns how long p's component has owed progress at now; owing
 // is false when it owes none.
-func (l *liveStamps) overdue(p *progress, now time.Time) (d time.Duration, owing bool) {
+func (p *progress) overdue(now time.Time) (d time.Duration, owing bool) {
 	due := p.due.Load()
 	if due == 0 {
 		return 0, false
 	}
-	return now.Sub(l.base) - time.Duration(due-1), true
+	return now.Sub(p.base) - time.Duration(due-1), true
 }
 
 // WatchdogConfig configures a Watchdog. Every field is optional.
@@ -164,12 +160,15 @@ func NewWatchdog(c *Checker, cfg WatchdogConfig) (*Watchdog, error) {
 		logger:   cfg.Logger,
 		onChange: cfg.OnChange,
 		locks: [2]lockProbe{
-			{component: ComponentWatchHub, lock: &c.hmu},
-			{component: ComponentLock, lock: &c.mu},
+			{component: ComponentWatchHub, lock: c.hub.locker()},
+			{component: ComponentLock, lock: c.reg.locker()},
 		},
 		episodes: make(map[string]time.Time),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
+	}
+	for i := range w.locks {
+		w.locks[i].waiting.base = c.clock.Now()
 	}
 	if w.timeout == 0 {
 		w.timeout = DefaultLivenessTimeout
@@ -253,18 +252,20 @@ func (w *Watchdog) Check(now time.Time) []Stall {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []Stall
-	live := &w.c.live
-	if d, owing := live.overdue(&live.scheduler, now); owing && d > w.timeout {
+	sched, commit := w.c.stamps()
+	if d, owing := sched.overdue(now); owing && d > w.timeout {
 		out = append(out, Stall{Component: ComponentScheduler, For: d})
 	}
-	if d, owing := live.overdue(&live.committer, now); owing && d > w.timeout {
-		out = append(out, Stall{Component: ComponentCommitter, For: d})
+	if commit != nil {
+		if d, owing := commit.overdue(now); owing && d > w.timeout {
+			out = append(out, Stall{Component: ComponentCommitter, For: d})
+		}
 	}
 	for i := range w.locks {
 		p := &w.locks[i]
-		d, owing := live.overdue(&p.waiting, now)
+		d, owing := p.waiting.overdue(now)
 		if !owing {
-			live.set(&p.waiting, now)
+			p.waiting.set(now)
 			go func() {
 				p.lock.Lock()
 				p.lock.Unlock() // an empty critical section: the probe only measures the wait
@@ -304,4 +305,13 @@ func (w *Watchdog) noteLocked(now time.Time, out []Stall) {
 	if changed && w.onChange != nil {
 		w.onChange(slices.Clone(out))
 	}
+}
+
+// stamps returns the progress stamps of the scheduler and, with a store,
+// of the committer (nil without one).
+func (c *Checker) stamps() (sched, commit *progress) {
+	if c.commit != nil {
+		commit = c.commit.progress()
+	}
+	return c.sched.progress(), commit
 }

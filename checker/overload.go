@@ -76,7 +76,7 @@ type OverloadStatus struct {
 	IgnoredTimeouts uint64
 }
 
-// overloadState is guarded by Checker.mu.
+// overloadState is guarded by the registry's lock.
 type overloadState struct {
 	degraded  bool
 	since     time.Time
@@ -86,59 +86,58 @@ type overloadState struct {
 	ignored   uint64
 }
 
-// Overload returns the checker's overload state, for status pages and
-// metrics. It is safe for concurrent use.
-func (c *Checker) Overload() OverloadStatus {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// status returns the overload state; see Checker.Overload.
+func (s *scheduler) status() OverloadStatus {
+	s.reg.lock()
+	defer s.reg.unlock()
 	return OverloadStatus{
-		Degraded:        c.ov.degraded,
-		Since:           c.ov.since,
-		Reason:          c.ov.reason,
-		Lag:             time.Duration(c.lastLag.Load()),
-		Waiting:         int(c.waiting.Load()),
-		InFlight:        c.pool.running,
-		MaxConcurrent:   c.pool.max,
-		IgnoredTimeouts: c.ov.ignored,
+		Degraded:        s.ov.degraded,
+		Since:           s.ov.since,
+		Reason:          s.ov.reason,
+		Lag:             time.Duration(s.lastLag.Load()),
+		Waiting:         int(s.waiting.Load()),
+		InFlight:        s.pool.running,
+		MaxConcurrent:   s.pool.max,
+		IgnoredTimeouts: s.ov.ignored,
 	}
 }
 
 // signLocked records a sign of overload, entering the degraded state at the
 // first one.
-func (c *Checker) signLocked(now time.Time, reason string) {
-	if c.closed {
+func (s *scheduler) signLocked(now time.Time, reason string) {
+	if s.reg.closedLocked() {
 		return
 	}
-	c.ov.lastSign = now
-	if c.ov.degraded {
+	s.ov.lastSign = now
+	if s.ov.degraded {
 		return
 	}
-	c.ov.degraded, c.ov.since, c.ov.reason = true, now, reason
-	c.emitLocked(Event{Kind: EventCheckerDegraded, Time: now, Policy: PolicyChange{
+	s.ov.degraded, s.ov.since, s.ov.reason = true, now, reason
+	s.reg.emitLocked(Event{Kind: EventCheckerDegraded, Time: now, Policy: PolicyChange{
 		Text: "checker degraded: " + reason + "; its own probe timeouts do not count until it recovers",
 	}})
 }
 
 // checkRecoveryLocked ends the overload once no sign was seen for
 // RecoverAfter and no more probes wait than the threshold allows.
-func (c *Checker) checkRecoveryLocked(now time.Time) {
-	if !c.ov.degraded || now.Sub(c.ov.lastSign) < c.overload.RecoverAfter {
+func (s *scheduler) checkRecoveryLocked(now time.Time) {
+	if !s.ov.degraded || now.Sub(s.ov.lastSign) < s.overload.RecoverAfter {
 		return
 	}
-	if max := c.overload.MaxWaiting; max > 0 && int(c.waiting.Load()) >= max {
+	if max := s.overload.MaxWaiting; max > 0 && int(s.waiting.Load()) >= max {
 		return
 	}
-	c.ov.degraded, c.ov.recovered = false, now
-	c.emitLocked(Event{Kind: EventCheckerRecovered, Time: now, Policy: PolicyChange{
-		Text: fmt.Sprintf("checker recovered: no sign of overload for %v (degraded since %s: %s)", c.overload.RecoverAfter, c.ov.since.Format(time.RFC3339), c.ov.reason),
+	s.ov.degraded, s.ov.recovered = false, now
+	s.reg.emitLocked(Event{Kind: EventCheckerRecovered, Time: now, Policy: PolicyChange{
+		Text: fmt.Sprintf("checker recovered: no sign of overload for %v (degraded since %s: %s)", s.overload.RecoverAfter, s.ov.since.Format(time.RFC3339), s.ov.reason),
 	}})
-	c.ov.since, c.ov.reason = time.Time{}, ""
+	s.ov.since, s.ov.reason = time.Time{}, ""
 }
 
 // overloadedSinceLocked reports whether the checker was degraded at some
 // time since due: it is now, or it recovered after due.
-func (c *Checker) overloadedSinceLocked(due time.Time) bool {
-	return c.ov.degraded || (!c.ov.recovered.IsZero() && !c.ov.recovered.Before(due))
+func (s *scheduler) overloadedSinceLocked(due time.Time) bool {
+	return s.ov.degraded || (!s.ov.recovered.IsZero() && !s.ov.recovered.Before(due))
 }
 
 func plural(n int, word string) string {

@@ -54,7 +54,9 @@ func (o Outcome) Validate() error {
 	return nil
 }
 
-// ReportOutcome feeds a passive outcome to the named target's machine,
+// reportOutcome is ReportOutcome for a valid outcome.
+//
+// It feeds a passive outcome to the named target's machine,
 // exactly as a probe result would be (rise, fall, the model and the pool
 // policies all apply), when its spec has PassiveOutcomes. Outcomes are
 // rate-limited per target by a token bucket of Spec.PassiveRate a second
@@ -64,19 +66,13 @@ func (o Outcome) Validate() error {
 //
 // Errors: a *FieldError for a bad outcome, ErrUnknownTarget, an error
 // wrapping ErrPassiveDisabled, ErrClosed.
-func (c *Checker) ReportOutcome(name string, o Outcome) (st Status, counted bool, err error) {
-	if err := o.Validate(); err != nil {
-		return Status{}, false, err
-	}
-	if c.shared != nil {
-		return Status{}, false, fmt.Errorf("%w: passive outcomes need one view of a target's results; report them to a pulsed with the embedded registry", ErrNotShared)
-	}
-	c.mu.Lock()
-	defer c.unlockAndReport()
-	if c.closed {
+func (r *registry) reportOutcome(name string, o Outcome) (st Status, counted bool, err error) {
+	r.mu.Lock()
+	defer r.unlockAndReport()
+	if r.closed {
 		return Status{}, false, ErrClosed
 	}
-	t, ok := c.targets[name]
+	t, ok := r.targets[name]
 	if !ok {
 		return Status{}, false, fmt.Errorf("%w %q", ErrUnknownTarget, name)
 	}
@@ -86,26 +82,26 @@ func (c *Checker) ReportOutcome(name string, o Outcome) (st Status, counted bool
 	if !t.spec.PassiveOutcomes {
 		return Status{}, false, fmt.Errorf("target %q: %w", name, ErrPassiveDisabled)
 	}
-	now := c.clock.Now()
+	now := r.clock.Now()
 	if t.bucket == nil {
 		t.bucket = new(tokenBucket)
 	}
 	if !t.bucket.take(now, t.spec.passiveRate()) {
 		t.limited++
-		return c.statusLocked(t, now), false, nil
+		return r.statusLocked(t, now), false, nil
 	}
-	r := Result{Pass: o.Pass, Latency: o.Latency, Err: o.Err, Time: now, Passive: true}
+	res := Result{Pass: o.Pass, Latency: o.Latency, Err: o.Err, Time: now, Passive: true}
 	switch {
-	case !r.Pass && r.Err == "":
-		r.Err = "request failed"
-	case r.Pass && t.spec.MaxLatency > 0 && r.Latency > t.spec.MaxLatency:
-		r.Pass = false
-		r.Err = fmt.Sprintf("slow: %v > %v", r.Latency.Round(time.Millisecond), t.spec.MaxLatency)
+	case !res.Pass && res.Err == "":
+		res.Err = "request failed"
+	case res.Pass && t.spec.MaxLatency > 0 && res.Latency > t.spec.MaxLatency:
+		res.Pass = false
+		res.Err = fmt.Sprintf("slow: %v > %v", res.Latency.Round(time.Millisecond), t.spec.MaxLatency)
 	}
 	t.passive++
-	c.observeLocked(t, r, now)
-	c.rescheduleLocked(t, now)
-	return c.statusLocked(t, now), true, nil
+	r.observeLocked(t, res, now)
+	r.sched.rescheduleLocked(t, now)
+	return r.statusLocked(t, now), true, nil
 }
 
 // tokenBucket rate-limits passive outcomes. It is a value with no clock:

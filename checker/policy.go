@@ -9,7 +9,7 @@ import (
 )
 
 // Pool policies. They decide a target's published state from its verdict
-// (its Machine's state) and live here, in the registry, under Checker.mu:
+// (its Machine's state) and live here, in the registry, under its lock:
 // the panic threshold looks across a group's targets, flap damping at a
 // target's recent history, and neither belongs in the pure Machine.
 //
@@ -54,7 +54,7 @@ type GroupStatus struct {
 	Held []string
 }
 
-// pool is a group's counts and policy state; guarded by Checker.mu. The
+// pool is a group's counts and policy state; guarded by the registry's lock. The
 // empty group has one too (for its counts) but is never a pool: ungrouped
 // targets are independent, so its threshold never holds them.
 type pool struct {
@@ -82,32 +82,32 @@ func maxUnhealthy(f float64, n int) int {
 	return max(1, int(math.Floor(f*float64(n)+1e-9)))
 }
 
-func (c *Checker) fractionLocked(p *pool) float64 {
+func (r *registry) fractionLocked(p *pool) float64 {
 	if p != nil && p.policy.MaxUnhealthyFraction > 0 {
 		return p.policy.MaxUnhealthyFraction
 	}
-	return c.policyDflt
+	return r.policyDflt
 }
 
-func (c *Checker) poolLocked(group string) *pool {
-	p := c.pools[group]
+func (r *registry) poolLocked(group string) *pool {
+	p := r.pools[group]
 	if p == nil {
 		p = &pool{held: make(map[string]*target)}
-		c.pools[group] = p
+		r.pools[group] = p
 	}
 	return p
 }
 
 // dropPoolLocked forgets an empty group without a policy.
-func (c *Checker) dropPoolLocked(group string) {
-	if p := c.pools[group]; p != nil && p.n == 0 && p.policy == (GroupPolicy{}) {
-		delete(c.pools, group)
+func (r *registry) dropPoolLocked(group string) {
+	if p := r.pools[group]; p != nil && p.n == 0 && p.policy == (GroupPolicy{}) {
+		delete(r.pools, group)
 	}
 }
 
 // joinPoolLocked counts t in its group.
-func (c *Checker) joinPoolLocked(t *target) {
-	p := c.poolLocked(t.spec.Group)
+func (r *registry) joinPoolLocked(t *target) {
+	p := r.poolLocked(t.spec.Group)
 	p.n++
 	if !t.state.routable() {
 		p.down++
@@ -116,8 +116,8 @@ func (c *Checker) joinPoolLocked(t *target) {
 
 // leavePoolLocked takes t out of its group's counts and holds; the caller
 // settles the group afterwards.
-func (c *Checker) leavePoolLocked(t *target) {
-	p := c.pools[t.spec.Group]
+func (r *registry) leavePoolLocked(t *target) {
+	p := r.pools[t.spec.Group]
 	if p == nil {
 		return
 	}
@@ -134,13 +134,13 @@ func (c *Checker) leavePoolLocked(t *target) {
 // verdictLocked applies flap damping after a result (or another change of
 // t's machine) and then brings t's state in line; changed says the verdict
 // changed.
-func (c *Checker) verdictLocked(t *target, changed bool, now time.Time, why cause) {
+func (r *registry) verdictLocked(t *target, changed bool, now time.Time, why cause) {
 	if changed {
 		t.flaps.record(now, t.spec.flapWindow())
 		if th := t.spec.FlapThreshold; th > 0 && !t.flapping {
 			if n := t.flaps.count(now, t.spec.flapWindow()); n >= th {
 				t.flapping = true
-				c.emitLocked(Event{Kind: EventFlappingStarted, Time: now, Policy: PolicyChange{
+				r.emitLocked(Event{Kind: EventFlappingStarted, Time: now, Policy: PolicyChange{
 					Group: t.spec.Group, Target: t.spec.Name, Transitions: n,
 					Text: fmt.Sprintf("%s: flapping, %d transitions in %v; held unhealthy until stable for %v", t.spec.Name, n, t.spec.flapWindow(), t.spec.flapStableFor()),
 				}})
@@ -148,17 +148,17 @@ func (c *Checker) verdictLocked(t *target, changed bool, now time.Time, why caus
 		}
 	} else if t.flapping && now.Sub(t.flaps.last()) >= t.spec.flapStableFor() {
 		reason := fmt.Sprintf("stable for %v after flapping", t.spec.flapStableFor())
-		c.endFlappingLocked(t, now, reason)
+		r.endFlappingLocked(t, now, reason)
 		why = cause{reason: reason}
 	}
-	c.updateLocked(t, now, why)
+	r.updateLocked(t, now, why)
 }
 
 // endFlappingLocked releases t from flap damping; the caller then updates
 // its state.
-func (c *Checker) endFlappingLocked(t *target, now time.Time, reason string) {
+func (r *registry) endFlappingLocked(t *target, now time.Time, reason string) {
 	t.flapping = false
-	c.emitLocked(Event{Kind: EventFlappingEnded, Time: now, Policy: PolicyChange{
+	r.emitLocked(Event{Kind: EventFlappingEnded, Time: now, Policy: PolicyChange{
 		Group: t.spec.Group, Target: t.spec.Name, Transitions: t.flaps.count(now, t.spec.flapWindow()),
 		Text: fmt.Sprintf("%s: no longer flapping, %s", t.spec.Name, reason),
 	}})
@@ -167,13 +167,13 @@ func (c *Checker) endFlappingLocked(t *target, now time.Time, reason string) {
 // updateLocked brings t's published state in line with its verdict and the
 // policies: flap damping wants it unhealthy, and the group's threshold may
 // hold a move to unhealthy.
-func (c *Checker) updateLocked(t *target, now time.Time, why cause) {
+func (r *registry) updateLocked(t *target, now time.Time, why cause) {
 	want := t.m.State
 	if t.flapping && want != StateUnhealthy {
 		want = StateUnhealthy
 		why = cause{reason: fmt.Sprintf("flapping: %d transitions in %v", t.flaps.count(now, t.spec.flapWindow()), t.spec.flapWindow())}
 	}
-	p := c.pools[t.spec.Group]
+	p := r.pools[t.spec.Group]
 	switch {
 	case want.routable() || !t.state.routable():
 		// No hold needed: routable, or already out (only unhealthy is not
@@ -182,29 +182,29 @@ func (c *Checker) updateLocked(t *target, now time.Time, why cause) {
 			t.held = false
 			delete(p.held, t.spec.Name)
 		}
-		c.setStateLocked(t, want, now, why)
+		r.setStateLocked(t, want, now, why)
 	case t.held:
 		return // still held: settleLocked releases held targets in name order
-	case t.spec.Group == "" || p.down < maxUnhealthy(c.fractionLocked(p), p.n):
-		c.setStateLocked(t, want, now, why)
+	case t.spec.Group == "" || p.down < maxUnhealthy(r.fractionLocked(p), p.n):
+		r.setStateLocked(t, want, now, why)
 	default:
 		t.held = true
 		p.held[t.spec.Name] = t
 	}
 	// A recovery makes room for held targets; a new hold is a panic.
-	c.settleLocked(t.spec.Group, now)
+	r.settleLocked(t.spec.Group, now)
 }
 
 // settleLocked releases a group's held targets, in name order, while it has
 // room, and announces the group entering or leaving panic. It is called
 // after anything that may change a group's room: a transition, a target
 // added, removed or moved, a policy changed.
-func (c *Checker) settleLocked(group string, now time.Time) {
-	p := c.pools[group]
+func (r *registry) settleLocked(group string, now time.Time) {
+	p := r.pools[group]
 	if p == nil || group == "" {
 		return
 	}
-	allowed := maxUnhealthy(c.fractionLocked(p), p.n)
+	allowed := maxUnhealthy(r.fractionLocked(p), p.n)
 	if len(p.held) > 0 && p.down < allowed {
 		for _, name := range sortedKeys(p.held) {
 			if p.down >= allowed {
@@ -213,7 +213,7 @@ func (c *Checker) settleLocked(group string, now time.Time) {
 			t := p.held[name]
 			t.held = false
 			delete(p.held, name)
-			c.setStateLocked(t, StateUnhealthy, now, cause{reason: fmt.Sprintf("released from group %s's panic hold (%d of %d unhealthy, at most %d)", group, p.down+1, p.n, allowed)})
+			r.setStateLocked(t, StateUnhealthy, now, cause{reason: fmt.Sprintf("released from group %s's panic hold (%d of %d unhealthy, at most %d)", group, p.down+1, p.n, allowed)})
 		}
 	}
 	panicNow := len(p.held) > 0
@@ -228,7 +228,7 @@ func (c *Checker) settleLocked(group string, now time.Time) {
 		kind = EventPanicEntered
 		pc.Text = fmt.Sprintf("%s: panic entered, holding %s (%d of %d unhealthy, at most %d)", group, strings.Join(pc.Held, ", "), p.down, p.n, allowed)
 	}
-	c.emitLocked(Event{Kind: kind, Time: now, Policy: pc})
+	r.emitLocked(Event{Kind: kind, Time: now, Policy: pc})
 }
 
 func sortedKeys(m map[string]*target) []string {
@@ -249,78 +249,68 @@ func ValidateFraction(f float64) error {
 	return nil
 }
 
-// SetGroupPolicy sets a group's policy; the zero GroupPolicy clears it, so
-// the defaults apply again. The group need not have targets yet. Raising
-// the threshold releases held targets at once, in name order; lowering it
-// marks no target unhealthy by itself, it only holds later transitions.
-//
-// The empty group is not a pool (a *FieldError on "group"), nor is a
-// fraction outside (0, 1] valid (a *FieldError on "max_unhealthy_fraction").
-// With a Store that is a PolicyStore the policy is durable when
-// SetGroupPolicy returns (an error wrapping ErrStore changes nothing);
-// with another Store, or none, policies live in memory only.
-func (c *Checker) SetGroupPolicy(group string, p GroupPolicy) (GroupStatus, error) {
+// checkGroupPolicy returns a *FieldError for a group that is not a pool
+// (the empty group) or a bad name, or a fraction outside (0, 1].
+func checkGroupPolicy(group string, p GroupPolicy) error {
 	if group == "" {
-		return GroupStatus{}, &FieldError{"group", "is required: targets without a group are not a pool"}
+		return &FieldError{"group", "is required: targets without a group are not a pool"}
 	}
 	if err := ValidateGroup(group); err != nil {
-		return GroupStatus{}, &FieldError{"group", err.Error()}
+		return &FieldError{"group", err.Error()}
 	}
 	if err := ValidateFraction(p.MaxUnhealthyFraction); err != nil {
-		return GroupStatus{}, &FieldError{"max_unhealthy_fraction", err.Error()}
+		return &FieldError{"max_unhealthy_fraction", err.Error()}
 	}
-	if c.shared != nil {
-		if f := p.MaxUnhealthyFraction; f != 0 && f != 1 {
-			return GroupStatus{}, fmt.Errorf("%w: a panic threshold needs one view of the group's results; only max_unhealthy_fraction 1 (no threshold) is accepted", ErrNotShared)
-		}
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.groupStatusLocked(group), nil
-	}
-	if ps, ok := c.store.(PolicyStore); ok {
-		c.wmu.Lock()
-		defer c.wmu.Unlock()
-		if err := ps.PutGroupPolicy(group, p); err != nil {
-			return GroupStatus{}, fmt.Errorf("%w: %v", ErrStore, err)
-		}
-	}
-	c.mu.Lock()
-	defer c.unlockAndReport()
-	if c.closed {
+	return nil
+}
+
+// setGroupPolicy sets a valid group policy (see SetGroupPolicy), which the
+// caller has stored if it keeps policies.
+func (r *registry) setGroupPolicy(group string, p GroupPolicy) (GroupStatus, error) {
+	r.mu.Lock()
+	defer r.unlockAndReport()
+	if r.closed {
 		return GroupStatus{}, ErrClosed
 	}
-	c.poolLocked(group).policy = p
-	c.settleLocked(group, c.clock.Now())
-	st := c.groupStatusLocked(group)
-	c.dropPoolLocked(group)
+	r.poolLocked(group).policy = p
+	r.settleLocked(group, r.clock.Now())
+	st := r.groupStatusLocked(group)
+	r.dropPoolLocked(group)
 	return st, nil
 }
 
-// Groups returns the status of every named group that has targets or a
+// groups returns the status of every named group that has targets or a
 // policy, sorted by name; a non-empty group returns only that one (none if
 // it has neither).
-func (c *Checker) Groups(group string) []GroupStatus {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+func (r *registry) groups(group string) []GroupStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	var out []GroupStatus
 	if group != "" {
-		if _, ok := c.pools[group]; ok {
-			out = append(out, c.groupStatusLocked(group))
+		if _, ok := r.pools[group]; ok {
+			out = append(out, r.groupStatusLocked(group))
 		}
 		return out
 	}
-	for g := range c.pools {
+	for g := range r.pools {
 		if g != "" {
-			out = append(out, c.groupStatusLocked(g))
+			out = append(out, r.groupStatusLocked(g))
 		}
 	}
 	slices.SortFunc(out, func(a, b GroupStatus) int { return strings.Compare(a.Group, b.Group) })
 	return out
 }
 
-func (c *Checker) groupStatusLocked(group string) GroupStatus {
-	p := c.poolLocked(group)
-	f := c.fractionLocked(p)
+// groupStatus returns a group's status.
+func (r *registry) groupStatus(group string) GroupStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.groupStatusLocked(group)
+}
+
+func (r *registry) groupStatusLocked(group string) GroupStatus {
+	p := r.poolLocked(group)
+	f := r.fractionLocked(p)
 	return GroupStatus{
 		Group:                group,
 		Policy:               p.policy,
@@ -334,7 +324,7 @@ func (c *Checker) groupStatusLocked(group string) GroupStatus {
 }
 
 // reportPolicy logs a policy event; it runs outside the locks.
-func (c *Checker) reportPolicy(e Event) {
+func (r *registry) reportPolicy(e Event) {
 	attrs := []any{"event", e.Kind.String(), "revision", e.Revision}
 	if e.Policy.Group != "" {
 		attrs = append(attrs, "group", e.Policy.Group)
@@ -344,9 +334,9 @@ func (c *Checker) reportPolicy(e Event) {
 	}
 	switch e.Kind {
 	case EventPanicEntered, EventFlappingStarted, EventCheckerDegraded:
-		c.logger.Warn(e.Policy.Text, attrs...)
+		r.logger.Warn(e.Policy.Text, attrs...)
 	default:
-		c.logger.Info(e.Policy.Text, attrs...)
+		r.logger.Info(e.Policy.Text, attrs...)
 	}
 }
 

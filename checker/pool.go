@@ -1,10 +1,15 @@
 package checker
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
+
+	"pulse/checker/probe"
 )
 
 // The probe pool: a FIFO queue of jobs and at most MaxConcurrentProbes
@@ -13,22 +18,24 @@ import (
 // checker that falls behind holds its backlog in a slice (about 64 bytes a
 // target) rather than in goroutine stacks. Workers wake one another, or
 // start, one at a time as jobs need them (see spreadLocked), up to the
-// bound, and stay until Close; an idle worker waits on a condition of c.mu.
+// bound, and stay until Close; an idle worker waits on a condition of the
+// registry's lock, which guards the pool.
 //
-// A worker takes c.mu once per probe: to apply the result of the probe it
+// A worker takes the registry's lock once per probe: to apply the result of the probe it
 // just ran and, in the same critical section, to take its next job. An
 // asynchronous probe (AsyncProber) holds no worker while it waits: the
-// worker takes its next job at once, and asyncDone takes c.mu to apply the
-// result when it comes. The queue and the counts below are guarded by c.mu.
+// worker takes its next job at once, and asyncDone takes the lock to apply
+// the result when it comes. The queue and the counts below are guarded by
+// the registry's lock.
 
-// probePool is the Checker's pool state; guarded by Checker.mu.
+// probePool is the scheduler's pool state; guarded by the registry's lock.
 type probePool struct {
 	max     int        // the bound: MaxConcurrentProbes
 	queue   jobQueue   // jobs waiting for a worker
 	workers int        // workers started and not yet stopped
 	idle    int        // workers waiting for a job
 	running int        // jobs taken by a worker and not yet applied
-	cond    *sync.Cond // on Checker.mu: signalled when a job is queued or the pool stops
+	cond    *sync.Cond // on the registry's lock: signalled when a job is queued or the pool stops
 }
 
 func (p *probePool) init(mu *sync.Mutex, max int) {
@@ -44,7 +51,7 @@ func (p *probePool) waiting() int {
 
 // job is one probe to run, queued until a worker takes it. It holds the
 // target rather than a copy of its spec: the worker reads what it needs
-// under c.mu when it takes the job.
+// under the registry's lock when it takes the job.
 type job struct {
 	t        *target
 	gen      uint64        // t.gen when the probe was scheduled: a job outlived by its probe spec (or, shared, its ownership) is not run
@@ -58,7 +65,7 @@ type job struct {
 type round struct {
 	ctx  context.Context
 	out  []outcome
-	left int           // jobs not done; guarded by c.mu
+	left int           // jobs not done; guarded by the registry's lock
 	done chan struct{} // closed when left reaches 0
 }
 
@@ -108,7 +115,7 @@ func (q *jobQueue) pop() (job, bool) {
 }
 
 // jobLocked marks t as having a probe in flight and returns its job.
-func (c *Checker) jobLocked(t *target, due time.Time) job {
+func (s *scheduler) jobLocked(t *target, due time.Time) job {
 	t.inFlight = true
 	return job{t: t, gen: t.gen, due: due, interval: t.spec.IntervalFor(t.m)}
 }
@@ -116,27 +123,27 @@ func (c *Checker) jobLocked(t *target, due time.Time) job {
 // enqueueLocked queues j for a worker. Once the checker is stopping, a
 // scheduled job is dropped and a round's job is done unprobed. Call
 // dispatchLocked after queueing.
-func (c *Checker) enqueueLocked(j job) {
-	if c.ctx.Err() != nil {
-		c.finishSkippedLocked(j)
+func (s *scheduler) enqueueLocked(j job) {
+	if s.ctx.Err() != nil {
+		s.finishSkippedLocked(j)
 		return
 	}
-	c.pool.queue.push(j)
+	s.pool.queue.push(j)
 }
 
 // dispatchLocked wakes a worker for the queued jobs and takes a queue
 // longer than the free workers as a sign of overload.
-func (c *Checker) dispatchLocked() {
-	p := &c.pool
+func (s *scheduler) dispatchLocked() {
+	p := &s.pool
 	n := p.queue.len()
 	if n == 0 {
 		return
 	}
-	c.spreadLocked()
+	s.spreadLocked()
 	waiting := p.waiting()
-	c.waiting.Store(int64(waiting))
-	if max := c.overload.MaxWaiting; !c.overload.Disabled && max > 0 && waiting >= max {
-		c.signLocked(c.clock.Now(), fmt.Sprintf("%d %s waiting for a slot (threshold %d)", waiting, plural(waiting, "probe"), max))
+	s.waiting.Store(int64(waiting))
+	if max := s.overload.MaxWaiting; !s.overload.Disabled && max > 0 && waiting >= max {
+		s.signLocked(s.clock.Now(), fmt.Sprintf("%d %s waiting for a slot (threshold %d)", waiting, plural(waiting, "probe"), max))
 	}
 }
 
@@ -145,45 +152,52 @@ func (c *Checker) dispatchLocked() {
 // and, before it blocks on a probe, calls spreadLocked for the rest; an
 // asynchronous probe does not block, so a single worker starts a whole
 // batch of them without waking the others.
-func (c *Checker) spreadLocked() {
-	p := &c.pool
+func (s *scheduler) spreadLocked() {
+	p := &s.pool
 	switch {
 	case p.queue.len() == 0:
 	case p.idle > 0:
 		p.cond.Signal()
-	case p.workers < p.max && c.ctx.Err() == nil: // no worker starts once Close waits for them
+	case p.workers < p.max && s.ctx.Err() == nil: // no worker starts once Close waits for them
 		p.workers++
-		c.wg.Go(c.work)
+		s.wg.Go(s.work)
 	}
 }
 
 // stopWorkers cancels the checker's context and the asynchronous probes
 // in flight, and wakes every idle worker so that it sees it. Workers finish the queue (dropping what is queued) and
 // stop; no worker starts afterwards.
-func (c *Checker) stopWorkers() {
-	c.mu.Lock()
-	c.cancel()
-	c.pool.cond.Broadcast()
+func (s *scheduler) stopWorkers() {
+	s.reg.lock()
+	s.cancel()
+	s.pool.cond.Broadcast()
 	var async []AsyncProber
-	for _, t := range c.targets {
+	s.reg.eachLocked(func(t *target) {
 		if ap, ok := t.prober.(AsyncProber); ok && t.inFlight {
 			async = append(async, ap)
 		}
-	}
-	c.mu.Unlock()
-	for _, ap := range async { // not under c.mu: their results take it
+	})
+	s.reg.unlock()
+	for _, ap := range async { // not under the lock: their results take it
 		ap.CancelAsync()
 	}
 }
 
+// stop stops the scheduler and its workers and waits for them and for the
+// asynchronous probes in flight.
+func (s *scheduler) stop() {
+	s.stopWorkers()
+	s.wg.Wait()
+}
+
 // work is one worker: it takes jobs until the checker stops and the queue
 // is empty.
-func (c *Checker) work() {
+func (s *scheduler) work() {
 	var (
 		spec Spec // the target's spec for the Observer, copied under mu
 		a    probeArgs
 	)
-	c.mu.Lock()
+	s.reg.lock()
 	for {
 		var (
 			j  job
@@ -191,142 +205,271 @@ func (c *Checker) work() {
 		)
 		// Asynchronous probes count against the bound too; once stopping,
 		// the queue is drained whatever runs.
-		if c.pool.running < c.pool.max || c.ctx.Err() != nil {
-			j, ok = c.pool.queue.pop()
+		if s.pool.running < s.pool.max || s.ctx.Err() != nil {
+			j, ok = s.pool.queue.pop()
 		}
 		if !ok {
-			if c.ctx.Err() != nil {
-				c.pool.workers--
-				c.unlockAndReport()
+			if s.ctx.Err() != nil {
+				s.pool.workers--
+				s.reg.unlockAndReport()
 				return
 			}
-			if len(c.reports) > 0 { // tell of what the last result did before waiting
-				c.unlockAndReport()
-				c.mu.Lock()
+			if s.reg.hasReportsLocked() { // tell of what the last result did before waiting
+				s.reg.unlockAndReport()
+				s.reg.lock()
 				continue
 			}
-			c.pool.idle++
-			c.pool.cond.Wait()
-			c.pool.idle--
+			s.pool.idle++
+			s.pool.cond.Wait()
+			s.pool.idle--
 			continue
 		}
-		ctx := c.ctx
+		ctx := s.ctx
 		if j.round != nil {
 			ctx = j.round.ctx
 		}
-		if c.ctx.Err() != nil || ctx.Err() != nil || c.targets[j.t.spec.Name] != j.t || j.t.gen != j.gen {
-			c.finishSkippedLocked(j)
+		if s.ctx.Err() != nil || ctx.Err() != nil || !s.reg.currentLocked(j.t) || j.t.gen != j.gen {
+			s.finishSkippedLocked(j)
 			continue
 		}
-		c.startLocked(j, &a)
-		if c.observer != nil {
+		s.startLocked(j, &a)
+		if s.observer != nil {
 			spec = j.t.spec
 			a.spec = &spec
 		}
-		c.waiting.Store(int64(c.pool.waiting()))
+		s.waiting.Store(int64(s.pool.waiting()))
 		ap, async := a.prober.(AsyncProber)
 		async = async && j.round == nil
 		if !async {
-			c.spreadLocked() // this worker blocks on the probe
+			s.spreadLocked() // this worker blocks on the probe
 		}
-		c.unlockAndReport()
+		s.reg.unlockAndReport()
 
 		if async {
-			if c.startAsync(j, a, ap) {
-				c.mu.Lock()
+			if s.startAsync(j, a, ap) {
+				s.reg.lock()
 				continue
 			}
-			c.mu.Lock()
-			c.spreadLocked()
-			c.mu.Unlock()
+			s.reg.lock()
+			s.spreadLocked()
+			s.reg.unlock()
 		}
-		r, timedOut := c.probe(ctx, a)
+		r, timedOut := s.probe(ctx, a)
 
-		c.mu.Lock()
-		c.pool.running--
-		c.waiting.Store(int64(c.pool.waiting()))
+		s.reg.lock()
+		s.pool.running--
+		s.waiting.Store(int64(s.pool.waiting()))
 		if j.round != nil {
 			j.round.out[j.i] = outcome{r: r, timedOut: timedOut}
-			c.roundDoneLocked(j.round)
+			s.roundDoneLocked(j.round)
 			continue
 		}
-		c.applyLocked(ctx, j.t, j.gen, j.due, r, timedOut)
+		s.applyLocked(ctx, j.t, j.gen, j.due, r, timedOut)
 	}
 }
 
 // startAsync starts j's probe without waiting for it when its prober can
 // (see AsyncProber), and reports whether it did; asyncDone applies the
-// result. The probe holds a slot and c.wg until then.
-func (c *Checker) startAsync(j job, a probeArgs, ap AsyncProber) bool {
-	start := c.clock.Now()
+// result. The probe holds a slot and s.wg until then.
+func (s *scheduler) startAsync(j job, a probeArgs, ap AsyncProber) bool {
+	start := s.clock.Now()
 	deadline := addDur(start, a.timeout)
-	c.wg.Add(1) // this worker's own count is held: Close is not past wg.Wait
-	if ap.ProbeAsync(deadline, func(err error) { c.asyncDone(j, a, start, deadline, err) }) {
+	s.wg.Add(1) // this worker's own count is held: Close is not past wg.Wait
+	if ap.ProbeAsync(deadline, func(err error) { s.asyncDone(j, a, start, deadline, err) }) {
 		return true
 	}
-	c.wg.Done()
+	s.wg.Done()
 	return false
 }
 
 // asyncDone applies the result of a probe startAsync started, as a worker
 // applies the result of one it ran.
-func (c *Checker) asyncDone(j job, a probeArgs, start, deadline time.Time, err error) {
-	defer c.wg.Done()
-	end := c.clock.Now()
-	r, timedOut := c.result(a, start, end, err, !end.Before(deadline))
-	c.mu.Lock()
-	c.pool.running--
-	c.waiting.Store(int64(c.pool.waiting()))
-	if c.pool.queue.len() > 0 && c.pool.idle > 0 {
-		c.pool.cond.Signal() // a job may have waited for this slot
+func (s *scheduler) asyncDone(j job, a probeArgs, start, deadline time.Time, err error) {
+	defer s.wg.Done()
+	end := s.clock.Now()
+	r, timedOut := s.result(a, start, end, err, !end.Before(deadline))
+	s.reg.lock()
+	s.pool.running--
+	s.waiting.Store(int64(s.pool.waiting()))
+	if s.pool.queue.len() > 0 && s.pool.idle > 0 {
+		s.pool.cond.Signal() // a job may have waited for this slot
 	}
 	var spec Spec
-	observe := c.observer != nil && c.ctx.Err() == nil && c.targets[j.t.spec.Name] == j.t && j.t.gen == j.gen
+	observe := s.observer != nil && s.ctx.Err() == nil && s.reg.currentLocked(j.t) && j.t.gen == j.gen
 	if observe {
 		spec = j.t.spec
 	}
-	c.applyLocked(c.ctx, j.t, j.gen, j.due, r, timedOut)
-	c.unlockAndReport()
+	s.applyLocked(s.ctx, j.t, j.gen, j.due, r, timedOut)
+	s.reg.unlockAndReport()
 	if observe {
-		c.observer.ObserveProbe(spec, r)
+		s.observer.ObserveProbe(spec, r)
 	}
 }
 
 // startLocked starts j's probe: it fills a with what the probe needs,
 // counts it running and notes how late it starts (a sign of overload when
 // later than the policy allows).
-func (c *Checker) startLocked(j job, a *probeArgs) {
+func (s *scheduler) startLocked(j job, a *probeArgs) {
 	t := j.t
 	*a = probeArgs{prober: t.prober, timeout: t.spec.Timeout, maxLatency: t.spec.MaxLatency}
-	c.pool.running++
-	now := c.clock.Now()
-	lag := max(now.Sub(c.startBy(j.due, j.interval)), 0) // a tick's batching is not lateness
-	c.lastLag.Store(int64(lag))
-	maxLag := c.overload.MaxLag
+	s.pool.running++
+	now := s.clock.Now()
+	lag := max(now.Sub(s.startBy(j.due, j.interval)), 0) // a tick's batching is not lateness
+	s.lastLag.Store(int64(lag))
+	maxLag := s.overload.MaxLag
 	if maxLag == 0 {
 		maxLag = j.interval
 	}
-	if !c.overload.Disabled && maxLag > 0 && lag > maxLag {
-		c.signLocked(now, fmt.Sprintf("a probe of %s started %v late (threshold %v)", t.spec.Name, lag, maxLag))
+	if !s.overload.Disabled && maxLag > 0 && lag > maxLag {
+		s.signLocked(now, fmt.Sprintf("a probe of %s started %v late (threshold %v)", t.spec.Name, lag, maxLag))
 	}
 }
 
 // finishSkippedLocked ends a job that will not be probed: a round's is
 // done, a scheduled one releases its target.
-func (c *Checker) finishSkippedLocked(j job) {
+func (s *scheduler) finishSkippedLocked(j job) {
 	if j.round != nil {
 		j.round.out[j.i] = outcome{skipped: true}
-		c.roundDoneLocked(j.round)
+		s.roundDoneLocked(j.round)
 		return
 	}
-	if c.targets[j.t.spec.Name] == j.t {
+	if s.reg.currentLocked(j.t) {
 		j.t.inFlight = false
 	}
 }
 
-func (c *Checker) roundDoneLocked(r *round) {
+func (s *scheduler) roundDoneLocked(r *round) {
 	r.left--
 	if r.left == 0 {
 		close(r.done)
 	}
+}
+
+// runRound is RunRound: it queues a job for every target probed here
+// without a probe in flight, waits for them all, then applies the results
+// in name order under the registry's lock.
+func (s *scheduler) runRound(ctx context.Context) []Transition {
+	s.reg.lock()
+	now := s.clock.Now()
+	var jobs []job
+	s.reg.eachLocked(func(t *target) {
+		if !t.inFlight && s.reg.probedLocked(t) {
+			jobs = append(jobs, s.jobLocked(t, now))
+		}
+	})
+	slices.SortFunc(jobs, func(a, b job) int { return cmp.Compare(a.t.spec.Name, b.t.spec.Name) })
+	rd := &round{ctx: ctx, out: make([]outcome, len(jobs)), left: len(jobs), done: make(chan struct{})}
+	if len(jobs) == 0 {
+		close(rd.done)
+	}
+	for i := range jobs {
+		jobs[i].round, jobs[i].i = rd, i
+		s.enqueueLocked(jobs[i])
+	}
+	s.dispatchLocked()
+	s.reg.unlockAndReport()
+	<-rd.done
+
+	s.reg.lock()
+	mark := s.reg.reportsLocked()
+	for i, j := range jobs {
+		o := rd.out[i]
+		if o.skipped {
+			if s.reg.currentLocked(j.t) {
+				j.t.inFlight = false
+			}
+			continue
+		}
+		s.applyLocked(ctx, j.t, j.gen, j.due, o.r, o.timedOut)
+	}
+	trs := s.reg.transitionsSinceLocked(mark)
+	s.reg.unlockAndReport()
+	slices.SortStableFunc(trs, func(a, b Transition) int { return cmp.Compare(a.Target, b.Target) })
+	return trs
+}
+
+// probeArgs is what a probe needs from its target, read under the
+// registry's lock when the probe starts.
+type probeArgs struct {
+	prober     Prober
+	timeout    time.Duration
+	maxLatency time.Duration
+	spec       *Spec // the target's spec for the Observer; nil without one
+}
+
+// probe runs one probe under its own timeout and turns the outcome into a
+// Result; timedOut says the probe ran into its own timeout. A panicking
+// prober is a failed probe.
+func (s *scheduler) probe(ctx context.Context, a probeArgs) (r Result, timedOut bool) {
+	start := s.clock.Now()
+	pctx, cancel := s.clock.WithTimeout(ctx, a.timeout)
+	err := safeProbe(pctx, a.prober)
+	expired := errors.Is(pctx.Err(), context.DeadlineExceeded)
+	cancel()
+	r, timedOut = s.result(a, start, s.clock.Now(), err, expired)
+	if a.spec != nil && ctx.Err() == nil {
+		s.observer.ObserveProbe(*a.spec, r)
+	}
+	return r, timedOut
+}
+
+// result turns a probe's outcome into a Result: err is what the prober
+// returned, expired whether the probe's deadline has passed.
+func (s *scheduler) result(a probeArgs, start, end time.Time, err error, expired bool) (r Result, timedOut bool) {
+	r = Result{Pass: err == nil, Latency: end.Sub(start), Time: end}
+	panicked, _ := err.(*panicError) // safeProbe's own, never wrapped; As would allocate per probe
+	switch {
+	case panicked != nil:
+		r.Err = panicked.Error()
+	case err != nil && (expired || errors.Is(err, context.DeadlineExceeded)):
+		timedOut = true
+		r.Err = fmt.Sprintf("timeout after %v", a.timeout)
+	case err != nil:
+		r.Err = probe.Describe(err)
+	case a.maxLatency > 0 && r.Latency > a.maxLatency:
+		r.Pass = false
+		r.Err = fmt.Sprintf("slow: %v > %v", r.Latency.Round(time.Millisecond), a.maxLatency)
+	}
+	return r, timedOut
+}
+
+func safeProbe(ctx context.Context, p Prober) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &panicError{v}
+		}
+	}()
+	return p.Probe(ctx)
+}
+
+// panicError is a prober's panic, which is a failed probe, whatever the
+// clock says by the time it is recovered.
+type panicError struct{ v any }
+
+func (e *panicError) Error() string { return fmt.Sprintf("probe panicked: %v", e.v) }
+
+// applyLocked records the result of t's probe that was scheduled at probe
+// generation gen and due at due. The result is discarded when the
+// target was removed, its probe spec replaced, or the run cancelled (a
+// probe cut short by shutdown says nothing about the target). A timeout of
+// a probe that overlapped an overload is kept as the last result but does
+// not count (stale is not down).
+func (s *scheduler) applyLocked(ctx context.Context, t *target, gen uint64, due time.Time, r Result, timedOut bool) {
+	if !s.reg.currentLocked(t) {
+		return
+	}
+	t.inFlight = false
+	if t.gen != gen || ctx.Err() != nil {
+		return
+	}
+	now := s.clock.Now()
+	s.checkRecoveryLocked(now)
+	if timedOut && s.overloadedSinceLocked(due) {
+		r.Ignored = true
+		s.ov.ignored++
+		s.reg.ignoreLocked(t, r)
+	} else {
+		s.reg.resultLocked(t, r, now)
+	}
+	s.rescheduleLocked(t, now)
 }

@@ -2,13 +2,87 @@ package checker
 
 import (
 	"container/heap"
+	"context"
+	"fmt"
 	"hash/fnv"
 	"math"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// Start begins probing every target on its interval, in the background,
-// until Close. Calling it more than once has no further effect.
+// scheduler starts the registry's probes on time and applies their
+// results: the due heap and the schedule loop (here), the probe pool, its
+// workers and the asynchronous probe path (pool.go), and the detection of
+// its own overload (overload.go). Data flows one way: the scheduler hands
+// each result to the registry (resultLocked), which decides what it does
+// to the target's state.
+//
+// It has no lock of its own. Its heap, its pool and its overload state,
+// and the scheduling fields of every target (next, slot, startNs, index,
+// inFlight), are guarded by the registry's lock: a result changes a
+// target's machine and, by its new interval, its place in the heap, and
+// doing both in one critical section costs one lock per probe, not two.
+// The registry calls addLocked, removeLocked, rescheduleLocked and
+// hurryLocked with that lock held when a target comes, goes or changes.
+type scheduler struct {
+	reg      *registry // its lock, its targets, where results go
+	clock    Clock
+	observer Observer // nil if none
+	tick     time.Duration
+	overload OverloadPolicy
+	stamp    progress     // see liveness.go
+	waiting  atomic.Int64 // probes waiting for a slot
+	lastLag  atomic.Int64 // how late the last probe started, in ns
+
+	ctx           context.Context // ends when the checker closes
+	cancel        context.CancelFunc
+	wg            sync.WaitGroup // the schedule loop, the workers, the asynchronous probes
+	wake          chan struct{}  // the schedule changed
+	scheduled     chan struct{}  // closed after the first pass
+	scheduledOnce sync.Once
+	startOnce     sync.Once
+
+	// Guarded by the registry's lock.
+	due  dueHeap
+	pool probePool
+	ov   overloadState
+}
+
+// newScheduler returns the scheduler of reg's targets, not started.
+func newScheduler(reg *registry, cfg Config, clock Clock) (*scheduler, error) {
+	s := &scheduler{
+		reg:       reg,
+		clock:     clock,
+		observer:  cfg.Observer,
+		tick:      cfg.ScheduleTick,
+		overload:  cfg.Overload,
+		wake:      make(chan struct{}, 1),
+		scheduled: make(chan struct{}),
+	}
+	if err := s.overload.validate(); err != nil {
+		return nil, err
+	}
+	if s.tick < 0 {
+		return nil, fmt.Errorf("ScheduleTick must not be negative, got %v", s.tick)
+	}
+	n := cfg.MaxConcurrentProbes
+	if n <= 0 {
+		n = 256
+	}
+	s.pool.init(reg.locker(), n)
+	if s.overload.MaxWaiting == 0 {
+		s.overload.MaxWaiting = n
+	}
+	if s.overload.RecoverAfter == 0 {
+		s.overload.RecoverAfter = DefaultOverloadRecovery
+	}
+	s.stamp.base = clock.Now()
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// start begins the schedule loop; see Checker.Start.
 //
 // Scheduling: each target is due at a fixed rate, every Spec.IntervalFor
 // its machine: Interval while steady, FastInterval while on its way to a
@@ -26,56 +100,51 @@ import (
 // probes run at once, on as many workers (see pool.go); the others wait in
 // a queue, first due first served, and the scheduler counts them and how
 // late probes start to tell when it is overloaded (see overload.go).
-func (c *Checker) Start() {
-	c.startOnce.Do(func() {
-		c.startTestHook()
-		c.wg.Go(c.schedule)
+func (s *scheduler) start() {
+	s.startOnce.Do(func() {
+		s.startTestHook()
+		s.wg.Go(s.schedule)
 	})
 }
 
-// Scheduled is closed once the scheduler has made its first pass over the
-// registry: every target loaded or registered before Start has its first
-// probe scheduled. Readiness checks wait for it.
-func (c *Checker) Scheduled() <-chan struct{} { return c.scheduled }
-
-func (c *Checker) schedule() {
+func (s *scheduler) schedule() {
 	for {
-		now := c.clock.Now()
-		c.live.set(&c.live.scheduler, now) // a pass is due: see liveness.go
-		c.mu.Lock()
-		c.testHookLocked()
-		c.dueLocked(now)
-		c.dispatchLocked()
+		now := s.clock.Now()
+		s.stamp.set(now) // a pass is due: see liveness.go
+		s.reg.lock()
+		s.testHookLocked()
+		s.dueLocked(now)
+		s.dispatchLocked()
 		var wake time.Time
-		if len(c.due) > 0 {
-			wake = time.Unix(0, c.due[0].startNs)
+		if len(s.due) > 0 {
+			wake = time.Unix(0, s.due[0].startNs)
 		}
 		if !wake.After(now) { // no target, or the clock at the end of time
 			wake = time.Time{}
 		}
-		c.unlockAndReport()
+		s.reg.unlockAndReport()
 
-		c.scheduledOnce.Do(func() { close(c.scheduled) })
+		s.scheduledOnce.Do(func() { close(s.scheduled) })
 
 		var (
 			timer Timer
 			tick  <-chan time.Time
 		)
 		if !wake.IsZero() {
-			timer = c.clock.TimerAt(wake)
+			timer = s.clock.TimerAt(wake)
 			tick = timer.C()
 		}
-		c.live.set(&c.live.scheduler, wake) // the next pass is due at wake; none if zero
+		s.stamp.set(wake) // the next pass is due at wake; none if zero
 		select {
-		case <-c.ctx.Done():
-		case <-c.wake:
+		case <-s.ctx.Done():
+		case <-s.wake:
 		case <-tick:
 		}
 		if timer != nil {
 			timer.Stop()
 		}
-		if c.ctx.Err() != nil {
-			c.live.set(&c.live.scheduler, time.Time{})
+		if s.ctx.Err() != nil {
+			s.stamp.set(time.Time{})
 			return
 		}
 	}
@@ -85,31 +154,31 @@ func (c *Checker) schedule() {
 // queues the probes to start. It takes each target once: a next probe is
 // after now (see nextSlot), except at the last time UnixNano holds, where
 // none can be; such a target is set aside until the pass ends.
-func (c *Checker) dueLocked(now time.Time) {
+func (s *scheduler) dueLocked(now time.Time) {
 	var stuck []*target
-	for nowNs := now.UnixNano(); len(c.due) > 0 && c.due[0].startNs <= nowNs; {
-		t := c.due[0]
+	for nowNs := now.UnixNano(); len(s.due) > 0 && s.due[0].startNs <= nowNs; {
+		t := s.due[0]
 		if !t.inFlight {
-			c.enqueueLocked(c.jobLocked(t, t.next))
+			s.enqueueLocked(s.jobLocked(t, t.next))
 		}
 		t.slot = t.next
-		c.setNextLocked(t, nextSlot(t.next, t.spec.IntervalFor(t.m), now))
+		s.setNextLocked(t, nextSlot(t.next, t.spec.IntervalFor(t.m), now))
 		if t.startNs <= nowNs {
-			c.due.remove(t)
+			s.due.remove(t)
 			stuck = append(stuck, t)
 			continue
 		}
-		c.due.fix(t)
+		s.due.fix(t)
 	}
 	for _, t := range stuck {
-		c.due.push(t)
+		s.due.push(t)
 	}
 }
 
 // rescheduleLocked moves t's next probe to its last scheduled start plus
 // the interval of its state now, after a result changed it. A target with a
 // probe in flight is left alone: that probe's result reschedules it.
-func (c *Checker) rescheduleLocked(t *target, now time.Time) {
+func (s *scheduler) rescheduleLocked(t *target, now time.Time) {
 	if t.inFlight || t.slot.IsZero() || t.index < 0 {
 		return
 	}
@@ -119,14 +188,14 @@ func (c *Checker) rescheduleLocked(t *target, now time.Time) {
 		next = nextSlot(t.slot, iv, now)
 	}
 	start := t.startNs
-	c.setNextLocked(t, next)
+	s.setNextLocked(t, next)
 	if t.startNs == start {
 		return
 	}
 	earlier := t.startNs < start
-	c.due.fix(t)
+	s.due.fix(t)
 	if earlier {
-		c.wakeScheduler()
+		s.wakeUp()
 	}
 }
 
@@ -136,13 +205,13 @@ func (c *Checker) rescheduleLocked(t *target, now time.Time) {
 // of the scheduler. A target whose interval is under ten ticks is probed
 // at its due time: a tick's delay would be more than a tenth of its
 // interval.
-func (c *Checker) startBy(due time.Time, interval time.Duration) time.Time {
-	if c.tick <= 0 || interval/10 < c.tick { // interval < 10 ticks, without overflow
+func (s *scheduler) startBy(due time.Time, interval time.Duration) time.Time {
+	if s.tick <= 0 || interval/10 < s.tick { // interval < 10 ticks, without overflow
 		return due
 	}
-	w := due.Truncate(c.tick)
+	w := due.Truncate(s.tick)
 	if w.Before(due) {
-		w = addDur(w, c.tick)
+		w = addDur(w, s.tick)
 	}
 	return w
 }
@@ -150,9 +219,9 @@ func (c *Checker) startBy(due time.Time, interval time.Duration) time.Time {
 // setNextLocked sets when t's next probe is due and when it starts; the
 // caller pushes or fixes t in the due heap. Both are clamped to the times
 // UnixNano can hold, whatever the caller computed.
-func (c *Checker) setNextLocked(t *target, next time.Time) {
+func (s *scheduler) setNextLocked(t *target, next time.Time) {
 	t.next = addDur(next, 0)
-	t.startNs = c.startBy(t.next, t.spec.IntervalFor(t.m)).UnixNano()
+	t.startNs = s.startBy(t.next, t.spec.IntervalFor(t.m)).UnixNano()
 }
 
 // nextSlot returns the first time after now on prev's fixed-rate grid. A
@@ -207,9 +276,9 @@ func mulDur(n int64, d time.Duration) time.Duration {
 	return time.Duration(n) * d
 }
 
-func (c *Checker) wakeScheduler() {
+func (s *scheduler) wakeUp() {
 	select {
-	case c.wake <- struct{}{}:
+	case s.wake <- struct{}{}:
 	default:
 	}
 }
@@ -249,3 +318,35 @@ func (h *dueHeap) remove(t *target) {
 		heap.Remove(h, t.index)
 	}
 }
+
+// addLocked schedules a new target's first probe at first.
+func (s *scheduler) addLocked(t *target, first time.Time) {
+	s.setNextLocked(t, first)
+	s.due.push(t)
+	s.wakeUp()
+}
+
+// removeLocked stops scheduling t; a probe in flight is discarded when it
+// ends (the registry no longer has t).
+func (s *scheduler) removeLocked(t *target) {
+	s.due.remove(t)
+}
+
+// hurryLocked brings t's next probe forward to one interval from now if
+// that is sooner, after its spec changed.
+func (s *scheduler) hurryLocked(t *target, now time.Time) {
+	if want := now.Add(t.spec.IntervalFor(t.m)); want.Before(t.next) {
+		s.setNextLocked(t, want)
+		s.due.fix(t)
+		s.wakeUp()
+	}
+}
+
+// progress returns the scheduler's progress stamp, for a Watchdog.
+func (s *scheduler) progress() *progress { return &s.stamp }
+
+// scheduledCh is closed after the first pass; see Checker.Scheduled.
+func (s *scheduler) scheduledCh() <-chan struct{} { return s.scheduled }
+
+// closing returns a context that ends when the checker closes.
+func (s *scheduler) closing() context.Context { return s.ctx }

@@ -86,12 +86,12 @@ func TestSchedulerArithmeticSaturates(t *testing.T) {
 	if d := firstDelay("a", math.MaxInt64); d < 0 {
 		t.Errorf("firstDelay over the largest interval: %v, want not negative", d)
 	}
-	c := &Checker{tick: math.MaxInt64}
-	if got := c.startBy(last, math.MaxInt64); !got.Equal(last) {
+	s := &scheduler{tick: math.MaxInt64}
+	if got := s.startBy(last, math.MaxInt64); !got.Equal(last) {
 		t.Errorf("startBy with the largest tick: %v, want %v", got, last)
 	}
-	c.tick = time.Hour
-	if got := c.startBy(last, math.MaxInt64); !got.Equal(last) {
+	s.tick = time.Hour
+	if got := s.startBy(last, math.MaxInt64); !got.Equal(last) {
 		t.Errorf("startBy of the last time, rounded up to an hour: %v, want %v", got, last)
 	}
 }
@@ -117,14 +117,14 @@ func TestDueLockedEndsAtTheEndOfTime(t *testing.T) {
 	}
 	done := make(chan int)
 	go func() {
-		c.mu.Lock()
-		c.dueLocked(last)
-		n := c.pool.queue.len()
-		c.pool.queue = jobQueue{} // nothing is to run them: Start was not called
-		for _, t := range c.targets {
+		c.reg.mu.Lock()
+		c.sched.dueLocked(last)
+		n := c.sched.pool.queue.len()
+		c.sched.pool.queue = jobQueue{} // nothing is to run them: Start was not called
+		for _, t := range c.reg.targets {
 			t.inFlight = false
 		}
-		c.mu.Unlock()
+		c.reg.mu.Unlock()
 		done <- n
 	}()
 	select {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -124,78 +124,114 @@ func validateShared(spec Spec) error {
 	return nil
 }
 
-// loadShared registers the shared registry's targets without events.
-func (c *Checker) loadShared() (uint64, error) {
-	targets, rev, err := c.shared.Load()
-	if err != nil {
-		return 0, fmt.Errorf("load the shared registry: %w", err)
-	}
-	now := c.clock.Now()
-	for _, st := range targets {
-		c.putSharedLocked(st.Spec, st.State, st.StateRev, now, false)
-	}
-	return rev, nil
+// replication is the etcd-mode adapter between the registry and a Shared
+// registry: it writes specs and the states the registry proposes through
+// Shared, and applies what comes back (ApplyShared) to the registry, then
+// moves the hub to the shared revision. Its lock guards only the queue of
+// proposals; the registry queues them with its own lock held (lock order:
+// the registry's, then the replication's, then the hub's).
+type replication struct {
+	shared  Shared
+	reg     *registry
+	hub     *hub
+	logger  *slog.Logger
+	closing context.Context // ends when the checker closes
+	lastErr errBox          // the shared registry cannot be reached; see SetSharedErr
+
+	wake chan struct{} // there are proposals
+	done chan struct{} // closed when proposeLoop has returned
+
+	mu        sync.Mutex // protects proposals
+	proposals []proposal
 }
 
-// addShared is Add with a shared registry.
-func (c *Checker) addShared(spec Spec) (Status, bool, error) {
+// newReplication loads the shared registry into reg and returns its
+// adapter, not yet started (see start).
+func newReplication(shared Shared, reg *registry, logger *slog.Logger, closing context.Context) (*replication, error) {
+	targets, rev, err := shared.Load()
+	if err != nil {
+		return nil, fmt.Errorf("load the shared registry: %w", err)
+	}
+	rp := &replication{
+		shared:  shared,
+		reg:     reg,
+		logger:  logger,
+		closing: closing,
+		wake:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
+	}
+	reg.link = rp
+	reg.loadShared(targets, rev)
+	return rp, nil
+}
+
+// start makes h the hub ApplyShared moves and runs the proposer until the
+// checker closes.
+func (rp *replication) start(h *hub) {
+	rp.hub = h
+	go rp.proposeLoop()
+}
+
+// wait waits for the proposer to stop, after the checker's context ended.
+func (rp *replication) wait() { <-rp.done }
+
+// owns is Shared.Owns, for the registry.
+func (rp *replication) owns(name string) bool { return rp.shared.Owns(name) }
+
+// propose queues a state to write; the registry calls it with its lock
+// held.
+func (rp *replication) propose(p proposal) {
+	rp.mu.Lock()
+	rp.proposals = append(rp.proposals, p)
+	rp.mu.Unlock()
+	select {
+	case rp.wake <- struct{}{}:
+	default:
+	}
+}
+
+// add is Add with a shared registry.
+func (rp *replication) add(spec Spec) (Status, bool, error) {
 	if err := validateShared(spec); err != nil {
 		return Status{}, false, err
 	}
-	c.mu.Lock()
-	old := c.targets[spec.Name]
-	if old != nil {
-		spec.InitialState = old.spec.InitialState
-	}
-	same := old != nil && reflect.DeepEqual(old.spec, spec)
-	closed := c.closed
-	limitErr := c.checkLimitsLocked(old, spec)
-	var st Status
-	if same {
-		st = c.statusLocked(old, c.clock.Now())
-	}
-	c.mu.Unlock()
-	switch {
-	case closed:
-		return Status{}, false, ErrClosed
-	case limitErr != nil:
-		return Status{}, false, limitErr
-	case same:
-		return st, false, nil
+	spec, created, same, st, err := rp.reg.checkSharedAdd(spec)
+	if err != nil || same {
+		return st, false, err
 	}
 	// Every replica builds the prober when the spec comes back; building
 	// one here refuses a probe this replica's rules refuse before it is
 	// stored.
-	p, err := c.newProber(spec.Probe)
+	p, err := rp.reg.buildProber(spec.Probe)
 	if err != nil {
 		return Status{}, false, wrapProbeErr(err)
 	}
 	closeProber(p)
-	ctx, cancel := context.WithTimeout(c.ctx, sharedWait)
+	ctx, cancel := context.WithTimeout(rp.closing, sharedWait)
 	defer cancel()
-	rev, err := c.shared.PutSpec(ctx, spec)
+	rev, err := rp.shared.PutSpec(ctx, spec)
 	if err != nil {
 		return Status{}, false, sharedWriteErr(err)
 	}
-	if err := c.waitApplied(ctx, rev); err != nil {
+	if err := rp.waitApplied(ctx, rev); err != nil {
 		return Status{}, false, err
 	}
-	st, err = c.Status(spec.Name)
+	st, err = rp.reg.status(spec.Name)
 	if err != nil { // removed again meanwhile
 		return Status{}, false, fmt.Errorf("%w %q: stored at revision %d, then removed by another call", ErrUnknownTarget, spec.Name, rev)
 	}
-	return st, old == nil, nil
+	return st, created, nil
 }
 
-// removeShared is Remove with a shared registry.
-func (c *Checker) removeShared(name string) (bool, error) {
-	ctx, cancel := context.WithTimeout(c.ctx, sharedWait)
+// remove is Remove with a shared registry.
+func (rp *replication) remove(name string) (bool, error) {
+	ctx, cancel := context.WithTimeout(rp.closing, sharedWait)
 	defer cancel()
-	rev, existed, err := c.shared.DeleteTarget(ctx, name)
+	rev, existed, err := rp.shared.DeleteTarget(ctx, name)
 	if err != nil {
 		return false, sharedWriteErr(err)
 	}
-	if err := c.waitApplied(ctx, rev); err != nil {
+	if err := rp.waitApplied(ctx, rev); err != nil {
 		return false, err
 	}
 	return existed, nil
@@ -213,232 +249,29 @@ func sharedWriteErr(err error) error {
 
 // waitApplied waits until ApplyShared has applied rev, for Add and Remove
 // to read their own write.
-func (c *Checker) waitApplied(ctx context.Context, rev uint64) error {
-	err := c.awaitRevision(ctx, rev)
+func (rp *replication) waitApplied(ctx context.Context, rev uint64) error {
+	err := rp.await(ctx, rev)
 	if err == nil || errors.Is(err, ErrClosed) {
 		return err
 	}
 	return fmt.Errorf("%w: revision %d", ErrLagging, rev)
 }
 
-// WaitRevision waits until the checker has applied rev, for a watcher that
-// resumes on this replica from a revision another replica gave it. It
-// returns ctx's error if ctx ends first. Without a shared registry it
-// returns at once.
-func (c *Checker) WaitRevision(ctx context.Context, rev uint64) error {
-	if c.shared == nil {
-		return nil
-	}
-	return c.awaitRevision(ctx, rev)
+// await waits until rev is applied, ctx ends (its error) or the checker
+// closes (ErrClosed).
+func (rp *replication) await(ctx context.Context, rev uint64) error {
+	return rp.hub.wait(ctx, rev, rp.closing.Done())
 }
 
-// awaitRevision waits until rev is applied, ctx ends (its error) or the
-// checker closes (ErrClosed).
-func (c *Checker) awaitRevision(ctx context.Context, rev uint64) error {
-	for {
-		c.hmu.Lock()
-		done, ch := c.hist.last >= rev, c.published
-		c.hmu.Unlock()
-		if done {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-c.ctx.Done():
-			return ErrClosed
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+// apply is ApplyShared: the registry applies the changes and the hub moves
+// to the revision after them, under the registry's lock, so that a watch
+// never starts between the two.
+func (rp *replication) apply(changes []SharedChange, rev uint64) {
+	rp.reg.lock()
+	if rev, ok := rp.reg.applySharedLocked(changes, rev); ok {
+		rp.hub.advance(rev)
 	}
-}
-
-// ApplyShared applies changes read from the shared registry, in revision
-// order, then moves the checker's revision to rev (at least that of the
-// last change): every replica applies the same changes and so shows the
-// same targets, states and events. One goroutine calls it.
-func (c *Checker) ApplyShared(changes []SharedChange, rev uint64) {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return
-	}
-	now := c.clock.Now()
-	for _, ch := range changes {
-		c.applying = ch.Rev
-		switch ch.Kind {
-		case SharedSpecPut:
-			c.putSharedLocked(ch.Spec, nil, 0, now, true)
-		case SharedSpecDeleted:
-			c.deleteSharedLocked(ch.Name, now)
-		case SharedStatePut:
-			c.mirrorStateLocked(ch.Name, ch.State, ch.Rev)
-		case SharedMembersChanged:
-			c.reownLocked(now)
-		}
-		rev = max(rev, ch.Rev)
-	}
-	c.applying = 0
-	if rev > c.rev {
-		c.rev = rev
-	}
-	c.hmu.Lock()
-	c.hist.advance(c.rev)
-	close(c.published)
-	c.published = make(chan struct{})
-	c.hmu.Unlock()
-	c.unlockAndReport()
-}
-
-// SetSharedErr records that the shared registry cannot be reached (or nil
-// once it can again): readiness and ListTargets report it.
-func (c *Checker) SetSharedErr(err error) { c.setStoreErr(err) }
-
-// putSharedLocked adds a target, or replaces its spec, as the shared
-// registry says; events says whether to emit them (not while loading).
-func (c *Checker) putSharedLocked(spec Spec, st *SharedState, stateRev uint64, now time.Time, events bool) {
-	spec = spec.WithDefaults(c.defaults)
-	t := c.targets[spec.Name]
-	if t == nil {
-		p, err := c.newProber(spec.Probe)
-		if err != nil {
-			// Another replica's rules allowed it; this one's refuse it.
-			c.logger.Warn("shared target's probe is refused here; it fails its probes on this replica", "target", spec.Name, "error", err)
-			p = refusedProber{err}
-		}
-		state := spec.InitialState
-		if st != nil {
-			state = st.State
-		}
-		t = newTarget(spec, p, state)
-		t.index = -1
-		t.stateRev = stateRev
-		if st != nil {
-			t.lastTr = st.Time
-			t.carried = true
-		}
-		c.targets[spec.Name] = t
-		c.joinPoolLocked(t)
-		c.ownLocked(t, c.shared.Owns(spec.Name), now)
-		if events {
-			c.emitLocked(Event{Kind: EventAdded, Time: now, Status: c.statusLocked(t, now)})
-		}
-		return
-	}
-	spec.InitialState = t.spec.InitialState
-	if reflect.DeepEqual(t.spec, spec) {
-		return
-	}
-	if !reflect.DeepEqual(t.spec.Probe, spec.Probe) {
-		p, err := c.newProber(spec.Probe)
-		if err != nil {
-			c.logger.Warn("shared target's probe is refused here; it fails its probes on this replica", "target", spec.Name, "error", err)
-			p = refusedProber{err}
-		}
-		closeProber(t.prober) // a probe in flight keeps its own prober value
-		t.prober = p
-		t.gen++
-	}
-	prevGroup := c.setSpecLocked(t, spec)
-	if prevGroup != spec.Group {
-		c.dropPoolLocked(prevGroup)
-	}
-	c.emitLocked(Event{Kind: EventUpdated, Time: now, Status: c.statusLocked(t, now), prevGroup: prevGroup})
-	if _, changed := t.m.SetModel(spec.Model); changed && t.owned {
-		// The owner stores what the new model makes of the state.
-		c.updateLocked(t, now, cause{reason: "model changed to " + spec.Model.String()})
-	}
-	if t.owned {
-		if want := now.Add(t.spec.IntervalFor(t.m)); want.Before(t.next) {
-			c.setNextLocked(t, want)
-			c.due.fix(t)
-			c.wakeScheduler()
-		}
-	}
-}
-
-// deleteSharedLocked removes a target as the shared registry says.
-func (c *Checker) deleteSharedLocked(name string, now time.Time) {
-	t, ok := c.targets[name]
-	if !ok {
-		return
-	}
-	delete(c.targets, name)
-	c.due.remove(t)
-	t.index = -1
-	c.leavePoolLocked(t)
-	c.emitLocked(Event{Kind: EventRemoved, Time: now, Status: c.statusLocked(t, now)})
-	c.dropPoolLocked(t.spec.Group)
-	closeProber(t.prober)
-}
-
-// mirrorStateLocked applies a state a target's owner stored.
-func (c *Checker) mirrorStateLocked(name string, st SharedState, rev uint64) {
-	t, ok := c.targets[name]
-	if !ok {
-		return
-	}
-	t.stateRev = rev
-	t.proposing = false
-	why := cause{result: st.Result, reason: st.Reason}
-	c.mirroring = true
-	c.setStateLocked(t, st.State, st.Time, why)
-	c.mirroring = false
-	if !t.owned {
-		t.m.State = st.State
-		t.m.PassStreak, t.m.FailStreak = 0, 0
-		return
-	}
-	// The owner's verdict may have moved on while the write was on its way.
-	c.updateLocked(t, c.clock.Now(), cause{result: t.last}) // zero before the first result
-}
-
-// reownLocked asks the shared registry which targets this replica owns now
-// that its members changed, and starts or stops probing them.
-func (c *Checker) reownLocked(now time.Time) {
-	for _, t := range c.targets {
-		c.ownLocked(t, c.shared.Owns(t.spec.Name), now)
-	}
-}
-
-// ownLocked makes this replica probe t, or stop probing it. A target taken
-// over starts from its stored state, as after a restart, with its first
-// probe within one interval.
-func (c *Checker) ownLocked(t *target, own bool, now time.Time) {
-	if own == t.owned {
-		return
-	}
-	t.owned = own
-	if !own {
-		c.due.remove(t)
-		t.index = -1
-		t.gen++ // a result in flight is no longer this replica's to store
-		t.proposing = false
-		return
-	}
-	t.m = Machine{Model: t.spec.Model, Rise: t.spec.Rise, Fall: t.spec.Fall, State: t.state}
-	t.carried = true
-	t.slot = time.Time{}
-	c.setNextLocked(t, now.Add(firstDelay(t.spec.Name, t.spec.Interval)))
-	c.due.push(t)
-	c.wakeScheduler()
-}
-
-// proposeLocked asks the proposer to store t's new state: with a shared
-// registry a state changes only once its owner's write comes back.
-func (c *Checker) proposeLocked(t *target, to State, now time.Time, why cause) {
-	if !t.owned || t.proposing || to == t.state {
-		return
-	}
-	t.proposing = true
-	c.proposals = append(c.proposals, proposal{t: t, gen: t.gen, p: StateProposal{
-		Name:     t.spec.Name,
-		StateRev: t.stateRev,
-		State:    SharedState{State: to, From: t.state, Time: now, Result: why.result, Reason: why.reason},
-	}})
-	select {
-	case c.proposeWake <- struct{}{}:
-	default:
-	}
+	rp.reg.unlockAndReport()
 }
 
 type proposal struct {
@@ -455,32 +288,27 @@ const proposeConcurrency = 64
 
 // proposeBatch writes a batch of proposed states, proposeConcurrency at a
 // time, and returns those to retry with the last error that asked for it.
-func (c *Checker) proposeBatch(batch []proposal) (retry []proposal, lastErr error) {
+func (rp *replication) proposeBatch(batch []proposal) (retry []proposal, lastErr error) {
 	var (
 		wg  sync.WaitGroup
 		mu  sync.Mutex // protects retry and lastErr
 		sem = make(chan struct{}, proposeConcurrency)
 	)
 	for _, pr := range batch {
-		c.mu.Lock()
-		valid := pr.t.owned && pr.t.gen == pr.gen && c.targets[pr.p.Name] == pr.t
-		c.mu.Unlock()
-		if !valid {
+		if !rp.reg.proposalValid(pr) {
 			continue
 		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			ctx, cancel := context.WithTimeout(c.ctx, sharedWait)
-			err := c.shared.ProposeState(ctx, pr.p)
+			ctx, cancel := context.WithTimeout(rp.closing, sharedWait)
+			err := rp.shared.ProposeState(ctx, pr.p)
 			cancel()
 			switch {
 			case err == nil:
 			case errors.Is(err, ErrFenced):
-				c.logger.Debug("state write fenced: this replica no longer owns the target or its view was stale", "target", pr.p.Name, "error", err)
-				c.mu.Lock()
-				pr.t.proposing = false
-				c.mu.Unlock()
+				rp.logger.Debug("state write fenced: this replica no longer owns the target or its view was stale", "target", pr.p.Name, "error", err)
+				rp.reg.fenced(pr)
 			default:
 				mu.Lock()
 				lastErr = err
@@ -497,51 +325,57 @@ func (c *Checker) proposeBatch(batch []proposal) (retry []proposal, lastErr erro
 // retries those the shared registry could not take, with backoff; fenced
 // ones are dropped (the writes that fenced them come back through
 // ApplyShared).
-func (c *Checker) proposeLoop() {
-	defer close(c.proposeDone)
+func (rp *replication) proposeLoop() {
+	defer close(rp.done)
 	backoff := 50 * time.Millisecond
 	for {
 		select {
-		case <-c.proposeWake:
-		case <-c.ctx.Done():
+		case <-rp.wake:
+		case <-rp.closing.Done():
 			return
 		}
 		for {
-			c.mu.Lock()
-			batch := c.proposals
-			c.proposals = nil
-			c.mu.Unlock()
+			rp.mu.Lock()
+			batch := rp.proposals
+			rp.proposals = nil
+			rp.mu.Unlock()
 			if len(batch) == 0 {
 				break
 			}
-			retry, lastErr := c.proposeBatch(batch)
-			c.setStoreErr(lastErr)
+			retry, lastErr := rp.proposeBatch(batch)
+			rp.lastErr.set(lastErr)
 			if len(retry) == 0 {
 				backoff = 50 * time.Millisecond
 				continue
 			}
-			c.logger.Error("storing states in the shared registry failed; retrying", "error", lastErr, "states", len(retry))
-			c.mu.Lock()
-			c.proposals = append(retry, c.proposals...)
-			c.mu.Unlock()
+			rp.logger.Error("storing states in the shared registry failed; retrying", "error", lastErr, "states", len(retry))
+			rp.mu.Lock()
+			rp.proposals = append(retry, rp.proposals...)
+			rp.mu.Unlock()
 			select {
 			case <-time.After(backoff):
 				backoff = min(2*backoff, 2*time.Second)
-			case <-c.ctx.Done():
+			case <-rp.closing.Done():
 				return
 			}
 		}
 	}
 }
 
-// Replica returns this replica's member ID and the live members, sorted,
-// when the shared registry tells them; empty otherwise.
-func (c *Checker) Replica() (id string, members []string) {
+// err returns the last error writing to the shared registry, or the one
+// SetSharedErr recorded.
+func (rp *replication) err() error { return rp.lastErr.get() }
+
+// setErr is SetSharedErr.
+func (rp *replication) setErr(err error) { rp.lastErr.set(err) }
+
+// replica is Replica.
+func (rp *replication) replica() (id string, members []string) {
 	type membership interface {
 		ID() string
 		Members() []string
 	}
-	if m, ok := c.shared.(membership); ok {
+	if m, ok := rp.shared.(membership); ok {
 		return m.ID(), m.Members()
 	}
 	return "", nil
@@ -553,4 +387,22 @@ type refusedProber struct{ err error }
 
 func (r refusedProber) Probe(context.Context) error {
 	return fmt.Errorf("refused by this replica's rules: %w", r.err)
+}
+
+// errBox holds an error for concurrent use.
+type errBox struct {
+	mu  sync.Mutex // protects err
+	err error
+}
+
+func (b *errBox) set(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.err = err
+}
+
+func (b *errBox) get() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
 }

@@ -65,178 +65,28 @@ type StoredState struct {
 // ErrStore wraps a failure to store a change: the change was not made.
 var ErrStore = errors.New("could not store the change")
 
-// pending is an event waiting for the committer: it is published once its
-// state change is stored.
-type pending struct {
-	ev      Event
-	state   *StoredState // the state to store, if any
-	deleted string       // a removed target whose state to delete
-}
-
-// load registers the stored targets, with their stored states carried
-// over, and returns the stored revision.
-func (c *Checker) load() (uint64, error) {
-	targets, rev, err := c.store.Load()
+// loadStore registers what store holds in reg: the targets, with their
+// stored states carried over, the group policies if it keeps them, and
+// the revision, from which revisions go on (a client that resumes across
+// the restart gets a correct, empty, replay).
+func loadStore(store Store, reg *registry) error {
+	targets, rev, err := store.Load()
 	if err != nil {
-		return 0, fmt.Errorf("load the store: %w", err)
+		return fmt.Errorf("load the store: %w", err)
 	}
-	for _, st := range targets {
-		spec := st.Spec.WithDefaults(c.defaults)
-		err := st.Err
-		if err == nil {
-			err = spec.Validate()
-		}
-		var p Prober
-		if err == nil {
-			p, err = c.newProber(spec.Probe)
-		}
-		if err != nil {
-			// A record that today's rules refuse (a stricter bound or egress
-			// policy, a probe kind this version does not know, damaged bytes)
-			// must neither keep pulsed from starting nor be dropped silently:
-			// it is listed, quarantined with the reason, never probed, until
-			// AddTarget fixes it or RemoveTarget removes it.
-			c.logger.Warn("stored target quarantined: it is listed but not probed until fixed or removed", "target", st.Spec.Name, "error", err)
-			c.targets[st.Spec.Name] = newQuarantined(st.Spec, err)
-			continue
-		}
-		state := st.State
-		if state == StateUnknown {
-			state = spec.InitialState
-		}
-		t := newTarget(spec, p, state)
-		t.lastTr = st.LastTransition
-		t.carried = true
-		c.setNextLocked(t, c.clock.Now().Add(firstDelay(spec.Name, spec.Interval)))
-		c.targets[spec.Name] = t
-		c.joinPoolLocked(t)
-		c.due.push(t)
-	}
-	if ps, ok := c.store.(PolicyStore); ok {
-		policies, err := ps.LoadGroupPolicies()
-		if err != nil {
-			return 0, fmt.Errorf("load the group policies: %w", err)
-		}
-		for group, p := range policies {
-			if err := ValidateGroup(group); err != nil || group == "" {
-				return 0, fmt.Errorf("stored policy of group %q: bad group name", group)
-			}
-			if err := ValidateFraction(p.MaxUnhealthyFraction); err != nil {
-				return 0, fmt.Errorf("stored policy of group %q: max_unhealthy_fraction %w", group, err)
-			}
-			c.poolLocked(group).policy = p
+	var policies map[string]GroupPolicy
+	if ps, ok := store.(PolicyStore); ok {
+		if policies, err = ps.LoadGroupPolicies(); err != nil {
+			return fmt.Errorf("load the group policies: %w", err)
 		}
 	}
-	return rev, nil
-}
-
-// queueLocked hands an event to the committer. c.mu must be held.
-func (c *Checker) queueLocked(p pending) {
-	c.pending = append(c.pending, p)
-	select {
-	case c.commitWake <- struct{}{}:
-	default:
-	}
-}
-
-// commitLoop stores pending state changes in batches and then publishes
-// their events, in revision order, so that no event reaches a watcher
-// before it is stored. A failing store is retried with backoff; meanwhile
-// events wait and StoreErr reports the failure.
-func (c *Checker) commitLoop() {
-	defer close(c.commitDone)
-	defer c.live.set(&c.live.committer, time.Time{})
-	backoff := 50 * time.Millisecond
-	for {
-		c.live.set(&c.live.committer, time.Time{}) // idle: see liveness.go
-		select {
-		case <-c.commitWake:
-		case <-c.commitStop:
-			c.commitOnce() // flush what the last probes queued
-			return
-		}
-		c.live.set(&c.live.committer, c.clock.Now())
-		for c.commitOnce() != nil {
-			c.live.set(&c.live.committer, c.clock.Now().Add(backoff)) // due again after the backoff
-			select {
-			case <-time.After(backoff):
-				backoff = min(2*backoff, 5*time.Second)
-			case <-c.commitStop:
-				return
-			}
-		}
-		backoff = 50 * time.Millisecond
-	}
-}
-
-// commitOnce stores and publishes everything pending now.
-func (c *Checker) commitOnce() error {
-	c.mu.Lock()
-	batch := c.pending
-	c.pending = nil
-	c.mu.Unlock()
-	if len(batch) == 0 {
-		return nil
-	}
-	var states []StoredState
-	var deleted []string
-	for _, p := range batch {
-		if p.state != nil {
-			states = append(states, *p.state)
-		}
-		if p.deleted != "" {
-			deleted = append(deleted, p.deleted)
-		}
-	}
-	if err := c.store.CommitStates(states, deleted, batch[len(batch)-1].ev.Revision); err != nil {
-		c.logger.Error("storing state changes failed; their events wait until it works", "error", err, "events", len(batch))
-		c.mu.Lock()
-		c.pending = append(batch, c.pending...)
-		c.mu.Unlock()
-		c.setStoreErr(err)
+	if err := reg.load(targets, policies); err != nil {
 		return err
 	}
-	c.setStoreErr(nil)
-	c.hmu.Lock()
-	for _, p := range batch {
-		c.publishLocked(p.ev)
+	if rev != 0 {
+		reg.setRevision(rev)
 	}
-	close(c.published)
-	c.published = make(chan struct{})
-	c.hmu.Unlock()
 	return nil
-}
-
-func (c *Checker) setStoreErr(err error) {
-	c.hmu.Lock()
-	defer c.hmu.Unlock()
-	c.storeErr = err
-}
-
-// StoreErr returns the last error storing state changes, or nil once a
-// commit succeeds again. Readiness checks report it.
-func (c *Checker) StoreErr() error {
-	c.hmu.Lock()
-	defer c.hmu.Unlock()
-	return c.storeErr
-}
-
-// waitPublished waits until every event up to rev is published, or the
-// checker closes.
-func (c *Checker) waitPublished(rev uint64) {
-	for {
-		c.hmu.Lock()
-		done, ch := c.hist.last >= rev, c.published
-		c.hmu.Unlock()
-		if done {
-			return
-		}
-		select {
-		case <-ch:
-		case <-c.commitDone:
-			return
-		}
-	}
 }
 
 // quarantine stands in for the prober of a stored target that today's

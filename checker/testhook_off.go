@@ -4,5 +4,5 @@ package checker
 
 // The test hooks are no-ops in a normal build; see testhook_on.go.
 
-func (c *Checker) startTestHook()  {}
-func (c *Checker) testHookLocked() {}
+func (s *scheduler) startTestHook()  {}
+func (s *scheduler) testHookLocked() {}

@@ -20,7 +20,7 @@ var wedged atomic.Bool
 
 // startTestHook wakes the scheduler on SIGUSR1 so that its next pass,
 // which comes at once, wedges.
-func (c *Checker) startTestHook() {
+func (s *scheduler) startTestHook() {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGUSR1)
 	go func() {
@@ -28,14 +28,14 @@ func (c *Checker) startTestHook() {
 		select {
 		case <-sig:
 			wedged.Store(true)
-			c.wakeScheduler()
-		case <-c.ctx.Done():
+			s.wakeUp()
+		case <-s.ctx.Done():
 		}
 	}()
 }
 
-// testHookLocked blocks forever, with c.mu held, once SIGUSR1 came.
-func (c *Checker) testHookLocked() {
+// testHookLocked blocks forever, with the registry's lock held, once SIGUSR1 came.
+func (s *scheduler) testHookLocked() {
 	if wedged.Load() {
 		select {}
 	}

@@ -1,0 +1,219 @@
+package checker_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"pulse/checker"
+	"pulse/checker/fakeclock"
+)
+
+// The watch hub on its own: events in, watchers' positions out.
+
+func hubEvent(clock *fakeclock.Clock, rev uint64, group, name string) checker.Event {
+	return checker.Event{Revision: rev, Kind: checker.EventTransition, Time: clock.Now(), Transition: checker.Transition{
+		Revision: rev, Target: name, Group: group, From: checker.StateHealthy, To: checker.StateUnhealthy, Time: clock.Now(),
+	}}
+}
+
+func revisions(evs []checker.Event) []uint64 {
+	var out []uint64
+	for _, e := range evs {
+		out = append(out, e.Revision)
+	}
+	return out
+}
+
+func signalled(w *checker.Watcher) bool {
+	select {
+	case <-w.Ready():
+		return true
+	default:
+		return false
+	}
+}
+
+func TestHubPublishWakesOnlyMatchingWatchers(t *testing.T) {
+	clock := fakeclock.New(epoch)
+	h := checker.NewHub(10, 0, 0)
+	defer h.Close()
+	edge, err := h.Watch(checker.Filter{Group: "edge"}, 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, _ := h.Watch(checker.Filter{Group: "core"}, 0, true)
+	web1, _ := h.Watch(checker.Filter{Names: []string{"web-1"}}, 0, true)
+
+	h.Publish(hubEvent(clock, 1, "edge", "web-1"), hubEvent(clock, 2, "edge", "web-2"))
+
+	if !signalled(edge) || !signalled(web1) {
+		t.Fatal("a watcher the events match was not signalled")
+	}
+	if signalled(core) {
+		t.Fatal("a watcher of another group was signalled")
+	}
+	got, err := edge.Next(10)
+	if err != nil || len(got) != 2 || got[0].Target() != "web-1" || got[1].Target() != "web-2" {
+		t.Fatalf("edge watcher: %v, %v; want web-1 then web-2", revisions(got), err)
+	}
+	got, _ = web1.Next(10)
+	if want := []uint64{1}; len(got) != 1 || got[0].Revision != want[0] {
+		t.Fatalf("name watcher: %v, want %v", revisions(got), want)
+	}
+	if got, _ := core.Next(10); len(got) != 0 {
+		t.Fatalf("core watcher got %v", revisions(got))
+	}
+	if rev, ok := core.Progress(); !ok || rev != 2 {
+		t.Fatalf("core watcher's progress = %d, %v; want 2, true", rev, ok)
+	}
+	if h.Revision() != 2 {
+		t.Fatalf("revision %d, want 2", h.Revision())
+	}
+}
+
+func TestHubNextTakesAtMostMaxAndSignalsTheRest(t *testing.T) {
+	clock := fakeclock.New(epoch)
+	h := checker.NewHub(10, 0, 0)
+	defer h.Close()
+	w, _ := h.Watch(checker.Filter{}, 0, true)
+	h.Publish(hubEvent(clock, 1, "", "a"), hubEvent(clock, 2, "", "b"), hubEvent(clock, 3, "", "c"))
+	<-w.Ready()
+	got, _ := w.Next(2)
+	if len(got) != 2 || got[1].Revision != 2 {
+		t.Fatalf("first Next: %v, want [1 2]", revisions(got))
+	}
+	if !signalled(w) {
+		t.Fatal("not signalled with an event left")
+	}
+	if got, _ := w.Next(2); len(got) != 1 || got[0].Revision != 3 {
+		t.Fatalf("second Next: %v, want [3]", revisions(got))
+	}
+}
+
+func TestHubResumeBounds(t *testing.T) {
+	clock := fakeclock.New(epoch)
+	h := checker.NewHub(3, 10, 0)
+	defer h.Close()
+	var future *checker.FutureRevisionError
+	if _, err := h.Watch(checker.Filter{}, 11, false); !errors.As(err, &future) || future.Current != 10 {
+		t.Fatalf("resume ahead: %v, want a FutureRevisionError at 10", err)
+	}
+	for rev := uint64(11); rev <= 14; rev++ {
+		h.Publish(hubEvent(clock, rev, "", "a"))
+	}
+	var compacted *checker.CompactedError
+	if _, err := h.Watch(checker.Filter{}, 10, false); !errors.As(err, &compacted) || compacted.Oldest != 11 {
+		t.Fatalf("resume from a compacted revision: %v, want a CompactedError, oldest 11", err)
+	}
+	w, err := h.Watch(checker.Filter{}, 11, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := w.Next(10); len(got) != 3 || got[0].Revision != 12 || got[2].Revision != 14 {
+		t.Fatalf("resumed from 11: %v, want [12 13 14]", revisions(got))
+	}
+}
+
+func TestHubEndsAWatcherThatFallsBehind(t *testing.T) {
+	clock := fakeclock.New(epoch)
+	h := checker.NewHub(2, 0, 0)
+	defer h.Close()
+	slow, _ := h.Watch(checker.Filter{Group: "edge"}, 0, true)
+	other, _ := h.Watch(checker.Filter{Group: "core"}, 0, true)
+	for rev := uint64(1); rev <= 3; rev++ {
+		h.Publish(hubEvent(clock, rev, "edge", "web-1"))
+	}
+	_, err := slow.Next(10)
+	var behind *checker.BehindError
+	if !errors.As(err, &behind) || behind.LastDelivered != 0 || !errors.Is(err, checker.ErrSubscriberTooSlow) {
+		t.Fatalf("slow watcher: %v, want a BehindError with nothing delivered", err)
+	}
+	// A watcher that matched none of the evicted events only skips them.
+	if got, err := other.Next(10); err != nil || len(got) != 0 {
+		t.Fatalf("other watcher: %v, %v; want nothing and no error", revisions(got), err)
+	}
+	if h.Count() != 1 {
+		t.Fatalf("%d watchers live, want 1", h.Count())
+	}
+}
+
+func TestHubWait(t *testing.T) {
+	clock := fakeclock.New(epoch)
+	h := checker.NewHub(10, 0, 0)
+	wait := func(ctx context.Context, rev uint64) <-chan error {
+		ch := make(chan error, 1)
+		go func() { ch <- h.Wait(ctx, rev) }()
+		return ch
+	}
+	recv := func(ch <-chan error) error {
+		t.Helper()
+		select {
+		case err := <-ch:
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatal("Wait did not return")
+			return nil
+		}
+	}
+
+	two := wait(context.Background(), 2)
+	h.Publish(hubEvent(clock, 1, "", "a"))
+	select {
+	case err := <-two:
+		t.Fatalf("Wait(2) returned %v at revision 1", err)
+	default:
+	}
+	h.Publish(hubEvent(clock, 2, "", "a"))
+	if err := recv(two); err != nil {
+		t.Fatalf("Wait(2) after revision 2: %v", err)
+	}
+
+	five := wait(context.Background(), 5)
+	h.Advance(5) // a revision without an event counts too
+	if err := recv(five); err != nil {
+		t.Fatalf("Wait(5) after Advance(5): %v", err)
+	}
+
+	ctx, cancel := clock.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	timed := wait(ctx, 6)
+	clock.Advance(time.Second)
+	if err := recv(timed); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait past its deadline: %v, want DeadlineExceeded", err)
+	}
+
+	closed := wait(context.Background(), 7)
+	h.Close()
+	if err := recv(closed); !errors.Is(err, checker.ErrClosed) {
+		t.Fatalf("Wait across Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestHubLimitAndClose(t *testing.T) {
+	h := checker.NewHub(10, 0, 2)
+	a, _ := h.Watch(checker.Filter{}, 0, true)
+	b, _ := h.Watch(checker.Filter{Group: "edge"}, 0, true)
+	if _, err := h.Watch(checker.Filter{}, 0, true); !errors.Is(err, checker.ErrLimit) {
+		t.Fatalf("third watcher: %v, want ErrLimit", err)
+	}
+	a.Close()
+	a.Close() // idempotent
+	if h.Count() != 1 {
+		t.Fatalf("%d watchers after one closed, want 1", h.Count())
+	}
+	if _, err := a.Next(1); !errors.Is(err, checker.ErrClosed) {
+		t.Fatalf("Next after Close: %v, want ErrClosed", err)
+	}
+	h.Close()
+	if !signalled(b) {
+		t.Fatal("a watcher ended by the hub's Close was not signalled")
+	}
+	if _, err := b.Next(1); !errors.Is(err, checker.ErrClosed) {
+		t.Fatalf("Next after the hub closed: %v, want ErrClosed", err)
+	}
+	if h.Count() != 0 {
+		t.Fatalf("%d watchers after Close, want 0", h.Count())
+	}
+}

@@ -1,0 +1,236 @@
+//go:build linux
+
+package probe
+
+import (
+	"bufio"
+	"container/heap"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"syscall"
+	"time"
+)
+
+// The connections of the asynchronous probes (see http_async_linux.go for
+// the loop): registering a kept connection with the epoll instance,
+// reading and writing it by its descriptor, and the connections dialAsync
+// makes without blocking, handed to Probe's code when the loop cannot
+// finish a probe on them.
+
+// asyncConn is a connection registered with the loop.
+//
+// Its reads and writes use the socket's descriptor directly, without
+// net's reference counting: an asynchronous probe owns its connection
+// from take to its end, and only the code that ends it (under the loop's
+// mutex, then in finish) closes it, so the descriptor stays open while
+// the probe reads or writes. An idle connection is only peeked at through
+// rc.Control, which holds it open.
+type asyncConn struct {
+	loop  *asyncLoop
+	id    uint64
+	c     *leanConn
+	rc    syscall.RawConn
+	fd    int
+	probe *asyncProbe // the probe in flight on it; guarded by loop.mu
+	dead  bool        // bytes or the end arrived while idle; guarded by loop.mu
+}
+
+// unasked reports whether bytes, or the end of the connection, wait on an
+// idle connection: an event without either is a late one for an answer
+// already read.
+func (ac *asyncConn) unasked() bool {
+	var b [1]byte
+	unasked := true
+	err := ac.rc.Control(func(fd uintptr) {
+		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		unasked = err != syscall.EAGAIN
+	})
+	return unasked || err != nil
+}
+
+// register registers c with the loop, once.
+func (l *asyncLoop) register(c *leanConn) (*asyncConn, error) {
+	if c.async != nil {
+		return c.async, nil
+	}
+	sc, ok := c.conn.(syscall.Conn)
+	if !ok {
+		return nil, errors.New("not a system connection")
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, net.ErrClosed
+	}
+	l.nextID++
+	ac := &asyncConn{loop: l, id: l.nextID, c: c, rc: rc}
+	var cerr error
+	err = rc.Control(func(fd uintptr) {
+		ac.fd = int(fd)
+		ev := epollEvent(ac.id, syscall.EPOLLIN|syscall.EPOLLRDHUP|epollET)
+		cerr = syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, int(fd), &ev)
+	})
+	if err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	l.conns[ac.id] = ac
+	c.async = ac
+	return ac, nil
+}
+
+// forget drops the registration of a connection about to be closed;
+// closing it takes it out of the epoll instance.
+func (ac *asyncConn) forget() {
+	l := ac.loop
+	l.mu.Lock()
+	delete(l.conns, ac.id)
+	l.mu.Unlock()
+}
+
+// write writes b on the connection without waiting: the request of a
+// probe fits in an idle connection's send buffer.
+func (ac *asyncConn) write(b []byte) (n int, err error) {
+	for {
+		n, err = syscall.Write(ac.fd, b)
+		if err != syscall.EINTR {
+			return max(n, 0), err
+		}
+	}
+}
+
+// dialAsync runs the probe on a new connection without waiting: it
+// connects without blocking and the loop sends the request once the
+// connection is made. It serves probes that would dial and close their
+// connection anyway (the Factory's budget of kept connections is spent),
+// to an IP address (a host name, a zone, or a Factory whose dialling tests
+// replace take Probe's way). It returns false, having started nothing,
+// when it cannot: Probe then dials.
+func (p *leanProber) dialAsync(l *asyncLoop, deadline time.Time, done func(error)) bool {
+	f := p.factory
+	if f.dial != nil {
+		return false
+	}
+	addr, err := netip.ParseAddrPort(p.addr)
+	if err != nil || addr.Addr().Zone() != "" || f.dialer.policy.Check(addr.Addr()) != nil {
+		return false
+	}
+	var (
+		domain int
+		sa     syscall.Sockaddr
+	)
+	if ip := addr.Addr(); ip.Is4() {
+		domain, sa = syscall.AF_INET, &syscall.SockaddrInet4{Port: int(addr.Port()), Addr: ip.As4()}
+	} else {
+		domain, sa = syscall.AF_INET6, &syscall.SockaddrInet6{Port: int(addr.Port()), Addr: ip.As16()}
+	}
+	fd, err := syscall.Socket(domain, syscall.SOCK_STREAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	if err := syscall.Connect(fd, sa); err != nil && err != syscall.EINPROGRESS {
+		_ = syscall.Close(fd)
+		return false // refused at once: Probe dials and says so in its words
+	}
+	ap := &asyncProbe{p: p, deadline: deadline, done: done, buf: asyncBufs.Get().(*[leanBufferSize]byte), index: -1, connecting: true}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || p.async != nil {
+		_ = syscall.Close(fd)
+		asyncBufs.Put(ap.buf)
+		return false
+	}
+	l.nextID++
+	ac := &asyncConn{loop: l, id: l.nextID, fd: fd, probe: ap}
+	ap.ac = ac
+	ev := epollEvent(ac.id, syscall.EPOLLIN|syscall.EPOLLOUT|syscall.EPOLLRDHUP|epollET)
+	if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		_ = syscall.Close(fd)
+		asyncBufs.Put(ap.buf)
+		return false
+	}
+	l.conns[ac.id] = ac
+	p.async = ap
+	heap.Push(&l.waiting, ap)
+	l.armLocked()
+	return true
+}
+
+// connectedLocked goes on with a probe of dialAsync's once its connection
+// is made (events has EPOLLOUT) or has failed: it writes the request, or
+// hands the probe over to Probe's code to dial afresh.
+func (l *asyncLoop) connectedLocked(ap *asyncProbe, events uint32) (asyncEnd, bool) {
+	soerr, err := syscall.GetsockoptInt(ap.ac.fd, syscall.SOL_SOCKET, syscall.SO_ERROR)
+	if err == nil && soerr == 0 && events&syscall.EPOLLOUT == 0 {
+		return asyncEnd{}, false // not yet
+	}
+	ap.connecting = false
+	if err == nil && soerr == 0 {
+		n, werr := ap.ac.write(ap.p.req)
+		if werr == nil && n == len(ap.p.req) {
+			return asyncEnd{}, false // the answer is on its way
+		}
+	}
+	// Connecting or writing failed: Probe dials again and reports what
+	// it meets, in its own words.
+	end := l.handOverLocked(ap, nil)
+	ap.redial = true
+	return end, true
+}
+
+// closeRaw closes a connection of dialAsync's.
+func (ac *asyncConn) closeRaw() {
+	ac.forget()
+	_ = syscall.Close(ac.fd)
+}
+
+// leanConn makes a connection of dialAsync's into a leanConn for Probe's
+// code, or returns nil when it cannot (Probe then dials afresh).
+func (ac *asyncConn) leanConn() *leanConn {
+	l := ac.loop
+	l.mu.Lock()
+	if !l.closed {
+		_ = syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_DEL, ac.fd, nil)
+	}
+	l.mu.Unlock()
+	f := os.NewFile(uintptr(ac.fd), "")
+	conn, err := net.FileConn(f) // a duplicate of the descriptor
+	ac.forget()
+	_ = f.Close()
+	if err != nil {
+		return nil
+	}
+	c := &leanConn{conn: conn, readLimit: maxResponseHeaderBytes}
+	c.br = bufio.NewReaderSize(c, leanBufferSize)
+	c.expire = func() { _ = conn.SetDeadline(aLongTimeAgo) }
+	return c
+}
+
+// addrs returns the connection's two ends, as net's errors name them.
+func (ac *asyncConn) addrs() (local, remote net.Addr) {
+	if ac.c != nil {
+		return ac.c.conn.LocalAddr(), ac.c.conn.RemoteAddr()
+	}
+	tcp := func(sa syscall.Sockaddr, err error) net.Addr {
+		switch sa := sa.(type) {
+		case *syscall.SockaddrInet4:
+			if err == nil {
+				return &net.TCPAddr{IP: sa.Addr[:], Port: sa.Port}
+			}
+		case *syscall.SockaddrInet6:
+			if err == nil {
+				return &net.TCPAddr{IP: sa.Addr[:], Port: sa.Port}
+			}
+		}
+		return nil
+	}
+	return tcp(syscall.Getsockname(ac.fd)), tcp(syscall.Getpeername(ac.fd))
+}

@@ -1,0 +1,670 @@
+package checker
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+
+	"pulse/checker/probe"
+)
+
+// registry is the targets and their states: the target map, each
+// target's Machine, and the pool policies (panic, flap, passive; see
+// policy.go and passive.go) under one mutex. It decides transitions and
+// emits each change as an event, numbered in revision order, to its sink
+// with its lock held: the committer's queue with a store, the hub without
+// one. It does no I/O of its own (a spec write is the caller's callback,
+// run between its two critical sections) and knows neither the store nor
+// the watchers. With a shared registry (link set) its state changes are
+// proposals until they come back (see registry_shared.go).
+//
+// Its lock, mu, also guards the scheduler's state (see scheduler), and
+// comes after the façade's wmu and before the committer's, the
+// replication's and the hub's.
+type registry struct {
+	clock      Clock
+	defaults   Defaults
+	newProber  func(probe.Spec) (Prober, error)
+	logger     *slog.Logger
+	observer   Observer // nil if none
+	maxTargets int      // 0: no limit
+	maxInGroup int      // 0: no limit
+	policyDflt float64  // MaxUnhealthyFraction in force for groups without their own
+	sched      *scheduler
+	sink       func(Event) // takes the events emitted, with mu held
+	link       sharedLink  // nil without a shared registry
+
+	mu        sync.Mutex // protects everything below, every *target and the scheduler's state
+	targets   map[string]*target
+	pools     map[string]*pool // by group, "" included; see policy.go
+	rev       uint64           // the newest event's revision, published or not
+	reports   []Event          // events to log and observe once mu is released
+	closed    bool
+	applying  uint64 // with a shared registry: the revision being applied; 0 outside it
+	mirroring bool   // with a shared registry: setStateLocked applies a stored state
+}
+
+// newRegistry returns an empty registry; the caller calls use, then
+// emitTo, before anything else.
+func newRegistry(cfg Config, clock Clock, defaults Defaults, logger *slog.Logger, policyDflt float64) *registry {
+	return &registry{
+		clock:      clock,
+		defaults:   defaults,
+		logger:     logger,
+		observer:   cfg.Observer,
+		maxTargets: cfg.MaxTargets,
+		maxInGroup: cfg.MaxTargetsPerGroup,
+		policyDflt: policyDflt,
+		targets:    make(map[string]*target),
+		pools:      make(map[string]*pool),
+		rev:        cfg.StartRevision,
+	}
+}
+
+// use gives the registry its scheduler and the builder of its probers.
+func (r *registry) use(sched *scheduler, newProber func(probe.Spec) (Prober, error)) {
+	r.sched, r.newProber = sched, newProber
+}
+
+// emitTo makes sink the taker of the registry's events, from now on; it is
+// called with the registry's lock held, in revision order.
+func (r *registry) emitTo(sink func(Event)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sink = sink
+}
+
+// buildProber builds a prober for a probe spec, as the registry would.
+func (r *registry) buildProber(s probe.Spec) (Prober, error) { return r.newProber(s) }
+
+// locker returns the registry's lock, which the scheduler's pool waits on.
+func (r *registry) locker() *sync.Mutex { return &r.mu }
+
+// revision returns the newest event's revision, published or not.
+func (r *registry) revision() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.rev
+}
+
+// setRevision moves the revision to rev, loaded from a store.
+func (r *registry) setRevision(rev uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rev = rev
+}
+
+// watch starts a watch, with add, under the registry's lock: with start 0
+// from a snapshot of the targets match selects, at the current revision,
+// otherwise from start.
+func (r *registry) watch(match func(name, group string) bool, start uint64, add func(snap []Status, start uint64, snapshot bool) error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return ErrClosed
+	}
+	if start != 0 {
+		return add(nil, start, false)
+	}
+	now := r.clock.Now()
+	var snap []Status
+	for _, t := range r.targets {
+		if match(t.spec.Name, t.spec.Group) {
+			snap = append(snap, r.statusLocked(t, now))
+		}
+	}
+	slices.SortFunc(snap, func(a, b Status) int { return cmp.Compare(a.Spec.Name, b.Spec.Name) })
+	return add(snap, r.rev, true)
+}
+
+// sharedLink is what the registry needs of a shared registry.
+type sharedLink interface {
+	// owns reports whether this replica probes the named target.
+	owns(name string) bool
+	// propose queues a state for the shared registry to store; it is
+	// called with the registry's lock held.
+	propose(p proposal)
+}
+
+// add is Add for a spec with defaults, valid: it registers a target or
+// replaces its spec. write, if not nil, makes the spec durable; it runs
+// between the two critical sections, after the prober is built and the
+// limits checked, and before anything changes. The caller keeps other
+// writes of the same target out meanwhile.
+func (r *registry) add(spec Spec, write func(Spec) error) (st Status, created bool, err error) {
+	var unused Prober // a prober built but not kept, or the one replaced
+	defer func() { closeProber(unused) }()
+
+	r.mu.Lock()
+	old := r.targets[spec.Name]
+	limitErr := r.checkLimitsLocked(old, spec)
+	if old != nil && old.quarantined() != "" {
+		old = nil // replaced by a target made afresh from this spec
+	}
+	if old != nil {
+		// The initial state only matters to a new target: an update keeps
+		// the one it was created with, so it is no change.
+		spec.InitialState = old.spec.InitialState
+	}
+	sameProbe := old != nil && reflect.DeepEqual(old.spec.Probe, spec.Probe)
+	sameSpec := old != nil && reflect.DeepEqual(old.spec, spec)
+	closed := r.closed
+	r.mu.Unlock()
+	if closed {
+		return Status{}, false, ErrClosed
+	}
+	// The prober is built first: a probe the egress policy refuses is a
+	// rejected call (a bad request before a full registry), and a rejected
+	// call stores nothing.
+	var p Prober
+	if !sameProbe {
+		if p, err = r.newProber(spec.Probe); err != nil {
+			return Status{}, false, wrapProbeErr(err)
+		}
+	}
+	if limitErr != nil {
+		unused = p
+		return Status{}, false, limitErr
+	}
+	if write != nil && !sameSpec {
+		// Durable before anything changes or is acknowledged.
+		if err := write(spec); err != nil {
+			unused = p
+			return Status{}, false, fmt.Errorf("%w: %v", ErrStore, err)
+		}
+	}
+
+	r.mu.Lock()
+	defer r.unlockAndReport()
+	if r.closed {
+		unused = p
+		return Status{}, false, ErrClosed
+	}
+	now := r.clock.Now()
+	t := r.targets[spec.Name]
+	var fixed *target // the quarantined target this spec replaces
+	if t != nil && t.quarantined() != "" {
+		fixed, t = t, nil
+	}
+	if t == nil {
+		if p == nil { // the target was removed while we built the prober
+			if p, err = r.newProber(spec.Probe); err != nil {
+				return Status{}, false, wrapProbeErr(err)
+			}
+		}
+		if fixed == nil {
+			if err := r.checkLimitsLocked(nil, spec); err != nil { // re-checked: others may have added meanwhile
+				unused = p
+				return Status{}, false, err
+			}
+		}
+		t = newTarget(spec, p, spec.InitialState)
+		r.targets[spec.Name] = t
+		r.joinPoolLocked(t)
+		r.sched.addLocked(t, now.Add(firstDelay(spec.Name, spec.Interval)))
+		st := r.statusLocked(t, now)
+		if fixed != nil {
+			// Watchers know the name from the quarantined target: the fix is
+			// an update of it.
+			r.emitLocked(Event{Kind: EventUpdated, Time: now, Status: st, prevGroup: fixed.spec.Group})
+			r.settleLocked(spec.Group, now)
+			return st, false, nil
+		}
+		r.emitLocked(Event{Kind: EventAdded, Time: now, Status: st})
+		r.settleLocked(spec.Group, now) // a new routable target may make room
+		return st, true, nil
+	}
+	if reflect.DeepEqual(t.spec, spec) {
+		unused = p
+		return r.statusLocked(t, now), false, nil // nothing changes, no event
+	}
+
+	if p != nil && !reflect.DeepEqual(t.spec.Probe, spec.Probe) {
+		unused, t.prober = t.prober, p
+		t.gen++
+	} else {
+		unused = p
+	}
+	prevGroup := r.setSpecLocked(t, spec)
+	r.emitLocked(Event{Kind: EventUpdated, Time: now, Status: r.statusLocked(t, now), prevGroup: prevGroup})
+	// What the new spec changes in the state comes after the update, as
+	// transitions of its own: a model change that drops the suspect state,
+	// damping turned off, a group with more or less room.
+	why := cause{reason: "spec changed"}
+	if prevGroup != spec.Group {
+		why = cause{reason: fmt.Sprintf("moved to group %q", spec.Group)}
+	}
+	if _, changed := t.m.SetModel(spec.Model); changed {
+		why = cause{reason: "model changed to " + spec.Model.String()}
+	}
+	if t.flapping && spec.FlapThreshold == 0 {
+		r.endFlappingLocked(t, now, "flap damping turned off")
+		why = cause{reason: "flap damping turned off"}
+	}
+	r.updateLocked(t, now, why)
+	if prevGroup != spec.Group {
+		r.settleLocked(prevGroup, now)
+		r.dropPoolLocked(prevGroup)
+	}
+	r.settleLocked(spec.Group, now)
+	r.sched.hurryLocked(t, now)
+	return r.statusLocked(t, now), false, nil
+}
+
+// setSpecLocked gives t a new spec, moving it between pools if its group
+// changes, and returns the group it was in.
+func (r *registry) setSpecLocked(t *target, spec Spec) (prevGroup string) {
+	prevGroup = t.spec.Group
+	if prevGroup != spec.Group {
+		r.leavePoolLocked(t)
+	}
+	t.spec = spec
+	t.m.Rise, t.m.Fall = spec.Rise, spec.Fall
+	if prevGroup != spec.Group {
+		r.joinPoolLocked(t)
+	}
+	return prevGroup
+}
+
+func wrapProbeErr(err error) error {
+	var fe *probe.FieldError
+	if errors.As(err, &fe) {
+		return &FieldError{fe.Field, fe.Reason}
+	}
+	return err
+}
+
+// remove is Remove: write, if not nil, makes the removal durable first,
+// when the target exists.
+func (r *registry) remove(name string, write func(string) error) (bool, error) {
+	if write != nil {
+		r.mu.Lock()
+		_, ok := r.targets[name]
+		r.mu.Unlock()
+		if !ok {
+			return false, nil
+		}
+		if err := write(name); err != nil {
+			return false, fmt.Errorf("%w: %v", ErrStore, err)
+		}
+	}
+	r.mu.Lock()
+	t, ok := r.targets[name]
+	if ok {
+		now := r.clock.Now()
+		delete(r.targets, name)
+		if t.quarantined() != "" { // in no heap and no pool
+			r.emitLocked(Event{Kind: EventRemoved, Time: now, Status: r.statusLocked(t, now)})
+		} else {
+			r.sched.removeLocked(t)
+			r.leavePoolLocked(t)
+			r.emitLocked(Event{Kind: EventRemoved, Time: now, Status: r.statusLocked(t, now)})
+			r.settleLocked(t.spec.Group, now) // fewer unhealthy targets: room for held ones
+			r.dropPoolLocked(t.spec.Group)
+		}
+	}
+	r.unlockAndReport()
+	if ok {
+		closeProber(t.prober)
+	}
+	return ok, nil
+}
+
+// status returns a snapshot of one target, or an error wrapping
+// ErrUnknownTarget.
+func (r *registry) status(name string) (Status, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.targets[name]
+	if !ok {
+		return Status{}, fmt.Errorf("%w %q", ErrUnknownTarget, name)
+	}
+	return r.statusLocked(t, r.clock.Now()), nil
+}
+
+func (r *registry) list(group string) ([]Status, uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock.Now()
+	out := make([]Status, 0, len(r.targets))
+	for _, t := range r.targets {
+		if group == "" || t.spec.Group == group {
+			out = append(out, r.statusLocked(t, now))
+		}
+	}
+	slices.SortFunc(out, func(a, b Status) int { return cmp.Compare(a.Spec.Name, b.Spec.Name) })
+	return out, r.rev
+}
+
+// healthy returns the names of routable targets sorted by name (seed 000's
+// healthy(), with seed 001's suspect targets counted as routable); a
+// non-empty group keeps only that group's targets.
+func (r *registry) healthy(group string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for name, t := range r.targets {
+		if (group == "" || t.spec.Group == group) && t.state.routable() {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// checkLimitsLocked says whether adding spec (replacing old, if any) stays
+// within the limits.
+func (r *registry) checkLimitsLocked(old *target, spec Spec) error {
+	if old == nil && r.maxTargets > 0 && len(r.targets) >= r.maxTargets {
+		return &LimitError{What: "targets", Max: r.maxTargets}
+	}
+	joins := old == nil || old.spec.Group != spec.Group || old.quarantined() != "" // a quarantined target is in no pool
+	if joins && r.maxInGroup > 0 && r.pools[spec.Group].size() >= r.maxInGroup {
+		return &LimitError{What: fmt.Sprintf("targets in group %q", spec.Group), Max: r.maxInGroup}
+	}
+	return nil
+}
+
+// groupHealth counts a group's targets and how many of them are routable.
+// A group exists while total > 0.
+func (r *registry) groupHealth(group string) (routable, total int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, t := range r.targets {
+		if t.spec.Group == group {
+			total++
+			if t.state.routable() {
+				routable++
+			}
+		}
+	}
+	return routable, total
+}
+
+func (r *registry) statusLocked(t *target, now time.Time) Status {
+	st := Status{
+		Spec:            t.spec,
+		State:           t.state,
+		Routable:        t.state.routable(),
+		PassStreak:      t.m.PassStreak,
+		FailStreak:      t.m.FailStreak,
+		LastTransition:  t.lastTr,
+		CarriedOver:     t.carried,
+		Verdict:         t.m.State,
+		PanicHeld:       t.held,
+		Flapping:        t.flapping,
+		Transitions:     t.flaps.count(now, t.spec.flapWindow()),
+		ProbeInterval:   t.spec.IntervalFor(t.m),
+		NextProbe:       t.next,
+		Probing:         t.inFlight,
+		ActiveResults:   t.active,
+		PassiveResults:  t.passive,
+		PassiveLimited:  t.limited,
+		IgnoredTimeouts: t.ignored,
+		Quarantined:     t.quarantined(),
+	}
+	if t.hasLast {
+		r := t.last
+		st.LastResult = &r
+	}
+	return st
+}
+
+// observeLocked feeds one result, active or passive, to t's machine and
+// applies the policies to what comes out.
+func (r *registry) observeLocked(t *target, res Result, now time.Time) {
+	t.last, t.hasLast = res, true
+	t.carried = false
+	_, changed := t.m.Observe(res.Pass)
+	r.verdictLocked(t, changed, now, cause{result: res})
+}
+
+// cause is why a target's state changes: the result that tipped it, or a
+// reason when no result did.
+type cause struct {
+	result Result
+	reason string
+}
+
+// setStateLocked changes t's published state, keeps its pool's counts and
+// records the transition.
+func (r *registry) setStateLocked(t *target, to State, now time.Time, why cause) {
+	from := t.state
+	if from == to {
+		return
+	}
+	if r.link != nil && !r.mirroring {
+		r.proposeLocked(t, to, now, why)
+		return
+	}
+	if p := r.pools[t.spec.Group]; p != nil && from.routable() != to.routable() {
+		if to.routable() {
+			p.down--
+		} else {
+			p.down++
+		}
+	}
+	t.state = to
+	t.lastTr = now
+	tr := Transition{
+		Target: t.spec.Name,
+		Group:  t.spec.Group,
+		From:   from,
+		To:     to,
+		Time:   now,
+		Reason: why.reason,
+	}
+	if why.reason == "" {
+		tr.Result = why.result
+	}
+	r.emitLocked(Event{Kind: EventTransition, Time: now, Transition: tr})
+}
+
+// unlockAndReport releases mu, then logs the events recorded meanwhile and
+// tells the observer of the transitions, outside the locks.
+func (r *registry) unlockAndReport() {
+	evs := r.reports
+	r.reports = nil
+	r.mu.Unlock()
+	for _, e := range evs {
+		r.report(e)
+	}
+}
+
+func (r *registry) report(e Event) {
+	if e.Kind != EventTransition {
+		r.reportPolicy(e)
+		return
+	}
+	tr := e.Transition
+	if r.observer != nil {
+		r.observer.ObserveTransition(tr)
+	}
+	attrs := []any{"target", tr.Target, "group", tr.Group, "from", tr.From.String(), "to", tr.To.String(), "revision", tr.Revision}
+	if tr.Result.Err != "" {
+		attrs = append(attrs, "error", tr.Result.Err)
+	}
+	if tr.Reason != "" {
+		attrs = append(attrs, "reason", tr.Reason)
+	}
+	r.logger.Info(tr.String(), attrs...)
+}
+
+// closeProbers closes every target's prober, outside the lock.
+func (r *registry) closeProbers() {
+	r.mu.Lock()
+	probers := make([]Prober, 0, len(r.targets))
+	for _, t := range r.targets {
+		probers = append(probers, t.prober)
+	}
+	r.mu.Unlock()
+	for _, p := range probers {
+		closeProber(p)
+	}
+}
+
+// close marks the registry closed: Add, ReportOutcome, SetGroupPolicy and
+// Watch return ErrClosed from now on. then runs under the lock, so that no
+// watch starts after it.
+func (r *registry) close(then func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	then()
+}
+
+func closeProber(p Prober) {
+	if cl, ok := p.(io.Closer); ok {
+		_ = cl.Close()
+	}
+}
+
+// The registry's side of the scheduler's work: the scheduler takes the
+// lock, asks which targets are still registered and probed, and hands each
+// result over; the registry decides what it does to the target's state.
+
+func (r *registry) lock()   { r.mu.Lock() }
+func (r *registry) unlock() { r.mu.Unlock() }
+
+// closedLocked reports whether Close has begun ending the registry.
+func (r *registry) closedLocked() bool { return r.closed }
+
+// eachLocked calls f for every registered target, in no order.
+func (r *registry) eachLocked(f func(*target)) {
+	for _, t := range r.targets {
+		f(t)
+	}
+}
+
+// currentLocked reports whether t is still registered (not removed, nor
+// replaced by a target of the same name).
+func (r *registry) currentLocked(t *target) bool { return r.targets[t.spec.Name] == t }
+
+// probedLocked reports whether this checker probes t: it is not
+// quarantined and, with a shared registry, this replica owns it.
+func (r *registry) probedLocked(t *target) bool {
+	return (r.link == nil || t.owned) && t.quarantined() == ""
+}
+
+// hasReportsLocked reports whether events wait to be logged and observed.
+func (r *registry) hasReportsLocked() bool { return len(r.reports) > 0 }
+
+// reportsLocked returns a mark of the events recorded so far, for
+// transitionsSinceLocked.
+func (r *registry) reportsLocked() int { return len(r.reports) }
+
+// transitionsSinceLocked returns the transitions recorded since mark.
+func (r *registry) transitionsSinceLocked(mark int) []Transition {
+	var trs []Transition
+	for _, e := range r.reports[mark:] {
+		if e.Kind == EventTransition {
+			trs = append(trs, e.Transition)
+		}
+	}
+	return trs
+}
+
+// resultLocked applies a probe result to t.
+func (r *registry) resultLocked(t *target, res Result, now time.Time) {
+	t.active++
+	r.observeLocked(t, res, now)
+}
+
+// ignoreLocked keeps a probe timeout that does not count (the checker was
+// overloaded) as t's last result.
+func (r *registry) ignoreLocked(t *target, res Result) {
+	t.last, t.hasLast = res, true
+	t.ignored++
+}
+
+// emitLocked numbers e and hands it to the sink: the hub, or with a store
+// the committer, which publishes it once its state change is stored. r.mu
+// must be held; the sink takes its own lock (lock order: mu, then the
+// committer's, then the hub's).
+func (r *registry) emitLocked(e Event) Event {
+	if r.link != nil {
+		return r.emitSharedLocked(e)
+	}
+	r.rev++
+	e.Revision = r.rev
+	if e.Kind == EventTransition {
+		e.Transition.Revision = r.rev
+	}
+	if e.Kind == EventTransition || e.Kind.IsPolicy() {
+		r.reports = append(r.reports, e)
+	}
+	r.sink(e)
+	return e
+}
+
+// emitSharedLocked numbers e with the shared registry's revision being
+// applied and publishes it. An event outside ApplyShared concerns this
+// replica alone (overload): it is logged and observed, not streamed.
+func (r *registry) emitSharedLocked(e Event) Event {
+	e.Revision = r.applying
+	if e.Kind == EventTransition {
+		e.Transition.Revision = r.applying
+	}
+	if e.Kind == EventTransition || e.Kind.IsPolicy() {
+		r.reports = append(r.reports, e)
+	}
+	if r.applying == 0 {
+		return e
+	}
+	r.sink(e)
+	return e
+}
+
+// load registers the stored targets, with their stored states carried
+// over, and the stored group policies.
+func (r *registry) load(targets []StoredTarget, policies map[string]GroupPolicy) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, st := range targets {
+		spec := st.Spec.WithDefaults(r.defaults)
+		err := st.Err
+		if err == nil {
+			err = spec.Validate()
+		}
+		var p Prober
+		if err == nil {
+			p, err = r.newProber(spec.Probe)
+		}
+		if err != nil {
+			// A record that today's rules refuse (a stricter bound or egress
+			// policy, a probe kind this version does not know, damaged bytes)
+			// must neither keep pulsed from starting nor be dropped silently:
+			// it is listed, quarantined with the reason, never probed, until
+			// AddTarget fixes it or RemoveTarget removes it.
+			r.logger.Warn("stored target quarantined: it is listed but not probed until fixed or removed", "target", st.Spec.Name, "error", err)
+			r.targets[st.Spec.Name] = newQuarantined(st.Spec, err)
+			continue
+		}
+		state := st.State
+		if state == StateUnknown {
+			state = spec.InitialState
+		}
+		t := newTarget(spec, p, state)
+		t.lastTr = st.LastTransition
+		t.carried = true
+		r.targets[spec.Name] = t
+		r.joinPoolLocked(t)
+		r.sched.addLocked(t, r.clock.Now().Add(firstDelay(spec.Name, spec.Interval)))
+	}
+	for group, p := range policies {
+		if err := ValidateGroup(group); err != nil || group == "" {
+			return fmt.Errorf("stored policy of group %q: bad group name", group)
+		}
+		if err := ValidateFraction(p.MaxUnhealthyFraction); err != nil {
+			return fmt.Errorf("stored policy of group %q: max_unhealthy_fraction %w", group, err)
+		}
+		r.poolLocked(group).policy = p
+	}
+	return nil
+}

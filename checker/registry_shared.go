@@ -1,0 +1,231 @@
+package checker
+
+import (
+	"reflect"
+	"time"
+)
+
+// The registry's side of a shared registry (see Shared and replication in
+// shared.go): applying the changes every replica applies, owning targets,
+// and proposing the states its results decide. All of it runs with the
+// registry's lock held.
+
+// loadShared registers the shared registry's targets, read at rev,
+// without events.
+func (r *registry) loadShared(targets []SharedTarget, rev uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock.Now()
+	for _, st := range targets {
+		r.putSharedLocked(st.Spec, st.State, st.StateRev, now, false)
+	}
+	r.rev = rev
+}
+
+// putSharedLocked adds a target, or replaces its spec, as the shared
+// registry says; events says whether to emit them (not while loading).
+func (r *registry) putSharedLocked(spec Spec, st *SharedState, stateRev uint64, now time.Time, events bool) {
+	spec = spec.WithDefaults(r.defaults)
+	t := r.targets[spec.Name]
+	if t == nil {
+		p, err := r.newProber(spec.Probe)
+		if err != nil {
+			// Another replica's rules allowed it; this one's refuse it.
+			r.logger.Warn("shared target's probe is refused here; it fails its probes on this replica", "target", spec.Name, "error", err)
+			p = refusedProber{err}
+		}
+		state := spec.InitialState
+		if st != nil {
+			state = st.State
+		}
+		t = newTarget(spec, p, state)
+		t.index = -1
+		t.stateRev = stateRev
+		if st != nil {
+			t.lastTr = st.Time
+			t.carried = true
+		}
+		r.targets[spec.Name] = t
+		r.joinPoolLocked(t)
+		r.ownLocked(t, r.link.owns(spec.Name), now)
+		if events {
+			r.emitLocked(Event{Kind: EventAdded, Time: now, Status: r.statusLocked(t, now)})
+		}
+		return
+	}
+	spec.InitialState = t.spec.InitialState
+	if reflect.DeepEqual(t.spec, spec) {
+		return
+	}
+	if !reflect.DeepEqual(t.spec.Probe, spec.Probe) {
+		p, err := r.newProber(spec.Probe)
+		if err != nil {
+			r.logger.Warn("shared target's probe is refused here; it fails its probes on this replica", "target", spec.Name, "error", err)
+			p = refusedProber{err}
+		}
+		closeProber(t.prober) // a probe in flight keeps its own prober value
+		t.prober = p
+		t.gen++
+	}
+	prevGroup := r.setSpecLocked(t, spec)
+	if prevGroup != spec.Group {
+		r.dropPoolLocked(prevGroup)
+	}
+	r.emitLocked(Event{Kind: EventUpdated, Time: now, Status: r.statusLocked(t, now), prevGroup: prevGroup})
+	if _, changed := t.m.SetModel(spec.Model); changed && t.owned {
+		// The owner stores what the new model makes of the state.
+		r.updateLocked(t, now, cause{reason: "model changed to " + spec.Model.String()})
+	}
+	if t.owned {
+		r.sched.hurryLocked(t, now)
+	}
+}
+
+// deleteSharedLocked removes a target as the shared registry says.
+func (r *registry) deleteSharedLocked(name string, now time.Time) {
+	t, ok := r.targets[name]
+	if !ok {
+		return
+	}
+	delete(r.targets, name)
+	r.sched.removeLocked(t)
+	t.index = -1
+	r.leavePoolLocked(t)
+	r.emitLocked(Event{Kind: EventRemoved, Time: now, Status: r.statusLocked(t, now)})
+	r.dropPoolLocked(t.spec.Group)
+	closeProber(t.prober)
+}
+
+// mirrorStateLocked applies a state a target's owner stored.
+func (r *registry) mirrorStateLocked(name string, st SharedState, rev uint64) {
+	t, ok := r.targets[name]
+	if !ok {
+		return
+	}
+	t.stateRev = rev
+	t.proposing = false
+	why := cause{result: st.Result, reason: st.Reason}
+	r.mirroring = true
+	r.setStateLocked(t, st.State, st.Time, why)
+	r.mirroring = false
+	if !t.owned {
+		t.m.State = st.State
+		t.m.PassStreak, t.m.FailStreak = 0, 0
+		return
+	}
+	// The owner's verdict may have moved on while the write was on its way.
+	r.updateLocked(t, r.clock.Now(), cause{result: t.last}) // zero before the first result
+}
+
+// reownLocked asks the shared registry which targets this replica owns now
+// that its members changed, and starts or stops probing them.
+func (r *registry) reownLocked(now time.Time) {
+	for _, t := range r.targets {
+		r.ownLocked(t, r.link.owns(t.spec.Name), now)
+	}
+}
+
+// ownLocked makes this replica probe t, or stop probing it. A target taken
+// over starts from its stored state, as after a restart, with its first
+// probe within one interval.
+func (r *registry) ownLocked(t *target, own bool, now time.Time) {
+	if own == t.owned {
+		return
+	}
+	t.owned = own
+	if !own {
+		r.sched.removeLocked(t)
+		t.index = -1
+		t.gen++ // a result in flight is no longer this replica's to store
+		t.proposing = false
+		return
+	}
+	t.m = Machine{Model: t.spec.Model, Rise: t.spec.Rise, Fall: t.spec.Fall, State: t.state}
+	t.carried = true
+	t.slot = time.Time{}
+	r.sched.addLocked(t, now.Add(firstDelay(t.spec.Name, t.spec.Interval)))
+}
+
+// proposeLocked asks the replication to store t's new state: with a shared
+// registry a state changes only once its owner's write comes back.
+func (r *registry) proposeLocked(t *target, to State, now time.Time, why cause) {
+	if !t.owned || t.proposing || to == t.state {
+		return
+	}
+	t.proposing = true
+	r.link.propose(proposal{t: t, gen: t.gen, p: StateProposal{
+		Name:     t.spec.Name,
+		StateRev: t.stateRev,
+		State:    SharedState{State: to, From: t.state, Time: now, Result: why.result, Reason: why.reason},
+	}})
+}
+
+// checkSharedAdd is the first half of Add with a shared registry: it
+// returns the spec as it will be stored (an update keeps the target's
+// initial state), whether the target is new, its status when the spec is
+// unchanged (same), and ErrClosed or a *LimitError.
+func (r *registry) checkSharedAdd(spec Spec) (_ Spec, created, same bool, st Status, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := r.targets[spec.Name]
+	if old != nil {
+		spec.InitialState = old.spec.InitialState
+	}
+	same = old != nil && reflect.DeepEqual(old.spec, spec)
+	limitErr := r.checkLimitsLocked(old, spec)
+	switch {
+	case r.closed:
+		return spec, false, false, Status{}, ErrClosed
+	case limitErr != nil:
+		return spec, false, false, Status{}, limitErr
+	case same:
+		st = r.statusLocked(old, r.clock.Now())
+	}
+	return spec, old == nil, same, st, nil
+}
+
+// applySharedLocked applies changes read from the shared registry, in
+// revision order, and returns the revision the registry is at after them:
+// at least rev. It reports false, having done nothing, once the registry
+// is closed.
+func (r *registry) applySharedLocked(changes []SharedChange, rev uint64) (uint64, bool) {
+	if r.closed {
+		return 0, false
+	}
+	now := r.clock.Now()
+	for _, ch := range changes {
+		r.applying = ch.Rev
+		switch ch.Kind {
+		case SharedSpecPut:
+			r.putSharedLocked(ch.Spec, nil, 0, now, true)
+		case SharedSpecDeleted:
+			r.deleteSharedLocked(ch.Name, now)
+		case SharedStatePut:
+			r.mirrorStateLocked(ch.Name, ch.State, ch.Rev)
+		case SharedMembersChanged:
+			r.reownLocked(now)
+		}
+		rev = max(rev, ch.Rev)
+	}
+	r.applying = 0
+	if rev > r.rev {
+		r.rev = rev
+	}
+	return r.rev, true
+}
+
+// proposalValid reports whether pr is still to be written: this replica
+// owns its target, which is still registered, at the same generation.
+func (r *registry) proposalValid(pr proposal) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return pr.t.owned && pr.t.gen == pr.gen && r.targets[pr.p.Name] == pr.t
+}
+
+// fenced notes that the shared registry refused pr's write: the target
+// may propose again.
+func (r *registry) fenced(pr proposal) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pr.t.proposing = false
+}

@@ -1,0 +1,62 @@
+package checker
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// target is one registered target; the fields are guarded by the
+// registry's lock. The scheduling fields (inFlight, slot, next, startNs,
+// seq, index) are the scheduler's; the others the registry's.
+type target struct {
+	spec   Spec
+	prober Prober
+	gen    uint64  // bumped when the probe spec is replaced
+	m      Machine // the verdict
+	state  State   // the published state: the verdict unless a policy holds it
+	flaps  flapLog // the verdict's recent changes
+	last   Result  // the last result, by value: no allocation per result; valid when hasLast
+	lastTr time.Time
+
+	// The flags, together so that they take one word: with the last result
+	// by value the target stays within a 512-byte allocation.
+	held      bool // held routable by its group's panic threshold
+	flapping  bool // held unhealthy by flap damping
+	inFlight  bool
+	hasLast   bool
+	carried   bool // the state was loaded from the store; no fresh result yet
+	owned     bool // with a shared registry: this replica probes the target
+	proposing bool // with a shared registry: a state write is on its way
+
+	slot time.Time // the scheduled start of the last scheduled probe; zero before the first
+	next time.Time // when the next probe is due
+	// startNs is when the next probe starts, in nanoseconds since the
+	// epoch: next, batched by Config.ScheduleTick (see startBy). seq is the
+	// target's number. Both order the due heap.
+	startNs int64
+	seq     uint64
+	index   int // position in the due heap
+
+	active, passive, limited, ignored uint64 // result counts, see Status
+	// The passive outcomes' rate limit, made by the first one: most targets
+	// never report any, and by value it would take the target past 512 bytes.
+	bucket *tokenBucket
+
+	// With a shared registry: the revision of the target's stored state
+	// (owned and proposing are with the flags above).
+	stateRev uint64
+}
+
+// targetSeq numbers targets as they are made: the due heap's order among
+// targets that start at the same time.
+var targetSeq atomic.Uint64
+
+func newTarget(spec Spec, p Prober, state State) *target {
+	return &target{
+		seq:    targetSeq.Add(1),
+		spec:   spec,
+		prober: p,
+		m:      Machine{Model: spec.Model, Rise: spec.Rise, Fall: spec.Fall, State: state},
+		state:  state,
+	}
+}
