@@ -150,7 +150,7 @@ func New(cfg Config) (*Checker, error) {
 func (c *Checker) Defaults() Defaults { return c.defaults }
 
 // Add registers a target, or replaces the spec of the target of that name.
-// Replacing keeps the state and streaks (seed 000's add), and a probe result
+// Replacing keeps the state and streaks, and a probe result
 // in flight for a replaced probe spec is discarded. created reports whether
 // the target is new. A bad spec returns a *FieldError.
 func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
@@ -201,8 +201,8 @@ func (c *Checker) List(group string) ([]Status, uint64) {
 	return list, rev
 }
 
-// Healthy returns the names of routable targets sorted by name (seed 000's
-// healthy(), with seed 001's suspect targets counted as routable); a
+// Healthy returns the names of routable targets sorted by name (suspect
+// targets count as routable); a
 // non-empty group keeps only that group's targets.
 func (c *Checker) Healthy(group string) []string { return c.reg.healthy(group) }
 
@@ -308,7 +308,7 @@ func (c *Checker) Overload() OverloadStatus { return c.sched.status() }
 
 // RunRound probes every target once, concurrently, each under its own
 // timeout, then applies the results in name order under the lock and returns
-// the round's transitions in name order: seed 000's run_checks. Targets that
+// the round's transitions in name order. Targets that
 // already have a probe in flight are skipped. One target's panic or timeout
 // never stops the others. The transitions include those the results cause
 // in other targets (a panic hold released). The probes share the

@@ -37,9 +37,9 @@ type Model int
 
 // The models.
 const (
-	// ModelRiseFall is seed 000's machine: two states with hysteresis.
+	// ModelRiseFall is the classic machine: two states with hysteresis.
 	ModelRiseFall Model = iota
-	// ModelThreeState is seed 001's machine: HEALTHY, SUSPECT and UNHEALTHY.
+	// ModelThreeState adds a warning state: HEALTHY, SUSPECT and UNHEALTHY.
 	ModelThreeState
 )
 
@@ -60,16 +60,16 @@ func (m Model) String() string {
 //
 // Initial state: a Machine starts in whatever State its creator sets; the
 // checker uses the spec's initial state, unhealthy by default, so a new
-// target must prove itself before it receives traffic (seed 000).
+// target must prove itself before it receives traffic.
 //
 // Every result first updates the streaks: a pass adds one to PassStreak and
 // zeroes FailStreak, a failure does the mirror image. Then the model decides.
 //
-// ModelRiseFall (seed 000):
+// ModelRiseFall:
 //   - unhealthy -> healthy when PassStreak >= Rise;
 //   - healthy -> unhealthy when FailStreak >= Fall.
 //
-// ModelThreeState (seed 001's record_probe, DOWN spelled unhealthy):
+// ModelThreeState:
 //   - on a pass: unhealthy -> suspect; suspect -> healthy when
 //     PassStreak >= Rise;
 //   - on a failure: healthy -> suspect; suspect -> unhealthy when
@@ -145,8 +145,7 @@ func (m *Machine) nextThreeState(pass bool) State {
 }
 
 // Routable reports whether a target in this state should receive traffic:
-// healthy always, suspect too (seed 001's eligible(): a warning label, not a
-// quarantine).
+// healthy always, suspect too (a warning label, not a quarantine).
 func (m Machine) Routable() bool {
 	return m.State == StateHealthy || m.State == StateSuspect
 }

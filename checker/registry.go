@@ -342,8 +342,8 @@ func (r *registry) list(group string) ([]Status, uint64) {
 	return out, r.rev
 }
 
-// healthy returns the names of routable targets sorted by name (seed 000's
-// healthy(), with seed 001's suspect targets counted as routable); a
+// healthy returns the names of routable targets sorted by name (suspect
+// targets count as routable); a
 // non-empty group keeps only that group's targets.
 func (r *registry) healthy(group string) []string {
 	r.mu.Lock()

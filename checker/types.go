@@ -100,7 +100,7 @@ type Transition struct {
 	Reason string
 }
 
-// String returns seed 000's text: "<target>: <old> -> <new>".
+// String returns the transition's text: "<target>: <old> -> <new>".
 func (t Transition) String() string {
 	return fmt.Sprintf("%s: %s -> %s", t.Target, t.From, t.To)
 }

@@ -1,5 +1,5 @@
 // Package oneshot checks a list of targets once, concurrently, and reports
-// on them: the one-shot checker of seed 003, made for cron jobs and CI
+// on them: the one-shot checker, made for cron jobs and CI
 // pipelines (pulsectl check). It probes with package probe, so a target is
 // probed here exactly as pulsed would probe it.
 //
@@ -68,7 +68,7 @@ type Target struct {
 	// Name identifies the target in results and metrics.
 	Name string
 	// Probe says what to probe. For HTTP, set ExpectedStatus to the one
-	// status that passes (seed 003's expected_status) so that a passing
+	// status that passes (expected_status) so that a passing
 	// Attempt reports it; any other status is a failed attempt whose
 	// Status is the code received.
 	Probe probe.Spec
@@ -115,7 +115,7 @@ type Attempt struct {
 	Latency time.Duration
 	// Answered is true when the target answered: an HTTP status, a TCP
 	// connect, a gRPC reply. It is false for timeouts and transport errors
-	// (seed 003's "status is None"); the latency percentiles use only
+	// (no status); the latency percentiles use only
 	// answered attempts.
 	Answered bool
 	// Status is the HTTP status received: the code of a failing response,
@@ -179,10 +179,9 @@ type Options struct {
 	Clock Clock
 	// TargetClock, when set, returns the clock the check of targets[i]
 	// uses instead of Clock; it must read the same time as Clock when Run
-	// starts. Tests use it to give each target its own fake timeline, as
-	// seed 003's FakeClock gives each thread its own: one target's fake
-	// probe time and backoff then never show up in another target's
-	// latency, whatever order the goroutines run in.
+	// starts. Tests use it to give each target its own fake timeline: one
+	// target's fake probe time and backoff then never show up in another
+	// target's latency, whatever order the goroutines run in.
 	TargetClock func(i int) Clock
 	// Rand returns a number in [0, 1) for the backoff jitter. Run
 	// serializes its calls, so a *rand.Rand's Float64 may be passed. Nil

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Summary is the report of a run (seed 003's summarize).
+// Summary is the report of a run.
 type Summary struct {
 	// Healthy, Degraded and Down count the outcomes; Total is their sum.
 	Healthy, Degraded, Down, Total int
