@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // ErrPassiveDisabled: the target's spec does not accept passive outcomes
@@ -83,10 +85,13 @@ func (r *registry) reportOutcome(name string, o Outcome) (st Status, counted boo
 		return Status{}, false, fmt.Errorf("target %q: %w", name, ErrPassiveDisabled)
 	}
 	now := r.clock.Now()
-	if t.bucket == nil {
-		t.bucket = new(tokenBucket)
+	if n := t.spec.passiveRate(); t.bucket == nil {
+		t.bucket = rate.NewLimiter(rate.Limit(n), n) // full at first
+	} else if t.bucket.Burst() != n { // the spec's rate changed
+		t.bucket.SetLimitAt(now, rate.Limit(n))
+		t.bucket.SetBurstAt(now, n)
 	}
-	if !t.bucket.take(now, t.spec.passiveRate()) {
+	if !t.bucket.AllowN(now, 1) {
 		t.limited++
 		return r.statusLocked(t, now), false, nil
 	}
@@ -102,28 +107,4 @@ func (r *registry) reportOutcome(name string, o Outcome) (st Status, counted boo
 	r.observeLocked(t, res, now)
 	r.sched.rescheduleLocked(t, now)
 	return r.statusLocked(t, now), true, nil
-}
-
-// tokenBucket rate-limits passive outcomes. It is a value with no clock:
-// callers pass the time.
-type tokenBucket struct {
-	tokens float64
-	at     time.Time // when tokens was last brought up to date; zero: full
-}
-
-// take spends a token if one is left at now, refilling at rate a second up
-// to a burst of rate.
-func (b *tokenBucket) take(now time.Time, rate int) bool {
-	burst := float64(rate)
-	if b.at.IsZero() {
-		b.tokens = burst
-	} else if d := now.Sub(b.at); d > 0 {
-		b.tokens = min(burst, b.tokens+d.Seconds()*burst)
-	}
-	b.at = now
-	if b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
 }

@@ -128,3 +128,32 @@ func TestOutcomeLatencyBound(t *testing.T) {
 		t.Errorf("past the bound: %v, want %q", err, want)
 	}
 }
+
+// A new passive_rate applies at once: the bucket takes the new rate and
+// burst.
+func TestPassiveRateChangeAppliesAtOnce(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	s := spec("web-1")
+	s.PassiveOutcomes, s.PassiveRate = true, 5
+	e.add(t, s)
+	counted := func() int {
+		n := 0
+		for range 10 {
+			if _, ok, err := e.c.ReportOutcome("web-1", checker.Outcome{Pass: true}); err != nil {
+				t.Fatal(err)
+			} else if ok {
+				n++
+			}
+		}
+		return n
+	}
+	if n := counted(); n != 5 {
+		t.Fatalf("%d of 10 outcomes in one instant counted at rate 5, want 5", n)
+	}
+	s.PassiveRate = 1
+	e.add(t, s)
+	e.clock.Advance(time.Second)
+	if n := counted(); n != 1 {
+		t.Errorf("%d of 10 outcomes counted a second after the rate became 1, want 1", n)
+	}
+}

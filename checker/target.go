@@ -3,6 +3,8 @@ package checker
 import (
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // target is one registered target; the fields are guarded by the
@@ -40,7 +42,7 @@ type target struct {
 	active, passive, limited, ignored uint64 // result counts, see Status
 	// The passive outcomes' rate limit, made by the first one: most targets
 	// never report any, and by value it would take the target past 512 bytes.
-	bucket *tokenBucket
+	bucket *rate.Limiter
 
 	// With a shared registry: the revision of the target's stored state
 	// (owned and proposing are with the flags above).

@@ -7,25 +7,22 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc/peer"
 )
 
-// RateLimit bounds each client's rate of API calls with a token bucket per
-// client address: a client may burst up to Burst calls, then PerSecond calls
-// a second. It implements go-grpc-middleware's ratelimit.Limiter and is safe
-// for concurrent use. Create it with NewRateLimit.
+// RateLimit bounds each client's rate of API calls with a token bucket
+// (golang.org/x/time/rate) per client address: a client may burst up to
+// Burst calls, then PerSecond calls a second. It implements
+// go-grpc-middleware's ratelimit.Limiter and is safe for concurrent use.
+// Create it with NewRateLimit.
 type RateLimit struct {
 	perSecond float64
-	burst     float64
+	burst     int
 	now       func() time.Time
 
 	mu      sync.Mutex // protects buckets
-	buckets map[string]*bucket
-}
-
-type bucket struct {
-	tokens float64
-	last   time.Time
+	buckets map[string]*rate.Limiter
 }
 
 // maxBuckets bounds the clients tracked at once; past it, buckets that have
@@ -38,7 +35,7 @@ func NewRateLimit(perSecond float64, burst int, now func() time.Time) *RateLimit
 	if now == nil {
 		now = time.Now
 	}
-	return &RateLimit{perSecond: perSecond, burst: float64(burst), now: now, buckets: make(map[string]*bucket)}
+	return &RateLimit{perSecond: perSecond, burst: burst, now: now, buckets: make(map[string]*rate.Limiter)}
 }
 
 // Limit takes one token from the calling client's bucket, or says which
@@ -59,21 +56,20 @@ func (r *RateLimit) Limit(ctx context.Context) error {
 		if len(r.buckets) >= maxBuckets {
 			r.dropIdleLocked(now)
 		}
-		b = &bucket{tokens: r.burst, last: now}
+		b = rate.NewLimiter(rate.Limit(r.perSecond), r.burst) // full at first
 		r.buckets[key] = b
 	}
-	b.tokens = min(r.burst, b.tokens+now.Sub(b.last).Seconds()*r.perSecond)
-	b.last = now
-	if b.tokens < 1 {
-		return fmt.Errorf("rate limit of %g calls/s per client (burst %g) exceeded; slow down, or raise pulsed's -rate-limit", r.perSecond, r.burst)
+	if !b.AllowN(now, 1) {
+		return fmt.Errorf("rate limit of %g calls/s per client (burst %d) exceeded; slow down, or raise pulsed's -rate-limit", r.perSecond, r.burst)
 	}
-	b.tokens--
 	return nil
 }
 
+// dropIdleLocked forgets the clients whose buckets have refilled: a new
+// bucket for them would be the same.
 func (r *RateLimit) dropIdleLocked(now time.Time) {
 	for k, b := range r.buckets {
-		if b.tokens+now.Sub(b.last).Seconds()*r.perSecond >= r.burst {
+		if b.TokensAt(now) >= float64(r.burst) {
 			delete(r.buckets, k)
 		}
 	}
