@@ -117,6 +117,41 @@ func (s Spec) Kind() string {
 	return kinds[0]
 }
 
+// HostPort returns the host and port the probe connects to: the TCP or
+// gRPC address, or the host of the HTTP URL with its port or the scheme's
+// (80, 443). ok is false when the spec names no host and port, as an
+// invalid one may not.
+func (s Spec) HostPort() (host string, port uint16, ok bool) {
+	var hostPort string
+	switch {
+	case s.TCP != nil:
+		hostPort = s.TCP.Address
+	case s.GRPC != nil:
+		hostPort = s.GRPC.Address
+	case s.HTTP != nil:
+		u, err := url.Parse(s.HTTP.URL)
+		if err != nil || u.Hostname() == "" {
+			return "", 0, false
+		}
+		ps := u.Port()
+		if ps == "" {
+			ps = map[string]string{"http": "80", "https": "443"}[strings.ToLower(u.Scheme)]
+		}
+		hostPort = net.JoinHostPort(u.Hostname(), ps)
+	default:
+		return "", 0, false
+	}
+	h, ps, err := net.SplitHostPort(hostPort)
+	if err != nil || h == "" {
+		return "", 0, false
+	}
+	n, err := strconv.ParseUint(ps, 10, 16)
+	if err != nil || n == 0 {
+		return "", 0, false
+	}
+	return h, uint16(n), true
+}
+
 // kinds lists the kinds that are set, in a fixed order.
 func (s Spec) kinds() []string {
 	var kinds []string

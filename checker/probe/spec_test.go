@@ -192,3 +192,28 @@ func TestValidateBounds(t *testing.T) {
 		})
 	}
 }
+
+func TestHostPort(t *testing.T) {
+	for _, tt := range []struct {
+		spec Spec
+		host string
+		port uint16
+		ok   bool
+	}{
+		{Spec{TCP: &TCPSpec{Address: "10.0.0.5:5432"}}, "10.0.0.5", 5432, true},
+		{Spec{GRPC: &GRPCSpec{Address: "[::1]:50051"}}, "::1", 50051, true},
+		{Spec{HTTP: &HTTPSpec{URL: "http://web.internal/healthz"}}, "web.internal", 80, true},
+		{Spec{HTTP: &HTTPSpec{URL: "HTTPS://10.0.0.6/"}}, "10.0.0.6", 443, true},
+		{Spec{HTTP: &HTTPSpec{URL: "http://u:p@10.0.0.7:8080/x"}}, "10.0.0.7", 8080, true},
+		{Spec{TCP: &TCPSpec{Address: ":80"}}, "", 0, false},
+		{Spec{TCP: &TCPSpec{Address: "h:0"}}, "", 0, false},
+		{Spec{TCP: &TCPSpec{Address: "h:65536"}}, "", 0, false},
+		{Spec{HTTP: &HTTPSpec{URL: "ftp://h/"}}, "", 0, false},
+		{Spec{}, "", 0, false},
+	} {
+		host, port, ok := tt.spec.HostPort()
+		if host != tt.host || port != tt.port || ok != tt.ok {
+			t.Errorf("%+v: HostPort() = %q, %d, %v; want %q, %d, %v", tt.spec, host, port, ok, tt.host, tt.port, tt.ok)
+		}
+	}
+}

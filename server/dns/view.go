@@ -5,8 +5,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,7 +40,7 @@ type record struct {
 // server's domain, lower case, as an FQDN.
 func newRecord(st checker.Status, domain string) *record {
 	r := &record{name: st.Spec.Name, group: st.Spec.Group, routable: st.Routable}
-	host, port, ok := probeHostPort(st)
+	host, port, ok := st.Spec.Probe.HostPort()
 	if !ok {
 		return r
 	}
@@ -69,40 +67,6 @@ func newRecord(st checker.Status, domain string) *record {
 func validName(fqdn string) bool {
 	_, ok := mdns.IsDomainName(fqdn)
 	return ok && !strings.Contains(fqdn, "..")
-}
-
-// probeHostPort returns the host and port a target's probe connects to:
-// the TCP or gRPC address, or the host of the HTTP URL with its port or
-// the scheme's.
-func probeHostPort(st checker.Status) (host string, port uint16, ok bool) {
-	var hostPort string
-	switch p := st.Spec.Probe; {
-	case p.TCP != nil:
-		hostPort = p.TCP.Address
-	case p.GRPC != nil:
-		hostPort = p.GRPC.Address
-	case p.HTTP != nil:
-		u, err := url.Parse(p.HTTP.URL)
-		if err != nil || u.Hostname() == "" {
-			return "", 0, false
-		}
-		ps := u.Port()
-		if ps == "" {
-			ps = map[string]string{"http": "80", "https": "443"}[strings.ToLower(u.Scheme)]
-		}
-		hostPort = net.JoinHostPort(u.Hostname(), ps)
-	default:
-		return "", 0, false
-	}
-	h, ps, err := net.SplitHostPort(hostPort)
-	if err != nil {
-		return "", 0, false
-	}
-	n, err := strconv.ParseUint(ps, 10, 16)
-	if err != nil || n == 0 {
-		return "", 0, false
-	}
-	return h, uint16(n), true
 }
 
 // index maps a lower-case DNS name to the records it answers, by target

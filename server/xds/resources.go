@@ -3,7 +3,6 @@ package xds
 import (
 	"cmp"
 	"net"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,42 +41,10 @@ type endpoint struct {
 // newEndpoint derives a target's endpoint from its status.
 func newEndpoint(st checker.Status) *endpoint {
 	e := &endpoint{name: st.Spec.Name, group: st.Spec.Group, state: st.State, held: st.PanicHeld}
-	e.host, e.port = probeHostPort(st)
+	if host, port, ok := st.Spec.Probe.HostPort(); ok {
+		e.host, e.port = host, uint32(port)
+	}
 	return e
-}
-
-// probeHostPort returns the host and port a target's probe connects to:
-// the TCP or gRPC address, or the host of the HTTP URL with its port or
-// the scheme's; "" when there is none.
-func probeHostPort(st checker.Status) (string, uint32) {
-	var hostPort string
-	switch p := st.Spec.Probe; {
-	case p.TCP != nil:
-		hostPort = p.TCP.Address
-	case p.GRPC != nil:
-		hostPort = p.GRPC.Address
-	case p.HTTP != nil:
-		u, err := url.Parse(p.HTTP.URL)
-		if err != nil || u.Hostname() == "" {
-			return "", 0
-		}
-		ps := u.Port()
-		if ps == "" {
-			ps = map[string]string{"http": "80", "https": "443"}[strings.ToLower(u.Scheme)]
-		}
-		hostPort = net.JoinHostPort(u.Hostname(), ps)
-	default:
-		return "", 0
-	}
-	h, ps, err := net.SplitHostPort(hostPort)
-	if err != nil || h == "" {
-		return "", 0
-	}
-	n, err := strconv.ParseUint(ps, 10, 16)
-	if err != nil || n == 0 {
-		return "", 0
-	}
-	return h, uint32(n)
 }
 
 // healthStatus maps Pulse's published state to xDS's: a target the panic
