@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -131,6 +132,9 @@ const Redacted = "<redacted>"
 // replaced by Redacted (which reads "%3Credacted%3E" once escaped in the
 // URL). A URL that does not parse is returned as is: validation refused it.
 func redactURL(u string) string {
+	if !strings.Contains(u, "@") { // no user info: most URLs, parsed for nothing
+		return u
+	}
 	pu, err := url.Parse(u)
 	if err != nil || pu.User == nil {
 		return u
