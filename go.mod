@@ -1,4 +1,4 @@
-module pulse
+module github.com/pulsehealth/pulse
 
 go 1.26.7
 

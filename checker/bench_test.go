@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"pulse/checker"
+	"github.com/pulsehealth/pulse/checker"
 )
 
 // BenchmarkTransitionWithWatchers measures one round that flips one target

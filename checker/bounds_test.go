@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"pulse/checker"
-	"pulse/checker/fakeclock"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/fakeclock"
 )
 
 // answerWithin bounds each call these tests make to a checker: a scheduler

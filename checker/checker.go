@@ -55,7 +55,7 @@ import (
 	"math"
 	"sync"
 
-	"pulse/checker/probe"
+	"github.com/pulsehealth/pulse/checker/probe"
 )
 
 // Checker is the registry of targets and their states. Its methods are safe

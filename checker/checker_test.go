@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"pulse/checker"
 	"slices"
 	"strings"
 	"sync"
@@ -15,7 +14,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"pulse/checker/probe"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/probe"
 )
 
 // Seed 000, examples 1 and 2, verbatim: fall=2, rise=2, targets web-1 and

@@ -8,8 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"pulse/checker"
-	"pulse/checker/fakeclock"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/fakeclock"
 )
 
 // The committer on its own: events queued in, stored, then published to a

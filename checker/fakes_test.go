@@ -3,16 +3,16 @@ package checker_test
 import (
 	"context"
 	"errors"
-	"pulse/checker"
-	"pulse/internal/testscale"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/internal/testscale"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
-	"pulse/checker/fakeclock"
-	"pulse/checker/probe"
+	"github.com/pulsehealth/pulse/checker/fakeclock"
+	"github.com/pulsehealth/pulse/checker/probe"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"pulse/checker"
+	"github.com/pulsehealth/pulse/checker"
 )
 
 // Groups counts a group's targets and unhealthy targets as they join,

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"pulse/checker"
-	"pulse/checker/fakeclock"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/fakeclock"
 )
 
 // The watch hub on its own: events in, watchers' positions out.

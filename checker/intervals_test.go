@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"pulse/checker"
+	"github.com/pulsehealth/pulse/checker"
 )
 
 func TestMachineTransitioning(t *testing.T) {

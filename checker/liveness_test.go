@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"pulse/checker"
+	"github.com/pulsehealth/pulse/checker"
 )
 
 const liveTimeout = 30 * time.Second

@@ -2,11 +2,12 @@ package checker_test
 
 import (
 	"math"
-	"pulse/checker"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/pulsehealth/pulse/checker"
 )
 
 // replay feeds results ("T" pass, "F" failure) to m and returns the state

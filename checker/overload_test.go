@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"pulse/checker"
-	"pulse/internal/testscale"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/internal/testscale"
 )
 
 // totals sums the result counts of every target.

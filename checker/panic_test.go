@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"pulse/checker"
+	"github.com/pulsehealth/pulse/checker"
 )
 
 // policyKinds describes events as kinds does, with policy events by their

@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"pulse/checker"
+	"github.com/pulsehealth/pulse/checker"
 )
 
 // Passive outcomes feed the same machine as probes when the spec allows

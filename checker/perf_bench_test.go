@@ -23,9 +23,9 @@ import (
 	"testing"
 	"time"
 
-	"pulse/checker"
-	"pulse/checker/fakeclock"
-	"pulse/checker/probe"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/fakeclock"
+	"github.com/pulsehealth/pulse/checker/probe"
 )
 
 // perfProber passes or fails at once, as its shared switch says, and counts

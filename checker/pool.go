@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"pulse/checker/probe"
+	"github.com/pulsehealth/pulse/checker/probe"
 )
 
 // The probe pool: a FIFO queue of jobs and at most MaxConcurrentProbes

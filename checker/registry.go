@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"pulse/checker/probe"
+	"github.com/pulsehealth/pulse/checker/probe"
 )
 
 // registry is the targets and their states: the target map, each

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"pulse/checker/probe"
+	"github.com/pulsehealth/pulse/checker/probe"
 )
 
 // First probes of 10,000 targets added at once spread evenly over the

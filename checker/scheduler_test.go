@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"pulse/checker"
+	"github.com/pulsehealth/pulse/checker"
 )
 
 // The scheduler probes each target once per interval, and a target that

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"pulse/checker"
+	"github.com/pulsehealth/pulse/checker"
 )
 
 // fakeShared is a shared registry in memory: it numbers changes with

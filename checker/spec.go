@@ -6,7 +6,7 @@ import (
 	"math"
 	"time"
 
-	"pulse/checker/probe"
+	"github.com/pulsehealth/pulse/checker/probe"
 )
 
 // Limits on names. A name is 1 to MaxNameLen characters from

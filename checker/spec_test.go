@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"pulse/checker"
-	"pulse/checker/probe"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/probe"
 )
 
 // boundSpec is a valid spec with room around every bounded field: a 24h

@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"time"
 
-	"pulse/checker/probe"
+	"github.com/pulsehealth/pulse/checker/probe"
 )
 
 // The checker's plain types: what its callers pass in and get back.

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"pulse/checker"
-	"pulse/internal/testscale"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/internal/testscale"
 )
 
 // Next returns at most max events and leaves the rest for the next call;

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	pb "pulse/gen/pulse/v1"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
 // Role is what a token may do.

@@ -15,10 +15,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	"pulse/checker"
-	pb "pulse/gen/pulse/v1"
-	"pulse/internal/testscale"
-	"pulse/server"
+	"github.com/pulsehealth/pulse/checker"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/internal/testscale"
+	"github.com/pulsehealth/pulse/server"
 )
 
 // readOnly is what the read role may call, written out here rather than

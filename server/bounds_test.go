@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"pulse/checker"
-	pb "pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/checker"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
 // An interval of 10^11 seconds (past the year 2262 from now) is refused

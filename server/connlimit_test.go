@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"pulse/server"
+	"github.com/pulsehealth/pulse/server"
 )
 
 // dialFrom opens a TCP connection to addr from the loopback address src.

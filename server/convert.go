@@ -13,9 +13,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"pulse/checker"
-	"pulse/checker/probe"
-	pb "pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/probe"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
 // SpecFromProto converts a wire Target into a checker.Spec. It rejects what

@@ -5,8 +5,8 @@ import (
 
 	"google.golang.org/grpc"
 
-	"pulse/checker"
-	pb "pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/checker"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
 // An event's message is the same on every stream that receives it: a

@@ -7,7 +7,7 @@ import (
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"pulse/checker"
+	"github.com/pulsehealth/pulse/checker"
 )
 
 // pulsed's own service follows its liveness: NOT_SERVING while SetLive

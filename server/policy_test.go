@@ -14,12 +14,12 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"pulse/checker"
-	"pulse/checker/fakeclock"
-	"pulse/checker/probe"
-	pb "pulse/gen/pulse/v1"
-	"pulse/internal/testscale"
-	"pulse/server"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/fakeclock"
+	"github.com/pulsehealth/pulse/checker/probe"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/internal/testscale"
+	"github.com/pulsehealth/pulse/server"
 )
 
 // describePolicy renders an event as describe does, with policy events as

@@ -19,10 +19,10 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"pulse/checker"
-	pb "pulse/gen/pulse/v1"
-	"pulse/internal/testscale"
-	"pulse/server"
+	"github.com/pulsehealth/pulse/checker"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/internal/testscale"
+	"github.com/pulsehealth/pulse/server"
 )
 
 // The stream property checker, after etcd's robustness watch validator:

@@ -9,9 +9,9 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 
-	"pulse/checker"
-	pb "pulse/gen/pulse/v1"
-	"pulse/server"
+	"github.com/pulsehealth/pulse/checker"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/server"
 )
 
 const secret = "Bearer s3cret-probe-credential"

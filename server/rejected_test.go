@@ -16,12 +16,12 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"pulse/checker"
-	"pulse/checker/boltstore"
-	"pulse/checker/fakeclock"
-	"pulse/checker/probe"
-	pb "pulse/gen/pulse/v1"
-	"pulse/server"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/boltstore"
+	"github.com/pulsehealth/pulse/checker/fakeclock"
+	"github.com/pulsehealth/pulse/checker/probe"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/server"
 )
 
 // faultyStore is the real bolt store whose writes fail while broken is set.

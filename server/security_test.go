@@ -10,9 +10,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 
-	"pulse/checker"
-	pb "pulse/gen/pulse/v1"
-	"pulse/server"
+	"github.com/pulsehealth/pulse/checker"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/server"
 )
 
 const tokenFile = `# who may do what

@@ -27,10 +27,10 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"pulse/checker"
-	"pulse/checker/probe"
-	pb "pulse/gen/pulse/v1"
-	"pulse/server"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/probe"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/server"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

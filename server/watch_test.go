@@ -16,10 +16,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 
-	"pulse/checker"
-	pb "pulse/gen/pulse/v1"
-	"pulse/internal/testscale"
-	"pulse/server"
+	"github.com/pulsehealth/pulse/checker"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/internal/testscale"
+	"github.com/pulsehealth/pulse/server"
 )
 
 type stream = grpc.ServerStreamingClient[pb.WatchTransitionsResponse]

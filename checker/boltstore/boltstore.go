@@ -23,7 +23,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
-	"pulse/checker"
+	"github.com/pulsehealth/pulse/checker"
 )
 
 // FileName is the store's file inside the data dir.

@@ -10,9 +10,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
-	"pulse/checker"
-	"pulse/checker/boltstore"
-	"pulse/checker/probe"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/boltstore"
+	"github.com/pulsehealth/pulse/checker/probe"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"pulse/checker"
-	"pulse/checker/boltstore"
-	"pulse/checker/probe"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/boltstore"
+	"github.com/pulsehealth/pulse/checker/probe"
 )
 
 // readAll opens the store in dir and reads everything in it, as pulsed does

@@ -13,11 +13,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"pulse/checker"
-	"pulse/checker/etcdreg"
-	"pulse/checker/etcdreg/etcdtest"
-	"pulse/checker/probe"
-	"pulse/internal/testscale"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/etcdreg"
+	"github.com/pulsehealth/pulse/checker/etcdreg/etcdtest"
+	"github.com/pulsehealth/pulse/checker/probe"
+	"github.com/pulsehealth/pulse/internal/testscale"
 )
 
 // backend is the fleet the replicas probe: each target passes unless set

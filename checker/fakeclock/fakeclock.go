@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"pulse/checker"
+	"github.com/pulsehealth/pulse/checker"
 )
 
 // Clock is a manual checker.Clock. Timers and timeouts fire, in deadline

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"pulse/checker/probe"
+	"github.com/pulsehealth/pulse/checker/probe"
 )
 
 // Seed 003's fakes, in Go.

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"pulse/checker/probe"
+	"github.com/pulsehealth/pulse/checker/probe"
 )
 
 func seededRand() func() float64 { return rand.New(rand.NewPCG(7, 7)).Float64 }

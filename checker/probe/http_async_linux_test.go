@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"pulse/internal/testscale"
+	"github.com/pulsehealth/pulse/internal/testscale"
 )
 
 // primed answers a connection's first request with a plain 200, which

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"pulse/internal/testscale"
+	"github.com/pulsehealth/pulse/internal/testscale"
 )
 
 // rawServer serves canned bytes on 127.0.0.1: for each request it reads

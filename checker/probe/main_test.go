@@ -16,7 +16,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"pulse/internal/testscale"
+	"github.com/pulsehealth/pulse/internal/testscale"
 )
 
 // TestMain fails the run if any test leaves a goroutine behind (an HTTP

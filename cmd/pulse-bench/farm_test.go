@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"pulse/internal/testscale"
+	"github.com/pulsehealth/pulse/internal/testscale"
 )
 
 func newTestFarm(t *testing.T, n int) *Farm {

@@ -28,7 +28,7 @@ import (
 	"testing"
 	"time"
 
-	"pulse/checker/probe"
+	"github.com/pulsehealth/pulse/checker/probe"
 )
 
 func BenchmarkProber(b *testing.B) {

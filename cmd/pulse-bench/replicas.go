@@ -22,7 +22,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	pb "pulse/gen/pulse/v1"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
 // parseReplicas parses "1,2,3": the replica counts to measure, each at

@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	pb "pulse/gen/pulse/v1"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
 func TestStamps(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"slices"
 	"time"
 
-	"pulse/checker/probe"
+	"github.com/pulsehealth/pulse/checker/probe"
 )
 
 // healthSource says which backends may take traffic: the embedded checker

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"pulse/internal/testscale"
+	"github.com/pulsehealth/pulse/internal/testscale"
 )
 
 // The end-to-end tests run pulse-lb (its run function, in this process)

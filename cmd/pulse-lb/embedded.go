@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 
-	"pulse/checker"
+	"github.com/pulsehealth/pulse/checker"
 )
 
 // checkerSource is the embedded mode's health: a checker.Checker of its own

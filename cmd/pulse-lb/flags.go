@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"pulse/checker"
-	"pulse/checker/probe"
-	"pulse/cmd/internal/dial"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/probe"
+	"github.com/pulsehealth/pulse/cmd/internal/dial"
 )
 
 // config is what the flags say.

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	pb "pulse/gen/pulse/v1"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
 // TestRemote runs the same scenario with health from a real pulsed, then
@@ -218,7 +218,7 @@ func buildPulsed(t *testing.T) string {
 	if raceEnabled {
 		args = append(args, "-race")
 	}
-	if out, err := exec.Command("go", append(args, "pulse/cmd/pulsed")...).CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", append(args, "github.com/pulsehealth/pulse/cmd/pulsed")...).CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"pulse/checker/etcdreg/etcdtest"
+	"github.com/pulsehealth/pulse/checker/etcdreg/etcdtest"
 )
 
 // TestRemoteReplicas follows two pulsed replicas sharing one registry on a

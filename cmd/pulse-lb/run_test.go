@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"pulse/internal/testscale"
+	"github.com/pulsehealth/pulse/internal/testscale"
 )
 
 // misbehaving is a backend that is healthy but can fail requests: /reset

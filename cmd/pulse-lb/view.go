@@ -6,7 +6,7 @@ import (
 	"slices"
 	"sync"
 
-	pb "pulse/gen/pulse/v1"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
 // view is remote mode's picture of one group of a pulsed, built from its

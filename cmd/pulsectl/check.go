@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/term"
 
-	"pulse/checker/oneshot"
-	"pulse/checker/probe"
+	"github.com/pulsehealth/pulse/checker/oneshot"
+	"github.com/pulsehealth/pulse/checker/probe"
 )
 
 func checkCommand() *command {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"pulse/internal/testscale"
+	"github.com/pulsehealth/pulse/internal/testscale"
 )
 
 // checkServer serves the paths the check tests use: /ok (200), /flaky (503

@@ -12,8 +12,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"pulse/checker/oneshot"
-	"pulse/checker/probe"
+	"github.com/pulsehealth/pulse/checker/oneshot"
+	"github.com/pulsehealth/pulse/checker/probe"
 )
 
 // fileTarget is one target of a check file, as a check file writes it plus

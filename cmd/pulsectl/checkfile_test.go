@@ -9,8 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"pulse/checker/oneshot"
-	"pulse/checker/probe"
+	"github.com/pulsehealth/pulse/checker/oneshot"
+	"github.com/pulsehealth/pulse/checker/probe"
 )
 
 func TestLoadTargets(t *testing.T) {

@@ -12,9 +12,9 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"pulse/checker/probe"
-	"pulse/cmd/internal/dial"
-	pb "pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/checker/probe"
+	"github.com/pulsehealth/pulse/cmd/internal/dial"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
 // callTimeout bounds each unary call, connecting included, so that a

@@ -17,7 +17,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"pulse/internal/testscale"
+	"github.com/pulsehealth/pulse/internal/testscale"
 )
 
 // The client tests run pulsectl's run function against the real pulsed
@@ -55,7 +55,7 @@ func pulsedBinary(t *testing.T) string {
 			return
 		}
 		built.path = filepath.Join(built.dir, "pulsed")
-		built.out, built.err = exec.Command("go", "build", "-o", built.path, "pulse/cmd/pulsed").CombinedOutput()
+		built.out, built.err = exec.Command("go", "build", "-o", built.path, "github.com/pulsehealth/pulse/cmd/pulsed").CombinedOutput()
 	})
 	if built.err != nil {
 		t.Fatalf("go build pulse/cmd/pulsed: %v\n%s", built.err, built.out)

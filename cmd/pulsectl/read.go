@@ -6,7 +6,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	pb "pulse/gen/pulse/v1"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
 func rmCommand() *command {

@@ -9,7 +9,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
-	pb "pulse/gen/pulse/v1"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
 // lines returns the complete lines of s.

@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
-	"pulse/server"
+	"github.com/pulsehealth/pulse/server"
 )
 
 // connFlags bound the connections pulsed's listeners keep open.

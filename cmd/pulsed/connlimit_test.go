@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	pb "pulse/gen/pulse/v1"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
 // TestConnectionLimitsOnTheRealBinary: past -max-connections-per-source a

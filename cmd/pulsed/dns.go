@@ -10,8 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"pulse/checker"
-	pulsedns "pulse/server/dns"
+	"github.com/pulsehealth/pulse/checker"
+	pulsedns "github.com/pulsehealth/pulse/server/dns"
 )
 
 // dnsFlags are the DNS interface's flags (see the README's "DNS").

@@ -22,7 +22,7 @@ import (
 
 	mdns "github.com/miekg/dns"
 
-	pb "pulse/gen/pulse/v1"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
 func TestDNSFlags(t *testing.T) {

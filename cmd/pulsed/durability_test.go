@@ -26,8 +26,8 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	pb "pulse/gen/pulse/v1"
-	"pulse/internal/testscale"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/internal/testscale"
 )
 
 func dial(t *testing.T, addr string) pb.HealthCheckerClient {

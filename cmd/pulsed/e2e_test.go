@@ -22,7 +22,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"pulse/internal/testscale"
+	"github.com/pulsehealth/pulse/internal/testscale"
 )
 
 // The end-to-end test builds the real pulsed, starts it, and drives it the

@@ -20,10 +20,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"pulse/checker"
-	"pulse/checker/fakeclock"
-	"pulse/checker/probe"
-	"pulse/server"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/fakeclock"
+	"github.com/pulsehealth/pulse/checker/probe"
+	"github.com/pulsehealth/pulse/server"
 )
 
 // The watchdog's wiring in pulsed: a committer stuck in a store that does

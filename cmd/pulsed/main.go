@@ -24,11 +24,11 @@ import (
 	"syscall"
 	"time"
 
-	"pulse/checker"
-	"pulse/checker/boltstore"
-	"pulse/checker/etcdreg"
-	"pulse/checker/probe"
-	"pulse/server"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/boltstore"
+	"github.com/pulsehealth/pulse/checker/etcdreg"
+	"github.com/pulsehealth/pulse/checker/probe"
+	"github.com/pulsehealth/pulse/server"
 )
 
 func main() {

@@ -17,9 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 
-	"pulse/checker"
-	"pulse/server"
-	"pulse/server/web"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/server"
+	"github.com/pulsehealth/pulse/server/web"
 )
 
 // observability is what pulsed shows of itself on its HTTP listener: a

@@ -17,8 +17,8 @@ import (
 
 	"google.golang.org/grpc"
 
-	"pulse/checker"
-	pb "pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/checker"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
 // switchServer is an HTTP target on 127.0.0.1 that answers 200 while up

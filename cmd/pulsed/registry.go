@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"pulse/checker"
-	"pulse/checker/boltstore"
-	"pulse/checker/etcdreg"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/boltstore"
+	"github.com/pulsehealth/pulse/checker/etcdreg"
 )
 
 // registryFlags choose where the registry lives: the embedded store (one

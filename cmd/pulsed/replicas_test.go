@@ -17,9 +17,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"pulse/checker/etcdreg/etcdtest"
-	pb "pulse/gen/pulse/v1"
-	"pulse/internal/testscale"
+	"github.com/pulsehealth/pulse/checker/etcdreg/etcdtest"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/internal/testscale"
 )
 
 // stream collects one WatchTransitions stream's events in the background.

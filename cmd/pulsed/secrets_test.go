@@ -19,8 +19,8 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 
-	pdial "pulse/cmd/internal/dial"
-	pb "pulse/gen/pulse/v1"
+	pdial "github.com/pulsehealth/pulse/cmd/internal/dial"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
 // probeSecret is a credential pulsed sends to a target as a probe header.
@@ -45,7 +45,7 @@ func dialToken(t *testing.T, addr, token string) pb.HealthCheckerClient {
 func buildPulsectl(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "pulsectl")
-	if out, err := exec.Command("go", "build", "-o", bin, "pulse/cmd/pulsectl").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/pulsehealth/pulse/cmd/pulsectl").CombinedOutput(); err != nil {
 		t.Fatalf("go build pulsectl: %v\n%s", err, out)
 	}
 	return bin

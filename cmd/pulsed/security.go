@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
-	"pulse/checker/probe"
-	"pulse/server"
+	"github.com/pulsehealth/pulse/checker/probe"
+	"github.com/pulsehealth/pulse/server"
 )
 
 // securityFlags are pulsed's TLS, auth and resource-limit flags.

@@ -26,7 +26,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	pb "pulse/gen/pulse/v1"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
 func TestIsLoopback(t *testing.T) {

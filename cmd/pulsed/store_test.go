@@ -18,10 +18,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"pulse/checker"
-	"pulse/checker/boltstore"
-	"pulse/checker/probe"
-	pb "pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/boltstore"
+	"github.com/pulsehealth/pulse/checker/probe"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
 // storedDir returns a data dir whose store holds the given specs and raw

@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
-	"pulse/checker"
-	pulsexds "pulse/server/xds"
+	"github.com/pulsehealth/pulse/checker"
+	pulsexds "github.com/pulsehealth/pulse/server/xds"
 )
 
 // xdsFlags are the xDS interface's flags (see the README's "Envoy and

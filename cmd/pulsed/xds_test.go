@@ -24,8 +24,8 @@ import (
 	"google.golang.org/grpc/xds" // gRPC's own xDS client: the resolver for xds:///
 	"google.golang.org/protobuf/proto"
 
-	"pulse/checker/etcdreg/etcdtest"
-	pb "pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/checker/etcdreg/etcdtest"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
 // grpcBackend is a real gRPC server on loopback: its grpc.health.v1 answers

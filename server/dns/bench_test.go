@@ -6,8 +6,8 @@ import (
 
 	mdns "github.com/miekg/dns"
 
-	"pulse/checker"
-	"pulse/server/dns"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/server/dns"
 )
 
 // staticServer serves a fixed reply, the answer records given, to every

@@ -18,9 +18,9 @@ import (
 	mdns "github.com/miekg/dns"
 	"go.uber.org/goleak"
 
-	"pulse/checker"
-	"pulse/checker/probe"
-	"pulse/server/dns"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/probe"
+	"github.com/pulsehealth/pulse/server/dns"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

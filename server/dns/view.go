@@ -11,7 +11,7 @@ import (
 
 	mdns "github.com/miekg/dns"
 
-	"pulse/checker"
+	"github.com/pulsehealth/pulse/checker"
 )
 
 // Source is what the DNS server needs from the checker: its event stream,

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"pulse/checker"
-	"pulse/checker/probe"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/probe"
 )
 
 type passProber struct{}

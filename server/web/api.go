@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"pulse/checker"
+	"github.com/pulsehealth/pulse/checker"
 )
 
 // Paging bounds of /api/targets.

@@ -11,8 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"pulse/checker"
-	"pulse/server/web"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/server/web"
 )
 
 func TestStreak(t *testing.T) {

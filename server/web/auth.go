@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"strings"
 
-	"pulse/server"
+	"github.com/pulsehealth/pulse/server"
 )
 
 // publicPatterns are the routes anyone may read, token or not: liveness

@@ -9,9 +9,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"pulse/checker"
-	"pulse/server"
-	"pulse/server/web"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/server"
+	"github.com/pulsehealth/pulse/server/web"
 )
 
 const (

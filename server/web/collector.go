@@ -3,7 +3,7 @@ package web
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"pulse/checker"
+	"github.com/pulsehealth/pulse/checker"
 )
 
 // Collector is a prometheus.Collector of the checker's current state, read

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"pulse/checker"
+	"github.com/pulsehealth/pulse/checker"
 )
 
 // watchBatch bounds the events the feed takes from its watcher at once.

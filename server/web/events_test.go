@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"pulse/checker"
-	"pulse/server/web"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/server/web"
 )
 
 type transitionData struct {

@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"pulse/checker"
-	"pulse/server/web"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/server/web"
 )
 
 // /healthz is liveness: 503 with what stalled while Live says so, 200

@@ -11,8 +11,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"pulse/checker"
-	"pulse/server/web"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/server/web"
 )
 
 // logBuffer is a bytes.Buffer safe for concurrent use.

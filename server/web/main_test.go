@@ -16,10 +16,10 @@ import (
 
 	"go.uber.org/goleak"
 
-	"pulse/checker"
-	"pulse/checker/fakeclock"
-	"pulse/checker/probe"
-	"pulse/server/web"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/fakeclock"
+	"github.com/pulsehealth/pulse/checker/probe"
+	"github.com/pulsehealth/pulse/server/web"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -18,10 +18,10 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"google.golang.org/grpc"
 
-	"pulse/checker"
-	"pulse/checker/probe"
-	"pulse/server"
-	"pulse/server/web"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/probe"
+	"github.com/pulsehealth/pulse/server"
+	"github.com/pulsehealth/pulse/server/web"
 )
 
 // fleet registers three targets of three kinds in two groups:

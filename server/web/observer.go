@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"pulse/checker"
+	"github.com/pulsehealth/pulse/checker"
 )
 
 // DefaultRecentResults is how many results per target an Observer keeps

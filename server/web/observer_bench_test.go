@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"pulse/checker"
-	"pulse/server/web"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/server/web"
 )
 
 // BenchmarkObserverHeapPerTarget reports the live heap the Observer holds

@@ -24,8 +24,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"pulse/checker"
-	"pulse/server"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/server"
 )
 
 //go:embed static

@@ -21,9 +21,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"pulse/checker"
-	"pulse/server"
-	"pulse/server/xds"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/server"
+	"github.com/pulsehealth/pulse/server/xds"
 )
 
 // The xDS load measurement (BENCHMARKS.md, "xDS"): N clients, each on its

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"pulse/checker"
-	"pulse/server/xds"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/server/xds"
 )
 
 // A target held by its group's panic threshold stays HEALTHY, and its

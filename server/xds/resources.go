@@ -18,7 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"pulse/checker"
+	"github.com/pulsehealth/pulse/checker"
 )
 
 // MetadataKey is the filter_metadata key under which each endpoint carries

@@ -43,7 +43,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"pulse/checker"
+	"github.com/pulsehealth/pulse/checker"
 )
 
 // ServiceName is the gRPC service the server registers.

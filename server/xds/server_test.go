@@ -26,10 +26,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"pulse/checker"
-	"pulse/checker/probe"
-	"pulse/server"
-	"pulse/server/xds"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/probe"
+	"github.com/pulsehealth/pulse/server"
+	"github.com/pulsehealth/pulse/server/xds"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"strings"
 
-	"pulse/checker"
+	"github.com/pulsehealth/pulse/checker"
 )
 
 // view is the checker's groups as xDS sees them, kept up to date from a

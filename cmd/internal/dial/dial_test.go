@@ -21,10 +21,10 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
-	"pulse/checker"
-	"pulse/cmd/internal/dial"
-	pb "pulse/gen/pulse/v1"
-	"pulse/server"
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/cmd/internal/dial"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/server"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

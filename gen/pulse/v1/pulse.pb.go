@@ -2858,9 +2858,9 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\vListTargets\x12\x1c.pulse.v1.ListTargetsRequest\x1a\x1d.pulse.v1.ListTargetsResponse\x12[\n" +
 	"\x10WatchTransitions\x12!.pulse.v1.WatchTransitionsRequest\x1a\".pulse.v1.WatchTransitionsResponse0\x01\x12S\n" +
 	"\x0eSetGroupPolicy\x12\x1f.pulse.v1.SetGroupPolicyRequest\x1a .pulse.v1.SetGroupPolicyResponse\x12P\n" +
-	"\rReportOutcome\x12\x1e.pulse.v1.ReportOutcomeRequest\x1a\x1f.pulse.v1.ReportOutcomeResponseBw\n" +
+	"\rReportOutcome\x12\x1e.pulse.v1.ReportOutcomeRequest\x1a\x1f.pulse.v1.ReportOutcomeResponseB\x8e\x01\n" +
 	"\fcom.pulse.v1B\n" +
-	"PulseProtoP\x01Z\x1apulse/gen/pulse/v1;pulsev1\xa2\x02\x03PXX\xaa\x02\bPulse.V1\xca\x02\bPulse\\V1\xe2\x02\x14Pulse\\V1\\GPBMetadata\xea\x02\tPulse::V1b\x06proto3"
+	"PulseProtoP\x01Z1github.com/pulsehealth/pulse/gen/pulse/v1;pulsev1\xa2\x02\x03PXX\xaa\x02\bPulse.V1\xca\x02\bPulse\\V1\xe2\x02\x14Pulse\\V1\\GPBMetadata\xea\x02\tPulse::V1b\x06proto3"
 
 var (
 	file_pulse_v1_pulse_proto_rawDescOnce sync.Once
