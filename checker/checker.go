@@ -33,6 +33,8 @@
 //	  - hub (hub.go): the history of published events and the watchers.
 //	  - replication (shared.go): with a Shared registry, writes specs and
 //	    proposed states through it and applies what comes back.
+//	  - lifecycle (lifecycle.go, mode.go on the registry's side): writes
+//	    administrative modes and removals, and acts on their deadlines.
 //
 // # Lock order
 //
@@ -48,12 +50,14 @@
 package checker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"sync"
+	"time"
 
 	"github.com/pulsehealth/pulse/checker/probe"
 )
@@ -72,6 +76,7 @@ type Checker struct {
 	commit    *committer   // nil without a store
 	repl      *replication // nil without a shared registry
 	hub       *hub
+	life      *lifecycle
 	closeOnce sync.Once
 }
 
@@ -143,6 +148,7 @@ func New(cfg Config) (*Checker, error) {
 	if c.repl != nil {
 		c.repl.start(c.hub)
 	}
+	c.life = newLifecycle(reg, clock, logger, cfg.Store, c.repl, &c.wmu)
 	return c, nil
 }
 
@@ -175,16 +181,35 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 // arrives for it afterwards is discarded. With a store, the removal is
 // durable when Remove returns; a failure to store it returns an error
 // wrapping ErrStore and removes nothing.
-func (c *Checker) Remove(name string) (bool, error) {
-	if c.repl != nil {
-		return c.repl.remove(name)
+func (c *Checker) Remove(name string) (bool, error) { return c.life.remove(name, nil) }
+
+// Drain puts a target in ModeDraining and removes it after drainFor (at
+// most MaxDrainFor, else a *FieldError): Status.Admin.RemoveAt says when.
+// With a store the drain is durable when Drain returns. Errors as SetMode.
+func (c *Checker) Drain(name string, drainFor time.Duration) (Status, error) {
+	a, err := drainAdmin(drainFor, c.clock.Now())
+	if err != nil {
+		return Status{}, err
 	}
-	if c.store == nil {
-		return c.reg.remove(name, nil)
+	sts, err := c.life.set(modeSel{name: name}, a, nil)
+	if err != nil || len(sts) == 0 {
+		return Status{}, cmp.Or(err, fmt.Errorf("%w %q", ErrUnknownTarget, name))
 	}
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	return c.reg.remove(name, c.store.DeleteTarget)
+	return sts[0], nil
+}
+
+// SetMode sets the administrative mode of one target or of every target
+// of a group (see Mode), and returns their statuses after it, sorted by
+// name. With a store the modes are durable when SetMode returns; a
+// failure to store them returns an error wrapping ErrStore. Errors: a
+// *FieldError for a bad request, ErrUnknownTarget (a group without
+// targets too), ErrQuarantined, ErrClosed.
+func (c *Checker) SetMode(req ModeRequest) ([]Status, error) {
+	a, err := req.admin(c.clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	return c.life.set(modeSel{name: req.Target, group: req.Group}, a, nil)
 }
 
 // Status returns a snapshot of one target, or an error wrapping
@@ -275,6 +300,9 @@ func (c *Checker) SetGroupPolicy(group string, p GroupPolicy) (GroupStatus, erro
 		if f := p.MaxUnhealthyFraction; f != 0 && f != 1 {
 			return GroupStatus{}, fmt.Errorf("%w: a panic threshold needs one view of the group's results; only max_unhealthy_fraction 1 (no threshold) is accepted", ErrNotShared)
 		}
+		if p.SlowStart != 0 || p.RemoveAfterUnhealthy != 0 {
+			return GroupStatus{}, fmt.Errorf("%w: group policies are not shared; set slow_start and remove_after_unhealthy on each target", ErrNotShared)
+		}
 		return c.reg.groupStatus(group), nil
 	}
 	if ps, ok := c.store.(PolicyStore); ok {
@@ -295,7 +323,10 @@ func (c *Checker) Groups(group string) []GroupStatus { return c.reg.groups(group
 // Start begins probing every target on its interval, in the background,
 // until Close. Calling it more than once has no further effect. See
 // scheduler.start for how targets are scheduled.
-func (c *Checker) Start() { c.sched.start() }
+func (c *Checker) Start() {
+	c.sched.start()
+	c.life.start(c.sched.closing())
+}
 
 // Scheduled is closed once the scheduler has made its first pass over the
 // registry: every target loaded or registered before Start has its first
@@ -328,46 +359,6 @@ func (c *Checker) StoreErr() error {
 	return nil
 }
 
-// ApplyShared applies changes read from the shared registry, in revision
-// order, then moves the checker's revision to rev (at least that of the
-// last change): every replica applies the same changes and so shows the
-// same targets, states and events. One goroutine calls it. Without a
-// shared registry it does nothing.
-func (c *Checker) ApplyShared(changes []SharedChange, rev uint64) {
-	if c.repl != nil {
-		c.repl.apply(changes, rev)
-	}
-}
-
-// WaitRevision waits until the checker has applied rev, for a watcher that
-// resumes on this replica from a revision another replica gave it. It
-// returns ctx's error if ctx ends first. Without a shared registry it
-// returns at once.
-func (c *Checker) WaitRevision(ctx context.Context, rev uint64) error {
-	if c.repl == nil {
-		return nil
-	}
-	return c.repl.await(ctx, rev)
-}
-
-// SetSharedErr records that the shared registry cannot be reached (or nil
-// once it can again): readiness and ListTargets report it. Without a
-// shared registry it does nothing.
-func (c *Checker) SetSharedErr(err error) {
-	if c.repl != nil {
-		c.repl.setErr(err)
-	}
-}
-
-// Replica returns this replica's member ID and the live members, sorted,
-// when the shared registry tells them; empty otherwise.
-func (c *Checker) Replica() (id string, members []string) {
-	if c.repl == nil {
-		return "", nil
-	}
-	return c.repl.replica()
-}
-
 // Close stops the scheduler, waits for probes in flight, ends every
 // watcher with ErrClosed and closes every prober. It is idempotent.
 func (c *Checker) Close() error {
@@ -379,6 +370,7 @@ func (c *Checker) Close() error {
 		if c.repl != nil {
 			c.repl.wait()
 		}
+		c.life.wait()
 		c.reg.close(c.hub.close)
 		c.closeProbers()
 	})

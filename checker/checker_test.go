@@ -262,6 +262,7 @@ func TestStatusAndList(t *testing.T) {
 		ProbeInterval:  2 * time.Second,
 		NextProbe:      st.NextProbe, // the first probe's offset: not scheduled yet
 		ActiveResults:  2,
+		Weight:         100,
 	}
 	if st.NextProbe.Before(epoch) || !st.NextProbe.Before(epoch.Add(2*time.Second)) {
 		t.Errorf("next probe %v, want within the first interval", st.NextProbe)

@@ -128,6 +128,7 @@ func (s *scheduler) checkRecoveryLocked(now time.Time) {
 		return
 	}
 	s.ov.degraded, s.ov.recovered = false, now
+	s.reg.lifeWakeLocked() // an automatic removal may have waited for it
 	s.reg.emitLocked(Event{Kind: EventCheckerRecovered, Time: now, Policy: PolicyChange{
 		Text: fmt.Sprintf("checker recovered: no sign of overload for %v (degraded since %s: %s)", s.overload.RecoverAfter, s.ov.since.Format(time.RFC3339), s.ov.reason),
 	}})

@@ -36,6 +36,13 @@ type GroupPolicy struct {
 	// least one, are marked unhealthy at once. In (0, 1]; 1 disables the
 	// threshold. If 0, Config.MaxUnhealthyFraction.
 	MaxUnhealthyFraction float64
+	// SlowStart is the slow start of the group's targets that have none of
+	// their own (Lifecycle.SlowStart). 0: none. At most MaxSlowStart.
+	SlowStart time.Duration
+	// RemoveAfterUnhealthy is the automatic removal of the group's targets
+	// that have none of their own (Lifecycle.RemoveAfterUnhealthy). 0:
+	// never. In [MinRemoveAfterUnhealthy, MaxRemoveAfterUnhealthy].
+	RemoveAfterUnhealthy time.Duration
 }
 
 // GroupStatus is a group's policy and its pool state.
@@ -173,11 +180,17 @@ func (r *registry) updateLocked(t *target, now time.Time, why cause) {
 		want = StateUnhealthy
 		why = cause{reason: fmt.Sprintf("flapping: %d transitions in %v", t.flaps.count(now, t.spec.flapWindow()), t.spec.flapWindow())}
 	}
+	reason, admin := modeHold(t)
+	if admin && want != StateUnhealthy {
+		want = StateUnhealthy
+		why = cause{reason: reason}
+	}
 	p := r.pools[t.spec.Group]
 	switch {
-	case want.routable() || !t.state.routable():
+	case want.routable() || !t.state.routable() || admin:
 		// No hold needed: routable, or already out (only unhealthy is not
-		// routable, so want == t.state then).
+		// routable, so want == t.state then), or the operator's word,
+		// which the threshold never holds back.
 		if t.held {
 			t.held = false
 			delete(p.held, t.spec.Name)
@@ -223,6 +236,7 @@ func (r *registry) settleLocked(group string, now time.Time) {
 	p.panic = panicNow
 	pc := PolicyChange{Group: group, Held: sortedKeys(p.held), Targets: p.n, Unhealthy: p.down, MaxUnhealthy: allowed}
 	kind := EventPanicExited
+	r.lifeWakeLocked() // an automatic removal may have waited for the panic to end
 	pc.Text = fmt.Sprintf("%s: panic exited (%d of %d unhealthy, at most %d)", group, p.down, p.n, allowed)
 	if panicNow {
 		kind = EventPanicEntered
@@ -261,7 +275,7 @@ func checkGroupPolicy(group string, p GroupPolicy) error {
 	if err := ValidateFraction(p.MaxUnhealthyFraction); err != nil {
 		return &FieldError{"max_unhealthy_fraction", err.Error()}
 	}
-	return nil
+	return (Spec{Lifecycle: &Lifecycle{SlowStart: p.SlowStart, RemoveAfterUnhealthy: p.RemoveAfterUnhealthy}}).validateLifecycle()
 }
 
 // setGroupPolicy sets a valid group policy (see SetGroupPolicy), which the
@@ -273,7 +287,13 @@ func (r *registry) setGroupPolicy(group string, p GroupPolicy) (GroupStatus, err
 		return GroupStatus{}, ErrClosed
 	}
 	r.poolLocked(group).policy = p
-	r.settleLocked(group, r.clock.Now())
+	now := r.clock.Now()
+	r.settleLocked(group, now)
+	for _, t := range r.targets {
+		if t.spec.Group == group && t.quarantined() == "" {
+			r.unhealthySinceLocked(t, now) // its removal may be turned on or off
+		}
+	}
 	st := r.groupStatusLocked(group)
 	r.dropPoolLocked(group)
 	return st, nil

@@ -46,8 +46,10 @@ type registry struct {
 	rev       uint64           // the newest event's revision, published or not
 	reports   []Event          // events to log and observe once mu is released
 	closed    bool
-	applying  uint64 // with a shared registry: the revision being applied; 0 outside it
-	mirroring bool   // with a shared registry: setStateLocked applies a stored state
+	applying  uint64               // with a shared registry: the revision being applied; 0 outside it
+	mirroring bool                 // with a shared registry: setStateLocked applies a stored state
+	timed     map[*target]struct{} // targets with a lifecycle deadline; see lifecycle.go
+	lifeWake  func()               // wakes the lifecycle's loop; nil before it exists
 }
 
 // newRegistry returns an empty registry; the caller calls use, then
@@ -63,6 +65,7 @@ func newRegistry(cfg Config, clock Clock, defaults Defaults, logger *slog.Logger
 		policyDflt: policyDflt,
 		targets:    make(map[string]*target),
 		pools:      make(map[string]*pool),
+		timed:      make(map[*target]struct{}),
 		rev:        cfg.StartRevision,
 	}
 }
@@ -149,8 +152,10 @@ func (r *registry) add(spec Spec, write func(Spec) error) (st Status, created bo
 	}
 	if old != nil {
 		// The initial state only matters to a new target: an update keeps
-		// the one it was created with, so it is no change.
+		// the one it was created with, so it is no change; nor does a spec
+		// change the target's mode.
 		spec.InitialState = old.spec.InitialState
+		spec = spec.WithAdmin(old.spec.Admin())
 	}
 	sameProbe := old != nil && reflect.DeepEqual(old.spec.Probe, spec.Probe)
 	sameSpec := old != nil && reflect.DeepEqual(old.spec, spec)
@@ -204,10 +209,12 @@ func (r *registry) add(spec Spec, write func(Spec) error) (st Status, created bo
 				return Status{}, false, err
 			}
 		}
+		spec = spec.WithAdmin(Admin{}) // a new target is active
 		t = newTarget(spec, p, spec.InitialState)
 		r.targets[spec.Name] = t
 		r.joinPoolLocked(t)
 		r.sched.addLocked(t, now.Add(firstDelay(spec.Name, spec.Interval)))
+		r.unhealthySinceLocked(t, now)
 		st := r.statusLocked(t, now)
 		if fixed != nil {
 			// Watchers know the name from the quarantined target: the fix is
@@ -248,6 +255,7 @@ func (r *registry) add(spec Spec, write func(Spec) error) (st Status, created bo
 		why = cause{reason: "flap damping turned off"}
 	}
 	r.updateLocked(t, now, why)
+	r.unhealthySinceLocked(t, now) // its removal may be turned on or off
 	if prevGroup != spec.Group {
 		r.settleLocked(prevGroup, now)
 		r.dropPoolLocked(prevGroup)
@@ -281,15 +289,14 @@ func wrapProbeErr(err error) error {
 }
 
 // remove is Remove: write, if not nil, makes the removal durable first,
-// when the target exists.
-func (r *registry) remove(name string, write func(string) error) (bool, error) {
+// when the target exists. why, if not nil, says whether the target is to
+// go and why ("" keeps it; see lifecycle.remove).
+func (r *registry) remove(name string, why func(*target, time.Time) string, write func(string) error) (bool, error) {
+	reason, ok := r.removable(name, why)
+	if !ok {
+		return false, nil
+	}
 	if write != nil {
-		r.mu.Lock()
-		_, ok := r.targets[name]
-		r.mu.Unlock()
-		if !ok {
-			return false, nil
-		}
 		if err := write(name); err != nil {
 			return false, fmt.Errorf("%w: %v", ErrStore, err)
 		}
@@ -298,7 +305,13 @@ func (r *registry) remove(name string, write func(string) error) (bool, error) {
 	t, ok := r.targets[name]
 	if ok {
 		now := r.clock.Now()
+		if reason != "" {
+			r.emitLocked(Event{Kind: EventTargetExpired, Time: now, Policy: PolicyChange{
+				Group: t.spec.Group, Target: name, Text: name + ": removed, " + reason,
+			}})
+		}
 		delete(r.targets, name)
+		delete(r.timed, t)
 		if t.quarantined() != "" { // in no heap and no pool
 			r.emitLocked(Event{Kind: EventRemoved, Time: now, Status: r.statusLocked(t, now)})
 		} else {
@@ -396,6 +409,7 @@ func (r *registry) statusLocked(t *target, now time.Time) Status {
 		FailStreak:      t.m.FailStreak,
 		LastTransition:  t.lastTr,
 		CarriedOver:     t.carried,
+		Admin:           t.spec.Admin(),
 		Verdict:         t.m.State,
 		PanicHeld:       t.held,
 		Flapping:        t.flapping,
@@ -413,6 +427,10 @@ func (r *registry) statusLocked(t *target, now time.Time) Status {
 		r := t.last
 		st.LastResult = &r
 	}
+	st.Weight, st.SlowStartEnd = weightLocked(t, now)
+	if t.life != nil {
+		st.UnhealthySince = t.life.unhealthySince
+	}
 	return st
 }
 
@@ -423,6 +441,7 @@ func (r *registry) observeLocked(t *target, res Result, now time.Time) {
 	t.carried = false
 	_, changed := t.m.Observe(res.Pass)
 	r.verdictLocked(t, changed, now, cause{result: res})
+	r.unhealthySinceLocked(t, now)
 }
 
 // cause is why a target's state changes: the result that tipped it, or a
@@ -453,12 +472,14 @@ func (r *registry) setStateLocked(t *target, to State, now time.Time, why cause)
 	t.state = to
 	t.lastTr = now
 	tr := Transition{
-		Target: t.spec.Name,
-		Group:  t.spec.Group,
-		From:   from,
-		To:     to,
-		Time:   now,
-		Reason: why.reason,
+		Target:       t.spec.Name,
+		Group:        t.spec.Group,
+		From:         from,
+		To:           to,
+		Time:         now,
+		Reason:       why.reason,
+		Mode:         t.spec.Admin().Mode,
+		SlowStartEnd: r.rampLocked(t, from, to, now),
 	}
 	if why.reason == "" {
 		tr.Result = why.result
@@ -547,9 +568,10 @@ func (r *registry) eachLocked(f func(*target)) {
 func (r *registry) currentLocked(t *target) bool { return r.targets[t.spec.Name] == t }
 
 // probedLocked reports whether this checker probes t: it is not
-// quarantined and, with a shared registry, this replica owns it.
+// quarantined nor in maintenance and, with a shared registry, this replica
+// owns it.
 func (r *registry) probedLocked(t *target) bool {
-	return (r.link == nil || t.owned) && t.quarantined() == ""
+	return (r.link == nil || t.owned) && t.quarantined() == "" && t.spec.Admin().Mode != ModeMaintenance
 }
 
 // hasReportsLocked reports whether events wait to be logged and observed.
@@ -654,8 +676,7 @@ func (r *registry) load(targets []StoredTarget, policies map[string]GroupPolicy)
 		t.lastTr = st.LastTransition
 		t.carried = true
 		r.targets[spec.Name] = t
-		r.joinPoolLocked(t)
-		r.sched.addLocked(t, r.clock.Now().Add(firstDelay(spec.Name, spec.Interval)))
+		r.loadedLocked(t)
 	}
 	for group, p := range policies {
 		if err := ValidateGroup(group); err != nil || group == "" {

@@ -45,9 +45,13 @@ func (r *registry) putSharedLocked(spec Spec, st *SharedState, stateRev uint64, 
 			t.lastTr = st.Time
 			t.carried = true
 		}
+		if spec.Admin().Mode != ModeActive {
+			t.state = StateUnhealthy // until its owner's state comes back
+		}
 		r.targets[spec.Name] = t
 		r.joinPoolLocked(t)
 		r.ownLocked(t, r.link.owns(spec.Name), now)
+		r.timedLocked(t)
 		if events {
 			r.emitLocked(Event{Kind: EventAdded, Time: now, Status: r.statusLocked(t, now)})
 		}
@@ -56,6 +60,14 @@ func (r *registry) putSharedLocked(spec Spec, st *SharedState, stateRev uint64, 
 	spec.InitialState = t.spec.InitialState
 	if reflect.DeepEqual(t.spec, spec) {
 		return
+	}
+	if a := spec.Admin(); a != t.spec.Admin() {
+		// SetMode: the spec carries the new mode. On the owner the mode
+		// decides the state it proposes; the others mirror it.
+		r.applyAdminLocked(t, a, now)
+		if reflect.DeepEqual(t.spec, spec) {
+			return
+		}
 	}
 	if !reflect.DeepEqual(t.spec.Probe, spec.Probe) {
 		p, err := r.newProber(spec.Probe)
@@ -88,6 +100,7 @@ func (r *registry) deleteSharedLocked(name string, now time.Time) {
 		return
 	}
 	delete(r.targets, name)
+	delete(r.timed, t)
 	r.sched.removeLocked(t)
 	t.index = -1
 	r.leavePoolLocked(t)
@@ -143,7 +156,9 @@ func (r *registry) ownLocked(t *target, own bool, now time.Time) {
 	t.m = Machine{Model: t.spec.Model, Rise: t.spec.Rise, Fall: t.spec.Fall, State: t.state}
 	t.carried = true
 	t.slot = time.Time{}
-	r.sched.addLocked(t, now.Add(firstDelay(t.spec.Name, t.spec.Interval)))
+	if r.probedLocked(t) {
+		r.sched.addLocked(t, now.Add(firstDelay(t.spec.Name, t.spec.Interval)))
+	}
 }
 
 // proposeLocked asks the replication to store t's new state: with a shared
@@ -170,6 +185,9 @@ func (r *registry) checkSharedAdd(spec Spec) (_ Spec, created, same bool, st Sta
 	old := r.targets[spec.Name]
 	if old != nil {
 		spec.InitialState = old.spec.InitialState
+		spec = spec.WithAdmin(old.spec.Admin())
+	} else {
+		spec = spec.WithAdmin(Admin{})
 	}
 	same = old != nil && reflect.DeepEqual(old.spec, spec)
 	limitErr := r.checkLimitsLocked(old, spec)

@@ -342,6 +342,9 @@ func (s *scheduler) hurryLocked(t *target, now time.Time) {
 	}
 }
 
+// degradedLocked reports whether the checker is degraded (overloaded).
+func (s *scheduler) degradedLocked() bool { return s.ov.degraded }
+
 // progress returns the scheduler's progress stamp, for a Watchdog.
 func (s *scheduler) progress() *progress { return &s.stamp }
 

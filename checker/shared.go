@@ -113,6 +113,49 @@ var (
 // come back through ApplyShared.
 const sharedWait = 10 * time.Second
 
+// The façade's calls for a shared registry: they only concern the
+// replication, and live beside it to keep checker.go a short read.
+
+// ApplyShared applies changes read from the shared registry, in revision
+// order, then moves the checker's revision to rev (at least that of the
+// last change): every replica applies the same changes and so shows the
+// same targets, states and events. One goroutine calls it. Without a
+// shared registry it does nothing.
+func (c *Checker) ApplyShared(changes []SharedChange, rev uint64) {
+	if c.repl != nil {
+		c.repl.apply(changes, rev)
+	}
+}
+
+// WaitRevision waits until the checker has applied rev, for a watcher that
+// resumes on this replica from a revision another replica gave it. It
+// returns ctx's error if ctx ends first. Without a shared registry it
+// returns at once.
+func (c *Checker) WaitRevision(ctx context.Context, rev uint64) error {
+	if c.repl == nil {
+		return nil
+	}
+	return c.repl.await(ctx, rev)
+}
+
+// SetSharedErr records that the shared registry cannot be reached (or nil
+// once it can again): readiness and ListTargets report it. Without a
+// shared registry it does nothing.
+func (c *Checker) SetSharedErr(err error) {
+	if c.repl != nil {
+		c.repl.setErr(err)
+	}
+}
+
+// Replica returns this replica's member ID and the live members, sorted,
+// when the shared registry tells them; empty otherwise.
+func (c *Checker) Replica() (id string, members []string) {
+	if c.repl == nil {
+		return "", nil
+	}
+	return c.repl.replica()
+}
+
 // validateShared refuses what a shared checker cannot do.
 func validateShared(spec Spec) error {
 	switch {
@@ -207,20 +250,26 @@ func (rp *replication) add(spec Spec) (Status, bool, error) {
 		return Status{}, false, wrapProbeErr(err)
 	}
 	closeProber(p)
-	ctx, cancel := context.WithTimeout(rp.closing, sharedWait)
-	defer cancel()
-	rev, err := rp.shared.PutSpec(ctx, spec)
-	if err != nil {
-		return Status{}, false, sharedWriteErr(err)
-	}
-	if err := rp.waitApplied(ctx, rev); err != nil {
+	if err := rp.put(spec); err != nil {
 		return Status{}, false, err
 	}
 	st, err = rp.reg.status(spec.Name)
 	if err != nil { // removed again meanwhile
-		return Status{}, false, fmt.Errorf("%w %q: stored at revision %d, then removed by another call", ErrUnknownTarget, spec.Name, rev)
+		return Status{}, false, fmt.Errorf("%w %q: stored, then removed by another call", ErrUnknownTarget, spec.Name)
 	}
 	return st, created, nil
+}
+
+// put writes a spec through the shared registry and waits until it has
+// come back through ApplyShared.
+func (rp *replication) put(spec Spec) error {
+	ctx, cancel := context.WithTimeout(rp.closing, sharedWait)
+	defer cancel()
+	rev, err := rp.shared.PutSpec(ctx, spec)
+	if err != nil {
+		return sharedWriteErr(err)
+	}
+	return rp.waitApplied(ctx, rev)
 }
 
 // remove is Remove with a shared registry.

@@ -79,6 +79,10 @@ type Spec struct {
 	// most, with a burst of as many. If 0, DefaultPassiveRate. Only with
 	// PassiveOutcomes; at most MaxPassiveRate.
 	PassiveRate int
+
+	// Lifecycle is the target's slow start, automatic removal and
+	// administrative mode; nil for none (see Lifecycle).
+	Lifecycle *Lifecycle
 }
 
 // Bounds of a Spec's durations and counts, checked by Validate (the
@@ -272,6 +276,9 @@ func (s Spec) Validate() error {
 		return &FieldError{"probe", err.Error()}
 	}
 	if err := s.validateTiming(); err != nil {
+		return err
+	}
+	if err := s.validateLifecycle(); err != nil {
 		return err
 	}
 	switch {

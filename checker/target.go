@@ -43,6 +43,9 @@ type target struct {
 	// The passive outcomes' rate limit, made by the first one: most targets
 	// never report any, and by value it would take the target past 512 bytes.
 	bucket *rate.Limiter
+	// The slow start and unhealthy streak, made by the first target that
+	// needs them (see lifecycle.go), for the same reason.
+	life *lifeState
 
 	// With a shared registry: the revision of the target's stored state
 	// (owned and proposing are with the flags above).

@@ -71,17 +71,19 @@ type AsyncProber interface {
 type Result struct {
 	// Pass is true only for an explicit pass.
 	Pass bool
+	// Passive is true for an outcome reported with ReportOutcome.
+	Passive bool
+	// Ignored is true for a probe timeout that did not count because the
+	// checker was overloaded (see Overload): stale is not down. (The flags
+	// come first, together, so that a Result takes 56 bytes, not 64: a
+	// target keeps its last one by value.)
+	Ignored bool
 	// Latency is how long the probe took.
 	Latency time.Duration
 	// Err says why the probe failed; empty on a pass.
 	Err string
 	// Time is when the probe finished.
 	Time time.Time
-	// Passive is true for an outcome reported with ReportOutcome.
-	Passive bool
-	// Ignored is true for a probe timeout that did not count because the
-	// checker was overloaded (see Overload): stale is not down.
-	Ignored bool
 }
 
 // Transition is one change of a target's state.
@@ -96,8 +98,14 @@ type Transition struct {
 	// Result is the result that tipped the state; zero when Reason is set.
 	Result Result
 	// Reason says why the state changed when no probe result did, e.g.
-	// "model changed to rise_fall".
+	// "model changed to rise_fall" or "draining: deploy 4711".
 	Reason string
+	// Mode is the target's administrative mode after the transition.
+	Mode Mode
+	// SlowStartEnd, on a transition to routable of a target with a slow
+	// start, is when its weight reaches 100%: it rises linearly from 0 at
+	// Time. Zero otherwise.
+	SlowStartEnd time.Time
 }
 
 // String returns the transition's text: "<target>: <old> -> <new>".
@@ -152,6 +160,19 @@ type Status struct {
 	// refuse is not probed: it stays listed, never routable, until Add
 	// replaces its spec or Remove removes it.
 	Quarantined string
+
+	// Admin is the target's administrative mode, with its reason, since,
+	// until and removal time (Spec.Admin()).
+	Admin Admin
+	// Weight is the target's share of traffic in percent: 0 when not
+	// routable, 100 unless in its slow start, when it rises linearly to
+	// 100 at SlowStartEnd.
+	Weight uint32
+	// SlowStartEnd is when the slow start in progress ends; zero if none.
+	SlowStartEnd time.Time
+	// UnhealthySince is since when the verdict has been unhealthy without
+	// a break, for a target with an automatic removal; zero otherwise.
+	UnhealthySince time.Time
 }
 
 // Config configures a Checker. Every field is optional.

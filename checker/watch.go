@@ -35,6 +35,14 @@ const (
 	EventCheckerDegraded
 	// EventCheckerRecovered: the checker keeps up again.
 	EventCheckerRecovered
+	// EventTargetExpired: a target is removed by itself (its drain ended,
+	// or its RemoveAfterUnhealthy was reached); Policy.Text says why. Its
+	// EventRemoved follows.
+	EventTargetExpired
+	// EventModeChanged: a target's administrative mode changed; Status is
+	// the target after it, Mode says what it was before. A change of its
+	// state follows as an EventTransition of its own.
+	EventModeChanged
 )
 
 // String returns the kind's name as the API spells it, e.g.
@@ -61,13 +69,17 @@ func (k EventKind) String() string {
 		return "CHECKER_DEGRADED"
 	case EventCheckerRecovered:
 		return "CHECKER_RECOVERED"
+	case EventTargetExpired:
+		return "TARGET_EXPIRED"
+	case EventModeChanged:
+		return "MODE_CHANGED"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }
 
 // IsPolicy reports whether the kind is a policy event (panic, flapping,
-// checker overload), whose details are in Event.Policy.
-func (k EventKind) IsPolicy() bool { return k >= EventPanicEntered && k <= EventCheckerRecovered }
+// checker overload, a target expired), whose details are in Event.Policy.
+func (k EventKind) IsPolicy() bool { return k >= EventPanicEntered && k <= EventTargetExpired }
 
 // PolicyChange details a policy event. Policy events change no target's
 // state by themselves: the transitions they lead to are events of their
@@ -105,6 +117,8 @@ type Event struct {
 	Status Status
 	// Policy details a policy event (Kind.IsPolicy).
 	Policy PolicyChange
+	// Mode details an EventModeChanged.
+	Mode ModeChange
 
 	prevGroup string // EventUpdated: the group before, for group filters
 }

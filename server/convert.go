@@ -96,7 +96,7 @@ func SpecFromProto(t *pb.Target) (checker.Spec, error) {
 	case *pb.Target_Grpc:
 		s.Probe.GRPC = &probe.GRPCSpec{Address: p.Grpc.GetAddress(), Service: p.Grpc.GetService(), TLS: p.Grpc.GetTls()}
 	}
-	return s, nil
+	return s, lifecycleFromProto(t, &s)
 }
 
 // positiveDuration returns 0 for an unset duration and rejects a set one
@@ -311,6 +311,7 @@ func specToProto(s checker.Spec) *pb.Target {
 	}
 	t.PassiveOutcomes = s.PassiveOutcomes
 	t.PassiveRate = int32(s.PassiveRate)
+	lifecycleToProto(s, t)
 	switch {
 	case s.Probe.HTTP != nil:
 		h := &pb.HttpProbe{Url: redactURL(s.Probe.HTTP.URL), Method: s.Probe.HTTP.Method, Headers: redactHeaders(s.Probe.HTTP.Headers)}
@@ -397,18 +398,21 @@ func statusToProto(st checker.Status) *pb.TargetStatus {
 	if st.LastResult != nil {
 		out.LastResult = resultToProto(*st.LastResult)
 	}
+	modeStatusToProto(st, out)
 	return out
 }
 
 func transitionToProto(tr checker.Transition) *pb.WatchTransitionsResponse {
 	t := &pb.Transition{
-		Target: tr.Target,
-		Group:  tr.Group,
-		From:   stateToProto(tr.From),
-		To:     stateToProto(tr.To),
-		Time:   timestamp(tr.Time),
-		Text:   tr.String(),
-		Reason: tr.Reason,
+		Target:       tr.Target,
+		Group:        tr.Group,
+		From:         stateToProto(tr.From),
+		To:           stateToProto(tr.To),
+		Time:         timestamp(tr.Time),
+		Text:         tr.String(),
+		Reason:       tr.Reason,
+		Mode:         wireMode(tr.Mode),
+		SlowStartEnd: timestamp(tr.SlowStartEnd),
 	}
 	if tr.Reason == "" {
 		t.Result = resultToProto(tr.Result)
@@ -427,6 +431,7 @@ var policyKinds = map[checker.EventKind]pb.PolicyEvent_Kind{
 	checker.EventFlappingEnded:    pb.PolicyEvent_KIND_FLAPPING_ENDED,
 	checker.EventCheckerDegraded:  pb.PolicyEvent_KIND_CHECKER_DEGRADED,
 	checker.EventCheckerRecovered: pb.PolicyEvent_KIND_CHECKER_RECOVERED,
+	checker.EventTargetExpired:    pb.PolicyEvent_KIND_TARGET_EXPIRED,
 }
 
 func policyEventToProto(e checker.Event) *pb.WatchTransitionsResponse {
@@ -453,6 +458,12 @@ func groupStatusToProto(g checker.GroupStatus) *pb.GroupStatus {
 	}
 	if f := g.Policy.MaxUnhealthyFraction; f > 0 {
 		out.Policy.MaxUnhealthyFraction = &f
+	}
+	if d := g.Policy.SlowStart; d > 0 {
+		out.Policy.SlowStart = durationpb.New(d)
+	}
+	if d := g.Policy.RemoveAfterUnhealthy; d > 0 {
+		out.Policy.RemoveAfterUnhealthy = durationpb.New(d)
 	}
 	return out
 }
@@ -481,6 +492,8 @@ func eventToProto(e checker.Event) *pb.WatchTransitionsResponse {
 		return &pb.WatchTransitionsResponse{Revision: e.Revision, Event: &pb.WatchTransitionsResponse_Added{Added: statusToProto(e.Status)}}
 	case checker.EventUpdated:
 		return &pb.WatchTransitionsResponse{Revision: e.Revision, Event: &pb.WatchTransitionsResponse_Updated{Updated: statusToProto(e.Status)}}
+	case checker.EventModeChanged:
+		return modeEventToProto(e)
 	default:
 		return &pb.WatchTransitionsResponse{Revision: e.Revision, Event: &pb.WatchTransitionsResponse_Removed{
 			Removed: &pb.TargetRemoved{Name: e.Status.Spec.Name, Group: e.Status.Spec.Group},
@@ -488,8 +501,9 @@ func eventToProto(e checker.Event) *pb.WatchTransitionsResponse {
 	}
 }
 
-func groupPolicyFromProto(p *pb.GroupPolicy) checker.GroupPolicy {
-	return checker.GroupPolicy{MaxUnhealthyFraction: p.GetMaxUnhealthyFraction()}
+func groupPolicyFromProto(p *pb.GroupPolicy) (checker.GroupPolicy, error) {
+	gp := checker.GroupPolicy{MaxUnhealthyFraction: p.GetMaxUnhealthyFraction()}
+	return gp, groupLifecycleFromProto(p, &gp)
 }
 
 // outcomeFromProto converts a ReportOutcome request into a

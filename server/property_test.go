@@ -187,12 +187,13 @@ func (s *propSub) run(churnDone <-chan struct{}) {
 		}
 	}
 	// What changes with every result, without an event, is not the
-	// stream's to carry: streaks, the last result, the verdict, the counts
-	// and the schedule.
+	// stream's to carry: streaks, the last result, the verdict, the counts,
+	// the schedule, and the weight (a function of the state and the time:
+	// a client computes it from the transition's slow_start_end).
 	if diff := cmp.Diff(want, s.view, protocmp.Transform(),
 		protocmp.IgnoreFields(&pb.TargetStatus{}, "pass_streak", "fail_streak", "last_result", "last_transition_time", "routable",
 			"verdict", "transitions_in_window", "probe_interval", "next_probe_time",
-			"active_results", "passive_results", "passive_rate_limited", "ignored_timeouts")); diff != "" {
+			"active_results", "passive_results", "passive_rate_limited", "ignored_timeouts", "weight", "slow_start_end", "unhealthy_since")); diff != "" {
 		s.fail("view at %d differs from ListTargets (-want +got):\n%s", s.last, diff)
 	}
 }

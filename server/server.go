@@ -85,7 +85,22 @@ func (s *Server) AddTarget(_ context.Context, req *pb.AddTargetRequest) (*pb.Add
 }
 
 // RemoveTarget unregisters a target; removed is false for an unknown name.
+// With drain_for it drains the target and removes it later.
 func (s *Server) RemoveTarget(_ context.Context, req *pb.RemoveTargetRequest) (*pb.RemoveTargetResponse, error) {
+	if d := req.GetDrainFor(); d != nil {
+		drainFor, err := positiveDuration("drain_for", d)
+		if err != nil {
+			return nil, toStatus(err, "")
+		}
+		st, err := s.c.Drain(req.GetName(), drainFor)
+		if errors.Is(err, checker.ErrUnknownTarget) {
+			return &pb.RemoveTargetResponse{}, nil // as without drain_for
+		}
+		if err != nil {
+			return nil, toStatus(err, "")
+		}
+		return &pb.RemoveTargetResponse{Removed: true, RemoveTime: timestamp(st.Admin.RemoveAt)}, nil
+	}
 	removed, err := s.c.Remove(req.GetName())
 	if err != nil {
 		return nil, toStatus(err, "")
@@ -126,9 +141,31 @@ func (s *Server) ListTargets(_ context.Context, req *pb.ListTargetsRequest) (*pb
 	return out, nil
 }
 
+// SetMode sets the administrative mode of a target or of a group's
+// targets.
+func (s *Server) SetMode(_ context.Context, req *pb.SetModeRequest) (*pb.SetModeResponse, error) {
+	mr, err := modeRequestFromProto(req)
+	if err != nil {
+		return nil, toStatus(err, "")
+	}
+	sts, err := s.c.SetMode(mr)
+	if err != nil {
+		return nil, toStatus(err, "")
+	}
+	out := &pb.SetModeResponse{Targets: make([]*pb.TargetStatus, len(sts))}
+	for i, st := range sts {
+		out.Targets[i] = statusToProto(st)
+	}
+	return out, nil
+}
+
 // SetGroupPolicy sets or clears a group's pool policy.
 func (s *Server) SetGroupPolicy(_ context.Context, req *pb.SetGroupPolicyRequest) (*pb.SetGroupPolicyResponse, error) {
-	g, err := s.c.SetGroupPolicy(req.GetGroup(), groupPolicyFromProto(req.GetPolicy()))
+	gp, err := groupPolicyFromProto(req.GetPolicy())
+	if err != nil {
+		return nil, toStatus(err, "policy.")
+	}
+	g, err := s.c.SetGroupPolicy(req.GetGroup(), gp)
 	if err != nil {
 		var fe *checker.FieldError
 		if errors.As(err, &fe) && fe.Field != "group" {

@@ -56,6 +56,9 @@ func (v validator) check(req any) error {
 		err = v.checkTarget(r.GetTarget())
 	case *pb.RemoveTargetRequest:
 		err = field("name", checker.ValidateName(r.GetName()))
+		if d := r.GetDrainFor(); err == nil && d != nil {
+			_, err = positiveDuration("drain_for", d)
+		}
 	case *pb.StateRequest:
 		err = field("name", checker.ValidateName(r.GetName()))
 	case *pb.HealthyRequest:

@@ -130,8 +130,10 @@ type specRecord struct {
 }
 
 type policyRecord struct {
-	V                    int     `json:"v"`
-	MaxUnhealthyFraction float64 `json:"max_unhealthy_fraction,omitempty"`
+	V                    int           `json:"v"`
+	MaxUnhealthyFraction float64       `json:"max_unhealthy_fraction,omitempty"`
+	SlowStart            time.Duration `json:"slow_start,omitempty"`
+	RemoveAfterUnhealthy time.Duration `json:"remove_after_unhealthy,omitempty"`
 }
 
 // LoadGroupPolicies returns every stored group policy.
@@ -148,7 +150,7 @@ func (s *Store) LoadGroupPolicies() (_ map[string]checker.GroupPolicy, err error
 			if err := json.Unmarshal(v, &pr); err != nil {
 				return fmt.Errorf("stored policy of group %q: %w", k, err)
 			}
-			out[string(k)] = checker.GroupPolicy{MaxUnhealthyFraction: pr.MaxUnhealthyFraction}
+			out[string(k)] = checker.GroupPolicy{MaxUnhealthyFraction: pr.MaxUnhealthyFraction, SlowStart: pr.SlowStart, RemoveAfterUnhealthy: pr.RemoveAfterUnhealthy}
 			return nil
 		})
 	})
@@ -166,7 +168,7 @@ func (s *Store) PutGroupPolicy(group string, p checker.GroupPolicy) (err error) 
 		if p == (checker.GroupPolicy{}) {
 			return b.Delete([]byte(group))
 		}
-		v, err := json.Marshal(policyRecord{V: 1, MaxUnhealthyFraction: p.MaxUnhealthyFraction})
+		v, err := json.Marshal(policyRecord{V: 1, MaxUnhealthyFraction: p.MaxUnhealthyFraction, SlowStart: p.SlowStart, RemoveAfterUnhealthy: p.RemoveAfterUnhealthy})
 		if err != nil {
 			return err
 		}
@@ -220,7 +222,7 @@ func (s *Store) Load() (_ []checker.StoredTarget, _ uint64, err error) {
 // PutSpec stores a target's spec.
 func (s *Store) PutSpec(spec checker.Spec) (err error) {
 	defer recoverDamaged(s.db.Path(), &err, debug.SetPanicOnFault(true))
-	v, err := json.Marshal(specRecord{V: 1, Spec: spec})
+	v, err := json.Marshal(specRecord{V: specVersion(spec), Spec: spec})
 	if err != nil {
 		return err
 	}
@@ -283,16 +285,29 @@ func (s *Store) Backup(w io.Writer) (_ int64, err error) {
 	return n, err
 }
 
-// decodeSpec decodes a stored spec record. A record of another version is
-// refused rather than read as less than it says. (A probe kind this version
-// does not know decodes as no probe at all, which the checker's validation
-// refuses.)
+// specVersion is the version of a spec's record: 2 when it has a
+// Lifecycle (a mode, a slow start, an automatic removal), which a pulsed
+// reading only version 1 would drop (and route a drained target): such a
+// pulsed quarantines the record instead. Version 1 otherwise, so that a
+// store written by this pulsed stays readable by an older one as long as
+// nothing needs version 2.
+func specVersion(spec checker.Spec) int {
+	if spec.Lifecycle != nil {
+		return 2
+	}
+	return 1
+}
+
+// decodeSpec decodes a stored spec record, of version 1 (before
+// lifecycles) or 2. A record of another version is refused rather than
+// read as less than it says. (A probe kind this version does not know
+// decodes as no probe at all, which the checker's validation refuses.)
 func decodeSpec(v []byte, sr *specRecord) error {
 	if err := json.Unmarshal(v, sr); err != nil {
 		return fmt.Errorf("stored spec: %w", err)
 	}
-	if sr.V != 1 {
-		return fmt.Errorf("stored spec: record version %d, this pulsed reads version 1", sr.V)
+	if sr.V != 1 && sr.V != 2 {
+		return fmt.Errorf("stored spec: record version %d, this pulsed reads versions 1 and 2", sr.V)
 	}
 	return nil
 }

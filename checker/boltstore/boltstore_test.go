@@ -252,3 +252,38 @@ func TestDeleteTargetDropsTheState(t *testing.T) {
 		t.Errorf("Load after delete and re-add (-want +got):\n%s", diff)
 	}
 }
+
+// A spec with a lifecycle (a mode, a slow start, an automatic removal) is
+// stored and loaded whole, beside one without, whose record keeps the
+// version an older pulsed reads.
+func TestLifecycleRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	at := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	drained := checker.Spec{Name: "web-1", Probe: probe.Spec{TCP: &probe.TCPSpec{Address: "127.0.0.1:80"}},
+		Lifecycle: &checker.Lifecycle{SlowStart: 30 * time.Second, RemoveAfterUnhealthy: time.Hour,
+			Admin: checker.Admin{Mode: checker.ModeDraining, Reason: "deploy 4711", Since: at, Until: at.Add(time.Hour), RemoveAt: at.Add(time.Minute)}}}
+	plain := checker.Spec{Name: "web-2", Probe: probe.Spec{TCP: &probe.TCPSpec{Address: "127.0.0.1:81"}}}
+	for _, sp := range []checker.Spec{drained, plain} {
+		if err := s.PutSpec(sp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.PutGroupPolicy("edge", checker.GroupPolicy{SlowStart: time.Minute, RemoveAfterUnhealthy: 2 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = open(t, dir)
+	defer s.Close()
+	got, _, err := s.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]checker.StoredTarget{{Spec: drained}, {Spec: plain}}, got); diff != "" {
+		t.Errorf("Load (-want +got):\n%s", diff)
+	}
+	pols, err := s.LoadGroupPolicies()
+	if err != nil || pols["edge"] != (checker.GroupPolicy{SlowStart: time.Minute, RemoveAfterUnhealthy: 2 * time.Hour}) {
+		t.Errorf("policies %+v, %v", pols, err)
+	}
+}

@@ -78,7 +78,7 @@ func TestStoredTargetsThatTodaysRulesRefuseAreQuarantined(t *testing.T) {
 	}, map[string]string{
 		"udp-1":   `{"v":1,"spec":{"Name":"udp-1","Probe":{"UDP":{"Address":"127.0.0.1:53"}}}}`,
 		"garbled": `{"v":1,"spec":{"Name":`,
-		"future":  `{"v":2,"spec":{"Name":"future"}}`,
+		"future":  `{"v":3,"spec":{"Name":"future"}}`,
 	})
 	bin := buildPulsed(t)
 	p := startPulsed(t, bin, "-data-dir", dir)
@@ -102,7 +102,7 @@ func TestStoredTargetsThatTodaysRulesRefuseAreQuarantined(t *testing.T) {
 		"huge":    "interval: must be at most 24h",
 		"udp-1":   "exactly one",
 		"garbled": "stored spec: unexpected end of JSON input",
-		"future":  "record version 2",
+		"future":  "record version 3",
 	}
 	list, err := client.ListTargets(ctx, &pb.ListTargetsRequest{})
 	if err != nil {

@@ -24,8 +24,13 @@ import (
 // MetadataKey is the filter_metadata key under which each endpoint carries
 // Pulse's view of it: "target" (the target's name, or names joined by ","
 // when several targets share the address), "state" (healthy, suspect or
-// unhealthy, as Pulse publishes it) and, while the group's panic threshold
-// holds the target, "panic_held": true and "reason".
+// unhealthy, as Pulse publishes it), "mode" when a target is draining or
+// in maintenance, and, while the group's panic threshold holds the target,
+// "panic_held": true and "reason".
+//
+// A DRAINING target is sent with HealthStatus DRAINING (Envoy sends it no
+// new requests and lets those in flight finish), one in MAINTENANCE as
+// UNHEALTHY.
 const MetadataKey = "pulse"
 
 // endpoint is one target as xDS sees it.
@@ -35,12 +40,13 @@ type endpoint struct {
 	host  string // "" when the target has no address xDS can carry
 	port  uint32
 	state checker.State
-	held  bool // the group's panic threshold holds it routable
+	held  bool         // the group's panic threshold holds it routable
+	mode  checker.Mode // the administrative mode
 }
 
 // newEndpoint derives a target's endpoint from its status.
 func newEndpoint(st checker.Status) *endpoint {
-	e := &endpoint{name: st.Spec.Name, group: st.Spec.Group, state: st.State, held: st.PanicHeld}
+	e := &endpoint{name: st.Spec.Name, group: st.Spec.Group, state: st.State, held: st.PanicHeld, mode: st.Admin.Mode}
 	if host, port, ok := st.Spec.Probe.HostPort(); ok {
 		e.host, e.port = host, uint32(port)
 	}
@@ -51,6 +57,8 @@ func newEndpoint(st checker.Status) *endpoint {
 // threshold holds is HEALTHY, since Pulse decided to keep it in rotation.
 func (e *endpoint) healthStatus() corev3.HealthStatus {
 	switch {
+	case e.mode == checker.ModeDraining:
+		return corev3.HealthStatus_DRAINING
 	case e.held:
 		return corev3.HealthStatus_HEALTHY
 	case e.state == checker.StateHealthy:
@@ -69,8 +77,10 @@ func rank(h corev3.HealthStatus) int {
 		return 0
 	case corev3.HealthStatus_DEGRADED:
 		return 1
+	case corev3.HealthStatus_DRAINING:
+		return 2
 	}
-	return 2
+	return 3
 }
 
 // loadAssignment builds a group's ClusterLoadAssignment from its endpoints:
@@ -86,6 +96,7 @@ func loadAssignment(group string, eps []*endpoint) *endpointv3.ClusterLoadAssign
 		health  corev3.HealthStatus
 		names   []string
 		states  []string
+		modes   []string
 		held    bool
 		reasons []string
 	}
@@ -105,6 +116,9 @@ func loadAssignment(group string, eps []*endpoint) *endpointv3.ClusterLoadAssign
 		}
 		m.names = append(m.names, e.name)
 		m.states = append(m.states, e.state.String())
+		if e.mode != checker.ModeActive {
+			m.modes = append(m.modes, e.name+": "+e.mode.String())
+		}
 		if e.held {
 			m.held = true
 			m.reasons = append(m.reasons, "group "+group+"'s panic threshold holds "+e.name+" routable: its verdict is unhealthy, but marking it so would take more of the group out than the threshold allows")
@@ -123,6 +137,9 @@ func loadAssignment(group string, eps []*endpoint) *endpointv3.ClusterLoadAssign
 		md := map[string]any{
 			"target": strings.Join(m.names, ","),
 			"state":  strings.Join(m.states, ","),
+		}
+		if len(m.modes) > 0 {
+			md["mode"] = strings.Join(m.modes, ",")
 		}
 		if m.held {
 			md["panic_held"] = true

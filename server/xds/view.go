@@ -54,9 +54,15 @@ func (v *view) apply(evs []checker.Event) {
 			v.add(e.Status)
 		case checker.EventRemoved:
 			v.remove(e.Status.Spec.Name)
+		case checker.EventModeChanged:
+			if ep := v.byName[e.Status.Spec.Name]; ep != nil {
+				ep.mode = e.Status.Spec.Admin().Mode
+				v.dirty[ep.group] = true
+			}
 		case checker.EventTransition:
 			if ep := v.byName[e.Transition.Target]; ep != nil {
 				ep.state = e.Transition.To
+				ep.mode = e.Transition.Mode
 				// A held target's published state does not change while it
 				// is held: a transition ends the hold (a release).
 				ep.held = false

@@ -23,6 +23,68 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Mode is a target's administrative mode: what an operator says, beside
+// what its probes say.
+type Mode int32
+
+const (
+	// Unset: ACTIVE in a status or a transition; refused in SetMode.
+	Mode_MODE_UNSPECIFIED Mode = 0
+	// ACTIVE: routed by its health (the default).
+	Mode_MODE_ACTIVE Mode = 1
+	// DRAINING: still probed, never routable for new traffic; requests in
+	// flight may finish. Its state is held UNHEALTHY (verdict shows what its
+	// probes say).
+	Mode_MODE_DRAINING Mode = 2
+	// MAINTENANCE: not probed, never routable. Leaving it, a target starts
+	// UNHEALTHY and must pass `rise` probes, unless its last result is
+	// younger than one interval (then it is carried over).
+	Mode_MODE_MAINTENANCE Mode = 3
+)
+
+// Enum value maps for Mode.
+var (
+	Mode_name = map[int32]string{
+		0: "MODE_UNSPECIFIED",
+		1: "MODE_ACTIVE",
+		2: "MODE_DRAINING",
+		3: "MODE_MAINTENANCE",
+	}
+	Mode_value = map[string]int32{
+		"MODE_UNSPECIFIED": 0,
+		"MODE_ACTIVE":      1,
+		"MODE_DRAINING":    2,
+		"MODE_MAINTENANCE": 3,
+	}
+)
+
+func (x Mode) Enum() *Mode {
+	p := new(Mode)
+	*p = x
+	return p
+}
+
+func (x Mode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Mode) Descriptor() protoreflect.EnumDescriptor {
+	return file_pulse_v1_pulse_proto_enumTypes[0].Descriptor()
+}
+
+func (Mode) Type() protoreflect.EnumType {
+	return &file_pulse_v1_pulse_proto_enumTypes[0]
+}
+
+func (x Mode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Mode.Descriptor instead.
+func (Mode) EnumDescriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{0}
+}
+
 // State is a target's health as the checker has decided it.
 type State int32
 
@@ -66,11 +128,11 @@ func (x State) String() string {
 }
 
 func (State) Descriptor() protoreflect.EnumDescriptor {
-	return file_pulse_v1_pulse_proto_enumTypes[0].Descriptor()
+	return file_pulse_v1_pulse_proto_enumTypes[1].Descriptor()
 }
 
 func (State) Type() protoreflect.EnumType {
-	return &file_pulse_v1_pulse_proto_enumTypes[0]
+	return &file_pulse_v1_pulse_proto_enumTypes[1]
 }
 
 func (x State) Number() protoreflect.EnumNumber {
@@ -79,7 +141,7 @@ func (x State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use State.Descriptor instead.
 func (State) EnumDescriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{0}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{1}
 }
 
 // Model is the state machine that turns probe results into a state.
@@ -122,11 +184,11 @@ func (x Model) String() string {
 }
 
 func (Model) Descriptor() protoreflect.EnumDescriptor {
-	return file_pulse_v1_pulse_proto_enumTypes[1].Descriptor()
+	return file_pulse_v1_pulse_proto_enumTypes[2].Descriptor()
 }
 
 func (Model) Type() protoreflect.EnumType {
-	return &file_pulse_v1_pulse_proto_enumTypes[1]
+	return &file_pulse_v1_pulse_proto_enumTypes[2]
 }
 
 func (x Model) Number() protoreflect.EnumNumber {
@@ -135,7 +197,7 @@ func (x Model) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Model.Descriptor instead.
 func (Model) EnumDescriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{1}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{2}
 }
 
 // Kind says what changed.
@@ -161,18 +223,23 @@ const (
 	PolicyEvent_KIND_CHECKER_DEGRADED PolicyEvent_Kind = 5
 	// CHECKER_RECOVERED: the checker keeps up again.
 	PolicyEvent_KIND_CHECKER_RECOVERED PolicyEvent_Kind = 6
+	// TARGET_EXPIRED: a target was removed by itself, text says why
+	// (remove_after_unhealthy reached, or the drain of RemoveTarget with
+	// drain_for ended); the `removed` event follows.
+	PolicyEvent_KIND_TARGET_EXPIRED PolicyEvent_Kind = 30
 )
 
 // Enum value maps for PolicyEvent_Kind.
 var (
 	PolicyEvent_Kind_name = map[int32]string{
-		0: "KIND_UNSPECIFIED",
-		1: "KIND_PANIC_ENTERED",
-		2: "KIND_PANIC_EXITED",
-		3: "KIND_FLAPPING_STARTED",
-		4: "KIND_FLAPPING_ENDED",
-		5: "KIND_CHECKER_DEGRADED",
-		6: "KIND_CHECKER_RECOVERED",
+		0:  "KIND_UNSPECIFIED",
+		1:  "KIND_PANIC_ENTERED",
+		2:  "KIND_PANIC_EXITED",
+		3:  "KIND_FLAPPING_STARTED",
+		4:  "KIND_FLAPPING_ENDED",
+		5:  "KIND_CHECKER_DEGRADED",
+		6:  "KIND_CHECKER_RECOVERED",
+		30: "KIND_TARGET_EXPIRED",
 	}
 	PolicyEvent_Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED":       0,
@@ -182,6 +249,7 @@ var (
 		"KIND_FLAPPING_ENDED":    4,
 		"KIND_CHECKER_DEGRADED":  5,
 		"KIND_CHECKER_RECOVERED": 6,
+		"KIND_TARGET_EXPIRED":    30,
 	}
 )
 
@@ -196,11 +264,11 @@ func (x PolicyEvent_Kind) String() string {
 }
 
 func (PolicyEvent_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_pulse_v1_pulse_proto_enumTypes[2].Descriptor()
+	return file_pulse_v1_pulse_proto_enumTypes[3].Descriptor()
 }
 
 func (PolicyEvent_Kind) Type() protoreflect.EnumType {
-	return &file_pulse_v1_pulse_proto_enumTypes[2]
+	return &file_pulse_v1_pulse_proto_enumTypes[3]
 }
 
 func (x PolicyEvent_Kind) Number() protoreflect.EnumNumber {
@@ -209,7 +277,7 @@ func (x PolicyEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PolicyEvent_Kind.Descriptor instead.
 func (PolicyEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{27, 0}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{30, 0}
 }
 
 // HttpProbe passes when GET (or HEAD) on url answers with an expected status.
@@ -467,9 +535,20 @@ type Target struct {
 	// passive_rate is how many passive outcomes a second are counted at
 	// most, with a burst of as many; the rest are dropped. Unset: 10. At
 	// most 10000. Only with passive_outcomes.
-	PassiveRate   int32 `protobuf:"varint,19,opt,name=passive_rate,json=passiveRate,proto3" json:"passive_rate,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PassiveRate int32 `protobuf:"varint,19,opt,name=passive_rate,json=passiveRate,proto3" json:"passive_rate,omitempty"`
+	// slow_start, when set, ramps the target's weight linearly from 0 to
+	// 100% over this window after it becomes routable
+	// (TargetStatus.weight, Transition.slow_start_end). Unset: the group's
+	// GroupPolicy.slow_start, else none. At most 1h.
+	SlowStart *durationpb.Duration `protobuf:"bytes,40,opt,name=slow_start,json=slowStart,proto3" json:"slow_start,omitempty"`
+	// remove_after_unhealthy, when set, removes the target once its probes
+	// have said UNHEALTHY continuously for this long (never while the
+	// checker is degraded, its group is in panic, or it is in maintenance).
+	// Unset: the group's GroupPolicy.remove_after_unhealthy, else never. At
+	// least 1s, at most 30 days.
+	RemoveAfterUnhealthy *durationpb.Duration `protobuf:"bytes,41,opt,name=remove_after_unhealthy,json=removeAfterUnhealthy,proto3" json:"remove_after_unhealthy,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Target) Reset() {
@@ -646,6 +725,20 @@ func (x *Target) GetPassiveRate() int32 {
 		return x.PassiveRate
 	}
 	return 0
+}
+
+func (x *Target) GetSlowStart() *durationpb.Duration {
+	if x != nil {
+		return x.SlowStart
+	}
+	return nil
+}
+
+func (x *Target) GetRemoveAfterUnhealthy() *durationpb.Duration {
+	if x != nil {
+		return x.RemoveAfterUnhealthy
+	}
+	return nil
 }
 
 type isTarget_Probe interface {
@@ -826,9 +919,33 @@ type TargetStatus struct {
 	// a probe the egress policy denies, a probe kind this version does not
 	// know, a damaged record). It is never routable. AddTarget with a valid
 	// spec of the same name fixes it; RemoveTarget removes it.
-	Quarantined   string `protobuf:"bytes,20,opt,name=quarantined,proto3" json:"quarantined,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Quarantined string `protobuf:"bytes,20,opt,name=quarantined,proto3" json:"quarantined,omitempty"`
+	// mode is the target's administrative mode (SetMode): ACTIVE unless an
+	// operator drains it or puts it in maintenance. A DRAINING or
+	// MAINTENANCE target is never routable: its state is UNHEALTHY, its
+	// verdict what its probes say.
+	Mode Mode `protobuf:"varint,40,opt,name=mode,proto3,enum=pulse.v1.Mode" json:"mode,omitempty"`
+	// mode_reason is the reason given with the mode, e.g. "deploy 4711".
+	ModeReason string `protobuf:"bytes,41,opt,name=mode_reason,json=modeReason,proto3" json:"mode_reason,omitempty"`
+	// mode_since is when the mode was set; unset for a target never given
+	// one.
+	ModeSince *timestamppb.Timestamp `protobuf:"bytes,42,opt,name=mode_since,json=modeSince,proto3" json:"mode_since,omitempty"`
+	// mode_until, when set, is when the mode returns to ACTIVE by itself.
+	ModeUntil *timestamppb.Timestamp `protobuf:"bytes,43,opt,name=mode_until,json=modeUntil,proto3" json:"mode_until,omitempty"`
+	// remove_time, when set, is when a drain started by RemoveTarget with
+	// drain_for removes the target.
+	RemoveTime *timestamppb.Timestamp `protobuf:"bytes,44,opt,name=remove_time,json=removeTime,proto3" json:"remove_time,omitempty"`
+	// weight is the target's share of traffic in percent, 0 to 100: 100
+	// unless it is in its slow start, when it rises linearly from 0 at the
+	// transition to routable to 100 at slow_start_end. 0 when not routable.
+	Weight uint32 `protobuf:"varint,45,opt,name=weight,proto3" json:"weight,omitempty"`
+	// slow_start_end, when set, is when the slow start in progress ends.
+	SlowStartEnd *timestamppb.Timestamp `protobuf:"bytes,46,opt,name=slow_start_end,json=slowStartEnd,proto3" json:"slow_start_end,omitempty"`
+	// unhealthy_since, when set, is since when the target's probes have said
+	// UNHEALTHY without a break: remove_after_unhealthy counts from it.
+	UnhealthySince *timestamppb.Timestamp `protobuf:"bytes,47,opt,name=unhealthy_since,json=unhealthySince,proto3" json:"unhealthy_since,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TargetStatus) Reset() {
@@ -1001,6 +1118,62 @@ func (x *TargetStatus) GetQuarantined() string {
 	return ""
 }
 
+func (x *TargetStatus) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
+func (x *TargetStatus) GetModeReason() string {
+	if x != nil {
+		return x.ModeReason
+	}
+	return ""
+}
+
+func (x *TargetStatus) GetModeSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ModeSince
+	}
+	return nil
+}
+
+func (x *TargetStatus) GetModeUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ModeUntil
+	}
+	return nil
+}
+
+func (x *TargetStatus) GetRemoveTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RemoveTime
+	}
+	return nil
+}
+
+func (x *TargetStatus) GetWeight() uint32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *TargetStatus) GetSlowStartEnd() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SlowStartEnd
+	}
+	return nil
+}
+
+func (x *TargetStatus) GetUnhealthySince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UnhealthySince
+	}
+	return nil
+}
+
 // GroupPolicy is a group's pool policy.
 type GroupPolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1011,6 +1184,13 @@ type GroupPolicy struct {
 	// threshold. Unset: the server default (pulsed -max-unhealthy-fraction,
 	// 0.5).
 	MaxUnhealthyFraction *float64 `protobuf:"fixed64,1,opt,name=max_unhealthy_fraction,json=maxUnhealthyFraction,proto3,oneof" json:"max_unhealthy_fraction,omitempty"`
+	// slow_start is the slow start of the group's targets that set none of
+	// their own (Target.slow_start). Unset: none. At most 1h.
+	SlowStart *durationpb.Duration `protobuf:"bytes,20,opt,name=slow_start,json=slowStart,proto3" json:"slow_start,omitempty"`
+	// remove_after_unhealthy is the automatic removal of the group's targets
+	// that set none of their own (Target.remove_after_unhealthy). Unset:
+	// never. At least 1s, at most 30 days.
+	RemoveAfterUnhealthy *durationpb.Duration `protobuf:"bytes,21,opt,name=remove_after_unhealthy,json=removeAfterUnhealthy,proto3" json:"remove_after_unhealthy,omitempty"`
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
 }
@@ -1050,6 +1230,20 @@ func (x *GroupPolicy) GetMaxUnhealthyFraction() float64 {
 		return *x.MaxUnhealthyFraction
 	}
 	return 0
+}
+
+func (x *GroupPolicy) GetSlowStart() *durationpb.Duration {
+	if x != nil {
+		return x.SlowStart
+	}
+	return nil
+}
+
+func (x *GroupPolicy) GetRemoveAfterUnhealthy() *durationpb.Duration {
+	if x != nil {
+		return x.RemoveAfterUnhealthy
+	}
+	return nil
 }
 
 // GroupStatus is a group's policy and its pool state.
@@ -1333,8 +1527,17 @@ type Transition struct {
 	Text string `protobuf:"bytes,7,opt,name=text,proto3" json:"text,omitempty"`
 	// reason says why the state changed when no probe result did, e.g.
 	// "model changed to rise_fall" after AddTarget switched a SUSPECT target
-	// to the two-state model.
-	Reason        string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	// to the two-state model, or "draining: deploy 4711".
+	Reason string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	// mode is the target's administrative mode after the transition. A
+	// transition to UNHEALTHY in mode DRAINING is a drain: requests in
+	// flight may finish (xDS sends it as HealthStatus DRAINING).
+	Mode Mode `protobuf:"varint,20,opt,name=mode,proto3,enum=pulse.v1.Mode" json:"mode,omitempty"`
+	// slow_start_end, set on a transition to routable when the target has a
+	// slow start: its weight rises linearly from 0 at `time` to 100% at
+	// slow_start_end. A client weights the target by
+	// (now - time) / (slow_start_end - time), capped at 1.
+	SlowStartEnd  *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=slow_start_end,json=slowStartEnd,proto3" json:"slow_start_end,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1423,6 +1626,20 @@ func (x *Transition) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *Transition) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
+func (x *Transition) GetSlowStartEnd() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SlowStartEnd
+	}
+	return nil
 }
 
 // AddTargetRequest carries the target to add or update.
@@ -1530,7 +1747,11 @@ func (x *AddTargetResponse) GetStatus() *TargetStatus {
 type RemoveTargetRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name of the target.
-	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// drain_for, when set, does not remove the target at once: it is put in
+	// DRAINING (still probed, not routable), and removed after drain_for.
+	// The reply comes once the drain is stored. At most 24h.
+	DrainFor      *durationpb.Duration `protobuf:"bytes,2,opt,name=drain_for,json=drainFor,proto3" json:"drain_for,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1572,11 +1793,23 @@ func (x *RemoveTargetRequest) GetName() string {
 	return ""
 }
 
+func (x *RemoveTargetRequest) GetDrainFor() *durationpb.Duration {
+	if x != nil {
+		return x.DrainFor
+	}
+	return nil
+}
+
 // RemoveTargetResponse says whether a target was removed.
 type RemoveTargetResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// removed is false when no target had that name.
-	Removed       bool `protobuf:"varint,1,opt,name=removed,proto3" json:"removed,omitempty"`
+	// removed is false when no target had that name. With drain_for it says
+	// the target exists and its drain is stored: it is removed at
+	// remove_time.
+	Removed bool `protobuf:"varint,1,opt,name=removed,proto3" json:"removed,omitempty"`
+	// remove_time is when a drained target will be removed; unset without
+	// drain_for.
+	RemoveTime    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=remove_time,json=removeTime,proto3" json:"remove_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1618,6 +1851,254 @@ func (x *RemoveTargetResponse) GetRemoved() bool {
 	return false
 }
 
+func (x *RemoveTargetResponse) GetRemoveTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RemoveTime
+	}
+	return nil
+}
+
+// SetModeRequest names a target or a group and its new mode.
+type SetModeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// target names one target; exactly one of target and group is set.
+	Target string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	// group sets the mode of every target in the group now (targets added
+	// to it later are ACTIVE).
+	Group string `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	// mode is the new mode; required.
+	Mode Mode `protobuf:"varint,3,opt,name=mode,proto3,enum=pulse.v1.Mode" json:"mode,omitempty"`
+	// reason says why, e.g. "deploy 4711": shown in the status and in the
+	// transition's reason ("draining: deploy 4711"). At most 256 bytes.
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// until, when set, returns the targets to ACTIVE by themselves at that
+	// time: in the future, at most 30 days ahead. Only with DRAINING or
+	// MAINTENANCE.
+	Until         *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=until,proto3" json:"until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetModeRequest) Reset() {
+	*x = SetModeRequest{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetModeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetModeRequest) ProtoMessage() {}
+
+func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetModeRequest.ProtoReflect.Descriptor instead.
+func (*SetModeRequest) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SetModeRequest) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *SetModeRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *SetModeRequest) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
+func (x *SetModeRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SetModeRequest) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+// SetModeResponse is the targets after the change.
+type SetModeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// targets are the statuses of the targets named, sorted by name.
+	Targets       []*TargetStatus `protobuf:"bytes,1,rep,name=targets,proto3" json:"targets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetModeResponse) Reset() {
+	*x = SetModeResponse{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetModeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetModeResponse) ProtoMessage() {}
+
+func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetModeResponse.ProtoReflect.Descriptor instead.
+func (*SetModeResponse) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SetModeResponse) GetTargets() []*TargetStatus {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+// ModeChange is a change of a target's administrative mode.
+type ModeChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// target is the target's name.
+	Target string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	// group is the target's group.
+	Group string `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	// from is the mode before; mode the mode after.
+	From Mode `protobuf:"varint,3,opt,name=from,proto3,enum=pulse.v1.Mode" json:"from,omitempty"`
+	Mode Mode `protobuf:"varint,4,opt,name=mode,proto3,enum=pulse.v1.Mode" json:"mode,omitempty"`
+	// reason is the reason given, or why it changed by itself, e.g. "until
+	// 2026-12-01T18:00:00Z reached".
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// time is when it changed.
+	Time *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=time,proto3" json:"time,omitempty"`
+	// until is when the mode returns to ACTIVE by itself; unset if never.
+	Until *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=until,proto3" json:"until,omitempty"`
+	// remove_time is when a drain by RemoveTarget removes the target.
+	RemoveTime    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=remove_time,json=removeTime,proto3" json:"remove_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModeChange) Reset() {
+	*x = ModeChange{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModeChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModeChange) ProtoMessage() {}
+
+func (x *ModeChange) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModeChange.ProtoReflect.Descriptor instead.
+func (*ModeChange) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ModeChange) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *ModeChange) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *ModeChange) GetFrom() Mode {
+	if x != nil {
+		return x.From
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
+func (x *ModeChange) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
+func (x *ModeChange) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ModeChange) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *ModeChange) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *ModeChange) GetRemoveTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RemoveTime
+	}
+	return nil
+}
+
 // StateRequest names the target to describe.
 type StateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1629,7 +2110,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[14]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +2122,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[14]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +2135,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{14}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StateRequest) GetName() string {
@@ -1675,7 +2156,7 @@ type StateResponse struct {
 
 func (x *StateResponse) Reset() {
 	*x = StateResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1687,7 +2168,7 @@ func (x *StateResponse) String() string {
 func (*StateResponse) ProtoMessage() {}
 
 func (x *StateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1700,7 +2181,7 @@ func (x *StateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateResponse.ProtoReflect.Descriptor instead.
 func (*StateResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{15}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StateResponse) GetStatus() *TargetStatus {
@@ -1721,7 +2202,7 @@ type HealthyRequest struct {
 
 func (x *HealthyRequest) Reset() {
 	*x = HealthyRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +2214,7 @@ func (x *HealthyRequest) String() string {
 func (*HealthyRequest) ProtoMessage() {}
 
 func (x *HealthyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +2227,7 @@ func (x *HealthyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthyRequest.ProtoReflect.Descriptor instead.
 func (*HealthyRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{16}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HealthyRequest) GetGroup() string {
@@ -1767,7 +2248,7 @@ type HealthyResponse struct {
 
 func (x *HealthyResponse) Reset() {
 	*x = HealthyResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +2260,7 @@ func (x *HealthyResponse) String() string {
 func (*HealthyResponse) ProtoMessage() {}
 
 func (x *HealthyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +2273,7 @@ func (x *HealthyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthyResponse.ProtoReflect.Descriptor instead.
 func (*HealthyResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{17}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *HealthyResponse) GetNames() []string {
@@ -1813,7 +2294,7 @@ type ListTargetsRequest struct {
 
 func (x *ListTargetsRequest) Reset() {
 	*x = ListTargetsRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1825,7 +2306,7 @@ func (x *ListTargetsRequest) String() string {
 func (*ListTargetsRequest) ProtoMessage() {}
 
 func (x *ListTargetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1838,7 +2319,7 @@ func (x *ListTargetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTargetsRequest.ProtoReflect.Descriptor instead.
 func (*ListTargetsRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{18}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListTargetsRequest) GetGroup() string {
@@ -1867,7 +2348,7 @@ type ListTargetsResponse struct {
 
 func (x *ListTargetsResponse) Reset() {
 	*x = ListTargetsResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1879,7 +2360,7 @@ func (x *ListTargetsResponse) String() string {
 func (*ListTargetsResponse) ProtoMessage() {}
 
 func (x *ListTargetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1892,7 +2373,7 @@ func (x *ListTargetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTargetsResponse.ProtoReflect.Descriptor instead.
 func (*ListTargetsResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{19}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListTargetsResponse) GetTargets() []*TargetStatus {
@@ -1937,7 +2418,7 @@ type SetGroupPolicyRequest struct {
 
 func (x *SetGroupPolicyRequest) Reset() {
 	*x = SetGroupPolicyRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1949,7 +2430,7 @@ func (x *SetGroupPolicyRequest) String() string {
 func (*SetGroupPolicyRequest) ProtoMessage() {}
 
 func (x *SetGroupPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1962,7 +2443,7 @@ func (x *SetGroupPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGroupPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetGroupPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{20}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SetGroupPolicyRequest) GetGroup() string {
@@ -1990,7 +2471,7 @@ type SetGroupPolicyResponse struct {
 
 func (x *SetGroupPolicyResponse) Reset() {
 	*x = SetGroupPolicyResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2002,7 +2483,7 @@ func (x *SetGroupPolicyResponse) String() string {
 func (*SetGroupPolicyResponse) ProtoMessage() {}
 
 func (x *SetGroupPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2015,7 +2496,7 @@ func (x *SetGroupPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGroupPolicyResponse.ProtoReflect.Descriptor instead.
 func (*SetGroupPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{21}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SetGroupPolicyResponse) GetGroup() *GroupStatus {
@@ -2043,7 +2524,7 @@ type ReportOutcomeRequest struct {
 
 func (x *ReportOutcomeRequest) Reset() {
 	*x = ReportOutcomeRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2055,7 +2536,7 @@ func (x *ReportOutcomeRequest) String() string {
 func (*ReportOutcomeRequest) ProtoMessage() {}
 
 func (x *ReportOutcomeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2068,7 +2549,7 @@ func (x *ReportOutcomeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportOutcomeRequest.ProtoReflect.Descriptor instead.
 func (*ReportOutcomeRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{22}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReportOutcomeRequest) GetTarget() string {
@@ -2112,7 +2593,7 @@ type ReportOutcomeResponse struct {
 
 func (x *ReportOutcomeResponse) Reset() {
 	*x = ReportOutcomeResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2124,7 +2605,7 @@ func (x *ReportOutcomeResponse) String() string {
 func (*ReportOutcomeResponse) ProtoMessage() {}
 
 func (x *ReportOutcomeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2137,7 +2618,7 @@ func (x *ReportOutcomeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportOutcomeResponse.ProtoReflect.Descriptor instead.
 func (*ReportOutcomeResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{23}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReportOutcomeResponse) GetCounted() bool {
@@ -2173,7 +2654,7 @@ type WatchTransitionsRequest struct {
 
 func (x *WatchTransitionsRequest) Reset() {
 	*x = WatchTransitionsRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2185,7 +2666,7 @@ func (x *WatchTransitionsRequest) String() string {
 func (*WatchTransitionsRequest) ProtoMessage() {}
 
 func (x *WatchTransitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2198,7 +2679,7 @@ func (x *WatchTransitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTransitionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchTransitionsRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{24}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WatchTransitionsRequest) GetGroup() string {
@@ -2232,7 +2713,7 @@ type SnapshotComplete struct {
 
 func (x *SnapshotComplete) Reset() {
 	*x = SnapshotComplete{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +2725,7 @@ func (x *SnapshotComplete) String() string {
 func (*SnapshotComplete) ProtoMessage() {}
 
 func (x *SnapshotComplete) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +2738,7 @@ func (x *SnapshotComplete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotComplete.ProtoReflect.Descriptor instead.
 func (*SnapshotComplete) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{25}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{28}
 }
 
 // Progress says the stream has delivered every matching event up to its
@@ -2270,7 +2751,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2282,7 +2763,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2295,7 +2776,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{26}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{29}
 }
 
 // PolicyEvent is a change in a pool policy's or the checker's state. It
@@ -2323,7 +2804,7 @@ type PolicyEvent struct {
 
 func (x *PolicyEvent) Reset() {
 	*x = PolicyEvent{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2335,7 +2816,7 @@ func (x *PolicyEvent) String() string {
 func (*PolicyEvent) ProtoMessage() {}
 
 func (x *PolicyEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2348,7 +2829,7 @@ func (x *PolicyEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyEvent.ProtoReflect.Descriptor instead.
 func (*PolicyEvent) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{27}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PolicyEvent) GetKind() PolicyEvent_Kind {
@@ -2406,7 +2887,7 @@ type TargetRemoved struct {
 
 func (x *TargetRemoved) Reset() {
 	*x = TargetRemoved{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +2899,7 @@ func (x *TargetRemoved) String() string {
 func (*TargetRemoved) ProtoMessage() {}
 
 func (x *TargetRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +2912,7 @@ func (x *TargetRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetRemoved.ProtoReflect.Descriptor instead.
 func (*TargetRemoved) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{28}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TargetRemoved) GetName() string {
@@ -2469,6 +2950,7 @@ type WatchTransitionsResponse struct {
 	//	*WatchTransitionsResponse_Removed
 	//	*WatchTransitionsResponse_Progress
 	//	*WatchTransitionsResponse_Policy
+	//	*WatchTransitionsResponse_Mode
 	Event         isWatchTransitionsResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2476,7 +2958,7 @@ type WatchTransitionsResponse struct {
 
 func (x *WatchTransitionsResponse) Reset() {
 	*x = WatchTransitionsResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2970,7 @@ func (x *WatchTransitionsResponse) String() string {
 func (*WatchTransitionsResponse) ProtoMessage() {}
 
 func (x *WatchTransitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +2983,7 @@ func (x *WatchTransitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTransitionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchTransitionsResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{29}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WatchTransitionsResponse) GetRevision() uint64 {
@@ -2590,6 +3072,15 @@ func (x *WatchTransitionsResponse) GetPolicy() *PolicyEvent {
 	return nil
 }
 
+func (x *WatchTransitionsResponse) GetMode() *ModeChange {
+	if x != nil {
+		if x, ok := x.Event.(*WatchTransitionsResponse_Mode); ok {
+			return x.Mode
+		}
+	}
+	return nil
+}
+
 type isWatchTransitionsResponse_Event interface {
 	isWatchTransitionsResponse_Event()
 }
@@ -2637,6 +3128,13 @@ type WatchTransitionsResponse_Policy struct {
 	Policy *PolicyEvent `protobuf:"bytes,9,opt,name=policy,proto3,oneof"`
 }
 
+type WatchTransitionsResponse_Mode struct {
+	// mode is a change of a target's administrative mode (SetMode, an
+	// until reached, RemoveTarget with drain_for). A change of
+	// routability follows as a transition of its own.
+	Mode *ModeChange `protobuf:"bytes,20,opt,name=mode,proto3,oneof"`
+}
+
 func (*WatchTransitionsResponse_Transition) isWatchTransitionsResponse_Event() {}
 
 func (*WatchTransitionsResponse_Snapshot) isWatchTransitionsResponse_Event() {}
@@ -2652,6 +3150,8 @@ func (*WatchTransitionsResponse_Removed) isWatchTransitionsResponse_Event() {}
 func (*WatchTransitionsResponse_Progress) isWatchTransitionsResponse_Event() {}
 
 func (*WatchTransitionsResponse_Policy) isWatchTransitionsResponse_Event() {}
+
+func (*WatchTransitionsResponse_Mode) isWatchTransitionsResponse_Event() {}
 
 var File_pulse_v1_pulse_proto protoreflect.FileDescriptor
 
@@ -2671,7 +3171,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\tGrpcProbe\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x10\n" +
-	"\x03tls\x18\x03 \x01(\bR\x03tls\"\xf6\x06\n" +
+	"\x03tls\x18\x03 \x01(\bR\x03tls\"\x81\b\n" +
 	"\x06Target\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12)\n" +
@@ -2694,7 +3194,10 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x0eflap_threshold\x18\x10 \x01(\x05R\rflapThreshold\x12A\n" +
 	"\x0fflap_stable_for\x18\x11 \x01(\v2\x19.google.protobuf.DurationR\rflapStableFor\x12)\n" +
 	"\x10passive_outcomes\x18\x12 \x01(\bR\x0fpassiveOutcomes\x12!\n" +
-	"\fpassive_rate\x18\x13 \x01(\x05R\vpassiveRateB\a\n" +
+	"\fpassive_rate\x18\x13 \x01(\x05R\vpassiveRate\x128\n" +
+	"\n" +
+	"slow_start\x18( \x01(\v2\x19.google.protobuf.DurationR\tslowStart\x12O\n" +
+	"\x16remove_after_unhealthy\x18) \x01(\v2\x19.google.protobuf.DurationR\x14removeAfterUnhealthyB\a\n" +
 	"\x05probeB\a\n" +
 	"\x05_riseB\a\n" +
 	"\x05_fall\"\xd0\x01\n" +
@@ -2704,7 +3207,8 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12.\n" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x18\n" +
 	"\apassive\x18\x05 \x01(\bR\apassive\x12\x18\n" +
-	"\aignored\x18\x06 \x01(\bR\aignored\"\xe9\x06\n" +
+	"\aignored\x18\x06 \x01(\bR\aignored\"\x80\n" +
+	"\n" +
 	"\fTargetStatus\x12$\n" +
 	"\x04spec\x18\x01 \x01(\v2\x10.pulse.v1.TargetR\x04spec\x12%\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x0f.pulse.v1.StateR\x05state\x12\x1a\n" +
@@ -2730,9 +3234,24 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x0fpassive_results\x18\x11 \x01(\x04R\x0epassiveResults\x120\n" +
 	"\x14passive_rate_limited\x18\x12 \x01(\x04R\x12passiveRateLimited\x12)\n" +
 	"\x10ignored_timeouts\x18\x13 \x01(\x04R\x0fignoredTimeouts\x12 \n" +
-	"\vquarantined\x18\x14 \x01(\tR\vquarantined\"c\n" +
+	"\vquarantined\x18\x14 \x01(\tR\vquarantined\x12\"\n" +
+	"\x04mode\x18( \x01(\x0e2\x0e.pulse.v1.ModeR\x04mode\x12\x1f\n" +
+	"\vmode_reason\x18) \x01(\tR\n" +
+	"modeReason\x129\n" +
+	"\n" +
+	"mode_since\x18* \x01(\v2\x1a.google.protobuf.TimestampR\tmodeSince\x129\n" +
+	"\n" +
+	"mode_until\x18+ \x01(\v2\x1a.google.protobuf.TimestampR\tmodeUntil\x12;\n" +
+	"\vremove_time\x18, \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"removeTime\x12\x16\n" +
+	"\x06weight\x18- \x01(\rR\x06weight\x12@\n" +
+	"\x0eslow_start_end\x18. \x01(\v2\x1a.google.protobuf.TimestampR\fslowStartEnd\x12C\n" +
+	"\x0funhealthy_since\x18/ \x01(\v2\x1a.google.protobuf.TimestampR\x0eunhealthySince\"\xee\x01\n" +
 	"\vGroupPolicy\x129\n" +
-	"\x16max_unhealthy_fraction\x18\x01 \x01(\x01H\x00R\x14maxUnhealthyFraction\x88\x01\x01B\x19\n" +
+	"\x16max_unhealthy_fraction\x18\x01 \x01(\x01H\x00R\x14maxUnhealthyFraction\x88\x01\x01\x128\n" +
+	"\n" +
+	"slow_start\x18\x14 \x01(\v2\x19.google.protobuf.DurationR\tslowStart\x12O\n" +
+	"\x16remove_after_unhealthy\x18\x15 \x01(\v2\x19.google.protobuf.DurationR\x14removeAfterUnhealthyB\x19\n" +
 	"\x17_max_unhealthy_fraction\"\x8f\x02\n" +
 	"\vGroupStatus\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12-\n" +
@@ -2755,7 +3274,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x0eregistry_error\x18\t \x01(\tR\rregistryError\x12\x18\n" +
 	"\areplica\x18\n" +
 	" \x01(\tR\areplica\x12\x1a\n" +
-	"\breplicas\x18\v \x03(\tR\breplicas\"\x8b\x02\n" +
+	"\breplicas\x18\v \x03(\tR\breplicas\"\xf1\x02\n" +
 	"\n" +
 	"Transition\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +
@@ -2765,16 +3284,40 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x04time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12-\n" +
 	"\x06result\x18\x06 \x01(\v2\x15.pulse.v1.ProbeResultR\x06result\x12\x12\n" +
 	"\x04text\x18\a \x01(\tR\x04text\x12\x16\n" +
-	"\x06reason\x18\b \x01(\tR\x06reason\"<\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\x12\"\n" +
+	"\x04mode\x18\x14 \x01(\x0e2\x0e.pulse.v1.ModeR\x04mode\x12@\n" +
+	"\x0eslow_start_end\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\fslowStartEnd\"<\n" +
 	"\x10AddTargetRequest\x12(\n" +
 	"\x06target\x18\x01 \x01(\v2\x10.pulse.v1.TargetR\x06target\"]\n" +
 	"\x11AddTargetResponse\x12\x18\n" +
 	"\acreated\x18\x01 \x01(\bR\acreated\x12.\n" +
-	"\x06status\x18\x02 \x01(\v2\x16.pulse.v1.TargetStatusR\x06status\")\n" +
+	"\x06status\x18\x02 \x01(\v2\x16.pulse.v1.TargetStatusR\x06status\"a\n" +
 	"\x13RemoveTargetRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"0\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x126\n" +
+	"\tdrain_for\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bdrainFor\"m\n" +
 	"\x14RemoveTargetResponse\x12\x18\n" +
-	"\aremoved\x18\x01 \x01(\bR\aremoved\"\"\n" +
+	"\aremoved\x18\x01 \x01(\bR\aremoved\x12;\n" +
+	"\vremove_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"removeTime\"\xac\x01\n" +
+	"\x0eSetModeRequest\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\x12\"\n" +
+	"\x04mode\x18\x03 \x01(\x0e2\x0e.pulse.v1.ModeR\x04mode\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x120\n" +
+	"\x05until\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\"C\n" +
+	"\x0fSetModeResponse\x120\n" +
+	"\atargets\x18\x01 \x03(\v2\x16.pulse.v1.TargetStatusR\atargets\"\xb9\x02\n" +
+	"\n" +
+	"ModeChange\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\x12\"\n" +
+	"\x04from\x18\x03 \x01(\x0e2\x0e.pulse.v1.ModeR\x04from\x12\"\n" +
+	"\x04mode\x18\x04 \x01(\x0e2\x0e.pulse.v1.ModeR\x04mode\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12.\n" +
+	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x120\n" +
+	"\x05until\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12;\n" +
+	"\vremove_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"removeTime\"\"\n" +
 	"\fStateRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"?\n" +
 	"\rStateResponse\x12.\n" +
@@ -2809,14 +3352,14 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x0estart_revision\x18\x03 \x01(\x04R\rstartRevision\"\x12\n" +
 	"\x10SnapshotComplete\"\n" +
 	"\n" +
-	"\bProgress\"\xfc\x02\n" +
+	"\bProgress\"\x95\x03\n" +
 	"\vPolicyEvent\x12.\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1a.pulse.v1.PolicyEvent.KindR\x04kind\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x16\n" +
 	"\x06target\x18\x03 \x01(\tR\x06target\x12.\n" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
 	"\x04text\x18\x05 \x01(\tR\x04text\x12\x12\n" +
-	"\x04held\x18\x06 \x03(\tR\x04held\"\xb6\x01\n" +
+	"\x04held\x18\x06 \x03(\tR\x04held\"\xcf\x01\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12KIND_PANIC_ENTERED\x10\x01\x12\x15\n" +
@@ -2824,10 +3367,11 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x15KIND_FLAPPING_STARTED\x10\x03\x12\x17\n" +
 	"\x13KIND_FLAPPING_ENDED\x10\x04\x12\x19\n" +
 	"\x15KIND_CHECKER_DEGRADED\x10\x05\x12\x1a\n" +
-	"\x16KIND_CHECKER_RECOVERED\x10\x06\"9\n" +
+	"\x16KIND_CHECKER_RECOVERED\x10\x06\x12\x17\n" +
+	"\x13KIND_TARGET_EXPIRED\x10\x1e\"9\n" +
 	"\rTargetRemoved\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05group\x18\x02 \x01(\tR\x05group\"\xf4\x03\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\"\xa0\x04\n" +
 	"\x18WatchTransitionsResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x126\n" +
 	"\n" +
@@ -2839,8 +3383,14 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\aupdated\x18\x06 \x01(\v2\x16.pulse.v1.TargetStatusH\x00R\aupdated\x123\n" +
 	"\aremoved\x18\a \x01(\v2\x17.pulse.v1.TargetRemovedH\x00R\aremoved\x120\n" +
 	"\bprogress\x18\b \x01(\v2\x12.pulse.v1.ProgressH\x00R\bprogress\x12/\n" +
-	"\x06policy\x18\t \x01(\v2\x15.pulse.v1.PolicyEventH\x00R\x06policyB\a\n" +
-	"\x05event*Y\n" +
+	"\x06policy\x18\t \x01(\v2\x15.pulse.v1.PolicyEventH\x00R\x06policy\x12*\n" +
+	"\x04mode\x18\x14 \x01(\v2\x14.pulse.v1.ModeChangeH\x00R\x04modeB\a\n" +
+	"\x05event*V\n" +
+	"\x04Mode\x12\x14\n" +
+	"\x10MODE_UNSPECIFIED\x10\x00\x12\x0f\n" +
+	"\vMODE_ACTIVE\x10\x01\x12\x11\n" +
+	"\rMODE_DRAINING\x10\x02\x12\x14\n" +
+	"\x10MODE_MAINTENANCE\x10\x03*Y\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTATE_HEALTHY\x10\x01\x12\x13\n" +
@@ -2849,7 +3399,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x05Model\x12\x15\n" +
 	"\x11MODEL_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fMODEL_RISE_FALL\x10\x01\x12\x15\n" +
-	"\x11MODEL_THREE_STATE\x10\x022\xee\x04\n" +
+	"\x11MODEL_THREE_STATE\x10\x022\xae\x05\n" +
 	"\rHealthChecker\x12D\n" +
 	"\tAddTarget\x12\x1a.pulse.v1.AddTargetRequest\x1a\x1b.pulse.v1.AddTargetResponse\x12M\n" +
 	"\fRemoveTarget\x12\x1d.pulse.v1.RemoveTargetRequest\x1a\x1e.pulse.v1.RemoveTargetResponse\x128\n" +
@@ -2858,7 +3408,8 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\vListTargets\x12\x1c.pulse.v1.ListTargetsRequest\x1a\x1d.pulse.v1.ListTargetsResponse\x12[\n" +
 	"\x10WatchTransitions\x12!.pulse.v1.WatchTransitionsRequest\x1a\".pulse.v1.WatchTransitionsResponse0\x01\x12S\n" +
 	"\x0eSetGroupPolicy\x12\x1f.pulse.v1.SetGroupPolicyRequest\x1a .pulse.v1.SetGroupPolicyResponse\x12P\n" +
-	"\rReportOutcome\x12\x1e.pulse.v1.ReportOutcomeRequest\x1a\x1f.pulse.v1.ReportOutcomeResponseB\x8e\x01\n" +
+	"\rReportOutcome\x12\x1e.pulse.v1.ReportOutcomeRequest\x1a\x1f.pulse.v1.ReportOutcomeResponse\x12>\n" +
+	"\aSetMode\x12\x18.pulse.v1.SetModeRequest\x1a\x19.pulse.v1.SetModeResponseB\x8e\x01\n" +
 	"\fcom.pulse.v1B\n" +
 	"PulseProtoP\x01Z1github.com/pulsehealth/pulse/gen/pulse/v1;pulsev1\xa2\x02\x03PXX\xaa\x02\bPulse.V1\xca\x02\bPulse\\V1\xe2\x02\x14Pulse\\V1\\GPBMetadata\xea\x02\tPulse::V1b\x06proto3"
 
@@ -2874,117 +3425,146 @@ func file_pulse_v1_pulse_proto_rawDescGZIP() []byte {
 	return file_pulse_v1_pulse_proto_rawDescData
 }
 
-var file_pulse_v1_pulse_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_pulse_v1_pulse_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_pulse_v1_pulse_proto_goTypes = []any{
-	(State)(0),                       // 0: pulse.v1.State
-	(Model)(0),                       // 1: pulse.v1.Model
-	(PolicyEvent_Kind)(0),            // 2: pulse.v1.PolicyEvent.Kind
-	(*HttpProbe)(nil),                // 3: pulse.v1.HttpProbe
-	(*TcpProbe)(nil),                 // 4: pulse.v1.TcpProbe
-	(*GrpcProbe)(nil),                // 5: pulse.v1.GrpcProbe
-	(*Target)(nil),                   // 6: pulse.v1.Target
-	(*ProbeResult)(nil),              // 7: pulse.v1.ProbeResult
-	(*TargetStatus)(nil),             // 8: pulse.v1.TargetStatus
-	(*GroupPolicy)(nil),              // 9: pulse.v1.GroupPolicy
-	(*GroupStatus)(nil),              // 10: pulse.v1.GroupStatus
-	(*CheckerStatus)(nil),            // 11: pulse.v1.CheckerStatus
-	(*Transition)(nil),               // 12: pulse.v1.Transition
-	(*AddTargetRequest)(nil),         // 13: pulse.v1.AddTargetRequest
-	(*AddTargetResponse)(nil),        // 14: pulse.v1.AddTargetResponse
-	(*RemoveTargetRequest)(nil),      // 15: pulse.v1.RemoveTargetRequest
-	(*RemoveTargetResponse)(nil),     // 16: pulse.v1.RemoveTargetResponse
-	(*StateRequest)(nil),             // 17: pulse.v1.StateRequest
-	(*StateResponse)(nil),            // 18: pulse.v1.StateResponse
-	(*HealthyRequest)(nil),           // 19: pulse.v1.HealthyRequest
-	(*HealthyResponse)(nil),          // 20: pulse.v1.HealthyResponse
-	(*ListTargetsRequest)(nil),       // 21: pulse.v1.ListTargetsRequest
-	(*ListTargetsResponse)(nil),      // 22: pulse.v1.ListTargetsResponse
-	(*SetGroupPolicyRequest)(nil),    // 23: pulse.v1.SetGroupPolicyRequest
-	(*SetGroupPolicyResponse)(nil),   // 24: pulse.v1.SetGroupPolicyResponse
-	(*ReportOutcomeRequest)(nil),     // 25: pulse.v1.ReportOutcomeRequest
-	(*ReportOutcomeResponse)(nil),    // 26: pulse.v1.ReportOutcomeResponse
-	(*WatchTransitionsRequest)(nil),  // 27: pulse.v1.WatchTransitionsRequest
-	(*SnapshotComplete)(nil),         // 28: pulse.v1.SnapshotComplete
-	(*Progress)(nil),                 // 29: pulse.v1.Progress
-	(*PolicyEvent)(nil),              // 30: pulse.v1.PolicyEvent
-	(*TargetRemoved)(nil),            // 31: pulse.v1.TargetRemoved
-	(*WatchTransitionsResponse)(nil), // 32: pulse.v1.WatchTransitionsResponse
-	nil,                              // 33: pulse.v1.HttpProbe.HeadersEntry
-	(*durationpb.Duration)(nil),      // 34: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 35: google.protobuf.Timestamp
+	(Mode)(0),                        // 0: pulse.v1.Mode
+	(State)(0),                       // 1: pulse.v1.State
+	(Model)(0),                       // 2: pulse.v1.Model
+	(PolicyEvent_Kind)(0),            // 3: pulse.v1.PolicyEvent.Kind
+	(*HttpProbe)(nil),                // 4: pulse.v1.HttpProbe
+	(*TcpProbe)(nil),                 // 5: pulse.v1.TcpProbe
+	(*GrpcProbe)(nil),                // 6: pulse.v1.GrpcProbe
+	(*Target)(nil),                   // 7: pulse.v1.Target
+	(*ProbeResult)(nil),              // 8: pulse.v1.ProbeResult
+	(*TargetStatus)(nil),             // 9: pulse.v1.TargetStatus
+	(*GroupPolicy)(nil),              // 10: pulse.v1.GroupPolicy
+	(*GroupStatus)(nil),              // 11: pulse.v1.GroupStatus
+	(*CheckerStatus)(nil),            // 12: pulse.v1.CheckerStatus
+	(*Transition)(nil),               // 13: pulse.v1.Transition
+	(*AddTargetRequest)(nil),         // 14: pulse.v1.AddTargetRequest
+	(*AddTargetResponse)(nil),        // 15: pulse.v1.AddTargetResponse
+	(*RemoveTargetRequest)(nil),      // 16: pulse.v1.RemoveTargetRequest
+	(*RemoveTargetResponse)(nil),     // 17: pulse.v1.RemoveTargetResponse
+	(*SetModeRequest)(nil),           // 18: pulse.v1.SetModeRequest
+	(*SetModeResponse)(nil),          // 19: pulse.v1.SetModeResponse
+	(*ModeChange)(nil),               // 20: pulse.v1.ModeChange
+	(*StateRequest)(nil),             // 21: pulse.v1.StateRequest
+	(*StateResponse)(nil),            // 22: pulse.v1.StateResponse
+	(*HealthyRequest)(nil),           // 23: pulse.v1.HealthyRequest
+	(*HealthyResponse)(nil),          // 24: pulse.v1.HealthyResponse
+	(*ListTargetsRequest)(nil),       // 25: pulse.v1.ListTargetsRequest
+	(*ListTargetsResponse)(nil),      // 26: pulse.v1.ListTargetsResponse
+	(*SetGroupPolicyRequest)(nil),    // 27: pulse.v1.SetGroupPolicyRequest
+	(*SetGroupPolicyResponse)(nil),   // 28: pulse.v1.SetGroupPolicyResponse
+	(*ReportOutcomeRequest)(nil),     // 29: pulse.v1.ReportOutcomeRequest
+	(*ReportOutcomeResponse)(nil),    // 30: pulse.v1.ReportOutcomeResponse
+	(*WatchTransitionsRequest)(nil),  // 31: pulse.v1.WatchTransitionsRequest
+	(*SnapshotComplete)(nil),         // 32: pulse.v1.SnapshotComplete
+	(*Progress)(nil),                 // 33: pulse.v1.Progress
+	(*PolicyEvent)(nil),              // 34: pulse.v1.PolicyEvent
+	(*TargetRemoved)(nil),            // 35: pulse.v1.TargetRemoved
+	(*WatchTransitionsResponse)(nil), // 36: pulse.v1.WatchTransitionsResponse
+	nil,                              // 37: pulse.v1.HttpProbe.HeadersEntry
+	(*durationpb.Duration)(nil),      // 38: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 39: google.protobuf.Timestamp
 }
 var file_pulse_v1_pulse_proto_depIdxs = []int32{
-	33, // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
-	3,  // 1: pulse.v1.Target.http:type_name -> pulse.v1.HttpProbe
-	4,  // 2: pulse.v1.Target.tcp:type_name -> pulse.v1.TcpProbe
-	5,  // 3: pulse.v1.Target.grpc:type_name -> pulse.v1.GrpcProbe
-	34, // 4: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
-	34, // 5: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
-	0,  // 6: pulse.v1.Target.initial_state:type_name -> pulse.v1.State
-	1,  // 7: pulse.v1.Target.model:type_name -> pulse.v1.Model
-	34, // 8: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
-	34, // 9: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
-	34, // 10: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
-	34, // 11: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
-	34, // 12: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
-	34, // 13: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
-	35, // 14: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
-	6,  // 15: pulse.v1.TargetStatus.spec:type_name -> pulse.v1.Target
-	0,  // 16: pulse.v1.TargetStatus.state:type_name -> pulse.v1.State
-	7,  // 17: pulse.v1.TargetStatus.last_result:type_name -> pulse.v1.ProbeResult
-	35, // 18: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
-	0,  // 19: pulse.v1.TargetStatus.verdict:type_name -> pulse.v1.State
-	34, // 20: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
-	35, // 21: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
-	9,  // 22: pulse.v1.GroupStatus.policy:type_name -> pulse.v1.GroupPolicy
-	35, // 23: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
-	34, // 24: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
-	0,  // 25: pulse.v1.Transition.from:type_name -> pulse.v1.State
-	0,  // 26: pulse.v1.Transition.to:type_name -> pulse.v1.State
-	35, // 27: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
-	7,  // 28: pulse.v1.Transition.result:type_name -> pulse.v1.ProbeResult
-	6,  // 29: pulse.v1.AddTargetRequest.target:type_name -> pulse.v1.Target
-	8,  // 30: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
-	8,  // 31: pulse.v1.StateResponse.status:type_name -> pulse.v1.TargetStatus
-	8,  // 32: pulse.v1.ListTargetsResponse.targets:type_name -> pulse.v1.TargetStatus
-	10, // 33: pulse.v1.ListTargetsResponse.groups:type_name -> pulse.v1.GroupStatus
-	11, // 34: pulse.v1.ListTargetsResponse.checker:type_name -> pulse.v1.CheckerStatus
-	9,  // 35: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
-	10, // 36: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
-	34, // 37: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
-	8,  // 38: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
-	2,  // 39: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
-	35, // 40: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
-	12, // 41: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
-	8,  // 42: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
-	28, // 43: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
-	8,  // 44: pulse.v1.WatchTransitionsResponse.added:type_name -> pulse.v1.TargetStatus
-	8,  // 45: pulse.v1.WatchTransitionsResponse.updated:type_name -> pulse.v1.TargetStatus
-	31, // 46: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
-	29, // 47: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
-	30, // 48: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
-	13, // 49: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
-	15, // 50: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
-	17, // 51: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
-	19, // 52: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
-	21, // 53: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
-	27, // 54: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
-	23, // 55: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
-	25, // 56: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
-	14, // 57: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
-	16, // 58: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
-	18, // 59: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
-	20, // 60: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
-	22, // 61: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
-	32, // 62: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
-	24, // 63: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
-	26, // 64: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
-	57, // [57:65] is the sub-list for method output_type
-	49, // [49:57] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	37, // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
+	4,  // 1: pulse.v1.Target.http:type_name -> pulse.v1.HttpProbe
+	5,  // 2: pulse.v1.Target.tcp:type_name -> pulse.v1.TcpProbe
+	6,  // 3: pulse.v1.Target.grpc:type_name -> pulse.v1.GrpcProbe
+	38, // 4: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
+	38, // 5: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
+	1,  // 6: pulse.v1.Target.initial_state:type_name -> pulse.v1.State
+	2,  // 7: pulse.v1.Target.model:type_name -> pulse.v1.Model
+	38, // 8: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
+	38, // 9: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
+	38, // 10: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
+	38, // 11: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
+	38, // 12: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
+	38, // 13: pulse.v1.Target.slow_start:type_name -> google.protobuf.Duration
+	38, // 14: pulse.v1.Target.remove_after_unhealthy:type_name -> google.protobuf.Duration
+	38, // 15: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
+	39, // 16: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
+	7,  // 17: pulse.v1.TargetStatus.spec:type_name -> pulse.v1.Target
+	1,  // 18: pulse.v1.TargetStatus.state:type_name -> pulse.v1.State
+	8,  // 19: pulse.v1.TargetStatus.last_result:type_name -> pulse.v1.ProbeResult
+	39, // 20: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
+	1,  // 21: pulse.v1.TargetStatus.verdict:type_name -> pulse.v1.State
+	38, // 22: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
+	39, // 23: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
+	0,  // 24: pulse.v1.TargetStatus.mode:type_name -> pulse.v1.Mode
+	39, // 25: pulse.v1.TargetStatus.mode_since:type_name -> google.protobuf.Timestamp
+	39, // 26: pulse.v1.TargetStatus.mode_until:type_name -> google.protobuf.Timestamp
+	39, // 27: pulse.v1.TargetStatus.remove_time:type_name -> google.protobuf.Timestamp
+	39, // 28: pulse.v1.TargetStatus.slow_start_end:type_name -> google.protobuf.Timestamp
+	39, // 29: pulse.v1.TargetStatus.unhealthy_since:type_name -> google.protobuf.Timestamp
+	38, // 30: pulse.v1.GroupPolicy.slow_start:type_name -> google.protobuf.Duration
+	38, // 31: pulse.v1.GroupPolicy.remove_after_unhealthy:type_name -> google.protobuf.Duration
+	10, // 32: pulse.v1.GroupStatus.policy:type_name -> pulse.v1.GroupPolicy
+	39, // 33: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
+	38, // 34: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
+	1,  // 35: pulse.v1.Transition.from:type_name -> pulse.v1.State
+	1,  // 36: pulse.v1.Transition.to:type_name -> pulse.v1.State
+	39, // 37: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
+	8,  // 38: pulse.v1.Transition.result:type_name -> pulse.v1.ProbeResult
+	0,  // 39: pulse.v1.Transition.mode:type_name -> pulse.v1.Mode
+	39, // 40: pulse.v1.Transition.slow_start_end:type_name -> google.protobuf.Timestamp
+	7,  // 41: pulse.v1.AddTargetRequest.target:type_name -> pulse.v1.Target
+	9,  // 42: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
+	38, // 43: pulse.v1.RemoveTargetRequest.drain_for:type_name -> google.protobuf.Duration
+	39, // 44: pulse.v1.RemoveTargetResponse.remove_time:type_name -> google.protobuf.Timestamp
+	0,  // 45: pulse.v1.SetModeRequest.mode:type_name -> pulse.v1.Mode
+	39, // 46: pulse.v1.SetModeRequest.until:type_name -> google.protobuf.Timestamp
+	9,  // 47: pulse.v1.SetModeResponse.targets:type_name -> pulse.v1.TargetStatus
+	0,  // 48: pulse.v1.ModeChange.from:type_name -> pulse.v1.Mode
+	0,  // 49: pulse.v1.ModeChange.mode:type_name -> pulse.v1.Mode
+	39, // 50: pulse.v1.ModeChange.time:type_name -> google.protobuf.Timestamp
+	39, // 51: pulse.v1.ModeChange.until:type_name -> google.protobuf.Timestamp
+	39, // 52: pulse.v1.ModeChange.remove_time:type_name -> google.protobuf.Timestamp
+	9,  // 53: pulse.v1.StateResponse.status:type_name -> pulse.v1.TargetStatus
+	9,  // 54: pulse.v1.ListTargetsResponse.targets:type_name -> pulse.v1.TargetStatus
+	11, // 55: pulse.v1.ListTargetsResponse.groups:type_name -> pulse.v1.GroupStatus
+	12, // 56: pulse.v1.ListTargetsResponse.checker:type_name -> pulse.v1.CheckerStatus
+	10, // 57: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
+	11, // 58: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
+	38, // 59: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
+	9,  // 60: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
+	3,  // 61: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
+	39, // 62: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
+	13, // 63: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
+	9,  // 64: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
+	32, // 65: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
+	9,  // 66: pulse.v1.WatchTransitionsResponse.added:type_name -> pulse.v1.TargetStatus
+	9,  // 67: pulse.v1.WatchTransitionsResponse.updated:type_name -> pulse.v1.TargetStatus
+	35, // 68: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
+	33, // 69: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
+	34, // 70: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
+	20, // 71: pulse.v1.WatchTransitionsResponse.mode:type_name -> pulse.v1.ModeChange
+	14, // 72: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
+	16, // 73: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
+	21, // 74: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
+	23, // 75: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
+	25, // 76: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
+	31, // 77: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
+	27, // 78: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
+	29, // 79: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
+	18, // 80: pulse.v1.HealthChecker.SetMode:input_type -> pulse.v1.SetModeRequest
+	15, // 81: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
+	17, // 82: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
+	22, // 83: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
+	24, // 84: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
+	26, // 85: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
+	36, // 86: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
+	28, // 87: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
+	30, // 88: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
+	19, // 89: pulse.v1.HealthChecker.SetMode:output_type -> pulse.v1.SetModeResponse
+	81, // [81:90] is the sub-list for method output_type
+	72, // [72:81] is the sub-list for method input_type
+	72, // [72:72] is the sub-list for extension type_name
+	72, // [72:72] is the sub-list for extension extendee
+	0,  // [0:72] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_pulse_proto_init() }
@@ -2998,7 +3578,7 @@ func file_pulse_v1_pulse_proto_init() {
 		(*Target_Grpc)(nil),
 	}
 	file_pulse_v1_pulse_proto_msgTypes[6].OneofWrappers = []any{}
-	file_pulse_v1_pulse_proto_msgTypes[29].OneofWrappers = []any{
+	file_pulse_v1_pulse_proto_msgTypes[32].OneofWrappers = []any{
 		(*WatchTransitionsResponse_Transition)(nil),
 		(*WatchTransitionsResponse_Snapshot)(nil),
 		(*WatchTransitionsResponse_SnapshotComplete)(nil),
@@ -3007,14 +3587,15 @@ func file_pulse_v1_pulse_proto_init() {
 		(*WatchTransitionsResponse_Removed)(nil),
 		(*WatchTransitionsResponse_Progress)(nil),
 		(*WatchTransitionsResponse_Policy)(nil),
+		(*WatchTransitionsResponse_Mode)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_pulse_proto_rawDesc), len(file_pulse_v1_pulse_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   31,
+			NumEnums:      4,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	HealthChecker_WatchTransitions_FullMethodName = "/pulse.v1.HealthChecker/WatchTransitions"
 	HealthChecker_SetGroupPolicy_FullMethodName   = "/pulse.v1.HealthChecker/SetGroupPolicy"
 	HealthChecker_ReportOutcome_FullMethodName    = "/pulse.v1.HealthChecker/ReportOutcome"
+	HealthChecker_SetMode_FullMethodName          = "/pulse.v1.HealthChecker/SetMode"
 )
 
 // HealthCheckerClient is the client API for HealthChecker service.
@@ -80,8 +81,13 @@ type HealthCheckerClient interface {
 	//   - `policy` events (a group's panic, a target's flapping, the checker's
 	//     overload) share the revision counter; they change no state by
 	//     themselves. A client that does not know them skips them. Like the
-	//     streaks, a status's verdict, panic_held and counters are not kept up
-	//     to date by events: read them with State or ListTargets.
+	//     streaks, a status's verdict, panic_held, counters and weight are
+	//     not kept up to date by events: read them with State or
+	//     ListTargets (a transition's slow_start_end gives the weight's
+	//     ramp).
+	//   - `mode` events (SetMode, an until reached, a drain) share the
+	//     revision counter too; the transition a mode change makes follows
+	//     it.
 	//
 	// Errors, and what to do:
 	//   - OUT_OF_RANGE: start_revision is older than the oldest event still
@@ -112,6 +118,20 @@ type HealthCheckerClient interface {
 	// target; FAILED_PRECONDITION when the target does not accept passive
 	// outcomes (set passive_outcomes in its spec with AddTarget).
 	ReportOutcome(ctx context.Context, in *ReportOutcomeRequest, opts ...grpc.CallOption) (*ReportOutcomeResponse, error)
+	// SetMode sets the administrative mode of one target, or of every target
+	// of a group: ACTIVE (the default), DRAINING (still probed, not routable
+	// for new traffic) or MAINTENANCE (not probed, not routable). The mode is
+	// stored with the target before the reply. An `until` returns the
+	// targets to ACTIVE by itself at that time. Each target whose mode
+	// changes gets a `mode` event on WatchTransitions, and a transition when
+	// its routability changes (reason "draining: deploy 4711").
+	//
+	// Errors: INVALID_ARGUMENT naming the field (exactly one of target and
+	// group, a mode, an until in the future and at most 30 days ahead, a
+	// reason of at most 256 bytes); NOT_FOUND for an unknown target or a
+	// group without targets; UNAVAILABLE when it cannot be stored (nothing
+	// changed).
+	SetMode(ctx context.Context, in *SetModeRequest, opts ...grpc.CallOption) (*SetModeResponse, error)
 }
 
 type healthCheckerClient struct {
@@ -211,6 +231,16 @@ func (c *healthCheckerClient) ReportOutcome(ctx context.Context, in *ReportOutco
 	return out, nil
 }
 
+func (c *healthCheckerClient) SetMode(ctx context.Context, in *SetModeRequest, opts ...grpc.CallOption) (*SetModeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetModeResponse)
+	err := c.cc.Invoke(ctx, HealthChecker_SetMode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // HealthCheckerServer is the server API for HealthChecker service.
 // All implementations must embed UnimplementedHealthCheckerServer
 // for forward compatibility.
@@ -262,8 +292,13 @@ type HealthCheckerServer interface {
 	//   - `policy` events (a group's panic, a target's flapping, the checker's
 	//     overload) share the revision counter; they change no state by
 	//     themselves. A client that does not know them skips them. Like the
-	//     streaks, a status's verdict, panic_held and counters are not kept up
-	//     to date by events: read them with State or ListTargets.
+	//     streaks, a status's verdict, panic_held, counters and weight are
+	//     not kept up to date by events: read them with State or
+	//     ListTargets (a transition's slow_start_end gives the weight's
+	//     ramp).
+	//   - `mode` events (SetMode, an until reached, a drain) share the
+	//     revision counter too; the transition a mode change makes follows
+	//     it.
 	//
 	// Errors, and what to do:
 	//   - OUT_OF_RANGE: start_revision is older than the oldest event still
@@ -294,6 +329,20 @@ type HealthCheckerServer interface {
 	// target; FAILED_PRECONDITION when the target does not accept passive
 	// outcomes (set passive_outcomes in its spec with AddTarget).
 	ReportOutcome(context.Context, *ReportOutcomeRequest) (*ReportOutcomeResponse, error)
+	// SetMode sets the administrative mode of one target, or of every target
+	// of a group: ACTIVE (the default), DRAINING (still probed, not routable
+	// for new traffic) or MAINTENANCE (not probed, not routable). The mode is
+	// stored with the target before the reply. An `until` returns the
+	// targets to ACTIVE by itself at that time. Each target whose mode
+	// changes gets a `mode` event on WatchTransitions, and a transition when
+	// its routability changes (reason "draining: deploy 4711").
+	//
+	// Errors: INVALID_ARGUMENT naming the field (exactly one of target and
+	// group, a mode, an until in the future and at most 30 days ahead, a
+	// reason of at most 256 bytes); NOT_FOUND for an unknown target or a
+	// group without targets; UNAVAILABLE when it cannot be stored (nothing
+	// changed).
+	SetMode(context.Context, *SetModeRequest) (*SetModeResponse, error)
 	mustEmbedUnimplementedHealthCheckerServer()
 }
 
@@ -327,6 +376,9 @@ func (UnimplementedHealthCheckerServer) SetGroupPolicy(context.Context, *SetGrou
 }
 func (UnimplementedHealthCheckerServer) ReportOutcome(context.Context, *ReportOutcomeRequest) (*ReportOutcomeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportOutcome not implemented")
+}
+func (UnimplementedHealthCheckerServer) SetMode(context.Context, *SetModeRequest) (*SetModeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetMode not implemented")
 }
 func (UnimplementedHealthCheckerServer) mustEmbedUnimplementedHealthCheckerServer() {}
 func (UnimplementedHealthCheckerServer) testEmbeddedByValue()                       {}
@@ -486,6 +538,24 @@ func _HealthChecker_ReportOutcome_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _HealthChecker_SetMode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetModeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HealthCheckerServer).SetMode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HealthChecker_SetMode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HealthCheckerServer).SetMode(ctx, req.(*SetModeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // HealthChecker_ServiceDesc is the grpc.ServiceDesc for HealthChecker service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -520,6 +590,10 @@ var HealthChecker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportOutcome",
 			Handler:    _HealthChecker_ReportOutcome_Handler,
+		},
+		{
+			MethodName: "SetMode",
+			Handler:    _HealthChecker_SetMode_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

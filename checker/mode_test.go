@@ -1,0 +1,372 @@
+package checker_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/pulsehealth/pulse/checker"
+)
+
+// modeSpec is a target probed every second, rise 2 and fall 1, starting
+// healthy.
+func modeSpec(name, group string) checker.Spec {
+	s := spec(name)
+	s.Group = group
+	s.Interval, s.Timeout, s.Rise, s.Fall, s.InitialState = time.Second, time.Second, 2, 1, checker.StateHealthy
+	return s
+}
+
+// events describes events for comparison: transitions with their reason
+// and mode, mode changes, policy texts.
+func events(evs []checker.Event) []string {
+	out := []string{}
+	for _, e := range evs {
+		switch {
+		case e.Kind == checker.EventTransition:
+			s := e.Transition.String() + " (" + e.Transition.Mode.String()
+			if e.Transition.Reason != "" {
+				s += ", " + e.Transition.Reason
+			}
+			out = append(out, s+")")
+		case e.Kind == checker.EventModeChanged:
+			a := e.Status.Spec.Admin()
+			out = append(out, "mode "+e.Target()+": "+e.Mode.From.String()+" -> "+a.Mode.String()+" ("+a.Reason+")")
+		case e.Kind.IsPolicy():
+			out = append(out, e.Kind.String()+" "+e.Policy.Text)
+		default:
+			out = append(out, e.Kind.String()+" "+e.Target())
+		}
+	}
+	return out
+}
+
+func setMode(t *testing.T, c *checker.Checker, req checker.ModeRequest) []checker.Status {
+	t.Helper()
+	sts, err := c.SetMode(req)
+	if err != nil {
+		t.Fatalf("SetMode(%+v): %v", req, err)
+	}
+	return sts
+}
+
+// A drained target is still probed but never routable: its state is held
+// unhealthy with a transition whose reason is the drain's, its verdict
+// says what its probes say, and Healthy and GroupHealth leave it out.
+// Back to ACTIVE, it takes its verdict again.
+func TestModeDrainingHoldsTheStateWithItsReason(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	e.add(t, modeSpec("web-1", "edge"))
+	e.add(t, modeSpec("web-2", "edge"))
+	w := watchNow(t, e.c, checker.Filter{})
+
+	sts := setMode(t, e.c, checker.ModeRequest{Target: "web-1", Mode: checker.ModeDraining, Reason: "deploy 4711"})
+	if len(sts) != 1 || sts[0].Routable || sts[0].State != checker.StateUnhealthy || sts[0].Verdict != checker.StateHealthy ||
+		sts[0].Admin.Mode != checker.ModeDraining || sts[0].Admin.Reason != "deploy 4711" || !sts[0].Admin.Since.Equal(epoch) || sts[0].Weight != 0 {
+		t.Fatalf("after SetMode: %+v; want draining since the epoch, held unhealthy, verdict healthy", sts)
+	}
+	if got := e.c.Healthy("edge"); !cmp.Equal(got, []string{"web-2"}) {
+		t.Errorf("Healthy = %v, want only web-2", got)
+	}
+	if routable, total := e.c.GroupHealth("edge"); routable != 1 || total != 2 {
+		t.Errorf("GroupHealth = %d of %d, want 1 of 2", routable, total)
+	}
+	calls := e.probes.callCount("web-1")
+	e.clock.Advance(time.Second)
+	e.c.RunRound(t.Context())
+	if e.probes.callCount("web-1") != calls+1 {
+		t.Error("a draining target was not probed")
+	}
+	if st, _ := e.c.Status("web-1"); st.Routable || st.Verdict != checker.StateHealthy {
+		t.Errorf("after a passing probe: %+v; want still held out", st)
+	}
+	setMode(t, e.c, checker.ModeRequest{Target: "web-1", Mode: checker.ModeActive, Reason: "deploy done"})
+	if st, _ := e.c.Status("web-1"); !st.Routable || st.Admin.Mode != checker.ModeActive || st.Weight != 100 {
+		t.Errorf("back to active: %+v; want routable at weight 100", st)
+	}
+	want := []string{
+		"mode web-1: active -> draining (deploy 4711)",
+		"web-1: healthy -> unhealthy (draining, draining: deploy 4711)",
+		"mode web-1: draining -> active (deploy done)",
+		"web-1: unhealthy -> healthy (active, active: deploy done)",
+	}
+	if diff := cmp.Diff(want, events(next(t, w))); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+// The panic threshold never keeps a draining target routable: it is the
+// operator's word. A drained target counts as unhealthy in its group's
+// room.
+func TestModeDrainIsNotHeldByThePanicThreshold(t *testing.T) {
+	e := newEnv(t, checker.Config{MaxUnhealthyFraction: 0.5})
+	for _, n := range []string{"a", "b"} {
+		e.add(t, modeSpec(n, "edge"))
+	}
+	e.probes.set("a", fail)
+	e.c.RunRound(t.Context()) // a is the one target the group may lose
+	setMode(t, e.c, checker.ModeRequest{Target: "b", Mode: checker.ModeDraining})
+	if got := e.c.Healthy("edge"); len(got) != 0 {
+		t.Errorf("Healthy = %v, want none: the drain is not held back", got)
+	}
+	if g := e.c.Groups("edge")[0]; g.Panic || g.Unhealthy != 2 {
+		t.Errorf("group %+v; want 2 unhealthy, no panic", g)
+	}
+}
+
+// In maintenance a target is not probed. Leaving it with a stale last
+// result, it starts unhealthy and must pass rise probes; with a result
+// younger than one interval, its verdict is carried over.
+func TestModeMaintenanceStopsProbesAndLeavesUnhealthy(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	e.add(t, modeSpec("db-1", ""))
+	e.c.RunRound(t.Context()) // a pass at the epoch
+	setMode(t, e.c, checker.ModeRequest{Target: "db-1", Mode: checker.ModeMaintenance, Reason: "disk swap"})
+	calls := e.probes.callCount("db-1")
+	e.clock.Advance(5 * time.Second)
+	e.c.RunRound(t.Context())
+	if e.probes.callCount("db-1") != calls {
+		t.Error("a target in maintenance was probed")
+	}
+	w := watchNow(t, e.c, checker.Filter{})
+	setMode(t, e.c, checker.ModeRequest{Target: "db-1", Mode: checker.ModeActive})
+	st, _ := e.c.Status("db-1")
+	if st.Routable || st.Verdict != checker.StateUnhealthy || st.PassStreak != 0 || st.CarriedOver {
+		t.Errorf("out of maintenance with a 5s-old result: %+v; want unhealthy, no streak", st)
+	}
+	e.clock.Advance(time.Second)
+	e.c.RunRound(t.Context())
+	if st, _ := e.c.Status("db-1"); st.Routable {
+		t.Error("routable after one pass, rise is 2")
+	}
+	e.clock.Advance(time.Second)
+	e.c.RunRound(t.Context())
+	if st, _ := e.c.Status("db-1"); !st.Routable {
+		t.Error("not routable after rise passes")
+	}
+	want := []string{"mode db-1: maintenance -> active ()", "db-1: unhealthy -> healthy (active)"}
+	if diff := cmp.Diff(want, events(next(t, w))); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+
+	// A fresh result is carried over.
+	setMode(t, e.c, checker.ModeRequest{Target: "db-1", Mode: checker.ModeMaintenance})
+	e.clock.Advance(500 * time.Millisecond)
+	setMode(t, e.c, checker.ModeRequest{Target: "db-1", Mode: checker.ModeActive})
+	if st, _ := e.c.Status("db-1"); !st.Routable || !st.CarriedOver {
+		t.Errorf("out of maintenance with a 500ms-old result: %+v; want carried over, routable", st)
+	}
+}
+
+// A group's SetMode sets every target of the group; Add keeps a target's
+// mode whatever spec it is given.
+func TestModeGroupAndAddKeepsTheMode(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	for _, n := range []string{"b", "a", "c"} {
+		e.add(t, modeSpec(n, "edge"))
+	}
+	e.add(t, modeSpec("x", "other"))
+	sts := setMode(t, e.c, checker.ModeRequest{Group: "edge", Mode: checker.ModeDraining, Reason: "rack 4"})
+	var names []string
+	for _, st := range sts {
+		names = append(names, st.Spec.Name+"="+st.Admin.Mode.String())
+	}
+	if !cmp.Equal(names, []string{"a=draining", "b=draining", "c=draining"}) {
+		t.Errorf("SetMode(group) = %v", names)
+	}
+	if got := e.c.Healthy(""); !cmp.Equal(got, []string{"x"}) {
+		t.Errorf("Healthy = %v, want x", got)
+	}
+	s := modeSpec("a", "edge")
+	s.Rise = 3
+	st, _, err := e.c.Add(s)
+	if err != nil || st.Admin.Mode != checker.ModeDraining || st.Spec.Rise != 3 {
+		t.Errorf("Add over a drained target: %+v, %v; want the new spec, still draining", st, err)
+	}
+}
+
+// Bad requests are refused naming the field, and change nothing.
+func TestModeBadRequests(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	e.add(t, modeSpec("web-1", "edge"))
+	for _, tc := range []struct {
+		req   checker.ModeRequest
+		field string
+	}{
+		{checker.ModeRequest{Mode: checker.ModeDraining}, "target"},
+		{checker.ModeRequest{Target: "web-1", Group: "edge", Mode: checker.ModeDraining}, "target"},
+		{checker.ModeRequest{Target: "web-1", Mode: 7}, "mode"},
+		{checker.ModeRequest{Target: "web-1", Mode: checker.ModeDraining, Reason: strings.Repeat("r", 257)}, "reason"},
+		{checker.ModeRequest{Target: "web-1", Mode: checker.ModeDraining, Until: epoch}, "until"},
+		{checker.ModeRequest{Target: "web-1", Mode: checker.ModeDraining, Until: epoch.Add(31 * 24 * time.Hour)}, "until"},
+		{checker.ModeRequest{Target: "web-1", Mode: checker.ModeActive, Until: epoch.Add(time.Hour)}, "until"},
+	} {
+		_, err := e.c.SetMode(tc.req)
+		var fe *checker.FieldError
+		if !errors.As(err, &fe) || fe.Field != tc.field {
+			t.Errorf("SetMode(%+v) = %v, want a field error on %s", tc.req, err, tc.field)
+		}
+	}
+	if _, err := e.c.SetMode(checker.ModeRequest{Target: "nope", Mode: checker.ModeDraining}); !errors.Is(err, checker.ErrUnknownTarget) {
+		t.Errorf("unknown target: %v", err)
+	}
+	if _, err := e.c.SetMode(checker.ModeRequest{Group: "nope", Mode: checker.ModeDraining}); !errors.Is(err, checker.ErrUnknownTarget) {
+		t.Errorf("unknown group: %v", err)
+	}
+	if _, err := e.c.Drain("web-1", 25*time.Hour); err == nil {
+		t.Error("Drain for 25h accepted")
+	}
+	if st, _ := e.c.Status("web-1"); st.Admin != (checker.Admin{}) || !st.Routable {
+		t.Errorf("after rejected calls: %+v; want untouched", st)
+	}
+}
+
+// A mode with an until returns to ACTIVE by itself, stored like any
+// other; a drain removes its target when it ends, saying why.
+func TestModeUntilAndDrainThenRemove(t *testing.T) {
+	st := newMemStore()
+	e := storeEnv(t, st, checker.Config{})
+	e.add(t, modeSpec("web-1", ""))
+	e.add(t, modeSpec("web-2", ""))
+	w := watchNow(t, e.c, checker.Filter{})
+	e.c.Start()
+	setMode(t, e.c, checker.ModeRequest{Target: "web-1", Mode: checker.ModeMaintenance, Until: epoch.Add(time.Minute)})
+	ds, err := e.c.Drain("web-2", 30*time.Second)
+	if err != nil || ds.Admin.Mode != checker.ModeDraining || !ds.Admin.RemoveAt.Equal(epoch.Add(30*time.Second)) {
+		t.Fatalf("Drain = %+v, %v", ds, err)
+	}
+	if got := st.specs["web-2"].Admin(); got.Mode != checker.ModeDraining {
+		t.Errorf("drain not stored before Drain returned: %+v", got)
+	}
+	e.clock.Advance(30 * time.Second)
+	waitFor(t, "web-2 removed", func() bool { _, err := e.c.Status("web-2"); return err != nil })
+	e.clock.Advance(30 * time.Second)
+	waitFor(t, "web-1 active again", func() bool { s, _ := e.c.Status("web-1"); return s.Admin.Mode == checker.ModeActive })
+	if got := st.specs["web-1"].Admin(); got.Mode != checker.ModeActive || got.Reason != "until 2026-01-01T00:01:00Z reached" {
+		t.Errorf("stored admin after until: %+v", got)
+	}
+	var got []string
+	for _, ev := range events(next(t, w)) {
+		if strings.HasPrefix(ev, "mode") || strings.HasPrefix(ev, "TARGET_EXPIRED") || strings.HasPrefix(ev, "REMOVED") {
+			got = append(got, ev)
+		}
+	}
+	want := []string{
+		"mode web-1: active -> maintenance ()",
+		"mode web-2: active -> draining (removal in 30s)",
+		"TARGET_EXPIRED web-2: removed, drained for 30s (RemoveTarget drain_for)",
+		"REMOVED web-2",
+		"mode web-1: maintenance -> active (until 2026-01-01T00:01:00Z reached)",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+// The mode is stored with the spec: after a restart a drained target is
+// still draining and not routable, whatever state was stored.
+func TestModeSurvivesRestart(t *testing.T) {
+	st := newMemStore()
+	e := storeEnv(t, st, checker.Config{})
+	e.add(t, modeSpec("web-1", ""))
+	setMode(t, e.c, checker.ModeRequest{Target: "web-1", Mode: checker.ModeMaintenance, Reason: "disk"})
+	e.c.Close()
+	st.states["web-1"] = checker.StoredState{Name: "web-1", State: checker.StateHealthy} // a state stored before the mode took effect
+	e2 := storeEnv(t, st, checker.Config{})
+	s, err := e2.c.Status("web-1")
+	if err != nil || s.Admin.Mode != checker.ModeMaintenance || s.Admin.Reason != "disk" || s.Routable {
+		t.Errorf("after a restart: %+v, %v; want in maintenance, not routable", s, err)
+	}
+	e2.c.RunRound(t.Context())
+	if e2.probes.callCount("web-1") != 0 {
+		t.Error("a target in maintenance was probed after a restart")
+	}
+}
+
+// A target unhealthy for its remove_after_unhealthy, without a break, is
+// removed with the reason on the stream; never while its group is in
+// panic.
+func TestRemoveAfterUnhealthy(t *testing.T) {
+	// Overload detection is off: the fake clock's jumps would make the
+	// started scheduler late, and a degraded checker removes nothing.
+	e := newEnv(t, checker.Config{MaxUnhealthyFraction: 0.34, Overload: checker.OverloadPolicy{Disabled: true}})
+	for _, n := range []string{"a", "b", "c"} {
+		s := modeSpec(n, "edge")
+		s.Interval = time.Hour
+		s.Timeout = time.Second
+		s.Lifecycle = &checker.Lifecycle{RemoveAfterUnhealthy: 10 * time.Second}
+		e.add(t, s)
+	}
+	l := modeSpec("gone", "")
+	l.Interval = time.Hour
+	l.Lifecycle = &checker.Lifecycle{RemoveAfterUnhealthy: 10 * time.Second}
+	e.add(t, l)
+	w := watchNow(t, e.c, checker.Filter{})
+	e.probes.setAll(map[string]outcome{"a": fail, "b": fail, "gone": fail})
+	e.c.RunRound(t.Context()) // a out, b held: edge in panic
+	if g := e.c.Groups("edge")[0]; !g.Panic {
+		t.Fatalf("group %+v, want panic", g)
+	}
+	if st, _ := e.c.Status("a"); !st.UnhealthySince.Equal(epoch) {
+		t.Errorf("unhealthy since %v, want the epoch", st.UnhealthySince)
+	}
+	e.c.Start()
+	e.clock.Advance(10 * time.Second)
+	waitFor(t, "gone removed", func() bool { _, err := e.c.Status("gone"); return err != nil })
+	// The pass that removed gone found a and b due too: in panic, kept.
+	for _, n := range []string{"a", "b"} {
+		if _, err := e.c.Status(n); err != nil {
+			t.Errorf("%s removed while its group is in panic", n)
+		}
+	}
+	e.probes.set("b", pass)
+	e.probes.set("a", fail)
+	e.clock.Advance(time.Second)
+	e.c.RunRound(t.Context()) // b's verdict recovers (rise 2: one pass), a stays; b no longer counts
+	e.probes.set("b", pass)
+	e.clock.Advance(time.Second)
+	e.c.RunRound(t.Context())
+	waitFor(t, "a removed once the panic ended", func() bool { _, err := e.c.Status("a"); return err != nil })
+	if _, err := e.c.Status("b"); err != nil {
+		t.Error("b removed although it recovered")
+	}
+	var got []string
+	for _, ev := range events(next(t, w)) {
+		if strings.HasPrefix(ev, "TARGET_EXPIRED") {
+			got = append(got, ev)
+		}
+	}
+	want := []string{
+		"TARGET_EXPIRED gone: removed, unhealthy for 10s (remove_after_unhealthy 10s)",
+		"TARGET_EXPIRED a: removed, unhealthy for 12s (remove_after_unhealthy 10s)",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+// A slow start ramps a target's weight linearly from 0 to 100 after it
+// becomes routable; its transition says when the ramp ends.
+func TestSlowStart(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	s := modeSpec("web-1", "")
+	s.InitialState, s.Rise = checker.StateUnhealthy, 1
+	s.Lifecycle = &checker.Lifecycle{SlowStart: 10 * time.Second}
+	e.add(t, s)
+	trs := e.c.RunRound(t.Context())
+	if len(trs) != 1 || !trs[0].SlowStartEnd.Equal(epoch.Add(10*time.Second)) {
+		t.Fatalf("transitions %+v; want one ending its slow start 10s on", trs)
+	}
+	for _, tc := range []struct {
+		step time.Duration
+		want uint32
+	}{{0, 0}, {5 * time.Second, 50}, {5 * time.Second, 100}} {
+		e.clock.Advance(tc.step)
+		if st, _ := e.c.Status("web-1"); st.Weight != tc.want {
+			t.Errorf("weight at %v = %d, want %d", e.clock.Now().Sub(epoch), st.Weight, tc.want)
+		}
+	}
+}
