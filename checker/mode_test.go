@@ -370,3 +370,62 @@ func TestSlowStart(t *testing.T) {
 		}
 	}
 }
+
+// With a shared registry the mode travels in the spec every replica
+// applies: the owner's SetMode writes it, its state follows through the
+// owner's proposal, and a replica that loads the registry finds the
+// target draining and not routable whatever state was stored.
+func TestModeShared(t *testing.T) {
+	f := &fakeShared{}
+	e := newSharedEnv(t, f, checker.Config{})
+	s := spec("web-1")
+	s.InitialState = checker.StateHealthy
+	e.add(t, s)
+	sts := setMode(t, e.c, checker.ModeRequest{Target: "web-1", Mode: checker.ModeDraining, Reason: "deploy 4711"})
+	if len(sts) != 1 || sts[0].Admin.Mode != checker.ModeDraining {
+		t.Fatalf("SetMode = %+v", sts)
+	}
+	waitFor(t, "the drain's state stored", func() bool { return e.state(t, "web-1") == checker.StateUnhealthy })
+	if n := f.proposed(); n != 1 {
+		t.Errorf("%d states proposed, want 1", n)
+	}
+
+	drained := s.WithAdmin(checker.Admin{Mode: checker.ModeDraining, Reason: "deploy 4711", Since: epoch})
+	other := newSharedEnv(t, &fakeShared{loadRev: 5, loaded: []checker.SharedTarget{{
+		Spec: drained, State: &checker.SharedState{State: checker.StateHealthy}, StateRev: 3,
+	}}}, checker.Config{})
+	st, err := other.c.Status("web-1")
+	if err != nil || st.Admin.Mode != checker.ModeDraining || st.Routable {
+		t.Errorf("loaded by another replica: %+v, %v; want draining, not routable", st, err)
+	}
+}
+
+// An automatic removal waits while the checker is degraded: stale is not
+// down.
+func TestRemoveAfterUnhealthyWaitsForADegradedChecker(t *testing.T) {
+	e := newEnv(t, checker.Config{MaxConcurrentProbes: 1, Overload: checker.OverloadPolicy{MaxWaiting: 1, RecoverAfter: time.Hour}})
+	s := modeSpec("dead", "")
+	s.Interval = time.Hour
+	s.Lifecycle = &checker.Lifecycle{RemoveAfterUnhealthy: 10 * time.Second}
+	e.add(t, s)
+	e.probes.set("dead", fail)
+	e.c.RunRound(t.Context())
+	// Two hung targets and one slot: one waits, a sign of overload.
+	for _, n := range []string{"h1", "h2"} {
+		e.add(t, modeSpec(n, ""))
+		e.probes.set(n, outcome{hang: true})
+	}
+	e.c.Start()
+	e.clock.Advance(time.Second)
+	waitFor(t, "the checker degraded", func() bool { return e.c.Overload().Degraded })
+	e.clock.Advance(10 * time.Second)
+	// The loop has looked: a mode ending at the same time is applied in the
+	// same pass.
+	e.add(t, modeSpec("marker", ""))
+	setMode(t, e.c, checker.ModeRequest{Target: "marker", Mode: checker.ModeDraining, Until: e.clock.Now().Add(time.Second)})
+	e.clock.Advance(time.Second)
+	waitFor(t, "the marker's mode ended", func() bool { st, _ := e.c.Status("marker"); return st.Admin.Mode == checker.ModeActive })
+	if _, err := e.c.Status("dead"); err != nil {
+		t.Error("removed while the checker is degraded")
+	}
+}

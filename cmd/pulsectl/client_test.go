@@ -78,10 +78,10 @@ func TestClientCommands(t *testing.T) {
 
 	// ls: the table, and JSON.
 	out = mustRun(t, "ls", addr)
-	if !regexp.MustCompile(`^NAME\s+GROUP\s+STATE\s+STREAK\s+LATENCY\s+LAST-ERROR\s+SINCE\n`).MatchString(out) {
+	if !regexp.MustCompile(`^NAME\s+GROUP\s+STATE\s+MODE\s+STREAK\s+LATENCY\s+LAST-ERROR\s+SINCE\n`).MatchString(out) {
 		t.Errorf("ls header:\n%s", out)
 	}
-	if !regexp.MustCompile(`(?m)^web-1\s+edge\s+healthy\s+pass \d+\s+\S+\s+-\s+\d+s$`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^web-1\s+edge\s+healthy\s+active\s+pass \d+\s+\S+\s+-\s+\d+s$`).MatchString(out) {
 		t.Errorf("ls row for web-1:\n%s", out)
 	}
 	var list pb.ListTargetsResponse
@@ -114,7 +114,7 @@ func TestClientCommands(t *testing.T) {
 	web.Close()
 	waitState(t, p.addr, "web-1", pb.State_STATE_UNHEALTHY)
 	out = mustRun(t, "ls", addr)
-	if !regexp.MustCompile(`(?m)^web-1\s+edge\s+unhealthy\s+fail \d+\s+\S+\s+connection refused\s+\d+s$`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^web-1\s+edge\s+unhealthy\s+active\s+fail \d+\s+\S+\s+connection refused\s+\d+s$`).MatchString(out) {
 		t.Errorf("ls row for a down web-1:\n%s", out)
 	}
 

@@ -6,6 +6,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
@@ -16,10 +18,14 @@ func rmCommand() *command {
 		summary: "remove targets",
 		about: `
 rm unregisters each named target. An unknown name is an error (exit 3) unless
---missing-ok is set; the other names are still removed.`,
+--missing-ok is set; the other names are still removed. With --drain, each
+target is drained first (DRAINING: probed, not routable, requests in flight
+finish) and removed by pulsed once the duration is over; rm returns once the
+drain is stored.`,
 		example: `
 pulsectl rm web-1
-pulsectl rm --missing-ok web-1 web-2`,
+pulsectl rm --missing-ok web-1 web-2
+pulsectl rm --drain 30s web-1`,
 		run: runRm,
 	}
 }
@@ -28,6 +34,7 @@ func runRm(ctx context.Context, e *env, c *command, args []string) int {
 	fs := c.flags(e)
 	cf := addClientFlags(fs)
 	missingOK := fs.Bool("missing-ok", false, "succeed when a name is not registered")
+	drain := fs.Duration("drain", 0, "drain each target for this `duration` (at most 24h), then remove it")
 	names, code, ok := c.parse(e, fs, args)
 	if !ok {
 		return code
@@ -42,12 +49,18 @@ func runRm(ctx context.Context, e *env, c *command, args []string) int {
 	defer cl.Close()
 	code = exitOK
 	for _, name := range names {
+		req := &pb.RemoveTargetRequest{Name: name}
+		if *drain != 0 {
+			req.DrainFor = durationpb.New(*drain)
+		}
 		cctx, cancel := callCtx(ctx)
-		resp, err := cl.RemoveTarget(cctx, &pb.RemoveTargetRequest{Name: name})
+		resp, err := cl.RemoveTarget(cctx, req)
 		cancel()
 		switch {
 		case err != nil:
 			return cl.fail(e, err, name)
+		case resp.GetRemoved() && resp.GetRemoveTime() != nil:
+			fmt.Fprintf(e.stdout, "draining %s, removed at %s\n", name, timeText(resp.GetRemoveTime().AsTime()))
 		case resp.GetRemoved():
 			fmt.Fprintf(e.stdout, "removed %s\n", name)
 		case !*missingOK:
@@ -113,6 +126,10 @@ func runState(ctx context.Context, e *env, c *command, args []string) int {
 	}
 	fmt.Fprintf(tw, "state:\t%s (%s)\n", stateName(st.GetState()), routable)
 	fmt.Fprintf(tw, "streak:\t%s\n", streak(st))
+	fmt.Fprintf(tw, "mode:\t%s\n", modeSummary(st))
+	if st.GetRoutable() && st.GetWeight() < 100 {
+		fmt.Fprintf(tw, "weight:\t%d%% (slow start until %s)\n", st.GetWeight(), timeText(st.GetSlowStartEnd().AsTime()))
+	}
 	if q := st.GetQuarantined(); q != "" {
 		fmt.Fprintf(tw, "quarantined:\t%s (not probed: fix it with pulsectl add, or remove it with pulsectl rm)\n", q)
 	}
@@ -147,6 +164,8 @@ func lsCommand() *command {
 ls lists every target, sorted by name:
 
   STATE       healthy, unhealthy, or suspect (three_state model)
+  MODE        active, draining or maintenance (pulsectl drain, maint,
+              activate); a weight in percent while in its slow start
   STREAK      the current run of passes or failures; "pass 1/2" is 1 of the
               2 passes (rise) a target that is not healthy needs to become
               healthy, "fail 2/3" 2 of the 3 failures (fall) that make a
@@ -199,7 +218,7 @@ func runLs(ctx context.Context, e *env, c *command, args []string) int {
 	}
 	now := time.Now()
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tGROUP\tSTATE\tSTREAK\tLATENCY\tLAST-ERROR\tSINCE")
+	fmt.Fprintln(tw, "NAME\tGROUP\tSTATE\tMODE\tSTREAK\tLATENCY\tLAST-ERROR\tSINCE")
 	for _, st := range resp.GetTargets() {
 		lat, lastErr := "-", "-"
 		if r := st.GetLastResult(); r != nil {
@@ -208,8 +227,12 @@ func runLs(ctx context.Context, e *env, c *command, args []string) int {
 		if q := st.GetQuarantined(); q != "" {
 			lastErr = truncate("quarantined: "+q, 60)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", st.GetSpec().GetName(), orDash(st.GetSpec().GetGroup()),
-			stateName(st.GetState()), streak(st), lat, lastErr, age(st.GetLastTransitionTime(), now))
+		mode := modeName(st.GetMode())
+		if st.GetRoutable() && st.GetWeight() < 100 {
+			mode += fmt.Sprintf(" %d%%", st.GetWeight())
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", st.GetSpec().GetName(), orDash(st.GetSpec().GetGroup()),
+			stateName(st.GetState()), mode, streak(st), lat, lastErr, age(st.GetLastTransitionTime(), now))
 	}
 	tw.Flush()
 	return exitOK

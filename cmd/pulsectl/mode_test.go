@@ -1,0 +1,67 @@
+package main
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+)
+
+// TestModeCommands drives drain, maint, activate and rm --drain against a
+// real pulsed: ls and state show the modes, a drained target leaves
+// healthy, rm --drain answers with the removal time.
+func TestModeCommands(t *testing.T) {
+	p := startPulsed(t)
+	web := okServer(t)
+	addr := "--addr=" + p.addr
+	for _, n := range []string{"web-1", "web-2"} {
+		mustRun(t, "add", addr, "--name", n, "--group", "edge", "--http", web.URL+"/healthz", "--rise", "1")
+		waitState(t, p.addr, n, pb.State_STATE_HEALTHY)
+	}
+
+	out := mustRun(t, "drain", "web-1", addr, "--reason", "deploy 4711", "--until", "30m")
+	if !regexp.MustCompile(`^web-1 draining \(deploy 4711\), until \S+\n$`).MatchString(out) {
+		t.Errorf("drain printed %q", out)
+	}
+	if out := mustRun(t, "healthy", addr); out != "web-2\n" {
+		t.Errorf("healthy after drain = %q", out)
+	}
+	out = mustRun(t, "ls", addr)
+	if !regexp.MustCompile(`(?m)^web-1\s+edge\s+unhealthy\s+draining\s+pass`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^web-2\s+edge\s+healthy\s+active\s+pass`).MatchString(out) {
+		t.Errorf("ls after drain:\n%s", out)
+	}
+	if out := mustRun(t, "state", "web-1", addr); !regexp.MustCompile(`(?m)^mode:\s+draining \(deploy 4711\), until \S+$`).MatchString(out) {
+		t.Errorf("state after drain:\n%s", out)
+	}
+
+	out = mustRun(t, "maint", "--group", "edge", addr)
+	if out != "web-1 maintenance\nweb-2 maintenance\n" {
+		t.Errorf("maint --group printed %q", out)
+	}
+	mustRun(t, "activate", "--group", "edge", addr, "--reason", "done")
+	waitState(t, p.addr, "web-1", pb.State_STATE_HEALTHY)
+
+	out = mustRun(t, "rm", "--drain", "30s", "web-2", addr)
+	if !regexp.MustCompile(`^draining web-2, removed at \S+\n$`).MatchString(out) {
+		t.Errorf("rm --drain printed %q", out)
+	}
+	if st := stateOf(t, p.addr, "web-2"); st.GetMode() != pb.Mode_MODE_DRAINING || st.GetRemoveTime() == nil {
+		t.Errorf("after rm --drain: %v", st)
+	}
+
+	for _, args := range [][]string{
+		{"drain", addr},
+		{"drain", "web-1", "--group", "edge", addr},
+		{"drain", "web-1", "--until", "soon", addr},
+		{"activate", "web-1", "--until", "1m", addr},
+	} {
+		if r := pulsectl(t, args...); r.code != exitUsage {
+			t.Errorf("%v: exit %d, want %d (usage)", args, r.code, exitUsage)
+		}
+	}
+	if r := pulsectl(t, "drain", "nope", addr); r.code != exitNotFound || !strings.Contains(r.stderr, "nope") {
+		t.Errorf("drain of an unknown target: %+v", r)
+	}
+}
