@@ -41,8 +41,10 @@ type row struct {
 	LastTransitionTime string `json:"lastTransitionTime,omitempty"`
 	// Quarantined says why a stored target is not probed (see
 	// checker.Status.Quarantined).
-	Quarantined string       `json:"quarantined,omitempty"`
-	Results     []resultJSON `json:"results"`
+	Quarantined string `json:"quarantined,omitempty"`
+	// Mode is "draining" or "maintenance"; absent for an active target.
+	Mode    string       `json:"mode,omitempty"`
+	Results []resultJSON `json:"results"`
 }
 
 type resultJSON struct {
@@ -79,6 +81,9 @@ func toRow(st checker.Status, recent []checker.Result) row {
 	if !st.LastTransition.IsZero() {
 		r.LastTransitionTime = stamp(st.LastTransition)
 	}
+	if st.Admin.Mode != checker.ModeActive {
+		r.Mode = st.Admin.Mode.String()
+	}
 	if st.Quarantined != "" {
 		r.Quarantined = st.Quarantined
 		r.Streak = "QUARANTINED"
@@ -102,8 +107,15 @@ func (h *Handler) row(st checker.Status) row {
 // in HAProxy's style: "UP", "UP 1/3" (one failure of the three that take
 // it down), "DOWN", "DOWN 1/2" (one pass of the two that bring it up). A
 // three_state target between the two shows "SUSPECT", with "1/2 ↑" for
-// passes toward UP or "2/3 ↓" for failures toward DOWN.
+// passes toward UP or "2/3 ↓" for failures toward DOWN. A draining target
+// shows "DRAIN", one in maintenance "MAINT", whatever its state.
 func Streak(st checker.Status) string {
+	switch st.Admin.Mode {
+	case checker.ModeDraining:
+		return "DRAIN" // HAProxy's word: probed, no new traffic
+	case checker.ModeMaintenance:
+		return "MAINT"
+	}
 	switch st.State {
 	case checker.StateHealthy:
 		if st.FailStreak > 0 {
