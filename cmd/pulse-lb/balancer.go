@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"slices"
 	"time"
 
 	"github.com/pulsehealth/pulse/checker/probe"
@@ -30,11 +29,12 @@ type healthSource interface {
 // queues a request, and it never retries one on another backend: a request
 // may not be safe to send twice.
 type balancer struct {
-	backends  []*backend
-	health    healthSource
-	rotor     rotor
-	transport *http.Transport
-	logger    *slog.Logger
+	backends    []*backend
+	health      healthSource
+	rotor       rotor
+	creditState // slow-start weights; see weights.go
+	transport   *http.Transport
+	logger      *slog.Logger
 }
 
 // backend is one backend and its reverse proxy.
@@ -98,11 +98,7 @@ func newBackend(bc backendConfig, header string, transport http.RoundTripper, lo
 
 // ServeHTTP proxies r to the next healthy backend.
 func (b *balancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	healthy := b.health.Healthy()
-	i, ok := b.rotor.next(len(b.backends), func(i int) bool {
-		_, found := slices.BinarySearch(healthy, b.backends[i].name)
-		return found
-	})
+	i, ok := b.pick(b.health.Healthy())
 	if !ok {
 		http.Error(w, fmt.Sprintf("503 Service Unavailable: no healthy backend (0 of %d)", len(b.backends)), http.StatusServiceUnavailable)
 		return

@@ -26,6 +26,7 @@ type config struct {
 	healthTimeout  time.Duration
 	unhealthyAfter int // fall
 	healthyAfter   int // rise
+	slowStart      time.Duration
 
 	pulse       string     // pulsed's address; empty means the embedded checker
 	pulseConn   dial.Flags // TLS, mutual TLS and token for --pulse
@@ -96,6 +97,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Float64Var(&cfg.panicFrac, "max-unhealthy-fraction", 1, "panic threshold of the backends' group: at most this fraction of backends is taken out at once (the rest stay in rotation, Envoy-style); 1 takes out every failing backend and answers 503 when all are down")
 	fs.StringVar(&cfg.group, "group", "pulse-lb", "with --pulse: the `group` the backends are registered in and watched by")
 	fs.DurationVar(&cfg.idleTimeout, "pulse-idle-timeout", 90*time.Second, "with --pulse: reconnect when the watch stream has been silent this long (pulsed sends a progress event every -watch-progress, 30s by default); 0 never does")
+	fs.DurationVar(&cfg.slowStart, "slow-start", 0, "ramp a backend's share of requests from 0 to 100% over this `duration` after it comes back into rotation (at most 1h); 0 gives it its full share at once")
 	fs.DurationVar(&cfg.responseTimeout, "response-timeout", 30*time.Second, "how long to wait for a backend's response headers before answering 502")
 	fs.StringVar(&cfg.backendHeader, "backend-header", "X-Pulse-Backend", "response `header` naming the backend that served the request; empty sends none")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long to let requests in progress finish before closing them")
@@ -226,6 +228,14 @@ func (cfg config) defaults() checker.Defaults {
 }
 
 // spec is backend b's target spec, starting in state initial when new.
+// lifecycle is the backends' slow start, if any.
+func (cfg config) lifecycle() *checker.Lifecycle {
+	if cfg.slowStart == 0 {
+		return nil
+	}
+	return &checker.Lifecycle{SlowStart: cfg.slowStart}
+}
+
 func (cfg config) spec(b backendConfig, initial checker.State) checker.Spec {
 	return checker.Spec{
 		Name:         b.name,
@@ -236,5 +246,6 @@ func (cfg config) spec(b backendConfig, initial checker.State) checker.Spec {
 		Rise:         cfg.healthyAfter,
 		Fall:         cfg.unhealthyAfter,
 		InitialState: initial,
+		Lifecycle:    cfg.lifecycle(),
 	}
 }

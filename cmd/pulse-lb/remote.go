@@ -285,6 +285,7 @@ func (f *follower) target(b backendConfig, initial pb.State) *pb.Target {
 		Rise:         proto.Int32(int32(f.cfg.healthyAfter)),
 		Fall:         proto.Int32(int32(f.cfg.unhealthyAfter)),
 		InitialState: initial,
+		SlowStart:    slowStartProto(f.cfg.slowStart),
 	}
 }
 

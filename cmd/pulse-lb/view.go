@@ -38,6 +38,7 @@ type viewTarget struct {
 	group    string
 	state    pb.State
 	routable bool
+	ramp     ramp // its slow start; see weights.go
 }
 
 // change is one change of the view for the log: a state transition, or a
@@ -160,7 +161,7 @@ func (v *view) apply(ev *pb.WatchTransitionsResponse) []change {
 		if tr.GetGroup() != v.group {
 			break
 		}
-		v.targets[tr.GetTarget()] = viewTarget{group: tr.GetGroup(), state: tr.GetTo(), routable: routableState(tr.GetTo())}
+		v.targets[tr.GetTarget()] = viewTarget{group: tr.GetGroup(), state: tr.GetTo(), routable: routableState(tr.GetTo()), ramp: rampOfTransition(tr)}
 		ch = append(ch, change{Target: tr.GetTarget(), From: tr.GetFrom(), To: tr.GetTo(), Revision: rev, Err: tr.GetResult().GetError(), Reason: tr.GetReason()})
 	case *pb.WatchTransitionsResponse_Added:
 		ch = v.putLocked(e.Added, rev)
@@ -243,5 +244,5 @@ func (v *view) recomputeLocked() {
 }
 
 func fromStatus(st *pb.TargetStatus) viewTarget {
-	return viewTarget{group: st.GetSpec().GetGroup(), state: st.GetState(), routable: st.GetRoutable()}
+	return viewTarget{group: st.GetSpec().GetGroup(), state: st.GetState(), routable: st.GetRoutable(), ramp: rampOf(st)}
 }

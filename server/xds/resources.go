@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -42,11 +43,17 @@ type endpoint struct {
 	state checker.State
 	held  bool         // the group's panic threshold holds it routable
 	mode  checker.Mode // the administrative mode
+	// The slow start in progress: the weight rises linearly from 0 at
+	// rampStart to 100% at rampEnd; zero when none (see weight).
+	rampStart, rampEnd time.Time
 }
 
 // newEndpoint derives a target's endpoint from its status.
 func newEndpoint(st checker.Status) *endpoint {
 	e := &endpoint{name: st.Spec.Name, group: st.Spec.Group, state: st.State, held: st.PanicHeld, mode: st.Admin.Mode}
+	if !st.SlowStartEnd.IsZero() {
+		e.rampStart, e.rampEnd = st.LastTransition, st.SlowStartEnd
+	}
 	if host, port, ok := st.Spec.Probe.HostPort(); ok {
 		e.host, e.port = host, uint32(port)
 	}
@@ -69,6 +76,15 @@ func (e *endpoint) healthStatus() corev3.HealthStatus {
 	return corev3.HealthStatus_UNHEALTHY
 }
 
+// weight returns the endpoint's load_balancing_weight at now: 1 to 100,
+// its slow start's share, at least 1 (xDS refuses 0).
+func (e *endpoint) weight(now time.Time) uint32 {
+	if e.rampEnd.IsZero() || !now.Before(e.rampEnd) || !e.rampEnd.After(e.rampStart) {
+		return 100
+	}
+	return max(1, uint32(100*max(0, now.Sub(e.rampStart))/e.rampEnd.Sub(e.rampStart)))
+}
+
 // rank orders health statuses from best to worst, for endpoints that share
 // an address.
 func rank(h corev3.HealthStatus) int {
@@ -89,7 +105,12 @@ func rank(h corev3.HealthStatus) int {
 // Targets that share an address make one endpoint, whose health is the
 // worst of theirs: xDS clients reject an assignment that lists an address
 // twice, and any of the checks failing says something is wrong there.
-func loadAssignment(group string, eps []*endpoint) *endpointv3.ClusterLoadAssignment {
+//
+// While a target of the group is in its slow start, every endpoint has a
+// load_balancing_weight: 100, or its slow start's share at now (the
+// lowest of those sharing an address); otherwise none has one, and clients
+// weigh them equally.
+func loadAssignment(group string, eps []*endpoint, now time.Time) *endpointv3.ClusterLoadAssignment {
 	type merged struct {
 		host    string
 		port    uint32
@@ -99,7 +120,9 @@ func loadAssignment(group string, eps []*endpoint) *endpointv3.ClusterLoadAssign
 		modes   []string
 		held    bool
 		reasons []string
+		weight  uint32
 	}
+	ramping := false
 	byAddr := map[string]*merged{}
 	for _, e := range eps {
 		if e.host == "" {
@@ -108,8 +131,12 @@ func loadAssignment(group string, eps []*endpoint) *endpointv3.ClusterLoadAssign
 		key := net.JoinHostPort(e.host, strconv.Itoa(int(e.port)))
 		m := byAddr[key]
 		if m == nil {
-			m = &merged{host: e.host, port: e.port, health: e.healthStatus()}
+			m = &merged{host: e.host, port: e.port, health: e.healthStatus(), weight: 100}
 			byAddr[key] = m
+		}
+		if w := e.weight(now); w < 100 {
+			ramping = true
+			m.weight = min(m.weight, w)
 		}
 		if h := e.healthStatus(); rank(h) > rank(m.health) {
 			m.health = h
@@ -156,6 +183,11 @@ func loadAssignment(group string, eps []*endpoint) *endpointv3.ClusterLoadAssign
 			}},
 			HealthStatus: m.health,
 			Metadata:     &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{MetadataKey: s}},
+		}
+	}
+	if ramping {
+		for i, m := range list {
+			lbs[i].LoadBalancingWeight = wrapperspb.UInt32(m.weight)
 		}
 	}
 	return &endpointv3.ClusterLoadAssignment{

@@ -196,7 +196,8 @@ const watchRetry = time.Second
 const maxEvents = 1024
 
 // panicRefresh is how often the follower asks for the holds of groups in
-// panic: a target held or let go during a panic has no event of its own.
+// panic (a target held or let go during a panic has no event of its own)
+// and pushes the weights of slow starts in progress.
 const panicRefresh = time.Second
 
 func (s *Server) watch() (*checker.Watcher, error) {
@@ -265,6 +266,7 @@ func (s *Server) run(w *checker.Watcher) {
 			s.push()
 			continue
 		case <-refresh.C:
+			s.v.ramps(time.Now()) // slow starts move their weights
 			for g := range s.v.panicking {
 				var held []string
 				if gs := s.src.Groups(g); len(gs) == 1 {
@@ -317,7 +319,7 @@ func (s *Server) push() {
 			}
 			continue
 		}
-		cla := loadAssignment(g, eps)
+		cla := loadAssignment(g, eps, time.Now())
 		if pub == nil {
 			l, err := listener(g)
 			if err != nil {

@@ -3,6 +3,7 @@ package xds
 import (
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/pulsehealth/pulse/checker"
 )
@@ -63,6 +64,10 @@ func (v *view) apply(evs []checker.Event) {
 			if ep := v.byName[e.Transition.Target]; ep != nil {
 				ep.state = e.Transition.To
 				ep.mode = e.Transition.Mode
+				ep.rampStart, ep.rampEnd = time.Time{}, time.Time{}
+				if !e.Transition.SlowStartEnd.IsZero() {
+					ep.rampStart, ep.rampEnd = e.Transition.Time, e.Transition.SlowStartEnd
+				}
 				// A held target's published state does not change while it
 				// is held: a transition ends the hold (a release).
 				ep.held = false
@@ -76,6 +81,21 @@ func (v *view) apply(evs []checker.Event) {
 			v.setHeld(e.Policy.Group, nil)
 		}
 		v.rev = e.Revision
+	}
+}
+
+// ramps marks dirty every group with a slow start in progress at now, so
+// that its weights are pushed again; a slow start over is pushed once more
+// (every weight back to equal), then forgotten.
+func (v *view) ramps(now time.Time) {
+	for _, ep := range v.byName {
+		if ep.rampEnd.IsZero() {
+			continue
+		}
+		v.dirty[ep.group] = true
+		if !now.Before(ep.rampEnd) {
+			ep.rampStart, ep.rampEnd = time.Time{}, time.Time{}
+		}
 	}
 }
 

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+)
+
+// Slow start. A backend that has just become routable may carry a weight
+// below 100% (its slow_start: pulsed ramps it linearly from 0 to 100% over
+// the window). The balancer gives it that share of its turns: each backend
+// earns its weight in credit at each turn the rotor offers it, and takes
+// the turn once it has 100; a backend at 100% takes every turn, as without
+// weights. A backend at 25% takes one turn in four, the others fill in.
+// When no routable backend has the credit for a turn, the first routable
+// one takes it: a weight slows a backend down, it never makes pulse-lb
+// answer 503.
+
+// weightSource is a healthSource that knows each routable backend's
+// weight in percent at a time: 100 outside a slow start.
+type weightSource interface {
+	Weight(name string, now time.Time) uint32
+}
+
+// credits is each backend's credit toward its next turn; guarded by the
+// rotor's lock, which pick holds while it reads and writes them.
+type credits []uint32
+
+// pick chooses the backend for one request among the routable ones
+// (healthy, sorted), by the rotor and, when the source has them, the
+// weights.
+func (b *balancer) pick(healthy []string) (int, bool) {
+	up := func(i int) bool {
+		_, found := slices.BinarySearch(healthy, b.backends[i].name)
+		return found
+	}
+	ws, ok := b.health.(weightSource)
+	if !ok {
+		return b.rotor.next(len(b.backends), up)
+	}
+	now := time.Now()
+	b.creditMu.Lock()
+	defer b.creditMu.Unlock()
+	if len(b.credit) != len(b.backends) {
+		b.credit = make(credits, len(b.backends))
+	}
+	i, ok := b.rotor.next(len(b.backends), func(i int) bool {
+		if !up(i) {
+			return false
+		}
+		b.credit[i] += ws.Weight(b.backends[i].name, now)
+		if b.credit[i] < 100 {
+			return false
+		}
+		b.credit[i] -= 100
+		return true
+	})
+	if ok {
+		return i, true
+	}
+	return b.rotor.next(len(b.backends), up)
+}
+
+// ramp is a slow start in progress: the weight rises linearly from 0 at
+// start to 100% at end. The zero ramp is no slow start.
+type ramp struct{ start, end time.Time }
+
+// weight returns the ramp's weight at now, in percent.
+func (r ramp) weight(now time.Time) uint32 {
+	if !now.Before(r.end) || !r.end.After(r.start) {
+		return 100
+	}
+	if now.Before(r.start) {
+		return 0
+	}
+	return uint32(100 * now.Sub(r.start) / r.end.Sub(r.start))
+}
+
+// rampOf returns the slow start a status shows: from its last transition
+// (to routable) to its slow_start_end.
+func rampOf(st *pb.TargetStatus) ramp {
+	if st.GetSlowStartEnd() == nil || st.GetLastTransitionTime() == nil {
+		return ramp{}
+	}
+	return ramp{start: st.GetLastTransitionTime().AsTime(), end: st.GetSlowStartEnd().AsTime()}
+}
+
+// rampOfTransition returns the slow start a transition starts.
+func rampOfTransition(tr *pb.Transition) ramp {
+	if tr.GetSlowStartEnd() == nil {
+		return ramp{}
+	}
+	return ramp{start: tr.GetTime().AsTime(), end: tr.GetSlowStartEnd().AsTime()}
+}
+
+// Weight returns a backend's slow-start weight at now, from the stream's
+// transitions and statuses.
+func (v *view) Weight(name string, now time.Time) uint32 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.targets[name].ramp.weight(now)
+}
+
+// Weight returns a backend's slow-start weight, as the checker computes
+// it.
+func (s *checkerSource) Weight(name string, _ time.Time) uint32 {
+	st, err := s.c.Status(name)
+	if err != nil {
+		return 100
+	}
+	return st.Weight
+}
+
+// slowStartProto is --slow-start on the wire; nil when off.
+func slowStartProto(d time.Duration) *durationpb.Duration {
+	if d <= 0 {
+		return nil
+	}
+	return durationpb.New(d)
+}
+
+// creditState is the balancer's part of the weights: its credits and the
+// lock that guards them. It is separate from the rotor's lock so that a
+// source without weights never takes it.
+type creditState struct {
+	creditMu sync.Mutex // protects credit
+	credit   credits
+}
