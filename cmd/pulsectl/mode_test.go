@@ -4,6 +4,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
@@ -63,5 +66,17 @@ func TestModeCommands(t *testing.T) {
 	}
 	if r := pulsectl(t, "drain", "nope", addr); r.code != exitNotFound || !strings.Contains(r.stderr, "nope") {
 		t.Errorf("drain of an unknown target: %+v", r)
+	}
+}
+
+// watch prints a mode change with its reason.
+func TestWatchPrintsModeChanges(t *testing.T) {
+	at := time.Date(2026, 12, 1, 18, 2, 11, 0, time.UTC)
+	p := &watchPrinter{now: func() time.Time { return at }}
+	got := p.line(&pb.WatchTransitionsResponse{Event: &pb.WatchTransitionsResponse_Mode{Mode: &pb.ModeChange{
+		Target: "web-1", From: pb.Mode_MODE_ACTIVE, Mode: pb.Mode_MODE_DRAINING, Reason: "deploy 4711", Time: timestamppb.New(at),
+	}}})
+	if want := timeText(at) + " web-1: mode active -> draining (deploy 4711)"; got != want {
+		t.Errorf("line = %q, want %q", got, want)
 	}
 }

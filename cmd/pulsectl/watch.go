@@ -188,6 +188,13 @@ func (p *watchPrinter) line(ev *pb.WatchTransitionsResponse) string {
 		return fmt.Sprintf("%s %s: updated (%s)", now, x.Updated.GetSpec().GetName(), probeSummary(x.Updated.GetSpec()))
 	case *pb.WatchTransitionsResponse_Removed:
 		return fmt.Sprintf("%s %s: removed", now, x.Removed.GetName())
+	case *pb.WatchTransitionsResponse_Mode:
+		m := x.Mode
+		line := fmt.Sprintf("%s %s: mode %s -> %s", timeText(m.GetTime().AsTime()), m.GetTarget(), modeName(m.GetFrom()), modeName(m.GetMode()))
+		if r := m.GetReason(); r != "" {
+			line += " (" + r + ")"
+		}
+		return line
 	case *pb.WatchTransitionsResponse_Snapshot:
 		if !p.snapshot {
 			return ""
