@@ -202,14 +202,16 @@ func (h *Handler) rowsNow(names []string) rowsJSON {
 }
 
 // eventName names the kinds of events the feed carries; "" for the others
-// (group panic, flapping, checker overload), which it sends as progress.
+// (group panic, flapping, checker overload), which it sends as progress. A
+// mode change is sent as an update of the target: the page reloads it and
+// shows DRAIN or MAINT.
 func eventName(k checker.EventKind) string {
 	switch k {
 	case checker.EventTransition:
 		return "transition"
 	case checker.EventAdded:
 		return "added"
-	case checker.EventUpdated:
+	case checker.EventUpdated, checker.EventModeChanged:
 		return "updated"
 	case checker.EventRemoved:
 		return "removed"
