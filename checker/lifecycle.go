@@ -65,17 +65,34 @@ func (l *lifecycle) set(sel modeSel, a Admin, expect *Admin) ([]Status, error) {
 		}
 		return l.reg.statuses(specs), nil
 	}
-	var write func(Spec) error
+	var write func([]Spec) (int, error)
 	if l.store != nil {
 		l.wmu.Lock()
 		defer l.wmu.Unlock()
-		write = l.store.PutSpec
+		write = l.putSpecs
 	}
 	specs, err := l.reg.adminSpecs(sel, a, expect)
 	if err != nil || len(specs) == 0 {
 		return nil, err
 	}
 	return l.reg.setAdmin(specs, write)
+}
+
+// putSpecs stores specs: in one transaction with a SpecBatchStore, else
+// one at a time. It returns how many are stored.
+func (l *lifecycle) putSpecs(specs []Spec) (int, error) {
+	if bs, ok := l.store.(SpecBatchStore); ok {
+		if err := bs.PutSpecs(specs); err != nil {
+			return 0, err
+		}
+		return len(specs), nil
+	}
+	for i, s := range specs {
+		if err := l.store.PutSpec(s); err != nil {
+			return i, err
+		}
+	}
+	return len(specs), nil
 }
 
 // remove is Remove; why, if not nil, decides under the registry's lock

@@ -271,15 +271,17 @@ func (r *registry) adminSpecs(sel modeSel, a Admin, expect *Admin) ([]Spec, erro
 
 // setAdmin stores specs (from adminSpecs) with write, if not nil, then
 // applies their admin states: the statuses after, sorted by name. A
-// target removed meanwhile is left out. The caller keeps other spec
+// target removed meanwhile is left out. write returns how many specs it
+// stored: when it fails part way, those are applied (what is stored is
+// what runs) and the error wraps ErrStore. The caller keeps other spec
 // writes out meanwhile.
-func (r *registry) setAdmin(specs []Spec, write func(Spec) error) ([]Status, error) {
-	for _, s := range specs {
-		if write == nil {
-			break
-		}
-		if err := write(s); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrStore, err)
+func (r *registry) setAdmin(specs []Spec, write func([]Spec) (int, error)) ([]Status, error) {
+	var err error
+	if write != nil {
+		var n int
+		if n, err = write(specs); err != nil {
+			err = fmt.Errorf("%w: %v (%d of %d targets changed)", ErrStore, err, n, len(specs))
+			specs = specs[:n]
 		}
 	}
 	r.mu.Lock()
@@ -293,6 +295,9 @@ func (r *registry) setAdmin(specs []Spec, write func(Spec) error) ([]Status, err
 		}
 		r.applyAdminLocked(t, s.Admin(), now)
 		out = append(out, r.statusLocked(t, now))
+	}
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

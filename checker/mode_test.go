@@ -429,3 +429,40 @@ func TestRemoveAfterUnhealthyWaitsForADegradedChecker(t *testing.T) {
 		t.Error("removed while the checker is degraded")
 	}
 }
+
+// failingAfter is a memStore whose PutSpec fails once it has stored n
+// more specs.
+type failingAfter struct {
+	*memStore
+	n int
+}
+
+func (f *failingAfter) PutSpec(s checker.Spec) error {
+	if f.n == 0 {
+		return errors.New("disk full")
+	}
+	f.n--
+	return f.memStore.PutSpec(s)
+}
+
+// A group's modes are stored one at a time by a Store that cannot batch
+// them: a failure part way applies what was stored, no more, and says
+// how many changed.
+func TestModeGroupStoreFailurePartWay(t *testing.T) {
+	ms := newMemStore()
+	fs := &failingAfter{memStore: ms, n: 3}
+	e := newEnv(t, checker.Config{Store: fs, Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}})
+	for _, n := range []string{"a", "b"} {
+		e.add(t, modeSpec(n, "edge"))
+	}
+	_, err := e.c.SetMode(checker.ModeRequest{Group: "edge", Mode: checker.ModeDraining})
+	if !errors.Is(err, checker.ErrStore) || !strings.Contains(err.Error(), "1 of 2 targets changed") {
+		t.Fatalf("SetMode = %v, want a store error saying 1 of 2 changed", err)
+	}
+	for n, want := range map[string]checker.Mode{"a": checker.ModeDraining, "b": checker.ModeActive} {
+		st, _ := e.c.Status(n)
+		if st.Admin.Mode != want || ms.specs[n].Admin().Mode != want {
+			t.Errorf("%s: mode %v, stored %v; want %v", n, st.Admin.Mode, ms.specs[n].Admin().Mode, want)
+		}
+	}
+}

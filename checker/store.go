@@ -44,6 +44,18 @@ type PolicyStore interface {
 	PutGroupPolicy(group string, p GroupPolicy) error
 }
 
+// SpecBatchStore is a Store that can store several specs in one durable
+// transaction. SetMode on a group uses it when Config.Store implements it,
+// so that the group's targets change together or not at all; with
+// another Store the specs are written one at a time, and a failure part
+// way leaves the targets stored before it in their new mode (SetMode's
+// error says how many).
+type SpecBatchStore interface {
+	Store
+	// PutSpecs stores specs, replacing earlier ones, all or none.
+	PutSpecs(specs []Spec) error
+}
+
 // StoredTarget is a target as a Store keeps it.
 type StoredTarget struct {
 	Spec Spec

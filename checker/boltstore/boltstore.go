@@ -231,6 +231,26 @@ func (s *Store) PutSpec(spec checker.Spec) (err error) {
 	})
 }
 
+// PutSpecs stores specs in one transaction: all of them or none.
+func (s *Store) PutSpecs(specs []checker.Spec) (err error) {
+	defer recoverDamaged(s.db.Path(), &err, debug.SetPanicOnFault(true))
+	vs := make([][]byte, len(specs))
+	for i, spec := range specs {
+		if vs[i], err = json.Marshal(specRecord{V: specVersion(spec), Spec: spec}); err != nil {
+			return err
+		}
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(specsBucket)
+		for i, spec := range specs {
+			if err := b.Put([]byte(spec.Name), vs[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // DeleteTarget removes a target's spec and state.
 func (s *Store) DeleteTarget(name string) (err error) {
 	defer recoverDamaged(s.db.Path(), &err, debug.SetPanicOnFault(true))

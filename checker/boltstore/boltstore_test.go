@@ -255,7 +255,7 @@ func TestDeleteTargetDropsTheState(t *testing.T) {
 
 // A spec with a lifecycle (a mode, a slow start, an automatic removal) is
 // stored and loaded whole, beside one without, whose record keeps the
-// version an older pulsed reads.
+// version an older pulsed reads; PutSpecs stores both at once.
 func TestLifecycleRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, dir)
@@ -264,10 +264,8 @@ func TestLifecycleRoundTrip(t *testing.T) {
 		Lifecycle: &checker.Lifecycle{SlowStart: 30 * time.Second, RemoveAfterUnhealthy: time.Hour,
 			Admin: checker.Admin{Mode: checker.ModeDraining, Reason: "deploy 4711", Since: at, Until: at.Add(time.Hour), RemoveAt: at.Add(time.Minute)}}}
 	plain := checker.Spec{Name: "web-2", Probe: probe.Spec{TCP: &probe.TCPSpec{Address: "127.0.0.1:81"}}}
-	for _, sp := range []checker.Spec{drained, plain} {
-		if err := s.PutSpec(sp); err != nil {
-			t.Fatal(err)
-		}
+	if err := s.PutSpecs([]checker.Spec{drained, plain}); err != nil {
+		t.Fatal(err)
 	}
 	if err := s.PutGroupPolicy("edge", checker.GroupPolicy{SlowStart: time.Minute, RemoveAfterUnhealthy: 2 * time.Hour}); err != nil {
 		t.Fatal(err)
