@@ -101,7 +101,7 @@ type apiFuzzer struct {
 	api                       pb.HealthCheckerClient
 }
 
-var writeMethods = map[string]bool{"AddTarget": true, "RemoveTarget": true, "SetGroupPolicy": true, "ReportOutcome": true}
+var writeMethods = map[string]bool{"AddTarget": true, "RemoveTarget": true, "SetGroupPolicy": true, "ReportOutcome": true, "SetMode": true}
 
 func (f *apiFuzzer) start(bin string, args []string) {
 	t := f.t
@@ -168,6 +168,7 @@ type registry struct {
 	Targets  []*pb.Target
 	Quarant  map[string]string
 	Policies map[string]*pb.GroupPolicy
+	Modes    map[string]string // a target's mode, reason, until and removal time
 }
 
 func (f *apiFuzzer) registry() registry {
@@ -178,9 +179,10 @@ func (f *apiFuzzer) registry() registry {
 	if err != nil {
 		f.t.Fatalf("ListTargets: %v", err)
 	}
-	r := registry{Quarant: map[string]string{}, Policies: map[string]*pb.GroupPolicy{}}
+	r := registry{Quarant: map[string]string{}, Policies: map[string]*pb.GroupPolicy{}, Modes: map[string]string{}}
 	for _, st := range l.GetTargets() {
 		r.Targets = append(r.Targets, st.GetSpec())
+		r.Modes[st.GetSpec().GetName()] = fmt.Sprint(st.GetMode(), st.GetModeReason(), st.GetModeSince().AsTime(), st.GetModeUntil().AsTime(), st.GetRemoveTime().AsTime())
 		if q := st.GetQuarantined(); q != "" {
 			r.Quarant[st.GetSpec().GetName()] = q
 		}
@@ -328,7 +330,19 @@ func (f *apiFuzzer) valid(method string, req protoreflect.Message) {
 		}
 		m = &pb.AddTargetRequest{Target: tg}
 	case "RemoveTarget":
-		m = &pb.RemoveTargetRequest{Name: pick(fuzzNames)}
+		rm := &pb.RemoveTargetRequest{Name: pick(fuzzNames)}
+		if f.rng.IntN(4) == 0 {
+			rm.DrainFor = durationpb.New(time.Hour) // past the run: nothing expires meanwhile
+		}
+		m = rm
+	case "SetMode":
+		sm := &pb.SetModeRequest{Mode: pb.Mode(1 + f.rng.IntN(3)), Reason: pick([]string{"", "deploy 4711"})}
+		if f.rng.IntN(2) == 0 {
+			sm.Target = pick(fuzzNames)
+		} else {
+			sm.Group = pick(fuzzGroups[1:])
+		}
+		m = sm
 	case "State":
 		m = &pb.StateRequest{Name: pick(fuzzNames)}
 	case "Healthy":
