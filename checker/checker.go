@@ -25,9 +25,10 @@
 //	  - scheduler (scheduler.go, pool.go, overload.go): the due heap, the
 //	    schedule loop, the probe workers and the asynchronous probe path,
 //	    overload detection. It hands each result to the registry.
-//	  - registry (registry.go, policy.go, passive.go, registry_shared.go):
-//	    the targets, their Machines and the pool policies. It decides
-//	    transitions and emits numbered events to its sink; no I/O.
+//	  - registry (registry.go, policy.go, passive.go, mode.go,
+//	    registry_shared.go, registry_store.go): the targets, their Machines,
+//	    the pool policies and the modes. It decides transitions and emits
+//	    numbered events to its sink; no I/O.
 //	  - committer (committer.go): with a Store, stores the registry's state
 //	    changes in batches, then publishes their events to the hub.
 //	  - hub (hub.go): the history of published events and the watchers.

@@ -1,0 +1,53 @@
+package checker
+
+import "fmt"
+
+// The registry's side of a Store (see store.go): registering what it
+// loaded. Kept beside registry_shared.go, its side of a shared registry.
+
+// load registers the stored targets, with their stored states carried
+// over, and the stored group policies.
+func (r *registry) load(targets []StoredTarget, policies map[string]GroupPolicy) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, st := range targets {
+		spec := st.Spec.WithDefaults(r.defaults)
+		err := st.Err
+		if err == nil {
+			err = spec.Validate()
+		}
+		var p Prober
+		if err == nil {
+			p, err = r.newProber(spec.Probe)
+		}
+		if err != nil {
+			// A record that today's rules refuse (a stricter bound or egress
+			// policy, a probe kind this version does not know, damaged bytes)
+			// must neither keep pulsed from starting nor be dropped silently:
+			// it is listed, quarantined with the reason, never probed, until
+			// AddTarget fixes it or RemoveTarget removes it.
+			r.logger.Warn("stored target quarantined: it is listed but not probed until fixed or removed", "target", st.Spec.Name, "error", err)
+			r.targets[st.Spec.Name] = newQuarantined(st.Spec, err)
+			continue
+		}
+		state := st.State
+		if state == StateUnknown {
+			state = spec.InitialState
+		}
+		t := newTarget(spec, p, state)
+		t.lastTr = st.LastTransition
+		t.carried = true
+		r.targets[spec.Name] = t
+		r.loadedLocked(t)
+	}
+	for group, p := range policies {
+		if err := ValidateGroup(group); err != nil || group == "" {
+			return fmt.Errorf("stored policy of group %q: bad group name", group)
+		}
+		if err := ValidateFraction(p.MaxUnhealthyFraction); err != nil {
+			return fmt.Errorf("stored policy of group %q: max_unhealthy_fraction %w", group, err)
+		}
+		r.poolLocked(group).policy = p
+	}
+	return nil
+}
