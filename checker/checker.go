@@ -365,13 +365,13 @@ func (c *Checker) StoreErr() error {
 func (c *Checker) Close() error {
 	c.closeOnce.Do(func() {
 		c.sched.stop() // cancels the scheduler's context, which ends the replication's proposer
+		c.life.wait()  // and the lifecycle's loop: no timed change after this
 		if c.commit != nil {
 			c.commit.close() // it stores what is queued, then stops
 		}
 		if c.repl != nil {
 			c.repl.wait()
 		}
-		c.life.wait()
 		c.reg.close(c.hub.close)
 		c.closeProbers()
 	})

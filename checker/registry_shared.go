@@ -136,6 +136,7 @@ func (r *registry) reownLocked(now time.Time) {
 	for _, t := range r.targets {
 		r.ownLocked(t, r.link.owns(t.spec.Name), now)
 	}
+	r.lifeWakeLocked() // deadlines of the targets taken over are this replica's now
 }
 
 // ownLocked makes this replica probe t, or stop probing it. A target taken
