@@ -2,6 +2,7 @@ package checker_test
 
 import (
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -292,7 +293,8 @@ func TestModeSurvivesRestart(t *testing.T) {
 func TestRemoveAfterUnhealthy(t *testing.T) {
 	// Overload detection is off: the fake clock's jumps would make the
 	// started scheduler late, and a degraded checker removes nothing.
-	e := newEnv(t, checker.Config{MaxUnhealthyFraction: 0.34, Overload: checker.OverloadPolicy{Disabled: true}})
+	logs := &lockedBuffer{}
+	e := newEnv(t, checker.Config{MaxUnhealthyFraction: 0.34, Overload: checker.OverloadPolicy{Disabled: true}, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	for _, n := range []string{"a", "b", "c"} {
 		s := modeSpec(n, "edge")
 		s.Interval = time.Hour
@@ -345,6 +347,9 @@ func TestRemoveAfterUnhealthy(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(logs.String(), `level=WARN msg="gone: removed, unhealthy for 10s (remove_after_unhealthy 10s)"`) {
+		t.Errorf("the removal is not in the log:\n%s", logs)
 	}
 }
 
