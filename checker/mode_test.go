@@ -471,3 +471,21 @@ func TestModeGroupStoreFailurePartWay(t *testing.T) {
 		}
 	}
 }
+
+// A new spec for a target in maintenance changes its spec, not its mode:
+// it is still not probed.
+func TestModeMaintenanceSurvivesANewSpec(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	s := modeSpec("db-1", "")
+	s.Interval = time.Minute
+	e.add(t, s)
+	setMode(t, e.c, checker.ModeRequest{Target: "db-1", Mode: checker.ModeMaintenance})
+	s.Interval = time.Second // sooner: the scheduler would bring its probe forward
+	e.add(t, s)
+	e.c.Start()
+	e.clock.Advance(time.Minute)
+	e.c.RunRound(t.Context())
+	if st, _ := e.c.Status("db-1"); st.Admin.Mode != checker.ModeMaintenance || st.Spec.Interval != time.Second || e.probes.callCount("db-1") != 0 {
+		t.Errorf("after a new spec: %+v, %d probes; want the new interval, in maintenance, never probed", st, e.probes.callCount("db-1"))
+	}
+}

@@ -333,8 +333,12 @@ func (s *scheduler) removeLocked(t *target) {
 }
 
 // hurryLocked brings t's next probe forward to one interval from now if
-// that is sooner, after its spec changed.
+// that is sooner, after its spec changed. A target in no heap (in
+// maintenance, or not this replica's) is left alone.
 func (s *scheduler) hurryLocked(t *target, now time.Time) {
+	if t.index < 0 {
+		return
+	}
 	if want := now.Add(t.spec.IntervalFor(t.m)); want.Before(t.next) {
 		s.setNextLocked(t, want)
 		s.due.fix(t)
