@@ -66,7 +66,7 @@ func TestModeDrainingHoldsTheStateWithItsReason(t *testing.T) {
 
 	sts := setMode(t, e.c, checker.ModeRequest{Target: "web-1", Mode: checker.ModeDraining, Reason: "deploy 4711"})
 	if len(sts) != 1 || sts[0].Routable || sts[0].State != checker.StateUnhealthy || sts[0].Verdict != checker.StateHealthy ||
-		sts[0].Admin.Mode != checker.ModeDraining || sts[0].Admin.Reason != "deploy 4711" || !sts[0].Admin.Since.Equal(epoch) || sts[0].Weight != 0 {
+		sts[0].Spec.Admin().Mode != checker.ModeDraining || sts[0].Spec.Admin().Reason != "deploy 4711" || !sts[0].Spec.Admin().Since.Equal(epoch) || sts[0].Weight != 0 {
 		t.Fatalf("after SetMode: %+v; want draining since the epoch, held unhealthy, verdict healthy", sts)
 	}
 	if got := e.c.Healthy("edge"); !cmp.Equal(got, []string{"web-2"}) {
@@ -85,7 +85,7 @@ func TestModeDrainingHoldsTheStateWithItsReason(t *testing.T) {
 		t.Errorf("after a passing probe: %+v; want still held out", st)
 	}
 	setMode(t, e.c, checker.ModeRequest{Target: "web-1", Mode: checker.ModeActive, Reason: "deploy done"})
-	if st, _ := e.c.Status("web-1"); !st.Routable || st.Admin.Mode != checker.ModeActive || st.Weight != 100 {
+	if st, _ := e.c.Status("web-1"); !st.Routable || st.Spec.Admin().Mode != checker.ModeActive || st.Weight != 100 {
 		t.Errorf("back to active: %+v; want routable at weight 100", st)
 	}
 	want := []string{
@@ -173,7 +173,7 @@ func TestModeGroupAndAddKeepsTheMode(t *testing.T) {
 	sts := setMode(t, e.c, checker.ModeRequest{Group: "edge", Mode: checker.ModeDraining, Reason: "rack 4"})
 	var names []string
 	for _, st := range sts {
-		names = append(names, st.Spec.Name+"="+st.Admin.Mode.String())
+		names = append(names, st.Spec.Name+"="+st.Spec.Admin().Mode.String())
 	}
 	if !cmp.Equal(names, []string{"a=draining", "b=draining", "c=draining"}) {
 		t.Errorf("SetMode(group) = %v", names)
@@ -184,7 +184,7 @@ func TestModeGroupAndAddKeepsTheMode(t *testing.T) {
 	s := modeSpec("a", "edge")
 	s.Rise = 3
 	st, _, err := e.c.Add(s)
-	if err != nil || st.Admin.Mode != checker.ModeDraining || st.Spec.Rise != 3 {
+	if err != nil || st.Spec.Admin().Mode != checker.ModeDraining || st.Spec.Rise != 3 {
 		t.Errorf("Add over a drained target: %+v, %v; want the new spec, still draining", st, err)
 	}
 }
@@ -220,7 +220,7 @@ func TestModeBadRequests(t *testing.T) {
 	if _, err := e.c.Drain("web-1", 25*time.Hour); err == nil {
 		t.Error("Drain for 25h accepted")
 	}
-	if st, _ := e.c.Status("web-1"); st.Admin != (checker.Admin{}) || !st.Routable {
+	if st, _ := e.c.Status("web-1"); st.Spec.Admin() != (checker.Admin{}) || !st.Routable {
 		t.Errorf("after rejected calls: %+v; want untouched", st)
 	}
 }
@@ -236,7 +236,7 @@ func TestModeUntilAndDrainThenRemove(t *testing.T) {
 	e.c.Start()
 	setMode(t, e.c, checker.ModeRequest{Target: "web-1", Mode: checker.ModeMaintenance, Until: epoch.Add(time.Minute)})
 	ds, err := e.c.Drain("web-2", 30*time.Second)
-	if err != nil || ds.Admin.Mode != checker.ModeDraining || !ds.Admin.RemoveAt.Equal(epoch.Add(30*time.Second)) {
+	if err != nil || ds.Spec.Admin().Mode != checker.ModeDraining || !ds.Spec.Admin().RemoveAt.Equal(epoch.Add(30*time.Second)) {
 		t.Fatalf("Drain = %+v, %v", ds, err)
 	}
 	if got := st.specs["web-2"].Admin(); got.Mode != checker.ModeDraining {
@@ -245,7 +245,7 @@ func TestModeUntilAndDrainThenRemove(t *testing.T) {
 	e.clock.Advance(30 * time.Second)
 	waitFor(t, "web-2 removed", func() bool { _, err := e.c.Status("web-2"); return err != nil })
 	e.clock.Advance(30 * time.Second)
-	waitFor(t, "web-1 active again", func() bool { s, _ := e.c.Status("web-1"); return s.Admin.Mode == checker.ModeActive })
+	waitFor(t, "web-1 active again", func() bool { s, _ := e.c.Status("web-1"); return s.Spec.Admin().Mode == checker.ModeActive })
 	if got := st.specs["web-1"].Admin(); got.Mode != checker.ModeActive || got.Reason != "until 2026-01-01T00:01:00Z reached" {
 		t.Errorf("stored admin after until: %+v", got)
 	}
@@ -278,7 +278,7 @@ func TestModeSurvivesRestart(t *testing.T) {
 	st.states["web-1"] = checker.StoredState{Name: "web-1", State: checker.StateHealthy} // a state stored before the mode took effect
 	e2 := storeEnv(t, st, checker.Config{})
 	s, err := e2.c.Status("web-1")
-	if err != nil || s.Admin.Mode != checker.ModeMaintenance || s.Admin.Reason != "disk" || s.Routable {
+	if err != nil || s.Spec.Admin().Mode != checker.ModeMaintenance || s.Spec.Admin().Reason != "disk" || s.Routable {
 		t.Errorf("after a restart: %+v, %v; want in maintenance, not routable", s, err)
 	}
 	e2.c.RunRound(t.Context())
@@ -387,7 +387,7 @@ func TestModeShared(t *testing.T) {
 	s.InitialState = checker.StateHealthy
 	e.add(t, s)
 	sts := setMode(t, e.c, checker.ModeRequest{Target: "web-1", Mode: checker.ModeDraining, Reason: "deploy 4711"})
-	if len(sts) != 1 || sts[0].Admin.Mode != checker.ModeDraining {
+	if len(sts) != 1 || sts[0].Spec.Admin().Mode != checker.ModeDraining {
 		t.Fatalf("SetMode = %+v", sts)
 	}
 	waitFor(t, "the drain's state stored", func() bool { return e.state(t, "web-1") == checker.StateUnhealthy })
@@ -400,7 +400,7 @@ func TestModeShared(t *testing.T) {
 		Spec: drained, State: &checker.SharedState{State: checker.StateHealthy}, StateRev: 3,
 	}}}, checker.Config{})
 	st, err := other.c.Status("web-1")
-	if err != nil || st.Admin.Mode != checker.ModeDraining || st.Routable {
+	if err != nil || st.Spec.Admin().Mode != checker.ModeDraining || st.Routable {
 		t.Errorf("loaded by another replica: %+v, %v; want draining, not routable", st, err)
 	}
 }
@@ -429,7 +429,7 @@ func TestRemoveAfterUnhealthyWaitsForADegradedChecker(t *testing.T) {
 	e.add(t, modeSpec("marker", ""))
 	setMode(t, e.c, checker.ModeRequest{Target: "marker", Mode: checker.ModeDraining, Until: e.clock.Now().Add(time.Second)})
 	e.clock.Advance(time.Second)
-	waitFor(t, "the marker's mode ended", func() bool { st, _ := e.c.Status("marker"); return st.Admin.Mode == checker.ModeActive })
+	waitFor(t, "the marker's mode ended", func() bool { st, _ := e.c.Status("marker"); return st.Spec.Admin().Mode == checker.ModeActive })
 	if _, err := e.c.Status("dead"); err != nil {
 		t.Error("removed while the checker is degraded")
 	}
@@ -466,8 +466,8 @@ func TestModeGroupStoreFailurePartWay(t *testing.T) {
 	}
 	for n, want := range map[string]checker.Mode{"a": checker.ModeDraining, "b": checker.ModeActive} {
 		st, _ := e.c.Status(n)
-		if st.Admin.Mode != want || ms.specs[n].Admin().Mode != want {
-			t.Errorf("%s: mode %v, stored %v; want %v", n, st.Admin.Mode, ms.specs[n].Admin().Mode, want)
+		if st.Spec.Admin().Mode != want || ms.specs[n].Admin().Mode != want {
+			t.Errorf("%s: mode %v, stored %v; want %v", n, st.Spec.Admin().Mode, ms.specs[n].Admin().Mode, want)
 		}
 	}
 }
@@ -485,7 +485,7 @@ func TestModeMaintenanceSurvivesANewSpec(t *testing.T) {
 	e.c.Start()
 	e.clock.Advance(time.Minute)
 	e.c.RunRound(t.Context())
-	if st, _ := e.c.Status("db-1"); st.Admin.Mode != checker.ModeMaintenance || st.Spec.Interval != time.Second || e.probes.callCount("db-1") != 0 {
+	if st, _ := e.c.Status("db-1"); st.Spec.Admin().Mode != checker.ModeMaintenance || st.Spec.Interval != time.Second || e.probes.callCount("db-1") != 0 {
 		t.Errorf("after a new spec: %+v, %d probes; want the new interval, in maintenance, never probed", st, e.probes.callCount("db-1"))
 	}
 }

@@ -409,7 +409,6 @@ func (r *registry) statusLocked(t *target, now time.Time) Status {
 		FailStreak:      t.m.FailStreak,
 		LastTransition:  t.lastTr,
 		CarriedOver:     t.carried,
-		Admin:           t.spec.Admin(),
 		Verdict:         t.m.State,
 		PanicHeld:       t.held,
 		Flapping:        t.flapping,

@@ -161,9 +161,9 @@ type Status struct {
 	// replaces its spec or Remove removes it.
 	Quarantined string
 
-	// Admin is the target's administrative mode, with its reason, since,
-	// until and removal time (Spec.Admin()).
-	Admin Admin
+	// The target's administrative mode, with its reason, since, until and
+	// removal time, is Spec.Admin().
+
 	// Weight is the target's share of traffic in percent: 0 when not
 	// routable, 100 unless in its slow start, when it rises linearly to
 	// 100 at SlowStartEnd.

@@ -96,7 +96,7 @@ func lifecycleToProto(s checker.Spec, t *pb.Target) {
 // modeStatusToProto writes a status's mode, weight and unhealthy streak
 // into out.
 func modeStatusToProto(st checker.Status, out *pb.TargetStatus) {
-	a := st.Admin
+	a := st.Spec.Admin()
 	out.Mode = wireMode(a.Mode)
 	out.ModeReason = a.Reason
 	out.ModeSince = timestamp(a.Since)

@@ -99,7 +99,7 @@ func (s *Server) RemoveTarget(_ context.Context, req *pb.RemoveTargetRequest) (*
 		if err != nil {
 			return nil, toStatus(err, "")
 		}
-		return &pb.RemoveTargetResponse{Removed: true, RemoveTime: timestamp(st.Admin.RemoveAt)}, nil
+		return &pb.RemoveTargetResponse{Removed: true, RemoveTime: timestamp(st.Spec.Admin().RemoveAt)}, nil
 	}
 	removed, err := s.c.Remove(req.GetName())
 	if err != nil {

@@ -81,8 +81,8 @@ func toRow(st checker.Status, recent []checker.Result) row {
 	if !st.LastTransition.IsZero() {
 		r.LastTransitionTime = stamp(st.LastTransition)
 	}
-	if st.Admin.Mode != checker.ModeActive {
-		r.Mode = st.Admin.Mode.String()
+	if st.Spec.Admin().Mode != checker.ModeActive {
+		r.Mode = st.Spec.Admin().Mode.String()
 	}
 	if st.Quarantined != "" {
 		r.Quarantined = st.Quarantined
@@ -110,7 +110,7 @@ func (h *Handler) row(st checker.Status) row {
 // passes toward UP or "2/3 ↓" for failures toward DOWN. A draining target
 // shows "DRAIN", one in maintenance "MAINT", whatever its state.
 func Streak(st checker.Status) string {
-	switch st.Admin.Mode {
+	switch st.Spec.Admin().Mode {
 	case checker.ModeDraining:
 		return "DRAIN" // HAProxy's word: probed, no new traffic
 	case checker.ModeMaintenance:

@@ -31,8 +31,8 @@ func TestStreak(t *testing.T) {
 		{"suspect, rising", checker.Status{Spec: ts, State: checker.StateSuspect, PassStreak: 1}, "SUSPECT 1/2 ↑"},
 		{"suspect, falling", checker.Status{Spec: ts, State: checker.StateSuspect, FailStreak: 2}, "SUSPECT 2/3 ↓"},
 		{"suspect, no streak", checker.Status{Spec: ts, State: checker.StateSuspect}, "SUSPECT"},
-		{"draining", checker.Status{Spec: rf, State: checker.StateUnhealthy, PassStreak: 4, Admin: checker.Admin{Mode: checker.ModeDraining}}, "DRAIN"},
-		{"maintenance", checker.Status{Spec: rf, State: checker.StateUnhealthy, Admin: checker.Admin{Mode: checker.ModeMaintenance}}, "MAINT"},
+		{"draining", checker.Status{Spec: rf.WithAdmin(checker.Admin{Mode: checker.ModeDraining}), State: checker.StateUnhealthy, PassStreak: 4}, "DRAIN"},
+		{"maintenance", checker.Status{Spec: rf.WithAdmin(checker.Admin{Mode: checker.ModeMaintenance}), State: checker.StateUnhealthy}, "MAINT"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := web.Streak(tt.st); got != tt.want {

@@ -229,7 +229,7 @@ func (h *Handler) eventData(e checker.Event) any {
 			Group:    tr.Group,
 			From:     tr.From.String(),
 			To:       tr.To.String(),
-			Streak:   Streak(checker.Status{State: tr.To, Admin: checker.Admin{Mode: tr.Mode}}),
+			Streak:   Streak(checker.Status{State: tr.To, Spec: checker.Spec{}.WithAdmin(checker.Admin{Mode: tr.Mode})}),
 			Error:    tr.Result.Err,
 			Reason:   tr.Reason,
 		}

@@ -50,7 +50,7 @@ type endpoint struct {
 
 // newEndpoint derives a target's endpoint from its status.
 func newEndpoint(st checker.Status) *endpoint {
-	e := &endpoint{name: st.Spec.Name, group: st.Spec.Group, state: st.State, held: st.PanicHeld, mode: st.Admin.Mode}
+	e := &endpoint{name: st.Spec.Name, group: st.Spec.Group, state: st.State, held: st.PanicHeld, mode: st.Spec.Admin().Mode}
 	if !st.SlowStartEnd.IsZero() {
 		e.rampStart, e.rampEnd = st.LastTransition, st.SlowStartEnd
 	}
