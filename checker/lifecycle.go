@@ -58,9 +58,9 @@ func (l *lifecycle) set(sel modeSel, a Admin, expect *Admin) ([]Status, error) {
 		if err != nil || len(specs) == 0 {
 			return nil, err
 		}
-		for _, s := range specs {
+		for i, s := range specs {
 			if err := l.repl.put(s); err != nil {
-				return nil, err
+				return nil, fmt.Errorf("%w (%d of %d targets changed)", err, i, len(specs))
 			}
 		}
 		return l.reg.statuses(specs), nil
