@@ -1,0 +1,344 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"sync"
+)
+
+// View is a local cache of the targets a Filter selects, kept up to date by
+// a follower of pulsed's watch stream (an informer): reads are answered from
+// memory, and while pulsed is unreachable the view keeps what it last knew.
+//
+// At every revision it reports, the view holds what ListTargets showed at
+// that revision for the filter's targets: the spec, the state and whether
+// the target is routable (see Status for the fields events do not carry).
+// A snapshot replaces it at once, never half-applied.
+//
+// A View is safe for concurrent use. Create it with Client.View; Close it
+// (or end its context) when done.
+type View struct {
+	filter Filter
+
+	cancel context.CancelFunc // ends the follower
+	done   chan struct{}      // closed when the follower returned
+	synced chan struct{}      // closed by the first snapshot
+
+	mu      sync.Mutex            // protects the fields below
+	targets map[string]*Status    // by name
+	groups  map[string]*viewGroup // by group name
+	rev     uint64                // the revision of the last event applied
+	subs    map[int]func(Change)  // by subscription number
+	nextSub int                   // the number of the next subscription
+	subList []func(Change)        // subs in number order; nil: to build again
+
+	scratch []Change // the changes of one event, reused; only apply uses it
+}
+
+// viewGroup indexes one group's targets.
+type viewGroup struct {
+	names    map[string]struct{}
+	routable []Status // sorted by name; replaced, never modified
+	stale    bool     // routable must be computed again
+}
+
+// Change is one change of a View: a target that entered it (From is
+// StateUnknown), left it (To is StateUnknown), changed state, or changed
+// spec (From equals To).
+type Change struct {
+	Revision uint64
+	Name     string
+	// Group is the target's group after the change (before it, when it
+	// left).
+	Group    string
+	From, To State
+	// Status is the target after the change; zero when it left.
+	Status Status
+	// Reason says why: "snapshot", "added", "updated", "removed", "moved
+	// to group g", "transition", or pulsed's own reason for a transition no
+	// probe made.
+	Reason string
+	// Err is the probe error that tipped a transition, if any.
+	Err string
+	// More is true when more changes of the same revision follow at once:
+	// a subscriber that acts once per revision acts on the one with More
+	// false.
+	More bool
+}
+
+// String returns the change's text, "<name>: <from> -> <to>", with
+// "absent" for a target not in the view before or after.
+func (c Change) String() string { return fmt.Sprintf("%s: %s -> %s", c.Name, c.From, c.To) }
+
+// View starts following the targets f selects and returns their view,
+// empty until the first snapshot arrives (Synced). It follows until ctx ends
+// or Close. FromRevision does not apply: a view starts from a snapshot.
+func (c *Client) View(ctx context.Context, f Filter, opts ...WatchOption) *View {
+	v := newView(f)
+	ctx, v.cancel = context.WithCancel(ctx)
+	fl := c.newFollower(f, opts)
+	fl.rev, fl.synced, fl.snaps = 0, false, 0
+	go func() {
+		defer close(v.done)
+		fl.run(ctx, func(ev Event) bool {
+			v.apply(ev)
+			return true
+		})
+	}()
+	return v
+}
+
+func newView(f Filter) *View {
+	return &View{
+		filter:  Filter{Group: f.Group, Names: slices.Clone(f.Names)},
+		targets: make(map[string]*Status),
+		groups:  make(map[string]*viewGroup),
+		synced:  make(chan struct{}),
+		subs:    make(map[int]func(Change)),
+		done:    make(chan struct{}),
+	}
+}
+
+// Close stops following and waits until the follower has returned; no
+// subscriber is called after it. The view keeps answering with what it last
+// knew. It is safe to call more than once.
+func (v *View) Close() {
+	v.cancel()
+	<-v.done
+}
+
+// Synced returns a channel closed once the first snapshot is applied.
+func (v *View) Synced() <-chan struct{} { return v.synced }
+
+// WaitSynced waits until the first snapshot is applied, or ctx ends.
+func (v *View) WaitSynced(ctx context.Context) error {
+	select {
+	case <-v.synced:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Revision returns the revision of the last event applied: the view is
+// what ListTargets showed at it. 0 before the first snapshot.
+func (v *View) Revision() uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.rev
+}
+
+// Get returns the target called name, and whether the view has it. The
+// Status's slices and maps are shared: do not modify them.
+func (v *View) Get(name string) (Status, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	st, ok := v.targets[name]
+	if !ok {
+		return Status{}, false
+	}
+	return *st, true
+}
+
+// List returns every target of the view, sorted by name, and the revision
+// it is at.
+func (v *View) List() ([]Status, uint64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := make([]Status, 0, len(v.targets))
+	for _, name := range slices.Sorted(maps.Keys(v.targets)) {
+		out = append(out, *v.targets[name])
+	}
+	return out, v.rev
+}
+
+// Routable returns the routable targets of group, sorted by name. The slice
+// is shared with other callers until the group next changes: do not modify
+// it.
+func (v *View) Routable(group string) []Status {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	g := v.groups[group]
+	if g == nil {
+		return nil
+	}
+	if g.stale {
+		g.routable = g.routable[:0:0]
+		for _, name := range slices.Sorted(maps.Keys(g.names)) {
+			if st := v.targets[name]; st.Routable {
+				g.routable = append(g.routable, *st)
+			}
+		}
+		g.stale = false
+	}
+	return g.routable
+}
+
+// Subscribe calls fn with every change of the view from now on, in
+// revision order, from the view's follower goroutine, after the change is
+// applied (Get within fn sees it). fn must not block for long: the view
+// waits for it. cancel ends the subscription.
+func (v *View) Subscribe(fn func(Change)) (cancel func()) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	id := v.nextSub
+	v.nextSub++
+	v.subs[id] = fn
+	v.subList = nil
+	return func() {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		delete(v.subs, id)
+		v.subList = nil
+	}
+}
+
+// apply applies one event of the follower and calls the subscribers with
+// its changes.
+func (v *View) apply(ev Event) {
+	v.mu.Lock()
+	ch := v.scratch[:0]
+	switch ev.Kind {
+	case EventSnapshot:
+		ch = v.replaceLocked(ev, ch)
+	case EventAdded, EventUpdated:
+		ch = v.putLocked(ev.Status, ev.Revision, ev.Kind, ch)
+	case EventRemoved:
+		if old, ok := v.targets[ev.Name]; ok {
+			ch = append(ch, Change{Revision: ev.Revision, Name: ev.Name, Group: old.Target.Group, From: old.State, Reason: "removed"})
+			v.deleteLocked(ev.Name)
+		}
+	case EventTransition:
+		tr := ev.Transition
+		if st, ok := v.targets[tr.Target]; ok {
+			st.State, st.Routable = tr.To, tr.To.Routable()
+			v.staleLocked(st.Target.Group)
+			c := Change{Revision: ev.Revision, Name: tr.Target, Group: st.Target.Group, From: tr.From, To: tr.To, Status: *st, Reason: tr.Reason}
+			if c.Reason == "" {
+				c.Reason = "transition"
+			}
+			if tr.Result != nil {
+				c.Err = tr.Result.Error
+			}
+			ch = append(ch, c)
+		}
+	}
+	if ev.Revision > 0 && (ev.Kind != EventDisconnected && ev.Kind != EventStopped) {
+		v.rev = ev.Revision
+	}
+	subs := v.subList
+	if subs == nil && len(v.subs) > 0 {
+		for _, id := range slices.Sorted(maps.Keys(v.subs)) {
+			subs = append(subs, v.subs[id])
+		}
+		v.subList = subs
+	}
+	v.scratch = ch
+	v.mu.Unlock()
+	for i := range ch {
+		ch[i].More = i < len(ch)-1
+		for _, fn := range subs {
+			fn(ch[i])
+		}
+	}
+	clear(ch) // drop the references to Statuses until the next event
+}
+
+// putLocked applies an added or updated target. One that no longer
+// matches the filter (it moved to another group) leaves the view.
+func (v *View) putLocked(st Status, rev uint64, kind EventKind, ch []Change) []Change {
+	name := st.Target.Name
+	old, had := v.targets[name]
+	st.Routable = st.State.Routable() && st.Quarantined == ""
+	if !v.filter.Matches(name, st.Target.Group) {
+		if had {
+			ch = append(ch, Change{Revision: rev, Name: name, Group: old.Target.Group, From: old.State, Reason: fmt.Sprintf("moved to group %q", st.Target.Group)})
+			v.deleteLocked(name)
+		}
+		return ch
+	}
+	c := Change{Revision: rev, Name: name, Group: st.Target.Group, To: st.State, Reason: kind.String()}
+	if had {
+		c.From = old.State
+		if old.Target.Group != st.Target.Group {
+			v.deleteLocked(name)
+		}
+	}
+	v.insertLocked(st)
+	c.Status = st
+	return append(ch, c)
+}
+
+// replaceLocked replaces the view with a snapshot.
+func (v *View) replaceLocked(ev Event, ch []Change) []Change {
+	next := make(map[string]*Status, len(ev.Snapshot))
+	for i := range ev.Snapshot {
+		st := ev.Snapshot[i]
+		if !v.filter.Matches(st.Target.Name, st.Target.Group) {
+			continue
+		}
+		st.Routable = st.State.Routable() && st.Quarantined == ""
+		next[st.Target.Name] = &st
+	}
+	for _, name := range slices.Sorted(maps.Keys(next)) {
+		st := next[name]
+		old, had := v.targets[name]
+		if had && old.State == st.State && old.Routable == st.Routable && reflect.DeepEqual(old.Target, st.Target) {
+			continue
+		}
+		c := Change{Revision: ev.Revision, Name: name, Group: st.Target.Group, To: st.State, Status: *st, Reason: "snapshot"}
+		if had {
+			c.From = old.State
+		}
+		ch = append(ch, c)
+	}
+	for _, name := range slices.Sorted(maps.Keys(v.targets)) {
+		if _, ok := next[name]; !ok {
+			old := v.targets[name]
+			ch = append(ch, Change{Revision: ev.Revision, Name: name, Group: old.Target.Group, From: old.State, Reason: "snapshot"})
+		}
+	}
+	v.targets = make(map[string]*Status, len(next))
+	v.groups = make(map[string]*viewGroup)
+	for _, st := range next {
+		v.insertLocked(*st)
+	}
+	select {
+	case <-v.synced:
+	default:
+		close(v.synced)
+	}
+	return ch
+}
+
+func (v *View) insertLocked(st Status) {
+	v.targets[st.Target.Name] = &st
+	g := v.groups[st.Target.Group]
+	if g == nil {
+		g = &viewGroup{names: make(map[string]struct{})}
+		v.groups[st.Target.Group] = g
+	}
+	g.names[st.Target.Name] = struct{}{}
+	g.stale = true
+}
+
+func (v *View) deleteLocked(name string) {
+	st := v.targets[name]
+	delete(v.targets, name)
+	if g := v.groups[st.Target.Group]; g != nil {
+		delete(g.names, name)
+		g.stale = true
+		if len(g.names) == 0 {
+			delete(v.groups, st.Target.Group)
+		}
+	}
+}
+
+func (v *View) staleLocked(group string) {
+	if g := v.groups[group]; g != nil {
+		g.stale = true
+	}
+}
