@@ -1,0 +1,217 @@
+// Package resolver is a grpc-go name resolver that follows a group of
+// targets in pulsed: a gRPC client dialing "pulse:///edge" sends its RPCs
+// to the routable targets of group edge, and stops sending to one as soon
+// as pulsed's transition reaches it.
+//
+//	c, _ := client.New(ctx, []string{"127.0.0.1:50051"})
+//	conn, _ := grpc.NewClient("pulse:///edge",
+//		grpc.WithResolvers(resolver.NewBuilder(c)),
+//		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"round_robin": {}}]}`),
+//		grpc.WithTransportCredentials(insecure.NewCredentials()))
+//
+// Targets:
+//
+//   - pulse:///GROUP follows GROUP through the builder's client;
+//   - pulse://HOST:PORT,HOST:PORT/GROUP names the pulsed addresses (replicas,
+//     comma-separated): the resolver makes its own client of them, with the
+//     builder's options, and closes it with the resolver.
+//
+// The addresses are those of the group's routable targets: the address of
+// a tcp or grpc probe, the host:port of an http URL (the scheme's port when
+// it has none). A target without one is left out, and of two targets with
+// the same address the first by name is kept. Each address carries the
+// target's name, group and state (Info reads them). The list is sent to
+// gRPC after every change of the group (a transition, a target added,
+// updated, moved or removed, a snapshot). While pulsed is unreachable the
+// resolver keeps the last list, reports the error to the ClientConn (the
+// balancer keeps using the list), and resumes when pulsed is back.
+package resolver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc/attributes"
+	grpcresolver "google.golang.org/grpc/resolver"
+
+	"github.com/pulsehealth/pulse/client"
+)
+
+// Scheme is the scheme of the resolver's targets.
+const Scheme = "pulse"
+
+// Info is what an address says of its target.
+type Info struct {
+	Name  string
+	Group string
+	State client.State
+}
+
+// infoKey is the attribute key of an address's Info.
+type infoKey struct{}
+
+// InfoOf returns the Info of an address the resolver made, and whether it
+// has one.
+func InfoOf(addr grpcresolver.Address) (Info, bool) {
+	info, ok := addr.Attributes.Value(infoKey{}).(Info)
+	return info, ok
+}
+
+// Builder builds resolvers for the "pulse" scheme. It is safe for
+// concurrent use. Create it with NewBuilder.
+type Builder struct {
+	c    *client.Client
+	opts []client.Option
+}
+
+// NewBuilder returns a builder whose resolvers follow pulse:///GROUP
+// through c, and make a client of the addresses of pulse://ADDRS/GROUP with
+// opts. c may be nil when every target names its pulsed; the caller keeps
+// ownership of c and closes it after the ClientConns that use it.
+func NewBuilder(c *client.Client, opts ...client.Option) *Builder {
+	return &Builder{c: c, opts: slices.Clone(opts)}
+}
+
+// Register registers NewBuilder(c, opts...) with gRPC for the "pulse"
+// scheme, so that every grpc.NewClient("pulse:///...") uses it. Like
+// grpc's resolver.Register, call it only at initialization.
+func Register(c *client.Client, opts ...client.Option) {
+	grpcresolver.Register(NewBuilder(c, opts...))
+}
+
+// Scheme returns "pulse".
+func (b *Builder) Scheme() string { return Scheme }
+
+// Build starts following the target's group and returns its resolver.
+func (b *Builder) Build(target grpcresolver.Target, cc grpcresolver.ClientConn, _ grpcresolver.BuildOptions) (grpcresolver.Resolver, error) {
+	group := target.Endpoint()
+	if group == "" || strings.Contains(group, "/") {
+		return nil, fmt.Errorf("pulse resolver: %q: want pulse:///GROUP or pulse://HOST:PORT[,HOST:PORT...]/GROUP", target.String())
+	}
+	c, own := b.c, false
+	if authority := target.URL.Host; authority != "" {
+		var err error
+		if c, err = client.New(context.Background(), strings.Split(authority, ","), b.opts...); err != nil {
+			return nil, fmt.Errorf("pulse resolver: %w", err)
+		}
+		own = true
+	}
+	if c == nil {
+		return nil, errors.New("pulse resolver: pulse:///" + group + " names no pulsed: give NewBuilder a client, or name pulsed in the target (pulse://HOST:PORT/" + group + ")")
+	}
+	r := &pulseResolver{cc: cc, group: group, done: make(chan struct{})}
+	if own {
+		r.own = c
+	}
+	r.view = c.View(context.Background(), client.Filter{Group: group}, client.OnStreamState(r.streamState))
+	r.unsubscribe = r.view.Subscribe(func(ch client.Change) {
+		if !ch.More {
+			r.push()
+		}
+	})
+	r.wg.Add(1)
+	go func() {
+		// A first snapshot with no routable target changes nothing, yet
+		// gRPC must hear of it.
+		defer r.wg.Done()
+		select {
+		case <-r.view.Synced():
+			r.push()
+		case <-r.done:
+		}
+	}()
+	return r, nil
+}
+
+// pulseResolver follows one group for one ClientConn.
+type pulseResolver struct {
+	cc          grpcresolver.ClientConn
+	group       string
+	view        *client.View
+	own         *client.Client // the client this resolver made; nil: the builder's
+	unsubscribe func()
+	wg          sync.WaitGroup
+
+	mu      sync.Mutex // protects the fields below; held while calling cc, so that updates reach it in order
+	last    []grpcresolver.Address
+	sent    bool // last was sent
+	failing bool // an error was reported since
+	closed  bool
+	done    chan struct{} // closed by Close
+}
+
+// push sends the group's routable addresses to gRPC, unless they are what
+// it has already and no error was reported since.
+func (r *pulseResolver) push() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	addrs := Addresses(r.view.Routable(r.group))
+	if r.sent && !r.failing && slices.EqualFunc(addrs, r.last, grpcresolver.Address.Equal) {
+		return
+	}
+	r.last, r.sent, r.failing = addrs, true, false
+	// An empty list is refused (ErrBadResolverState) and the channel fails
+	// its RPCs: what a group with no routable target should get.
+	r.cc.UpdateState(grpcresolver.State{Addresses: addrs})
+}
+
+// streamState reports a broken stream to gRPC, which keeps using the last
+// addresses; once the stream delivers again the current list is sent.
+func (r *pulseResolver) streamState(err error) {
+	if err == nil {
+		r.push()
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	r.failing = true
+	r.cc.ReportError(fmt.Errorf("pulse resolver: following group %q: %w", r.group, err))
+}
+
+// ResolveNow does nothing: the resolver follows a stream, it does not poll.
+func (r *pulseResolver) ResolveNow(grpcresolver.ResolveNowOptions) {}
+
+// Close stops following the group; nothing is sent to gRPC after it.
+func (r *pulseResolver) Close() {
+	r.mu.Lock()
+	if !r.closed {
+		r.closed = true
+		close(r.done)
+	}
+	r.mu.Unlock()
+	r.unsubscribe()
+	r.view.Close()
+	r.wg.Wait()
+	if r.own != nil {
+		r.own.Close()
+	}
+}
+
+// Addresses returns the gRPC addresses of targets, in their order: the
+// address of each target's probe (see client.Target.Address), with its
+// Info. Targets without an address are left out, and a repeated address
+// keeps its first target.
+func Addresses(targets []client.Status) []grpcresolver.Address {
+	out := make([]grpcresolver.Address, 0, len(targets))
+	seen := make(map[string]bool, len(targets))
+	for _, st := range targets {
+		addr, ok := st.Target.Address()
+		if !ok || seen[addr] {
+			continue
+		}
+		seen[addr] = true
+		info := Info{Name: st.Target.Name, Group: st.Target.Group, State: st.State}
+		out = append(out, grpcresolver.Address{Addr: addr, Attributes: attributes.New(infoKey{}, info)})
+	}
+	return out
+}
