@@ -122,7 +122,7 @@ func TestNewRefuses(t *testing.T) {
 		{"empty address", []string{"127.0.0.1:1", " "}, nil, "empty address"},
 		{"backoff min above max", []string{"127.0.0.1:1"}, []client.Option{client.WithBackoff(time.Second, time.Millisecond)}, "backoff"},
 		{"backoff too long", []string{"127.0.0.1:1"}, []client.Option{client.WithBackoff(time.Second, time.Hour)}, "backoff"},
-		{"idle timeout 0", []string{"127.0.0.1:1"}, []client.Option{client.WithIdleTimeout(0)}, "idle timeout"},
+		{"idle timeout negative", []string{"127.0.0.1:1"}, []client.Option{client.WithIdleTimeout(-time.Second)}, "idle timeout"},
 		{"CA without a certificate", []string{"127.0.0.1:1"}, []client.Option{client.WithTLSFiles(client.TLSFiles{CA: notPEM})}, "no PEM certificate"},
 		{"cert without key", []string{"127.0.0.1:1"}, []client.Option{client.WithTLSFiles(client.TLSFiles{Cert: notPEM})}, "go together"},
 		{"missing token file", []string{"127.0.0.1:1"}, []client.Option{client.WithTokenFile(filepath.Join(dir, "nope"))}, "token file"},

@@ -132,7 +132,7 @@ func WithBackoff(min, max time.Duration) Option {
 
 // WithIdleTimeout sets how long a follower waits on a stream that sends
 // nothing, not even progress, before it resumes on a new one. Default
-// DefaultIdleTimeout; at most MaxIdleTimeout; it must be positive.
+// DefaultIdleTimeout; at most MaxIdleTimeout; 0 waits forever.
 func WithIdleTimeout(d time.Duration) Option { return func(o *options) { o.idleTimeout = d } }
 
 // TLSFiles names the PEM files of a TLS connection to pulsed.
@@ -247,8 +247,8 @@ func (o *options) validate(addrs []string) error {
 	if o.minBackoff <= 0 || o.maxBackoff < o.minBackoff || o.maxBackoff > MaxBackoff {
 		return fmt.Errorf("pulse: backoff must be 0 < min <= max <= %v, got %v and %v", MaxBackoff, o.minBackoff, o.maxBackoff)
 	}
-	if o.idleTimeout <= 0 || o.idleTimeout > MaxIdleTimeout {
-		return fmt.Errorf("pulse: idle timeout must be in (0, %v], got %v", MaxIdleTimeout, o.idleTimeout)
+	if o.idleTimeout < 0 || o.idleTimeout > MaxIdleTimeout {
+		return fmt.Errorf("pulse: idle timeout must be in [0, %v], got %v", MaxIdleTimeout, o.idleTimeout)
 	}
 	if o.tls != nil && o.tlsFiles != nil {
 		return errors.New("pulse: WithTLS and WithTLSFiles exclude each other")

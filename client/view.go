@@ -81,10 +81,14 @@ func (c *Client) View(ctx context.Context, f Filter, opts ...WatchOption) *View 
 	ctx, v.cancel = context.WithCancel(ctx)
 	fl := c.newFollower(f, opts)
 	fl.rev, fl.synced, fl.snaps = 0, false, 0
+	fl.onEventAfter = true
 	go func() {
 		defer close(v.done)
 		fl.run(ctx, func(ev Event) bool {
 			v.apply(ev)
+			if fl.opts.onEvent != nil {
+				fl.opts.onEvent(ev)
+			}
 			return true
 		})
 	}()

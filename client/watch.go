@@ -59,11 +59,15 @@ const (
 	// EventStopped: the follower stopped for good (Err): a filter pulsed
 	// refuses, or the client was closed. It is the last event.
 	EventStopped
+	// EventResumed: after a disconnection, pulsed accepted a stream that
+	// resumes after Revision, with no snapshot. (A stream that cannot
+	// resume is followed by an EventSnapshot with Resnapshot instead.)
+	EventResumed
 )
 
 // String returns the kind's name in lower case, e.g. "transition".
 func (k EventKind) String() string {
-	names := [...]string{"", "snapshot", "added", "updated", "removed", "transition", "policy", "progress", "disconnected", "stopped"}
+	names := [...]string{"", "snapshot", "added", "updated", "removed", "transition", "policy", "progress", "disconnected", "stopped", "resumed"}
 	if k > 0 && int(k) < len(names) {
 		return names[k]
 	}
@@ -98,6 +102,8 @@ type WatchOption func(*watchOptions)
 type watchOptions struct {
 	from        uint64
 	streamState func(error)
+	before      func(context.Context) error
+	onEvent     func(Event)
 }
 
 // FromRevision makes a Watch resume after revision rev (from an earlier
@@ -111,6 +117,20 @@ func FromRevision(rev uint64) WatchOption { return func(o *watchOptions) { o.fro
 func OnStreamState(fn func(err error)) WatchOption {
 	return func(o *watchOptions) { o.streamState = fn }
 }
+
+// BeforeStream calls fn before each stream the follower opens, the first
+// included, with the follower's context; an error counts as a failed
+// attempt (EventDisconnected, then a retry after the backoff). A client
+// that registers its own targets does it here, so that a pulsed that lost
+// them gets them back before the watch.
+func BeforeStream(fn func(ctx context.Context) error) WatchOption {
+	return func(o *watchOptions) { o.before = fn }
+}
+
+// OnEvent calls fn with every event the follower delivers, from its
+// goroutine: for a View after the view applied it (Get within fn sees it),
+// for a Watch before it is sent on the channel. fn must not block for long.
+func OnEvent(fn func(Event)) WatchOption { return func(o *watchOptions) { o.onEvent = fn } }
 
 // Watch follows pulsed's WatchTransitions stream for the targets f selects
 // and delivers its events, in order, on the returned channel until ctx ends
@@ -164,6 +184,8 @@ type follower struct {
 	snaps  int    // snapshots delivered
 	reason error  // why the next snapshot is a re-snapshot
 	down   bool   // the last stream broke and none delivered since
+
+	onEventAfter bool // the caller's emit calls opts.onEvent itself (a View)
 }
 
 func (c *Client) newFollower(f Filter, opts []WatchOption) *follower {
@@ -180,6 +202,13 @@ func (c *Client) newFollower(f Filter, opts []WatchOption) *follower {
 // run follows until ctx ends, emit returns false, or an error no retry
 // can fix.
 func (f *follower) run(ctx context.Context, emit func(Event) bool) {
+	if f.opts.onEvent != nil && !f.onEventAfter {
+		inner := emit
+		emit = func(ev Event) bool {
+			f.opts.onEvent(ev)
+			return inner(ev)
+		}
+	}
 	attempt := 0
 	var behind uint64 // the revision a RESOURCE_EXHAUSTED stream named
 	for {
@@ -239,13 +268,29 @@ func (f *follower) run(ctx context.Context, emit func(Event) bool) {
 // session watches from start until the stream ends. delivered reports
 // whether the stream sent anything; stop, whether emit asked to stop.
 func (f *follower) session(ctx context.Context, start uint64, emit func(Event) bool) (delivered, stop bool, err error) {
+	if f.opts.before != nil {
+		if err := f.opts.before(ctx); err != nil {
+			return false, false, err
+		}
+	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	idle := time.AfterFunc(f.c.opts.idleTimeout, cancel)
-	defer idle.Stop()
+	idle := newIdleTimer(f.c.opts.idleTimeout, cancel)
+	defer idle.stop()
 	stream, err := f.c.api.WatchTransitions(sctx, &pb.WatchTransitionsRequest{Group: f.filter.Group, Names: f.filter.Names, StartRevision: start})
 	if err != nil {
 		return false, false, err
+	}
+	// Headers come once pulsed has registered the watch; an error comes as
+	// nil headers, and then from Recv.
+	if md, _ := stream.Header(); md != nil && f.down {
+		f.down = false
+		if f.opts.streamState != nil {
+			f.opts.streamState(nil)
+		}
+		if start > 0 && !emit(Event{Kind: EventResumed, Revision: start}) {
+			return false, true, nil
+		}
 	}
 	var snapshot []Status
 	snapshotting := start == 0
@@ -257,14 +302,8 @@ func (f *follower) session(ctx context.Context, start uint64, emit func(Event) b
 			}
 			return delivered, false, err
 		}
-		if !delivered && f.down {
-			f.down = false
-			if f.opts.streamState != nil {
-				f.opts.streamState(nil)
-			}
-		}
 		delivered = true
-		idle.Reset(f.c.opts.idleTimeout)
+		idle.reset()
 		rev := resp.GetRevision()
 		switch e := resp.GetEvent().(type) {
 		case *pb.WatchTransitionsResponse_Snapshot:
@@ -294,6 +333,31 @@ func (f *follower) session(ctx context.Context, start uint64, emit func(Event) b
 		if ev, ok := eventFromProto(resp); ok && !emit(ev) {
 			return true, true, nil
 		}
+	}
+}
+
+// idleTimer calls its function after d without a reset; d 0: never.
+type idleTimer struct {
+	t *time.Timer
+	d time.Duration
+}
+
+func newIdleTimer(d time.Duration, fn func()) idleTimer {
+	if d == 0 {
+		return idleTimer{}
+	}
+	return idleTimer{t: time.AfterFunc(d, fn), d: d}
+}
+
+func (i idleTimer) reset() {
+	if i.t != nil {
+		i.t.Reset(i.d)
+	}
+}
+
+func (i idleTimer) stop() {
+	if i.t != nil {
+		i.t.Stop()
 	}
 }
 

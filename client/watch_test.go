@@ -39,7 +39,7 @@ func next(t *testing.T, ch <-chan client.Event) client.Event {
 }
 
 // nextKind returns the next event of kind k, checking that the events it
-// skips are only progress and disconnections.
+// skips are only progress, disconnections and resumptions.
 func nextKind(t *testing.T, ch <-chan client.Event, k client.EventKind) client.Event {
 	t.Helper()
 	for {
@@ -47,7 +47,7 @@ func nextKind(t *testing.T, ch <-chan client.Event, k client.EventKind) client.E
 		if ev.Kind == k {
 			return ev
 		}
-		if ev.Kind != client.EventDisconnected {
+		if ev.Kind != client.EventDisconnected && ev.Kind != client.EventResumed {
 			t.Fatalf("got %v event at %d (%+v) waiting for %v", ev.Kind, ev.Revision, ev, k)
 		}
 	}
@@ -119,6 +119,9 @@ func TestWatchResumesAfterACut(t *testing.T) {
 	c2 := newEnvClient(t, e) // the registry changes while this client is cut off
 	c2.Add(ctx, tcpTarget("b", "edge", "10.0.0.2:80"))
 	e.cuts.heal()
+	if ev := nextKind(t, ch, client.EventResumed); ev.Revision != snap.Revision {
+		t.Errorf("resumed after %d; want after the snapshot's %d", ev.Revision, snap.Revision)
+	}
 
 	tr := nextKind(t, ch, client.EventTransition)
 	added := nextKind(t, ch, client.EventAdded)
@@ -264,7 +267,7 @@ func TestWatchSkipsUnknownEvents(t *testing.T) {
 			break
 		}
 	}
-	if want := []string{"snapshot", "disconnected", "transition"}; !cmp.Equal(got, want) {
+	if want := []string{"snapshot", "disconnected", "resumed", "transition"}; !cmp.Equal(got, want) {
 		t.Errorf("events %v; want %v", got, want)
 	}
 	if starts := f.startRevisions(); !cmp.Equal(starts, []uint64{0, 11}) {
@@ -294,6 +297,9 @@ func TestWatchResumesFromTheNamedRevision(t *testing.T) {
 	ch := c.Watch(within(t), client.Filter{})
 	var revs []uint64
 	for ev := range ch {
+		if ev.Kind == client.EventResumed {
+			continue
+		}
 		if ev.Kind == client.EventDisconnected {
 			if !errors.Is(ev.Err, client.ErrResourceExhausted) {
 				t.Errorf("disconnected with %v; want ErrResourceExhausted", ev.Err)
