@@ -132,7 +132,7 @@ func TestViewUnderDisconnects(t *testing.T) {
 		lists[l.Revision] = m
 		return l.Revision
 	}
-	heldFor := 0
+	var heldUntil uint64 // while cut and held: the revision to heal at
 	for i := range 600 {
 		name := names[rng.IntN(len(names))]
 		switch op := rng.IntN(10); {
@@ -153,21 +153,24 @@ func TestViewUnderDisconnects(t *testing.T) {
 		}
 		rev := record()
 		switch {
-		case heldFor > 0:
-			if heldFor--; heldFor == 0 {
+		case heldUntil > 0:
+			if rev >= heldUntil {
 				e.cuts.heal()
+				heldUntil = 0
 			}
 		case rng.IntN(25) == 0:
 			e.cuts.cut(false) // a blip: reconnect at once, resume
-		case rng.IntN(60) == 0:
-			e.cuts.cut(true) // out for longer than the history, often
-			heldFor = 10 + rng.IntN(60)
+		case rng.IntN(40) == 0:
+			// Out for 10 to 70 revisions: a resume within the history (40
+			// events), or a re-snapshot past it.
+			e.cuts.cut(true)
+			heldUntil = rev + 10 + uint64(rng.IntN(60))
 		}
 		if i%100 == 99 || i == 599 {
 			// A checkpoint: every view catches up with the list's revision
 			// (a progress event brings a filtered one there).
 			e.cuts.heal()
-			heldFor = 0
+			heldUntil = 0
 			for _, p := range views {
 				waitFor(t, fmt.Sprintf("view %+v at %d", p.filter, rev), func() bool { return p.v.Revision() >= rev })
 				list, at := p.v.List()

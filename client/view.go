@@ -23,11 +23,18 @@ import (
 type View struct {
 	filter Filter
 
-	cancel context.CancelFunc // ends the follower
-	done   chan struct{}      // closed when the follower returned
-	synced chan struct{}      // closed by the first snapshot
+	run    func(context.Context) // follows until its context ends
+	done   chan struct{}         // closed when the follower returned
+	synced chan struct{}         // closed by the first snapshot
+
+	// deliver is held while subscribers are called, so that a new
+	// subscriber's replay of the view comes before, or after, an event's
+	// changes, never among them. Lock order: deliver, then mu; apply
+	// never holds both.
+	deliver sync.Mutex
 
 	mu      sync.Mutex            // protects the fields below
+	cancel  context.CancelFunc    // ends the follower; nil before Start
 	targets map[string]*Status    // by name
 	groups  map[string]*viewGroup // by group name
 	rev     uint64                // the revision of the last event applied
@@ -77,13 +84,20 @@ func (c Change) String() string { return fmt.Sprintf("%s: %s -> %s", c.Name, c.F
 // empty until the first snapshot arrives (Synced). It follows until ctx ends
 // or Close. FromRevision does not apply: a view starts from a snapshot.
 func (c *Client) View(ctx context.Context, f Filter, opts ...WatchOption) *View {
+	v := c.NewView(f, opts...)
+	v.Start(ctx)
+	return v
+}
+
+// NewView returns a view of the targets f selects that does not follow
+// yet: Start starts it. Callbacks given as options (BeforeStream, OnEvent,
+// OnStreamState) may use the view, as it exists before they can run.
+func (c *Client) NewView(f Filter, opts ...WatchOption) *View {
 	v := newView(f)
-	ctx, v.cancel = context.WithCancel(ctx)
 	fl := c.newFollower(f, opts)
 	fl.rev, fl.synced, fl.snaps = 0, false, 0
 	fl.onEventAfter = true
-	go func() {
-		defer close(v.done)
+	v.run = func(ctx context.Context) {
 		fl.run(ctx, func(ev Event) bool {
 			v.apply(ev)
 			if fl.opts.onEvent != nil {
@@ -91,8 +105,20 @@ func (c *Client) View(ctx context.Context, f Filter, opts ...WatchOption) *View 
 			}
 			return true
 		})
-	}()
+	}
 	return v
+}
+
+// Start starts following, until ctx ends or Close. It must be called once.
+func (v *View) Start(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	v.mu.Lock()
+	v.cancel = cancel
+	v.mu.Unlock()
+	go func() {
+		defer close(v.done)
+		v.run(ctx)
+	}()
 }
 
 func newView(f Filter) *View {
@@ -108,9 +134,15 @@ func newView(f Filter) *View {
 
 // Close stops following and waits until the follower has returned; no
 // subscriber is called after it. The view keeps answering with what it last
-// knew. It is safe to call more than once.
+// knew. It is safe to call more than once, and before Start.
 func (v *View) Close() {
-	v.cancel()
+	v.mu.Lock()
+	cancel := v.cancel
+	v.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
 	<-v.done
 }
 
@@ -181,17 +213,30 @@ func (v *View) Routable(group string) []Status {
 	return g.routable
 }
 
-// Subscribe calls fn with every change of the view from now on, in
-// revision order, from the view's follower goroutine, after the change is
-// applied (Get within fn sees it). fn must not block for long: the view
-// waits for it. cancel ends the subscription.
+// Subscribe calls fn with every change of the view, in revision order:
+// first, before Subscribe returns, one change per target the view has
+// already (From absent, Reason "subscribed", at the view's revision), then
+// every later change, from the view's follower goroutine, after the change
+// is applied (Get within fn sees it). fn must not block for long: the view
+// waits for it; it must not call Subscribe. cancel ends the subscription.
 func (v *View) Subscribe(fn func(Change)) (cancel func()) {
+	v.deliver.Lock()
+	defer v.deliver.Unlock()
 	v.mu.Lock()
-	defer v.mu.Unlock()
 	id := v.nextSub
 	v.nextSub++
 	v.subs[id] = fn
 	v.subList = nil
+	replay := make([]Change, 0, len(v.targets))
+	for _, name := range slices.Sorted(maps.Keys(v.targets)) {
+		st := v.targets[name]
+		replay = append(replay, Change{Revision: v.rev, Name: name, Group: st.Target.Group, To: st.State, Status: *st, Reason: "subscribed"})
+	}
+	v.mu.Unlock()
+	for i := range replay {
+		replay[i].More = i < len(replay)-1
+		fn(replay[i])
+	}
 	return func() {
 		v.mu.Lock()
 		defer v.mu.Unlock()
@@ -230,7 +275,9 @@ func (v *View) apply(ev Event) {
 			ch = append(ch, c)
 		}
 	}
-	if ev.Revision > 0 && (ev.Kind != EventDisconnected && ev.Kind != EventStopped) {
+	switch ev.Kind {
+	case EventDisconnected, EventStopped, EventResumed: // not the registry's events
+	default:
 		v.rev = ev.Revision
 	}
 	subs := v.subList
@@ -242,6 +289,10 @@ func (v *View) apply(ev Event) {
 	}
 	v.scratch = ch
 	v.mu.Unlock()
+	// The subscribers were taken with the changes: one that subscribes now
+	// has them in its replay, and is not called with them.
+	v.deliver.Lock()
+	defer v.deliver.Unlock()
 	for i := range ch {
 		ch[i].More = i < len(ch)-1
 		for _, fn := range subs {

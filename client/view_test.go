@@ -61,10 +61,11 @@ func TestView(t *testing.T) {
 	e.set("10.0.0.1:80", true)
 	e.round(t)
 
-	v := c.View(ctx, client.Filter{Group: "edge"})
-	defer v.Close()
+	v := c.NewView(client.Filter{Group: "edge"})
 	var log changeLog
-	v.Subscribe(log.add)
+	v.Subscribe(log.add) // before Start: every change comes from the stream
+	v.Start(ctx)
+	defer v.Close()
 	if err := v.WaitSynced(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -82,6 +83,13 @@ func TestView(t *testing.T) {
 	if got := log.take(); !cmp.Equal(got, want) {
 		t.Errorf("snapshot changes %v; want %v", got, want)
 	}
+	// A subscriber that comes later first gets what the view has.
+	var late changeLog
+	cancel := v.Subscribe(late.add)
+	if got, want := late.take(), []string{"a: absent -> healthy (subscribed) +", "b: absent -> unhealthy (subscribed)"}; !cmp.Equal(got, want) {
+		t.Errorf("a late subscriber's first changes %v; want %v", got, want)
+	}
+	cancel()
 
 	e.set("10.0.0.2:80", true)
 	e.round(t)

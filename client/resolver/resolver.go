@@ -107,12 +107,13 @@ func (b *Builder) Build(target grpcresolver.Target, cc grpcresolver.ClientConn, 
 	if own {
 		r.own = c
 	}
-	r.view = c.View(context.Background(), client.Filter{Group: group}, client.OnStreamState(r.streamState))
+	r.view = c.NewView(client.Filter{Group: group}, client.OnStreamState(r.streamState))
 	r.unsubscribe = r.view.Subscribe(func(ch client.Change) {
 		if !ch.More {
 			r.push()
 		}
 	})
+	r.view.Start(context.Background())
 	r.wg.Add(1)
 	go func() {
 		// A first snapshot with no routable target changes nothing, yet
