@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
@@ -59,9 +60,10 @@ const (
 	// EventStopped: the follower stopped for good (Err): a filter pulsed
 	// refuses, or the client was closed. It is the last event.
 	EventStopped
-	// EventResumed: after a disconnection, pulsed accepted a stream that
-	// resumes after Revision, with no snapshot. (A stream that cannot
-	// resume is followed by an EventSnapshot with Resnapshot instead.)
+	// EventResumed: pulsed accepted a stream that resumes after Revision,
+	// with no snapshot: after a disconnection, or FromRevision's first. (A
+	// stream that cannot resume gets an EventSnapshot with Resnapshot
+	// instead.)
 	EventResumed
 )
 
@@ -94,6 +96,27 @@ type Event struct {
 	Err error
 	// RetryIn is the delay before the next attempt (EventDisconnected).
 	RetryIn time.Duration
+
+	raw []*pb.WatchTransitionsResponse // with WithMessages: the wire messages
+}
+
+// Messages returns, when the watch has WithMessages, the wire messages the
+// event was made of, as pulsed sent them: for a snapshot each target's
+// message, then snapshot_complete; nil for the follower's own events
+// (disconnected, resumed, stopped). They are shared: do not modify them.
+//
+// This is the one place the package hands out generated types (as
+// proto.Message, to marshal with protojson or prototext): for tools that
+// print the wire form, such as pulsectl watch -o json.
+func (e Event) Messages() []proto.Message {
+	if e.raw == nil {
+		return nil
+	}
+	out := make([]proto.Message, len(e.raw))
+	for i, m := range e.raw {
+		out[i] = m
+	}
+	return out
 }
 
 // WatchOption configures Watch and View.
@@ -104,7 +127,11 @@ type watchOptions struct {
 	streamState func(error)
 	before      func(context.Context) error
 	onEvent     func(Event)
+	messages    bool
 }
+
+// WithMessages keeps each event's wire messages for Event.Messages.
+func WithMessages() WatchOption { return func(o *watchOptions) { o.messages = true } }
 
 // FromRevision makes a Watch resume after revision rev (from an earlier
 // event) instead of starting with a snapshot. If pulsed cannot resume from
@@ -183,7 +210,8 @@ type follower struct {
 	synced bool   // rev is a resume point: a snapshot was delivered, or opts.from
 	snaps  int    // snapshots delivered
 	reason error  // why the next snapshot is a re-snapshot
-	down   bool   // the last stream broke and none delivered since
+	down   bool   // the last stream broke and none was accepted since
+	up     bool   // a stream was accepted once
 
 	onEventAfter bool // the caller's emit calls opts.onEvent itself (a View)
 }
@@ -283,16 +311,17 @@ func (f *follower) session(ctx context.Context, start uint64, emit func(Event) b
 	}
 	// Headers come once pulsed has registered the watch; an error comes as
 	// nil headers, and then from Recv.
-	if md, _ := stream.Header(); md != nil && f.down {
-		f.down = false
-		if f.opts.streamState != nil {
+	if md, _ := stream.Header(); md != nil && (f.down || !f.up) {
+		if f.down && f.opts.streamState != nil {
 			f.opts.streamState(nil)
 		}
+		f.down, f.up = false, true
 		if start > 0 && !emit(Event{Kind: EventResumed, Revision: start}) {
 			return false, true, nil
 		}
 	}
 	var snapshot []Status
+	var raw []*pb.WatchTransitionsResponse // with WithMessages
 	snapshotting := start == 0
 	for {
 		resp, err := stream.Recv()
@@ -309,6 +338,9 @@ func (f *follower) session(ctx context.Context, start uint64, emit func(Event) b
 		case *pb.WatchTransitionsResponse_Snapshot:
 			if snapshotting {
 				snapshot = append(snapshot, statusFromProto(e.Snapshot))
+				if f.opts.messages {
+					raw = append(raw, resp)
+				}
 			}
 			continue
 		case *pb.WatchTransitionsResponse_SnapshotComplete:
@@ -316,7 +348,10 @@ func (f *follower) session(ctx context.Context, start uint64, emit func(Event) b
 				continue
 			}
 			ev := Event{Kind: EventSnapshot, Revision: rev, Snapshot: snapshot, Resnapshot: f.snaps > 0, Err: f.reason}
-			snapshot, snapshotting = nil, false
+			if f.opts.messages {
+				ev.raw = append(raw, resp)
+			}
+			snapshot, raw, snapshotting = nil, nil, false
 			// A snapshot from another server may be below the old resume
 			// point: it becomes the resume point all the same.
 			f.rev, f.synced, f.reason = rev, true, nil
@@ -330,7 +365,14 @@ func (f *follower) session(ctx context.Context, start uint64, emit func(Event) b
 			continue // before the snapshot's end (none are sent), or a duplicate
 		}
 		f.rev = rev
-		if ev, ok := eventFromProto(resp); ok && !emit(ev) {
+		ev, ok := eventFromProto(resp)
+		if !ok {
+			continue
+		}
+		if f.opts.messages {
+			ev.raw = []*pb.WatchTransitionsResponse{resp}
+		}
+		if !emit(ev) {
 			return true, true, nil
 		}
 	}
