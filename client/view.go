@@ -6,6 +6,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -47,9 +48,9 @@ type View struct {
 
 // viewGroup indexes one group's targets.
 type viewGroup struct {
-	names    map[string]struct{}
-	routable []Status // sorted by name; replaced, never modified
-	stale    bool     // routable must be computed again
+	members  []*Status // sorted by name
+	routable []Status  // sorted by name; replaced, never modified
+	stale    bool      // routable must be computed again
 }
 
 // Change is one change of a View: a target that entered it (From is
@@ -202,9 +203,15 @@ func (v *View) Routable(group string) []Status {
 		return nil
 	}
 	if g.stale {
-		g.routable = g.routable[:0:0]
-		for _, name := range slices.Sorted(maps.Keys(g.names)) {
-			if st := v.targets[name]; st.Routable {
+		n := 0
+		for _, st := range g.members {
+			if st.Routable {
+				n++
+			}
+		}
+		g.routable = make([]Status, 0, n)
+		for _, st := range g.members {
+			if st.Routable {
 				g.routable = append(g.routable, *st)
 			}
 		}
@@ -356,10 +363,16 @@ func (v *View) replaceLocked(ev Event, ch []Change) []Change {
 			ch = append(ch, Change{Revision: ev.Revision, Name: name, Group: old.Target.Group, From: old.State, Reason: "snapshot"})
 		}
 	}
-	v.targets = make(map[string]*Status, len(next))
+	v.targets = next
 	v.groups = make(map[string]*viewGroup)
-	for _, st := range next {
-		v.insertLocked(*st)
+	for _, name := range slices.Sorted(maps.Keys(next)) { // each group's members in name order
+		st := next[name]
+		g := v.groups[st.Target.Group]
+		if g == nil {
+			g = &viewGroup{stale: true}
+			v.groups[st.Target.Group] = g
+		}
+		g.members = append(g.members, st)
 	}
 	select {
 	case <-v.synced:
@@ -370,13 +383,18 @@ func (v *View) replaceLocked(ev Event, ch []Change) []Change {
 }
 
 func (v *View) insertLocked(st Status) {
-	v.targets[st.Target.Name] = &st
+	p := &st
+	v.targets[st.Target.Name] = p
 	g := v.groups[st.Target.Group]
 	if g == nil {
-		g = &viewGroup{names: make(map[string]struct{})}
+		g = &viewGroup{}
 		v.groups[st.Target.Group] = g
 	}
-	g.names[st.Target.Name] = struct{}{}
+	if i, ok := g.find(st.Target.Name); ok {
+		g.members[i] = p
+	} else {
+		g.members = slices.Insert(g.members, i, p)
+	}
 	g.stale = true
 }
 
@@ -384,12 +402,19 @@ func (v *View) deleteLocked(name string) {
 	st := v.targets[name]
 	delete(v.targets, name)
 	if g := v.groups[st.Target.Group]; g != nil {
-		delete(g.names, name)
+		if i, ok := g.find(name); ok {
+			g.members = slices.Delete(g.members, i, i+1)
+		}
 		g.stale = true
-		if len(g.names) == 0 {
+		if len(g.members) == 0 {
 			delete(v.groups, st.Target.Group)
 		}
 	}
+}
+
+// find returns the index of the member called name, or where it would go.
+func (g *viewGroup) find(name string) (int, bool) {
+	return slices.BinarySearchFunc(g.members, name, func(st *Status, name string) int { return strings.Compare(st.Target.Name, name) })
 }
 
 func (v *View) staleLocked(group string) {

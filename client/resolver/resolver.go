@@ -108,11 +108,7 @@ func (b *Builder) Build(target grpcresolver.Target, cc grpcresolver.ClientConn, 
 		r.own = c
 	}
 	r.view = c.NewView(client.Filter{Group: group}, client.OnStreamState(r.streamState))
-	r.unsubscribe = r.view.Subscribe(func(ch client.Change) {
-		if !ch.More {
-			r.push()
-		}
-	})
+	r.unsubscribe = r.view.Subscribe(r.changed)
 	r.view.Start(context.Background())
 	r.wg.Add(1)
 	go func() {
@@ -137,12 +133,72 @@ type pulseResolver struct {
 	unsubscribe func()
 	wg          sync.WaitGroup
 
-	mu      sync.Mutex // protects the fields below; held while calling cc, so that updates reach it in order
-	last    []grpcresolver.Address
-	sent    bool // last was sent
-	failing bool // an error was reported since
-	closed  bool
-	done    chan struct{} // closed by Close
+	mu sync.Mutex // protects the fields below; held while calling cc, so that updates reach it in order
+	// routable holds the address of each routable target with one, sorted
+	// by name; kept up to date change by change, so that an update costs
+	// one pass over the group, not a pass over the view and a parse of
+	// every target's address.
+	routable []named
+	counts   map[string]int // how many of routable have each address
+	repeated int            // how many addresses two or more of routable have
+	dirty    bool           // routable changed since the last update sent
+	sent     bool           // an update was sent
+	failing  bool           // an error was reported since the last update
+	closed   bool
+	done     chan struct{} // closed by Close
+}
+
+// named is a target's name and address.
+type named struct {
+	name string
+	addr grpcresolver.Address
+}
+
+// changed applies one change of the view and, after the last change of a
+// revision, sends the list.
+func (r *pulseResolver) changed(ch client.Change) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i, found := slices.BinarySearchFunc(r.routable, ch.Name, func(n named, name string) int { return strings.Compare(n.name, name) })
+	addr, ok := addressOf(ch.Status)
+	in := ok && ch.Status.Routable
+	if found {
+		r.count(r.routable[i].addr.Addr, -1)
+	}
+	switch {
+	case in && found:
+		r.routable[i].addr = addr
+	case in:
+		r.routable = slices.Insert(r.routable, i, named{ch.Name, addr})
+	case found:
+		r.routable = slices.Delete(r.routable, i, i+1)
+	}
+	if in {
+		r.count(addr.Addr, +1)
+	}
+	r.dirty = r.dirty || in || found
+	if !ch.More {
+		r.pushLocked()
+	}
+}
+
+// count adds d to the number of routable targets at addr.
+func (r *pulseResolver) count(addr string, d int) {
+	if r.counts == nil {
+		r.counts = make(map[string]int)
+	}
+	n := r.counts[addr] + d
+	switch {
+	case d > 0 && n == 2:
+		r.repeated++
+	case d < 0 && n == 1:
+		r.repeated--
+	}
+	if n == 0 {
+		delete(r.counts, addr)
+	} else {
+		r.counts[addr] = n
+	}
 }
 
 // push sends the group's routable addresses to gRPC, unless they are what
@@ -150,14 +206,28 @@ type pulseResolver struct {
 func (r *pulseResolver) push() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed {
+	r.pushLocked()
+}
+
+func (r *pulseResolver) pushLocked() {
+	if r.closed || r.sent && !r.dirty && !r.failing {
 		return
 	}
-	addrs := Addresses(r.view.Routable(r.group))
-	if r.sent && !r.failing && slices.EqualFunc(addrs, r.last, grpcresolver.Address.Equal) {
-		return
+	addrs := make([]grpcresolver.Address, 0, len(r.routable))
+	var seen map[string]bool // only when some address is repeated
+	if r.repeated > 0 {
+		seen = make(map[string]bool, len(r.routable))
 	}
-	r.last, r.sent, r.failing = addrs, true, false
+	for _, n := range r.routable {
+		if seen != nil {
+			if seen[n.addr.Addr] {
+				continue
+			}
+			seen[n.addr.Addr] = true
+		}
+		addrs = append(addrs, n.addr)
+	}
+	r.dirty, r.sent, r.failing = false, true, false
 	// An empty list is refused (ErrBadResolverState) and the channel fails
 	// its RPCs: what a group with no routable target should get.
 	r.cc.UpdateState(grpcresolver.State{Addresses: addrs})
@@ -206,13 +276,23 @@ func Addresses(targets []client.Status) []grpcresolver.Address {
 	out := make([]grpcresolver.Address, 0, len(targets))
 	seen := make(map[string]bool, len(targets))
 	for _, st := range targets {
-		addr, ok := st.Target.Address()
-		if !ok || seen[addr] {
+		addr, ok := addressOf(st)
+		if !ok || seen[addr.Addr] {
 			continue
 		}
-		seen[addr] = true
-		info := Info{Name: st.Target.Name, Group: st.Target.Group, State: st.State}
-		out = append(out, grpcresolver.Address{Addr: addr, Attributes: attributes.New(infoKey{}, info)})
+		seen[addr.Addr] = true
+		out = append(out, addr)
 	}
 	return out
+}
+
+// addressOf returns st's gRPC address with its Info; ok is false when its
+// probe has no host:port.
+func addressOf(st client.Status) (grpcresolver.Address, bool) {
+	addr, ok := st.Target.Address()
+	if !ok {
+		return grpcresolver.Address{}, false
+	}
+	info := Info{Name: st.Target.Name, Group: st.Target.Group, State: st.State}
+	return grpcresolver.Address{Addr: addr, Attributes: attributes.New(infoKey{}, info)}, true
 }
