@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -173,5 +174,29 @@ func TestToken(t *testing.T) {
 				t.Errorf("authorization sent: %q; want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestWithBlock: New waits for a connection, and fails with ErrUnavailable
+// when none comes before ctx ends.
+func TestWithBlock(t *testing.T) {
+	e := newEnv(t, 1, checker.Config{})
+	c, err := client.New(within(t), e.addrs, client.WithBlock(), client.WithToken(""))
+	if err != nil {
+		t.Fatalf("New with a live pulsed: %v", err)
+	}
+	c.Close()
+	c.Close() // idempotent
+
+	lis, _ := net.Listen("tcp", "127.0.0.1:0")
+	closed := lis.Addr().String()
+	lis.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	if c, err := client.New(ctx, []string{closed}, client.WithBlock(), client.WithToken("")); !errors.Is(err, client.ErrUnavailable) {
+		if c != nil {
+			c.Close()
+		}
+		t.Errorf("New with nothing listening: %v; want ErrUnavailable", err)
 	}
 }
