@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"regexp"
@@ -268,7 +269,7 @@ func (f *follower) run(ctx context.Context, emit func(Event) bool) {
 			if rev, ok := namedRevision(err); ok {
 				behind = rev
 			}
-		case code == codes.InvalidArgument || code == codes.Unimplemented ||
+		case (code == codes.InvalidArgument || code == codes.Unimplemented) && !errors.As(err, new(beforeError)) ||
 			f.c.conn.GetState() == connectivity.Shutdown:
 			emit(Event{Kind: EventStopped, Revision: f.rev, Err: wrap("WatchTransitions", err)})
 			return
@@ -298,7 +299,7 @@ func (f *follower) run(ctx context.Context, emit func(Event) bool) {
 func (f *follower) session(ctx context.Context, start uint64, emit func(Event) bool) (delivered, stop bool, err error) {
 	if f.opts.before != nil {
 		if err := f.opts.before(ctx); err != nil {
-			return false, false, err
+			return false, false, beforeError{err}
 		}
 	}
 	sctx, cancel := context.WithCancel(ctx)
@@ -377,6 +378,13 @@ func (f *follower) session(ctx context.Context, start uint64, emit func(Event) b
 		}
 	}
 }
+
+// beforeError is an error of the BeforeStream function: whatever its code,
+// the follower retries.
+type beforeError struct{ err error }
+
+func (e beforeError) Error() string { return e.err.Error() }
+func (e beforeError) Unwrap() error { return e.err }
 
 // idleTimer calls its function after d without a reset; d 0: never.
 type idleTimer struct {

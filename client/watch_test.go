@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -386,5 +387,38 @@ func TestWatchEndsWithItsContext(t *testing.T) {
 	nextKind(t, ch, client.EventSnapshot)
 	cancel()
 	for range ch {
+	}
+}
+
+// TestBeforeStream: the function runs before every stream, and its errors,
+// whatever their code, are retried rather than fatal.
+func TestBeforeStream(t *testing.T) {
+	f := &fakePulse{watch: func(n int, req *pb.WatchTransitionsRequest, stream grpc.ServerStreamingServer[pb.WatchTransitionsResponse]) error {
+		if n == 0 {
+			snapshotAt(10, stream)
+			return status.Error(codes.Unavailable, "going away")
+		}
+		stream.Send(transitionAt(11, pb.State_STATE_HEALTHY))
+		<-stream.Context().Done()
+		return nil
+	}}
+	c := fakeClient(t, f)
+	var calls atomic.Int32
+	var events []string
+	ch := c.Watch(within(t), client.Filter{},
+		client.BeforeStream(func(context.Context) error {
+			if calls.Add(1) == 2 {
+				return &client.Error{Code: codes.InvalidArgument, Message: "registering: target.rise: must be at most 1000"}
+			}
+			return nil
+		}),
+		client.OnEvent(func(ev client.Event) { events = append(events, ev.Kind.String()) }))
+	for ev := next(t, ch); ev.Kind != client.EventTransition; ev = next(t, ch) {
+	}
+	if n := calls.Load(); n != 3 {
+		t.Errorf("BeforeStream ran %d times; want 3: before the first stream, then failing once, then before the resume", n)
+	}
+	if want := []string{"snapshot", "disconnected", "disconnected", "resumed", "transition"}; !cmp.Equal(events, want) {
+		t.Errorf("OnEvent saw %v; want %v", events, want)
 	}
 }

@@ -106,6 +106,8 @@ func (s *remoteSource) logEvent(ev client.Event) {
 	switch ev.Kind {
 	case client.EventDisconnected:
 		s.logger.Warn("pulse watch down; routing with the last known view", "pulse", s.cfg.pulse, "error", ev.Err, "retry_in", ev.RetryIn.Round(time.Millisecond).String())
+	case client.EventStopped:
+		s.logger.Error("pulse watch stopped; routing with the last known view until restarted", "pulse", s.cfg.pulse, "error", ev.Err)
 	case client.EventResumed:
 		s.logger.Info("pulse watch resumed", "pulse", s.cfg.pulse, "group", s.cfg.group, "start_revision", ev.Revision)
 	case client.EventSnapshot:
