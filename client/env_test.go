@@ -77,6 +77,14 @@ type env struct {
 // newEnv starts a checker and n servers of it.
 func newEnv(t *testing.T, n int, cfg checker.Config, opts ...server.Option) *env {
 	t.Helper()
+	return newEnvTB(t, n, cfg, opts...)
+}
+
+// newEnvB is newEnv with one server, for a benchmark.
+func newEnvB(b *testing.B, cfg checker.Config) *env { return newEnvTB(b, 1, cfg) }
+
+func newEnvTB(t testing.TB, n int, cfg checker.Config, opts ...server.Option) *env {
+	t.Helper()
 	sp := &switchProbers{up: map[string]*atomic.Bool{}}
 	cfg.NewProber = sp.New
 	if cfg.Defaults == (checker.Defaults{}) {
