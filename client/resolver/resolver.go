@@ -20,11 +20,13 @@
 // a tcp or grpc probe, the host:port of an http URL (the scheme's port when
 // it has none). A target without one is left out, and of two targets with
 // the same address the first by name is kept. Each address carries the
-// target's name, group and state (Info reads them). The list is sent to
-// gRPC after every change of the group (a transition, a target added,
-// updated, moved or removed, a snapshot). While pulsed is unreachable the
-// resolver keeps the last list, reports the error to the ClientConn (the
-// balancer keeps using the list), and resumes when pulsed is back.
+// target's name, group and state (Info reads them). A new list is sent to
+// gRPC after every change of the group that changes it (a transition in or
+// out of rotation or between healthy and suspect, a routable target added,
+// updated, moved or removed, a snapshot), once per revision. While pulsed
+// is unreachable the resolver keeps the last list and reports the error to
+// the ClientConn (the balancer keeps using the list); once the stream is
+// back it sends the current list again.
 package resolver
 
 import (

@@ -266,6 +266,43 @@ func TestRoundRobinFollowsPulse(t *testing.T) {
 	}
 }
 
+// cutter dials loopback and can cut every connection it made, refusing
+// new ones until heal.
+type cutter struct {
+	mu    sync.Mutex
+	conns []net.Conn
+	held  bool
+}
+
+func (c *cutter) dial(ctx context.Context, addr string) (net.Conn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held {
+		return nil, fmt.Errorf("cut by the test")
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err == nil {
+		c.conns = append(c.conns, conn)
+	}
+	return conn, err
+}
+
+func (c *cutter) cut(hold bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, conn := range c.conns {
+		conn.Close()
+	}
+	c.conns, c.held = nil, hold
+}
+
+func (c *cutter) heal() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.held = false
+}
+
 // fakeCC is a resolver.ClientConn that records what it is told.
 type fakeCC struct {
 	grpcresolver.ClientConn
@@ -324,7 +361,9 @@ func TestAuthority(t *testing.T) {
 	c.Add(ctx, client.Target{Name: "b", Group: "edge", GRPC: &client.GRPCProbe{Address: bs[1].addr}})
 	c.Add(ctx, client.Target{Name: "other", Group: "data", GRPC: &client.GRPCProbe{Address: bs[0].addr}})
 
-	b := resolver.NewBuilder(nil, client.WithToken(""))
+	cuts := &cutter{}
+	b := resolver.NewBuilder(nil, client.WithToken(""), client.WithBackoff(5*time.Millisecond, 50*time.Millisecond),
+		client.WithDialOptions(grpc.WithContextDialer(cuts.dial)))
 	cc := &fakeCC{}
 	target := grpcresolver.Target{}
 	u, _ := target.URL.Parse("pulse://" + p.addr + "/edge")
@@ -350,6 +389,22 @@ func TestAuthority(t *testing.T) {
 		a := cc.lastAddrs()
 		return len(a) == 1 && a[0].Addr == moved
 	})
+
+	// pulsed unreachable: the error is reported and no list is sent; once
+	// the stream is back the list is sent again, which clears the error.
+	updates := func() int { cc.rec.mu.Lock(); defer cc.rec.mu.Unlock(); return len(cc.rec.updates) }
+	errs := func() int { cc.rec.mu.Lock(); defer cc.rec.mu.Unlock(); return len(cc.rec.errs) }
+	before := updates()
+	cuts.cut(true)
+	waitFor(t, "the error reported", func() bool { return errs() > 0 })
+	if updates() != before {
+		t.Errorf("an update was sent while pulsed was cut off")
+	}
+	cuts.heal()
+	waitFor(t, "the list sent again", func() bool { return updates() > before })
+	if a := cc.lastAddrs(); len(a) != 1 || a[0].Addr != moved {
+		t.Errorf("list after the stream came back: %v; want a at %s", a, moved)
+	}
 
 	// Bad targets are refused.
 	for _, bad := range []string{"pulse:///", "pulse:///a/b"} {
