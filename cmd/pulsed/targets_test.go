@@ -127,7 +127,7 @@ func TestTargetsFileAndSIGHUP(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "targets.yaml")
 	writeFile(t, path, "targets:\n  - name: a\n    tcp: {address: \"127.0.0.1:9\"}\n  - name: b\n    tcp: {address: \"127.0.0.1:9\"}\n")
 	p := startPulsed(t, bin, "-targets", path)
-	client := dial(t, p.addr)
+	client := dial(t, p.Addr)
 	names := func() []string {
 		list, err := client.ListTargets(t.Context(), &pb.ListTargetsRequest{})
 		if err != nil {
@@ -147,13 +147,13 @@ func TestTargetsFileAndSIGHUP(t *testing.T) {
 	}
 
 	writeFile(t, path, "targets:\n  - name: b\n    tcp: {address: \"127.0.0.1:9\"}\n  - name: c\n    tcp: {address: \"127.0.0.1:9\"}\n")
-	p.cmd.Process.Signal(syscall.SIGHUP)
+	p.Signal(syscall.SIGHUP)
 	eventually(t, "the reload", func() bool { return cmp.Equal(names(), []string{"api:api", "b:file", "c:file"}) })
 
 	writeFile(t, path, "targets:\n  - name: d\n    tcp: {address: \"127.0.0.1:9\"}\n  - name: e\n    fall: -1\n    tcp: {address: \"127.0.0.1:9\"}\n")
-	p.cmd.Process.Signal(syscall.SIGHUP)
+	p.Signal(syscall.SIGHUP)
 	eventually(t, "the bad file's log line", func() bool {
-		return strings.Contains(p.logs.String(), `targets file not applied: nothing changed`) && strings.Contains(p.logs.String(), `targets.yaml:4: target \"e\": fall: must be at least 1, got -1`)
+		return strings.Contains(p.Logs(), `targets file not applied: nothing changed`) && strings.Contains(p.Logs(), `targets.yaml:4: target \"e\": fall: must be at least 1, got -1`)
 	})
 	if diff := cmp.Diff([]string{"api:api", "b:file", "c:file"}, names()); diff != "" {
 		t.Errorf("a bad file changed targets (-want +got):\n%s", diff)
