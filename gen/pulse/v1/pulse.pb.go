@@ -2653,6 +2653,55 @@ func (*WatchTransitionsResponse_Progress) isWatchTransitionsResponse_Event() {}
 
 func (*WatchTransitionsResponse_Policy) isWatchTransitionsResponse_Event() {}
 
+// TargetsFile is the form of pulsed's -targets file, in YAML: one key,
+// targets, listing targets with the fields of Target. pulsed decodes it with
+// these field names (text or JSON names, durations as "1s"), so the file
+// accepts exactly what AddTarget accepts.
+type TargetsFile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// targets the file declares; names are unique within the file.
+	Targets       []*Target `protobuf:"bytes,1,rep,name=targets,proto3" json:"targets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TargetsFile) Reset() {
+	*x = TargetsFile{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TargetsFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TargetsFile) ProtoMessage() {}
+
+func (x *TargetsFile) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TargetsFile.ProtoReflect.Descriptor instead.
+func (*TargetsFile) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *TargetsFile) GetTargets() []*Target {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
 var File_pulse_v1_pulse_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_pulse_proto_rawDesc = "" +
@@ -2840,7 +2889,9 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\aremoved\x18\a \x01(\v2\x17.pulse.v1.TargetRemovedH\x00R\aremoved\x120\n" +
 	"\bprogress\x18\b \x01(\v2\x12.pulse.v1.ProgressH\x00R\bprogress\x12/\n" +
 	"\x06policy\x18\t \x01(\v2\x15.pulse.v1.PolicyEventH\x00R\x06policyB\a\n" +
-	"\x05event*Y\n" +
+	"\x05event\"9\n" +
+	"\vTargetsFile\x12*\n" +
+	"\atargets\x18\x01 \x03(\v2\x10.pulse.v1.TargetR\atargets*Y\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTATE_HEALTHY\x10\x01\x12\x13\n" +
@@ -2875,7 +2926,7 @@ func file_pulse_v1_pulse_proto_rawDescGZIP() []byte {
 }
 
 var file_pulse_v1_pulse_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_pulse_v1_pulse_proto_goTypes = []any{
 	(State)(0),                       // 0: pulse.v1.State
 	(Model)(0),                       // 1: pulse.v1.Model
@@ -2910,39 +2961,40 @@ var file_pulse_v1_pulse_proto_goTypes = []any{
 	(*PolicyEvent)(nil),              // 30: pulse.v1.PolicyEvent
 	(*TargetRemoved)(nil),            // 31: pulse.v1.TargetRemoved
 	(*WatchTransitionsResponse)(nil), // 32: pulse.v1.WatchTransitionsResponse
-	nil,                              // 33: pulse.v1.HttpProbe.HeadersEntry
-	(*durationpb.Duration)(nil),      // 34: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 35: google.protobuf.Timestamp
+	(*TargetsFile)(nil),              // 33: pulse.v1.TargetsFile
+	nil,                              // 34: pulse.v1.HttpProbe.HeadersEntry
+	(*durationpb.Duration)(nil),      // 35: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 36: google.protobuf.Timestamp
 }
 var file_pulse_v1_pulse_proto_depIdxs = []int32{
-	33, // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
+	34, // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
 	3,  // 1: pulse.v1.Target.http:type_name -> pulse.v1.HttpProbe
 	4,  // 2: pulse.v1.Target.tcp:type_name -> pulse.v1.TcpProbe
 	5,  // 3: pulse.v1.Target.grpc:type_name -> pulse.v1.GrpcProbe
-	34, // 4: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
-	34, // 5: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
+	35, // 4: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
+	35, // 5: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
 	0,  // 6: pulse.v1.Target.initial_state:type_name -> pulse.v1.State
 	1,  // 7: pulse.v1.Target.model:type_name -> pulse.v1.Model
-	34, // 8: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
-	34, // 9: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
-	34, // 10: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
-	34, // 11: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
-	34, // 12: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
-	34, // 13: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
-	35, // 14: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
+	35, // 8: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
+	35, // 9: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
+	35, // 10: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
+	35, // 11: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
+	35, // 12: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
+	35, // 13: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
+	36, // 14: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
 	6,  // 15: pulse.v1.TargetStatus.spec:type_name -> pulse.v1.Target
 	0,  // 16: pulse.v1.TargetStatus.state:type_name -> pulse.v1.State
 	7,  // 17: pulse.v1.TargetStatus.last_result:type_name -> pulse.v1.ProbeResult
-	35, // 18: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
+	36, // 18: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
 	0,  // 19: pulse.v1.TargetStatus.verdict:type_name -> pulse.v1.State
-	34, // 20: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
-	35, // 21: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
+	35, // 20: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
+	36, // 21: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
 	9,  // 22: pulse.v1.GroupStatus.policy:type_name -> pulse.v1.GroupPolicy
-	35, // 23: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
-	34, // 24: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
+	36, // 23: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
+	35, // 24: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
 	0,  // 25: pulse.v1.Transition.from:type_name -> pulse.v1.State
 	0,  // 26: pulse.v1.Transition.to:type_name -> pulse.v1.State
-	35, // 27: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
+	36, // 27: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
 	7,  // 28: pulse.v1.Transition.result:type_name -> pulse.v1.ProbeResult
 	6,  // 29: pulse.v1.AddTargetRequest.target:type_name -> pulse.v1.Target
 	8,  // 30: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
@@ -2952,10 +3004,10 @@ var file_pulse_v1_pulse_proto_depIdxs = []int32{
 	11, // 34: pulse.v1.ListTargetsResponse.checker:type_name -> pulse.v1.CheckerStatus
 	9,  // 35: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
 	10, // 36: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
-	34, // 37: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
+	35, // 37: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
 	8,  // 38: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
 	2,  // 39: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
-	35, // 40: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
+	36, // 40: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
 	12, // 41: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
 	8,  // 42: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
 	28, // 43: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
@@ -2964,27 +3016,28 @@ var file_pulse_v1_pulse_proto_depIdxs = []int32{
 	31, // 46: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
 	29, // 47: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
 	30, // 48: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
-	13, // 49: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
-	15, // 50: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
-	17, // 51: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
-	19, // 52: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
-	21, // 53: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
-	27, // 54: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
-	23, // 55: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
-	25, // 56: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
-	14, // 57: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
-	16, // 58: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
-	18, // 59: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
-	20, // 60: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
-	22, // 61: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
-	32, // 62: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
-	24, // 63: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
-	26, // 64: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
-	57, // [57:65] is the sub-list for method output_type
-	49, // [49:57] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	6,  // 49: pulse.v1.TargetsFile.targets:type_name -> pulse.v1.Target
+	13, // 50: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
+	15, // 51: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
+	17, // 52: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
+	19, // 53: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
+	21, // 54: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
+	27, // 55: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
+	23, // 56: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
+	25, // 57: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
+	14, // 58: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
+	16, // 59: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
+	18, // 60: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
+	20, // 61: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
+	22, // 62: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
+	32, // 63: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
+	24, // 64: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
+	26, // 65: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
+	58, // [58:66] is the sub-list for method output_type
+	50, // [50:58] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_pulse_proto_init() }
@@ -3014,7 +3067,7 @@ func file_pulse_v1_pulse_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_pulse_proto_rawDesc), len(file_pulse_v1_pulse_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
