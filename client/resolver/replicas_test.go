@@ -1,14 +1,10 @@
 package resolver_test
 
 import (
-	"bufio"
+	"context"
 	"fmt"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,83 +14,35 @@ import (
 	"github.com/pulsehealth/pulse/checker/etcdreg/etcdtest"
 	"github.com/pulsehealth/pulse/client"
 	"github.com/pulsehealth/pulse/client/resolver"
+	"github.com/pulsehealth/pulse/internal/pulsedproc"
 	"github.com/pulsehealth/pulse/internal/testscale"
 )
-
-// pulsedProc is a real pulsed process.
-type pulsedProc struct {
-	cmd  *exec.Cmd
-	addr string
-	done chan struct{}
-
-	mu   sync.Mutex
-	logs strings.Builder
-}
-
-var listening = regexp.MustCompile(`msg="pulsed listening" addr=(\S+)`)
 
 // buildPulsed builds the real pulsed. Without the race detector, even
 // under -race: this package tests the client, and the build stays short.
 func buildPulsed(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "pulsed")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/pulsehealth/pulse/cmd/pulsed").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	ctx, cancel := context.WithTimeout(t.Context(), testscale.D(5*time.Minute))
+	defer cancel()
+	bin, err := pulsedproc.Build(ctx, t.TempDir(), pulsedproc.Package)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }
 
-// runPulsed starts pulsed on a free loopback port and waits until it
-// listens; the test's end kills it.
-func runPulsed(t *testing.T, bin string, args ...string) *pulsedProc {
+// runPulsed starts pulsed on a free loopback port; the test's end kills
+// it.
+func runPulsed(t *testing.T, bin string, args ...string) *pulsedproc.Process {
 	t.Helper()
-	p := &pulsedProc{done: make(chan struct{})}
-	p.cmd = exec.Command(bin, append([]string{"-listen", "127.0.0.1:0", "-http-listen", "", "-watch-progress", "100ms"}, args...)...)
-	stderr, err := p.cmd.StderrPipe()
+	ctx, cancel := context.WithTimeout(t.Context(), testscale.D(30*time.Second))
+	defer cancel()
+	p, err := pulsedproc.Start(ctx, bin, append([]string{"-listen", "127.0.0.1:0", "-http-listen", "", "-watch-progress", "100ms"}, args...), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	addr := make(chan string, 1)
-	go func() {
-		defer close(p.done)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.logs.WriteString(sc.Text() + "\n")
-			p.mu.Unlock()
-			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case addr <- m[1]:
-				default:
-				}
-			}
-		}
-		p.cmd.Wait()
-	}()
-	t.Cleanup(p.kill)
-	select {
-	case p.addr = <-addr:
-	case <-p.done:
-		t.Fatalf("pulsed exited:\n%s", p.output())
-	case <-time.After(testscale.D(30 * time.Second)):
-		t.Fatalf("pulsed did not listen:\n%s", p.output())
-	}
+	t.Cleanup(p.Kill)
 	return p
-}
-
-func (p *pulsedProc) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.logs.String()
-}
-
-// kill kills pulsed with SIGKILL, as a crash would, and waits for it.
-func (p *pulsedProc) kill() {
-	p.cmd.Process.Kill()
-	<-p.done
 }
 
 // TestRealPulsedReplicas runs the resolver against two real pulsed
@@ -115,7 +63,7 @@ func TestRealPulsedReplicas(t *testing.T) {
 	flags := []string{"-registry", "etcd", "-etcd-endpoints", etcd.Endpoint, "-etcd-prefix", "/pulse-resolver-test/", "-etcd-lease-ttl", "2s"}
 	r1 := runPulsed(t, bin, append(flags, "-replica-id", "r1")...)
 	r2 := runPulsed(t, bin, append(flags, "-replica-id", "r2")...)
-	addrs := []string{r1.addr, r2.addr}
+	addrs := []string{r1.Addr, r2.Addr}
 
 	bs := []*backend{newBackend(t), newBackend(t), newBackend(t)}
 	c, err := client.New(t.Context(), addrs, client.WithToken(""), client.WithBackoff(20*time.Millisecond, 200*time.Millisecond))
@@ -152,7 +100,7 @@ func TestRealPulsedReplicas(t *testing.T) {
 	}
 
 	// The watch and the resolver follow r1, listed first. Kill it.
-	r1.kill()
+	r1.Kill()
 	bs[2].setHealthy(false) // seen once r2 has taken r1's targets over
 	var sawDown bool
 follow:
@@ -175,7 +123,7 @@ follow:
 	}
 
 	// Both replicas gone: traffic goes on to the last good set.
-	r2.kill()
+	r2.Kill()
 	until(t, conn, bs, "the resolver to report pulsed gone", func() bool { _, errs := rb.rec.last(); return errs > 0 })
 	if got := spread(t, conn, bs, 30); got[0] == 0 || got[1] == 0 || got[2] != 0 {
 		t.Errorf("RPCs per backend %v with both replicas gone: want b0 and b1, the last good set", got)
