@@ -59,7 +59,7 @@ func TestDrainThroughPulseLB(t *testing.T) {
 	}
 	p := startPulsed(t, buildPulsed(t), "-data-dir", "")
 	a, b := newSlowBackend(t, "web-1"), newSlowBackend(t, "web-2")
-	lb := startLB(t, append(e2eFlags(), "--backends", "http://"+a.addr+",http://"+b.addr, "--names", "web-1,web-2", "--pulse", p.addr, "--group", "edge")...)
+	lb := startLB(t, append(e2eFlags(), "--backends", "http://"+a.addr+",http://"+b.addr, "--names", "web-1,web-2", "--pulse", p.Addr, "--group", "edge")...)
 	lb.logs.waitFor(t, 0, transition("web-1", "unhealthy", "healthy"))
 	lb.logs.waitFor(t, 0, transition("web-2", "unhealthy", "healthy"))
 
@@ -87,7 +87,7 @@ func TestDrainThroughPulseLB(t *testing.T) {
 		}
 	}
 
-	conn, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(p.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

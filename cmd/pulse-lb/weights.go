@@ -4,10 +4,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	"google.golang.org/protobuf/types/known/durationpb"
-
-	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
 // Slow start. A backend that has just become routable may carry a weight
@@ -65,44 +61,14 @@ func (b *balancer) pick(healthy []string) (int, bool) {
 	return b.rotor.next(len(b.backends), up)
 }
 
-// ramp is a slow start in progress: the weight rises linearly from 0 at
-// start to 100% at end. The zero ramp is no slow start.
-type ramp struct{ start, end time.Time }
-
-// weight returns the ramp's weight at now, in percent.
-func (r ramp) weight(now time.Time) uint32 {
-	if !now.Before(r.end) || !r.end.After(r.start) {
+// Weight returns a backend's slow-start weight at now, from the view of
+// pulsed's stream (the transition to routable and its slow_start_end).
+func (s *remoteSource) Weight(name string, now time.Time) uint32 {
+	st, ok := s.view.Get(name)
+	if !ok {
 		return 100
 	}
-	if now.Before(r.start) {
-		return 0
-	}
-	return uint32(100 * now.Sub(r.start) / r.end.Sub(r.start))
-}
-
-// rampOf returns the slow start a status shows: from its last transition
-// (to routable) to its slow_start_end.
-func rampOf(st *pb.TargetStatus) ramp {
-	if st.GetSlowStartEnd() == nil || st.GetLastTransitionTime() == nil {
-		return ramp{}
-	}
-	return ramp{start: st.GetLastTransitionTime().AsTime(), end: st.GetSlowStartEnd().AsTime()}
-}
-
-// rampOfTransition returns the slow start a transition starts.
-func rampOfTransition(tr *pb.Transition) ramp {
-	if tr.GetSlowStartEnd() == nil {
-		return ramp{}
-	}
-	return ramp{start: tr.GetTime().AsTime(), end: tr.GetSlowStartEnd().AsTime()}
-}
-
-// Weight returns a backend's slow-start weight at now, from the stream's
-// transitions and statuses.
-func (v *view) Weight(name string, now time.Time) uint32 {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.targets[name].ramp.weight(now)
+	return st.Weight(now)
 }
 
 // Weight returns a backend's slow-start weight, as the checker computes
@@ -113,14 +79,6 @@ func (s *checkerSource) Weight(name string, _ time.Time) uint32 {
 		return 100
 	}
 	return st.Weight
-}
-
-// slowStartProto is --slow-start on the wire; nil when off.
-func slowStartProto(d time.Duration) *durationpb.Duration {
-	if d <= 0 {
-		return nil
-	}
-	return durationpb.New(d)
 }
 
 // creditState is the balancer's part of the weights: its credits and the

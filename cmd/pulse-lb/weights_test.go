@@ -3,10 +3,6 @@ package main
 import (
 	"testing"
 	"time"
-
-	"google.golang.org/protobuf/types/known/timestamppb"
-
-	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
 // weighted is a healthSource with fixed weights.
@@ -60,35 +56,5 @@ func TestWeightsShareTheTurns(t *testing.T) {
 				t.Errorf("%d picks failed", got["503"])
 			}
 		})
-	}
-}
-
-// The remote view takes a backend's ramp from its transition to routable
-// (and from a snapshot's status), and its weight rises linearly over it.
-func TestViewWeightFollowsTheRamp(t *testing.T) {
-	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	v := newView("edge")
-	v.apply(&pb.WatchTransitionsResponse{Revision: 1, Event: &pb.WatchTransitionsResponse_Snapshot{Snapshot: &pb.TargetStatus{
-		Spec: &pb.Target{Name: "web-1", Group: "edge"}, State: pb.State_STATE_HEALTHY, Routable: true,
-		LastTransitionTime: timestamppb.New(at.Add(-5 * time.Second)), SlowStartEnd: timestamppb.New(at.Add(5 * time.Second)),
-	}}})
-	v.apply(&pb.WatchTransitionsResponse{Revision: 1, Event: &pb.WatchTransitionsResponse_SnapshotComplete{}})
-	if w := v.Weight("web-1", at); w != 50 {
-		t.Errorf("weight from the snapshot, halfway: %d, want 50", w)
-	}
-	v.apply(&pb.WatchTransitionsResponse{Revision: 2, Event: &pb.WatchTransitionsResponse_Transition{Transition: &pb.Transition{
-		Target: "web-1", Group: "edge", From: pb.State_STATE_HEALTHY, To: pb.State_STATE_UNHEALTHY, Time: timestamppb.New(at),
-	}}})
-	v.apply(&pb.WatchTransitionsResponse{Revision: 3, Event: &pb.WatchTransitionsResponse_Transition{Transition: &pb.Transition{
-		Target: "web-1", Group: "edge", From: pb.State_STATE_UNHEALTHY, To: pb.State_STATE_HEALTHY, Time: timestamppb.New(at),
-		SlowStartEnd: timestamppb.New(at.Add(10 * time.Second)),
-	}}})
-	for _, tc := range []struct {
-		after time.Duration
-		want  uint32
-	}{{0, 0}, {time.Second, 10}, {5 * time.Second, 50}, {10 * time.Second, 100}, {time.Minute, 100}} {
-		if w := v.Weight("web-1", at.Add(tc.after)); w != tc.want {
-			t.Errorf("weight %v after the transition: %d, want %d", tc.after, w, tc.want)
-		}
 	}
 }

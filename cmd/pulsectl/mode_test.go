@@ -17,10 +17,10 @@ import (
 func TestModeCommands(t *testing.T) {
 	p := startPulsed(t)
 	web := okServer(t)
-	addr := "--addr=" + p.addr
+	addr := "--addr=" + p.Addr
 	for _, n := range []string{"web-1", "web-2"} {
 		mustRun(t, "add", addr, "--name", n, "--group", "edge", "--http", web.URL+"/healthz", "--rise", "1")
-		waitState(t, p.addr, n, pb.State_STATE_HEALTHY)
+		waitState(t, p.Addr, n, pb.State_STATE_HEALTHY)
 	}
 
 	out := mustRun(t, "drain", "web-1", addr, "--reason", "deploy 4711", "--until", "30m")
@@ -44,13 +44,13 @@ func TestModeCommands(t *testing.T) {
 		t.Errorf("maint --group printed %q", out)
 	}
 	mustRun(t, "activate", "--group", "edge", addr, "--reason", "done")
-	waitState(t, p.addr, "web-1", pb.State_STATE_HEALTHY)
+	waitState(t, p.Addr, "web-1", pb.State_STATE_HEALTHY)
 
 	out = mustRun(t, "rm", "--drain", "30s", "web-2", addr)
 	if !regexp.MustCompile(`^draining web-2, removed at \S+\n$`).MatchString(out) {
 		t.Errorf("rm --drain printed %q", out)
 	}
-	if st := stateOf(t, p.addr, "web-2"); st.GetMode() != pb.Mode_MODE_DRAINING || st.GetRemoveTime() == nil {
+	if st := stateOf(t, p.Addr, "web-2"); st.GetMode() != pb.Mode_MODE_DRAINING || st.GetRemoveTime() == nil {
 		t.Errorf("after rm --drain: %v", st)
 	}
 

@@ -3153,6 +3153,55 @@ func (*WatchTransitionsResponse_Policy) isWatchTransitionsResponse_Event() {}
 
 func (*WatchTransitionsResponse_Mode) isWatchTransitionsResponse_Event() {}
 
+// TargetsFile is the form of pulsed's -targets file, in YAML: one key,
+// targets, listing targets with the fields of Target. pulsed decodes it with
+// these field names (text or JSON names, durations as "1s"), so the file
+// accepts exactly what AddTarget accepts.
+type TargetsFile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// targets the file declares; names are unique within the file.
+	Targets       []*Target `protobuf:"bytes,1,rep,name=targets,proto3" json:"targets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TargetsFile) Reset() {
+	*x = TargetsFile{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TargetsFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TargetsFile) ProtoMessage() {}
+
+func (x *TargetsFile) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TargetsFile.ProtoReflect.Descriptor instead.
+func (*TargetsFile) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *TargetsFile) GetTargets() []*Target {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
 var File_pulse_v1_pulse_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_pulse_proto_rawDesc = "" +
@@ -3385,7 +3434,9 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\bprogress\x18\b \x01(\v2\x12.pulse.v1.ProgressH\x00R\bprogress\x12/\n" +
 	"\x06policy\x18\t \x01(\v2\x15.pulse.v1.PolicyEventH\x00R\x06policy\x12*\n" +
 	"\x04mode\x18\x14 \x01(\v2\x14.pulse.v1.ModeChangeH\x00R\x04modeB\a\n" +
-	"\x05event*V\n" +
+	"\x05event\"9\n" +
+	"\vTargetsFile\x12*\n" +
+	"\atargets\x18\x01 \x03(\v2\x10.pulse.v1.TargetR\atargets*V\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vMODE_ACTIVE\x10\x01\x12\x11\n" +
@@ -3426,7 +3477,7 @@ func file_pulse_v1_pulse_proto_rawDescGZIP() []byte {
 }
 
 var file_pulse_v1_pulse_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_pulse_v1_pulse_proto_goTypes = []any{
 	(Mode)(0),                        // 0: pulse.v1.Mode
 	(State)(0),                       // 1: pulse.v1.State
@@ -3465,74 +3516,75 @@ var file_pulse_v1_pulse_proto_goTypes = []any{
 	(*PolicyEvent)(nil),              // 34: pulse.v1.PolicyEvent
 	(*TargetRemoved)(nil),            // 35: pulse.v1.TargetRemoved
 	(*WatchTransitionsResponse)(nil), // 36: pulse.v1.WatchTransitionsResponse
-	nil,                              // 37: pulse.v1.HttpProbe.HeadersEntry
-	(*durationpb.Duration)(nil),      // 38: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 39: google.protobuf.Timestamp
+	(*TargetsFile)(nil),              // 37: pulse.v1.TargetsFile
+	nil,                              // 38: pulse.v1.HttpProbe.HeadersEntry
+	(*durationpb.Duration)(nil),      // 39: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 40: google.protobuf.Timestamp
 }
 var file_pulse_v1_pulse_proto_depIdxs = []int32{
-	37, // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
+	38, // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
 	4,  // 1: pulse.v1.Target.http:type_name -> pulse.v1.HttpProbe
 	5,  // 2: pulse.v1.Target.tcp:type_name -> pulse.v1.TcpProbe
 	6,  // 3: pulse.v1.Target.grpc:type_name -> pulse.v1.GrpcProbe
-	38, // 4: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
-	38, // 5: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
+	39, // 4: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
+	39, // 5: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
 	1,  // 6: pulse.v1.Target.initial_state:type_name -> pulse.v1.State
 	2,  // 7: pulse.v1.Target.model:type_name -> pulse.v1.Model
-	38, // 8: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
-	38, // 9: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
-	38, // 10: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
-	38, // 11: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
-	38, // 12: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
-	38, // 13: pulse.v1.Target.slow_start:type_name -> google.protobuf.Duration
-	38, // 14: pulse.v1.Target.remove_after_unhealthy:type_name -> google.protobuf.Duration
-	38, // 15: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
-	39, // 16: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
+	39, // 8: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
+	39, // 9: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
+	39, // 10: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
+	39, // 11: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
+	39, // 12: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
+	39, // 13: pulse.v1.Target.slow_start:type_name -> google.protobuf.Duration
+	39, // 14: pulse.v1.Target.remove_after_unhealthy:type_name -> google.protobuf.Duration
+	39, // 15: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
+	40, // 16: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
 	7,  // 17: pulse.v1.TargetStatus.spec:type_name -> pulse.v1.Target
 	1,  // 18: pulse.v1.TargetStatus.state:type_name -> pulse.v1.State
 	8,  // 19: pulse.v1.TargetStatus.last_result:type_name -> pulse.v1.ProbeResult
-	39, // 20: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
+	40, // 20: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
 	1,  // 21: pulse.v1.TargetStatus.verdict:type_name -> pulse.v1.State
-	38, // 22: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
-	39, // 23: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
+	39, // 22: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
+	40, // 23: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
 	0,  // 24: pulse.v1.TargetStatus.mode:type_name -> pulse.v1.Mode
-	39, // 25: pulse.v1.TargetStatus.mode_since:type_name -> google.protobuf.Timestamp
-	39, // 26: pulse.v1.TargetStatus.mode_until:type_name -> google.protobuf.Timestamp
-	39, // 27: pulse.v1.TargetStatus.remove_time:type_name -> google.protobuf.Timestamp
-	39, // 28: pulse.v1.TargetStatus.slow_start_end:type_name -> google.protobuf.Timestamp
-	39, // 29: pulse.v1.TargetStatus.unhealthy_since:type_name -> google.protobuf.Timestamp
-	38, // 30: pulse.v1.GroupPolicy.slow_start:type_name -> google.protobuf.Duration
-	38, // 31: pulse.v1.GroupPolicy.remove_after_unhealthy:type_name -> google.protobuf.Duration
+	40, // 25: pulse.v1.TargetStatus.mode_since:type_name -> google.protobuf.Timestamp
+	40, // 26: pulse.v1.TargetStatus.mode_until:type_name -> google.protobuf.Timestamp
+	40, // 27: pulse.v1.TargetStatus.remove_time:type_name -> google.protobuf.Timestamp
+	40, // 28: pulse.v1.TargetStatus.slow_start_end:type_name -> google.protobuf.Timestamp
+	40, // 29: pulse.v1.TargetStatus.unhealthy_since:type_name -> google.protobuf.Timestamp
+	39, // 30: pulse.v1.GroupPolicy.slow_start:type_name -> google.protobuf.Duration
+	39, // 31: pulse.v1.GroupPolicy.remove_after_unhealthy:type_name -> google.protobuf.Duration
 	10, // 32: pulse.v1.GroupStatus.policy:type_name -> pulse.v1.GroupPolicy
-	39, // 33: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
-	38, // 34: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
+	40, // 33: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
+	39, // 34: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
 	1,  // 35: pulse.v1.Transition.from:type_name -> pulse.v1.State
 	1,  // 36: pulse.v1.Transition.to:type_name -> pulse.v1.State
-	39, // 37: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
+	40, // 37: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
 	8,  // 38: pulse.v1.Transition.result:type_name -> pulse.v1.ProbeResult
 	0,  // 39: pulse.v1.Transition.mode:type_name -> pulse.v1.Mode
-	39, // 40: pulse.v1.Transition.slow_start_end:type_name -> google.protobuf.Timestamp
+	40, // 40: pulse.v1.Transition.slow_start_end:type_name -> google.protobuf.Timestamp
 	7,  // 41: pulse.v1.AddTargetRequest.target:type_name -> pulse.v1.Target
 	9,  // 42: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
-	38, // 43: pulse.v1.RemoveTargetRequest.drain_for:type_name -> google.protobuf.Duration
-	39, // 44: pulse.v1.RemoveTargetResponse.remove_time:type_name -> google.protobuf.Timestamp
+	39, // 43: pulse.v1.RemoveTargetRequest.drain_for:type_name -> google.protobuf.Duration
+	40, // 44: pulse.v1.RemoveTargetResponse.remove_time:type_name -> google.protobuf.Timestamp
 	0,  // 45: pulse.v1.SetModeRequest.mode:type_name -> pulse.v1.Mode
-	39, // 46: pulse.v1.SetModeRequest.until:type_name -> google.protobuf.Timestamp
+	40, // 46: pulse.v1.SetModeRequest.until:type_name -> google.protobuf.Timestamp
 	9,  // 47: pulse.v1.SetModeResponse.targets:type_name -> pulse.v1.TargetStatus
 	0,  // 48: pulse.v1.ModeChange.from:type_name -> pulse.v1.Mode
 	0,  // 49: pulse.v1.ModeChange.mode:type_name -> pulse.v1.Mode
-	39, // 50: pulse.v1.ModeChange.time:type_name -> google.protobuf.Timestamp
-	39, // 51: pulse.v1.ModeChange.until:type_name -> google.protobuf.Timestamp
-	39, // 52: pulse.v1.ModeChange.remove_time:type_name -> google.protobuf.Timestamp
+	40, // 50: pulse.v1.ModeChange.time:type_name -> google.protobuf.Timestamp
+	40, // 51: pulse.v1.ModeChange.until:type_name -> google.protobuf.Timestamp
+	40, // 52: pulse.v1.ModeChange.remove_time:type_name -> google.protobuf.Timestamp
 	9,  // 53: pulse.v1.StateResponse.status:type_name -> pulse.v1.TargetStatus
 	9,  // 54: pulse.v1.ListTargetsResponse.targets:type_name -> pulse.v1.TargetStatus
 	11, // 55: pulse.v1.ListTargetsResponse.groups:type_name -> pulse.v1.GroupStatus
 	12, // 56: pulse.v1.ListTargetsResponse.checker:type_name -> pulse.v1.CheckerStatus
 	10, // 57: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
 	11, // 58: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
-	38, // 59: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
+	39, // 59: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
 	9,  // 60: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
 	3,  // 61: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
-	39, // 62: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
+	40, // 62: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
 	13, // 63: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
 	9,  // 64: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
 	32, // 65: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
@@ -3542,29 +3594,30 @@ var file_pulse_v1_pulse_proto_depIdxs = []int32{
 	33, // 69: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
 	34, // 70: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
 	20, // 71: pulse.v1.WatchTransitionsResponse.mode:type_name -> pulse.v1.ModeChange
-	14, // 72: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
-	16, // 73: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
-	21, // 74: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
-	23, // 75: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
-	25, // 76: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
-	31, // 77: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
-	27, // 78: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
-	29, // 79: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
-	18, // 80: pulse.v1.HealthChecker.SetMode:input_type -> pulse.v1.SetModeRequest
-	15, // 81: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
-	17, // 82: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
-	22, // 83: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
-	24, // 84: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
-	26, // 85: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
-	36, // 86: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
-	28, // 87: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
-	30, // 88: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
-	19, // 89: pulse.v1.HealthChecker.SetMode:output_type -> pulse.v1.SetModeResponse
-	81, // [81:90] is the sub-list for method output_type
-	72, // [72:81] is the sub-list for method input_type
-	72, // [72:72] is the sub-list for extension type_name
-	72, // [72:72] is the sub-list for extension extendee
-	0,  // [0:72] is the sub-list for field type_name
+	7,  // 72: pulse.v1.TargetsFile.targets:type_name -> pulse.v1.Target
+	14, // 73: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
+	16, // 74: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
+	21, // 75: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
+	23, // 76: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
+	25, // 77: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
+	31, // 78: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
+	27, // 79: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
+	29, // 80: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
+	18, // 81: pulse.v1.HealthChecker.SetMode:input_type -> pulse.v1.SetModeRequest
+	15, // 82: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
+	17, // 83: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
+	22, // 84: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
+	24, // 85: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
+	26, // 86: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
+	36, // 87: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
+	28, // 88: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
+	30, // 89: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
+	19, // 90: pulse.v1.HealthChecker.SetMode:output_type -> pulse.v1.SetModeResponse
+	82, // [82:91] is the sub-list for method output_type
+	73, // [73:82] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_pulse_proto_init() }
@@ -3595,7 +3648,7 @@ func file_pulse_v1_pulse_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_pulse_proto_rawDesc), len(file_pulse_v1_pulse_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
