@@ -232,11 +232,13 @@ func (f *Factory) New(s Spec) (Prober, error) {
 	}
 	switch {
 	case s.HTTP != nil:
-		return f.newHTTPProber(s.HTTP), nil
+		return f.newHTTPProber(s.HTTP)
 	case s.TCP != nil:
-		return &tcpProber{address: s.TCP.Address, dialer: f.dialer}, nil
+		return f.newTCPProber(s.TCP)
+	case s.DNS != nil:
+		return newDNSProber(s.DNS, f.dialer), nil
 	default:
-		return newGRPCProber(s.GRPC, f.tlsConfig(), f.dialer)
+		return newGRPCProber(s.GRPC, f.tlsConfig(), f.rootCAs, f.dialer)
 	}
 }
 
@@ -360,6 +362,11 @@ func describe(err error) string {
 // "readLoopPeekFailLocked: %!w(<nil>)", which is what a server that speaks
 // first (a gRPC server sends its settings at once) may get instead.
 func withoutEcho(msg string) string {
+	if i := strings.Index(msg, "remote error: tls: "); i >= 0 {
+		// A TLS 1.3 server refuses a client certificate after the
+		// handshake: net/http meets the alert as it waits for an answer.
+		return msg[i:]
+	}
 	if strings.Contains(msg, "readLoopPeekFailLocked") {
 		return "unsolicited response (not HTTP?)"
 	}

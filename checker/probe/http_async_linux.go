@@ -377,12 +377,15 @@ func (l *asyncLoop) answerLocked(ap *asyncProbe) (end asyncEnd, over bool) {
 	case !ok:
 		return l.handOverLocked(ap, nil), true
 	}
-	// From here on the result is the status: the body only decides
-	// whether the connection is kept, as in readBody.
+	// From here on the result is the status and, when the prober checks
+	// them, the header and the body, which is then whole in the buffer:
+	// otherwise the body only decides whether the connection is kept, as
+	// in readBody.
 	p := ap.p
 	keep := resp.keepAlive
+	noBody := p.head || resp.code == http.StatusNoContent || resp.code == http.StatusNotModified
 	switch {
-	case p.head || resp.code == http.StatusNoContent || resp.code == http.StatusNotModified:
+	case noBody:
 		keep = keep && body == 0
 	case resp.chunked || resp.length < 0:
 		return l.handOverLocked(ap, nil), true
@@ -392,7 +395,21 @@ func (l *asyncLoop) answerLocked(ap *asyncProbe) (end asyncEnd, over bool) {
 		keep = keep && body == resp.length
 	}
 	l.endLocked(ap)
-	return asyncEnd{ap: ap, keep: keep, err: p.statusResult(resp.code)}, true
+	if p.expect == nil {
+		return asyncEnd{ap: ap, keep: keep, err: p.statusResult(resp.code, nil)}, true
+	}
+	// Checked here, on the loop: copying is needless, the buffer stays
+	// ap's until finish.
+	head := ap.buf[:ap.n-int(body)]
+	var bodyBytes []byte
+	if !noBody {
+		bodyBytes = ap.buf[len(head) : len(head)+int(min(resp.length, int64(p.expect.limit)))]
+	}
+	var values func(string) []string
+	if len(p.expect.headers) > 0 {
+		values = headValues(head)
+	}
+	return asyncEnd{ap: ap, keep: keep, err: p.verdict(resp.code, values, bodyBytes, nil)}, true
 }
 
 // head parses the answer read so far: complete once its head has arrived
@@ -518,7 +535,7 @@ func (l *asyncLoop) expire() {
 		if resp, _, _, ok := ap.head(); ok {
 			// The head arrived, the body did not: Probe's result too,
 			// once reading the body ran into the deadline.
-			err = ap.p.statusResult(resp.code)
+			err = ap.p.statusResult(resp.code, err)
 		}
 		if ap.writing {
 			ap.endErr = err // ProbeAsync delivers it once written

@@ -209,11 +209,13 @@ func (x PolicyEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PolicyEvent_Kind.Descriptor instead.
 func (PolicyEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{27, 0}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{31, 0}
 }
 
-// HttpProbe passes when GET (or HEAD) on url answers with an expected status.
-// Redirects are not followed.
+// HttpProbe passes when GET (or HEAD, or POST) on url answers with an
+// expected status and meets every expectation set (header_matches, then
+// body_contains, body_not_contains and body_regex). Redirects are followed
+// only with follow_redirects.
 type HttpProbe struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// url is an absolute http:// or https:// URL of at most 2048 bytes. A
@@ -228,7 +230,35 @@ type HttpProbe struct {
 	// headers are sent with every probe; "Host" sets the request's host. At
 	// most 32, each at most 4096 bytes (name and value). Values are shown as
 	// "<redacted>" in every answer; sending that back keeps the stored value.
-	Headers       map[string]string `protobuf:"bytes,4,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Headers map[string]string `protobuf:"bytes,4,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// expected_status_ranges lists ranges of codes that pass, "LOW-HIGH"
+	// such as "200-399", at most 16; with expected_status, a code in either
+	// passes.
+	ExpectedStatusRanges []string `protobuf:"bytes,5,rep,name=expected_status_ranges,json=expectedStatusRanges,proto3" json:"expected_status_ranges,omitempty"`
+	// body_contains must occur in the first body_limit bytes of the body;
+	// failing reads `body: "ready" not found in first 64 KiB`. At most 1024
+	// bytes, as body_not_contains and body_regex.
+	BodyContains string `protobuf:"bytes,6,opt,name=body_contains,json=bodyContains,proto3" json:"body_contains,omitempty"`
+	// body_not_contains must not occur in the first body_limit bytes.
+	BodyNotContains string `protobuf:"bytes,7,opt,name=body_not_contains,json=bodyNotContains,proto3" json:"body_not_contains,omitempty"`
+	// body_regex (RE2, unanchored) must match the first body_limit bytes.
+	BodyRegex string `protobuf:"bytes,8,opt,name=body_regex,json=bodyRegex,proto3" json:"body_regex,omitempty"`
+	// body_limit is how many bytes of the body the body checks read: 0 means
+	// 64 KiB, at most 1 MiB.
+	BodyLimit int32 `protobuf:"varint,9,opt,name=body_limit,json=bodyLimit,proto3" json:"body_limit,omitempty"`
+	// header_matches are response headers that must have a value matching
+	// their regex, at most 16.
+	HeaderMatches []*HeaderMatch `protobuf:"bytes,10,rep,name=header_matches,json=headerMatches,proto3" json:"header_matches,omitempty"`
+	// body is sent as the request body, with method POST only; at most
+	// 64 KiB.
+	Body string `protobuf:"bytes,11,opt,name=body,proto3" json:"body,omitempty"`
+	// follow_redirects follows up to 10 redirects and judges the last
+	// answer (every address reached is checked by the egress policy). Off:
+	// a redirect is judged as it is.
+	FollowRedirects bool `protobuf:"varint,12,opt,name=follow_redirects,json=followRedirects,proto3" json:"follow_redirects,omitempty"`
+	// tls configures https:// probes: unset verifies against the system
+	// roots under the URL's host.
+	Tls           *TlsOptions `protobuf:"bytes,13,opt,name=tls,proto3" json:"tls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -291,18 +321,289 @@ func (x *HttpProbe) GetHeaders() map[string]string {
 	return nil
 }
 
-// TcpProbe passes when a TCP connection to address can be opened.
+func (x *HttpProbe) GetExpectedStatusRanges() []string {
+	if x != nil {
+		return x.ExpectedStatusRanges
+	}
+	return nil
+}
+
+func (x *HttpProbe) GetBodyContains() string {
+	if x != nil {
+		return x.BodyContains
+	}
+	return ""
+}
+
+func (x *HttpProbe) GetBodyNotContains() string {
+	if x != nil {
+		return x.BodyNotContains
+	}
+	return ""
+}
+
+func (x *HttpProbe) GetBodyRegex() string {
+	if x != nil {
+		return x.BodyRegex
+	}
+	return ""
+}
+
+func (x *HttpProbe) GetBodyLimit() int32 {
+	if x != nil {
+		return x.BodyLimit
+	}
+	return 0
+}
+
+func (x *HttpProbe) GetHeaderMatches() []*HeaderMatch {
+	if x != nil {
+		return x.HeaderMatches
+	}
+	return nil
+}
+
+func (x *HttpProbe) GetBody() string {
+	if x != nil {
+		return x.Body
+	}
+	return ""
+}
+
+func (x *HttpProbe) GetFollowRedirects() bool {
+	if x != nil {
+		return x.FollowRedirects
+	}
+	return false
+}
+
+func (x *HttpProbe) GetTls() *TlsOptions {
+	if x != nil {
+		return x.Tls
+	}
+	return nil
+}
+
+// HeaderMatch expects a response header with a value that matches regex.
+type HeaderMatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the header's name, e.g. "X-Status".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// regex is an RE2 regular expression, unanchored ("^ok$" for a whole
+	// value); at most 1024 bytes.
+	Regex         string `protobuf:"bytes,2,opt,name=regex,proto3" json:"regex,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeaderMatch) Reset() {
+	*x = HeaderMatch{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeaderMatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeaderMatch) ProtoMessage() {}
+
+func (x *HeaderMatch) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeaderMatch.ProtoReflect.Descriptor instead.
+func (*HeaderMatch) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *HeaderMatch) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *HeaderMatch) GetRegex() string {
+	if x != nil {
+		return x.Regex
+	}
+	return ""
+}
+
+// TlsOptions configure TLS for https, gRPC and TCP probes. Files are read
+// when the target is added, and again before a new connection when they
+// changed (certificate rotation needs no new AddTarget); one that cannot
+// be read or parsed is INVALID_ARGUMENT naming the field.
+type TlsOptions struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ca_file names a PEM file of the CAs that sign trusted servers, in
+	// place of the system roots; ca_pem holds them inline. At most one.
+	CaFile string `protobuf:"bytes,1,opt,name=ca_file,json=caFile,proto3" json:"ca_file,omitempty"`
+	CaPem  string `protobuf:"bytes,2,opt,name=ca_pem,json=caPem,proto3" json:"ca_pem,omitempty"`
+	// cert_file and key_file name the PEM files of a client certificate and
+	// its key, for servers that require one (mutual TLS); cert_pem and
+	// key_pem hold them inline. key_pem is shown as "<redacted>" in every
+	// answer; sending that back keeps the stored key.
+	CertFile string `protobuf:"bytes,3,opt,name=cert_file,json=certFile,proto3" json:"cert_file,omitempty"`
+	KeyFile  string `protobuf:"bytes,4,opt,name=key_file,json=keyFile,proto3" json:"key_file,omitempty"`
+	CertPem  string `protobuf:"bytes,5,opt,name=cert_pem,json=certPem,proto3" json:"cert_pem,omitempty"`
+	KeyPem   string `protobuf:"bytes,6,opt,name=key_pem,json=keyPem,proto3" json:"key_pem,omitempty"`
+	// server_name is sent in SNI and verified against the certificate.
+	// Empty: the host probed (for gRPC, the authority's).
+	ServerName string `protobuf:"bytes,7,opt,name=server_name,json=serverName,proto3" json:"server_name,omitempty"`
+	// insecure_skip_verify accepts any certificate: encrypted, not
+	// authenticated. The target's status warns about it.
+	InsecureSkipVerify bool `protobuf:"varint,8,opt,name=insecure_skip_verify,json=insecureSkipVerify,proto3" json:"insecure_skip_verify,omitempty"`
+	// min_version is the oldest TLS version accepted: "1.0", "1.1", "1.2"
+	// (the default when empty) or "1.3".
+	MinVersion string `protobuf:"bytes,9,opt,name=min_version,json=minVersion,proto3" json:"min_version,omitempty"`
+	// cert_expiry_warn: a server certificate (leaf or chain) that expires
+	// within it still passes, and the status says so (cert_expiry_warning).
+	// At most 5 years, and longer than cert_expiry_fail.
+	CertExpiryWarn *durationpb.Duration `protobuf:"bytes,10,opt,name=cert_expiry_warn,json=certExpiryWarn,proto3" json:"cert_expiry_warn,omitempty"`
+	// cert_expiry_fail: a server certificate that expires within it fails
+	// the probe: "certificate expires in 3d12h (2026-12-05)". At most 5
+	// years.
+	CertExpiryFail *durationpb.Duration `protobuf:"bytes,11,opt,name=cert_expiry_fail,json=certExpiryFail,proto3" json:"cert_expiry_fail,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *TlsOptions) Reset() {
+	*x = TlsOptions{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TlsOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TlsOptions) ProtoMessage() {}
+
+func (x *TlsOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TlsOptions.ProtoReflect.Descriptor instead.
+func (*TlsOptions) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TlsOptions) GetCaFile() string {
+	if x != nil {
+		return x.CaFile
+	}
+	return ""
+}
+
+func (x *TlsOptions) GetCaPem() string {
+	if x != nil {
+		return x.CaPem
+	}
+	return ""
+}
+
+func (x *TlsOptions) GetCertFile() string {
+	if x != nil {
+		return x.CertFile
+	}
+	return ""
+}
+
+func (x *TlsOptions) GetKeyFile() string {
+	if x != nil {
+		return x.KeyFile
+	}
+	return ""
+}
+
+func (x *TlsOptions) GetCertPem() string {
+	if x != nil {
+		return x.CertPem
+	}
+	return ""
+}
+
+func (x *TlsOptions) GetKeyPem() string {
+	if x != nil {
+		return x.KeyPem
+	}
+	return ""
+}
+
+func (x *TlsOptions) GetServerName() string {
+	if x != nil {
+		return x.ServerName
+	}
+	return ""
+}
+
+func (x *TlsOptions) GetInsecureSkipVerify() bool {
+	if x != nil {
+		return x.InsecureSkipVerify
+	}
+	return false
+}
+
+func (x *TlsOptions) GetMinVersion() string {
+	if x != nil {
+		return x.MinVersion
+	}
+	return ""
+}
+
+func (x *TlsOptions) GetCertExpiryWarn() *durationpb.Duration {
+	if x != nil {
+		return x.CertExpiryWarn
+	}
+	return nil
+}
+
+func (x *TlsOptions) GetCertExpiryFail() *durationpb.Duration {
+	if x != nil {
+		return x.CertExpiryFail
+	}
+	return nil
+}
+
+// TcpProbe passes when a TCP connection to address can be opened (with
+// tls, a TLS handshake made) and every step succeeds in order.
 type TcpProbe struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// address is host:port, at most 512 bytes.
-	Address       string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	Address string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	// steps are sent and awaited in order, at most 16; e.g. send "PING\r\n",
+	// then expect "+PONG\r\n".
+	Steps []*TcpStep `protobuf:"bytes,2,rep,name=steps,proto3" json:"steps,omitempty"`
+	// tls, when set, speaks TLS on the connection.
+	Tls           *TlsOptions `protobuf:"bytes,3,opt,name=tls,proto3" json:"tls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TcpProbe) Reset() {
 	*x = TcpProbe{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[1]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -314,7 +615,7 @@ func (x *TcpProbe) String() string {
 func (*TcpProbe) ProtoMessage() {}
 
 func (x *TcpProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[1]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -327,7 +628,7 @@ func (x *TcpProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TcpProbe.ProtoReflect.Descriptor instead.
 func (*TcpProbe) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{1}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *TcpProbe) GetAddress() string {
@@ -335,6 +636,114 @@ func (x *TcpProbe) GetAddress() string {
 		return x.Address
 	}
 	return ""
+}
+
+func (x *TcpProbe) GetSteps() []*TcpStep {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *TcpProbe) GetTls() *TlsOptions {
+	if x != nil {
+		return x.Tls
+	}
+	return nil
+}
+
+// TcpStep is one step of a TCP conversation: set exactly one of send,
+// send_hex, expect, expect_contains and expect_regex.
+type TcpStep struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// send writes this text; at most 4096 bytes.
+	Send string `protobuf:"bytes,1,opt,name=send,proto3" json:"send,omitempty"`
+	// send_hex writes the bytes these hex digits spell ("2a310d0a"; spaces
+	// between bytes are ignored); at most 4096 bytes once decoded.
+	SendHex string `protobuf:"bytes,2,opt,name=send_hex,json=sendHex,proto3" json:"send_hex,omitempty"`
+	// expect awaits exactly these bytes next.
+	Expect string `protobuf:"bytes,3,opt,name=expect,proto3" json:"expect,omitempty"`
+	// expect_contains awaits bytes that contain this text.
+	ExpectContains string `protobuf:"bytes,4,opt,name=expect_contains,json=expectContains,proto3" json:"expect_contains,omitempty"`
+	// expect_regex awaits bytes that match this RE2 regular expression.
+	ExpectRegex string `protobuf:"bytes,5,opt,name=expect_regex,json=expectRegex,proto3" json:"expect_regex,omitempty"`
+	// read_limit bounds the bytes an expect step reads: 0 means 4096, at
+	// most 65536.
+	ReadLimit     int32 `protobuf:"varint,6,opt,name=read_limit,json=readLimit,proto3" json:"read_limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TcpStep) Reset() {
+	*x = TcpStep{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TcpStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TcpStep) ProtoMessage() {}
+
+func (x *TcpStep) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TcpStep.ProtoReflect.Descriptor instead.
+func (*TcpStep) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *TcpStep) GetSend() string {
+	if x != nil {
+		return x.Send
+	}
+	return ""
+}
+
+func (x *TcpStep) GetSendHex() string {
+	if x != nil {
+		return x.SendHex
+	}
+	return ""
+}
+
+func (x *TcpStep) GetExpect() string {
+	if x != nil {
+		return x.Expect
+	}
+	return ""
+}
+
+func (x *TcpStep) GetExpectContains() string {
+	if x != nil {
+		return x.ExpectContains
+	}
+	return ""
+}
+
+func (x *TcpStep) GetExpectRegex() string {
+	if x != nil {
+		return x.ExpectRegex
+	}
+	return ""
+}
+
+func (x *TcpStep) GetReadLimit() int32 {
+	if x != nil {
+		return x.ReadLimit
+	}
+	return 0
 }
 
 // GrpcProbe passes when grpc.health.v1.Health/Check answers SERVING.
@@ -346,14 +755,27 @@ type GrpcProbe struct {
 	// asks about the whole server.
 	Service string `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
 	// tls connects with TLS (system roots) instead of plaintext.
-	Tls           bool `protobuf:"varint,3,opt,name=tls,proto3" json:"tls,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Tls bool `protobuf:"varint,3,opt,name=tls,proto3" json:"tls,omitempty"`
+	// tls_options connect with TLS configured by them (tls need not be set).
+	TlsOptions *TlsOptions `protobuf:"bytes,4,opt,name=tls_options,json=tlsOptions,proto3" json:"tls_options,omitempty"`
+	// authority is the :authority of the calls, e.g. "api.internal"; empty
+	// means address. At most 512 bytes.
+	Authority string `protobuf:"bytes,5,opt,name=authority,proto3" json:"authority,omitempty"`
+	// metadata are sent with every call: lower-case keys, at most 32 entries
+	// of at most 4096 bytes. Values are shown as "<redacted>" in every
+	// answer; sending that back keeps the stored value.
+	Metadata map[string]string `protobuf:"bytes,6,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// expected_statuses are the serving statuses that pass: SERVING,
+	// NOT_SERVING, SERVICE_UNKNOWN (also a NotFound answer) or UNKNOWN.
+	// Empty: SERVING.
+	ExpectedStatuses []string `protobuf:"bytes,7,rep,name=expected_statuses,json=expectedStatuses,proto3" json:"expected_statuses,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GrpcProbe) Reset() {
 	*x = GrpcProbe{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[2]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -365,7 +787,7 @@ func (x *GrpcProbe) String() string {
 func (*GrpcProbe) ProtoMessage() {}
 
 func (x *GrpcProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[2]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -378,7 +800,7 @@ func (x *GrpcProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrpcProbe.ProtoReflect.Descriptor instead.
 func (*GrpcProbe) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{2}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GrpcProbe) GetAddress() string {
@@ -402,6 +824,132 @@ func (x *GrpcProbe) GetTls() bool {
 	return false
 }
 
+func (x *GrpcProbe) GetTlsOptions() *TlsOptions {
+	if x != nil {
+		return x.TlsOptions
+	}
+	return nil
+}
+
+func (x *GrpcProbe) GetAuthority() string {
+	if x != nil {
+		return x.Authority
+	}
+	return ""
+}
+
+func (x *GrpcProbe) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *GrpcProbe) GetExpectedStatuses() []string {
+	if x != nil {
+		return x.ExpectedStatuses
+	}
+	return nil
+}
+
+// DnsProbe asks server for name's records of type and passes on the
+// expected rcode and, when set, a record whose data contains
+// answer_contains and matches answer_regex. Failing reads e.g.
+// "dns: NXDOMAIN for api.internal.".
+type DnsProbe struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the domain name asked about, at most 253 bytes.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// type is A (the default), AAAA, CAA, CNAME, MX, NS, PTR, SOA, SRV or
+	// TXT.
+	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	// server is the DNS server's host:port, e.g. "10.0.0.2:53"; the egress
+	// policy covers it.
+	Server string `protobuf:"bytes,3,opt,name=server,proto3" json:"server,omitempty"`
+	// rcode is the response code that passes: NOERROR (the default),
+	// NXDOMAIN, SERVFAIL, REFUSED...
+	Rcode string `protobuf:"bytes,4,opt,name=rcode,proto3" json:"rcode,omitempty"`
+	// answer_contains must occur in the data of one record of type, as a
+	// zone file writes it ("10.0.0.7", "10 20 5432 db-1.internal.").
+	AnswerContains string `protobuf:"bytes,5,opt,name=answer_contains,json=answerContains,proto3" json:"answer_contains,omitempty"`
+	// answer_regex (RE2) must match the data of one record of type.
+	AnswerRegex   string `protobuf:"bytes,6,opt,name=answer_regex,json=answerRegex,proto3" json:"answer_regex,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DnsProbe) Reset() {
+	*x = DnsProbe{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DnsProbe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DnsProbe) ProtoMessage() {}
+
+func (x *DnsProbe) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DnsProbe.ProtoReflect.Descriptor instead.
+func (*DnsProbe) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DnsProbe) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DnsProbe) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *DnsProbe) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *DnsProbe) GetRcode() string {
+	if x != nil {
+		return x.Rcode
+	}
+	return ""
+}
+
+func (x *DnsProbe) GetAnswerContains() string {
+	if x != nil {
+		return x.AnswerContains
+	}
+	return ""
+}
+
+func (x *DnsProbe) GetAnswerRegex() string {
+	if x != nil {
+		return x.AnswerRegex
+	}
+	return ""
+}
+
 // Target is a target's spec: what to probe, how often, and the thresholds.
 // Unset fields take the server's defaults (see `pulsed --help`). A value
 // past a bound is refused with INVALID_ARGUMENT naming the field and the
@@ -420,6 +968,7 @@ type Target struct {
 	//	*Target_Http
 	//	*Target_Tcp
 	//	*Target_Grpc
+	//	*Target_Dns
 	Probe isTarget_Probe `protobuf_oneof:"probe"`
 	// interval between the starts of two probes: 1ms to 24h.
 	Interval *durationpb.Duration `protobuf:"bytes,6,opt,name=interval,proto3" json:"interval,omitempty"`
@@ -474,7 +1023,7 @@ type Target struct {
 
 func (x *Target) Reset() {
 	*x = Target{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[3]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -486,7 +1035,7 @@ func (x *Target) String() string {
 func (*Target) ProtoMessage() {}
 
 func (x *Target) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[3]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -499,7 +1048,7 @@ func (x *Target) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Target.ProtoReflect.Descriptor instead.
 func (*Target) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{3}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Target) GetName() string {
@@ -545,6 +1094,15 @@ func (x *Target) GetGrpc() *GrpcProbe {
 	if x != nil {
 		if x, ok := x.Probe.(*Target_Grpc); ok {
 			return x.Grpc
+		}
+	}
+	return nil
+}
+
+func (x *Target) GetDns() *DnsProbe {
+	if x != nil {
+		if x, ok := x.Probe.(*Target_Dns); ok {
+			return x.Dns
 		}
 	}
 	return nil
@@ -664,11 +1222,17 @@ type Target_Grpc struct {
 	Grpc *GrpcProbe `protobuf:"bytes,5,opt,name=grpc,proto3,oneof"`
 }
 
+type Target_Dns struct {
+	Dns *DnsProbe `protobuf:"bytes,30,opt,name=dns,proto3,oneof"`
+}
+
 func (*Target_Http) isTarget_Probe() {}
 
 func (*Target_Tcp) isTarget_Probe() {}
 
 func (*Target_Grpc) isTarget_Probe() {}
+
+func (*Target_Dns) isTarget_Probe() {}
 
 // ProbeResult is the outcome of one probe.
 type ProbeResult struct {
@@ -695,7 +1259,7 @@ type ProbeResult struct {
 
 func (x *ProbeResult) Reset() {
 	*x = ProbeResult{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[4]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -707,7 +1271,7 @@ func (x *ProbeResult) String() string {
 func (*ProbeResult) ProtoMessage() {}
 
 func (x *ProbeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[4]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -720,7 +1284,7 @@ func (x *ProbeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeResult.ProtoReflect.Descriptor instead.
 func (*ProbeResult) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{4}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ProbeResult) GetPass() bool {
@@ -826,14 +1390,27 @@ type TargetStatus struct {
 	// a probe the egress policy denies, a probe kind this version does not
 	// know, a damaged record). It is never routable. AddTarget with a valid
 	// spec of the same name fixes it; RemoveTarget removes it.
-	Quarantined   string `protobuf:"bytes,20,opt,name=quarantined,proto3" json:"quarantined,omitempty"`
+	Quarantined string `protobuf:"bytes,20,opt,name=quarantined,proto3" json:"quarantined,omitempty"`
+	// warnings are what a person should know about this target that does
+	// not stop it being probed, each naming its field, e.g.
+	// "http.tls.insecure_skip_verify: the server's certificate is not
+	// verified; ...".
+	Warnings []string `protobuf:"bytes,30,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	// cert_expiry_warning, when set, says that the last probe passed with a
+	// server certificate within its cert_expiry_warn, e.g. "certificate
+	// expires in 3d12h (2026-12-05)".
+	CertExpiryWarning string `protobuf:"bytes,31,opt,name=cert_expiry_warning,json=certExpiryWarning,proto3" json:"cert_expiry_warning,omitempty"`
+	// cert_not_after is when the first-expiring certificate the last probe
+	// saw expires; set only for probes with cert_expiry_warn or
+	// cert_expiry_fail.
+	CertNotAfter  *timestamppb.Timestamp `protobuf:"bytes,32,opt,name=cert_not_after,json=certNotAfter,proto3" json:"cert_not_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TargetStatus) Reset() {
 	*x = TargetStatus{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[5]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +1422,7 @@ func (x *TargetStatus) String() string {
 func (*TargetStatus) ProtoMessage() {}
 
 func (x *TargetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[5]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +1435,7 @@ func (x *TargetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetStatus.ProtoReflect.Descriptor instead.
 func (*TargetStatus) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{5}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TargetStatus) GetSpec() *Target {
@@ -1001,6 +1578,27 @@ func (x *TargetStatus) GetQuarantined() string {
 	return ""
 }
 
+func (x *TargetStatus) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
+func (x *TargetStatus) GetCertExpiryWarning() string {
+	if x != nil {
+		return x.CertExpiryWarning
+	}
+	return ""
+}
+
+func (x *TargetStatus) GetCertNotAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CertNotAfter
+	}
+	return nil
+}
+
 // GroupPolicy is a group's pool policy.
 type GroupPolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1017,7 +1615,7 @@ type GroupPolicy struct {
 
 func (x *GroupPolicy) Reset() {
 	*x = GroupPolicy{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[6]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1627,7 @@ func (x *GroupPolicy) String() string {
 func (*GroupPolicy) ProtoMessage() {}
 
 func (x *GroupPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[6]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1640,7 @@ func (x *GroupPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupPolicy.ProtoReflect.Descriptor instead.
 func (*GroupPolicy) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{6}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GroupPolicy) GetMaxUnhealthyFraction() float64 {
@@ -1080,7 +1678,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[7]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1690,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[7]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1703,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{7}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GroupStatus) GetGroup() string {
@@ -1208,7 +1806,7 @@ type CheckerStatus struct {
 
 func (x *CheckerStatus) Reset() {
 	*x = CheckerStatus{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[8]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1220,7 +1818,7 @@ func (x *CheckerStatus) String() string {
 func (*CheckerStatus) ProtoMessage() {}
 
 func (x *CheckerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[8]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1233,7 +1831,7 @@ func (x *CheckerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckerStatus.ProtoReflect.Descriptor instead.
 func (*CheckerStatus) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{8}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CheckerStatus) GetDegraded() bool {
@@ -1341,7 +1939,7 @@ type Transition struct {
 
 func (x *Transition) Reset() {
 	*x = Transition{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[9]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1353,7 +1951,7 @@ func (x *Transition) String() string {
 func (*Transition) ProtoMessage() {}
 
 func (x *Transition) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[9]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1366,7 +1964,7 @@ func (x *Transition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transition.ProtoReflect.Descriptor instead.
 func (*Transition) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{9}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Transition) GetTarget() string {
@@ -1436,7 +2034,7 @@ type AddTargetRequest struct {
 
 func (x *AddTargetRequest) Reset() {
 	*x = AddTargetRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[10]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1448,7 +2046,7 @@ func (x *AddTargetRequest) String() string {
 func (*AddTargetRequest) ProtoMessage() {}
 
 func (x *AddTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[10]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1461,7 +2059,7 @@ func (x *AddTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddTargetRequest.ProtoReflect.Descriptor instead.
 func (*AddTargetRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{10}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AddTargetRequest) GetTarget() *Target {
@@ -1484,7 +2082,7 @@ type AddTargetResponse struct {
 
 func (x *AddTargetResponse) Reset() {
 	*x = AddTargetResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[11]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1496,7 +2094,7 @@ func (x *AddTargetResponse) String() string {
 func (*AddTargetResponse) ProtoMessage() {}
 
 func (x *AddTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[11]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1509,7 +2107,7 @@ func (x *AddTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddTargetResponse.ProtoReflect.Descriptor instead.
 func (*AddTargetResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{11}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AddTargetResponse) GetCreated() bool {
@@ -1537,7 +2135,7 @@ type RemoveTargetRequest struct {
 
 func (x *RemoveTargetRequest) Reset() {
 	*x = RemoveTargetRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[12]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1549,7 +2147,7 @@ func (x *RemoveTargetRequest) String() string {
 func (*RemoveTargetRequest) ProtoMessage() {}
 
 func (x *RemoveTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[12]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1562,7 +2160,7 @@ func (x *RemoveTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveTargetRequest.ProtoReflect.Descriptor instead.
 func (*RemoveTargetRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{12}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RemoveTargetRequest) GetName() string {
@@ -1583,7 +2181,7 @@ type RemoveTargetResponse struct {
 
 func (x *RemoveTargetResponse) Reset() {
 	*x = RemoveTargetResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[13]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1595,7 +2193,7 @@ func (x *RemoveTargetResponse) String() string {
 func (*RemoveTargetResponse) ProtoMessage() {}
 
 func (x *RemoveTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[13]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1608,7 +2206,7 @@ func (x *RemoveTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveTargetResponse.ProtoReflect.Descriptor instead.
 func (*RemoveTargetResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{13}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RemoveTargetResponse) GetRemoved() bool {
@@ -1629,7 +2227,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[14]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +2239,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[14]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +2252,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{14}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StateRequest) GetName() string {
@@ -1675,7 +2273,7 @@ type StateResponse struct {
 
 func (x *StateResponse) Reset() {
 	*x = StateResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1687,7 +2285,7 @@ func (x *StateResponse) String() string {
 func (*StateResponse) ProtoMessage() {}
 
 func (x *StateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1700,7 +2298,7 @@ func (x *StateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateResponse.ProtoReflect.Descriptor instead.
 func (*StateResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{15}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StateResponse) GetStatus() *TargetStatus {
@@ -1721,7 +2319,7 @@ type HealthyRequest struct {
 
 func (x *HealthyRequest) Reset() {
 	*x = HealthyRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +2331,7 @@ func (x *HealthyRequest) String() string {
 func (*HealthyRequest) ProtoMessage() {}
 
 func (x *HealthyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +2344,7 @@ func (x *HealthyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthyRequest.ProtoReflect.Descriptor instead.
 func (*HealthyRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{16}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *HealthyRequest) GetGroup() string {
@@ -1767,7 +2365,7 @@ type HealthyResponse struct {
 
 func (x *HealthyResponse) Reset() {
 	*x = HealthyResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +2377,7 @@ func (x *HealthyResponse) String() string {
 func (*HealthyResponse) ProtoMessage() {}
 
 func (x *HealthyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +2390,7 @@ func (x *HealthyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthyResponse.ProtoReflect.Descriptor instead.
 func (*HealthyResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{17}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *HealthyResponse) GetNames() []string {
@@ -1813,7 +2411,7 @@ type ListTargetsRequest struct {
 
 func (x *ListTargetsRequest) Reset() {
 	*x = ListTargetsRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1825,7 +2423,7 @@ func (x *ListTargetsRequest) String() string {
 func (*ListTargetsRequest) ProtoMessage() {}
 
 func (x *ListTargetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1838,7 +2436,7 @@ func (x *ListTargetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTargetsRequest.ProtoReflect.Descriptor instead.
 func (*ListTargetsRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{18}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListTargetsRequest) GetGroup() string {
@@ -1867,7 +2465,7 @@ type ListTargetsResponse struct {
 
 func (x *ListTargetsResponse) Reset() {
 	*x = ListTargetsResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1879,7 +2477,7 @@ func (x *ListTargetsResponse) String() string {
 func (*ListTargetsResponse) ProtoMessage() {}
 
 func (x *ListTargetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1892,7 +2490,7 @@ func (x *ListTargetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTargetsResponse.ProtoReflect.Descriptor instead.
 func (*ListTargetsResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{19}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListTargetsResponse) GetTargets() []*TargetStatus {
@@ -1937,7 +2535,7 @@ type SetGroupPolicyRequest struct {
 
 func (x *SetGroupPolicyRequest) Reset() {
 	*x = SetGroupPolicyRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1949,7 +2547,7 @@ func (x *SetGroupPolicyRequest) String() string {
 func (*SetGroupPolicyRequest) ProtoMessage() {}
 
 func (x *SetGroupPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1962,7 +2560,7 @@ func (x *SetGroupPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGroupPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetGroupPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{20}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SetGroupPolicyRequest) GetGroup() string {
@@ -1990,7 +2588,7 @@ type SetGroupPolicyResponse struct {
 
 func (x *SetGroupPolicyResponse) Reset() {
 	*x = SetGroupPolicyResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2002,7 +2600,7 @@ func (x *SetGroupPolicyResponse) String() string {
 func (*SetGroupPolicyResponse) ProtoMessage() {}
 
 func (x *SetGroupPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2015,7 +2613,7 @@ func (x *SetGroupPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGroupPolicyResponse.ProtoReflect.Descriptor instead.
 func (*SetGroupPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{21}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetGroupPolicyResponse) GetGroup() *GroupStatus {
@@ -2043,7 +2641,7 @@ type ReportOutcomeRequest struct {
 
 func (x *ReportOutcomeRequest) Reset() {
 	*x = ReportOutcomeRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2055,7 +2653,7 @@ func (x *ReportOutcomeRequest) String() string {
 func (*ReportOutcomeRequest) ProtoMessage() {}
 
 func (x *ReportOutcomeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2068,7 +2666,7 @@ func (x *ReportOutcomeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportOutcomeRequest.ProtoReflect.Descriptor instead.
 func (*ReportOutcomeRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{22}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReportOutcomeRequest) GetTarget() string {
@@ -2112,7 +2710,7 @@ type ReportOutcomeResponse struct {
 
 func (x *ReportOutcomeResponse) Reset() {
 	*x = ReportOutcomeResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2124,7 +2722,7 @@ func (x *ReportOutcomeResponse) String() string {
 func (*ReportOutcomeResponse) ProtoMessage() {}
 
 func (x *ReportOutcomeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2137,7 +2735,7 @@ func (x *ReportOutcomeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportOutcomeResponse.ProtoReflect.Descriptor instead.
 func (*ReportOutcomeResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{23}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReportOutcomeResponse) GetCounted() bool {
@@ -2173,7 +2771,7 @@ type WatchTransitionsRequest struct {
 
 func (x *WatchTransitionsRequest) Reset() {
 	*x = WatchTransitionsRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2185,7 +2783,7 @@ func (x *WatchTransitionsRequest) String() string {
 func (*WatchTransitionsRequest) ProtoMessage() {}
 
 func (x *WatchTransitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2198,7 +2796,7 @@ func (x *WatchTransitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTransitionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchTransitionsRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{24}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WatchTransitionsRequest) GetGroup() string {
@@ -2232,7 +2830,7 @@ type SnapshotComplete struct {
 
 func (x *SnapshotComplete) Reset() {
 	*x = SnapshotComplete{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +2842,7 @@ func (x *SnapshotComplete) String() string {
 func (*SnapshotComplete) ProtoMessage() {}
 
 func (x *SnapshotComplete) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +2855,7 @@ func (x *SnapshotComplete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotComplete.ProtoReflect.Descriptor instead.
 func (*SnapshotComplete) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{25}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{29}
 }
 
 // Progress says the stream has delivered every matching event up to its
@@ -2270,7 +2868,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2282,7 +2880,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2295,7 +2893,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{26}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{30}
 }
 
 // PolicyEvent is a change in a pool policy's or the checker's state. It
@@ -2323,7 +2921,7 @@ type PolicyEvent struct {
 
 func (x *PolicyEvent) Reset() {
 	*x = PolicyEvent{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2335,7 +2933,7 @@ func (x *PolicyEvent) String() string {
 func (*PolicyEvent) ProtoMessage() {}
 
 func (x *PolicyEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2348,7 +2946,7 @@ func (x *PolicyEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyEvent.ProtoReflect.Descriptor instead.
 func (*PolicyEvent) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{27}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PolicyEvent) GetKind() PolicyEvent_Kind {
@@ -2406,7 +3004,7 @@ type TargetRemoved struct {
 
 func (x *TargetRemoved) Reset() {
 	*x = TargetRemoved{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +3016,7 @@ func (x *TargetRemoved) String() string {
 func (*TargetRemoved) ProtoMessage() {}
 
 func (x *TargetRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +3029,7 @@ func (x *TargetRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetRemoved.ProtoReflect.Descriptor instead.
 func (*TargetRemoved) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{28}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TargetRemoved) GetName() string {
@@ -2476,7 +3074,7 @@ type WatchTransitionsResponse struct {
 
 func (x *WatchTransitionsResponse) Reset() {
 	*x = WatchTransitionsResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +3086,7 @@ func (x *WatchTransitionsResponse) String() string {
 func (*WatchTransitionsResponse) ProtoMessage() {}
 
 func (x *WatchTransitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +3099,7 @@ func (x *WatchTransitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTransitionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchTransitionsResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{29}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WatchTransitionsResponse) GetRevision() uint64 {
@@ -2657,27 +3255,84 @@ var File_pulse_v1_pulse_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\n" +
-	"\x14pulse/v1/pulse.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd6\x01\n" +
+	"\x14pulse/v1/pulse.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc0\x04\n" +
 	"\tHttpProbe\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12'\n" +
 	"\x0fexpected_status\x18\x03 \x03(\x05R\x0eexpectedStatus\x12:\n" +
-	"\aheaders\x18\x04 \x03(\v2 .pulse.v1.HttpProbe.HeadersEntryR\aheaders\x1a:\n" +
+	"\aheaders\x18\x04 \x03(\v2 .pulse.v1.HttpProbe.HeadersEntryR\aheaders\x124\n" +
+	"\x16expected_status_ranges\x18\x05 \x03(\tR\x14expectedStatusRanges\x12#\n" +
+	"\rbody_contains\x18\x06 \x01(\tR\fbodyContains\x12*\n" +
+	"\x11body_not_contains\x18\a \x01(\tR\x0fbodyNotContains\x12\x1d\n" +
+	"\n" +
+	"body_regex\x18\b \x01(\tR\tbodyRegex\x12\x1d\n" +
+	"\n" +
+	"body_limit\x18\t \x01(\x05R\tbodyLimit\x12<\n" +
+	"\x0eheader_matches\x18\n" +
+	" \x03(\v2\x15.pulse.v1.HeaderMatchR\rheaderMatches\x12\x12\n" +
+	"\x04body\x18\v \x01(\tR\x04body\x12)\n" +
+	"\x10follow_redirects\x18\f \x01(\bR\x0ffollowRedirects\x12&\n" +
+	"\x03tls\x18\r \x01(\v2\x14.pulse.v1.TlsOptionsR\x03tls\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"$\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"7\n" +
+	"\vHeaderMatch\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05regex\x18\x02 \x01(\tR\x05regex\"\xa6\x03\n" +
+	"\n" +
+	"TlsOptions\x12\x17\n" +
+	"\aca_file\x18\x01 \x01(\tR\x06caFile\x12\x15\n" +
+	"\x06ca_pem\x18\x02 \x01(\tR\x05caPem\x12\x1b\n" +
+	"\tcert_file\x18\x03 \x01(\tR\bcertFile\x12\x19\n" +
+	"\bkey_file\x18\x04 \x01(\tR\akeyFile\x12\x19\n" +
+	"\bcert_pem\x18\x05 \x01(\tR\acertPem\x12\x17\n" +
+	"\akey_pem\x18\x06 \x01(\tR\x06keyPem\x12\x1f\n" +
+	"\vserver_name\x18\a \x01(\tR\n" +
+	"serverName\x120\n" +
+	"\x14insecure_skip_verify\x18\b \x01(\bR\x12insecureSkipVerify\x12\x1f\n" +
+	"\vmin_version\x18\t \x01(\tR\n" +
+	"minVersion\x12C\n" +
+	"\x10cert_expiry_warn\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x0ecertExpiryWarn\x12C\n" +
+	"\x10cert_expiry_fail\x18\v \x01(\v2\x19.google.protobuf.DurationR\x0ecertExpiryFail\"u\n" +
 	"\bTcpProbe\x12\x18\n" +
-	"\aaddress\x18\x01 \x01(\tR\aaddress\"Q\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12'\n" +
+	"\x05steps\x18\x02 \x03(\v2\x11.pulse.v1.TcpStepR\x05steps\x12&\n" +
+	"\x03tls\x18\x03 \x01(\v2\x14.pulse.v1.TlsOptionsR\x03tls\"\xbb\x01\n" +
+	"\aTcpStep\x12\x12\n" +
+	"\x04send\x18\x01 \x01(\tR\x04send\x12\x19\n" +
+	"\bsend_hex\x18\x02 \x01(\tR\asendHex\x12\x16\n" +
+	"\x06expect\x18\x03 \x01(\tR\x06expect\x12'\n" +
+	"\x0fexpect_contains\x18\x04 \x01(\tR\x0eexpectContains\x12!\n" +
+	"\fexpect_regex\x18\x05 \x01(\tR\vexpectRegex\x12\x1d\n" +
+	"\n" +
+	"read_limit\x18\x06 \x01(\x05R\treadLimit\"\xcf\x02\n" +
 	"\tGrpcProbe\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x10\n" +
-	"\x03tls\x18\x03 \x01(\bR\x03tls\"\xf6\x06\n" +
+	"\x03tls\x18\x03 \x01(\bR\x03tls\x125\n" +
+	"\vtls_options\x18\x04 \x01(\v2\x14.pulse.v1.TlsOptionsR\n" +
+	"tlsOptions\x12\x1c\n" +
+	"\tauthority\x18\x05 \x01(\tR\tauthority\x12=\n" +
+	"\bmetadata\x18\x06 \x03(\v2!.pulse.v1.GrpcProbe.MetadataEntryR\bmetadata\x12+\n" +
+	"\x11expected_statuses\x18\a \x03(\tR\x10expectedStatuses\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xac\x01\n" +
+	"\bDnsProbe\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12\x16\n" +
+	"\x06server\x18\x03 \x01(\tR\x06server\x12\x14\n" +
+	"\x05rcode\x18\x04 \x01(\tR\x05rcode\x12'\n" +
+	"\x0fanswer_contains\x18\x05 \x01(\tR\x0eanswerContains\x12!\n" +
+	"\fanswer_regex\x18\x06 \x01(\tR\vanswerRegex\"\x9e\a\n" +
 	"\x06Target\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12)\n" +
 	"\x04http\x18\x03 \x01(\v2\x13.pulse.v1.HttpProbeH\x00R\x04http\x12&\n" +
 	"\x03tcp\x18\x04 \x01(\v2\x12.pulse.v1.TcpProbeH\x00R\x03tcp\x12)\n" +
-	"\x04grpc\x18\x05 \x01(\v2\x13.pulse.v1.GrpcProbeH\x00R\x04grpc\x125\n" +
+	"\x04grpc\x18\x05 \x01(\v2\x13.pulse.v1.GrpcProbeH\x00R\x04grpc\x12&\n" +
+	"\x03dns\x18\x1e \x01(\v2\x12.pulse.v1.DnsProbeH\x00R\x03dns\x125\n" +
 	"\binterval\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\binterval\x123\n" +
 	"\atimeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x17\n" +
 	"\x04rise\x18\b \x01(\x05H\x01R\x04rise\x88\x01\x01\x12\x17\n" +
@@ -2704,7 +3359,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12.\n" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x18\n" +
 	"\apassive\x18\x05 \x01(\bR\apassive\x12\x18\n" +
-	"\aignored\x18\x06 \x01(\bR\aignored\"\xe9\x06\n" +
+	"\aignored\x18\x06 \x01(\bR\aignored\"\xf7\a\n" +
 	"\fTargetStatus\x12$\n" +
 	"\x04spec\x18\x01 \x01(\v2\x10.pulse.v1.TargetR\x04spec\x12%\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x0f.pulse.v1.StateR\x05state\x12\x1a\n" +
@@ -2730,7 +3385,10 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x0fpassive_results\x18\x11 \x01(\x04R\x0epassiveResults\x120\n" +
 	"\x14passive_rate_limited\x18\x12 \x01(\x04R\x12passiveRateLimited\x12)\n" +
 	"\x10ignored_timeouts\x18\x13 \x01(\x04R\x0fignoredTimeouts\x12 \n" +
-	"\vquarantined\x18\x14 \x01(\tR\vquarantined\"c\n" +
+	"\vquarantined\x18\x14 \x01(\tR\vquarantined\x12\x1a\n" +
+	"\bwarnings\x18\x1e \x03(\tR\bwarnings\x12.\n" +
+	"\x13cert_expiry_warning\x18\x1f \x01(\tR\x11certExpiryWarning\x12@\n" +
+	"\x0ecert_not_after\x18  \x01(\v2\x1a.google.protobuf.TimestampR\fcertNotAfter\"c\n" +
 	"\vGroupPolicy\x129\n" +
 	"\x16max_unhealthy_fraction\x18\x01 \x01(\x01H\x00R\x14maxUnhealthyFraction\x88\x01\x01B\x19\n" +
 	"\x17_max_unhealthy_fraction\"\x8f\x02\n" +
@@ -2875,116 +3533,131 @@ func file_pulse_v1_pulse_proto_rawDescGZIP() []byte {
 }
 
 var file_pulse_v1_pulse_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_pulse_v1_pulse_proto_goTypes = []any{
 	(State)(0),                       // 0: pulse.v1.State
 	(Model)(0),                       // 1: pulse.v1.Model
 	(PolicyEvent_Kind)(0),            // 2: pulse.v1.PolicyEvent.Kind
 	(*HttpProbe)(nil),                // 3: pulse.v1.HttpProbe
-	(*TcpProbe)(nil),                 // 4: pulse.v1.TcpProbe
-	(*GrpcProbe)(nil),                // 5: pulse.v1.GrpcProbe
-	(*Target)(nil),                   // 6: pulse.v1.Target
-	(*ProbeResult)(nil),              // 7: pulse.v1.ProbeResult
-	(*TargetStatus)(nil),             // 8: pulse.v1.TargetStatus
-	(*GroupPolicy)(nil),              // 9: pulse.v1.GroupPolicy
-	(*GroupStatus)(nil),              // 10: pulse.v1.GroupStatus
-	(*CheckerStatus)(nil),            // 11: pulse.v1.CheckerStatus
-	(*Transition)(nil),               // 12: pulse.v1.Transition
-	(*AddTargetRequest)(nil),         // 13: pulse.v1.AddTargetRequest
-	(*AddTargetResponse)(nil),        // 14: pulse.v1.AddTargetResponse
-	(*RemoveTargetRequest)(nil),      // 15: pulse.v1.RemoveTargetRequest
-	(*RemoveTargetResponse)(nil),     // 16: pulse.v1.RemoveTargetResponse
-	(*StateRequest)(nil),             // 17: pulse.v1.StateRequest
-	(*StateResponse)(nil),            // 18: pulse.v1.StateResponse
-	(*HealthyRequest)(nil),           // 19: pulse.v1.HealthyRequest
-	(*HealthyResponse)(nil),          // 20: pulse.v1.HealthyResponse
-	(*ListTargetsRequest)(nil),       // 21: pulse.v1.ListTargetsRequest
-	(*ListTargetsResponse)(nil),      // 22: pulse.v1.ListTargetsResponse
-	(*SetGroupPolicyRequest)(nil),    // 23: pulse.v1.SetGroupPolicyRequest
-	(*SetGroupPolicyResponse)(nil),   // 24: pulse.v1.SetGroupPolicyResponse
-	(*ReportOutcomeRequest)(nil),     // 25: pulse.v1.ReportOutcomeRequest
-	(*ReportOutcomeResponse)(nil),    // 26: pulse.v1.ReportOutcomeResponse
-	(*WatchTransitionsRequest)(nil),  // 27: pulse.v1.WatchTransitionsRequest
-	(*SnapshotComplete)(nil),         // 28: pulse.v1.SnapshotComplete
-	(*Progress)(nil),                 // 29: pulse.v1.Progress
-	(*PolicyEvent)(nil),              // 30: pulse.v1.PolicyEvent
-	(*TargetRemoved)(nil),            // 31: pulse.v1.TargetRemoved
-	(*WatchTransitionsResponse)(nil), // 32: pulse.v1.WatchTransitionsResponse
-	nil,                              // 33: pulse.v1.HttpProbe.HeadersEntry
-	(*durationpb.Duration)(nil),      // 34: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 35: google.protobuf.Timestamp
+	(*HeaderMatch)(nil),              // 4: pulse.v1.HeaderMatch
+	(*TlsOptions)(nil),               // 5: pulse.v1.TlsOptions
+	(*TcpProbe)(nil),                 // 6: pulse.v1.TcpProbe
+	(*TcpStep)(nil),                  // 7: pulse.v1.TcpStep
+	(*GrpcProbe)(nil),                // 8: pulse.v1.GrpcProbe
+	(*DnsProbe)(nil),                 // 9: pulse.v1.DnsProbe
+	(*Target)(nil),                   // 10: pulse.v1.Target
+	(*ProbeResult)(nil),              // 11: pulse.v1.ProbeResult
+	(*TargetStatus)(nil),             // 12: pulse.v1.TargetStatus
+	(*GroupPolicy)(nil),              // 13: pulse.v1.GroupPolicy
+	(*GroupStatus)(nil),              // 14: pulse.v1.GroupStatus
+	(*CheckerStatus)(nil),            // 15: pulse.v1.CheckerStatus
+	(*Transition)(nil),               // 16: pulse.v1.Transition
+	(*AddTargetRequest)(nil),         // 17: pulse.v1.AddTargetRequest
+	(*AddTargetResponse)(nil),        // 18: pulse.v1.AddTargetResponse
+	(*RemoveTargetRequest)(nil),      // 19: pulse.v1.RemoveTargetRequest
+	(*RemoveTargetResponse)(nil),     // 20: pulse.v1.RemoveTargetResponse
+	(*StateRequest)(nil),             // 21: pulse.v1.StateRequest
+	(*StateResponse)(nil),            // 22: pulse.v1.StateResponse
+	(*HealthyRequest)(nil),           // 23: pulse.v1.HealthyRequest
+	(*HealthyResponse)(nil),          // 24: pulse.v1.HealthyResponse
+	(*ListTargetsRequest)(nil),       // 25: pulse.v1.ListTargetsRequest
+	(*ListTargetsResponse)(nil),      // 26: pulse.v1.ListTargetsResponse
+	(*SetGroupPolicyRequest)(nil),    // 27: pulse.v1.SetGroupPolicyRequest
+	(*SetGroupPolicyResponse)(nil),   // 28: pulse.v1.SetGroupPolicyResponse
+	(*ReportOutcomeRequest)(nil),     // 29: pulse.v1.ReportOutcomeRequest
+	(*ReportOutcomeResponse)(nil),    // 30: pulse.v1.ReportOutcomeResponse
+	(*WatchTransitionsRequest)(nil),  // 31: pulse.v1.WatchTransitionsRequest
+	(*SnapshotComplete)(nil),         // 32: pulse.v1.SnapshotComplete
+	(*Progress)(nil),                 // 33: pulse.v1.Progress
+	(*PolicyEvent)(nil),              // 34: pulse.v1.PolicyEvent
+	(*TargetRemoved)(nil),            // 35: pulse.v1.TargetRemoved
+	(*WatchTransitionsResponse)(nil), // 36: pulse.v1.WatchTransitionsResponse
+	nil,                              // 37: pulse.v1.HttpProbe.HeadersEntry
+	nil,                              // 38: pulse.v1.GrpcProbe.MetadataEntry
+	(*durationpb.Duration)(nil),      // 39: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 40: google.protobuf.Timestamp
 }
 var file_pulse_v1_pulse_proto_depIdxs = []int32{
-	33, // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
-	3,  // 1: pulse.v1.Target.http:type_name -> pulse.v1.HttpProbe
-	4,  // 2: pulse.v1.Target.tcp:type_name -> pulse.v1.TcpProbe
-	5,  // 3: pulse.v1.Target.grpc:type_name -> pulse.v1.GrpcProbe
-	34, // 4: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
-	34, // 5: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
-	0,  // 6: pulse.v1.Target.initial_state:type_name -> pulse.v1.State
-	1,  // 7: pulse.v1.Target.model:type_name -> pulse.v1.Model
-	34, // 8: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
-	34, // 9: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
-	34, // 10: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
-	34, // 11: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
-	34, // 12: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
-	34, // 13: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
-	35, // 14: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
-	6,  // 15: pulse.v1.TargetStatus.spec:type_name -> pulse.v1.Target
-	0,  // 16: pulse.v1.TargetStatus.state:type_name -> pulse.v1.State
-	7,  // 17: pulse.v1.TargetStatus.last_result:type_name -> pulse.v1.ProbeResult
-	35, // 18: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
-	0,  // 19: pulse.v1.TargetStatus.verdict:type_name -> pulse.v1.State
-	34, // 20: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
-	35, // 21: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
-	9,  // 22: pulse.v1.GroupStatus.policy:type_name -> pulse.v1.GroupPolicy
-	35, // 23: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
-	34, // 24: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
-	0,  // 25: pulse.v1.Transition.from:type_name -> pulse.v1.State
-	0,  // 26: pulse.v1.Transition.to:type_name -> pulse.v1.State
-	35, // 27: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
-	7,  // 28: pulse.v1.Transition.result:type_name -> pulse.v1.ProbeResult
-	6,  // 29: pulse.v1.AddTargetRequest.target:type_name -> pulse.v1.Target
-	8,  // 30: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
-	8,  // 31: pulse.v1.StateResponse.status:type_name -> pulse.v1.TargetStatus
-	8,  // 32: pulse.v1.ListTargetsResponse.targets:type_name -> pulse.v1.TargetStatus
-	10, // 33: pulse.v1.ListTargetsResponse.groups:type_name -> pulse.v1.GroupStatus
-	11, // 34: pulse.v1.ListTargetsResponse.checker:type_name -> pulse.v1.CheckerStatus
-	9,  // 35: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
-	10, // 36: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
-	34, // 37: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
-	8,  // 38: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
-	2,  // 39: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
-	35, // 40: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
-	12, // 41: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
-	8,  // 42: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
-	28, // 43: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
-	8,  // 44: pulse.v1.WatchTransitionsResponse.added:type_name -> pulse.v1.TargetStatus
-	8,  // 45: pulse.v1.WatchTransitionsResponse.updated:type_name -> pulse.v1.TargetStatus
-	31, // 46: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
-	29, // 47: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
-	30, // 48: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
-	13, // 49: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
-	15, // 50: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
-	17, // 51: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
-	19, // 52: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
-	21, // 53: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
-	27, // 54: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
-	23, // 55: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
-	25, // 56: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
-	14, // 57: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
-	16, // 58: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
-	18, // 59: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
-	20, // 60: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
-	22, // 61: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
-	32, // 62: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
-	24, // 63: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
-	26, // 64: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
-	57, // [57:65] is the sub-list for method output_type
-	49, // [49:57] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	37, // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
+	4,  // 1: pulse.v1.HttpProbe.header_matches:type_name -> pulse.v1.HeaderMatch
+	5,  // 2: pulse.v1.HttpProbe.tls:type_name -> pulse.v1.TlsOptions
+	39, // 3: pulse.v1.TlsOptions.cert_expiry_warn:type_name -> google.protobuf.Duration
+	39, // 4: pulse.v1.TlsOptions.cert_expiry_fail:type_name -> google.protobuf.Duration
+	7,  // 5: pulse.v1.TcpProbe.steps:type_name -> pulse.v1.TcpStep
+	5,  // 6: pulse.v1.TcpProbe.tls:type_name -> pulse.v1.TlsOptions
+	5,  // 7: pulse.v1.GrpcProbe.tls_options:type_name -> pulse.v1.TlsOptions
+	38, // 8: pulse.v1.GrpcProbe.metadata:type_name -> pulse.v1.GrpcProbe.MetadataEntry
+	3,  // 9: pulse.v1.Target.http:type_name -> pulse.v1.HttpProbe
+	6,  // 10: pulse.v1.Target.tcp:type_name -> pulse.v1.TcpProbe
+	8,  // 11: pulse.v1.Target.grpc:type_name -> pulse.v1.GrpcProbe
+	9,  // 12: pulse.v1.Target.dns:type_name -> pulse.v1.DnsProbe
+	39, // 13: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
+	39, // 14: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
+	0,  // 15: pulse.v1.Target.initial_state:type_name -> pulse.v1.State
+	1,  // 16: pulse.v1.Target.model:type_name -> pulse.v1.Model
+	39, // 17: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
+	39, // 18: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
+	39, // 19: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
+	39, // 20: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
+	39, // 21: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
+	39, // 22: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
+	40, // 23: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
+	10, // 24: pulse.v1.TargetStatus.spec:type_name -> pulse.v1.Target
+	0,  // 25: pulse.v1.TargetStatus.state:type_name -> pulse.v1.State
+	11, // 26: pulse.v1.TargetStatus.last_result:type_name -> pulse.v1.ProbeResult
+	40, // 27: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
+	0,  // 28: pulse.v1.TargetStatus.verdict:type_name -> pulse.v1.State
+	39, // 29: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
+	40, // 30: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
+	40, // 31: pulse.v1.TargetStatus.cert_not_after:type_name -> google.protobuf.Timestamp
+	13, // 32: pulse.v1.GroupStatus.policy:type_name -> pulse.v1.GroupPolicy
+	40, // 33: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
+	39, // 34: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
+	0,  // 35: pulse.v1.Transition.from:type_name -> pulse.v1.State
+	0,  // 36: pulse.v1.Transition.to:type_name -> pulse.v1.State
+	40, // 37: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
+	11, // 38: pulse.v1.Transition.result:type_name -> pulse.v1.ProbeResult
+	10, // 39: pulse.v1.AddTargetRequest.target:type_name -> pulse.v1.Target
+	12, // 40: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
+	12, // 41: pulse.v1.StateResponse.status:type_name -> pulse.v1.TargetStatus
+	12, // 42: pulse.v1.ListTargetsResponse.targets:type_name -> pulse.v1.TargetStatus
+	14, // 43: pulse.v1.ListTargetsResponse.groups:type_name -> pulse.v1.GroupStatus
+	15, // 44: pulse.v1.ListTargetsResponse.checker:type_name -> pulse.v1.CheckerStatus
+	13, // 45: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
+	14, // 46: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
+	39, // 47: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
+	12, // 48: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
+	2,  // 49: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
+	40, // 50: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
+	16, // 51: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
+	12, // 52: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
+	32, // 53: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
+	12, // 54: pulse.v1.WatchTransitionsResponse.added:type_name -> pulse.v1.TargetStatus
+	12, // 55: pulse.v1.WatchTransitionsResponse.updated:type_name -> pulse.v1.TargetStatus
+	35, // 56: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
+	33, // 57: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
+	34, // 58: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
+	17, // 59: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
+	19, // 60: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
+	21, // 61: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
+	23, // 62: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
+	25, // 63: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
+	31, // 64: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
+	27, // 65: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
+	29, // 66: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
+	18, // 67: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
+	20, // 68: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
+	22, // 69: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
+	24, // 70: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
+	26, // 71: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
+	36, // 72: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
+	28, // 73: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
+	30, // 74: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
+	67, // [67:75] is the sub-list for method output_type
+	59, // [59:67] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_pulse_proto_init() }
@@ -2992,13 +3665,14 @@ func file_pulse_v1_pulse_proto_init() {
 	if File_pulse_v1_pulse_proto != nil {
 		return
 	}
-	file_pulse_v1_pulse_proto_msgTypes[3].OneofWrappers = []any{
+	file_pulse_v1_pulse_proto_msgTypes[7].OneofWrappers = []any{
 		(*Target_Http)(nil),
 		(*Target_Tcp)(nil),
 		(*Target_Grpc)(nil),
+		(*Target_Dns)(nil),
 	}
-	file_pulse_v1_pulse_proto_msgTypes[6].OneofWrappers = []any{}
-	file_pulse_v1_pulse_proto_msgTypes[29].OneofWrappers = []any{
+	file_pulse_v1_pulse_proto_msgTypes[10].OneofWrappers = []any{}
+	file_pulse_v1_pulse_proto_msgTypes[33].OneofWrappers = []any{
 		(*WatchTransitionsResponse_Transition)(nil),
 		(*WatchTransitionsResponse_Snapshot)(nil),
 		(*WatchTransitionsResponse_SnapshotComplete)(nil),
@@ -3014,7 +3688,7 @@ func file_pulse_v1_pulse_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_pulse_proto_rawDesc), len(file_pulse_v1_pulse_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   31,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
