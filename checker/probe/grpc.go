@@ -161,7 +161,9 @@ func (c *sourceCreds) ClientHandshake(ctx context.Context, authority string, raw
 	if err != nil {
 		return nil, nil, err
 	}
-	return credentials.NewTLS(cfg).ClientHandshake(ctx, authority, raw)
+	// gRPC's TLS credentials verify the authority they are given, not
+	// the configuration's ServerName: give them the name to verify.
+	return credentials.NewTLS(cfg).ClientHandshake(ctx, cfg.ServerName, raw)
 }
 
 // ServerHandshake is not supported: these credentials are a client's.

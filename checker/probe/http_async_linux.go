@@ -62,6 +62,8 @@ type asyncLoop struct {
 	waiting probeHeap   // probes waiting for an answer, by deadline
 	timer   *time.Timer // fires at waiting's first deadline
 	timerAt time.Time   // when timer fires; zero when it is stopped
+
+	handOvers atomic.Uint64 // probes handed over to Probe's code, for tests and benchmarks
 }
 
 // asyncProbe is one asynchronous probe in flight. Its fields are guarded
@@ -429,6 +431,7 @@ func (ap *asyncProbe) head() (resp leanResponse, body int64, complete, ok bool) 
 // read so far and the error that ended reading (nil: none yet).
 func (l *asyncLoop) handOverLocked(ap *asyncProbe, err error) asyncEnd {
 	l.removeLocked(ap)
+	l.handOvers.Add(1)
 	ap.pending = append([]byte(nil), ap.buf[:ap.n]...)
 	ap.pendingErr = err
 	ap.ctx, ap.cancel = context.WithDeadline(context.Background(), ap.deadline)
