@@ -1,0 +1,118 @@
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+)
+
+// testCAFile writes a self-signed CA certificate in PEM and returns its
+// path.
+func testCAFile(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "CA"}, NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestAddProbeOptionFlags: each probe option flag lands in the request's
+// field, and pulsed keeps it.
+func TestAddProbeOptionFlags(t *testing.T) {
+	p := startPulsed(t)
+	addr := "--addr=" + p.addr
+	ca := testCAFile(t)
+	mustRun(t, "add", addr, "--name", "web", "--http", "https://127.0.0.1:9/ready", "--method", "POST", "--body", `{"deep":true}`,
+		"--expect-status", "200-399,404", "--body-contains", "ready", "--body-not-contains", "error", "--body-regex", `"ok":\s*true`,
+		"--body-limit", "4096", "--header-match", "X-Status=^ok$", "--follow-redirects",
+		"--probe-tls-ca-file", ca, "--probe-tls-server-name", "web.internal", "--probe-tls-min-version", "1.3", "--probe-cert-expiry-warn", "720h", "--probe-cert-expiry-fail", "168h")
+	mustRun(t, "add", addr, "--name", "cache", "--tcp", "127.0.0.1:6379", "--send", `PING\r\n`, "--expect", `+PONG\r\n`,
+		"--send-hex", "2a31", "--expect-contains", "ok", "--expect-regex", `^\d`, "--read-limit", "64", "--probe-tls-insecure-skip-verify")
+	mustRun(t, "add", addr, "--name", "api", "--grpc", "127.0.0.1:50051", "--grpc-authority", "api.internal",
+		"--grpc-metadata", "x-api-key=k", "--grpc-expect-status", "serving,NOT_SERVING", "--probe-tls-ca-file", ca)
+	out := mustRun(t, "add", addr, "--name", "resolver", "--dns", "api.internal", "--dns-server", "127.0.0.1:53", "--dns-type", "srv",
+		"--dns-rcode", "nxdomain", "--dns-answer-contains", "5432", "--dns-answer-regex", `db-\d`)
+	if !strings.Contains(out, "dns SRV api.internal at 127.0.0.1:53") {
+		t.Errorf("add's summary: %q", out)
+	}
+
+	opts := []cmp.Option{protocmp.Transform()}
+	want := map[string]*pb.Target{
+		"web": {Probe: &pb.Target_Http{Http: &pb.HttpProbe{
+			Url: "https://127.0.0.1:9/ready", Method: "POST", Body: `{"deep":true}`,
+			ExpectedStatus: []int32{404}, ExpectedStatusRanges: []string{"200-399"},
+			BodyContains: "ready", BodyNotContains: "error", BodyRegex: `"ok":\s*true`, BodyLimit: 4096,
+			HeaderMatches: []*pb.HeaderMatch{{Name: "X-Status", Regex: "^ok$"}}, FollowRedirects: true,
+			Tls: &pb.TlsOptions{CaFile: ca, ServerName: "web.internal", MinVersion: "1.3",
+				CertExpiryWarn: durationpb.New(720 * time.Hour), CertExpiryFail: durationpb.New(168 * time.Hour)},
+		}}},
+		"cache": {Probe: &pb.Target_Tcp{Tcp: &pb.TcpProbe{
+			Address: "127.0.0.1:6379",
+			Steps: []*pb.TcpStep{
+				{Send: "PING\r\n"}, {Expect: "+PONG\r\n", ReadLimit: 64}, {SendHex: "2a31"},
+				{ExpectContains: "ok", ReadLimit: 64}, {ExpectRegex: `^\d`, ReadLimit: 64},
+			},
+			Tls: &pb.TlsOptions{InsecureSkipVerify: true},
+		}}},
+		"api": {Probe: &pb.Target_Grpc{Grpc: &pb.GrpcProbe{
+			Address: "127.0.0.1:50051", Authority: "api.internal", Metadata: map[string]string{"x-api-key": "<redacted>"},
+			ExpectedStatuses: []string{"SERVING", "NOT_SERVING"}, TlsOptions: &pb.TlsOptions{CaFile: ca},
+		}}},
+		"resolver": {Probe: &pb.Target_Dns{Dns: &pb.DnsProbe{
+			Name: "api.internal", Server: "127.0.0.1:53", Type: "SRV", Rcode: "NXDOMAIN", AnswerContains: "5432", AnswerRegex: `db-\d`,
+		}}},
+	}
+	for name, w := range want {
+		st := stateOf(t, p.addr, name)
+		got := &pb.Target{Probe: st.GetSpec().GetProbe()}
+		if diff := cmp.Diff(w, got, opts...); diff != "" {
+			t.Errorf("%s probe (-want +got):\n%s", name, diff)
+		}
+		if name == "cache" && (len(st.GetWarnings()) != 1 || !strings.Contains(st.GetWarnings()[0], "insecure_skip_verify")) {
+			t.Errorf("cache warnings = %q, want insecure_skip_verify named", st.GetWarnings())
+		}
+	}
+
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tcp", "127.0.0.1:1", "--body-contains", "x"}, "--body-contains applies to --http targets only"},
+		{[]string{"--dns", "a.internal", "--probe-tls-ca-file", ca}, "--probe-tls-ca-file applies to --http, --grpc, --tcp targets only"},
+		{[]string{"--http", "http://127.0.0.1:1/", "--send", "x"}, "--send applies to --tcp targets only"},
+		{[]string{"--http", "http://127.0.0.1:1/", "--expect-status", "2xx"}, `"2xx" is not a status code`},
+		{[]string{"--http", "http://127.0.0.1:1/", "--body-regex", "(x"}, "target.http.body_regex: is not a valid RE2 regular expression"},
+		{[]string{"--http", "https://127.0.0.1:1/", "--probe-tls-ca-file", "/nonexistent/ca.pem"}, `target.http.tls.ca_file: cannot read "/nonexistent/ca.pem"`},
+		{[]string{"--dns", "api.internal"}, "target.dns.server: is required"},
+	} {
+		r := pulsectl(t, append([]string{"add", addr, "--name", "bad"}, tt.args...)...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, tt.want) {
+			t.Errorf("add %s: exit %d, stderr %q; want exit %d and %q", strings.Join(tt.args, " "), r.code, r.stderr, exitUsage, tt.want)
+		}
+	}
+}
