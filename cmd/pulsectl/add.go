@@ -234,7 +234,9 @@ type intList struct {
 	ranges []string
 }
 
-func (l *intList) String() string { return strings.Join(append([]string{joinInts(l.codes)}, l.ranges...), ",") }
+func (l *intList) String() string {
+	return strings.Join(append([]string{joinInts(l.codes)}, l.ranges...), ",")
+}
 
 func (l *intList) Set(v string) error {
 	for part := range strings.SplitSeq(v, ",") {
