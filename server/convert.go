@@ -375,6 +375,8 @@ func statusToProto(st checker.Status) *pb.TargetStatus {
 		IgnoredTimeouts:     st.IgnoredTimeouts,
 		Quarantined:         st.Quarantined,
 		Warnings:            st.Spec.Probe.Warnings(),
+		CertExpiryWarning:   st.CertWarning,
+		CertNotAfter:        timestamp(st.CertNotAfter),
 	}
 	if st.ProbeInterval > 0 {
 		out.ProbeInterval = durationpb.New(st.ProbeInterval)
@@ -415,6 +417,7 @@ var policyKinds = map[checker.EventKind]pb.PolicyEvent_Kind{
 	checker.EventFlappingEnded:    pb.PolicyEvent_KIND_FLAPPING_ENDED,
 	checker.EventCheckerDegraded:  pb.PolicyEvent_KIND_CHECKER_DEGRADED,
 	checker.EventCheckerRecovered: pb.PolicyEvent_KIND_CHECKER_RECOVERED,
+	checker.EventCertExpiring:     pb.PolicyEvent_KIND_CERT_EXPIRING,
 }
 
 func policyEventToProto(e checker.Event) *pb.WatchTransitionsResponse {

@@ -142,8 +142,8 @@ func (p *grpcProber) passes(st healthpb.HealthCheckResponse_ServingStatus) bool 
 	return slices.Contains(p.expected, st)
 }
 
-// CertExpiryWarning implements CertExpiryWarner.
-func (p *grpcProber) CertExpiryWarning() *ExpiryError { return p.expiry.lastWarning() }
+// LastCertExpiry implements CertExpiryReporter.
+func (p *grpcProber) LastCertExpiry() (time.Time, *ExpiryError) { return p.expiry.lastSeen() }
 
 // sourceCreds are gRPC transport credentials whose TLS configuration comes
 // from a tlsSource at each handshake, so that rotated files are used.

@@ -168,8 +168,8 @@ func (p *httpProber) checkTLS(cs *tls.ConnectionState) error {
 	return p.expiry.check(cs, time.Now())
 }
 
-// CertExpiryWarning implements CertExpiryWarner.
-func (p *httpProber) CertExpiryWarning() *ExpiryError { return p.expiry.lastWarning() }
+// LastCertExpiry implements CertExpiryReporter.
+func (p *httpProber) LastCertExpiry() (time.Time, *ExpiryError) { return p.expiry.lastSeen() }
 
 // Close closes the idle connections of the prober's own transport, if it
 // has one. It is idempotent.

@@ -441,6 +441,18 @@ func shortDuration(d time.Duration) string {
 	}
 }
 
+// firstNotAfter returns when the first of the peer's certificates
+// expires; cs has at least one.
+func firstNotAfter(cs *tls.ConnectionState) time.Time {
+	first := cs.PeerCertificates[0].NotAfter
+	for _, c := range cs.PeerCertificates[1:] {
+		if c.NotAfter.Before(first) {
+			first = c.NotAfter
+		}
+	}
+	return first
+}
+
 // checkExpiry returns an *ExpiryError when one of the peer's certificates
 // expires within the spec's failure window (Warning false) or its warning
 // window (Warning true), or nil.
@@ -449,12 +461,7 @@ func (t *tlsSource) checkExpiry(cs *tls.ConnectionState, now time.Time) *ExpiryE
 	if cs == nil || (s.CertExpiryFail <= 0 && s.CertExpiryWarn <= 0) || len(cs.PeerCertificates) == 0 {
 		return nil
 	}
-	first := cs.PeerCertificates[0].NotAfter
-	for _, c := range cs.PeerCertificates[1:] {
-		if c.NotAfter.Before(first) {
-			first = c.NotAfter
-		}
-	}
+	first := firstNotAfter(cs)
 	left := first.Sub(now)
 	switch {
 	case s.CertExpiryFail > 0 && left < s.CertExpiryFail:
@@ -466,42 +473,56 @@ func (t *tlsSource) checkExpiry(cs *tls.ConnectionState, now time.Time) *ExpiryE
 }
 
 // expiryWatch checks the certificates of a prober's connections against
-// its TLSSpec's expiry windows and keeps the last warning. The zero
+// its TLSSpec's expiry windows and keeps what the last check saw. The zero
 // expiryWatch (no TLS) checks nothing. It is safe for concurrent use.
 type expiryWatch struct {
-	src     *tlsSource
-	warning atomic.Pointer[ExpiryError]
+	src  *tlsSource
+	last atomic.Pointer[certSeen]
+}
+
+// certSeen is what one probe saw of its server's certificates.
+type certSeen struct {
+	notAfter time.Time
+	warning  *ExpiryError
 }
 
 // check returns an *ExpiryError when a certificate in cs expires within
 // the failure window; within the warning window it returns nil and keeps
-// the warning for lastWarning.
+// the warning for lastSeen. A spec without expiry windows checks nothing.
 func (w *expiryWatch) check(cs *tls.ConnectionState, now time.Time) error {
-	if w.src == nil {
+	if w.src == nil || (w.src.spec.CertExpiryFail <= 0 && w.src.spec.CertExpiryWarn <= 0) || cs == nil || len(cs.PeerCertificates) == 0 {
 		return nil
 	}
 	e := w.src.checkExpiry(cs, now)
+	seen := &certSeen{notAfter: firstNotAfter(cs)}
 	if e != nil && e.Warning {
-		w.warning.Store(e)
-		return nil
+		seen.warning = e
 	}
-	w.warning.Store(nil)
-	if e != nil {
+	w.last.Store(seen)
+	if e != nil && !e.Warning {
 		return e
 	}
 	return nil
 }
 
-// lastWarning returns the warning of the last check, or nil.
-func (w *expiryWatch) lastWarning() *ExpiryError { return w.warning.Load() }
-
-// CertExpiryWarner is implemented by Probers of TLS probes that check
-// certificate expiry: CertExpiryWarning returns the warning of the last
-// probe that passed within TLSSpec.CertExpiryWarn, or nil when it did
-// not warn (or failed). It is safe to call concurrently with Probe.
-type CertExpiryWarner interface {
-	CertExpiryWarning() *ExpiryError
+// lastSeen returns what the last check saw: zero values before any.
+func (w *expiryWatch) lastSeen() (time.Time, *ExpiryError) {
+	if seen := w.last.Load(); seen != nil {
+		return seen.notAfter, seen.warning
+	}
+	return time.Time{}, nil
 }
 
-// CertExpiryWarning implements CertExpiryWarner.
-func (p *tcpProber) CertExpiryWarning() *ExpiryError { return p.expiry.lastWarning() }
+// CertExpiryReporter is implemented by the Probers of TLS probes:
+// LastCertExpiry returns when the first-expiring certificate (leaf or
+// chain) that the last probe's server showed expires, the zero time when
+// the spec sets no cert_expiry window or no probe got that far, and, when
+// that probe passed within TLSSpec.CertExpiryWarn, the warning (nil
+// otherwise). It is safe to call concurrently with Probe, and after Probe
+// returns it reports that probe.
+type CertExpiryReporter interface {
+	LastCertExpiry() (notAfter time.Time, warning *ExpiryError)
+}
+
+// LastCertExpiry implements CertExpiryReporter.
+func (p *tcpProber) LastCertExpiry() (time.Time, *ExpiryError) { return p.expiry.lastSeen() }

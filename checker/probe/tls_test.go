@@ -349,16 +349,16 @@ func TestTLSCertExpiry(t *testing.T) {
 	p := newProber(t, f, spec(7*24*time.Hour, 24*time.Hour))
 	defer closeProber(p)
 	wantPass(t, probeWithin(t, timeoutCtx(t, 5*time.Second), p))
-	w := p.(CertExpiryWarner).CertExpiryWarning()
-	if w == nil || !w.Warning || !strings.HasPrefix(w.Error(), "certificate expires in 3d11h") {
-		t.Errorf("CertExpiryWarning() = %v, want a warning of 3d11h", w)
+	seen, w := p.(CertExpiryReporter).LastCertExpiry()
+	if w == nil || !w.Warning || !strings.HasPrefix(w.Error(), "certificate expires in 3d11h") || !seen.Equal(notAfter.Truncate(time.Second)) {
+		t.Errorf("LastCertExpiry() = %v, %v; want %v and a warning of 3d11h", seen, w, notAfter)
 	}
 
 	p = newProber(t, f, spec(24*time.Hour, 0))
 	defer closeProber(p)
 	wantPass(t, probeWithin(t, timeoutCtx(t, 5*time.Second), p))
-	if w := p.(CertExpiryWarner).CertExpiryWarning(); w != nil {
-		t.Errorf("CertExpiryWarning() = %v outside the window, want nil", w)
+	if seen, w := p.(CertExpiryReporter).LastCertExpiry(); w != nil || seen.IsZero() {
+		t.Errorf("LastCertExpiry() = %v, %v outside the window, want the time and no warning", seen, w)
 	}
 }
 

@@ -161,18 +161,24 @@ const (
 	PolicyEvent_KIND_CHECKER_DEGRADED PolicyEvent_Kind = 5
 	// CHECKER_RECOVERED: the checker keeps up again.
 	PolicyEvent_KIND_CHECKER_RECOVERED PolicyEvent_Kind = 6
+	// CERT_EXPIRING: a target's probe passed with a server certificate
+	// within its cert_expiry_warn (text: "web-1: certificate expires in
+	// 20d (2026-12-21)"); sent once until a probe passes outside it again.
+	// Goes to watchers of the target.
+	PolicyEvent_KIND_CERT_EXPIRING PolicyEvent_Kind = 20
 )
 
 // Enum value maps for PolicyEvent_Kind.
 var (
 	PolicyEvent_Kind_name = map[int32]string{
-		0: "KIND_UNSPECIFIED",
-		1: "KIND_PANIC_ENTERED",
-		2: "KIND_PANIC_EXITED",
-		3: "KIND_FLAPPING_STARTED",
-		4: "KIND_FLAPPING_ENDED",
-		5: "KIND_CHECKER_DEGRADED",
-		6: "KIND_CHECKER_RECOVERED",
+		0:  "KIND_UNSPECIFIED",
+		1:  "KIND_PANIC_ENTERED",
+		2:  "KIND_PANIC_EXITED",
+		3:  "KIND_FLAPPING_STARTED",
+		4:  "KIND_FLAPPING_ENDED",
+		5:  "KIND_CHECKER_DEGRADED",
+		6:  "KIND_CHECKER_RECOVERED",
+		20: "KIND_CERT_EXPIRING",
 	}
 	PolicyEvent_Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED":       0,
@@ -182,6 +188,7 @@ var (
 		"KIND_FLAPPING_ENDED":    4,
 		"KIND_CHECKER_DEGRADED":  5,
 		"KIND_CHECKER_RECOVERED": 6,
+		"KIND_CERT_EXPIRING":     20,
 	}
 )
 
@@ -3467,14 +3474,14 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x0estart_revision\x18\x03 \x01(\x04R\rstartRevision\"\x12\n" +
 	"\x10SnapshotComplete\"\n" +
 	"\n" +
-	"\bProgress\"\xfc\x02\n" +
+	"\bProgress\"\x94\x03\n" +
 	"\vPolicyEvent\x12.\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1a.pulse.v1.PolicyEvent.KindR\x04kind\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x16\n" +
 	"\x06target\x18\x03 \x01(\tR\x06target\x12.\n" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
 	"\x04text\x18\x05 \x01(\tR\x04text\x12\x12\n" +
-	"\x04held\x18\x06 \x03(\tR\x04held\"\xb6\x01\n" +
+	"\x04held\x18\x06 \x03(\tR\x04held\"\xce\x01\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12KIND_PANIC_ENTERED\x10\x01\x12\x15\n" +
@@ -3482,7 +3489,8 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x15KIND_FLAPPING_STARTED\x10\x03\x12\x17\n" +
 	"\x13KIND_FLAPPING_ENDED\x10\x04\x12\x19\n" +
 	"\x15KIND_CHECKER_DEGRADED\x10\x05\x12\x1a\n" +
-	"\x16KIND_CHECKER_RECOVERED\x10\x06\"9\n" +
+	"\x16KIND_CHECKER_RECOVERED\x10\x06\x12\x16\n" +
+	"\x12KIND_CERT_EXPIRING\x10\x14\"9\n" +
 	"\rTargetRemoved\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\"\xf4\x03\n" +
