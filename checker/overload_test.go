@@ -289,3 +289,44 @@ func TestQueuedProbeOfAnUpdatedTargetIsReplaced(t *testing.T) {
 		step(t, e, 100*time.Millisecond)
 	}
 }
+
+// A probe that starts exactly MaxLag late is no sign of overload; one
+// nanosecond later is. Two targets share one slot: a's probe hangs until
+// its timeout, so b, due while a runs, starts when a's probe times out.
+func TestOverloadLagThresholdIsExclusive(t *testing.T) {
+	// The first probes are spread by a hash of the name: the lag b starts
+	// with is fixed by the names, and measured with detection off.
+	run := func(maxLag time.Duration) (checker.OverloadStatus, time.Duration) {
+		e := newEnv(t, checker.Config{MaxConcurrentProbes: 1, Overload: checker.OverloadPolicy{MaxLag: maxLag, MaxWaiting: -1}})
+		for _, n := range []string{"a", "b"} {
+			s := spec(n)
+			s.Interval, s.Timeout, s.InitialState = 10*time.Second, 10*time.Second, checker.StateHealthy
+			e.add(t, s)
+		}
+		e.probes.set("a", outcome{hang: true})
+		e.probes.set("b", pass)
+		a, _ := e.c.Status("a")
+		b, _ := e.c.Status("b")
+		if !a.NextProbe.Before(b.NextProbe) || !b.NextProbe.Before(a.NextProbe.Add(10*time.Second)) {
+			t.Fatalf("first probes at a %v, b %v: b must be due while a's probe runs", a.NextProbe.Sub(epoch), b.NextProbe.Sub(epoch))
+		}
+		want := a.NextProbe.Add(10 * time.Second).Sub(b.NextProbe)
+		e.c.Start()
+		step(t, e, a.NextProbe.Sub(e.clock.Now()))
+		step(t, e, 10*time.Second) // a times out, b starts
+		if st, _ := e.c.Status("b"); st.ActiveResults != 1 {
+			t.Fatalf("b probed %d times, want 1", st.ActiveResults)
+		}
+		return e.c.Overload(), want
+	}
+	ov, lag := run(-1)
+	if ov.Lag != lag || ov.Degraded {
+		t.Fatalf("with lag no sign: %+v, want lag %v and not degraded", ov, lag)
+	}
+	if ov, _ := run(lag); ov.Degraded {
+		t.Errorf("a probe exactly MaxLag (%v) late: %+v, want not degraded", lag, ov)
+	}
+	if ov, _ := run(lag - time.Nanosecond); !ov.Degraded || !strings.Contains(ov.Reason, "a probe of b started "+lag.String()+" late") {
+		t.Errorf("a probe 1ns more than MaxLag late: %+v, want degraded", ov)
+	}
+}

@@ -61,6 +61,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/pulsehealth/pulse/internal/pulsedproc"
 )
 
 func main() {
@@ -161,7 +163,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	defer os.RemoveAll(work)
 	o.WorkDir = work
 	if o.PulsedBin == "" {
-		if o.PulsedBin, err = buildPulsed(ctx, work, stderr); err != nil {
+		if o.PulsedBin, err = buildPulsed(ctx, work); err != nil {
 			return err
 		}
 	}
@@ -270,25 +272,17 @@ func ensureFiles(need uint64) error {
 	return nil
 }
 
-// buildPulsed builds ./cmd/pulsed of the module the working directory is
+// buildPulsed builds cmd/pulsed of the module the working directory is
 // in, into dir.
-func buildPulsed(ctx context.Context, dir string, stderr io.Writer) (string, error) {
-	root, err := moduleRoot()
-	if err != nil {
+func buildPulsed(ctx context.Context, dir string) (string, error) {
+	if _, err := moduleRoot(); err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "pulsed")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/pulsed")
-	cmd.Dir = root
-	cmd.Stdout, cmd.Stderr = stderr, stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/pulsed: %w", err)
-	}
-	return bin, nil
+	return pulsedproc.Build(ctx, dir, pulsedproc.Package)
 }
 
-// moduleRoot finds the directory of the go.mod of module pulse, from the
-// working directory up.
+// moduleRoot finds the directory of Pulse's go.mod, from the working
+// directory up.
 func moduleRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
@@ -296,12 +290,12 @@ func moduleRoot() (string, error) {
 	}
 	for {
 		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && strings.HasPrefix(string(b), "module pulse\n") {
+		if err == nil && strings.HasPrefix(string(b), "module "+pulsedproc.Module+"\n") {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("not inside module pulse: run from the repository or pass -pulsed")
+			return "", errors.New("not inside module " + pulsedproc.Module + ": run from the repository or pass -pulsed")
 		}
 		dir = parent
 	}

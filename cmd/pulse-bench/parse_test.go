@@ -95,16 +95,6 @@ func TestFlipSet(t *testing.T) {
 	}
 }
 
-func TestParseListening(t *testing.T) {
-	line := `time=2026-11-30T10:00:00.000Z level=INFO msg="pulsed listening" addr=127.0.0.1:40123`
-	if addr, ok := parseListening(line); !ok || addr != "127.0.0.1:40123" {
-		t.Errorf("parseListening = %q, %v", addr, ok)
-	}
-	if _, ok := parseListening(`level=INFO msg="probe egress policy" policy=x`); ok {
-		t.Error("another line parsed as the listening line")
-	}
-}
-
 func TestTargetNames(t *testing.T) {
 	for _, i := range []int{0, 7, 99999, 123456} {
 		if got := targetIndex(targetName(i)); got != i {

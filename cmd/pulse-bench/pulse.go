@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
-	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/internal/pulsedproc"
 )
 
 // pulsedArgs are the flags the harness starts pulsed with: the registry
@@ -38,18 +38,6 @@ func pulsedArgs(o Options, interval time.Duration, registry ...string) []string 
 		"-fall", strconv.Itoa(o.Fall),
 	)
 	return append(args, o.PulsedArgs...)
-}
-
-var listeningRE = regexp.MustCompile(`msg="pulsed listening".* addr=(\S+)`)
-
-// parseListening returns the gRPC address of pulsed's
-// `msg="pulsed listening" addr=...` log line.
-func parseListening(line string) (string, bool) {
-	m := listeningRE.FindStringSubmatch(line)
-	if m == nil {
-		return "", false
-	}
-	return m[1], true
 }
 
 // targetName is the name of farm target i, in Pulse and in HAProxy.
@@ -78,7 +66,7 @@ type pulsedProc struct {
 func startPulsed(ctx context.Context, bin string, args []string) (*pulsedProc, error) {
 	ready := make(chan string, 1)
 	c, err := startChild("pulsed", exec.Command(bin, args...), func(line string) {
-		if addr, ok := parseListening(line); ok {
+		if addr, ok := pulsedproc.ListeningAddr(line); ok {
 			select {
 			case ready <- addr:
 			default:

@@ -1,17 +1,13 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/internal/pulsedproc"
 )
 
 // TestRemote runs the same scenario with health from a real pulsed, then
@@ -35,7 +32,7 @@ func TestRemote(t *testing.T) {
 	bin := buildPulsed(t)
 	dataDir := t.TempDir()
 	p1 := startPulsed(t, bin, "-data-dir", dataDir)
-	fwd := newForwarder(t, p1.addr)
+	fwd := newForwarder(t, p1.Addr)
 
 	bs := []*testBackend{newTestBackend(t, "web-1"), newTestBackend(t, "web-2"), newTestBackend(t, "web-3")}
 	lb := startLB(t, append(e2eFlags(), "--backends", backendList(bs), "--pulse", fwd.addr(), "--group", "edge")...)
@@ -95,7 +92,7 @@ func TestRemote(t *testing.T) {
 		lb.logs.waitFor(t, mark, down)
 		// Registry events of another group push pulse-lb's revision out of
 		// pulsed's history (-watch-history 8).
-		addOthers(t, p1.addr, 12)
+		addOthers(t, p1.Addr, 12)
 		fwd.restore()
 		lb.logs.waitFor(t, mark, `msg="pulse watch cannot resume; re-listing from a snapshot"`)
 		snap := lb.logs.waitFor(t, mark, `msg="pulse snapshot applied"`)
@@ -114,7 +111,7 @@ func TestRemote(t *testing.T) {
 		// The restarted pulsed has the targets and their states; pulse-lb
 		// resumes if its revision is still valid there, else re-lists.
 		p2 = startPulsed(t, bin, "-data-dir", dataDir)
-		fwd.retarget(p2.addr)
+		fwd.retarget(p2.Addr)
 		back := lb.logs.waitForAny(t, mark, `msg="pulse snapshot applied"`, `msg="pulse watch resumed"`)
 		t.Logf("after the restart: %s", back.text)
 		load.waitCount(t, back.at, 20)
@@ -135,7 +132,7 @@ func TestRemote(t *testing.T) {
 		// again in the states it last knew, and re-lists since its revision
 		// means nothing there.
 		p3 := startPulsed(t, bin, "-data-dir", "")
-		fwd.retarget(p3.addr)
+		fwd.retarget(p3.Addr)
 		lb.logs.waitFor(t, mark, `msg="registered backends with pulsed" component=pulse pulse=`+fwd.addr()+` group=edge created=3`)
 		lb.logs.waitFor(t, mark, `msg="pulse watch cannot resume; re-listing from a snapshot"`)
 		snap := lb.logs.waitFor(t, mark, `msg="pulse snapshot applied"`)
@@ -213,26 +210,22 @@ func addOthers(t *testing.T, addr string, n int) {
 
 func buildPulsed(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "pulsed")
-	args := []string{"build", "-o", bin}
+	var flags []string
 	if raceEnabled {
-		args = append(args, "-race")
+		flags = append(flags, "-race")
 	}
-	if out, err := exec.Command("go", append(args, "github.com/pulsehealth/pulse/cmd/pulsed")...).CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	bin, err := pulsedproc.Build(t.Context(), t.TempDir(), pulsedproc.Package, flags...)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }
 
-// pulsed is a pulsed process.
+// pulsed is a pulsed process; logs holds its log for waitFor.
 type pulsed struct {
-	cmd  *exec.Cmd
-	addr string
+	*pulsedproc.Process
 	logs *logSink
-	done chan error
 }
-
-var pulsedListening = regexp.MustCompile(`msg="pulsed listening" addr=(\S+)`)
 
 // startPulsed starts pulsed on a free loopback port, without its HTTP
 // endpoint. It sends progress events often, so the stream's progress
@@ -240,54 +233,28 @@ var pulsedListening = regexp.MustCompile(`msg="pulsed listening" addr=(\S+)`)
 // outrun it.
 func startPulsed(t *testing.T, bin string, args ...string) *pulsed {
 	t.Helper()
-	p := &pulsed{logs: newLogSink(), done: make(chan error, 1)}
-	// The scenario stops every backend and wants a 503, as embedded mode
-	// gives: pulsed's panic threshold (0.5 by default) would hold half of
-	// them routable, so it is off here.
-	p.cmd = exec.Command(bin, append([]string{"-listen", "127.0.0.1:0", "-http-listen", "", "-watch-progress", "100ms", "-watch-history", "8"}, args...)...)
-	stderr, err := p.cmd.StderrPipe()
+	p := &pulsed{logs: newLogSink()}
+	ctx, cancel := context.WithTimeout(t.Context(), waitBound)
+	defer cancel()
+	proc, err := pulsedproc.Start(ctx, bin, append([]string{"-listen", "127.0.0.1:0", "-http-listen", "", "-watch-progress", "100ms", "-watch-history", "8"}, args...), func(line string) {
+		p.logs.Write([]byte(line + "\n"))
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			p.logs.Write([]byte(sc.Text() + "\n"))
-		}
-		p.done <- p.cmd.Wait()
-	}()
-	t.Cleanup(func() { p.kill(t) })
-	line := p.logs.waitFor(t, 0, `msg="pulsed listening"`)
-	p.addr = pulsedListening.FindStringSubmatch(line.text)[1]
+	p.Process = proc
+	t.Cleanup(proc.Kill)
 	return p
 }
 
 // kill kills pulsed at once, as a crash would. It is idempotent.
-func (p *pulsed) kill(t *testing.T) {
-	t.Helper()
-	if p.done == nil {
-		return
-	}
-	p.cmd.Process.Kill()
-	<-p.done
-	p.done = nil
-}
+func (p *pulsed) kill(*testing.T) { p.Kill() }
 
 // stop stops pulsed with SIGTERM and checks that it exits cleanly.
 func (p *pulsed) stop(t *testing.T) {
 	t.Helper()
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.done:
-		p.done = nil
-		if err != nil {
-			t.Errorf("pulsed exited with %v after SIGTERM\n%s", err, p.logs)
-		}
-	case <-time.After(waitBound):
-		t.Fatalf("pulsed still running %v after SIGTERM", waitBound)
+	if err := p.Stop(waitBound); err != nil {
+		t.Errorf("pulsed: %v\n%s", err, p.logs)
 	}
 }
 

@@ -45,7 +45,7 @@ func testCAFile(t *testing.T) string {
 // field, and pulsed keeps it.
 func TestAddProbeOptionFlags(t *testing.T) {
 	p := startPulsed(t)
-	addr := "--addr=" + p.addr
+	addr := "--addr=" + p.Addr
 	ca := testCAFile(t)
 	mustRun(t, "add", addr, "--name", "web", "--http", "https://127.0.0.1:9/ready", "--method", "POST", "--body", `{"deep":true}`,
 		"--expect-status", "200-399,404", "--body-contains", "ready", "--body-not-contains", "error", "--body-regex", `"ok":\s*true`,
@@ -88,7 +88,7 @@ func TestAddProbeOptionFlags(t *testing.T) {
 		}}},
 	}
 	for name, w := range want {
-		st := stateOf(t, p.addr, name)
+		st := stateOf(t, p.Addr, name)
 		got := &pb.Target{Probe: st.GetSpec().GetProbe()}
 		if diff := cmp.Diff(w, got, opts...); diff != "" {
 			t.Errorf("%s probe (-want +got):\n%s", name, diff)

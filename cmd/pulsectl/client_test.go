@@ -45,7 +45,7 @@ func waitState(t *testing.T, addr, name string, want pb.State) {
 func TestClientCommands(t *testing.T) {
 	p := startPulsed(t)
 	web := okServer(t)
-	addr := "--addr=" + p.addr
+	addr := "--addr=" + p.Addr
 
 	// add: created, then updated; only the flags given are set in the
 	// request, so pulsed's defaults fill the rest.
@@ -58,9 +58,9 @@ func TestClientCommands(t *testing.T) {
 	if !strings.HasPrefix(out, "updated web-1: ") {
 		t.Errorf("second add printed %q, want updated", out)
 	}
-	waitState(t, p.addr, "web-1", pb.State_STATE_HEALTHY)
+	waitState(t, p.Addr, "web-1", pb.State_STATE_HEALTHY)
 
-	st := stateOf(t, p.addr, "web-1")
+	st := stateOf(t, p.Addr, "web-1")
 	if got := st.GetSpec(); got.GetRise() != 1 || got.GetFall() != 2 || got.GetInterval().AsDuration() != 100*time.Millisecond || got.GetGroup() != "edge" {
 		t.Errorf("spec %v: want rise 1 as given and pulsed's defaults for the rest", got)
 	}
@@ -112,7 +112,7 @@ func TestClientCommands(t *testing.T) {
 
 	// The target goes away: ls shows the failure streak and the error.
 	web.Close()
-	waitState(t, p.addr, "web-1", pb.State_STATE_UNHEALTHY)
+	waitState(t, p.Addr, "web-1", pb.State_STATE_UNHEALTHY)
 	out = mustRun(t, "ls", addr)
 	if !regexp.MustCompile(`(?m)^web-1\s+edge\s+unhealthy\s+fail \d+\s+\S+\s+connection refused\s+\d+s$`).MatchString(out) {
 		t.Errorf("ls row for a down web-1:\n%s", out)
@@ -136,7 +136,7 @@ func TestClientCommands(t *testing.T) {
 // TestAddEveryFlag: each add flag lands in the request's field.
 func TestAddEveryFlag(t *testing.T) {
 	p := startPulsed(t)
-	addr := "--addr=" + p.addr
+	addr := "--addr=" + p.Addr
 	mustRun(t, "add", addr, "--name", "db", "--tcp", "127.0.0.1:5432", "--interval", "3s", "--timeout", "200ms",
 		"--rise", "4", "--fall", "5", "--initial-state", "healthy", "--model", "three-state", "--max-latency", "150ms")
 	seen := make(chan string, 100) // the probes' Host and X-Token
@@ -152,7 +152,7 @@ func TestAddEveryFlag(t *testing.T) {
 	mustRun(t, "add", addr, "--name", "api", "--grpc", "127.0.0.1:9", "--grpc-service", "api.v1.Orders", "--grpc-tls")
 
 	opts := []cmp.Option{protocmp.Transform()}
-	db := stateOf(t, p.addr, "db").GetSpec()
+	db := stateOf(t, p.Addr, "db").GetSpec()
 	wantDB := &pb.Target{
 		Name: "db", Probe: &pb.Target_Tcp{Tcp: &pb.TcpProbe{Address: "127.0.0.1:5432"}},
 		Interval: durationpb.New(3 * time.Second), Timeout: durationpb.New(200 * time.Millisecond),
@@ -162,7 +162,7 @@ func TestAddEveryFlag(t *testing.T) {
 	if diff := cmp.Diff(wantDB, db, opts...); diff != "" {
 		t.Errorf("db spec (-want +got):\n%s", diff)
 	}
-	web := stateOf(t, p.addr, "web").GetSpec().GetHttp()
+	web := stateOf(t, p.Addr, "web").GetSpec().GetHttp()
 	// pulsed shows header names only; the values reach the target.
 	wantWeb := &pb.HttpProbe{Url: target.URL + "/healthz", Method: "HEAD", ExpectedStatus: []int32{200, 204, 301},
 		Headers: map[string]string{"Host": "<redacted>", "X-Token": "<redacted>"}}
@@ -177,7 +177,7 @@ func TestAddEveryFlag(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Error("no probe reached the web target within 30s")
 	}
-	api := stateOf(t, p.addr, "api").GetSpec().GetGrpc()
+	api := stateOf(t, p.Addr, "api").GetSpec().GetGrpc()
 	if diff := cmp.Diff(&pb.GrpcProbe{Address: "127.0.0.1:9", Service: "api.v1.Orders", Tls: true}, api, opts...); diff != "" {
 		t.Errorf("api probe (-want +got):\n%s", diff)
 	}

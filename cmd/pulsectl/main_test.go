@@ -1,22 +1,19 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/pulsehealth/pulse/internal/pulsedproc"
 	"github.com/pulsehealth/pulse/internal/testscale"
 )
 
@@ -33,7 +30,6 @@ var built struct {
 	dir  string
 	path string
 	err  error
-	out  []byte
 }
 
 func TestMain(m *testing.M) {
@@ -54,75 +50,38 @@ func pulsedBinary(t *testing.T) string {
 		if built.err != nil {
 			return
 		}
-		built.path = filepath.Join(built.dir, "pulsed")
-		built.out, built.err = exec.Command("go", "build", "-o", built.path, "github.com/pulsehealth/pulse/cmd/pulsed").CombinedOutput()
+		built.path, built.err = pulsedproc.Build(context.Background(), built.dir, pulsedproc.Package)
 	})
 	if built.err != nil {
-		t.Fatalf("go build pulse/cmd/pulsed: %v\n%s", built.err, built.out)
+		t.Fatal(built.err)
 	}
 	return built.path
 }
 
 // testPulsed is a pulsed process.
-type testPulsed struct {
-	addr string
-	cmd  *exec.Cmd
-	logs *syncBuffer
-	done chan error // the process's exit, once its stderr is drained
-}
+type testPulsed struct{ *pulsedproc.Process }
 
 // startPulsed starts pulsed on a free loopback port with fast defaults
 // (interval 100ms, timeout 50ms, rise 2, fall 2) plus args, and kills it
 // when the test ends.
 func startPulsed(t *testing.T, args ...string) *testPulsed {
 	t.Helper()
-	p := &testPulsed{logs: &syncBuffer{}, done: make(chan error, 1)}
 	base := []string{"-listen", "127.0.0.1:0", "-http-listen", "", "-data-dir", t.TempDir(), "-interval", "100ms", "-timeout", "50ms", "-rise", "2", "-fall", "2"}
-	p.cmd = exec.Command(pulsedBinary(t), append(base, args...)...)
-	stderr, err := p.cmd.StderrPipe()
+	ctx, cancel := context.WithTimeout(t.Context(), testscale.D(30*time.Second))
+	defer cancel()
+	p, err := pulsedproc.Start(ctx, pulsedBinary(t), append(base, args...), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	addrc := make(chan string, 1)
-	go func() {
-		re := regexp.MustCompile(`msg="pulsed listening" addr=(\S+)`)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			p.logs.WriteString(sc.Text() + "\n")
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				addrc <- m[1]
-			}
-		}
-		p.done <- p.cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-		p.done <- nil // for a later stop or cleanup
-	})
-	select {
-	case p.addr = <-addrc:
-	case err := <-p.done:
-		p.done <- err
-		t.Fatalf("pulsed exited: %v\n%s", err, p.logs.String())
-	case <-time.After(testscale.D(30 * time.Second)):
-		t.Fatalf("pulsed did not start:\n%s", p.logs.String())
-	}
-	return p
+	t.Cleanup(p.Kill)
+	return &testPulsed{p}
 }
 
 // stop sends SIGTERM and waits for pulsed to exit.
 func (p *testPulsed) stop(t *testing.T) {
 	t.Helper()
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.done:
-		p.done <- err
-	case <-time.After(testscale.D(30 * time.Second)):
-		t.Fatalf("pulsed still running %v after SIGTERM", testscale.D(30*time.Second))
+	if err := p.Stop(testscale.D(30 * time.Second)); errors.Is(err, pulsedproc.ErrStillRunning) {
+		t.Fatal(err)
 	}
 }
 

@@ -45,10 +45,10 @@ const rfc3339 = `^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:Z|[+-]\d\d:\d\d)) `
 func TestWatch(t *testing.T) {
 	p := startPulsed(t, "-watch-progress", "50ms")
 	web := okServer(t)
-	addr := "--addr=" + p.addr
+	addr := "--addr=" + p.Addr
 
 	w := startBackground(t, "watch", addr)
-	eventually(t, "the watch to start", func() bool { return strings.Contains(w.stderr.String(), "watching pulsed at "+p.addr) })
+	eventually(t, "the watch to start", func() bool { return strings.Contains(w.stderr.String(), "watching pulsed at "+p.Addr) })
 
 	mustRun(t, "add", addr, "--name", "web-1", "--http", web.URL)
 	waitLine(t, w, rfc3339+`web-1: added \(http GET `+regexp.QuoteMeta(web.URL)+`, unhealthy\)$`)
@@ -64,7 +64,7 @@ func TestWatch(t *testing.T) {
 	// A late watch with --snapshot first shows the current targets.
 	mustRun(t, "add", addr, "--name", "web-2", "--group", "edge", "--http", web.URL)
 	mustRun(t, "add", addr, "--name", "other", "--http", web.URL)
-	waitState(t, p.addr, "web-2", pb.State_STATE_HEALTHY)
+	waitState(t, p.Addr, "web-2", pb.State_STATE_HEALTHY)
 	snap := startBackground(t, "watch", addr, "--snapshot", "--group", "edge")
 	waitLine(t, snap, rfc3339+`web-2: healthy \(snapshot\)$`)
 
@@ -106,11 +106,11 @@ func serverRevision(t *testing.T, addr string) uint64 {
 // after it are replayed in order, in JSON and in text.
 func TestWatchSince(t *testing.T) {
 	p := startPulsed(t)
-	addr := "--addr=" + p.addr
-	rev := serverRevision(t, p.addr)
+	addr := "--addr=" + p.Addr
+	rev := serverRevision(t, p.Addr)
 	web := okServer(t)
 	mustRun(t, "add", addr, "--name", "web-1", "--http", web.URL)
-	waitState(t, p.addr, "web-1", pb.State_STATE_HEALTHY)
+	waitState(t, p.Addr, "web-1", pb.State_STATE_HEALTHY)
 
 	js := startBackground(t, "watch", addr, "--since", uintText(rev), "-o", "json")
 	waitLine(t, js, `"text":\s*"web-1: unhealthy -> healthy"`)
@@ -160,8 +160,8 @@ func TestWatchSince(t *testing.T) {
 // which revision to resume from.
 func TestWatchServerGone(t *testing.T) {
 	p := startPulsed(t)
-	addr := "--addr=" + p.addr
-	serverRevision(t, p.addr)
+	addr := "--addr=" + p.Addr
+	serverRevision(t, p.Addr)
 	web := okServer(t)
 	w := startBackground(t, "watch", addr)
 	eventually(t, "the watch to start", func() bool { return strings.Contains(w.stderr.String(), "watching") })

@@ -108,9 +108,9 @@ func (f *apiFuzzer) start(bin string, args []string) {
 	t.Helper()
 	begun := time.Now()
 	f.p = startPulsed(t, bin, args...)
-	m := regexp.MustCompile(`msg="http listening" .*addr=(\S+)`).FindStringSubmatch(f.p.logs.String())
+	m := regexp.MustCompile(`msg="http listening" .*addr=(\S+)`).FindStringSubmatch(f.p.Logs())
 	if m == nil {
-		t.Fatalf("no http address in the log:\n%s", f.p.logs.String())
+		t.Fatalf("no http address in the log:\n%s", f.p.Logs())
 	}
 	f.http = m[1]
 	for {
@@ -126,7 +126,7 @@ func (f *apiFuzzer) start(bin string, args []string) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	conn, err := grpc.NewClient(f.p.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(f.p.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func (f *apiFuzzer) restart(bin string, args []string) {
 }
 
 func (f *apiFuzzer) checkLog() {
-	logs := f.p.logs.String()
+	logs := f.p.Logs()
 	for _, bad := range []string{"panic:", "handler panic", "goroutine ", "DATA RACE"} {
 		if strings.Contains(logs, bad) {
 			f.t.Fatalf("pulsed's log has %q:\n%s", bad, logs)

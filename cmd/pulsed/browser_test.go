@@ -52,7 +52,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	target := newSwitchServer(t)
 	other := newSwitchServer(t)
 	p, base := startPulsedJSON(t, bin, "-interval", "200ms", "-timeout", "150ms", "-rise", "2", "-fall", "3", "-token-file", writeTokenFile(t))
-	client := dialToken(t, p.addr, writeToken)
+	client := dialToken(t, p.Addr, writeToken)
 	addHTTPTarget(t, client, "web-1", target.URL)
 
 	b := startChromium(t, chromium)

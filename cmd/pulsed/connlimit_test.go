@@ -21,17 +21,17 @@ func TestConnectionLimitsOnTheRealBinary(t *testing.T) {
 	t.Cleanup(metricsClient.CloseIdleConnections)
 	bin := buildPulsed(t)
 	p := startPulsed(t, bin, "-max-connections-per-source", "3")
-	m := regexp.MustCompile(`msg="http listening" .*addr=(\S+)`).FindStringSubmatch(p.logs.String())
+	m := regexp.MustCompile(`msg="http listening" .*addr=(\S+)`).FindStringSubmatch(p.Logs())
 	if m == nil {
-		t.Fatalf("no http address in the log:\n%s", p.logs.String())
+		t.Fatalf("no http address in the log:\n%s", p.Logs())
 	}
-	client := dial(t, p.addr) // one connection
+	client := dial(t, p.Addr) // one connection
 	if _, err := client.Healthy(t.Context(), &pb.HealthyRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	var held []net.Conn
 	for range 2 {
-		c, err := net.Dial("tcp", p.addr)
+		c, err := net.Dial("tcp", p.Addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,7 +42,7 @@ func TestConnectionLimitsOnTheRealBinary(t *testing.T) {
 		return strings.Contains(metrics(t, m[1]), `pulse_connections_open{listener="grpc"} 3`)
 	})
 	for i := range 2 {
-		c, err := net.Dial("tcp", p.addr)
+		c, err := net.Dial("tcp", p.Addr)
 		if err != nil {
 			t.Fatal(err)
 		}

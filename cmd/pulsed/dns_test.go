@@ -104,7 +104,7 @@ func dnsAddr(t *testing.T, p *pulsed) string {
 	t.Helper()
 	var addr string
 	eventually(t, "dns listening", func() bool {
-		m := dnsListening.FindStringSubmatch(p.logs.String())
+		m := dnsListening.FindStringSubmatch(p.Logs())
 		if m != nil {
 			addr = m[1]
 		}
@@ -217,7 +217,7 @@ func TestDNSWithDig(t *testing.T) {
 	p := startPulsed(t, bin, "-interval", "100ms", "-timeout", "100ms", "-rise", "1", "-fall", "1",
 		"-dns-listen", "127.0.0.1:0", "-dns-ttl", "2s")
 	addr := dnsAddr(t, p)
-	addEdge(t, dial(t, p.addr), backends)
+	addEdge(t, dial(t, p.Addr), backends)
 	backends[2].healthy.Store(false)
 
 	wantA := []string{"127.0.0.1", "127.0.0.1"} // web-1 and web-2: web-3 is down
@@ -321,7 +321,7 @@ func TestDNSWithHAProxy(t *testing.T) {
 	p := startPulsed(t, bin, "-interval", "100ms", "-timeout", "100ms", "-rise", "1", "-fall", "1",
 		"-dns-listen", "127.0.0.1:0", "-dns-ttl", ttl.String())
 	addr := dnsAddr(t, p)
-	client := dial(t, p.addr)
+	client := dial(t, p.Addr)
 	addEdge(t, client, backends)
 
 	front := freePort(t)
@@ -349,7 +349,7 @@ func TestDNSWithHAProxy(t *testing.T) {
 			<-hpDone
 		}
 		if t.Failed() {
-			t.Logf("haproxy:\n%s\npulsed:\n%s", hlogs.String(), p.logs.String())
+			t.Logf("haproxy:\n%s\npulsed:\n%s", hlogs.String(), p.Logs())
 		}
 	})
 

@@ -56,7 +56,7 @@ func TestCrashLosesNothingAcknowledged(t *testing.T) {
 	bin := buildPulsed(t)
 	dir := t.TempDir()
 	p := startPulsed(t, bin, "-data-dir", dir)
-	client := dial(t, p.addr)
+	client := dial(t, p.Addr)
 
 	const n = 1000
 	var (
@@ -80,14 +80,14 @@ func TestCrashLosesNothingAcknowledged(t *testing.T) {
 			mu.Unlock()
 			if k == n/3 {
 				once.Do(func() {
-					p.cmd.Process.Signal(syscall.SIGKILL)
+					p.Signal(syscall.SIGKILL)
 					close(killed)
 				})
 			}
 		})
 	}
 	wg.Wait()
-	<-p.exited
+	<-p.Done()
 	select {
 	case <-killed:
 	default:
@@ -102,7 +102,7 @@ func TestCrashLosesNothingAcknowledged(t *testing.T) {
 	t.Logf("%d of %d AddTarget calls acknowledged before SIGKILL", len(got), n)
 
 	p2 := startPulsed(t, bin, "-data-dir", dir)
-	list, err := dial(t, p2.addr).ListTargets(t.Context(), &pb.ListTargetsRequest{Group: "crash"})
+	list, err := dial(t, p2.Addr).ListTargets(t.Context(), &pb.ListTargetsRequest{Group: "crash"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestRestartKeepsStateWithoutFlip(t *testing.T) {
 	dir := t.TempDir()
 	web := okServer(t)
 	p := startPulsed(t, bin, "-data-dir", dir, "-interval", "100ms", "-timeout", "50ms", "-rise", "1")
-	client := dial(t, p.addr)
+	client := dial(t, p.Addr)
 	tg := &pb.Target{Name: "web-1", Probe: &pb.Target_Http{Http: &pb.HttpProbe{Url: web.URL}}}
 	if _, err := client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: tg}); err != nil {
 		t.Fatal(err)
@@ -168,7 +168,7 @@ func TestRestartKeepsStateWithoutFlip(t *testing.T) {
 	p.stop(t)
 
 	p2 := startPulsed(t, bin, "-data-dir", dir, "-interval", "100ms", "-timeout", "50ms", "-rise", "1")
-	client = dial(t, p2.addr)
+	client = dial(t, p2.Addr)
 	st, err := client.State(t.Context(), &pb.StateRequest{Name: "web-1"})
 	if err != nil || st.GetStatus().GetState() != pb.State_STATE_HEALTHY {
 		t.Fatalf("web-1 after restart: %v %v", st, err)
@@ -203,7 +203,7 @@ func TestRestartKeepsStateWithoutFlip(t *testing.T) {
 func TestShutdownWithThousandStreams(t *testing.T) {
 	bin := buildPulsed(t)
 	p := startPulsed(t, bin, "-shutdown-timeout", "5s", "-rate-limit", "0") // 1,000 streams at once from one client
-	client := dial(t, p.addr)
+	client := dial(t, p.Addr)
 	const n = 1000
 	streams := make([]grpc.ServerStreamingClient[pb.WatchTransitionsResponse], n)
 	var rev uint64
@@ -220,7 +220,7 @@ func TestShutdownWithThousandStreams(t *testing.T) {
 		streams[i] = s
 	}
 	start := time.Now()
-	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.Signal(syscall.SIGTERM)
 	want := regexp.MustCompile(fmt.Sprintf(`pulsed is shutting down; reconnect and resume with start_revision %d$`, rev))
 	for i, s := range streams {
 		_, err := s.Recv()
@@ -229,12 +229,12 @@ func TestShutdownWithThousandStreams(t *testing.T) {
 		}
 	}
 	select {
-	case <-p.exited:
+	case <-p.Done():
 	case <-time.After(testscale.D(30 * time.Second)):
 		t.Fatal("pulsed still running 30s after SIGTERM")
 	}
-	if p.exitErr != nil {
-		t.Errorf("pulsed exited with %v", p.exitErr)
+	if p.Err() != nil {
+		t.Errorf("pulsed exited with %v", p.Err())
 	}
 	t.Logf("1,000 streams ended and pulsed exited %v after SIGTERM", time.Since(start).Round(time.Millisecond))
 }
@@ -253,7 +253,7 @@ func TestFullDiskFailsAddTargetClearly(t *testing.T) {
 	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
 	bin := buildPulsed(t)
 	p := startPulsed(t, bin, "-data-dir", filepath.Join(dir, "data"))
-	client := dial(t, p.addr)
+	client := dial(t, p.Addr)
 	// Fill the disk, then add targets with large headers (16 KiB, in
 	// headers within the per-header bound) until the store has to grow its
 	// file and cannot.
@@ -317,13 +317,13 @@ func eventually(t *testing.T, what string, cond func() bool) {
 func TestHotBackup(t *testing.T) {
 	bin := buildPulsed(t)
 	p := startPulsed(t, bin)
-	client := dial(t, p.addr)
+	client := dial(t, p.Addr)
 	if _, err := client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: tcpTarget("kept")}); err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`msg="http listening" .*addr=(\S+)`).FindStringSubmatch(p.logs.String())
+	m := regexp.MustCompile(`msg="http listening" .*addr=(\S+)`).FindStringSubmatch(p.Logs())
 	if m == nil {
-		t.Fatalf("no http address in the log:\n%s", p.logs.String())
+		t.Fatalf("no http address in the log:\n%s", p.Logs())
 	}
 	resp, err := http.Get("http://" + m[1] + "/backup")
 	if err != nil {
@@ -342,7 +342,7 @@ func TestHotBackup(t *testing.T) {
 	p.stop(t)
 
 	p2 := startPulsed(t, bin, "-data-dir", dir)
-	st, err := dial(t, p2.addr).State(t.Context(), &pb.StateRequest{Name: "kept"})
+	st, err := dial(t, p2.Addr).State(t.Context(), &pb.StateRequest{Name: "kept"})
 	if err != nil || st.GetStatus().GetSpec().GetGroup() != "crash" {
 		t.Errorf("the restored backup lacks the target: %v %v", st, err)
 	}
@@ -356,7 +356,7 @@ func TestUpdatesSurviveARestart(t *testing.T) {
 	bin := buildPulsed(t)
 	dir := t.TempDir()
 	p := startPulsed(t, bin, "-data-dir", dir)
-	client := dial(t, p.addr)
+	client := dial(t, p.Addr)
 	tg := tcpTarget("web-1")
 	if _, err := client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: tg}); err != nil {
 		t.Fatal(err)
@@ -378,7 +378,7 @@ func TestUpdatesSurviveARestart(t *testing.T) {
 	p.stop(t)
 
 	p2 := startPulsed(t, bin, "-data-dir", dir)
-	client = dial(t, p2.addr)
+	client = dial(t, p2.Addr)
 	got, err := client.State(t.Context(), &pb.StateRequest{Name: "web-1"})
 	if err != nil {
 		t.Fatal(err)

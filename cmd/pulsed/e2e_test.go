@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -22,6 +21,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/pulsehealth/pulse/internal/pulsedproc"
 	"github.com/pulsehealth/pulse/internal/testscale"
 )
 
@@ -41,18 +41,18 @@ func TestEndToEndWithGrpcurl(t *testing.T) {
 
 	p := startPulsed(t, bin, "-interval", "200ms", "-timeout", "100ms", "-rise", "2", "-fall", "2")
 
-	if out, err := goTool(t, "grpc-health-probe", "-addr", p.addr, "-service", "pulse.v1.HealthChecker"); err != nil || !strings.Contains(out, "SERVING") {
+	if out, err := goTool(t, "grpc-health-probe", "-addr", p.Addr, "-service", "pulse.v1.HealthChecker"); err != nil || !strings.Contains(out, "SERVING") {
 		t.Fatalf("grpc-health-probe: %v\n%s", err, out)
 	}
-	if out, err := goTool(t, "grpcurl", "-plaintext", p.addr, "list"); err != nil || !strings.Contains(out, "pulse.v1.HealthChecker") {
+	if out, err := goTool(t, "grpcurl", "-plaintext", p.Addr, "list"); err != nil || !strings.Contains(out, "pulse.v1.HealthChecker") {
 		t.Fatalf("grpcurl list: %v\n%s", err, out)
 	}
 
-	watch := startWatch(t, p.addr, "")
+	watch := startWatch(t, p.Addr, "")
 
 	for _, tg := range []struct{ name, url string }{{"web-1", web1.URL}, {"web-2", web2.URL}} {
 		req := fmt.Sprintf(`{"target": {"name": %q, "group": "edge", "http": {"url": "%s/healthz"}}}`, tg.name, tg.url)
-		out, err := goTool(t, "grpcurl", "-plaintext", "-d", req, p.addr, "pulse.v1.HealthChecker/AddTarget")
+		out, err := goTool(t, "grpcurl", "-plaintext", "-d", req, p.Addr, "pulse.v1.HealthChecker/AddTarget")
 		if err != nil || !strings.Contains(out, `"created": true`) {
 			t.Fatalf("AddTarget %s: %v\n%s", tg.name, err, out)
 		}
@@ -60,19 +60,19 @@ func TestEndToEndWithGrpcurl(t *testing.T) {
 	watch.waitFor(t, "web-1: unhealthy -> healthy")
 	watch.waitFor(t, "web-2: unhealthy -> healthy")
 
-	out, err := goTool(t, "grpcurl", "-plaintext", "-d", `{"group": "edge"}`, p.addr, "pulse.v1.HealthChecker/Healthy")
+	out, err := goTool(t, "grpcurl", "-plaintext", "-d", `{"group": "edge"}`, p.Addr, "pulse.v1.HealthChecker/Healthy")
 	if err != nil || !regexp.MustCompile(`"names": \[\s*"web-1",\s*"web-2"\s*\]`).MatchString(out) {
 		t.Fatalf("Healthy: %v\n%s", err, out)
 	}
 
 	// List, then resume from the list's revision (filtered by group): the
 	// stream replays nothing older and goes on live.
-	out, err = goTool(t, "grpcurl", "-plaintext", "-d", `{}`, p.addr, "pulse.v1.HealthChecker/ListTargets")
+	out, err = goTool(t, "grpcurl", "-plaintext", "-d", `{}`, p.Addr, "pulse.v1.HealthChecker/ListTargets")
 	m := regexp.MustCompile(`"revision": "(\d+)"`).FindStringSubmatch(out)
 	if err != nil || m == nil {
 		t.Fatalf("ListTargets: %v\n%s", err, out)
 	}
-	resumed := startWatch(t, p.addr, fmt.Sprintf(`start_revision: %s group: "edge"`, m[1]))
+	resumed := startWatch(t, p.Addr, fmt.Sprintf(`start_revision: %s group: "edge"`, m[1]))
 
 	// Stop web-1: after fall=2 refused probes it turns unhealthy.
 	web1.Close()
@@ -83,27 +83,27 @@ func TestEndToEndWithGrpcurl(t *testing.T) {
 	}
 
 	// The group's health over grpc.health.v1: web-2 still serves edge.
-	if out, err := goTool(t, "grpc-health-probe", "-addr", p.addr, "-service", "edge"); err != nil || !strings.Contains(out, "SERVING") {
+	if out, err := goTool(t, "grpc-health-probe", "-addr", p.Addr, "-service", "edge"); err != nil || !strings.Contains(out, "SERVING") {
 		t.Errorf("grpc-health-probe -service edge: %v\n%s", err, out)
 	}
-	if out, err := goTool(t, "grpc-health-probe", "-addr", p.addr, "-service", "no-such-group"); err == nil || !strings.Contains(out, "NotFound") {
+	if out, err := goTool(t, "grpc-health-probe", "-addr", p.Addr, "-service", "no-such-group"); err == nil || !strings.Contains(out, "NotFound") {
 		t.Errorf("grpc-health-probe -service no-such-group: %v\n%s", err, out)
 	}
-	out, err = goTool(t, "grpcurl", "-plaintext", "-d", `{"name": "web-1"}`, p.addr, "pulse.v1.HealthChecker/State")
+	out, err = goTool(t, "grpcurl", "-plaintext", "-d", `{"name": "web-1"}`, p.Addr, "pulse.v1.HealthChecker/State")
 	if err != nil || !strings.Contains(out, `"state": "STATE_UNHEALTHY"`) || !strings.Contains(out, `"error": "connection refused"`) {
 		t.Fatalf("State(web-1): %v\n%s", err, out)
 	}
-	out, _ = goTool(t, "grpcurl", "-plaintext", "-d", `{}`, p.addr, "pulse.v1.HealthChecker/Healthy")
+	out, _ = goTool(t, "grpcurl", "-plaintext", "-d", `{}`, p.Addr, "pulse.v1.HealthChecker/Healthy")
 	if !strings.Contains(out, `"web-2"`) || strings.Contains(out, `"web-1"`) {
 		t.Errorf("Healthy after web-1 stopped:\n%s", out)
 	}
 
 	// Bad input is a clear error naming the field, and the server lives on.
-	out, err = goTool(t, "grpcurl", "-plaintext", "-d", `{"target": {"name": "x", "rise": 0, "tcp": {"address": "127.0.0.1:1"}}}`, p.addr, "pulse.v1.HealthChecker/AddTarget")
+	out, err = goTool(t, "grpcurl", "-plaintext", "-d", `{"target": {"name": "x", "rise": 0, "tcp": {"address": "127.0.0.1:1"}}}`, p.Addr, "pulse.v1.HealthChecker/AddTarget")
 	if err == nil || !strings.Contains(out, "InvalidArgument") || !strings.Contains(out, "target.rise: must be at least 1, got 0") {
 		t.Errorf("AddTarget with rise 0: %v\n%s", err, out)
 	}
-	out, err = goTool(t, "grpcurl", "-plaintext", "-d", `{"name": "nope"}`, p.addr, "pulse.v1.HealthChecker/State")
+	out, err = goTool(t, "grpcurl", "-plaintext", "-d", `{"name": "nope"}`, p.Addr, "pulse.v1.HealthChecker/State")
 	if err == nil || !strings.Contains(out, "NotFound") {
 		t.Errorf("State(nope): %v\n%s", err, out)
 	}
@@ -111,8 +111,8 @@ func TestEndToEndWithGrpcurl(t *testing.T) {
 	// The transition was logged in seed 000's form, and SIGTERM stops pulsed
 	// promptly, ending the watch stream.
 	p.stop(t)
-	if !strings.Contains(p.logs.String(), `msg="web-1: healthy -> unhealthy"`) {
-		t.Errorf("pulsed did not log the transition:\n%s", p.logs.String())
+	if !strings.Contains(p.Logs(), `msg="web-1: healthy -> unhealthy"`) {
+		t.Errorf("pulsed did not log the transition:\n%s", p.Logs())
 	}
 	if err := watch.wait(); err == nil {
 		t.Errorf("the watch ended without an error after shutdown")
@@ -141,16 +141,22 @@ func TestFlagErrors(t *testing.T) {
 	}
 }
 
-func buildPulsed(t *testing.T) string {
+func buildPulsed(t *testing.T) string { return buildPulsedTags(t, "") }
+
+// buildPulsedTags builds this package's pulsed with the build tags given
+// (none when empty), with -race when this test binary has it.
+func buildPulsedTags(t *testing.T, tags string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "pulsed")
-	args := []string{"build", "-o", bin}
-	if raceEnabled {
-		args = append(args, "-race")
+	var flags []string
+	if tags != "" {
+		flags = append(flags, "-tags", tags)
 	}
-	cmd := exec.Command("go", append(args, ".")...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if raceEnabled {
+		flags = append(flags, "-race")
+	}
+	bin, err := pulsedproc.Build(t.Context(), t.TempDir(), ".", flags...)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }
@@ -165,17 +171,13 @@ func goTool(t *testing.T, name string, args ...string) (string, error) {
 	return string(out), err
 }
 
-type pulsed struct {
-	cmd     *exec.Cmd
-	addr    string
-	logs    *syncBuffer
-	exited  chan struct{} // closed once the process has been waited for
-	exitErr error         // set before exited is closed
-}
+// pulsed is a pulsed process started by a test.
+type pulsed struct{ *pulsedproc.Process }
 
+// startPulsed starts bin with both listeners on free loopback ports and a
+// data directory of the test's own unless args name one.
 func startPulsed(t *testing.T, bin string, args ...string) *pulsed {
 	t.Helper()
-	p := &pulsed{logs: &syncBuffer{}, exited: make(chan struct{})}
 	if !slices.ContainsFunc(args, func(a string) bool {
 		a = strings.TrimLeft(a, "-")
 		return a == "data-dir" || strings.HasPrefix(a, "data-dir=") || a == "registry"
@@ -183,56 +185,28 @@ func startPulsed(t *testing.T, bin string, args ...string) *pulsed {
 		args = append([]string{"-data-dir", t.TempDir()}, args...)
 	}
 	// Port 0 for the HTTP listener too: the default 9090 may be taken.
-	p.cmd = exec.Command(bin, append([]string{"-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0"}, args...)...)
-	stderr, err := p.cmd.StderrPipe()
+	return startPulsedLines(t, bin, nil, append([]string{"-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0"}, args...)...)
+}
+
+// startPulsedLines starts bin with exactly args, hands each line of its
+// log to onLine (if not nil), and kills it when the test ends.
+func startPulsedLines(t *testing.T, bin string, onLine func(string), args ...string) *pulsed {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), testscale.D(time.Minute))
+	defer cancel()
+	proc, err := pulsedproc.Start(ctx, bin, args, onLine)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	addrc := make(chan string, 1)
-	go func() {
-		re := regexp.MustCompile(`msg="pulsed listening" addr=(\S+)`)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			line := sc.Text()
-			p.logs.WriteString(line + "\n")
-			if m := re.FindStringSubmatch(line); m != nil {
-				addrc <- m[1]
-			}
-		}
-		p.exitErr = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			p.cmd.Process.Kill()
-			<-p.exited
-		}
-	})
-	select {
-	case p.addr = <-addrc:
-	case <-p.exited:
-		t.Fatalf("pulsed exited: %v\n%s", p.exitErr, p.logs.String())
-	case <-time.After(time.Minute):
-		t.Fatalf("pulsed did not start:\n%s", p.logs.String())
-	}
-	return p
+	t.Cleanup(proc.Kill)
+	return &pulsed{proc}
 }
 
+// stop sends SIGTERM and checks that pulsed exits cleanly within 30s.
 func (p *pulsed) stop(t *testing.T) {
 	t.Helper()
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-		if p.exitErr != nil {
-			t.Errorf("pulsed exited with %v after SIGTERM\n%s", p.exitErr, p.logs.String())
-		}
-	case <-time.After(testscale.D(30 * time.Second)):
-		t.Fatalf("pulsed still running 30s after SIGTERM")
+	if err := p.Stop(testscale.D(30 * time.Second)); err != nil {
+		t.Errorf("pulsed: %v\n%s", err, p.Logs())
 	}
 }
 

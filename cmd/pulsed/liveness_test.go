@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -158,12 +157,12 @@ func TestWedgedPulsed(t *testing.T) {
 		if code, body := get(t, web+"/healthz"); code != http.StatusOK || body != "ok\n" {
 			t.Fatalf("/healthz before the wedge: %d %q", code, body)
 		}
-		if got := selfHealth(t, p.addr); got != healthpb.HealthCheckResponse_SERVING {
+		if got := selfHealth(t, p.Addr); got != healthpb.HealthCheckResponse_SERVING {
 			t.Fatalf("grpc health before the wedge: %v", got)
 		}
 
 		wedged := time.Now()
-		p.cmd.Process.Signal(syscall.SIGUSR1)
+		p.Signal(syscall.SIGUSR1)
 		var body string
 		eventually(t, "/healthz to fail", func() bool {
 			var code int
@@ -178,7 +177,7 @@ func TestWedgedPulsed(t *testing.T) {
 		if !strings.HasPrefix(body, "not live: ") || !strings.Contains(body, "scheduler: no progress for") {
 			t.Errorf("/healthz body %q does not say what stalled", body)
 		}
-		if got := selfHealth(t, p.addr); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		if got := selfHealth(t, p.Addr); got != healthpb.HealthCheckResponse_NOT_SERVING {
 			t.Errorf("grpc health of a wedged pulsed: %v, want NOT_SERVING", got)
 		}
 		if code, _ := get(t, web+"/readyz"); code != http.StatusOK {
@@ -186,18 +185,18 @@ func TestWedgedPulsed(t *testing.T) {
 		}
 
 		stopped := time.Now()
-		p.cmd.Process.Signal(syscall.SIGTERM)
+		p.Signal(syscall.SIGTERM)
 		select {
-		case <-p.exited:
+		case <-p.Done():
 		case <-time.After(1*time.Second + shutdownGrace + 10*time.Second):
-			t.Fatalf("a wedged pulsed still runs %v after SIGTERM\n%s", time.Since(stopped), p.logs.String())
+			t.Fatalf("a wedged pulsed still runs %v after SIGTERM\n%s", time.Since(stopped), p.Logs())
 		}
 		took := time.Since(stopped)
 		if took < 1*time.Second+shutdownGrace-500*time.Millisecond {
 			t.Errorf("pulsed exited %v after SIGTERM, before its bound: did it wedge?", took)
 		}
 		assertExit1(t, p)
-		logs := p.logs.String()
+		logs := p.Logs()
 		for _, want := range []string{
 			`level=ERROR msg="pulsed is not live: scheduler: no progress for`,
 			`level=ERROR msg="shutdown did not finish within -shutdown-timeout plus grace: exiting now" bound=6s waiting_for="the checker to close`,
@@ -212,46 +211,31 @@ func TestWedgedPulsed(t *testing.T) {
 		p := startPulsed(t, bin, "-liveness-timeout", "1s", "-shutdown-timeout", "1m")
 		web := httpAddr(t, p)
 		eventually(t, "pulsed to be ready", func() bool { code, _ := get(t, web+"/readyz"); return code == http.StatusOK })
-		p.cmd.Process.Signal(syscall.SIGUSR1)
+		p.Signal(syscall.SIGUSR1)
 		eventually(t, "/healthz to fail", func() bool { code, _ := get(t, web+"/healthz"); return code == http.StatusServiceUnavailable })
-		p.cmd.Process.Signal(syscall.SIGTERM)
-		eventually(t, "pulsed to start shutting down", func() bool { return strings.Contains(p.logs.String(), `msg="pulsed shutting down"`) })
+		p.Signal(syscall.SIGTERM)
+		eventually(t, "pulsed to start shutting down", func() bool { return strings.Contains(p.Logs(), `msg="pulsed shutting down"`) })
 		second := time.Now()
-		p.cmd.Process.Signal(syscall.SIGTERM)
+		p.Signal(syscall.SIGTERM)
 		select {
-		case <-p.exited:
+		case <-p.Done():
 		case <-time.After(10 * time.Second):
-			t.Fatalf("pulsed still runs 10s after a second SIGTERM (its bound is a minute)\n%s", p.logs.String())
+			t.Fatalf("pulsed still runs 10s after a second SIGTERM (its bound is a minute)\n%s", p.Logs())
 		}
 		t.Logf("exited %v after the second signal", time.Since(second))
 		assertExit1(t, p)
-		if want := `level=ERROR msg="second signal: exiting now" signal=terminated waiting_for="the checker to close`; !strings.Contains(p.logs.String(), want) {
-			t.Errorf("the log lacks %s\n%s", want, p.logs.String())
+		if want := `level=ERROR msg="second signal: exiting now" signal=terminated waiting_for="the checker to close`; !strings.Contains(p.Logs(), want) {
+			t.Errorf("the log lacks %s\n%s", want, p.Logs())
 		}
 	})
-}
-
-// buildPulsedTags builds pulsed with build tags, as buildPulsed does
-// without.
-func buildPulsedTags(t *testing.T, tags string) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "pulsed")
-	args := []string{"build", "-tags", tags, "-o", bin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	if out, err := exec.Command("go", append(args, ".")...).CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
 }
 
 // httpAddr returns the base URL of p's HTTP listener, from its log.
 func httpAddr(t *testing.T, p *pulsed) string {
 	t.Helper()
-	m := regexp.MustCompile(`msg="http listening" component=http addr=(\S+)`).FindStringSubmatch(p.logs.String())
+	m := regexp.MustCompile(`msg="http listening" component=http addr=(\S+)`).FindStringSubmatch(p.Logs())
 	if m == nil {
-		t.Fatalf("pulsed did not log its HTTP address:\n%s", p.logs.String())
+		t.Fatalf("pulsed did not log its HTTP address:\n%s", p.Logs())
 	}
 	return "http://" + m[1]
 }
@@ -293,8 +277,8 @@ func selfHealth(t *testing.T, addr string) healthpb.HealthCheckResponse_ServingS
 func assertExit1(t *testing.T, p *pulsed) {
 	t.Helper()
 	var ee *exec.ExitError
-	if !errors.As(p.exitErr, &ee) || ee.ExitCode() != 1 {
-		t.Errorf("pulsed exited with %v, want exit status 1\n%s", p.exitErr, p.logs.String())
+	if !errors.As(p.Err(), &ee) || ee.ExitCode() != 1 {
+		t.Errorf("pulsed exited with %v, want exit status 1\n%s", p.Err(), p.Logs())
 	}
 }
 

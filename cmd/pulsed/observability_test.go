@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/pulsehealth/pulse/checker"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/internal/testscale"
 )
 
 // switchServer is an HTTP target on 127.0.0.1 that answers 200 while up
@@ -49,55 +49,22 @@ func newSwitchServer(t *testing.T) *switchServer {
 // read from its `"msg":"http listening"` line.
 func startPulsedJSON(t *testing.T, bin string, args ...string) (*pulsed, string) {
 	t.Helper()
-	p := &pulsed{logs: &syncBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(bin, append([]string{"-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0", "-log-format", "json", "-data-dir", ""}, args...)...)
-	stderr, err := p.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	grpcAddr, httpAddr := make(chan string, 1), make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			line := sc.Text()
-			p.logs.WriteString(line + "\n")
-			var l struct{ Msg, Addr string }
-			if json.Unmarshal([]byte(line), &l) == nil {
-				switch l.Msg {
-				case "pulsed listening":
-					grpcAddr <- l.Addr
-				case "http listening":
-					httpAddr <- l.Addr
-				}
-			}
+	httpAddr := make(chan string, 1)
+	p := startPulsedLines(t, bin, func(line string) {
+		var l struct{ Msg, Addr string }
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "http listening" {
+			httpAddr <- l.Addr
 		}
-		p.exitErr = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			p.cmd.Process.Kill()
-			<-p.exited
-		}
-	})
-	var base string
-	for p.addr == "" || base == "" {
-		select {
-		case p.addr = <-grpcAddr:
-		case a := <-httpAddr:
-			base = "http://" + a
-		case <-p.exited:
-			t.Fatalf("pulsed exited: %v\n%s", p.exitErr, p.logs.String())
-		case <-time.After(time.Minute):
-			t.Fatalf("pulsed did not start:\n%s", p.logs.String())
-		}
+	}, append([]string{"-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0", "-log-format", "json", "-data-dir", ""}, args...)...)
+	select {
+	case a := <-httpAddr:
+		return p, "http://" + a
+	case <-p.Done():
+		t.Fatalf("pulsed exited: %v\n%s", p.Err(), p.Logs())
+	case <-time.After(testscale.D(time.Minute)):
+		t.Fatalf("pulsed did not log its HTTP address:\n%s", p.Logs())
 	}
-	return p, base
+	return nil, ""
 }
 
 // httpGet returns the status and body of GET url.
@@ -144,7 +111,7 @@ func TestHTTPListener(t *testing.T) {
 	}
 	eventually(t, "/readyz to answer 200", func() bool { code, _ := httpGet(t, base+"/readyz"); return code == 200 })
 
-	client := dial(t, p.addr)
+	client := dial(t, p.Addr)
 	addHTTPTarget(t, client, "web-1", target.URL)
 	metricsShow := func(lines ...string) func() bool {
 		return func() bool {
@@ -213,7 +180,7 @@ func TestHTTPListener(t *testing.T) {
 	// One JSON line for the fall, with its attributes; no line per failed
 	// probe at the default level.
 	var fall map[string]any
-	for _, line := range strings.Split(p.logs.String(), "\n") {
+	for _, line := range strings.Split(p.Logs(), "\n") {
 		var l map[string]any
 		if json.Unmarshal([]byte(line), &l) != nil {
 			continue
@@ -226,7 +193,7 @@ func TestHTTPListener(t *testing.T) {
 		}
 	}
 	if fall == nil {
-		t.Fatalf("no JSON line for web-1's fall:\n%s", p.logs.String())
+		t.Fatalf("no JSON line for web-1's fall:\n%s", p.Logs())
 	}
 	rev, _ := fall["revision"].(float64)
 	got := fmt.Sprintf("level=%v component=%v target=%v group=%v from=%v to=%v error=%v", fall["level"], fall["component"], fall["target"], fall["group"], fall["from"], fall["to"], fall["error"])

@@ -161,7 +161,7 @@ func TestThreeReplicasOnEtcd(t *testing.T) {
 		reps[i] = startPulsed(t, bin, "-registry", "etcd", "-etcd-endpoints", proxy.Endpoint,
 			"-etcd-prefix", e2ePrefix, "-etcd-lease-ttl", "3s", "-replica-id", fmt.Sprintf("r%d", i+1),
 			"-interval", "200ms", "-timeout", "150ms", "-rise", "1", "-fall", "1", "-dns-listen", "127.0.0.1:0")
-		clients[i] = dial(t, reps[i].addr)
+		clients[i] = dial(t, reps[i].Addr)
 	}
 	eventually(t, "three replicas", func() bool {
 		return len(listTargets(t, clients[2]).GetChecker().GetReplicas()) == 3
@@ -219,8 +219,8 @@ func TestThreeReplicasOnEtcd(t *testing.T) {
 	held := openStream(t, clients[2], 0)
 	eventually(t, "the snapshot", func() bool { return held.last() > 0 })
 	victim := owners["r1"][0]
-	reps[0].cmd.Process.Signal(syscall.SIGKILL)
-	<-reps[0].exited
+	reps[0].Signal(syscall.SIGKILL)
+	<-reps[0].Done()
 	killed := time.Now()
 	backends[victim].down.Store(true)
 	got := held.waitFor(t, victim, victim+": healthy -> unhealthy", 0)
@@ -273,7 +273,7 @@ func TestThreeReplicasOnEtcd(t *testing.T) {
 	mctx, mcancel := context.WithCancel(t.Context())
 	defer mcancel()
 	members := cli.Watch(mctx, e2ePrefix+"members/r2")
-	reps[1].cmd.Process.Signal(syscall.SIGSTOP)
+	reps[1].Signal(syscall.SIGSTOP)
 	var leaseGone, back int64
 	for leaseGone == 0 || back == 0 {
 		select {
@@ -289,13 +289,13 @@ func TestThreeReplicasOnEtcd(t *testing.T) {
 						t.Errorf("%s written by %q while r2 is paused", paused, w)
 					}
 					backends[paused].down.Store(false) // r2 still believes it failing-free: a stale view
-					reps[1].cmd.Process.Signal(syscall.SIGCONT)
+					reps[1].Signal(syscall.SIGCONT)
 				case ev.Type == clientv3.EventTypePut && leaseGone != 0:
 					back = ev.Kv.ModRevision
 				}
 			}
 		case <-time.After(testscale.D(30 * time.Second)):
-			reps[1].cmd.Process.Signal(syscall.SIGCONT)
+			reps[1].Signal(syscall.SIGCONT)
 			t.Fatalf("r2's lease: gone at %d, back at %d", leaseGone, back)
 		}
 	}
@@ -337,7 +337,7 @@ func TestThreeReplicasOnEtcd(t *testing.T) {
 		t.Errorf("last view while cut off: %d healthy, want 12", n)
 	}
 	metrics := func(p *pulsed) string {
-		m := regexp.MustCompile(`msg="http listening" component=http addr=(\S+)`).FindStringSubmatch(p.logs.String())
+		m := regexp.MustCompile(`msg="http listening" component=http addr=(\S+)`).FindStringSubmatch(p.Logs())
 		if m == nil {
 			t.Fatal("no HTTP listener address in the log")
 		}
@@ -374,8 +374,8 @@ func TestThreeReplicasOnEtcd(t *testing.T) {
 					t.Logf("r%d: %s %v owner-writer %s", i+2, st.GetSpec().GetName(), st.GetState(), stateWriter(t, cli, st.GetSpec().GetName()))
 				}
 			}
-			t.Logf("r2 logs:\n%s", reps[1].logs.String())
-			t.Logf("r3 logs:\n%s", reps[2].logs.String())
+			t.Logf("r2 logs:\n%s", reps[1].Logs())
+			t.Logf("r3 logs:\n%s", reps[2].Logs())
 		}
 	})
 	eventually(t, "/metrics after the partition healed: pulse_registry_error 0 and pulse_replicas 2", func() bool {
@@ -394,7 +394,7 @@ func TestReplicaOverTLS(t *testing.T) {
 	bin := buildPulsed(t)
 	p := startPulsed(t, bin, "-registry", "etcd", "-etcd-endpoints", etcd.Endpoint, "-replica-id", "tls-1",
 		"-etcd-ca", files.CA, "-etcd-cert", files.ClientCert, "-etcd-key", files.ClientKey)
-	client := dial(t, p.addr)
+	client := dial(t, p.Addr)
 	if _, err := client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: tcpTarget("over-tls")}); err != nil {
 		t.Fatalf("AddTarget through a TLS etcd: %v", err)
 	}

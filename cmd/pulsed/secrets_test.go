@@ -21,6 +21,7 @@ import (
 
 	pdial "github.com/pulsehealth/pulse/cmd/internal/dial"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/internal/pulsedproc"
 )
 
 // probeSecret is a credential pulsed sends to a target as a probe header.
@@ -44,9 +45,9 @@ func dialToken(t *testing.T, addr, token string) pb.HealthCheckerClient {
 
 func buildPulsectl(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "pulsectl")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/pulsehealth/pulse/cmd/pulsectl").CombinedOutput(); err != nil {
-		t.Fatalf("go build pulsectl: %v\n%s", err, out)
+	bin, err := pulsedproc.Build(t.Context(), t.TempDir(), pulsedproc.Module+"/cmd/pulsectl")
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }
@@ -122,13 +123,13 @@ func TestProbeHeaderValuesStaySecret(t *testing.T) {
 	if err := os.WriteFile(ctlToken, []byte(readToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctlArgs := []string{"--addr", p.addr, "--token-file", ctlToken}
+	ctlArgs := []string{"--addr", p.Addr, "--token-file", ctlToken}
 	watchText := startCtlWatch(t, ctl, append([]string{"--snapshot"}, ctlArgs...)...)
 	watchJSON := startCtlWatch(t, ctl, append([]string{"-o", "json"}, ctlArgs...)...)
 
 	outputs := map[string]string{} // surface -> what it showed
 	text := func(m proto.Message) string { return prototext.Format(m) }
-	writer, reader := dialToken(t, p.addr, writeToken), dialToken(t, p.addr, readToken)
+	writer, reader := dialToken(t, p.Addr, writeToken), dialToken(t, p.Addr, readToken)
 	ctx := t.Context()
 
 	// A watch that starts before the target exists sees it added.
@@ -173,7 +174,7 @@ func TestProbeHeaderValuesStaySecret(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a failed probe in the debug log", func() bool { return strings.Contains(p.logs.String(), `"msg":"probe failed"`) })
+	eventually(t, "a failed probe in the debug log", func() bool { return strings.Contains(p.Logs(), `"msg":"probe failed"`) })
 
 	// Read, modify, write: what ListTargets shows goes back as is.
 	list, err := reader.ListTargets(ctx, &pb.ListTargetsRequest{})
@@ -269,7 +270,7 @@ func TestProbeHeaderValuesStaySecret(t *testing.T) {
 	}
 
 	p.stop(t)
-	outputs["pulsed's log"] = p.logs.String()
+	outputs["pulsed's log"] = p.Logs()
 	for surface, out := range outputs {
 		if strings.Contains(out, probeSecret) {
 			t.Errorf("%s shows the probe header's value:\n%s", surface, out)

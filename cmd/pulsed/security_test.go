@@ -117,14 +117,14 @@ func TestEgressFlags(t *testing.T) {
 func TestEgressPolicyRefusesDeniedTargets(t *testing.T) {
 	bin := buildPulsed(t)
 	p := startPulsed(t, bin, "-deny-targets", "127.0.0.2/32")
-	out, err := goTool(t, "grpcurl", "-plaintext", "-d", `{"target": {"name": "denied", "tcp": {"address": "127.0.0.2:80"}}}`, p.addr, "pulse.v1.HealthChecker/AddTarget")
+	out, err := goTool(t, "grpcurl", "-plaintext", "-d", `{"target": {"name": "denied", "tcp": {"address": "127.0.0.2:80"}}}`, p.Addr, "pulse.v1.HealthChecker/AddTarget")
 	if err == nil || !strings.Contains(out, "InvalidArgument") || !strings.Contains(out, "target.tcp.address: 127.0.0.2 is denied by egress policy (deny 127.0.0.2/32)") {
 		t.Errorf("AddTarget of a denied address: %v\n%s", err, out)
 	}
 	p.stop(t)
 
 	p = startPulsed(t, bin)
-	out, err = goTool(t, "grpcurl", "-plaintext", "-d", `{"target": {"name": "meta", "http": {"url": "http://[::ffff:169.254.169.254]/"}}}`, p.addr, "pulse.v1.HealthChecker/AddTarget")
+	out, err = goTool(t, "grpcurl", "-plaintext", "-d", `{"target": {"name": "meta", "http": {"url": "http://[::ffff:169.254.169.254]/"}}}`, p.Addr, "pulse.v1.HealthChecker/AddTarget")
 	if err == nil || !strings.Contains(out, "is denied by egress policy (deny 169.254.0.0/16)") {
 		t.Errorf("AddTarget of the metadata address, mapped, by default: %v\n%s", err, out)
 	}
@@ -138,7 +138,7 @@ func TestEgressPolicyRefusesDeniedTargets(t *testing.T) {
 func TestTransportLimits(t *testing.T) {
 	bin := buildPulsed(t)
 	p := startPulsed(t, bin, "-max-request-bytes", "2048", "-max-streams-per-conn", "2", "-rate-limit", "0")
-	client := dial(t, p.addr)
+	client := dial(t, p.Addr)
 
 	big := tcpTarget("big")
 	big.Probe = &pb.Target_Http{Http: &pb.HttpProbe{Url: "http://127.0.0.1:9/", Headers: map[string]string{"X-Pad": strings.Repeat("x", 4096)}}}
@@ -165,7 +165,7 @@ func TestTransportLimits(t *testing.T) {
 	}
 	cancel() // frees the streams
 
-	conn, err := net.Dial("tcp", p.addr)
+	conn, err := net.Dial("tcp", p.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,8 +325,8 @@ func TestHTTPListenerTLSAndTokens(t *testing.T) {
 	bin := buildPulsed(t)
 	cert, key, pool := selfSigned(t, "pulsed")
 	p, base := startPulsedJSON(t, bin, "-tls-cert", cert, "-tls-key", key, "-token-file", writeTokenFile(t), "-data-dir", t.TempDir())
-	if !strings.Contains(p.logs.String(), `"tls":true,"tokens":true`) {
-		t.Errorf("the http listening line does not say TLS and tokens:\n%s", p.logs.String())
+	if !strings.Contains(p.Logs(), `"tls":true,"tokens":true`) {
+		t.Errorf("the http listening line does not say TLS and tokens:\n%s", p.Logs())
 	}
 	base = strings.Replace(base, "http://", "https://", 1)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 30 * time.Second}

@@ -82,9 +82,9 @@ func TestStoredTargetsThatTodaysRulesRefuseAreQuarantined(t *testing.T) {
 	})
 	bin := buildPulsed(t)
 	p := startPulsed(t, bin, "-data-dir", dir)
-	m := regexp.MustCompile(`msg="http listening" .*addr=(\S+)`).FindStringSubmatch(p.logs.String())
+	m := regexp.MustCompile(`msg="http listening" .*addr=(\S+)`).FindStringSubmatch(p.Logs())
 	if m == nil {
-		t.Fatalf("no http address in the log:\n%s", p.logs.String())
+		t.Fatalf("no http address in the log:\n%s", p.Logs())
 	}
 	eventually(t, "/readyz to answer 200", func() bool {
 		resp, err := http.Get("http://" + m[1] + "/readyz")
@@ -94,7 +94,7 @@ func TestStoredTargetsThatTodaysRulesRefuseAreQuarantined(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
-	client := dial(t, p.addr)
+	client := dial(t, p.Addr)
 	ctx := t.Context()
 	wantWhy := map[string]string{
 		"meta":    "denied by egress policy",
@@ -127,8 +127,8 @@ func TestStoredTargetsThatTodaysRulesRefuseAreQuarantined(t *testing.T) {
 			t.Errorf("stored target %s is not listed", name)
 		}
 	}
-	if !strings.Contains(p.logs.String(), "stored target quarantined") {
-		t.Errorf("the log does not say that targets were quarantined:\n%s", p.logs.String())
+	if !strings.Contains(p.Logs(), "stored target quarantined") {
+		t.Errorf("the log does not say that targets were quarantined:\n%s", p.Logs())
 	}
 	eventually(t, "ok-1 to be healthy", func() bool {
 		h, err := client.Healthy(ctx, &pb.HealthyRequest{})
@@ -150,7 +150,7 @@ func TestStoredTargetsThatTodaysRulesRefuseAreQuarantined(t *testing.T) {
 	// The removal and the fix were stored: after a restart garbled is gone
 	// and slow is probed.
 	p = startPulsed(t, bin, "-data-dir", dir)
-	client = dial(t, p.addr)
+	client = dial(t, p.Addr)
 	list, err = client.ListTargets(ctx, &pb.ListTargetsRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +176,7 @@ func TestDamagedStoreExitsWithAClearError(t *testing.T) {
 	// A real store with targets in it, to damage.
 	good := storedDir(t, nil, nil)
 	p := startPulsed(t, bin, "-data-dir", good)
-	client := dial(t, p.addr)
+	client := dial(t, p.Addr)
 	for i := range 200 {
 		tg := tcpTarget("t-" + strings.Repeat("x", i%40) + string(rune('a'+i%26)) + string(rune('a'+i/26)))
 		if _, err := client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: tg}); err != nil {

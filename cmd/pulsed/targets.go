@@ -1,18 +1,17 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"os"
 	"reflect"
-	"regexp"
 	"slices"
+	"strings"
 
+	"buf.build/go/protoyaml"
 	"go.yaml.in/yaml/v3"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/pulsehealth/pulse/checker"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
@@ -35,12 +34,13 @@ import (
 // API AddTarget of a name the file lists takes it over until the next
 // reload, which puts the file's spec back.
 
-// protoNoise matches protojson's "proto: " prefix (its space is sometimes
-// a no-break space) and its positions in the JSON it parsed.
-var protoNoise = regexp.MustCompile(`proto:[ \x{00a0}]|\(line \d+:\d+\): `)
-
 // loadTargets parses and validates a targets file. Any error names the file
 // and line, and nothing is returned with it: a bad file changes nothing.
+//
+// The YAML is decoded by protoyaml into pulse.v1.TargetsFile, whose errors
+// name the file, line and column; the file is also read as a YAML tree to
+// know each target's line for the checks that follow decoding (bounds,
+// duplicate names).
 func loadTargets(path string, d checker.Defaults) ([]checker.Spec, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -53,60 +53,70 @@ func loadTargets(path string, d checker.Defaults) ([]checker.Spec, error) {
 	if len(doc.Content) == 0 {
 		return nil, nil // an empty file declares no targets
 	}
-	root := doc.Content[0]
-	list := root
-	if root.Kind == yaml.MappingNode {
-		list = nil
-		for i := 0; i+1 < len(root.Content); i += 2 {
-			switch key := root.Content[i]; key.Value {
-			case "targets":
-				list = root.Content[i+1]
-			default:
-				return nil, fmt.Errorf("%s:%d: unknown key %q; the file holds one key, targets", path, key.Line, key.Value)
-			}
-		}
-		if list == nil {
-			return nil, nil
-		}
+	lines, err := targetLines(doc.Content[0])
+	if err != nil {
+		return nil, fmt.Errorf("%s:%w", path, err)
 	}
-	if list.Kind != yaml.SequenceNode {
-		return nil, fmt.Errorf("%s:%d: targets must be a list of targets", path, list.Line)
+	var file pb.TargetsFile
+	if err := (protoyaml.UnmarshalOptions{Path: path}).Unmarshal(data, &file); err != nil {
+		// Its message is "file:line:column what", then the line quoted
+		// with a marker under the column.
+		return nil, errors.New(strings.TrimRight(err.Error(), "\n"))
+	}
+	if len(file.GetTargets()) != len(lines) {
+		// Cannot happen for a file protoyaml decoded; refuse rather than
+		// report a wrong line.
+		return nil, fmt.Errorf("%s: %d targets decoded from %d entries", path, len(file.GetTargets()), len(lines))
 	}
 	seen := map[string]int{}
-	specs := make([]checker.Spec, 0, len(list.Content))
-	for _, item := range list.Content {
-		spec, err := targetFromNode(item, d)
+	specs := make([]checker.Spec, 0, len(lines))
+	for i, t := range file.GetTargets() {
+		spec, err := targetFromProto(t, d)
 		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, item.Line, err)
+			return nil, fmt.Errorf("%s:%d: %w", path, lines[i], err)
 		}
 		if line, dup := seen[spec.Name]; dup {
-			return nil, fmt.Errorf("%s:%d: target %q is already declared on line %d", path, item.Line, spec.Name, line)
+			return nil, fmt.Errorf("%s:%d: target %q is already declared on line %d", path, lines[i], spec.Name, line)
 		}
-		seen[spec.Name] = item.Line
+		seen[spec.Name] = lines[i]
 		specs = append(specs, spec)
 	}
 	return specs, nil
 }
 
-// targetFromNode converts one YAML target through the API's own JSON form,
-// so the file accepts exactly what AddTarget accepts.
-func targetFromNode(n *yaml.Node, d checker.Defaults) (checker.Spec, error) {
-	var v any
-	if err := n.Decode(&v); err != nil {
-		return checker.Spec{}, err
+// targetLines checks the file's outline (a mapping whose one key is
+// targets, holding a list) and returns the line of each entry. Its errors
+// start with the line number.
+func targetLines(root *yaml.Node) ([]int, error) {
+	if root.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("%d: the file must be a mapping with one key, targets, holding the list of targets", root.Line)
 	}
-	js, err := json.Marshal(v)
-	if err != nil {
-		return checker.Spec{}, fmt.Errorf("target: %w", err)
+	var list *yaml.Node
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		switch key := root.Content[i]; key.Value {
+		case "targets":
+			list = root.Content[i+1]
+		default:
+			return nil, fmt.Errorf("%d: unknown key %q; the file holds one key, targets", key.Line, key.Value)
+		}
 	}
-	var t pb.Target
-	if err := protojson.Unmarshal(js, &t); err != nil {
-		// protojson's positions are in the JSON it was given, not in the
-		// file: keep only what it says.
-		msg := protoNoise.ReplaceAllString(err.Error(), "")
-		return checker.Spec{}, fmt.Errorf("target: %s", msg)
+	if list == nil || list.Tag == "!!null" {
+		return nil, nil
 	}
-	spec, err := server.SpecFromProto(&t)
+	if list.Kind != yaml.SequenceNode {
+		return nil, fmt.Errorf("%d: targets must be a list of targets", list.Line)
+	}
+	lines := make([]int, len(list.Content))
+	for i, item := range list.Content {
+		lines[i] = item.Line
+	}
+	return lines, nil
+}
+
+// targetFromProto validates one decoded target as AddTarget does, with the
+// daemon's defaults, and marks it as the file's.
+func targetFromProto(t *pb.Target, d checker.Defaults) (checker.Spec, error) {
+	spec, err := server.SpecFromProto(t)
 	if err == nil {
 		err = refuseRedacted(spec)
 	}

@@ -100,7 +100,10 @@ func TestLoadTargetsErrorsNameTheLine(t *testing.T) {
 	for _, tt := range []struct{ body, want string }{
 		{"targets:\n  - name: a\n    tcp: {address: \"127.0.0.1:1\"}\n  - name: b\n    rise: 0\n    tcp: {address: \"127.0.0.1:1\"}\n", `:4: target "b": rise: must be at least 1, got 0`},
 		{"targets:\n  - name: a\n    tcp: {address: \"127.0.0.1:1\"}\n  - name: a\n    tcp: {address: \"127.0.0.1:2\"}\n", `:4: target "a" is already declared on line 2`},
-		{"targets:\n  - name: a\n    tpc: {address: \"127.0.0.1:1\"}\n", `:2: target: unknown field "tpc"`},
+		{"targets:\n  - name: a\n    tpc: {address: \"127.0.0.1:1\"}\n", `:3:5 unknown field "tpc", expected one of [name group`},
+		{"targets:\n  - name: a\n    tcp: {address: \"127.0.0.1:1\"}\n    rise: many\n", `:4:11 invalid integer`},
+		{"targets:\n  - name: a\n    tcp: {address: \"127.0.0.1:1\"}\n    interval: soon\n", `:4:15 invalid number`},
+		{"- name: a\n  tcp: {address: \"127.0.0.1:1\"}\n", `:1: the file must be a mapping with one key, targets`},
 		{"targets:\n  - name: a\n    http: {url: \"ftp://x\"}\n", `:2: target "a": http.url:`},
 		{"targets:\n  - name: a\n    http: {url: \"http://127.0.0.1:1/\", headers: {Authorization: \"<redacted>\"}}\n", `:2: target "a": http.headers["Authorization"]: is "<redacted>", the placeholder pulsed shows for a value: a targets file must hold the value itself`},
 		{"tragets: []\n", `:1: unknown key "tragets"`},
@@ -169,7 +172,7 @@ func TestTargetsFileAndSIGHUP(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "targets.yaml")
 	writeFile(t, path, "targets:\n  - name: a\n    tcp: {address: \"127.0.0.1:9\"}\n  - name: b\n    tcp: {address: \"127.0.0.1:9\"}\n")
 	p := startPulsed(t, bin, "-targets", path)
-	client := dial(t, p.addr)
+	client := dial(t, p.Addr)
 	names := func() []string {
 		list, err := client.ListTargets(t.Context(), &pb.ListTargetsRequest{})
 		if err != nil {
@@ -189,13 +192,13 @@ func TestTargetsFileAndSIGHUP(t *testing.T) {
 	}
 
 	writeFile(t, path, "targets:\n  - name: b\n    tcp: {address: \"127.0.0.1:9\"}\n  - name: c\n    tcp: {address: \"127.0.0.1:9\"}\n")
-	p.cmd.Process.Signal(syscall.SIGHUP)
+	p.Signal(syscall.SIGHUP)
 	eventually(t, "the reload", func() bool { return cmp.Equal(names(), []string{"api:api", "b:file", "c:file"}) })
 
 	writeFile(t, path, "targets:\n  - name: d\n    tcp: {address: \"127.0.0.1:9\"}\n  - name: e\n    fall: -1\n    tcp: {address: \"127.0.0.1:9\"}\n")
-	p.cmd.Process.Signal(syscall.SIGHUP)
+	p.Signal(syscall.SIGHUP)
 	eventually(t, "the bad file's log line", func() bool {
-		return strings.Contains(p.logs.String(), `targets file not applied: nothing changed`) && strings.Contains(p.logs.String(), `targets.yaml:4: target \"e\": fall: must be at least 1, got -1`)
+		return strings.Contains(p.Logs(), `targets file not applied: nothing changed`) && strings.Contains(p.Logs(), `targets.yaml:4: target \"e\": fall: must be at least 1, got -1`)
 	})
 	if diff := cmp.Diff([]string{"api:api", "b:file", "c:file"}, names()); diff != "" {
 		t.Errorf("a bad file changed targets (-want +got):\n%s", diff)

@@ -140,8 +140,8 @@ func TestXDSWithGRPCClient(t *testing.T) {
 	args := []string{"-listen", addr, "-data-dir", filepath.Join(dir, "data"), "-targets", targets, "-xds",
 		"-interval", "100ms", "-timeout", "90ms", "-rise", "2", "-fall", "2", "-max-unhealthy-fraction", "1"}
 	p := startPulsed(t, bin, args...)
-	if p.addr != addr {
-		t.Fatalf("pulsed listens on %s, want %s", p.addr, addr)
+	if p.Addr != addr {
+		t.Fatalf("pulsed listens on %s, want %s", p.Addr, addr)
 	}
 
 	bootstrap := fmt.Sprintf(`{
@@ -181,8 +181,8 @@ func TestXDSWithGRPCClient(t *testing.T) {
 
 	// pulsed stops: the client keeps routing to the last set.
 	p.stop(t)
-	if !regexp.MustCompile(`msg="xds serving"`).MatchString(p.logs.String()) {
-		t.Errorf("pulsed did not log xds serving:\n%s", p.logs.String())
+	if !regexp.MustCompile(`msg="xds serving"`).MatchString(p.Logs()) {
+		t.Errorf("pulsed did not log xds serving:\n%s", p.Logs())
 	}
 	if got := spread(t, conn, 60); !allOf(b1, b2, b3)(got) {
 		t.Fatalf("with pulsed down: %v", got)
@@ -256,7 +256,7 @@ func TestXDSOnReplicas(t *testing.T) {
 			"-interval", "200ms", "-timeout", "150ms", "-rise", "1", "-fall", "1", "-xds")
 	}
 	bs := []*grpcBackend{startGRPCBackend(t), startGRPCBackend(t), startGRPCBackend(t)}
-	client := dial(t, reps[0].addr)
+	client := dial(t, reps[0].Addr)
 	for i, b := range bs {
 		if _, err := client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: &pb.Target{
 			Name: fmt.Sprintf("b%d", i+1), Group: "pool", Probe: &pb.Target_Grpc{Grpc: &pb.GrpcProbe{Address: b.addr}},
@@ -266,7 +266,7 @@ func TestXDSOnReplicas(t *testing.T) {
 	}
 	var same []byte
 	eventually(t, "both replicas serve the same assignment, all healthy", func() bool {
-		a, b := firstEDS(t, reps[0].addr, "pool"), firstEDS(t, reps[1].addr, "pool")
+		a, b := firstEDS(t, reps[0].Addr, "pool"), firstEDS(t, reps[1].Addr, "pool")
 		same = a
 		return a != nil && string(a) == string(b) && strings.Count(healthOf(t, a), " HEALTHY") == 3
 	})
@@ -286,7 +286,7 @@ func TestXDSOnReplicas(t *testing.T) {
 			ResourceNamesSubscribe: []string{"pool"}, InitialResourceVersions: known})
 		return st, func() { cancel(); conn.Close() }
 	}
-	st1, stop1 := delta(reps[0].addr, nil)
+	st1, stop1 := delta(reps[0].Addr, nil)
 	defer stop1()
 	r, err := st1.Recv()
 	if err != nil || len(r.GetResources()) != 1 {
@@ -298,7 +298,7 @@ func TestXDSOnReplicas(t *testing.T) {
 	}
 
 	// On r2 with r1's version: nothing differs, so nothing comes ...
-	st2, stop2 := delta(reps[1].addr, map[string]string{"pool": version})
+	st2, stop2 := delta(reps[1].Addr, map[string]string{"pool": version})
 	defer stop2()
 	got := make(chan *discoverypb.DeltaDiscoveryResponse, 4)
 	go func() {
@@ -329,7 +329,7 @@ func TestXDSOnReplicas(t *testing.T) {
 		t.Fatalf("r2's push: %s", h)
 	}
 	eventually(t, "r1 serves the same assignment, at the same version", func() bool {
-		st, stop := delta(reps[0].addr, nil)
+		st, stop := delta(reps[0].Addr, nil)
 		defer stop()
 		r, err := st.Recv()
 		return err == nil && len(r.GetResources()) == 1 && r.GetResources()[0].GetVersion() == r2.GetResources()[0].GetVersion()

@@ -3258,6 +3258,55 @@ func (*WatchTransitionsResponse_Progress) isWatchTransitionsResponse_Event() {}
 
 func (*WatchTransitionsResponse_Policy) isWatchTransitionsResponse_Event() {}
 
+// TargetsFile is the form of pulsed's -targets file, in YAML: one key,
+// targets, listing targets with the fields of Target. pulsed decodes it with
+// these field names (text or JSON names, durations as "1s"), so the file
+// accepts exactly what AddTarget accepts.
+type TargetsFile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// targets the file declares; names are unique within the file.
+	Targets       []*Target `protobuf:"bytes,1,rep,name=targets,proto3" json:"targets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TargetsFile) Reset() {
+	*x = TargetsFile{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TargetsFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TargetsFile) ProtoMessage() {}
+
+func (x *TargetsFile) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TargetsFile.ProtoReflect.Descriptor instead.
+func (*TargetsFile) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *TargetsFile) GetTargets() []*Target {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
 var File_pulse_v1_pulse_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_pulse_proto_rawDesc = "" +
@@ -3506,7 +3555,9 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\aremoved\x18\a \x01(\v2\x17.pulse.v1.TargetRemovedH\x00R\aremoved\x120\n" +
 	"\bprogress\x18\b \x01(\v2\x12.pulse.v1.ProgressH\x00R\bprogress\x12/\n" +
 	"\x06policy\x18\t \x01(\v2\x15.pulse.v1.PolicyEventH\x00R\x06policyB\a\n" +
-	"\x05event*Y\n" +
+	"\x05event\"9\n" +
+	"\vTargetsFile\x12*\n" +
+	"\atargets\x18\x01 \x03(\v2\x10.pulse.v1.TargetR\atargets*Y\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTATE_HEALTHY\x10\x01\x12\x13\n" +
@@ -3541,7 +3592,7 @@ func file_pulse_v1_pulse_proto_rawDescGZIP() []byte {
 }
 
 var file_pulse_v1_pulse_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_pulse_v1_pulse_proto_goTypes = []any{
 	(State)(0),                       // 0: pulse.v1.State
 	(Model)(0),                       // 1: pulse.v1.Model
@@ -3580,50 +3631,51 @@ var file_pulse_v1_pulse_proto_goTypes = []any{
 	(*PolicyEvent)(nil),              // 34: pulse.v1.PolicyEvent
 	(*TargetRemoved)(nil),            // 35: pulse.v1.TargetRemoved
 	(*WatchTransitionsResponse)(nil), // 36: pulse.v1.WatchTransitionsResponse
-	nil,                              // 37: pulse.v1.HttpProbe.HeadersEntry
-	nil,                              // 38: pulse.v1.GrpcProbe.MetadataEntry
-	(*durationpb.Duration)(nil),      // 39: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 40: google.protobuf.Timestamp
+	(*TargetsFile)(nil),              // 37: pulse.v1.TargetsFile
+	nil,                              // 38: pulse.v1.HttpProbe.HeadersEntry
+	nil,                              // 39: pulse.v1.GrpcProbe.MetadataEntry
+	(*durationpb.Duration)(nil),      // 40: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 41: google.protobuf.Timestamp
 }
 var file_pulse_v1_pulse_proto_depIdxs = []int32{
-	37, // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
+	38, // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
 	4,  // 1: pulse.v1.HttpProbe.header_matches:type_name -> pulse.v1.HeaderMatch
 	5,  // 2: pulse.v1.HttpProbe.tls:type_name -> pulse.v1.TlsOptions
-	39, // 3: pulse.v1.TlsOptions.cert_expiry_warn:type_name -> google.protobuf.Duration
-	39, // 4: pulse.v1.TlsOptions.cert_expiry_fail:type_name -> google.protobuf.Duration
+	40, // 3: pulse.v1.TlsOptions.cert_expiry_warn:type_name -> google.protobuf.Duration
+	40, // 4: pulse.v1.TlsOptions.cert_expiry_fail:type_name -> google.protobuf.Duration
 	7,  // 5: pulse.v1.TcpProbe.steps:type_name -> pulse.v1.TcpStep
 	5,  // 6: pulse.v1.TcpProbe.tls:type_name -> pulse.v1.TlsOptions
 	5,  // 7: pulse.v1.GrpcProbe.tls_options:type_name -> pulse.v1.TlsOptions
-	38, // 8: pulse.v1.GrpcProbe.metadata:type_name -> pulse.v1.GrpcProbe.MetadataEntry
+	39, // 8: pulse.v1.GrpcProbe.metadata:type_name -> pulse.v1.GrpcProbe.MetadataEntry
 	3,  // 9: pulse.v1.Target.http:type_name -> pulse.v1.HttpProbe
 	6,  // 10: pulse.v1.Target.tcp:type_name -> pulse.v1.TcpProbe
 	8,  // 11: pulse.v1.Target.grpc:type_name -> pulse.v1.GrpcProbe
 	9,  // 12: pulse.v1.Target.dns:type_name -> pulse.v1.DnsProbe
-	39, // 13: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
-	39, // 14: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
+	40, // 13: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
+	40, // 14: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
 	0,  // 15: pulse.v1.Target.initial_state:type_name -> pulse.v1.State
 	1,  // 16: pulse.v1.Target.model:type_name -> pulse.v1.Model
-	39, // 17: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
-	39, // 18: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
-	39, // 19: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
-	39, // 20: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
-	39, // 21: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
-	39, // 22: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
-	40, // 23: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
+	40, // 17: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
+	40, // 18: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
+	40, // 19: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
+	40, // 20: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
+	40, // 21: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
+	40, // 22: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
+	41, // 23: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
 	10, // 24: pulse.v1.TargetStatus.spec:type_name -> pulse.v1.Target
 	0,  // 25: pulse.v1.TargetStatus.state:type_name -> pulse.v1.State
 	11, // 26: pulse.v1.TargetStatus.last_result:type_name -> pulse.v1.ProbeResult
-	40, // 27: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
+	41, // 27: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
 	0,  // 28: pulse.v1.TargetStatus.verdict:type_name -> pulse.v1.State
-	39, // 29: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
-	40, // 30: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
-	40, // 31: pulse.v1.TargetStatus.cert_not_after:type_name -> google.protobuf.Timestamp
+	40, // 29: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
+	41, // 30: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
+	41, // 31: pulse.v1.TargetStatus.cert_not_after:type_name -> google.protobuf.Timestamp
 	13, // 32: pulse.v1.GroupStatus.policy:type_name -> pulse.v1.GroupPolicy
-	40, // 33: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
-	39, // 34: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
+	41, // 33: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
+	40, // 34: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
 	0,  // 35: pulse.v1.Transition.from:type_name -> pulse.v1.State
 	0,  // 36: pulse.v1.Transition.to:type_name -> pulse.v1.State
-	40, // 37: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
+	41, // 37: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
 	11, // 38: pulse.v1.Transition.result:type_name -> pulse.v1.ProbeResult
 	10, // 39: pulse.v1.AddTargetRequest.target:type_name -> pulse.v1.Target
 	12, // 40: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
@@ -3633,10 +3685,10 @@ var file_pulse_v1_pulse_proto_depIdxs = []int32{
 	15, // 44: pulse.v1.ListTargetsResponse.checker:type_name -> pulse.v1.CheckerStatus
 	13, // 45: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
 	14, // 46: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
-	39, // 47: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
+	40, // 47: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
 	12, // 48: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
 	2,  // 49: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
-	40, // 50: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
+	41, // 50: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
 	16, // 51: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
 	12, // 52: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
 	32, // 53: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
@@ -3645,27 +3697,28 @@ var file_pulse_v1_pulse_proto_depIdxs = []int32{
 	35, // 56: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
 	33, // 57: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
 	34, // 58: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
-	17, // 59: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
-	19, // 60: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
-	21, // 61: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
-	23, // 62: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
-	25, // 63: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
-	31, // 64: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
-	27, // 65: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
-	29, // 66: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
-	18, // 67: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
-	20, // 68: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
-	22, // 69: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
-	24, // 70: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
-	26, // 71: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
-	36, // 72: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
-	28, // 73: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
-	30, // 74: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
-	67, // [67:75] is the sub-list for method output_type
-	59, // [59:67] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	10, // 59: pulse.v1.TargetsFile.targets:type_name -> pulse.v1.Target
+	17, // 60: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
+	19, // 61: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
+	21, // 62: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
+	23, // 63: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
+	25, // 64: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
+	31, // 65: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
+	27, // 66: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
+	29, // 67: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
+	18, // 68: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
+	20, // 69: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
+	22, // 70: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
+	24, // 71: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
+	26, // 72: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
+	36, // 73: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
+	28, // 74: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
+	30, // 75: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
+	68, // [68:76] is the sub-list for method output_type
+	60, // [60:68] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_pulse_proto_init() }
@@ -3696,7 +3749,7 @@ func file_pulse_v1_pulse_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_pulse_proto_rawDesc), len(file_pulse_v1_pulse_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   36,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
