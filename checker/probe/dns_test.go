@@ -118,7 +118,7 @@ func TestDNS(t *testing.T) {
 
 // The egress policy covers the DNS server's address, at New and at each
 // dial of a name.
-func TestDNSEgress(t *testing.T) {
+func TestEgressCoversNewDials(t *testing.T) {
 	f := NewFactory()
 	defer f.Close()
 	_, err := f.New(Spec{DNS: &DNSSpec{Name: "api.internal", Server: "169.254.169.254:53"}})
@@ -134,4 +134,19 @@ func TestDNSEgress(t *testing.T) {
 	defer fd.Close()
 	p := newProber(t, fd, Spec{DNS: &DNSSpec{Name: "api.internal", Server: "dns.local:53"}})
 	wantFail(t, probeWithin(t, timeoutCtx(t, 2*time.Second), p), "dns.local resolves to 127.0.0.1, which is denied by egress policy")
+
+	// So do the dials of the other new paths: https with TLS options (its
+	// own transport), TCP with TLS and steps, gRPC with TLS options.
+	fd2 := NewFactoryWith(FactoryOptions{Egress: deny, Resolver: staticResolver{"svc.local": {netip.MustParseAddr("127.0.0.1")}}})
+	defer fd2.Close()
+	for _, s := range []Spec{
+		{HTTP: &HTTPSpec{URL: "https://svc.local:8443/", TLS: &TLSSpec{InsecureSkipVerify: true}, BodyContains: "x"}},
+		{HTTP: &HTTPSpec{URL: "http://svc.local:8080/", Method: "POST", Body: "x"}},
+		{TCP: &TCPSpec{Address: "svc.local:6379", TLS: &TLSSpec{}, Steps: []TCPStep{{Send: "PING\r\n"}}}},
+		{GRPC: &GRPCSpec{Address: "svc.local:50051", TLSOptions: &TLSSpec{}}},
+	} {
+		p := newProber(t, fd2, s)
+		wantFail(t, probeWithin(t, timeoutCtx(t, 2*time.Second), p), "svc.local resolves to 127.0.0.1, which is denied by egress policy")
+		closeProber(p)
+	}
 }
