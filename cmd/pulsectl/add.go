@@ -62,7 +62,7 @@ func (c *command) addFlagSet(e *env) *addFlags {
 	fs.StringVar(&a.name, "name", "", "target `name`: 1-128 of [A-Za-z0-9._:-], starting with a letter or digit (required)")
 	fs.StringVar(&a.group, "group", "", "`group` of the target")
 	fs.StringVar(&a.httpURL, "http", "", "probe with an HTTP request to `URL` (http:// or https://)")
-	fs.StringVar(&a.method, "method", "", "HTTP `method`: GET or HEAD (pulsed's default: GET)")
+	fs.StringVar(&a.method, "method", "", "HTTP `method`: GET, HEAD or POST (pulsed's default: GET)")
 	fs.Var(&a.expectStatus, "expect-status", "HTTP status `codes` or ranges (200-399) that pass, comma-separated or repeated (pulsed's default: any 2xx)")
 	fs.Var(&a.headers, "header", "HTTP header `K=V` to send, repeatable; Host=... sets the virtual host")
 	fs.StringVar(&a.tcp, "tcp", "", "probe by opening a TCP connection to `host:port`")

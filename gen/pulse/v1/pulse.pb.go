@@ -229,7 +229,7 @@ type HttpProbe struct {
 	// password in it is shown as "<redacted>" in every answer; sending that
 	// back keeps the stored password.
 	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
-	// method is GET (the default when empty) or HEAD.
+	// method is GET (the default when empty), HEAD or POST (with body).
 	Method string `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
 	// expected_status lists the status codes that pass, each 100 to 599, at
 	// most 500. Empty: any 2xx.
