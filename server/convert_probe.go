@@ -62,7 +62,7 @@ func tcpFromProto(p *pb.TcpProbe) (*probe.TCPSpec, error) {
 	s := &probe.TCPSpec{Address: p.GetAddress()}
 	for _, st := range p.GetSteps() {
 		s.Steps = append(s.Steps, probe.TCPStep{
-			Send: st.GetSend(), SendHex: st.GetSendHex(), Expect: st.GetExpect(),
+			Send: st.GetSend(), SendHex: st.GetSendHex(), Expect: st.GetExpect(), ExpectHex: st.GetExpectHex(),
 			ExpectContains: st.GetExpectContains(), ExpectRegex: st.GetExpectRegex(), ReadLimit: int(st.GetReadLimit()),
 		})
 	}
@@ -129,7 +129,7 @@ func probeToProto(s probe.Spec, t *pb.Target) {
 		out := &pb.TcpProbe{Address: s.TCP.Address, Tls: tlsToProto(s.TCP.TLS)}
 		for _, st := range s.TCP.Steps {
 			out.Steps = append(out.Steps, &pb.TcpStep{
-				Send: st.Send, SendHex: st.SendHex, Expect: st.Expect,
+				Send: st.Send, SendHex: st.SendHex, Expect: st.Expect, ExpectHex: st.ExpectHex,
 				ExpectContains: st.ExpectContains, ExpectRegex: st.ExpectRegex, ReadLimit: int32(st.ReadLimit),
 			})
 		}

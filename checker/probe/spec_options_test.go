@@ -64,9 +64,10 @@ func TestValidateOptions(t *testing.T) {
 		{"expiry too far", h(func(s *HTTPSpec) { s.TLS = &TLSSpec{CertExpiryFail: MaxCertExpiry + time.Hour} }), "http.tls.cert_expiry_fail", "must be between 0"},
 
 		{"tcp steps", tcp(TCPStep{Send: "PING\r\n"}, TCPStep{Expect: "+PONG\r\n"}, TCPStep{SendHex: "2a 31"}, TCPStep{ExpectContains: "x", ReadLimit: 10}, TCPStep{ExpectRegex: "^2"}), "", ""},
-		{"empty step", tcp(TCPStep{Send: "PING\r\n"}, TCPStep{}), "tcp.steps[1]", "set one of send, send_hex, expect, expect_contains or expect_regex"},
+		{"empty step", tcp(TCPStep{Send: "PING\r\n"}, TCPStep{}), "tcp.steps[1]", "set one of send, send_hex, expect, expect_hex, expect_contains or expect_regex"},
 		{"step with two actions", tcp(TCPStep{Send: "a", Expect: "b"}), "tcp.steps[0]", "got send and expect"},
 		{"bad hex", tcp(TCPStep{SendHex: "2g"}), "tcp.steps[0].send_hex", "is not hex digits"},
+		{"bad expect hex", tcp(TCPStep{ExpectHex: "0"}), "tcp.steps[0].expect_hex", "is not hex digits"},
 		{"bad expect regex", tcp(TCPStep{ExpectRegex: "+PONG"}), "tcp.steps[0].expect_regex", "missing argument to repetition operator"},
 		{"read limit too big", tcp(TCPStep{ExpectContains: "x", ReadLimit: MaxTCPReadLimit + 1}), "tcp.steps[0].read_limit", "and 65536 bytes, got 65537"},
 		{"expect over read limit", tcp(TCPStep{Expect: "abcdef", ReadLimit: 3}), "tcp.steps[0].read_limit", "at least the length of expect (6 bytes)"},

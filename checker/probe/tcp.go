@@ -33,11 +33,14 @@ type TCPStep struct {
 	// spell ("2a310d0a" or "2a 31 0d 0a").
 	Send    string
 	SendHex string
-	// Expect awaits exactly these bytes next; ExpectContains awaits bytes
-	// that contain this text; ExpectRegex awaits bytes that match this RE2
-	// regular expression. What they match, and what came before it, is
-	// consumed; later bytes are left to the next step.
+	// Expect awaits exactly these bytes next, and ExpectHex the bytes
+	// these hex digits spell (a binary greeting such as MySQL's);
+	// ExpectContains awaits bytes that contain this text; ExpectRegex
+	// awaits bytes that match this RE2 regular expression. What they
+	// match, and what came before it, is consumed; later bytes are left to
+	// the next step.
 	Expect         string
+	ExpectHex      string
 	ExpectContains string
 	ExpectRegex    string
 	// ReadLimit bounds the bytes an expect step reads looking for its
@@ -75,7 +78,7 @@ func (st *TCPStep) validate(field string) error {
 	}
 	var set []string
 	for _, f := range []struct{ name, v string }{
-		{"send", st.Send}, {"send_hex", st.SendHex}, {"expect", st.Expect},
+		{"send", st.Send}, {"send_hex", st.SendHex}, {"expect", st.Expect}, {"expect_hex", st.ExpectHex},
 		{"expect_contains", st.ExpectContains}, {"expect_regex", st.ExpectRegex},
 	} {
 		if f.v != "" {
@@ -84,10 +87,10 @@ func (st *TCPStep) validate(field string) error {
 	}
 	switch len(set) {
 	case 0:
-		return bad("", "set one of send, send_hex, expect, expect_contains or expect_regex; an empty step sends and awaits nothing")
+		return bad("", "set one of send, send_hex, expect, expect_hex, expect_contains or expect_regex; an empty step sends and awaits nothing")
 	case 1:
 	default:
-		return bad("", "set one of send, send_hex, expect, expect_contains or expect_regex; got %s", strings.Join(set, " and "))
+		return bad("", "set one of send, send_hex, expect, expect_hex, expect_contains or expect_regex; got %s", strings.Join(set, " and "))
 	}
 	if len(st.Send) > MaxTCPSendLen {
 		return bad("send", "must be at most %d bytes, got %d", MaxTCPSendLen, len(st.Send))
@@ -99,6 +102,18 @@ func (st *TCPStep) validate(field string) error {
 		}
 		if len(b) > MaxTCPSendLen {
 			return bad("send_hex", "must be at most %d bytes once decoded, got %d", MaxTCPSendLen, len(b))
+		}
+	}
+	if st.ExpectHex != "" {
+		b, err := decodeHex(st.ExpectHex)
+		if err != nil {
+			return bad("expect_hex", "%v", err)
+		}
+		if len(b) > MaxPatternLen {
+			return bad("expect_hex", "must be at most %d bytes once decoded, got %d", MaxPatternLen, len(b))
+		}
+		if len(b) > st.readLimit() {
+			return bad("read_limit", "must be at least the length of expect_hex (%d bytes), got %d", len(b), st.ReadLimit)
 		}
 	}
 	for _, f := range []struct{ name, v string }{{"expect", st.Expect}, {"expect_contains", st.ExpectContains}, {"expect_regex", st.ExpectRegex}} {
@@ -171,6 +186,9 @@ func (f *Factory) newTCPProber(s *TCPSpec) (*tcpProber, error) {
 			ts.send, _ = decodeHex(st.SendHex) // validated
 		case st.Expect != "":
 			ts.exact, ts.display = []byte(st.Expect), fmt.Sprintf("%q", st.Expect)
+		case st.ExpectHex != "":
+			ts.exact, _ = decodeHex(st.ExpectHex) // validated
+			ts.display = "hex " + hex.EncodeToString(ts.exact)
 		case st.ExpectContains != "":
 			ts.substr, ts.display = []byte(st.ExpectContains), fmt.Sprintf("%q", st.ExpectContains)
 		default:

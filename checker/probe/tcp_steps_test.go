@@ -96,6 +96,11 @@ func TestTCPSteps(t *testing.T) {
 		{"closed before the match", func(c net.Conn) { fmt.Fprint(c, "220 ") }, false, []TCPStep{{ExpectContains: "ESMTP"}}, `step 1: "ESMTP" not found in 4 bytes before the server closed the connection`},
 		{"regex no match", banner(strings.Repeat("x", 100)), false, []TCPStep{{ExpectRegex: "^220", ReadLimit: 50}}, "step 1: /^220/ not found in first 50 bytes"},
 		{"silent", func(c net.Conn) { _, _ = c.Read(make([]byte, 1)) }, false, []TCPStep{{Expect: "+OK"}}, "timeout"},
+		// A MySQL server greets first: a 3-byte length, sequence 0, then
+		// protocol version 10.
+		{"mysql handshake", banner("\x4a\x00\x00\x00\x0a8.0.36\x00"), false, []TCPStep{{ExpectRegex: `(?s)^.{3}\x00\x0a`}}, ""},
+		{"mysql handshake hex", banner("\x4a\x00\x00\x00\x0a8.0.36\x00"), false, []TCPStep{{ExpectHex: "4a 00 00 00 0a"}}, ""},
+		{"not mysql", banner("\x4a\x00\x00\x00\x09"), false, []TCPStep{{ExpectHex: "4a0000000a"}}, "step 1: expected hex 4a0000000a, got different bytes"},
 		{"redis over TLS", fakeRedis(false), true, redisPing, ""},
 		{"TLS and no steps", fakeRedis(false), true, nil, ""},
 	}

@@ -41,7 +41,7 @@ type probeFlags struct {
 var (
 	httpOnly = []string{"body-contains", "body-not-contains", "body-regex", "body-limit", "header-match", "body", "follow-redirects"}
 	tlsFlags = []string{"probe-tls-ca-file", "probe-tls-cert-file", "probe-tls-key-file", "probe-tls-server-name", "probe-tls-min-version", "probe-tls-insecure-skip-verify", "probe-cert-expiry-warn", "probe-cert-expiry-fail"}
-	tcpOnly  = []string{"send", "send-hex", "expect", "expect-contains", "expect-regex", "read-limit"}
+	tcpOnly  = []string{"send", "send-hex", "expect", "expect-hex", "expect-contains", "expect-regex", "read-limit"}
 	grpcOnly = []string{"grpc-authority", "grpc-metadata", "grpc-expect-status"}
 	dnsOnly  = []string{"dns-server", "dns-type", "dns-rcode", "dns-answer-contains", "dns-answer-regex"}
 )
@@ -66,6 +66,7 @@ func addProbeFlags(fs *flag.FlagSet) *probeFlags {
 	fs.Var(stepFlag{&p.steps, "send"}, "send", "TCP: send `text` (Go escapes such as \\r\\n are read), a step; steps run in flag order")
 	fs.Var(stepFlag{&p.steps, "send-hex"}, "send-hex", "TCP: send the bytes these `hex` digits spell, a step")
 	fs.Var(stepFlag{&p.steps, "expect"}, "expect", "TCP: await exactly `text` next, a step")
+	fs.Var(stepFlag{&p.steps, "expect-hex"}, "expect-hex", "TCP: await exactly the bytes these `hex` digits spell next, a step")
 	fs.Var(stepFlag{&p.steps, "expect-contains"}, "expect-contains", "TCP: await bytes containing `text`, a step")
 	fs.Var(stepFlag{&p.steps, "expect-regex"}, "expect-regex", "TCP: await bytes matching this RE2 `regex`, a step")
 	fs.IntVar(&p.readLimit, "read-limit", 0, "TCP: `bytes` each expect step reads at most (pulsed's default: 4096)")
@@ -152,7 +153,7 @@ func (p *probeFlags) applyHTTP(h *pb.HttpProbe, set map[string]bool) {
 func (p *probeFlags) tcp(address string, set map[string]bool) *pb.TcpProbe {
 	t := &pb.TcpProbe{Address: address, Tls: p.tls(set)}
 	for _, st := range p.steps {
-		st := &pb.TcpStep{Send: st.send, SendHex: st.sendHex, Expect: st.expect, ExpectContains: st.contains, ExpectRegex: st.regex}
+		st := &pb.TcpStep{Send: st.send, SendHex: st.sendHex, Expect: st.expect, ExpectHex: st.expectHex, ExpectContains: st.contains, ExpectRegex: st.regex}
 		if st.Send == "" && st.SendHex == "" {
 			st.ReadLimit = int32(p.readLimit)
 		}
@@ -194,7 +195,7 @@ func (l *headerMatchList) Set(v string) error {
 }
 
 // step is one TCP step as the flags give it.
-type step struct{ send, sendHex, expect, contains, regex string }
+type step struct{ send, sendHex, expect, expectHex, contains, regex string }
 
 // stepList is the TCP steps in flag order.
 type stepList []step
@@ -212,6 +213,8 @@ func (f stepFlag) Set(v string) error {
 	switch f.kind {
 	case "send-hex":
 		st.sendHex = v
+	case "expect-hex":
+		st.expectHex = v
 	case "expect-regex":
 		st.regex = v // a regex keeps its own escapes
 	default:

@@ -52,7 +52,7 @@ func TestAddProbeOptionFlags(t *testing.T) {
 		"--body-limit", "4096", "--header-match", "X-Status=^ok$", "--follow-redirects",
 		"--probe-tls-ca-file", ca, "--probe-tls-server-name", "web.internal", "--probe-tls-min-version", "1.3", "--probe-cert-expiry-warn", "720h", "--probe-cert-expiry-fail", "168h")
 	mustRun(t, "add", addr, "--name", "cache", "--tcp", "127.0.0.1:6379", "--send", `PING\r\n`, "--expect", `+PONG\r\n`,
-		"--send-hex", "2a31", "--expect-contains", "ok", "--expect-regex", `^\d`, "--read-limit", "64", "--probe-tls-insecure-skip-verify")
+		"--send-hex", "2a31", "--expect-hex", "0a0b", "--expect-contains", "ok", "--expect-regex", `^\d`, "--read-limit", "64", "--probe-tls-insecure-skip-verify")
 	mustRun(t, "add", addr, "--name", "api", "--grpc", "127.0.0.1:50051", "--grpc-authority", "api.internal",
 		"--grpc-metadata", "x-api-key=k", "--grpc-expect-status", "serving,NOT_SERVING", "--probe-tls-ca-file", ca)
 	out := mustRun(t, "add", addr, "--name", "resolver", "--dns", "api.internal", "--dns-server", "127.0.0.1:53", "--dns-type", "srv",
@@ -74,7 +74,7 @@ func TestAddProbeOptionFlags(t *testing.T) {
 		"cache": {Probe: &pb.Target_Tcp{Tcp: &pb.TcpProbe{
 			Address: "127.0.0.1:6379",
 			Steps: []*pb.TcpStep{
-				{Send: "PING\r\n"}, {Expect: "+PONG\r\n", ReadLimit: 64}, {SendHex: "2a31"},
+				{Send: "PING\r\n"}, {Expect: "+PONG\r\n", ReadLimit: 64}, {SendHex: "2a31"}, {ExpectHex: "0a0b", ReadLimit: 64},
 				{ExpectContains: "ok", ReadLimit: 64}, {ExpectRegex: `^\d`, ReadLimit: 64},
 			},
 			Tls: &pb.TlsOptions{InsecureSkipVerify: true},

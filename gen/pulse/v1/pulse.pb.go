@@ -660,7 +660,7 @@ func (x *TcpProbe) GetTls() *TlsOptions {
 }
 
 // TcpStep is one step of a TCP conversation: set exactly one of send,
-// send_hex, expect, expect_contains and expect_regex.
+// send_hex, expect, expect_hex, expect_contains and expect_regex.
 type TcpStep struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// send writes this text; at most 4096 bytes.
@@ -676,7 +676,10 @@ type TcpStep struct {
 	ExpectRegex string `protobuf:"bytes,5,opt,name=expect_regex,json=expectRegex,proto3" json:"expect_regex,omitempty"`
 	// read_limit bounds the bytes an expect step reads: 0 means 4096, at
 	// most 65536.
-	ReadLimit     int32 `protobuf:"varint,6,opt,name=read_limit,json=readLimit,proto3" json:"read_limit,omitempty"`
+	ReadLimit int32 `protobuf:"varint,6,opt,name=read_limit,json=readLimit,proto3" json:"read_limit,omitempty"`
+	// expect_hex awaits exactly the bytes these hex digits spell next, e.g.
+	// a binary greeting; at most 1024 bytes once decoded.
+	ExpectHex     string `protobuf:"bytes,7,opt,name=expect_hex,json=expectHex,proto3" json:"expect_hex,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -751,6 +754,13 @@ func (x *TcpStep) GetReadLimit() int32 {
 		return x.ReadLimit
 	}
 	return 0
+}
+
+func (x *TcpStep) GetExpectHex() string {
+	if x != nil {
+		return x.ExpectHex
+	}
+	return ""
 }
 
 // GrpcProbe passes when grpc.health.v1.Health/Check answers SERVING.
@@ -3354,7 +3364,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\bTcpProbe\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12'\n" +
 	"\x05steps\x18\x02 \x03(\v2\x11.pulse.v1.TcpStepR\x05steps\x12&\n" +
-	"\x03tls\x18\x03 \x01(\v2\x14.pulse.v1.TlsOptionsR\x03tls\"\xbb\x01\n" +
+	"\x03tls\x18\x03 \x01(\v2\x14.pulse.v1.TlsOptionsR\x03tls\"\xda\x01\n" +
 	"\aTcpStep\x12\x12\n" +
 	"\x04send\x18\x01 \x01(\tR\x04send\x12\x19\n" +
 	"\bsend_hex\x18\x02 \x01(\tR\asendHex\x12\x16\n" +
@@ -3362,7 +3372,9 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x0fexpect_contains\x18\x04 \x01(\tR\x0eexpectContains\x12!\n" +
 	"\fexpect_regex\x18\x05 \x01(\tR\vexpectRegex\x12\x1d\n" +
 	"\n" +
-	"read_limit\x18\x06 \x01(\x05R\treadLimit\"\xcf\x02\n" +
+	"read_limit\x18\x06 \x01(\x05R\treadLimit\x12\x1d\n" +
+	"\n" +
+	"expect_hex\x18\a \x01(\tR\texpectHex\"\xcf\x02\n" +
 	"\tGrpcProbe\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x10\n" +
