@@ -10,6 +10,7 @@ import (
 // probe saw: the probe package's TLS probers (probe.CertExpiryReporter).
 type certExpiryProber interface {
 	LastCertExpiry() (time.Time, *probe.ExpiryError)
+	NewCertWarning() *probe.ExpiryError
 }
 
 // certExpiry returns what p's last probe saw of its server's certificate:
@@ -27,19 +28,19 @@ func certExpiry(p Prober) (notAfter time.Time, warning string) {
 	return notAfter, warning
 }
 
-// certWarningLocked sends EventCertExpiring when t's probe passed with a
-// certificate warning it had not sent yet, and forgets the warning once a
-// probe passes without one, so that a certificate renewed and then near
-// expiry again warns again.
-func (r *registry) certWarningLocked(t *target, res Result, now time.Time) {
-	_, w := certExpiry(t.prober)
-	switch {
-	case w != "" && !t.certWarn:
-		t.certWarn = true
+// certWarningLocked sends EventCertExpiring when t's last probe passed with
+// a new certificate warning: the prober hands each out once, and again only
+// after a probe passed outside the warning window (a renewed certificate
+// that comes near expiry again warns again). The target keeps nothing: it
+// is at its size class's limit.
+func (r *registry) certWarningLocked(t *target, now time.Time) {
+	cp, ok := t.prober.(certExpiryProber)
+	if !ok {
+		return
+	}
+	if w := cp.NewCertWarning(); w != nil {
 		r.emitLocked(Event{Kind: EventCertExpiring, Time: now, Policy: PolicyChange{
-			Group: t.spec.Group, Target: t.spec.Name, Text: t.spec.Name + ": " + w,
+			Group: t.spec.Group, Target: t.spec.Name, Text: t.spec.Name + ": " + w.Error(),
 		}})
-	case w == "" && res.Pass:
-		t.certWarn = false
 	}
 }

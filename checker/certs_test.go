@@ -19,6 +19,7 @@ type certProber struct {
 	mu       sync.Mutex
 	notAfter time.Time
 	warning  *probe.ExpiryError
+	fresh    bool // the warning was not taken yet
 }
 
 func (p *certProber) Probe(context.Context) error { return nil }
@@ -29,18 +30,30 @@ func (p *certProber) LastCertExpiry() (time.Time, *probe.ExpiryError) {
 	return p.notAfter, p.warning
 }
 
+func (p *certProber) NewCertWarning() *probe.ExpiryError {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.fresh {
+		return nil
+	}
+	p.fresh = false
+	return p.warning
+}
+
+// set makes the next probes see a certificate expiring at notAfter, with
+// a new warning when warn (as the probe package's probers report one).
 func (p *certProber) set(notAfter time.Time, warn bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.notAfter, p.warning = notAfter, nil
+	p.notAfter, p.warning, p.fresh = notAfter, nil, warn
 	if warn {
 		p.warning = &probe.ExpiryError{NotAfter: notAfter, Left: notAfter.Sub(epoch), Warning: true}
 	}
 }
 
-// A probe that passes within cert_expiry_warn shows in the status, and
-// sends one CERT_EXPIRING event until a probe passes outside the window
-// again (a renewed certificate), after which it may warn again.
+// A probe that passes within cert_expiry_warn shows in the status, and a
+// new warning (as the prober hands it out, once) sends one CERT_EXPIRING
+// event.
 func TestCertExpiryWarning(t *testing.T) {
 	clock := fakeclock.New(epoch)
 	cp := &certProber{}

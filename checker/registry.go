@@ -425,7 +425,7 @@ func (r *registry) observeLocked(t *target, res Result, now time.Time) {
 	_, changed := t.m.Observe(res.Pass)
 	r.verdictLocked(t, changed, now, cause{result: res})
 	if !res.Passive {
-		r.certWarningLocked(t, res, now)
+		r.certWarningLocked(t, now)
 	}
 }
 

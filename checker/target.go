@@ -29,7 +29,6 @@ type target struct {
 	carried   bool // the state was loaded from the store; no fresh result yet
 	owned     bool // with a shared registry: this replica probes the target
 	proposing bool // with a shared registry: a state write is on its way
-	certWarn  bool // EventCertExpiring was sent for the current warning
 
 	slot time.Time // the scheduled start of the last scheduled probe; zero before the first
 	next time.Time // when the next probe is due

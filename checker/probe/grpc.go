@@ -145,6 +145,9 @@ func (p *grpcProber) passes(st healthpb.HealthCheckResponse_ServingStatus) bool 
 // LastCertExpiry implements CertExpiryReporter.
 func (p *grpcProber) LastCertExpiry() (time.Time, *ExpiryError) { return p.expiry.lastSeen() }
 
+// NewCertWarning implements CertExpiryReporter.
+func (p *grpcProber) NewCertWarning() *ExpiryError { return p.expiry.newWarning() }
+
 // sourceCreds are gRPC transport credentials whose TLS configuration comes
 // from a tlsSource at each handshake, so that rotated files are used.
 type sourceCreds struct {

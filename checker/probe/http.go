@@ -171,6 +171,9 @@ func (p *httpProber) checkTLS(cs *tls.ConnectionState) error {
 // LastCertExpiry implements CertExpiryReporter.
 func (p *httpProber) LastCertExpiry() (time.Time, *ExpiryError) { return p.expiry.lastSeen() }
 
+// NewCertWarning implements CertExpiryReporter.
+func (p *httpProber) NewCertWarning() *ExpiryError { return p.expiry.newWarning() }
+
 // Close closes the idle connections of the prober's own transport, if it
 // has one. It is idempotent.
 func (p *httpProber) Close() error {

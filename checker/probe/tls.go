@@ -484,6 +484,8 @@ type expiryWatch struct {
 type certSeen struct {
 	notAfter time.Time
 	warning  *ExpiryError
+	isNew    bool        // a warning after none (or none yet)
+	reported atomic.Bool // NewCertWarning returned it
 }
 
 // check returns an *ExpiryError when a certificate in cs expires within
@@ -497,6 +499,11 @@ func (w *expiryWatch) check(cs *tls.ConnectionState, now time.Time) error {
 	seen := &certSeen{notAfter: firstNotAfter(cs)}
 	if e != nil && e.Warning {
 		seen.warning = e
+		prev := w.last.Load()
+		seen.isNew = prev == nil || prev.warning == nil
+		if !seen.isNew && prev.isNew && !prev.reported.Load() {
+			seen.isNew = true // the first one was never taken
+		}
 	}
 	w.last.Store(seen)
 	if e != nil && !e.Warning {
@@ -513,16 +520,33 @@ func (w *expiryWatch) lastSeen() (time.Time, *ExpiryError) {
 	return time.Time{}, nil
 }
 
-// CertExpiryReporter is implemented by the Probers of TLS probes:
+// newWarning returns the last check's warning when it is new (the first
+// since a check without one), once.
+func (w *expiryWatch) newWarning() *ExpiryError {
+	seen := w.last.Load()
+	if seen == nil || !seen.isNew || !seen.reported.CompareAndSwap(false, true) {
+		return nil
+	}
+	return seen.warning
+}
+
+// CertExpiryReporter is implemented by the Probers of TLS probes.
 // LastCertExpiry returns when the first-expiring certificate (leaf or
 // chain) that the last probe's server showed expires, the zero time when
 // the spec sets no cert_expiry window or no probe got that far, and, when
 // that probe passed within TLSSpec.CertExpiryWarn, the warning (nil
-// otherwise). It is safe to call concurrently with Probe, and after Probe
-// returns it reports that probe.
+// otherwise). NewCertWarning returns that warning when it is the first
+// since a probe passed outside the warning window (or since the Prober was
+// built), and only to its first caller: nil otherwise. Both are safe to
+// call concurrently with Probe, and after Probe returns they report that
+// probe.
 type CertExpiryReporter interface {
 	LastCertExpiry() (notAfter time.Time, warning *ExpiryError)
+	NewCertWarning() *ExpiryError
 }
 
 // LastCertExpiry implements CertExpiryReporter.
 func (p *tcpProber) LastCertExpiry() (time.Time, *ExpiryError) { return p.expiry.lastSeen() }
+
+// NewCertWarning implements CertExpiryReporter.
+func (p *tcpProber) NewCertWarning() *ExpiryError { return p.expiry.newWarning() }

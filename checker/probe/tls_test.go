@@ -384,3 +384,38 @@ func TestShortDuration(t *testing.T) {
 // discardLog is a server error log that drops what it is given: the
 // handshake failures these tests cause on purpose.
 func discardLog() *log.Logger { return log.New(io.Discard, "", 0) }
+
+// Each warning is handed out once, and again only after a probe passed
+// outside the warning window.
+func TestNewCertWarningOnce(t *testing.T) {
+	ca := newTestCA(t, "CA")
+	soon := ca.issue(t, time.Now().Add(84*time.Hour), false, "127.0.0.1").pair
+	later := ca.issue(t, time.Now().Add(90*24*time.Hour), false, "127.0.0.1").pair
+	srv := newTLSServer(t, soon, nil)
+	f := NewFactory()
+	defer f.Close()
+	p := newProber(t, f, Spec{HTTP: &HTTPSpec{URL: srv.url(), TLS: &TLSSpec{CAPEM: string(ca.pem), CertExpiryWarn: 30 * 24 * time.Hour}}})
+	defer closeProber(p)
+	r := p.(CertExpiryReporter)
+	run := func() { t.Helper(); wantPass(t, probeWithin(t, timeoutCtx(t, 5*time.Second), p)) }
+	run()
+	if w := r.NewCertWarning(); w == nil {
+		t.Fatal("no new warning after the first warning probe")
+	}
+	run()
+	if w := r.NewCertWarning(); w != nil {
+		t.Errorf("a second new warning %v for the same certificate", w)
+	}
+	srv.cert.Store(&later) // renewed
+	srv.srv.CloseClientConnections()
+	run()
+	if _, w := r.LastCertExpiry(); w != nil || r.NewCertWarning() != nil {
+		t.Errorf("a warning after renewal: %v", w)
+	}
+	srv.cert.Store(&soon) // near expiry again
+	srv.srv.CloseClientConnections()
+	run()
+	if w := r.NewCertWarning(); w == nil {
+		t.Error("no new warning when the certificate is near expiry again")
+	}
+}
