@@ -4,10 +4,16 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
+	"log"
 	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/internal/testscale"
 )
 
 // testCAFile writes a self-signed CA certificate in PEM and returns its
@@ -114,5 +121,101 @@ func TestAddProbeOptionFlags(t *testing.T) {
 		if r.code != exitUsage || !strings.Contains(r.stderr, tt.want) {
 			t.Errorf("add %s: exit %d, stderr %q; want exit %d and %q", strings.Join(tt.args, " "), r.code, r.stderr, exitUsage, tt.want)
 		}
+	}
+}
+
+// pki is a CA made in the test, issuing leaf certificates.
+type pki struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newPKI(t *testing.T) *pki {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "CA"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return &pki{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// leaf issues a certificate for 127.0.0.1 (server) or a client, in PEM.
+func (p *pki) leaf(t *testing.T, client bool) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "leaf"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
+	if client {
+		tmpl.ExtKeyUsage, tmpl.IPAddresses = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.cert, &key.PublicKey, p.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kd, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd})
+}
+
+// A real pulsed probes a server that accepts only clients with a
+// certificate, from files named with pulsectl add's --probe-tls-* flags,
+// and checks its body; the same target without the client certificate
+// stays unhealthy.
+func TestAddMutualTLSTarget(t *testing.T) {
+	p := startPulsed(t)
+	addr := "--addr=" + p.Addr
+	serverCA, clientCA := newPKI(t), newPKI(t)
+	srvCert, srvKey := serverCA.leaf(t, false)
+	pair, err := tls.X509KeyPair(srvCert, srvKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(clientCA.cert)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"status": "ready"}`)) }))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool}
+	srv.StartTLS()
+	defer srv.Close()
+
+	dir := t.TempDir()
+	write := func(name string, data []byte) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	clientCert, clientKey := clientCA.leaf(t, true)
+	caFile := write("ca.pem", serverCA.pem)
+	common := []string{"add", addr, "--http", srv.URL + "/ready", "--body-contains", "ready", "--interval", "500ms", "--timeout", "500ms", "--probe-tls-ca-file", caFile}
+	mustRun(t, append(common, "--name", "mtls", "--probe-tls-cert-file", write("client.pem", clientCert), "--probe-tls-key-file", write("client.key", clientKey))...)
+	mustRun(t, append(common, "--name", "no-client-cert")...)
+
+	deadline := time.Now().Add(testscale.D(20 * time.Second))
+	for {
+		mtls, bare := stateOf(t, p.Addr, "mtls"), stateOf(t, p.Addr, "no-client-cert")
+		if mtls.GetState() == pb.State_STATE_HEALTHY && bare.GetLastResult().GetError() != "" {
+			if bare.GetState() != pb.State_STATE_UNHEALTHY {
+				t.Errorf("no-client-cert is %v, want unhealthy", bare.GetState())
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mtls %v (%q), no-client-cert %v (%q): want healthy, and a failure", mtls.GetState(), mtls.GetLastResult().GetError(), bare.GetState(), bare.GetLastResult().GetError())
+		}
+		time.Sleep(100 * time.Millisecond) // polling another process's state: no event to wait on here
 	}
 }
