@@ -16,6 +16,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -103,6 +104,9 @@ func TestAddProbeOptionFlags(t *testing.T) {
 		if name == "cache" && (len(st.GetWarnings()) != 1 || !strings.Contains(st.GetWarnings()[0], "insecure_skip_verify")) {
 			t.Errorf("cache warnings = %q, want insecure_skip_verify named", st.GetWarnings())
 		}
+	}
+	if out := mustRun(t, "state", "cache", addr); !regexp.MustCompile(`(?m)^warning:\s+tcp\.tls\.insecure_skip_verify: `).MatchString(out) {
+		t.Errorf("pulsectl state cache does not show the warning:\n%s", out)
 	}
 
 	for _, tt := range []struct {
