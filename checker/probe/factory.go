@@ -54,15 +54,18 @@ const userAgent = "pulse-probe/1"
 // keeps one connection of its own to its target from one probe to the
 // next; the others (https://, and the few http:// requests only net/http
 // can send as specified) share one *http.Transport, whose keep-alive
-// connections are reused likewise. Neither ever uses a proxy (proxy
-// environment variables are ignored) or asks for compressed bodies; TLS is
-// verified against the system roots.
+// connections are reused likewise; an https:// prober with TLS options has
+// a transport of its own, configured by them. None ever uses a proxy
+// (proxy environment variables are ignored) or asks for compressed bodies;
+// without TLS options TLS is verified against the system roots.
 //
-// Every connection its Probers open, HTTP, TCP and gRPC alike, goes
+// Every connection its Probers open, HTTP, TCP, gRPC and DNS alike, goes
 // through one dialer that enforces the Factory's EgressPolicy on the
 // address it is about to connect to, after looking up host names with the
-// Factory's Resolver; New also rejects a Spec whose host is an IP address
-// the policy denies. Redirects are never followed.
+// Factory's Resolver; New also rejects a Spec whose host (or DNS server)
+// is an IP address the policy denies. Redirects are followed only by
+// probes whose spec asks (HTTPSpec.FollowRedirects), each hop dialled
+// through the same dialer.
 //
 // A Factory is safe for concurrent use. The zero Factory is ready to use and
 // behaves like one from NewFactory; a Factory must not be copied after first

@@ -1,12 +1,14 @@
 // Package probe runs one health probe against one target: an HTTP(S)
-// request, a TCP connect, or a grpc.health.v1 Check.
+// request with expectations on its answer, a TCP connect with optional TLS
+// and send/expect steps, a grpc.health.v1 Check, or a DNS query.
 //
 // A Spec says what to probe, Spec.Validate says what is wrong with it, and a
 // Factory turns a valid Spec into a Prober. Probers know nothing of
 // schedules, thresholds or state: they answer one question, once, within the
 // deadline of the context they are given. Describe turns whatever a Prober
 // returned into the short text a person reads ("connection refused",
-// "status 503", "NOT_SERVING", "timeout").
+// "status 503", "NOT_SERVING", "timeout", `body: "ready" not found in first
+// 64 KiB`, "dns: NXDOMAIN for api.internal.").
 //
 // Whoever registers targets decides where probes connect, so a Factory
 // holds an EgressPolicy: every connection its Probers open is checked on
@@ -247,9 +249,9 @@ func (s Spec) Validate() error {
 
 // FieldError says which field of a Spec is wrong and how to fix it. Field is
 // a dotted, lower-case path such as "http.url", "http.method",
-// "http.expected_status", "http.headers", "tcp.address", "grpc.address",
-// "grpc.service", or "probe" when none or several kinds are set. Reason is
-// a sentence for the person who wrote the Spec.
+// "http.body_regex", "http.tls.ca_file", "tcp.address", "tcp.steps[1]",
+// "grpc.address", "dns.server", or "probe" when none or several kinds are
+// set. Reason is a sentence for the person who wrote the Spec.
 type FieldError struct {
 	Field  string
 	Reason string
