@@ -186,20 +186,15 @@ func (l *lifecycle) act(a lifeAction) error {
 	return err
 }
 
-// lifeState is a target's slow start and unhealthy streak, made when
-// first needed: most targets have neither.
+// lifeState is a target's slow start and unhealthy streak, in its
+// targetMore: most targets have neither.
 type lifeState struct {
 	rampStart, rampEnd time.Time // the slow start in progress; zero when none
 	unhealthySince     time.Time // the verdict unhealthy without a break since; zero when not
 }
 
 // lifeLocked returns t's lifeState, making it.
-func (t *target) lifeLocked() *lifeState {
-	if t.life == nil {
-		t.life = &lifeState{}
-	}
-	return t.life
-}
+func (t *target) lifeLocked() *lifeState { return &t.moreLocked().life }
 
 // slowStartLocked returns t's slow start: its own, else its group's.
 func (r *registry) slowStartLocked(t *target) time.Duration {
@@ -234,8 +229,9 @@ func (r *registry) rampLocked(t *target, from, to State, now time.Time) time.Tim
 			lf.rampStart, lf.rampEnd = now, now.Add(ss)
 			return lf.rampEnd
 		}
-	case from.routable() && !to.routable() && t.life != nil:
-		t.life.rampStart, t.life.rampEnd = time.Time{}, time.Time{}
+	case from.routable() && !to.routable() && t.lifeOrNil() != nil:
+		lf := t.lifeOrNil()
+		lf.rampStart, lf.rampEnd = time.Time{}, time.Time{}
 	}
 	return time.Time{}
 }
@@ -246,10 +242,10 @@ func weightLocked(t *target, now time.Time) (uint32, time.Time) {
 	if !t.state.routable() {
 		return 0, time.Time{}
 	}
-	if t.life == nil || !now.Before(t.life.rampEnd) {
+	lf := t.lifeOrNil()
+	if lf == nil || !now.Before(lf.rampEnd) {
 		return 100, time.Time{}
 	}
-	lf := t.life
 	w := uint32(100 * now.Sub(lf.rampStart) / lf.rampEnd.Sub(lf.rampStart))
 	return min(w, 100), lf.rampEnd
 }
@@ -258,12 +254,13 @@ func weightLocked(t *target, now time.Time) (uint32, time.Time) {
 // verdict may have changed, and keeps its place in the timed set.
 func (r *registry) unhealthySinceLocked(t *target, now time.Time) {
 	down := t.m.State == StateUnhealthy && r.removeAfterLocked(t) > 0
+	lf := t.lifeOrNil()
 	switch {
-	case down && (t.life == nil || t.life.unhealthySince.IsZero()):
+	case down && (lf == nil || lf.unhealthySince.IsZero()):
 		t.lifeLocked().unhealthySince = now
 		r.timedLocked(t)
-	case !down && t.life != nil && !t.life.unhealthySince.IsZero():
-		t.life.unhealthySince = time.Time{}
+	case !down && lf != nil && !lf.unhealthySince.IsZero():
+		lf.unhealthySince = time.Time{}
 		r.timedLocked(t)
 	}
 }
@@ -272,7 +269,8 @@ func (r *registry) unhealthySinceLocked(t *target, now time.Time) {
 // out, and wakes the lifecycle's loop.
 func (r *registry) timedLocked(t *target) {
 	a := t.spec.Admin()
-	timed := !a.Until.IsZero() || !a.RemoveAt.IsZero() || (t.life != nil && !t.life.unhealthySince.IsZero())
+	lf := t.lifeOrNil()
+	timed := !a.Until.IsZero() || !a.RemoveAt.IsZero() || (lf != nil && !lf.unhealthySince.IsZero())
 	_, was := r.timed[t]
 	switch {
 	case timed && !was:
@@ -350,10 +348,11 @@ func (r *registry) dueLifecycle(now time.Time) (due []lifeAction, next time.Time
 // removal, if it has both.
 func (r *registry) deadAtLocked(t *target) (time.Time, bool) {
 	after := r.removeAfterLocked(t)
-	if after <= 0 || t.life == nil || t.life.unhealthySince.IsZero() || t.spec.Admin().Mode == ModeMaintenance {
+	lf := t.lifeOrNil()
+	if after <= 0 || lf == nil || lf.unhealthySince.IsZero() || t.spec.Admin().Mode == ModeMaintenance {
 		return time.Time{}, false
 	}
-	return t.life.unhealthySince.Add(after), true
+	return lf.unhealthySince.Add(after), true
 }
 
 // expiryLocked says why t, found with admin state a, is to be removed at
@@ -377,7 +376,7 @@ func (r *registry) expiryLocked(t *target, now time.Time, a Admin) string {
 	if p := r.pools[t.spec.Group]; p != nil && t.spec.Group != "" && len(p.held) > 0 {
 		return ""
 	}
-	return fmt.Sprintf("unhealthy for %v (remove_after_unhealthy %v)", now.Sub(t.life.unhealthySince), r.removeAfterLocked(t))
+	return fmt.Sprintf("unhealthy for %v (remove_after_unhealthy %v)", now.Sub(t.lifeOrNil().unhealthySince), r.removeAfterLocked(t))
 }
 
 // removable checks a removal's condition for the shared registry's path:

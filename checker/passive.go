@@ -85,13 +85,14 @@ func (r *registry) reportOutcome(name string, o Outcome) (st Status, counted boo
 		return Status{}, false, fmt.Errorf("target %q: %w", name, ErrPassiveDisabled)
 	}
 	now := r.clock.Now()
-	if n := t.spec.passiveRate(); t.bucket == nil {
-		t.bucket = rate.NewLimiter(rate.Limit(n), n) // full at first
-	} else if t.bucket.Burst() != n { // the spec's rate changed
-		t.bucket.SetLimitAt(now, rate.Limit(n))
-		t.bucket.SetBurstAt(now, n)
+	m := t.moreLocked()
+	if n := t.spec.passiveRate(); m.bucket == nil {
+		m.bucket = rate.NewLimiter(rate.Limit(n), n) // full at first
+	} else if m.bucket.Burst() != n { // the spec's rate changed
+		m.bucket.SetLimitAt(now, rate.Limit(n))
+		m.bucket.SetBurstAt(now, n)
 	}
-	if !t.bucket.AllowN(now, 1) {
+	if !m.bucket.AllowN(now, 1) {
 		t.limited++
 		return r.statusLocked(t, now), false, nil
 	}

@@ -422,13 +422,14 @@ func (r *registry) statusLocked(t *target, now time.Time) Status {
 		IgnoredTimeouts: t.ignored,
 		Quarantined:     t.quarantined(),
 	}
+	st.CertNotAfter, st.CertWarning = certExpiry(t.prober)
 	if t.hasLast {
 		r := t.last
 		st.LastResult = &r
 	}
 	st.Weight, st.SlowStartEnd = weightLocked(t, now)
-	if t.life != nil {
-		st.UnhealthySince = t.life.unhealthySince
+	if lf := t.lifeOrNil(); lf != nil {
+		st.UnhealthySince = lf.unhealthySince
 	}
 	return st
 }
@@ -441,6 +442,9 @@ func (r *registry) observeLocked(t *target, res Result, now time.Time) {
 	_, changed := t.m.Observe(res.Pass)
 	r.verdictLocked(t, changed, now, cause{result: res})
 	r.unhealthySinceLocked(t, now)
+	if !res.Passive {
+		r.certWarningLocked(t, now)
+	}
 }
 
 // cause is why a target's state changes: the result that tipped it, or a

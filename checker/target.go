@@ -40,12 +40,9 @@ type target struct {
 	index   int // position in the due heap
 
 	active, passive, limited, ignored uint64 // result counts, see Status
-	// The passive outcomes' rate limit, made by the first one: most targets
-	// never report any, and by value it would take the target past 512 bytes.
-	bucket *rate.Limiter
-	// The slow start and unhealthy streak, made by the first target that
-	// needs them (see lifecycle.go), for the same reason.
-	life *lifeState
+	// What few targets need, made when first needed: by value it would
+	// take the target past 512 bytes (see targetMore).
+	more *targetMore
 
 	// With a shared registry: the revision of the target's stored state
 	// (owned and proposing are with the flags above).
@@ -64,4 +61,28 @@ func newTarget(spec Spec, p Prober, state State) *target {
 		m:      Machine{Model: spec.Model, Rise: spec.Rise, Fall: spec.Fall, State: state},
 		state:  state,
 	}
+}
+
+// targetMore is a target's state that most targets never need: the
+// passive outcomes' rate limit (made by the first outcome), and the slow
+// start and unhealthy streak (see lifecycle.go).
+type targetMore struct {
+	bucket *rate.Limiter
+	life   lifeState
+}
+
+// moreLocked returns t's targetMore, making it.
+func (t *target) moreLocked() *targetMore {
+	if t.more == nil {
+		t.more = &targetMore{}
+	}
+	return t.more
+}
+
+// lifeOrNil returns t's lifeState, or nil if it has none yet (all zero).
+func (t *target) lifeOrNil() *lifeState {
+	if t.more == nil {
+		return nil
+	}
+	return &t.more.life
 }

@@ -35,6 +35,10 @@ const (
 	EventCheckerDegraded
 	// EventCheckerRecovered: the checker keeps up again.
 	EventCheckerRecovered
+	// EventCertExpiring: a target's probe passed with a server
+	// certificate within its cert_expiry_warn window; sent once until a
+	// probe passes outside it again.
+	EventCertExpiring
 	// EventTargetExpired: a target is removed by itself (its drain ended,
 	// or its RemoveAfterUnhealthy was reached); Policy.Text says why. Its
 	// EventRemoved follows.
@@ -69,6 +73,8 @@ func (k EventKind) String() string {
 		return "CHECKER_DEGRADED"
 	case EventCheckerRecovered:
 		return "CHECKER_RECOVERED"
+	case EventCertExpiring:
+		return "CERT_EXPIRING"
 	case EventTargetExpired:
 		return "TARGET_EXPIRED"
 	case EventModeChanged:
@@ -78,7 +84,8 @@ func (k EventKind) String() string {
 }
 
 // IsPolicy reports whether the kind is a policy event (panic, flapping,
-// checker overload, a target expired), whose details are in Event.Policy.
+// checker overload, certificate expiry, a target expired), whose details
+// are in Event.Policy.
 func (k EventKind) IsPolicy() bool { return k >= EventPanicEntered && k <= EventTargetExpired }
 
 // PolicyChange details a policy event. Policy events change no target's
