@@ -185,7 +185,7 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 func (c *Checker) Remove(name string) (bool, error) { return c.life.remove(name, nil) }
 
 // Drain puts a target in ModeDraining and removes it after drainFor (at
-// most MaxDrainFor, else a *FieldError): Status.Spec.Admin().RemoveAt says when.
+// least MinDrainFor and at most MaxDrainFor, else a *FieldError): Status.Spec.Admin().RemoveAt says when.
 // With a store the drain is durable when Drain returns. Errors as SetMode.
 func (c *Checker) Drain(name string, drainFor time.Duration) (Status, error) {
 	a, err := drainAdmin(drainFor, c.clock.Now())

@@ -60,7 +60,9 @@ const (
 	MaxModeReason = 256
 	// MaxModeUntil bounds how far ahead a mode's Until may be.
 	MaxModeUntil = 30 * 24 * time.Hour
-	// MaxDrainFor bounds Drain's drainFor.
+	// MinDrainFor and MaxDrainFor bound Drain's drainFor: a drain shorter
+	// than a second lets no request finish.
+	MinDrainFor = time.Second
 	MaxDrainFor = 24 * time.Hour
 )
 
@@ -207,8 +209,8 @@ func (r ModeRequest) admin(now time.Time) (Admin, error) {
 // drainAdmin returns the Admin of a drain for drainFor from now, or a
 // *FieldError.
 func drainAdmin(drainFor time.Duration, now time.Time) (Admin, error) {
-	if drainFor <= 0 || drainFor > MaxDrainFor {
-		return Admin{}, &FieldError{"drain_for", fmt.Sprintf("must be positive and at most %v, got %s", MaxDrainFor, durText(drainFor))}
+	if drainFor < MinDrainFor || drainFor > MaxDrainFor {
+		return Admin{}, &FieldError{"drain_for", fmt.Sprintf("must be between %v and %v, got %s", MinDrainFor, MaxDrainFor, durText(drainFor))}
 	}
 	return Admin{Mode: ModeDraining, Reason: fmt.Sprintf("removal in %v", drainFor), Since: now, RemoveAt: now.Add(drainFor)}, nil
 }

@@ -88,7 +88,7 @@ func TestSetModeThroughTheAPI(t *testing.T) {
 	_, err = e.client.SetMode(ctx, &pb.SetModeRequest{Target: "nope", Mode: pb.Mode_MODE_DRAINING})
 	wantCode(t, err, codes.NotFound, "unknown target")
 	_, err = e.client.RemoveTarget(ctx, &pb.RemoveTargetRequest{Name: "web-2", DrainFor: durationpb.New(25 * time.Hour)})
-	wantCode(t, err, codes.InvalidArgument, "drain_for: must be positive and at most 24h0m0s")
+	wantCode(t, err, codes.InvalidArgument, "drain_for: must be between 1s and 24h0m0s")
 
 	e.c.Start()
 	rm, err := e.client.RemoveTarget(ctx, &pb.RemoveTargetRequest{Name: "web-2", DrainFor: durationpb.New(30 * time.Second)})

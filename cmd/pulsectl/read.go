@@ -34,7 +34,7 @@ func runRm(ctx context.Context, e *env, c *command, args []string) int {
 	fs := c.flags(e)
 	cf := addClientFlags(fs)
 	missingOK := fs.Bool("missing-ok", false, "succeed when a name is not registered")
-	drain := fs.Duration("drain", 0, "drain each target for this `duration` (at most 24h), then remove it")
+	drain := fs.Duration("drain", 0, "drain each target for this `duration` (1s to 24h), then remove it")
 	names, code, ok := c.parse(e, fs, args)
 	if !ok {
 		return code

@@ -181,6 +181,11 @@ func (f *apiFuzzer) registry() registry {
 	}
 	r := registry{Quarant: map[string]string{}, Policies: map[string]*pb.GroupPolicy{}, Modes: map[string]string{}}
 	for _, st := range l.GetTargets() {
+		if st.GetRemoveTime() != nil || st.GetModeUntil() != nil {
+			// A drain or a mode with an until changes by itself when its
+			// time comes, whatever call is made meanwhile.
+			continue
+		}
 		r.Targets = append(r.Targets, st.GetSpec())
 		r.Modes[st.GetSpec().GetName()] = fmt.Sprint(st.GetMode(), st.GetModeReason(), st.GetModeSince().AsTime(), st.GetModeUntil().AsTime(), st.GetRemoveTime().AsTime())
 		if q := st.GetQuarantined(); q != "" {

@@ -2365,7 +2365,7 @@ type RemoveTargetRequest struct {
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// drain_for, when set, does not remove the target at once: it is put in
 	// DRAINING (still probed, not routable), and removed after drain_for.
-	// The reply comes once the drain is stored. At most 24h.
+	// The reply comes once the drain is stored. 1s to 24h.
 	DrainFor      *durationpb.Duration `protobuf:"bytes,2,opt,name=drain_for,json=drainFor,proto3" json:"drain_for,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
