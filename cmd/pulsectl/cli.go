@@ -43,7 +43,7 @@ type command struct {
 
 // commands returns every subcommand, in the order help lists them.
 func commands() []*command {
-	return []*command{addCommand(), rmCommand(), stateCommand(), lsCommand(), healthyCommand(), watchCommand(), checkCommand()}
+	return []*command{addCommand(), setCommand(), rmCommand(), stateCommand(), lsCommand(), healthyCommand(), watchCommand(), probeCommand(), checkCommand()}
 }
 
 // run runs pulsectl with args (without the program name) and returns the

@@ -207,6 +207,7 @@ func TestUnreachable(t *testing.T) {
 	for _, args := range [][]string{
 		{"ls"}, {"state", "web-1"}, {"healthy"}, {"rm", "web-1"}, {"watch"},
 		{"add", "--name", "x", "--tcp", "127.0.0.1:1"},
+		{"set", "x", "--interval", "5s"}, {"probe"}, {"probe", "x"},
 	} {
 		r := pulsectl(t, append(args, "--addr", addr)...)
 		if r.code != exitServer || !strings.Contains(r.stderr, "cannot reach pulsed at "+addr) ||
@@ -240,6 +241,12 @@ func TestBadFlags(t *testing.T) {
 		{"add", "--name", "x", "--tcp", "x:1", "--interval", "soon"},
 		{"add", "--name", "x", "--tcp", "x:1", "--rise", "99999999999"},
 		{"add", "web-1", "--tcp", "x:1"},
+		{"set"},
+		{"set", "a", "b", "--interval", "5s"},
+		{"set", "x"},
+		{"set", "x", "--name", "y"},
+		{"set", "x", "--http", "http://x", "--tcp", "x:1"},
+		{"probe", "--bogus"},
 		{"watch", "extra"},
 		{"watch", "--since", "abc"},
 		{"watch", "--since", "0"},

@@ -10,6 +10,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -209,7 +210,7 @@ func (x PolicyEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PolicyEvent_Kind.Descriptor instead.
 func (PolicyEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{27, 0}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{32, 0}
 }
 
 // HttpProbe passes when GET (or HEAD) on url answers with an expected status.
@@ -2154,6 +2155,307 @@ func (x *ReportOutcomeResponse) GetStatus() *TargetStatus {
 	return nil
 }
 
+// UpdateTargetRequest names a target and the fields to change.
+type UpdateTargetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// target carries the target's name and the new values of the fields
+	// update_mask names. Its other fields are ignored.
+	Target *Target `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	// update_mask lists the fields of target to change, by their proto
+	// names: "group", "interval", "http" (the whole probe), "http.url"
+	// (one field of it), and so on. A named field that target leaves unset
+	// goes back to its default. Unset or empty: every field set in target
+	// (but name). "*" replaces the whole spec, as AddTarget does.
+	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTargetRequest) Reset() {
+	*x = UpdateTargetRequest{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTargetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTargetRequest) ProtoMessage() {}
+
+func (x *UpdateTargetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTargetRequest.ProtoReflect.Descriptor instead.
+func (*UpdateTargetRequest) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *UpdateTargetRequest) GetTarget() *Target {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *UpdateTargetRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
+	if x != nil {
+		return x.UpdateMask
+	}
+	return nil
+}
+
+// UpdateTargetResponse is the target before and after the change.
+type UpdateTargetResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// previous is the target's spec before the change.
+	Previous *Target `protobuf:"bytes,1,opt,name=previous,proto3" json:"previous,omitempty"`
+	// status is the target's status after the change.
+	Status        *TargetStatus `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTargetResponse) Reset() {
+	*x = UpdateTargetResponse{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTargetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTargetResponse) ProtoMessage() {}
+
+func (x *UpdateTargetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTargetResponse.ProtoReflect.Descriptor instead.
+func (*UpdateTargetResponse) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *UpdateTargetResponse) GetPrevious() *Target {
+	if x != nil {
+		return x.Previous
+	}
+	return nil
+}
+
+func (x *UpdateTargetResponse) GetStatus() *TargetStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+// ProbeNowRequest selects the targets to probe. With neither field set,
+// every target is probed; with both, a target must match both.
+type ProbeNowRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// group, when set, probes that group's targets.
+	Group string `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// names, when set, probes these targets (at most 10000); each must exist.
+	Names         []string `protobuf:"bytes,2,rep,name=names,proto3" json:"names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProbeNowRequest) Reset() {
+	*x = ProbeNowRequest{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProbeNowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProbeNowRequest) ProtoMessage() {}
+
+func (x *ProbeNowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProbeNowRequest.ProtoReflect.Descriptor instead.
+func (*ProbeNowRequest) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ProbeNowRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *ProbeNowRequest) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+// ProbeNowResponse is what the round did.
+type ProbeNowResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// transitions are the round's transitions in target name order, with
+	// those its results caused in other targets (a panic hold released).
+	Transitions []*Transition `protobuf:"bytes,1,rep,name=transitions,proto3" json:"transitions,omitempty"`
+	// results has one entry per selected target, in name order.
+	Results       []*ProbeNowResult `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProbeNowResponse) Reset() {
+	*x = ProbeNowResponse{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProbeNowResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProbeNowResponse) ProtoMessage() {}
+
+func (x *ProbeNowResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProbeNowResponse.ProtoReflect.Descriptor instead.
+func (*ProbeNowResponse) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ProbeNowResponse) GetTransitions() []*Transition {
+	if x != nil {
+		return x.Transitions
+	}
+	return nil
+}
+
+func (x *ProbeNowResponse) GetResults() []*ProbeNowResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// ProbeNowResult is what the round did with one target.
+type ProbeNowResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name of the target.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// result is the probe's result; unset when skipped is set.
+	Result *ProbeResult `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	// skipped says why the target was not probed, e.g. "a probe was already
+	// in flight; its result comes as scheduled".
+	Skipped string `protobuf:"bytes,3,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// state is the target's state after the round.
+	State         State `protobuf:"varint,4,opt,name=state,proto3,enum=pulse.v1.State" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProbeNowResult) Reset() {
+	*x = ProbeNowResult{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProbeNowResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProbeNowResult) ProtoMessage() {}
+
+func (x *ProbeNowResult) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProbeNowResult.ProtoReflect.Descriptor instead.
+func (*ProbeNowResult) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ProbeNowResult) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ProbeNowResult) GetResult() *ProbeResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *ProbeNowResult) GetSkipped() string {
+	if x != nil {
+		return x.Skipped
+	}
+	return ""
+}
+
+func (x *ProbeNowResult) GetState() State {
+	if x != nil {
+		return x.State
+	}
+	return State_STATE_UNSPECIFIED
+}
+
 // WatchTransitionsRequest filters the stream and says where it starts.
 // Empty filters match everything; when both are set an event must match
 // both.
@@ -2173,7 +2475,7 @@ type WatchTransitionsRequest struct {
 
 func (x *WatchTransitionsRequest) Reset() {
 	*x = WatchTransitionsRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2185,7 +2487,7 @@ func (x *WatchTransitionsRequest) String() string {
 func (*WatchTransitionsRequest) ProtoMessage() {}
 
 func (x *WatchTransitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2198,7 +2500,7 @@ func (x *WatchTransitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTransitionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchTransitionsRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{24}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WatchTransitionsRequest) GetGroup() string {
@@ -2232,7 +2534,7 @@ type SnapshotComplete struct {
 
 func (x *SnapshotComplete) Reset() {
 	*x = SnapshotComplete{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +2546,7 @@ func (x *SnapshotComplete) String() string {
 func (*SnapshotComplete) ProtoMessage() {}
 
 func (x *SnapshotComplete) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +2559,7 @@ func (x *SnapshotComplete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotComplete.ProtoReflect.Descriptor instead.
 func (*SnapshotComplete) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{25}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{30}
 }
 
 // Progress says the stream has delivered every matching event up to its
@@ -2270,7 +2572,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2282,7 +2584,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2295,7 +2597,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{26}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{31}
 }
 
 // PolicyEvent is a change in a pool policy's or the checker's state. It
@@ -2323,7 +2625,7 @@ type PolicyEvent struct {
 
 func (x *PolicyEvent) Reset() {
 	*x = PolicyEvent{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2335,7 +2637,7 @@ func (x *PolicyEvent) String() string {
 func (*PolicyEvent) ProtoMessage() {}
 
 func (x *PolicyEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2348,7 +2650,7 @@ func (x *PolicyEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyEvent.ProtoReflect.Descriptor instead.
 func (*PolicyEvent) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{27}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PolicyEvent) GetKind() PolicyEvent_Kind {
@@ -2406,7 +2708,7 @@ type TargetRemoved struct {
 
 func (x *TargetRemoved) Reset() {
 	*x = TargetRemoved{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +2720,7 @@ func (x *TargetRemoved) String() string {
 func (*TargetRemoved) ProtoMessage() {}
 
 func (x *TargetRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +2733,7 @@ func (x *TargetRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetRemoved.ProtoReflect.Descriptor instead.
 func (*TargetRemoved) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{28}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TargetRemoved) GetName() string {
@@ -2476,7 +2778,7 @@ type WatchTransitionsResponse struct {
 
 func (x *WatchTransitionsResponse) Reset() {
 	*x = WatchTransitionsResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2790,7 @@ func (x *WatchTransitionsResponse) String() string {
 func (*WatchTransitionsResponse) ProtoMessage() {}
 
 func (x *WatchTransitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +2803,7 @@ func (x *WatchTransitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTransitionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchTransitionsResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{29}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WatchTransitionsResponse) GetRevision() uint64 {
@@ -2667,7 +2969,7 @@ type TargetsFile struct {
 
 func (x *TargetsFile) Reset() {
 	*x = TargetsFile{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2679,7 +2981,7 @@ func (x *TargetsFile) String() string {
 func (*TargetsFile) ProtoMessage() {}
 
 func (x *TargetsFile) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2692,7 +2994,7 @@ func (x *TargetsFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetsFile.ProtoReflect.Descriptor instead.
 func (*TargetsFile) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{30}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TargetsFile) GetTargets() []*Target {
@@ -2706,7 +3008,7 @@ var File_pulse_v1_pulse_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\n" +
-	"\x14pulse/v1/pulse.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd6\x01\n" +
+	"\x14pulse/v1/pulse.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd6\x01\n" +
 	"\tHttpProbe\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12'\n" +
@@ -2851,7 +3153,25 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\tR\x05error\"a\n" +
 	"\x15ReportOutcomeResponse\x12\x18\n" +
 	"\acounted\x18\x01 \x01(\bR\acounted\x12.\n" +
-	"\x06status\x18\x02 \x01(\v2\x16.pulse.v1.TargetStatusR\x06status\"l\n" +
+	"\x06status\x18\x02 \x01(\v2\x16.pulse.v1.TargetStatusR\x06status\"|\n" +
+	"\x13UpdateTargetRequest\x12(\n" +
+	"\x06target\x18\x01 \x01(\v2\x10.pulse.v1.TargetR\x06target\x12;\n" +
+	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
+	"updateMask\"t\n" +
+	"\x14UpdateTargetResponse\x12,\n" +
+	"\bprevious\x18\x01 \x01(\v2\x10.pulse.v1.TargetR\bprevious\x12.\n" +
+	"\x06status\x18\x02 \x01(\v2\x16.pulse.v1.TargetStatusR\x06status\"=\n" +
+	"\x0fProbeNowRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
+	"\x05names\x18\x02 \x03(\tR\x05names\"~\n" +
+	"\x10ProbeNowResponse\x126\n" +
+	"\vtransitions\x18\x01 \x03(\v2\x14.pulse.v1.TransitionR\vtransitions\x122\n" +
+	"\aresults\x18\x02 \x03(\v2\x18.pulse.v1.ProbeNowResultR\aresults\"\x94\x01\n" +
+	"\x0eProbeNowResult\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
+	"\x06result\x18\x02 \x01(\v2\x15.pulse.v1.ProbeResultR\x06result\x12\x18\n" +
+	"\askipped\x18\x03 \x01(\tR\askipped\x12%\n" +
+	"\x05state\x18\x04 \x01(\x0e2\x0f.pulse.v1.StateR\x05state\"l\n" +
 	"\x17WatchTransitionsRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
 	"\x05names\x18\x02 \x03(\tR\x05names\x12%\n" +
@@ -2900,7 +3220,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x05Model\x12\x15\n" +
 	"\x11MODEL_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fMODEL_RISE_FALL\x10\x01\x12\x15\n" +
-	"\x11MODEL_THREE_STATE\x10\x022\xee\x04\n" +
+	"\x11MODEL_THREE_STATE\x10\x022\x80\x06\n" +
 	"\rHealthChecker\x12D\n" +
 	"\tAddTarget\x12\x1a.pulse.v1.AddTargetRequest\x1a\x1b.pulse.v1.AddTargetResponse\x12M\n" +
 	"\fRemoveTarget\x12\x1d.pulse.v1.RemoveTargetRequest\x1a\x1e.pulse.v1.RemoveTargetResponse\x128\n" +
@@ -2909,7 +3229,9 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\vListTargets\x12\x1c.pulse.v1.ListTargetsRequest\x1a\x1d.pulse.v1.ListTargetsResponse\x12[\n" +
 	"\x10WatchTransitions\x12!.pulse.v1.WatchTransitionsRequest\x1a\".pulse.v1.WatchTransitionsResponse0\x01\x12S\n" +
 	"\x0eSetGroupPolicy\x12\x1f.pulse.v1.SetGroupPolicyRequest\x1a .pulse.v1.SetGroupPolicyResponse\x12P\n" +
-	"\rReportOutcome\x12\x1e.pulse.v1.ReportOutcomeRequest\x1a\x1f.pulse.v1.ReportOutcomeResponseB\x8e\x01\n" +
+	"\rReportOutcome\x12\x1e.pulse.v1.ReportOutcomeRequest\x1a\x1f.pulse.v1.ReportOutcomeResponse\x12M\n" +
+	"\fUpdateTarget\x12\x1d.pulse.v1.UpdateTargetRequest\x1a\x1e.pulse.v1.UpdateTargetResponse\x12A\n" +
+	"\bProbeNow\x12\x19.pulse.v1.ProbeNowRequest\x1a\x1a.pulse.v1.ProbeNowResponseB\x8e\x01\n" +
 	"\fcom.pulse.v1B\n" +
 	"PulseProtoP\x01Z1github.com/pulsehealth/pulse/gen/pulse/v1;pulsev1\xa2\x02\x03PXX\xaa\x02\bPulse.V1\xca\x02\bPulse\\V1\xe2\x02\x14Pulse\\V1\\GPBMetadata\xea\x02\tPulse::V1b\x06proto3"
 
@@ -2926,7 +3248,7 @@ func file_pulse_v1_pulse_proto_rawDescGZIP() []byte {
 }
 
 var file_pulse_v1_pulse_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_pulse_v1_pulse_proto_goTypes = []any{
 	(State)(0),                       // 0: pulse.v1.State
 	(Model)(0),                       // 1: pulse.v1.Model
@@ -2955,46 +3277,52 @@ var file_pulse_v1_pulse_proto_goTypes = []any{
 	(*SetGroupPolicyResponse)(nil),   // 24: pulse.v1.SetGroupPolicyResponse
 	(*ReportOutcomeRequest)(nil),     // 25: pulse.v1.ReportOutcomeRequest
 	(*ReportOutcomeResponse)(nil),    // 26: pulse.v1.ReportOutcomeResponse
-	(*WatchTransitionsRequest)(nil),  // 27: pulse.v1.WatchTransitionsRequest
-	(*SnapshotComplete)(nil),         // 28: pulse.v1.SnapshotComplete
-	(*Progress)(nil),                 // 29: pulse.v1.Progress
-	(*PolicyEvent)(nil),              // 30: pulse.v1.PolicyEvent
-	(*TargetRemoved)(nil),            // 31: pulse.v1.TargetRemoved
-	(*WatchTransitionsResponse)(nil), // 32: pulse.v1.WatchTransitionsResponse
-	(*TargetsFile)(nil),              // 33: pulse.v1.TargetsFile
-	nil,                              // 34: pulse.v1.HttpProbe.HeadersEntry
-	(*durationpb.Duration)(nil),      // 35: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 36: google.protobuf.Timestamp
+	(*UpdateTargetRequest)(nil),      // 27: pulse.v1.UpdateTargetRequest
+	(*UpdateTargetResponse)(nil),     // 28: pulse.v1.UpdateTargetResponse
+	(*ProbeNowRequest)(nil),          // 29: pulse.v1.ProbeNowRequest
+	(*ProbeNowResponse)(nil),         // 30: pulse.v1.ProbeNowResponse
+	(*ProbeNowResult)(nil),           // 31: pulse.v1.ProbeNowResult
+	(*WatchTransitionsRequest)(nil),  // 32: pulse.v1.WatchTransitionsRequest
+	(*SnapshotComplete)(nil),         // 33: pulse.v1.SnapshotComplete
+	(*Progress)(nil),                 // 34: pulse.v1.Progress
+	(*PolicyEvent)(nil),              // 35: pulse.v1.PolicyEvent
+	(*TargetRemoved)(nil),            // 36: pulse.v1.TargetRemoved
+	(*WatchTransitionsResponse)(nil), // 37: pulse.v1.WatchTransitionsResponse
+	(*TargetsFile)(nil),              // 38: pulse.v1.TargetsFile
+	nil,                              // 39: pulse.v1.HttpProbe.HeadersEntry
+	(*durationpb.Duration)(nil),      // 40: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 41: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),    // 42: google.protobuf.FieldMask
 }
 var file_pulse_v1_pulse_proto_depIdxs = []int32{
-	34, // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
+	39, // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
 	3,  // 1: pulse.v1.Target.http:type_name -> pulse.v1.HttpProbe
 	4,  // 2: pulse.v1.Target.tcp:type_name -> pulse.v1.TcpProbe
 	5,  // 3: pulse.v1.Target.grpc:type_name -> pulse.v1.GrpcProbe
-	35, // 4: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
-	35, // 5: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
+	40, // 4: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
+	40, // 5: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
 	0,  // 6: pulse.v1.Target.initial_state:type_name -> pulse.v1.State
 	1,  // 7: pulse.v1.Target.model:type_name -> pulse.v1.Model
-	35, // 8: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
-	35, // 9: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
-	35, // 10: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
-	35, // 11: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
-	35, // 12: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
-	35, // 13: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
-	36, // 14: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
+	40, // 8: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
+	40, // 9: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
+	40, // 10: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
+	40, // 11: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
+	40, // 12: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
+	40, // 13: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
+	41, // 14: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
 	6,  // 15: pulse.v1.TargetStatus.spec:type_name -> pulse.v1.Target
 	0,  // 16: pulse.v1.TargetStatus.state:type_name -> pulse.v1.State
 	7,  // 17: pulse.v1.TargetStatus.last_result:type_name -> pulse.v1.ProbeResult
-	36, // 18: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
+	41, // 18: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
 	0,  // 19: pulse.v1.TargetStatus.verdict:type_name -> pulse.v1.State
-	35, // 20: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
-	36, // 21: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
+	40, // 20: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
+	41, // 21: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
 	9,  // 22: pulse.v1.GroupStatus.policy:type_name -> pulse.v1.GroupPolicy
-	36, // 23: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
-	35, // 24: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
+	41, // 23: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
+	40, // 24: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
 	0,  // 25: pulse.v1.Transition.from:type_name -> pulse.v1.State
 	0,  // 26: pulse.v1.Transition.to:type_name -> pulse.v1.State
-	36, // 27: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
+	41, // 27: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
 	7,  // 28: pulse.v1.Transition.result:type_name -> pulse.v1.ProbeResult
 	6,  // 29: pulse.v1.AddTargetRequest.target:type_name -> pulse.v1.Target
 	8,  // 30: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
@@ -3004,40 +3332,52 @@ var file_pulse_v1_pulse_proto_depIdxs = []int32{
 	11, // 34: pulse.v1.ListTargetsResponse.checker:type_name -> pulse.v1.CheckerStatus
 	9,  // 35: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
 	10, // 36: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
-	35, // 37: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
+	40, // 37: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
 	8,  // 38: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
-	2,  // 39: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
-	36, // 40: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
-	12, // 41: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
-	8,  // 42: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
-	28, // 43: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
-	8,  // 44: pulse.v1.WatchTransitionsResponse.added:type_name -> pulse.v1.TargetStatus
-	8,  // 45: pulse.v1.WatchTransitionsResponse.updated:type_name -> pulse.v1.TargetStatus
-	31, // 46: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
-	29, // 47: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
-	30, // 48: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
-	6,  // 49: pulse.v1.TargetsFile.targets:type_name -> pulse.v1.Target
-	13, // 50: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
-	15, // 51: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
-	17, // 52: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
-	19, // 53: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
-	21, // 54: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
-	27, // 55: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
-	23, // 56: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
-	25, // 57: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
-	14, // 58: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
-	16, // 59: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
-	18, // 60: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
-	20, // 61: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
-	22, // 62: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
-	32, // 63: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
-	24, // 64: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
-	26, // 65: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
-	58, // [58:66] is the sub-list for method output_type
-	50, // [50:58] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	6,  // 39: pulse.v1.UpdateTargetRequest.target:type_name -> pulse.v1.Target
+	42, // 40: pulse.v1.UpdateTargetRequest.update_mask:type_name -> google.protobuf.FieldMask
+	6,  // 41: pulse.v1.UpdateTargetResponse.previous:type_name -> pulse.v1.Target
+	8,  // 42: pulse.v1.UpdateTargetResponse.status:type_name -> pulse.v1.TargetStatus
+	12, // 43: pulse.v1.ProbeNowResponse.transitions:type_name -> pulse.v1.Transition
+	31, // 44: pulse.v1.ProbeNowResponse.results:type_name -> pulse.v1.ProbeNowResult
+	7,  // 45: pulse.v1.ProbeNowResult.result:type_name -> pulse.v1.ProbeResult
+	0,  // 46: pulse.v1.ProbeNowResult.state:type_name -> pulse.v1.State
+	2,  // 47: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
+	41, // 48: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
+	12, // 49: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
+	8,  // 50: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
+	33, // 51: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
+	8,  // 52: pulse.v1.WatchTransitionsResponse.added:type_name -> pulse.v1.TargetStatus
+	8,  // 53: pulse.v1.WatchTransitionsResponse.updated:type_name -> pulse.v1.TargetStatus
+	36, // 54: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
+	34, // 55: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
+	35, // 56: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
+	6,  // 57: pulse.v1.TargetsFile.targets:type_name -> pulse.v1.Target
+	13, // 58: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
+	15, // 59: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
+	17, // 60: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
+	19, // 61: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
+	21, // 62: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
+	32, // 63: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
+	23, // 64: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
+	25, // 65: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
+	27, // 66: pulse.v1.HealthChecker.UpdateTarget:input_type -> pulse.v1.UpdateTargetRequest
+	29, // 67: pulse.v1.HealthChecker.ProbeNow:input_type -> pulse.v1.ProbeNowRequest
+	14, // 68: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
+	16, // 69: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
+	18, // 70: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
+	20, // 71: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
+	22, // 72: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
+	37, // 73: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
+	24, // 74: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
+	26, // 75: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
+	28, // 76: pulse.v1.HealthChecker.UpdateTarget:output_type -> pulse.v1.UpdateTargetResponse
+	30, // 77: pulse.v1.HealthChecker.ProbeNow:output_type -> pulse.v1.ProbeNowResponse
+	68, // [68:78] is the sub-list for method output_type
+	58, // [58:68] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_pulse_proto_init() }
@@ -3051,7 +3391,7 @@ func file_pulse_v1_pulse_proto_init() {
 		(*Target_Grpc)(nil),
 	}
 	file_pulse_v1_pulse_proto_msgTypes[6].OneofWrappers = []any{}
-	file_pulse_v1_pulse_proto_msgTypes[29].OneofWrappers = []any{
+	file_pulse_v1_pulse_proto_msgTypes[34].OneofWrappers = []any{
 		(*WatchTransitionsResponse_Transition)(nil),
 		(*WatchTransitionsResponse_Snapshot)(nil),
 		(*WatchTransitionsResponse_SnapshotComplete)(nil),
@@ -3067,7 +3407,7 @@ func file_pulse_v1_pulse_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_pulse_proto_rawDesc), len(file_pulse_v1_pulse_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   32,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
