@@ -126,8 +126,13 @@ func (h *Handler) recent(name string) []checker.Result {
 // in HAProxy's style: "UP", "UP 1/3" (one failure of the three that take
 // it down), "DOWN", "DOWN 1/2" (one pass of the two that bring it up). A
 // three_state target between the two shows "SUSPECT", with "1/2 ↑" for
-// passes toward UP or "2/3 ↓" for failures toward DOWN.
+// passes toward UP or "2/3 ↓" for failures toward DOWN. A target a policy
+// holds (PanicHeld, Flapping) shows its state alone: its streak moves it
+// nowhere while it is held.
 func Streak(st checker.Status) string {
+	if st.PanicHeld || st.Flapping {
+		st.PassStreak, st.FailStreak = 0, 0
+	}
 	switch st.State {
 	case checker.StateHealthy:
 		if st.FailStreak > 0 {

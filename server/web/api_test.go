@@ -32,6 +32,8 @@ func TestStreak(t *testing.T) {
 		{"suspect, rising", checker.Status{Spec: ts, State: checker.StateSuspect, PassStreak: 1}, "SUSPECT 1/2 ↑"},
 		{"suspect, falling", checker.Status{Spec: ts, State: checker.StateSuspect, FailStreak: 2}, "SUSPECT 2/3 ↓"},
 		{"suspect, no streak", checker.Status{Spec: ts, State: checker.StateSuspect}, "SUSPECT"},
+		{"held by its group's panic", checker.Status{Spec: rf, State: checker.StateHealthy, FailStreak: 7, PanicHeld: true}, "UP"},
+		{"flapping", checker.Status{Spec: rf, State: checker.StateUnhealthy, PassStreak: 1, Flapping: true}, "DOWN"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := web.Streak(tt.st); got != tt.want {
