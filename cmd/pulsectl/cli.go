@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/pulsehealth/pulse/internal/version"
 )
 
 // Exit codes; see the package comment.
@@ -57,6 +59,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	name := args[0]
 	switch name {
+	case "-version", "--version", "version":
+		fmt.Fprintln(stdout, version.Line("pulsectl"))
+		return exitOK
 	case "-h", "-help", "--help", "help":
 		if len(args) > 1 && name == "help" {
 			if c := lookup(args[1]); c != nil {
@@ -106,7 +111,8 @@ Exit codes: 0 success; 1 usage error (bad flags or arguments, an invalid check
 file, a request pulsed rejected as invalid); 2 check found a critical target
 down; 3 unknown target; 4 pulsed unreachable or failed.
 
-Run 'pulsectl <command> --help' for a command's flags and examples.
+Run 'pulsectl <command> --help' for a command's flags and examples, and
+'pulsectl --version' for the version.
 `, defaultAddr)
 }
 

@@ -119,6 +119,42 @@ func TestTargetsRowHasTheDetails(t *testing.T) {
 	}
 }
 
+// policyFleet sets up group edge (a, b, c, d; at most one unhealthy) with
+// a and b failing, so that one is marked unhealthy (down) and the other
+// held, and group other with f flapping.
+func policyFleet(t *testing.T, e *env) (held, down string) {
+	t.Helper()
+	for _, name := range []string{"a", "b", "c", "d"} {
+		s := tcpSpec(name, "edge")
+		s.Rise, s.Fall = 1, 1
+		e.add(t, s)
+		e.set(name+":80", outcome{})
+	}
+	flap := tcpSpec("f", "other")
+	flap.Rise, flap.Fall, flap.FlapThreshold = 1, 1, 2
+	e.add(t, flap)
+	if _, err := e.c.SetGroupPolicy("edge", checker.GroupPolicy{MaxUnhealthyFraction: 0.25}); err != nil {
+		t.Fatal(err)
+	}
+	e.set("f:80", outcome{})
+	e.rounds(1)
+	e.set("a:80", outcome{err: errors.New("status 503")})
+	e.set("b:80", outcome{err: errors.New("status 503")})
+	e.set("f:80", outcome{err: errors.New("status 503")})
+	e.rounds(1)
+	e.set("f:80", outcome{})
+	e.rounds(1)
+	for _, n := range []string{"a", "b"} {
+		if st, _ := e.c.Status(n); st.PanicHeld {
+			held = n
+		}
+	}
+	if st, _ := e.c.Status("f"); !st.Flapping || held == "" {
+		t.Fatalf("set-up: f flapping %v, held %q; want f flapping and a or b held", st.Flapping, held)
+	}
+	return held, map[string]string{"a": "b", "b": "a"}[held]
+}
+
 // A removal drops the target's results at once: a target added again
 // under its name starts with none of the old one's.
 func TestRemovalDropsResultsAtOnce(t *testing.T) {
@@ -148,36 +184,7 @@ func TestRemovalDropsResultsAtOnce(t *testing.T) {
 // groups count their held and flapping targets.
 func TestRowsShowPoliciesAndSortBySeverity(t *testing.T) {
 	e := newEnv(t, checker.Config{}, web.Config{})
-	for _, name := range []string{"a", "b", "c", "d"} {
-		s := tcpSpec(name, "edge")
-		s.Rise, s.Fall = 1, 1
-		e.add(t, s)
-		e.set(name+":80", outcome{})
-	}
-	flap := tcpSpec("f", "other")
-	flap.Rise, flap.Fall, flap.FlapThreshold = 1, 1, 2
-	e.add(t, flap)
-	if _, err := e.c.SetGroupPolicy("edge", checker.GroupPolicy{MaxUnhealthyFraction: 0.25}); err != nil {
-		t.Fatal(err)
-	}
-	e.set("f:80", outcome{})
-	e.rounds(1)
-	e.set("a:80", outcome{err: errors.New("status 503")})
-	e.set("b:80", outcome{err: errors.New("status 503")})
-	e.set("f:80", outcome{err: errors.New("status 503")})
-	e.rounds(1)
-	e.set("f:80", outcome{})
-	e.rounds(1)
-	held := ""
-	for _, n := range []string{"a", "b"} {
-		if st, _ := e.c.Status(n); st.PanicHeld {
-			held = n
-		}
-	}
-	if st, _ := e.c.Status("f"); !st.Flapping || held == "" {
-		t.Fatalf("set-up: f flapping %v, held %q; want f flapping and a or b held", st.Flapping, held)
-	}
-	down := map[string]string{"a": "b", "b": "a"}[held]
+	held, down := policyFleet(t, e)
 
 	var p page
 	getJSON(t, e.srv.URL+"/api/targets", &p)
