@@ -73,7 +73,7 @@ func (c *command) addFlagSet(e *env) *addFlags {
 	fs.Var(&a.maxLat, "max-latency", "fail probes that pass slower than this `duration` (or seconds)")
 	a.policy.register(fs)
 	a.client = addClientFlags(fs)
-	a.output = addOutputFlag(fs, "the AddTargetResponse")
+	a.output = addOutputFlag(fs, "the response", "yaml")
 	return a
 }
 
@@ -100,7 +100,7 @@ func runAdd(ctx context.Context, e *env, c *command, args []string) int {
 	// The spec add replaces, if any, to say what changed: add sends the
 	// whole spec, so a flag left out puts its field back to the default.
 	var prev *pb.Target
-	if !a.output.json() {
+	if !a.output.structured() {
 		if old, err := cl.State(cctx, &pb.StateRequest{Name: target.GetName()}); err == nil {
 			prev = old.GetStatus().GetSpec()
 		}
@@ -109,8 +109,8 @@ func runAdd(ctx context.Context, e *env, c *command, args []string) int {
 	if err != nil {
 		return cl.fail(e, err, "")
 	}
-	if a.output.json() {
-		return e.printJSON(resp)
+	if a.output.structured() {
+		return e.printAs(a.output, resp)
 	}
 	st := resp.GetStatus()
 	verb := "updated"

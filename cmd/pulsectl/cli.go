@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/pulsehealth/pulse/internal/version"
@@ -18,6 +19,7 @@ const (
 	exitCriticalDown = 2
 	exitNotFound     = 3
 	exitServer       = 4
+	exitNoneRoutable = 5
 )
 
 // defaultAddr is where `make run` serves pulsed.
@@ -45,7 +47,7 @@ type command struct {
 
 // commands returns every subcommand, in the order help lists them.
 func commands() []*command {
-	return []*command{addCommand(), setCommand(), rmCommand(), stateCommand(), lsCommand(), healthyCommand(), watchCommand(), probeCommand(), checkCommand()}
+	return []*command{addCommand(), setCommand(), rmCommand(), stateCommand(), lsCommand(), healthyCommand(), watchCommand(), probeCommand(), policyCommand(), outcomeCommand(), checkCommand()}
 }
 
 // run runs pulsectl with args (without the program name) and returns the
@@ -82,7 +84,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return c.run(ctx, e, c, args[1:])
 }
 
+// aliases are other names of commands, as kubectl and etcdctl users type
+// them.
+var aliases = map[string]string{"get": "state", "list": "ls", "delete": "rm"}
+
 func lookup(name string) *command {
+	if real, ok := aliases[name]; ok {
+		name = real
+	}
 	for _, c := range commands() {
 		if c.name == name {
 			return c
@@ -103,13 +112,15 @@ Commands:
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
+	fmt.Fprint(w, "\nAliases: get (state), list (ls), delete (rm).\n")
 	fmt.Fprintf(w, `
 Client commands talk to pulsed at --addr (default %s,
 where 'make run' serves it). 'check' needs no server.
 
 Exit codes: 0 success; 1 usage error (bad flags or arguments, an invalid check
 file, a request pulsed rejected as invalid); 2 check found a critical target
-down; 3 unknown target; 4 pulsed unreachable or failed.
+down; 3 unknown target or group; 4 pulsed unreachable or failed; 5 healthy
+found no routable target.
 
 Run 'pulsectl <command> --help' for a command's flags and examples, and
 'pulsectl --version' for the version.
@@ -170,25 +181,42 @@ func (c *command) usageError(e *env, format string, args ...any) int {
 	return exitUsage
 }
 
-// outputFlag is -o: "text" or "json".
-type outputFlag string
-
-func (o *outputFlag) String() string { return string(*o) }
-
-func (o *outputFlag) Set(v string) error {
-	switch v {
-	case "text", "json":
-		*o = outputFlag(v)
-		return nil
-	}
-	return fmt.Errorf("must be text or json, got %q", v)
+// outputFlag is -o: "text", "json", and for some commands "yaml" or
+// "wide".
+type outputFlag struct {
+	v       string
+	allowed []string
 }
 
-func (o *outputFlag) json() bool { return *o == "json" }
+func (o *outputFlag) String() string { return o.v }
 
-// addOutputFlag registers -o on fs.
-func addOutputFlag(fs *flag.FlagSet, what string) *outputFlag {
-	o := outputFlag("text")
-	fs.Var(&o, "o", "output `format`: text, or json ("+what+")")
-	return &o
+func (o *outputFlag) Set(v string) error {
+	if slices.Contains(o.allowed, v) {
+		o.v = v
+		return nil
+	}
+	return fmt.Errorf("must be %s, got %q", orList(o.allowed), v)
+}
+
+func (o *outputFlag) json() bool { return o.v == "json" }
+
+func (o *outputFlag) wide() bool { return o.v == "wide" }
+
+// structured is true for -o json and -o yaml: the response as it is.
+func (o *outputFlag) structured() bool { return o.v == "json" || o.v == "yaml" }
+
+// addOutputFlag registers -o on fs, taking text, json and the extra
+// formats given ("yaml", "wide").
+func addOutputFlag(fs *flag.FlagSet, what string, extra ...string) *outputFlag {
+	o := &outputFlag{v: "text", allowed: append([]string{"text", "json"}, extra...)}
+	fs.Var(o, "o", "output `format`: "+orList(o.allowed)+" ("+what+")")
+	return o
+}
+
+// orList joins words as "a, b or c".
+func orList(words []string) string {
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
 }

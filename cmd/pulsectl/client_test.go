@@ -102,8 +102,8 @@ func TestClientCommands(t *testing.T) {
 	if out := mustRun(t, "healthy", "edge", addr); out != "web-1\n" {
 		t.Errorf("healthy edge = %q", out)
 	}
-	if out := mustRun(t, "healthy", "other", addr); out != "" {
-		t.Errorf("healthy other = %q", out)
+	if r := pulsectl(t, "healthy", "other", addr); r.code != exitNotFound || r.stdout != "" || !strings.Contains(r.stderr, `no targets in group "other"`) {
+		t.Errorf("healthy of an unknown group: %+v", r)
 	}
 	var healthy pb.HealthyResponse
 	if err := protojson.Unmarshal([]byte(mustRun(t, "healthy", addr, "-o", "json")), &healthy); err != nil || !cmp.Equal(healthy.GetNames(), []string{"web-1"}) {
@@ -116,6 +116,9 @@ func TestClientCommands(t *testing.T) {
 	out = mustRun(t, "ls", addr)
 	if !regexp.MustCompile(`(?m)^web-1\s+edge\s+unhealthy\s+fail \d+\s+\S+\s+connection refused\s+\d+s$`).MatchString(out) {
 		t.Errorf("ls row for a down web-1:\n%s", out)
+	}
+	if r := pulsectl(t, "healthy", "edge", addr); r.code != exitNoneRoutable || r.stdout != "" || !strings.Contains(r.stderr, `no routable target in group "edge" (1 target)`) {
+		t.Errorf("healthy with nothing routable: %+v", r)
 	}
 
 	// rm, then the target is unknown to every command.
@@ -224,7 +227,18 @@ func TestBadFlags(t *testing.T) {
 		{"help", "nope"},
 		{"ls", "--bogus"},
 		{"ls", "extra"},
-		{"ls", "-o", "yaml"},
+		{"ls", "-o", "xml"},
+		{"ls", "--state", "down"},
+		{"state", "a", "-o", "wide"},
+		{"policy"},
+		{"policy", "edge"},
+		{"policy", "get", "edge", "--default"},
+		{"policy", "set", "edge"},
+		{"policy", "set", "edge", "--default", "--max-unhealthy-fraction", "0.5"},
+		{"outcome", "a"},
+		{"outcome", "a", "--ok", "--fail"},
+		{"outcome", "a", "--ok", "--error", "x"},
+		{"outcome", "--ok"},
 		{"state"},
 		{"state", "a", "b"},
 		{"healthy", "a", "b"},

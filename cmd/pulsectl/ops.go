@@ -99,8 +99,8 @@ func runSet(ctx context.Context, e *env, c *command, args []string) int {
 	if err != nil {
 		return cl.fail(e, err, pos[0])
 	}
-	if a.output.json() {
-		return e.printJSON(resp)
+	if a.output.structured() {
+		return e.printAs(a.output, resp)
 	}
 	changes := specChanges(resp.GetPrevious(), resp.GetStatus().GetSpec())
 	if len(changes) == 0 {
@@ -291,7 +291,7 @@ func runProbe(ctx context.Context, e *env, c *command, args []string) int {
 	cf := addClientFlags(fs)
 	group := fs.String("group", "", "probe only this `group`'s targets")
 	results := fs.Bool("results", false, "print each target's result after the transitions")
-	out := addOutputFlag(fs, "the ProbeNowResponse")
+	out := addOutputFlag(fs, "the ProbeNowResponse", "yaml")
 	names, code, ok := c.parse(e, fs, args)
 	if !ok {
 		return code
@@ -315,8 +315,8 @@ func runProbe(ctx context.Context, e *env, c *command, args []string) int {
 		}
 		return cl.fail(e, err, "")
 	}
-	if out.json() {
-		return e.printJSON(resp)
+	if out.structured() {
+		return e.printAs(out, resp)
 	}
 	for _, tr := range resp.GetTransitions() {
 		fmt.Fprintf(e.stdout, "%s: %s -> %s\n", tr.GetTarget(), stateName(tr.GetFrom()), stateName(tr.GetTo()))

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"buf.build/go/protoyaml"
 
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
@@ -92,5 +97,123 @@ func TestProbeAndSet(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("add over an existing target printed\n%s\nwant it to contain %q", out, want)
 		}
+	}
+}
+
+// switchServer answers 200 until down is set, then 503.
+type switchServer struct {
+	*httptest.Server
+	down atomic.Bool
+}
+
+func newSwitchServer(t *testing.T) *switchServer {
+	t.Helper()
+	s := &switchServer{}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if s.down.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// TestPoliciesOutcomesAndStates drives policy, outcome, ls's filters and
+// formats and the aliases against a real pulsed, and checks that held and
+// flapping targets say so in text.
+func TestPoliciesOutcomesAndStates(t *testing.T) {
+	p := startPulsed(t)
+	addr := "--addr=" + p.Addr
+	a, b, f := newSwitchServer(t), newSwitchServer(t), newSwitchServer(t)
+	mustRun(t, "add", addr, "--name", "a", "--group", "edge", "--http", a.URL)
+	mustRun(t, "add", addr, "--name", "b", "--group", "edge", "--http", b.URL)
+	waitState(t, p.Addr, "a", pb.State_STATE_HEALTHY)
+	waitState(t, p.Addr, "b", pb.State_STATE_HEALTHY)
+	if out := mustRun(t, "policy", "get", "edge", addr); out != "edge: max_unhealthy_fraction 0.5 (pulsed's default); 2 targets, 0 unhealthy, at most 1 at once\n" {
+		t.Errorf("policy get: %q", out)
+	}
+
+	// Both fail: pulsed's default threshold lets one of two go; the other
+	// is held, and says so.
+	a.down.Store(true)
+	b.down.Store(true)
+	var held string
+	eventually(t, "a target held", func() bool {
+		for _, n := range []string{"a", "b"} {
+			if stateOf(t, p.Addr, n).GetPanicHeld() {
+				held = n
+			}
+		}
+		return held != ""
+	})
+	if out := mustRun(t, "ls", addr); !regexp.MustCompile(`(?m)^` + held + `\s+edge\s+healthy \(held: panic in edge\)\s`).MatchString(out) {
+		t.Errorf("ls does not show %s held:\n%s", held, out)
+	}
+	out := mustRun(t, "state", held, addr)
+	for _, want := range []string{"healthy (held: panic in edge; routable)\n", "verdict:", "unhealthy (what its results alone say)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("state %s lacks %q:\n%s", held, want, out)
+		}
+	}
+	if out := mustRun(t, "ls", addr, "--state", "held"); strings.Count(out, "\n") != 2 || !strings.Contains(out, "\n"+held+" ") {
+		t.Errorf("ls --state held:\n%s", out)
+	}
+	if out := mustRun(t, "policy", "get", "edge", addr); !strings.HasSuffix(out, "; panic: holding "+held+"\n") {
+		t.Errorf("policy get in panic: %q", out)
+	}
+	if out := mustRun(t, "healthy", "edge", addr); out != held+"\n" {
+		t.Errorf("healthy edge with %s held: %q", held, out)
+	}
+	out = mustRun(t, "policy", "set", "edge", "--max-unhealthy-fraction", "1", addr)
+	if !strings.HasPrefix(out, "edge: max_unhealthy_fraction 1 (the group's own); 2 targets, 2 unhealthy") {
+		t.Errorf("policy set: %q", out)
+	}
+	if r := pulsectl(t, "healthy", "edge", addr); r.code != exitNoneRoutable {
+		t.Errorf("healthy edge, all down: %+v", r)
+	}
+	if out := mustRun(t, "policy", "set", "edge", "--default", addr); !strings.Contains(out, "(pulsed's default)") {
+		t.Errorf("policy set --default: %q", out)
+	}
+	if r := pulsectl(t, "policy", "get", "nope", addr); r.code != exitNotFound {
+		t.Errorf("policy get of an unknown group: %+v", r)
+	}
+	if r := pulsectl(t, "policy", "set", "edge", "--max-unhealthy-fraction", "2", addr); r.code != exitUsage || !strings.Contains(r.stderr, "policy.max_unhealthy_fraction") {
+		t.Errorf("policy set 2: %+v", r)
+	}
+
+	// Flapping: up, then down, with a threshold of two transitions.
+	mustRun(t, "add", addr, "--name", "f", "--group", "lab", "--http", f.URL, "--rise", "1", "--fall", "1", "--flap-threshold", "2")
+	waitState(t, p.Addr, "f", pb.State_STATE_HEALTHY)
+	f.down.Store(true)
+	eventually(t, "f flapping", func() bool { return stateOf(t, p.Addr, "f").GetFlapping() })
+	if out := mustRun(t, "list", addr, "--state", "flapping"); !regexp.MustCompile(`(?m)^f\s+lab\s+unhealthy \(flapping\)\s`).MatchString(out) {
+		t.Errorf("list --state flapping:\n%s", out)
+	}
+
+	// Formats and aliases.
+	if out := mustRun(t, "ls", addr, "-o", "wide"); !strings.Contains(strings.SplitN(out, "\n", 2)[0], "VERDICT") || !strings.Contains(out, "http GET "+f.URL) {
+		t.Errorf("ls -o wide:\n%s", out)
+	}
+	var list pb.ListTargetsResponse
+	if err := protoyaml.Unmarshal([]byte(mustRun(t, "ls", addr, "-o", "yaml")), &list); err != nil || len(list.GetTargets()) != 3 {
+		t.Errorf("ls -o yaml: %d targets, %v", len(list.GetTargets()), err)
+	}
+	if out := mustRun(t, "get", "f", addr); !strings.Contains(out, "unhealthy (flapping; not routable)") {
+		t.Errorf("get f:\n%s", out)
+	}
+
+	// Passive outcomes.
+	mustRun(t, "set", "a", addr, "--passive")
+	if out := mustRun(t, "outcome", "a", "--ok", "--latency", "5ms", addr); !strings.HasPrefix(out, "counted; a is ") {
+		t.Errorf("outcome --ok: %q", out)
+	}
+	if r := pulsectl(t, "outcome", "b", "--fail", "--error", "502", addr); r.code != exitUsage || !strings.Contains(r.stderr, "passive outcomes are off") {
+		t.Errorf("outcome to a target without --passive: %+v", r)
+	}
+	if r := pulsectl(t, "outcome", "nope", "--ok", addr); r.code != exitNotFound {
+		t.Errorf("outcome to an unknown target: %+v", r)
+	}
+	if out := mustRun(t, "delete", "f", addr); out != "removed f\n" {
+		t.Errorf("delete: %q", out)
 	}
 }
