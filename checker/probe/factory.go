@@ -70,6 +70,7 @@ const userAgent = "pulse-probe/1"
 type Factory struct {
 	egress   *EgressPolicy // nil means DefaultEgressPolicy; never modified once set
 	resolver Resolver      // nil means net.DefaultResolver
+	follow   int           // redirects HTTP probes follow; see checkRedirect
 
 	// rootCAs verifies TLS servers; nil means the system roots. dial, when
 	// set, replaces the guarded dialer's connect step (the policy has been
@@ -103,6 +104,11 @@ type FactoryOptions struct {
 	// Resolver looks up the host names of every probe kind. If nil,
 	// net.DefaultResolver is used.
 	Resolver Resolver
+	// FollowRedirects, when positive, makes HTTP probes follow up to this
+	// many redirects (at most MaxFollowRedirects), each through the
+	// egress policy, and judge the final answer; see checkRedirect. If 0,
+	// a redirect is an answer like any other.
+	FollowRedirects int
 	// MaxIdleConns bounds the connections kept open between probes, by
 	// the http:// probers together and by the shared https pool: past it,
 	// a probe closes its connection and the next one dials. If 0, three
@@ -120,7 +126,7 @@ func NewFactory() *Factory {
 
 // NewFactoryWith returns a Factory configured by opts.
 func NewFactoryWith(opts FactoryOptions) *Factory {
-	f := &Factory{resolver: opts.Resolver, keptMax: int64(opts.MaxIdleConns)}
+	f := &Factory{resolver: opts.Resolver, keptMax: int64(opts.MaxIdleConns), follow: min(max(opts.FollowRedirects, 0), MaxFollowRedirects)}
 	if opts.Egress != nil {
 		f.egress = opts.Egress.clone()
 	}
@@ -168,13 +174,8 @@ func (f *Factory) init() {
 		}
 		f.lean = make(map[*leanProber]struct{})
 		f.client = &http.Client{
-			Transport: f.transport,
-			// A redirect is an answer like any other: report its status.
-			// Following it would also reach an address nobody checked
-			// when the target was added.
-			CheckRedirect: func(*http.Request, []*http.Request) error {
-				return http.ErrUseLastResponse
-			},
+			Transport:     f.transport,
+			CheckRedirect: f.checkRedirect,
 		}
 	})
 }

@@ -32,6 +32,9 @@ type httpProber struct {
 // client.
 func (f *Factory) newHTTPProber(s *HTTPSpec) Prober {
 	p := newNetHTTPProber(f.client, s)
+	if f.follow > 0 {
+		return p // a lean prober does not follow redirects
+	}
 	if lp := newLeanProber(f, p); lp != nil {
 		f.remember(lp)
 		return lp
