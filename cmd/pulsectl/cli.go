@@ -56,6 +56,7 @@ func commands() []*command {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	e := &env{stdout: stdout, stderr: stderr}
 	if len(args) == 0 {
+		e.errorf("name a command; the commands are:\n")
 		usage(stderr)
 		return exitUsage
 	}
@@ -67,8 +68,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "-h", "-help", "--help", "help":
 		if len(args) > 1 && name == "help" {
 			if c := lookup(args[1]); c != nil {
-				c.printHelp(stdout, c.flags(e))
-				return exitOK
+				return c.run(ctx, e, c, []string{"--help"}) // the command's own flags
 			}
 			e.errorf("unknown command %q; run 'pulsectl --help' for the list", args[1])
 			return exitUsage
@@ -127,11 +127,11 @@ Run 'pulsectl <command> --help' for a command's flags and examples, and
 `, defaultAddr)
 }
 
-// flags returns a new FlagSet for c. Parse errors go to e.stderr; help is
-// printed by parse, not by the flag package.
-func (c *command) flags(e *env) *flag.FlagSet {
+// flags returns a new FlagSet for c. Parse errors and help are printed by
+// parse, not by the flag package.
+func (c *command) flags(*env) *flag.FlagSet {
 	fs := flag.NewFlagSet("pulsectl "+c.name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	return fs
 }
@@ -150,7 +150,7 @@ func (c *command) printHelp(w io.Writer, fs *flag.FlagSet) {
 // parse parses args with fs, allowing flags after positional arguments
 // (pulsectl state web-1 -o json) until a "--". ok is false when the
 // command must stop and exit with code: 0 after --help, exitUsage after a
-// bad flag (the flag package has said what was wrong).
+// bad flag (said on stderr, "pulsectl: " first, as every error).
 func (c *command) parse(e *env, fs *flag.FlagSet, args []string) (pos []string, code int, ok bool) {
 	for {
 		err := fs.Parse(args)
@@ -159,8 +159,7 @@ func (c *command) parse(e *env, fs *flag.FlagSet, args []string) (pos []string, 
 			return nil, exitOK, false
 		}
 		if err != nil {
-			fmt.Fprintf(e.stderr, "Run 'pulsectl %s --help' for usage.\n", c.name)
-			return nil, exitUsage, false
+			return nil, c.usageError(e, "%v", err), false
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {

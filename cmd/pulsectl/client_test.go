@@ -273,7 +273,7 @@ func TestBadFlags(t *testing.T) {
 		{"check", "--deadline", "soon", "a.yaml"},
 	} {
 		r := pulsectl(t, args...)
-		if r.code != exitUsage || r.stderr == "" || r.stdout != "" {
+		if r.code != exitUsage || !strings.HasPrefix(r.stderr, "pulsectl: ") || r.stdout != "" {
 			t.Errorf("pulsectl %q: exit %d, stdout %q, stderr %q; want exit 1 with a message on stderr", args, r.code, r.stdout, r.stderr)
 		}
 	}
@@ -285,7 +285,7 @@ func TestHelp(t *testing.T) {
 		for _, args := range [][]string{{c.name, "--help"}, {c.name, "-h"}, {"help", c.name}} {
 			r := pulsectl(t, args...)
 			if r.code != 0 || !strings.HasPrefix(r.stdout, "Usage: pulsectl "+c.name+" ") ||
-				!strings.Contains(r.stdout, "\nExamples:\n  pulsectl "+c.name) || !strings.Contains(r.stdout, "\nFlags:\n") {
+				!strings.Contains(r.stdout, "\nExamples:\n  pulsectl "+c.name) || !strings.Contains(r.stdout, "\nFlags:\n  -") {
 				t.Errorf("pulsectl %q: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
 			}
 		}
