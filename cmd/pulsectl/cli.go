@@ -47,7 +47,7 @@ type command struct {
 
 // commands returns every subcommand, in the order help lists them.
 func commands() []*command {
-	return []*command{addCommand(), setCommand(), rmCommand(), stateCommand(), lsCommand(), healthyCommand(), watchCommand(), probeCommand(), policyCommand(), outcomeCommand(), checkCommand()}
+	return []*command{addCommand(), setCommand(), rmCommand(), stateCommand(), lsCommand(), healthyCommand(), watchCommand(), probeCommand(), policyCommand(), outcomeCommand(), checkCommand(), completionCommand()}
 }
 
 // run runs pulsectl with args (without the program name) and returns the
@@ -143,6 +143,12 @@ func (c *command) printHelp(w io.Writer, fs *flag.FlagSet) {
 		fmt.Fprintf(w, "  %s\n", strings.TrimSpace(line))
 	}
 	fmt.Fprint(w, "\nFlags:\n")
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n == 0 {
+		fmt.Fprint(w, "  none\n")
+		return
+	}
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 }
