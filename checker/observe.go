@@ -29,3 +29,11 @@ func (r *registry) reportRemoval(e Event) {
 		ro.ObserveRemoval(e.Status.Spec)
 	}
 }
+
+// ListNow is List without its wait: it returns every target's status,
+// sorted by name, and the registry's revision, at once, even while a Store
+// cannot be written (List waits until the revision is stored and
+// published, which a failing store holds back). It is for status pages and
+// metrics, which must show that failure; a watch should start from List's
+// revision, which ListNow's may be ahead of.
+func (c *Checker) ListNow(group string) ([]Status, uint64) { return c.reg.list(group) }

@@ -287,7 +287,7 @@ func (h *Handler) serveTargets(w http.ResponseWriter, r *http.Request) {
 	if h.obs != nil {
 		seq = h.obs.seqNow()
 	}
-	list, rev := h.c.List("")
+	list, rev := h.c.ListNow("") // List would wait for a store that cannot be written
 	if h.obs != nil {
 		h.obs.sweep(seq, liveSet(list))
 	}

@@ -9,10 +9,12 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/internal/testscale"
 	"github.com/pulsehealth/pulse/server/web"
 )
 
@@ -385,5 +387,52 @@ func TestStaticPage(t *testing.T) {
 		if code, body := get(t, e.srv.URL+path); code != http.StatusOK || !strings.Contains(body, want) {
 			t.Errorf("GET %s: %d, want 200 containing %q", path, code, want)
 		}
+	}
+}
+
+// failingStore stores specs but cannot store states, as a full disk would.
+type failingStore struct{}
+
+func (failingStore) Load() ([]checker.StoredTarget, uint64, error) { return nil, 0, nil }
+func (failingStore) PutSpec(checker.Spec) error                    { return nil }
+func (failingStore) DeleteTarget(string) error                     { return nil }
+func (failingStore) CommitStates([]checker.StoredState, []string, uint64) error {
+	return errors.New("no space left on device")
+}
+
+// While the store cannot be written, the page's data and the metrics
+// still answer, and say so: they are how an operator learns of it.
+func TestRegistryErrorIsShown(t *testing.T) {
+	e := newEnv(t, checker.Config{Store: failingStore{}}, web.Config{})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(web.NewCollector(e.c, false, e.obs))
+	e.add(t, tcpSpec("web-1", "edge"))
+	waitFor(t, "the store's error", func() bool { return e.c.StoreErr() != nil })
+	var p struct {
+		Targets []rowJSON
+		Checker struct {
+			Degraded      bool
+			RegistryError string
+		}
+	}
+	getJSON(t, e.srv.URL+"/api/targets", &p)
+	if len(p.Targets) != 1 || !strings.Contains(p.Checker.RegistryError, "no space left on device") {
+		t.Errorf("/api/targets with a failing store: %+v", p)
+	}
+	if got := gatherText(t, reg, "pulse_registry_error"); !strings.Contains(got, "pulse_registry_error 1") {
+		t.Errorf("metrics with a failing store:\n%s", got)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after a generous
+// deadline.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testscale.D(10 * time.Second))
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -96,7 +96,7 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 	if m.recent != nil {
 		seq = m.recent.seqNow()
 	}
-	list, _ := m.c.List("")
+	list, _ := m.c.ListNow("") // a scrape must answer, pulse_registry_error included, while the store fails
 	byGroup := map[string]map[checker.State]int{}
 	flapping := map[string]int{}
 	for _, st := range list {
