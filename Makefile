@@ -52,8 +52,9 @@ lint: ## buf lint, gofmt and go vet
 	$(GO) vet ./...
 
 .PHONY: test
-test: lint check-generate ## lint, check gen/, then every test with the race detector
+test: lint check-generate ## lint, check gen/, then every test with the race detector, then build examples/
 	$(GO) test -race -count=1 ./...
+	cd examples && $(GO) vet ./... && $(GO) build ./...
 	@command -v chromium >/dev/null 2>&1 || echo "NOTE: chromium is not installed, so the real-browser test of the status page was SKIPPED; run 'make browser-test'"
 
 .PHONY: browser-test

@@ -11,10 +11,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
 
+	"github.com/pulsehealth/pulse/client"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
@@ -36,6 +36,7 @@ type fakePulse struct {
 // more until the client goes away when err is nil.
 type watchScript struct {
 	events []*pb.WatchTransitionsResponse
+	forget bool // then drop every registered target, as a restarted pulsed would
 	err    error
 }
 
@@ -85,6 +86,9 @@ func (f *fakePulse) WatchTransitions(req *pb.WatchTransitionsRequest, stream grp
 			return err
 		}
 	}
+	if sc.forget {
+		f.forget()
+	}
 	if sc.err != nil {
 		return sc.err
 	}
@@ -99,9 +103,37 @@ func (f *fakePulse) forget() {
 	clear(f.targets)
 }
 
-// startFake serves f on 127.0.0.1 and returns a follower of it for
-// backends a and b in group "lb", with a tiny backoff.
-func startFake(t *testing.T, f *fakePulse, idle time.Duration) (*follower, *logSink) {
+const (
+	healthy   = pb.State_STATE_HEALTHY
+	unhealthy = pb.State_STATE_UNHEALTHY
+)
+
+// Helpers that build the stream's events.
+
+func targetStatus(name, group string, s pb.State) *pb.TargetStatus {
+	return &pb.TargetStatus{Spec: &pb.Target{Name: name, Group: group}, State: s, Routable: s == healthy}
+}
+
+func evSnapshot(rev uint64, name, group string, s pb.State) *pb.WatchTransitionsResponse {
+	return &pb.WatchTransitionsResponse{Revision: rev, Event: &pb.WatchTransitionsResponse_Snapshot{Snapshot: targetStatus(name, group, s)}}
+}
+
+func evComplete(rev uint64) *pb.WatchTransitionsResponse {
+	return &pb.WatchTransitionsResponse{Revision: rev, Event: &pb.WatchTransitionsResponse_SnapshotComplete{SnapshotComplete: &pb.SnapshotComplete{}}}
+}
+
+func evTransition(rev uint64, name, group string, from, to pb.State) *pb.WatchTransitionsResponse {
+	return &pb.WatchTransitionsResponse{Revision: rev, Event: &pb.WatchTransitionsResponse_Transition{Transition: &pb.Transition{Target: name, Group: group, From: from, To: to}}}
+}
+
+func evProgress(rev uint64) *pb.WatchTransitionsResponse {
+	return &pb.WatchTransitionsResponse{Revision: rev, Event: &pb.WatchTransitionsResponse_Progress{Progress: &pb.Progress{}}}
+}
+
+// startFake serves f on 127.0.0.1 and starts a remote source following it
+// for backends a and b in group "lb", with a tiny backoff; the test's end
+// stops it.
+func startFake(t *testing.T, f *fakePulse, idle time.Duration) (*remoteSource, *logSink) {
 	t.Helper()
 	f.targets = make(map[string]*pb.Target)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -112,43 +144,26 @@ func startFake(t *testing.T, f *fakePulse, idle time.Duration) (*follower, *logS
 	pb.RegisterHealthCheckerServer(srv, f)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
 	logs := newLogSink()
-	cfg := config{group: "lb", healthInterval: time.Second, healthTimeout: time.Second, healthyAfter: 2, unhealthyAfter: 3, pulse: lis.Addr().String(), panicFrac: 1}
+	cfg := config{group: "lb", healthInterval: time.Second, healthTimeout: time.Second, healthyAfter: 2, unhealthyAfter: 3, pulse: lis.Addr().String(), panicFrac: 1, idleTimeout: idle}
 	for _, name := range []string{"a", "b"} {
 		u := &url.URL{Scheme: "http", Host: name + ".test"}
 		cfg.backends = append(cfg.backends, backendConfig{name: name, url: u, healthURL: u.String() + "/healthz"})
 	}
-	fl := &follower{
-		client:      pb.NewHealthCheckerClient(conn),
-		cfg:         cfg,
-		view:        newView("lb"),
-		logger:      newTestLogger(logs),
-		minBackoff:  time.Millisecond,
-		maxBackoff:  10 * time.Millisecond,
-		idleTimeout: idle,
+	// The connection's and the follower's backoff are the client's:
+	// shorten them through the flags' options.
+	t.Setenv("PULSE_TOKEN", "")
+	s, err := newRemoteSourceWith(cfg, newTestLogger(logs), client.WithBackoff(time.Millisecond, 10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return fl, logs
+	t.Cleanup(func() { s.Close() })
+	return s, logs
 }
 
-// follow runs fl until done reports true, polling within a bound, then
-// stops it.
-func follow(t *testing.T, fl *follower, done func() bool) {
+// waitUntil polls done within a bound.
+func waitUntil(t *testing.T, done func() bool) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		fl.run(ctx)
-	}()
-	defer func() {
-		cancel()
-		<-stopped
-	}()
 	deadline := time.Now().Add(waitBound)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
@@ -205,17 +220,14 @@ func TestFollowerReconnects(t *testing.T) {
 			evComplete(3),
 		}},
 	}
-	fl, logs := startFake(t, f, 0)
-	follow(t, fl, func() bool { return len(f.startRevs()) == 5 && fl.view.startRevision() == 3 })
+	s, logs := startFake(t, f, 0)
+	waitUntil(t, func() bool { return len(f.startRevs()) == 5 && s.view.Revision() == 3 })
 
 	if want := []uint64{0, 11, 0, 18, 0}; !slices.Equal(f.startRevs(), want) {
 		t.Errorf("start revisions %v, want %v", f.startRevs(), want)
 	}
-	if got := fl.view.Healthy(); !slices.Equal(got, []string{"a"}) {
+	if got := s.Healthy(); !slices.Equal(got, []string{"a"}) {
 		t.Errorf("Healthy() = %v, want [a]", got)
-	}
-	if got := fl.view.startRevision(); got != 3 {
-		t.Errorf("resume point %d, want 3", got)
 	}
 	// Every watch came after registering both backends; the first AddTarget
 	// failed and was retried. New targets start unhealthy, and existing
@@ -242,7 +254,7 @@ func TestFollowerReconnects(t *testing.T) {
 		`msg="b: healthy -> absent"`, // not in the snapshot at 20
 		`msg="a: healthy -> unhealthy"`,
 		`msg="a: unhealthy -> healthy" component=test target=a group=lb from=unhealthy to=healthy revision=3 reason=snapshot`,
-		`code = ResourceExhausted`,
+		`ResourceExhausted`,
 	} {
 		if _, ok := logs.find(0, want); !ok {
 			t.Errorf("no log line with %s; the log:\n%s", want, logs)
@@ -257,20 +269,17 @@ func TestFollowerReconnects(t *testing.T) {
 // last knew, so healthy backends stay in rotation.
 func TestFollowerCarriesStates(t *testing.T) {
 	f := &fakePulse{}
-	f.scripts = []watchScript{{events: []*pb.WatchTransitionsResponse{
-		evSnapshot(10, "a", "lb", healthy),
-		evSnapshot(10, "b", "lb", unhealthy),
-		evComplete(10),
-	}}}
-	fl, _ := startFake(t, f, 0)
-	follow(t, fl, func() bool { return fl.view.startRevision() == 10 })
-
-	// pulsed restarts: it lost the targets and does not know revision 10.
-	f.forget()
-	f.mu.Lock()
-	f.scripts = []watchScript{{err: grpcstatus.Error(codes.OutOfRange, "too old")}}
-	f.mu.Unlock()
-	follow(t, fl, func() bool { return len(f.startRevs()) == 3 })
+	f.scripts = []watchScript{
+		{events: []*pb.WatchTransitionsResponse{
+			evSnapshot(10, "a", "lb", healthy),
+			evSnapshot(10, "b", "lb", unhealthy),
+			evComplete(10),
+		}, forget: true, err: grpcstatus.Error(codes.Unavailable, "pulsed is shutting down")},
+		// The restarted pulsed lost the targets and does not know revision 10.
+		{err: grpcstatus.Error(codes.OutOfRange, "too old")},
+	}
+	s, _ := startFake(t, f, 0)
+	waitUntil(t, func() bool { return len(f.startRevs()) == 3 })
 	if want := []uint64{0, 10, 0}; !slices.Equal(f.startRevs(), want) {
 		t.Errorf("start revisions %v, want %v", f.startRevs(), want)
 	}
@@ -281,7 +290,7 @@ func TestFollowerCarriesStates(t *testing.T) {
 	if got["a"] != healthy || got["b"] != unhealthy {
 		t.Errorf("re-registered with initial states %v; want a healthy, b unhealthy", got)
 	}
-	if h := fl.view.Healthy(); !slices.Equal(h, []string{"a"}) {
+	if h := s.Healthy(); !slices.Equal(h, []string{"a"}) {
 		t.Errorf("Healthy() = %v while re-listing; want the last view, [a]", h)
 	}
 }
@@ -291,40 +300,10 @@ func TestFollowerCarriesStates(t *testing.T) {
 func TestFollowerIdleTimeout(t *testing.T) {
 	f := &fakePulse{}
 	f.scripts = []watchScript{{events: []*pb.WatchTransitionsResponse{evComplete(7)}}}
-	fl, logs := startFake(t, f, 20*time.Millisecond)
-	follow(t, fl, func() bool { return len(f.startRevs()) >= 2 })
+	_, logs := startFake(t, f, 20*time.Millisecond)
+	waitUntil(t, func() bool { return len(f.startRevs()) >= 2 })
 	if want := []uint64{0, 7}; !slices.Equal(f.startRevs()[:2], want) {
 		t.Errorf("start revisions %v, want %v", f.startRevs(), want)
 	}
 	logs.waitFor(t, 0, "no message from pulsed for 20ms")
-}
-
-func TestBackoff(t *testing.T) {
-	fl := &follower{minBackoff: reconnectMin, maxBackoff: reconnectMax}
-	for n := range 40 {
-		for range 20 {
-			d := fl.backoff(n)
-			hi := min(reconnectMax, reconnectMin<<min(n, 20))
-			if d < reconnectMin || d > hi || d < hi/2 {
-				t.Fatalf("backoff(%d) = %v; want in [max(%v, %v), %v]", n, d, reconnectMin, hi/2, hi)
-			}
-		}
-	}
-}
-
-func TestDeliveredRevision(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want uint64
-		ok   bool
-	}{
-		{grpcstatus.Error(codes.ResourceExhausted, "watcher fell behind: the last revision delivered is 42; watch again with start_revision 42"), 42, true},
-		{grpcstatus.Error(codes.ResourceExhausted, "the last revision delivered is 7"), 7, true},
-		{grpcstatus.Error(codes.ResourceExhausted, "watch again"), 0, false},
-		{context.Canceled, 0, false},
-	} {
-		if got, ok := deliveredRevision(tc.err); got != tc.want || ok != tc.ok {
-			t.Errorf("deliveredRevision(%v) = %d, %v; want %d, %v", tc.err, got, ok, tc.want, tc.ok)
-		}
-	}
 }

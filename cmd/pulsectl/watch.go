@@ -9,10 +9,10 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	pulse "github.com/pulsehealth/pulse/client"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
@@ -33,8 +33,10 @@ A transition shows the time pulsed applied it; added, updated and removed
 lines show when pulsectl received them. By default watch starts from pulsed's
 current view (the snapshot is not printed; --snapshot prints it, one line per
 target). --since REV resumes after revision REV instead: take it from a
-previous watch -o json, or from pulsectl ls -o json's "revision". When the
-stream breaks, the error names the revision to resume from.`,
+previous watch -o json, or from pulsectl ls -o json's "revision". When pulsed goes
+away, watch says so and reconnects, resuming where it was, for up to
+--reconnect (10s); past that it exits and names the revision to resume
+from.`,
 		example: `
 pulsectl watch
 pulsectl watch --group edge --snapshot
@@ -53,6 +55,9 @@ func (n *namesFlag) Set(v string) error {
 	return nil
 }
 
+// maxReconnect bounds --reconnect.
+const maxReconnect = 24 * time.Hour
+
 func runWatch(ctx context.Context, e *env, c *command, args []string) int {
 	fs := c.flags(e)
 	cf := addClientFlags(fs)
@@ -61,6 +66,7 @@ func runWatch(ctx context.Context, e *env, c *command, args []string) int {
 	fs.Var(&names, "name", "watch only this target `name`; repeatable")
 	since := fs.Uint64("since", 0, "resume after this `revision` instead of starting from the current view")
 	snapshot := fs.Bool("snapshot", false, "first print every current target's state")
+	reconnect := fs.Duration("reconnect", 10*time.Second, "after losing pulsed, keep reconnecting this `long` and resume where the watch was (0: exit at once; at most 24h)")
 	out := addOutputFlag(fs, "every event, progress included, as one JSON object per line")
 	pos, code, ok := c.parse(e, fs, args)
 	if !ok {
@@ -77,67 +83,131 @@ func runWatch(ctx context.Context, e *env, c *command, args []string) int {
 	if set["since"] && *since == 0 {
 		return c.usageError(e, "--since must be a revision above 0 (leave it out to start from the current view)")
 	}
-	cl, code, ok := cf.dial(e)
-	if !ok {
-		return code
+	if *reconnect < 0 || *reconnect > maxReconnect {
+		return c.usageError(e, "--reconnect must be from 0 to %v, got %v", maxReconnect, *reconnect)
 	}
-	defer cl.Close()
-
+	opts, err := cf.conn.ClientOptions()
+	if err != nil {
+		e.errorf("%v", err)
+		return exitUsage
+	}
+	pc, err := pulse.New(ctx, []string{cf.addr}, opts...)
+	if err != nil {
+		e.errorf("--addr %q: %v", cf.addr, err)
+		return exitUsage
+	}
+	defer pc.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := cl.WatchTransitions(ctx, &pb.WatchTransitionsRequest{Group: *group, Names: names, StartRevision: *since})
-	if err != nil {
-		return watchEnded(ctx, e, cl, err, *since)
+	wopts := []pulse.WatchOption{pulse.WithMessages()}
+	if *since > 0 {
+		wopts = append(wopts, pulse.FromRevision(*since))
 	}
-	// Headers arrive once the watch is registered. A stream that failed
-	// has none (nil, and Recv says why).
-	if md, _ := stream.Header(); md != nil {
-		fmt.Fprintf(e.stderr, "watching pulsed at %s (Ctrl-C to stop)\n", cl.addr)
+	w := &watcher{
+		e: e, addr: cf.addr, since: *since, reconnect: *reconnect,
+		printer: &watchPrinter{w: e.stdout, json: out.json(), snapshot: *snapshot, now: time.Now},
 	}
-	w := &watchPrinter{w: e.stdout, json: out.json(), snapshot: *snapshot, now: time.Now}
-	last := *since
-	for {
-		ev, err := stream.Recv()
-		if err != nil {
-			return watchEnded(ctx, e, cl, err, last)
+	return w.follow(ctx, pc.Watch(ctx, pulse.Filter{Group: *group, Names: names}, wopts...))
+}
+
+// watcher prints a watch's events, and says on stderr when it loses pulsed
+// and when it is back.
+type watcher struct {
+	e         *env
+	addr      string
+	since     uint64
+	reconnect time.Duration
+	printer   *watchPrinter
+
+	connected bool        // a stream was accepted once
+	lost      *time.Timer // running while pulsed is lost; nil otherwise
+}
+
+// follow prints events until ctx ends (exit 0) or the watch cannot go on.
+func (w *watcher) follow(ctx context.Context, events <-chan pulse.Event) int {
+	var giveUp <-chan time.Time
+	var resume uint64 // the revision to resume from
+	defer func() {
+		if w.lost != nil {
+			w.lost.Stop()
 		}
-		last = max(last, ev.GetRevision())
-		if err := w.print(ev); err != nil {
-			e.errorf("writing: %v", err)
+	}()
+	for {
+		select {
+		case <-giveUp:
+			w.e.errorf("lost pulsed at %s for %v; resume with pulsectl watch --since %d", w.addr, w.reconnect, resume)
 			return exitServer
+		case ev, ok := <-events:
+			if !ok {
+				return exitOK // interrupted: the normal way to stop
+			}
+			switch ev.Kind {
+			case pulse.EventDisconnected:
+				if !w.connected {
+					return (&client{addr: w.addr}).fail(w.e, ev.Err, "")
+				}
+				resume = ev.Revision
+				if w.lost == nil {
+					if w.reconnect == 0 {
+						w.e.errorf("lost pulsed at %s: %s; resume with pulsectl watch --since %d", w.addr, status.Convert(ev.Err).Message(), resume)
+						return exitServer
+					}
+					fmt.Fprintf(w.e.stderr, "lost pulsed at %s (%s); reconnecting for up to %v\n", w.addr, status.Convert(ev.Err).Message(), w.reconnect)
+					w.lost = time.NewTimer(w.reconnect)
+					giveUp = w.lost.C
+				}
+				continue
+			case pulse.EventStopped:
+				return (&client{addr: w.addr}).fail(w.e, ev.Err, "")
+			case pulse.EventResumed:
+				w.up(fmt.Sprintf("resumed after revision %d", ev.Revision))
+				giveUp = nil
+			case pulse.EventSnapshot:
+				if ev.Resnapshot && !w.connected && w.since > 0 {
+					return w.cannotResume(ev.Err)
+				}
+				if ev.Resnapshot {
+					fmt.Fprintf(w.e.stderr, "pulsed could not resume the watch (%s); following its current view again\n", status.Convert(ev.Err).Message())
+				}
+				w.up("from its current view")
+				giveUp = nil
+			}
+			for _, m := range ev.Messages() {
+				if err := w.printer.print(m.(*pb.WatchTransitionsResponse)); err != nil {
+					w.e.errorf("writing: %v", err)
+					return exitServer
+				}
+			}
 		}
 	}
 }
 
-// watchEnded reports why a watch stream ended and returns the exit code.
-// last is the last revision received, to resume from.
-func watchEnded(ctx context.Context, e *env, cl *client, err error, last uint64) int {
-	if ctx.Err() != nil {
-		return exitOK // interrupted: the normal way to stop
-	}
-	resume := ""
-	if last > 0 {
-		resume = fmt.Sprintf("; resume with pulsectl watch --since %d", last)
-	}
-	st := status.Convert(err)
+// up notes that a stream was accepted: the first, or one after pulsed was
+// lost.
+func (w *watcher) up(how string) {
 	switch {
-	case errors.Is(err, io.EOF):
-		e.errorf("pulsed at %s ended the watch%s", cl.addr, resume)
-		return exitServer
-	case st.Code() == codes.OutOfRange:
-		e.errorf("%s\nThe revision is too old to resume from: watch without --since to start from the current view.", st.Message())
-		return exitUsage
-	case st.Code() == codes.FailedPrecondition:
-		e.errorf("%s\nThe revision is not this pulsed's (it restarted, or it is another one): watch without --since.", st.Message())
-		return exitUsage
-	case st.Code() == codes.ResourceExhausted:
-		e.errorf("the watch fell behind: %s%s", st.Message(), resume)
-		return exitServer
-	case st.Code() == codes.Unavailable && last > 0:
-		e.errorf("lost pulsed at %s: %s%s", cl.addr, st.Message(), resume)
-		return exitServer
+	case !w.connected:
+		w.connected = true
+		fmt.Fprintf(w.e.stderr, "watching pulsed at %s (Ctrl-C to stop)\n", w.addr)
+	case w.lost != nil:
+		fmt.Fprintf(w.e.stderr, "reconnected to pulsed at %s; %s\n", w.addr, how)
 	}
-	return cl.fail(e, err, "")
+	if w.lost != nil {
+		w.lost.Stop()
+		w.lost = nil
+	}
+}
+
+// cannotResume reports that --since named a revision pulsed cannot resume
+// from; it is a usage error.
+func (w *watcher) cannotResume(err error) int {
+	st := status.Convert(err)
+	if errors.Is(err, pulse.ErrOutOfRange) {
+		w.e.errorf("%s\nThe revision is too old to resume from: watch without --since to start from the current view.", st.Message())
+	} else {
+		w.e.errorf("%s\nThe revision is not this pulsed's (it restarted, or it is another one): watch without --since.", st.Message())
+	}
+	return exitUsage
 }
 
 // watchPrinter prints watch events as lines of text or JSON.

@@ -177,3 +177,40 @@ func TestWatchServerGone(t *testing.T) {
 }
 
 func uintText(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// TestWatchReconnects: pulsed restarts (from its data dir, on the same
+// address) under a running watch: the watch says it lost pulsed, comes
+// back, and goes on printing from where it was, with no event twice.
+func TestWatchReconnects(t *testing.T) {
+	dir := t.TempDir()
+	p := startPulsed(t, "-data-dir", dir)
+	addr := "--addr=" + p.Addr
+	web := okServer(t)
+	w := startBackground(t, "watch", addr, "--reconnect", "60s")
+	eventually(t, "the watch to start", func() bool { return strings.Contains(w.stderr.String(), "watching pulsed at "+p.Addr) })
+	mustRun(t, "add", addr, "--name", "web-1", "--http", web.URL)
+	waitLine(t, w, rfc3339+`web-1: unhealthy -> healthy$`)
+
+	p.stop(t)
+	eventually(t, "the watch to say it lost pulsed", func() bool { return strings.Contains(w.stderr.String(), "lost pulsed at "+p.Addr) })
+	startPulsed(t, "-listen", p.Addr, "-data-dir", dir)
+	eventually(t, "the watch to reconnect\n"+w.stderr.String(), func() bool {
+		return strings.Contains(w.stderr.String(), "reconnected to pulsed at "+p.Addr)
+	})
+	mustRun(t, "rm", addr, "web-1")
+	waitLine(t, w, rfc3339+`web-1: removed$`)
+	if code := w.stop(t); code != exitOK {
+		t.Errorf("watch: exit %d\n%s", code, w.stderr.String())
+	}
+	seen := map[string]int{}
+	for _, l := range lines(w.stdout.String()) {
+		if f := strings.SplitN(l, " ", 2); len(f) == 2 {
+			seen[f[1]]++
+		}
+	}
+	for line, n := range seen {
+		if n > 1 {
+			t.Errorf("%q printed %d times", line, n)
+		}
+	}
+}

@@ -28,6 +28,7 @@ import (
 
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/probe"
+	"github.com/pulsehealth/pulse/internal/testscale"
 	"github.com/pulsehealth/pulse/server"
 	"github.com/pulsehealth/pulse/server/xds"
 )
@@ -334,7 +335,9 @@ func TestSotwEndpointsFollowVerdicts(t *testing.T) {
 
 // A burst of transitions in one group is one push.
 func TestBurstIsOnePush(t *testing.T) {
-	e := start(t, checker.Config{MaxConcurrentProbes: 64}, xds.Config{Coalesce: 200 * time.Millisecond}, nil)
+	// The window must outlast the delivery of 1,000 events to the view,
+	// which takes longer on a loaded machine.
+	e := start(t, checker.Config{MaxConcurrentProbes: 64}, xds.Config{Coalesce: testscale.D(time.Second)}, nil)
 	const n = 1000
 	var specs []checker.Spec
 	for i := range n {

@@ -1,20 +1,20 @@
-// Package dial builds the gRPC client options pulsed's clients (pulsectl,
-// pulse-lb) share: plaintext or TLS, mutual TLS, and a bearer token.
+// Package dial holds the connection flags pulsed's clients (pulsectl,
+// pulse-lb) share: plaintext or TLS, mutual TLS, and a bearer token. The
+// TLS files and the token are read by package client's helpers, so the
+// command-line tools and the Go client connect the same way.
 package dial
 
 import (
-	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/pulsehealth/pulse/client"
 )
 
 // Flags are the connection flags a client registers with Register.
@@ -38,30 +38,43 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.TokenFile, "token-file", "", "`file` whose first line is the bearer token")
 }
 
+// tlsOn reports whether f asks for TLS.
+func (f *Flags) tlsOn() bool { return f.TLS || f.CA != "" || f.Cert != "" }
+
+func (f *Flags) files() client.TLSFiles {
+	return client.TLSFiles{CA: f.CA, Cert: f.Cert, Key: f.Key, ServerName: f.ServerName}
+}
+
+// ClientOptions returns the client.Options for f: TLS or mutual TLS, and
+// the token of -token or -token-file (PULSE_TOKEN otherwise, the client's
+// default). client.New reads the files.
+func (f *Flags) ClientOptions() ([]client.Option, error) {
+	if (f.Cert == "") != (f.Key == "") {
+		return nil, errors.New("-tls-cert and -tls-key go together")
+	}
+	var opts []client.Option
+	if f.tlsOn() {
+		opts = append(opts, client.WithTLSFiles(f.files()))
+	}
+	switch {
+	case f.Token != "":
+		opts = append(opts, client.WithToken(f.Token))
+	case f.TokenFile != "":
+		opts = append(opts, client.WithTokenFile(f.TokenFile))
+	}
+	return opts, nil
+}
+
 // Options returns the grpc.DialOptions for f.
 func (f *Flags) Options() ([]grpc.DialOption, error) {
+	if (f.Cert == "") != (f.Key == "") {
+		return nil, errors.New("-tls-cert and -tls-key go together")
+	}
 	var opts []grpc.DialOption
-	if f.TLS || f.CA != "" || f.Cert != "" {
-		cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: f.ServerName}
-		if f.CA != "" {
-			pem, err := os.ReadFile(f.CA)
-			if err != nil {
-				return nil, fmt.Errorf("-tls-ca: %w", err)
-			}
-			cfg.RootCAs = x509.NewCertPool()
-			if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("-tls-ca: %s holds no PEM certificate", f.CA)
-			}
-		}
-		if (f.Cert == "") != (f.Key == "") {
-			return nil, errors.New("-tls-cert and -tls-key go together")
-		}
-		if f.Cert != "" {
-			cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
-			if err != nil {
-				return nil, fmt.Errorf("-tls-cert/-tls-key: %w", err)
-			}
-			cfg.Certificates = []tls.Certificate{cert}
+	if f.tlsOn() {
+		cfg, err := f.files().Config()
+		if err != nil {
+			return nil, fmt.Errorf("-tls-ca/-tls-cert/-tls-key: %w", err)
 		}
 		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 	} else {
@@ -69,32 +82,16 @@ func (f *Flags) Options() ([]grpc.DialOption, error) {
 	}
 	token := f.Token
 	if token == "" && f.TokenFile != "" {
-		b, err := os.ReadFile(f.TokenFile)
-		if err != nil {
+		var err error
+		if token, err = client.ReadTokenFile(f.TokenFile); err != nil {
 			return nil, fmt.Errorf("-token-file: %w", err)
 		}
-		token, _, _ = strings.Cut(strings.TrimSpace(string(b)), "\n")
-		token = strings.TrimSpace(token)
 	}
 	if token == "" {
-		token = os.Getenv("PULSE_TOKEN")
+		token = os.Getenv(client.TokenEnv)
 	}
 	if token != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: token, requireTLS: f.TLS || f.CA != "" || f.Cert != ""}))
+		opts = append(opts, grpc.WithPerRPCCredentials(client.Bearer(token, f.tlsOn())))
 	}
 	return opts, nil
 }
-
-// bearer sends "authorization: Bearer <token>" with every call.
-type bearer struct {
-	token      string
-	requireTLS bool
-}
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + b.token}, nil
-}
-
-// RequireTransportSecurity is false for plaintext connections, so a token
-// can be used over loopback without TLS; over TLS it is sent only on TLS.
-func (b bearer) RequireTransportSecurity() bool { return b.requireTLS }

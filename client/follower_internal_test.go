@@ -1,0 +1,39 @@
+package client
+
+import (
+	"context"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestBackoff(t *testing.T) {
+	f := &follower{c: &Client{opts: options{minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff}}}
+	for n := range 40 {
+		for range 20 {
+			d := f.backoff(n)
+			hi := min(DefaultMaxBackoff, DefaultMinBackoff<<min(n, 20))
+			if d < DefaultMinBackoff || d > hi || d < hi/2 {
+				t.Fatalf("backoff(%d) = %v; want in [max(%v, %v), %v]", n, d, DefaultMinBackoff, hi/2, hi)
+			}
+		}
+	}
+}
+
+func TestNamedRevision(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want uint64
+		ok   bool
+	}{
+		{status.Error(codes.ResourceExhausted, "watcher fell behind: the last revision delivered is 42; watch again with start_revision 42"), 42, true},
+		{status.Error(codes.ResourceExhausted, "the last revision delivered is 7"), 7, true},
+		{status.Error(codes.ResourceExhausted, "watch again"), 0, false},
+		{context.Canceled, 0, false},
+	} {
+		if got, ok := namedRevision(tc.err); got != tc.want || ok != tc.ok {
+			t.Errorf("namedRevision(%v) = %d, %v; want %d, %v", tc.err, got, ok, tc.want, tc.ok)
+		}
+	}
+}

@@ -1,0 +1,302 @@
+package client
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// State is a target's health as pulsed decided it. Its zero value,
+// StateUnknown, means no state: a target not (or no longer) known, or the
+// server default in a Target's InitialState.
+type State int
+
+// The states pulsed decides. A value this package does not name (from a
+// newer pulsed) keeps its number and prints as "State(N)".
+const (
+	StateUnknown   State = 0
+	StateHealthy   State = 1
+	StateUnhealthy State = 2
+	// StateSuspect exists only in the three-state model: still routable,
+	// on its way to a transition.
+	StateSuspect State = 3
+)
+
+// String returns "healthy", "unhealthy", "suspect", or "absent" for
+// StateUnknown (a target that is not in the view).
+func (s State) String() string {
+	switch s {
+	case StateUnknown:
+		return "absent"
+	case StateHealthy:
+		return "healthy"
+	case StateUnhealthy:
+		return "unhealthy"
+	case StateSuspect:
+		return "suspect"
+	}
+	return fmt.Sprintf("State(%d)", int(s))
+}
+
+// Routable reports whether a target in state s receives traffic: HEALTHY,
+// and SUSPECT of the three-state model.
+func (s State) Routable() bool { return s == StateHealthy || s == StateSuspect }
+
+// Model is the state machine that turns a target's probe results into its
+// state. The zero value, ModelDefault, is the server's default, rise/fall.
+type Model int
+
+// The state machines of pulsed.
+const (
+	ModelDefault    Model = 0
+	ModelRiseFall   Model = 1
+	ModelThreeState Model = 2
+)
+
+// Target is a target's spec: what to probe, how often, and the thresholds.
+// Exactly one of HTTP, TCP and GRPC is set. A zero field takes pulsed's
+// default (pulsed --help); a value past a bound is refused with
+// ErrInvalidArgument, whose message names the field and the bound.
+//
+// Targets read back from pulsed have the defaults filled in and secrets
+// (URL passwords, header values) shown as "<redacted>"; sending such a
+// value back keeps the stored one.
+type Target struct {
+	Name  string
+	Group string
+
+	HTTP *HTTPProbe
+	TCP  *TCPProbe
+	GRPC *GRPCProbe
+
+	Interval time.Duration
+	Timeout  time.Duration
+	// Rise and Fall are the consecutive passes and failures a transition
+	// needs; 0 is the server default.
+	Rise, Fall int
+	// InitialState is the state of a new target: StateUnknown (the server
+	// default, unhealthy), StateUnhealthy or StateHealthy.
+	InitialState State
+	Model        Model
+
+	MaxLatency    time.Duration
+	FastInterval  time.Duration
+	DownInterval  time.Duration
+	FlapWindow    time.Duration
+	FlapThreshold int
+	FlapStableFor time.Duration
+
+	PassiveOutcomes bool
+	PassiveRate     int
+}
+
+// HTTPProbe passes when GET (or HEAD) on URL answers an expected status
+// (any 2xx when ExpectedStatus is empty).
+type HTTPProbe struct {
+	URL            string
+	Method         string
+	ExpectedStatus []int
+	Headers        map[string]string
+}
+
+// TCPProbe passes when a TCP connection to Address (host:port) opens.
+type TCPProbe struct {
+	Address string
+}
+
+// GRPCProbe passes when grpc.health.v1 Check on Address answers SERVING for
+// Service ("" is the whole server).
+type GRPCProbe struct {
+	Address string
+	Service string
+	TLS     bool
+}
+
+// Address returns the host:port the target's probe connects to: the TCP or
+// gRPC address, or the host of the HTTP URL with its port (or the scheme's,
+// 80 or 443). ok is false when there is none, or it is not host:port with a
+// port from 1 to 65535.
+func (t Target) Address() (addr string, ok bool) {
+	var hostPort string
+	switch {
+	case t.TCP != nil:
+		hostPort = t.TCP.Address
+	case t.GRPC != nil:
+		hostPort = t.GRPC.Address
+	case t.HTTP != nil:
+		u, err := url.Parse(t.HTTP.URL)
+		if err != nil || u.Hostname() == "" {
+			return "", false
+		}
+		port := u.Port()
+		if port == "" {
+			port = map[string]string{"http": "80", "https": "443"}[strings.ToLower(u.Scheme)]
+		}
+		hostPort = net.JoinHostPort(u.Hostname(), port)
+	default:
+		return "", false
+	}
+	host, port, err := net.SplitHostPort(hostPort)
+	if err != nil || host == "" {
+		return "", false
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return "", false
+	}
+	return hostPort, true
+}
+
+// Result is the outcome of one probe (or, Passive, of one reported
+// request).
+type Result struct {
+	Pass    bool
+	Latency time.Duration
+	// Error says why it failed, e.g. "connection refused".
+	Error   string
+	Time    time.Time
+	Passive bool
+	// Ignored is a timeout that did not count because pulsed was
+	// overloaded.
+	Ignored bool
+}
+
+// Status is a target's spec and its health.
+//
+// In a Status from a View, Target, State and Routable follow every event;
+// the other fields are as of the target's last snapshot, added or updated
+// event (the stream does not carry the streaks, the last result, the
+// verdict, the policy flags, the counters or the schedule). Ask State or
+// List for them.
+type Status struct {
+	Target   Target
+	State    State
+	Routable bool
+
+	PassStreak, FailStreak int
+	// LastResult is nil before the first result.
+	LastResult *Result
+	// LastTransition is zero if the state never changed.
+	LastTransition time.Time
+	CarriedOver    bool
+	// Source is "api" or "file" (pulsed -targets).
+	Source string
+
+	Verdict             State
+	PanicHeld           bool
+	Flapping            bool
+	TransitionsInWindow int
+	ProbeInterval       time.Duration
+	NextProbe           time.Time
+
+	ActiveResults, PassiveResults       uint64
+	PassiveRateLimited, IgnoredTimeouts uint64
+	// Quarantined, when set, says why pulsed does not probe this stored
+	// target; it is never routable.
+	Quarantined string
+}
+
+// GroupPolicy is a group's pool policy.
+type GroupPolicy struct {
+	// MaxUnhealthyFraction is the panic threshold, in (0, 1]; 0 is the
+	// server default.
+	MaxUnhealthyFraction float64
+}
+
+// GroupStatus is a group's policy and its pool state.
+type GroupStatus struct {
+	Group string
+	// Policy is the group's own policy; zero fields take the default.
+	Policy GroupPolicy
+	// MaxUnhealthyFraction is the threshold in force.
+	MaxUnhealthyFraction float64
+	Targets              int
+	Unhealthy            int
+	MaxUnhealthy         int
+	Panic                bool
+	// Held lists the targets held routable by the panic threshold.
+	Held []string
+}
+
+// CheckerStatus is pulsed's own health.
+type CheckerStatus struct {
+	Degraded      bool
+	DegradedSince time.Time
+	Reason        string
+	Lag           time.Duration
+	Waiting       int
+	InFlight      int
+	MaxConcurrent int
+
+	IgnoredTimeouts uint64
+	// RegistryError says why pulsed cannot store changes; empty while it
+	// can.
+	RegistryError string
+	// Replica is this pulsed's member ID on etcd and Replicas the live
+	// members it sees; both empty with the embedded registry.
+	Replica  string
+	Replicas []string
+}
+
+// List is what List returns: every target's status, sorted by name, at
+// one revision.
+type List struct {
+	Targets []Status
+	// Revision is the registry's revision the list was taken at.
+	Revision uint64
+	Groups   []GroupStatus
+	Checker  CheckerStatus
+}
+
+// Transition is one change of a target's state.
+type Transition struct {
+	Target   string
+	Group    string
+	From, To State
+	Time     time.Time
+	// Result is the probe result that tipped the state; nil when Reason
+	// says why instead.
+	Result *Result
+	// Text is "<target>: <old> -> <new>".
+	Text   string
+	Reason string
+}
+
+// PolicyKind says what a PolicyEvent is about.
+type PolicyKind int
+
+// The kinds of policy events. A kind this package does not name (from a
+// newer pulsed) keeps its number.
+const (
+	PolicyUnknown          PolicyKind = 0
+	PolicyPanicEntered     PolicyKind = 1
+	PolicyPanicExited      PolicyKind = 2
+	PolicyFlappingStarted  PolicyKind = 3
+	PolicyFlappingEnded    PolicyKind = 4
+	PolicyCheckerDegraded  PolicyKind = 5
+	PolicyCheckerRecovered PolicyKind = 6
+)
+
+// PolicyEvent is a change of a group's panic, a target's flapping or
+// pulsed's overload. It changes no state by itself: what follows from it
+// comes as transitions.
+type PolicyEvent struct {
+	Kind   PolicyKind
+	Group  string
+	Target string
+	Time   time.Time
+	Text   string
+	Held   []string
+}
+
+// Outcome is one real request's outcome, for ReportOutcome.
+type Outcome struct {
+	Target string
+	OK     bool
+	// Latency is optional; 0 is not reported.
+	Latency time.Duration
+	// Error says why the request failed; empty when OK.
+	Error string
+}

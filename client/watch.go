@@ -1,0 +1,461 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+)
+
+// Filter selects the targets a Watch or a View follows. Empty fields match
+// everything; when both are set a target must match both.
+type Filter struct {
+	Group string
+	Names []string
+}
+
+// Matches reports whether a target called name in group passes f.
+func (f Filter) Matches(name, group string) bool {
+	return (f.Group == "" || f.Group == group) && (len(f.Names) == 0 || slices.Contains(f.Names, name))
+}
+
+// EventKind says what an Event is.
+type EventKind int
+
+// The kinds of events a Watch delivers.
+const (
+	// EventSnapshot: Snapshot holds every matching target at Revision. It
+	// replaces whatever the caller built before. Resnapshot is true when
+	// the watch had to start over (Err says why: pulsed could not resume
+	// from the last revision).
+	EventSnapshot EventKind = iota + 1
+	// EventAdded: Status is a target AddTarget created.
+	EventAdded
+	// EventUpdated: Status is a target whose spec AddTarget replaced. A
+	// target that moved to a group the filter does not match comes as
+	// updated too: drop it.
+	EventUpdated
+	// EventRemoved: the target Name of Group is gone.
+	EventRemoved
+	// EventTransition: Transition is a change of a target's state.
+	EventTransition
+	// EventPolicy: Policy is a change of a group's panic, a target's
+	// flapping or pulsed's overload; it changes no state by itself.
+	EventPolicy
+	// EventProgress: nothing matching happened up to Revision.
+	EventProgress
+	// EventDisconnected: the stream broke (Err); the follower resumes from
+	// Revision after RetryIn, on another replica if need be.
+	EventDisconnected
+	// EventStopped: the follower stopped for good (Err): a filter pulsed
+	// refuses, or the client was closed. It is the last event.
+	EventStopped
+	// EventResumed: pulsed accepted a stream that resumes after Revision,
+	// with no snapshot: after a disconnection, or FromRevision's first. (A
+	// stream that cannot resume gets an EventSnapshot with Resnapshot
+	// instead.)
+	EventResumed
+)
+
+// String returns the kind's name in lower case, e.g. "transition".
+func (k EventKind) String() string {
+	names := [...]string{"", "snapshot", "added", "updated", "removed", "transition", "policy", "progress", "disconnected", "stopped", "resumed"}
+	if k > 0 && int(k) < len(names) {
+		return names[k]
+	}
+	return fmt.Sprintf("EventKind(%d)", int(k))
+}
+
+// Event is one step of a Watch. Revision orders events: the follower never
+// delivers one at or below a revision it delivered before, except a new
+// EventSnapshot, which starts over.
+type Event struct {
+	Kind     EventKind
+	Revision uint64
+
+	Snapshot   []Status    // EventSnapshot
+	Resnapshot bool        // EventSnapshot: not the first
+	Status     Status      // EventAdded, EventUpdated
+	Name       string      // EventRemoved
+	Group      string      // EventRemoved
+	Transition Transition  // EventTransition
+	Policy     PolicyEvent // EventPolicy
+
+	// Err is why (EventDisconnected, EventStopped, and EventSnapshot with
+	// Resnapshot).
+	Err error
+	// RetryIn is the delay before the next attempt (EventDisconnected).
+	RetryIn time.Duration
+
+	raw []*pb.WatchTransitionsResponse // with WithMessages: the wire messages
+}
+
+// Messages returns, when the watch has WithMessages, the wire messages the
+// event was made of, as pulsed sent them: for a snapshot each target's
+// message, then snapshot_complete; nil for the follower's own events
+// (disconnected, resumed, stopped). They are shared: do not modify them.
+//
+// This is the one place the package hands out generated types (as
+// proto.Message, to marshal with protojson or prototext): for tools that
+// print the wire form, such as pulsectl watch -o json.
+func (e Event) Messages() []proto.Message {
+	if e.raw == nil {
+		return nil
+	}
+	out := make([]proto.Message, len(e.raw))
+	for i, m := range e.raw {
+		out[i] = m
+	}
+	return out
+}
+
+// WatchOption configures Watch and View.
+type WatchOption func(*watchOptions)
+
+type watchOptions struct {
+	from        uint64
+	streamState func(error)
+	before      func(context.Context) error
+	onEvent     func(Event)
+	messages    bool
+}
+
+// WithMessages keeps each event's wire messages for Event.Messages.
+func WithMessages() WatchOption { return func(o *watchOptions) { o.messages = true } }
+
+// FromRevision makes a Watch resume after revision rev (from an earlier
+// event) instead of starting with a snapshot. If pulsed cannot resume from
+// it, the watch starts with a snapshot, Resnapshot true. A View ignores it.
+func FromRevision(rev uint64) WatchOption { return func(o *watchOptions) { o.from = rev } }
+
+// OnStreamState calls fn with the error each time the stream breaks, and
+// with nil when a stream delivers again after that. fn is called from the
+// follower's goroutine and must not block.
+func OnStreamState(fn func(err error)) WatchOption {
+	return func(o *watchOptions) { o.streamState = fn }
+}
+
+// BeforeStream calls fn before each stream the follower opens, the first
+// included, with the follower's context; an error counts as a failed
+// attempt (EventDisconnected, then a retry after the backoff). A client
+// that registers its own targets does it here, so that a pulsed that lost
+// them gets them back before the watch.
+func BeforeStream(fn func(ctx context.Context) error) WatchOption {
+	return func(o *watchOptions) { o.before = fn }
+}
+
+// OnEvent calls fn with every event the follower delivers, from its
+// goroutine: for a View after the view applied it (Get within fn sees it),
+// for a Watch before it is sent on the channel. fn must not block for long.
+func OnEvent(fn func(Event)) WatchOption { return func(o *watchOptions) { o.onEvent = fn } }
+
+// Watch follows pulsed's WatchTransitions stream for the targets f selects
+// and delivers its events, in order, on the returned channel until ctx ends
+// (then the channel is closed). It keeps the stream's contract so that the
+// caller need not:
+//
+//   - it starts with a snapshot: one EventSnapshot with every matching
+//     target, then the events after it;
+//   - it never delivers an event at or below the last revision it
+//     delivered (a resumed stream replays some);
+//   - a progress event moves its resume point;
+//   - when the stream breaks (pulsed down, UNAVAILABLE, a silent stream
+//     past the idle timeout) it delivers EventDisconnected and resumes after
+//     a jittered backoff from the last revision, on another replica when
+//     the client has several; after RESOURCE_EXHAUSTED it resumes from the
+//     revision pulsed names;
+//   - when pulsed cannot resume (OUT_OF_RANGE: too old; FAILED_PRECONDITION:
+//     another server's revision) it starts over at once with a snapshot,
+//     delivered with Resnapshot set;
+//   - events of kinds this package does not know (from a newer pulsed)
+//     move the resume point and are not delivered.
+//
+// The caller must keep reading: a reader that stalls stalls the stream,
+// and pulsed ends a stream that falls too far behind (the follower then
+// resumes or starts over, as above).
+func (c *Client) Watch(ctx context.Context, f Filter, opts ...WatchOption) <-chan Event {
+	ch := make(chan Event)
+	fl := c.newFollower(f, opts)
+	go func() {
+		defer close(ch)
+		fl.run(ctx, func(ev Event) bool {
+			select {
+			case ch <- ev:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		})
+	}()
+	return ch
+}
+
+// follower follows one filter's stream. It is used by one goroutine.
+type follower struct {
+	c      *Client
+	filter Filter
+	opts   watchOptions
+
+	rev    uint64 // the last revision delivered (event, progress or snapshot)
+	synced bool   // rev is a resume point: a snapshot was delivered, or opts.from
+	snaps  int    // snapshots delivered
+	reason error  // why the next snapshot is a re-snapshot
+	down   bool   // the last stream broke and none was accepted since
+	up     bool   // a stream was accepted once
+
+	onEventAfter bool // the caller's emit calls opts.onEvent itself (a View)
+}
+
+func (c *Client) newFollower(f Filter, opts []WatchOption) *follower {
+	fl := &follower{c: c, filter: Filter{Group: f.Group, Names: slices.Clone(f.Names)}}
+	for _, o := range opts {
+		o(&fl.opts)
+	}
+	if fl.opts.from > 0 {
+		fl.rev, fl.synced, fl.snaps = fl.opts.from, true, 1
+	}
+	return fl
+}
+
+// run follows until ctx ends, emit returns false, or an error no retry
+// can fix.
+func (f *follower) run(ctx context.Context, emit func(Event) bool) {
+	if f.opts.onEvent != nil && !f.onEventAfter {
+		inner := emit
+		emit = func(ev Event) bool {
+			f.opts.onEvent(ev)
+			return inner(ev)
+		}
+	}
+	attempt := 0
+	var behind uint64 // the revision a RESOURCE_EXHAUSTED stream named
+	for {
+		start := uint64(0)
+		if f.synced {
+			start = f.rev
+			if behind > 0 {
+				// Resume from the revision pulsed named; the events from
+				// there to the last one delivered are replayed and dropped.
+				start = min(start, behind)
+			}
+		}
+		behind = 0
+		delivered, stop, err := f.session(ctx, start, emit)
+		if stop || ctx.Err() != nil {
+			return
+		}
+		if delivered {
+			attempt = 0
+		}
+		switch code := status.Code(err); {
+		case code == codes.OutOfRange || code == codes.FailedPrecondition:
+			if start > 0 {
+				// Start over at once: pulsed is evidently up.
+				f.synced, f.reason = false, wrap("WatchTransitions", err)
+				continue
+			}
+		case code == codes.ResourceExhausted:
+			if rev, ok := namedRevision(err); ok {
+				behind = rev
+			}
+		case (code == codes.InvalidArgument || code == codes.Unimplemented) && !errors.As(err, new(beforeError)) ||
+			f.c.conn.GetState() == connectivity.Shutdown:
+			emit(Event{Kind: EventStopped, Revision: f.rev, Err: wrap("WatchTransitions", err)})
+			return
+		}
+		delay := f.backoff(attempt)
+		attempt++
+		werr := wrap("WatchTransitions", err)
+		f.down = true
+		if f.opts.streamState != nil {
+			f.opts.streamState(werr)
+		}
+		if !emit(Event{Kind: EventDisconnected, Revision: f.rev, Err: werr, RetryIn: delay}) {
+			return
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// session watches from start until the stream ends. delivered reports
+// whether the stream sent anything; stop, whether emit asked to stop.
+func (f *follower) session(ctx context.Context, start uint64, emit func(Event) bool) (delivered, stop bool, err error) {
+	if f.opts.before != nil {
+		if err := f.opts.before(ctx); err != nil {
+			return false, false, beforeError{err}
+		}
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	idle := newIdleTimer(f.c.opts.idleTimeout, cancel)
+	defer idle.stop()
+	stream, err := f.c.api.WatchTransitions(sctx, &pb.WatchTransitionsRequest{Group: f.filter.Group, Names: f.filter.Names, StartRevision: start})
+	if err != nil {
+		return false, false, err
+	}
+	// Headers come once pulsed has registered the watch; an error comes as
+	// nil headers, and then from Recv.
+	if md, _ := stream.Header(); md != nil && (f.down || !f.up) {
+		if f.down && f.opts.streamState != nil {
+			f.opts.streamState(nil)
+		}
+		f.down, f.up = false, true
+		if start > 0 && !emit(Event{Kind: EventResumed, Revision: start}) {
+			return false, true, nil
+		}
+	}
+	var snapshot []Status
+	var raw []*pb.WatchTransitionsResponse // with WithMessages
+	snapshotting := start == 0
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			if ctx.Err() == nil && sctx.Err() != nil {
+				err = status.Errorf(codes.Unavailable, "no message from pulsed for %v (idle timeout): %v", f.c.opts.idleTimeout, err)
+			}
+			return delivered, false, err
+		}
+		delivered = true
+		idle.reset()
+		rev := resp.GetRevision()
+		switch e := resp.GetEvent().(type) {
+		case *pb.WatchTransitionsResponse_Snapshot:
+			if snapshotting {
+				snapshot = append(snapshot, statusFromProto(e.Snapshot))
+				if f.opts.messages {
+					raw = append(raw, resp)
+				}
+			}
+			continue
+		case *pb.WatchTransitionsResponse_SnapshotComplete:
+			if !snapshotting {
+				continue
+			}
+			ev := Event{Kind: EventSnapshot, Revision: rev, Snapshot: snapshot, Resnapshot: f.snaps > 0, Err: f.reason}
+			if f.opts.messages {
+				ev.raw = append(raw, resp)
+			}
+			snapshot, raw, snapshotting = nil, nil, false
+			// A snapshot from another server may be below the old resume
+			// point: it becomes the resume point all the same.
+			f.rev, f.synced, f.reason = rev, true, nil
+			f.snaps++
+			if !emit(ev) {
+				return true, true, nil
+			}
+			continue
+		}
+		if snapshotting || rev <= f.rev {
+			continue // before the snapshot's end (none are sent), or a duplicate
+		}
+		f.rev = rev
+		ev, ok := eventFromProto(resp)
+		if !ok {
+			continue
+		}
+		if f.opts.messages {
+			ev.raw = []*pb.WatchTransitionsResponse{resp}
+		}
+		if !emit(ev) {
+			return true, true, nil
+		}
+	}
+}
+
+// beforeError is an error of the BeforeStream function: whatever its code,
+// the follower retries.
+type beforeError struct{ err error }
+
+func (e beforeError) Error() string { return e.err.Error() }
+func (e beforeError) Unwrap() error { return e.err }
+
+// idleTimer calls its function after d without a reset; d 0: never.
+type idleTimer struct {
+	t *time.Timer
+	d time.Duration
+}
+
+func newIdleTimer(d time.Duration, fn func()) idleTimer {
+	if d == 0 {
+		return idleTimer{}
+	}
+	return idleTimer{t: time.AfterFunc(d, fn), d: d}
+}
+
+func (i idleTimer) reset() {
+	if i.t != nil {
+		i.t.Reset(i.d)
+	}
+}
+
+func (i idleTimer) stop() {
+	if i.t != nil {
+		i.t.Stop()
+	}
+}
+
+// eventFromProto converts an event after the snapshot; ok is false for a
+// kind this package does not know.
+func eventFromProto(resp *pb.WatchTransitionsResponse) (Event, bool) {
+	ev := Event{Revision: resp.GetRevision()}
+	switch e := resp.GetEvent().(type) {
+	case *pb.WatchTransitionsResponse_Transition:
+		ev.Kind, ev.Transition = EventTransition, transitionFromProto(e.Transition)
+	case *pb.WatchTransitionsResponse_Added:
+		ev.Kind, ev.Status = EventAdded, statusFromProto(e.Added)
+	case *pb.WatchTransitionsResponse_Updated:
+		ev.Kind, ev.Status = EventUpdated, statusFromProto(e.Updated)
+	case *pb.WatchTransitionsResponse_Removed:
+		ev.Kind, ev.Name, ev.Group = EventRemoved, e.Removed.GetName(), e.Removed.GetGroup()
+	case *pb.WatchTransitionsResponse_Policy:
+		ev.Kind, ev.Policy = EventPolicy, policyFromProto(e.Policy)
+	case *pb.WatchTransitionsResponse_Progress:
+		ev.Kind = EventProgress
+	default:
+		return Event{}, false
+	}
+	return ev, true
+}
+
+// backoff returns the delay before reconnection attempt n (from 0): the
+// minimum doubled n times, capped at the maximum, less a random part of up
+// to half, and never below the minimum.
+func (f *follower) backoff(n int) time.Duration {
+	lo, hi := f.c.opts.minBackoff, f.c.opts.maxBackoff
+	d := hi
+	if n < 30 {
+		d = min(hi, lo<<n)
+	}
+	d = d/2 + rand.N(d/2+1)
+	return max(lo, d)
+}
+
+// namedRevision reads the revision a RESOURCE_EXHAUSTED status names
+// ("...; watch again with start_revision N").
+func namedRevision(err error) (uint64, bool) {
+	m := revisionInMessage.FindStringSubmatch(status.Convert(err).Message())
+	if m == nil {
+		return 0, false
+	}
+	rev, perr := strconv.ParseUint(m[1], 10, 64)
+	return rev, perr == nil
+}
+
+var revisionInMessage = regexp.MustCompile(`(?:start_revision|last revision delivered is) (\d+)`)
