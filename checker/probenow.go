@@ -117,6 +117,9 @@ func (sel Selection) validate() error {
 	return nil
 }
 
+// lookupLocked returns the target of that name; nil if none.
+func (r *registry) lookupLocked(name string) *target { return r.targets[name] }
+
 // newDemandLimiter returns the rate limit of ProbeNow rounds.
 func newDemandLimiter() *rate.Limiter { return rate.NewLimiter(ProbeNowRate, ProbeNowBurst) }
 
@@ -135,7 +138,7 @@ func (s *scheduler) probeNow(ctx context.Context, sel Selection) (Round, error) 
 		ts := make([]*target, 0, len(sel.Names))
 		seen := make(map[string]bool, len(sel.Names))
 		for _, name := range sel.Names {
-			t := s.reg.targets[name]
+			t := s.reg.lookupLocked(name)
 			if t == nil {
 				return nil, fmt.Errorf("%w %q", ErrUnknownTarget, name)
 			}

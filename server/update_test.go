@@ -69,6 +69,14 @@ func TestUpdateTargetChangesOnlyTheMaskedFields(t *testing.T) {
 	if err != nil || resp.GetStatus().GetSpec().GetTcp().GetAddress() != "web-1b:80" || resp.GetStatus().GetSpec().GetFall() != 9 {
 		t.Errorf("tcp.address: %v, %v", resp.GetStatus().GetSpec(), err)
 	}
+	// A field of another probe kind replaces the probe.
+	resp, err = e.client.UpdateTarget(t.Context(), &pb.UpdateTargetRequest{
+		Target:     &pb.Target{Name: "web-1", Probe: &pb.Target_Grpc{Grpc: &pb.GrpcProbe{Address: "web-1:50051", Service: "ignored"}}},
+		UpdateMask: mask("grpc.address"),
+	})
+	if got := resp.GetStatus().GetSpec(); err != nil || got.GetTcp() != nil || got.GetGrpc().GetAddress() != "web-1:50051" || got.GetGrpc().GetService() != "" {
+		t.Errorf("grpc.address on a tcp target: %v, %v; want a grpc probe of that address alone", got, err)
+	}
 }
 
 func TestUpdateTargetKeepsStoredSecrets(t *testing.T) {
