@@ -258,3 +258,19 @@ func TestCompletion(t *testing.T) {
 		}
 	}
 }
+
+// ls warns on stderr when pulsed's checker is degraded: every row's
+// timeouts then mean less.
+func TestLsWarnsOfADegradedChecker(t *testing.T) {
+	slow := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { time.Sleep(40 * time.Millisecond) }))
+	t.Cleanup(slow.Close) // after pulsed is gone: its probes would hold Close
+	p := startPulsed(t, "-max-concurrent-probes", "1", "-overload-waiting", "1", "-overload-recovery", "1m")
+	addr := "--addr=" + p.Addr
+	for _, n := range []string{"s1", "s2", "s3"} {
+		mustRun(t, "add", addr, "--name", n, "--http", slow.URL)
+	}
+	eventually(t, "a degraded checker", func() bool {
+		r := pulsectl(t, "ls", addr)
+		return r.code == exitOK && strings.Contains(r.stderr, "pulsectl: warning: pulsed's checker is degraded (") && strings.Contains(r.stdout, "s1 ")
+	})
+}

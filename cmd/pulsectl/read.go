@@ -218,6 +218,13 @@ func runLs(ctx context.Context, e *env, c *command, args []string) int {
 	if out.structured() {
 		return e.printAs(out, resp)
 	}
+	// pulsed's own troubles, on stderr: they qualify every row.
+	if ck := resp.GetChecker(); ck.GetDegraded() {
+		e.errorf("warning: pulsed's checker is degraded (%s): its own probe timeouts do not count toward fall until it recovers", ck.GetReason())
+	}
+	if msg := resp.GetChecker().GetRegistryError(); msg != "" {
+		e.errorf("warning: pulsed cannot store changes (%s): it keeps probing, and refuses the changes it cannot store", msg)
+	}
 	if len(resp.GetTargets()) == 0 {
 		switch {
 		case *state != "":
