@@ -409,6 +409,7 @@ func (r *registry) statusLocked(t *target, now time.Time) Status {
 		IgnoredTimeouts: t.ignored,
 		Quarantined:     t.quarantined(),
 	}
+	st.CertNotAfter, st.CertWarning = certExpiry(t.prober)
 	if t.hasLast {
 		r := t.last
 		st.LastResult = &r
@@ -423,6 +424,9 @@ func (r *registry) observeLocked(t *target, res Result, now time.Time) {
 	t.carried = false
 	_, changed := t.m.Observe(res.Pass)
 	r.verdictLocked(t, changed, now, cause{result: res})
+	if !res.Passive {
+		r.certWarningLocked(t, now)
+	}
 }
 
 // cause is why a target's state changes: the result that tipped it, or a

@@ -152,6 +152,12 @@ type Status struct {
 	// refuse is not probed: it stays listed, never routable, until Add
 	// replaces its spec or Remove removes it.
 	Quarantined string
+	// CertNotAfter is when the first-expiring certificate the target's
+	// last probe saw expires, for TLS probes with a cert_expiry window;
+	// zero otherwise. CertWarning says, while the last probe passed within
+	// the warning window, e.g. "certificate expires in 20d (2026-12-21)".
+	CertNotAfter time.Time
+	CertWarning  string
 }
 
 // Config configures a Checker. Every field is optional.

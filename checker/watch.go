@@ -35,6 +35,10 @@ const (
 	EventCheckerDegraded
 	// EventCheckerRecovered: the checker keeps up again.
 	EventCheckerRecovered
+	// EventCertExpiring: a target's probe passed with a server
+	// certificate within its cert_expiry_warn window; sent once until a
+	// probe passes outside it again.
+	EventCertExpiring
 )
 
 // String returns the kind's name as the API spells it, e.g.
@@ -61,13 +65,16 @@ func (k EventKind) String() string {
 		return "CHECKER_DEGRADED"
 	case EventCheckerRecovered:
 		return "CHECKER_RECOVERED"
+	case EventCertExpiring:
+		return "CERT_EXPIRING"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }
 
 // IsPolicy reports whether the kind is a policy event (panic, flapping,
-// checker overload), whose details are in Event.Policy.
-func (k EventKind) IsPolicy() bool { return k >= EventPanicEntered && k <= EventCheckerRecovered }
+// checker overload, certificate expiry), whose details are in
+// Event.Policy.
+func (k EventKind) IsPolicy() bool { return k >= EventPanicEntered && k <= EventCertExpiring }
 
 // PolicyChange details a policy event. Policy events change no target's
 // state by themselves: the transitions they lead to are events of their

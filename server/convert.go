@@ -84,19 +84,7 @@ func SpecFromProto(t *pb.Target) (checker.Spec, error) {
 	default:
 		return s, &checker.FieldError{Field: "model", Reason: fmt.Sprintf("must be MODEL_RISE_FALL or MODEL_THREE_STATE, got %v", t.GetModel())}
 	}
-	switch p := t.GetProbe().(type) {
-	case *pb.Target_Http:
-		h := &probe.HTTPSpec{URL: p.Http.GetUrl(), Method: p.Http.GetMethod(), Headers: p.Http.GetHeaders()}
-		for _, code := range p.Http.GetExpectedStatus() {
-			h.ExpectedStatus = append(h.ExpectedStatus, int(code))
-		}
-		s.Probe.HTTP = h
-	case *pb.Target_Tcp:
-		s.Probe.TCP = &probe.TCPSpec{Address: p.Tcp.GetAddress()}
-	case *pb.Target_Grpc:
-		s.Probe.GRPC = &probe.GRPCSpec{Address: p.Grpc.GetAddress(), Service: p.Grpc.GetService(), TLS: p.Grpc.GetTls()}
-	}
-	return s, nil
+	return s, probeFromProto(t, &s)
 }
 
 // positiveDuration returns 0 for an unset duration and rejects a set one
@@ -207,7 +195,8 @@ func redactHeaders(h map[string]string) map[string]string {
 // copied before it is changed, since it may be the request's.
 func unredact(spec *checker.Spec, stored func(name string) (checker.Status, error)) error {
 	h := spec.Probe.HTTP
-	if h == nil || !hasRedacted(h.Headers) && !urlHasRedacted(h.URL) {
+	secrets := hasRedactedSecrets(spec.Probe)
+	if !secrets && (h == nil || !hasRedacted(h.Headers) && !urlHasRedacted(h.URL)) {
 		return nil
 	}
 	var old map[string]string
@@ -219,6 +208,14 @@ func unredact(spec *checker.Spec, stored func(name string) (checker.Status, erro
 		old = oldHTTP.Headers
 	case err != nil && !errors.Is(err, checker.ErrUnknownTarget):
 		return err
+	}
+	if secrets {
+		if err := unredactSecrets(spec, st.Spec.Probe); err != nil {
+			return err
+		}
+	}
+	if h == nil {
+		return nil
 	}
 	if err := unredactURL(spec, oldHTTP); err != nil {
 		return err
@@ -259,6 +256,7 @@ func hasRedacted(h map[string]string) bool {
 // withoutRedacted returns spec without the headers whose value is
 // Redacted, for checks made before the stored values are known.
 func withoutRedacted(spec checker.Spec) checker.Spec {
+	spec.Probe = withoutRedactedSecrets(spec.Probe)
 	h := spec.Probe.HTTP
 	if h == nil || !hasRedacted(h.Headers) {
 		return spec
@@ -315,18 +313,7 @@ func specToProto(s checker.Spec) *pb.Target {
 	}
 	t.PassiveOutcomes = s.PassiveOutcomes
 	t.PassiveRate = int32(s.PassiveRate)
-	switch {
-	case s.Probe.HTTP != nil:
-		h := &pb.HttpProbe{Url: redactURL(s.Probe.HTTP.URL), Method: s.Probe.HTTP.Method, Headers: redactHeaders(s.Probe.HTTP.Headers)}
-		for _, code := range s.Probe.HTTP.ExpectedStatus {
-			h.ExpectedStatus = append(h.ExpectedStatus, int32(code))
-		}
-		t.Probe = &pb.Target_Http{Http: h}
-	case s.Probe.TCP != nil:
-		t.Probe = &pb.Target_Tcp{Tcp: &pb.TcpProbe{Address: s.Probe.TCP.Address}}
-	case s.Probe.GRPC != nil:
-		t.Probe = &pb.Target_Grpc{Grpc: &pb.GrpcProbe{Address: s.Probe.GRPC.Address, Service: s.Probe.GRPC.Service, Tls: s.Probe.GRPC.TLS}}
-	}
+	probeToProto(s.Probe, t)
 	return t
 }
 
@@ -391,6 +378,9 @@ func statusToProto(st checker.Status) *pb.TargetStatus {
 		PassiveRateLimited:  st.PassiveLimited,
 		IgnoredTimeouts:     st.IgnoredTimeouts,
 		Quarantined:         st.Quarantined,
+		Warnings:            st.Spec.Probe.Warnings(),
+		CertExpiryWarning:   st.CertWarning,
+		CertNotAfter:        timestamp(st.CertNotAfter),
 	}
 	if st.ProbeInterval > 0 {
 		out.ProbeInterval = durationpb.New(st.ProbeInterval)
@@ -431,6 +421,7 @@ var policyKinds = map[checker.EventKind]pb.PolicyEvent_Kind{
 	checker.EventFlappingEnded:    pb.PolicyEvent_KIND_FLAPPING_ENDED,
 	checker.EventCheckerDegraded:  pb.PolicyEvent_KIND_CHECKER_DEGRADED,
 	checker.EventCheckerRecovered: pb.PolicyEvent_KIND_CHECKER_RECOVERED,
+	checker.EventCertExpiring:     pb.PolicyEvent_KIND_CERT_EXPIRING,
 }
 
 func policyEventToProto(e checker.Event) *pb.WatchTransitionsResponse {

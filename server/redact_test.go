@@ -1,8 +1,16 @@
 package server_test
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
@@ -157,5 +165,80 @@ func TestURLPasswordsAreRedacted(t *testing.T) {
 	wantCode(t, err, codes.InvalidArgument, `target.http.url: has the password "<redacted>", which keeps the stored one, but target "web-2" has no stored URL password`)
 	if _, err := e.c.Status("web-2"); err == nil {
 		t.Error("web-2 was added by a rejected call")
+	}
+}
+
+// testKeyPair returns a self-signed client certificate and its key, in PEM.
+func testKeyPair(t *testing.T) (certPEM, keyPEM string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "prober"}, NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kd, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
+		string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd}))
+}
+
+// A TLS private key and gRPC metadata values are secrets as header values
+// are: redacted in every answer, kept by a write back, never stored as the
+// placeholder. Skipping verification is named in the status's warnings.
+func TestTLSKeysAndMetadataAreRedacted(t *testing.T) {
+	e := start(t, checker.Config{})
+	certPEM, keyPEM := testKeyPair(t)
+	tg := &pb.Target{Name: "redis-1", Probe: &pb.Target_Tcp{Tcp: &pb.TcpProbe{
+		Address: "127.0.0.1:6379",
+		Steps:   []*pb.TcpStep{{Send: "PING\r\n"}, {Expect: "+PONG\r\n"}},
+		Tls:     &pb.TlsOptions{CertPem: certPEM, KeyPem: keyPEM, InsecureSkipVerify: true},
+	}}}
+	resp := e.add(t, tg)
+	if text := prototext.Format(resp); strings.Contains(text, "PRIVATE KEY") {
+		t.Errorf("AddTarget's answer shows the key:\n%s", text)
+	}
+	got := resp.GetStatus().GetSpec().GetTcp()
+	if got.GetTls().GetKeyPem() != server.Redacted || got.GetTls().GetCertPem() != certPEM || len(got.GetSteps()) != 2 {
+		t.Errorf("AddTarget's tcp probe = %v, want the steps, the certificate and a redacted key", got)
+	}
+	if w := resp.GetStatus().GetWarnings(); len(w) != 1 || !strings.HasPrefix(w[0], "tcp.tls.insecure_skip_verify: ") {
+		t.Errorf("warnings = %q, want one about tcp.tls.insecure_skip_verify", w)
+	}
+	list, err := e.client.ListTargets(t.Context(), &pb.ListTargetsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := prototext.Format(list); strings.Contains(text, "PRIVATE KEY") {
+		t.Errorf("ListTargets shows the key:\n%s", text)
+	}
+	back := list.GetTargets()[0].GetSpec()
+	back.Rise = proto.Int32(4)
+	e.add(t, back)
+	st, err := e.c.Status("redis-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Spec.Probe.TCP.TLS.KeyPEM != keyPEM || st.Spec.Rise != 4 {
+		t.Errorf("after a write back the stored key is %.30q and rise %d, want the key kept and rise 4", st.Spec.Probe.TCP.TLS.KeyPEM, st.Spec.Rise)
+	}
+	tg2 := proto.Clone(back).(*pb.Target)
+	tg2.Name = "redis-2"
+	_, err = e.client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: tg2})
+	wantCode(t, err, codes.InvalidArgument, `target.tcp.tls.key_pem: is "<redacted>", which keeps the stored key, but target "redis-2" has no stored key_pem`)
+
+	g := &pb.Target{Name: "api", Probe: &pb.Target_Grpc{Grpc: &pb.GrpcProbe{Address: "127.0.0.1:50051", Metadata: map[string]string{"x-api-key": "s3cret-key"}}}}
+	resp = e.add(t, g)
+	noSecret(t, "AddTarget's answer", resp)
+	back = resp.GetStatus().GetSpec()
+	back.Fall = proto.Int32(5)
+	e.add(t, back)
+	if st, err := e.c.Status("api"); err != nil || st.Spec.Probe.GRPC.Metadata["x-api-key"] != "s3cret-key" {
+		t.Errorf("after a write back the stored metadata is %v (%v), want the value kept", st.Spec.Probe.GRPC.Metadata, err)
 	}
 }

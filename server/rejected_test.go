@@ -183,6 +183,21 @@ func TestARejectedCallChangesNothing(t *testing.T) {
 		{"validation", "AddTarget without a probe", add(write, &pb.Target{Name: "d"}), codes.InvalidArgument, false},
 		{"validation", "AddTarget negative interval", add(write, with(tcp("a", "g1"), func(tg *pb.Target) { tg.Interval = durationpb.New(-time.Second) })), codes.InvalidArgument, false},
 		{"validation", "RemoveTarget bad name", remove(write, "../a"), codes.InvalidArgument, false},
+		{"validation", "AddTarget bad body regex", add(write, with(tcp("a", "g1"), func(tg *pb.Target) {
+			tg.Probe = &pb.Target_Http{Http: &pb.HttpProbe{Url: "http://127.0.0.1:9/", BodyRegex: "(ready"}}
+		})), codes.InvalidArgument, false},
+		{"validation", "AddTarget unreadable CA file", add(write, with(tcp("a", "g1"), func(tg *pb.Target) {
+			tg.Probe = &pb.Target_Http{Http: &pb.HttpProbe{Url: "https://127.0.0.1:9/", Tls: &pb.TlsOptions{CaFile: "/nonexistent/ca.pem"}}}
+		})), codes.InvalidArgument, false},
+		{"validation", "AddTarget unknown TLS version", add(write, with(tcp("a", "g1"), func(tg *pb.Target) {
+			tg.Probe = &pb.Target_Grpc{Grpc: &pb.GrpcProbe{Address: "127.0.0.1:9", TlsOptions: &pb.TlsOptions{MinVersion: "1.4"}}}
+		})), codes.InvalidArgument, false},
+		{"validation", "AddTarget empty expect step", add(write, with(tcp("a", "g1"), func(tg *pb.Target) {
+			tg.GetTcp().Steps = []*pb.TcpStep{{Send: "PING\r\n"}, {}}
+		})), codes.InvalidArgument, false},
+		{"validation", "AddTarget DNS probe without a server", add(write, with(tcp("d", "g2"), func(tg *pb.Target) {
+			tg.Probe = &pb.Target_Dns{Dns: &pb.DnsProbe{Name: "api.internal"}}
+		})), codes.InvalidArgument, false},
 		{"validation", "SetGroupPolicy fraction 2", policy(write, "g1", 2), codes.InvalidArgument, false},
 		{"validation", "SetGroupPolicy fraction NaN", policy(write, "g1", math.NaN()), codes.InvalidArgument, false},
 		{"validation", "SetGroupPolicy fraction -Inf", policy(write, "g1", math.Inf(-1)), codes.InvalidArgument, false},
@@ -201,6 +216,7 @@ func TestARejectedCallChangesNothing(t *testing.T) {
 		{"not found", "ProbeNow unknown", probeNow(write, "a", "nobody"), codes.NotFound, false},
 		{"egress", "AddTarget of a denied address", add(write, denied("meta")), codes.InvalidArgument, false},
 		{"egress", "AddTarget moving a target to a denied address", add(write, denied("c")), codes.InvalidArgument, false},
+		{"egress", "AddTarget of a DNS probe asking a denied server", add(write, &pb.Target{Name: "d", Group: "g2", Probe: &pb.Target_Dns{Dns: &pb.DnsProbe{Name: "api.internal", Server: "169.254.169.254:53"}}}), codes.InvalidArgument, false},
 		{"limits", "AddTarget of a new target into a full group", add(write, tcp("d", "g1")), codes.ResourceExhausted, false},
 		{"limits", "AddTarget moving a target into a full group", add(write, tcp("c", "g1")), codes.ResourceExhausted, false},
 		{"auth", "AddTarget without a token", add(ctx, tcp("a", "g2")), codes.Unauthenticated, false},

@@ -57,7 +57,7 @@ func (d *guardedDialer) control(_ context.Context, _, address string, _ syscall.
 }
 
 // DialContext connects to address ("host:port", numeric port) over network
-// ("tcp", "tcp4" or "tcp6"). A host that is an IP address in any form
+// ("tcp", "tcp4" or "tcp6", or "udp", "udp4" or "udp6" for DNS probes). A host that is an IP address in any form
 // hostAddr accepts is used as that address, without a lookup; a name is
 // looked up with the resolver on every call. Addresses the policy denies
 // are dropped; when none is left the error is an *EgressError and no
@@ -67,11 +67,11 @@ func (d *guardedDialer) control(_ context.Context, _, address string, _ syscall.
 func (d *guardedDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	var lookupNet string
 	switch network {
-	case "tcp":
+	case "tcp", "udp":
 		lookupNet = "ip"
-	case "tcp4":
+	case "tcp4", "udp4":
 		lookupNet = "ip4"
-	case "tcp6":
+	case "tcp6", "udp6":
 		lookupNet = "ip6"
 	default:
 		return nil, &net.OpError{Op: "dial", Net: network, Err: net.UnknownNetworkError(network)}

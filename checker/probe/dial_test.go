@@ -429,7 +429,7 @@ func TestDialContextBadInput(t *testing.T) {
 	d := newGuardedDialer(DefaultEgressPolicy(), noLookups(t))
 	d.dial = (&dialRecorder{}).dial
 	for _, tt := range []struct{ network, address string }{
-		{"udp", "127.0.0.1:53"},
+		{"ip", "127.0.0.1:53"},
 		{"unix", "/tmp/x"},
 		{"tcp", "127.0.0.1"},
 		{"tcp", "127.0.0.1:http"},

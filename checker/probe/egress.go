@@ -240,6 +240,9 @@ func (p *EgressPolicy) checkSpec(s Spec) error {
 	case s.TCP != nil:
 		field = "tcp.address"
 		host, _, _ = net.SplitHostPort(s.TCP.Address)
+	case s.DNS != nil:
+		field = "dns.server"
+		host, _, _ = net.SplitHostPort(s.DNS.Server)
 	default:
 		field = "grpc.address"
 		host, _, _ = net.SplitHostPort(s.GRPC.Address)

@@ -54,15 +54,18 @@ const userAgent = "pulse-probe/1"
 // keeps one connection of its own to its target from one probe to the
 // next; the others (https://, and the few http:// requests only net/http
 // can send as specified) share one *http.Transport, whose keep-alive
-// connections are reused likewise. Neither ever uses a proxy (proxy
-// environment variables are ignored) or asks for compressed bodies; TLS is
-// verified against the system roots.
+// connections are reused likewise; an https:// prober with TLS options has
+// a transport of its own, configured by them. None ever uses a proxy
+// (proxy environment variables are ignored) or asks for compressed bodies;
+// without TLS options TLS is verified against the system roots.
 //
-// Every connection its Probers open, HTTP, TCP and gRPC alike, goes
+// Every connection its Probers open, HTTP, TCP, gRPC and DNS alike, goes
 // through one dialer that enforces the Factory's EgressPolicy on the
 // address it is about to connect to, after looking up host names with the
-// Factory's Resolver; New also rejects a Spec whose host is an IP address
-// the policy denies. Redirects are never followed.
+// Factory's Resolver; New also rejects a Spec whose host (or DNS server)
+// is an IP address the policy denies. Redirects are followed only by
+// probes whose spec asks (HTTPSpec.FollowRedirects), each hop dialled
+// through the same dialer.
 //
 // A Factory is safe for concurrent use. The zero Factory is ready to use and
 // behaves like one from NewFactory; a Factory must not be copied after first
@@ -70,7 +73,6 @@ const userAgent = "pulse-probe/1"
 type Factory struct {
 	egress   *EgressPolicy // nil means DefaultEgressPolicy; never modified once set
 	resolver Resolver      // nil means net.DefaultResolver
-	follow   int           // redirects HTTP probes follow; see checkRedirect
 
 	// rootCAs verifies TLS servers; nil means the system roots. dial, when
 	// set, replaces the guarded dialer's connect step (the policy has been
@@ -104,11 +106,6 @@ type FactoryOptions struct {
 	// Resolver looks up the host names of every probe kind. If nil,
 	// net.DefaultResolver is used.
 	Resolver Resolver
-	// FollowRedirects, when positive, makes HTTP probes follow up to this
-	// many redirects (at most MaxFollowRedirects), each through the
-	// egress policy, and judge the final answer; see checkRedirect. If 0,
-	// a redirect is an answer like any other.
-	FollowRedirects int
 	// MaxIdleConns bounds the connections kept open between probes, by
 	// the http:// probers together and by the shared https pool: past it,
 	// a probe closes its connection and the next one dials. If 0, three
@@ -126,7 +123,7 @@ func NewFactory() *Factory {
 
 // NewFactoryWith returns a Factory configured by opts.
 func NewFactoryWith(opts FactoryOptions) *Factory {
-	f := &Factory{resolver: opts.Resolver, keptMax: int64(opts.MaxIdleConns), follow: min(max(opts.FollowRedirects, 0), MaxFollowRedirects)}
+	f := &Factory{resolver: opts.Resolver, keptMax: int64(opts.MaxIdleConns)}
 	if opts.Egress != nil {
 		f.egress = opts.Egress.clone()
 	}
@@ -174,8 +171,13 @@ func (f *Factory) init() {
 		}
 		f.lean = make(map[*leanProber]struct{})
 		f.client = &http.Client{
-			Transport:     f.transport,
-			CheckRedirect: f.checkRedirect,
+			Transport: f.transport,
+			// A redirect is an answer like any other: report its status.
+			// Following it would also reach an address nobody checked
+			// when the target was added.
+			CheckRedirect: func(*http.Request, []*http.Request) error {
+				return http.ErrUseLastResponse
+			},
 		}
 	})
 }
@@ -233,11 +235,13 @@ func (f *Factory) New(s Spec) (Prober, error) {
 	}
 	switch {
 	case s.HTTP != nil:
-		return f.newHTTPProber(s.HTTP), nil
+		return f.newHTTPProber(s.HTTP)
 	case s.TCP != nil:
-		return &tcpProber{address: s.TCP.Address, dialer: f.dialer}, nil
+		return f.newTCPProber(s.TCP)
+	case s.DNS != nil:
+		return newDNSProber(s.DNS, f.dialer), nil
 	default:
-		return newGRPCProber(s.GRPC, f.tlsConfig(), f.dialer)
+		return newGRPCProber(s.GRPC, f.tlsConfig(), f.rootCAs, f.dialer)
 	}
 }
 
@@ -361,6 +365,11 @@ func describe(err error) string {
 // "readLoopPeekFailLocked: %!w(<nil>)", which is what a server that speaks
 // first (a gRPC server sends its settings at once) may get instead.
 func withoutEcho(msg string) string {
+	if i := strings.Index(msg, "remote error: tls: "); i >= 0 {
+		// A TLS 1.3 server refuses a client certificate after the
+		// handshake: net/http meets the alert as it waits for an answer.
+		return msg[i:]
+	}
 	if strings.Contains(msg, "readLoopPeekFailLocked") {
 		return "unsolicited response (not HTTP?)"
 	}

@@ -2,44 +2,99 @@ package probe
 
 import (
 	"context"
+	"crypto/tls"
+	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"slices"
+	"strings"
+	"time"
 )
 
-// maxBodyBytes caps how much of a response body an HTTP probe reads. A body
-// that fits is read to its end, so the connection goes back to the pool; a
-// longer one is cut off, which costs an HTTP/1.1 connection (HTTP/2 only
-// resets the stream).
+// maxBodyBytes caps how much of a response body an HTTP probe reads when
+// no expectation reads more (see HTTPSpec.BodyLimit). A body that fits is
+// read to its end, so the connection goes back to the pool; a longer one
+// is cut off, which costs an HTTP/1.1 connection (HTTP/2 only resets the
+// stream).
 const maxBodyBytes = 64 << 10
 
-// httpProber sends one request per probe through the Factory's shared
-// client. Its fields are set once by newHTTPProber and only read afterwards,
-// so Probe is safe for concurrent use.
+// httpProber sends one request per probe through a net/http client: the
+// Factory's shared one, or its own when the spec follows redirects or sets
+// TLS options. Its fields are set once by newHTTPProber and only read
+// afterwards, so Probe is safe for concurrent use.
 type httpProber struct {
 	client   *http.Client
 	method   string
 	url      string
 	host     string      // request Host when the spec sets one, else ""
 	header   http.Header // never modified after construction
-	expected []int       // empty means any 2xx
+	body     string      // request body; POST only
+	expected []int       // with expect's ranges; both empty means any 2xx
+	expect   *httpExpect // nil: the status alone decides
+
+	own    *http.Transport // the prober's own transport, closed by Close; nil when shared
+	expiry expiryWatch
 }
 
 // newHTTPProber builds a prober for a validated spec: a leanProber, which
 // keeps its own connection, for a plain http:// request it can send
-// exactly as net/http would, and otherwise an httpProber on the shared
+// exactly as net/http would, and otherwise an httpProber on a net/http
 // client.
-func (f *Factory) newHTTPProber(s *HTTPSpec) Prober {
+func (f *Factory) newHTTPProber(s *HTTPSpec) (Prober, error) {
 	p := newNetHTTPProber(f.client, s)
-	if f.follow > 0 {
-		return p // a lean prober does not follow redirects
+	if s.TLS != nil {
+		src, err := newTLSSource("http.tls", s.TLS, f.rootCAs)
+		if err != nil {
+			return nil, err
+		}
+		p.expiry.src = src
+		p.own = f.sourceTransport(src)
+		p.client = &http.Client{Transport: p.own, CheckRedirect: f.client.CheckRedirect}
+		src.changed = p.own.CloseIdleConnections
 	}
-	if lp := newLeanProber(f, p); lp != nil {
-		f.remember(lp)
-		return lp
+	if s.FollowRedirects {
+		p.client = &http.Client{Transport: p.client.Transport, CheckRedirect: followRedirects}
+		return p, nil
 	}
-	return p
+	if p.own == nil {
+		if lp := newLeanProber(f, p); lp != nil {
+			f.remember(lp)
+			return lp, nil
+		}
+	}
+	return p, nil
+}
+
+// followRedirects is the CheckRedirect of probes that follow redirects.
+func followRedirects(_ *http.Request, via []*http.Request) error {
+	if len(via) > MaxRedirects {
+		return fmt.Errorf("stopped after %d redirects", MaxRedirects)
+	}
+	return nil
+}
+
+// sourceTransport returns a transport of its own for a prober with TLS
+// options: every TLS connection is configured by src when it is made, so
+// that rotated files are used, and dialled like the shared transport's.
+func (f *Factory) sourceTransport(src *tlsSource) *http.Transport {
+	return &http.Transport{
+		Proxy:       nil,
+		DialContext: f.dialer.DialContext,
+		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := f.dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			host, _, _ := net.SplitHostPort(addr)
+			return src.handshake(ctx, conn, host, []string{"h2", "http/1.1"})
+		},
+		ForceAttemptHTTP2:   true,
+		DisableCompression:  true,
+		MaxIdleConnsPerHost: 1,
+		IdleConnTimeout:     2 * time.Minute,
+	}
 }
 
 // newNetHTTPProber builds a prober that sends its requests through client.
@@ -49,7 +104,9 @@ func newNetHTTPProber(client *http.Client, s *HTTPSpec) *httpProber {
 		method:   s.Method,
 		url:      s.URL,
 		header:   make(http.Header, len(s.Headers)+1),
+		body:     s.Body,
 		expected: slices.Clone(s.ExpectedStatus),
+		expect:   newHTTPExpect(s),
 	}
 	if p.method == "" {
 		p.method = http.MethodGet
@@ -67,11 +124,16 @@ func newNetHTTPProber(client *http.Client, s *HTTPSpec) *httpProber {
 	return p
 }
 
-// Probe sends the request and checks the status. It reads at most
-// maxBodyBytes of the body and discards it; the body's content and any error
-// reading it do not affect the result.
+// Probe sends the request and checks the answer. It reads at most
+// maxBodyBytes of the body (or the spec's BodyLimit when more), keeping
+// what the body checks read; an error reading the body fails only a probe
+// that checks it.
 func (p *httpProber) Probe(ctx context.Context) error {
-	req, err := http.NewRequestWithContext(ctx, p.method, p.url, nil)
+	var body io.Reader
+	if p.body != "" {
+		body = strings.NewReader(p.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, p.method, p.url, body)
 	if err != nil {
 		return err
 	}
@@ -83,26 +145,48 @@ func (p *httpProber) Probe(ctx context.Context) error {
 	if err != nil {
 		return withContext(ctx, err)
 	}
-	// One byte past the cap, so that a body of exactly maxBodyBytes is read
-	// to EOF and its connection reused.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxBodyBytes+1))
+	sink := newBodySink(p.expect)
+	// One byte past the cap, so that a body of exactly the cap is read to
+	// EOF and its connection reused.
+	_, rerr := io.Copy(sinkWriter(sink), io.LimitReader(resp.Body, readCap(p.expect)+1))
 	_ = resp.Body.Close()
-	if p.passes(resp.StatusCode) {
-		return nil
+	if !statusPasses(p.expected, p.expect, resp.StatusCode) {
+		return &StatusError{Code: resp.StatusCode}
 	}
-	return &StatusError{Code: resp.StatusCode}
+	if rerr != nil && sink != nil && len(sink.buf) < sink.limit {
+		return withContext(ctx, fmt.Errorf("reading the body: %w", rerr))
+	}
+	if err := p.expect.check(resp.Header.Values, sink.bytes()); err != nil {
+		return err
+	}
+	return p.checkTLS(resp.TLS)
 }
 
-// passes reports whether code is an expected status.
-func (p *httpProber) passes(code int) bool {
-	return statusPasses(p.expected, code)
+// checkTLS checks the expiry of the certificates of an answer's
+// connection.
+func (p *httpProber) checkTLS(cs *tls.ConnectionState) error {
+	return p.expiry.check(cs, time.Now())
 }
 
-// statusPasses reports whether code is one of expected, or a 2xx when
-// expected is empty.
-func statusPasses(expected []int, code int) bool {
-	if len(expected) == 0 {
-		return code >= 200 && code <= 299
+// LastCertExpiry implements CertExpiryReporter.
+func (p *httpProber) LastCertExpiry() (time.Time, *ExpiryError) { return p.expiry.lastSeen() }
+
+// NewCertWarning implements CertExpiryReporter.
+func (p *httpProber) NewCertWarning() *ExpiryError { return p.expiry.newWarning() }
+
+// Close closes the idle connections of the prober's own transport, if it
+// has one. It is idempotent.
+func (p *httpProber) Close() error {
+	if p.own != nil {
+		p.own.CloseIdleConnections()
 	}
-	return slices.Contains(expected, code)
+	return nil
+}
+
+// sinkWriter returns s as a writer, or io.Discard when s is nil.
+func sinkWriter(s *bodySink) io.Writer {
+	if s == nil {
+		return io.Discard
+	}
+	return s
 }

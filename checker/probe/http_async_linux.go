@@ -62,6 +62,8 @@ type asyncLoop struct {
 	waiting probeHeap   // probes waiting for an answer, by deadline
 	timer   *time.Timer // fires at waiting's first deadline
 	timerAt time.Time   // when timer fires; zero when it is stopped
+
+	handOvers atomic.Uint64 // probes handed over to Probe's code, for tests and benchmarks
 }
 
 // asyncProbe is one asynchronous probe in flight. Its fields are guarded
@@ -377,12 +379,15 @@ func (l *asyncLoop) answerLocked(ap *asyncProbe) (end asyncEnd, over bool) {
 	case !ok:
 		return l.handOverLocked(ap, nil), true
 	}
-	// From here on the result is the status: the body only decides
-	// whether the connection is kept, as in readBody.
+	// From here on the result is the status and, when the prober checks
+	// them, the header and the body, which is then whole in the buffer:
+	// otherwise the body only decides whether the connection is kept, as
+	// in readBody.
 	p := ap.p
 	keep := resp.keepAlive
+	noBody := p.head || resp.code == http.StatusNoContent || resp.code == http.StatusNotModified
 	switch {
-	case p.head || resp.code == http.StatusNoContent || resp.code == http.StatusNotModified:
+	case noBody:
 		keep = keep && body == 0
 	case resp.chunked || resp.length < 0:
 		return l.handOverLocked(ap, nil), true
@@ -392,7 +397,21 @@ func (l *asyncLoop) answerLocked(ap *asyncProbe) (end asyncEnd, over bool) {
 		keep = keep && body == resp.length
 	}
 	l.endLocked(ap)
-	return asyncEnd{ap: ap, keep: keep, err: p.statusResult(resp.code)}, true
+	if p.expect == nil {
+		return asyncEnd{ap: ap, keep: keep, err: p.statusResult(resp.code, nil)}, true
+	}
+	// Checked here, on the loop: copying is needless, the buffer stays
+	// ap's until finish.
+	head := ap.buf[:ap.n-int(body)]
+	var bodyBytes []byte
+	if !noBody {
+		bodyBytes = ap.buf[len(head) : len(head)+int(min(resp.length, int64(p.expect.limit)))]
+	}
+	var values func(string) []string
+	if len(p.expect.headers) > 0 {
+		values = headValues(head)
+	}
+	return asyncEnd{ap: ap, keep: keep, err: p.verdict(resp.code, values, bodyBytes, nil)}, true
 }
 
 // head parses the answer read so far: complete once its head has arrived
@@ -412,6 +431,7 @@ func (ap *asyncProbe) head() (resp leanResponse, body int64, complete, ok bool) 
 // read so far and the error that ended reading (nil: none yet).
 func (l *asyncLoop) handOverLocked(ap *asyncProbe, err error) asyncEnd {
 	l.removeLocked(ap)
+	l.handOvers.Add(1)
 	ap.pending = append([]byte(nil), ap.buf[:ap.n]...)
 	ap.pendingErr = err
 	ap.ctx, ap.cancel = context.WithDeadline(context.Background(), ap.deadline)
@@ -518,7 +538,7 @@ func (l *asyncLoop) expire() {
 		if resp, _, _, ok := ap.head(); ok {
 			// The head arrived, the body did not: Probe's result too,
 			// once reading the body ran into the deadline.
-			err = ap.p.statusResult(resp.code)
+			err = ap.p.statusResult(resp.code, err)
 		}
 		if ap.writing {
 			ap.endErr = err // ProbeAsync delivers it once written

@@ -51,7 +51,7 @@ func BenchmarkHTTPProber(b *testing.B) {
 					wg.Go(func() { _ = srv.Serve(l) })
 					s := &HTTPSpec{URL: "http://" + l.Addr().String() + "/healthz"}
 					if kind == "lean" {
-						p := f.newHTTPProber(s)
+						p, _ := f.newHTTPProber(s)
 						defer closeProber(p)
 						probers[i] = p
 					} else {

@@ -46,12 +46,13 @@ import (
 // readRequest), and strings shared with the spec where they are equal.
 type leanProber struct {
 	factory  *Factory
-	addr     string // host:port to dial, as net/http's canonicalAddr
-	req      []byte // the request, as net/http writes it
-	head     bool   // a HEAD request (else GET): responses have no body
-	urlText  string // the URL in errors, as net/http's client shows it
-	op       string // "Get" or "Head", as net/http's client shows it
-	expected []int  // statuses that pass; empty means any 2xx
+	addr     string      // host:port to dial, as net/http's canonicalAddr
+	req      []byte      // the request, as net/http writes it
+	head     bool        // a HEAD request (else GET): responses have no body
+	urlText  string      // the URL in errors, as net/http's client shows it
+	op       string      // "Get" or "Head", as net/http's client shows it
+	expected []int       // statuses that pass, with expect's ranges; both empty means any 2xx
+	expect   *httpExpect // nil: the status alone decides
 
 	mu     sync.Mutex // protects idle and closed
 	idle   *leanConn  // the kept connection, nil when none is idle
@@ -92,7 +93,8 @@ var leanHeaderExcluded = map[string]bool{
 // newLeanProber returns a leanProber for the request net/http would send
 // for p, or nil when the lean path cannot send exactly that request (not
 // plain http, a method other than GET or HEAD, a host name beyond ASCII, a
-// framing header). The prober keeps no reference to p.
+// framing header). The prober keeps no reference to p, but shares its
+// compiled expectations.
 func newLeanProber(f *Factory, p *httpProber) *leanProber {
 	u, err := url.Parse(p.url)
 	if err != nil || u.Scheme != "http" {
@@ -158,12 +160,8 @@ func newLeanProber(f *Factory, p *httpProber) *leanProber {
 		urlText:  urlText,
 		op:       op,
 		expected: p.expected,
+		expect:   p.expect,
 	}
-}
-
-// passes reports whether code is an expected status.
-func (p *leanProber) passes(code int) bool {
-	return statusPasses(p.expected, code)
 }
 
 // readRequest returns the request http.ReadResponse is given on the slow
@@ -260,7 +258,7 @@ func (p *leanProber) probeOn(ctx context.Context, c *leanConn, written, reused b
 				return p.urlError(err)
 			}
 		}
-		code, keep, received, err := p.roundTrip(ctx, c, written)
+		verdict, keep, received, err := p.roundTrip(ctx, c, written)
 		written = false
 		if err != nil {
 			c.close()
@@ -278,17 +276,47 @@ func (p *leanProber) probeOn(ctx context.Context, c *leanConn, written, reused b
 		} else {
 			c.close()
 		}
-		return p.statusResult(code)
+		return verdict
 	}
 }
 
 // statusResult is a probe's result for the final status code of its
-// answer.
-func (p *leanProber) statusResult(code int) error {
-	if p.passes(code) {
+// answer, when its expectations read neither head nor body (or the body
+// never came: then a status that passes leaves the timeout, err).
+func (p *leanProber) statusResult(code int, err error) error {
+	if !statusPasses(p.expected, p.expect, code) {
+		return &StatusError{Code: code}
+	}
+	if p.expect != nil && (p.expect.readsBody() || len(p.expect.headers) > 0) {
+		return err
+	}
+	return nil
+}
+
+// verdict is a probe's result for an answer: its final status code, its
+// header's values (nil when no expectation reads them), what was read of
+// its body (when an expectation reads it) and the error that cut the body
+// short before the expectations' limit, if any.
+func (p *leanProber) verdict(code int, values func(string) []string, body []byte, bodyErr error) error {
+	if !statusPasses(p.expected, p.expect, code) {
+		return &StatusError{Code: code}
+	}
+	if p.expect == nil {
 		return nil
 	}
-	return &StatusError{Code: code}
+	if bodyErr != nil {
+		return bodyErr
+	}
+	return p.expect.check(values, body)
+}
+
+// headerValues returns a lookup of head's header values when p's
+// expectations read them, else nil. It copies what it needs of head.
+func (p *leanProber) headerValues(head []byte) func(string) []string {
+	if p.expect == nil || len(p.expect.headers) == 0 {
+		return nil
+	}
+	return headValues(bytes.Clone(head))
 }
 
 // take returns the kept connection, or nil when there is none (or it has
@@ -337,13 +365,13 @@ func (p *leanProber) dial(ctx context.Context) (*leanConn, error) {
 }
 
 // roundTrip writes the request on c, unless written, and reads the
-// response: its status code, whether c may serve another request, and
-// whether any byte of a response arrived. The error, when not nil, is the
-// one to return.
-func (p *leanProber) roundTrip(ctx context.Context, c *leanConn, written bool) (code int, keep, received bool, err error) {
+// response: the probe's verdict on it, whether c may serve another
+// request, and whether any byte of a response arrived. The error, when not
+// nil, is the one to return.
+func (p *leanProber) roundTrip(ctx context.Context, c *leanConn, written bool) (verdict error, keep, received bool, err error) {
 	deadline, _ := ctx.Deadline() // the zero time means none
 	if err := c.conn.SetDeadline(deadline); err != nil {
-		return 0, false, false, p.urlError(err)
+		return nil, false, false, p.urlError(err)
 	}
 	stop := context.AfterFunc(ctx, c.expire)
 	defer func() {
@@ -356,7 +384,7 @@ func (p *leanProber) roundTrip(ctx context.Context, c *leanConn, written bool) (
 
 	if !written {
 		if _, err := c.conn.Write(p.req); err != nil {
-			return 0, false, false, p.ioError(ctx, err)
+			return nil, false, false, p.ioError(ctx, err)
 		}
 		c.readLimit = maxResponseHeaderBytes
 	}
@@ -365,34 +393,41 @@ func (p *leanProber) roundTrip(ctx context.Context, c *leanConn, written bool) (
 		if err != nil {
 			if n == 0 && c.readLimit > 0 {
 				if errors.Is(err, io.EOF) {
-					return 0, false, false, p.urlError(io.EOF)
+					return nil, false, false, p.urlError(io.EOF)
 				}
-				return 0, false, false, p.ioError(ctx, err)
+				return nil, false, false, p.ioError(ctx, err)
 			}
-			return 0, false, true, p.brokenHead(ctx, c, err)
+			return nil, false, true, p.brokenHead(ctx, c, err)
 		}
 		resp, ok := parseHead(head)
 		if !complete || !ok {
-			code, keep, err := p.slowResponse(ctx, c)
-			return code, keep, true, err
+			verdict, keep, err := p.slowResponse(ctx, c)
+			return verdict, keep, true, err
 		}
-		_, _ = c.br.Discard(len(head))
 		if resp.code >= 100 && resp.code <= 199 && resp.code != http.StatusSwitchingProtocols {
+			_, _ = c.br.Discard(len(head))
 			continue // informational: the final response follows
 		}
+		values := p.headerValues(head)
+		_, _ = c.br.Discard(len(head))
 		c.readLimit = 1<<63 - 1
-		return resp.code, p.readBody(c, resp), true, nil
+		sink := newBodySink(p.expect)
+		keep, bodyErr := p.readBody(c, resp, sink)
+		if bodyErr != nil {
+			bodyErr = p.ioError(ctx, bodyErr)
+		}
+		return p.verdict(resp.code, values, sink.bytes(), bodyErr), keep, true, nil
 	}
 }
 
 // slowResponse reads the response with http.ReadResponse from c's
 // buffered bytes onwards, for a head the lean parser leaves to net/http.
-func (p *leanProber) slowResponse(ctx context.Context, c *leanConn) (code int, keep bool, err error) {
+func (p *leanProber) slowResponse(ctx context.Context, c *leanConn) (verdict error, keep bool, err error) {
 	var resp *http.Response
 	for {
 		resp, err = http.ReadResponse(c.br, p.readRequest())
 		if err != nil {
-			return 0, false, p.readError(ctx, c, err)
+			return nil, false, p.readError(ctx, c, err)
 		}
 		if resp.StatusCode < 100 || resp.StatusCode > 199 || resp.StatusCode == http.StatusSwitchingProtocols {
 			break
@@ -405,9 +440,15 @@ func (p *leanProber) slowResponse(ctx context.Context, c *leanConn) (code int, k
 		body = io.NopCloser(c.br)
 	}
 	// Under the cap without an error, the copy ended at the body's end.
-	n, err := io.Copy(io.Discard, io.LimitReader(body, maxBodyBytes+1))
-	keep = err == nil && n <= maxBodyBytes && !resp.Close && resp.StatusCode >= 200
-	return resp.StatusCode, keep, nil
+	bodyCap := readCap(p.expect)
+	sink := newBodySink(p.expect)
+	n, err := io.Copy(sinkWriter(sink), io.LimitReader(body, bodyCap+1))
+	keep = err == nil && n <= bodyCap && !resp.Close && resp.StatusCode >= 200
+	var bodyErr error
+	if err != nil && sink != nil && len(sink.buf) < sink.limit {
+		bodyErr = p.ioError(ctx, err)
+	}
+	return p.verdict(resp.StatusCode, resp.Header.Values, sink.bytes(), bodyErr), keep, nil
 }
 
 // brokenHead returns the error for a response head cut short by err
@@ -474,35 +515,53 @@ func (p *leanProber) urlError(err error) error {
 	return &url.Error{Op: p.op, URL: p.urlText, Err: err}
 }
 
-// readBody reads the body as framed by resp, up to maxBodyBytes+1 bytes,
-// and reports whether the connection may serve another request: the body
-// ended within the cap and the response allows keep-alive.
-func (p *leanProber) readBody(c *leanConn, resp leanResponse) bool {
+// readBody reads the body as framed by resp, up to the cap (maxBodyBytes,
+// or the expectations' limit when larger) and one byte, into sink (nil:
+// discarded), and reports whether the connection may serve another
+// request: the body ended within the cap and the response allows
+// keep-alive. err is the error that ended reading before sink's limit, when
+// sink is not nil; reading errors otherwise only cost the connection.
+func (p *leanProber) readBody(c *leanConn, resp leanResponse, sink *bodySink) (keep bool, err error) {
 	noBody := p.head || resp.code == http.StatusNoContent || resp.code == http.StatusNotModified
+	bodyCap := readCap(p.expect)
+	w := sinkWriter(sink)
+	cut := func(err error) error { // the error that matters to sink
+		if err == nil || sink == nil || len(sink.buf) >= sink.limit {
+			return nil
+		}
+		return err
+	}
 	switch {
 	case resp.code == http.StatusSwitchingProtocols:
 		// net/http hands the connection over as the body.
-		_, _ = io.Copy(io.Discard, io.LimitReader(c.br, maxBodyBytes+1))
-		return false
+		_, err := io.Copy(w, io.LimitReader(c.br, bodyCap+1))
+		return false, cut(err)
 	case noBody:
-		return resp.keepAlive
+		return resp.keepAlive, nil
 	case resp.chunked:
 		body := httputil.NewChunkedReader(c.br)
-		n, err := io.Copy(io.Discard, io.LimitReader(body, maxBodyBytes+1))
-		if err != nil || n > maxBodyBytes { // else the copy ended at the last chunk
-			return false
+		n, err := io.Copy(w, io.LimitReader(body, bodyCap+1))
+		if err != nil || n > bodyCap { // else the copy ended at the last chunk
+			return false, cut(err)
 		}
-		return readTrailer(c.br) && resp.keepAlive
+		return readTrailer(c.br) && resp.keepAlive, nil
 	case resp.length >= 0:
-		if resp.length > maxBodyBytes+1 {
-			return false // cut off at the cap: the connection goes
+		if sink == nil {
+			if resp.length > bodyCap+1 {
+				return false, nil // cut off at the cap: the connection goes
+			}
+			n, err := c.br.Discard(int(resp.length))
+			return err == nil && int64(n) == resp.length && resp.keepAlive, nil
 		}
-		n, err := c.br.Discard(int(resp.length))
-		return err == nil && int64(n) == resp.length && resp.keepAlive
+		n, err := io.Copy(w, io.LimitReader(c.br, min(resp.length, bodyCap+1)))
+		if err == nil && n < min(resp.length, bodyCap+1) {
+			err = io.ErrUnexpectedEOF
+		}
+		return err == nil && n == resp.length && resp.keepAlive, cut(err)
 	default:
 		// Delimited by the end of the connection.
-		_, _ = io.Copy(io.Discard, io.LimitReader(c.br, maxBodyBytes+1))
-		return false
+		_, err := io.Copy(w, io.LimitReader(c.br, bodyCap+1))
+		return false, cut(err)
 	}
 }
 

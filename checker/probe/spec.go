@@ -1,12 +1,14 @@
 // Package probe runs one health probe against one target: an HTTP(S)
-// request, a TCP connect, or a grpc.health.v1 Check.
+// request with expectations on its answer, a TCP connect with optional TLS
+// and send/expect steps, a grpc.health.v1 Check, or a DNS query.
 //
 // A Spec says what to probe, Spec.Validate says what is wrong with it, and a
 // Factory turns a valid Spec into a Prober. Probers know nothing of
 // schedules, thresholds or state: they answer one question, once, within the
 // deadline of the context they are given. Describe turns whatever a Prober
 // returned into the short text a person reads ("connection refused",
-// "status 503", "NOT_SERVING", "timeout").
+// "status 503", "NOT_SERVING", "timeout", `body: "ready" not found in first
+// 64 KiB`, "dns: NXDOMAIN for api.internal.").
 //
 // Whoever registers targets decides where probes connect, so a Factory
 // holds an EgressPolicy: every connection its Probers open is checked on
@@ -49,8 +51,8 @@ const (
 	MaxServiceLen = 1024
 )
 
-// Spec describes how to probe one target: exactly one of HTTP, TCP and GRPC
-// must be non-nil. The zero Spec sets none of them and is invalid.
+// Spec describes how to probe one target: exactly one of HTTP, TCP, GRPC
+// and DNS must be non-nil. The zero Spec sets none of them and is invalid.
 //
 // A Spec is a plain value; it is safe to copy and to read from several
 // goroutines, but the pointed-to specs must not be modified while a Factory
@@ -59,16 +61,21 @@ type Spec struct {
 	HTTP *HTTPSpec
 	TCP  *TCPSpec
 	GRPC *GRPCSpec
+	DNS  *DNSSpec
 }
 
 // HTTPSpec describes an HTTP or HTTPS probe. The probe passes when the
-// response status is one of ExpectedStatus, or any 2xx when ExpectedStatus is
-// empty. Redirects are never followed.
+// response status is one of ExpectedStatus or in one of
+// ExpectedStatusRanges (any 2xx when both are empty), and the answer meets
+// every expectation set: HeaderMatches, BodyContains, BodyNotContains and
+// BodyRegex, checked in that order. Redirects are followed only with
+// FollowRedirects.
 type HTTPSpec struct {
 	// URL is the absolute http:// or https:// URL to request; its host is a
 	// host name or an IP address. Required; at most MaxURLLen bytes.
 	URL string
-	// Method is the request method: "GET" or "HEAD". Empty means "GET".
+	// Method is the request method: "GET", "HEAD" or "POST". Empty means
+	// "GET".
 	Method string
 	// ExpectedStatus lists the status codes that pass, each in 100..599,
 	// at most MaxExpectedStatus of them. Empty (or nil) means any 2xx
@@ -81,14 +88,45 @@ type HTTPSpec struct {
 	// replaces the default "pulse-probe/1". At most MaxHeaders, each at
 	// most MaxHeaderLen bytes (name and value). Nil means none.
 	Headers map[string]string
+	// ExpectedStatusRanges lists ranges of status codes that pass,
+	// "LOW-HIGH" such as "200-399", at most MaxStatusRanges.
+	ExpectedStatusRanges []string
+	// BodyContains must occur in the first BodyLimit bytes of the body,
+	// BodyNotContains must not, and BodyRegex (RE2, compiled once) must
+	// match them. Empty means no check; each at most MaxPatternLen bytes.
+	// A HEAD probe, whose answer has no body, sets none.
+	BodyContains    string
+	BodyNotContains string
+	BodyRegex       string
+	// BodyLimit is how many bytes of the body the body checks read, at
+	// most MaxBodyLimit. Zero means DefaultBodyLimit (64 KiB).
+	BodyLimit int
+	// HeaderMatches are response headers the answer must have, at most
+	// MaxHeaderMatches.
+	HeaderMatches []HeaderMatch
+	// Body is sent as the request body; only with Method "POST", at most
+	// MaxRequestBodyLen bytes.
+	Body string
+	// FollowRedirects follows up to MaxRedirects redirects and judges the
+	// last answer; every address reached is checked by the egress policy.
+	// False (the default) judges the redirect itself.
+	FollowRedirects bool
+	// TLS configures https:// probes; nil means the system roots and the
+	// URL's host. Only for https:// URLs.
+	TLS *TLSSpec
 }
 
 // TCPSpec describes a TCP probe: it passes when a connection to Address can
-// be opened. The connection is closed at once.
+// be opened (and, with TLS, a TLS handshake made) and every one of Steps
+// succeeds in order. Without steps the connection is closed at once.
 type TCPSpec struct {
 	// Address is host:port: a host name or IP address (an IPv6 one in
 	// brackets) and a port in 1..65535; at most MaxAddressLen bytes.
 	Address string
+	// Steps are sent and awaited in order, at most MaxTCPSteps.
+	Steps []TCPStep
+	// TLS, when not nil, speaks TLS on the connection.
+	TLS *TLSSpec
 }
 
 // GRPCSpec describes a grpc.health.v1 Health/Check probe: it passes when the
@@ -102,11 +140,25 @@ type GRPCSpec struct {
 	// MaxServiceLen bytes. Empty asks about the server as a whole.
 	Service string
 	// TLS, when true, connects with TLS and verifies the server against the
-	// system roots. False (the default) connects in plaintext.
+	// system roots. False (the default) connects in plaintext, unless
+	// TLSOptions is set.
 	TLS bool
+	// TLSOptions, when not nil, connects with TLS configured by it.
+	TLSOptions *TLSSpec
+	// Authority is the :authority the calls carry (and, with TLS, the
+	// name verified when TLSOptions.ServerName is empty). Empty means
+	// Address. At most MaxAddressLen bytes.
+	Authority string
+	// Metadata are sent with every call, at most MaxHeaders, each at most
+	// MaxHeaderLen bytes; keys are lower-case gRPC header names.
+	Metadata map[string]string
+	// ExpectedStatuses are the serving statuses that pass: "SERVING",
+	// "NOT_SERVING", "SERVICE_UNKNOWN" or "UNKNOWN". Empty means
+	// "SERVING".
+	ExpectedStatuses []string
 }
 
-// Kind reports which probe s describes: "http", "tcp" or "grpc". It returns
+// Kind reports which probe s describes: "http", "tcp", "grpc" or "dns". It returns
 // "" when none or more than one is set, that is, whenever Validate would
 // report a "probe" error.
 func (s Spec) Kind() string {
@@ -120,7 +172,8 @@ func (s Spec) Kind() string {
 // HostPort returns the host and port the probe connects to: the TCP or
 // gRPC address, or the host of the HTTP URL with its port or the scheme's
 // (80, 443). ok is false when the spec names no host and port, as an
-// invalid one may not.
+// invalid one may not, and for a DNS probe, whose server is not the
+// service probed.
 func (s Spec) HostPort() (host string, port uint16, ok bool) {
 	var hostPort string
 	switch {
@@ -164,6 +217,9 @@ func (s Spec) kinds() []string {
 	if s.GRPC != nil {
 		kinds = append(kinds, "grpc")
 	}
+	if s.DNS != nil {
+		kinds = append(kinds, "dns")
+	}
 	return kinds
 }
 
@@ -174,32 +230,28 @@ func (s Spec) kinds() []string {
 func (s Spec) Validate() error {
 	switch kinds := s.kinds(); len(kinds) {
 	case 0:
-		return &FieldError{Field: "probe", Reason: "set exactly one of http, tcp or grpc; none is set"}
+		return &FieldError{Field: "probe", Reason: "set exactly one of http, tcp, grpc or dns; none is set"}
 	case 1:
 	default:
-		return &FieldError{Field: "probe", Reason: "set exactly one of http, tcp or grpc; got " + strings.Join(kinds, " and ")}
+		return &FieldError{Field: "probe", Reason: "set exactly one of http, tcp, grpc or dns; got " + strings.Join(kinds, " and ")}
 	}
 	switch {
 	case s.HTTP != nil:
 		return s.HTTP.validate()
 	case s.TCP != nil:
-		return validateHostPort("tcp.address", s.TCP.Address)
+		return s.TCP.validate()
+	case s.DNS != nil:
+		return s.DNS.validate()
 	default:
-		if err := validateHostPort("grpc.address", s.GRPC.Address); err != nil {
-			return err
-		}
-		if n := len(s.GRPC.Service); n > MaxServiceLen {
-			return &FieldError{Field: "grpc.service", Reason: fmt.Sprintf("must be at most %d bytes, got %d", MaxServiceLen, n)}
-		}
-		return nil
+		return s.GRPC.validate()
 	}
 }
 
 // FieldError says which field of a Spec is wrong and how to fix it. Field is
 // a dotted, lower-case path such as "http.url", "http.method",
-// "http.expected_status", "http.headers", "tcp.address", "grpc.address",
-// "grpc.service", or "probe" when none or several kinds are set. Reason is
-// a sentence for the person who wrote the Spec.
+// "http.body_regex", "http.tls.ca_file", "tcp.address", "tcp.steps[1]",
+// "grpc.address", "dns.server", or "probe" when none or several kinds are
+// set. Reason is a sentence for the person who wrote the Spec.
 type FieldError struct {
 	Field  string
 	Reason string
@@ -224,9 +276,9 @@ func (h *HTTPSpec) validate() error {
 		return &FieldError{Field: "http.headers", Reason: fmt.Sprintf("must be at most %d headers, got %d", MaxHeaders, len(h.Headers))}
 	}
 	switch h.Method {
-	case "", http.MethodGet, http.MethodHead:
+	case "", http.MethodGet, http.MethodHead, http.MethodPost:
 	default:
-		return &FieldError{Field: "http.method", Reason: fmt.Sprintf(`must be "GET" or "HEAD" (empty means GET), got %q`, h.Method)}
+		return &FieldError{Field: "http.method", Reason: fmt.Sprintf(`must be "GET", "HEAD" or "POST" (empty means GET), got %.40q`, h.Method)}
 	}
 	for i, code := range h.ExpectedStatus {
 		if code < 100 || code > 599 {
@@ -249,6 +301,15 @@ func (h *HTTPSpec) validate() error {
 		if http.CanonicalHeaderKey(name) == "Host" && !validHostHeader(value) {
 			return &FieldError{Field: "http.headers", Reason: fmt.Sprintf(`value of header %q must be a host and optional port, e.g. "svc.internal" or "svc.internal:8080", got %q`, name, value)}
 		}
+	}
+	if err := h.validateExpect(); err != nil {
+		return err
+	}
+	if h.TLS != nil {
+		if u, _ := url.Parse(h.URL); u.Scheme != "https" {
+			return &FieldError{Field: "http.tls", Reason: "applies to https:// URLs only, got " + u.Scheme + "://"}
+		}
+		return h.TLS.validate("http.tls")
 	}
 	return nil
 }

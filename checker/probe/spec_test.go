@@ -38,7 +38,7 @@ func TestValidate(t *testing.T) {
 		{name: "url port only", spec: httpSpec(HTTPSpec{URL: "http://:8080/"}), wantField: "http.url", wantIn: "must include a host"},
 		{name: "url port 0", spec: httpSpec(HTTPSpec{URL: "http://x:0/"}), wantField: "http.url", wantIn: "between 1 and 65535"},
 		{name: "url port too big", spec: httpSpec(HTTPSpec{URL: "http://x:65536/"}), wantField: "http.url", wantIn: "between 1 and 65535"},
-		{name: "method post", spec: httpSpec(HTTPSpec{URL: "http://x", Method: "POST"}), wantField: "http.method", wantIn: `must be "GET" or "HEAD" (empty means GET), got "POST"`},
+		{name: "method put", spec: httpSpec(HTTPSpec{URL: "http://x", Method: "PUT"}), wantField: "http.method", wantIn: `must be "GET", "HEAD" or "POST" (empty means GET), got "PUT"`},
 		{name: "method lower case", spec: httpSpec(HTTPSpec{URL: "http://x", Method: "get"}), wantField: "http.method", wantIn: `got "get"`},
 		{name: "status too low", spec: httpSpec(HTTPSpec{URL: "http://x", ExpectedStatus: []int{200, 99}}), wantField: "http.expected_status", wantIn: "between 100 and 599, got 99 at index 1"},
 		{name: "status too high", spec: httpSpec(HTTPSpec{URL: "http://x", ExpectedStatus: []int{600}}), wantField: "http.expected_status", wantIn: "got 600"},

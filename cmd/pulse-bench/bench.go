@@ -94,6 +94,11 @@ type Options struct {
 	EtcdBin  string
 	// RegisterWorkers AddTarget calls run at once.
 	RegisterWorkers int
+	// BodyBytes, when positive, makes a healthy target answer a body of
+	// this many bytes that ends in "ready"; BodyContains, when set, is
+	// the http.body_contains of pulsed's targets.
+	BodyBytes    int
+	BodyContains string
 	// WorkDir holds the generated HAProxy files, and etcd's and the
 	// baseline pulsed's data with -replicas.
 	WorkDir string
@@ -121,7 +126,7 @@ func (o Options) logf(format string, args ...any) {
 // late when it comes more than 1.5 intervals after the previous one.
 func startFarm(o Options, p ScalePoint) (*Farm, error) {
 	o.logf("%s targets at %s: starting the farm", fmtCount(p.Targets), p.Interval)
-	farm, err := NewFarm(FarmConfig{N: p.Targets})
+	farm, err := NewFarm(FarmConfig{N: p.Targets, OKBody: okBody(o.BodyBytes)})
 	if err != nil {
 		return nil, err
 	}
@@ -360,7 +365,7 @@ func runPulse(ctx context.Context, o Options, farm *Farm, p ScalePoint, flipped 
 	defer unwatch()
 
 	start := time.Now()
-	if err := proc.register(ctx, farm, o.RegisterWorkers); err != nil {
+	if err := proc.register(ctx, farm, o.RegisterWorkers, o.BodyContains); err != nil {
 		return nil, err
 	}
 	o.logf("  Pulse: registered %d targets in %s", p.Targets, time.Since(start).Round(time.Millisecond))

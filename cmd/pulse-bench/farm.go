@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,6 +85,7 @@ type Farm struct {
 	late   atomic.Uint64 // probes that came later than lateNs after the previous one
 	gaps   [gapBuckets]atomic.Uint64
 	lateNs atomic.Int64 // 0 counts no gaps
+	okBody string       // a healthy target's answer
 
 	srv       *http.Server
 	listener  net.Listener
@@ -101,6 +103,8 @@ type FarmConfig struct {
 	FirstAddr netip.Addr
 	// Port is the port every target listens on; 0 picks a free one.
 	Port int
+	// OKBody is what a healthy target answers; "" means "ok\n".
+	OKBody string
 }
 
 type ctxKey struct{}
@@ -182,6 +186,10 @@ func NewFarm(cfg FarmConfig) (*Farm, error) {
 		targets: make([]farmTarget, cfg.N),
 		epoch:   time.Now(),
 		done:    make(chan struct{}),
+		okBody:  cfg.OKBody,
+	}
+	if f.okBody == "" {
+		f.okBody = "ok\n"
 	}
 	if last := farmAddr(f.base, cfg.N-1); !loopback.Contains(last) {
 		return nil, fmt.Errorf("%d targets from %v run past 127.255.255.255", cfg.N, first)
@@ -243,7 +251,7 @@ func (f *Farm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-f.done:
 		}
 	default:
-		_, _ = io.WriteString(w, "ok\n")
+		_, _ = io.WriteString(w, f.okBody)
 	}
 }
 
@@ -399,3 +407,16 @@ func (s *stamps) clear(i int) { s.ns[i].Store(0) }
 
 // len returns the number of targets.
 func (s *stamps) len() int { return len(s.ns) }
+
+// okBody returns a body of n bytes that ends in "ready", or "" (the
+// farm's default) when n is not positive.
+func okBody(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	const end = "ready"
+	if n <= len(end) {
+		return end[len(end)-n:]
+	}
+	return strings.Repeat("x", n-len(end)) + end
+}

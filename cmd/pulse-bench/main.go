@@ -108,6 +108,8 @@ func parseFlags(args []string, stderr io.Writer) (cliFlags, error) {
 	fs.StringVar(&f.opts.EtcdBin, "etcd", "", "etcd `binary` for -replicas; empty builds go.etcd.io/etcd/server/v3 (pinned in go.mod) from the module root")
 	fs.IntVar(&f.opts.RegisterWorkers, "register-workers", 32, "AddTarget calls in flight at once")
 	fs.StringVar(&f.opts.PerfDir, "perf-dir", "", "record a profile (perf record -g) of each checker's steady window into this `directory`; needs perf, whose own CPU shows as other processes'")
+	fs.IntVar(&f.opts.BodyBytes, "body-bytes", 0, "healthy targets answer a body of this many `bytes` ending in \"ready\"; 0: \"ok\\n\"")
+	fs.StringVar(&f.opts.BodyContains, "body-contains", "", "pulsed's probes expect the body to contain this `text` (http.body_contains)")
 	fs.StringVar(&f.out, "out", "", "also write the Markdown report to this `file`")
 	fs.StringVar(&f.jsonOut, "json", "", "write the raw results as JSON to this `file`")
 	showVersion := version.Flag(fs)

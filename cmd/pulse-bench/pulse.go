@@ -97,7 +97,7 @@ func (p *pulsedProc) Close() {
 }
 
 // register adds every farm target to pulsed, workers at a time.
-func (p *pulsedProc) register(ctx context.Context, farm *Farm, workers int) error {
+func (p *pulsedProc) register(ctx context.Context, farm *Farm, workers int, bodyContains string) error {
 	next := atomic.Int64{}
 	var firstErr error
 	var once sync.Once
@@ -113,7 +113,7 @@ func (p *pulsedProc) register(ctx context.Context, farm *Farm, workers int) erro
 				_, err := p.api.AddTarget(cctx, &pb.AddTargetRequest{Target: &pb.Target{
 					Name:  targetName(i),
 					Group: "bench",
-					Probe: &pb.Target_Http{Http: &pb.HttpProbe{Url: farm.URL(i)}},
+					Probe: &pb.Target_Http{Http: &pb.HttpProbe{Url: farm.URL(i), BodyContains: bodyContains}},
 				}})
 				cancel()
 				if err != nil {

@@ -18,7 +18,7 @@ import (
 func addCommand() *command {
 	return &command{
 		name:    "add",
-		args:    "--name NAME (--http URL | --tcp HOST:PORT | --grpc HOST:PORT) [flags]",
+		args:    "--name NAME (--http URL | --tcp HOST:PORT | --grpc HOST:PORT | --dns NAME) [flags]",
 		summary: "register a target, or replace the spec of an existing one",
 		about: `
 add registers a target with pulsed. Adding a name that exists replaces its
@@ -29,7 +29,12 @@ rise 2, fall 3, initial state unhealthy, model rise_fall, any 2xx passes.`,
 pulsectl add --name web-1 --group edge --http http://127.0.0.1:8080/healthz
 pulsectl add --name db --tcp 10.0.0.5:5432 --interval 5s --fall 2
 pulsectl add --name api --grpc 10.0.0.7:50051 --grpc-service api.v1.Orders --grpc-tls
-pulsectl add --name web-2 --http http://10.0.0.6/healthz --expect-status 200,204 --header Host=web.internal`,
+pulsectl add --name web-2 --http http://10.0.0.6/healthz --expect-status 200,204 --header Host=web.internal
+pulsectl add --name web-3 --http https://10.0.0.6/ready --expect-status 200-399 --body-contains ready \
+    --probe-tls-ca-file ca.pem --probe-tls-cert-file client.pem --probe-tls-key-file client.key \
+    --probe-tls-server-name web.internal
+pulsectl add --name cache --tcp 10.0.0.8:6379 --send 'PING\r\n' --expect '+PONG\r\n'
+pulsectl add --name api-dns --dns api.internal --dns-server 10.0.0.2:53 --dns-answer-contains 10.0.0.7`,
 		run: runAdd,
 	}
 }
@@ -47,6 +52,7 @@ type addFlags struct {
 	initialState, model        string
 	expectStatus               intList
 	headers                    headerMap
+	probe                      *probeFlags
 	client                     *clientFlags
 	output                     *outputFlag
 }
@@ -57,8 +63,8 @@ func (c *command) addFlagSet(e *env) *addFlags {
 	fs.StringVar(&a.name, "name", "", "target `name`: 1-128 of [A-Za-z0-9._:-], starting with a letter or digit (required)")
 	fs.StringVar(&a.group, "group", "", "`group` of the target")
 	fs.StringVar(&a.httpURL, "http", "", "probe with an HTTP request to `URL` (http:// or https://)")
-	fs.StringVar(&a.method, "method", "", "HTTP `method`: GET or HEAD (pulsed's default: GET)")
-	fs.Var(&a.expectStatus, "expect-status", "HTTP status `codes` that pass, comma-separated or repeated (pulsed's default: any 2xx)")
+	fs.StringVar(&a.method, "method", "", "HTTP `method`: GET, HEAD or POST (pulsed's default: GET)")
+	fs.Var(&a.expectStatus, "expect-status", "HTTP status `codes` or ranges (200-399) that pass, comma-separated or repeated (pulsed's default: any 2xx)")
 	fs.Var(&a.headers, "header", "HTTP header `K=V` to send, repeatable; Host=... sets the virtual host")
 	fs.StringVar(&a.tcp, "tcp", "", "probe by opening a TCP connection to `host:port`")
 	fs.StringVar(&a.grpc, "grpc", "", "probe with grpc.health.v1 Check at `host:port`")
@@ -72,6 +78,7 @@ func (c *command) addFlagSet(e *env) *addFlags {
 	fs.StringVar(&a.model, "model", "", "state `model`: rise_fall or three_state")
 	fs.Var(&a.maxLat, "max-latency", "fail probes that pass slower than this `duration` (or seconds)")
 	a.policy.register(fs)
+	a.probe = addProbeFlags(fs)
 	a.client = addClientFlags(fs)
 	a.output = addOutputFlag(fs, "the response", "yaml")
 	return a
@@ -141,17 +148,20 @@ func (a *addFlags) target() (*pb.Target, error) {
 	t := &pb.Target{Name: a.name, Group: a.group}
 
 	var kinds []string
-	for _, k := range []string{"http", "tcp", "grpc"} {
+	for _, k := range []string{"http", "tcp", "grpc", "dns"} {
 		if set[k] {
 			kinds = append(kinds, "--"+k)
 		}
 	}
 	switch len(kinds) {
 	case 0:
-		return nil, fmt.Errorf("set one of --http URL, --tcp HOST:PORT or --grpc HOST:PORT")
+		return nil, fmt.Errorf("set one of --http URL, --tcp HOST:PORT, --grpc HOST:PORT or --dns NAME")
 	case 1:
 	default:
-		return nil, fmt.Errorf("set only one of --http, --tcp and --grpc; got %s", strings.Join(kinds, " and "))
+		return nil, fmt.Errorf("set only one of --http, --tcp, --grpc and --dns; got %s", strings.Join(kinds, " and "))
+	}
+	if err := a.probe.check(set); err != nil {
+		return nil, err
 	}
 	for _, f := range []string{"method", "expect-status", "header"} {
 		if set[f] && !set["http"] {
@@ -165,15 +175,20 @@ func (a *addFlags) target() (*pb.Target, error) {
 	}
 	switch {
 	case set["http"]:
-		h := &pb.HttpProbe{Url: a.httpURL, Method: a.method, ExpectedStatus: a.expectStatus}
+		h := &pb.HttpProbe{Url: a.httpURL, Method: a.method, ExpectedStatus: a.expectStatus.codes, ExpectedStatusRanges: a.expectStatus.ranges}
 		if len(a.headers) > 0 {
 			h.Headers = a.headers
 		}
+		a.probe.applyHTTP(h, set)
 		t.Probe = &pb.Target_Http{Http: h}
 	case set["tcp"]:
-		t.Probe = &pb.Target_Tcp{Tcp: &pb.TcpProbe{Address: a.tcp}}
+		t.Probe = &pb.Target_Tcp{Tcp: a.probe.tcp(a.tcp, set)}
+	case set["dns"]:
+		t.Probe = &pb.Target_Dns{Dns: a.probe.dnsProbe()}
 	default:
-		t.Probe = &pb.Target_Grpc{Grpc: &pb.GrpcProbe{Address: a.grpc, Service: a.grpcService, Tls: a.grpcTLS}}
+		g := &pb.GrpcProbe{Address: a.grpc, Service: a.grpcService, Tls: a.grpcTLS}
+		a.probe.applyGRPC(g, set)
+		t.Probe = &pb.Target_Grpc{Grpc: g}
 	}
 
 	if err := a.setCommon(t, func(f string) bool { return set[f] }); err != nil {
@@ -238,18 +253,34 @@ func normalize(v, prefix string) string {
 	return strings.TrimPrefix(v, prefix)
 }
 
-// intList is a repeatable flag of comma-separated status codes.
-type intList []int32
+// intList is a repeatable flag of comma-separated status codes and
+// ranges of them ("200-399").
+type intList struct {
+	codes  []int32
+	ranges []string
+}
 
-func (l *intList) String() string { return joinInts(*l) }
+func (l *intList) String() string {
+	return strings.Join(append([]string{joinInts(l.codes)}, l.ranges...), ",")
+}
 
 func (l *intList) Set(v string) error {
 	for part := range strings.SplitSeq(v, ",") {
-		n, err := strconv.ParseInt(strings.TrimSpace(part), 10, 32)
+		part = strings.TrimSpace(part)
+		if lo, hi, ok := strings.Cut(part, "-"); ok {
+			_, err1 := strconv.Atoi(lo)
+			_, err2 := strconv.Atoi(hi)
+			if err1 != nil || err2 != nil {
+				return fmt.Errorf("%q is not a range of status codes such as 200-399", part)
+			}
+			l.ranges = append(l.ranges, part)
+			continue
+		}
+		n, err := strconv.ParseInt(part, 10, 32)
 		if err != nil {
 			return fmt.Errorf("%q is not a status code", part)
 		}
-		*l = append(*l, int32(n))
+		l.codes = append(l.codes, int32(n))
 	}
 	return nil
 }

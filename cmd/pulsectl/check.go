@@ -36,8 +36,8 @@ rand * min(5s, 0.2s * 2^retry); a backoff that would cross the deadline ends
 the check instead. Anything else, such as an HTTP 4xx, is not retried.
 
 HTTP redirects are followed, up to 10, and the final answer is judged (a 302
-to a healthy page is healthy); past 10, the last redirect's status is the
-answer. --no-follow-redirects judges the first answer, as pulsed's probes do.
+to a healthy page is healthy); an 11th fails the attempt. --no-follow-redirects
+judges the first answer, as pulsed's probes do unless told to follow.
 
 Each target ends healthy (first attempt passed), degraded (passed after
 retries) or down (with the reason). The report keeps the file's order and
@@ -134,11 +134,12 @@ func runCheck(ctx context.Context, e *env, c *command, args []string) int {
 		return exitUsage
 	}
 
-	follow := probe.MaxFollowRedirects
-	if *noFollow {
-		follow = 0
+	for i := range targets {
+		if h := targets[i].Probe.HTTP; h != nil {
+			h.FollowRedirects = !*noFollow
+		}
 	}
-	factory := probe.NewFactoryWith(probe.FactoryOptions{FollowRedirects: follow})
+	factory := probe.NewFactory()
 	defer factory.Close()
 	opts := oneshot.Options{
 		Workers:    *workers,

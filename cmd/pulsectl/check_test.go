@@ -255,7 +255,7 @@ func TestCheckFollowsRedirects(t *testing.T) {
 	file := writeFile(t, "targets.yaml", "- name: moved\n  url: "+srv.URL+"/moved\n- name: loop\n  url: "+srv.URL+"/loop\n  critical: false\n")
 	r := pulsectl(t, "check", "--retries", "0", file)
 	if r.code != exitOK || !regexp.MustCompile(`(?m)^healthy\s+moved\s`).MatchString(r.stdout) ||
-		!regexp.MustCompile(`(?m)^down\s+loop \(non-critical\)\s.*status 302`).MatchString(r.stdout) {
+		!regexp.MustCompile(`(?m)^down\s+loop \(non-critical\)\s.*stopped after 10 redirects`).MatchString(r.stdout) {
 		t.Errorf("following redirects: %+v", r)
 	}
 	r = pulsectl(t, "check", "--retries", "0", "--no-follow-redirects", file)

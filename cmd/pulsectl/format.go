@@ -76,7 +76,8 @@ const redacted = "<redacted>"
 // probeSummary describes a target's probe in one phrase, e.g.
 // "http GET http://10.0.0.5:8080/healthz, headers Authorization=<redacted>",
 // "tcp 10.0.0.5:5432",
-// "grpc 10.0.0.5:50051 service pulse.v1.HealthChecker (tls)".
+// "grpc 10.0.0.5:50051 service pulse.v1.HealthChecker (tls)",
+// "dns A api.internal at 10.0.0.2:53".
 func probeSummary(t *pb.Target) string {
 	switch p := t.GetProbe().(type) {
 	case *pb.Target_Http:
@@ -85,8 +86,21 @@ func probeSummary(t *pb.Target) string {
 			method = "GET"
 		}
 		s := "http " + method + " " + p.Http.GetUrl()
-		if codes := p.Http.GetExpectedStatus(); len(codes) > 0 {
-			s += ", expect " + joinInts(codes)
+		if codes, ranges := p.Http.GetExpectedStatus(), p.Http.GetExpectedStatusRanges(); len(codes) > 0 || len(ranges) > 0 {
+			var all []string
+			if len(codes) > 0 {
+				all = append(all, joinInts(codes))
+			}
+			s += ", expect " + strings.Join(append(all, ranges...), ",")
+		}
+		if b := p.Http.GetBodyContains(); b != "" {
+			s += fmt.Sprintf(", body contains %q", b)
+		}
+		if b := p.Http.GetBodyRegex(); b != "" {
+			s += fmt.Sprintf(", body matches /%s/", b)
+		}
+		if p.Http.GetTls() != nil {
+			s += " (tls options)"
 		}
 		if hs := p.Http.GetHeaders(); len(hs) > 0 {
 			// Names only: values are often credentials. pulsed sends
@@ -99,13 +113,26 @@ func probeSummary(t *pb.Target) string {
 		}
 		return s
 	case *pb.Target_Tcp:
-		return "tcp " + p.Tcp.GetAddress()
+		s := "tcp " + p.Tcp.GetAddress()
+		if n := len(p.Tcp.GetSteps()); n > 0 {
+			s += fmt.Sprintf(", %d steps", n)
+		}
+		if p.Tcp.GetTls() != nil {
+			s += " (tls)"
+		}
+		return s
+	case *pb.Target_Dns:
+		typ := p.Dns.GetType()
+		if typ == "" {
+			typ = "A"
+		}
+		return "dns " + typ + " " + p.Dns.GetName() + " at " + p.Dns.GetServer()
 	case *pb.Target_Grpc:
 		s := "grpc " + p.Grpc.GetAddress()
 		if svc := p.Grpc.GetService(); svc != "" {
 			s += " service " + svc
 		}
-		if p.Grpc.GetTls() {
+		if p.Grpc.GetTls() || p.Grpc.GetTlsOptions() != nil {
 			s += " (tls)"
 		}
 		return s

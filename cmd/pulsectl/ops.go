@@ -42,28 +42,53 @@ pulsectl set web-1 --clear max_latency --clear group`,
 // setPaths maps add's flags to the field of Target they set, for set's
 // update mask. A flag that is not here cannot be used with set.
 var setPaths = map[string]string{
-	"group":           "group",
-	"http":            "http.url",
-	"method":          "http.method",
-	"expect-status":   "http.expected_status",
-	"header":          "http.headers",
-	"tcp":             "tcp.address",
-	"grpc":            "grpc.address",
-	"grpc-service":    "grpc.service",
-	"grpc-tls":        "grpc.tls",
-	"interval":        "interval",
-	"timeout":         "timeout",
-	"rise":            "rise",
-	"fall":            "fall",
-	"model":           "model",
-	"max-latency":     "max_latency",
-	"fast-interval":   "fast_interval",
-	"down-interval":   "down_interval",
-	"flap-window":     "flap_window",
-	"flap-threshold":  "flap_threshold",
-	"flap-stable-for": "flap_stable_for",
-	"passive":         "passive_outcomes",
-	"passive-rate":    "passive_rate",
+	"group":         "group",
+	"http":          "http.url",
+	"method":        "http.method",
+	"expect-status": "http.expected_status", // and http.expected_status_ranges, added by update
+	"header":        "http.headers",
+	"tcp":           "tcp.address",
+	"grpc":          "grpc.address",
+	"grpc-service":  "grpc.service",
+	"grpc-tls":      "grpc.tls",
+	// The probes' options: TLS options are set with add, since their
+	// field depends on the probe's kind.
+	"body-contains":       "http.body_contains",
+	"body-not-contains":   "http.body_not_contains",
+	"body-regex":          "http.body_regex",
+	"body-limit":          "http.body_limit",
+	"header-match":        "http.header_matches",
+	"body":                "http.body",
+	"follow-redirects":    "http.follow_redirects",
+	"send":                "tcp.steps",
+	"send-hex":            "tcp.steps",
+	"expect":              "tcp.steps",
+	"expect-hex":          "tcp.steps",
+	"expect-contains":     "tcp.steps",
+	"expect-regex":        "tcp.steps",
+	"read-limit":          "tcp.steps",
+	"grpc-authority":      "grpc.authority",
+	"grpc-metadata":       "grpc.metadata",
+	"grpc-expect-status":  "grpc.expected_statuses",
+	"dns":                 "dns.name",
+	"dns-server":          "dns.server",
+	"dns-type":            "dns.type",
+	"dns-rcode":           "dns.rcode",
+	"dns-answer-contains": "dns.answer_contains",
+	"dns-answer-regex":    "dns.answer_regex",
+	"interval":            "interval",
+	"timeout":             "timeout",
+	"rise":                "rise",
+	"fall":                "fall",
+	"model":               "model",
+	"max-latency":         "max_latency",
+	"fast-interval":       "fast_interval",
+	"down-interval":       "down_interval",
+	"flap-window":         "flap_window",
+	"flap-threshold":      "flap_threshold",
+	"flap-stable-for":     "flap_stable_for",
+	"passive":             "passive_outcomes",
+	"passive-rate":        "passive_rate",
 }
 
 // notTargetFlags are set's flags that are not about the target: the
@@ -75,7 +100,7 @@ var notTargetFlags = map[string]bool{
 
 func runSet(ctx context.Context, e *env, c *command, args []string) int {
 	a := c.addFlagSet(e)
-	var clear stringList
+	var clear fieldList
 	a.fs.Var(&clear, "clear", "put `FIELD` back to pulsed's default, by its API name (repeatable)")
 	pos, code, ok := c.parse(e, a.fs, args)
 	if !ok {
@@ -127,13 +152,15 @@ func (a *addFlags) update(name string, clear []string) (*pb.UpdateTargetRequest,
 		return nil, fmt.Errorf("--initial-state applies only to a new target (pulsectl add)")
 	}
 	var kinds []string
-	for _, k := range []string{"http", "tcp", "grpc"} {
-		if slices.Contains(set, k) {
-			kinds = append(kinds, "--"+k)
+	for _, f := range set {
+		if p := setPaths[f]; strings.Contains(p, ".") {
+			if k, _, _ := strings.Cut(p, "."); !slices.Contains(kinds, k) {
+				kinds = append(kinds, k)
+			}
 		}
 	}
 	if len(kinds) > 1 {
-		return nil, fmt.Errorf("set only one of --http, --tcp and --grpc; got %s", strings.Join(kinds, " and "))
+		return nil, fmt.Errorf("the flags given are of probes of different kinds (%s): a target has one probe", strings.Join(kinds, ", "))
 	}
 	// The probe's fields go into a probe of their kind.
 	t := &pb.Target{Name: name}
@@ -143,7 +170,12 @@ func (a *addFlags) update(name string, clear []string) (*pb.UpdateTargetRequest,
 		if !ok {
 			return nil, fmt.Errorf("--%s cannot be changed with set; use pulsectl add with the whole spec", f)
 		}
-		paths = append(paths, p)
+		if !slices.Contains(paths, p) {
+			paths = append(paths, p)
+		}
+		if f == "expect-status" { // codes and ranges are one flag
+			paths = append(paths, "http.expected_status_ranges")
+		}
 	}
 	for _, f := range clear {
 		if strings.Contains(f, "-") {
@@ -171,18 +203,31 @@ func (a *addFlags) update(name string, clear []string) (*pb.UpdateTargetRequest,
 // probe of their kind (http for --method, and so on).
 func (a *addFlags) fill(set []string) (*pb.Target, error) {
 	is := func(f string) bool { return slices.Contains(set, f) }
-	t := &pb.Target{Group: a.group}
-	h := &pb.HttpProbe{Url: a.httpURL, Method: a.method, ExpectedStatus: a.expectStatus}
-	if len(a.headers) > 0 {
-		h.Headers = a.headers
+	setMap := map[string]bool{}
+	kind := ""
+	for _, f := range set {
+		setMap[f] = true
+		if k, _, ok := strings.Cut(setPaths[f], "."); ok {
+			kind = k
+		}
 	}
-	switch {
-	case is("http") || is("method") || is("expect-status") || is("header"):
+	t := &pb.Target{Group: a.group}
+	switch kind {
+	case "http":
+		h := &pb.HttpProbe{Url: a.httpURL, Method: a.method, ExpectedStatus: a.expectStatus.codes, ExpectedStatusRanges: a.expectStatus.ranges}
+		if len(a.headers) > 0 {
+			h.Headers = a.headers
+		}
+		a.probe.applyHTTP(h, setMap)
 		t.Probe = &pb.Target_Http{Http: h}
-	case is("tcp"):
-		t.Probe = &pb.Target_Tcp{Tcp: &pb.TcpProbe{Address: a.tcp}}
-	case is("grpc") || is("grpc-service") || is("grpc-tls"):
-		t.Probe = &pb.Target_Grpc{Grpc: &pb.GrpcProbe{Address: a.grpc, Service: a.grpcService, Tls: a.grpcTLS}}
+	case "tcp":
+		t.Probe = &pb.Target_Tcp{Tcp: a.probe.tcp(a.tcp, setMap)}
+	case "grpc":
+		g := &pb.GrpcProbe{Address: a.grpc, Service: a.grpcService, Tls: a.grpcTLS}
+		a.probe.applyGRPC(g, setMap)
+		t.Probe = &pb.Target_Grpc{Grpc: g}
+	case "dns":
+		t.Probe = &pb.Target_Dns{Dns: a.probe.dnsProbe()}
 	}
 	if err := a.setCommon(t, is); err != nil {
 		return nil, err
@@ -257,11 +302,11 @@ func fieldText(m protoreflect.Message, fd protoreflect.FieldDescriptor) string {
 	return fmt.Sprint(v.Interface())
 }
 
-// stringList is a repeatable string flag.
-type stringList []string
+// fieldList is a repeatable flag of field names.
+type fieldList []string
 
-func (l *stringList) String() string     { return strings.Join(*l, ",") }
-func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+func (l *fieldList) String() string     { return strings.Join(*l, ",") }
+func (l *fieldList) Set(v string) error { *l = append(*l, v); return nil }
 
 func probeCommand() *command {
 	return &command{

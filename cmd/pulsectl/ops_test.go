@@ -72,6 +72,11 @@ func TestProbeAndSet(t *testing.T) {
 		spec.GetFlapThreshold() != 4 || !spec.GetPassiveOutcomes() || spec.GetGroup() != "" {
 		t.Errorf("after set with policy flags: %v", spec)
 	}
+	// A probe's options change alone, the rest of the probe kept.
+	mustRun(t, "set", "web-1", addr, "--body-contains", "ok", "--follow-redirects")
+	if h := stateOf(t, p.Addr, "web-1").GetSpec().GetHttp(); h.GetBodyContains() != "ok" || !h.GetFollowRedirects() || h.GetUrl() != web.URL+"/healthz" {
+		t.Errorf("after set --body-contains --follow-redirects: %v", h)
+	}
 	if out := mustRun(t, "set", "web-1", addr, "--timeout", "2s"); out != "web-1 unchanged\n" {
 		t.Errorf("set to the same value printed %q", out)
 	}
@@ -84,6 +89,8 @@ func TestProbeAndSet(t *testing.T) {
 		{[]string{"set", "web-1", addr, "--timeout", "1h"}, exitUsage, "target.fast_interval: must be at least the timeout (1h0m0s)"},
 		{[]string{"set", "nope", addr, "--interval", "5s"}, exitNotFound, `no target named "nope"`},
 		{[]string{"set", "web-1", addr}, exitUsage, "nothing to change"},
+		{[]string{"set", "web-1", addr, "--probe-tls-server-name", "x"}, exitUsage, "--probe-tls-server-name cannot be changed with set"},
+		{[]string{"set", "web-1", addr, "--body-contains", "x", "--dns-server", "y:53"}, exitUsage, "the flags given are of probes of different kinds"},
 		{[]string{"set", "web-1", addr, "--initial-state", "healthy"}, exitUsage, "--initial-state applies only to a new target"},
 		{[]string{"set", "web-1", addr, "--interval", "soon"}, exitUsage, `want a duration such as 20s or a number of seconds, got "soon"`},
 	} {

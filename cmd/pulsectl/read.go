@@ -139,6 +139,12 @@ func runState(ctx context.Context, e *env, c *command, args []string) int {
 	} else {
 		fmt.Fprintf(tw, "last probe:\tnone yet\n")
 	}
+	if w := st.GetCertExpiryWarning(); w != "" {
+		fmt.Fprintf(tw, "certificate:\t%s\n", w)
+	}
+	for _, w := range st.GetWarnings() {
+		fmt.Fprintf(tw, "warning:\t%s\n", w)
+	}
 	if t := st.GetLastTransitionTime(); t != nil {
 		fmt.Fprintf(tw, "since:\t%s (%s ago)\n", timeText(t.AsTime()), age(t, now))
 	} else {

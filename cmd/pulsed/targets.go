@@ -139,6 +139,13 @@ func targetFromProto(t *pb.Target, d checker.Defaults) (checker.Spec, error) {
 // is the record of its targets and must hold the values themselves (a spec
 // copied from ListTargets would otherwise send the placeholder).
 func refuseRedacted(s checker.Spec) error {
+	if g := s.Probe.GRPC; g != nil {
+		for _, k := range slices.Sorted(maps.Keys(g.Metadata)) {
+			if g.Metadata[k] == server.Redacted {
+				return &checker.FieldError{Field: fmt.Sprintf("grpc.metadata[%q]", k), Reason: fmt.Sprintf("is %q, the placeholder pulsed shows for a value: a targets file must hold the value itself", server.Redacted)}
+			}
+		}
+	}
 	if s.Probe.HTTP == nil {
 		return nil
 	}

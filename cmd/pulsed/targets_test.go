@@ -54,6 +54,48 @@ targets:
 	}
 }
 
+// Every probe option has its YAML field, as in AddTarget's JSON.
+func TestLoadTargetsProbeOptions(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "targets.yaml")
+	writeFile(t, path, `
+targets:
+  - name: web
+    http:
+      url: "https://127.0.0.1:8443/ready"
+      expected_status_ranges: ["200-399"]
+      body_contains: ready
+      header_matches: [{name: X-Status, regex: "^ok$"}]
+      follow_redirects: true
+      tls: {server_name: web.internal, min_version: "1.3", cert_expiry_warn: 2592000s, cert_expiry_fail: 604800s}
+  - name: cache
+    tcp:
+      address: "127.0.0.1:6379"
+      steps: [{send: "PING\r\n"}, {expect: "+PONG\r\n"}]
+  - name: api
+    grpc: {address: "127.0.0.1:50051", authority: api.internal, metadata: {x-api-key: k}, expected_statuses: [SERVING, NOT_SERVING]}
+  - name: resolver
+    dns: {name: api.internal, server: "127.0.0.1:53", type: SRV, answer_regex: "db-\\d"}
+`)
+	specs, err := loadTargets(path, checker.StandardDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	web, cache, api, resolver := specs[0].Probe, specs[1].Probe, specs[2].Probe, specs[3].Probe
+	if h := web.HTTP; h.BodyContains != "ready" || h.ExpectedStatusRanges[0] != "200-399" || h.HeaderMatches[0].Regex != "^ok$" ||
+		!h.FollowRedirects || h.TLS.ServerName != "web.internal" || h.TLS.CertExpiryWarn != 720*time.Hour || h.TLS.CertExpiryFail != 168*time.Hour {
+		t.Errorf("web: %+v %+v", h, h.TLS)
+	}
+	if s := cache.TCP.Steps; len(s) != 2 || s[0].Send != "PING\r\n" || s[1].Expect != "+PONG\r\n" {
+		t.Errorf("cache steps: %+v", s)
+	}
+	if g := api.GRPC; g.Authority != "api.internal" || g.Metadata["x-api-key"] != "k" || len(g.ExpectedStatuses) != 2 {
+		t.Errorf("api: %+v", g)
+	}
+	if d := resolver.DNS; d.Type != "SRV" || d.AnswerRegex != `db-\d` {
+		t.Errorf("resolver: %+v", d)
+	}
+}
+
 func TestLoadTargetsErrorsNameTheLine(t *testing.T) {
 	for _, tt := range []struct{ body, want string }{
 		{"targets:\n  - name: a\n    tcp: {address: \"127.0.0.1:1\"}\n  - name: b\n    rise: 0\n    tcp: {address: \"127.0.0.1:1\"}\n", `:4: target "b": rise: must be at least 1, got 0`},
@@ -65,6 +107,9 @@ func TestLoadTargetsErrorsNameTheLine(t *testing.T) {
 		{"targets:\n  - name: a\n    http: {url: \"ftp://x\"}\n", `:2: target "a": http.url:`},
 		{"targets:\n  - name: a\n    http: {url: \"http://127.0.0.1:1/\", headers: {Authorization: \"<redacted>\"}}\n", `:2: target "a": http.headers["Authorization"]: is "<redacted>", the placeholder pulsed shows for a value: a targets file must hold the value itself`},
 		{"tragets: []\n", `:1: unknown key "tragets"`},
+		{"targets:\n  - name: a\n    http: {url: \"http://127.0.0.1:1/\", body_regex: \"(x\"}\n", `:2: target "a": http.body_regex: is not a valid RE2 regular expression`},
+		{"targets:\n  - name: a\n    tcp: {address: \"127.0.0.1:1\", steps: [{}]}\n", `:2: target "a": tcp.steps[0]: set one of send`},
+		{"targets:\n  - name: a\n    grpc: {address: \"127.0.0.1:1\", metadata: {k: \"<redacted>\"}}\n", `:2: target "a": grpc.metadata["k"]: is "<redacted>"`},
 		{"targets: {name: a}\n", `:1: targets must be a list`},
 		{"targets:\n  - name: [\n", `yaml:`},
 		// Out-of-bound values: the field and the bound.

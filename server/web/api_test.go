@@ -259,7 +259,7 @@ func TestKeepRecentOff(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(e.obs)
 	want := `
-# HELP pulse_probes_total Probes that ran to completion, by probe kind (http, tcp, grpc) and result (pass, fail).
+# HELP pulse_probes_total Probes that ran to completion, by probe kind (http, tcp, grpc, dns) and result (pass, fail).
 # TYPE pulse_probes_total counter
 pulse_probes_total{kind="grpc",result="fail"} 0
 pulse_probes_total{kind="grpc",result="pass"} 0

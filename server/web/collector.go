@@ -1,6 +1,8 @@
 package web
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pulsehealth/pulse/checker"
@@ -18,6 +20,7 @@ type Collector struct {
 
 	up       *prometheus.Desc
 	latency  *prometheus.Desc
+	certLeft *prometheus.Desc
 	targets  *prometheus.Desc
 	watchers *prometheus.Desc
 	panic    *prometheus.Desc
@@ -46,6 +49,9 @@ func NewCollector(c *checker.Checker, perTarget bool, recent *Observer) *Collect
 			[]string{"target", "group"}, nil),
 		latency: prometheus.NewDesc("pulse_target_last_latency_seconds",
 			"How long the target's last probe took; absent before its first result.",
+			[]string{"target", "group"}, nil),
+		certLeft: prometheus.NewDesc("pulse_target_cert_expiry_seconds",
+			"Seconds until the first-expiring server certificate the target's last probe saw expires (negative once expired); only for TLS probes with cert_expiry_warn or cert_expiry_fail.",
 			[]string{"target", "group"}, nil),
 		targets: prometheus.NewDesc("pulse_targets",
 			"Registered targets by group and state.",
@@ -79,6 +85,7 @@ func (m *Collector) Describe(ch chan<- *prometheus.Desc) {
 	if m.perTarget {
 		ch <- m.up
 		ch <- m.latency
+		ch <- m.certLeft
 	}
 	ch <- m.targets
 	ch <- m.watchers
@@ -115,6 +122,9 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.up, prometheus.GaugeValue, flag(st.Routable), st.Spec.Name, st.Spec.Group)
 		if st.LastResult != nil {
 			ch <- prometheus.MustNewConstMetric(m.latency, prometheus.GaugeValue, st.LastResult.Latency.Seconds(), st.Spec.Name, st.Spec.Group)
+		}
+		if !st.CertNotAfter.IsZero() {
+			ch <- prometheus.MustNewConstMetric(m.certLeft, prometheus.GaugeValue, time.Until(st.CertNotAfter).Seconds(), st.Spec.Name, st.Spec.Group)
 		}
 	}
 	for group, counts := range byGroup {

@@ -91,7 +91,7 @@ func NewObserver(opts ObserverOptions) *Observer {
 		recent: make(map[string]*ring),
 		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pulse_probes_total",
-			Help: "Probes that ran to completion, by probe kind (http, tcp, grpc) and result (pass, fail).",
+			Help: "Probes that ran to completion, by probe kind (http, tcp, grpc, dns) and result (pass, fail).",
 		}, []string{"kind", "result"}),
 		durations: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "pulse_probe_duration_seconds",

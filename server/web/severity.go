@@ -65,6 +65,12 @@ func probeText(s checker.Spec) string {
 			t += " (tls)"
 		}
 		return t
+	case p.DNS != nil:
+		t := p.DNS.Type
+		if t == "" {
+			t = "A"
+		}
+		return t + " " + p.DNS.Name + " @" + p.DNS.Server
 	}
 	return ""
 }

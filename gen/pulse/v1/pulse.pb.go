@@ -162,18 +162,24 @@ const (
 	PolicyEvent_KIND_CHECKER_DEGRADED PolicyEvent_Kind = 5
 	// CHECKER_RECOVERED: the checker keeps up again.
 	PolicyEvent_KIND_CHECKER_RECOVERED PolicyEvent_Kind = 6
+	// CERT_EXPIRING: a target's probe passed with a server certificate
+	// within its cert_expiry_warn (text: "web-1: certificate expires in
+	// 20d (2026-12-21)"); sent once until a probe passes outside it again.
+	// Goes to watchers of the target.
+	PolicyEvent_KIND_CERT_EXPIRING PolicyEvent_Kind = 20
 )
 
 // Enum value maps for PolicyEvent_Kind.
 var (
 	PolicyEvent_Kind_name = map[int32]string{
-		0: "KIND_UNSPECIFIED",
-		1: "KIND_PANIC_ENTERED",
-		2: "KIND_PANIC_EXITED",
-		3: "KIND_FLAPPING_STARTED",
-		4: "KIND_FLAPPING_ENDED",
-		5: "KIND_CHECKER_DEGRADED",
-		6: "KIND_CHECKER_RECOVERED",
+		0:  "KIND_UNSPECIFIED",
+		1:  "KIND_PANIC_ENTERED",
+		2:  "KIND_PANIC_EXITED",
+		3:  "KIND_FLAPPING_STARTED",
+		4:  "KIND_FLAPPING_ENDED",
+		5:  "KIND_CHECKER_DEGRADED",
+		6:  "KIND_CHECKER_RECOVERED",
+		20: "KIND_CERT_EXPIRING",
 	}
 	PolicyEvent_Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED":       0,
@@ -183,6 +189,7 @@ var (
 		"KIND_FLAPPING_ENDED":    4,
 		"KIND_CHECKER_DEGRADED":  5,
 		"KIND_CHECKER_RECOVERED": 6,
+		"KIND_CERT_EXPIRING":     20,
 	}
 )
 
@@ -210,18 +217,20 @@ func (x PolicyEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PolicyEvent_Kind.Descriptor instead.
 func (PolicyEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{32, 0}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{36, 0}
 }
 
-// HttpProbe passes when GET (or HEAD) on url answers with an expected status.
-// Redirects are not followed.
+// HttpProbe passes when GET (or HEAD, or POST) on url answers with an
+// expected status and meets every expectation set (header_matches, then
+// body_contains, body_not_contains and body_regex). Redirects are followed
+// only with follow_redirects.
 type HttpProbe struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// url is an absolute http:// or https:// URL of at most 2048 bytes. A
 	// password in it is shown as "<redacted>" in every answer; sending that
 	// back keeps the stored password.
 	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
-	// method is GET (the default when empty) or HEAD.
+	// method is GET (the default when empty), HEAD or POST (with body).
 	Method string `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
 	// expected_status lists the status codes that pass, each 100 to 599, at
 	// most 500. Empty: any 2xx.
@@ -229,7 +238,35 @@ type HttpProbe struct {
 	// headers are sent with every probe; "Host" sets the request's host. At
 	// most 32, each at most 4096 bytes (name and value). Values are shown as
 	// "<redacted>" in every answer; sending that back keeps the stored value.
-	Headers       map[string]string `protobuf:"bytes,4,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Headers map[string]string `protobuf:"bytes,4,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// expected_status_ranges lists ranges of codes that pass, "LOW-HIGH"
+	// such as "200-399", at most 16; with expected_status, a code in either
+	// passes.
+	ExpectedStatusRanges []string `protobuf:"bytes,5,rep,name=expected_status_ranges,json=expectedStatusRanges,proto3" json:"expected_status_ranges,omitempty"`
+	// body_contains must occur in the first body_limit bytes of the body;
+	// failing reads `body: "ready" not found in first 64 KiB`. At most 1024
+	// bytes, as body_not_contains and body_regex.
+	BodyContains string `protobuf:"bytes,6,opt,name=body_contains,json=bodyContains,proto3" json:"body_contains,omitempty"`
+	// body_not_contains must not occur in the first body_limit bytes.
+	BodyNotContains string `protobuf:"bytes,7,opt,name=body_not_contains,json=bodyNotContains,proto3" json:"body_not_contains,omitempty"`
+	// body_regex (RE2, unanchored) must match the first body_limit bytes.
+	BodyRegex string `protobuf:"bytes,8,opt,name=body_regex,json=bodyRegex,proto3" json:"body_regex,omitempty"`
+	// body_limit is how many bytes of the body the body checks read: 0 means
+	// 64 KiB, at most 1 MiB.
+	BodyLimit int32 `protobuf:"varint,9,opt,name=body_limit,json=bodyLimit,proto3" json:"body_limit,omitempty"`
+	// header_matches are response headers that must have a value matching
+	// their regex, at most 16.
+	HeaderMatches []*HeaderMatch `protobuf:"bytes,10,rep,name=header_matches,json=headerMatches,proto3" json:"header_matches,omitempty"`
+	// body is sent as the request body, with method POST only; at most
+	// 64 KiB.
+	Body string `protobuf:"bytes,11,opt,name=body,proto3" json:"body,omitempty"`
+	// follow_redirects follows up to 10 redirects and judges the last
+	// answer (every address reached is checked by the egress policy). Off:
+	// a redirect is judged as it is.
+	FollowRedirects bool `protobuf:"varint,12,opt,name=follow_redirects,json=followRedirects,proto3" json:"follow_redirects,omitempty"`
+	// tls configures https:// probes: unset verifies against the system
+	// roots under the URL's host.
+	Tls           *TlsOptions `protobuf:"bytes,13,opt,name=tls,proto3" json:"tls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -292,18 +329,289 @@ func (x *HttpProbe) GetHeaders() map[string]string {
 	return nil
 }
 
-// TcpProbe passes when a TCP connection to address can be opened.
+func (x *HttpProbe) GetExpectedStatusRanges() []string {
+	if x != nil {
+		return x.ExpectedStatusRanges
+	}
+	return nil
+}
+
+func (x *HttpProbe) GetBodyContains() string {
+	if x != nil {
+		return x.BodyContains
+	}
+	return ""
+}
+
+func (x *HttpProbe) GetBodyNotContains() string {
+	if x != nil {
+		return x.BodyNotContains
+	}
+	return ""
+}
+
+func (x *HttpProbe) GetBodyRegex() string {
+	if x != nil {
+		return x.BodyRegex
+	}
+	return ""
+}
+
+func (x *HttpProbe) GetBodyLimit() int32 {
+	if x != nil {
+		return x.BodyLimit
+	}
+	return 0
+}
+
+func (x *HttpProbe) GetHeaderMatches() []*HeaderMatch {
+	if x != nil {
+		return x.HeaderMatches
+	}
+	return nil
+}
+
+func (x *HttpProbe) GetBody() string {
+	if x != nil {
+		return x.Body
+	}
+	return ""
+}
+
+func (x *HttpProbe) GetFollowRedirects() bool {
+	if x != nil {
+		return x.FollowRedirects
+	}
+	return false
+}
+
+func (x *HttpProbe) GetTls() *TlsOptions {
+	if x != nil {
+		return x.Tls
+	}
+	return nil
+}
+
+// HeaderMatch expects a response header with a value that matches regex.
+type HeaderMatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the header's name, e.g. "X-Status".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// regex is an RE2 regular expression, unanchored ("^ok$" for a whole
+	// value); at most 1024 bytes.
+	Regex         string `protobuf:"bytes,2,opt,name=regex,proto3" json:"regex,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeaderMatch) Reset() {
+	*x = HeaderMatch{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeaderMatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeaderMatch) ProtoMessage() {}
+
+func (x *HeaderMatch) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeaderMatch.ProtoReflect.Descriptor instead.
+func (*HeaderMatch) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *HeaderMatch) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *HeaderMatch) GetRegex() string {
+	if x != nil {
+		return x.Regex
+	}
+	return ""
+}
+
+// TlsOptions configure TLS for https, gRPC and TCP probes. Files are read
+// when the target is added, and again before a new connection when they
+// changed (certificate rotation needs no new AddTarget); one that cannot
+// be read or parsed is INVALID_ARGUMENT naming the field.
+type TlsOptions struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ca_file names a PEM file of the CAs that sign trusted servers, in
+	// place of the system roots; ca_pem holds them inline. At most one.
+	CaFile string `protobuf:"bytes,1,opt,name=ca_file,json=caFile,proto3" json:"ca_file,omitempty"`
+	CaPem  string `protobuf:"bytes,2,opt,name=ca_pem,json=caPem,proto3" json:"ca_pem,omitempty"`
+	// cert_file and key_file name the PEM files of a client certificate and
+	// its key, for servers that require one (mutual TLS); cert_pem and
+	// key_pem hold them inline. key_pem is shown as "<redacted>" in every
+	// answer; sending that back keeps the stored key.
+	CertFile string `protobuf:"bytes,3,opt,name=cert_file,json=certFile,proto3" json:"cert_file,omitempty"`
+	KeyFile  string `protobuf:"bytes,4,opt,name=key_file,json=keyFile,proto3" json:"key_file,omitempty"`
+	CertPem  string `protobuf:"bytes,5,opt,name=cert_pem,json=certPem,proto3" json:"cert_pem,omitempty"`
+	KeyPem   string `protobuf:"bytes,6,opt,name=key_pem,json=keyPem,proto3" json:"key_pem,omitempty"`
+	// server_name is sent in SNI and verified against the certificate.
+	// Empty: the host probed (for gRPC, the authority's).
+	ServerName string `protobuf:"bytes,7,opt,name=server_name,json=serverName,proto3" json:"server_name,omitempty"`
+	// insecure_skip_verify accepts any certificate: encrypted, not
+	// authenticated. The target's status warns about it.
+	InsecureSkipVerify bool `protobuf:"varint,8,opt,name=insecure_skip_verify,json=insecureSkipVerify,proto3" json:"insecure_skip_verify,omitempty"`
+	// min_version is the oldest TLS version accepted: "1.0", "1.1", "1.2"
+	// (the default when empty) or "1.3".
+	MinVersion string `protobuf:"bytes,9,opt,name=min_version,json=minVersion,proto3" json:"min_version,omitempty"`
+	// cert_expiry_warn: a server certificate (leaf or chain) that expires
+	// within it still passes, and the status says so (cert_expiry_warning).
+	// At most 5 years, and longer than cert_expiry_fail.
+	CertExpiryWarn *durationpb.Duration `protobuf:"bytes,10,opt,name=cert_expiry_warn,json=certExpiryWarn,proto3" json:"cert_expiry_warn,omitempty"`
+	// cert_expiry_fail: a server certificate that expires within it fails
+	// the probe: "certificate expires in 3d12h (2026-12-05)". At most 5
+	// years.
+	CertExpiryFail *durationpb.Duration `protobuf:"bytes,11,opt,name=cert_expiry_fail,json=certExpiryFail,proto3" json:"cert_expiry_fail,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *TlsOptions) Reset() {
+	*x = TlsOptions{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TlsOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TlsOptions) ProtoMessage() {}
+
+func (x *TlsOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TlsOptions.ProtoReflect.Descriptor instead.
+func (*TlsOptions) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TlsOptions) GetCaFile() string {
+	if x != nil {
+		return x.CaFile
+	}
+	return ""
+}
+
+func (x *TlsOptions) GetCaPem() string {
+	if x != nil {
+		return x.CaPem
+	}
+	return ""
+}
+
+func (x *TlsOptions) GetCertFile() string {
+	if x != nil {
+		return x.CertFile
+	}
+	return ""
+}
+
+func (x *TlsOptions) GetKeyFile() string {
+	if x != nil {
+		return x.KeyFile
+	}
+	return ""
+}
+
+func (x *TlsOptions) GetCertPem() string {
+	if x != nil {
+		return x.CertPem
+	}
+	return ""
+}
+
+func (x *TlsOptions) GetKeyPem() string {
+	if x != nil {
+		return x.KeyPem
+	}
+	return ""
+}
+
+func (x *TlsOptions) GetServerName() string {
+	if x != nil {
+		return x.ServerName
+	}
+	return ""
+}
+
+func (x *TlsOptions) GetInsecureSkipVerify() bool {
+	if x != nil {
+		return x.InsecureSkipVerify
+	}
+	return false
+}
+
+func (x *TlsOptions) GetMinVersion() string {
+	if x != nil {
+		return x.MinVersion
+	}
+	return ""
+}
+
+func (x *TlsOptions) GetCertExpiryWarn() *durationpb.Duration {
+	if x != nil {
+		return x.CertExpiryWarn
+	}
+	return nil
+}
+
+func (x *TlsOptions) GetCertExpiryFail() *durationpb.Duration {
+	if x != nil {
+		return x.CertExpiryFail
+	}
+	return nil
+}
+
+// TcpProbe passes when a TCP connection to address can be opened (with
+// tls, a TLS handshake made) and every step succeeds in order.
 type TcpProbe struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// address is host:port, at most 512 bytes.
-	Address       string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	Address string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	// steps are sent and awaited in order, at most 16; e.g. send "PING\r\n",
+	// then expect "+PONG\r\n".
+	Steps []*TcpStep `protobuf:"bytes,2,rep,name=steps,proto3" json:"steps,omitempty"`
+	// tls, when set, speaks TLS on the connection.
+	Tls           *TlsOptions `protobuf:"bytes,3,opt,name=tls,proto3" json:"tls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TcpProbe) Reset() {
 	*x = TcpProbe{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[1]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -315,7 +623,7 @@ func (x *TcpProbe) String() string {
 func (*TcpProbe) ProtoMessage() {}
 
 func (x *TcpProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[1]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -328,12 +636,130 @@ func (x *TcpProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TcpProbe.ProtoReflect.Descriptor instead.
 func (*TcpProbe) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{1}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *TcpProbe) GetAddress() string {
 	if x != nil {
 		return x.Address
+	}
+	return ""
+}
+
+func (x *TcpProbe) GetSteps() []*TcpStep {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *TcpProbe) GetTls() *TlsOptions {
+	if x != nil {
+		return x.Tls
+	}
+	return nil
+}
+
+// TcpStep is one step of a TCP conversation: set exactly one of send,
+// send_hex, expect, expect_hex, expect_contains and expect_regex.
+type TcpStep struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// send writes this text; at most 4096 bytes.
+	Send string `protobuf:"bytes,1,opt,name=send,proto3" json:"send,omitempty"`
+	// send_hex writes the bytes these hex digits spell ("2a310d0a"; spaces
+	// between bytes are ignored); at most 4096 bytes once decoded.
+	SendHex string `protobuf:"bytes,2,opt,name=send_hex,json=sendHex,proto3" json:"send_hex,omitempty"`
+	// expect awaits exactly these bytes next.
+	Expect string `protobuf:"bytes,3,opt,name=expect,proto3" json:"expect,omitempty"`
+	// expect_contains awaits bytes that contain this text.
+	ExpectContains string `protobuf:"bytes,4,opt,name=expect_contains,json=expectContains,proto3" json:"expect_contains,omitempty"`
+	// expect_regex awaits bytes that match this RE2 regular expression.
+	ExpectRegex string `protobuf:"bytes,5,opt,name=expect_regex,json=expectRegex,proto3" json:"expect_regex,omitempty"`
+	// read_limit bounds the bytes an expect step reads: 0 means 4096, at
+	// most 65536.
+	ReadLimit int32 `protobuf:"varint,6,opt,name=read_limit,json=readLimit,proto3" json:"read_limit,omitempty"`
+	// expect_hex awaits exactly the bytes these hex digits spell next, e.g.
+	// a binary greeting; at most 1024 bytes once decoded.
+	ExpectHex     string `protobuf:"bytes,7,opt,name=expect_hex,json=expectHex,proto3" json:"expect_hex,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TcpStep) Reset() {
+	*x = TcpStep{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TcpStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TcpStep) ProtoMessage() {}
+
+func (x *TcpStep) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TcpStep.ProtoReflect.Descriptor instead.
+func (*TcpStep) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *TcpStep) GetSend() string {
+	if x != nil {
+		return x.Send
+	}
+	return ""
+}
+
+func (x *TcpStep) GetSendHex() string {
+	if x != nil {
+		return x.SendHex
+	}
+	return ""
+}
+
+func (x *TcpStep) GetExpect() string {
+	if x != nil {
+		return x.Expect
+	}
+	return ""
+}
+
+func (x *TcpStep) GetExpectContains() string {
+	if x != nil {
+		return x.ExpectContains
+	}
+	return ""
+}
+
+func (x *TcpStep) GetExpectRegex() string {
+	if x != nil {
+		return x.ExpectRegex
+	}
+	return ""
+}
+
+func (x *TcpStep) GetReadLimit() int32 {
+	if x != nil {
+		return x.ReadLimit
+	}
+	return 0
+}
+
+func (x *TcpStep) GetExpectHex() string {
+	if x != nil {
+		return x.ExpectHex
 	}
 	return ""
 }
@@ -347,14 +773,27 @@ type GrpcProbe struct {
 	// asks about the whole server.
 	Service string `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
 	// tls connects with TLS (system roots) instead of plaintext.
-	Tls           bool `protobuf:"varint,3,opt,name=tls,proto3" json:"tls,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Tls bool `protobuf:"varint,3,opt,name=tls,proto3" json:"tls,omitempty"`
+	// tls_options connect with TLS configured by them (tls need not be set).
+	TlsOptions *TlsOptions `protobuf:"bytes,4,opt,name=tls_options,json=tlsOptions,proto3" json:"tls_options,omitempty"`
+	// authority is the :authority of the calls, e.g. "api.internal"; empty
+	// means address. At most 512 bytes.
+	Authority string `protobuf:"bytes,5,opt,name=authority,proto3" json:"authority,omitempty"`
+	// metadata are sent with every call: lower-case keys, at most 32 entries
+	// of at most 4096 bytes. Values are shown as "<redacted>" in every
+	// answer; sending that back keeps the stored value.
+	Metadata map[string]string `protobuf:"bytes,6,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// expected_statuses are the serving statuses that pass: SERVING,
+	// NOT_SERVING, SERVICE_UNKNOWN (also a NotFound answer) or UNKNOWN.
+	// Empty: SERVING.
+	ExpectedStatuses []string `protobuf:"bytes,7,rep,name=expected_statuses,json=expectedStatuses,proto3" json:"expected_statuses,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GrpcProbe) Reset() {
 	*x = GrpcProbe{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[2]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -366,7 +805,7 @@ func (x *GrpcProbe) String() string {
 func (*GrpcProbe) ProtoMessage() {}
 
 func (x *GrpcProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[2]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -379,7 +818,7 @@ func (x *GrpcProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrpcProbe.ProtoReflect.Descriptor instead.
 func (*GrpcProbe) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{2}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GrpcProbe) GetAddress() string {
@@ -403,6 +842,132 @@ func (x *GrpcProbe) GetTls() bool {
 	return false
 }
 
+func (x *GrpcProbe) GetTlsOptions() *TlsOptions {
+	if x != nil {
+		return x.TlsOptions
+	}
+	return nil
+}
+
+func (x *GrpcProbe) GetAuthority() string {
+	if x != nil {
+		return x.Authority
+	}
+	return ""
+}
+
+func (x *GrpcProbe) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *GrpcProbe) GetExpectedStatuses() []string {
+	if x != nil {
+		return x.ExpectedStatuses
+	}
+	return nil
+}
+
+// DnsProbe asks server for name's records of type and passes on the
+// expected rcode and, when set, a record whose data contains
+// answer_contains and matches answer_regex. Failing reads e.g.
+// "dns: NXDOMAIN for api.internal.".
+type DnsProbe struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the domain name asked about, at most 253 bytes.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// type is A (the default), AAAA, CAA, CNAME, MX, NS, PTR, SOA, SRV or
+	// TXT.
+	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	// server is the DNS server's host:port, e.g. "10.0.0.2:53"; the egress
+	// policy covers it.
+	Server string `protobuf:"bytes,3,opt,name=server,proto3" json:"server,omitempty"`
+	// rcode is the response code that passes: NOERROR (the default),
+	// NXDOMAIN, SERVFAIL, REFUSED...
+	Rcode string `protobuf:"bytes,4,opt,name=rcode,proto3" json:"rcode,omitempty"`
+	// answer_contains must occur in the data of one record of type, as a
+	// zone file writes it ("10.0.0.7", "10 20 5432 db-1.internal.").
+	AnswerContains string `protobuf:"bytes,5,opt,name=answer_contains,json=answerContains,proto3" json:"answer_contains,omitempty"`
+	// answer_regex (RE2) must match the data of one record of type.
+	AnswerRegex   string `protobuf:"bytes,6,opt,name=answer_regex,json=answerRegex,proto3" json:"answer_regex,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DnsProbe) Reset() {
+	*x = DnsProbe{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DnsProbe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DnsProbe) ProtoMessage() {}
+
+func (x *DnsProbe) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DnsProbe.ProtoReflect.Descriptor instead.
+func (*DnsProbe) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DnsProbe) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DnsProbe) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *DnsProbe) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *DnsProbe) GetRcode() string {
+	if x != nil {
+		return x.Rcode
+	}
+	return ""
+}
+
+func (x *DnsProbe) GetAnswerContains() string {
+	if x != nil {
+		return x.AnswerContains
+	}
+	return ""
+}
+
+func (x *DnsProbe) GetAnswerRegex() string {
+	if x != nil {
+		return x.AnswerRegex
+	}
+	return ""
+}
+
 // Target is a target's spec: what to probe, how often, and the thresholds.
 // Unset fields take the server's defaults (see `pulsed --help`). A value
 // past a bound is refused with INVALID_ARGUMENT naming the field and the
@@ -421,6 +986,7 @@ type Target struct {
 	//	*Target_Http
 	//	*Target_Tcp
 	//	*Target_Grpc
+	//	*Target_Dns
 	Probe isTarget_Probe `protobuf_oneof:"probe"`
 	// interval between the starts of two probes: 1ms to 24h.
 	Interval *durationpb.Duration `protobuf:"bytes,6,opt,name=interval,proto3" json:"interval,omitempty"`
@@ -475,7 +1041,7 @@ type Target struct {
 
 func (x *Target) Reset() {
 	*x = Target{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[3]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -487,7 +1053,7 @@ func (x *Target) String() string {
 func (*Target) ProtoMessage() {}
 
 func (x *Target) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[3]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -500,7 +1066,7 @@ func (x *Target) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Target.ProtoReflect.Descriptor instead.
 func (*Target) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{3}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Target) GetName() string {
@@ -546,6 +1112,15 @@ func (x *Target) GetGrpc() *GrpcProbe {
 	if x != nil {
 		if x, ok := x.Probe.(*Target_Grpc); ok {
 			return x.Grpc
+		}
+	}
+	return nil
+}
+
+func (x *Target) GetDns() *DnsProbe {
+	if x != nil {
+		if x, ok := x.Probe.(*Target_Dns); ok {
+			return x.Dns
 		}
 	}
 	return nil
@@ -665,11 +1240,17 @@ type Target_Grpc struct {
 	Grpc *GrpcProbe `protobuf:"bytes,5,opt,name=grpc,proto3,oneof"`
 }
 
+type Target_Dns struct {
+	Dns *DnsProbe `protobuf:"bytes,30,opt,name=dns,proto3,oneof"`
+}
+
 func (*Target_Http) isTarget_Probe() {}
 
 func (*Target_Tcp) isTarget_Probe() {}
 
 func (*Target_Grpc) isTarget_Probe() {}
+
+func (*Target_Dns) isTarget_Probe() {}
 
 // ProbeResult is the outcome of one probe.
 type ProbeResult struct {
@@ -696,7 +1277,7 @@ type ProbeResult struct {
 
 func (x *ProbeResult) Reset() {
 	*x = ProbeResult{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[4]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -708,7 +1289,7 @@ func (x *ProbeResult) String() string {
 func (*ProbeResult) ProtoMessage() {}
 
 func (x *ProbeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[4]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -721,7 +1302,7 @@ func (x *ProbeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeResult.ProtoReflect.Descriptor instead.
 func (*ProbeResult) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{4}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ProbeResult) GetPass() bool {
@@ -827,14 +1408,27 @@ type TargetStatus struct {
 	// a probe the egress policy denies, a probe kind this version does not
 	// know, a damaged record). It is never routable. AddTarget with a valid
 	// spec of the same name fixes it; RemoveTarget removes it.
-	Quarantined   string `protobuf:"bytes,20,opt,name=quarantined,proto3" json:"quarantined,omitempty"`
+	Quarantined string `protobuf:"bytes,20,opt,name=quarantined,proto3" json:"quarantined,omitempty"`
+	// warnings are what a person should know about this target that does
+	// not stop it being probed, each naming its field, e.g.
+	// "http.tls.insecure_skip_verify: the server's certificate is not
+	// verified; ...".
+	Warnings []string `protobuf:"bytes,30,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	// cert_expiry_warning, when set, says that the last probe passed with a
+	// server certificate within its cert_expiry_warn, e.g. "certificate
+	// expires in 3d12h (2026-12-05)".
+	CertExpiryWarning string `protobuf:"bytes,31,opt,name=cert_expiry_warning,json=certExpiryWarning,proto3" json:"cert_expiry_warning,omitempty"`
+	// cert_not_after is when the first-expiring certificate the last probe
+	// saw expires; set only for probes with cert_expiry_warn or
+	// cert_expiry_fail.
+	CertNotAfter  *timestamppb.Timestamp `protobuf:"bytes,32,opt,name=cert_not_after,json=certNotAfter,proto3" json:"cert_not_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TargetStatus) Reset() {
 	*x = TargetStatus{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[5]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -846,7 +1440,7 @@ func (x *TargetStatus) String() string {
 func (*TargetStatus) ProtoMessage() {}
 
 func (x *TargetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[5]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -859,7 +1453,7 @@ func (x *TargetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetStatus.ProtoReflect.Descriptor instead.
 func (*TargetStatus) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{5}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TargetStatus) GetSpec() *Target {
@@ -1002,6 +1596,27 @@ func (x *TargetStatus) GetQuarantined() string {
 	return ""
 }
 
+func (x *TargetStatus) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
+func (x *TargetStatus) GetCertExpiryWarning() string {
+	if x != nil {
+		return x.CertExpiryWarning
+	}
+	return ""
+}
+
+func (x *TargetStatus) GetCertNotAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CertNotAfter
+	}
+	return nil
+}
+
 // GroupPolicy is a group's pool policy.
 type GroupPolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1018,7 +1633,7 @@ type GroupPolicy struct {
 
 func (x *GroupPolicy) Reset() {
 	*x = GroupPolicy{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[6]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1030,7 +1645,7 @@ func (x *GroupPolicy) String() string {
 func (*GroupPolicy) ProtoMessage() {}
 
 func (x *GroupPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[6]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1043,7 +1658,7 @@ func (x *GroupPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupPolicy.ProtoReflect.Descriptor instead.
 func (*GroupPolicy) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{6}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GroupPolicy) GetMaxUnhealthyFraction() float64 {
@@ -1081,7 +1696,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[7]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1093,7 +1708,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[7]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1106,7 +1721,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{7}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GroupStatus) GetGroup() string {
@@ -1209,7 +1824,7 @@ type CheckerStatus struct {
 
 func (x *CheckerStatus) Reset() {
 	*x = CheckerStatus{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[8]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1221,7 +1836,7 @@ func (x *CheckerStatus) String() string {
 func (*CheckerStatus) ProtoMessage() {}
 
 func (x *CheckerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[8]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1234,7 +1849,7 @@ func (x *CheckerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckerStatus.ProtoReflect.Descriptor instead.
 func (*CheckerStatus) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{8}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CheckerStatus) GetDegraded() bool {
@@ -1342,7 +1957,7 @@ type Transition struct {
 
 func (x *Transition) Reset() {
 	*x = Transition{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[9]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1354,7 +1969,7 @@ func (x *Transition) String() string {
 func (*Transition) ProtoMessage() {}
 
 func (x *Transition) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[9]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,7 +1982,7 @@ func (x *Transition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transition.ProtoReflect.Descriptor instead.
 func (*Transition) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{9}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Transition) GetTarget() string {
@@ -1437,7 +2052,7 @@ type AddTargetRequest struct {
 
 func (x *AddTargetRequest) Reset() {
 	*x = AddTargetRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[10]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1449,7 +2064,7 @@ func (x *AddTargetRequest) String() string {
 func (*AddTargetRequest) ProtoMessage() {}
 
 func (x *AddTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[10]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1462,7 +2077,7 @@ func (x *AddTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddTargetRequest.ProtoReflect.Descriptor instead.
 func (*AddTargetRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{10}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AddTargetRequest) GetTarget() *Target {
@@ -1485,7 +2100,7 @@ type AddTargetResponse struct {
 
 func (x *AddTargetResponse) Reset() {
 	*x = AddTargetResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[11]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +2112,7 @@ func (x *AddTargetResponse) String() string {
 func (*AddTargetResponse) ProtoMessage() {}
 
 func (x *AddTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[11]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +2125,7 @@ func (x *AddTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddTargetResponse.ProtoReflect.Descriptor instead.
 func (*AddTargetResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{11}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AddTargetResponse) GetCreated() bool {
@@ -1538,7 +2153,7 @@ type RemoveTargetRequest struct {
 
 func (x *RemoveTargetRequest) Reset() {
 	*x = RemoveTargetRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[12]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +2165,7 @@ func (x *RemoveTargetRequest) String() string {
 func (*RemoveTargetRequest) ProtoMessage() {}
 
 func (x *RemoveTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[12]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +2178,7 @@ func (x *RemoveTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveTargetRequest.ProtoReflect.Descriptor instead.
 func (*RemoveTargetRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{12}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RemoveTargetRequest) GetName() string {
@@ -1584,7 +2199,7 @@ type RemoveTargetResponse struct {
 
 func (x *RemoveTargetResponse) Reset() {
 	*x = RemoveTargetResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[13]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +2211,7 @@ func (x *RemoveTargetResponse) String() string {
 func (*RemoveTargetResponse) ProtoMessage() {}
 
 func (x *RemoveTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[13]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +2224,7 @@ func (x *RemoveTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveTargetResponse.ProtoReflect.Descriptor instead.
 func (*RemoveTargetResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{13}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RemoveTargetResponse) GetRemoved() bool {
@@ -1630,7 +2245,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[14]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +2257,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[14]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +2270,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{14}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StateRequest) GetName() string {
@@ -1676,7 +2291,7 @@ type StateResponse struct {
 
 func (x *StateResponse) Reset() {
 	*x = StateResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1688,7 +2303,7 @@ func (x *StateResponse) String() string {
 func (*StateResponse) ProtoMessage() {}
 
 func (x *StateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1701,7 +2316,7 @@ func (x *StateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateResponse.ProtoReflect.Descriptor instead.
 func (*StateResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{15}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StateResponse) GetStatus() *TargetStatus {
@@ -1722,7 +2337,7 @@ type HealthyRequest struct {
 
 func (x *HealthyRequest) Reset() {
 	*x = HealthyRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1734,7 +2349,7 @@ func (x *HealthyRequest) String() string {
 func (*HealthyRequest) ProtoMessage() {}
 
 func (x *HealthyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1747,7 +2362,7 @@ func (x *HealthyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthyRequest.ProtoReflect.Descriptor instead.
 func (*HealthyRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{16}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *HealthyRequest) GetGroup() string {
@@ -1768,7 +2383,7 @@ type HealthyResponse struct {
 
 func (x *HealthyResponse) Reset() {
 	*x = HealthyResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1780,7 +2395,7 @@ func (x *HealthyResponse) String() string {
 func (*HealthyResponse) ProtoMessage() {}
 
 func (x *HealthyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1793,7 +2408,7 @@ func (x *HealthyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthyResponse.ProtoReflect.Descriptor instead.
 func (*HealthyResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{17}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *HealthyResponse) GetNames() []string {
@@ -1814,7 +2429,7 @@ type ListTargetsRequest struct {
 
 func (x *ListTargetsRequest) Reset() {
 	*x = ListTargetsRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1826,7 +2441,7 @@ func (x *ListTargetsRequest) String() string {
 func (*ListTargetsRequest) ProtoMessage() {}
 
 func (x *ListTargetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1839,7 +2454,7 @@ func (x *ListTargetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTargetsRequest.ProtoReflect.Descriptor instead.
 func (*ListTargetsRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{18}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListTargetsRequest) GetGroup() string {
@@ -1868,7 +2483,7 @@ type ListTargetsResponse struct {
 
 func (x *ListTargetsResponse) Reset() {
 	*x = ListTargetsResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1880,7 +2495,7 @@ func (x *ListTargetsResponse) String() string {
 func (*ListTargetsResponse) ProtoMessage() {}
 
 func (x *ListTargetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1893,7 +2508,7 @@ func (x *ListTargetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTargetsResponse.ProtoReflect.Descriptor instead.
 func (*ListTargetsResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{19}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListTargetsResponse) GetTargets() []*TargetStatus {
@@ -1938,7 +2553,7 @@ type SetGroupPolicyRequest struct {
 
 func (x *SetGroupPolicyRequest) Reset() {
 	*x = SetGroupPolicyRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2565,7 @@ func (x *SetGroupPolicyRequest) String() string {
 func (*SetGroupPolicyRequest) ProtoMessage() {}
 
 func (x *SetGroupPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2578,7 @@ func (x *SetGroupPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGroupPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetGroupPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{20}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SetGroupPolicyRequest) GetGroup() string {
@@ -1991,7 +2606,7 @@ type SetGroupPolicyResponse struct {
 
 func (x *SetGroupPolicyResponse) Reset() {
 	*x = SetGroupPolicyResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2003,7 +2618,7 @@ func (x *SetGroupPolicyResponse) String() string {
 func (*SetGroupPolicyResponse) ProtoMessage() {}
 
 func (x *SetGroupPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2016,7 +2631,7 @@ func (x *SetGroupPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGroupPolicyResponse.ProtoReflect.Descriptor instead.
 func (*SetGroupPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{21}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetGroupPolicyResponse) GetGroup() *GroupStatus {
@@ -2044,7 +2659,7 @@ type ReportOutcomeRequest struct {
 
 func (x *ReportOutcomeRequest) Reset() {
 	*x = ReportOutcomeRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2056,7 +2671,7 @@ func (x *ReportOutcomeRequest) String() string {
 func (*ReportOutcomeRequest) ProtoMessage() {}
 
 func (x *ReportOutcomeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2069,7 +2684,7 @@ func (x *ReportOutcomeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportOutcomeRequest.ProtoReflect.Descriptor instead.
 func (*ReportOutcomeRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{22}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReportOutcomeRequest) GetTarget() string {
@@ -2113,7 +2728,7 @@ type ReportOutcomeResponse struct {
 
 func (x *ReportOutcomeResponse) Reset() {
 	*x = ReportOutcomeResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2125,7 +2740,7 @@ func (x *ReportOutcomeResponse) String() string {
 func (*ReportOutcomeResponse) ProtoMessage() {}
 
 func (x *ReportOutcomeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2138,7 +2753,7 @@ func (x *ReportOutcomeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportOutcomeResponse.ProtoReflect.Descriptor instead.
 func (*ReportOutcomeResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{23}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReportOutcomeResponse) GetCounted() bool {
@@ -2173,7 +2788,7 @@ type UpdateTargetRequest struct {
 
 func (x *UpdateTargetRequest) Reset() {
 	*x = UpdateTargetRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2185,7 +2800,7 @@ func (x *UpdateTargetRequest) String() string {
 func (*UpdateTargetRequest) ProtoMessage() {}
 
 func (x *UpdateTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2198,7 +2813,7 @@ func (x *UpdateTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTargetRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTargetRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{24}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *UpdateTargetRequest) GetTarget() *Target {
@@ -2228,7 +2843,7 @@ type UpdateTargetResponse struct {
 
 func (x *UpdateTargetResponse) Reset() {
 	*x = UpdateTargetResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2240,7 +2855,7 @@ func (x *UpdateTargetResponse) String() string {
 func (*UpdateTargetResponse) ProtoMessage() {}
 
 func (x *UpdateTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2253,7 +2868,7 @@ func (x *UpdateTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTargetResponse.ProtoReflect.Descriptor instead.
 func (*UpdateTargetResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{25}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UpdateTargetResponse) GetPrevious() *Target {
@@ -2284,7 +2899,7 @@ type ProbeNowRequest struct {
 
 func (x *ProbeNowRequest) Reset() {
 	*x = ProbeNowRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2296,7 +2911,7 @@ func (x *ProbeNowRequest) String() string {
 func (*ProbeNowRequest) ProtoMessage() {}
 
 func (x *ProbeNowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2309,7 +2924,7 @@ func (x *ProbeNowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeNowRequest.ProtoReflect.Descriptor instead.
 func (*ProbeNowRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{26}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ProbeNowRequest) GetGroup() string {
@@ -2340,7 +2955,7 @@ type ProbeNowResponse struct {
 
 func (x *ProbeNowResponse) Reset() {
 	*x = ProbeNowResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2352,7 +2967,7 @@ func (x *ProbeNowResponse) String() string {
 func (*ProbeNowResponse) ProtoMessage() {}
 
 func (x *ProbeNowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2365,7 +2980,7 @@ func (x *ProbeNowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeNowResponse.ProtoReflect.Descriptor instead.
 func (*ProbeNowResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{27}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ProbeNowResponse) GetTransitions() []*Transition {
@@ -2400,7 +3015,7 @@ type ProbeNowResult struct {
 
 func (x *ProbeNowResult) Reset() {
 	*x = ProbeNowResult{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2412,7 +3027,7 @@ func (x *ProbeNowResult) String() string {
 func (*ProbeNowResult) ProtoMessage() {}
 
 func (x *ProbeNowResult) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2425,7 +3040,7 @@ func (x *ProbeNowResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeNowResult.ProtoReflect.Descriptor instead.
 func (*ProbeNowResult) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{28}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ProbeNowResult) GetName() string {
@@ -2475,7 +3090,7 @@ type WatchTransitionsRequest struct {
 
 func (x *WatchTransitionsRequest) Reset() {
 	*x = WatchTransitionsRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2487,7 +3102,7 @@ func (x *WatchTransitionsRequest) String() string {
 func (*WatchTransitionsRequest) ProtoMessage() {}
 
 func (x *WatchTransitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2500,7 +3115,7 @@ func (x *WatchTransitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTransitionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchTransitionsRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{29}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WatchTransitionsRequest) GetGroup() string {
@@ -2534,7 +3149,7 @@ type SnapshotComplete struct {
 
 func (x *SnapshotComplete) Reset() {
 	*x = SnapshotComplete{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2546,7 +3161,7 @@ func (x *SnapshotComplete) String() string {
 func (*SnapshotComplete) ProtoMessage() {}
 
 func (x *SnapshotComplete) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2559,7 +3174,7 @@ func (x *SnapshotComplete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotComplete.ProtoReflect.Descriptor instead.
 func (*SnapshotComplete) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{30}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{34}
 }
 
 // Progress says the stream has delivered every matching event up to its
@@ -2572,7 +3187,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2584,7 +3199,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2597,7 +3212,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{31}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{35}
 }
 
 // PolicyEvent is a change in a pool policy's or the checker's state. It
@@ -2625,7 +3240,7 @@ type PolicyEvent struct {
 
 func (x *PolicyEvent) Reset() {
 	*x = PolicyEvent{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2637,7 +3252,7 @@ func (x *PolicyEvent) String() string {
 func (*PolicyEvent) ProtoMessage() {}
 
 func (x *PolicyEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2650,7 +3265,7 @@ func (x *PolicyEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyEvent.ProtoReflect.Descriptor instead.
 func (*PolicyEvent) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{32}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PolicyEvent) GetKind() PolicyEvent_Kind {
@@ -2708,7 +3323,7 @@ type TargetRemoved struct {
 
 func (x *TargetRemoved) Reset() {
 	*x = TargetRemoved{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2720,7 +3335,7 @@ func (x *TargetRemoved) String() string {
 func (*TargetRemoved) ProtoMessage() {}
 
 func (x *TargetRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2733,7 +3348,7 @@ func (x *TargetRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetRemoved.ProtoReflect.Descriptor instead.
 func (*TargetRemoved) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{33}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TargetRemoved) GetName() string {
@@ -2778,7 +3393,7 @@ type WatchTransitionsResponse struct {
 
 func (x *WatchTransitionsResponse) Reset() {
 	*x = WatchTransitionsResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2790,7 +3405,7 @@ func (x *WatchTransitionsResponse) String() string {
 func (*WatchTransitionsResponse) ProtoMessage() {}
 
 func (x *WatchTransitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2803,7 +3418,7 @@ func (x *WatchTransitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTransitionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchTransitionsResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{34}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WatchTransitionsResponse) GetRevision() uint64 {
@@ -2969,7 +3584,7 @@ type TargetsFile struct {
 
 func (x *TargetsFile) Reset() {
 	*x = TargetsFile{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2981,7 +3596,7 @@ func (x *TargetsFile) String() string {
 func (*TargetsFile) ProtoMessage() {}
 
 func (x *TargetsFile) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2994,7 +3609,7 @@ func (x *TargetsFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetsFile.ProtoReflect.Descriptor instead.
 func (*TargetsFile) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{35}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TargetsFile) GetTargets() []*Target {
@@ -3008,27 +3623,86 @@ var File_pulse_v1_pulse_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\n" +
-	"\x14pulse/v1/pulse.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd6\x01\n" +
+	"\x14pulse/v1/pulse.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc0\x04\n" +
 	"\tHttpProbe\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12'\n" +
 	"\x0fexpected_status\x18\x03 \x03(\x05R\x0eexpectedStatus\x12:\n" +
-	"\aheaders\x18\x04 \x03(\v2 .pulse.v1.HttpProbe.HeadersEntryR\aheaders\x1a:\n" +
+	"\aheaders\x18\x04 \x03(\v2 .pulse.v1.HttpProbe.HeadersEntryR\aheaders\x124\n" +
+	"\x16expected_status_ranges\x18\x05 \x03(\tR\x14expectedStatusRanges\x12#\n" +
+	"\rbody_contains\x18\x06 \x01(\tR\fbodyContains\x12*\n" +
+	"\x11body_not_contains\x18\a \x01(\tR\x0fbodyNotContains\x12\x1d\n" +
+	"\n" +
+	"body_regex\x18\b \x01(\tR\tbodyRegex\x12\x1d\n" +
+	"\n" +
+	"body_limit\x18\t \x01(\x05R\tbodyLimit\x12<\n" +
+	"\x0eheader_matches\x18\n" +
+	" \x03(\v2\x15.pulse.v1.HeaderMatchR\rheaderMatches\x12\x12\n" +
+	"\x04body\x18\v \x01(\tR\x04body\x12)\n" +
+	"\x10follow_redirects\x18\f \x01(\bR\x0ffollowRedirects\x12&\n" +
+	"\x03tls\x18\r \x01(\v2\x14.pulse.v1.TlsOptionsR\x03tls\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"$\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"7\n" +
+	"\vHeaderMatch\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05regex\x18\x02 \x01(\tR\x05regex\"\xa6\x03\n" +
+	"\n" +
+	"TlsOptions\x12\x17\n" +
+	"\aca_file\x18\x01 \x01(\tR\x06caFile\x12\x15\n" +
+	"\x06ca_pem\x18\x02 \x01(\tR\x05caPem\x12\x1b\n" +
+	"\tcert_file\x18\x03 \x01(\tR\bcertFile\x12\x19\n" +
+	"\bkey_file\x18\x04 \x01(\tR\akeyFile\x12\x19\n" +
+	"\bcert_pem\x18\x05 \x01(\tR\acertPem\x12\x17\n" +
+	"\akey_pem\x18\x06 \x01(\tR\x06keyPem\x12\x1f\n" +
+	"\vserver_name\x18\a \x01(\tR\n" +
+	"serverName\x120\n" +
+	"\x14insecure_skip_verify\x18\b \x01(\bR\x12insecureSkipVerify\x12\x1f\n" +
+	"\vmin_version\x18\t \x01(\tR\n" +
+	"minVersion\x12C\n" +
+	"\x10cert_expiry_warn\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x0ecertExpiryWarn\x12C\n" +
+	"\x10cert_expiry_fail\x18\v \x01(\v2\x19.google.protobuf.DurationR\x0ecertExpiryFail\"u\n" +
 	"\bTcpProbe\x12\x18\n" +
-	"\aaddress\x18\x01 \x01(\tR\aaddress\"Q\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12'\n" +
+	"\x05steps\x18\x02 \x03(\v2\x11.pulse.v1.TcpStepR\x05steps\x12&\n" +
+	"\x03tls\x18\x03 \x01(\v2\x14.pulse.v1.TlsOptionsR\x03tls\"\xda\x01\n" +
+	"\aTcpStep\x12\x12\n" +
+	"\x04send\x18\x01 \x01(\tR\x04send\x12\x19\n" +
+	"\bsend_hex\x18\x02 \x01(\tR\asendHex\x12\x16\n" +
+	"\x06expect\x18\x03 \x01(\tR\x06expect\x12'\n" +
+	"\x0fexpect_contains\x18\x04 \x01(\tR\x0eexpectContains\x12!\n" +
+	"\fexpect_regex\x18\x05 \x01(\tR\vexpectRegex\x12\x1d\n" +
+	"\n" +
+	"read_limit\x18\x06 \x01(\x05R\treadLimit\x12\x1d\n" +
+	"\n" +
+	"expect_hex\x18\a \x01(\tR\texpectHex\"\xcf\x02\n" +
 	"\tGrpcProbe\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x10\n" +
-	"\x03tls\x18\x03 \x01(\bR\x03tls\"\xf6\x06\n" +
+	"\x03tls\x18\x03 \x01(\bR\x03tls\x125\n" +
+	"\vtls_options\x18\x04 \x01(\v2\x14.pulse.v1.TlsOptionsR\n" +
+	"tlsOptions\x12\x1c\n" +
+	"\tauthority\x18\x05 \x01(\tR\tauthority\x12=\n" +
+	"\bmetadata\x18\x06 \x03(\v2!.pulse.v1.GrpcProbe.MetadataEntryR\bmetadata\x12+\n" +
+	"\x11expected_statuses\x18\a \x03(\tR\x10expectedStatuses\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xac\x01\n" +
+	"\bDnsProbe\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12\x16\n" +
+	"\x06server\x18\x03 \x01(\tR\x06server\x12\x14\n" +
+	"\x05rcode\x18\x04 \x01(\tR\x05rcode\x12'\n" +
+	"\x0fanswer_contains\x18\x05 \x01(\tR\x0eanswerContains\x12!\n" +
+	"\fanswer_regex\x18\x06 \x01(\tR\vanswerRegex\"\x9e\a\n" +
 	"\x06Target\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12)\n" +
 	"\x04http\x18\x03 \x01(\v2\x13.pulse.v1.HttpProbeH\x00R\x04http\x12&\n" +
 	"\x03tcp\x18\x04 \x01(\v2\x12.pulse.v1.TcpProbeH\x00R\x03tcp\x12)\n" +
-	"\x04grpc\x18\x05 \x01(\v2\x13.pulse.v1.GrpcProbeH\x00R\x04grpc\x125\n" +
+	"\x04grpc\x18\x05 \x01(\v2\x13.pulse.v1.GrpcProbeH\x00R\x04grpc\x12&\n" +
+	"\x03dns\x18\x1e \x01(\v2\x12.pulse.v1.DnsProbeH\x00R\x03dns\x125\n" +
 	"\binterval\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\binterval\x123\n" +
 	"\atimeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x17\n" +
 	"\x04rise\x18\b \x01(\x05H\x01R\x04rise\x88\x01\x01\x12\x17\n" +
@@ -3055,7 +3729,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12.\n" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x18\n" +
 	"\apassive\x18\x05 \x01(\bR\apassive\x12\x18\n" +
-	"\aignored\x18\x06 \x01(\bR\aignored\"\xe9\x06\n" +
+	"\aignored\x18\x06 \x01(\bR\aignored\"\xf7\a\n" +
 	"\fTargetStatus\x12$\n" +
 	"\x04spec\x18\x01 \x01(\v2\x10.pulse.v1.TargetR\x04spec\x12%\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x0f.pulse.v1.StateR\x05state\x12\x1a\n" +
@@ -3081,7 +3755,10 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x0fpassive_results\x18\x11 \x01(\x04R\x0epassiveResults\x120\n" +
 	"\x14passive_rate_limited\x18\x12 \x01(\x04R\x12passiveRateLimited\x12)\n" +
 	"\x10ignored_timeouts\x18\x13 \x01(\x04R\x0fignoredTimeouts\x12 \n" +
-	"\vquarantined\x18\x14 \x01(\tR\vquarantined\"c\n" +
+	"\vquarantined\x18\x14 \x01(\tR\vquarantined\x12\x1a\n" +
+	"\bwarnings\x18\x1e \x03(\tR\bwarnings\x12.\n" +
+	"\x13cert_expiry_warning\x18\x1f \x01(\tR\x11certExpiryWarning\x12@\n" +
+	"\x0ecert_not_after\x18  \x01(\v2\x1a.google.protobuf.TimestampR\fcertNotAfter\"c\n" +
 	"\vGroupPolicy\x129\n" +
 	"\x16max_unhealthy_fraction\x18\x01 \x01(\x01H\x00R\x14maxUnhealthyFraction\x88\x01\x01B\x19\n" +
 	"\x17_max_unhealthy_fraction\"\x8f\x02\n" +
@@ -3178,14 +3855,14 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x0estart_revision\x18\x03 \x01(\x04R\rstartRevision\"\x12\n" +
 	"\x10SnapshotComplete\"\n" +
 	"\n" +
-	"\bProgress\"\xfc\x02\n" +
+	"\bProgress\"\x94\x03\n" +
 	"\vPolicyEvent\x12.\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1a.pulse.v1.PolicyEvent.KindR\x04kind\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x16\n" +
 	"\x06target\x18\x03 \x01(\tR\x06target\x12.\n" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
 	"\x04text\x18\x05 \x01(\tR\x04text\x12\x12\n" +
-	"\x04held\x18\x06 \x03(\tR\x04held\"\xb6\x01\n" +
+	"\x04held\x18\x06 \x03(\tR\x04held\"\xce\x01\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12KIND_PANIC_ENTERED\x10\x01\x12\x15\n" +
@@ -3193,7 +3870,8 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x15KIND_FLAPPING_STARTED\x10\x03\x12\x17\n" +
 	"\x13KIND_FLAPPING_ENDED\x10\x04\x12\x19\n" +
 	"\x15KIND_CHECKER_DEGRADED\x10\x05\x12\x1a\n" +
-	"\x16KIND_CHECKER_RECOVERED\x10\x06\"9\n" +
+	"\x16KIND_CHECKER_RECOVERED\x10\x06\x12\x16\n" +
+	"\x12KIND_CERT_EXPIRING\x10\x14\"9\n" +
 	"\rTargetRemoved\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\"\xf4\x03\n" +
@@ -3248,136 +3926,151 @@ func file_pulse_v1_pulse_proto_rawDescGZIP() []byte {
 }
 
 var file_pulse_v1_pulse_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_pulse_v1_pulse_proto_goTypes = []any{
 	(State)(0),                       // 0: pulse.v1.State
 	(Model)(0),                       // 1: pulse.v1.Model
 	(PolicyEvent_Kind)(0),            // 2: pulse.v1.PolicyEvent.Kind
 	(*HttpProbe)(nil),                // 3: pulse.v1.HttpProbe
-	(*TcpProbe)(nil),                 // 4: pulse.v1.TcpProbe
-	(*GrpcProbe)(nil),                // 5: pulse.v1.GrpcProbe
-	(*Target)(nil),                   // 6: pulse.v1.Target
-	(*ProbeResult)(nil),              // 7: pulse.v1.ProbeResult
-	(*TargetStatus)(nil),             // 8: pulse.v1.TargetStatus
-	(*GroupPolicy)(nil),              // 9: pulse.v1.GroupPolicy
-	(*GroupStatus)(nil),              // 10: pulse.v1.GroupStatus
-	(*CheckerStatus)(nil),            // 11: pulse.v1.CheckerStatus
-	(*Transition)(nil),               // 12: pulse.v1.Transition
-	(*AddTargetRequest)(nil),         // 13: pulse.v1.AddTargetRequest
-	(*AddTargetResponse)(nil),        // 14: pulse.v1.AddTargetResponse
-	(*RemoveTargetRequest)(nil),      // 15: pulse.v1.RemoveTargetRequest
-	(*RemoveTargetResponse)(nil),     // 16: pulse.v1.RemoveTargetResponse
-	(*StateRequest)(nil),             // 17: pulse.v1.StateRequest
-	(*StateResponse)(nil),            // 18: pulse.v1.StateResponse
-	(*HealthyRequest)(nil),           // 19: pulse.v1.HealthyRequest
-	(*HealthyResponse)(nil),          // 20: pulse.v1.HealthyResponse
-	(*ListTargetsRequest)(nil),       // 21: pulse.v1.ListTargetsRequest
-	(*ListTargetsResponse)(nil),      // 22: pulse.v1.ListTargetsResponse
-	(*SetGroupPolicyRequest)(nil),    // 23: pulse.v1.SetGroupPolicyRequest
-	(*SetGroupPolicyResponse)(nil),   // 24: pulse.v1.SetGroupPolicyResponse
-	(*ReportOutcomeRequest)(nil),     // 25: pulse.v1.ReportOutcomeRequest
-	(*ReportOutcomeResponse)(nil),    // 26: pulse.v1.ReportOutcomeResponse
-	(*UpdateTargetRequest)(nil),      // 27: pulse.v1.UpdateTargetRequest
-	(*UpdateTargetResponse)(nil),     // 28: pulse.v1.UpdateTargetResponse
-	(*ProbeNowRequest)(nil),          // 29: pulse.v1.ProbeNowRequest
-	(*ProbeNowResponse)(nil),         // 30: pulse.v1.ProbeNowResponse
-	(*ProbeNowResult)(nil),           // 31: pulse.v1.ProbeNowResult
-	(*WatchTransitionsRequest)(nil),  // 32: pulse.v1.WatchTransitionsRequest
-	(*SnapshotComplete)(nil),         // 33: pulse.v1.SnapshotComplete
-	(*Progress)(nil),                 // 34: pulse.v1.Progress
-	(*PolicyEvent)(nil),              // 35: pulse.v1.PolicyEvent
-	(*TargetRemoved)(nil),            // 36: pulse.v1.TargetRemoved
-	(*WatchTransitionsResponse)(nil), // 37: pulse.v1.WatchTransitionsResponse
-	(*TargetsFile)(nil),              // 38: pulse.v1.TargetsFile
-	nil,                              // 39: pulse.v1.HttpProbe.HeadersEntry
-	(*durationpb.Duration)(nil),      // 40: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 41: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),    // 42: google.protobuf.FieldMask
+	(*HeaderMatch)(nil),              // 4: pulse.v1.HeaderMatch
+	(*TlsOptions)(nil),               // 5: pulse.v1.TlsOptions
+	(*TcpProbe)(nil),                 // 6: pulse.v1.TcpProbe
+	(*TcpStep)(nil),                  // 7: pulse.v1.TcpStep
+	(*GrpcProbe)(nil),                // 8: pulse.v1.GrpcProbe
+	(*DnsProbe)(nil),                 // 9: pulse.v1.DnsProbe
+	(*Target)(nil),                   // 10: pulse.v1.Target
+	(*ProbeResult)(nil),              // 11: pulse.v1.ProbeResult
+	(*TargetStatus)(nil),             // 12: pulse.v1.TargetStatus
+	(*GroupPolicy)(nil),              // 13: pulse.v1.GroupPolicy
+	(*GroupStatus)(nil),              // 14: pulse.v1.GroupStatus
+	(*CheckerStatus)(nil),            // 15: pulse.v1.CheckerStatus
+	(*Transition)(nil),               // 16: pulse.v1.Transition
+	(*AddTargetRequest)(nil),         // 17: pulse.v1.AddTargetRequest
+	(*AddTargetResponse)(nil),        // 18: pulse.v1.AddTargetResponse
+	(*RemoveTargetRequest)(nil),      // 19: pulse.v1.RemoveTargetRequest
+	(*RemoveTargetResponse)(nil),     // 20: pulse.v1.RemoveTargetResponse
+	(*StateRequest)(nil),             // 21: pulse.v1.StateRequest
+	(*StateResponse)(nil),            // 22: pulse.v1.StateResponse
+	(*HealthyRequest)(nil),           // 23: pulse.v1.HealthyRequest
+	(*HealthyResponse)(nil),          // 24: pulse.v1.HealthyResponse
+	(*ListTargetsRequest)(nil),       // 25: pulse.v1.ListTargetsRequest
+	(*ListTargetsResponse)(nil),      // 26: pulse.v1.ListTargetsResponse
+	(*SetGroupPolicyRequest)(nil),    // 27: pulse.v1.SetGroupPolicyRequest
+	(*SetGroupPolicyResponse)(nil),   // 28: pulse.v1.SetGroupPolicyResponse
+	(*ReportOutcomeRequest)(nil),     // 29: pulse.v1.ReportOutcomeRequest
+	(*ReportOutcomeResponse)(nil),    // 30: pulse.v1.ReportOutcomeResponse
+	(*UpdateTargetRequest)(nil),      // 31: pulse.v1.UpdateTargetRequest
+	(*UpdateTargetResponse)(nil),     // 32: pulse.v1.UpdateTargetResponse
+	(*ProbeNowRequest)(nil),          // 33: pulse.v1.ProbeNowRequest
+	(*ProbeNowResponse)(nil),         // 34: pulse.v1.ProbeNowResponse
+	(*ProbeNowResult)(nil),           // 35: pulse.v1.ProbeNowResult
+	(*WatchTransitionsRequest)(nil),  // 36: pulse.v1.WatchTransitionsRequest
+	(*SnapshotComplete)(nil),         // 37: pulse.v1.SnapshotComplete
+	(*Progress)(nil),                 // 38: pulse.v1.Progress
+	(*PolicyEvent)(nil),              // 39: pulse.v1.PolicyEvent
+	(*TargetRemoved)(nil),            // 40: pulse.v1.TargetRemoved
+	(*WatchTransitionsResponse)(nil), // 41: pulse.v1.WatchTransitionsResponse
+	(*TargetsFile)(nil),              // 42: pulse.v1.TargetsFile
+	nil,                              // 43: pulse.v1.HttpProbe.HeadersEntry
+	nil,                              // 44: pulse.v1.GrpcProbe.MetadataEntry
+	(*durationpb.Duration)(nil),      // 45: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 46: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),    // 47: google.protobuf.FieldMask
 }
 var file_pulse_v1_pulse_proto_depIdxs = []int32{
-	39, // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
-	3,  // 1: pulse.v1.Target.http:type_name -> pulse.v1.HttpProbe
-	4,  // 2: pulse.v1.Target.tcp:type_name -> pulse.v1.TcpProbe
-	5,  // 3: pulse.v1.Target.grpc:type_name -> pulse.v1.GrpcProbe
-	40, // 4: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
-	40, // 5: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
-	0,  // 6: pulse.v1.Target.initial_state:type_name -> pulse.v1.State
-	1,  // 7: pulse.v1.Target.model:type_name -> pulse.v1.Model
-	40, // 8: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
-	40, // 9: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
-	40, // 10: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
-	40, // 11: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
-	40, // 12: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
-	40, // 13: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
-	41, // 14: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
-	6,  // 15: pulse.v1.TargetStatus.spec:type_name -> pulse.v1.Target
-	0,  // 16: pulse.v1.TargetStatus.state:type_name -> pulse.v1.State
-	7,  // 17: pulse.v1.TargetStatus.last_result:type_name -> pulse.v1.ProbeResult
-	41, // 18: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
-	0,  // 19: pulse.v1.TargetStatus.verdict:type_name -> pulse.v1.State
-	40, // 20: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
-	41, // 21: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
-	9,  // 22: pulse.v1.GroupStatus.policy:type_name -> pulse.v1.GroupPolicy
-	41, // 23: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
-	40, // 24: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
-	0,  // 25: pulse.v1.Transition.from:type_name -> pulse.v1.State
-	0,  // 26: pulse.v1.Transition.to:type_name -> pulse.v1.State
-	41, // 27: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
-	7,  // 28: pulse.v1.Transition.result:type_name -> pulse.v1.ProbeResult
-	6,  // 29: pulse.v1.AddTargetRequest.target:type_name -> pulse.v1.Target
-	8,  // 30: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
-	8,  // 31: pulse.v1.StateResponse.status:type_name -> pulse.v1.TargetStatus
-	8,  // 32: pulse.v1.ListTargetsResponse.targets:type_name -> pulse.v1.TargetStatus
-	10, // 33: pulse.v1.ListTargetsResponse.groups:type_name -> pulse.v1.GroupStatus
-	11, // 34: pulse.v1.ListTargetsResponse.checker:type_name -> pulse.v1.CheckerStatus
-	9,  // 35: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
-	10, // 36: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
-	40, // 37: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
-	8,  // 38: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
-	6,  // 39: pulse.v1.UpdateTargetRequest.target:type_name -> pulse.v1.Target
-	42, // 40: pulse.v1.UpdateTargetRequest.update_mask:type_name -> google.protobuf.FieldMask
-	6,  // 41: pulse.v1.UpdateTargetResponse.previous:type_name -> pulse.v1.Target
-	8,  // 42: pulse.v1.UpdateTargetResponse.status:type_name -> pulse.v1.TargetStatus
-	12, // 43: pulse.v1.ProbeNowResponse.transitions:type_name -> pulse.v1.Transition
-	31, // 44: pulse.v1.ProbeNowResponse.results:type_name -> pulse.v1.ProbeNowResult
-	7,  // 45: pulse.v1.ProbeNowResult.result:type_name -> pulse.v1.ProbeResult
-	0,  // 46: pulse.v1.ProbeNowResult.state:type_name -> pulse.v1.State
-	2,  // 47: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
-	41, // 48: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
-	12, // 49: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
-	8,  // 50: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
-	33, // 51: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
-	8,  // 52: pulse.v1.WatchTransitionsResponse.added:type_name -> pulse.v1.TargetStatus
-	8,  // 53: pulse.v1.WatchTransitionsResponse.updated:type_name -> pulse.v1.TargetStatus
-	36, // 54: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
-	34, // 55: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
-	35, // 56: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
-	6,  // 57: pulse.v1.TargetsFile.targets:type_name -> pulse.v1.Target
-	13, // 58: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
-	15, // 59: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
-	17, // 60: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
-	19, // 61: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
-	21, // 62: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
-	32, // 63: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
-	23, // 64: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
-	25, // 65: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
-	27, // 66: pulse.v1.HealthChecker.UpdateTarget:input_type -> pulse.v1.UpdateTargetRequest
-	29, // 67: pulse.v1.HealthChecker.ProbeNow:input_type -> pulse.v1.ProbeNowRequest
-	14, // 68: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
-	16, // 69: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
-	18, // 70: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
-	20, // 71: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
-	22, // 72: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
-	37, // 73: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
-	24, // 74: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
-	26, // 75: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
-	28, // 76: pulse.v1.HealthChecker.UpdateTarget:output_type -> pulse.v1.UpdateTargetResponse
-	30, // 77: pulse.v1.HealthChecker.ProbeNow:output_type -> pulse.v1.ProbeNowResponse
-	68, // [68:78] is the sub-list for method output_type
-	58, // [58:68] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	43, // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
+	4,  // 1: pulse.v1.HttpProbe.header_matches:type_name -> pulse.v1.HeaderMatch
+	5,  // 2: pulse.v1.HttpProbe.tls:type_name -> pulse.v1.TlsOptions
+	45, // 3: pulse.v1.TlsOptions.cert_expiry_warn:type_name -> google.protobuf.Duration
+	45, // 4: pulse.v1.TlsOptions.cert_expiry_fail:type_name -> google.protobuf.Duration
+	7,  // 5: pulse.v1.TcpProbe.steps:type_name -> pulse.v1.TcpStep
+	5,  // 6: pulse.v1.TcpProbe.tls:type_name -> pulse.v1.TlsOptions
+	5,  // 7: pulse.v1.GrpcProbe.tls_options:type_name -> pulse.v1.TlsOptions
+	44, // 8: pulse.v1.GrpcProbe.metadata:type_name -> pulse.v1.GrpcProbe.MetadataEntry
+	3,  // 9: pulse.v1.Target.http:type_name -> pulse.v1.HttpProbe
+	6,  // 10: pulse.v1.Target.tcp:type_name -> pulse.v1.TcpProbe
+	8,  // 11: pulse.v1.Target.grpc:type_name -> pulse.v1.GrpcProbe
+	9,  // 12: pulse.v1.Target.dns:type_name -> pulse.v1.DnsProbe
+	45, // 13: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
+	45, // 14: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
+	0,  // 15: pulse.v1.Target.initial_state:type_name -> pulse.v1.State
+	1,  // 16: pulse.v1.Target.model:type_name -> pulse.v1.Model
+	45, // 17: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
+	45, // 18: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
+	45, // 19: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
+	45, // 20: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
+	45, // 21: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
+	45, // 22: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
+	46, // 23: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
+	10, // 24: pulse.v1.TargetStatus.spec:type_name -> pulse.v1.Target
+	0,  // 25: pulse.v1.TargetStatus.state:type_name -> pulse.v1.State
+	11, // 26: pulse.v1.TargetStatus.last_result:type_name -> pulse.v1.ProbeResult
+	46, // 27: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
+	0,  // 28: pulse.v1.TargetStatus.verdict:type_name -> pulse.v1.State
+	45, // 29: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
+	46, // 30: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
+	46, // 31: pulse.v1.TargetStatus.cert_not_after:type_name -> google.protobuf.Timestamp
+	13, // 32: pulse.v1.GroupStatus.policy:type_name -> pulse.v1.GroupPolicy
+	46, // 33: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
+	45, // 34: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
+	0,  // 35: pulse.v1.Transition.from:type_name -> pulse.v1.State
+	0,  // 36: pulse.v1.Transition.to:type_name -> pulse.v1.State
+	46, // 37: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
+	11, // 38: pulse.v1.Transition.result:type_name -> pulse.v1.ProbeResult
+	10, // 39: pulse.v1.AddTargetRequest.target:type_name -> pulse.v1.Target
+	12, // 40: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
+	12, // 41: pulse.v1.StateResponse.status:type_name -> pulse.v1.TargetStatus
+	12, // 42: pulse.v1.ListTargetsResponse.targets:type_name -> pulse.v1.TargetStatus
+	14, // 43: pulse.v1.ListTargetsResponse.groups:type_name -> pulse.v1.GroupStatus
+	15, // 44: pulse.v1.ListTargetsResponse.checker:type_name -> pulse.v1.CheckerStatus
+	13, // 45: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
+	14, // 46: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
+	45, // 47: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
+	12, // 48: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
+	10, // 49: pulse.v1.UpdateTargetRequest.target:type_name -> pulse.v1.Target
+	47, // 50: pulse.v1.UpdateTargetRequest.update_mask:type_name -> google.protobuf.FieldMask
+	10, // 51: pulse.v1.UpdateTargetResponse.previous:type_name -> pulse.v1.Target
+	12, // 52: pulse.v1.UpdateTargetResponse.status:type_name -> pulse.v1.TargetStatus
+	16, // 53: pulse.v1.ProbeNowResponse.transitions:type_name -> pulse.v1.Transition
+	35, // 54: pulse.v1.ProbeNowResponse.results:type_name -> pulse.v1.ProbeNowResult
+	11, // 55: pulse.v1.ProbeNowResult.result:type_name -> pulse.v1.ProbeResult
+	0,  // 56: pulse.v1.ProbeNowResult.state:type_name -> pulse.v1.State
+	2,  // 57: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
+	46, // 58: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
+	16, // 59: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
+	12, // 60: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
+	37, // 61: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
+	12, // 62: pulse.v1.WatchTransitionsResponse.added:type_name -> pulse.v1.TargetStatus
+	12, // 63: pulse.v1.WatchTransitionsResponse.updated:type_name -> pulse.v1.TargetStatus
+	40, // 64: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
+	38, // 65: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
+	39, // 66: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
+	10, // 67: pulse.v1.TargetsFile.targets:type_name -> pulse.v1.Target
+	17, // 68: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
+	19, // 69: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
+	21, // 70: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
+	23, // 71: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
+	25, // 72: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
+	36, // 73: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
+	27, // 74: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
+	29, // 75: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
+	31, // 76: pulse.v1.HealthChecker.UpdateTarget:input_type -> pulse.v1.UpdateTargetRequest
+	33, // 77: pulse.v1.HealthChecker.ProbeNow:input_type -> pulse.v1.ProbeNowRequest
+	18, // 78: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
+	20, // 79: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
+	22, // 80: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
+	24, // 81: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
+	26, // 82: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
+	41, // 83: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
+	28, // 84: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
+	30, // 85: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
+	32, // 86: pulse.v1.HealthChecker.UpdateTarget:output_type -> pulse.v1.UpdateTargetResponse
+	34, // 87: pulse.v1.HealthChecker.ProbeNow:output_type -> pulse.v1.ProbeNowResponse
+	78, // [78:88] is the sub-list for method output_type
+	68, // [68:78] is the sub-list for method input_type
+	68, // [68:68] is the sub-list for extension type_name
+	68, // [68:68] is the sub-list for extension extendee
+	0,  // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_pulse_proto_init() }
@@ -3385,13 +4078,14 @@ func file_pulse_v1_pulse_proto_init() {
 	if File_pulse_v1_pulse_proto != nil {
 		return
 	}
-	file_pulse_v1_pulse_proto_msgTypes[3].OneofWrappers = []any{
+	file_pulse_v1_pulse_proto_msgTypes[7].OneofWrappers = []any{
 		(*Target_Http)(nil),
 		(*Target_Tcp)(nil),
 		(*Target_Grpc)(nil),
+		(*Target_Dns)(nil),
 	}
-	file_pulse_v1_pulse_proto_msgTypes[6].OneofWrappers = []any{}
-	file_pulse_v1_pulse_proto_msgTypes[34].OneofWrappers = []any{
+	file_pulse_v1_pulse_proto_msgTypes[10].OneofWrappers = []any{}
+	file_pulse_v1_pulse_proto_msgTypes[38].OneofWrappers = []any{
 		(*WatchTransitionsResponse_Transition)(nil),
 		(*WatchTransitionsResponse_Snapshot)(nil),
 		(*WatchTransitionsResponse_SnapshotComplete)(nil),
@@ -3407,7 +4101,7 @@ func file_pulse_v1_pulse_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_pulse_proto_rawDesc), len(file_pulse_v1_pulse_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   37,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
