@@ -28,8 +28,8 @@ target: ## start a toy HTTP backend on 127.0.0.1:8080 for the README walkthrough
 	$(GO) run ./cmd/pulse-target $(ARGS)
 
 .PHONY: build
-build: ## build every binary into bin/
-	$(GO) build -o $(BIN)/ ./cmd/...
+build: ## build every binary into bin/, with the Git revision for --version
+	$(GO) build -ldflags "-X github.com/pulsehealth/pulse/internal/version.revision=$$(git rev-parse HEAD 2>/dev/null)" -o $(BIN)/ ./cmd/...
 
 .PHONY: generate
 generate: ## regenerate gen/ from proto/

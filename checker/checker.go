@@ -71,7 +71,7 @@ type Checker struct {
 	defaults  Defaults
 	factory   *probe.Factory // owned, closed on Close; nil if NewProber was given
 	store     Store          // nil: memory only
-	wmu       sync.Mutex     // serialises spec and policy writes to the store
+	wmu       sync.Mutex     // serialises spec and policy writes (to the store, if any)
 	reg       *registry
 	sched     *scheduler
 	commit    *committer   // nil without a store
@@ -168,14 +168,11 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 	if c.repl != nil {
 		return c.repl.add(spec)
 	}
-	if c.store == nil {
-		return c.reg.add(spec, nil)
-	}
-	// With wmu held no other Add or Remove changes the target while its
-	// spec is written.
+	// With wmu held no other Add, Update or Remove changes the target
+	// while its spec is written.
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	return c.reg.add(spec, c.store.PutSpec)
+	return c.reg.add(spec, c.specWriter())
 }
 
 // Remove unregisters a target and reports whether it existed. A result that

@@ -65,10 +65,12 @@ func (l *lifecycle) set(sel modeSel, a Admin, expect *Admin) ([]Status, error) {
 		}
 		return l.reg.statuses(specs), nil
 	}
+	// With wmu held no other Add, Update or Remove changes the targets
+	// while their specs are written.
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
 	var write func([]Spec) (int, error)
 	if l.store != nil {
-		l.wmu.Lock()
-		defer l.wmu.Unlock()
 		write = l.putSpecs
 	}
 	specs, err := l.reg.adminSpecs(sel, a, expect)
@@ -112,11 +114,11 @@ func (l *lifecycle) remove(name string, why func(*target, time.Time) string) (bo
 		}
 		return removed, err
 	}
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
 	if l.store == nil {
 		return l.reg.remove(name, why, nil)
 	}
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
 	return l.reg.remove(name, why, l.store.DeleteTarget)
 }
 

@@ -1,11 +1,9 @@
 package checker
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -260,7 +258,7 @@ func (s *scheduler) work() {
 		s.pool.running--
 		s.waiting.Store(int64(s.pool.waiting()))
 		if j.round != nil {
-			j.round.out[j.i] = outcome{r: r, timedOut: timedOut}
+			j.round.out[j.i] = outcome{r: r, timedOut: timedOut, skipped: ctx.Err() != nil} // cut short: says nothing of the target
 			s.roundDoneLocked(j.round)
 			continue
 		}
@@ -345,47 +343,14 @@ func (s *scheduler) roundDoneLocked(r *round) {
 	}
 }
 
-// runRound is RunRound: it queues a job for every target probed here
-// without a probe in flight, waits for them all, then applies the results
-// in name order under the registry's lock.
+// runRound is RunRound: the round of every target (see round).
 func (s *scheduler) runRound(ctx context.Context) []Transition {
-	s.reg.lock()
-	now := s.clock.Now()
-	var jobs []job
-	s.reg.eachLocked(func(t *target) {
-		if !t.inFlight && s.reg.probedLocked(t) {
-			jobs = append(jobs, s.jobLocked(t, now))
-		}
-	})
-	slices.SortFunc(jobs, func(a, b job) int { return cmp.Compare(a.t.spec.Name, b.t.spec.Name) })
-	rd := &round{ctx: ctx, out: make([]outcome, len(jobs)), left: len(jobs), done: make(chan struct{})}
-	if len(jobs) == 0 {
-		close(rd.done)
-	}
-	for i := range jobs {
-		jobs[i].round, jobs[i].i = rd, i
-		s.enqueueLocked(jobs[i])
-	}
-	s.dispatchLocked()
-	s.reg.unlockAndReport()
-	<-rd.done
-
-	s.reg.lock()
-	mark := s.reg.reportsLocked()
-	for i, j := range jobs {
-		o := rd.out[i]
-		if o.skipped {
-			if s.reg.currentLocked(j.t) {
-				j.t.inFlight = false
-			}
-			continue
-		}
-		s.applyLocked(ctx, j.t, j.gen, j.due, o.r, o.timedOut)
-	}
-	trs := s.reg.transitionsSinceLocked(mark)
-	s.reg.unlockAndReport()
-	slices.SortStableFunc(trs, func(a, b Transition) int { return cmp.Compare(a.Target, b.Target) })
-	return trs
+	rd, _ := s.round(ctx, func() ([]*target, error) {
+		var ts []*target
+		s.reg.eachLocked(func(t *target) { ts = append(ts, t) })
+		return ts, nil
+	}, false)
+	return rd.Transitions
 }
 
 // probeArgs is what a probe needs from its target, read under the

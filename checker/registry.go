@@ -502,6 +502,10 @@ func (r *registry) unlockAndReport() {
 }
 
 func (r *registry) report(e Event) {
+	if e.Kind == EventRemoved {
+		r.reportRemoval(e)
+		return
+	}
 	if e.Kind != EventTransition {
 		r.reportPolicy(e)
 		return
@@ -621,7 +625,7 @@ func (r *registry) emitLocked(e Event) Event {
 	if e.Kind == EventTransition {
 		e.Transition.Revision = r.rev
 	}
-	if e.Kind == EventTransition || e.Kind.IsPolicy() {
+	if r.reported(e.Kind) {
 		r.reports = append(r.reports, e)
 	}
 	r.sink(e)
@@ -636,7 +640,7 @@ func (r *registry) emitSharedLocked(e Event) Event {
 	if e.Kind == EventTransition {
 		e.Transition.Revision = r.applying
 	}
-	if e.Kind == EventTransition || e.Kind.IsPolicy() {
+	if r.reported(e.Kind) {
 		r.reports = append(r.reports, e)
 	}
 	if r.applying == 0 {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // scheduler starts the registry's probes on time and applies their
@@ -44,9 +46,10 @@ type scheduler struct {
 	startOnce     sync.Once
 
 	// Guarded by the registry's lock.
-	due  dueHeap
-	pool probePool
-	ov   overloadState
+	demand *rate.Limiter // ProbeNow rounds; see probenow.go
+	due    dueHeap
+	pool   probePool
+	ov     overloadState
 }
 
 // newScheduler returns the scheduler of reg's targets, not started.
@@ -59,6 +62,7 @@ func newScheduler(reg *registry, cfg Config, clock Clock) (*scheduler, error) {
 		overload:  cfg.Overload,
 		wake:      make(chan struct{}, 1),
 		scheduled: make(chan struct{}),
+		demand:    newDemandLimiter(),
 	}
 	if err := s.overload.validate(); err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/boltstore"
@@ -159,6 +160,15 @@ func TestARejectedCallChangesNothing(t *testing.T) {
 	outcome := func(ctx context.Context, req *pb.ReportOutcomeRequest) func() error {
 		return func() error { _, err := client.ReportOutcome(ctx, req); return err }
 	}
+	update := func(ctx context.Context, tg *pb.Target, paths ...string) func() error {
+		return func() error {
+			_, err := client.UpdateTarget(ctx, &pb.UpdateTargetRequest{Target: tg, UpdateMask: &fieldmaskpb.FieldMask{Paths: paths}})
+			return err
+		}
+	}
+	probeNow := func(ctx context.Context, names ...string) func() error {
+		return func() error { _, err := client.ProbeNow(ctx, &pb.ProbeNowRequest{Names: names}); return err }
+	}
 	denied := func(name string) *pb.Target {
 		return &pb.Target{Name: name, Group: "g2", Probe: &pb.Target_Http{Http: &pb.HttpProbe{Url: "http://169.254.169.254/latest"}}}
 	}
@@ -192,6 +202,18 @@ func TestARejectedCallChangesNothing(t *testing.T) {
 		{"validation", "SetGroupPolicy fraction NaN", policy(write, "g1", math.NaN()), codes.InvalidArgument, false},
 		{"validation", "SetGroupPolicy fraction -Inf", policy(write, "g1", math.Inf(-1)), codes.InvalidArgument, false},
 		{"validation", "ReportOutcome negative latency", outcome(write, &pb.ReportOutcomeRequest{Target: "c", Latency: durationpb.New(-time.Second)}), codes.InvalidArgument, false},
+		{"validation", "UpdateTarget unknown path", update(write, tcp("a", ""), "intervl"), codes.InvalidArgument, false},
+		{"validation", "UpdateTarget name", update(write, tcp("a", ""), "name"), codes.InvalidArgument, false},
+		{"validation", "UpdateTarget timeout past interval", update(write, with(tcp("a", ""), func(tg *pb.Target) { tg.Timeout = durationpb.New(time.Hour) }), "timeout"), codes.InvalidArgument, false},
+		{"validation", "UpdateTarget clearing the probe", update(write, &pb.Target{Name: "a"}, "tcp"), codes.InvalidArgument, false},
+		{"validation", "ProbeNow bad name", probeNow(write, "a b"), codes.InvalidArgument, false},
+		{"egress", "UpdateTarget moving a target to a denied address", update(write, denied("c"), "http"), codes.InvalidArgument, false},
+		{"limits", "UpdateTarget moving a target into a full group", update(write, tcp("c", "g1"), "group"), codes.ResourceExhausted, false},
+		{"auth", "UpdateTarget with a read token", update(read, tcp("a", "g2"), "group"), codes.PermissionDenied, false},
+		{"auth", "ProbeNow with a read token", probeNow(read), codes.PermissionDenied, false},
+		{"store", "UpdateTarget", update(write, with(tcp("a", "g1"), func(tg *pb.Target) { tg.Rise = proto.Int32(5) }), "rise"), codes.Unavailable, true},
+		{"not found", "UpdateTarget unknown", update(write, tcp("nobody", ""), "group"), codes.NotFound, false},
+		{"not found", "ProbeNow unknown", probeNow(write, "a", "nobody"), codes.NotFound, false},
 		{"egress", "AddTarget of a denied address", add(write, denied("meta")), codes.InvalidArgument, false},
 		{"egress", "AddTarget moving a target to a denied address", add(write, denied("c")), codes.InvalidArgument, false},
 		{"egress", "AddTarget of a DNS probe asking a denied server", add(write, &pb.Target{Name: "d", Group: "g2", Probe: &pb.Target_Dns{Dns: &pb.DnsProbe{Name: "api.internal", Server: "169.254.169.254:53"}}}), codes.InvalidArgument, false},

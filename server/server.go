@@ -299,6 +299,8 @@ func toStatus(err error, prefix string) error {
 		return status.Errorf(codes.OutOfRange, "%v; watch again with start_revision 0 to re-snapshot", err)
 	case errors.Is(err, checker.ErrFutureRevision):
 		return status.Errorf(codes.FailedPrecondition, "%v (was it from another pulsed?); watch again with start_revision 0 to re-snapshot", err)
+	case errors.Is(err, checker.ErrRateLimited):
+		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, checker.ErrLimit):
 		return status.Errorf(codes.ResourceExhausted, "%v; remove some, or raise pulsed's -max-targets, -max-targets-per-group or -max-watchers", err)
 	case errors.Is(err, checker.ErrNotShared):

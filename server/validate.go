@@ -72,6 +72,18 @@ func (v validator) check(req any) error {
 		if err == nil {
 			_, err = outcomeFromProto(r)
 		}
+	case *pb.UpdateTargetRequest:
+		err = checkUpdate(r)
+	case *pb.ProbeNowRequest:
+		err = field("group", checker.ValidateGroup(r.GetGroup()))
+		if n := len(r.GetNames()); err == nil && n > checker.MaxProbeNowNames {
+			err = fmt.Errorf("names: must list at most %d targets, got %d; select a group instead", checker.MaxProbeNowNames, n)
+		}
+		for i, n := range r.GetNames() {
+			if err == nil {
+				err = field(fmt.Sprintf("names[%d]", i), checker.ValidateName(n))
+			}
+		}
 	case *pb.WatchTransitionsRequest:
 		err = field("group", checker.ValidateGroup(r.GetGroup()))
 		if n := len(r.GetNames()); err == nil && n > MaxWatchNames {
@@ -128,4 +140,17 @@ func field(name string, err error) error {
 		return nil
 	}
 	return fmt.Errorf("%s: %w", name, err)
+}
+
+// checkUpdate checks an UpdateTarget request's name and mask; the result
+// is validated once applied to the stored spec.
+func checkUpdate(r *pb.UpdateTargetRequest) error {
+	if r.GetTarget() == nil {
+		return fmt.Errorf("target: is required, e.g. {\"target\": {\"name\": \"web-1\", \"interval\": \"5s\"}, \"update_mask\": \"interval\"}")
+	}
+	if err := field("target.name", checker.ValidateName(r.GetTarget().GetName())); err != nil {
+		return err
+	}
+	_, err := maskPaths(r)
+	return err
 }

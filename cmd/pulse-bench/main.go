@@ -63,6 +63,7 @@ import (
 	"time"
 
 	"github.com/pulsehealth/pulse/internal/pulsedproc"
+	"github.com/pulsehealth/pulse/internal/version"
 )
 
 func main() {
@@ -111,8 +112,13 @@ func parseFlags(args []string, stderr io.Writer) (cliFlags, error) {
 	fs.StringVar(&f.opts.BodyContains, "body-contains", "", "pulsed's probes expect the body to contain this `text` (http.body_contains)")
 	fs.StringVar(&f.out, "out", "", "also write the Markdown report to this `file`")
 	fs.StringVar(&f.jsonOut, "json", "", "write the raw results as JSON to this `file`")
+	showVersion := version.Flag(fs)
 	if err := fs.Parse(args); err != nil {
 		return f, err
+	}
+	if *showVersion {
+		fmt.Fprintln(os.Stdout, version.Line("pulse-bench"))
+		return f, flag.ErrHelp
 	}
 	if fs.NArg() > 0 {
 		return f, fmt.Errorf("unexpected argument %q; see pulse-bench --help", fs.Arg(0))

@@ -8,12 +8,14 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/probe"
 	"github.com/pulsehealth/pulse/cmd/internal/dial"
+	"github.com/pulsehealth/pulse/internal/version"
 )
 
 // config is what the flags say.
@@ -103,12 +105,17 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long to let requests in progress finish before closing them")
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn or error")
 	format := fs.String("log-format", "text", "log `format`: text or json")
+	showVersion := version.Flag(fs)
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cfg, err
 		}
 		return cfg, usageError{err} // the flag package has printed the usage
+	}
+	if *showVersion {
+		fmt.Fprintln(os.Stdout, version.Line("pulse-lb"))
+		return cfg, flag.ErrHelp
 	}
 	if fs.NArg() > 0 {
 		return cfg, usageErrorf("unexpected argument %q; see pulse-lb --help", fs.Arg(0))

@@ -32,6 +32,7 @@ type remoteSource struct {
 	c       *client.Client
 	view    *client.View
 	healthy atomic.Pointer[[]string] // sorted names of the routable backends, replaced after each event
+	pending []client.Change          // the changes of the event being applied; only changed touches it
 }
 
 // newRemoteSource connects to the pulsed at cfg.pulse (lazily: pulse-lb
@@ -73,22 +74,35 @@ func (s *remoteSource) Close() error {
 	return s.c.Close()
 }
 
-// changed logs one change of the view and, after the last change of an
-// event, publishes the routable names.
+// changed gathers the changes of one event and, after its last one,
+// publishes the routable names and then logs the changes: once a transition
+// is in the log, pulse-lb routes by it. The view calls it from one
+// goroutine at a time.
 func (s *remoteSource) changed(ch client.Change) {
-	if ch.From != ch.To { // an update of a spec alone is not worth a line
-		attrs := []any{"target", ch.Name, "group", s.cfg.group, "from", ch.From.String(), "to", ch.To.String(), "revision", ch.Revision}
-		if ch.Err != "" {
-			attrs = append(attrs, "error", ch.Err)
-		}
-		if ch.Reason != "transition" {
-			attrs = append(attrs, "reason", ch.Reason)
-		}
-		s.logger.Info(ch.String(), attrs...)
+	s.pending = append(s.pending, ch)
+	if ch.More {
+		return
 	}
-	if !ch.More {
-		s.publish()
+	s.publish()
+	for _, ch := range s.pending {
+		s.logChange(ch)
 	}
+	clear(s.pending)
+	s.pending = s.pending[:0]
+}
+
+func (s *remoteSource) logChange(ch client.Change) {
+	if ch.From == ch.To { // an update of a spec alone is not worth a line
+		return
+	}
+	attrs := []any{"target", ch.Name, "group", s.cfg.group, "from", ch.From.String(), "to", ch.To.String(), "revision", ch.Revision}
+	if ch.Err != "" {
+		attrs = append(attrs, "error", ch.Err)
+	}
+	if ch.Reason != "transition" {
+		attrs = append(attrs, "reason", ch.Reason)
+	}
+	s.logger.Info(ch.String(), attrs...)
 }
 
 func (s *remoteSource) publish() {

@@ -20,11 +20,18 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/pulsehealth/pulse/internal/version"
 )
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:8080", "`address` to serve HTTP on")
+	showVersion := version.Flag(flag.CommandLine)
 	flag.Parse()
+	if *showVersion {
+		fmt.Println(version.Line("pulse-target"))
+		return
+	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 
 	var failing atomic.Bool

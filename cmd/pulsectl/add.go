@@ -46,8 +46,9 @@ type addFlags struct {
 	httpURL, method, tcp, grpc string
 	grpcService                string
 	grpcTLS                    bool
-	interval, timeout, maxLat  time.Duration
+	interval, timeout, maxLat  secondsFlag
 	rise, fall                 int
+	policy                     policyFlags
 	initialState, model        string
 	expectStatus               intList
 	headers                    headerMap
@@ -69,16 +70,17 @@ func (c *command) addFlagSet(e *env) *addFlags {
 	fs.StringVar(&a.grpc, "grpc", "", "probe with grpc.health.v1 Check at `host:port`")
 	fs.StringVar(&a.grpcService, "grpc-service", "", "grpc.health.v1 `service` name to ask about (default: the whole server)")
 	fs.BoolVar(&a.grpcTLS, "grpc-tls", false, "connect to the gRPC target with TLS")
-	fs.DurationVar(&a.interval, "interval", 0, "time between the starts of two probes")
-	fs.DurationVar(&a.timeout, "timeout", 0, "bound on one probe (at most --interval)")
+	fs.Var(&a.interval, "interval", "time between the starts of two probes: a `duration` (5s) or seconds (5)")
+	fs.Var(&a.timeout, "timeout", "bound on one probe (at most --interval): a `duration` or seconds")
 	fs.IntVar(&a.rise, "rise", 0, "consecutive passes to become healthy")
 	fs.IntVar(&a.fall, "fall", 0, "consecutive failures to become unhealthy")
 	fs.StringVar(&a.initialState, "initial-state", "", "`state` of a new target: healthy or unhealthy")
 	fs.StringVar(&a.model, "model", "", "state `model`: rise_fall or three_state")
-	fs.DurationVar(&a.maxLat, "max-latency", 0, "fail probes that pass slower than this")
+	fs.Var(&a.maxLat, "max-latency", "fail probes that pass slower than this `duration` (or seconds)")
+	a.policy.register(fs)
 	a.probe = addProbeFlags(fs)
 	a.client = addClientFlags(fs)
-	a.output = addOutputFlag(fs, "the AddTargetResponse")
+	a.output = addOutputFlag(fs, "the response", "yaml")
 	return a
 }
 
@@ -102,12 +104,20 @@ func runAdd(ctx context.Context, e *env, c *command, args []string) int {
 	defer cl.Close()
 	cctx, cancel := callCtx(ctx)
 	defer cancel()
+	// The spec add replaces, if any, to say what changed: add sends the
+	// whole spec, so a flag left out puts its field back to the default.
+	var prev *pb.Target
+	if !a.output.structured() {
+		if old, err := cl.State(cctx, &pb.StateRequest{Name: target.GetName()}); err == nil {
+			prev = old.GetStatus().GetSpec()
+		}
+	}
 	resp, err := cl.AddTarget(cctx, &pb.AddTargetRequest{Target: target})
 	if err != nil {
 		return cl.fail(e, err, "")
 	}
-	if a.output.json() {
-		return e.printJSON(resp)
+	if a.output.structured() {
+		return e.printAs(a.output, resp)
 	}
 	st := resp.GetStatus()
 	verb := "updated"
@@ -116,6 +126,13 @@ func runAdd(ctx context.Context, e *env, c *command, args []string) int {
 	}
 	fmt.Fprintf(e.stdout, "%s %s: %s; %s; state %s\n", verb, st.GetSpec().GetName(),
 		probeSummary(st.GetSpec()), scheduleSummary(st.GetSpec()), stateName(st.GetState()))
+	if !resp.GetCreated() && prev != nil {
+		if changes := specChanges(prev, st.GetSpec()); len(changes) > 0 {
+			fmt.Fprintf(e.stdout, "replaced the spec of %s: %s\n(to change only some fields, use pulsectl set)\n", st.GetSpec().GetName(), strings.Join(changes, ", "))
+		} else {
+			fmt.Fprintf(e.stdout, "the spec of %s was already this one\n", st.GetSpec().GetName())
+		}
+	}
 	return exitOK
 }
 
@@ -174,49 +191,58 @@ func (a *addFlags) target() (*pb.Target, error) {
 		t.Probe = &pb.Target_Grpc{Grpc: g}
 	}
 
-	if set["interval"] {
-		t.Interval = durationpb.New(a.interval)
+	if err := a.setCommon(t, func(f string) bool { return set[f] }); err != nil {
+		return nil, err
 	}
-	if set["timeout"] {
-		t.Timeout = durationpb.New(a.timeout)
-	}
-	if set["max-latency"] {
-		t.MaxLatency = durationpb.New(a.maxLat)
+	return t, nil
+}
+
+// setCommon sets t's fields that are not about its probe from the flags
+// that were set (is reports which).
+func (a *addFlags) setCommon(t *pb.Target, is func(string) bool) error {
+	for _, f := range []struct {
+		name string
+		v    secondsFlag
+		dst  **durationpb.Duration
+	}{{"interval", a.interval, &t.Interval}, {"timeout", a.timeout, &t.Timeout}, {"max-latency", a.maxLat, &t.MaxLatency}} {
+		if is(f.name) {
+			*f.dst = durationpb.New(time.Duration(f.v))
+		}
 	}
 	for _, f := range []struct {
 		name string
 		v    int
 		dst  **int32
 	}{{"rise", a.rise, &t.Rise}, {"fall", a.fall, &t.Fall}} {
-		if !set[f.name] {
+		if !is(f.name) {
 			continue
 		}
 		if f.v < math.MinInt32 || f.v > math.MaxInt32 {
-			return nil, fmt.Errorf("--%s %d is out of range", f.name, f.v)
+			return fmt.Errorf("--%s %d is out of range", f.name, f.v)
 		}
 		*f.dst = proto.Int32(int32(f.v))
 	}
-	if set["initial-state"] {
+	if is("initial-state") {
 		switch normalize(a.initialState, "state_") {
 		case "healthy":
 			t.InitialState = pb.State_STATE_HEALTHY
 		case "unhealthy":
 			t.InitialState = pb.State_STATE_UNHEALTHY
 		default:
-			return nil, fmt.Errorf("--initial-state must be healthy or unhealthy, got %q", a.initialState)
+			return fmt.Errorf("--initial-state must be healthy or unhealthy, got %q", a.initialState)
 		}
 	}
-	if set["model"] {
+	if is("model") {
 		switch normalize(a.model, "model_") {
 		case "rise_fall":
 			t.Model = pb.Model_MODEL_RISE_FALL
 		case "three_state":
 			t.Model = pb.Model_MODEL_THREE_STATE
 		default:
-			return nil, fmt.Errorf("--model must be rise_fall or three_state, got %q", a.model)
+			return fmt.Errorf("--model must be rise_fall or three_state, got %q", a.model)
 		}
 	}
-	return t, nil
+	return a.policy.apply(t, is)
 }
 
 // normalize lower-cases an enum flag value, turns dashes into underscores

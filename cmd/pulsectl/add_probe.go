@@ -24,7 +24,7 @@ type probeFlags struct {
 
 	tlsCAFile, tlsCertFile, tlsKeyFile, tlsServerName, tlsMinVersion string
 	tlsInsecure                                                      bool
-	certExpiryWarn, certExpiryFail                                   time.Duration
+	certExpiryWarn, certExpiryFail                                   secondsFlag
 
 	steps     stepList
 	readLimit int
@@ -61,8 +61,8 @@ func addProbeFlags(fs *flag.FlagSet) *probeFlags {
 	fs.StringVar(&p.tlsServerName, "probe-tls-server-name", "", "https, gRPC, TCP: `name` sent in SNI and verified (default: the host probed)")
 	fs.StringVar(&p.tlsMinVersion, "probe-tls-min-version", "", "https, gRPC, TCP: oldest TLS `version`: 1.0, 1.1, 1.2 or 1.3 (pulsed's default: 1.2)")
 	fs.BoolVar(&p.tlsInsecure, "probe-tls-insecure-skip-verify", false, "https, gRPC, TCP: accept any server certificate (the status warns)")
-	fs.DurationVar(&p.certExpiryWarn, "probe-cert-expiry-warn", 0, "https, gRPC, TCP: warn when a server certificate expires within this")
-	fs.DurationVar(&p.certExpiryFail, "probe-cert-expiry-fail", 0, "https, gRPC, TCP: fail when a server certificate expires within this")
+	fs.Var(&p.certExpiryWarn, "probe-cert-expiry-warn", "https, gRPC, TCP: warn when a server certificate expires within this `duration` (or seconds)")
+	fs.Var(&p.certExpiryFail, "probe-cert-expiry-fail", "https, gRPC, TCP: fail when a server certificate expires within this `duration` (or seconds)")
 	fs.Var(stepFlag{&p.steps, "send"}, "send", "TCP: send `text` (Go escapes such as \\r\\n are read), a step; steps run in flag order")
 	fs.Var(stepFlag{&p.steps, "send-hex"}, "send-hex", "TCP: send the bytes these `hex` digits spell, a step")
 	fs.Var(stepFlag{&p.steps, "expect"}, "expect", "TCP: await exactly `text` next, a step")
@@ -132,10 +132,10 @@ func (p *probeFlags) tls(set map[string]bool) *pb.TlsOptions {
 		ServerName: p.tlsServerName, MinVersion: p.tlsMinVersion, InsecureSkipVerify: p.tlsInsecure,
 	}
 	if set["probe-cert-expiry-warn"] {
-		t.CertExpiryWarn = durationpb.New(p.certExpiryWarn)
+		t.CertExpiryWarn = durationpb.New(time.Duration(p.certExpiryWarn))
 	}
 	if set["probe-cert-expiry-fail"] {
-		t.CertExpiryFail = durationpb.New(p.certExpiryFail)
+		t.CertExpiryFail = durationpb.New(time.Duration(p.certExpiryFail))
 	}
 	return t
 }

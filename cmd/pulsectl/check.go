@@ -35,6 +35,10 @@ retried up to --retries times, after a full-jitter backoff of
 rand * min(5s, 0.2s * 2^retry); a backoff that would cross the deadline ends
 the check instead. Anything else, such as an HTTP 4xx, is not retried.
 
+HTTP redirects are followed, up to 10, and the final answer is judged (a 302
+to a healthy page is healthy); an 11th fails the attempt. --no-follow-redirects
+judges the first answer, as pulsed's probes do unless told to follow.
+
 Each target ends healthy (first attempt passed), degraded (passed after
 retries) or down (with the reason). The report keeps the file's order and
 ends with the counts, the p50 and p95 latency (nearest rank, last attempt of
@@ -109,6 +113,7 @@ func runCheck(ctx context.Context, e *env, c *command, args []string) int {
 	deadline := secondsFlag(oneshot.DefaultDeadline)
 	fs.Var(&deadline, "deadline", "bound on the whole run: a `duration` (20s) or seconds (20)")
 	retries := fs.Int("retries", oneshot.DefaultMaxRetries, "retries of a transient failure per target")
+	noFollow := fs.Bool("no-follow-redirects", false, "judge an HTTP target's first answer, a redirect included, instead of following up to 10 redirects")
 	metrics := fs.String("metrics", "", "also write Prometheus text to `FILE`, atomically (for node_exporter's textfile collector: name it *.prom)")
 	out := addOutputFlag(fs, "the results and the summary")
 	pos, code, ok := c.parse(e, fs, args)
@@ -129,6 +134,11 @@ func runCheck(ctx context.Context, e *env, c *command, args []string) int {
 		return exitUsage
 	}
 
+	for i := range targets {
+		if h := targets[i].Probe.HTTP; h != nil {
+			h.FollowRedirects = !*noFollow
+		}
+	}
 	factory := probe.NewFactory()
 	defer factory.Close()
 	opts := oneshot.Options{

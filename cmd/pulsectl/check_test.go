@@ -242,3 +242,24 @@ func TestProgressLine(t *testing.T) {
 		t.Error("a strings.Builder is a terminal")
 	}
 }
+
+// check follows redirects, up to 10, and judges the final answer; with
+// --no-follow-redirects it judges the first.
+func TestCheckFollowsRedirects(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ok", func(http.ResponseWriter, *http.Request) {})
+	mux.HandleFunc("/moved", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ok", http.StatusFound) })
+	mux.HandleFunc("/loop", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/loop", http.StatusFound) })
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	file := writeFile(t, "targets.yaml", "- name: moved\n  url: "+srv.URL+"/moved\n- name: loop\n  url: "+srv.URL+"/loop\n  critical: false\n")
+	r := pulsectl(t, "check", "--retries", "0", file)
+	if r.code != exitOK || !regexp.MustCompile(`(?m)^healthy\s+moved\s`).MatchString(r.stdout) ||
+		!regexp.MustCompile(`(?m)^down\s+loop \(non-critical\)\s.*stopped after 10 redirects`).MatchString(r.stdout) {
+		t.Errorf("following redirects: %+v", r)
+	}
+	r = pulsectl(t, "check", "--retries", "0", "--no-follow-redirects", file)
+	if r.code != exitCriticalDown || !regexp.MustCompile(`(?m)^down\s+moved\s.*status 302`).MatchString(r.stdout) {
+		t.Errorf("--no-follow-redirects: %+v", r)
+	}
+}

@@ -88,17 +88,30 @@ func decodeTargets(path string, data []byte) ([]fileTarget, error) {
 	return decodeYAML(data)
 }
 
+// decodeJSON decodes the top level, then each target alone, so that an
+// error names the target it is in.
 func decodeJSON(data []byte) ([]fileTarget, error) {
+	var raws []json.RawMessage
 	if len(data) > 0 && data[0] == '{' {
-		var doc fileTargets
-		if err := strictJSON(data, &doc); err != nil {
-			return nil, err
+		var doc struct {
+			Targets []json.RawMessage `json:"targets"`
 		}
-		return doc.Targets, nil
+		if err := strictJSON(data, &doc); err != nil {
+			return nil, jsonWords(err, true)
+		}
+		raws = doc.Targets
+	} else if err := strictJSON(data, &raws); err != nil {
+		return nil, jsonWords(err, true)
 	}
-	var rows []fileTarget
-	err := strictJSON(data, &rows)
-	return rows, err
+	rows := make([]fileTarget, len(raws))
+	for i, raw := range raws {
+		if err := strictJSON(raw, &rows[i]); err != nil {
+			var named struct{ Name string }
+			_ = json.Unmarshal(raw, &named) // only for the message
+			return nil, fmt.Errorf("%s: %w", targetLabel(i, named.Name), jsonWords(err, false))
+		}
+	}
+	return rows, nil
 }
 
 func strictJSON(data []byte, v any) error {
@@ -121,23 +134,37 @@ func strictJSON(data []byte, v any) error {
 func decodeYAML(data []byte) ([]fileTarget, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, err
+		return nil, errors.New(strings.TrimPrefix(err.Error(), "yaml: "))
 	}
 	if len(root.Content) == 0 {
 		return nil, nil // empty document
 	}
+	// The targets' nodes, for errors that name the target they are in.
+	top := root.Content[0]
+	list := top
+	if top.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(top.Content); i += 2 {
+			if top.Content[i].Value == "targets" {
+				list = top.Content[i+1]
+			}
+		}
+	}
+	var items []*yaml.Node
+	if list.Kind == yaml.SequenceNode {
+		items = list.Content
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	if root.Content[0].Kind == yaml.MappingNode {
+	if top.Kind == yaml.MappingNode {
 		var doc fileTargets
 		if err := dec.Decode(&doc); err != nil {
-			return nil, err
+			return nil, yamlWords(err, items)
 		}
 		return doc.Targets, nil
 	}
 	var rows []fileTarget
 	if err := dec.Decode(&rows); err != nil {
-		return nil, err
+		return nil, yamlWords(err, items)
 	}
 	return rows, nil
 }

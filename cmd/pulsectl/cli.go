@@ -6,7 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
+
+	"github.com/pulsehealth/pulse/internal/version"
 )
 
 // Exit codes; see the package comment.
@@ -16,6 +19,7 @@ const (
 	exitCriticalDown = 2
 	exitNotFound     = 3
 	exitServer       = 4
+	exitNoneRoutable = 5
 )
 
 // defaultAddr is where `make run` serves pulsed.
@@ -43,7 +47,7 @@ type command struct {
 
 // commands returns every subcommand, in the order help lists them.
 func commands() []*command {
-	return []*command{addCommand(), rmCommand(), drainCommand(), maintCommand(), activateCommand(), stateCommand(), lsCommand(), healthyCommand(), watchCommand(), checkCommand()}
+	return []*command{addCommand(), setCommand(), rmCommand(), drainCommand(), maintCommand(), activateCommand(), stateCommand(), lsCommand(), healthyCommand(), watchCommand(), probeCommand(), policyCommand(), outcomeCommand(), checkCommand(), completionCommand()}
 }
 
 // run runs pulsectl with args (without the program name) and returns the
@@ -52,16 +56,19 @@ func commands() []*command {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	e := &env{stdout: stdout, stderr: stderr}
 	if len(args) == 0 {
+		e.errorf("name a command; the commands are:\n")
 		usage(stderr)
 		return exitUsage
 	}
 	name := args[0]
 	switch name {
+	case "-version", "--version", "version":
+		fmt.Fprintln(stdout, version.Line("pulsectl"))
+		return exitOK
 	case "-h", "-help", "--help", "help":
 		if len(args) > 1 && name == "help" {
 			if c := lookup(args[1]); c != nil {
-				c.printHelp(stdout, c.flags(e))
-				return exitOK
+				return c.run(ctx, e, c, []string{"--help"}) // the command's own flags
 			}
 			e.errorf("unknown command %q; run 'pulsectl --help' for the list", args[1])
 			return exitUsage
@@ -77,7 +84,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return c.run(ctx, e, c, args[1:])
 }
 
+// aliases are other names of commands, as kubectl and etcdctl users type
+// them.
+var aliases = map[string]string{"get": "state", "list": "ls", "delete": "rm"}
+
 func lookup(name string) *command {
+	if real, ok := aliases[name]; ok {
+		name = real
+	}
 	for _, c := range commands() {
 		if c.name == name {
 			return c
@@ -98,23 +112,26 @@ Commands:
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
+	fmt.Fprint(w, "\nAliases: get (state), list (ls), delete (rm).\n")
 	fmt.Fprintf(w, `
 Client commands talk to pulsed at --addr (default %s,
 where 'make run' serves it). 'check' needs no server.
 
 Exit codes: 0 success; 1 usage error (bad flags or arguments, an invalid check
 file, a request pulsed rejected as invalid); 2 check found a critical target
-down; 3 unknown target; 4 pulsed unreachable or failed.
+down; 3 unknown target or group; 4 pulsed unreachable or failed; 5 healthy
+found no routable target.
 
-Run 'pulsectl <command> --help' for a command's flags and examples.
+Run 'pulsectl <command> --help' for a command's flags and examples, and
+'pulsectl --version' for the version.
 `, defaultAddr)
 }
 
-// flags returns a new FlagSet for c. Parse errors go to e.stderr; help is
-// printed by parse, not by the flag package.
-func (c *command) flags(e *env) *flag.FlagSet {
+// flags returns a new FlagSet for c. Parse errors and help are printed by
+// parse, not by the flag package.
+func (c *command) flags(*env) *flag.FlagSet {
 	fs := flag.NewFlagSet("pulsectl "+c.name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	return fs
 }
@@ -126,6 +143,12 @@ func (c *command) printHelp(w io.Writer, fs *flag.FlagSet) {
 		fmt.Fprintf(w, "  %s\n", strings.TrimSpace(line))
 	}
 	fmt.Fprint(w, "\nFlags:\n")
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n == 0 {
+		fmt.Fprint(w, "  none\n")
+		return
+	}
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 }
@@ -133,7 +156,7 @@ func (c *command) printHelp(w io.Writer, fs *flag.FlagSet) {
 // parse parses args with fs, allowing flags after positional arguments
 // (pulsectl state web-1 -o json) until a "--". ok is false when the
 // command must stop and exit with code: 0 after --help, exitUsage after a
-// bad flag (the flag package has said what was wrong).
+// bad flag (said on stderr, "pulsectl: " first, as every error).
 func (c *command) parse(e *env, fs *flag.FlagSet, args []string) (pos []string, code int, ok bool) {
 	for {
 		err := fs.Parse(args)
@@ -142,8 +165,7 @@ func (c *command) parse(e *env, fs *flag.FlagSet, args []string) (pos []string, 
 			return nil, exitOK, false
 		}
 		if err != nil {
-			fmt.Fprintf(e.stderr, "Run 'pulsectl %s --help' for usage.\n", c.name)
-			return nil, exitUsage, false
+			return nil, c.usageError(e, "%v", err), false
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
@@ -164,25 +186,42 @@ func (c *command) usageError(e *env, format string, args ...any) int {
 	return exitUsage
 }
 
-// outputFlag is -o: "text" or "json".
-type outputFlag string
-
-func (o *outputFlag) String() string { return string(*o) }
-
-func (o *outputFlag) Set(v string) error {
-	switch v {
-	case "text", "json":
-		*o = outputFlag(v)
-		return nil
-	}
-	return fmt.Errorf("must be text or json, got %q", v)
+// outputFlag is -o: "text", "json", and for some commands "yaml" or
+// "wide".
+type outputFlag struct {
+	v       string
+	allowed []string
 }
 
-func (o *outputFlag) json() bool { return *o == "json" }
+func (o *outputFlag) String() string { return o.v }
 
-// addOutputFlag registers -o on fs.
-func addOutputFlag(fs *flag.FlagSet, what string) *outputFlag {
-	o := outputFlag("text")
-	fs.Var(&o, "o", "output `format`: text, or json ("+what+")")
-	return &o
+func (o *outputFlag) Set(v string) error {
+	if slices.Contains(o.allowed, v) {
+		o.v = v
+		return nil
+	}
+	return fmt.Errorf("must be %s, got %q", orList(o.allowed), v)
+}
+
+func (o *outputFlag) json() bool { return o.v == "json" }
+
+func (o *outputFlag) wide() bool { return o.v == "wide" }
+
+// structured is true for -o json and -o yaml: the response as it is.
+func (o *outputFlag) structured() bool { return o.v == "json" || o.v == "yaml" }
+
+// addOutputFlag registers -o on fs, taking text, json and the extra
+// formats given ("yaml", "wide").
+func addOutputFlag(fs *flag.FlagSet, what string, extra ...string) *outputFlag {
+	o := &outputFlag{v: "text", allowed: append([]string{"text", "json"}, extra...)}
+	fs.Var(o, "o", "output `format`: "+orList(o.allowed)+" ("+what+")")
+	return o
+}
+
+// orList joins words as "a, b or c".
+func orList(words []string) string {
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
 }

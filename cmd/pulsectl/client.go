@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"buf.build/go/protoyaml"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -103,6 +104,20 @@ func (c *client) fail(e *env, err error, name string) int {
 // RFC 3339), the form grpcurl prints, with every field present, zeros
 // and empty lists included, so scripts need not guess at defaults.
 var jsonOut = protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}
+
+// printAs writes m as -o asks: JSON, or YAML with the same field names.
+func (e *env) printAs(o *outputFlag, m proto.Message) int {
+	if o.v != "yaml" {
+		return e.printJSON(m)
+	}
+	b, err := protoyaml.MarshalOptions{EmitUnpopulated: true}.Marshal(m)
+	if err != nil {
+		e.errorf("encoding YAML: %v", err)
+		return exitServer
+	}
+	fmt.Fprintf(e.stdout, "%s", b)
+	return exitOK
+}
 
 // printJSON writes m as JSON on stdout.
 func (e *env) printJSON(m proto.Message) int {

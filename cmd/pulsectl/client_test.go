@@ -102,8 +102,8 @@ func TestClientCommands(t *testing.T) {
 	if out := mustRun(t, "healthy", "edge", addr); out != "web-1\n" {
 		t.Errorf("healthy edge = %q", out)
 	}
-	if out := mustRun(t, "healthy", "other", addr); out != "" {
-		t.Errorf("healthy other = %q", out)
+	if r := pulsectl(t, "healthy", "other", addr); r.code != exitNotFound || r.stdout != "" || !strings.Contains(r.stderr, `no targets in group "other"`) {
+		t.Errorf("healthy of an unknown group: %+v", r)
 	}
 	var healthy pb.HealthyResponse
 	if err := protojson.Unmarshal([]byte(mustRun(t, "healthy", addr, "-o", "json")), &healthy); err != nil || !cmp.Equal(healthy.GetNames(), []string{"web-1"}) {
@@ -116,6 +116,9 @@ func TestClientCommands(t *testing.T) {
 	out = mustRun(t, "ls", addr)
 	if !regexp.MustCompile(`(?m)^web-1\s+edge\s+unhealthy\s+active\s+fail \d+\s+\S+\s+connection refused\s+\d+s$`).MatchString(out) {
 		t.Errorf("ls row for a down web-1:\n%s", out)
+	}
+	if r := pulsectl(t, "healthy", "edge", addr); r.code != exitNoneRoutable || r.stdout != "" || !strings.Contains(r.stderr, `no routable target in group "edge" (1 target)`) {
+		t.Errorf("healthy with nothing routable: %+v", r)
 	}
 
 	// rm, then the target is unknown to every command.
@@ -207,6 +210,7 @@ func TestUnreachable(t *testing.T) {
 	for _, args := range [][]string{
 		{"ls"}, {"state", "web-1"}, {"healthy"}, {"rm", "web-1"}, {"watch"},
 		{"add", "--name", "x", "--tcp", "127.0.0.1:1"},
+		{"set", "x", "--interval", "5s"}, {"probe"}, {"probe", "x"},
 	} {
 		r := pulsectl(t, append(args, "--addr", addr)...)
 		if r.code != exitServer || !strings.Contains(r.stderr, "cannot reach pulsed at "+addr) ||
@@ -223,7 +227,18 @@ func TestBadFlags(t *testing.T) {
 		{"help", "nope"},
 		{"ls", "--bogus"},
 		{"ls", "extra"},
-		{"ls", "-o", "yaml"},
+		{"ls", "-o", "xml"},
+		{"ls", "--state", "down"},
+		{"state", "a", "-o", "wide"},
+		{"policy"},
+		{"policy", "edge"},
+		{"policy", "get", "edge", "--default"},
+		{"policy", "set", "edge"},
+		{"policy", "set", "edge", "--default", "--max-unhealthy-fraction", "0.5"},
+		{"outcome", "a"},
+		{"outcome", "a", "--ok", "--fail"},
+		{"outcome", "a", "--ok", "--error", "x"},
+		{"outcome", "--ok"},
 		{"state"},
 		{"state", "a", "b"},
 		{"healthy", "a", "b"},
@@ -240,6 +255,12 @@ func TestBadFlags(t *testing.T) {
 		{"add", "--name", "x", "--tcp", "x:1", "--interval", "soon"},
 		{"add", "--name", "x", "--tcp", "x:1", "--rise", "99999999999"},
 		{"add", "web-1", "--tcp", "x:1"},
+		{"set"},
+		{"set", "a", "b", "--interval", "5s"},
+		{"set", "x"},
+		{"set", "x", "--name", "y"},
+		{"set", "x", "--http", "http://x", "--tcp", "x:1"},
+		{"probe", "--bogus"},
 		{"watch", "extra"},
 		{"watch", "--since", "abc"},
 		{"watch", "--since", "0"},
@@ -252,7 +273,7 @@ func TestBadFlags(t *testing.T) {
 		{"check", "--deadline", "soon", "a.yaml"},
 	} {
 		r := pulsectl(t, args...)
-		if r.code != exitUsage || r.stderr == "" || r.stdout != "" {
+		if r.code != exitUsage || !strings.HasPrefix(r.stderr, "pulsectl: ") || r.stdout != "" {
 			t.Errorf("pulsectl %q: exit %d, stdout %q, stderr %q; want exit 1 with a message on stderr", args, r.code, r.stdout, r.stderr)
 		}
 	}
@@ -264,7 +285,7 @@ func TestHelp(t *testing.T) {
 		for _, args := range [][]string{{c.name, "--help"}, {c.name, "-h"}, {"help", c.name}} {
 			r := pulsectl(t, args...)
 			if r.code != 0 || !strings.HasPrefix(r.stdout, "Usage: pulsectl "+c.name+" ") ||
-				!strings.Contains(r.stdout, "\nExamples:\n  pulsectl "+c.name) || !strings.Contains(r.stdout, "\nFlags:\n") {
+				!strings.Contains(r.stdout, "\nExamples:\n  pulsectl "+c.name) || !regexp.MustCompile(`\nFlags:\n  (-|none\n$)`).MatchString(r.stdout) {
 				t.Errorf("pulsectl %q: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
 			}
 		}

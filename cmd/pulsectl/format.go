@@ -27,6 +27,40 @@ func stateName(s pb.State) string {
 	}
 }
 
+// stateText is a target's state with what qualifies it, so that a policy
+// that holds a target is never hidden behind a plain state: "healthy
+// (held: panic in edge)", "unhealthy (flapping)", "healthy (carried
+// over)".
+func stateText(st *pb.TargetStatus) string {
+	var why []string
+	if st.GetPanicHeld() {
+		why = append(why, "held: panic in "+st.GetSpec().GetGroup())
+	}
+	if st.GetFlapping() {
+		why = append(why, "flapping")
+	}
+	if st.GetCarriedOver() {
+		why = append(why, "carried over")
+	}
+	if len(why) == 0 {
+		return stateName(st.GetState())
+	}
+	return stateName(st.GetState()) + " (" + strings.Join(why, "; ") + ")"
+}
+
+// stateFilters are what ls --state takes, and whether a status matches.
+var stateFilters = map[string]func(*pb.TargetStatus) bool{
+	"healthy":      func(st *pb.TargetStatus) bool { return st.GetState() == pb.State_STATE_HEALTHY },
+	"unhealthy":    func(st *pb.TargetStatus) bool { return st.GetState() == pb.State_STATE_UNHEALTHY },
+	"suspect":      func(st *pb.TargetStatus) bool { return st.GetState() == pb.State_STATE_SUSPECT },
+	"routable":     func(st *pb.TargetStatus) bool { return st.GetRoutable() },
+	"not-routable": func(st *pb.TargetStatus) bool { return !st.GetRoutable() },
+	"held":         func(st *pb.TargetStatus) bool { return st.GetPanicHeld() },
+	"flapping":     func(st *pb.TargetStatus) bool { return st.GetFlapping() },
+	"carried-over": func(st *pb.TargetStatus) bool { return st.GetCarriedOver() },
+	"quarantined":  func(st *pb.TargetStatus) bool { return st.GetQuarantined() != "" },
+}
+
 // modelName is a model as the add flag takes it.
 func modelName(m pb.Model) string {
 	if m == pb.Model_MODEL_THREE_STATE {

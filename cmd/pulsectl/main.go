@@ -13,7 +13,8 @@
 //
 // Exit codes: 0 success; 1 usage error (bad flags or arguments, an invalid
 // check file, a request pulsed rejected as invalid); 2 check found a
-// critical target down; 3 unknown target; 4 pulsed unreachable or failed.
+// critical target down; 3 unknown target or group; 4 pulsed unreachable or
+// failed; 5 healthy found no routable target.
 package main
 
 import (

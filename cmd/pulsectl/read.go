@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -90,7 +93,7 @@ pulsectl state web-1 -o json`,
 func runState(ctx context.Context, e *env, c *command, args []string) int {
 	fs := c.flags(e)
 	cf := addClientFlags(fs)
-	out := addOutputFlag(fs, "the StateResponse")
+	out := addOutputFlag(fs, "the StateResponse", "yaml")
 	pos, code, ok := c.parse(e, fs, args)
 	if !ok {
 		return code
@@ -109,8 +112,8 @@ func runState(ctx context.Context, e *env, c *command, args []string) int {
 	if err != nil {
 		return cl.fail(e, err, pos[0])
 	}
-	if out.json() {
-		return e.printJSON(resp)
+	if out.structured() {
+		return e.printAs(out, resp)
 	}
 	st := resp.GetStatus()
 	spec := st.GetSpec()
@@ -124,7 +127,14 @@ func runState(ctx context.Context, e *env, c *command, args []string) int {
 	if st.GetRoutable() {
 		routable = "routable"
 	}
-	fmt.Fprintf(tw, "state:\t%s (%s)\n", stateName(st.GetState()), routable)
+	if text := stateText(st); strings.HasSuffix(text, ")") { // "healthy (held: panic in edge; routable)"
+		fmt.Fprintf(tw, "state:\t%s; %s)\n", strings.TrimSuffix(text, ")"), routable)
+	} else {
+		fmt.Fprintf(tw, "state:\t%s (%s)\n", text, routable)
+	}
+	if v := st.GetVerdict(); v != pb.State_STATE_UNSPECIFIED && v != st.GetState() {
+		fmt.Fprintf(tw, "verdict:\t%s (what its results alone say)\n", stateName(v))
+	}
 	fmt.Fprintf(tw, "streak:\t%s\n", streak(st))
 	fmt.Fprintf(tw, "mode:\t%s\n", modeSummary(st))
 	if st.GetRoutable() && st.GetWeight() < 100 {
@@ -169,7 +179,11 @@ func lsCommand() *command {
 		about: `
 ls lists every target, sorted by name:
 
-  STATE       healthy, unhealthy, or suspect (three_state model)
+  STATE       healthy, unhealthy, or suspect (three_state model), with what
+              qualifies it: "healthy (held: panic in edge)" is kept routable
+              by its group's panic threshold though its results say
+              unhealthy, "unhealthy (flapping)" is held down by flap damping,
+              "(carried over)" is the state from before pulsed restarted
   MODE        active, draining or maintenance (pulsectl drain, maint,
               activate); a weight in percent while in its slow start
   STREAK      the current run of passes or failures; "pass 1/2" is 1 of the
@@ -179,10 +193,17 @@ ls lists every target, sorted by name:
               changes nothing ("pass 7" on a healthy target)
   LATENCY     of the last probe
   LAST-ERROR  why the last probe failed, "-" if it passed
-  SINCE       time since the state last changed, "-" if it never did`,
+  SINCE       time since the state last changed, "-" if it never did
+
+-o wide adds VERDICT (what the results alone say), EVERY (the interval it is
+probed at now) and PROBE, and shows errors whole. --state keeps the targets
+in one state: healthy, unhealthy, suspect, routable, not-routable, held,
+flapping, carried-over or quarantined.`,
 		example: `
 pulsectl ls
-pulsectl ls --group edge
+pulsectl ls --group edge --state unhealthy
+pulsectl ls -o wide
+pulsectl ls --state held -o yaml
 pulsectl ls -o json | jq -r '.targets[] | select(.state != "STATE_HEALTHY") | .spec.name'`,
 		run: runLs,
 	}
@@ -192,13 +213,18 @@ func runLs(ctx context.Context, e *env, c *command, args []string) int {
 	fs := c.flags(e)
 	cf := addClientFlags(fs)
 	group := fs.String("group", "", "list only this `group`'s targets")
-	out := addOutputFlag(fs, "the ListTargetsResponse")
+	state := fs.String("state", "", "list only the targets in this `state`: "+orList(slices.Sorted(maps.Keys(stateFilters))))
+	out := addOutputFlag(fs, "the ListTargetsResponse; wide adds the probe, the interval and the verdict", "yaml", "wide")
 	pos, code, ok := c.parse(e, fs, args)
 	if !ok {
 		return code
 	}
 	if len(pos) > 0 {
 		return c.usageError(e, "unexpected argument %q (to filter by group, use --group)", pos[0])
+	}
+	keep := stateFilters[*state]
+	if *state != "" && keep == nil {
+		return c.usageError(e, "--state must be %s, got %q", orList(slices.Sorted(maps.Keys(stateFilters))), *state)
 	}
 	cl, code, ok := cf.dial(e)
 	if !ok {
@@ -211,34 +237,57 @@ func runLs(ctx context.Context, e *env, c *command, args []string) int {
 	if err != nil {
 		return cl.fail(e, err, "")
 	}
-	if out.json() {
-		return e.printJSON(resp)
+	if keep != nil {
+		resp.Targets = slices.DeleteFunc(resp.Targets, func(st *pb.TargetStatus) bool { return !keep(st) })
+	}
+	if out.structured() {
+		return e.printAs(out, resp)
+	}
+	// pulsed's own troubles, on stderr: they qualify every row.
+	if ck := resp.GetChecker(); ck.GetDegraded() {
+		e.errorf("warning: pulsed's checker is degraded (%s): its own probe timeouts do not count toward fall until it recovers", ck.GetReason())
+	}
+	if msg := resp.GetChecker().GetRegistryError(); msg != "" {
+		e.errorf("warning: pulsed cannot store changes (%s): it keeps probing, and refuses the changes it cannot store", msg)
 	}
 	if len(resp.GetTargets()) == 0 {
-		if *group != "" {
+		switch {
+		case *state != "":
+			fmt.Fprintf(e.stderr, "no %s targets\n", *state)
+		case *group != "":
 			fmt.Fprintf(e.stderr, "no targets in group %q\n", *group)
-		} else {
+		default:
 			fmt.Fprintln(e.stderr, "no targets; add one with pulsectl add")
 		}
 		return exitOK
 	}
 	now := time.Now()
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tGROUP\tSTATE\tMODE\tSTREAK\tLATENCY\tLAST-ERROR\tSINCE")
+	header := "NAME\tGROUP\tSTATE\tMODE\tSTREAK\tLATENCY\tLAST-ERROR\tSINCE"
+	width := 60 // of an error; -o wide shows it whole
+	if out.wide() {
+		header += "\tVERDICT\tEVERY\tPROBE"
+		width = 1 << 20
+	}
+	fmt.Fprintln(tw, header)
 	for _, st := range resp.GetTargets() {
 		lat, lastErr := "-", "-"
 		if r := st.GetLastResult(); r != nil {
-			lat, lastErr = latency(r.GetLatency().AsDuration()), orDash(truncate(r.GetError(), 60))
+			lat, lastErr = latency(r.GetLatency().AsDuration()), orDash(truncate(r.GetError(), width))
 		}
 		if q := st.GetQuarantined(); q != "" {
-			lastErr = truncate("quarantined: "+q, 60)
+			lastErr = truncate("quarantined: "+q, width)
 		}
 		mode := modeName(st.GetMode())
 		if st.GetRoutable() && st.GetWeight() < 100 {
 			mode += fmt.Sprintf(" %d%%", st.GetWeight())
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", st.GetSpec().GetName(), orDash(st.GetSpec().GetGroup()),
-			stateName(st.GetState()), mode, streak(st), lat, lastErr, age(st.GetLastTransitionTime(), now))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", st.GetSpec().GetName(), orDash(st.GetSpec().GetGroup()),
+			stateText(st), mode, streak(st), lat, lastErr, age(st.GetLastTransitionTime(), now))
+		if out.wide() {
+			fmt.Fprintf(tw, "\t%s\t%v\t%s", stateName(st.GetVerdict()), st.GetProbeInterval().AsDuration(), probeSummary(st.GetSpec()))
+		}
+		fmt.Fprintln(tw)
 	}
 	tw.Flush()
 	return exitOK
@@ -252,7 +301,9 @@ func healthyCommand() *command {
 		about: `
 healthy prints the names of the targets that should receive traffic, sorted:
 healthy targets, and suspect ones of the three_state model. With GROUP, only
-that group's.`,
+that group's. It exits 3 when GROUP has no targets (a typo, or a group that
+is gone), and 5 when no target is routable, so that a script can tell the
+two from a list.`,
 		example: `
 pulsectl healthy
 pulsectl healthy edge
@@ -264,7 +315,7 @@ pulsectl healthy edge -o json`,
 func runHealthy(ctx context.Context, e *env, c *command, args []string) int {
 	fs := c.flags(e)
 	cf := addClientFlags(fs)
-	out := addOutputFlag(fs, "the HealthyResponse")
+	out := addOutputFlag(fs, "the HealthyResponse", "yaml")
 	pos, code, ok := c.parse(e, fs, args)
 	if !ok {
 		return code
@@ -287,11 +338,31 @@ func runHealthy(ctx context.Context, e *env, c *command, args []string) int {
 	if err != nil {
 		return cl.fail(e, err, "")
 	}
-	if out.json() {
-		return e.printJSON(resp)
+	if len(resp.GetNames()) == 0 {
+		// Nothing routable: say whether the group exists at all.
+		list, err := cl.ListTargets(cctx, &pb.ListTargetsRequest{Group: req.GetGroup()})
+		if err != nil {
+			return cl.fail(e, err, "")
+		}
+		if req.GetGroup() != "" && len(list.GetTargets()) == 0 {
+			e.errorf("no targets in group %q (pulsectl ls lists the targets and their groups)", req.GetGroup())
+			return exitNotFound
+		}
+		code = exitNoneRoutable
+		if req.GetGroup() != "" {
+			e.errorf("no routable target in group %q (%d %s)", req.GetGroup(), len(list.GetTargets()), plural(len(list.GetTargets()), "target"))
+		} else {
+			e.errorf("no routable target (%d %s)", len(list.GetTargets()), plural(len(list.GetTargets()), "target"))
+		}
+	}
+	if out.structured() {
+		if c := e.printAs(out, resp); c != exitOK {
+			return c
+		}
+		return code
 	}
 	for _, n := range resp.GetNames() {
 		fmt.Fprintln(e.stdout, n)
 	}
-	return exitOK
+	return code
 }

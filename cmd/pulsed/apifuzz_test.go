@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
@@ -101,7 +102,7 @@ type apiFuzzer struct {
 	api                       pb.HealthCheckerClient
 }
 
-var writeMethods = map[string]bool{"AddTarget": true, "RemoveTarget": true, "SetGroupPolicy": true, "ReportOutcome": true, "SetMode": true}
+var writeMethods = map[string]bool{"AddTarget": true, "RemoveTarget": true, "SetGroupPolicy": true, "ReportOutcome": true, "UpdateTarget": true, "ProbeNow": true, "SetMode": true}
 
 func (f *apiFuzzer) start(bin string, args []string) {
 	t := f.t
@@ -361,6 +362,15 @@ func (f *apiFuzzer) valid(method string, req protoreflect.Message) {
 		m = &pb.ReportOutcomeRequest{Target: pick(fuzzNames), Ok: f.rng.IntN(2) == 0, Latency: durationpb.New(time.Duration(f.rng.IntN(1000)) * time.Millisecond)}
 	case "WatchTransitions":
 		m = &pb.WatchTransitionsRequest{Group: pick(fuzzGroups)}
+	case "UpdateTarget":
+		paths := [][]string{{"group"}, {"interval"}, {"tcp.address"}, {"rise", "fall"}}[f.rng.IntN(4)]
+		m = &pb.UpdateTargetRequest{
+			Target: &pb.Target{Name: pick(fuzzNames), Group: pick(fuzzGroups), Interval: durationpb.New(time.Minute),
+				Rise: proto.Int32(2), Fall: proto.Int32(3), Probe: &pb.Target_Tcp{Tcp: &pb.TcpProbe{Address: "127.0.0.1:9"}}},
+			UpdateMask: &fieldmaskpb.FieldMask{Paths: paths},
+		}
+	case "ProbeNow":
+		m = &pb.ProbeNowRequest{Group: pick(fuzzGroups)}
 	default:
 		f.t.Fatalf("no valid request for %s: add one", method)
 	}

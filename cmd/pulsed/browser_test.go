@@ -18,7 +18,9 @@ import (
 // HTTP target. Without a token the page asks for one and shows no target
 // data; a refused token is said so; with a read token the page shows the
 // targets, targets added after it opened appear, the target fails and its
-// row changes state, all without a reload; signing out wipes the rows.
+// row changes state, held, flapping and re-added targets show as such (see
+// browserStates), the page fits a phone, all without a reload; signing out
+// wipes the rows.
 // Screenshots go to test-artifacts/ at the repository root.
 //
 // Without chromium the test skips, loudly; scripts/browser-test (make
@@ -113,6 +115,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Errorf("edge's unhealthy count shows %q, want 1", got)
 	}
 	page.screenshot(t, filepath.Join(artifacts, "status-page-failed.png"))
+
+	browserStates(t, page, client, other, newSwitchServer(t), artifacts)
 
 	// Signing out forgets the token and wipes the rows.
 	page.evaluate(t, `document.getElementById("signout").click(); ""`)

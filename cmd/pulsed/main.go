@@ -28,6 +28,7 @@ import (
 	"github.com/pulsehealth/pulse/checker/boltstore"
 	"github.com/pulsehealth/pulse/checker/etcdreg"
 	"github.com/pulsehealth/pulse/checker/probe"
+	"github.com/pulsehealth/pulse/internal/version"
 	"github.com/pulsehealth/pulse/server"
 )
 
@@ -103,8 +104,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&cfg.metricsPerTarget, "metrics-per-target", true, "export pulse_target_up and pulse_target_last_latency_seconds, two series per target; false drops them for very large fleets")
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn or error")
 	format := fs.String("log-format", "text", "log `format`: text or json")
+	showVersion := version.Flag(fs)
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
+	}
+	if *showVersion {
+		fmt.Fprintln(os.Stdout, version.Line("pulsed"))
+		return cfg, flag.ErrHelp
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q; see pulsed --help", fs.Arg(0))

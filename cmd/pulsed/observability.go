@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/internal/version"
 	"github.com/pulsehealth/pulse/server"
 	"github.com/pulsehealth/pulse/server/web"
 )
@@ -54,10 +55,22 @@ func newObservability(perTarget bool, logger *slog.Logger) *observability {
 		grpc:     grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram()),
 	}
 	o.setReady(errors.New("starting"))
-	o.reg.MustRegister(o.observer, o.grpc,
+	o.reg.MustRegister(o.observer, o.grpc, buildInfo(),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return o
+}
+
+// buildInfo is pulse_build_info: 1, labelled with the build's version.
+func buildInfo() prometheus.Collector {
+	v := version.Get()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "pulse_build_info",
+		Help:        "1, labelled with the build of pulsed: its module version, the VCS revision it was built from (empty when none was stamped) and its Go version.",
+		ConstLabels: prometheus.Labels{"version": v.Version, "revision": v.Revision, "goversion": v.GoVersion},
+	})
+	g.Set(1)
+	return g
 }
 
 // unaryInterceptors and streamInterceptors count every gRPC call, outside

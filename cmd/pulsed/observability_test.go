@@ -138,6 +138,7 @@ func TestHTTPListener(t *testing.T) {
 		`pulse_probes_total{kind="http",result="fail"} `,
 		`pulse_probe_duration_seconds_bucket{kind="http",result="pass",le="0.005"} `,
 		`pulse_target_last_latency_seconds{group="edge",target="web-1"} `,
+		`pulse_build_info{goversion="go`,
 		"go_goroutines ",
 		"process_cpu_seconds_total ",
 	} {

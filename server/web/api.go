@@ -41,10 +41,26 @@ type row struct {
 	LastTransitionTime string `json:"lastTransitionTime,omitempty"`
 	// Quarantined says why a stored target is not probed (see
 	// checker.Status.Quarantined).
-	Quarantined string `json:"quarantined,omitempty"`
+	Quarantined string       `json:"quarantined,omitempty"`
+	Results     []resultJSON `json:"results"`
+
+	// Probe says what is probed: "GET http://10.0.0.5/healthz" (a URL's
+	// password redacted), "10.0.0.5:5432", "10.0.0.7:50051 api.v1.Orders".
+	Probe string `json:"probe"`
+	// Verdict is the state the results alone give; it differs from State
+	// while a policy holds the target (PanicHeld, Flapping).
+	Verdict     string `json:"verdict"`
+	PanicHeld   bool   `json:"panicHeld,omitempty"`
+	Flapping    bool   `json:"flapping,omitempty"`
+	CarriedOver bool   `json:"carriedOver,omitempty"`
+	// Severity ranks the row for the page's default order, 0 first; see
+	// severity.
+	Severity int `json:"severity"`
+	// Uptime is the fraction of Results that passed; absent without
+	// results.
+	Uptime *float64 `json:"uptime,omitempty"`
 	// Mode is "draining" or "maintenance"; absent for an active target.
-	Mode    string       `json:"mode,omitempty"`
-	Results []resultJSON `json:"results"`
+	Mode string `json:"mode,omitempty"`
 }
 
 type resultJSON struct {
@@ -92,29 +108,42 @@ func toRow(st checker.Status, recent []checker.Result) row {
 	for i, res := range recent {
 		r.Results[i] = resultJSON{Time: stamp(res.Time), Pass: res.Pass, LatencySeconds: res.Latency.Seconds(), Error: res.Err}
 	}
+	r.Probe, r.Verdict, r.Severity = probeText(st.Spec), st.Verdict.String(), severity(st)
+	r.PanicHeld, r.Flapping, r.CarriedOver = st.PanicHeld, st.Flapping, st.CarriedOver
+	if len(recent) > 0 {
+		u := uptime(recent)
+		r.Uptime = &u
+	}
 	return r
 }
 
-func (h *Handler) row(st checker.Status) row {
-	var recent []checker.Result
-	if h.obs != nil {
-		recent = h.obs.Recent(st.Spec.Name)
+func (h *Handler) row(st checker.Status) row { return toRow(st, h.recent(st.Spec.Name)) }
+
+// recent returns a target's recent results; none without an Observer.
+func (h *Handler) recent(name string) []checker.Result {
+	if h.obs == nil {
+		return nil
 	}
-	return toRow(st, recent)
+	return h.obs.Recent(name)
 }
 
 // Streak returns a target's state with its progress toward the next one,
 // in HAProxy's style: "UP", "UP 1/3" (one failure of the three that take
 // it down), "DOWN", "DOWN 1/2" (one pass of the two that bring it up). A
 // three_state target between the two shows "SUSPECT", with "1/2 ↑" for
-// passes toward UP or "2/3 ↓" for failures toward DOWN. A draining target
-// shows "DRAIN", one in maintenance "MAINT", whatever its state.
+// passes toward UP or "2/3 ↓" for failures toward DOWN. A target a policy
+// holds (PanicHeld, Flapping) shows its state alone: its streak moves it
+// nowhere while it is held. A draining target shows "DRAIN", one in
+// maintenance "MAINT", whatever its state.
 func Streak(st checker.Status) string {
 	switch st.Spec.Admin().Mode {
 	case checker.ModeDraining:
 		return "DRAIN" // HAProxy's word: probed, no new traffic
 	case checker.ModeMaintenance:
 		return "MAINT"
+	}
+	if st.PanicHeld || st.Flapping {
+		st.PassStreak, st.FailStreak = 0, 0
 	}
 	switch st.State {
 	case checker.StateHealthy:
@@ -146,6 +175,11 @@ type groupSummary struct {
 	Healthy   int    `json:"healthy"`
 	Suspect   int    `json:"suspect"`
 	Unhealthy int    `json:"unhealthy"`
+	// Held counts the targets its panic threshold holds routable (the
+	// group is in panic while it is not 0); Flapping those flap damping
+	// holds unhealthy.
+	Held     int `json:"held"`
+	Flapping int `json:"flapping"`
 }
 
 // summarize counts list by group, groups sorted by name.
@@ -169,6 +203,12 @@ func summarize(list []checker.Status) []groupSummary {
 		case checker.StateUnhealthy:
 			g.Unhealthy++
 		}
+		if st.PanicHeld {
+			g.Held++
+		}
+		if st.Flapping {
+			g.Flapping++
+		}
 	}
 	slices.SortFunc(out, func(a, b groupSummary) int { return strings.Compare(a.Name, b.Name) })
 	if out == nil {
@@ -191,12 +231,40 @@ type targetsPage struct {
 	Limit   int            `json:"limit"`
 	Groups  []groupSummary `json:"groups"`
 	Targets []row          `json:"targets"`
+	// Checker is pulsed's own health: overload and registry errors.
+	Checker checkerJSON `json:"checker"`
 }
 
-// serveTargets answers one page of targets, sorted by name:
+// checkerJSON is the checker's own health as the page shows it.
+type checkerJSON struct {
+	// Degraded is true while the checker is overloaded (its own probe
+	// timeouts do not count); Reason says why, Since since when.
+	Degraded bool   `json:"degraded"`
+	Reason   string `json:"reason,omitempty"`
+	Since    string `json:"since,omitempty"`
+	// RegistryError says why pulsed cannot store changes; empty while it
+	// can.
+	RegistryError string `json:"registryError,omitempty"`
+}
+
+func (h *Handler) checkerNow() checkerJSON {
+	o := h.c.Overload()
+	out := checkerJSON{Degraded: o.Degraded, Reason: o.Reason}
+	if !o.Since.IsZero() {
+		out.Since = stamp(o.Since)
+	}
+	if err := h.c.StoreErr(); err != nil {
+		out.RegistryError = err.Error()
+	}
+	return out
+}
+
+// serveTargets answers one page of targets:
 //
-//	GET /api/targets?group=G&state=S&q=TEXT&offset=N&limit=M
+//	GET /api/targets?group=G&state=S&q=TEXT&sort=K&desc=1&offset=N&limit=M
 //
+// sort is one of sortKeys, severity by default (the most severe first),
+// then by name; desc=1 reverses it.
 // group keeps one group ("" for every group; the group named "" cannot be
 // asked for alone), state one state (healthy, suspect, unhealthy),
 // q targets whose name contains TEXT (case-insensitive); limit is 100 by
@@ -222,16 +290,25 @@ func (h *Handler) serveTargets(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	group, text := q.Get("group"), strings.ToLower(q.Get("q"))
+	key := q.Get("sort")
+	if key == "" {
+		key = "severity"
+	}
 
 	var seq uint64
 	if h.obs != nil {
 		seq = h.obs.seqNow()
 	}
-	list, rev := h.c.List("")
+	list, rev := h.c.ListNow("") // List would wait for a store that cannot be written
 	if h.obs != nil {
 		h.obs.sweep(seq, liveSet(list))
 	}
+	if err := sortStatuses(list, key, q.Get("desc") == "1", h.recent); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
 	page := targetsPage{
+		Checker:  h.checkerNow(),
 		Revision: rev,
 		Now:      stamp(time.Now()),
 		Total:    len(list),

@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/internal/testscale"
 	"github.com/pulsehealth/pulse/server/web"
 )
 
@@ -31,6 +34,8 @@ func TestStreak(t *testing.T) {
 		{"suspect, rising", checker.Status{Spec: ts, State: checker.StateSuspect, PassStreak: 1}, "SUSPECT 1/2 ↑"},
 		{"suspect, falling", checker.Status{Spec: ts, State: checker.StateSuspect, FailStreak: 2}, "SUSPECT 2/3 ↓"},
 		{"suspect, no streak", checker.Status{Spec: ts, State: checker.StateSuspect}, "SUSPECT"},
+		{"held by its group's panic", checker.Status{Spec: rf, State: checker.StateHealthy, FailStreak: 7, PanicHeld: true}, "UP"},
+		{"flapping", checker.Status{Spec: rf, State: checker.StateUnhealthy, PassStreak: 1, Flapping: true}, "DOWN"},
 		{"draining", checker.Status{Spec: rf.WithAdmin(checker.Admin{Mode: checker.ModeDraining}), State: checker.StateUnhealthy, PassStreak: 4}, "DRAIN"},
 		{"maintenance", checker.Status{Spec: rf.WithAdmin(checker.Admin{Mode: checker.ModeMaintenance}), State: checker.StateUnhealthy}, "MAINT"},
 	} {
@@ -53,6 +58,7 @@ type page struct {
 	Groups   []struct {
 		Name                               string
 		Total, Healthy, Suspect, Unhealthy int
+		Held, Flapping                     int
 	} `json:"groups"`
 	Targets []rowJSON `json:"targets"`
 }
@@ -64,6 +70,9 @@ type rowJSON struct {
 	LastLatencySeconds                      *float64
 	LastError                               string
 	LastResultTime, LastTransitionTime      string
+	Probe, Verdict                          string
+	PanicHeld, Flapping, CarriedOver        bool
+	Uptime                                  *float64
 	Results                                 []struct {
 		Time           string
 		Pass           bool
@@ -94,7 +103,7 @@ func TestTargetsRowHasTheDetails(t *testing.T) {
 	e.rounds(1)
 
 	var p page
-	getJSON(t, e.srv.URL+"/api/targets?group=edge", &p)
+	getJSON(t, e.srv.URL+"/api/targets?group=edge&sort=name", &p)
 	if p.Total != 3 || p.Matched != 2 || len(p.Targets) != 2 {
 		t.Fatalf("total %d matched %d rows %d, want 3, 2, 2", p.Total, p.Matched, len(p.Targets))
 	}
@@ -111,6 +120,105 @@ func TestTargetsRowHasTheDetails(t *testing.T) {
 	}
 	if len(p.Groups) != 2 || p.Groups[0].Name != "data" || p.Groups[1].Name != "edge" || p.Groups[1].Healthy != 2 {
 		t.Errorf("groups: %+v", p.Groups)
+	}
+}
+
+// policyFleet sets up group edge (a, b, c, d; at most one unhealthy) with
+// a and b failing, so that one is marked unhealthy (down) and the other
+// held, and group other with f flapping.
+func policyFleet(t *testing.T, e *env) (held, down string) {
+	t.Helper()
+	for _, name := range []string{"a", "b", "c", "d"} {
+		s := tcpSpec(name, "edge")
+		s.Rise, s.Fall = 1, 1
+		e.add(t, s)
+		e.set(name+":80", outcome{})
+	}
+	flap := tcpSpec("f", "other")
+	flap.Rise, flap.Fall, flap.FlapThreshold = 1, 1, 2
+	e.add(t, flap)
+	if _, err := e.c.SetGroupPolicy("edge", checker.GroupPolicy{MaxUnhealthyFraction: 0.25}); err != nil {
+		t.Fatal(err)
+	}
+	e.set("f:80", outcome{})
+	e.rounds(1)
+	e.set("a:80", outcome{err: errors.New("status 503")})
+	e.set("b:80", outcome{err: errors.New("status 503")})
+	e.set("f:80", outcome{err: errors.New("status 503")})
+	e.rounds(1)
+	e.set("f:80", outcome{})
+	e.rounds(1)
+	for _, n := range []string{"a", "b"} {
+		if st, _ := e.c.Status(n); st.PanicHeld {
+			held = n
+		}
+	}
+	if st, _ := e.c.Status("f"); !st.Flapping || held == "" {
+		t.Fatalf("set-up: f flapping %v, held %q; want f flapping and a or b held", st.Flapping, held)
+	}
+	return held, map[string]string{"a": "b", "b": "a"}[held]
+}
+
+// A removal drops the target's results at once: a target added again
+// under its name starts with none of the old one's.
+func TestRemovalDropsResultsAtOnce(t *testing.T) {
+	e := newEnv(t, checker.Config{}, web.Config{})
+	e.add(t, tcpSpec("web-1", ""))
+	e.set("web-1:80", outcome{})
+	e.rounds(3)
+	if n := len(e.obs.Recent("web-1")); n != 3 {
+		t.Fatalf("%d recent results, want 3", n)
+	}
+	if ok, err := e.c.Remove("web-1"); !ok || err != nil {
+		t.Fatalf("Remove: %v, %v", ok, err)
+	}
+	e.add(t, tcpSpec("web-1", ""))
+	if got := e.obs.Recent("web-1"); got != nil {
+		t.Errorf("the target added again shows the removed one's %d results", len(got))
+	}
+	var p page
+	getJSON(t, e.srv.URL+"/api/targets", &p)
+	if len(p.Targets) != 1 || len(p.Targets[0].Results) != 0 || p.Targets[0].Uptime != nil {
+		t.Errorf("the row of the target added again: %+v", p.Targets)
+	}
+}
+
+// The rows say what holds a target (panic, flapping), what is probed and
+// the uptime over the recent results; the page sorts by severity; the
+// groups count their held and flapping targets.
+func TestRowsShowPoliciesAndSortBySeverity(t *testing.T) {
+	e := newEnv(t, checker.Config{}, web.Config{})
+	held, down := policyFleet(t, e)
+
+	var p page
+	getJSON(t, e.srv.URL+"/api/targets", &p)
+	var order []string
+	for _, r := range p.Targets {
+		order = append(order, r.Name)
+	}
+	if want := []string{"f", down, held, "c", "d"}; !slices.Equal(order, want) {
+		t.Errorf("order %v, want %v (flapping, unhealthy, held, healthy)", order, want)
+	}
+	byName := map[string]rowJSON{}
+	for _, r := range p.Targets {
+		byName[r.Name] = r
+	}
+	if r := byName[held]; !r.PanicHeld || r.State != "healthy" || r.Verdict != "unhealthy" || !r.Routable {
+		t.Errorf("held row: %+v", r)
+	}
+	if r := byName["f"]; !r.Flapping || r.State != "unhealthy" || r.Verdict != "healthy" {
+		t.Errorf("flapping row: %+v", r)
+	}
+	if r := byName["c"]; r.Probe != "c:80" || r.Uptime == nil || *r.Uptime != 1 {
+		t.Errorf("c's probe %q, uptime %v; want c:80 and 1", r.Probe, r.Uptime)
+	}
+	if r := byName[down]; r.Uptime == nil || *r.Uptime != 1.0/3 {
+		t.Errorf("%s's uptime %v, want 1/3 (a pass, then two failures)", down, r.Uptime)
+	}
+	for _, g := range p.Groups {
+		if g.Name == "edge" && g.Held != 1 || g.Name == "other" && g.Flapping != 1 {
+			t.Errorf("group %+v", g)
+		}
 	}
 }
 
@@ -195,12 +303,19 @@ func TestTargetsAtTenThousand(t *testing.T) {
 		first, last           string
 		wantTotal, wantGroups int
 	}{
-		{"", n, 100, "t-00000", "t-00099", n, 10},
-		{"?offset=9950", n, 50, "t-09950", "t-09999", n, 10},
-		{"?limit=5000", n, 1000, "t-00000", "t-00999", n, 10},
-		{"?group=g2&limit=3", 1000, 3, "t-00002", "t-00022", n, 10},
+		// By severity (the default): the healthy t-00042 and t-04242 last.
+		{"", n, 100, "t-00000", "t-00100", n, 10},
+		{"?offset=9950", n, 50, "t-09952", "t-04242", n, 10},
+		{"?q=T-0424", 10, 10, "t-04240", "t-04242", n, 10},
+		{"?sort=severity&desc=1&limit=3", n, 3, "t-00042", "t-00000", n, 10},
+		// By name.
+		{"?sort=name", n, 100, "t-00000", "t-00099", n, 10},
+		{"?sort=name&offset=9950", n, 50, "t-09950", "t-09999", n, 10},
+		{"?sort=name&desc=1&limit=2", n, 2, "t-09999", "t-09998", n, 10},
+		{"?sort=name&limit=5000", n, 1000, "t-00000", "t-00999", n, 10},
+		{"?sort=name&group=g2&limit=3", 1000, 3, "t-00002", "t-00022", n, 10},
 		{"?state=healthy", 2, 2, "t-00042", "t-04242", n, 10},
-		{"?q=T-0424", 10, 10, "t-04240", "t-04249", n, 10},
+		{"?sort=name&q=T-0424", 10, 10, "t-04240", "t-04249", n, 10},
 		{"?q=4242&state=unhealthy", 0, 0, "", "", n, 10},
 	} {
 		var p page
@@ -232,7 +347,7 @@ func TestTargetsAtTenThousand(t *testing.T) {
 
 func TestTargetsBadQueries(t *testing.T) {
 	e := newEnv(t, checker.Config{}, web.Config{})
-	for _, q := range []string{"offset=-1", "offset=x", "limit=0", "state=down"} {
+	for _, q := range []string{"offset=-1", "offset=x", "limit=0", "state=down", "sort=size"} {
 		code, body := get(t, e.srv.URL+"/api/targets?"+q)
 		if code != http.StatusBadRequest || !strings.Contains(body, strings.SplitN(q, "=", 2)[0]) {
 			t.Errorf("%s: %d %q, want 400 naming the parameter", q, code, body)
@@ -274,5 +389,52 @@ func TestStaticPage(t *testing.T) {
 		if code, body := get(t, e.srv.URL+path); code != http.StatusOK || !strings.Contains(body, want) {
 			t.Errorf("GET %s: %d, want 200 containing %q", path, code, want)
 		}
+	}
+}
+
+// failingStore stores specs but cannot store states, as a full disk would.
+type failingStore struct{}
+
+func (failingStore) Load() ([]checker.StoredTarget, uint64, error) { return nil, 0, nil }
+func (failingStore) PutSpec(checker.Spec) error                    { return nil }
+func (failingStore) DeleteTarget(string) error                     { return nil }
+func (failingStore) CommitStates([]checker.StoredState, []string, uint64) error {
+	return errors.New("no space left on device")
+}
+
+// While the store cannot be written, the page's data and the metrics
+// still answer, and say so: they are how an operator learns of it.
+func TestRegistryErrorIsShown(t *testing.T) {
+	e := newEnv(t, checker.Config{Store: failingStore{}}, web.Config{})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(web.NewCollector(e.c, false, e.obs))
+	e.add(t, tcpSpec("web-1", "edge"))
+	waitFor(t, "the store's error", func() bool { return e.c.StoreErr() != nil })
+	var p struct {
+		Targets []rowJSON
+		Checker struct {
+			Degraded      bool
+			RegistryError string
+		}
+	}
+	getJSON(t, e.srv.URL+"/api/targets", &p)
+	if len(p.Targets) != 1 || !strings.Contains(p.Checker.RegistryError, "no space left on device") {
+		t.Errorf("/api/targets with a failing store: %+v", p)
+	}
+	if got := gatherText(t, reg, "pulse_registry_error"); !strings.Contains(got, "pulse_registry_error 1") {
+		t.Errorf("metrics with a failing store:\n%s", got)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after a generous
+// deadline.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testscale.D(10 * time.Second))
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

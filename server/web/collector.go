@@ -10,7 +10,7 @@ import (
 
 // Collector is a prometheus.Collector of the checker's current state, read
 // at scrape time: targets by group and state, subscribers, each group's
-// panic flag, the checker's degraded flag, and (unless dropped) each
+// panic flag and its held and flapping targets, the checker's degraded flag, and (unless dropped) each
 // target's up gauge and last latency. Its methods
 // are safe for concurrent use. Create it with NewCollector.
 type Collector struct {
@@ -24,6 +24,8 @@ type Collector struct {
 	targets  *prometheus.Desc
 	watchers *prometheus.Desc
 	panic    *prometheus.Desc
+	held     *prometheus.Desc
+	flapping *prometheus.Desc
 	degraded *prometheus.Desc
 	registry *prometheus.Desc
 	replicas *prometheus.Desc
@@ -60,6 +62,12 @@ func NewCollector(c *checker.Checker, perTarget bool, recent *Observer) *Collect
 		panic: prometheus.NewDesc("pulse_group_panic",
 			"1 while the group's panic threshold holds at least one of its targets routable, 0 if not.",
 			[]string{"group"}, nil),
+		held: prometheus.NewDesc("pulse_group_held_targets",
+			"Targets of the group its panic threshold holds routable though their results say unhealthy.",
+			[]string{"group"}, nil),
+		flapping: prometheus.NewDesc("pulse_group_flapping_targets",
+			"Targets of the group flap damping holds unhealthy.",
+			[]string{"group"}, nil),
 		degraded: prometheus.NewDesc("pulse_checker_degraded",
 			"1 while the checker is overloaded (degraded), 0 if not.",
 			nil, nil),
@@ -82,6 +90,8 @@ func (m *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.targets
 	ch <- m.watchers
 	ch <- m.panic
+	ch <- m.held
+	ch <- m.flapping
 	ch <- m.degraded
 	ch <- m.registry
 	ch <- m.replicas
@@ -93,9 +103,13 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 	if m.recent != nil {
 		seq = m.recent.seqNow()
 	}
-	list, _ := m.c.List("")
+	list, _ := m.c.ListNow("") // a scrape must answer, pulse_registry_error included, while the store fails
 	byGroup := map[string]map[checker.State]int{}
+	flapping := map[string]int{}
 	for _, st := range list {
+		if st.Flapping {
+			flapping[st.Spec.Group]++
+		}
 		g := byGroup[st.Spec.Group]
 		if g == nil {
 			g = map[checker.State]int{}
@@ -121,6 +135,8 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.watchers, prometheus.GaugeValue, float64(m.c.Watchers()))
 	for _, g := range m.c.Groups("") {
 		ch <- prometheus.MustNewConstMetric(m.panic, prometheus.GaugeValue, flag(g.Panic), g.Group)
+		ch <- prometheus.MustNewConstMetric(m.held, prometheus.GaugeValue, float64(len(g.Held)), g.Group)
+		ch <- prometheus.MustNewConstMetric(m.flapping, prometheus.GaugeValue, float64(flapping[g.Group]), g.Group)
 	}
 	ch <- prometheus.MustNewConstMetric(m.degraded, prometheus.GaugeValue, flag(m.c.Overload().Degraded))
 	ch <- prometheus.MustNewConstMetric(m.registry, prometheus.GaugeValue, flag(m.c.StoreErr() != nil))

@@ -62,8 +62,9 @@ type rowsJSON struct {
 //
 // A new feed begins with a "snapshot" event at the current revision R (the
 // named rows, and every matching target counted by group and state), then
-// sends each later "transition", "added", "updated" and "removed" event
-// with its revision as the event id, "results" events with the fresh rows
+// sends each later "transition", "added", "updated", "removed" and "policy"
+// (a group's panic, a target's flapping, the checker's overload) event with
+// its revision as the event id, "results" events with the fresh rows
 // of the named targets that got probe results (every ResultsInterval, and
 // at once after a named target's transition), and "progress" events (id:
 // the current revision) when idle. A browser that reconnects sends the last
@@ -201,11 +202,24 @@ func (h *Handler) rowsNow(names []string) rowsJSON {
 	return data
 }
 
-// eventName names the kinds of events the feed carries; "" for the others
-// (group panic, flapping, checker overload), which it sends as progress. A
-// mode change is sent as an update of the target: the page reloads it and
-// shows DRAIN or MAINT.
+// policyJSON is the data of a "policy" event: a group's panic, a
+// target's flapping or the checker's overload changed.
+type policyJSON struct {
+	Revision uint64 `json:"revision"`
+	Time     string `json:"time"`
+	Kind     string `json:"kind"`
+	Group    string `json:"group,omitempty"`
+	Target   string `json:"target,omitempty"`
+	Text     string `json:"text"`
+}
+
+// eventName names the kinds of events the feed carries; "" for the others,
+// which it sends as progress. A mode change is sent as an update of the
+// target: the page reloads it and shows DRAIN or MAINT.
 func eventName(k checker.EventKind) string {
+	if k.IsPolicy() {
+		return "policy"
+	}
 	switch k {
 	case checker.EventTransition:
 		return "transition"
@@ -220,6 +234,9 @@ func eventName(k checker.EventKind) string {
 }
 
 func (h *Handler) eventData(e checker.Event) any {
+	if e.Kind.IsPolicy() {
+		return policyJSON{Revision: e.Revision, Time: stamp(e.Time), Kind: e.Kind.String(), Group: e.Policy.Group, Target: e.Policy.Target, Text: e.Policy.Text}
+	}
 	if e.Kind == checker.EventTransition {
 		tr := e.Transition
 		return transitionJSON{

@@ -213,3 +213,24 @@ func gatherText(t *testing.T, g prometheus.Gatherer, names ...string) string {
 	}
 	return b.String()
 }
+
+// Each group's held and flapping targets are counted.
+func TestHeldAndFlappingMetrics(t *testing.T) {
+	e := newEnv(t, checker.Config{}, web.Config{})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(web.NewCollector(e.c, false, e.obs))
+	policyFleet(t, e)
+	want := `
+# HELP pulse_group_flapping_targets Targets of the group flap damping holds unhealthy.
+# TYPE pulse_group_flapping_targets gauge
+pulse_group_flapping_targets{group="edge"} 0
+pulse_group_flapping_targets{group="other"} 1
+# HELP pulse_group_held_targets Targets of the group its panic threshold holds routable though their results say unhealthy.
+# TYPE pulse_group_held_targets gauge
+pulse_group_held_targets{group="edge"} 1
+pulse_group_held_targets{group="other"} 0
+`
+	if got := gatherText(t, reg, "pulse_group_held_targets", "pulse_group_flapping_targets"); got != strings.TrimPrefix(want, "\n") {
+		t.Errorf("metrics:\n%s\nwant:\n%s", got, want)
+	}
+}

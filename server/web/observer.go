@@ -37,10 +37,11 @@ type ObserverOptions struct {
 // its own short critical sections, as checker.Observer requires. Create it
 // with NewObserver.
 //
-// The recent results are kept by target name, so a removed target's results
-// stay until the next sweep: every /api/targets request and every scrape of
-// a Collector given this Observer drops the results of names the checker no
-// longer has.
+// The recent results are kept by target name. A removal drops the name's
+// results at once (ObserveRemoval: it is a checker.RemovalObserver), so a
+// target added again under that name starts afresh; the sweep of every
+// /api/targets request and every scrape of a Collector given this Observer
+// drops any a probe in flight at the removal brought back.
 type Observer struct {
 	logger      *slog.Logger
 	keep        atomic.Int64 // results kept per target; 0: none
@@ -121,7 +122,14 @@ func NewObserver(opts ObserverOptions) *Observer {
 	return o
 }
 
-var _ checker.Observer = (*Observer)(nil)
+var _ checker.RemovalObserver = (*Observer)(nil)
+
+// ObserveRemoval drops the removed target's recent results.
+func (o *Observer) ObserveRemoval(spec checker.Spec) {
+	o.mu.Lock()
+	delete(o.recent, spec.Name)
+	o.mu.Unlock()
+}
 
 // ObserveProbe counts r, keeps it in the target's recent results and logs it
 // at debug if it failed.

@@ -10,6 +10,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -284,7 +285,7 @@ func (x PolicyEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PolicyEvent_Kind.Descriptor instead.
 func (PolicyEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{34, 0}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{39, 0}
 }
 
 // HttpProbe passes when GET (or HEAD, or POST) on url answers with an
@@ -3250,6 +3251,307 @@ func (x *ReportOutcomeResponse) GetStatus() *TargetStatus {
 	return nil
 }
 
+// UpdateTargetRequest names a target and the fields to change.
+type UpdateTargetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// target carries the target's name and the new values of the fields
+	// update_mask names. Its other fields are ignored.
+	Target *Target `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	// update_mask lists the fields of target to change, by their proto
+	// names: "group", "interval", "http" (the whole probe), "http.url"
+	// (one field of it), and so on. A named field that target leaves unset
+	// goes back to its default. Unset or empty: every field set in target
+	// (but name). "*" replaces the whole spec, as AddTarget does.
+	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTargetRequest) Reset() {
+	*x = UpdateTargetRequest{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTargetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTargetRequest) ProtoMessage() {}
+
+func (x *UpdateTargetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTargetRequest.ProtoReflect.Descriptor instead.
+func (*UpdateTargetRequest) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *UpdateTargetRequest) GetTarget() *Target {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *UpdateTargetRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
+	if x != nil {
+		return x.UpdateMask
+	}
+	return nil
+}
+
+// UpdateTargetResponse is the target before and after the change.
+type UpdateTargetResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// previous is the target's spec before the change.
+	Previous *Target `protobuf:"bytes,1,opt,name=previous,proto3" json:"previous,omitempty"`
+	// status is the target's status after the change.
+	Status        *TargetStatus `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTargetResponse) Reset() {
+	*x = UpdateTargetResponse{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTargetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTargetResponse) ProtoMessage() {}
+
+func (x *UpdateTargetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTargetResponse.ProtoReflect.Descriptor instead.
+func (*UpdateTargetResponse) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *UpdateTargetResponse) GetPrevious() *Target {
+	if x != nil {
+		return x.Previous
+	}
+	return nil
+}
+
+func (x *UpdateTargetResponse) GetStatus() *TargetStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+// ProbeNowRequest selects the targets to probe. With neither field set,
+// every target is probed; with both, a target must match both.
+type ProbeNowRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// group, when set, probes that group's targets.
+	Group string `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// names, when set, probes these targets (at most 10000); each must exist.
+	Names         []string `protobuf:"bytes,2,rep,name=names,proto3" json:"names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProbeNowRequest) Reset() {
+	*x = ProbeNowRequest{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProbeNowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProbeNowRequest) ProtoMessage() {}
+
+func (x *ProbeNowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProbeNowRequest.ProtoReflect.Descriptor instead.
+func (*ProbeNowRequest) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ProbeNowRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *ProbeNowRequest) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+// ProbeNowResponse is what the round did.
+type ProbeNowResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// transitions are the round's transitions in target name order, with
+	// those its results caused in other targets (a panic hold released).
+	Transitions []*Transition `protobuf:"bytes,1,rep,name=transitions,proto3" json:"transitions,omitempty"`
+	// results has one entry per selected target, in name order.
+	Results       []*ProbeNowResult `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProbeNowResponse) Reset() {
+	*x = ProbeNowResponse{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProbeNowResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProbeNowResponse) ProtoMessage() {}
+
+func (x *ProbeNowResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProbeNowResponse.ProtoReflect.Descriptor instead.
+func (*ProbeNowResponse) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ProbeNowResponse) GetTransitions() []*Transition {
+	if x != nil {
+		return x.Transitions
+	}
+	return nil
+}
+
+func (x *ProbeNowResponse) GetResults() []*ProbeNowResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// ProbeNowResult is what the round did with one target.
+type ProbeNowResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name of the target.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// result is the probe's result; unset when skipped is set.
+	Result *ProbeResult `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	// skipped says why the target was not probed, e.g. "a probe was already
+	// in flight; its result comes as scheduled".
+	Skipped string `protobuf:"bytes,3,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// state is the target's state after the round.
+	State         State `protobuf:"varint,4,opt,name=state,proto3,enum=pulse.v1.State" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProbeNowResult) Reset() {
+	*x = ProbeNowResult{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProbeNowResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProbeNowResult) ProtoMessage() {}
+
+func (x *ProbeNowResult) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProbeNowResult.ProtoReflect.Descriptor instead.
+func (*ProbeNowResult) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ProbeNowResult) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ProbeNowResult) GetResult() *ProbeResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *ProbeNowResult) GetSkipped() string {
+	if x != nil {
+		return x.Skipped
+	}
+	return ""
+}
+
+func (x *ProbeNowResult) GetState() State {
+	if x != nil {
+		return x.State
+	}
+	return State_STATE_UNSPECIFIED
+}
+
 // WatchTransitionsRequest filters the stream and says where it starts.
 // Empty filters match everything; when both are set an event must match
 // both.
@@ -3269,7 +3571,7 @@ type WatchTransitionsRequest struct {
 
 func (x *WatchTransitionsRequest) Reset() {
 	*x = WatchTransitionsRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3281,7 +3583,7 @@ func (x *WatchTransitionsRequest) String() string {
 func (*WatchTransitionsRequest) ProtoMessage() {}
 
 func (x *WatchTransitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3294,7 +3596,7 @@ func (x *WatchTransitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTransitionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchTransitionsRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{31}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WatchTransitionsRequest) GetGroup() string {
@@ -3328,7 +3630,7 @@ type SnapshotComplete struct {
 
 func (x *SnapshotComplete) Reset() {
 	*x = SnapshotComplete{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3340,7 +3642,7 @@ func (x *SnapshotComplete) String() string {
 func (*SnapshotComplete) ProtoMessage() {}
 
 func (x *SnapshotComplete) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3353,7 +3655,7 @@ func (x *SnapshotComplete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotComplete.ProtoReflect.Descriptor instead.
 func (*SnapshotComplete) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{32}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{37}
 }
 
 // Progress says the stream has delivered every matching event up to its
@@ -3366,7 +3668,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3378,7 +3680,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3391,7 +3693,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{33}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{38}
 }
 
 // PolicyEvent is a change in a pool policy's or the checker's state. It
@@ -3419,7 +3721,7 @@ type PolicyEvent struct {
 
 func (x *PolicyEvent) Reset() {
 	*x = PolicyEvent{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3431,7 +3733,7 @@ func (x *PolicyEvent) String() string {
 func (*PolicyEvent) ProtoMessage() {}
 
 func (x *PolicyEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3444,7 +3746,7 @@ func (x *PolicyEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyEvent.ProtoReflect.Descriptor instead.
 func (*PolicyEvent) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{34}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PolicyEvent) GetKind() PolicyEvent_Kind {
@@ -3502,7 +3804,7 @@ type TargetRemoved struct {
 
 func (x *TargetRemoved) Reset() {
 	*x = TargetRemoved{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3514,7 +3816,7 @@ func (x *TargetRemoved) String() string {
 func (*TargetRemoved) ProtoMessage() {}
 
 func (x *TargetRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3527,7 +3829,7 @@ func (x *TargetRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetRemoved.ProtoReflect.Descriptor instead.
 func (*TargetRemoved) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{35}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TargetRemoved) GetName() string {
@@ -3573,7 +3875,7 @@ type WatchTransitionsResponse struct {
 
 func (x *WatchTransitionsResponse) Reset() {
 	*x = WatchTransitionsResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3585,7 +3887,7 @@ func (x *WatchTransitionsResponse) String() string {
 func (*WatchTransitionsResponse) ProtoMessage() {}
 
 func (x *WatchTransitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3598,7 +3900,7 @@ func (x *WatchTransitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTransitionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchTransitionsResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{36}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WatchTransitionsResponse) GetRevision() uint64 {
@@ -3782,7 +4084,7 @@ type TargetsFile struct {
 
 func (x *TargetsFile) Reset() {
 	*x = TargetsFile{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3794,7 +4096,7 @@ func (x *TargetsFile) String() string {
 func (*TargetsFile) ProtoMessage() {}
 
 func (x *TargetsFile) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3807,7 +4109,7 @@ func (x *TargetsFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetsFile.ProtoReflect.Descriptor instead.
 func (*TargetsFile) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{37}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TargetsFile) GetTargets() []*Target {
@@ -3821,7 +4123,7 @@ var File_pulse_v1_pulse_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\n" +
-	"\x14pulse/v1/pulse.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc0\x04\n" +
+	"\x14pulse/v1/pulse.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc0\x04\n" +
 	"\tHttpProbe\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12'\n" +
@@ -4070,7 +4372,25 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\tR\x05error\"a\n" +
 	"\x15ReportOutcomeResponse\x12\x18\n" +
 	"\acounted\x18\x01 \x01(\bR\acounted\x12.\n" +
-	"\x06status\x18\x02 \x01(\v2\x16.pulse.v1.TargetStatusR\x06status\"l\n" +
+	"\x06status\x18\x02 \x01(\v2\x16.pulse.v1.TargetStatusR\x06status\"|\n" +
+	"\x13UpdateTargetRequest\x12(\n" +
+	"\x06target\x18\x01 \x01(\v2\x10.pulse.v1.TargetR\x06target\x12;\n" +
+	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
+	"updateMask\"t\n" +
+	"\x14UpdateTargetResponse\x12,\n" +
+	"\bprevious\x18\x01 \x01(\v2\x10.pulse.v1.TargetR\bprevious\x12.\n" +
+	"\x06status\x18\x02 \x01(\v2\x16.pulse.v1.TargetStatusR\x06status\"=\n" +
+	"\x0fProbeNowRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
+	"\x05names\x18\x02 \x03(\tR\x05names\"~\n" +
+	"\x10ProbeNowResponse\x126\n" +
+	"\vtransitions\x18\x01 \x03(\v2\x14.pulse.v1.TransitionR\vtransitions\x122\n" +
+	"\aresults\x18\x02 \x03(\v2\x18.pulse.v1.ProbeNowResultR\aresults\"\x94\x01\n" +
+	"\x0eProbeNowResult\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
+	"\x06result\x18\x02 \x01(\v2\x15.pulse.v1.ProbeResultR\x06result\x12\x18\n" +
+	"\askipped\x18\x03 \x01(\tR\askipped\x12%\n" +
+	"\x05state\x18\x04 \x01(\x0e2\x0f.pulse.v1.StateR\x05state\"l\n" +
 	"\x17WatchTransitionsRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
 	"\x05names\x18\x02 \x03(\tR\x05names\x12%\n" +
@@ -4127,7 +4447,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x05Model\x12\x15\n" +
 	"\x11MODEL_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fMODEL_RISE_FALL\x10\x01\x12\x15\n" +
-	"\x11MODEL_THREE_STATE\x10\x022\xae\x05\n" +
+	"\x11MODEL_THREE_STATE\x10\x022\xc0\x06\n" +
 	"\rHealthChecker\x12D\n" +
 	"\tAddTarget\x12\x1a.pulse.v1.AddTargetRequest\x1a\x1b.pulse.v1.AddTargetResponse\x12M\n" +
 	"\fRemoveTarget\x12\x1d.pulse.v1.RemoveTargetRequest\x1a\x1e.pulse.v1.RemoveTargetResponse\x128\n" +
@@ -4136,7 +4456,9 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\vListTargets\x12\x1c.pulse.v1.ListTargetsRequest\x1a\x1d.pulse.v1.ListTargetsResponse\x12[\n" +
 	"\x10WatchTransitions\x12!.pulse.v1.WatchTransitionsRequest\x1a\".pulse.v1.WatchTransitionsResponse0\x01\x12S\n" +
 	"\x0eSetGroupPolicy\x12\x1f.pulse.v1.SetGroupPolicyRequest\x1a .pulse.v1.SetGroupPolicyResponse\x12P\n" +
-	"\rReportOutcome\x12\x1e.pulse.v1.ReportOutcomeRequest\x1a\x1f.pulse.v1.ReportOutcomeResponse\x12>\n" +
+	"\rReportOutcome\x12\x1e.pulse.v1.ReportOutcomeRequest\x1a\x1f.pulse.v1.ReportOutcomeResponse\x12M\n" +
+	"\fUpdateTarget\x12\x1d.pulse.v1.UpdateTargetRequest\x1a\x1e.pulse.v1.UpdateTargetResponse\x12A\n" +
+	"\bProbeNow\x12\x19.pulse.v1.ProbeNowRequest\x1a\x1a.pulse.v1.ProbeNowResponse\x12>\n" +
 	"\aSetMode\x12\x18.pulse.v1.SetModeRequest\x1a\x19.pulse.v1.SetModeResponseB\x8e\x01\n" +
 	"\fcom.pulse.v1B\n" +
 	"PulseProtoP\x01Z1github.com/pulsehealth/pulse/gen/pulse/v1;pulsev1\xa2\x02\x03PXX\xaa\x02\bPulse.V1\xca\x02\bPulse\\V1\xe2\x02\x14Pulse\\V1\\GPBMetadata\xea\x02\tPulse::V1b\x06proto3"
@@ -4154,7 +4476,7 @@ func file_pulse_v1_pulse_proto_rawDescGZIP() []byte {
 }
 
 var file_pulse_v1_pulse_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_pulse_v1_pulse_proto_goTypes = []any{
 	(Mode)(0),                        // 0: pulse.v1.Mode
 	(State)(0),                       // 1: pulse.v1.State
@@ -4191,125 +4513,143 @@ var file_pulse_v1_pulse_proto_goTypes = []any{
 	(*SetGroupPolicyResponse)(nil),   // 32: pulse.v1.SetGroupPolicyResponse
 	(*ReportOutcomeRequest)(nil),     // 33: pulse.v1.ReportOutcomeRequest
 	(*ReportOutcomeResponse)(nil),    // 34: pulse.v1.ReportOutcomeResponse
-	(*WatchTransitionsRequest)(nil),  // 35: pulse.v1.WatchTransitionsRequest
-	(*SnapshotComplete)(nil),         // 36: pulse.v1.SnapshotComplete
-	(*Progress)(nil),                 // 37: pulse.v1.Progress
-	(*PolicyEvent)(nil),              // 38: pulse.v1.PolicyEvent
-	(*TargetRemoved)(nil),            // 39: pulse.v1.TargetRemoved
-	(*WatchTransitionsResponse)(nil), // 40: pulse.v1.WatchTransitionsResponse
-	(*TargetsFile)(nil),              // 41: pulse.v1.TargetsFile
-	nil,                              // 42: pulse.v1.HttpProbe.HeadersEntry
-	nil,                              // 43: pulse.v1.GrpcProbe.MetadataEntry
-	(*durationpb.Duration)(nil),      // 44: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 45: google.protobuf.Timestamp
+	(*UpdateTargetRequest)(nil),      // 35: pulse.v1.UpdateTargetRequest
+	(*UpdateTargetResponse)(nil),     // 36: pulse.v1.UpdateTargetResponse
+	(*ProbeNowRequest)(nil),          // 37: pulse.v1.ProbeNowRequest
+	(*ProbeNowResponse)(nil),         // 38: pulse.v1.ProbeNowResponse
+	(*ProbeNowResult)(nil),           // 39: pulse.v1.ProbeNowResult
+	(*WatchTransitionsRequest)(nil),  // 40: pulse.v1.WatchTransitionsRequest
+	(*SnapshotComplete)(nil),         // 41: pulse.v1.SnapshotComplete
+	(*Progress)(nil),                 // 42: pulse.v1.Progress
+	(*PolicyEvent)(nil),              // 43: pulse.v1.PolicyEvent
+	(*TargetRemoved)(nil),            // 44: pulse.v1.TargetRemoved
+	(*WatchTransitionsResponse)(nil), // 45: pulse.v1.WatchTransitionsResponse
+	(*TargetsFile)(nil),              // 46: pulse.v1.TargetsFile
+	nil,                              // 47: pulse.v1.HttpProbe.HeadersEntry
+	nil,                              // 48: pulse.v1.GrpcProbe.MetadataEntry
+	(*durationpb.Duration)(nil),      // 49: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 50: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),    // 51: google.protobuf.FieldMask
 }
 var file_pulse_v1_pulse_proto_depIdxs = []int32{
-	42, // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
-	5,  // 1: pulse.v1.HttpProbe.header_matches:type_name -> pulse.v1.HeaderMatch
-	6,  // 2: pulse.v1.HttpProbe.tls:type_name -> pulse.v1.TlsOptions
-	44, // 3: pulse.v1.TlsOptions.cert_expiry_warn:type_name -> google.protobuf.Duration
-	44, // 4: pulse.v1.TlsOptions.cert_expiry_fail:type_name -> google.protobuf.Duration
-	8,  // 5: pulse.v1.TcpProbe.steps:type_name -> pulse.v1.TcpStep
-	6,  // 6: pulse.v1.TcpProbe.tls:type_name -> pulse.v1.TlsOptions
-	6,  // 7: pulse.v1.GrpcProbe.tls_options:type_name -> pulse.v1.TlsOptions
-	43, // 8: pulse.v1.GrpcProbe.metadata:type_name -> pulse.v1.GrpcProbe.MetadataEntry
-	4,  // 9: pulse.v1.Target.http:type_name -> pulse.v1.HttpProbe
-	7,  // 10: pulse.v1.Target.tcp:type_name -> pulse.v1.TcpProbe
-	9,  // 11: pulse.v1.Target.grpc:type_name -> pulse.v1.GrpcProbe
-	10, // 12: pulse.v1.Target.dns:type_name -> pulse.v1.DnsProbe
-	44, // 13: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
-	44, // 14: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
-	1,  // 15: pulse.v1.Target.initial_state:type_name -> pulse.v1.State
-	2,  // 16: pulse.v1.Target.model:type_name -> pulse.v1.Model
-	44, // 17: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
-	44, // 18: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
-	44, // 19: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
-	44, // 20: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
-	44, // 21: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
-	44, // 22: pulse.v1.Target.slow_start:type_name -> google.protobuf.Duration
-	44, // 23: pulse.v1.Target.remove_after_unhealthy:type_name -> google.protobuf.Duration
-	44, // 24: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
-	45, // 25: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
-	11, // 26: pulse.v1.TargetStatus.spec:type_name -> pulse.v1.Target
-	1,  // 27: pulse.v1.TargetStatus.state:type_name -> pulse.v1.State
-	12, // 28: pulse.v1.TargetStatus.last_result:type_name -> pulse.v1.ProbeResult
-	45, // 29: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
-	1,  // 30: pulse.v1.TargetStatus.verdict:type_name -> pulse.v1.State
-	44, // 31: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
-	45, // 32: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
-	45, // 33: pulse.v1.TargetStatus.cert_not_after:type_name -> google.protobuf.Timestamp
-	0,  // 34: pulse.v1.TargetStatus.mode:type_name -> pulse.v1.Mode
-	45, // 35: pulse.v1.TargetStatus.mode_since:type_name -> google.protobuf.Timestamp
-	45, // 36: pulse.v1.TargetStatus.mode_until:type_name -> google.protobuf.Timestamp
-	45, // 37: pulse.v1.TargetStatus.remove_time:type_name -> google.protobuf.Timestamp
-	45, // 38: pulse.v1.TargetStatus.slow_start_end:type_name -> google.protobuf.Timestamp
-	45, // 39: pulse.v1.TargetStatus.unhealthy_since:type_name -> google.protobuf.Timestamp
-	44, // 40: pulse.v1.GroupPolicy.slow_start:type_name -> google.protobuf.Duration
-	44, // 41: pulse.v1.GroupPolicy.remove_after_unhealthy:type_name -> google.protobuf.Duration
-	14, // 42: pulse.v1.GroupStatus.policy:type_name -> pulse.v1.GroupPolicy
-	45, // 43: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
-	44, // 44: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
-	1,  // 45: pulse.v1.Transition.from:type_name -> pulse.v1.State
-	1,  // 46: pulse.v1.Transition.to:type_name -> pulse.v1.State
-	45, // 47: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
-	12, // 48: pulse.v1.Transition.result:type_name -> pulse.v1.ProbeResult
-	0,  // 49: pulse.v1.Transition.mode:type_name -> pulse.v1.Mode
-	45, // 50: pulse.v1.Transition.slow_start_end:type_name -> google.protobuf.Timestamp
-	11, // 51: pulse.v1.AddTargetRequest.target:type_name -> pulse.v1.Target
-	13, // 52: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
-	44, // 53: pulse.v1.RemoveTargetRequest.drain_for:type_name -> google.protobuf.Duration
-	45, // 54: pulse.v1.RemoveTargetResponse.remove_time:type_name -> google.protobuf.Timestamp
-	0,  // 55: pulse.v1.SetModeRequest.mode:type_name -> pulse.v1.Mode
-	45, // 56: pulse.v1.SetModeRequest.until:type_name -> google.protobuf.Timestamp
-	13, // 57: pulse.v1.SetModeResponse.targets:type_name -> pulse.v1.TargetStatus
-	0,  // 58: pulse.v1.ModeChange.from:type_name -> pulse.v1.Mode
-	0,  // 59: pulse.v1.ModeChange.mode:type_name -> pulse.v1.Mode
-	45, // 60: pulse.v1.ModeChange.time:type_name -> google.protobuf.Timestamp
-	45, // 61: pulse.v1.ModeChange.until:type_name -> google.protobuf.Timestamp
-	45, // 62: pulse.v1.ModeChange.remove_time:type_name -> google.protobuf.Timestamp
-	13, // 63: pulse.v1.StateResponse.status:type_name -> pulse.v1.TargetStatus
-	13, // 64: pulse.v1.ListTargetsResponse.targets:type_name -> pulse.v1.TargetStatus
-	15, // 65: pulse.v1.ListTargetsResponse.groups:type_name -> pulse.v1.GroupStatus
-	16, // 66: pulse.v1.ListTargetsResponse.checker:type_name -> pulse.v1.CheckerStatus
-	14, // 67: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
-	15, // 68: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
-	44, // 69: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
-	13, // 70: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
-	3,  // 71: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
-	45, // 72: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
-	17, // 73: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
-	13, // 74: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
-	36, // 75: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
-	13, // 76: pulse.v1.WatchTransitionsResponse.added:type_name -> pulse.v1.TargetStatus
-	13, // 77: pulse.v1.WatchTransitionsResponse.updated:type_name -> pulse.v1.TargetStatus
-	39, // 78: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
-	37, // 79: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
-	38, // 80: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
-	24, // 81: pulse.v1.WatchTransitionsResponse.mode:type_name -> pulse.v1.ModeChange
-	11, // 82: pulse.v1.TargetsFile.targets:type_name -> pulse.v1.Target
-	18, // 83: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
-	20, // 84: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
-	25, // 85: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
-	27, // 86: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
-	29, // 87: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
-	35, // 88: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
-	31, // 89: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
-	33, // 90: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
-	22, // 91: pulse.v1.HealthChecker.SetMode:input_type -> pulse.v1.SetModeRequest
-	19, // 92: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
-	21, // 93: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
-	26, // 94: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
-	28, // 95: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
-	30, // 96: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
-	40, // 97: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
-	32, // 98: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
-	34, // 99: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
-	23, // 100: pulse.v1.HealthChecker.SetMode:output_type -> pulse.v1.SetModeResponse
-	92, // [92:101] is the sub-list for method output_type
-	83, // [83:92] is the sub-list for method input_type
-	83, // [83:83] is the sub-list for extension type_name
-	83, // [83:83] is the sub-list for extension extendee
-	0,  // [0:83] is the sub-list for field type_name
+	47,  // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
+	5,   // 1: pulse.v1.HttpProbe.header_matches:type_name -> pulse.v1.HeaderMatch
+	6,   // 2: pulse.v1.HttpProbe.tls:type_name -> pulse.v1.TlsOptions
+	49,  // 3: pulse.v1.TlsOptions.cert_expiry_warn:type_name -> google.protobuf.Duration
+	49,  // 4: pulse.v1.TlsOptions.cert_expiry_fail:type_name -> google.protobuf.Duration
+	8,   // 5: pulse.v1.TcpProbe.steps:type_name -> pulse.v1.TcpStep
+	6,   // 6: pulse.v1.TcpProbe.tls:type_name -> pulse.v1.TlsOptions
+	6,   // 7: pulse.v1.GrpcProbe.tls_options:type_name -> pulse.v1.TlsOptions
+	48,  // 8: pulse.v1.GrpcProbe.metadata:type_name -> pulse.v1.GrpcProbe.MetadataEntry
+	4,   // 9: pulse.v1.Target.http:type_name -> pulse.v1.HttpProbe
+	7,   // 10: pulse.v1.Target.tcp:type_name -> pulse.v1.TcpProbe
+	9,   // 11: pulse.v1.Target.grpc:type_name -> pulse.v1.GrpcProbe
+	10,  // 12: pulse.v1.Target.dns:type_name -> pulse.v1.DnsProbe
+	49,  // 13: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
+	49,  // 14: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
+	1,   // 15: pulse.v1.Target.initial_state:type_name -> pulse.v1.State
+	2,   // 16: pulse.v1.Target.model:type_name -> pulse.v1.Model
+	49,  // 17: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
+	49,  // 18: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
+	49,  // 19: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
+	49,  // 20: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
+	49,  // 21: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
+	49,  // 22: pulse.v1.Target.slow_start:type_name -> google.protobuf.Duration
+	49,  // 23: pulse.v1.Target.remove_after_unhealthy:type_name -> google.protobuf.Duration
+	49,  // 24: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
+	50,  // 25: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
+	11,  // 26: pulse.v1.TargetStatus.spec:type_name -> pulse.v1.Target
+	1,   // 27: pulse.v1.TargetStatus.state:type_name -> pulse.v1.State
+	12,  // 28: pulse.v1.TargetStatus.last_result:type_name -> pulse.v1.ProbeResult
+	50,  // 29: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
+	1,   // 30: pulse.v1.TargetStatus.verdict:type_name -> pulse.v1.State
+	49,  // 31: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
+	50,  // 32: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
+	50,  // 33: pulse.v1.TargetStatus.cert_not_after:type_name -> google.protobuf.Timestamp
+	0,   // 34: pulse.v1.TargetStatus.mode:type_name -> pulse.v1.Mode
+	50,  // 35: pulse.v1.TargetStatus.mode_since:type_name -> google.protobuf.Timestamp
+	50,  // 36: pulse.v1.TargetStatus.mode_until:type_name -> google.protobuf.Timestamp
+	50,  // 37: pulse.v1.TargetStatus.remove_time:type_name -> google.protobuf.Timestamp
+	50,  // 38: pulse.v1.TargetStatus.slow_start_end:type_name -> google.protobuf.Timestamp
+	50,  // 39: pulse.v1.TargetStatus.unhealthy_since:type_name -> google.protobuf.Timestamp
+	49,  // 40: pulse.v1.GroupPolicy.slow_start:type_name -> google.protobuf.Duration
+	49,  // 41: pulse.v1.GroupPolicy.remove_after_unhealthy:type_name -> google.protobuf.Duration
+	14,  // 42: pulse.v1.GroupStatus.policy:type_name -> pulse.v1.GroupPolicy
+	50,  // 43: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
+	49,  // 44: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
+	1,   // 45: pulse.v1.Transition.from:type_name -> pulse.v1.State
+	1,   // 46: pulse.v1.Transition.to:type_name -> pulse.v1.State
+	50,  // 47: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
+	12,  // 48: pulse.v1.Transition.result:type_name -> pulse.v1.ProbeResult
+	0,   // 49: pulse.v1.Transition.mode:type_name -> pulse.v1.Mode
+	50,  // 50: pulse.v1.Transition.slow_start_end:type_name -> google.protobuf.Timestamp
+	11,  // 51: pulse.v1.AddTargetRequest.target:type_name -> pulse.v1.Target
+	13,  // 52: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
+	49,  // 53: pulse.v1.RemoveTargetRequest.drain_for:type_name -> google.protobuf.Duration
+	50,  // 54: pulse.v1.RemoveTargetResponse.remove_time:type_name -> google.protobuf.Timestamp
+	0,   // 55: pulse.v1.SetModeRequest.mode:type_name -> pulse.v1.Mode
+	50,  // 56: pulse.v1.SetModeRequest.until:type_name -> google.protobuf.Timestamp
+	13,  // 57: pulse.v1.SetModeResponse.targets:type_name -> pulse.v1.TargetStatus
+	0,   // 58: pulse.v1.ModeChange.from:type_name -> pulse.v1.Mode
+	0,   // 59: pulse.v1.ModeChange.mode:type_name -> pulse.v1.Mode
+	50,  // 60: pulse.v1.ModeChange.time:type_name -> google.protobuf.Timestamp
+	50,  // 61: pulse.v1.ModeChange.until:type_name -> google.protobuf.Timestamp
+	50,  // 62: pulse.v1.ModeChange.remove_time:type_name -> google.protobuf.Timestamp
+	13,  // 63: pulse.v1.StateResponse.status:type_name -> pulse.v1.TargetStatus
+	13,  // 64: pulse.v1.ListTargetsResponse.targets:type_name -> pulse.v1.TargetStatus
+	15,  // 65: pulse.v1.ListTargetsResponse.groups:type_name -> pulse.v1.GroupStatus
+	16,  // 66: pulse.v1.ListTargetsResponse.checker:type_name -> pulse.v1.CheckerStatus
+	14,  // 67: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
+	15,  // 68: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
+	49,  // 69: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
+	13,  // 70: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
+	11,  // 71: pulse.v1.UpdateTargetRequest.target:type_name -> pulse.v1.Target
+	51,  // 72: pulse.v1.UpdateTargetRequest.update_mask:type_name -> google.protobuf.FieldMask
+	11,  // 73: pulse.v1.UpdateTargetResponse.previous:type_name -> pulse.v1.Target
+	13,  // 74: pulse.v1.UpdateTargetResponse.status:type_name -> pulse.v1.TargetStatus
+	17,  // 75: pulse.v1.ProbeNowResponse.transitions:type_name -> pulse.v1.Transition
+	39,  // 76: pulse.v1.ProbeNowResponse.results:type_name -> pulse.v1.ProbeNowResult
+	12,  // 77: pulse.v1.ProbeNowResult.result:type_name -> pulse.v1.ProbeResult
+	1,   // 78: pulse.v1.ProbeNowResult.state:type_name -> pulse.v1.State
+	3,   // 79: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
+	50,  // 80: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
+	17,  // 81: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
+	13,  // 82: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
+	41,  // 83: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
+	13,  // 84: pulse.v1.WatchTransitionsResponse.added:type_name -> pulse.v1.TargetStatus
+	13,  // 85: pulse.v1.WatchTransitionsResponse.updated:type_name -> pulse.v1.TargetStatus
+	44,  // 86: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
+	42,  // 87: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
+	43,  // 88: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
+	24,  // 89: pulse.v1.WatchTransitionsResponse.mode:type_name -> pulse.v1.ModeChange
+	11,  // 90: pulse.v1.TargetsFile.targets:type_name -> pulse.v1.Target
+	18,  // 91: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
+	20,  // 92: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
+	25,  // 93: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
+	27,  // 94: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
+	29,  // 95: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
+	40,  // 96: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
+	31,  // 97: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
+	33,  // 98: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
+	35,  // 99: pulse.v1.HealthChecker.UpdateTarget:input_type -> pulse.v1.UpdateTargetRequest
+	37,  // 100: pulse.v1.HealthChecker.ProbeNow:input_type -> pulse.v1.ProbeNowRequest
+	22,  // 101: pulse.v1.HealthChecker.SetMode:input_type -> pulse.v1.SetModeRequest
+	19,  // 102: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
+	21,  // 103: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
+	26,  // 104: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
+	28,  // 105: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
+	30,  // 106: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
+	45,  // 107: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
+	32,  // 108: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
+	34,  // 109: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
+	36,  // 110: pulse.v1.HealthChecker.UpdateTarget:output_type -> pulse.v1.UpdateTargetResponse
+	38,  // 111: pulse.v1.HealthChecker.ProbeNow:output_type -> pulse.v1.ProbeNowResponse
+	23,  // 112: pulse.v1.HealthChecker.SetMode:output_type -> pulse.v1.SetModeResponse
+	102, // [102:113] is the sub-list for method output_type
+	91,  // [91:102] is the sub-list for method input_type
+	91,  // [91:91] is the sub-list for extension type_name
+	91,  // [91:91] is the sub-list for extension extendee
+	0,   // [0:91] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_pulse_proto_init() }
@@ -4324,7 +4664,7 @@ func file_pulse_v1_pulse_proto_init() {
 		(*Target_Dns)(nil),
 	}
 	file_pulse_v1_pulse_proto_msgTypes[10].OneofWrappers = []any{}
-	file_pulse_v1_pulse_proto_msgTypes[36].OneofWrappers = []any{
+	file_pulse_v1_pulse_proto_msgTypes[41].OneofWrappers = []any{
 		(*WatchTransitionsResponse_Transition)(nil),
 		(*WatchTransitionsResponse_Snapshot)(nil),
 		(*WatchTransitionsResponse_SnapshotComplete)(nil),
@@ -4341,7 +4681,7 @@ func file_pulse_v1_pulse_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_pulse_proto_rawDesc), len(file_pulse_v1_pulse_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   40,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

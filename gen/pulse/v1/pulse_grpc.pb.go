@@ -27,6 +27,8 @@ const (
 	HealthChecker_WatchTransitions_FullMethodName = "/pulse.v1.HealthChecker/WatchTransitions"
 	HealthChecker_SetGroupPolicy_FullMethodName   = "/pulse.v1.HealthChecker/SetGroupPolicy"
 	HealthChecker_ReportOutcome_FullMethodName    = "/pulse.v1.HealthChecker/ReportOutcome"
+	HealthChecker_UpdateTarget_FullMethodName     = "/pulse.v1.HealthChecker/UpdateTarget"
+	HealthChecker_ProbeNow_FullMethodName         = "/pulse.v1.HealthChecker/ProbeNow"
 	HealthChecker_SetMode_FullMethodName          = "/pulse.v1.HealthChecker/SetMode"
 )
 
@@ -118,6 +120,30 @@ type HealthCheckerClient interface {
 	// target; FAILED_PRECONDITION when the target does not accept passive
 	// outcomes (set passive_outcomes in its spec with AddTarget).
 	ReportOutcome(ctx context.Context, in *ReportOutcomeRequest, opts ...grpc.CallOption) (*ReportOutcomeResponse, error)
+	// UpdateTarget changes the fields of an existing target that update_mask
+	// names, and only those: the rest of its spec, its state and its streaks
+	// stay as they are, as with AddTarget of the same name. The result is
+	// validated as AddTarget validates a spec. The reply has the spec before
+	// the change and the status after it.
+	//
+	// Errors: INVALID_ARGUMENT for an unknown path in update_mask (the
+	// message names it), for "name" in it, and for a result AddTarget would
+	// refuse (naming the field); NOT_FOUND for an unknown target.
+	UpdateTarget(ctx context.Context, in *UpdateTargetRequest, opts ...grpc.CallOption) (*UpdateTargetResponse, error)
+	// ProbeNow probes a set of targets once, now: a group, a list of names,
+	// or every target. It waits for their results, but no longer than their
+	// longest timeout (times the waves the server's probe slots need for them,
+	// plus a second), and returns the transitions of that round in target name
+	// order and each selected target's result. Scheduled probes go on: the
+	// next one keeps its place on the target's schedule.
+	//
+	// A target whose probe is already in flight, or that the server does not
+	// probe (quarantined, or probed by another replica), is reported skipped.
+	//
+	// Errors: INVALID_ARGUMENT for a malformed name or group; NOT_FOUND for
+	// a name not registered (nothing is probed); RESOURCE_EXHAUSTED over the
+	// server's rate of rounds (1 a second, bursts of 5), saying when to retry.
+	ProbeNow(ctx context.Context, in *ProbeNowRequest, opts ...grpc.CallOption) (*ProbeNowResponse, error)
 	// SetMode sets the administrative mode of one target, or of every target
 	// of a group: ACTIVE (the default), DRAINING (still probed, not routable
 	// for new traffic) or MAINTENANCE (not probed, not routable). The mode is
@@ -231,6 +257,26 @@ func (c *healthCheckerClient) ReportOutcome(ctx context.Context, in *ReportOutco
 	return out, nil
 }
 
+func (c *healthCheckerClient) UpdateTarget(ctx context.Context, in *UpdateTargetRequest, opts ...grpc.CallOption) (*UpdateTargetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateTargetResponse)
+	err := c.cc.Invoke(ctx, HealthChecker_UpdateTarget_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *healthCheckerClient) ProbeNow(ctx context.Context, in *ProbeNowRequest, opts ...grpc.CallOption) (*ProbeNowResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ProbeNowResponse)
+	err := c.cc.Invoke(ctx, HealthChecker_ProbeNow_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *healthCheckerClient) SetMode(ctx context.Context, in *SetModeRequest, opts ...grpc.CallOption) (*SetModeResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SetModeResponse)
@@ -329,6 +375,30 @@ type HealthCheckerServer interface {
 	// target; FAILED_PRECONDITION when the target does not accept passive
 	// outcomes (set passive_outcomes in its spec with AddTarget).
 	ReportOutcome(context.Context, *ReportOutcomeRequest) (*ReportOutcomeResponse, error)
+	// UpdateTarget changes the fields of an existing target that update_mask
+	// names, and only those: the rest of its spec, its state and its streaks
+	// stay as they are, as with AddTarget of the same name. The result is
+	// validated as AddTarget validates a spec. The reply has the spec before
+	// the change and the status after it.
+	//
+	// Errors: INVALID_ARGUMENT for an unknown path in update_mask (the
+	// message names it), for "name" in it, and for a result AddTarget would
+	// refuse (naming the field); NOT_FOUND for an unknown target.
+	UpdateTarget(context.Context, *UpdateTargetRequest) (*UpdateTargetResponse, error)
+	// ProbeNow probes a set of targets once, now: a group, a list of names,
+	// or every target. It waits for their results, but no longer than their
+	// longest timeout (times the waves the server's probe slots need for them,
+	// plus a second), and returns the transitions of that round in target name
+	// order and each selected target's result. Scheduled probes go on: the
+	// next one keeps its place on the target's schedule.
+	//
+	// A target whose probe is already in flight, or that the server does not
+	// probe (quarantined, or probed by another replica), is reported skipped.
+	//
+	// Errors: INVALID_ARGUMENT for a malformed name or group; NOT_FOUND for
+	// a name not registered (nothing is probed); RESOURCE_EXHAUSTED over the
+	// server's rate of rounds (1 a second, bursts of 5), saying when to retry.
+	ProbeNow(context.Context, *ProbeNowRequest) (*ProbeNowResponse, error)
 	// SetMode sets the administrative mode of one target, or of every target
 	// of a group: ACTIVE (the default), DRAINING (still probed, not routable
 	// for new traffic) or MAINTENANCE (not probed, not routable). The mode is
@@ -376,6 +446,12 @@ func (UnimplementedHealthCheckerServer) SetGroupPolicy(context.Context, *SetGrou
 }
 func (UnimplementedHealthCheckerServer) ReportOutcome(context.Context, *ReportOutcomeRequest) (*ReportOutcomeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportOutcome not implemented")
+}
+func (UnimplementedHealthCheckerServer) UpdateTarget(context.Context, *UpdateTargetRequest) (*UpdateTargetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateTarget not implemented")
+}
+func (UnimplementedHealthCheckerServer) ProbeNow(context.Context, *ProbeNowRequest) (*ProbeNowResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ProbeNow not implemented")
 }
 func (UnimplementedHealthCheckerServer) SetMode(context.Context, *SetModeRequest) (*SetModeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetMode not implemented")
@@ -538,6 +614,42 @@ func _HealthChecker_ReportOutcome_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _HealthChecker_UpdateTarget_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateTargetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HealthCheckerServer).UpdateTarget(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HealthChecker_UpdateTarget_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HealthCheckerServer).UpdateTarget(ctx, req.(*UpdateTargetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _HealthChecker_ProbeNow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ProbeNowRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HealthCheckerServer).ProbeNow(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HealthChecker_ProbeNow_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HealthCheckerServer).ProbeNow(ctx, req.(*ProbeNowRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _HealthChecker_SetMode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SetModeRequest)
 	if err := dec(in); err != nil {
@@ -590,6 +702,14 @@ var HealthChecker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportOutcome",
 			Handler:    _HealthChecker_ReportOutcome_Handler,
+		},
+		{
+			MethodName: "UpdateTarget",
+			Handler:    _HealthChecker_UpdateTarget_Handler,
+		},
+		{
+			MethodName: "ProbeNow",
+			Handler:    _HealthChecker_ProbeNow_Handler,
 		},
 		{
 			MethodName: "SetMode",

@@ -128,6 +128,7 @@ class Feed {
 
 const view = {
   group: "", state: "", q: "", offset: 0, limit: 100,
+  sort: "severity", desc: false, // the server sorts: the worst first by default
   rows: new Map(),    // name -> {data, rev, tr}
   groups: new Map(),  // name -> {total, healthy, suspect, unhealthy}
   countsRev: 0,       // the revision the group counts reflect
@@ -144,6 +145,8 @@ function readURL() {
   view.state = p.get("state") || "";
   view.q = p.get("q") || "";
   view.offset = Math.max(0, parseInt(p.get("offset") || "0", 10) || 0);
+  view.sort = p.get("sort") || "severity";
+  view.desc = p.get("desc") === "1";
   $("q").value = view.q;
   $("state").value = view.state;
 }
@@ -154,6 +157,8 @@ function writeURL() {
   if (view.state) p.set("state", view.state);
   if (view.q) p.set("q", view.q);
   if (view.offset) p.set("offset", String(view.offset));
+  if (view.sort !== "severity") p.set("sort", view.sort);
+  if (view.desc) p.set("desc", "1");
   const s = p.toString();
   history.replaceState(null, "", s ? "?" + s : location.pathname);
 }
@@ -169,6 +174,8 @@ async function reload() {
     if (view.group) p.set("group", view.group);
     if (view.state) p.set("state", view.state);
     if (view.q) p.set("q", view.q);
+    p.set("sort", view.sort);
+    if (view.desc) p.set("desc", "1");
     const res = await fetch("/api/targets?" + p, { headers: authHeaders(), cache: "no-store" });
     if (gen !== view.gen) return;
     if (res.status === 401) { lock(true); return; }
@@ -178,6 +185,7 @@ async function reload() {
     view.skew = Date.parse(page.now) - Date.now();
     view.matched = page.matched;
     setGroups(page.groups, page.revision);
+    renderAlerts(page.checker || {});
     renderRows(page.targets, page.revision);
     renderRange(page);
     const names = page.targets.map((t) => t.name).join(",");
@@ -234,7 +242,11 @@ function connect(names) {
       r.rev = d.revision;
       paintRow(r, true);
     }
+    if (view.sort === "severity" || view.sort === "since") scheduleReload(1000); // the order changed
   });
+  // A group's panic, a target's flapping or the checker's overload changed:
+  // what holds which row comes with the page's data.
+  on("policy", () => scheduleReload(300));
   const registry = (sign) => (d) => {
     if (sign && d.revision > view.countsRev) {
       const t = d.target;
@@ -299,7 +311,7 @@ function setConn(kind, text) {
 
 function setGroups(list, rev) {
   if (rev < view.countsRev) return; // the feed already counted later events
-  view.groups = new Map(list.map((g) => [g.name, { total: g.total, healthy: g.healthy, suspect: g.suspect, unhealthy: g.unhealthy }]));
+  view.groups = new Map(list.map((g) => [g.name, { total: g.total, healthy: g.healthy, suspect: g.suspect, unhealthy: g.unhealthy, held: g.held || 0, flapping: g.flapping || 0 }]));
   view.countsRev = rev;
   renderGroups();
 }
@@ -315,9 +327,10 @@ function renderGroups() {
     const tr = document.createElement("tr");
     tr.dataset.group = name;
     if (name === view.group) tr.className = "selected";
+    const policy = [g.held ? `panic: ${g.held} held` : "", g.flapping ? `${g.flapping} flapping` : ""].filter((x) => x).join(", ");
     tr.append(
       cell(name || "(no group)"), cell(g.total),
-      cell(g.healthy, "n-healthy"), cell(g.suspect, "n-suspect"), cell(g.unhealthy, "n-unhealthy"));
+      cell(g.healthy, "n-healthy"), cell(g.suspect, "n-suspect"), cell(g.unhealthy, "n-unhealthy"), cell(policy, "n-held"));
     tr.onclick = () => { view.group = view.group === name ? "" : name; view.offset = 0; filtersChanged(); };
     return tr;
   }));
@@ -360,36 +373,70 @@ function updateRow(t, rev) {
   paintRow(r, changed);
 }
 
+// The columns of a target's row: class, and label on a phone's card.
+const COLUMNS = [["name", ""], ["group", "group"], ["probe", "probe"], ["state", "state"], ["latency num", "latency"],
+  ["err", "error"], ["since", "since"], ["uptime num", "uptime"], ["results", "recent"]];
+
 function newRow(name) {
   const tr = document.createElement("tr");
   tr.dataset.name = name;
-  for (const c of ["name", "group", "kind", "state", "latency num", "err", "since", "results"]) {
+  for (const [c, label] of COLUMNS) {
     const td = document.createElement("td");
     td.className = c;
+    if (label) td.dataset.label = label;
     tr.append(td);
   }
+  const state = document.createElement("span");
   const badge = document.createElement("span");
   badge.className = "badge";
-  tr.cells[3].append(badge);
+  const tags = document.createElement("span");
+  tags.className = "tags";
+  state.append(badge, tags);
+  tr.cells[3].append(state);
   const strip = document.createElement("span");
   strip.className = "strip";
-  tr.cells[7].append(strip);
+  tr.cells[8].append(strip);
   return tr;
+}
+
+// tagsOf returns what holds a target or qualifies its state, as [class, text].
+function tagsOf(t) {
+  const tags = [];
+  if (t.panicHeld) tags.push(["held", `held: panic in ${t.group || "(no group)"}`]);
+  if (t.flapping) tags.push(["flapping", "flapping"]);
+  if (t.carriedOver) tags.push(["carried", "carried over"]);
+  return tags;
 }
 
 function paintRow(r, flash) {
   const t = r.data, tr = r.tr, c = tr.cells;
   tr.dataset.state = t.state;
+  tr.dataset.held = t.panicHeld ? "1" : "";
+  tr.dataset.flapping = t.flapping ? "1" : "";
+  tr.dataset.carried = t.carriedOver ? "1" : "";
   c[0].textContent = t.name;
   c[1].textContent = t.group;
-  c[2].textContent = t.kind + (t.model === "three_state" ? " · 3-state" : "");
-  c[3].firstChild.textContent = t.streak;
-  c[3].title = `${t.state}; rise ${t.rise}, fall ${t.fall}; ${t.passStreak} passes, ${t.failStreak} failures in a row`;
+  c[2].textContent = t.kind + " " + (t.probe || "");
+  c[2].title = c[2].textContent + (t.model === "three_state" ? " (three_state model)" : "");
+  const [badge, tags] = c[3].firstChild.children;
+  badge.textContent = t.streak;
+  tags.replaceChildren(...tagsOf(t).map(([cls, text]) => {
+    const s = document.createElement("span");
+    s.className = "tag " + cls;
+    s.textContent = text;
+    return s;
+  }));
+  c[3].title = `${t.state}` + (t.verdict && t.verdict !== t.state ? ` (its results say ${t.verdict})` : "") +
+    `; rise ${t.rise}, fall ${t.fall}; ${t.passStreak} passes, ${t.failStreak} failures in a row` +
+    (t.model === "three_state" ? "; three_state model" : "");
   c[4].textContent = t.lastLatencySeconds == null ? "—" : fmtLatency(t.lastLatencySeconds);
   c[5].textContent = t.lastError || "";
   c[5].title = t.lastError || "";
-  c[6].textContent = since(t.lastTransitionTime);
-  const strip = c[7].firstChild;
+  c[6].textContent = sinceText(t);
+  const n = (t.results || []).length;
+  c[7].textContent = t.uptime == null ? "—" : fmtPercent(t.uptime);
+  c[7].title = t.uptime == null ? "no recent results" : `${Math.round(t.uptime * n)} of the last ${n} results passed`;
+  const strip = c[8].firstChild;
   const res = (t.results || []).slice(-STRIP);
   strip.replaceChildren(...res.map((x) => {
     const s = document.createElement("span");
@@ -417,6 +464,45 @@ function fmtLatency(s) {
   return s.toFixed(2) + "s";
 }
 
+// renderAlerts shows pulsed's own troubles: overload, a registry it cannot write.
+function renderAlerts(ck) {
+  const out = [];
+  if (ck.degraded) {
+    out.push(`checker degraded${ck.since ? " since " + new Date(ck.since).toLocaleTimeString() : ""}: ${ck.reason || "overloaded"}` +
+      " (its own probe timeouts do not count toward fall until it recovers)");
+  }
+  if (ck.registryError) {
+    out.push(`registry error: ${ck.registryError} (pulsed keeps probing, and refuses the changes it cannot store)`);
+  }
+  $("alerts").replaceChildren(...out.map((text) => {
+    const p = document.createElement("p");
+    p.className = "alert";
+    p.textContent = text;
+    return p;
+  }));
+}
+
+function fmtPercent(f) {
+  const p = f * 100;
+  return (p === 100 || p === 0 ? p.toFixed(0) : p.toFixed(1)) + "%";
+}
+
+// sinceText is how long a target has been in its state: "4m 12s", or
+// "down since added" when it never changed.
+function sinceText(t) {
+  if (t.lastTransitionTime) return since(t.lastTransitionTime);
+  const word = { healthy: "up", unhealthy: "down", suspect: "suspect" }[t.state] || t.state;
+  return word + " since added";
+}
+
+function renderSort() {
+  for (const th of document.querySelectorAll("#targets th[data-sort]")) {
+    th.classList.toggle("sorted", th.dataset.sort === view.sort);
+    th.classList.toggle("desc", th.dataset.sort === view.sort && view.desc);
+    th.setAttribute("aria-sort", th.dataset.sort !== view.sort ? "none" : view.desc ? "descending" : "ascending");
+  }
+}
+
 function since(stamp) {
   if (!stamp) return "never";
   let s = Math.max(0, Math.floor((Date.now() + view.skew - Date.parse(stamp)) / 1000));
@@ -430,6 +516,7 @@ function since(stamp) {
 
 function filtersChanged() {
   writeURL();
+  renderSort();
   reload();
 }
 
@@ -445,6 +532,16 @@ function init() {
   $("prev").addEventListener("click", () => { view.offset = Math.max(0, view.offset - view.limit); filtersChanged(); });
   $("next").addEventListener("click", () => { view.offset += view.limit; filtersChanged(); });
   $("filters").addEventListener("submit", (e) => e.preventDefault());
+  for (const th of document.querySelectorAll("#targets th[data-sort]")) {
+    th.addEventListener("click", () => {
+      const key = th.dataset.sort;
+      view.desc = view.sort === key ? !view.desc : false;
+      view.sort = key;
+      view.offset = 0;
+      filtersChanged();
+    });
+  }
+  renderSort();
   $("login-form").addEventListener("submit", (e) => {
     e.preventDefault();
     const token = $("token").value.trim();
@@ -452,7 +549,9 @@ function init() {
   });
   $("signout").addEventListener("click", () => lock(false));
   $("signout").hidden = sessionStorage.getItem(TOKEN_KEY) === null;
-  setInterval(() => { for (const r of view.rows.values()) r.tr.cells[6].textContent = since(r.data.lastTransitionTime); }, 1000);
+  setInterval(() => { for (const r of view.rows.values()) r.tr.cells[6].textContent = sinceText(r.data); }, 1000);
+  // What no event announces (a registry error, uptime) is read again now and then.
+  setInterval(() => { if (!$("data").hidden && view.es) scheduleReload(0); }, 15000);
   reload();
 }
 

@@ -1,0 +1,39 @@
+package checker
+
+// RemovalObserver is an Observer that is also told when a target is
+// removed, so that what it keeps by name (a status page's recent results)
+// goes with the target at once rather than outliving it into a new target
+// of the same name. ObserveRemoval is called after the removal, outside the
+// checker's locks, with the removed target's spec; like the Observer's
+// other methods it must not block or call the Checker. A probe that was in
+// flight at the removal may still be observed after it.
+type RemovalObserver interface {
+	Observer
+	ObserveRemoval(spec Spec)
+}
+
+// reported says which events the registry reports (logs and observes)
+// once its lock is released: transitions, policy events, and removals
+// when its observer wants them.
+func (r *registry) reported(k EventKind) bool {
+	if k == EventTransition || k.IsPolicy() {
+		return true
+	}
+	_, ok := r.observer.(RemovalObserver)
+	return k == EventRemoved && ok
+}
+
+// reportRemoval tells a RemovalObserver of a removed target.
+func (r *registry) reportRemoval(e Event) {
+	if ro, ok := r.observer.(RemovalObserver); ok {
+		ro.ObserveRemoval(e.Status.Spec)
+	}
+}
+
+// ListNow is List without its wait: it returns every target's status,
+// sorted by name, and the registry's revision, at once, even while a Store
+// cannot be written (List waits until the revision is stored and
+// published, which a failing store holds back). It is for status pages and
+// metrics, which must show that failure; a watch should start from List's
+// revision, which ListNow's may be ahead of.
+func (c *Checker) ListNow(group string) ([]Status, uint64) { return c.reg.list(group) }

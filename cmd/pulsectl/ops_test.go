@@ -1,0 +1,283 @@
+package main
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"buf.build/go/protoyaml"
+
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+)
+
+// quiet adds targets probed once a day, and checks that their first
+// scheduled probe (spread over the interval by a hash of the name) is
+// hours away: only the test's own rounds probe them.
+func quiet(t *testing.T, addr string, adds ...[]string) {
+	t.Helper()
+	for _, args := range adds {
+		mustRun(t, append([]string{"add", "--addr", addr, "--interval", "24h", "--timeout", "1s"}, args...)...)
+		name := args[1]
+		if next := stateOf(t, addr, name).GetNextProbeTime().AsTime(); time.Until(next) < time.Hour {
+			t.Fatalf("%s's first scheduled probe is at %v, within the hour: pick another name", name, next)
+		}
+	}
+}
+
+// TestProbeAndSet drives probe and set against a real pulsed.
+func TestProbeAndSet(t *testing.T) {
+	p := startPulsed(t)
+	web := okServer(t)
+	addr := "--addr=" + p.Addr
+	quiet(t, p.Addr,
+		[]string{"--name", "web-1", "--group", "edge", "--http", web.URL + "/healthz", "--rise", "1"},
+		[]string{"--name", "db", "--tcp", closedAddr(t), "--rise", "1", "--fall", "1"},
+	)
+
+	// probe: every target; the round's transitions, in name order.
+	if out := mustRun(t, "probe", addr); out != "web-1: unhealthy -> healthy\n" {
+		t.Errorf("probe printed %q, want web-1's transition", out)
+	}
+	r := pulsectl(t, "probe", addr, "db", "--results")
+	if r.code != exitOK || !regexp.MustCompile(`^db\tunhealthy\tfail in \S+: connection refused\n$`).MatchString(r.stdout) {
+		t.Errorf("probe db --results: %+v", r)
+	}
+	r = pulsectl(t, "probe", addr, "--group", "edge")
+	if r.code != exitOK || r.stdout != "" || r.stderr != "probed 1 target: no transitions\n" {
+		t.Errorf("probe --group edge, nothing changing: %+v", r)
+	}
+	if r := pulsectl(t, "probe", addr, "web-1", "nope"); r.code != exitNotFound || !strings.Contains(r.stderr, `unknown target "nope"`) {
+		t.Errorf("probe of an unknown name: %+v", r)
+	}
+
+	// set: only the fields given change; the state stays.
+	out := mustRun(t, "set", "web-1", addr, "--interval", "12h", "--group", "core")
+	if want := "updated web-1: group edge -> core, interval 24h0m0s -> 12h0m0s\n"; out != want {
+		t.Errorf("set printed %q, want %q", out, want)
+	}
+	st := stateOf(t, p.Addr, "web-1")
+	if st.GetState() != pb.State_STATE_HEALTHY || st.GetSpec().GetRise() != 1 || st.GetSpec().GetHttp().GetUrl() != web.URL+"/healthz" {
+		t.Errorf("after set: %v; want healthy, rise and URL kept", st)
+	}
+	// Bare numbers are seconds, as everywhere in pulsectl.
+	mustRun(t, "set", "web-1", addr, "--timeout", "2", "--fast-interval", "3", "--flap-threshold", "4", "--passive", "--clear", "group")
+	spec := stateOf(t, p.Addr, "web-1").GetSpec()
+	if spec.GetTimeout().AsDuration() != 2*time.Second || spec.GetFastInterval().AsDuration() != 3*time.Second ||
+		spec.GetFlapThreshold() != 4 || !spec.GetPassiveOutcomes() || spec.GetGroup() != "" {
+		t.Errorf("after set with policy flags: %v", spec)
+	}
+	// A probe's options change alone, the rest of the probe kept.
+	mustRun(t, "set", "web-1", addr, "--body-contains", "ok", "--follow-redirects")
+	if h := stateOf(t, p.Addr, "web-1").GetSpec().GetHttp(); h.GetBodyContains() != "ok" || !h.GetFollowRedirects() || h.GetUrl() != web.URL+"/healthz" {
+		t.Errorf("after set --body-contains --follow-redirects: %v", h)
+	}
+	if out := mustRun(t, "set", "web-1", addr, "--timeout", "2s"); out != "web-1 unchanged\n" {
+		t.Errorf("set to the same value printed %q", out)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"set", "web-1", addr, "--clear", "intervl"}, exitUsage, `update_mask.paths[0]: "intervl": Target has no field "intervl"`},
+		{[]string{"set", "web-1", addr, "--timeout", "1h"}, exitUsage, "target.fast_interval: must be at least the timeout (1h0m0s)"},
+		{[]string{"set", "nope", addr, "--interval", "5s"}, exitNotFound, `no target named "nope"`},
+		{[]string{"set", "web-1", addr}, exitUsage, "nothing to change"},
+		{[]string{"set", "web-1", addr, "--probe-tls-server-name", "x"}, exitUsage, "--probe-tls-server-name cannot be changed with set"},
+		{[]string{"set", "web-1", addr, "--body-contains", "x", "--dns-server", "y:53"}, exitUsage, "the flags given are of probes of different kinds"},
+		{[]string{"set", "web-1", addr, "--initial-state", "healthy"}, exitUsage, "--initial-state applies only to a new target"},
+		{[]string{"set", "web-1", addr, "--interval", "soon"}, exitUsage, `want a duration such as 20s or a number of seconds, got "soon"`},
+	} {
+		r := pulsectl(t, tc.args...)
+		if r.code != tc.code || !strings.Contains(r.stderr, tc.msg) {
+			t.Errorf("pulsectl %v: exit %d, stderr %q; want exit %d with %q", tc.args, r.code, r.stderr, tc.code, tc.msg)
+		}
+	}
+
+	// add on an existing name replaces the whole spec, and says so.
+	out = mustRun(t, "add", addr, "--name", "web-1", "--http", web.URL+"/healthz", "--interval", "12h")
+	for _, want := range []string{"\nreplaced the spec of web-1: ", "timeout 2s -> 50ms", "rise 1 -> 2", "passive outcomes true -> (none)", "use pulsectl set"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("add over an existing target printed\n%s\nwant it to contain %q", out, want)
+		}
+	}
+}
+
+// switchServer answers 200 until down is set, then 503.
+type switchServer struct {
+	*httptest.Server
+	down atomic.Bool
+}
+
+func newSwitchServer(t *testing.T) *switchServer {
+	t.Helper()
+	s := &switchServer{}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if s.down.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// TestPoliciesOutcomesAndStates drives policy, outcome, ls's filters and
+// formats and the aliases against a real pulsed, and checks that held and
+// flapping targets say so in text.
+func TestPoliciesOutcomesAndStates(t *testing.T) {
+	p := startPulsed(t)
+	addr := "--addr=" + p.Addr
+	a, b, f := newSwitchServer(t), newSwitchServer(t), newSwitchServer(t)
+	mustRun(t, "add", addr, "--name", "a", "--group", "edge", "--http", a.URL)
+	mustRun(t, "add", addr, "--name", "b", "--group", "edge", "--http", b.URL)
+	waitState(t, p.Addr, "a", pb.State_STATE_HEALTHY)
+	waitState(t, p.Addr, "b", pb.State_STATE_HEALTHY)
+	if out := mustRun(t, "policy", "get", "edge", addr); out != "edge: max_unhealthy_fraction 0.5 (pulsed's default); 2 targets, 0 unhealthy, at most 1 at once\n" {
+		t.Errorf("policy get: %q", out)
+	}
+
+	// Both fail: pulsed's default threshold lets one of two go; the other
+	// is held, and says so.
+	a.down.Store(true)
+	b.down.Store(true)
+	var held string
+	eventually(t, "a target held", func() bool {
+		for _, n := range []string{"a", "b"} {
+			if stateOf(t, p.Addr, n).GetPanicHeld() {
+				held = n
+			}
+		}
+		return held != ""
+	})
+	if out := mustRun(t, "ls", addr); !regexp.MustCompile(`(?m)^` + held + `\s+edge\s+healthy \(held: panic in edge\)\s`).MatchString(out) {
+		t.Errorf("ls does not show %s held:\n%s", held, out)
+	}
+	out := mustRun(t, "state", held, addr)
+	for _, want := range []string{"healthy (held: panic in edge; routable)\n", "verdict:", "unhealthy (what its results alone say)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("state %s lacks %q:\n%s", held, want, out)
+		}
+	}
+	if out := mustRun(t, "ls", addr, "--state", "held"); strings.Count(out, "\n") != 2 || !strings.Contains(out, "\n"+held+" ") {
+		t.Errorf("ls --state held:\n%s", out)
+	}
+	if out := mustRun(t, "policy", "get", "edge", addr); !strings.HasSuffix(out, "; panic: holding "+held+"\n") {
+		t.Errorf("policy get in panic: %q", out)
+	}
+	if out := mustRun(t, "healthy", "edge", addr); out != held+"\n" {
+		t.Errorf("healthy edge with %s held: %q", held, out)
+	}
+	out = mustRun(t, "policy", "set", "edge", "--max-unhealthy-fraction", "1", addr)
+	if !strings.HasPrefix(out, "edge: max_unhealthy_fraction 1 (the group's own); 2 targets, 2 unhealthy") {
+		t.Errorf("policy set: %q", out)
+	}
+	if r := pulsectl(t, "healthy", "edge", addr); r.code != exitNoneRoutable {
+		t.Errorf("healthy edge, all down: %+v", r)
+	}
+	if out := mustRun(t, "policy", "set", "edge", "--default", addr); !strings.Contains(out, "(pulsed's default)") {
+		t.Errorf("policy set --default: %q", out)
+	}
+	if r := pulsectl(t, "policy", "get", "nope", addr); r.code != exitNotFound {
+		t.Errorf("policy get of an unknown group: %+v", r)
+	}
+	if r := pulsectl(t, "policy", "set", "edge", "--max-unhealthy-fraction", "2", addr); r.code != exitUsage || !strings.Contains(r.stderr, "policy.max_unhealthy_fraction") {
+		t.Errorf("policy set 2: %+v", r)
+	}
+
+	// Flapping: up, then down, with a threshold of two transitions.
+	mustRun(t, "add", addr, "--name", "f", "--group", "lab", "--http", f.URL, "--rise", "1", "--fall", "1", "--flap-threshold", "2")
+	waitState(t, p.Addr, "f", pb.State_STATE_HEALTHY)
+	f.down.Store(true)
+	eventually(t, "f flapping", func() bool { return stateOf(t, p.Addr, "f").GetFlapping() })
+	if out := mustRun(t, "list", addr, "--state", "flapping"); !regexp.MustCompile(`(?m)^f\s+lab\s+unhealthy \(flapping\)\s`).MatchString(out) {
+		t.Errorf("list --state flapping:\n%s", out)
+	}
+
+	// Formats and aliases.
+	if out := mustRun(t, "ls", addr, "-o", "wide"); !strings.Contains(strings.SplitN(out, "\n", 2)[0], "VERDICT") || !strings.Contains(out, "http GET "+f.URL) {
+		t.Errorf("ls -o wide:\n%s", out)
+	}
+	var list pb.ListTargetsResponse
+	if err := protoyaml.Unmarshal([]byte(mustRun(t, "ls", addr, "-o", "yaml")), &list); err != nil || len(list.GetTargets()) != 3 {
+		t.Errorf("ls -o yaml: %d targets, %v", len(list.GetTargets()), err)
+	}
+	if out := mustRun(t, "get", "f", addr); !strings.Contains(out, "unhealthy (flapping; not routable)") {
+		t.Errorf("get f:\n%s", out)
+	}
+
+	// Passive outcomes.
+	mustRun(t, "set", "a", addr, "--passive")
+	if out := mustRun(t, "outcome", "a", "--ok", "--latency", "5ms", addr); !strings.HasPrefix(out, "counted; a is ") {
+		t.Errorf("outcome --ok: %q", out)
+	}
+	if r := pulsectl(t, "outcome", "b", "--fail", "--error", "502", addr); r.code != exitUsage || !strings.Contains(r.stderr, "passive outcomes are off") {
+		t.Errorf("outcome to a target without --passive: %+v", r)
+	}
+	if r := pulsectl(t, "outcome", "nope", "--ok", addr); r.code != exitNotFound {
+		t.Errorf("outcome to an unknown target: %+v", r)
+	}
+	if out := mustRun(t, "delete", "f", addr); out != "removed f\n" {
+		t.Errorf("delete: %q", out)
+	}
+}
+
+// The bash completion script completes commands, aliases, flags and
+// values, in a real bash.
+func TestCompletion(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	script := mustRun(t, "completion", "bash")
+	if zsh := mustRun(t, "completion", "zsh"); !strings.HasPrefix(zsh, "#compdef pulsectl\n") || !strings.HasSuffix(zsh, script) {
+		t.Errorf("the zsh script is not the bash one behind bashcompinit:\n%s", zsh)
+	}
+	complete := func(words ...string) string {
+		t.Helper()
+		prog := script + "COMP_WORDS=(" + strings.Join(words, " ") + "); COMP_CWORD=" + strconv.Itoa(len(words)-1) + "; _pulsectl; echo \"${COMPREPLY[*]}\"\n"
+		out, err := exec.CommandContext(t.Context(), bash, "--norc", "-c", prog).CombinedOutput()
+		if err != nil {
+			t.Fatalf("bash: %v\n%s", err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	for _, tc := range []struct {
+		words []string
+		want  string
+	}{
+		{[]string{"pulsectl", "s"}, "set state"},
+		{[]string{"pulsectl", "li"}, "list"},
+		{[]string{"pulsectl", "ls", "--st"}, "--state"},
+		{[]string{"pulsectl", "list", "--st"}, "--state"},
+		{[]string{"pulsectl", "ls", "--state", "fl"}, "flapping"},
+		{[]string{"pulsectl", "ls", "-o", "w"}, "wide"},
+		{[]string{"pulsectl", "check", "--no"}, "--no-follow-redirects"},
+		{[]string{"pulsectl", "completion", "z"}, "zsh"},
+	} {
+		if got := complete(tc.words...); got != tc.want {
+			t.Errorf("%v: %q, want %q", tc.words, got, tc.want)
+		}
+	}
+}
+
+// ls warns on stderr when pulsed's checker is degraded: every row's
+// timeouts then mean less.
+func TestLsWarnsOfADegradedChecker(t *testing.T) {
+	slow := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { time.Sleep(40 * time.Millisecond) }))
+	t.Cleanup(slow.Close) // after pulsed is gone: its probes would hold Close
+	p := startPulsed(t, "-max-concurrent-probes", "1", "-overload-waiting", "1", "-overload-recovery", "1m")
+	addr := "--addr=" + p.Addr
+	for _, n := range []string{"s1", "s2", "s3"} {
+		mustRun(t, "add", addr, "--name", n, "--http", slow.URL)
+	}
+	eventually(t, "a degraded checker", func() bool {
+		r := pulsectl(t, "ls", addr)
+		return r.code == exitOK && strings.Contains(r.stderr, "pulsectl: warning: pulsed's checker is degraded (") && strings.Contains(r.stdout, "s1 ")
+	})
+}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"math"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+)
+
+// policyFlags are add's and set's flags for a target's policy fields:
+// state-dependent intervals, flap damping and passive outcomes.
+type policyFlags struct {
+	fastInterval, downInterval, flapWindow, flapStableFor secondsFlag
+	flapThreshold, passiveRate                            int
+	passive                                               bool
+}
+
+func (p *policyFlags) register(fs *flag.FlagSet) {
+	fs.Var(&p.fastInterval, "fast-interval", "interval while a target is on its way to a transition: a `duration` or seconds (default: --interval)")
+	fs.Var(&p.downInterval, "down-interval", "interval while a target is unhealthy with no pass streak: a `duration` or seconds (default: --interval)")
+	fs.Var(&p.flapWindow, "flap-window", "window over which transitions are counted and flapping judged: a `duration` or seconds (default: 60s)")
+	fs.IntVar(&p.flapThreshold, "flap-threshold", 0, "transitions within --flap-window that make a target flapping, held unhealthy: 2 to 256 (default: no damping)")
+	fs.Var(&p.flapStableFor, "flap-stable-for", "how long a flapping target must stay stable to be released: a `duration` or seconds (default: --flap-window)")
+	fs.BoolVar(&p.passive, "passive", false, "accept passive outcomes (pulsectl outcome, ReportOutcome) for the target")
+	fs.IntVar(&p.passiveRate, "passive-rate", 0, "passive outcomes counted a second at most (default: 10)")
+}
+
+// apply sets t's policy fields from the flags that were set (is reports
+// which).
+func (p *policyFlags) apply(t *pb.Target, is func(string) bool) error {
+	for _, f := range []struct {
+		name string
+		v    secondsFlag
+		dst  **durationpb.Duration
+	}{
+		{"fast-interval", p.fastInterval, &t.FastInterval},
+		{"down-interval", p.downInterval, &t.DownInterval},
+		{"flap-window", p.flapWindow, &t.FlapWindow},
+		{"flap-stable-for", p.flapStableFor, &t.FlapStableFor},
+	} {
+		if is(f.name) {
+			*f.dst = durationpb.New(time.Duration(f.v))
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+		dst  *int32
+	}{{"flap-threshold", p.flapThreshold, &t.FlapThreshold}, {"passive-rate", p.passiveRate, &t.PassiveRate}} {
+		if !is(f.name) {
+			continue
+		}
+		if f.v < 0 || f.v > math.MaxInt32 {
+			return fmt.Errorf("--%s %d is out of range", f.name, f.v)
+		}
+		*f.dst = int32(f.v)
+	}
+	if is("passive") {
+		t.PassiveOutcomes = p.passive
+	}
+	return nil
+}
