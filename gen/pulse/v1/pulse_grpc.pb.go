@@ -138,7 +138,8 @@ type HealthCheckerClient interface {
 	// next one keeps its place on the target's schedule.
 	//
 	// A target whose probe is already in flight, or that the server does not
-	// probe (quarantined, or probed by another replica), is reported skipped.
+	// probe (quarantined, in maintenance, or probed by another replica), is
+	// reported skipped.
 	//
 	// Errors: INVALID_ARGUMENT for a malformed name or group; NOT_FOUND for
 	// a name not registered (nothing is probed); RESOURCE_EXHAUSTED over the
@@ -393,7 +394,8 @@ type HealthCheckerServer interface {
 	// next one keeps its place on the target's schedule.
 	//
 	// A target whose probe is already in flight, or that the server does not
-	// probe (quarantined, or probed by another replica), is reported skipped.
+	// probe (quarantined, in maintenance, or probed by another replica), is
+	// reported skipped.
 	//
 	// Errors: INVALID_ARGUMENT for a malformed name or group; NOT_FOUND for
 	// a name not registered (nothing is probed); RESOURCE_EXHAUSTED over the
