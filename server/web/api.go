@@ -61,6 +61,8 @@ type row struct {
 	Uptime *float64 `json:"uptime,omitempty"`
 	// Mode is "draining" or "maintenance"; absent for an active target.
 	Mode string `json:"mode,omitempty"`
+	// ModeReason is the reason given with the mode, if any.
+	ModeReason string `json:"modeReason,omitempty"`
 }
 
 type resultJSON struct {
@@ -98,7 +100,7 @@ func toRow(st checker.Status, recent []checker.Result) row {
 		r.LastTransitionTime = stamp(st.LastTransition)
 	}
 	if st.Spec.Admin().Mode != checker.ModeActive {
-		r.Mode = st.Spec.Admin().Mode.String()
+		r.Mode, r.ModeReason = st.Spec.Admin().Mode.String(), st.Spec.Admin().Reason
 	}
 	if st.Quarantined != "" {
 		r.Quarantined = st.Quarantined

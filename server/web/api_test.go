@@ -73,6 +73,7 @@ type rowJSON struct {
 	Probe, Verdict                          string
 	PanicHeld, Flapping, CarriedOver        bool
 	Uptime                                  *float64
+	Mode, ModeReason                        string
 	Results                                 []struct {
 		Time           string
 		Pass           bool
@@ -189,6 +190,9 @@ func TestRemovalDropsResultsAtOnce(t *testing.T) {
 func TestRowsShowPoliciesAndSortBySeverity(t *testing.T) {
 	e := newEnv(t, checker.Config{}, web.Config{})
 	held, down := policyFleet(t, e)
+	if _, err := e.c.SetMode(checker.ModeRequest{Target: "c", Mode: checker.ModeDraining, Reason: "deploy 4711"}); err != nil {
+		t.Fatal(err)
+	}
 
 	var p page
 	getJSON(t, e.srv.URL+"/api/targets", &p)
@@ -196,8 +200,9 @@ func TestRowsShowPoliciesAndSortBySeverity(t *testing.T) {
 	for _, r := range p.Targets {
 		order = append(order, r.Name)
 	}
+	// A draining target is out of traffic on purpose: below every failure.
 	if want := []string{"f", down, held, "c", "d"}; !slices.Equal(order, want) {
-		t.Errorf("order %v, want %v (flapping, unhealthy, held, healthy)", order, want)
+		t.Errorf("order %v, want %v (flapping, unhealthy, held, draining, healthy)", order, want)
 	}
 	byName := map[string]rowJSON{}
 	for _, r := range p.Targets {
@@ -211,6 +216,9 @@ func TestRowsShowPoliciesAndSortBySeverity(t *testing.T) {
 	}
 	if r := byName["c"]; r.Probe != "c:80" || r.Uptime == nil || *r.Uptime != 1 {
 		t.Errorf("c's probe %q, uptime %v; want c:80 and 1", r.Probe, r.Uptime)
+	}
+	if r := byName["c"]; r.Mode != "draining" || r.ModeReason != "deploy 4711" || r.Routable || r.Streak != "DRAIN" {
+		t.Errorf("draining row: %+v", r)
 	}
 	if r := byName[down]; r.Uptime == nil || *r.Uptime != 1.0/3 {
 		t.Errorf("%s's uptime %v, want 1/3 (a pass, then two failures)", down, r.Uptime)

@@ -19,6 +19,7 @@ const (
 	sevHeld               // unhealthy by its results, held routable by its group's panic
 	sevSuspect            // three_state, between the two
 	sevFalling            // healthy with failures on its way down
+	sevTakenOut           // draining or in maintenance: out on purpose
 	sevCarried            // the state from before a restart, no fresh result yet
 	sevHealthy
 )
@@ -30,6 +31,10 @@ func severity(st checker.Status) int {
 		return sevQuarantined
 	case st.Flapping:
 		return sevFlapping
+	case st.Spec.Admin().Mode != checker.ModeActive:
+		// Out of traffic because an operator said so: below every
+		// failure, so that real trouble stays at the top.
+		return sevTakenOut
 	case !st.Routable:
 		return sevUnhealthy
 	case st.PanicHeld:

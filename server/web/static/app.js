@@ -405,6 +405,7 @@ function tagsOf(t) {
   if (t.panicHeld) tags.push(["held", `held: panic in ${t.group || "(no group)"}`]);
   if (t.flapping) tags.push(["flapping", "flapping"]);
   if (t.carriedOver) tags.push(["carried", "carried over"]);
+  if (t.mode) tags.push(["mode", t.modeReason ? `${t.mode}: ${t.modeReason}` : t.mode]);
   return tags;
 }
 
