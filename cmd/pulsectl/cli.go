@@ -47,7 +47,7 @@ type command struct {
 
 // commands returns every subcommand, in the order help lists them.
 func commands() []*command {
-	return []*command{addCommand(), setCommand(), rmCommand(), drainCommand(), maintCommand(), activateCommand(), stateCommand(), lsCommand(), healthyCommand(), watchCommand(), probeCommand(), policyCommand(), outcomeCommand(), checkCommand(), completionCommand()}
+	return []*command{addCommand(), setCommand(), rmCommand(), drainCommand(), maintCommand(), activateCommand(), stateCommand(), lsCommand(), healthyCommand(), watchCommand(), probeCommand(), policyCommand(), outcomeCommand(), checkCommand(), configCommand(), completionCommand()}
 }
 
 // run runs pulsectl with args (without the program name) and returns the
@@ -58,6 +58,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		e.errorf("name a command; the commands are:\n")
 		usage(stderr)
+		return exitUsage
+	}
+	args, err := hoistGlobalFlags(args)
+	if err != nil {
+		e.errorf("%v; run 'pulsectl --help' for usage", err)
 		return exitUsage
 	}
 	name := args[0]
@@ -105,7 +110,7 @@ func usage(w io.Writer) {
 one-shot health checker.
 
 Usage:
-  pulsectl <command> [flags] [args]
+  pulsectl [global flags] <command> [flags] [args]
 
 Commands:
 `)
@@ -115,7 +120,10 @@ Commands:
 	fmt.Fprint(w, "\nAliases: get (state), list (ls), delete (rm).\n")
 	fmt.Fprintf(w, `
 Client commands talk to pulsed at --addr (default %s,
-where 'make run' serves it). 'check' needs no server.
+where 'make run' serves it), or at PULSE_ADDR, or at the address of the config
+file's context; 'pulsectl config view' shows the settings in force and where
+each came from. The connection flags (--addr, --config, --context, --tls*,
+--token*, -o) may come before the command. 'check' needs no server.
 
 Exit codes: 0 success; 1 usage error (bad flags or arguments, an invalid check
 file, a request pulsed rejected as invalid); 2 check found a critical target

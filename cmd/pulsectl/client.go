@@ -7,13 +7,13 @@ import (
 	"time"
 
 	"buf.build/go/protoyaml"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pulsehealth/pulse/checker/probe"
+	pulse "github.com/pulsehealth/pulse/client"
 	"github.com/pulsehealth/pulse/cmd/internal/dial"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
@@ -22,15 +22,26 @@ import (
 // server that does not answer is reported in seconds rather than never.
 const callTimeout = 5 * time.Second
 
-// clientFlags are the flags of every command that talks to pulsed.
+// clientFlags are the flags of every command that talks to pulsed, and,
+// once resolve has run, where each setting came from.
 type clientFlags struct {
-	addr string
-	conn dial.Flags // TLS, mutual TLS and token
+	addr       string
+	conn       dial.Flags // TLS, mutual TLS and token
+	configPath string     // --config
+	context    string     // --context
+
+	fs          *flag.FlagSet
+	output      *outputFlag       // the command's -o, if it has one
+	sources     map[string]string // setting name -> where its value came from
+	configUsed  string            // the config file read, if any
+	contextUsed string            // its context in force, if any
 }
 
 func addClientFlags(fs *flag.FlagSet) *clientFlags {
-	cf := &clientFlags{}
-	fs.StringVar(&cf.addr, "addr", defaultAddr, "`host:port` of pulsed")
+	cf := &clientFlags{fs: fs}
+	fs.StringVar(&cf.addr, "addr", defaultAddr, "`host:port` of pulsed, or several replicas, comma-separated (env PULSE_ADDR)")
+	fs.StringVar(&cf.configPath, "config", "", "config `file` with named contexts (env PULSE_CONFIG; default: pulse/pulsectl.yaml in the user's config directory)")
+	fs.StringVar(&cf.context, "context", "", "the config file's context to use (env PULSE_CONTEXT; default: its current-context)")
 	cf.conn.Register(fs)
 	return cf
 }
@@ -38,27 +49,33 @@ func addClientFlags(fs *flag.FlagSet) *clientFlags {
 // client is a connection to pulsed.
 type client struct {
 	addr string
-	conn *grpc.ClientConn
+	pc   *pulse.Client
 	pb.HealthCheckerClient
 }
 
-// dial returns a client for cf.addr; the connection is made on the first
-// call. It fails only for an address gRPC cannot use, a usage error.
+// dial returns a client for the settings in force (flags, environment,
+// config file); the connection is made on the first call, and moves to
+// another replica when --addr names several. It fails only for settings
+// that cannot be used, a usage error.
 func (cf *clientFlags) dial(e *env) (*client, int, bool) {
-	opts, err := cf.conn.Options()
+	if err := cf.resolve(); err != nil {
+		e.errorf("%v", err)
+		return nil, exitUsage, false
+	}
+	opts, err := cf.conn.ClientOptions()
 	if err != nil {
 		e.errorf("%v", err)
 		return nil, exitUsage, false
 	}
-	conn, err := grpc.NewClient(cf.addr, opts...)
+	pc, err := pulse.New(context.Background(), cf.addrs(), opts...)
 	if err != nil {
 		e.errorf("--addr %q: %v", cf.addr, err)
 		return nil, exitUsage, false
 	}
-	return &client{addr: cf.addr, conn: conn, HealthCheckerClient: pb.NewHealthCheckerClient(conn)}, exitOK, true
+	return &client{addr: cf.addr, pc: pc, HealthCheckerClient: pc.API()}, exitOK, true
 }
 
-func (c *client) Close() { c.conn.Close() }
+func (c *client) Close() { c.pc.Close() }
 
 // callCtx returns the context of one unary call.
 func callCtx(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -33,7 +33,18 @@ var built struct {
 }
 
 func TestMain(m *testing.M) {
+	// The tests see no config file and no PULSE_* variable of the
+	// machine's: they set those they test.
+	home, err := os.MkdirTemp("", "pulsectl-config-")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("XDG_CONFIG_HOME", home)
+	for _, v := range []string{envAddr, envCACert, envCert, envKey, envOutput, envConfig, envContext, "PULSE_TOKEN"} {
+		os.Unsetenv(v)
+	}
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		os.RemoveAll(home)
 		if built.dir != "" {
 			os.RemoveAll(built.dir)
 		}

@@ -1,0 +1,369 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"go.yaml.in/yaml/v3"
+
+	pulse "github.com/pulsehealth/pulse/client"
+)
+
+// The connection settings of a client command come, each on its own, from
+// the first of: its flag, its environment variable, the config file's
+// current context, the built-in default. `pulsectl config view` shows
+// which.
+
+// Environment variables pulsectl reads.
+const (
+	envAddr    = "PULSE_ADDR"    // host:port of pulsed, or several, comma-separated
+	envCACert  = "PULSE_CACERT"  // -tls-ca
+	envCert    = "PULSE_CERT"    // -tls-cert
+	envKey     = "PULSE_KEY"     // -tls-key
+	envOutput  = "PULSE_OUTPUT"  // -o, for the commands that take that format
+	envConfig  = "PULSE_CONFIG"  // --config
+	envContext = "PULSE_CONTEXT" // --context
+)
+
+// configFile is pulsectl's config file: named contexts, one of them
+// current.
+//
+//	current-context: prod
+//	contexts:
+//	  prod:
+//	    addr: pulse-1.internal:50051,pulse-2.internal:50051
+//	    tls-ca: /etc/pulse/ca.crt
+//	    token-file: /etc/pulse/pulsectl.token
+//	  local:
+//	    addr: 127.0.0.1:50051
+type configFile struct {
+	CurrentContext string                    `yaml:"current-context"`
+	Contexts       map[string]configSettings `yaml:"contexts"`
+}
+
+// configSettings are one context's settings; each is optional.
+type configSettings struct {
+	Addr          string `yaml:"addr"`
+	TLS           bool   `yaml:"tls"`
+	TLSCA         string `yaml:"tls-ca"`
+	TLSCert       string `yaml:"tls-cert"`
+	TLSKey        string `yaml:"tls-key"`
+	TLSServerName string `yaml:"tls-server-name"`
+	TokenFile     string `yaml:"token-file"`
+	Output        string `yaml:"output"`
+}
+
+// defaultConfigPath is where pulsectl looks for its config file when
+// neither --config nor PULSE_CONFIG names one: pulse/pulsectl.yaml in the
+// user's config directory ($XDG_CONFIG_HOME, else ~/.config).
+func defaultConfigPath() string {
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "pulse", "pulsectl.yaml")
+}
+
+// loadConfig reads the config file at path. A missing file is no error
+// unless named explicitly; unknown keys are, so a typo is not ignored.
+func loadConfig(path string, named bool) (*configFile, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) && !named {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var cfg configFile
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) { // EOF: an empty file
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &cfg, nil
+}
+
+// setting is a resolved setting and where it came from.
+type setting struct {
+	name, value, source string
+	secret              bool
+}
+
+// resolve fills the connection settings cf's flags left unset from the
+// environment and the config file, and records where each came from. It
+// is called once, after the flags are parsed.
+func (cf *clientFlags) resolve() error {
+	set := map[string]bool{}
+	cf.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	cf.sources = map[string]string{}
+
+	cfgPath, named := cf.configPath, set["config"]
+	if !named {
+		if v := os.Getenv(envConfig); v != "" {
+			cfgPath, named = v, true
+		} else {
+			cfgPath = defaultConfigPath()
+		}
+	}
+	var ctxSettings configSettings
+	ctxName := cf.context
+	if !set["context"] {
+		ctxName = os.Getenv(envContext)
+	}
+	if cfgPath != "" {
+		file, err := loadConfig(cfgPath, named)
+		if err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+		if file != nil {
+			cf.configUsed = cfgPath
+			if ctxName == "" {
+				ctxName = file.CurrentContext
+			}
+			if ctxName != "" {
+				s, ok := file.Contexts[ctxName]
+				if !ok {
+					return fmt.Errorf("config %s: no context %q (it has %s)", cfgPath, ctxName, orList(slices.Sorted(maps.Keys(file.Contexts))))
+				}
+				ctxSettings = s
+			}
+		}
+	} else if ctxName != "" {
+		return fmt.Errorf("context %q: no config file (make %s, or name one with --config)", ctxName, defaultConfigPath())
+	}
+	cf.contextUsed = ctxName
+	fromConfig := "config " + cf.configUsed + " (context " + ctxName + ")"
+
+	pick := func(name string, flagVal *string, env, cfgVal string) {
+		switch {
+		case set[name]:
+			cf.sources[name] = "flag --" + name
+		case env != "" && os.Getenv(env) != "":
+			*flagVal = os.Getenv(env)
+			cf.sources[name] = "env " + env
+		case cfgVal != "":
+			*flagVal = cfgVal
+			cf.sources[name] = fromConfig
+		case *flagVal != "":
+			cf.sources[name] = "default"
+		}
+	}
+	pick("addr", &cf.addr, envAddr, ctxSettings.Addr)
+	pick("tls-ca", &cf.conn.CA, envCACert, ctxSettings.TLSCA)
+	pick("tls-cert", &cf.conn.Cert, envCert, ctxSettings.TLSCert)
+	pick("tls-key", &cf.conn.Key, envKey, ctxSettings.TLSKey)
+	pick("tls-server-name", &cf.conn.ServerName, "", ctxSettings.TLSServerName)
+	switch {
+	case set["token"]:
+		cf.sources["token"] = "flag --token"
+	case !set["token-file"] && os.Getenv(pulse.TokenEnv) != "":
+		// The client reads it: it comes before the config's token file.
+		cf.sources["token"] = "env " + pulse.TokenEnv
+	default:
+		pick("token-file", &cf.conn.TokenFile, "", ctxSettings.TokenFile)
+	}
+	switch {
+	case set["tls"]:
+		cf.sources["tls"] = "flag --tls"
+	case ctxSettings.TLS:
+		cf.conn.TLS = true
+		cf.sources["tls"] = fromConfig
+	}
+	if f := cf.fs.Lookup("o"); f != nil {
+		cf.output, _ = f.Value.(*outputFlag)
+	}
+	if cf.output != nil && !set["o"] {
+		v, src := os.Getenv(envOutput), "env "+envOutput
+		if v == "" {
+			v, src = ctxSettings.Output, fromConfig
+		}
+		// A preference: a command without that format keeps its own.
+		if v != "" && cf.output.Set(v) == nil {
+			cf.sources["o"] = src
+		}
+	}
+	return nil
+}
+
+// addrs is --addr split into the replicas it names.
+func (cf *clientFlags) addrs() []string {
+	var out []string
+	for a := range strings.SplitSeq(cf.addr, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// settings lists the connection settings in force, for config view.
+func (cf *clientFlags) settings() []setting {
+	show := func(name, value string, secret bool) setting {
+		src := cf.sources[name]
+		if value == "" || src == "" {
+			value, src = "", "unset"
+		}
+		return setting{name: name, value: value, source: src, secret: secret}
+	}
+	out := []setting{
+		show("addr", cf.addr, false),
+		show("tls-ca", cf.conn.CA, false),
+		show("tls-cert", cf.conn.Cert, false),
+		show("tls-key", cf.conn.Key, false),
+		show("tls-server-name", cf.conn.ServerName, false),
+		show("token-file", cf.conn.TokenFile, false),
+	}
+	token := cf.conn.Token
+	if token == "" && cf.sources["token"] != "" {
+		token = os.Getenv(pulse.TokenEnv)
+	}
+	out = append(out, show("token", token, true))
+	tlsOn := "off"
+	if cf.conn.TLS || cf.conn.CA != "" || cf.conn.Cert != "" {
+		tlsOn = "on"
+	}
+	tlsSrc := cf.sources["tls"]
+	if tlsSrc == "" {
+		tlsSrc = "implied by tls-ca/tls-cert, else off"
+	}
+	out = append(out, setting{name: "tls", value: tlsOn, source: tlsSrc})
+	if cf.output != nil {
+		src := cf.sources["o"]
+		if src == "" {
+			src = "default"
+		}
+		out = append(out, setting{name: "o", value: cf.output.v, source: src})
+	}
+	return out
+}
+
+func configCommand() *command {
+	return &command{
+		name:    "config",
+		args:    "view [flags]",
+		summary: "show the connection settings in force and where each came from",
+		about: `'pulsectl config view' shows the settings a client command would use, each
+with its source. Each setting comes from the first of: its flag, its environment
+variable (PULSE_ADDR, comma-separated replicas; PULSE_TOKEN; PULSE_CACERT;
+PULSE_CERT; PULSE_KEY; PULSE_OUTPUT), the config file's context, the default.
+
+The config file is --config, else PULSE_CONFIG, else pulse/pulsectl.yaml in the
+user's config directory ($XDG_CONFIG_HOME or ~/.config), if it exists. It holds
+named contexts; --context (or PULSE_CONTEXT) picks one, else its
+current-context:
+
+  current-context: prod
+  contexts:
+    prod:
+      addr: pulse-1.internal:50051,pulse-2.internal:50051
+      tls-ca: /etc/pulse/ca.crt
+      token-file: /etc/pulse/pulsectl.token
+      output: json
+    local:
+      addr: 127.0.0.1:50051
+
+Keys: addr, tls, tls-ca, tls-cert, tls-key, tls-server-name, token-file, output.
+A token itself is never read from the file (use token-file) and is shown
+redacted.`,
+		example: `pulsectl config view
+pulsectl --context local config view
+PULSE_ADDR=10.0.0.5:50051 pulsectl config view`,
+		run: runConfig,
+	}
+}
+
+func runConfig(_ context.Context, e *env, c *command, args []string) int {
+	fs := c.flags(e)
+	cf := addClientFlags(fs)
+	addOutputFlag(fs, "the default output format the other commands would use", "yaml", "wide")
+	pos, code, ok := c.parse(e, fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 || pos[0] != "view" {
+		return c.usageError(e, "usage: pulsectl config view")
+	}
+	if err := cf.resolve(); err != nil {
+		e.errorf("%v", err)
+		return exitUsage
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SETTING\tVALUE\tFROM")
+	for _, s := range cf.settings() {
+		v := s.value
+		if s.secret && v != "" {
+			v = "<redacted>"
+		}
+		if v == "" {
+			v = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.name, v, s.source)
+	}
+	tw.Flush()
+	if cf.configUsed != "" {
+		ctx := cf.contextUsed
+		if ctx == "" {
+			ctx = "none"
+		}
+		fmt.Fprintf(e.stdout, "\nconfig file %s, context %s\n", cf.configUsed, ctx)
+	} else {
+		fmt.Fprintf(e.stdout, "\nno config file (looked for %s)\n", defaultConfigPath())
+	}
+	return exitOK
+}
+
+// globalFlags are the flags pulsectl accepts before the command name
+// (pulsectl --addr X ls), with whether each takes a value. run moves them
+// after the command name, where the command parses them.
+var globalFlags = map[string]bool{
+	"addr": true, "config": true, "context": true, "o": true,
+	"tls": false, "tls-ca": true, "tls-cert": true, "tls-key": true, "tls-server-name": true,
+	"token": true, "token-file": true,
+}
+
+// hoistGlobalFlags returns args with the global flags before the command
+// name moved after it: ["--addr", "X", "ls"] becomes ["ls", "--addr", "X"].
+// An unknown flag before the command is an error naming it.
+func hoistGlobalFlags(args []string) ([]string, error) {
+	var global []string
+	i := 0
+	for i < len(args) && strings.HasPrefix(args[i], "-") && args[i] != "-" {
+		name := strings.TrimLeft(args[i], "-")
+		switch name {
+		case "h", "help", "version":
+			return args, nil // run handles these
+		}
+		name, _, hasValue := strings.Cut(name, "=")
+		takesValue, ok := globalFlags[name]
+		if !ok {
+			return nil, fmt.Errorf("flag %s is not a global flag; put it after the command", args[i])
+		}
+		global = append(global, args[i])
+		i++
+		if takesValue && !hasValue {
+			if i == len(args) {
+				return nil, fmt.Errorf("flag %s needs a value", args[i-1])
+			}
+			global = append(global, args[i])
+			i++
+		}
+	}
+	if i == len(args) {
+		if len(global) > 0 {
+			return nil, errors.New("no command after the global flags")
+		}
+		return args, nil
+	}
+	return append(append([]string{args[i]}, global...), args[i+1:]...), nil
+}
