@@ -255,7 +255,22 @@ func (p *watchPrinter) line(ev *pb.WatchTransitionsResponse) string {
 		if text == "" { // a server that predates text
 			text = fmt.Sprintf("%s: %s -> %s", tr.GetTarget(), stateName(tr.GetFrom()), stateName(tr.GetTo()))
 		}
+		// Why, when the text does not say it already: the policy or mode
+		// behind the transition, and the probe's error.
+		if r := tr.GetReason(); r != "" && !strings.Contains(text, r) {
+			text += " (" + r + ")"
+		}
+		if e := tr.GetResult().GetError(); e != "" && !strings.Contains(text, e) {
+			text += ": " + e
+		}
 		return at + " " + text
+	case *pb.WatchTransitionsResponse_Policy:
+		pe := x.Policy
+		at := now
+		if pe.GetTime() != nil {
+			at = timeText(pe.GetTime().AsTime())
+		}
+		return at + " " + pe.GetText()
 	case *pb.WatchTransitionsResponse_Added:
 		return fmt.Sprintf("%s %s: added (%s, %s)", now, x.Added.GetSpec().GetName(), probeSummary(x.Added.GetSpec()), stateName(x.Added.GetState()))
 	case *pb.WatchTransitionsResponse_Updated:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
@@ -76,7 +77,9 @@ func TestWatch(t *testing.T) {
 		t.Errorf("watch --snapshot: exit %d", code)
 	}
 	for _, l := range lines(w.stdout.String()) {
-		if !regexp.MustCompile(rfc3339 + `(web-1|web-2|other): `).MatchString(l) {
+		// The checker's own events (a loaded machine can make it
+		// degraded) are lines too.
+		if !regexp.MustCompile(rfc3339 + `((web-1|web-2|other): |checker (degraded|recovered))`).MatchString(l) {
 			t.Errorf("unexpected watch line %q", l)
 		}
 	}
@@ -211,6 +214,35 @@ func TestWatchReconnects(t *testing.T) {
 	for line, n := range seen {
 		if n > 1 {
 			t.Errorf("%q printed %d times", line, n)
+		}
+	}
+}
+
+// A text line says why: a transition's reason and probe error when its
+// text does not, and policy events as their text.
+func TestWatchLineSaysWhy(t *testing.T) {
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	p := &watchPrinter{now: func() time.Time { return at }}
+	ts := timestamppb.New(at)
+	for _, tt := range []struct {
+		ev   *pb.WatchTransitionsResponse
+		want string
+	}{
+		{&pb.WatchTransitionsResponse{Event: &pb.WatchTransitionsResponse_Transition{Transition: &pb.Transition{
+			Target: "web-1", Time: ts, Text: "web-1: healthy -> unhealthy", Result: &pb.ProbeResult{Error: "status 503"},
+		}}}, "2026-12-01T10:00:00Z web-1: healthy -> unhealthy: status 503"},
+		{&pb.WatchTransitionsResponse{Event: &pb.WatchTransitionsResponse_Transition{Transition: &pb.Transition{
+			Target: "web-2", Time: ts, Text: "web-2: healthy -> unhealthy", Reason: "draining: deploy 4711",
+		}}}, "2026-12-01T10:00:00Z web-2: healthy -> unhealthy (draining: deploy 4711)"},
+		{&pb.WatchTransitionsResponse{Event: &pb.WatchTransitionsResponse_Transition{Transition: &pb.Transition{
+			Target: "web-3", Time: ts, Text: "web-3: healthy -> unhealthy (connection refused)", Result: &pb.ProbeResult{Error: "connection refused"},
+		}}}, "2026-12-01T10:00:00Z web-3: healthy -> unhealthy (connection refused)"},
+		{&pb.WatchTransitionsResponse{Event: &pb.WatchTransitionsResponse_Policy{Policy: &pb.PolicyEvent{
+			Kind: pb.PolicyEvent_KIND_PANIC_ENTERED, Group: "edge", Time: ts, Text: "edge: panic entered, holding web-3 (2 of 4 unhealthy, at most 2)",
+		}}}, "2026-12-01T10:00:00Z edge: panic entered, holding web-3 (2 of 4 unhealthy, at most 2)"},
+	} {
+		if got := p.line(tt.ev); got != tt.want {
+			t.Errorf("line = %q\nwant   %q", got, tt.want)
 		}
 	}
 }
