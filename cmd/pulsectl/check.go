@@ -199,7 +199,8 @@ func writeCheckText(w io.Writer, results []oneshot.Result, s oneshot.Summary) {
 	}
 }
 
-// The JSON report: the summary's keys, and one object per target.
+// The JSON report: the summary's keys, and one object per target, in the
+// lowerCamelCase of every other JSON pulsectl prints.
 type (
 	checkJSON struct {
 		Results []resultJSON `json:"results"`
@@ -212,12 +213,12 @@ type (
 		Outcome   string        `json:"outcome"`
 		Reason    string        `json:"reason"`
 		Retries   int           `json:"retries"`
-		LatencyMS *float64      `json:"latency_ms"` // of the last attempt; null when none was made
+		LatencyMS *float64      `json:"latencyMs"` // of the last attempt; null when none was made
 		Attempts  []attemptJSON `json:"attempts"`
 	}
 	attemptJSON struct {
 		Status    *int    `json:"status"` // the HTTP status; null when none (no answer, and tcp and grpc)
-		LatencyMS float64 `json:"latency_ms"`
+		LatencyMS float64 `json:"latencyMs"`
 		Error     string  `json:"error"`
 	}
 	summaryJSON struct {
@@ -225,10 +226,10 @@ type (
 		Degraded     int      `json:"degraded"`
 		Down         int      `json:"down"`
 		Total        int      `json:"total"`
-		CriticalDown []string `json:"critical_down"`
-		P50MS        float64  `json:"p50_ms"`
-		P95MS        float64  `json:"p95_ms"`
-		TotalRetries int      `json:"total_retries"`
+		CriticalDown []string `json:"criticalDown"`
+		P50MS        float64  `json:"p50Ms"`
+		P95MS        float64  `json:"p95Ms"`
+		TotalRetries int      `json:"totalRetries"`
 	}
 )
 

@@ -158,8 +158,8 @@ func TestCheckJSON(t *testing.T) {
 		}
 		Summary struct {
 			Healthy, Degraded, Down, Total int
-			CriticalDown                   []string `json:"critical_down"`
-			TotalRetries                   int      `json:"total_retries"`
+			CriticalDown                   []string `json:"criticalDown"`
+			TotalRetries                   int      `json:"totalRetries"`
 		}
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {

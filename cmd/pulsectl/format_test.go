@@ -1,9 +1,11 @@
 package main
 
 import (
+	"regexp"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
@@ -66,5 +68,29 @@ func TestProbeSummaryHidesHeaderValues(t *testing.T) {
 	want := "http GET http://10.0.0.5/healthz, headers Authorization=<redacted> Host=<redacted>"
 	if got := probeSummary(tg); got != want {
 		t.Errorf("probeSummary = %q, want %q", got, want)
+	}
+}
+
+// -o json writes 64-bit counters as numbers when they fit a double
+// exactly, and as the proto3 mapping's strings when they do not; a text
+// that looks like a member is left alone.
+func TestJSON64BitNumbers(t *testing.T) {
+	m := &pb.ListTargetsResponse{Revision: 1 << 60, Targets: []*pb.TargetStatus{{
+		Spec:          &pb.Target{Name: `x "activeResults": "5"`},
+		ActiveResults: 42, PassiveResults: 0,
+	}}}
+	b, err := marshalJSON(jsonOut, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(b)
+	for _, want := range []string{`"revision":\s*"1152921504606846976"`, `"activeResults":\s*42[,\n]`, `"passiveResults":\s*0[,\n]`, `"name":\s*"x \\"activeResults\\": \\"5\\""`} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("JSON lacks %s:\n%s", want, out)
+		}
+	}
+	var back pb.ListTargetsResponse
+	if err := protojson.Unmarshal(b, &back); err != nil || back.GetRevision() != 1<<60 || back.GetTargets()[0].GetActiveResults() != 42 {
+		t.Errorf("the JSON does not read back: %v %v", err, &back)
 	}
 }

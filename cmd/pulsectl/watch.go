@@ -226,7 +226,7 @@ type watchPrinter struct {
 // events print nothing in text.
 func (p *watchPrinter) print(ev *pb.WatchTransitionsResponse) error {
 	if p.json {
-		b, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(ev)
+		b, err := marshalJSON(protojson.MarshalOptions{EmitUnpopulated: true}, ev)
 		if err != nil {
 			return err
 		}
