@@ -188,9 +188,7 @@ func (c *Client) ProbeNow(ctx context.Context, group string, names ...string) (P
 		r.Transitions = append(r.Transitions, transitionFromProto(tr))
 	}
 	for _, pr := range resp.GetResults() {
-		r.Results = append(r.Results, ProbeNowResult{
-			Name: pr.GetName(), Result: resultFromProto(pr.GetResult()), Skipped: pr.GetSkipped(), State: State(pr.GetState()),
-		})
+		r.Results = append(r.Results, probeNowResultFromProto(pr))
 	}
 	return r, nil
 }

@@ -118,6 +118,10 @@ func resultFromProto(r *pb.ProbeResult) *Result {
 	}
 }
 
+func probeNowResultFromProto(r *pb.ProbeNowResult) ProbeNowResult {
+	return ProbeNowResult{Name: r.GetName(), Result: resultFromProto(r.GetResult()), Skipped: r.GetSkipped(), State: State(r.GetState())}
+}
+
 func groupFromProto(g *pb.GroupStatus) GroupStatus {
 	return GroupStatus{
 		Group:                g.GetGroup(),

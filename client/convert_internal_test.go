@@ -1,6 +1,7 @@
 package client
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -185,5 +186,92 @@ func TestPolicyKinds(t *testing.T) {
 	}
 	if !slices.Contains([]PolicyKind{PolicyCertExpiring, PolicyTargetExpired}, PolicyKind(pb.PolicyEvent_KIND_CERT_EXPIRING)) {
 		t.Error("PolicyCertExpiring is not the wire's number")
+	}
+}
+
+// TestGroupPolicyRoundTrip converts a policy that sets every field of
+// GroupPolicy to the client's and back.
+func TestGroupPolicyRoundTrip(t *testing.T) {
+	want := &pb.GroupPolicy{
+		MaxUnhealthyFraction: proto.Float64(0.25),
+		SlowStart:            durationpb.New(time.Minute), RemoveAfterUnhealthy: durationpb.New(time.Hour),
+	}
+	requireSet(t, want)
+	if diff := cmp.Diff(want, groupPolicyToProto(groupPolicyFromProto(want)), protocmp.Transform()); diff != "" {
+		t.Errorf("proto -> client -> proto (-want +got):\n%s", diff)
+	}
+}
+
+// TestReadOnlyConversions reads messages that set every field, and wants
+// every field of the client's type set: a field the client has but does
+// not read fails, and a field added to the messages fails the fixture
+// check until the client reads it.
+func TestReadOnlyConversions(t *testing.T) {
+	ts := timestamppb.New(time.Unix(1_800_000_000, 0))
+	res := &pb.ProbeResult{Pass: true, Latency: durationpb.New(time.Millisecond), Error: "slow", Time: ts, Passive: true, Ignored: true}
+	tr := &pb.Transition{
+		Target: "web-1", Group: "edge", From: pb.State_STATE_UNHEALTHY, To: pb.State_STATE_HEALTHY, Time: ts,
+		Result: res, Text: "web-1: unhealthy -> healthy", Reason: "draining: deploy 4711", Mode: pb.Mode_MODE_DRAINING, SlowStartEnd: ts,
+	}
+	mc := &pb.ModeChange{Target: "web-1", Group: "edge", From: pb.Mode_MODE_ACTIVE, Mode: pb.Mode_MODE_DRAINING, Reason: "deploy", Time: ts, Until: ts, RemoveTime: ts}
+	pe := &pb.PolicyEvent{Kind: pb.PolicyEvent_KIND_PANIC_ENTERED, Group: "edge", Target: "web-1", Time: ts, Text: "panic", Held: []string{"web-3"}}
+	cs := &pb.CheckerStatus{
+		Degraded: true, DegradedSince: ts, Reason: "slow", Lag: durationpb.New(time.Second), WaitingProbes: 1, InFlightProbes: 2,
+		MaxConcurrentProbes: 3, IgnoredTimeouts: 4, RegistryError: "disk full", Replica: "r1", Replicas: []string{"r1", "r2"},
+	}
+	gs := &pb.GroupStatus{
+		Group: "edge", Policy: &pb.GroupPolicy{MaxUnhealthyFraction: proto.Float64(0.25), SlowStart: durationpb.New(time.Minute), RemoveAfterUnhealthy: durationpb.New(time.Hour)},
+		MaxUnhealthyFraction: 0.25, Targets: 4, Unhealthy: 1, MaxUnhealthy: 1, Panic: true, Held: []string{"web-3"},
+	}
+	pr := &pb.ProbeNowResult{Name: "web-1", Result: res, Skipped: "in flight", State: pb.State_STATE_HEALTHY}
+	for _, tc := range []struct {
+		msg proto.Message
+		got any
+	}{
+		{res, *resultFromProto(res)},
+		{tr, transitionFromProto(tr)},
+		{mc, modeChangeFromProto(mc)},
+		{pe, policyFromProto(pe)},
+		{cs, checkerFromProto(cs)},
+		{gs, groupFromProto(gs)},
+		{pr, probeNowResultFromProto(pr)},
+	} {
+		requireSet(t, tc.msg)
+		v := reflect.ValueOf(tc.got)
+		for i := range v.NumField() {
+			if v.Field(i).IsZero() {
+				t.Errorf("%T.%s is not read from a %T that sets every field", tc.got, v.Type().Field(i).Name, tc.msg)
+			}
+		}
+	}
+}
+
+// requireSet fails t unless m sets every one of its fields (and those of
+// Pulse's messages in it).
+func requireSet(t *testing.T, m proto.Message) {
+	t.Helper()
+	seen := map[string]bool{}
+	setPaths(m.ProtoReflect(), "", seen)
+	for _, p := range fieldPaths(m.ProtoReflect().Descriptor(), "") {
+		if !seen[p] {
+			t.Errorf("the %T fixture leaves %s unset: set it, and read it into the client's type", m, p)
+		}
+	}
+}
+
+// TestAddress wants the host:port of each probe kind.
+func TestAddress(t *testing.T) {
+	for _, tc := range []struct {
+		t    Target
+		want string
+	}{
+		{Target{HTTP: &HTTPProbe{URL: "https://api.internal/healthz"}}, "api.internal:443"},
+		{Target{TCP: &TCPProbe{Address: "10.0.0.1:6379"}}, "10.0.0.1:6379"},
+		{Target{GRPC: &GRPCProbe{Address: "10.0.0.2:50051"}}, "10.0.0.2:50051"},
+		{Target{DNS: &DNSProbe{Name: "api.internal.", Server: "10.0.0.53:53"}}, "10.0.0.53:53"},
+	} {
+		if got, ok := tc.t.Address(); !ok || got != tc.want {
+			t.Errorf("Address of %+v: %q, %v; want %q", tc.t, got, ok, tc.want)
+		}
 	}
 }
