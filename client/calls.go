@@ -2,9 +2,11 @@ package client
 
 import (
 	"context"
+	"time"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
@@ -24,8 +26,8 @@ func (c *Client) Add(ctx context.Context, t Target) (st Status, created bool, er
 	return statusFromProto(resp.GetStatus()), resp.GetCreated(), nil
 }
 
-// Remove unregisters the target called name. removed is false when there
-// was none (not an error).
+// Remove unregisters the target called name at once. removed is false
+// when there was none (not an error). Drain removes it after a drain.
 func (c *Client) Remove(ctx context.Context, name string) (removed bool, err error) {
 	resp, err := c.api.RemoveTarget(ctx, &pb.RemoveTargetRequest{Name: name})
 	if err != nil {
@@ -76,11 +78,7 @@ func (c *Client) List(ctx context.Context, group string) (List, error) {
 // SetGroupPolicy sets group's pool policy; a zero field goes back to the
 // server default. It returns the group's status after the call.
 func (c *Client) SetGroupPolicy(ctx context.Context, group string, p GroupPolicy) (GroupStatus, error) {
-	req := &pb.SetGroupPolicyRequest{Group: group, Policy: &pb.GroupPolicy{}}
-	if p.MaxUnhealthyFraction != 0 {
-		req.Policy.MaxUnhealthyFraction = proto.Float64(p.MaxUnhealthyFraction)
-	}
-	resp, err := c.api.SetGroupPolicy(ctx, req)
+	resp, err := c.api.SetGroupPolicy(ctx, &pb.SetGroupPolicyRequest{Group: group, Policy: groupPolicyToProto(p)})
 	if err != nil {
 		return GroupStatus{}, wrap("SetGroupPolicy", err)
 	}
@@ -100,4 +98,140 @@ func (c *Client) ReportOutcome(ctx context.Context, o Outcome) (counted bool, st
 		return false, Status{}, wrap("ReportOutcome", err)
 	}
 	return resp.GetCounted(), statusFromProto(resp.GetStatus()), nil
+}
+
+// Drain removes the target called name after d (1s to 24h) rather than at
+// once: until then it is DRAINING, still probed but not routable, so that
+// requests in flight can finish. It returns when the drain is stored, with
+// when the target will be removed; ok is false when there is no target of
+// that name (not an error), as Remove's removed. A watch sees an EventMode
+// now and, at removeAt, a PolicyTargetExpired event and EventRemoved.
+//
+// Drain is its own call rather than an option of Remove because its answer
+// is not Remove's: the target stays until removeAt, which only a drain
+// has, and Remove's signature stays what its callers compile against.
+func (c *Client) Drain(ctx context.Context, name string, d time.Duration) (removeAt time.Time, ok bool, err error) {
+	resp, err := c.api.RemoveTarget(ctx, &pb.RemoveTargetRequest{Name: name, DrainFor: durationpb.New(d)})
+	if err != nil {
+		return time.Time{}, false, wrap("RemoveTarget", err)
+	}
+	return optTime(resp.GetRemoveTime()), resp.GetRemoved(), nil
+}
+
+// Update changes the fields of the existing target t.Name that paths
+// name, and only those: the rest of its spec, its state and its streaks
+// stay as they are. It returns the spec before the change and the status
+// after it.
+//
+// Paths are the fields' names in pulse.proto's Target (AIP-134 field
+// masks): "group", "interval", "rise", "http" (the whole probe),
+// "http.url" or "grpc.tls_options.server_name" (one field of it), and so
+// on. A named field that t leaves zero goes back to pulsed's default. With
+// no paths, every field t sets (non-zero, but Name) is changed; "*" alone
+// replaces the whole spec, as Add does. Secrets written back as
+// "<redacted>" keep the stored value, so t may come from State or List.
+//
+// The result is validated as Add validates a spec. ErrInvalidArgument: an
+// unknown path (the message names it and lists the fields), "name" in
+// paths, or a result Add would refuse; ErrNotFound: no target t.Name.
+// Nothing changes when the call fails.
+func (c *Client) Update(ctx context.Context, t Target, paths ...string) (previous Target, st Status, err error) {
+	req := &pb.UpdateTargetRequest{Target: targetToProto(t)}
+	if len(paths) > 0 {
+		req.UpdateMask = &fieldmaskpb.FieldMask{Paths: paths}
+	}
+	resp, err := c.api.UpdateTarget(ctx, req)
+	if err != nil {
+		return Target{}, Status{}, wrap("UpdateTarget", err)
+	}
+	return targetFromProto(resp.GetPrevious()), statusFromProto(resp.GetStatus()), nil
+}
+
+// ProbeRound is what ProbeNow did.
+type ProbeRound struct {
+	// Transitions are the round's transitions in target name order, with
+	// those its results caused in other targets (a panic hold released).
+	Transitions []Transition
+	// Results has one entry per selected target, in name order.
+	Results []ProbeNowResult
+}
+
+// ProbeNowResult is what a ProbeNow round did with one target.
+type ProbeNowResult struct {
+	Name string
+	// Result is the probe's result; nil when Skipped says why the target
+	// was not probed (a probe already in flight, quarantined, in
+	// maintenance, or probed by another replica).
+	Result  *Result
+	Skipped string
+	// State is the target's state after the round.
+	State State
+}
+
+// ProbeNow probes targets once, now, and waits for their results (no
+// longer than their longest timeout, and the waves pulsed's probe slots
+// need): the targets of group, or those called names, or with both only
+// those of names in group, or with neither every target. Scheduled probes
+// keep their places.
+//
+// ErrNotFound: one of names is not registered (nothing is probed);
+// ErrInvalidArgument: a malformed name or group; ErrResourceExhausted:
+// over pulsed's rate of rounds (1 a second, bursts of 5), the message says
+// when to retry.
+func (c *Client) ProbeNow(ctx context.Context, group string, names ...string) (ProbeRound, error) {
+	resp, err := c.api.ProbeNow(ctx, &pb.ProbeNowRequest{Group: group, Names: names})
+	if err != nil {
+		return ProbeRound{}, wrap("ProbeNow", err)
+	}
+	var r ProbeRound
+	for _, tr := range resp.GetTransitions() {
+		r.Transitions = append(r.Transitions, transitionFromProto(tr))
+	}
+	for _, pr := range resp.GetResults() {
+		r.Results = append(r.Results, probeNowResultFromProto(pr))
+	}
+	return r, nil
+}
+
+// ModeRequest is what SetMode sets: the mode of one Target, or of every
+// target of a Group now (exactly one of the two).
+type ModeRequest struct {
+	Target string
+	Group  string
+	// Mode is required: ModeActive, ModeDraining or ModeMaintenance.
+	Mode Mode
+	// Reason says why (at most 256 bytes), e.g. "deploy 4711": shown in
+	// the status and the transition ("draining: deploy 4711").
+	Reason string
+	// Until, when set, returns the targets to ACTIVE by themselves then:
+	// in the future, at most 30 days ahead, and only with ModeDraining or
+	// ModeMaintenance.
+	Until time.Time
+}
+
+// SetMode sets the administrative mode of a target or a group and returns
+// the statuses of the targets it named, sorted by name, once the mode is
+// stored. A draining target is still probed but never routable; one in
+// maintenance is neither probed nor routable. Each target whose mode
+// changes makes an EventMode on a watch, and a transition when its
+// routability changes.
+//
+// ErrInvalidArgument names the field (both or neither of Target and
+// Group, no Mode, an Until in the past or too far ahead, a Reason too
+// long); ErrNotFound: an unknown target, or a group without targets;
+// ErrUnavailable: pulsed could not store it (nothing changed).
+func (c *Client) SetMode(ctx context.Context, m ModeRequest) ([]Status, error) {
+	req := &pb.SetModeRequest{Target: m.Target, Group: m.Group, Mode: pb.Mode(m.Mode), Reason: m.Reason}
+	if !m.Until.IsZero() {
+		req.Until = timestamppb.New(m.Until)
+	}
+	resp, err := c.api.SetMode(ctx, req)
+	if err != nil {
+		return nil, wrap("SetMode", err)
+	}
+	out := make([]Status, len(resp.GetTargets()))
+	for i, st := range resp.GetTargets() {
+		out[i] = statusFromProto(st)
+	}
+	return out, nil
 }

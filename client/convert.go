@@ -39,18 +39,7 @@ func targetToProto(t Target) *pb.Target {
 	if t.Fall != 0 {
 		out.Fall = proto.Int32(int32(t.Fall))
 	}
-	switch {
-	case t.HTTP != nil:
-		h := &pb.HttpProbe{Url: t.HTTP.URL, Method: t.HTTP.Method, Headers: t.HTTP.Headers}
-		for _, c := range t.HTTP.ExpectedStatus {
-			h.ExpectedStatus = append(h.ExpectedStatus, int32(c))
-		}
-		out.Probe = &pb.Target_Http{Http: h}
-	case t.TCP != nil:
-		out.Probe = &pb.Target_Tcp{Tcp: &pb.TcpProbe{Address: t.TCP.Address}}
-	case t.GRPC != nil:
-		out.Probe = &pb.Target_Grpc{Grpc: &pb.GrpcProbe{Address: t.GRPC.Address, Service: t.GRPC.Service, Tls: t.GRPC.TLS}}
-	}
+	probeToProto(t, out)
 	return out
 }
 
@@ -76,18 +65,7 @@ func targetFromProto(t *pb.Target) Target {
 		SlowStart:            t.GetSlowStart().AsDuration(),
 		RemoveAfterUnhealthy: t.GetRemoveAfterUnhealthy().AsDuration(),
 	}
-	switch p := t.GetProbe().(type) {
-	case *pb.Target_Http:
-		h := &HTTPProbe{URL: p.Http.GetUrl(), Method: p.Http.GetMethod(), Headers: p.Http.GetHeaders()}
-		for _, c := range p.Http.GetExpectedStatus() {
-			h.ExpectedStatus = append(h.ExpectedStatus, int(c))
-		}
-		out.HTTP = h
-	case *pb.Target_Tcp:
-		out.TCP = &TCPProbe{Address: p.Tcp.GetAddress()}
-	case *pb.Target_Grpc:
-		out.GRPC = &GRPCProbe{Address: p.Grpc.GetAddress(), Service: p.Grpc.GetService(), TLS: p.Grpc.GetTls()}
-	}
+	probeFromProto(t, &out)
 	return out
 }
 
@@ -115,7 +93,14 @@ func statusFromProto(st *pb.TargetStatus) Status {
 		Quarantined:         st.GetQuarantined(),
 		Mode:                Mode(st.GetMode()),
 		ModeReason:          st.GetModeReason(),
+		ModeSince:           optTime(st.GetModeSince()),
+		ModeUntil:           optTime(st.GetModeUntil()),
+		RemoveTime:          optTime(st.GetRemoveTime()),
 		SlowStartEnd:        optTime(st.GetSlowStartEnd()),
+		UnhealthySince:      optTime(st.GetUnhealthySince()),
+		Warnings:            st.GetWarnings(),
+		CertExpiryWarning:   st.GetCertExpiryWarning(),
+		CertNotAfter:        optTime(st.GetCertNotAfter()),
 	}
 }
 
@@ -133,16 +118,36 @@ func resultFromProto(r *pb.ProbeResult) *Result {
 	}
 }
 
+func probeNowResultFromProto(r *pb.ProbeNowResult) ProbeNowResult {
+	return ProbeNowResult{Name: r.GetName(), Result: resultFromProto(r.GetResult()), Skipped: r.GetSkipped(), State: State(r.GetState())}
+}
+
 func groupFromProto(g *pb.GroupStatus) GroupStatus {
 	return GroupStatus{
 		Group:                g.GetGroup(),
-		Policy:               GroupPolicy{MaxUnhealthyFraction: g.GetPolicy().GetMaxUnhealthyFraction()},
+		Policy:               groupPolicyFromProto(g.GetPolicy()),
 		MaxUnhealthyFraction: g.GetMaxUnhealthyFraction(),
 		Targets:              int(g.GetTargets()),
 		Unhealthy:            int(g.GetUnhealthy()),
 		MaxUnhealthy:         int(g.GetMaxUnhealthy()),
 		Panic:                g.GetPanic(),
 		Held:                 g.GetHeld(),
+	}
+}
+
+func groupPolicyToProto(p GroupPolicy) *pb.GroupPolicy {
+	out := &pb.GroupPolicy{SlowStart: optDuration(p.SlowStart), RemoveAfterUnhealthy: optDuration(p.RemoveAfterUnhealthy)}
+	if p.MaxUnhealthyFraction != 0 {
+		out.MaxUnhealthyFraction = proto.Float64(p.MaxUnhealthyFraction)
+	}
+	return out
+}
+
+func groupPolicyFromProto(p *pb.GroupPolicy) GroupPolicy {
+	return GroupPolicy{
+		MaxUnhealthyFraction: p.GetMaxUnhealthyFraction(),
+		SlowStart:            p.GetSlowStart().AsDuration(),
+		RemoveAfterUnhealthy: p.GetRemoveAfterUnhealthy().AsDuration(),
 	}
 }
 

@@ -135,3 +135,106 @@ func ExampleClient_Watch() {
 	// snapshot of 1 target(s), re-snapshot: false
 	// web-1: unhealthy -> healthy
 }
+
+func ExampleClient_Update() {
+	addr, _, stop := examplePulsed()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.New(ctx, []string{addr})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	c.Add(ctx, client.Target{Name: "web-1", Group: "edge", Interval: 2 * time.Second, HTTP: &client.HTTPProbe{
+		URL: "http://10.0.0.1:8080/healthz", Headers: map[string]string{"Authorization": "Bearer s3cret"},
+	}})
+
+	// One field, by its name in pulse.proto: the rest of the spec, the
+	// state and the streaks stay.
+	prev, st, err := c.Update(ctx, client.Target{Name: "web-1", Interval: 5 * time.Second}, "interval")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(prev.Interval, "->", st.Target.Interval)
+
+	// Read, modify, write back: the secret reads as "<redacted>", and
+	// writing that back keeps the stored one.
+	st, _ = c.State(ctx, "web-1")
+	t := st.Target
+	t.HTTP.BodyContains = "ready"
+	if _, st, err = c.Update(ctx, t, "http"); err != nil {
+		panic(err)
+	}
+	fmt.Println(st.Target.HTTP.BodyContains, st.Target.HTTP.Headers["Authorization"], st.Target.Group)
+
+	_, _, err = c.Update(ctx, client.Target{Name: "web-1"}, "intreval")
+	fmt.Println(errors.Is(err, client.ErrInvalidArgument))
+	// Output:
+	// 2s -> 5s
+	// ready <redacted> edge
+	// true
+}
+
+func ExampleClient_SetMode() {
+	addr, probe, stop := examplePulsed()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.New(ctx, []string{addr})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	for _, name := range []string{"web-1", "web-2", "web-3"} {
+		c.Add(ctx, client.Target{Name: name, Group: "edge", TCP: &client.TCPProbe{Address: name + ":80"}})
+	}
+	probe(true) // all healthy
+
+	// Drain web-1 for a deploy: still probed, routed no new requests,
+	// back to active by itself in an hour at the latest.
+	sts, err := c.SetMode(ctx, client.ModeRequest{Target: "web-1", Mode: client.ModeDraining, Reason: "deploy 4711", Until: time.Now().Add(time.Hour)})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(sts[0].Target.Name, sts[0].Mode, sts[0].ModeReason, "routable:", sts[0].Routable)
+
+	// Take web-3 away for good: drained for 5 minutes, then removed.
+	removeAt, ok, err := c.Drain(ctx, "web-3", 5*time.Minute)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(ok, time.Until(removeAt).Round(time.Minute))
+
+	names, _ := c.Healthy(ctx, "edge")
+	fmt.Println(names)
+	// Output:
+	// web-1 draining deploy 4711 routable: false
+	// true 5m0s
+	// [web-2]
+}
+
+func ExampleClient_ProbeNow() {
+	addr, _, stop := examplePulsed()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.New(ctx, []string{addr})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	c.Add(ctx, client.Target{Name: "web-1", Group: "edge", TCP: &client.TCPProbe{Address: "10.0.0.1:80"}})
+
+	r, err := c.ProbeNow(ctx, "edge")
+	if errors.Is(err, client.ErrResourceExhausted) {
+		return // over pulsed's rate of rounds: the message says when to retry
+	} else if err != nil {
+		panic(err)
+	}
+	for _, res := range r.Results {
+		fmt.Println(res.Name, res.State, res.Result.Error)
+	}
+	// Output:
+	// web-1 unhealthy connection refused
+}

@@ -57,13 +57,15 @@ const (
 )
 
 // Target is a target's spec: what to probe, how often, and the thresholds.
-// Exactly one of HTTP, TCP and GRPC is set. A zero field takes pulsed's
+// Exactly one of HTTP, TCP, GRPC and DNS is set. A zero field takes pulsed's
 // default (pulsed --help); a value past a bound is refused with
 // ErrInvalidArgument, whose message names the field and the bound.
 //
 // Targets read back from pulsed have the defaults filled in and secrets
-// (URL passwords, header values) shown as "<redacted>"; sending such a
-// value back keeps the stored one.
+// (URL passwords, header and metadata values, TLS keys) shown as
+// "<redacted>"; sending such a value back keeps the stored one, so a
+// target read with State or List can be written back with Add or Update
+// without losing anything.
 type Target struct {
 	Name  string
 	Group string
@@ -71,6 +73,7 @@ type Target struct {
 	HTTP *HTTPProbe
 	TCP  *TCPProbe
 	GRPC *GRPCProbe
+	DNS  *DNSProbe
 
 	Interval time.Duration
 	Timeout  time.Duration
@@ -99,30 +102,8 @@ type Target struct {
 	RemoveAfterUnhealthy time.Duration
 }
 
-// HTTPProbe passes when GET (or HEAD) on URL answers an expected status
-// (any 2xx when ExpectedStatus is empty).
-type HTTPProbe struct {
-	URL            string
-	Method         string
-	ExpectedStatus []int
-	Headers        map[string]string
-}
-
-// TCPProbe passes when a TCP connection to Address (host:port) opens.
-type TCPProbe struct {
-	Address string
-}
-
-// GRPCProbe passes when grpc.health.v1 Check on Address answers SERVING for
-// Service ("" is the whole server).
-type GRPCProbe struct {
-	Address string
-	Service string
-	TLS     bool
-}
-
 // Address returns the host:port the target's probe connects to: the TCP or
-// gRPC address, or the host of the HTTP URL with its port (or the scheme's,
+// gRPC address, the DNS server's, or the host of the HTTP URL with its port (or the scheme's,
 // 80 or 443). ok is false when there is none, or it is not host:port with a
 // port from 1 to 65535.
 func (t Target) Address() (addr string, ok bool) {
@@ -132,6 +113,8 @@ func (t Target) Address() (addr string, ok bool) {
 		hostPort = t.TCP.Address
 	case t.GRPC != nil:
 		hostPort = t.GRPC.Address
+	case t.DNS != nil:
+		hostPort = t.DNS.Server
 	case t.HTTP != nil:
 		u, err := url.Parse(t.HTTP.URL)
 		if err != nil || u.Hostname() == "" {
@@ -172,7 +155,8 @@ type Result struct {
 // Status is a target's spec and its health.
 //
 // In a Status from a View, Target, State, Routable, LastTransition, Mode,
-// ModeReason and SlowStartEnd follow every event; the other fields are as
+// ModeReason, ModeSince, ModeUntil, RemoveTime and SlowStartEnd follow
+// every event; the other fields are as
 // of the target's last snapshot, added or updated event (the stream does not carry the streaks, the last result, the
 // verdict, the policy flags, the counters or the schedule). Ask State or
 // List for them.
@@ -207,9 +191,28 @@ type Status struct {
 	// reason; a DRAINING or MAINTENANCE target is never routable.
 	Mode       Mode
 	ModeReason string
+	// ModeSince is when the mode was set (zero if never); ModeUntil, when
+	// set, is when it returns to ACTIVE by itself; RemoveTime, when set, is
+	// when a Drain removes the target.
+	ModeSince, ModeUntil, RemoveTime time.Time
 	// SlowStartEnd, when set, is when the slow start in progress ends (see
-	// Weight).
+	// Weight, which gives the target's share of traffic at any time).
 	SlowStartEnd time.Time
+	// UnhealthySince, when set, is since when the probes have said
+	// unhealthy without a break: RemoveAfterUnhealthy counts from it.
+	UnhealthySince time.Time
+
+	// Warnings are what a person should know about the target that does
+	// not stop it being probed, each naming its field, e.g.
+	// "http.tls.insecure_skip_verify: ...".
+	Warnings []string
+	// CertExpiryWarning, when set, says the last probe passed with a
+	// server certificate within its CertExpiryWarn, e.g. "certificate
+	// expires in 3d12h (2026-12-05)". CertNotAfter is when the
+	// first-expiring certificate the last probe saw expires (only for
+	// probes with CertExpiryWarn or CertExpiryFail).
+	CertExpiryWarning string
+	CertNotAfter      time.Time
 }
 
 // GroupPolicy is a group's pool policy.
@@ -217,6 +220,11 @@ type GroupPolicy struct {
 	// MaxUnhealthyFraction is the panic threshold, in (0, 1]; 0 is the
 	// server default.
 	MaxUnhealthyFraction float64
+	// SlowStart and RemoveAfterUnhealthy apply to the group's targets that
+	// set none of their own (Target.SlowStart, RemoveAfterUnhealthy); 0 is
+	// none.
+	SlowStart            time.Duration
+	RemoveAfterUnhealthy time.Duration
 }
 
 // GroupStatus is a group's policy and its pool state.
@@ -297,10 +305,45 @@ const (
 	PolicyFlappingEnded    PolicyKind = 4
 	PolicyCheckerDegraded  PolicyKind = 5
 	PolicyCheckerRecovered PolicyKind = 6
+	// PolicyCertExpiring: a target's probe passed with a server
+	// certificate within its TLSOptions.CertExpiryWarn (Text says when it
+	// expires); sent once until a probe passes outside it again.
+	PolicyCertExpiring PolicyKind = 20
+	// PolicyTargetExpired: a target was removed by itself
+	// (RemoveAfterUnhealthy reached, or a Drain ended); Text says which,
+	// and an EventRemoved follows.
+	PolicyTargetExpired PolicyKind = 30
 )
 
-// PolicyEvent is a change of a group's panic, a target's flapping or
-// pulsed's overload. It changes no state by itself: what follows from it
+// String returns the kind's name in lower case, e.g. "panic_entered"; a
+// kind this package does not name is "PolicyKind(N)".
+func (k PolicyKind) String() string {
+	switch k {
+	case PolicyUnknown:
+		return "unspecified"
+	case PolicyPanicEntered:
+		return "panic_entered"
+	case PolicyPanicExited:
+		return "panic_exited"
+	case PolicyFlappingStarted:
+		return "flapping_started"
+	case PolicyFlappingEnded:
+		return "flapping_ended"
+	case PolicyCheckerDegraded:
+		return "checker_degraded"
+	case PolicyCheckerRecovered:
+		return "checker_recovered"
+	case PolicyCertExpiring:
+		return "cert_expiring"
+	case PolicyTargetExpired:
+		return "target_expired"
+	}
+	return fmt.Sprintf("PolicyKind(%d)", int(k))
+}
+
+// PolicyEvent is a change of a group's panic, a target's flapping,
+// pulsed's overload, a certificate nearing expiry or a target removed by
+// itself. It changes no state by itself: what follows from it
 // comes as transitions.
 type PolicyEvent struct {
 	Kind   PolicyKind

@@ -285,6 +285,7 @@ func (v *View) apply(ev Event) {
 	case EventMode:
 		if st, ok := v.targets[ev.Mode.Target]; ok { // its routability follows as a transition
 			st.Mode, st.ModeReason = ev.Mode.To, ev.Mode.Reason
+			st.ModeSince, st.ModeUntil, st.RemoveTime = ev.Mode.Time, ev.Mode.Until, ev.Mode.RemoveTime
 		}
 	}
 	switch ev.Kind {

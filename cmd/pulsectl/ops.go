@@ -89,6 +89,9 @@ var setPaths = map[string]string{
 	"flap-stable-for":     "flap_stable_for",
 	"passive":             "passive_outcomes",
 	"passive-rate":        "passive_rate",
+
+	"slow-start":             "slow_start",
+	"remove-after-unhealthy": "remove_after_unhealthy",
 }
 
 // notTargetFlags are set's flags that are not about the target: the

@@ -12,9 +12,11 @@ import (
 )
 
 // policyFlags are add's and set's flags for a target's policy fields:
-// state-dependent intervals, flap damping and passive outcomes.
+// state-dependent intervals, flap damping, passive outcomes, slow start
+// and automatic removal.
 type policyFlags struct {
 	fastInterval, downInterval, flapWindow, flapStableFor secondsFlag
+	slowStart, removeAfterUnhealthy                       secondsFlag
 	flapThreshold, passiveRate                            int
 	passive                                               bool
 }
@@ -27,6 +29,8 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.Var(&p.flapStableFor, "flap-stable-for", "how long a flapping target must stay stable to be released: a `duration` or seconds (default: --flap-window)")
 	fs.BoolVar(&p.passive, "passive", false, "accept passive outcomes (pulsectl outcome, ReportOutcome) for the target")
 	fs.IntVar(&p.passiveRate, "passive-rate", 0, "passive outcomes counted a second at most (default: 10)")
+	fs.Var(&p.slowStart, "slow-start", "ramp the target's weight from 0 to 100% over this `duration` (or seconds) after it becomes routable, at most 1h (default: the group's, else none)")
+	fs.Var(&p.removeAfterUnhealthy, "remove-after-unhealthy", "remove the target once unhealthy this long without a break: a `duration` or seconds, 1s to 30 days (default: the group's, else never)")
 }
 
 // apply sets t's policy fields from the flags that were set (is reports
@@ -41,6 +45,8 @@ func (p *policyFlags) apply(t *pb.Target, is func(string) bool) error {
 		{"down-interval", p.downInterval, &t.DownInterval},
 		{"flap-window", p.flapWindow, &t.FlapWindow},
 		{"flap-stable-for", p.flapStableFor, &t.FlapStableFor},
+		{"slow-start", p.slowStart, &t.SlowStart},
+		{"remove-after-unhealthy", p.removeAfterUnhealthy, &t.RemoveAfterUnhealthy},
 	} {
 		if is(f.name) {
 			*f.dst = durationpb.New(time.Duration(f.v))
