@@ -48,8 +48,12 @@ func (s *switchProbers) New(p probe.Spec) (checker.Prober, error) {
 		b = s.sw(p.TCP.Address)
 	case p.GRPC != nil:
 		b = s.sw(p.GRPC.Address)
-	default:
+	case p.HTTP != nil:
 		b = s.sw(p.HTTP.URL)
+	case p.DNS != nil:
+		b = s.sw(p.DNS.Server)
+	default:
+		return nil, errors.New("switchProbers: a probe kind it does not know")
 	}
 	return proberFunc(func(context.Context) error {
 		if b.Load() {
