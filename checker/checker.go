@@ -219,8 +219,7 @@ func (c *Checker) Status(name string) (Status, error) { return c.reg.status(name
 // List returns once that revision is stored and published, so a watch from
 // it can start at once.
 func (c *Checker) List(group string) ([]Status, uint64) {
-	list, rev := c.reg.list(group)
-	_ = c.hub.wait(context.Background(), rev, nil) // with a store, the committer may not have published rev yet
+	list, rev, _ := c.ListContext(context.Background(), group) // with a store, the committer may not have published rev yet
 	return list, rev
 }
 

@@ -1,5 +1,7 @@
 package checker
 
+import "context"
+
 // RemovalObserver is an Observer that is also told when a target is
 // removed, so that what it keeps by name (a status page's recent results)
 // goes with the target at once rather than outliving it into a new target
@@ -37,3 +39,15 @@ func (r *registry) reportRemoval(e Event) {
 // metrics, which must show that failure; a watch should start from List's
 // revision, which ListNow's may be ahead of.
 func (c *Checker) ListNow(group string) ([]Status, uint64) { return c.reg.list(group) }
+
+// ListContext is List bounded by ctx: if ctx ends before the revision is
+// stored and published (a Store that cannot write holds it back), it
+// returns the list and revision with ctx's error, and the caller must not
+// offer that revision as a point to resume a watch from.
+func (c *Checker) ListContext(ctx context.Context, group string) ([]Status, uint64, error) {
+	list, rev := c.reg.list(group)
+	if err := c.hub.wait(ctx, rev, nil); err != nil {
+		return list, rev, err
+	}
+	return list, rev, nil
+}

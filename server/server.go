@@ -122,10 +122,34 @@ func (s *Server) Healthy(_ context.Context, req *pb.HealthyRequest) (*pb.Healthy
 	return &pb.HealthyResponse{Names: s.c.Healthy(req.GetGroup())}, nil
 }
 
+// listStoreWait bounds how long ListTargets waits for its revision to be
+// stored.
+const listStoreWait = 5 * time.Second
+
 // ListTargets returns every target's status, sorted by name, with the
 // groups' pool states and the checker's own.
-func (s *Server) ListTargets(_ context.Context, req *pb.ListTargetsRequest) (*pb.ListTargetsResponse, error) {
-	list, rev := s.c.List(req.GetGroup())
+//
+// Its revision is one a watch can resume from: it is stored. While the
+// store cannot write, ListTargets waits for it at most listStoreWait, then
+// answers UNAVAILABLE with the store's error rather than hang (the status
+// page and /metrics show the targets meanwhile).
+func (s *Server) ListTargets(ctx context.Context, req *pb.ListTargetsRequest) (*pb.ListTargetsResponse, error) {
+	wctx, cancel := context.WithTimeout(ctx, listStoreWait)
+	defer cancel()
+	list, rev, err := s.c.ListContext(wctx, req.GetGroup())
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		if errors.Is(err, checker.ErrClosed) {
+			return nil, toStatus(err, "")
+		}
+		why := "the store has not stored it yet"
+		if serr := s.c.StoreErr(); serr != nil {
+			why = "the store cannot write: " + serr.Error()
+		}
+		return nil, status.Errorf(codes.Unavailable, "revision %d is not stored after %v (%s); retry once the store recovers (the status page and /metrics show the targets meanwhile)", rev, listStoreWait, why)
+	}
 	out := &pb.ListTargetsResponse{Targets: make([]*pb.TargetStatus, len(list)), Revision: rev}
 	for i, st := range list {
 		out.Targets[i] = statusToProto(st)

@@ -92,6 +92,10 @@ func (c *client) fail(e *env, err error, name string) int {
 	st := status.Convert(err)
 	switch st.Code() {
 	case codes.Unavailable:
+		if strings.Contains(st.Message(), "store") { // pulsed answered: its store cannot write
+			e.errorf("pulsed at %s cannot answer now: %s", c.addr, st.Message())
+			return exitServer
+		}
 		e.errorf("cannot reach pulsed at %s: %s\nIs pulsed running? Start it with 'make run', or point --addr at it.", c.addr, probe.Describe(err))
 		return exitServer
 	case codes.DeadlineExceeded:
