@@ -281,6 +281,7 @@ function lock(refused) {
   $("groups").tBodies[0].replaceChildren();
   $("totals").textContent = "";
   $("range").textContent = "";
+  $("alerts").replaceChildren(); // pulsed's own health names targets too
   $("data").hidden = true;
   const had = sessionStorage.getItem(TOKEN_KEY) !== null;
   sessionStorage.removeItem(TOKEN_KEY);
