@@ -85,6 +85,12 @@ func browserStates(t *testing.T, page *page, client pb.HealthCheckerClient, othe
 	page.waitFor(t, `[...document.querySelectorAll("#targets tbody tr")].map((tr) => tr.dataset.name).join(" ")`, "flappy web-1 web-2")
 	page.screenshot(t, filepath.Join(artifacts, "status-page-flapping.png"))
 
+	// Draining: the badge says DRAIN and the tags give the operator's reason.
+	if _, err := client.SetMode(t.Context(), &pb.SetModeRequest{Target: "flappy", Mode: pb.Mode_MODE_DRAINING, Reason: "deploy 4711"}); err != nil {
+		t.Fatal(err)
+	}
+	page.waitFor(t, `(() => { const tr = document.querySelector('tr[data-name="flappy"]'); return tr ? tr.querySelector(".badge").textContent + " " + tr.querySelector(".tags .mode").textContent : ""; })()`, "DRAIN draining: deploy 4711")
+
 	// A phone: 400 CSS pixels wide.
 	page.evaluate(t, `document.getElementById("legend").open = false; ""`)
 	page.call(t, "Emulation.setDeviceMetricsOverride", map[string]any{"width": 400, "height": 860, "deviceScaleFactor": 2, "mobile": true}, nil)
