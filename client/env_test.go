@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,7 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/pulsehealth/pulse/checker"
-	"github.com/pulsehealth/pulse/checker/probe"
+	"github.com/pulsehealth/pulse/checker/fakeprobe"
 	"github.com/pulsehealth/pulse/client"
 	"github.com/pulsehealth/pulse/internal/testscale"
 	"github.com/pulsehealth/pulse/server"
@@ -23,56 +22,12 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// switchProbers builds probers that pass while their address's switch is
-// up. Nothing is dialled.
-type switchProbers struct {
-	mu sync.Mutex
-	up map[string]*atomic.Bool
-}
-
-func (s *switchProbers) sw(addr string) *atomic.Bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b, ok := s.up[addr]
-	if !ok {
-		b = new(atomic.Bool)
-		s.up[addr] = b
-	}
-	return b
-}
-
-func (s *switchProbers) New(p probe.Spec) (checker.Prober, error) {
-	var b *atomic.Bool
-	switch {
-	case p.TCP != nil:
-		b = s.sw(p.TCP.Address)
-	case p.GRPC != nil:
-		b = s.sw(p.GRPC.Address)
-	case p.HTTP != nil:
-		b = s.sw(p.HTTP.URL)
-	case p.DNS != nil:
-		b = s.sw(p.DNS.Server)
-	default:
-		return nil, errors.New("switchProbers: a probe kind it does not know")
-	}
-	return proberFunc(func(context.Context) error {
-		if b.Load() {
-			return nil
-		}
-		return errors.New("connection refused")
-	}), nil
-}
-
-type proberFunc func(context.Context) error
-
-func (f proberFunc) Probe(ctx context.Context) error { return f(ctx) }
-
 // env is one checker served by one or more gRPC servers on loopback: the
 // servers share the checker, hence its revisions, as replicas on etcd do.
 // The checker is not started: tests drive probes with round.
 type env struct {
 	c       *checker.Checker
-	probers *switchProbers
+	probers *fakeprobe.Switches
 	servers []*grpc.Server
 	addrs   []string
 	cuts    *cutter
@@ -89,7 +44,7 @@ func newEnvB(b *testing.B, cfg checker.Config) *env { return newEnvTB(b, 1, cfg)
 
 func newEnvTB(t testing.TB, n int, cfg checker.Config, opts ...server.Option) *env {
 	t.Helper()
-	sp := &switchProbers{up: map[string]*atomic.Bool{}}
+	sp := fakeprobe.NewSwitches()
 	cfg.NewProber = sp.New
 	if cfg.Defaults == (checker.Defaults{}) {
 		cfg.Defaults = checker.Defaults{Interval: time.Hour, Timeout: time.Second, Rise: 1, Fall: 1}
@@ -137,7 +92,7 @@ func (e *env) client(t *testing.T, opts ...client.Option) *client.Client {
 
 // set turns a target's probe (keyed by its address) up or down; round
 // then probes every target once.
-func (e *env) set(addr string, up bool) { e.probers.sw(addr).Store(up) }
+func (e *env) set(addr string, up bool) { e.probers.Set(addr, up) }
 
 func (e *env) round(t *testing.T) { e.c.RunRound(t.Context()) }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/fakeprobe"
 	"github.com/pulsehealth/pulse/checker/probe"
 	"github.com/pulsehealth/pulse/client"
 	"github.com/pulsehealth/pulse/server"
@@ -24,7 +25,7 @@ func examplePulsed() (addr string, probeAll func(up bool), stop func()) {
 	var up atomic.Bool
 	c, err := checker.New(checker.Config{
 		NewProber: func(probe.Spec) (checker.Prober, error) {
-			return proberFunc(func(context.Context) error {
+			return fakeprobe.Func(func(context.Context) error {
 				if up.Load() {
 					return nil
 				}

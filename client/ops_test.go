@@ -14,6 +14,7 @@ import (
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/fakeclock"
 	"github.com/pulsehealth/pulse/client"
+	"github.com/pulsehealth/pulse/internal/testpki"
 )
 
 // wantErr fails t unless err is a *client.Error of method that wraps
@@ -46,9 +47,9 @@ func TestUpdate(t *testing.T) {
 	e := newEnv(t, 1, checker.Config{})
 	c := e.client(t)
 	ctx := within(t)
-	p := newPKI(t)
+	p := testpki.Write(t, t.TempDir())
 	tlsOpts := &client.TLSOptions{
-		CAPEM: readFile(t, p.ca), CertPEM: readFile(t, p.clientCert), KeyPEM: readFile(t, p.clientKey),
+		CAPEM: readFile(t, p.CA), CertPEM: readFile(t, p.ClientCert), KeyPEM: readFile(t, p.ClientKey),
 		ServerName: "pulsed", CertExpiryWarn: 30 * 24 * time.Hour, CertExpiryFail: 24 * time.Hour,
 	}
 	if _, _, err := c.Add(ctx, client.Target{

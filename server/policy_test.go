@@ -16,6 +16,7 @@ import (
 
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/fakeclock"
+	"github.com/pulsehealth/pulse/checker/fakeprobe"
 	"github.com/pulsehealth/pulse/checker/probe"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 	"github.com/pulsehealth/pulse/internal/testscale"
@@ -213,7 +214,7 @@ func TestFlapDampingThroughTheAPI(t *testing.T) {
 type hangProbers struct{ running atomic.Int32 }
 
 func (h *hangProbers) New(probe.Spec) (checker.Prober, error) {
-	return proberFunc(func(ctx context.Context) error {
+	return fakeprobe.Func(func(ctx context.Context) error {
 		h.running.Add(1)
 		defer h.running.Add(-1)
 		<-ctx.Done()

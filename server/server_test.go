@@ -3,14 +3,12 @@ package server_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,45 +26,18 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/pulsehealth/pulse/checker"
-	"github.com/pulsehealth/pulse/checker/probe"
+	"github.com/pulsehealth/pulse/checker/fakeprobe"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 	"github.com/pulsehealth/pulse/server"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// switchProbers builds probers that pass while their target's switch is up.
-// A target's switch is keyed by its TCP address.
-type switchProbers struct {
-	up map[string]*atomic.Bool
-}
-
-func (s *switchProbers) New(p probe.Spec) (checker.Prober, error) {
-	if p.TCP == nil {
-		return proberFunc(func(context.Context) error { return errors.New("only tcp is faked") }), nil
-	}
-	b, ok := s.up[p.TCP.Address]
-	if !ok {
-		b = new(atomic.Bool)
-		s.up[p.TCP.Address] = b
-	}
-	return proberFunc(func(context.Context) error {
-		if b.Load() {
-			return nil
-		}
-		return errors.New("connection refused")
-	}), nil
-}
-
-type proberFunc func(context.Context) error
-
-func (f proberFunc) Probe(ctx context.Context) error { return f(ctx) }
-
 type env struct {
 	c      *checker.Checker
 	client pb.HealthCheckerClient
 	conn   *grpc.ClientConn
-	up     map[string]*atomic.Bool
+	probes *fakeprobe.Switches
 	logs   *syncBuffer
 	health *server.Health
 }
@@ -99,7 +70,7 @@ func start(t *testing.T, cfg checker.Config, opts ...server.Option) *env {
 // startWith is start with server options.
 func startWith(t *testing.T, cfg checker.Config, sopts server.Options, opts ...server.Option) *env {
 	t.Helper()
-	sp := &switchProbers{up: map[string]*atomic.Bool{}}
+	sp := fakeprobe.NewSwitches()
 	cfg.NewProber = sp.New
 	if cfg.Defaults == (checker.Defaults{}) {
 		cfg.Defaults = checker.Defaults{Interval: 2 * time.Second, Timeout: time.Second, Rise: 1, Fall: 1}
@@ -112,7 +83,7 @@ func startWith(t *testing.T, cfg checker.Config, sopts server.Options, opts ...s
 	sopts.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	gs, hs := server.NewGRPCServer(server.New(c, opts...), sopts)
 	conn := serveBufconn(t, gs, c)
-	return &env{c: c, client: pb.NewHealthCheckerClient(conn), conn: conn, up: sp.up, logs: logs, health: hs}
+	return &env{c: c, client: pb.NewHealthCheckerClient(conn), conn: conn, probes: sp, logs: logs, health: hs}
 }
 
 // serveBufconn serves gs over bufconn and returns a client connection to
@@ -136,11 +107,7 @@ func serveBufconn(t *testing.T, gs *grpc.Server, c *checker.Checker) *grpc.Clien
 	return conn
 }
 
-func (e *env) set(addr string, up bool) {
-	if b, ok := e.up[addr]; ok {
-		b.Store(up)
-	}
-}
+func (e *env) set(addr string, up bool) { e.probes.Set(addr, up) }
 
 func tcpTarget(name, group string) *pb.Target {
 	return &pb.Target{Name: name, Group: group, Probe: &pb.Target_Tcp{Tcp: &pb.TcpProbe{Address: name + ":80"}}}

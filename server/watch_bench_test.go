@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/fakeprobe"
 	"github.com/pulsehealth/pulse/checker/probe"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 	"github.com/pulsehealth/pulse/server"
@@ -39,7 +40,7 @@ func BenchmarkWatchTransitionsFanOut(b *testing.B) {
 				Defaults:             checker.Defaults{Interval: 2 * time.Second, Timeout: time.Second, Rise: 1, Fall: 1},
 				MaxUnhealthyFraction: 1,
 				NewProber: func(probe.Spec) (checker.Prober, error) {
-					return proberFunc(func(context.Context) error {
+					return fakeprobe.Func(func(context.Context) error {
 						if up.Load() {
 							return nil
 						}

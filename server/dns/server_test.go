@@ -1,8 +1,6 @@
 package dns_test
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -10,7 +8,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,58 +16,17 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/fakeprobe"
 	"github.com/pulsehealth/pulse/checker/probe"
 	"github.com/pulsehealth/pulse/server/dns"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// switchProbers builds probers that pass while their address's switch is
-// up: the TCP or gRPC address, or the HTTP URL. Nothing is dialled.
-type switchProbers struct {
-	mu sync.Mutex
-	up map[string]*atomic.Bool
-}
-
-func (s *switchProbers) key(p probe.Spec) string {
-	switch {
-	case p.TCP != nil:
-		return p.TCP.Address
-	case p.GRPC != nil:
-		return p.GRPC.Address
-	}
-	return p.HTTP.URL
-}
-
-func (s *switchProbers) sw(key string) *atomic.Bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b, ok := s.up[key]
-	if !ok {
-		b = new(atomic.Bool)
-		s.up[key] = b
-	}
-	return b
-}
-
-func (s *switchProbers) New(p probe.Spec) (checker.Prober, error) {
-	b := s.sw(s.key(p))
-	return proberFunc(func(context.Context) error {
-		if b.Load() {
-			return nil
-		}
-		return errors.New("connection refused")
-	}), nil
-}
-
-type proberFunc func(context.Context) error
-
-func (f proberFunc) Probe(ctx context.Context) error { return f(ctx) }
-
 type env struct {
 	c      *checker.Checker
 	s      *dns.Server
-	probes *switchProbers
+	probes *fakeprobe.Switches
 	addr   string // UDP and TCP
 }
 
@@ -78,7 +34,7 @@ type env struct {
 // DNS on loopback.
 func start(t testing.TB, ccfg checker.Config, cfg dns.Config) *env {
 	t.Helper()
-	sp := &switchProbers{up: map[string]*atomic.Bool{}}
+	sp := fakeprobe.NewSwitches()
 	ccfg.NewProber = sp.New
 	if ccfg.Defaults == (checker.Defaults{}) {
 		ccfg.Defaults = checker.Defaults{Interval: 2 * time.Second, Timeout: time.Second, Rise: 1, Fall: 1}
@@ -119,13 +75,13 @@ func (e *env) add(t testing.TB, up bool, specs ...checker.Spec) {
 		if _, _, err := e.c.Add(s); err != nil {
 			t.Fatal(err)
 		}
-		e.probes.sw(e.probes.key(s.Probe)).Store(up)
+		e.probes.Set(fakeprobe.Key(s.Probe), up)
 	}
 	e.sync(t)
 }
 
 // set flips the probe of the target at key (its address or URL).
-func (e *env) set(key string, up bool) { e.probes.sw(key).Store(up) }
+func (e *env) set(key string, up bool) { e.probes.Set(key, up) }
 
 // round probes every target once and waits for DNS to see the results.
 func (e *env) round(t testing.TB) {

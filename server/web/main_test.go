@@ -18,6 +18,7 @@ import (
 
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/fakeclock"
+	"github.com/pulsehealth/pulse/checker/fakeprobe"
 	"github.com/pulsehealth/pulse/checker/probe"
 	"github.com/pulsehealth/pulse/server/web"
 )
@@ -52,7 +53,7 @@ func (f *fakeProbers) New(s probe.Spec) (checker.Prober, error) {
 	case s.GRPC != nil:
 		addr = s.GRPC.Address
 	}
-	return proberFunc(func(context.Context) error {
+	return fakeprobe.Func(func(context.Context) error {
 		f.mu.Lock()
 		o, ok := f.next[addr]
 		f.mu.Unlock()

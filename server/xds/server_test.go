@@ -2,13 +2,10 @@ package xds_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"sort"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/fakeprobe"
 	"github.com/pulsehealth/pulse/checker/probe"
 	"github.com/pulsehealth/pulse/internal/testscale"
 	"github.com/pulsehealth/pulse/server"
@@ -35,52 +33,10 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// switchProbers builds probers that pass while their address's switch is
-// up. Nothing is dialled.
-type switchProbers struct {
-	mu sync.Mutex
-	up map[string]*atomic.Bool
-}
-
-func (s *switchProbers) key(p probe.Spec) string {
-	switch {
-	case p.TCP != nil:
-		return p.TCP.Address
-	case p.GRPC != nil:
-		return p.GRPC.Address
-	}
-	return p.HTTP.URL
-}
-
-func (s *switchProbers) sw(key string) *atomic.Bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b, ok := s.up[key]
-	if !ok {
-		b = new(atomic.Bool)
-		s.up[key] = b
-	}
-	return b
-}
-
-func (s *switchProbers) New(p probe.Spec) (checker.Prober, error) {
-	b := s.sw(s.key(p))
-	return proberFunc(func(context.Context) error {
-		if b.Load() {
-			return nil
-		}
-		return errors.New("connection refused")
-	}), nil
-}
-
-type proberFunc func(context.Context) error
-
-func (f proberFunc) Probe(ctx context.Context) error { return f(ctx) }
-
 type env struct {
 	c      *checker.Checker
 	s      *xds.Server
-	probes *switchProbers
+	probes *fakeprobe.Switches
 	conn   *grpc.ClientConn
 }
 
@@ -94,7 +50,7 @@ func start(t testing.TB, ccfg checker.Config, cfg xds.Config, tokens *server.Tok
 // startWith is start with the server's source wrapped by wrap, if set.
 func startWith(t testing.TB, ccfg checker.Config, cfg xds.Config, tokens *server.Tokens, wrap func(*checker.Checker) xds.Source) *env {
 	t.Helper()
-	sp := &switchProbers{up: map[string]*atomic.Bool{}}
+	sp := fakeprobe.NewSwitches()
 	ccfg.NewProber = sp.New
 	if ccfg.Defaults == (checker.Defaults{}) {
 		ccfg.Defaults = checker.Defaults{Interval: 2 * time.Second, Timeout: time.Second, Rise: 1, Fall: 1}
@@ -143,7 +99,7 @@ func tcpTarget(name, group, addr string) checker.Spec {
 func (e *env) add(t testing.TB, up bool, specs ...checker.Spec) {
 	t.Helper()
 	for _, s := range specs {
-		e.probes.sw(e.probes.key(s.Probe)).Store(up)
+		e.probes.Set(fakeprobe.Key(s.Probe), up)
 		if _, _, err := e.c.Add(s); err != nil {
 			t.Fatal(err)
 		}
@@ -151,7 +107,7 @@ func (e *env) add(t testing.TB, up bool, specs ...checker.Spec) {
 	e.sync(t)
 }
 
-func (e *env) set(key string, up bool) { e.probes.sw(key).Store(up) }
+func (e *env) set(key string, up bool) { e.probes.Set(key, up) }
 
 // round probes every target once and waits for xDS to serve the results.
 func (e *env) round(t testing.TB) {
