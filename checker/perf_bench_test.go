@@ -1,7 +1,6 @@
 package checker_test
 
-// Micro-benchmarks of the paths every probe pays for (issue 10, acceptance
-// 4). They assert nothing about time; compare them between commits with
+// Micro-benchmarks of the paths every probe pays for. They assert nothing about time; compare them between commits with
 // benchstat (see BENCHMARKS.md):
 //
 //	go test -run '^$' -bench 'Perf' -benchmem -count 10 ./checker/ > new.txt

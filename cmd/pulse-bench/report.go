@@ -367,7 +367,7 @@ func orNA(s string) string {
 	return s
 }
 
-// Verdicts compares the run with acceptance 6's targets, one line each,
+// Verdicts compares the run with the performance goals, one line each,
 // saying met or missed and by how much.
 func (r Report) Verdicts() []string {
 	var out []string

@@ -61,7 +61,7 @@ func TestEmbedded(t *testing.T) {
 	}
 }
 
-// scenario is issue 5's acceptance test, the same in both modes. It
+// scenario is the end-to-end test of pulse-lb's routing, the same in both modes. It
 // starts with every backend up and ends with bs[1] up, the others down.
 // names are the backends' names in pulse-lb's logs, and each backend's
 // body is its name.

@@ -57,8 +57,8 @@ func logEnv(t *testing.T, level slog.Level) (*env, *logBuffer) {
 	return e, buf
 }
 
-// At info, a failing target logs one JSON line per transition, in seed
-// 000's form with the attributes, and nothing per failed probe.
+// At info, a failing target logs one JSON line per transition, in the
+// documented form with the attributes, and nothing per failed probe.
 func TestTransitionLogIsJSONWithAttributes(t *testing.T) {
 	e, buf := logEnv(t, slog.LevelInfo)
 	e.add(t, checker.Spec{Name: "db-1", Group: "data", Model: checker.ModelThreeState, Probe: tcpSpec("db-1", "").Probe})
