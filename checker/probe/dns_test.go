@@ -17,13 +17,24 @@ import (
 // answer, and NXDOMAIN for the rest.
 func startDNS(t *testing.T) string {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	// The server answers UDP and TCP on one port: the TCP port may be taken
+	// by another process once the UDP one is chosen, so try a few.
+	var (
+		pc  net.PacketConn
+		ln  net.Listener
+		err error
+	)
+	for range 20 {
+		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		if ln, err = net.Listen("tcp", pc.LocalAddr().String()); err == nil {
+			break
+		}
+		_ = pc.Close()
 	}
-	ln, err := net.Listen("tcp", pc.LocalAddr().String())
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("no port free for both UDP and TCP: %v", err)
 	}
 	zone := map[string][]string{
 		"api.internal.":      {"api.internal. 60 IN A 10.0.0.7", "api.internal. 60 IN A 10.0.0.8"},
