@@ -274,7 +274,7 @@ func (c *Checker) ReportOutcome(name string, o Outcome) (st Status, counted bool
 		return Status{}, false, err
 	}
 	if c.repl != nil {
-		return Status{}, false, fmt.Errorf("%w: passive outcomes need one view of a target's results; report them to a pulsed with the embedded registry", ErrNotShared)
+		return c.repl.reportOutcome(name, o) // forwarded to the owner: passive_shared.go
 	}
 	return c.reg.reportOutcome(name, o)
 }
