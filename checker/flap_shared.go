@@ -161,6 +161,16 @@ func (r *registry) flapFromStoreLocked(t *target) {
 	t.m.State = f.Verdict
 }
 
+// loadFlapLocked takes the flap log stored with a loaded target's state,
+// without events.
+func (r *registry) loadFlapLocked(t *target, f *SharedFlap) {
+	if f == nil {
+		return
+	}
+	t.sharedLocked().flap = f
+	r.flapFromStoreLocked(t)
+}
+
 // sharedSpecFlapLocked is the owner's side of a spec change that turns
 // flap damping off while the target is flapping: it is released, and the
 // release stored.

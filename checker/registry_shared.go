@@ -44,6 +44,7 @@ func (r *registry) putSharedLocked(spec Spec, st *SharedState, stateRev uint64, 
 		if st != nil {
 			t.lastTr = st.Time
 			t.carried = true
+			r.loadFlapLocked(t, st.Flap)
 		}
 		if spec.Admin().Mode != ModeActive {
 			t.state = StateUnhealthy // until its owner's state comes back

@@ -162,6 +162,9 @@ func (s *Server) ListTargets(ctx context.Context, req *pb.ListTargetsRequest) (*
 		out.Checker.RegistryError = err.Error()
 	}
 	out.Checker.Replica, out.Checker.Replicas = s.c.Replica()
+	for _, o := range s.c.DegradedReplicas() {
+		out.Checker.DegradedReplicas = append(out.Checker.DegradedReplicas, o.Replica)
+	}
 	return out, nil
 }
 
