@@ -91,6 +91,7 @@ type Registry struct {
 
 	overload        *checker.ReplicaOverload  // this replica's, as last published; see policies.go
 	loadedOverloads []checker.ReplicaOverload // the degraded replicas Load read
+	degraded        map[string]bool           // the replicas whose overload key says degraded, as applied
 }
 
 type specRecord struct {
@@ -553,6 +554,7 @@ func (r *Registry) resync(c Applier) (int64, error) {
 	seen := map[string]bool{}
 	var members []string
 	var joined int64
+	var overloads []*mvccpb.KeyValue
 	for _, kv := range resp.Kvs {
 		kind, name, ok := r.split(string(kv.Key))
 		if !ok {
@@ -574,8 +576,11 @@ func (r *Registry) resync(c Applier) (int64, error) {
 		case "members":
 			members = append(members, name)
 			joined = max(joined, orig)
+		case "overload":
+			overloads = append(overloads, kv)
 		}
 	}
+	evs = append(evs, r.resyncOverloads(overloads, rev)...)
 	r.mu.Lock()
 	var gone []string
 	for name := range r.known {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/pulsehealth/pulse/checker"
@@ -130,7 +131,41 @@ func (r *Registry) loadPolicy(kind, name string, value []byte) {
 	}
 	r.mu.Lock()
 	r.loadedOverloads = append(r.loadedOverloads, o)
+	r.noteOverloadLocked(o)
 	r.mu.Unlock()
+}
+
+// noteOverloadLocked keeps which replicas are degraded, for resync.
+func (r *Registry) noteOverloadLocked(o checker.ReplicaOverload) {
+	if r.degraded == nil {
+		r.degraded = make(map[string]bool)
+	}
+	if o.Degraded {
+		r.degraded[o.Replica] = true
+	} else {
+		delete(r.degraded, o.Replica)
+	}
+}
+
+// resyncOverloads returns, for a resync at rev, the overload keys read
+// (kvs, already at rev) as puts, and a deletion for each replica that was
+// degraded and has no key any more.
+func (r *Registry) resyncOverloads(kvs []*mvccpb.KeyValue, rev int64) []*clientv3.Event {
+	seen := map[string]bool{}
+	var evs []*clientv3.Event
+	for _, kv := range kvs {
+		_, name, _ := r.split(string(kv.Key))
+		seen[name] = true
+		evs = append(evs, &clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id := range r.degraded {
+		if !seen[id] {
+			evs = append(evs, &clientv3.Event{Type: clientv3.EventTypeDelete, Kv: &mvccpb.KeyValue{Key: []byte(r.overloadKey(id)), ModRevision: rev}})
+		}
+	}
+	return evs
 }
 
 // policyChange turns an event on a policy key into the checker's change;
@@ -157,6 +192,7 @@ func (r *Registry) policyChange(kind, name string, ev *clientv3.Event) (ch check
 				return ch, false
 			}
 		}
+		r.noteOverloadLocked(o)
 		return checker.SharedChange{Kind: checker.SharedOverloadPut, Rev: rev, Overload: o}, true
 	}
 	return ch, false
