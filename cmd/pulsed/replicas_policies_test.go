@@ -200,9 +200,14 @@ func TestReplicatedPolicies(t *testing.T) {
 		return true
 	})
 	var started [3][]string
-	for i, s := range streams {
-		started[i] = s.policies(pb.PolicyEvent_KIND_FLAPPING_STARTED, "")
-	}
+	eventually(t, "FLAPPING_STARTED on the three streams", func() bool {
+		for i, s := range streams {
+			if started[i] = s.policies(pb.PolicyEvent_KIND_FLAPPING_STARTED, ""); len(started[i]) == 0 {
+				return false
+			}
+		}
+		return true
+	})
 	if len(started[0]) != 1 || !slices.Equal(started[0], started[1]) || !slices.Equal(started[1], started[2]) {
 		t.Fatalf("FLAPPING_STARTED on the streams: %q", started)
 	}
