@@ -27,8 +27,8 @@ import (
 // well within flap_window (NTP does).
 
 // SharedFlap is a target's flap damping as its owner stored it with its
-// state. A nil *SharedFlap (a record without one) leaves the replicas'
-// view as it was.
+// state. A record without one (nil: written by a replica that stores no
+// flap log) clears the stored log: each replica then shows its own.
 type SharedFlap struct {
 	// Verdict is the state the target's results alone give.
 	Verdict State `json:"verdict"`
@@ -121,6 +121,11 @@ func flapHeldLocked(t *target) bool {
 func (r *registry) mirrorFlapLocked(t *target, st SharedState, now time.Time) {
 	f := st.Flap
 	if f == nil {
+		// A replica that stores no flap log wrote it: what was stored
+		// before is stale.
+		if t.more != nil && t.more.shared != nil {
+			t.more.shared.flap = nil
+		}
 		return
 	}
 	sp := t.sharedLocked()

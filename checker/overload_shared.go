@@ -3,6 +3,7 @@ package checker
 import (
 	"cmp"
 	"context"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -88,8 +89,12 @@ func (rp *replication) publishLoop() {
 			if o == nil {
 				break
 			}
-			if !ok {
-				rp.logger.Warn(o.Reason, "degraded", o.Degraded)
+			if !ok { // logged, as its event would have been
+				level := slog.LevelInfo
+				if o.Degraded {
+					level = slog.LevelWarn
+				}
+				rp.logger.Log(rp.closing, level, o.Reason)
 				continue
 			}
 			ctx, cancel := context.WithTimeout(rp.closing, sharedWait)
