@@ -407,3 +407,47 @@ func TestSharedOverloadIsPublished(t *testing.T) {
 		t.Fatalf("the replicas' streams differ (-a +b):\n%s", diff)
 	}
 }
+
+// Flap damping turned off while a target flaps (a spec written on any
+// replica): its owner releases it, and every replica streams the same
+// FLAPPING_ENDED and the transition back to its verdict.
+func TestSharedFlapDampingTurnedOff(t *testing.T) {
+	cl := newFakeCluster()
+	clock := fakeclock.New(epoch)
+	fp := newFakeProbers(clock)
+	a := cl.replica(t, "a", clock, fp, checker.Config{})
+	b := cl.replica(t, "b", clock, fp, checker.Config{})
+	wa, wb := watchNow(t, a.c, checker.Filter{}), watchNow(t, b.c, checker.Filter{})
+	s := spec("web-2")
+	s.Interval, s.Timeout, s.Rise, s.Fall, s.InitialState = time.Second, time.Second, 1, 1, checker.StateHealthy
+	s.FlapWindow, s.FlapThreshold, s.FlapStableFor = 10*time.Second, 2, time.Hour
+	if _, _, err := a.c.Add(s); err != nil {
+		t.Fatal(err)
+	}
+	for _, ok := range []bool{false, true} {
+		clock.Advance(time.Second)
+		fp.set("web-2", map[bool]outcome{true: pass, false: fail}[ok])
+		a.c.RunRound(t.Context())
+	}
+	both := func(what string, cond func(checker.Status) bool) {
+		t.Helper()
+		waitFor(t, what, func() bool {
+			sa, _ := a.c.Status("web-2")
+			sb, _ := b.c.Status("web-2")
+			return cond(sa) && cond(sb)
+		})
+	}
+	both("flapping", func(st checker.Status) bool { return st.Flapping && st.State == checker.StateUnhealthy })
+	s.FlapThreshold, s.FlapStableFor = 0, 0
+	if _, _, err := b.c.Add(s); err != nil {
+		t.Fatal(err)
+	}
+	both("released", func(st checker.Status) bool { return !st.Flapping && st.State == checker.StateHealthy })
+	evA, evB := policyEvents(t, wa), policyEvents(t, wb)
+	if len(evA) != 2 || !strings.Contains(evA[1], "web-2: no longer flapping, flap damping turned off") {
+		t.Fatalf("a's stream: %v, want FLAPPING_STARTED and FLAPPING_ENDED", evA)
+	}
+	if diff := cmp.Diff(evA, evB); diff != "" {
+		t.Fatalf("the replicas' streams differ (-a +b):\n%s", diff)
+	}
+}
