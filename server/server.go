@@ -210,6 +210,9 @@ func (s *Server) ReportOutcome(_ context.Context, req *pb.ReportOutcomeRequest) 
 		return nil, toStatus(err, "")
 	}
 	st, counted, err := s.c.ReportOutcome(req.GetTarget(), o)
+	if errors.Is(err, checker.ErrUncertain) { // with replicas: an outcome is not idempotent
+		return nil, status.Errorf(codes.Unavailable, "%v; a retry may count the outcome twice", err)
+	}
 	if err != nil {
 		return nil, toStatus(err, "")
 	}
