@@ -210,8 +210,11 @@ func (s *Server) ReportOutcome(_ context.Context, req *pb.ReportOutcomeRequest) 
 		return nil, toStatus(err, "")
 	}
 	st, counted, err := s.c.ReportOutcome(req.GetTarget(), o)
-	if errors.Is(err, checker.ErrUncertain) { // with replicas: an outcome is not idempotent
+	switch { // with replicas; unlike AddTarget, an outcome sent again counts again
+	case errors.Is(err, checker.ErrUncertain):
 		return nil, status.Errorf(codes.Unavailable, "%v; a retry may count the outcome twice", err)
+	case errors.Is(err, checker.ErrLagging):
+		return nil, status.Errorf(codes.Unavailable, "%v; the outcome is stored and counted: do not send it again", err)
 	}
 	if err != nil {
 		return nil, toStatus(err, "")
