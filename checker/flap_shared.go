@@ -161,7 +161,7 @@ func (r *registry) flapFromStoreLocked(t *target) {
 	if f == nil {
 		return
 	}
-	t.flaps = flapLog{times: slices.Clone(f.Changes)}
+	t.flaps = flapLog{times: slices.Clone(f.Changes[max(0, len(f.Changes)-maxFlaps):])}
 	t.flapping = f.Flapping
 	t.m.State = f.Verdict
 }

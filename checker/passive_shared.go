@@ -79,6 +79,9 @@ func (b outcomeBucket) take(now time.Time, rate int) (outcomeBucket, bool) {
 	tokens := float64(rate)
 	if b.rev != 0 {
 		tokens = b.tokens
+		if !(tokens >= 0) { // a record that does not make sense (NaN too) is an empty bucket
+			tokens = 0
+		}
 		if el := now.Sub(b.at); el > 0 {
 			tokens += el.Seconds() * float64(rate)
 		}
