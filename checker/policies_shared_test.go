@@ -333,6 +333,19 @@ func TestSharedPassiveOutcomesGoToTheOwner(t *testing.T) {
 	if _, counted, _ := a.c.ReportOutcome("web-1", checker.Outcome{Pass: true}); counted {
 		t.Error("an outcome over the rate was counted")
 	}
+
+	// The target moves to b: an outcome sent to a is applied by b.
+	cl.move("web-1", "b")
+	clock.Advance(time.Second)
+	if _, counted, err := a.c.ReportOutcome("web-1", checker.Outcome{Err: "reset by peer"}); err != nil || !counted {
+		t.Fatalf("ReportOutcome on a after the move: %v, %v", counted, err)
+	}
+	if sb, _ := b.c.Status("web-1"); sb.LastResult == nil || sb.LastResult.Err != "reset by peer" {
+		t.Errorf("the new owner's last result %+v, want the outcome sent to a", sb.LastResult)
+	}
+	if sa, _ := a.c.Status("web-1"); sa.LastResult != nil && sa.LastResult.Err == "reset by peer" {
+		t.Error("the old owner applied the outcome")
+	}
 }
 
 // A degraded replica's overload is on every replica's stream, with its ID,
