@@ -268,13 +268,15 @@ func (c *Checker) Revision() uint64 { return c.hub.revision() }
 // error. A passive result does not go to the Observer (which sees probes).
 //
 // Errors: a *FieldError for a bad outcome, ErrUnknownTarget, an error
-// wrapping ErrPassiveDisabled, ErrClosed.
+// wrapping ErrPassiveDisabled, ErrClosed. With a shared registry any
+// replica accepts an outcome and the target's owner applies it (see
+// passive_shared.go; errors also ErrStore, ErrUncertain, ErrLagging).
 func (c *Checker) ReportOutcome(name string, o Outcome) (st Status, counted bool, err error) {
 	if err := o.Validate(); err != nil {
 		return Status{}, false, err
 	}
 	if c.repl != nil {
-		return Status{}, false, fmt.Errorf("%w: passive outcomes need one view of a target's results; report them to a pulsed with the embedded registry", ErrNotShared)
+		return c.repl.reportOutcome(name, o) // forwarded to the owner: passive_shared.go
 	}
 	return c.reg.reportOutcome(name, o)
 }

@@ -71,18 +71,9 @@ func (o Outcome) Validate() error {
 func (r *registry) reportOutcome(name string, o Outcome) (st Status, counted bool, err error) {
 	r.mu.Lock()
 	defer r.unlockAndReport()
-	if r.closed {
-		return Status{}, false, ErrClosed
-	}
-	t, ok := r.targets[name]
-	if !ok {
-		return Status{}, false, fmt.Errorf("%w %q", ErrUnknownTarget, name)
-	}
-	if t.quarantined() != "" {
-		return Status{}, false, fmt.Errorf("target %q: %w", name, ErrQuarantined)
-	}
-	if !t.spec.PassiveOutcomes {
-		return Status{}, false, fmt.Errorf("target %q: %w", name, ErrPassiveDisabled)
+	t, err := r.outcomeTargetLocked(name)
+	if err != nil {
+		return Status{}, false, err
 	}
 	now := r.clock.Now()
 	m := t.moreLocked()
@@ -96,16 +87,43 @@ func (r *registry) reportOutcome(name string, o Outcome) (st Status, counted boo
 		t.limited++
 		return r.statusLocked(t, now), false, nil
 	}
+	t.passive++
+	r.observeLocked(t, outcomeResult(t.spec, o, now), now)
+	r.sched.rescheduleLocked(t, now)
+	return r.statusLocked(t, now), true, nil
+}
+
+// outcomeTargetLocked returns the target an outcome is reported for, or
+// ErrClosed, ErrUnknownTarget, or an error wrapping ErrQuarantined or
+// ErrPassiveDisabled.
+func (r *registry) outcomeTargetLocked(name string) (*target, error) {
+	if r.closed {
+		return nil, ErrClosed
+	}
+	t, ok := r.targets[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownTarget, name)
+	}
+	if t.quarantined() != "" {
+		return nil, fmt.Errorf("target %q: %w", name, ErrQuarantined)
+	}
+	if !t.spec.PassiveOutcomes {
+		return nil, fmt.Errorf("target %q: %w", name, ErrPassiveDisabled)
+	}
+	return t, nil
+}
+
+// outcomeResult is the result a passive outcome gives a target of spec
+// spec at now: a failure without a reason says "request failed", and a
+// success slower than MaxLatency is a failure.
+func outcomeResult(spec Spec, o Outcome, now time.Time) Result {
 	res := Result{Pass: o.Pass, Latency: o.Latency, Err: o.Err, Time: now, Passive: true}
 	switch {
 	case !res.Pass && res.Err == "":
 		res.Err = "request failed"
-	case res.Pass && t.spec.MaxLatency > 0 && res.Latency > t.spec.MaxLatency:
+	case res.Pass && spec.MaxLatency > 0 && res.Latency > spec.MaxLatency:
 		res.Pass = false
-		res.Err = fmt.Sprintf("slow: %v > %v", res.Latency.Round(time.Millisecond), t.spec.MaxLatency)
+		res.Err = fmt.Sprintf("slow: %v > %v", res.Latency.Round(time.Millisecond), spec.MaxLatency)
 	}
-	t.passive++
-	r.observeLocked(t, res, now)
-	r.sched.rescheduleLocked(t, now)
-	return r.statusLocked(t, now), true, nil
+	return res
 }

@@ -159,6 +159,7 @@ func (r *registry) verdictLocked(t *target, changed bool, now time.Time, why cau
 		why = cause{reason: reason}
 	}
 	r.updateLocked(t, now, why)
+	r.proposeFlapLocked(t, now) // with a shared registry: store the log (flap_shared.go)
 }
 
 // endFlappingLocked releases t from flap damping; the caller then updates

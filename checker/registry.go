@@ -46,10 +46,11 @@ type registry struct {
 	rev       uint64           // the newest event's revision, published or not
 	reports   []Event          // events to log and observe once mu is released
 	closed    bool
-	applying  uint64               // with a shared registry: the revision being applied; 0 outside it
-	mirroring bool                 // with a shared registry: setStateLocked applies a stored state
-	timed     map[*target]struct{} // targets with a lifecycle deadline; see lifecycle.go
-	lifeWake  func()               // wakes the lifecycle's loop; nil before it exists
+	applying  uint64                     // with a shared registry: the revision being applied; 0 outside it
+	mirroring bool                       // with a shared registry: setStateLocked applies a stored state
+	timed     map[*target]struct{}       // targets with a lifecycle deadline; see lifecycle.go
+	lifeWake  func()                     // wakes the lifecycle's loop; nil before it exists
+	replicas  map[string]ReplicaOverload // with a shared registry: the degraded replicas, as published; see overload_shared.go
 }
 
 // newRegistry returns an empty registry; the caller calls use, then
@@ -133,6 +134,9 @@ type sharedLink interface {
 	// propose queues a state for the shared registry to store; it is
 	// called with the registry's lock held.
 	propose(p proposal)
+	// publishOverload queues this replica's overload state for the shared
+	// registry to publish; it is called with the registry's lock held.
+	publishOverload(o ReplicaOverload)
 }
 
 // add is Add for a spec with defaults, valid: it registers a target or
@@ -431,6 +435,9 @@ func (r *registry) statusLocked(t *target, now time.Time) Status {
 	if lf := t.lifeOrNil(); lf != nil {
 		st.UnhealthySince = lf.unhealthySince
 	}
+	if r.link != nil {
+		sharedFlapStatusLocked(&st, t, now)
+	}
 	return st
 }
 
@@ -636,6 +643,9 @@ func (r *registry) emitLocked(e Event) Event {
 // applied and publishes it. An event outside ApplyShared concerns this
 // replica alone (overload): it is logged and observed, not streamed.
 func (r *registry) emitSharedLocked(e Event) Event {
+	if r.sharedEventLocked(e) {
+		return e // published once stored (flap_shared.go)
+	}
 	e.Revision = r.applying
 	if e.Kind == EventTransition {
 		e.Transition.Revision = r.applying

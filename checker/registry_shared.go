@@ -44,6 +44,7 @@ func (r *registry) putSharedLocked(spec Spec, st *SharedState, stateRev uint64, 
 		if st != nil {
 			t.lastTr = st.Time
 			t.carried = true
+			r.loadFlapLocked(t, st.Flap)
 		}
 		if spec.Admin().Mode != ModeActive {
 			t.state = StateUnhealthy // until its owner's state comes back
@@ -89,6 +90,7 @@ func (r *registry) putSharedLocked(spec Spec, st *SharedState, stateRev uint64, 
 		r.updateLocked(t, now, cause{reason: "model changed to " + spec.Model.String()})
 	}
 	if t.owned {
+		r.sharedSpecFlapLocked(t, now)
 		r.sched.hurryLocked(t, now)
 	}
 }
@@ -118,16 +120,20 @@ func (r *registry) mirrorStateLocked(name string, st SharedState, rev uint64) {
 	t.stateRev = rev
 	t.proposing = false
 	why := cause{result: st.Result, reason: st.Reason}
+	now := r.clock.Now()
 	r.mirroring = true
 	r.setStateLocked(t, st.State, st.Time, why)
+	r.mirrorFlapLocked(t, st, now)
 	r.mirroring = false
 	if !t.owned {
 		t.m.State = st.State
+		r.flapFromStoreLocked(t) // the stored verdict, when there is one
 		t.m.PassStreak, t.m.FailStreak = 0, 0
 		return
 	}
 	// The owner's verdict may have moved on while the write was on its way.
-	r.updateLocked(t, r.clock.Now(), cause{result: t.last}) // zero before the first result
+	r.updateLocked(t, now, cause{result: t.last}) // zero before the first result
+	r.proposeFlapLocked(t, now)
 }
 
 // reownLocked asks the shared registry which targets this replica owns now
@@ -152,9 +158,11 @@ func (r *registry) ownLocked(t *target, own bool, now time.Time) {
 		t.index = -1
 		t.gen++ // a result in flight is no longer this replica's to store
 		t.proposing = false
+		r.flapFromStoreLocked(t)
 		return
 	}
 	t.m = Machine{Model: t.spec.Model, Rise: t.spec.Rise, Fall: t.spec.Fall, State: t.state}
+	r.flapFromStoreLocked(t) // carry on from the stored flap log and verdict
 	t.carried = true
 	t.slot = time.Time{}
 	if r.probedLocked(t) {
@@ -168,11 +176,18 @@ func (r *registry) proposeLocked(t *target, to State, now time.Time, why cause) 
 	if !t.owned || t.proposing || to == t.state {
 		return
 	}
+	r.writeStateLocked(t, to, now, why)
+}
+
+// writeStateLocked queues t's state record: the state to, and the flap log
+// (see flap_shared.go), which a record of the same state stores alone.
+func (r *registry) writeStateLocked(t *target, to State, now time.Time, why cause) {
 	t.proposing = true
 	r.link.propose(proposal{t: t, gen: t.gen, p: StateProposal{
 		Name:     t.spec.Name,
 		StateRev: t.stateRev,
-		State:    SharedState{State: to, From: t.state, Time: now, Result: why.result, Reason: why.reason},
+		State: SharedState{State: to, From: t.state, Time: now, Result: why.result, Reason: why.reason,
+			Flap: flapRecordLocked(t, now)},
 	}})
 }
 
@@ -223,6 +238,10 @@ func (r *registry) applySharedLocked(changes []SharedChange, rev uint64) (uint64
 			r.mirrorStateLocked(ch.Name, ch.State, ch.Rev)
 		case SharedMembersChanged:
 			r.reownLocked(now)
+		case SharedOutcomePut:
+			r.applyOutcomeLocked(ch.Name, ch.Outcome, ch.Rev, now)
+		case SharedOverloadPut:
+			r.applyOverloadLocked(ch.Overload, now)
 		}
 		rev = max(rev, ch.Rev)
 	}

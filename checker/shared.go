@@ -22,11 +22,12 @@ import (
 //     ApplyShared, and numbers its events with the shared registry's
 //     revisions, so a watcher can resume on any replica.
 //
-// Panic thresholds, flap damping and passive outcomes need one view of a
-// target's recent results, which only its owner has: a shared checker
-// refuses them (ErrNotShared, or a FieldError for a spec that asks for
-// them). Events that concern one replica alone (overload) are logged, not
-// streamed.
+// Flap damping travels with the states (flap_shared.go), passive outcomes
+// are forwarded to the owner through the shared registry
+// (passive_shared.go) and each replica's overload is published through it
+// (overload_shared.go), when the registry implements SharedOutcomes and
+// SharedOverloads. Panic thresholds need one view of a group's results: a
+// shared checker refuses them (ErrNotShared).
 type Shared interface {
 	// Load returns every target and its last state, and the revision they
 	// were read at.
@@ -61,6 +62,9 @@ type SharedState struct {
 	Result Result // the result that decided it, unless Reason is set
 	Reason string
 	Writer string // the replica that stored it
+	// Flap is the owner's flap log (see flap_shared.go); nil in a record
+	// that has none.
+	Flap *SharedFlap
 }
 
 // StateProposal is a state an owner asks the shared registry to store.
@@ -92,6 +96,9 @@ type SharedChange struct {
 	Spec  Spec        // SharedSpecPut
 	Name  string      // SharedSpecDeleted, SharedStatePut
 	State SharedState // SharedStatePut
+
+	Outcome  SharedOutcome   // SharedOutcomePut (passive_shared.go)
+	Overload ReplicaOverload // SharedOverloadPut (overload_shared.go)
 }
 
 var (
@@ -156,14 +163,9 @@ func (c *Checker) Replica() (id string, members []string) {
 	return c.repl.replica()
 }
 
-// validateShared refuses what a shared checker cannot do.
-func validateShared(spec Spec) error {
-	switch {
-	case spec.FlapThreshold > 0:
-		return &FieldError{"flap_threshold", "flap damping is not supported with a shared registry (-registry etcd): leave it 0"}
-	case spec.PassiveOutcomes:
-		return &FieldError{"passive_outcomes", "passive outcomes are not supported with a shared registry (-registry etcd): leave it false"}
-	}
+// validateShared refuses what a shared checker cannot do in a spec: since
+// flap damping and passive outcomes are shared, nothing.
+func validateShared(Spec) error {
 	return nil
 }
 
@@ -186,6 +188,8 @@ type replication struct {
 
 	mu        sync.Mutex // protects proposals
 	proposals []proposal
+
+	ovl overloadPub // this replica's overload state to publish; see overload_shared.go
 }
 
 // newReplication loads the shared registry into reg and returns its
@@ -202,9 +206,11 @@ func newReplication(shared Shared, reg *registry, logger *slog.Logger, closing c
 		closing: closing,
 		wake:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
+		ovl:     overloadPub{wake: make(chan struct{}, 1), done: make(chan struct{})},
 	}
 	reg.link = rp
 	reg.loadShared(targets, rev)
+	rp.loadOverloads()
 	return rp, nil
 }
 
@@ -213,10 +219,15 @@ func newReplication(shared Shared, reg *registry, logger *slog.Logger, closing c
 func (rp *replication) start(h *hub) {
 	rp.hub = h
 	go rp.proposeLoop()
+	go rp.publishLoop()
 }
 
-// wait waits for the proposer to stop, after the checker's context ended.
-func (rp *replication) wait() { <-rp.done }
+// wait waits for the proposer and the publisher to stop, after the
+// checker's context ended.
+func (rp *replication) wait() {
+	<-rp.done
+	<-rp.ovl.done
+}
 
 // owns is Shared.Owns, for the registry.
 func (rp *replication) owns(name string) bool { return rp.shared.Owns(name) }

@@ -270,17 +270,6 @@ func TestSharedOwnershipAndFencing(t *testing.T) {
 // What needs one view of a target's results is refused, not ignored.
 func TestSharedRefusals(t *testing.T) {
 	e := newSharedEnv(t, &fakeShared{}, checker.Config{})
-	s := spec("x")
-	s.FlapThreshold = 3
-	var fe *checker.FieldError
-	if _, _, err := e.c.Add(s); !errors.As(err, &fe) || fe.Field != "flap_threshold" {
-		t.Fatalf("flap damping: %v", err)
-	}
-	s = spec("x")
-	s.PassiveOutcomes = true
-	if _, _, err := e.c.Add(s); !errors.As(err, &fe) || fe.Field != "passive_outcomes" {
-		t.Fatalf("passive outcomes: %v", err)
-	}
 	if _, err := e.c.SetGroupPolicy("g", checker.GroupPolicy{MaxUnhealthyFraction: 0.5}); !errors.Is(err, checker.ErrNotShared) {
 		t.Fatalf("panic threshold: %v", err)
 	}

@@ -69,6 +69,7 @@ func newTarget(spec Spec, p Prober, state State) *target {
 type targetMore struct {
 	bucket *rate.Limiter
 	life   lifeState
+	shared *sharedPolicy // with a shared registry; see flap_shared.go
 }
 
 // moreLocked returns t's targetMore, making it.

@@ -138,7 +138,8 @@ type Status struct {
 	// Flapping is true while flap damping holds the target unhealthy.
 	Flapping bool
 	// Transitions counts the verdict's changes within Spec.FlapWindow up to
-	// now (at most 256).
+	// now (at most 256). With a shared registry, Verdict, Flapping and
+	// Transitions are those its owner stored, on every replica.
 	Transitions int
 	// ProbeInterval is the interval the target is probed at now, after
 	// Spec.IntervalFor.
@@ -151,7 +152,9 @@ type Status struct {
 	// ActiveResults and PassiveResults count the probe results and the
 	// passive outcomes applied; PassiveLimited counts the passive outcomes
 	// dropped by Spec.PassiveRate; IgnoredTimeouts the probe timeouts not
-	// counted because the checker was overloaded.
+	// counted because the checker was overloaded. With a shared registry,
+	// PassiveResults counts the outcomes stored, on every replica;
+	// PassiveLimited those this replica refused.
 	ActiveResults   uint64
 	PassiveResults  uint64
 	PassiveLimited  uint64

@@ -108,6 +108,9 @@ type PolicyChange struct {
 	// Transitions is the target's verdict changes in its flap window
 	// (flapping events).
 	Transitions int
+	// Replica is, with a shared registry, the replica a checker event is
+	// about; empty otherwise.
+	Replica string
 }
 
 // Event is one change to the registry. The checker numbers events with one

@@ -434,12 +434,13 @@ var policyKinds = map[checker.EventKind]pb.PolicyEvent_Kind{
 
 func policyEventToProto(e checker.Event) *pb.WatchTransitionsResponse {
 	return &pb.WatchTransitionsResponse{Revision: e.Revision, Event: &pb.WatchTransitionsResponse_Policy{Policy: &pb.PolicyEvent{
-		Kind:   policyKinds[e.Kind],
-		Group:  e.Policy.Group,
-		Target: e.Policy.Target,
-		Time:   timestamp(e.Time),
-		Text:   e.Policy.Text,
-		Held:   e.Policy.Held,
+		Kind:    policyKinds[e.Kind],
+		Group:   e.Policy.Group,
+		Target:  e.Policy.Target,
+		Time:    timestamp(e.Time),
+		Text:    e.Policy.Text,
+		Held:    e.Policy.Held,
+		Replica: e.Policy.Replica,
 	}}}
 }
 

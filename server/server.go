@@ -162,6 +162,9 @@ func (s *Server) ListTargets(ctx context.Context, req *pb.ListTargetsRequest) (*
 		out.Checker.RegistryError = err.Error()
 	}
 	out.Checker.Replica, out.Checker.Replicas = s.c.Replica()
+	for _, o := range s.c.DegradedReplicas() {
+		out.Checker.DegradedReplicas = append(out.Checker.DegradedReplicas, o.Replica)
+	}
 	return out, nil
 }
 
@@ -207,6 +210,12 @@ func (s *Server) ReportOutcome(_ context.Context, req *pb.ReportOutcomeRequest) 
 		return nil, toStatus(err, "")
 	}
 	st, counted, err := s.c.ReportOutcome(req.GetTarget(), o)
+	switch { // with replicas; unlike AddTarget, an outcome sent again counts again
+	case errors.Is(err, checker.ErrUncertain):
+		return nil, status.Errorf(codes.Unavailable, "%v; a retry may count the outcome twice", err)
+	case errors.Is(err, checker.ErrLagging):
+		return nil, status.Errorf(codes.Unavailable, "%v; the outcome is stored and counted: do not send it again", err)
+	}
 	if err != nil {
 		return nil, toStatus(err, "")
 	}

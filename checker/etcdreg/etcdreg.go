@@ -7,6 +7,8 @@
 //	states/<name>   its last state (JSON), written by the target's owner
 //	members/<id>    a live replica, attached to that replica's lease
 //
+// and the pool policies' (policies.go): outcomes/<name>, overload/<id>.
+//
 // Each replica holds a lease and announces itself under members/. Targets
 // are divided among the live members by rendezvous hashing, so a member
 // joining or leaving moves only the targets it must. A state is written in
@@ -86,6 +88,10 @@ type Registry struct {
 	loadRev   int64            // the revision Load read at
 	joinedRev int64            // the newest member key put this replica has applied
 	known     map[string]int64 // every target's state revision (0: none yet), for resync
+
+	overload        *checker.ReplicaOverload  // this replica's, as last published; see policies.go
+	loadedOverloads []checker.ReplicaOverload // the degraded replicas Load read
+	degraded        map[string]bool           // the replicas whose overload key says degraded, as applied
 }
 
 type specRecord struct {
@@ -102,6 +108,8 @@ type stateRecord struct {
 	Reason  string         `json:"reason,omitempty"`
 	Writer  string         `json:"writer"`
 	Applies uint64         `json:"applies_to"` // the state revision it replaced
+	// Flap is the owner's flap log (checker.SharedFlap).
+	Flap *checker.SharedFlap `json:"flap,omitempty"`
 }
 
 type memberRecord struct {
@@ -230,6 +238,8 @@ func (r *Registry) Load() ([]checker.SharedTarget, uint64, error) {
 		case "members":
 			members = append(members, name)
 			joined = max(joined, kv.ModRevision)
+		default:
+			r.loadPolicy(kind, name, kv.Value)
 		}
 	}
 	var out []checker.SharedTarget
@@ -269,7 +279,7 @@ func decodeState(v []byte) (checker.SharedState, error) {
 	if err := json.Unmarshal(v, &sr); err != nil {
 		return checker.SharedState{}, err
 	}
-	return checker.SharedState{State: sr.State, From: sr.From, Time: sr.Time, Result: sr.Result, Reason: sr.Reason, Writer: sr.Writer}, nil
+	return checker.SharedState{State: sr.State, From: sr.From, Time: sr.Time, Result: sr.Result, Reason: sr.Reason, Writer: sr.Writer, Flap: sr.Flap}, nil
 }
 
 // PutSpec implements checker.Shared.
@@ -291,6 +301,7 @@ func (r *Registry) DeleteTarget(ctx context.Context, name string) (uint64, bool,
 	resp, err := r.cli.Txn(ctx).Then(
 		clientv3.OpDelete(r.specKey(name)),
 		clientv3.OpDelete(r.stateKey(name)),
+		clientv3.OpDelete(r.outcomeKey(name)),
 	).Commit()
 	if err != nil {
 		return 0, false, fmt.Errorf("etcd: %w", err)
@@ -314,6 +325,7 @@ func (r *Registry) ProposeState(ctx context.Context, p checker.StateProposal) er
 	v, err := json.Marshal(stateRecord{
 		V: 1, State: p.State.State, From: p.State.From, Time: p.State.Time,
 		Result: p.State.Result, Reason: p.State.Reason, Writer: r.id, Applies: p.StateRev,
+		Flap: p.State.Flap,
 	})
 	if err != nil {
 		return err
@@ -515,6 +527,10 @@ func (r *Registry) changes(evs []*clientv3.Event) ([]checker.SharedChange, int64
 					r.createRev = 0
 				}
 			}
+		default:
+			if ch, ok := r.policyChange(kind, name, ev); ok {
+				out = append(out, ch)
+			}
 		}
 	}
 	if membersChanged {
@@ -538,6 +554,7 @@ func (r *Registry) resync(c Applier) (int64, error) {
 	seen := map[string]bool{}
 	var members []string
 	var joined int64
+	var overloads []*mvccpb.KeyValue
 	for _, kv := range resp.Kvs {
 		kind, name, ok := r.split(string(kv.Key))
 		if !ok {
@@ -559,8 +576,11 @@ func (r *Registry) resync(c Applier) (int64, error) {
 		case "members":
 			members = append(members, name)
 			joined = max(joined, orig)
+		case "overload":
+			overloads = append(overloads, kv)
 		}
 	}
+	evs = append(evs, r.resyncOverloads(overloads, rev)...)
 	r.mu.Lock()
 	var gone []string
 	for name := range r.known {
@@ -619,6 +639,7 @@ func (r *Registry) keepAliveLoop(c Applier) {
 				c.SetSharedErr(fmt.Errorf("etcd: register again: %w", err))
 				continue
 			}
+			r.republishOverload()
 			c.SetSharedErr(nil)
 		default:
 			r.logger.Warn("cannot renew the etcd lease; serving the last view", "error", err)

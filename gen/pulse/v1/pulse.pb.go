@@ -2010,10 +2010,14 @@ type CheckerStatus struct {
 	// replica is this pulsed's member ID with --registry etcd, and replicas
 	// the live members it sees, sorted; both empty with the embedded
 	// registry.
-	Replica       string   `protobuf:"bytes,10,opt,name=replica,proto3" json:"replica,omitempty"`
-	Replicas      []string `protobuf:"bytes,11,rep,name=replicas,proto3" json:"replicas,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Replica  string   `protobuf:"bytes,10,opt,name=replica,proto3" json:"replica,omitempty"`
+	Replicas []string `protobuf:"bytes,11,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// degraded_replicas lists, with --registry etcd, the replicas whose
+	// published state is degraded, sorted: the same on every replica. (The
+	// fields above degraded_since are this replica's own.)
+	DegradedReplicas []string `protobuf:"bytes,55,rep,name=degraded_replicas,json=degradedReplicas,proto3" json:"degraded_replicas,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CheckerStatus) Reset() {
@@ -2119,6 +2123,13 @@ func (x *CheckerStatus) GetReplica() string {
 func (x *CheckerStatus) GetReplicas() []string {
 	if x != nil {
 		return x.Replicas
+	}
+	return nil
+}
+
+func (x *CheckerStatus) GetDegradedReplicas() []string {
+	if x != nil {
+		return x.DegradedReplicas
 	}
 	return nil
 }
@@ -3714,7 +3725,12 @@ type PolicyEvent struct {
 	// of 4 unhealthy, at most 2)".
 	Text string `protobuf:"bytes,5,opt,name=text,proto3" json:"text,omitempty"`
 	// held lists a PANIC_ENTERED group's held targets.
-	Held          []string `protobuf:"bytes,6,rep,name=held,proto3" json:"held,omitempty"`
+	Held []string `protobuf:"bytes,6,rep,name=held,proto3" json:"held,omitempty"`
+	// replica is, with --registry etcd, the replica a CHECKER event is
+	// about: every replica streams every replica's CHECKER_DEGRADED and
+	// CHECKER_RECOVERED (one that leaves while degraded is RECOVERED). Empty
+	// otherwise.
+	Replica       string `protobuf:"bytes,55,opt,name=replica,proto3" json:"replica,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3789,6 +3805,13 @@ func (x *PolicyEvent) GetHeld() []string {
 		return x.Held
 	}
 	return nil
+}
+
+func (x *PolicyEvent) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
 }
 
 // TargetRemoved says a target is gone.
@@ -4288,7 +4311,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\tunhealthy\x18\x05 \x01(\x05R\tunhealthy\x12#\n" +
 	"\rmax_unhealthy\x18\x06 \x01(\x05R\fmaxUnhealthy\x12\x14\n" +
 	"\x05panic\x18\a \x01(\bR\x05panic\x12\x12\n" +
-	"\x04held\x18\b \x03(\tR\x04held\"\xc0\x03\n" +
+	"\x04held\x18\b \x03(\tR\x04held\"\xed\x03\n" +
 	"\rCheckerStatus\x12\x1a\n" +
 	"\bdegraded\x18\x01 \x01(\bR\bdegraded\x12A\n" +
 	"\x0edegraded_since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\rdegradedSince\x12\x16\n" +
@@ -4301,7 +4324,8 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x0eregistry_error\x18\t \x01(\tR\rregistryError\x12\x18\n" +
 	"\areplica\x18\n" +
 	" \x01(\tR\areplica\x12\x1a\n" +
-	"\breplicas\x18\v \x03(\tR\breplicas\"\xf1\x02\n" +
+	"\breplicas\x18\v \x03(\tR\breplicas\x12+\n" +
+	"\x11degraded_replicas\x187 \x03(\tR\x10degradedReplicas\"\xf1\x02\n" +
 	"\n" +
 	"Transition\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +
@@ -4397,14 +4421,15 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x0estart_revision\x18\x03 \x01(\x04R\rstartRevision\"\x12\n" +
 	"\x10SnapshotComplete\"\n" +
 	"\n" +
-	"\bProgress\"\xad\x03\n" +
+	"\bProgress\"\xc7\x03\n" +
 	"\vPolicyEvent\x12.\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1a.pulse.v1.PolicyEvent.KindR\x04kind\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x16\n" +
 	"\x06target\x18\x03 \x01(\tR\x06target\x12.\n" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
 	"\x04text\x18\x05 \x01(\tR\x04text\x12\x12\n" +
-	"\x04held\x18\x06 \x03(\tR\x04held\"\xe7\x01\n" +
+	"\x04held\x18\x06 \x03(\tR\x04held\x12\x18\n" +
+	"\areplica\x187 \x01(\tR\areplica\"\xe7\x01\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12KIND_PANIC_ENTERED\x10\x01\x12\x15\n" +

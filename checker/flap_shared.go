@@ -1,0 +1,222 @@
+package checker
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Flap damping with a shared registry. The owner decides, as a single
+// checker does, from its own results (verdictLocked); what it decided
+// travels with the target's state: every state it stores carries its flap
+// log (SharedState.Flap), and a change of the log that changes no state
+// (a verdict change while flap damping holds the target, the start or end
+// of flapping while it is unhealthy) is stored as a state record of the
+// same state. So:
+//
+//   - every replica shows the stored flapping status, verdict and
+//     transitions_in_window, and emits FLAPPING_STARTED and
+//     FLAPPING_ENDED when it applies the record that changed them: the
+//     same events at the same revision on every stream;
+//   - a replica taking a target over starts from the stored log and
+//     verdict: a flapping target stays flapping until it has been stable
+//     for flap_stable_for since its last stored change, and the verdict
+//     changes the previous owner counted are not counted again.
+//
+// The log's times are the owner's clock: replicas' clocks must agree to
+// well within flap_window (NTP does).
+
+// SharedFlap is a target's flap damping as its owner stored it with its
+// state. A record without one (nil: written by a replica that stores no
+// flap log) clears the stored log: each replica then shows its own.
+type SharedFlap struct {
+	// Verdict is the state the target's results alone give.
+	Verdict State `json:"verdict"`
+	// Changes are the verdict's changes within the flap window, oldest
+	// first; at most MaxFlapThreshold.
+	Changes []time.Time `json:"changes,omitempty"`
+	// Flapping is true while flap damping holds the target unhealthy.
+	Flapping bool `json:"flapping,omitempty"`
+}
+
+// sharedPolicy is what a replica knows of a target's policies as stored
+// in the shared registry; guarded by the registry's lock.
+type sharedPolicy struct {
+	flap   *SharedFlap   // as last stored; nil before
+	bucket outcomeBucket // the passive outcomes' bucket, as last stored
+}
+
+// sharedLocked returns t's sharedPolicy, making it.
+func (t *target) sharedLocked() *sharedPolicy {
+	m := t.moreLocked()
+	if m.shared == nil {
+		m.shared = &sharedPolicy{}
+	}
+	return m.shared
+}
+
+// storedFlap returns t's stored flap record, nil if none.
+func (t *target) storedFlap() *SharedFlap {
+	if t.more == nil || t.more.shared == nil {
+		return nil
+	}
+	return t.more.shared.flap
+}
+
+// flapRecordLocked returns t's flap log as its owner stores it.
+func flapRecordLocked(t *target, now time.Time) *SharedFlap {
+	t.flaps.trim(now, t.spec.flapWindow())
+	return &SharedFlap{Verdict: t.m.State, Changes: slices.Clone(t.flaps.times), Flapping: t.flapping}
+}
+
+// flapStoredLocked reports whether the owner's view of t's flap damping is
+// the one stored: the same verdict, flapping status and latest change
+// (older changes leave the window by themselves, and need no write).
+func flapStoredLocked(t *target) bool {
+	f := t.storedFlap()
+	if f == nil {
+		return t.flaps.last().IsZero() && !t.flapping && t.m.State == t.state
+	}
+	last := time.Time{}
+	if len(f.Changes) > 0 {
+		last = f.Changes[len(f.Changes)-1]
+	}
+	return f.Verdict == t.m.State && f.Flapping == t.flapping && last.Equal(t.flaps.last())
+}
+
+// proposeFlapLocked stores t's flap log when the owner's differs from the
+// stored one and no state write is on its way (that one carries it). Only
+// for targets with flap damping on, or leaving it: for the others the log
+// rides along with their state changes, at no extra write.
+func (r *registry) proposeFlapLocked(t *target, now time.Time) {
+	if r.link == nil || !t.owned || t.proposing || (t.spec.FlapThreshold == 0 && !flapHeldLocked(t)) {
+		return
+	}
+	if flapStoredLocked(t) {
+		return
+	}
+	reason := "flap damping"
+	if t.flapping {
+		reason = fmt.Sprintf("flapping: %d transitions in %v", t.flaps.count(now, t.spec.flapWindow()), t.spec.flapWindow())
+	} else if f := t.storedFlap(); f != nil && f.Flapping {
+		reason = fmt.Sprintf("stable for %v after flapping", t.spec.flapStableFor())
+		if t.spec.FlapThreshold == 0 {
+			reason = "flap damping turned off"
+		}
+	}
+	r.writeStateLocked(t, t.state, t.lastTr, cause{reason: reason})
+}
+
+// flapHeldLocked reports whether the stored record still says t is
+// flapping.
+func flapHeldLocked(t *target) bool {
+	f := t.storedFlap()
+	return f != nil && f.Flapping
+}
+
+// mirrorFlapLocked applies the flap log stored with t's state, at the
+// revision being applied: every replica emits the same FLAPPING events. The
+// owner keeps its own log (it may be ahead of the store); the others take
+// the stored one. The caller has set r.mirroring.
+func (r *registry) mirrorFlapLocked(t *target, st SharedState, now time.Time) {
+	f := st.Flap
+	if f == nil {
+		// A replica that stores no flap log wrote it: what was stored
+		// before is stale.
+		if t.more != nil && t.more.shared != nil {
+			t.more.shared.flap = nil
+		}
+		return
+	}
+	sp := t.sharedLocked()
+	was := sp.flap != nil && sp.flap.Flapping
+	sp.flap = f
+	if !t.owned {
+		r.flapFromStoreLocked(t)
+	}
+	n := (flapLog{times: f.Changes}).count(now, t.spec.flapWindow())
+	switch {
+	case f.Flapping && !was:
+		r.emitLocked(Event{Kind: EventFlappingStarted, Time: now, Policy: PolicyChange{
+			Group: t.spec.Group, Target: t.spec.Name, Transitions: n,
+			Text: fmt.Sprintf("%s: flapping, %d transitions in %v; held unhealthy until stable for %v", t.spec.Name, n, t.spec.flapWindow(), t.spec.flapStableFor()),
+		}})
+	case !f.Flapping && was:
+		reason := st.Reason
+		if reason == "" {
+			reason = fmt.Sprintf("stable for %v after flapping", t.spec.flapStableFor())
+		}
+		r.emitLocked(Event{Kind: EventFlappingEnded, Time: now, Policy: PolicyChange{
+			Group: t.spec.Group, Target: t.spec.Name, Transitions: n,
+			Text: fmt.Sprintf("%s: no longer flapping, %s", t.spec.Name, reason),
+		}})
+	}
+}
+
+// flapFromStoreLocked makes t's flap log, flapping status and verdict the
+// stored ones: on a replica that does not own t, and on one that takes it
+// over (which neither releases it nor counts its changes again).
+func (r *registry) flapFromStoreLocked(t *target) {
+	f := t.storedFlap()
+	if f == nil {
+		return
+	}
+	t.flaps = flapLog{times: slices.Clone(f.Changes[max(0, len(f.Changes)-maxFlaps):])}
+	t.flapping = f.Flapping
+	t.m.State = f.Verdict
+}
+
+// loadFlapLocked takes the flap log stored with a loaded target's state,
+// without events.
+func (r *registry) loadFlapLocked(t *target, f *SharedFlap) {
+	if f == nil {
+		return
+	}
+	t.sharedLocked().flap = f
+	r.flapFromStoreLocked(t)
+}
+
+// sharedSpecFlapLocked is the owner's side of a spec change that turns
+// flap damping off while the target is flapping: it is released, and the
+// release stored.
+func (r *registry) sharedSpecFlapLocked(t *target, now time.Time) {
+	if !t.owned {
+		return
+	}
+	if t.flapping && t.spec.FlapThreshold == 0 {
+		t.flapping = false
+		r.updateLocked(t, now, cause{reason: "flap damping turned off"})
+	}
+	r.proposeFlapLocked(t, now)
+}
+
+// sharedFlapStatusLocked fills in st's flap damping from the stored
+// record, so that the owner answers as every other replica does.
+func sharedFlapStatusLocked(st *Status, t *target, now time.Time) {
+	f := t.storedFlap()
+	if f == nil {
+		return
+	}
+	st.Flapping = f.Flapping
+	st.Verdict = f.Verdict
+	st.Transitions = (flapLog{times: f.Changes}).count(now, t.spec.flapWindow())
+}
+
+// sharedEventLocked reports whether e, emitted with a shared registry, is
+// one a replica does not publish as it decides it: flapping events come
+// from the stored records (mirrorFlapLocked), and this replica's overload
+// is published through the shared registry first (see
+// overload_shared.go). The caller drops e when true.
+func (r *registry) sharedEventLocked(e Event) bool {
+	if r.mirroring {
+		return false
+	}
+	switch e.Kind {
+	case EventFlappingStarted, EventFlappingEnded:
+		return true
+	case EventCheckerDegraded, EventCheckerRecovered:
+		r.link.publishOverload(ReplicaOverload{Degraded: e.Kind == EventCheckerDegraded, Since: e.Time, Reason: e.Policy.Text})
+		return true
+	}
+	return false
+}

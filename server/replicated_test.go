@@ -1,0 +1,90 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/probe"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+)
+
+// mirrorOnly is a shared registry in which this replica owns nothing: its
+// checker shows only what the test applies, as another replica's writes.
+type mirrorOnly struct{}
+
+func (mirrorOnly) Load() ([]checker.SharedTarget, uint64, error) {
+	return []checker.SharedTarget{{
+		Spec:     checker.Spec{Name: "web-1", Probe: probe.Spec{TCP: &probe.TCPSpec{Address: "web-1:80"}}},
+		State:    &checker.SharedState{State: checker.StateHealthy, Writer: "r2"},
+		StateRev: 5,
+	}}, 10, nil
+}
+func (mirrorOnly) PutSpec(context.Context, checker.Spec) (uint64, error) {
+	return 0, fmt.Errorf("read only")
+}
+func (mirrorOnly) DeleteTarget(context.Context, string) (uint64, bool, error) {
+	return 0, false, fmt.Errorf("read only")
+}
+func (mirrorOnly) ProposeState(context.Context, checker.StateProposal) error {
+	return checker.ErrFenced
+}
+func (mirrorOnly) Owns(string) bool { return false }
+
+// With replicas one revision can carry two events: the transition another
+// replica stored and the FLAPPING_STARTED its flap log says. Every stream
+// gets both, each as itself (streams share encoded events); another
+// replica's overload comes with its ID, and ListTargets lists it.
+func TestReplicatedPolicyEvents(t *testing.T) {
+	e := start(t, checker.Config{Shared: mirrorOnly{}})
+	w1 := watch(t, t.Context(), e, &pb.WatchTransitionsRequest{StartRevision: 10})
+	w2 := watch(t, t.Context(), e, &pb.WatchTransitionsRequest{StartRevision: 10})
+	now := time.Now()
+	e.c.ApplyShared([]checker.SharedChange{{Kind: checker.SharedStatePut, Rev: 11, Name: "web-1", State: checker.SharedState{
+		State: checker.StateUnhealthy, From: checker.StateHealthy, Time: now, Reason: "flapping: 3 transitions in 1m0s", Writer: "r2",
+		Flap: &checker.SharedFlap{Verdict: checker.StateUnhealthy, Changes: []time.Time{now, now, now}, Flapping: true},
+	}}}, 11)
+	e.c.ApplyShared([]checker.SharedChange{{Kind: checker.SharedOverloadPut, Rev: 12, Overload: checker.ReplicaOverload{
+		Replica: "r3", Degraded: true, Since: now, Reason: "checker degraded: 9 probes waiting for a slot (threshold 8)",
+	}}}, 12)
+	want := []string{
+		"11 web-1: healthy -> unhealthy",
+		"11 KIND_FLAPPING_STARTED web-1: flapping, 3 transitions in 1m0s; held unhealthy until stable for 1m0s",
+		"12 KIND_CHECKER_DEGRADED r3 replica r3: checker degraded: 9 probes waiting for a slot (threshold 8)",
+	}
+	for i, w := range []stream{w1, w2} {
+		var got []string
+		for range want {
+			ev, err := w.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p := ev.GetPolicy(); p != nil {
+				s := fmt.Sprintf("%d %v ", ev.GetRevision(), p.GetKind())
+				if p.GetReplica() != "" {
+					s += p.GetReplica() + " "
+				}
+				got = append(got, s+p.GetText())
+				continue
+			}
+			got = append(got, fmt.Sprintf("%d %s", ev.GetRevision(), describe(ev)))
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("stream %d (-want +got):\n%s", i+1, diff)
+		}
+	}
+	resp, err := e.client.ListTargets(t.Context(), &pb.ListTargetsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.GetChecker().GetDegradedReplicas(); !cmp.Equal(got, []string{"r3"}) {
+		t.Errorf("degraded_replicas %v, want [r3]", got)
+	}
+	if st := resp.GetTargets()[0]; !st.GetFlapping() || st.GetTransitionsInWindow() != 3 {
+		t.Errorf("web-1 %v: want flapping, 3 transitions, as the owner stored", st)
+	}
+}
