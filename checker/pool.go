@@ -115,7 +115,7 @@ func (q *jobQueue) pop() (job, bool) {
 // jobLocked marks t as having a probe in flight and returns its job.
 func (s *scheduler) jobLocked(t *target, due time.Time) job {
 	t.inFlight = true
-	return job{t: t, gen: t.gen, due: due, interval: t.spec.IntervalFor(t.m)}
+	return job{t: t, gen: t.gen, due: due, interval: s.intervalLocked(t)}
 }
 
 // enqueueLocked queues j for a worker. Once the checker is stopping, a
@@ -435,6 +435,7 @@ func (s *scheduler) applyLocked(ctx context.Context, t *target, gen uint64, due 
 		s.reg.ignoreLocked(t, r)
 	} else {
 		s.reg.resultLocked(t, r, now)
+		settleReprobeLocked(t, r)
 	}
 	s.rescheduleLocked(t, now)
 }
