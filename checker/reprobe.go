@@ -34,8 +34,9 @@ type ConnWatcher interface {
 	// each time the peer closes or resets the connection it keeps while no
 	// probe of it is in flight, with a short reason (see the probe
 	// package's Lost* constants). It is not called for a connection the
-	// prober closes itself (an answer with "Connection: close", Close), and
-	// never after Close returns. lost must not block; the prober calls it
+	// prober closes itself (an answer with "Connection: close", Close); a
+	// call racing with Close may still come (the checker drops what comes
+	// for a replaced prober). lost must not block; the prober calls it
 	// holding none of its own locks. A second call replaces lost.
 	WatchConn(lost func(reason string))
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -37,6 +38,8 @@ type grpcProber struct {
 	expiry   expiryWatch
 
 	closeOnce sync.Once
+	inFlight  atomic.Int64 // probes running now
+	watch     grpcWatch    // see WatchConn
 }
 
 // newGRPCProber builds a prober for a validated spec. tlsConf is used when
@@ -111,6 +114,8 @@ func newGRPCProber(s *GRPCSpec, tlsConf *tls.Config, roots *x509.CertPool, d *gu
 // "<code>: <message>"; when the server refused the connection the error
 // satisfies errors.Is(err, syscall.ECONNREFUSED).
 func (p *grpcProber) Probe(ctx context.Context) error {
+	p.inFlight.Add(1)
+	defer p.inFlight.Add(-1)
 	if p.md != nil {
 		ctx = metadata.NewOutgoingContext(ctx, p.md)
 	}
@@ -187,11 +192,14 @@ func (c *sourceCreds) OverrideServerName(string) error { //nolint:staticcheck //
 	return errors.New("set the server name in the TLS options")
 }
 
-// Close closes the connection. It is idempotent: later calls return nil.
-// Probes after Close fail.
+// Close stops watching the channel, then closes it. It is idempotent:
+// later calls return nil. Probes after Close fail.
 func (p *grpcProber) Close() error {
 	var err error
-	p.closeOnce.Do(func() { err = p.conn.Close() })
+	p.closeOnce.Do(func() {
+		p.watch.stop()
+		err = p.conn.Close()
+	})
 	return err
 }
 
