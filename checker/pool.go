@@ -33,6 +33,7 @@ type probePool struct {
 	workers int        // workers started and not yet stopped
 	idle    int        // workers waiting for a job
 	running int        // jobs taken by a worker and not yet applied
+	extra   int        // queued jobs of reprobes (see reprobe.go): no sign of overload
 	cond    *sync.Cond // on the registry's lock: signalled when a job is queued or the pool stops
 }
 
@@ -57,6 +58,7 @@ type job struct {
 	interval time.Duration // the interval it was scheduled at
 	round    *round        // the RunRound the job belongs to; nil for a scheduled probe
 	i        int           // the job's index in round.out
+	reprobe  bool          // brought forward by a lost connection, or following one
 }
 
 // round collects the results of one RunRound.
@@ -115,7 +117,7 @@ func (q *jobQueue) pop() (job, bool) {
 // jobLocked marks t as having a probe in flight and returns its job.
 func (s *scheduler) jobLocked(t *target, due time.Time) job {
 	t.inFlight = true
-	return job{t: t, gen: t.gen, due: due, interval: s.intervalLocked(t)}
+	return job{t: t, gen: t.gen, due: due, interval: s.intervalLocked(t), reprobe: t.reprobing}
 }
 
 // enqueueLocked queues j for a worker. Once the checker is stopping, a
@@ -127,10 +129,16 @@ func (s *scheduler) enqueueLocked(j job) {
 		return
 	}
 	s.pool.queue.push(j)
+	if j.reprobe {
+		s.pool.extra++
+	}
 }
 
 // dispatchLocked wakes a worker for the queued jobs and takes a queue
-// longer than the free workers as a sign of overload.
+// longer than the free workers as a sign of overload. Reprobes do not
+// count toward the sign: a rack that dies resets a thousand connections at
+// once, and its burst of reprobes is work the checker chose, not a
+// schedule it cannot keep.
 func (s *scheduler) dispatchLocked() {
 	p := &s.pool
 	n := p.queue.len()
@@ -140,7 +148,8 @@ func (s *scheduler) dispatchLocked() {
 	s.spreadLocked()
 	waiting := p.waiting()
 	s.waiting.Store(int64(waiting))
-	if max := s.overload.MaxWaiting; !s.overload.Disabled && max > 0 && waiting >= max {
+	if max := s.overload.MaxWaiting; !s.overload.Disabled && max > 0 && waiting-p.extra >= max {
+		waiting -= p.extra
 		s.signLocked(s.clock.Now(), fmt.Sprintf("%d %s waiting for a slot (threshold %d)", waiting, plural(waiting, "probe"), max))
 	}
 }
@@ -205,6 +214,9 @@ func (s *scheduler) work() {
 		// the queue is drained whatever runs.
 		if s.pool.running < s.pool.max || s.ctx.Err() != nil {
 			j, ok = s.pool.queue.pop()
+			if ok && j.reprobe {
+				s.pool.extra--
+			}
 		}
 		if !ok {
 			if s.ctx.Err() != nil {
@@ -318,7 +330,7 @@ func (s *scheduler) startLocked(j job, a *probeArgs) {
 	if maxLag == 0 {
 		maxLag = j.interval
 	}
-	if !s.overload.Disabled && maxLag > 0 && lag > maxLag {
+	if !s.overload.Disabled && !j.reprobe && maxLag > 0 && lag > maxLag {
 		s.signLocked(now, fmt.Sprintf("a probe of %s started %v late (threshold %v)", t.spec.Name, lag, maxLag))
 	}
 }

@@ -214,3 +214,37 @@ func TestReprobePolicy(t *testing.T) {
 		}
 	}
 }
+
+// Reprobes queued at once (a rack that dies resets many connections)
+// are no sign of overload: the checker stays not degraded however many
+// wait for a slot.
+func TestReprobeBurstIsNoOverload(t *testing.T) {
+	e, w := newWatchingEnv(t, checker.Config{MaxConcurrentProbes: 1})
+	names := []string{"a", "b", "c"}
+	for _, n := range names {
+		e.add(t, healthySpec(n, 10*time.Second))
+		e.probes.set(n, pass)
+	}
+	e.c.Start()
+	for _, n := range names {
+		probeNext(t, e, n)
+		e.probes.set(n, outcome{hang: true}) // the reprobes wait for their timeout
+	}
+	for _, n := range names {
+		w.lose(t, n, "reset")
+	}
+	waitFor(t, "the three reprobes to be queued or running", func() bool {
+		for _, n := range names {
+			if st, _ := e.c.Status(n); !st.Probing {
+				return false
+			}
+		}
+		return true
+	})
+	if ov := e.c.Overload(); ov.Degraded {
+		t.Errorf("degraded by a burst of reprobes: %+v", ov)
+	}
+	for range names { // let each hanging reprobe time out in turn
+		e.clock.Advance(time.Second)
+	}
+}
