@@ -30,10 +30,10 @@ import (
 type probePool struct {
 	max     int        // the bound: MaxConcurrentProbes
 	queue   jobQueue   // jobs waiting for a worker
+	urgent  jobQueue   // reprobes waiting for a worker (see reprobe.go): taken first
 	workers int        // workers started and not yet stopped
 	idle    int        // workers waiting for a job
 	running int        // jobs taken by a worker and not yet applied
-	extra   int        // queued jobs of reprobes (see reprobe.go): no sign of overload
 	cond    *sync.Cond // on the registry's lock: signalled when a job is queued or the pool stops
 }
 
@@ -45,7 +45,30 @@ func (p *probePool) init(mu *sync.Mutex, max int) {
 // waiting counts the queued jobs that no free worker can take now: the
 // probes waiting for a slot.
 func (p *probePool) waiting() int {
-	return max(0, p.queue.len()-(p.max-p.running))
+	return max(0, p.queued()-(p.max-p.running))
+}
+
+// queued counts the jobs waiting for a worker.
+func (p *probePool) queued() int { return p.queue.len() + p.urgent.len() }
+
+// push queues j: a reprobe's job in the urgent queue, which workers take
+// from first. A reprobe is of a target that most likely just died; behind
+// a backlog of scheduled probes, its fall would wait for the backlog
+// (fall) times over.
+func (p *probePool) push(j job) {
+	if j.reprobe {
+		p.urgent.push(j)
+		return
+	}
+	p.queue.push(j)
+}
+
+// pop takes the next job: an urgent one first.
+func (p *probePool) pop() (job, bool) {
+	if j, ok := p.urgent.pop(); ok {
+		return j, true
+	}
+	return p.queue.pop()
 }
 
 // job is one probe to run, queued until a worker takes it. It holds the
@@ -128,10 +151,7 @@ func (s *scheduler) enqueueLocked(j job) {
 		s.finishSkippedLocked(j)
 		return
 	}
-	s.pool.queue.push(j)
-	if j.reprobe {
-		s.pool.extra++
-	}
+	s.pool.push(j)
 }
 
 // dispatchLocked wakes a worker for the queued jobs and takes a queue
@@ -141,15 +161,15 @@ func (s *scheduler) enqueueLocked(j job) {
 // schedule it cannot keep.
 func (s *scheduler) dispatchLocked() {
 	p := &s.pool
-	n := p.queue.len()
+	n := p.queued()
 	if n == 0 {
 		return
 	}
 	s.spreadLocked()
 	waiting := p.waiting()
 	s.waiting.Store(int64(waiting))
-	if max := s.overload.MaxWaiting; !s.overload.Disabled && max > 0 && waiting-p.extra >= max {
-		waiting -= p.extra
+	if max := s.overload.MaxWaiting; !s.overload.Disabled && max > 0 && waiting-p.urgent.len() >= max {
+		waiting -= p.urgent.len()
 		s.signLocked(s.clock.Now(), fmt.Sprintf("%d %s waiting for a slot (threshold %d)", waiting, plural(waiting, "probe"), max))
 	}
 }
@@ -162,7 +182,7 @@ func (s *scheduler) dispatchLocked() {
 func (s *scheduler) spreadLocked() {
 	p := &s.pool
 	switch {
-	case p.queue.len() == 0:
+	case p.queued() == 0:
 	case p.idle > 0:
 		p.cond.Signal()
 	case p.workers < p.max && s.ctx.Err() == nil: // no worker starts once Close waits for them
@@ -213,10 +233,7 @@ func (s *scheduler) work() {
 		// Asynchronous probes count against the bound too; once stopping,
 		// the queue is drained whatever runs.
 		if s.pool.running < s.pool.max || s.ctx.Err() != nil {
-			j, ok = s.pool.queue.pop()
-			if ok && j.reprobe {
-				s.pool.extra--
-			}
+			j, ok = s.pool.pop()
 		}
 		if !ok {
 			if s.ctx.Err() != nil {
@@ -301,7 +318,7 @@ func (s *scheduler) asyncDone(j job, a probeArgs, start, deadline time.Time, err
 	s.reg.lock()
 	s.pool.running--
 	s.waiting.Store(int64(s.pool.waiting()))
-	if s.pool.queue.len() > 0 && s.pool.idle > 0 {
+	if s.pool.queued() > 0 && s.pool.idle > 0 {
 		s.pool.cond.Signal() // a job may have waited for this slot
 	}
 	var spec Spec

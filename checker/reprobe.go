@@ -24,15 +24,17 @@ import (
 // connection the reprobe itself opened.
 
 // ConnWatcher is a Prober that keeps a connection to its target between
-// probes and can tell when the peer ends it. The checker calls WatchConn
+// probes and can tell when the peer ends it. A loss told while a probe of
+// the target is in flight brings nothing forward, but that probe's
+// failure, if it fails, follows the fast interval. The checker calls WatchConn
 // once per prober, after it becomes a target's prober, unless
 // ReprobePolicy.Disabled; with the checker's lock held, so WatchConn must
 // only record lost (and may start what it needs to watch), never block.
 type ConnWatcher interface {
 	Prober
 	// WatchConn makes the prober call lost, from a goroutine of its own,
-	// each time the peer closes or resets the connection it keeps while no
-	// probe of it is in flight, with a short reason (see the probe
+	// each time the peer closes or resets the connection it keeps, with a
+	// short reason (see the probe
 	// package's Lost* constants). It is not called for a connection the
 	// prober closes itself (an answer with "Connection: close", Close); a
 	// call racing with Close may still come (the checker drops what comes
@@ -128,10 +130,12 @@ func (s *scheduler) reprobesLocked(now time.Time) {
 
 // reprobeLocked brings t's next probe forward to now for a lost
 // connection, unless the loss is stale (t removed, or its prober
-// replaced), t has a probe in flight (whose result tells), t is not
-// probed here, or t was reprobed less than one interval ago.
+// replaced), t is not probed here, or t was reprobed less than one
+// interval ago. When t has a probe in flight, that probe's result tells:
+// nothing is brought forward, but if it fails the target follows its
+// reprobe fast interval, as after a failed reprobe.
 func (s *scheduler) reprobeLocked(t *target, l lostConn, now time.Time) {
-	if !s.reg.currentLocked(t) || t.gen != l.gen || t.inFlight || t.index < 0 || !s.reg.probedLocked(t) {
+	if !s.reg.currentLocked(t) || t.gen != l.gen || t.index < 0 || !s.reg.probedLocked(t) {
 		return
 	}
 	m := t.moreLocked()
@@ -145,7 +149,7 @@ func (s *scheduler) reprobeLocked(t *target, l lostConn, now time.Time) {
 		s.reprobes = make(map[string]uint64)
 	}
 	s.reprobes[l.reason]++
-	if now.Before(t.next) {
+	if !t.inFlight && now.Before(t.next) {
 		s.setNextLocked(t, now)
 		s.due.fix(t)
 	}
@@ -178,8 +182,10 @@ func (s *scheduler) intervalLocked(t *target) time.Duration {
 
 // ReprobeCounts is what the checker did with lost connections.
 type ReprobeCounts struct {
-	// Reprobes counts the probes brought forward, by the reason the
-	// prober gave (e.g. "closed", "reset", "channel").
+	// Reprobes counts the lost connections acted on, by the reason the
+	// prober gave (e.g. "closed", "reset", "channel"): a probe brought
+	// forward, or the probe in flight made to follow the fast interval
+	// if it fails.
 	Reprobes map[string]uint64
 	// Skipped counts lost connections that brought nothing forward because
 	// their target was reprobed less than one interval before.

@@ -1,6 +1,7 @@
 package checker_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ type watchingProbers struct {
 	mu      sync.Mutex
 	lost    map[string]func(string) // by address: the last callback given
 	watches int
+	order   []string // addresses in the order their probes started
 }
 
 type watchingProber struct {
@@ -33,6 +35,19 @@ func (p *watchingProber) WatchConn(lost func(string)) {
 	defer p.w.mu.Unlock()
 	p.w.lost[p.addr] = lost
 	p.w.watches++
+}
+
+func (p *watchingProber) Probe(ctx context.Context) error {
+	p.w.mu.Lock()
+	p.w.order = append(p.w.order, p.addr)
+	p.w.mu.Unlock()
+	return p.fakeProber.Probe(ctx)
+}
+
+func (w *watchingProbers) started() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.order...)
 }
 
 func (w *watchingProbers) New(s probe.Spec) (checker.Prober, error) {
@@ -167,8 +182,10 @@ func TestIdleClosesCostAtMostOneProbePerInterval(t *testing.T) {
 }
 
 // A loss while a probe is in flight brings nothing forward (that probe's
-// result tells), nor does one from a prober its target has replaced.
-func TestLostConnectionInFlightOrStaleIsIgnored(t *testing.T) {
+// result tells), but that probe's failure follows the reprobe fast
+// interval; a loss told by a prober its target has replaced changes
+// nothing.
+func TestLostConnectionInFlightOrStale(t *testing.T) {
 	e, w := newWatchingEnv(t, checker.Config{})
 	e.add(t, healthySpec("busy", 10*time.Second))
 	e.add(t, healthySpec("old", 10*time.Second))
@@ -184,9 +201,10 @@ func TestLostConnectionInFlightOrStaleIsIgnored(t *testing.T) {
 	replaced := healthySpec("old", 10*time.Second)
 	replaced.Probe.TCP.Address = "old-2:80"
 	e.add(t, replaced)
-	e.probes.set("busy", outcome{hang: true})
-	st, _ := e.c.Status("busy")
-	e.clock.Advance(st.NextProbe.Sub(e.clock.Now()))
+	e.probes.set("busy", outcome{hang: true}) // then times out: a failure
+	busy, _ := e.c.Status("busy")
+	e.clock.Advance(busy.NextProbe.Sub(e.clock.Now()))
+	slot := e.clock.Now()
 	waitFor(t, "busy's probe to hang", func() bool { st, _ := e.c.Status("busy"); return st.Probing })
 	idle := waitResults(t, e, "idle", 1)
 
@@ -194,8 +212,16 @@ func TestLostConnectionInFlightOrStaleIsIgnored(t *testing.T) {
 	staleLost("reset")
 	w.lose(t, "idle", "reset") // handled in the same pass as the others, or after
 	waitResults(t, e, "idle", idle.ActiveResults+1)
-	if got := e.c.Reprobes(); got.Reprobes["reset"] != 1 {
-		t.Errorf("Reprobes() = %+v, want one (idle's)", got)
+	if got := e.c.Reprobes(); got.Reprobes["reset"] != 2 {
+		t.Errorf("Reprobes() = %+v, want two (busy's and idle's; not old's)", got)
+	}
+	if n := e.probes.callCount("busy"); n != 2 {
+		t.Errorf("busy probed %d times, want 2: nothing brought forward while in flight", n)
+	}
+	e.clock.Advance(time.Second) // busy's probe times out
+	st := waitResults(t, e, "busy", busy.ActiveResults+1)
+	if st.FailStreak != 1 || st.ProbeInterval != checker.DefaultReprobeFastInterval || !st.NextProbe.After(slot) || st.NextProbe.Sub(slot)%checker.DefaultReprobeFastInterval != 0 {
+		t.Errorf("after the probe in flight failed: streak %d, interval %v, next probe %v after its slot; want the reprobe fast interval's grid", st.FailStreak, st.ProbeInterval, st.NextProbe.Sub(slot))
 	}
 }
 
@@ -246,5 +272,42 @@ func TestReprobeBurstIsNoOverload(t *testing.T) {
 	}
 	for range names { // let each hanging reprobe time out in turn
 		e.clock.Advance(time.Second)
+	}
+}
+
+// A reprobe waiting for a slot is taken before the scheduled probes that
+// wait with it: behind a backlog, each of a dying target's fall probes
+// would wait for all of it.
+func TestReprobeJumpsTheQueue(t *testing.T) {
+	e, w := newWatchingEnv(t, checker.Config{MaxConcurrentProbes: 1, Overload: checker.OverloadPolicy{Disabled: true}})
+	long := healthySpec("busy", time.Minute)
+	long.Timeout = time.Minute // holds the one slot for a minute when it hangs
+	e.add(t, long)
+	e.add(t, healthySpec("queued", 10*time.Second))
+	e.add(t, healthySpec("dying", 10*time.Minute)) // not due again during the test
+	for _, n := range []string{"busy", "queued", "dying"} {
+		e.probes.set(n, pass)
+	}
+	e.c.Start()
+	for _, n := range []string{"busy", "queued", "dying"} {
+		probeNext(t, e, n)
+	}
+	e.probes.set("busy", outcome{hang: true})
+	busy, _ := e.c.Status("busy")
+	e.clock.Advance(busy.NextProbe.Sub(e.clock.Now()))
+	waitFor(t, "busy's probe to hang", func() bool { return e.probes.inFlight() == 1 })
+	queued, _ := e.c.Status("queued")
+	e.clock.Advance(queued.NextProbe.Sub(e.clock.Now()))
+	waitFor(t, "queued's probe to wait for the slot", func() bool { st, _ := e.c.Status("queued"); return st.Probing })
+	if st, _ := e.c.Status("dying"); st.Probing {
+		t.Fatal("dying has a probe in flight before its loss")
+	}
+	w.lose(t, "dying", "reset")
+	waitFor(t, "dying's reprobe to wait for the slot", func() bool { st, _ := e.c.Status("dying"); return st.Probing })
+	from := len(w.started())
+	e.clock.Advance(time.Minute) // busy's probe times out: the slot is free
+	waitFor(t, "both waiting probes to run", func() bool { return len(w.started()) >= from+2 })
+	if got := w.started()[from : from+2]; got[0] != "dying:80" {
+		t.Errorf("probes started after the slot freed: %v; want dying's reprobe first", got)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -38,8 +37,7 @@ type grpcProber struct {
 	expiry   expiryWatch
 
 	closeOnce sync.Once
-	inFlight  atomic.Int64 // probes running now
-	watch     grpcWatch    // see WatchConn
+	watch     grpcWatch // see WatchConn
 }
 
 // newGRPCProber builds a prober for a validated spec. tlsConf is used when
@@ -114,8 +112,6 @@ func newGRPCProber(s *GRPCSpec, tlsConf *tls.Config, roots *x509.CertPool, d *gu
 // "<code>: <message>"; when the server refused the connection the error
 // satisfies errors.Is(err, syscall.ECONNREFUSED).
 func (p *grpcProber) Probe(ctx context.Context) error {
-	p.inFlight.Add(1)
-	defer p.inFlight.Add(-1)
 	if p.md != nil {
 		ctx = metadata.NewOutgoingContext(ctx, p.md)
 	}

@@ -22,7 +22,7 @@ type grpcWatch struct {
 
 // WatchConn makes p call lost with LostChannel, from a goroutine of its
 // own, each time its channel leaves READY (the connection was closed,
-// reset or sent away by the server) while no probe of p runs. Reconnect
+// reset or sent away by the server), a probe running or not. Reconnect
 // attempts that fail (CONNECTING, TRANSIENT_FAILURE) tell nothing more:
 // only the loss of a ready connection does. gRPC also idles a channel
 // unused for 30 minutes, which is told too: at most one extra probe for a
@@ -38,17 +38,16 @@ func (p *grpcProber) WatchConn(lost func(reason string)) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w.cancel, w.done = cancel, make(chan struct{})
-	go w.run(ctx, p.conn, &p.inFlight)
+	go w.run(ctx, p.conn)
 }
 
-// run reports each time conn leaves READY while no probe runs, until ctx
-// ends.
-func (w *grpcWatch) run(ctx context.Context, conn *grpc.ClientConn, inFlight *atomic.Int64) {
+// run reports each time conn leaves READY, until ctx ends.
+func (w *grpcWatch) run(ctx context.Context, conn *grpc.ClientConn) {
 	defer close(w.done)
 	last := conn.GetState()
 	for conn.WaitForStateChange(ctx, last) {
 		st := conn.GetState()
-		if last == connectivity.Ready && st != connectivity.Ready && st != connectivity.Shutdown && inFlight.Load() == 0 {
+		if last == connectivity.Ready && st != connectivity.Ready && st != connectivity.Shutdown {
 			if lost := w.lost.Load(); lost != nil {
 				(*lost)(LostChannel)
 			}

@@ -269,6 +269,7 @@ func (p *leanProber) probeOn(ctx context.Context, c *leanConn, written, reused b
 			// idle fails before any byte of a response arrives: try once
 			// more on a new one, as net/http does for idempotent requests.
 			if reused && !received && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+				p.lostInUse(err)
 				c, reused = nil, false
 				continue
 			}

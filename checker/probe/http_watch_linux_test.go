@@ -106,3 +106,26 @@ func TestHTTPWatchIgnoresConnectionClose(t *testing.T) {
 	default:
 	}
 }
+
+// A probe that finds its kept connection reset before any byte of an
+// answer tells the watcher too, from its own goroutine, before it dials
+// again (and passes here: the server answers on a new connection). The
+// reason may read "closed": the kernel reports a reset once, and the loop,
+// which watches the connection, may have peeked at it first.
+func TestHTTPWatchReportsAConnectionLostUnderAProbe(t *testing.T) {
+	resetOnRequest := func(c net.Conn) bool { c.(*net.TCPConn).SetLinger(0); return false }
+	srv := newRawServer(t, primed(resetOnRequest))
+	lean, _ := leanAndNetHTTP(t, newTestFactory(t), &HTTPSpec{URL: srv.url()})
+	lost := watched(lean)
+	for i := range 2 {
+		if err := probeWithin(t, timeoutCtx(t, testscale.D(5*time.Second)), lean); err != nil {
+			t.Fatalf("probe %d: %v", i+1, err)
+		}
+	}
+	if got := receive(t, lost, "the reset under the probe to be reported"); got != LostReset && got != LostClosed {
+		t.Errorf("reported %q, want %q or %q", got, LostReset, LostClosed)
+	}
+	if n := srv.accepted.Load(); n != 2 {
+		t.Errorf("%d connections, want 2: the second probe dials again", n)
+	}
+}
