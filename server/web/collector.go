@@ -81,7 +81,7 @@ func NewCollector(c *checker.Checker, perTarget bool, recent *Observer) *Collect
 			"Live pulsed replicas this one sees with -registry etcd (0 with the embedded registry).",
 			nil, nil),
 		reprobes: prometheus.NewDesc("pulse_reprobes_total",
-			"Probes brought forward because the peer ended the connection pulsed keeps to the target, by reason: closed (FIN), reset (RST), channel (a gRPC channel left READY).",
+			"Lost connections to targets acted on (a probe brought forward, or the probe in flight made to follow the fast interval if it fails), by reason: closed (FIN), reset (RST), channel (a gRPC channel left READY).",
 			[]string{"reason"}, nil),
 		skips: prometheus.NewDesc("pulse_reprobe_skips_total",
 			"Lost connections that brought no probe forward, their target having been reprobed less than one interval before.",
