@@ -464,7 +464,7 @@ func (s *scheduler) applyLocked(ctx context.Context, t *target, gen uint64, due 
 		s.reg.ignoreLocked(t, r)
 	} else {
 		s.reg.resultLocked(t, r, now)
-		settleReprobeLocked(t, r)
 	}
+	settleReprobeLocked(t, r)
 	s.rescheduleLocked(t, now)
 }

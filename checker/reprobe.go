@@ -155,9 +155,9 @@ func (s *scheduler) reprobeLocked(t *target, l lostConn, now time.Time) {
 	}
 }
 
-// settleReprobeLocked ends t's reprobe once a result of it passed, or
-// left it no longer on its way to a transition: it goes back to its
-// spec's intervals.
+// settleReprobeLocked ends t's reprobe once a result passed, or left it
+// not on its way to a transition (an ignored timeout included): it goes
+// back to its spec's intervals.
 func settleReprobeLocked(t *target, r Result) {
 	if t.reprobing && (r.Pass || !t.m.Transitioning()) {
 		t.reprobing = false
@@ -166,11 +166,11 @@ func settleReprobeLocked(t *target, r Result) {
 
 // intervalLocked returns the interval t is probed at now: its spec's for
 // its machine (Spec.IntervalFor) or, after a lost connection and while
-// its reprobes fail, at most its reprobe fast interval: the spec's
-// FastInterval, else the policy's.
+// its probes fail on the way to a transition, at most its reprobe fast
+// interval: the spec's FastInterval, else the policy's.
 func (s *scheduler) intervalLocked(t *target) time.Duration {
 	iv := t.spec.IntervalFor(t.m)
-	if t.reprobing {
+	if t.reprobing && t.m.Transitioning() {
 		fast := t.spec.FastInterval
 		if fast <= 0 {
 			fast = s.reprobe.FastInterval

@@ -311,3 +311,29 @@ func TestReprobeJumpsTheQueue(t *testing.T) {
 		t.Errorf("probes started after the slot freed: %v; want dying's reprobe first", got)
 	}
 }
+
+// A reprobe that times out while the checker is overloaded does not
+// count (stale is not down), and leaves the target at its interval: an
+// overloaded checker is not made to probe a hanging target every 100ms.
+func TestIgnoredReprobeLeavesTheInterval(t *testing.T) {
+	e, w := newWatchingEnv(t, checker.Config{Overload: checker.OverloadPolicy{MaxLag: time.Nanosecond}})
+	s := healthySpec("web", 10*time.Second)
+	s.Timeout = time.Second
+	e.add(t, s)
+	e.probes.set("web", pass)
+	e.c.Start()
+	st, _ := e.c.Status("web")
+	e.clock.Advance(st.NextProbe.Sub(e.clock.Now()) + time.Millisecond) // late: a sign of overload
+	waitFor(t, "a late probe to make the checker degraded", func() bool {
+		st, _ := e.c.Status("web")
+		return st.ActiveResults == 1 && !st.Probing && e.c.Overload().Degraded
+	})
+	e.probes.set("web", outcome{hang: true})
+	w.lose(t, "web", "reset")
+	waitFor(t, "the reprobe to hang", func() bool { st, _ := e.c.Status("web"); return st.Probing })
+	e.clock.Advance(time.Second) // its timeout
+	waitFor(t, "the ignored timeout", func() bool { st, _ := e.c.Status("web"); return st.IgnoredTimeouts == 1 && !st.Probing })
+	if st, _ = e.c.Status("web"); st.ProbeInterval != 10*time.Second || st.State != checker.StateHealthy {
+		t.Errorf("after an ignored reprobe: %v, interval %v; want healthy at the interval, 10s", st.State, st.ProbeInterval)
+	}
+}
