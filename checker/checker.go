@@ -47,6 +47,9 @@
 //  3. committer.mu (the store queue) or replication.mu (the proposals).
 //  4. hub.mu: the history and every watcher's position.
 //
+// The inbox of lost connections (scheduler.lost.mu, see reprobe.go) is a
+// leaf: a prober's callback takes it alone, the schedule loop under 2.
+//
 // No lock is held while probing, storing, or while a watcher reads.
 package checker
 

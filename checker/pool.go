@@ -30,6 +30,7 @@ import (
 type probePool struct {
 	max     int        // the bound: MaxConcurrentProbes
 	queue   jobQueue   // jobs waiting for a worker
+	urgent  jobQueue   // reprobes waiting for a worker (see reprobe.go): taken first
 	workers int        // workers started and not yet stopped
 	idle    int        // workers waiting for a job
 	running int        // jobs taken by a worker and not yet applied
@@ -44,7 +45,30 @@ func (p *probePool) init(mu *sync.Mutex, max int) {
 // waiting counts the queued jobs that no free worker can take now: the
 // probes waiting for a slot.
 func (p *probePool) waiting() int {
-	return max(0, p.queue.len()-(p.max-p.running))
+	return max(0, p.queued()-(p.max-p.running))
+}
+
+// queued counts the jobs waiting for a worker.
+func (p *probePool) queued() int { return p.queue.len() + p.urgent.len() }
+
+// push queues j: a reprobe's job in the urgent queue, which workers take
+// from first. A reprobe is of a target that most likely just died; behind
+// a backlog of scheduled probes, its fall would wait for the backlog
+// (fall) times over.
+func (p *probePool) push(j job) {
+	if j.reprobe {
+		p.urgent.push(j)
+		return
+	}
+	p.queue.push(j)
+}
+
+// pop takes the next job: an urgent one first.
+func (p *probePool) pop() (job, bool) {
+	if j, ok := p.urgent.pop(); ok {
+		return j, true
+	}
+	return p.queue.pop()
 }
 
 // job is one probe to run, queued until a worker takes it. It holds the
@@ -57,6 +81,7 @@ type job struct {
 	interval time.Duration // the interval it was scheduled at
 	round    *round        // the RunRound the job belongs to; nil for a scheduled probe
 	i        int           // the job's index in round.out
+	reprobe  bool          // brought forward by a lost connection, or following one
 }
 
 // round collects the results of one RunRound.
@@ -115,7 +140,7 @@ func (q *jobQueue) pop() (job, bool) {
 // jobLocked marks t as having a probe in flight and returns its job.
 func (s *scheduler) jobLocked(t *target, due time.Time) job {
 	t.inFlight = true
-	return job{t: t, gen: t.gen, due: due, interval: t.spec.IntervalFor(t.m)}
+	return job{t: t, gen: t.gen, due: due, interval: s.intervalLocked(t), reprobe: t.reprobing}
 }
 
 // enqueueLocked queues j for a worker. Once the checker is stopping, a
@@ -126,21 +151,25 @@ func (s *scheduler) enqueueLocked(j job) {
 		s.finishSkippedLocked(j)
 		return
 	}
-	s.pool.queue.push(j)
+	s.pool.push(j)
 }
 
 // dispatchLocked wakes a worker for the queued jobs and takes a queue
-// longer than the free workers as a sign of overload.
+// longer than the free workers as a sign of overload. Reprobes do not
+// count toward the sign: a rack that dies resets a thousand connections at
+// once, and its burst of reprobes is work the checker chose, not a
+// schedule it cannot keep.
 func (s *scheduler) dispatchLocked() {
 	p := &s.pool
-	n := p.queue.len()
+	n := p.queued()
 	if n == 0 {
 		return
 	}
 	s.spreadLocked()
 	waiting := p.waiting()
 	s.waiting.Store(int64(waiting))
-	if max := s.overload.MaxWaiting; !s.overload.Disabled && max > 0 && waiting >= max {
+	if max := s.overload.MaxWaiting; !s.overload.Disabled && max > 0 && waiting-p.urgent.len() >= max {
+		waiting -= p.urgent.len()
 		s.signLocked(s.clock.Now(), fmt.Sprintf("%d %s waiting for a slot (threshold %d)", waiting, plural(waiting, "probe"), max))
 	}
 }
@@ -153,7 +182,7 @@ func (s *scheduler) dispatchLocked() {
 func (s *scheduler) spreadLocked() {
 	p := &s.pool
 	switch {
-	case p.queue.len() == 0:
+	case p.queued() == 0:
 	case p.idle > 0:
 		p.cond.Signal()
 	case p.workers < p.max && s.ctx.Err() == nil: // no worker starts once Close waits for them
@@ -204,7 +233,7 @@ func (s *scheduler) work() {
 		// Asynchronous probes count against the bound too; once stopping,
 		// the queue is drained whatever runs.
 		if s.pool.running < s.pool.max || s.ctx.Err() != nil {
-			j, ok = s.pool.queue.pop()
+			j, ok = s.pool.pop()
 		}
 		if !ok {
 			if s.ctx.Err() != nil {
@@ -289,7 +318,7 @@ func (s *scheduler) asyncDone(j job, a probeArgs, start, deadline time.Time, err
 	s.reg.lock()
 	s.pool.running--
 	s.waiting.Store(int64(s.pool.waiting()))
-	if s.pool.queue.len() > 0 && s.pool.idle > 0 {
+	if s.pool.queued() > 0 && s.pool.idle > 0 {
 		s.pool.cond.Signal() // a job may have waited for this slot
 	}
 	var spec Spec
@@ -318,7 +347,7 @@ func (s *scheduler) startLocked(j job, a *probeArgs) {
 	if maxLag == 0 {
 		maxLag = j.interval
 	}
-	if !s.overload.Disabled && maxLag > 0 && lag > maxLag {
+	if !s.overload.Disabled && !j.reprobe && maxLag > 0 && lag > maxLag {
 		s.signLocked(now, fmt.Sprintf("a probe of %s started %v late (threshold %v)", t.spec.Name, lag, maxLag))
 	}
 }
@@ -436,5 +465,6 @@ func (s *scheduler) applyLocked(ctx context.Context, t *target, gen uint64, due 
 	} else {
 		s.reg.resultLocked(t, r, now)
 	}
+	settleReprobeLocked(t, r)
 	s.rescheduleLocked(t, now)
 }

@@ -216,6 +216,7 @@ func (r *registry) add(spec Spec, write func(Spec) error) (st Status, created bo
 		spec = spec.WithAdmin(Admin{}) // a new target is active
 		t = newTarget(spec, p, spec.InitialState)
 		r.targets[spec.Name] = t
+		r.sched.watchLocked(t)
 		r.joinPoolLocked(t)
 		r.sched.addLocked(t, now.Add(firstDelay(spec.Name, spec.Interval)))
 		r.unhealthySinceLocked(t, now)
@@ -239,6 +240,7 @@ func (r *registry) add(spec Spec, write func(Spec) error) (st Status, created bo
 	if p != nil && !reflect.DeepEqual(t.spec.Probe, spec.Probe) {
 		unused, t.prober = t.prober, p
 		t.gen++
+		r.sched.watchLocked(t)
 	} else {
 		unused = p
 	}
@@ -417,7 +419,7 @@ func (r *registry) statusLocked(t *target, now time.Time) Status {
 		PanicHeld:       t.held,
 		Flapping:        t.flapping,
 		Transitions:     t.flaps.count(now, t.spec.flapWindow()),
-		ProbeInterval:   t.spec.IntervalFor(t.m),
+		ProbeInterval:   r.sched.intervalLocked(t),
 		NextProbe:       t.next,
 		Probing:         t.inFlight,
 		ActiveResults:   t.active,

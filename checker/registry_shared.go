@@ -50,6 +50,7 @@ func (r *registry) putSharedLocked(spec Spec, st *SharedState, stateRev uint64, 
 			t.state = StateUnhealthy // until its owner's state comes back
 		}
 		r.targets[spec.Name] = t
+		r.sched.watchLocked(t)
 		r.joinPoolLocked(t)
 		r.ownLocked(t, r.link.owns(spec.Name), now)
 		r.timedLocked(t)
@@ -79,6 +80,7 @@ func (r *registry) putSharedLocked(spec Spec, st *SharedState, stateRev uint64, 
 		closeProber(t.prober) // a probe in flight keeps its own prober value
 		t.prober = p
 		t.gen++
+		r.sched.watchLocked(t)
 	}
 	prevGroup := r.setSpecLocked(t, spec)
 	if prevGroup != spec.Group {

@@ -38,6 +38,7 @@ func (r *registry) load(targets []StoredTarget, policies map[string]GroupPolicy)
 		t.lastTr = st.LastTransition
 		t.carried = true
 		r.targets[spec.Name] = t
+		r.sched.watchLocked(t)
 		r.loadedLocked(t)
 	}
 	for group, p := range policies {

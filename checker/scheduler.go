@@ -33,6 +33,7 @@ type scheduler struct {
 	observer Observer // nil if none
 	tick     time.Duration
 	overload OverloadPolicy
+	reprobe  ReprobePolicy
 	stamp    progress     // see liveness.go
 	waiting  atomic.Int64 // probes waiting for a slot
 	lastLag  atomic.Int64 // how late the last probe started, in ns
@@ -44,12 +45,15 @@ type scheduler struct {
 	scheduled     chan struct{}  // closed after the first pass
 	scheduledOnce sync.Once
 	startOnce     sync.Once
+	lost          lostConns // connections lost, for the next pass; see reprobe.go
 
 	// Guarded by the registry's lock.
-	demand *rate.Limiter // ProbeNow rounds; see probenow.go
-	due    dueHeap
-	pool   probePool
-	ov     overloadState
+	demand       *rate.Limiter // ProbeNow rounds; see probenow.go
+	due          dueHeap
+	pool         probePool
+	ov           overloadState
+	reprobes     map[string]uint64 // reprobes by reason; see reprobe.go
+	reprobeSkips uint64            // lost connections within an interval of a reprobe
 }
 
 // newScheduler returns the scheduler of reg's targets, not started.
@@ -60,11 +64,15 @@ func newScheduler(reg *registry, cfg Config, clock Clock) (*scheduler, error) {
 		observer:  cfg.Observer,
 		tick:      cfg.ScheduleTick,
 		overload:  cfg.Overload,
+		reprobe:   cfg.Reprobe,
 		wake:      make(chan struct{}, 1),
 		scheduled: make(chan struct{}),
 		demand:    newDemandLimiter(),
 	}
 	if err := s.overload.validate(); err != nil {
+		return nil, err
+	}
+	if err := s.reprobe.validate(); err != nil {
 		return nil, err
 	}
 	if s.tick < 0 {
@@ -117,6 +125,7 @@ func (s *scheduler) schedule() {
 		s.stamp.set(now) // a pass is due: see liveness.go
 		s.reg.lock()
 		s.testHookLocked()
+		s.reprobesLocked(now)
 		s.dueLocked(now)
 		s.dispatchLocked()
 		var wake time.Time
@@ -166,7 +175,7 @@ func (s *scheduler) dueLocked(now time.Time) {
 			s.enqueueLocked(s.jobLocked(t, t.next))
 		}
 		t.slot = t.next
-		s.setNextLocked(t, nextSlot(t.next, t.spec.IntervalFor(t.m), now))
+		s.setNextLocked(t, nextSlot(t.next, s.intervalLocked(t), now))
 		if t.startNs <= nowNs {
 			s.due.remove(t)
 			stuck = append(stuck, t)
@@ -186,7 +195,7 @@ func (s *scheduler) rescheduleLocked(t *target, now time.Time) {
 	if t.inFlight || t.slot.IsZero() || t.index < 0 {
 		return
 	}
-	iv := t.spec.IntervalFor(t.m)
+	iv := s.intervalLocked(t)
 	next := addDur(t.slot, iv)
 	if !next.After(now) {
 		next = nextSlot(t.slot, iv, now)
@@ -225,7 +234,7 @@ func (s *scheduler) startBy(due time.Time, interval time.Duration) time.Time {
 // UnixNano can hold, whatever the caller computed.
 func (s *scheduler) setNextLocked(t *target, next time.Time) {
 	t.next = addDur(next, 0)
-	t.startNs = s.startBy(t.next, t.spec.IntervalFor(t.m)).UnixNano()
+	t.startNs = s.startBy(t.next, s.intervalLocked(t)).UnixNano()
 }
 
 // nextSlot returns the first time after now on prev's fixed-rate grid. A
@@ -343,7 +352,7 @@ func (s *scheduler) hurryLocked(t *target, now time.Time) {
 	if t.index < 0 {
 		return
 	}
-	if want := now.Add(t.spec.IntervalFor(t.m)); want.Before(t.next) {
+	if want := now.Add(s.intervalLocked(t)); want.Before(t.next) {
 		s.setNextLocked(t, want)
 		s.due.fix(t)
 		s.wakeUp()

@@ -29,6 +29,7 @@ type target struct {
 	carried   bool // the state was loaded from the store; no fresh result yet
 	owned     bool // with a shared registry: this replica probes the target
 	proposing bool // with a shared registry: a state write is on its way
+	reprobing bool // a lost connection brought a probe forward, and its results lead down; see reprobe.go
 
 	slot time.Time // the scheduled start of the last scheduled probe; zero before the first
 	next time.Time // when the next probe is due
@@ -64,12 +65,14 @@ func newTarget(spec Spec, p Prober, state State) *target {
 }
 
 // targetMore is a target's state that most targets never need: the
-// passive outcomes' rate limit (made by the first outcome), and the slow
-// start and unhealthy streak (see lifecycle.go).
+// passive outcomes' rate limit (made by the first outcome), the slow
+// start and unhealthy streak (see lifecycle.go), and the last reprobe (see
+// reprobe.go).
 type targetMore struct {
-	bucket *rate.Limiter
-	life   lifeState
-	shared *sharedPolicy // with a shared registry; see flap_shared.go
+	bucket   *rate.Limiter
+	life     lifeState
+	shared   *sharedPolicy // with a shared registry; see flap_shared.go
+	reprobed time.Time     // the last probe a lost connection brought forward
 }
 
 // moreLocked returns t's targetMore, making it.

@@ -236,6 +236,9 @@ type Config struct {
 	// Overload tunes how the scheduler decides it is overloaded; the zero
 	// value is the documented defaults.
 	Overload OverloadPolicy
+	// Reprobe says what a connection the peer closed brings forward (see
+	// ConnWatcher); the zero value reprobes at once.
+	Reprobe ReprobePolicy
 	// Shared, when set, puts the registry in a registry shared by several
 	// replicas (see Shared) instead of Store, which must then be nil. The
 	// caller feeds the shared registry's changes to ApplyShared.

@@ -37,6 +37,7 @@ type grpcProber struct {
 	expiry   expiryWatch
 
 	closeOnce sync.Once
+	watch     grpcWatch // see WatchConn
 }
 
 // newGRPCProber builds a prober for a validated spec. tlsConf is used when
@@ -187,11 +188,14 @@ func (c *sourceCreds) OverrideServerName(string) error { //nolint:staticcheck //
 	return errors.New("set the server name in the TLS options")
 }
 
-// Close closes the connection. It is idempotent: later calls return nil.
-// Probes after Close fail.
+// Close stops watching the channel, then closes it. It is idempotent:
+// later calls return nil. Probes after Close fail.
 func (p *grpcProber) Close() error {
 	var err error
-	p.closeOnce.Do(func() { err = p.conn.Close() })
+	p.closeOnce.Do(func() {
+		p.watch.stop()
+		err = p.conn.Close()
+	})
 	return err
 }
 

@@ -30,6 +30,7 @@ import (
 type asyncConn struct {
 	loop  *asyncLoop
 	id    uint64
+	p     *leanProber // whose connection it is; nil for dialAsync's
 	c     *leanConn
 	rc    syscall.RawConn
 	fd    int
@@ -38,20 +39,33 @@ type asyncConn struct {
 }
 
 // unasked reports whether bytes, or the end of the connection, wait on an
-// idle connection: an event without either is a late one for an answer
-// already read.
-func (ac *asyncConn) unasked() bool {
+// idle connection (an event without either is a late one for an answer
+// already read), and, when the peer has ended the connection, how: a
+// LostClosed or LostReset reason, "" while it has not (bytes came).
+func (ac *asyncConn) unasked() (unasked bool, lost string) {
 	var b [1]byte
-	unasked := true
+	var (
+		n    int
+		rerr error
+	)
 	err := ac.rc.Control(func(fd uintptr) {
-		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		unasked = err != syscall.EAGAIN
+		n, _, rerr = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 	})
-	return unasked || err != nil
+	switch {
+	case err != nil:
+		return true, ""
+	case rerr == syscall.EAGAIN:
+		return false, ""
+	case rerr != nil:
+		return true, LostReset
+	case n == 0:
+		return true, LostClosed
+	}
+	return true, ""
 }
 
-// register registers c with the loop, once.
-func (l *asyncLoop) register(c *leanConn) (*asyncConn, error) {
+// register registers p's connection c with the loop, once.
+func (l *asyncLoop) register(p *leanProber, c *leanConn) (*asyncConn, error) {
 	if c.async != nil {
 		return c.async, nil
 	}
@@ -69,7 +83,7 @@ func (l *asyncLoop) register(c *leanConn) (*asyncConn, error) {
 		return nil, net.ErrClosed
 	}
 	l.nextID++
-	ac := &asyncConn{loop: l, id: l.nextID, c: c, rc: rc}
+	ac := &asyncConn{loop: l, id: l.nextID, p: p, c: c, rc: rc}
 	var cerr error
 	err = rc.Control(func(fd uintptr) {
 		ac.fd = int(fd)
@@ -233,4 +247,15 @@ func (ac *asyncConn) addrs() (local, remote net.Addr) {
 		return nil
 	}
 	return tcp(syscall.Getsockname(ac.fd)), tcp(syscall.Getpeername(ac.fd))
+}
+
+// watchIdle registers c, about to be kept, with the Factory's loop (if it
+// runs, or can), so that the loop sees the peer end it while it is idle.
+func (p *leanProber) watchIdle(c *leanConn) {
+	if c.async != nil {
+		return
+	}
+	if l := p.factory.loop(); l != nil {
+		_, _ = l.register(p, c) // unwatched if it cannot be: the next probe finds out
+	}
 }

@@ -35,9 +35,12 @@ import (
 // that failed before any byte of an answer.
 //
 // The connections stay registered (edge-triggered) while they are kept
-// between probes. An event on a connection no probe waits on is bytes or
-// the end of the connection arriving unasked for: the connection is
-// marked dead and the next probe dials instead of trying it.
+// between probes, and so does a connection Probe's code keeps once its
+// prober watches its connection (WatchConn). An event on a connection no
+// probe waits on is bytes or the end of the connection arriving unasked
+// for: the connection is marked dead and the next probe dials instead of
+// trying it; when the peer closed or reset the kept connection, it is
+// closed at once and the prober's watcher told.
 
 // asyncState is a Factory's async loop, started by the first asynchronous
 // probe.
@@ -53,6 +56,7 @@ type asyncLoop struct {
 	rc   syscall.RawConn
 	done chan struct{} // closed when run returns
 	ends []asyncEnd    // handle's, kept between calls; only run uses it
+	lost []lostIdle    // handle's, kept between calls; only run uses it
 
 	mu      sync.Mutex
 	epfd    int
@@ -204,7 +208,7 @@ func (l *asyncLoop) run() {
 }
 
 func (l *asyncLoop) handle(events []syscall.EpollEvent) {
-	ends := l.ends[:0]
+	ends, lost := l.ends[:0], l.lost[:0]
 	l.mu.Lock()
 	for _, ev := range events {
 		ac := l.conns[eventID(ev)]
@@ -215,8 +219,14 @@ func (l *asyncLoop) handle(events []syscall.EpollEvent) {
 		case ap == nil && ac.c == nil:
 			// dialAsync's connection, about to be closed.
 		case ap == nil:
-			if !ac.dead && ac.unasked() {
+			if ac.dead {
+				break
+			}
+			if unasked, why := ac.unasked(); unasked {
 				ac.dead = true
+				if why != "" && ac.p != nil {
+					lost = append(lost, lostIdle{p: ac.p, c: ac.c, reason: why})
+				}
 			}
 		case ap.writing:
 			ap.event = true
@@ -236,6 +246,18 @@ func (l *asyncLoop) handle(events []syscall.EpollEvent) {
 	l.finish(ends)
 	clear(ends)
 	l.ends = ends
+	for _, li := range lost {
+		li.p.lostIdle(li.c, li.reason)
+	}
+	clear(lost)
+	l.lost = lost
+}
+
+// lostIdle is a kept connection the peer ended while it was idle.
+type lostIdle struct {
+	p      *leanProber
+	c      *leanConn
+	reason string
 }
 
 // ProbeAsync runs the probe on the kept connection without waiting for
@@ -258,7 +280,7 @@ func (p *leanProber) ProbeAsync(deadline time.Time, done func(error)) bool {
 		}
 		return p.dialAsync(l, deadline, done)
 	}
-	ac, err := l.register(c)
+	ac, err := l.register(p, c)
 	if err != nil {
 		p.putBack(c)
 		return false

@@ -20,3 +20,7 @@ func (p *leanProber) ProbeAsync(time.Time, func(error)) bool { return false }
 
 // CancelAsync has nothing to cancel.
 func (p *leanProber) CancelAsync() {}
+
+// watchIdle does nothing here: without epoll a kept connection is not
+// watched between probes.
+func (p *leanProber) watchIdle(*leanConn) {}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -59,6 +60,8 @@ type leanProber struct {
 	closed bool
 
 	async *asyncProbe // the probe ProbeAsync started, while it runs; guarded by the async loop's mutex
+
+	lost atomic.Pointer[func(string)] // told of a kept connection the peer ended; see WatchConn
 }
 
 // leanIdleTimeout is how long a kept connection may sit unused before a
@@ -266,6 +269,7 @@ func (p *leanProber) probeOn(ctx context.Context, c *leanConn, written, reused b
 			// idle fails before any byte of a response arrives: try once
 			// more on a new one, as net/http does for idempotent requests.
 			if reused && !received && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+				p.lostInUse(err)
 				c, reused = nil, false
 				continue
 			}
@@ -342,6 +346,9 @@ func (p *leanProber) take() *leanConn {
 // closed, already keeps one, or the Factory keeps as many as it may.
 func (p *leanProber) putBack(c *leanConn) {
 	c.idleSince = time.Now()
+	if p.lost.Load() != nil {
+		p.watchIdle(c) // before it is shared: register sets c.async
+	}
 	p.mu.Lock()
 	if p.closed || p.idle != nil || !p.factory.keep() {
 		p.mu.Unlock()

@@ -87,6 +87,8 @@ type Options struct {
 	PulsedArgs []string
 	// HAProxyBin is the haproxy binary; "" runs Pulse alone.
 	HAProxyBin string
+	// HAProxyFastInter, when positive, is HAProxy's fastinter.
+	HAProxyFastInter time.Duration
 	// Replicas, when not empty, measures these counts of pulsed replicas
 	// on etcd, and one pulsed on the embedded registry, at each point
 	// instead of Pulse and HAProxy; EtcdBin is the etcd binary.
@@ -446,12 +448,15 @@ func deliver(ctx context.Context, o Options, proc *pulsedProc, farm *Farm, tr *t
 
 func runHAProxy(ctx context.Context, o Options, farm *Farm, p ScalePoint, flipped []int) (*SystemResult, error) {
 	r := &SystemResult{System: "HAProxy", Targets: p.Targets, Interval: p.Interval}
+	if o.HAProxyFastInter > 0 {
+		r.System = "HAProxy fastinter " + o.HAProxyFastInter.String()
+	}
 	dir, err := os.MkdirTemp(o.WorkDir, "haproxy-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	cfg := haproxyConfig{Interval: p.Interval, Timeout: min(o.Timeout, p.Interval), Rise: o.Rise, Fall: o.Fall}
+	cfg := haproxyConfig{Interval: p.Interval, FastInter: o.HAProxyFastInter, Timeout: min(o.Timeout, p.Interval), Rise: o.Rise, Fall: o.Fall}
 	for i := range farm.Len() {
 		cfg.Names = append(cfg.Names, targetName(i))
 		cfg.Addrs = append(cfg.Addrs, farm.Addr(i))

@@ -25,9 +25,12 @@ const (
 	// ModeHang never answers: the request is held until the client gives
 	// up or the farm closes.
 	ModeHang
+	// ModeKill is a crashed process: every open connection is reset and
+	// new ones are reset as they are accepted (see kill.go).
+	ModeKill
 )
 
-// String returns "ok", "fail" or "hang".
+// String returns "ok", "fail", "hang" or "kill".
 func (m Mode) String() string {
 	switch m {
 	case ModeOK:
@@ -36,18 +39,21 @@ func (m Mode) String() string {
 		return "fail"
 	case ModeHang:
 		return "hang"
+	case ModeKill:
+		return "kill"
 	}
 	return fmt.Sprintf("Mode(%d)", int32(m))
 }
 
-// ParseMode parses "fail" or "hang" (the modes a flip can switch to) or "ok".
+// ParseMode parses "fail", "hang" or "kill" (the modes a flip can switch
+// to) or "ok".
 func ParseMode(s string) (Mode, error) {
-	for _, m := range []Mode{ModeOK, ModeFail, ModeHang} {
+	for _, m := range []Mode{ModeOK, ModeFail, ModeHang, ModeKill} {
 		if m.String() == s {
 			return m, nil
 		}
 	}
-	return 0, fmt.Errorf("mode must be ok, fail or hang, got %q", s)
+	return 0, fmt.Errorf("mode must be ok, fail, hang or kill, got %q", s)
 }
 
 // gapBucket is the width of one bucket of the gap histogram; gapBuckets of
@@ -78,7 +84,8 @@ type Farm struct {
 	base    uint32 // the first target's address
 	port    int
 	targets []farmTarget
-	epoch   time.Time // monotonic base of the ns timestamps
+	open    []openConns // per target, for kills
+	epoch   time.Time   // monotonic base of the ns timestamps
 
 	probes atomic.Uint64 // all probes, for Snapshot
 	conns  atomic.Uint64 // connections accepted to farm targets
@@ -129,6 +136,10 @@ func (l farmListener) Accept() (net.Conn, error) {
 		}
 		if ap, ok := c.LocalAddr().(*net.TCPAddr); ok {
 			if i := l.f.index(ap.AddrPort().Addr()); i >= 0 {
+				if l.f.refuses(i) {
+					reset(c)
+					continue
+				}
 				l.f.conns.Add(1)
 				return indexConn{Conn: c, index: i}, nil
 			}
@@ -184,6 +195,7 @@ func NewFarm(cfg FarmConfig) (*Farm, error) {
 	f := &Farm{
 		base:    uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]),
 		targets: make([]farmTarget, cfg.N),
+		open:    make([]openConns, cfg.N),
 		epoch:   time.Now(),
 		done:    make(chan struct{}),
 		okBody:  cfg.OKBody,
@@ -207,6 +219,7 @@ func NewFarm(cfg FarmConfig) (*Farm, error) {
 		Handler:           f,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       5 * time.Minute,
+		ConnState:         f.trackConn,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			if ic, ok := c.(indexConn); ok {
 				return context.WithValue(ctx, ctxKey{}, ic.index)
@@ -244,6 +257,9 @@ func (f *Farm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		t.firstFail.CompareAndSwap(0, time.Since(f.epoch).Nanoseconds())
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = io.WriteString(w, "failing\n")
+	case ModeKill:
+		t.firstFail.CompareAndSwap(0, time.Since(f.epoch).Nanoseconds())
+		resetRequest(w)
 	case ModeHang:
 		t.firstFail.CompareAndSwap(0, time.Since(f.epoch).Nanoseconds())
 		select {
@@ -278,13 +294,18 @@ func (f *Farm) SetLateAfter(d time.Duration) { f.lateNs.Store(int64(d)) }
 
 // SetMode switches the targets at the given indices to m, and forgets
 // their first failing answer, so FirstFail reports the first one after this
-// call. It returns when the switch is made.
+// call. It returns when the switch is made: with ModeKill, the time of the
+// kill, taken before their open connections are reset.
 func (f *Farm) SetMode(indices []int, m Mode) time.Time {
 	for _, i := range indices {
 		f.targets[i].firstFail.Store(0)
 		f.targets[i].mode.Store(int32(m))
 	}
-	return time.Now()
+	at := time.Now()
+	if m == ModeKill {
+		f.resetConns(indices)
+	}
+	return at
 }
 
 // Probes returns how many probes target i has answered.

@@ -22,14 +22,15 @@ type haproxyConfig struct {
 	Names      []string // server names, the Pulse target names
 	Addrs      []string // "ip:port" of each server
 	Interval   time.Duration
+	FastInter  time.Duration // fastinter; 0 leaves it unset
 	Timeout    time.Duration // timeout check
 	Rise, Fall int
 }
 
 // writeHAProxyConfig writes a haproxy.cfg with one backend, "farm", whose
 // servers are checked with `option httpchk GET /healthz` and
-// `check inter <interval> rise <rise> fall <fall>`; state changes are
-// logged to stdout.
+// `check inter <interval> rise <rise> fall <fall>` (and `fastinter`, when
+// set); state changes are logged to stdout.
 func writeHAProxyConfig(w io.Writer, c haproxyConfig) error {
 	if len(c.Names) != len(c.Addrs) {
 		return fmt.Errorf("%d names for %d addresses", len(c.Names), len(c.Addrs))
@@ -54,12 +55,20 @@ defaults
 
 backend farm
     option httpchk GET /healthz
-    default-server check inter %s rise %d fall %d
-`, c.Socket, hapDuration(c.Timeout), hapDuration(c.Timeout), hapDuration(c.Interval), c.Rise, c.Fall)
+    default-server check inter %s rise %d fall %d%s
+`, c.Socket, hapDuration(c.Timeout), hapDuration(c.Timeout), hapDuration(c.Interval), c.Rise, c.Fall, fastInter(c.FastInter))
 	for i := range c.Names {
 		fmt.Fprintf(bw, "    server %s %s\n", c.Names[i], c.Addrs[i])
 	}
 	return bw.Flush()
+}
+
+// fastInter is the server line's fastinter setting, or nothing for 0.
+func fastInter(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return " fastinter " + hapDuration(d)
 }
 
 // hapDuration writes d in HAProxy's time format, in milliseconds ("1000ms").

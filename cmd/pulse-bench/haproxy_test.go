@@ -33,6 +33,13 @@ func TestWriteHAProxyConfig(t *testing.T) {
 	if err := writeHAProxyConfig(&b, haproxyConfig{Names: []string{"a"}}); err == nil {
 		t.Error("names without addresses accepted")
 	}
+	var fast strings.Builder
+	if err := writeHAProxyConfig(&fast, haproxyConfig{Interval: time.Second, FastInter: 100 * time.Millisecond, Rise: 2, Fall: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "default-server check inter 1000ms rise 2 fall 3 fastinter 100ms\n"; !strings.Contains(fast.String(), want) {
+		t.Errorf("config with fastinter lacks %q:\n%s", want, fast.String())
+	}
 }
 
 func TestParseHAProxyState(t *testing.T) {

@@ -97,7 +97,8 @@ func parseFlags(args []string, stderr io.Writer) (cliFlags, error) {
 	fs.IntVar(&f.opts.Rise, "rise", 2, "rise, for both checkers")
 	fs.IntVar(&f.opts.Fall, "fall", 3, "fall, for both checkers")
 	fs.Float64Var(&f.opts.FlipFraction, "flip-fraction", 0.1, "fraction of the targets switched to -flip-mode for the detection measurement")
-	fs.StringVar(&f.flipMode, "flip-mode", "fail", "what flipped targets do: fail (answer 503) or hang (never answer)")
+	fs.StringVar(&f.flipMode, "flip-mode", "fail", "what flipped targets do: fail (answer 503), hang (never answer) or kill (reset every connection and refuse new ones, as a crashed process)")
+	fs.DurationVar(&f.opts.HAProxyFastInter, "haproxy-fastinter", 0, "HAProxy's fastinter (interval after a failed check, on the way to DOWN); 0 leaves it unset (inter)")
 	fs.IntVar(&f.opts.Subscribers, "subscribers", 1000, "WatchTransitions streams for the delivery measurement; 0 skips it")
 	fs.IntVar(&f.opts.SubsPerConn, "subscribers-per-conn", 100, "streams per client connection")
 	fs.IntVar(&f.opts.DeliveryFlips, "delivery-flips", 100, "recoveries delivered to every subscriber (at most the flipped targets)")
@@ -128,7 +129,7 @@ func parseFlags(args []string, stderr io.Writer) (cliFlags, error) {
 		return f, fmt.Errorf("-points: %w", err)
 	}
 	if f.opts.FlipMode, err = ParseMode(f.flipMode); err != nil || f.opts.FlipMode == ModeOK {
-		return f, fmt.Errorf("-flip-mode must be fail or hang, got %q", f.flipMode)
+		return f, fmt.Errorf("-flip-mode must be fail, hang or kill, got %q", f.flipMode)
 	}
 	switch {
 	case f.opts.Rise < 1 || f.opts.Fall < 1:
@@ -137,6 +138,8 @@ func parseFlags(args []string, stderr io.Writer) (cliFlags, error) {
 		return f, fmt.Errorf("-timeout must be positive")
 	case f.opts.FlipFraction <= 0 || f.opts.FlipFraction > 0.5:
 		return f, fmt.Errorf("-flip-fraction must be in (0, 0.5] (pulsed's panic threshold holds more), got %v", f.opts.FlipFraction)
+	case f.opts.HAProxyFastInter < 0:
+		return f, fmt.Errorf("-haproxy-fastinter must not be negative, got %v", f.opts.HAProxyFastInter)
 	case f.opts.Subscribers < 0 || f.opts.RegisterWorkers < 1:
 		return f, fmt.Errorf("-subscribers must not be negative and -register-workers must be positive")
 	}

@@ -54,6 +54,7 @@ type config struct {
 	scheduleTick     time.Duration
 	maxUnhealthy     float64
 	overload         checker.OverloadPolicy
+	reprobe          checker.ReprobePolicy
 	watchHistory     int
 	watchProgress    time.Duration
 	shutdownTimeout  time.Duration
@@ -96,6 +97,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.overload.MaxLag, "overload-lag", 0, "a probe starting later than this after its slot is a sign of overload; 0: the probe's interval")
 	fs.IntVar(&cfg.overload.MaxWaiting, "overload-waiting", 0, "this many probes waiting for a slot at once is a sign of overload; 0: -max-concurrent-probes")
 	fs.DurationVar(&cfg.overload.RecoverAfter, "overload-recovery", checker.DefaultOverloadRecovery, "pulsed is no longer overloaded after this long without a sign")
+	reprobeOnClose := fs.Bool("reprobe-on-close", true, "when a target's peer closes or resets the connection pulsed keeps to it (http://, gRPC) while no probe uses it, probe the target at once (at most once per interval) and, while those probes fail, every -reprobe-fast-interval: a killed backend is down in (fall-1) x that")
+	fs.DurationVar(&cfg.reprobe.FastInterval, "reprobe-fast-interval", checker.DefaultReprobeFastInterval, "interval of a target after a failed reprobe (see -reprobe-on-close), while it stays on its way down, unless its spec sets fast_interval; at most "+checker.MaxReprobeFastInterval.String())
 	fs.IntVar(&cfg.watchHistory, "watch-history", 10000, "events kept for WatchTransitions streams to resume from; a stream further behind is ended with RESOURCE_EXHAUSTED")
 	fs.DurationVar(&cfg.watchProgress, "watch-progress", 30*time.Second, "how long a WatchTransitions stream may stay idle before it gets a progress event with the current revision")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long to let calls in progress finish before closing them; past it and a grace of 5s, or at a second signal, pulsed exits at once with status 1")
@@ -143,7 +146,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("-interval/-timeout/-rise/-fall/-fast-interval/-down-interval: %w", err)
 	}
 	cfg.overload.Disabled = !*overloadDetection
+	cfg.reprobe.Disabled = !*reprobeOnClose
 	switch {
+	case cfg.reprobe.FastInterval < checker.MinInterval || cfg.reprobe.FastInterval > checker.MaxReprobeFastInterval:
+		return cfg, fmt.Errorf("-reprobe-fast-interval must be between %v and %v, got %v", checker.MinInterval, checker.MaxReprobeFastInterval, cfg.reprobe.FastInterval)
 	case cfg.maxUnhealthy <= 0 || cfg.maxUnhealthy > 1 || math.IsNaN(cfg.maxUnhealthy):
 		return cfg, fmt.Errorf("-max-unhealthy-fraction must be in (0, 1] (1 disables the panic threshold), got %v", cfg.maxUnhealthy)
 	case cfg.overload.MaxLag < 0 || cfg.overload.MaxWaiting < 0 || cfg.overload.RecoverAfter <= 0:
@@ -270,6 +276,7 @@ func run(args []string, stderr io.Writer) error {
 		// Pool policies: the default panic threshold, overload detection.
 		MaxUnhealthyFraction: cfg.maxUnhealthy,
 		Overload:             cfg.overload,
+		Reprobe:              cfg.reprobe,
 	}
 	if shared != nil {
 		cc.Shared = shared

@@ -6,11 +6,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/probe"
 )
 
 // Collector is a prometheus.Collector of the checker's current state, read
 // at scrape time: targets by group and state, subscribers, each group's
-// panic flag and its held and flapping targets, the checker's degraded flag, and (unless dropped) each
+// panic flag and its held and flapping targets, the checker's degraded flag, its reprobes, and (unless dropped) each
 // target's up gauge and last latency. Its methods
 // are safe for concurrent use. Create it with NewCollector.
 type Collector struct {
@@ -29,6 +30,8 @@ type Collector struct {
 	degraded *prometheus.Desc
 	registry *prometheus.Desc
 	replicas *prometheus.Desc
+	reprobes *prometheus.Desc
+	skips    *prometheus.Desc
 }
 
 // states lists every state a target can be in, so pulse_targets shows a
@@ -77,8 +80,18 @@ func NewCollector(c *checker.Checker, perTarget bool, recent *Observer) *Collect
 		replicas: prometheus.NewDesc("pulse_replicas",
 			"Live pulsed replicas this one sees with -registry etcd (0 with the embedded registry).",
 			nil, nil),
+		reprobes: prometheus.NewDesc("pulse_reprobes_total",
+			"Lost connections to targets acted on (a probe brought forward, or the probe in flight made to follow the fast interval if it fails), by reason: closed (FIN), reset (RST), channel (a gRPC channel left READY).",
+			[]string{"reason"}, nil),
+		skips: prometheus.NewDesc("pulse_reprobe_skips_total",
+			"Lost connections that brought no probe forward, their target having been reprobed less than one interval before.",
+			nil, nil),
 	}
 }
+
+// reprobeReasons are the reasons pulse_reprobes_total always shows, at 0
+// before the first, so that rate() works from the first reprobe on.
+var reprobeReasons = []string{probe.LostClosed, probe.LostReset, probe.LostChannel}
 
 // Describe implements prometheus.Collector.
 func (m *Collector) Describe(ch chan<- *prometheus.Desc) {
@@ -95,6 +108,8 @@ func (m *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.degraded
 	ch <- m.registry
 	ch <- m.replicas
+	ch <- m.reprobes
+	ch <- m.skips
 }
 
 // Collect implements prometheus.Collector.
@@ -142,6 +157,16 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.registry, prometheus.GaugeValue, flag(m.c.StoreErr() != nil))
 	_, members := m.c.Replica()
 	ch <- prometheus.MustNewConstMetric(m.replicas, prometheus.GaugeValue, float64(len(members)))
+	rp := m.c.Reprobes()
+	for _, reason := range reprobeReasons {
+		if _, ok := rp.Reprobes[reason]; !ok {
+			ch <- prometheus.MustNewConstMetric(m.reprobes, prometheus.CounterValue, 0, reason)
+		}
+	}
+	for reason, n := range rp.Reprobes {
+		ch <- prometheus.MustNewConstMetric(m.reprobes, prometheus.CounterValue, float64(n), reason)
+	}
+	ch <- prometheus.MustNewConstMetric(m.skips, prometheus.CounterValue, float64(rp.Skipped))
 	if m.recent != nil {
 		m.recent.sweep(seq, liveSet(list))
 	}
