@@ -123,7 +123,9 @@ func (w *Watcher) Snapshot() ([]Status, uint64) {
 func (w *Watcher) Ready() <-chan struct{} { return w.ready }
 
 // Next returns up to max matching events after the watcher's position, in
-// revision order, and moves past them. It returns nil events when there is
+// revision order, and moves past them. A batch holds whole revisions: when
+// max falls inside a revision that carries several events, the rest of
+// that revision comes in the same batch. It returns nil events when there is
 // nothing new, and an error once the watcher has ended: a *BehindError,
 // ErrClosed, or ErrClosed after Close.
 func (w *Watcher) Next(max int) ([]Event, error) { return w.NextAppend(nil, max) }
@@ -146,8 +148,16 @@ func (w *Watcher) NextAppend(buf []Event, max int) ([]Event, error) {
 	out := buf
 	n := 0 // events taken
 	i := h.hist.after(w.cursor)
-	for ; i < h.hist.n && n < max; i++ {
+	for ; i < h.hist.n; i++ {
 		e := h.hist.get(i)
+		// With a shared registry one revision can carry several events (a
+		// transaction that changed several targets, a transition and the
+		// policy event it caused). A batch ends between revisions, never
+		// inside one: the position is a revision, and a batch cut inside
+		// one would skip the rest of it.
+		if n >= max && e.Revision != w.cursor {
+			break
+		}
 		w.cursor = e.Revision
 		if w.matches(e) {
 			out = append(out, *e)

@@ -3,6 +3,7 @@ package checker_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -89,6 +90,31 @@ func TestHubNextTakesAtMostMaxAndSignalsTheRest(t *testing.T) {
 	}
 	if got, _ := w.Next(2); len(got) != 1 || got[0].Revision != 3 {
 		t.Fatalf("second Next: %v, want [3]", revisions(got))
+	}
+}
+
+// A revision can carry several events (with a shared registry, one
+// transaction); a batch holds whole revisions, so a max that falls inside
+// one never loses the rest of it.
+func TestHubNextNeverSplitsARevision(t *testing.T) {
+	clock := fakeclock.New(epoch)
+	h := checker.NewHub(10, 0, 0)
+	defer h.Close()
+	w, _ := h.Watch(checker.Filter{}, 0, true)
+	h.Publish(hubEvent(clock, 1, "", "a"), hubEvent(clock, 2, "", "b"), hubEvent(clock, 2, "", "c"), hubEvent(clock, 2, "", "d"), hubEvent(clock, 3, "", "e"))
+	<-w.Ready()
+	var names []string
+	for range 3 {
+		got, err := w.Next(2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range got {
+			names = append(names, e.Transition.Target)
+		}
+	}
+	if want := []string{"a", "b", "c", "d", "e"}; !slices.Equal(names, want) {
+		t.Fatalf("Next(2) three times: %q, want %q", names, want)
 	}
 }
 
