@@ -164,6 +164,8 @@ func checkerFromProto(c *pb.CheckerStatus) CheckerStatus {
 		RegistryError:   c.GetRegistryError(),
 		Replica:         c.GetReplica(),
 		Replicas:        c.GetReplicas(),
+
+		DegradedReplicas: c.GetDegradedReplicas(),
 	}
 }
 
@@ -191,6 +193,8 @@ func policyFromProto(p *pb.PolicyEvent) PolicyEvent {
 		Time:   optTime(p.GetTime()),
 		Text:   p.GetText(),
 		Held:   p.GetHeld(),
+
+		Replica: p.GetReplica(),
 	}
 }
 

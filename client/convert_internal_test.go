@@ -214,10 +214,10 @@ func TestReadOnlyConversions(t *testing.T) {
 		Result: res, Text: "web-1: unhealthy -> healthy", Reason: "draining: deploy 4711", Mode: pb.Mode_MODE_DRAINING, SlowStartEnd: ts,
 	}
 	mc := &pb.ModeChange{Target: "web-1", Group: "edge", From: pb.Mode_MODE_ACTIVE, Mode: pb.Mode_MODE_DRAINING, Reason: "deploy", Time: ts, Until: ts, RemoveTime: ts}
-	pe := &pb.PolicyEvent{Kind: pb.PolicyEvent_KIND_PANIC_ENTERED, Group: "edge", Target: "web-1", Time: ts, Text: "panic", Held: []string{"web-3"}}
+	pe := &pb.PolicyEvent{Kind: pb.PolicyEvent_KIND_PANIC_ENTERED, Group: "edge", Target: "web-1", Time: ts, Text: "panic", Held: []string{"web-3"}, Replica: "r2"}
 	cs := &pb.CheckerStatus{
 		Degraded: true, DegradedSince: ts, Reason: "slow", Lag: durationpb.New(time.Second), WaitingProbes: 1, InFlightProbes: 2,
-		MaxConcurrentProbes: 3, IgnoredTimeouts: 4, RegistryError: "disk full", Replica: "r1", Replicas: []string{"r1", "r2"},
+		MaxConcurrentProbes: 3, IgnoredTimeouts: 4, RegistryError: "disk full", Replica: "r1", Replicas: []string{"r1", "r2"}, DegradedReplicas: []string{"r2"},
 	}
 	gs := &pb.GroupStatus{
 		Group: "edge", Policy: &pb.GroupPolicy{MaxUnhealthyFraction: proto.Float64(0.25), SlowStart: durationpb.New(time.Minute), RemoveAfterUnhealthy: durationpb.New(time.Hour)},

@@ -260,6 +260,9 @@ type CheckerStatus struct {
 	// members it sees; both empty with the embedded registry.
 	Replica  string
 	Replicas []string
+	// DegradedReplicas lists, with replicas on etcd, the replicas whose
+	// published state is degraded, sorted: the same on every replica.
+	DegradedReplicas []string
 }
 
 // List is what List returns: every target's status, sorted by name, at
@@ -352,6 +355,9 @@ type PolicyEvent struct {
 	Time   time.Time
 	Text   string
 	Held   []string
+	// Replica is, for CHECKER_DEGRADED and CHECKER_RECOVERED with replicas
+	// on etcd, the replica the event is about; empty otherwise.
+	Replica string
 }
 
 // Outcome is one real request's outcome, for ReportOutcome.

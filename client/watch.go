@@ -171,8 +171,11 @@ func OnEvent(fn func(Event)) WatchOption { return func(o *watchOptions) { o.onEv
 //
 //   - it starts with a snapshot: one EventSnapshot with every matching
 //     target, then the events after it;
-//   - it never delivers an event at or below the last revision it
-//     delivered (a resumed stream replays some);
+//   - it never delivers an event twice: a resumed stream replays some,
+//     and the follower drops them. With replicas one revision can carry
+//     several events (a transaction that changed several targets); a
+//     stream that broke inside one resumes from the revision before it and
+//     drops the events of it already delivered;
 //   - a progress event moves its resume point;
 //   - when the stream breaks (pulsed down, UNAVAILABLE, a silent stream
 //     past the idle timeout) it delivers EventDisconnected and resumes after
@@ -211,12 +214,17 @@ type follower struct {
 	filter Filter
 	opts   watchOptions
 
-	rev    uint64 // the last revision delivered (event, progress or snapshot)
-	synced bool   // rev is a resume point: a snapshot was delivered, or opts.from
-	snaps  int    // snapshots delivered
-	reason error  // why the next snapshot is a re-snapshot
-	down   bool   // the last stream broke and none was accepted since
-	up     bool   // a stream was accepted once
+	rev uint64 // the last revision delivered (event, progress or snapshot)
+	// seen counts the events delivered at rev when rev may not be
+	// complete: with replicas one revision can carry several events, and a
+	// stream can break between them. 0 when rev is complete (a snapshot,
+	// a progress event, FromRevision).
+	seen   int
+	synced bool  // rev is a resume point: a snapshot was delivered, or opts.from
+	snaps  int   // snapshots delivered
+	reason error // why the next snapshot is a re-snapshot
+	down   bool  // the last stream broke and none was accepted since
+	up     bool  // a stream was accepted once
 
 	onEventAfter bool // the caller's emit calls opts.onEvent itself (a View)
 }
@@ -248,6 +256,11 @@ func (f *follower) run(ctx context.Context, emit func(Event) bool) {
 		start := uint64(0)
 		if f.synced {
 			start = f.rev
+			if f.seen > 0 {
+				// rev may have more events than were delivered: replay
+				// it and drop the ones already delivered.
+				start = f.rev - 1
+			}
 			if behind > 0 {
 				// Resume from the revision pulsed named; the events from
 				// there to the last one delivered are replayed and dropped.
@@ -328,6 +341,10 @@ func (f *follower) session(ctx context.Context, start uint64, emit func(Event) b
 	var snapshot []Status
 	var raw []*pb.WatchTransitionsResponse // with WithMessages
 	snapshotting := start == 0
+	skip := 0 // events of f.rev a resumed stream replays and were delivered
+	if !snapshotting && start < f.rev {
+		skip = f.seen
+	}
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
@@ -359,17 +376,16 @@ func (f *follower) session(ctx context.Context, start uint64, emit func(Event) b
 			snapshot, raw, snapshotting = nil, nil, false
 			// A snapshot from another server may be below the old resume
 			// point: it becomes the resume point all the same.
-			f.rev, f.synced, f.reason = rev, true, nil
+			f.rev, f.seen, f.synced, f.reason = rev, 0, true, nil
 			f.snaps++
 			if !emit(ev) {
 				return true, true, nil
 			}
 			continue
 		}
-		if snapshotting || rev <= f.rev {
+		if snapshotting || !f.fresh(resp, &skip) {
 			continue // before the snapshot's end (none are sent), or a duplicate
 		}
-		f.rev = rev
 		ev, ok := eventFromProto(resp)
 		if !ok {
 			continue
@@ -380,6 +396,35 @@ func (f *follower) session(ctx context.Context, start uint64, emit func(Event) b
 		if !emit(ev) {
 			return true, true, nil
 		}
+	}
+}
+
+// fresh reports whether resp is to be delivered, and moves the resume
+// point past it: events of a revision below the last one delivered are
+// replays, and so are the first skip events of the last revision itself
+// on a stream that resumed inside it. A progress event completes its
+// revision.
+func (f *follower) fresh(resp *pb.WatchTransitionsResponse, skip *int) bool {
+	rev := resp.GetRevision()
+	_, progress := resp.GetEvent().(*pb.WatchTransitionsResponse_Progress)
+	switch {
+	case rev < f.rev:
+		return false
+	case rev > f.rev:
+		f.rev, f.seen, *skip = rev, 0, 0
+		if !progress {
+			f.seen = 1
+		}
+		return true
+	case progress:
+		f.seen, *skip = 0, 0
+		return false
+	case *skip > 0:
+		*skip--
+		return false
+	default:
+		f.seen++
+		return true
 	}
 }
 

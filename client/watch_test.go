@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -272,8 +273,60 @@ func TestWatchSkipsUnknownEvents(t *testing.T) {
 	if want := []string{"snapshot", "disconnected", "resumed", "transition"}; !cmp.Equal(got, want) {
 		t.Errorf("events %v; want %v", got, want)
 	}
-	if starts := f.startRevisions(); !cmp.Equal(starts, []uint64{0, 11}) {
-		t.Errorf("start revisions %v; want [0 11]: the unknown event moves the resume point", starts)
+	// The unknown event moved the resume point into revision 11, which may
+	// carry more events: the watch resumes from 10 and drops the replayed one.
+	if starts := f.startRevisions(); !cmp.Equal(starts, []uint64{0, 10}) {
+		t.Errorf("start revisions %v; want [0 10]: the unknown event moves the resume point", starts)
+	}
+}
+
+// With replicas one revision can carry several events (one transaction
+// that changed several targets). A stream that breaks inside a revision
+// resumes from the revision before it; the follower drops what it
+// delivered and delivers the rest of the revision, each event once.
+func TestWatchResumesInsideARevision(t *testing.T) {
+	named := func(rev uint64, name string) *pb.WatchTransitionsResponse {
+		ev := transitionAt(rev, pb.State_STATE_HEALTHY)
+		ev.GetTransition().Target = name
+		return ev
+	}
+	f := &fakePulse{watch: func(n int, req *pb.WatchTransitionsRequest, stream grpc.ServerStreamingServer[pb.WatchTransitionsResponse]) error {
+		switch n {
+		case 0:
+			snapshotAt(10, stream)
+			stream.Send(named(11, "a"))
+			stream.Send(named(11, "b"))
+			return status.Error(codes.Unavailable, "going away") // c, also at 11, not sent
+		default:
+			for _, name := range []string{"a", "b", "c"} {
+				stream.Send(named(11, name))
+			}
+			stream.Send(named(12, "d"))
+			stream.Send(named(13, "e"))
+			stream.Send(&pb.WatchTransitionsResponse{Revision: 13, Event: &pb.WatchTransitionsResponse_Progress{Progress: &pb.Progress{}}})
+			return status.Error(codes.Unavailable, "going away")
+		}
+	}}
+	c := fakeClient(t, f)
+	ctx, cancel := context.WithCancel(within(t))
+	defer cancel()
+	ch := c.Watch(ctx, client.Filter{})
+	var got []string
+	for ev := range ch {
+		if ev.Kind == client.EventTransition {
+			got = append(got, fmt.Sprintf("%s@%d", ev.Transition.Target, ev.Revision))
+		}
+		if len(f.startRevisions()) == 3 {
+			break
+		}
+	}
+	if want := []string{"a@11", "b@11", "c@11", "d@12", "e@13"}; !cmp.Equal(got, want) {
+		t.Errorf("transitions %v; want %v", got, want)
+	}
+	// Revision 13 was complete (a progress event followed): the third
+	// stream resumes from it, not from 12.
+	if starts := f.startRevisions(); !cmp.Equal(starts, []uint64{0, 10, 13}) {
+		t.Errorf("start revisions %v; want [0 10 13]", starts)
 	}
 }
 
