@@ -148,14 +148,24 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var moved []string // named targets whose state changed
-		for _, e := range evs {
+		for i, e := range evs {
+			// With replicas one revision can carry several events; a batch
+			// holds whole revisions. Only a revision's last event carries
+			// the id, so a browser that reconnects inside a revision
+			// resumes before it and gets all of it again.
+			id := e.Revision
+			if i+1 < len(evs) && evs[i+1].Revision == e.Revision {
+				id = 0
+			}
 			name := eventName(e.Kind)
 			if name == "" {
 				// A kind the page does not show: only move the resume point.
-				s.event("progress", e.Revision, map[string]uint64{"revision": e.Revision})
+				if id != 0 {
+					s.event("progress", id, map[string]uint64{"revision": id})
+				}
 				continue
 			}
-			s.event(name, e.Revision, h.eventData(e))
+			s.event(name, id, h.eventData(e))
 			if e.Kind == checker.EventTransition && want[e.Target()] && !slices.Contains(moved, e.Target()) {
 				moved = append(moved, e.Target())
 			}

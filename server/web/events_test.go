@@ -1,7 +1,10 @@
 package web_test
 
 import (
+	"context"
+	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -170,5 +173,48 @@ func TestFeedEndsWhenCheckerCloses(t *testing.T) {
 	}
 	if code, _ := get(t, e.srv.URL+"/events"); code != http.StatusServiceUnavailable {
 		t.Errorf("a new feed after Close: %d, want 503", code)
+	}
+}
+
+// mirror is a shared registry in which this replica owns nothing: the
+// checker shows only what the test applies, as other replicas' writes.
+type mirror struct{}
+
+func (mirror) Load() ([]checker.SharedTarget, uint64, error) { return nil, 10, nil }
+func (mirror) PutSpec(context.Context, checker.Spec) (uint64, error) {
+	return 0, errors.New("read only")
+}
+func (mirror) DeleteTarget(context.Context, string) (uint64, bool, error) {
+	return 0, false, errors.New("read only")
+}
+func (mirror) ProposeState(context.Context, checker.StateProposal) error { return checker.ErrFenced }
+func (mirror) Owns(string) bool                                          { return false }
+
+// With replicas one revision can carry several events. Only its last
+// carries the id, so a browser that drops inside the revision resumes
+// before it and gets all of it again.
+func TestFeedIdsMarkWholeRevisions(t *testing.T) {
+	e := newEnv(t, checker.Config{Shared: mirror{}}, web.Config{})
+	f := e.openFeed(t, "/events", "")
+	if ev := f.next(t); ev.name != "snapshot" || ev.id != "10" {
+		t.Fatalf("first event %s id %q, want the snapshot at 10", ev.name, ev.id)
+	}
+	put := func(name string) checker.SharedChange {
+		return checker.SharedChange{Kind: checker.SharedSpecPut, Rev: 11, Name: name, Spec: tcpSpec(name, "edge")}
+	}
+	e.c.ApplyShared([]checker.SharedChange{put("web-1"), put("web-2")}, 11)
+	var got []string
+	for range 2 {
+		ev := f.next(t, "results")
+		got = append(got, ev.name+" "+ev.id)
+	}
+	if want := []string{"added ", "added 11"}; !slices.Equal(got, want) {
+		t.Errorf("events %q, want %q", got, want)
+	}
+	g := e.openFeed(t, "/events", "10")
+	for _, want := range []string{"added ", "added 11"} {
+		if ev := g.next(t, "results"); ev.name+" "+ev.id != want {
+			t.Errorf("resumed at 10: %s %q, want %s", ev.name, ev.id, want)
+		}
 	}
 }
