@@ -101,8 +101,8 @@ func New(cfg Config) (*Checker, error) {
 	case f == 0:
 		policyDflt = 1
 	}
-	if cfg.Shared != nil {
-		policyDflt = 1 // panic thresholds need one view of the group: see Shared
+	if _, guarded := cfg.Shared.(SharedGroups); cfg.Shared != nil && !guarded {
+		policyDflt = 1 // panic thresholds need a guard per group: see Shared
 	}
 	logger := cfg.Logger
 	if logger == nil {
@@ -294,7 +294,10 @@ func (c *Checker) SetGroupPolicy(group string, p GroupPolicy) (GroupStatus, erro
 		return GroupStatus{}, err
 	}
 	if c.repl != nil {
-		if f := p.MaxUnhealthyFraction; f != 0 && f != 1 {
+		if p.SlowStart == 0 && p.RemoveAfterUnhealthy == 0 && c.repl.guarded() {
+			return c.repl.setPolicy(group, p)
+		}
+		if f := p.MaxUnhealthyFraction; f != 0 && f != 1 && !c.repl.guarded() {
 			return GroupStatus{}, fmt.Errorf("%w: a panic threshold needs one view of the group's results; only max_unhealthy_fraction 1 (no threshold) is accepted", ErrNotShared)
 		}
 		if p.SlowStart != 0 || p.RemoveAfterUnhealthy != 0 {

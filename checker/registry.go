@@ -133,6 +133,12 @@ type sharedLink interface {
 	// propose queues a state for the shared registry to store; it is
 	// called with the registry's lock held.
 	propose(p proposal)
+	// guarded reports whether group guards decide grouped targets' states
+	// (see group_shared.go).
+	guarded() bool
+	// markGroup asks for a group's decisions to be written again; it is
+	// called with the registry's lock held.
+	markGroup(group string)
 }
 
 // add is Add for a spec with defaults, valid: it registers a target or

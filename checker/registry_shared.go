@@ -1,6 +1,7 @@
 package checker
 
 import (
+	"cmp"
 	"reflect"
 	"time"
 )
@@ -45,11 +46,16 @@ func (r *registry) putSharedLocked(spec Spec, st *SharedState, stateRev uint64, 
 			t.lastTr = st.Time
 			t.carried = true
 		}
+		held := st != nil && st.Held && spec.Group != "" && r.link.guarded()
+		if held {
+			t.m.State = StateUnhealthy // the verdict its owner stored the hold for
+		}
 		if spec.Admin().Mode != ModeActive {
 			t.state = StateUnhealthy // until its owner's state comes back
 		}
 		r.targets[spec.Name] = t
 		r.joinPoolLocked(t)
+		r.mirrorHeldLocked(t, held)
 		r.ownLocked(t, r.link.owns(spec.Name), now)
 		r.timedLocked(t)
 		if events {
@@ -121,8 +127,13 @@ func (r *registry) mirrorStateLocked(name string, st SharedState, rev uint64) {
 	r.mirroring = true
 	r.setStateLocked(t, st.State, st.Time, why)
 	r.mirroring = false
+	held := st.Held && r.guardedLocked(t)
+	r.mirrorHeldLocked(t, held)
 	if !t.owned {
 		t.m.State = st.State
+		if held {
+			t.m.State = StateUnhealthy // the verdict its owner stored the hold for
+		}
 		t.m.PassStreak, t.m.FailStreak = 0, 0
 		return
 	}
@@ -137,6 +148,11 @@ func (r *registry) reownLocked(now time.Time) {
 		r.ownLocked(t, r.link.owns(t.spec.Name), now)
 	}
 	r.lifeWakeLocked() // deadlines of the targets taken over are this replica's now
+	for group := range r.pools {
+		if group != "" {
+			r.link.markGroup(group) // held targets taken over may be this replica's to release
+		}
+	}
 }
 
 // ownLocked makes this replica probe t, or stop probing it. A target taken
@@ -155,6 +171,12 @@ func (r *registry) ownLocked(t *target, own bool, now time.Time) {
 		return
 	}
 	t.m = Machine{Model: t.spec.Model, Rise: t.spec.Rise, Fall: t.spec.Fall, State: t.state}
+	if t.held {
+		// Held: its previous owner's verdict was unhealthy; keep it until
+		// this replica's own results say otherwise, so the takeover
+		// neither releases nor re-decides the hold.
+		t.m.State = StateUnhealthy
+	}
 	t.carried = true
 	t.slot = time.Time{}
 	if r.probedLocked(t) {
@@ -223,6 +245,10 @@ func (r *registry) applySharedLocked(changes []SharedChange, rev uint64) (uint64
 			r.mirrorStateLocked(ch.Name, ch.State, ch.Rev)
 		case SharedMembersChanged:
 			r.reownLocked(now)
+		case SharedGroupChanged:
+			r.guardChangedLocked(ch.Name, cmp.Or(ch.GuardRev, ch.Rev), ch.Time)
+		case SharedPolicyPut:
+			r.policyPutLocked(ch.Name, ch.Fraction)
 		}
 		rev = max(rev, ch.Rev)
 	}

@@ -22,11 +22,13 @@ import (
 //     ApplyShared, and numbers its events with the shared registry's
 //     revisions, so a watcher can resume on any replica.
 //
-// Panic thresholds, flap damping and passive outcomes need one view of a
-// target's recent results, which only its owner has: a shared checker
-// refuses them (ErrNotShared, or a FieldError for a spec that asks for
-// them). Events that concern one replica alone (overload) are logged, not
-// streamed.
+// A Shared registry that is also a SharedGroups keeps a guard per group,
+// and the panic threshold holds across replicas (see group_shared.go);
+// without one, a shared checker refuses thresholds below 1 (ErrNotShared).
+// Flap damping and passive outcomes need one view of a target's recent
+// results, which only its owner has: a shared checker refuses them
+// (ErrNotShared, or a FieldError for a spec that asks for them). Events
+// that concern one replica alone (overload) are logged, not streamed.
 type Shared interface {
 	// Load returns every target and its last state, and the revision they
 	// were read at.
@@ -61,6 +63,9 @@ type SharedState struct {
 	Result Result // the result that decided it, unless Reason is set
 	Reason string
 	Writer string // the replica that stored it
+	// Held: the target's owner wants it unhealthy, but its group's panic
+	// threshold holds it in State, routable (see SharedGroups).
+	Held bool
 }
 
 // StateProposal is a state an owner asks the shared registry to store.
@@ -83,6 +88,11 @@ const (
 	SharedStatePut
 	// SharedMembersChanged: a replica joined or left; ownership moves.
 	SharedMembersChanged
+	// SharedGroupChanged: a group's guard was written (see SharedGroups);
+	// it comes after the other changes of its write, at the same revision.
+	SharedGroupChanged
+	// SharedPolicyPut: a group's panic threshold was stored.
+	SharedPolicyPut
 )
 
 // SharedChange is one change to a shared registry, at its revision.
@@ -90,8 +100,18 @@ type SharedChange struct {
 	Kind  SharedChangeKind
 	Rev   uint64
 	Spec  Spec        // SharedSpecPut
-	Name  string      // SharedSpecDeleted, SharedStatePut
+	Name  string      // SharedSpecDeleted, SharedStatePut; the group for SharedGroupChanged, SharedPolicyPut
 	State SharedState // SharedStatePut
+	// Time is when the guard's writer wrote it (SharedGroupChanged): the
+	// time of the panic events it leads to, the same on every replica.
+	Time time.Time
+	// GuardRev is the revision the guard was written at
+	// (SharedGroupChanged): Rev, unless the registry was read again after
+	// it lost its history, when Rev is the revision of that read.
+	GuardRev uint64
+	// Fraction is the group's stored threshold (SharedPolicyPut); 0: the
+	// default.
+	Fraction float64
 }
 
 var (
@@ -181,8 +201,10 @@ type replication struct {
 	closing context.Context // ends when the checker closes
 	lastErr errBox          // the shared registry cannot be reached; see SetSharedErr
 
+	guard *guardWriter // nil unless shared is a SharedGroups
+
 	wake chan struct{} // there are proposals
-	done chan struct{} // closed when proposeLoop has returned
+	done chan struct{} // closed when proposeLoop (and the guard's writer) have returned
 
 	mu        sync.Mutex // protects proposals
 	proposals []proposal
@@ -203,16 +225,32 @@ func newReplication(shared Shared, reg *registry, logger *slog.Logger, closing c
 		wake:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 	}
+	if sg, ok := shared.(SharedGroups); ok {
+		rp.guard = newGuardWriter(sg, rp)
+	}
 	reg.link = rp
 	reg.loadShared(targets, rev)
+	if rp.guard != nil {
+		reg.mu.Lock()
+		reg.loadGroupsLocked(rp.guard.shared.LoadedGroups())
+		reg.mu.Unlock()
+	}
 	return rp, nil
 }
 
-// start makes h the hub ApplyShared moves and runs the proposer until the
-// checker closes.
+// start makes h the hub ApplyShared moves and runs the proposers until
+// the checker closes.
 func (rp *replication) start(h *hub) {
 	rp.hub = h
-	go rp.proposeLoop()
+	go func() {
+		defer close(rp.done)
+		var wg sync.WaitGroup
+		if rp.guard != nil {
+			wg.Go(rp.guard.run)
+		}
+		rp.proposeLoop()
+		wg.Wait()
+	}()
 }
 
 // wait waits for the proposer to stop, after the checker's context ended.
@@ -220,6 +258,16 @@ func (rp *replication) wait() { <-rp.done }
 
 // owns is Shared.Owns, for the registry.
 func (rp *replication) owns(name string) bool { return rp.shared.Owns(name) }
+
+// guarded reports whether group guards decide grouped targets' states.
+func (rp *replication) guarded() bool { return rp.guard != nil }
+
+// markGroup asks the guard's writer to look at group again.
+func (rp *replication) markGroup(group string) {
+	if rp.guard != nil {
+		rp.guard.mark(group)
+	}
+}
 
 // propose queues a state to write; the registry calls it with its lock
 // held.
@@ -375,7 +423,6 @@ func (rp *replication) proposeBatch(batch []proposal) (retry []proposal, lastErr
 // ones are dropped (the writes that fenced them come back through
 // ApplyShared).
 func (rp *replication) proposeLoop() {
-	defer close(rp.done)
 	backoff := 50 * time.Millisecond
 	for {
 		select {
