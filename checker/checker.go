@@ -147,6 +147,9 @@ func New(cfg Config) (*Checker, error) {
 		reg.emitTo(func(e Event) { c.hub.publish(e) })
 	}
 	if c.repl != nil {
+		reg.emitTo(c.repl.queueEvent) // published by revision: see apply
+	}
+	if c.repl != nil {
 		c.repl.start(c.hub)
 	}
 	c.life = newLifecycle(reg, clock, logger, cfg.Store, c.repl, &c.wmu)

@@ -306,6 +306,7 @@ func (g *guardWriter) run() {
 			if !g.inflight[grp] {
 				groups = append(groups, grp)
 				delete(g.dirty, grp)
+				g.inflight[grp] = true // until built and sent, or found empty
 			}
 		}
 		g.mu.Unlock()
@@ -318,7 +319,7 @@ func (g *guardWriter) run() {
 			select {
 			case sem <- struct{}{}:
 			case <-g.closing.Done():
-				return
+				return // the checker is closing: nothing more is written
 			}
 			wg.Go(func() {
 				defer func() { <-sem }()
@@ -328,23 +329,39 @@ func (g *guardWriter) run() {
 	}
 }
 
-// build takes the registry's lock and builds group's write, unless one is
-// in flight or this replica has not yet applied its last one.
+// build takes the registry's lock and builds group's write (run marked it
+// in flight), unless this replica has not yet applied its last one.
 func (g *guardWriter) build(group string) (GroupProposal, bool) {
 	g.reg.mu.Lock()
 	defer g.reg.mu.Unlock()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	p := g.reg.pools[group]
-	if p == nil || g.inflight[group] || p.guardRev < g.awaiting[group] {
+	if p == nil || p.guardRev < g.awaiting[group] {
+		g.inflight[group] = false
 		return GroupProposal{}, false // the guard's change marks it again
 	}
 	delete(g.awaiting, group)
 	gp, ok := g.reg.buildGroupLocked(group, g.reg.clock.Now())
-	if ok {
-		g.inflight[group] = true
+	if !ok {
+		g.inflight[group] = false
 	}
 	return gp, ok
+}
+
+// idle reports whether no group is marked nor being written.
+func (g *guardWriter) idle() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.dirty) > 0 {
+		return false
+	}
+	for _, busy := range g.inflight {
+		if busy {
+			return false
+		}
+	}
+	return true
 }
 
 // send writes gp. Once committed, the group waits for the commit to come

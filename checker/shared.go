@@ -208,6 +208,12 @@ type replication struct {
 
 	mu        sync.Mutex // protects proposals
 	proposals []proposal
+
+	// events are those of the changes being applied, published together
+	// once they are all applied: several events share a revision (a group
+	// write, a read after a lost history), and a watcher reading between
+	// two of them would skip the second. Guarded by the registry's lock.
+	events []Event
 }
 
 // newReplication loads the shared registry into reg and returns its
@@ -366,10 +372,20 @@ func (rp *replication) await(ctx context.Context, rev uint64) error {
 func (rp *replication) apply(changes []SharedChange, rev uint64) {
 	rp.reg.lock()
 	if rev, ok := rp.reg.applySharedLocked(changes, rev); ok {
+		if len(rp.events) > 0 {
+			rp.hub.publish(rp.events...)
+			clear(rp.events)
+			rp.events = rp.events[:0]
+		}
 		rp.hub.advance(rev)
 	}
 	rp.reg.unlockAndReport()
 }
+
+// queueEvent is the registry's sink with a shared registry: it keeps the
+// events of the changes being applied for apply to publish. The registry
+// calls it with its lock held.
+func (rp *replication) queueEvent(e Event) { rp.events = append(rp.events, e) }
 
 type proposal struct {
 	t   *target
