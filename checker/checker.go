@@ -291,7 +291,11 @@ func (c *Checker) ReportOutcome(name string, o Outcome) (st Status, counted bool
 // fraction outside (0, 1] valid (a *FieldError on "max_unhealthy_fraction").
 // With a Store that is a PolicyStore the policy is durable when
 // SetGroupPolicy returns (an error wrapping ErrStore changes nothing);
-// with another Store, or none, policies live in memory only.
+// with another Store, or none, policies live in memory only. With a
+// shared registry that is a SharedGroups the threshold is stored there,
+// for every replica, and applied when SetGroupPolicy returns; a group's
+// SlowStart and RemoveAfterUnhealthy, and any threshold below 1 without
+// a SharedGroups, are refused (ErrNotShared).
 func (c *Checker) SetGroupPolicy(group string, p GroupPolicy) (GroupStatus, error) {
 	if err := checkGroupPolicy(group, p); err != nil {
 		return GroupStatus{}, err
@@ -301,7 +305,7 @@ func (c *Checker) SetGroupPolicy(group string, p GroupPolicy) (GroupStatus, erro
 			return c.repl.setPolicy(group, p)
 		}
 		if f := p.MaxUnhealthyFraction; f != 0 && f != 1 && !c.repl.guarded() {
-			return GroupStatus{}, fmt.Errorf("%w: a panic threshold needs one view of the group's results; only max_unhealthy_fraction 1 (no threshold) is accepted", ErrNotShared)
+			return GroupStatus{}, fmt.Errorf("%w: a panic threshold needs a shared registry that keeps group guards; only max_unhealthy_fraction 1 (no threshold) is accepted", ErrNotShared)
 		}
 		if p.SlowStart != 0 || p.RemoveAfterUnhealthy != 0 {
 			return GroupStatus{}, fmt.Errorf("%w: group policies are not shared; set slow_start and remove_after_unhealthy on each target", ErrNotShared)

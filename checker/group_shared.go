@@ -422,5 +422,9 @@ func (rp *replication) setPolicy(group string, p GroupPolicy) (GroupStatus, erro
 	if err := rp.waitApplied(ctx, rev); err != nil {
 		return GroupStatus{}, err
 	}
-	return rp.reg.groupStatus(group), nil
+	rp.reg.mu.Lock()
+	defer rp.reg.mu.Unlock()
+	st := rp.reg.groupStatusLocked(group)
+	rp.reg.dropPoolLocked(group)
+	return st, nil
 }
