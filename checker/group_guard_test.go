@@ -542,3 +542,150 @@ func TestGroupGuardProperty(t *testing.T) {
 		t.Errorf("group %+v holds targets with room for them", g)
 	}
 }
+
+// startFleet starts n replicas of f, all members, each with a watcher of
+// the group.
+func startFleet(t *testing.T, f *fleet, n int) []*fleetReplica {
+	t.Helper()
+	clock := fakeclock.New(epoch)
+	var reps []*fleetReplica
+	for i := range n {
+		r := &fleetReplica{f: f, id: fmt.Sprintf("r%d", i+1)}
+		f.join(r)
+		reps = append(reps, r)
+	}
+	for _, r := range reps {
+		r.probes = newFakeProbers(clock)
+		c, err := checker.New(checker.Config{
+			Shared: r, Clock: clock, NewProber: r.probes.New, MaxUnhealthyFraction: f.dflt,
+			Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.c = c
+		t.Cleanup(func() { c.Close() })
+		if r.w, err = c.Watch(checker.Filter{Group: fleetGroup}, 0); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.w.Close)
+	}
+	return reps
+}
+
+// settle runs every replica's round and delivers everything, until the
+// fleet writes nothing more.
+func settle(t *testing.T, f *fleet, reps []*fleetReplica) {
+	t.Helper()
+	for range 20 {
+		f.mu.Lock()
+		before := f.rev
+		f.mu.Unlock()
+		for _, r := range reps {
+			r.c.RunRound(t.Context())
+			waitFor(t, r.id+"'s group writes", r.c.GroupWritesIdle)
+		}
+		for _, r := range reps {
+			for r.deliver(1000) > 0 {
+				waitFor(t, r.id+"'s group writes", r.c.GroupWritesIdle)
+			}
+		}
+		f.mu.Lock()
+		done := f.rev == before
+		f.mu.Unlock()
+		if done {
+			return
+		}
+	}
+	t.Fatal("the fleet kept writing")
+}
+
+// Held targets are released in name order, whoever owns them, and raising
+// the threshold through SetGroupPolicy releases them all at once, in one
+// write; its PANIC_EXITED is at that write's revision on every replica.
+func TestGroupGuardReleasesInNameOrder(t *testing.T) {
+	f := newFleet(t, 0.5)
+	names := []string{"a", "b", "c", "d", "e", "f"}
+	for _, n := range names {
+		s := spec(n).WithDefaults(checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1})
+		s.Group, s.InitialState = fleetGroup, checker.StateHealthy
+		f.putSpec(s)
+	}
+	reps := startFleet(t, f, 3)
+	set := func(name string, o outcome) {
+		for _, r := range reps {
+			r.probes.set(name, o)
+		}
+	}
+	for _, n := range names {
+		set(n, fail)
+	}
+	settle(t, f, reps)
+	g := reps[0].c.Groups(fleetGroup)[0]
+	if g.Unhealthy != 3 || len(g.Held) != 3 {
+		t.Fatalf("six of six failing at 0.5: %+v, want three unhealthy and three held", g)
+	}
+	held := g.Held
+	// One unhealthy target recovers: the first held one goes.
+	var up string
+	for _, n := range names {
+		if !slices.Contains(held, n) {
+			up = n
+			break
+		}
+	}
+	set(up, pass)
+	settle(t, f, reps)
+	for _, r := range reps {
+		if got := r.c.Groups(fleetGroup)[0].Held; !slices.Equal(got, held[1:]) {
+			t.Errorf("%s holds %v after %s recovered, want %v", r.id, got, up, held[1:])
+		}
+	}
+	// Raising the threshold releases the rest in one write.
+	done := make(chan error, 1)
+	go func() {
+		_, err := reps[1].c.SetGroupPolicy(fleetGroup, checker.GroupPolicy{MaxUnhealthyFraction: 1})
+		done <- err
+	}()
+	var setErr error
+	waitFor(t, "SetGroupPolicy to return once its write came back", func() bool {
+		reps[1].deliver(1)
+		select {
+		case setErr = <-done:
+			return true
+		default:
+			return false
+		}
+	})
+	if setErr != nil {
+		t.Fatal(setErr)
+	}
+	settle(t, f, reps)
+	var exits []string
+	for _, r := range reps {
+		if g := r.c.Groups(fleetGroup)[0]; len(g.Held) != 0 || g.Unhealthy != 5 {
+			t.Errorf("%s after the threshold rose to 1: %+v", r.id, g)
+		}
+		evs, err := r.w.Next(1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range evs {
+			if e.Kind == checker.EventPanicExited || e.Kind == checker.EventPanicEntered {
+				got = append(got, fmt.Sprintf("%d %s", e.Revision, e.Policy.Text))
+			}
+		}
+		if exits == nil {
+			exits = got
+		} else if diff := cmp.Diff(exits, got); diff != "" {
+			t.Errorf("panic events of r1 and %s differ:\n%s", r.id, diff)
+		}
+	}
+	if len(exits) != 2 {
+		t.Errorf("panic events %v, want one entered and one exited", exits)
+	}
+	if _, err := reps[0].c.SetGroupPolicy(fleetGroup, checker.GroupPolicy{SlowStart: time.Second}); err == nil {
+		t.Error("a group's slow start with a shared registry was accepted")
+	}
+}

@@ -237,6 +237,9 @@ func (r *registry) buildGroupLocked(group string, now time.Time) (GroupProposal,
 	gp := GroupProposal{Group: group, GuardRev: p.guardRev, Writes: make([]StateProposal, 0, len(writes))}
 	for _, w := range writes {
 		st := SharedState{State: w.to, From: w.t.state, Time: now, Reason: w.why.reason, Held: w.held}
+		if w.to == w.t.state {
+			st.Time = w.t.lastTr // a hold or its end: no transition, the last one's time stays
+		}
 		if w.why.reason == "" {
 			st.Result = w.why.result
 		}
