@@ -148,8 +148,6 @@ func New(cfg Config) (*Checker, error) {
 	}
 	if c.repl != nil {
 		reg.emitTo(c.repl.queueEvent) // published by revision: see apply
-	}
-	if c.repl != nil {
 		c.repl.start(c.hub)
 	}
 	c.life = newLifecycle(reg, clock, logger, cfg.Store, c.repl, &c.wmu)

@@ -44,6 +44,11 @@ import (
 // Every replica derives PANIC_ENTERED and PANIC_EXITED from the held set
 // when it applies the guard's change, which comes last in the transaction:
 // the events appear once, at the same revision, on every replica.
+//
+// A group's stored threshold (PutGroupPolicy) is the same for every
+// replica; a group without one takes each replica's
+// Config.MaxUnhealthyFraction, which must then be the same on every
+// replica for them to agree on the bound.
 
 // SharedGroups is implemented by a Shared registry that keeps group guards
 // and policies (package etcdreg does); with one, a shared checker enforces
