@@ -44,7 +44,8 @@
 //  1. Checker.wmu: one spec or policy write to the Store at a time.
 //  2. registry.mu: the targets, the pools, the revision, and the
 //     scheduler's heap, pool and overload state (one lock per result).
-//  3. committer.mu (the store queue) or replication.mu (the proposals).
+//  3. committer.mu (the store queue), or replication.mu (the proposals) or
+//     guardWriter.mu (the groups to write; group_shared.go).
 //  4. hub.mu: the history and every watcher's position.
 //
 // No lock is held while probing, storing, or while a watcher reads.

@@ -339,6 +339,9 @@ func propertySeedOf(t *testing.T) uint64 {
 // changed, the group's unhealthy count never rises past the threshold at
 // any revision. Once everything is applied, every replica shows the same
 // states and holds, and the same panic events at the same revisions.
+// PULSE_PROPERTY_SEED replays a run's operations; each step waits for the
+// replicas' group writers to be idle, so the interleaving follows the
+// operations, though the goroutines' scheduling still varies.
 func TestGroupGuardProperty(t *testing.T) {
 	seed := propertySeedOf(t)
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
