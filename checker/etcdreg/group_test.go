@@ -1,13 +1,19 @@
 package etcdreg_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/etcdreg"
 	"github.com/pulsehealth/pulse/checker/etcdreg/etcdtest"
 )
 
@@ -212,4 +218,102 @@ func transitionsOf(evs []checker.Event) []string {
 		}
 	}
 	return out
+}
+
+// Two replicas write the same group from the same guard revision: etcd
+// takes one and refuses the other (ErrFenced). A target joining, leaving
+// or moving between groups and a policy change rewrite the guards they
+// concern, so a write decided before them is refused too.
+func TestGroupWriteFencedByGuard(t *testing.T) {
+	etcd := etcdtest.Start(t, 0)
+	open := func(id string) *etcdreg.Registry {
+		reg, err := etcdreg.Open(context.Background(), etcdreg.Options{Endpoints: []string{etcd.Endpoint}, Prefix: prefix, ID: id, LeaseTTL: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { reg.Close() })
+		if _, _, err := reg.Load(); err != nil {
+			t.Fatal(err)
+		}
+		return reg
+	}
+	a := open("a")
+	b := open("b")
+	if _, _, err := a.Load(); err != nil { // a's view of the members includes b
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	guardRev := func(group string) uint64 {
+		t.Helper()
+		resp, err := cli.Get(t.Context(), prefix+"guards/"+group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) == 0 {
+			return 0
+		}
+		return uint64(resp.Kvs[0].ModRevision)
+	}
+	s := target("x")
+	s.Group = "edge"
+	y := target("y")
+	y.Group = "edge"
+	for _, sp := range []checker.Spec{s, y} {
+		if _, err := a.PutSpec(t.Context(), sp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g0 := guardRev("edge")
+	if g0 == 0 {
+		t.Fatal("adding a target to edge did not write its guard")
+	}
+	// Each takes the group's last slot for its own target, from the same
+	// view: only the guard tells them apart.
+	write := func(name string) checker.GroupProposal {
+		return checker.GroupProposal{Group: "edge", GuardRev: g0, Writes: []checker.StateProposal{{
+			Name: name, State: checker.SharedState{State: checker.StateUnhealthy, From: checker.StateHealthy},
+		}}}
+	}
+	rev, err := a.ProposeGroup(t.Context(), write("x"))
+	if err != nil {
+		t.Fatalf("the first write from guard revision %d: %v", g0, err)
+	}
+	if _, err := b.ProposeGroup(t.Context(), write("y")); !errors.Is(err, checker.ErrFenced) {
+		t.Fatalf("the second write from the same guard revision: %v, want ErrFenced", err)
+	}
+	if _, err := b.ProposeGroup(t.Context(), checker.GroupProposal{Group: "edge", GuardRev: rev, Writes: write("y").Writes}); err != nil {
+		t.Fatalf("the same write from the new guard revision: %v", err)
+	}
+	rev = guardRev("edge")
+	if got := guardRev("edge"); got != rev {
+		t.Fatalf("guard at %d after the write committed at %d", got, rev)
+	}
+
+	// Moving x to another group rewrites both guards.
+	s.Group = "core"
+	if _, err := a.PutSpec(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	if guardRev("edge") == rev || guardRev("core") == 0 {
+		t.Errorf("moving x to core: edge's guard %d (was %d), core's %d", guardRev("edge"), rev, guardRev("core"))
+	}
+	// A policy change and a removal rewrite the guard.
+	c0 := guardRev("core")
+	if _, err := b.PutGroupPolicy(t.Context(), "core", 0.5); err != nil {
+		t.Fatal(err)
+	}
+	c1 := guardRev("core")
+	if c1 == c0 {
+		t.Error("a policy change left the guard as it was")
+	}
+	if _, existed, err := a.DeleteTarget(t.Context(), "x"); err != nil || !existed {
+		t.Fatalf("DeleteTarget = %v, %v", existed, err)
+	}
+	if guardRev("core") == c1 {
+		t.Error("removing x left core's guard as it was")
+	}
 }
