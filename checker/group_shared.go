@@ -30,9 +30,10 @@ import (
 //	already unhealthy: those are never marked healthy for it, as with one
 //	pulsed.)
 //
-// One race is outside it: a state write of an ungrouped target
-// (Shared.ProposeState, which the guard does not fence) that is in flight
-// when the target is moved into a group may commit after the move.
+// A target moved into a group (or between groups) has its state written
+// again in the move's transaction (etcdreg's PutSpec), so that a state
+// write decided before the move, outside the guard (Shared.ProposeState,
+// for an ungrouped target), is refused by its state revision.
 //
 // Two owners deciding from the same view cannot both take the last slot:
 // the second's guard comparison fails, and it decides again once it has

@@ -196,7 +196,8 @@ func (r *Registry) specGroup(ctx context.Context, name string) (group string, mo
 const maxSpecRetries = 8
 
 // PutSpec implements checker.Shared. A target that joins or leaves a group
-// rewrites the group's guard in the same transaction.
+// rewrites the group's guard in the same transaction, and one that moves
+// also its state (see restate).
 func (r *Registry) PutSpec(ctx context.Context, spec checker.Spec) (uint64, error) {
 	v, err := json.Marshal(specRecord{V: 1, Spec: spec})
 	if err != nil {
@@ -208,7 +209,18 @@ func (r *Registry) PutSpec(ctx context.Context, spec checker.Spec) (uint64, erro
 		if err != nil {
 			return 0, err
 		}
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", modRev)}
 		ops := []clientv3.Op{clientv3.OpPut(key, string(v))}
+		if modRev != 0 && old != spec.Group {
+			// The target moves: its state is written again (not held), so
+			// that a state write decided in its old group, or ungrouped,
+			// and still in flight is refused.
+			c, o, err := r.restate(ctx, spec.Name)
+			if err != nil {
+				return 0, err
+			}
+			cmps, ops = append(cmps, c...), append(ops, o...)
+		}
 		if modRev == 0 || old != spec.Group {
 			if spec.Group != "" {
 				ops = append(ops, r.putGuard(spec.Group, "target joined"))
@@ -217,7 +229,7 @@ func (r *Registry) PutSpec(ctx context.Context, spec checker.Spec) (uint64, erro
 				ops = append(ops, r.putGuard(old, "target left"))
 			}
 		}
-		resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", modRev)).Then(ops...).Commit()
+		resp, err := r.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			return 0, fmt.Errorf("etcd: %w", err)
 		}
@@ -226,6 +238,29 @@ func (r *Registry) PutSpec(ctx context.Context, spec checker.Spec) (uint64, erro
 		}
 	}
 	return 0, fmt.Errorf("etcd: target %q kept changing under this write", spec.Name)
+}
+
+// restate returns the comparison and the put that write a target's stored
+// state again, not held; none when it has no state yet.
+func (r *Registry) restate(ctx context.Context, name string) ([]clientv3.Cmp, []clientv3.Op, error) {
+	resp, err := r.cli.Get(ctx, r.stateKey(name))
+	if err != nil {
+		return nil, nil, fmt.Errorf("etcd: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil, nil
+	}
+	var sr stateRecord
+	if err := json.Unmarshal(resp.Kvs[0].Value, &sr); err != nil {
+		return nil, nil, fmt.Errorf("state of %q in etcd: %w", name, err)
+	}
+	sr.Held = false
+	v, err := json.Marshal(sr)
+	if err != nil {
+		return nil, nil, err
+	}
+	return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(r.stateKey(name)), "=", resp.Kvs[0].ModRevision)},
+		[]clientv3.Op{clientv3.OpPut(r.stateKey(name), string(v))}, nil
 }
 
 // DeleteTarget implements checker.Shared: the spec, the state and the

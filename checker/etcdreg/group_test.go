@@ -223,7 +223,8 @@ func transitionsOf(evs []checker.Event) []string {
 // Two replicas write the same group from the same guard revision: etcd
 // takes one and refuses the other (ErrFenced). A target joining, leaving
 // or moving between groups and a policy change rewrite the guards they
-// concern, so a write decided before them is refused too.
+// concern, so a write decided before them is refused too; a move also
+// rewrites the target's state, which refuses a write decided before it.
 func TestGroupWriteFencedByGuard(t *testing.T) {
 	etcd := etcdtest.Start(t, 0)
 	open := func(id string) *etcdreg.Registry {
@@ -300,6 +301,27 @@ func TestGroupWriteFencedByGuard(t *testing.T) {
 	}
 	if guardRev("edge") == rev || guardRev("core") == 0 {
 		t.Errorf("moving x to core: edge's guard %d (was %d), core's %d", guardRev("edge"), rev, guardRev("core"))
+	}
+	// A state write of an ungrouped target, decided before the target
+	// joined a group, is refused once it has.
+	z := target("z")
+	if _, err := a.PutSpec(t.Context(), z); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ProposeState(t.Context(), checker.StateProposal{Name: "z", State: checker.SharedState{State: checker.StateHealthy, From: checker.StateUnhealthy}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cli.Get(t.Context(), prefix+"states/z")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("z's state: %v, %v", resp, err)
+	}
+	zRev := uint64(resp.Kvs[0].ModRevision)
+	z.Group = "edge"
+	if _, err := b.PutSpec(t.Context(), z); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ProposeState(t.Context(), checker.StateProposal{Name: "z", StateRev: zRev, State: checker.SharedState{State: checker.StateUnhealthy, From: checker.StateHealthy}}); !errors.Is(err, checker.ErrFenced) {
+		t.Errorf("a state write of z decided before z joined edge: %v, want ErrFenced", err)
 	}
 	// A policy change and a removal rewrite the guard.
 	c0 := guardRev("core")
