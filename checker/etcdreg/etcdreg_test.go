@@ -376,7 +376,9 @@ func TestEtcdUnavailable(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "x healthy", func() bool { return state(a, "x") == checker.StateHealthy })
+	eventually(t, "x and y healthy", func() bool {
+		return state(a, "x") == checker.StateHealthy && state(a, "y") == checker.StateHealthy
+	})
 
 	etcd.Stop()
 	eventually(t, "a flags itself degraded", func() bool { return a.c.StoreErr() != nil })
