@@ -13,7 +13,7 @@ import (
 // watcher's filter decides whether it gets the event, never what it says.
 // So the WatchTransitions streams share one encoded message per event
 // (grpc.PreparedMsg) instead of each converting and marshalling its own:
-// the first stream to send revision R encodes it, the others send the same
+// the first stream to send an event encodes it, the others send the same
 // bytes. Snapshots and progress marks differ per stream and are sent as
 // before.
 //
@@ -27,9 +27,14 @@ import (
 const maxEncoded = 4096
 
 type encodedKey struct {
-	rev      uint64
-	subtype  string // the stream's content subtype: its codec
-	compress string // the stream's compressor; "" for none
+	// rev, kind, target and group name the event: with a shared registry
+	// several events share a revision (a group write puts several states
+	// and may start a panic at once), so the revision alone does not.
+	rev           uint64
+	kind          checker.EventKind
+	target, group string
+	subtype       string // the stream's content subtype: its codec
+	compress      string // the stream's compressor; "" for none
 }
 
 // encoded is one event's message, encoded once.
@@ -78,7 +83,7 @@ func streamEncoding(stream grpc.ServerStream) (subtype, compress string, ok bool
 type eventSender struct {
 	stream grpc.ServerStreamingServer[pb.WatchTransitionsResponse]
 	cache  *encodedCache // nil: send unshared
-	key    encodedKey    // rev set per event
+	key    encodedKey    // the event's fields set per event
 }
 
 func newEventSender(s *Server, stream grpc.ServerStreamingServer[pb.WatchTransitionsResponse]) *eventSender {
@@ -94,7 +99,7 @@ func (es *eventSender) send(e checker.Event) error {
 	if es.cache == nil {
 		return es.stream.Send(eventToProto(e))
 	}
-	es.key.rev = e.Revision
+	es.key.rev, es.key.kind, es.key.target, es.key.group = e.Revision, e.Kind, e.Target(), e.Group()
 	enc := es.cache.get(es.key)
 	enc.once.Do(func() {
 		msg := &grpc.PreparedMsg{}

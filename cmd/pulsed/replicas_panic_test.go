@@ -29,13 +29,14 @@ func (s *stream) policies() []*pb.WatchTransitionsResponse {
 	return out
 }
 
-// changes counts the stream's transitions and policy events.
+// changes counts the stream's transitions and panic events.
 func (s *stream) changes() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
 	for _, ev := range s.evs {
-		if ev.GetTransition() != nil || ev.GetPolicy() != nil {
+		k := ev.GetPolicy().GetKind()
+		if ev.GetTransition() != nil || k == pb.PolicyEvent_KIND_PANIC_ENTERED || k == pb.PolicyEvent_KIND_PANIC_EXITED {
 			n++
 		}
 	}
@@ -189,7 +190,7 @@ func TestReplicasPanicThreshold(t *testing.T) {
 			t.Errorf("after %s was killed, r%d: unhealthy %v, held %v; want five and %v", victim, i+1, u, h, held)
 		}
 		if got := streams[i].changes(); got != before[i] {
-			t.Errorf("r%d's stream got %d transitions or policy events after %s was killed, want none", i+1, got-before[i], victim)
+			t.Errorf("r%d's stream got %d transitions or panic events after %s was killed, want none", i+1, got-before[i], victim)
 		}
 	}
 	checkGroupHistory(t, etcd, names, 5)
