@@ -44,7 +44,8 @@
 //  1. Checker.wmu: one spec or policy write to the Store at a time.
 //  2. registry.mu: the targets, the pools, the revision, and the
 //     scheduler's heap, pool and overload state (one lock per result).
-//  3. committer.mu (the store queue) or replication.mu (the proposals).
+//  3. committer.mu (the store queue), or replication.mu (the proposals) or
+//     guardWriter.mu (the groups to write; group_shared.go).
 //  4. hub.mu: the history and every watcher's position.
 //
 // The inbox of lost connections (scheduler.lost.mu, see reprobe.go) is a
@@ -104,8 +105,8 @@ func New(cfg Config) (*Checker, error) {
 	case f == 0:
 		policyDflt = 1
 	}
-	if cfg.Shared != nil {
-		policyDflt = 1 // panic thresholds need one view of the group: see Shared
+	if _, guarded := cfg.Shared.(SharedGroups); cfg.Shared != nil && !guarded {
+		policyDflt = 1 // panic thresholds need a guard per group: see Shared
 	}
 	logger := cfg.Logger
 	if logger == nil {
@@ -150,6 +151,7 @@ func New(cfg Config) (*Checker, error) {
 		reg.emitTo(func(e Event) { c.hub.publish(e) })
 	}
 	if c.repl != nil {
+		reg.emitTo(c.repl.queueEvent) // published by revision: see apply
 		c.repl.start(c.hub)
 	}
 	c.life = newLifecycle(reg, clock, logger, cfg.Store, c.repl, &c.wmu)
@@ -293,14 +295,21 @@ func (c *Checker) ReportOutcome(name string, o Outcome) (st Status, counted bool
 // fraction outside (0, 1] valid (a *FieldError on "max_unhealthy_fraction").
 // With a Store that is a PolicyStore the policy is durable when
 // SetGroupPolicy returns (an error wrapping ErrStore changes nothing);
-// with another Store, or none, policies live in memory only.
+// with another Store, or none, policies live in memory only. With a
+// shared registry that is a SharedGroups the threshold is stored there,
+// for every replica, and applied when SetGroupPolicy returns; a group's
+// SlowStart and RemoveAfterUnhealthy, and any threshold below 1 without
+// a SharedGroups, are refused (ErrNotShared).
 func (c *Checker) SetGroupPolicy(group string, p GroupPolicy) (GroupStatus, error) {
 	if err := checkGroupPolicy(group, p); err != nil {
 		return GroupStatus{}, err
 	}
 	if c.repl != nil {
-		if f := p.MaxUnhealthyFraction; f != 0 && f != 1 {
-			return GroupStatus{}, fmt.Errorf("%w: a panic threshold needs one view of the group's results; only max_unhealthy_fraction 1 (no threshold) is accepted", ErrNotShared)
+		if p.SlowStart == 0 && p.RemoveAfterUnhealthy == 0 && c.repl.guarded() {
+			return c.repl.setPolicy(group, p)
+		}
+		if f := p.MaxUnhealthyFraction; f != 0 && f != 1 && !c.repl.guarded() {
+			return GroupStatus{}, fmt.Errorf("%w: a panic threshold needs a shared registry that keeps group guards; only max_unhealthy_fraction 1 (no threshold) is accepted", ErrNotShared)
 		}
 		if p.SlowStart != 0 || p.RemoveAfterUnhealthy != 0 {
 			return GroupStatus{}, fmt.Errorf("%w: group policies are not shared; set slow_start and remove_after_unhealthy on each target", ErrNotShared)

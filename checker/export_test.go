@@ -83,3 +83,9 @@ func (c *committer) Due() (due time.Time, ok bool) {
 	ns := c.stamp.due.Load()
 	return c.stamp.base.Add(time.Duration(ns - 1)), ns != 0
 }
+
+// GroupWritesIdle reports whether the checker's group writer has no group
+// marked nor a write in flight (always, without group guards).
+func (c *Checker) GroupWritesIdle() bool {
+	return c.repl == nil || c.repl.guard == nil || c.repl.guard.idle()
+}

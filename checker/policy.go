@@ -70,6 +70,9 @@ type pool struct {
 	held   map[string]*target // held routable by the threshold
 	panic  bool               // len(held) > 0, as last announced
 	policy GroupPolicy
+	// guardRev is, with a shared registry, the revision of the group's
+	// guard this replica has applied (see group_shared.go).
+	guardRev uint64
 }
 
 func (p *pool) size() int {
@@ -176,16 +179,14 @@ func (r *registry) endFlappingLocked(t *target, now time.Time, reason string) {
 // policies: flap damping wants it unhealthy, and the group's threshold may
 // hold a move to unhealthy.
 func (r *registry) updateLocked(t *target, now time.Time, why cause) {
-	want := t.m.State
-	if t.flapping && want != StateUnhealthy {
-		want = StateUnhealthy
-		why = cause{reason: fmt.Sprintf("flapping: %d transitions in %v", t.flaps.count(now, t.spec.flapWindow()), t.spec.flapWindow())}
+	if r.guardedLocked(t) {
+		// Its group's guard decides, in a group write (group_shared.go).
+		if t.owned {
+			r.link.markGroup(t.spec.Group)
+		}
+		return
 	}
-	reason, admin := modeHold(t)
-	if admin && want != StateUnhealthy {
-		want = StateUnhealthy
-		why = cause{reason: reason}
-	}
+	want, why, admin := r.desiredLocked(t, now, why)
 	p := r.pools[t.spec.Group]
 	switch {
 	case want.routable() || !t.state.routable() || admin:
@@ -209,14 +210,31 @@ func (r *registry) updateLocked(t *target, now time.Time, why cause) {
 	r.settleLocked(t.spec.Group, now)
 }
 
+// desiredLocked returns the state t's verdict and policies ask for, before
+// the panic threshold, and why; admin says the operator's mode asks for it,
+// which the threshold never holds back.
+func (r *registry) desiredLocked(t *target, now time.Time, why cause) (want State, _ cause, admin bool) {
+	want = t.m.State
+	if t.flapping && want != StateUnhealthy {
+		want = StateUnhealthy
+		why = cause{reason: fmt.Sprintf("flapping: %d transitions in %v", t.flaps.count(now, t.spec.flapWindow()), t.spec.flapWindow())}
+	}
+	reason, admin := modeHold(t)
+	if admin && want != StateUnhealthy {
+		want = StateUnhealthy
+		why = cause{reason: reason}
+	}
+	return want, why, admin
+}
+
 // settleLocked releases a group's held targets, in name order, while it has
 // room, and announces the group entering or leaving panic. It is called
 // after anything that may change a group's room: a transition, a target
 // added, removed or moved, a policy changed.
 func (r *registry) settleLocked(group string, now time.Time) {
 	p := r.pools[group]
-	if p == nil || group == "" {
-		return
+	if p == nil || group == "" || r.link != nil {
+		return // with a shared registry, the group's guard decides
 	}
 	allowed := maxUnhealthy(r.fractionLocked(p), p.n)
 	if len(p.held) > 0 && p.down < allowed {
@@ -230,10 +248,17 @@ func (r *registry) settleLocked(group string, now time.Time) {
 			r.setStateLocked(t, StateUnhealthy, now, cause{reason: fmt.Sprintf("released from group %s's panic hold (%d of %d unhealthy, at most %d)", group, p.down+1, p.n, allowed)})
 		}
 	}
+	r.announcePanicLocked(group, p, now)
+}
+
+// announcePanicLocked emits PANIC_ENTERED or PANIC_EXITED when group's
+// held set became non-empty or empty since the last announcement.
+func (r *registry) announcePanicLocked(group string, p *pool, now time.Time) {
 	panicNow := len(p.held) > 0
 	if panicNow == p.panic {
 		return
 	}
+	allowed := maxUnhealthy(r.fractionLocked(p), p.n)
 	p.panic = panicNow
 	pc := PolicyChange{Group: group, Held: sortedKeys(p.held), Targets: p.n, Unhealthy: p.down, MaxUnhealthy: allowed}
 	kind := EventPanicExited

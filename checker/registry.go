@@ -137,6 +137,12 @@ type sharedLink interface {
 	// publishOverload queues this replica's overload state for the shared
 	// registry to publish; it is called with the registry's lock held.
 	publishOverload(o ReplicaOverload)
+	// guarded reports whether group guards decide grouped targets' states
+	// (see group_shared.go).
+	guarded() bool
+	// markGroup asks for a group's decisions to be written again; it is
+	// called with the registry's lock held.
+	markGroup(group string)
 }
 
 // add is Add for a spec with defaults, valid: it registers a target or

@@ -1,6 +1,7 @@
 package checker
 
 import (
+	"cmp"
 	"reflect"
 	"time"
 )
@@ -46,12 +47,17 @@ func (r *registry) putSharedLocked(spec Spec, st *SharedState, stateRev uint64, 
 			t.carried = true
 			r.loadFlapLocked(t, st.Flap)
 		}
+		held := st != nil && st.Held && spec.Group != "" && r.link.guarded()
+		if held {
+			t.m.State = StateUnhealthy // the verdict its owner stored the hold for
+		}
 		if spec.Admin().Mode != ModeActive {
 			t.state = StateUnhealthy // until its owner's state comes back
 		}
 		r.targets[spec.Name] = t
 		r.sched.watchLocked(t)
 		r.joinPoolLocked(t)
+		r.mirrorHeldLocked(t, held)
 		r.ownLocked(t, r.link.owns(spec.Name), now)
 		r.timedLocked(t)
 		if events {
@@ -127,9 +133,14 @@ func (r *registry) mirrorStateLocked(name string, st SharedState, rev uint64) {
 	r.setStateLocked(t, st.State, st.Time, why)
 	r.mirrorFlapLocked(t, st, now)
 	r.mirroring = false
+	held := st.Held && r.guardedLocked(t)
+	r.mirrorHeldLocked(t, held)
 	if !t.owned {
 		t.m.State = st.State
 		r.flapFromStoreLocked(t) // the stored verdict, when there is one
+		if held {
+			t.m.State = StateUnhealthy // the verdict its owner stored the hold for
+		}
 		t.m.PassStreak, t.m.FailStreak = 0, 0
 		return
 	}
@@ -145,6 +156,11 @@ func (r *registry) reownLocked(now time.Time) {
 		r.ownLocked(t, r.link.owns(t.spec.Name), now)
 	}
 	r.lifeWakeLocked() // deadlines of the targets taken over are this replica's now
+	for group := range r.pools {
+		if group != "" {
+			r.link.markGroup(group) // held targets taken over may be this replica's to release
+		}
+	}
 }
 
 // ownLocked makes this replica probe t, or stop probing it. A target taken
@@ -161,10 +177,19 @@ func (r *registry) ownLocked(t *target, own bool, now time.Time) {
 		t.gen++ // a result in flight is no longer this replica's to store
 		t.proposing = false
 		r.flapFromStoreLocked(t)
+		if t.held {
+			t.m.State = StateUnhealthy // the verdict its owner stored the hold for
+		}
 		return
 	}
 	t.m = Machine{Model: t.spec.Model, Rise: t.spec.Rise, Fall: t.spec.Fall, State: t.state}
 	r.flapFromStoreLocked(t) // carry on from the stored flap log and verdict
+	if t.held {
+		// Held: its previous owner's verdict was unhealthy; keep it until
+		// this replica's own results say otherwise, so the takeover
+		// neither releases nor re-decides the hold.
+		t.m.State = StateUnhealthy
+	}
 	t.carried = true
 	t.slot = time.Time{}
 	if r.probedLocked(t) {
@@ -188,8 +213,9 @@ func (r *registry) writeStateLocked(t *target, to State, now time.Time, why caus
 	r.link.propose(proposal{t: t, gen: t.gen, p: StateProposal{
 		Name:     t.spec.Name,
 		StateRev: t.stateRev,
+		// A record of the same state (the flap log alone) keeps its hold.
 		State: SharedState{State: to, From: t.state, Time: now, Result: why.result, Reason: why.reason,
-			Flap: flapRecordLocked(t, now)},
+			Flap: flapRecordLocked(t, now), Held: to == t.state && t.held},
 	}})
 }
 
@@ -244,6 +270,10 @@ func (r *registry) applySharedLocked(changes []SharedChange, rev uint64) (uint64
 			r.applyOutcomeLocked(ch.Name, ch.Outcome, ch.Rev, now)
 		case SharedOverloadPut:
 			r.applyOverloadLocked(ch.Overload, now)
+		case SharedGroupChanged:
+			r.guardChangedLocked(ch.Name, cmp.Or(ch.GuardRev, ch.Rev), ch.Time)
+		case SharedPolicyPut:
+			r.policyPutLocked(ch.Name, ch.Fraction)
 		}
 		rev = max(rev, ch.Rev)
 	}

@@ -26,8 +26,10 @@ import (
 // are forwarded to the owner through the shared registry
 // (passive_shared.go) and each replica's overload is published through it
 // (overload_shared.go), when the registry implements SharedOutcomes and
-// SharedOverloads. Panic thresholds need one view of a group's results: a
-// shared checker refuses them (ErrNotShared).
+// SharedOverloads. A Shared registry that is also a SharedGroups keeps a
+// guard per group, and the panic threshold holds across replicas (see
+// group_shared.go); without one, a shared checker refuses thresholds below
+// 1 (ErrNotShared).
 type Shared interface {
 	// Load returns every target and its last state, and the revision they
 	// were read at.
@@ -65,6 +67,9 @@ type SharedState struct {
 	// Flap is the owner's flap log (see flap_shared.go); nil in a record
 	// that has none.
 	Flap *SharedFlap
+	// Held: the target's owner wants it unhealthy, but its group's panic
+	// threshold holds it in State, routable (see SharedGroups).
+	Held bool
 }
 
 // StateProposal is a state an owner asks the shared registry to store.
@@ -87,6 +92,11 @@ const (
 	SharedStatePut
 	// SharedMembersChanged: a replica joined or left; ownership moves.
 	SharedMembersChanged
+	// SharedGroupChanged: a group's guard was written (see SharedGroups);
+	// it comes after the other changes of its write, at the same revision.
+	SharedGroupChanged
+	// SharedPolicyPut: a group's panic threshold was stored.
+	SharedPolicyPut
 )
 
 // SharedChange is one change to a shared registry, at its revision.
@@ -94,11 +104,21 @@ type SharedChange struct {
 	Kind  SharedChangeKind
 	Rev   uint64
 	Spec  Spec        // SharedSpecPut
-	Name  string      // SharedSpecDeleted, SharedStatePut
+	Name  string      // SharedSpecDeleted, SharedStatePut; the group for SharedGroupChanged, SharedPolicyPut
 	State SharedState // SharedStatePut
 
 	Outcome  SharedOutcome   // SharedOutcomePut (passive_shared.go)
 	Overload ReplicaOverload // SharedOverloadPut (overload_shared.go)
+	// Time is when the guard's writer wrote it (SharedGroupChanged): the
+	// time of the panic events it leads to, the same on every replica.
+	Time time.Time
+	// GuardRev is the revision the guard was written at
+	// (SharedGroupChanged): Rev, unless the registry was read again after
+	// it lost its history, when Rev is the revision of that read.
+	GuardRev uint64
+	// Fraction is the group's stored threshold (SharedPolicyPut); 0: the
+	// default.
+	Fraction float64
 }
 
 var (
@@ -183,13 +203,20 @@ type replication struct {
 	closing context.Context // ends when the checker closes
 	lastErr errBox          // the shared registry cannot be reached; see SetSharedErr
 
+	guard *guardWriter // nil unless shared is a SharedGroups
+
 	wake chan struct{} // there are proposals
-	done chan struct{} // closed when proposeLoop has returned
+	done chan struct{} // closed when proposeLoop (and the guard's writer) have returned
 
 	mu        sync.Mutex // protects proposals
 	proposals []proposal
 
 	ovl overloadPub // this replica's overload state to publish; see overload_shared.go
+	// events are those of the changes being applied, published together
+	// once they are all applied: several events share a revision (a group
+	// write, a read after a lost history), and a watcher reading between
+	// two of them would skip the second. Guarded by the registry's lock.
+	events []Event
 }
 
 // newReplication loads the shared registry into reg and returns its
@@ -208,17 +235,33 @@ func newReplication(shared Shared, reg *registry, logger *slog.Logger, closing c
 		done:    make(chan struct{}),
 		ovl:     overloadPub{wake: make(chan struct{}, 1), done: make(chan struct{})},
 	}
+	if sg, ok := shared.(SharedGroups); ok {
+		rp.guard = newGuardWriter(sg, rp)
+	}
 	reg.link = rp
 	reg.loadShared(targets, rev)
 	rp.loadOverloads()
+	if rp.guard != nil {
+		reg.mu.Lock()
+		reg.loadGroupsLocked(rp.guard.shared.LoadedGroups())
+		reg.mu.Unlock()
+	}
 	return rp, nil
 }
 
-// start makes h the hub ApplyShared moves and runs the proposer until the
-// checker closes.
+// start makes h the hub ApplyShared moves and runs the proposers until
+// the checker closes.
 func (rp *replication) start(h *hub) {
 	rp.hub = h
-	go rp.proposeLoop()
+	go func() {
+		defer close(rp.done)
+		var wg sync.WaitGroup
+		if rp.guard != nil {
+			wg.Go(rp.guard.run)
+		}
+		rp.proposeLoop()
+		wg.Wait()
+	}()
 	go rp.publishLoop()
 }
 
@@ -231,6 +274,16 @@ func (rp *replication) wait() {
 
 // owns is Shared.Owns, for the registry.
 func (rp *replication) owns(name string) bool { return rp.shared.Owns(name) }
+
+// guarded reports whether group guards decide grouped targets' states.
+func (rp *replication) guarded() bool { return rp.guard != nil }
+
+// markGroup asks the guard's writer to look at group again.
+func (rp *replication) markGroup(group string) {
+	if rp.guard != nil {
+		rp.guard.mark(group)
+	}
+}
 
 // propose queues a state to write; the registry calls it with its lock
 // held.
@@ -329,10 +382,20 @@ func (rp *replication) await(ctx context.Context, rev uint64) error {
 func (rp *replication) apply(changes []SharedChange, rev uint64) {
 	rp.reg.lock()
 	if rev, ok := rp.reg.applySharedLocked(changes, rev); ok {
+		if len(rp.events) > 0 {
+			rp.hub.publish(rp.events...)
+			clear(rp.events)
+			rp.events = rp.events[:0]
+		}
 		rp.hub.advance(rev)
 	}
 	rp.reg.unlockAndReport()
 }
+
+// queueEvent is the registry's sink with a shared registry: it keeps the
+// events of the changes being applied for apply to publish. The registry
+// calls it with its lock held.
+func (rp *replication) queueEvent(e Event) { rp.events = append(rp.events, e) }
 
 type proposal struct {
 	t   *target
@@ -386,7 +449,6 @@ func (rp *replication) proposeBatch(batch []proposal) (retry []proposal, lastErr
 // ones are dropped (the writes that fenced them come back through
 // ApplyShared).
 func (rp *replication) proposeLoop() {
-	defer close(rp.done)
 	backoff := 50 * time.Millisecond
 	for {
 		select {

@@ -6,6 +6,8 @@
 //	targets/<name>  a target's spec (JSON), written by AddTarget
 //	states/<name>   its last state (JSON), written by the target's owner
 //	members/<id>    a live replica, attached to that replica's lease
+//	guards/<group>  a group's guard, and policies/<group> its panic
+//	                threshold: see group.go
 //
 // and the pool policies' (policies.go): outcomes/<name>, overload/<id>.
 //
@@ -89,9 +91,10 @@ type Registry struct {
 	joinedRev int64            // the newest member key put this replica has applied
 	known     map[string]int64 // every target's state revision (0: none yet), for resync
 
-	overload        *checker.ReplicaOverload  // this replica's, as last published; see policies.go
-	loadedOverloads []checker.ReplicaOverload // the degraded replicas Load read
-	degraded        map[string]bool           // the replicas whose overload key says degraded, as applied
+	overload        *checker.ReplicaOverload       // this replica's, as last published; see policies.go
+	loadedOverloads []checker.ReplicaOverload      // the degraded replicas Load read
+	degraded        map[string]bool                // the replicas whose overload key says degraded, as applied
+	groups          map[string]checker.SharedGroup // the guards and policies Load read
 }
 
 type specRecord struct {
@@ -108,8 +111,18 @@ type stateRecord struct {
 	Reason  string         `json:"reason,omitempty"`
 	Writer  string         `json:"writer"`
 	Applies uint64         `json:"applies_to"` // the state revision it replaced
+	Held    bool           `json:"held,omitempty"`
 	// Flap is the owner's flap log (checker.SharedFlap).
 	Flap *checker.SharedFlap `json:"flap,omitempty"`
+}
+
+// stateRecordOf is the record of a proposed state, written by writer.
+func stateRecordOf(p checker.StateProposal, writer string) stateRecord {
+	return stateRecord{
+		V: 1, State: p.State.State, From: p.State.From, Time: p.State.Time,
+		Result: p.State.Result, Reason: p.State.Reason, Writer: writer, Applies: p.StateRev,
+		Held: p.State.Held, Flap: p.State.Flap,
+	}
 }
 
 type memberRecord struct {
@@ -155,7 +168,7 @@ func Open(ctx context.Context, o Options) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to etcd at %s: %w", strings.Join(o.Endpoints, ","), err)
 	}
-	r := &Registry{cli: cli, prefix: o.Prefix, id: o.ID, ttl: o.LeaseTTL, logger: o.Logger, known: make(map[string]int64)}
+	r := &Registry{cli: cli, prefix: o.Prefix, id: o.ID, ttl: o.LeaseTTL, logger: o.Logger, known: make(map[string]int64), groups: make(map[string]checker.SharedGroup)}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	cctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
 	defer cancel()
@@ -220,12 +233,22 @@ func (r *Registry) Load() ([]checker.SharedTarget, uint64, error) {
 	states := map[string]*mvccpb.KeyValue{}
 	var members []string
 	var joined int64
+	r.mu.Lock()
+	clear(r.groups)
+	r.mu.Unlock()
 	for _, kv := range resp.Kvs {
 		kind, name, ok := r.split(string(kv.Key))
 		if !ok {
 			continue
 		}
 		switch kind {
+		case "guards", "policies":
+			r.mu.Lock()
+			err := r.loadGroupKey(kind, name, kv.ModRevision, kv.Value)
+			r.mu.Unlock()
+			if err != nil {
+				return nil, 0, err
+			}
 		case "targets":
 			var sr specRecord
 			if err := json.Unmarshal(kv.Value, &sr); err != nil {
@@ -279,37 +302,7 @@ func decodeState(v []byte) (checker.SharedState, error) {
 	if err := json.Unmarshal(v, &sr); err != nil {
 		return checker.SharedState{}, err
 	}
-	return checker.SharedState{State: sr.State, From: sr.From, Time: sr.Time, Result: sr.Result, Reason: sr.Reason, Writer: sr.Writer, Flap: sr.Flap}, nil
-}
-
-// PutSpec implements checker.Shared.
-func (r *Registry) PutSpec(ctx context.Context, spec checker.Spec) (uint64, error) {
-	v, err := json.Marshal(specRecord{V: 1, Spec: spec})
-	if err != nil {
-		return 0, err
-	}
-	resp, err := r.cli.Put(ctx, r.specKey(spec.Name), string(v))
-	if err != nil {
-		return 0, fmt.Errorf("etcd: %w", err)
-	}
-	return uint64(resp.Header.Revision), nil
-}
-
-// DeleteTarget implements checker.Shared: the spec and the state go in one
-// transaction.
-func (r *Registry) DeleteTarget(ctx context.Context, name string) (uint64, bool, error) {
-	resp, err := r.cli.Txn(ctx).Then(
-		clientv3.OpDelete(r.specKey(name)),
-		clientv3.OpDelete(r.stateKey(name)),
-		clientv3.OpDelete(r.outcomeKey(name)),
-	).Commit()
-	if err != nil {
-		return 0, false, fmt.Errorf("etcd: %w", err)
-	}
-	if resp.Responses[0].GetResponseDeleteRange().Deleted == 0 {
-		return 0, false, nil // nothing changed: nothing to wait for
-	}
-	return uint64(resp.Header.Revision), true, nil
+	return checker.SharedState{State: sr.State, From: sr.From, Time: sr.Time, Result: sr.Result, Reason: sr.Reason, Writer: sr.Writer, Held: sr.Held, Flap: sr.Flap}, nil
 }
 
 // ProposeState implements checker.Shared: the write is fenced by this
@@ -322,11 +315,7 @@ func (r *Registry) ProposeState(ctx context.Context, p checker.StateProposal) er
 	if createRev == 0 {
 		return fmt.Errorf("%w: this replica has lost its lease and not yet taken a new one", checker.ErrFenced)
 	}
-	v, err := json.Marshal(stateRecord{
-		V: 1, State: p.State.State, From: p.State.From, Time: p.State.Time,
-		Result: p.State.Result, Reason: p.State.Reason, Writer: r.id, Applies: p.StateRev,
-		Flap: p.State.Flap,
-	})
+	v, err := json.Marshal(stateRecordOf(p, r.id))
 	if err != nil {
 		return err
 	}
@@ -481,6 +470,10 @@ func (r *Registry) changes(evs []*clientv3.Event) ([]checker.SharedChange, int64
 		rev := uint64(ev.Kv.ModRevision)
 		put := ev.Type == clientv3.EventTypePut
 		switch kind {
+		case "guards", "policies":
+			if ch, ok := r.groupChange(kind, name, ev); ok {
+				out = append(out, ch)
+			}
 		case "targets":
 			if !put {
 				delete(r.known, name)
@@ -533,6 +526,11 @@ func (r *Registry) changes(evs []*clientv3.Event) ([]checker.SharedChange, int64
 			}
 		}
 	}
+	// A guard's change comes after the other changes of its revision (it
+	// is its transaction's last put; resync makes all of one revision).
+	slices.SortStableFunc(out, func(a, b checker.SharedChange) int {
+		return cmp.Or(cmp.Compare(a.Rev, b.Rev), cmp.Compare(guardLast(a), guardLast(b)))
+	})
 	if membersChanged {
 		r.logger.Info("replicas changed", "members", strings.Join(r.members, ","))
 		out = append(out, checker.SharedChange{Kind: checker.SharedMembersChanged, Rev: uint64(last)})
@@ -555,6 +553,7 @@ func (r *Registry) resync(c Applier) (int64, error) {
 	var members []string
 	var joined int64
 	var overloads []*mvccpb.KeyValue
+	var guards []checker.SharedChange
 	for _, kv := range resp.Kvs {
 		kind, name, ok := r.split(string(kv.Key))
 		if !ok {
@@ -578,6 +577,15 @@ func (r *Registry) resync(c Applier) (int64, error) {
 			joined = max(joined, orig)
 		case "overload":
 			overloads = append(overloads, kv)
+		case "policies":
+			evs = append(evs, &clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
+		case "guards":
+			// The guard keeps its own revision: the one a group write
+			// compares.
+			if ch, ok := r.groupChange(kind, name, &clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: kv.Key, Value: kv.Value, ModRevision: orig}}); ok {
+				ch.Rev = uint64(rev)
+				guards = append(guards, ch)
+			}
 		}
 	}
 	evs = append(evs, r.resyncOverloads(overloads, rev)...)
@@ -598,6 +606,7 @@ func (r *Registry) resync(c Applier) (int64, error) {
 	for _, name := range gone {
 		changes = append(changes, checker.SharedChange{Kind: checker.SharedSpecDeleted, Rev: uint64(rev), Name: name})
 	}
+	changes = append(changes, guards...) // after the states they guard
 	if changed {
 		changes = append(changes, checker.SharedChange{Kind: checker.SharedMembersChanged, Rev: uint64(rev)})
 	}
@@ -669,4 +678,11 @@ func (r *Registry) Abandon() {
 	r.cancel()
 	r.wg.Wait()
 	_ = r.cli.Close()
+}
+
+func guardLast(ch checker.SharedChange) int {
+	if ch.Kind == checker.SharedGroupChanged {
+		return 1
+	}
+	return 0
 }

@@ -223,9 +223,6 @@ func run(args []string, stderr io.Writer) error {
 		// Closed after the checker (deferred below): leaving gives this
 		// replica's targets to the others at once.
 		defer shared.Close()
-		if cfg.maxUnhealthy != 1 {
-			logger.Info("panic thresholds are not applied with -registry etcd: every replica marks what its results say")
-		}
 	} else {
 		if bolt, err = openStore(cfg.dataDir, logger); err != nil {
 			return err

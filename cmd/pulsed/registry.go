@@ -62,9 +62,6 @@ func (r *registryFlags) check(set map[string]bool, cfg *config) error {
 		if set["data-dir"] {
 			return fmt.Errorf("-data-dir is the embedded registry's; with -registry etcd the registry is in etcd")
 		}
-		if set["max-unhealthy-fraction"] && cfg.maxUnhealthy != 1 {
-			return fmt.Errorf("-max-unhealthy-fraction: panic thresholds need one view of a group's results, which replicas do not share; with -registry etcd only 1 (no threshold) is accepted")
-		}
 		cfg.dataDir = ""
 	default:
 		return fmt.Errorf("-registry must be embedded or etcd, got %q", r.kind)
