@@ -339,3 +339,56 @@ func TestGroupWriteFencedByGuard(t *testing.T) {
 		t.Error("removing x left core's guard as it was")
 	}
 }
+
+// A held target with flap damping: the guard's write stores the owner's
+// flap log with the hold, and a record of the flap log alone keeps the
+// hold, so once the group has settled nothing is written again and the
+// hold never lapses, in etcd's history or on any replica.
+func TestGroupGuardHoldsWithFlapDamping(t *testing.T) {
+	etcd := etcdtest.Start(t, 0)
+	b := newBackend()
+	reps := []*replica{startReplica(t, etcd.Endpoint, "a", b), startReplica(t, etcd.Endpoint, "b", b)}
+	eventually(t, "two members everywhere", func() bool {
+		return len(reps[0].reg.Members()) == 2 && len(reps[1].reg.Members()) == 2
+	})
+	if _, err := reps[0].c.SetGroupPolicy("edge", checker.GroupPolicy{MaxUnhealthyFraction: 0.5}); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"web-0", "web-1", "web-2", "web-3"}
+	for i, n := range names {
+		s := target(n)
+		s.Group, s.InitialState = "edge", checker.StateHealthy
+		s.FlapThreshold, s.FlapWindow, s.FlapStableFor = 5, time.Minute, time.Minute
+		if _, _, err := reps[i%2].c.Add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range names[:3] {
+		b.setFailing(n, true)
+	}
+	settled := func(r *replica) bool {
+		g := r.c.Groups("edge")
+		return len(g) == 1 && g[0].Unhealthy == 2 && len(g[0].Held) == 1
+	}
+	for _, r := range reps {
+		eventually(t, "two unhealthy and one held on "+r.id, func() bool { return settled(r) })
+	}
+	before := etcd.GroupHistory(t, prefix, names)
+	// Forty probe intervals of failing results, which change nothing.
+	for end := time.Now().Add(40 * 50 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		for _, r := range reps {
+			if !settled(r) {
+				t.Fatalf("%s: the group moved while nothing changed: %+v", r.id, r.c.Groups("edge"))
+			}
+		}
+	}
+	after := etcd.GroupHistory(t, prefix, names)
+	if len(after) != len(before) {
+		t.Errorf("%d state writes while nothing changed: %+v", len(after)-len(before), after[len(before):])
+	}
+	for _, g := range after[len(before):] {
+		if g.Held != 1 {
+			t.Errorf("at revision %d the hold lapsed: %+v", g.Rev, g)
+		}
+	}
+}
