@@ -188,7 +188,11 @@ func (w *Watcher) Progress() (rev uint64, ok bool) {
 		if w.matches(e) {
 			return w.cursor, false
 		}
-		w.cursor = e.Revision
+		// The position moves past a revision only once every event of
+		// it is seen: a later event of the same revision may match.
+		if i+1 == h.hist.n || h.hist.get(i+1).Revision != e.Revision {
+			w.cursor = e.Revision
+		}
 	}
 	w.cursor = h.hist.last
 	return w.cursor, true
@@ -203,11 +207,19 @@ func (w *Watcher) Close() {
 
 // skipEvictedLocked moves the position past events that left the history
 // without ending the watcher: none of them matched it, or it would have been
-// ended (see evictedLocked).
+// ended (see evictedLocked). The floor's revision may still be partly held
+// (several events share a revision with a shared registry): then the
+// position stops before it, so the rest of it is still handed out.
 func (w *Watcher) skipEvictedLocked() {
-	if w.cursor < w.h.hist.floor {
-		w.cursor = w.h.hist.floor
+	h := w.h
+	if w.cursor >= h.hist.floor {
+		return
 	}
+	skip := h.hist.floor
+	if h.hist.n > 0 && h.hist.get(0).Revision == skip {
+		skip-- // floor > cursor >= 0
+	}
+	w.cursor = max(w.cursor, skip)
 }
 
 func (w *Watcher) signal() {
@@ -399,7 +411,7 @@ type history struct {
 	start int    // index of the oldest event
 	n     int    // events held
 	last  uint64 // the newest revision: the newest event's, or a later one without an event
-	floor uint64 // every event up to floor has left the history: a resume needs start >= floor
+	floor uint64 // every event before floor, and perhaps some of floor, has left the history: a resume needs start >= floor
 }
 
 func newHistory(size int, rev uint64) history {

@@ -118,6 +118,50 @@ func TestHubNextNeverSplitsARevision(t *testing.T) {
 	}
 }
 
+// A watcher's position moves a whole revision at a time, also when
+// Progress looks ahead past events it does not match: the second event of
+// revision 2 is this watcher's, though the first is not.
+func TestHubProgressNeverSkipsInsideARevision(t *testing.T) {
+	clock := fakeclock.New(epoch)
+	h := checker.NewHub(10, 0, 0)
+	defer h.Close()
+	w, _ := h.Watch(checker.Filter{Group: "y"}, 0, true)
+	h.Publish(hubEvent(clock, 1, "x", "a"), hubEvent(clock, 2, "x", "b"), hubEvent(clock, 2, "y", "c"))
+	if rev, ok := w.Progress(); ok {
+		t.Fatalf("Progress = %d, true with c waiting", rev)
+	}
+	if got, err := w.Next(10); err != nil || len(got) != 1 || got[0].Transition.Target != "c" {
+		t.Fatalf("Next after Progress: %v, %v; want c", got, err)
+	}
+	if rev, ok := w.Progress(); !ok || rev != 2 {
+		t.Fatalf("Progress = %d, %v; want 2, true", rev, ok)
+	}
+}
+
+// The history may evict part of a revision: a watcher that matched none of
+// the evicted events is still handed the rest of that revision.
+func TestHubEvictionNeverSkipsInsideARevision(t *testing.T) {
+	clock := fakeclock.New(epoch)
+	h := checker.NewHub(2, 0, 0)
+	defer h.Close()
+	w, _ := h.Watch(checker.Filter{Group: "y"}, 0, true)
+	h.Publish(hubEvent(clock, 1, "x", "a"), hubEvent(clock, 1, "y", "b"))
+	h.Publish(hubEvent(clock, 2, "y", "c")) // evicts a, which w does not match
+	var names []string
+	for range 2 {
+		got, err := w.Next(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range got {
+			names = append(names, e.Transition.Target)
+		}
+	}
+	if want := []string{"b", "c"}; !slices.Equal(names, want) {
+		t.Fatalf("after a partial eviction: %q, want %q", names, want)
+	}
+}
+
 func TestHubResumeBounds(t *testing.T) {
 	clock := fakeclock.New(epoch)
 	h := checker.NewHub(3, 10, 0)
