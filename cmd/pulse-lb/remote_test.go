@@ -223,7 +223,10 @@ func TestFollowerReconnects(t *testing.T) {
 	s, logs := startFake(t, f, 0)
 	waitUntil(t, func() bool { return len(f.startRevs()) == 5 && s.view.Revision() == 3 })
 
-	if want := []uint64{0, 11, 0, 18, 0}; !slices.Equal(f.startRevs(), want) {
+	// After the transition at 11 the follower resumes from 10: revision 11
+	// may carry more events than it received (with replicas one revision
+	// can), and the replayed one is dropped.
+	if want := []uint64{0, 10, 0, 18, 0}; !slices.Equal(f.startRevs(), want) {
 		t.Errorf("start revisions %v, want %v", f.startRevs(), want)
 	}
 	if got := s.Healthy(); !slices.Equal(got, []string{"a"}) {
@@ -240,7 +243,7 @@ func TestFollowerReconnects(t *testing.T) {
 	policies := slices.Clone(f.policies)
 	f.mu.Unlock()
 	if len(policies) != 5 || slices.ContainsFunc(policies, func(p float64) bool { return p != 1 }) {
-		t.Errorf("SetGroupPolicy fractions %v, want 1 before each of 5 watches (seed 004: all down is 503)", policies)
+		t.Errorf("SetGroupPolicy fractions %v, want 1 before each of 5 watches (all down is 503)", policies)
 	}
 	for _, a := range adds {
 		if a.GetGroup() != "lb" || a.GetHttp().GetUrl() != "http://"+a.GetName()+".test/healthz" || a.GetRise() != 2 || a.GetFall() != 3 ||
