@@ -249,8 +249,15 @@ func TestModeUntilAndDrainThenRemove(t *testing.T) {
 	if got := st.specs["web-1"].Admin(); got.Mode != checker.ModeActive || got.Reason != "until 2026-01-01T00:01:00Z reached" {
 		t.Errorf("stored admin after until: %+v", got)
 	}
+	// The store publishes the events after the registry applied them.
+	var all []checker.Event
+	rev := e.c.Revision()
+	waitFor(t, "every event published", func() bool {
+		all = append(all, next(t, w)...)
+		return len(all) > 0 && all[len(all)-1].Revision >= rev
+	})
 	var got []string
-	for _, ev := range events(next(t, w)) {
+	for _, ev := range events(all) {
 		if strings.HasPrefix(ev, "mode") || strings.HasPrefix(ev, "TARGET_EXPIRED") || strings.HasPrefix(ev, "REMOVED") {
 			got = append(got, ev)
 		}
