@@ -126,6 +126,9 @@ func (p *grpcProber) Probe(ctx context.Context) error {
 		}
 		st = se.status
 	}
+	// An answer came over a ready connection: its loss is news, even if
+	// the channel's watcher did not see it ready (see grpcWatch).
+	p.watch.up.Store(true)
 	if !p.passes(st) {
 		return &servingError{status: st}
 	}

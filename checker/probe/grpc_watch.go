@@ -13,6 +13,11 @@ import (
 // per watched prober, waiting for the channel's state to change.
 type grpcWatch struct {
 	lost atomic.Pointer[func(string)]
+	// up: the channel has been ready since the last report. Set when the
+	// watcher sees READY and when a probe gets an answer: a channel can go
+	// READY and leave it again before the watcher reads its state, and the
+	// loss must be told all the same.
+	up atomic.Bool
 
 	mu      sync.Mutex // protects the fields below
 	stopped bool
@@ -45,11 +50,20 @@ func (p *grpcProber) WatchConn(lost func(reason string)) {
 func (w *grpcWatch) run(ctx context.Context, conn *grpc.ClientConn) {
 	defer close(w.done)
 	last := conn.GetState()
+	if last == connectivity.Ready {
+		w.up.Store(true)
+	}
 	for conn.WaitForStateChange(ctx, last) {
 		st := conn.GetState()
-		if last == connectivity.Ready && st != connectivity.Ready && st != connectivity.Shutdown {
-			if lost := w.lost.Load(); lost != nil {
-				(*lost)(LostChannel)
+		switch st {
+		case connectivity.Ready:
+			w.up.Store(true)
+		case connectivity.Shutdown:
+		default:
+			if w.up.Swap(false) {
+				if lost := w.lost.Load(); lost != nil {
+					(*lost)(LostChannel)
+				}
 			}
 		}
 		last = st
