@@ -372,13 +372,18 @@ func TestSharedOverloadIsPublished(t *testing.T) {
 	a.c.Start()
 	b.c.Start()
 	// b probes both with one slot: one waits, and b is degraded.
-	for i := 0; len(a.c.DegradedReplicas()) == 0 || len(b.c.DegradedReplicas()) == 0; i++ {
+	for i := 0; !b.c.Overload().Degraded; i++ {
 		if i == 100 {
-			t.Fatalf("b never published as degraded: %+v", b.c.Overload())
+			t.Fatalf("b never degraded: %+v", b.c.Overload())
 		}
 		step(t, b.e, 100*time.Millisecond)
 	}
-	// Read at once: the clock stands still, so b cannot recover meanwhile.
+	// The clock stands still from here, so b cannot recover before its
+	// state is published: a state not yet published is replaced by a newer
+	// one, and stepping on could publish only the recovery.
+	waitFor(t, "b's degraded state on both replicas", func() bool {
+		return len(a.c.DegradedReplicas()) == 1 && len(b.c.DegradedReplicas()) == 1
+	})
 	if d := a.c.DegradedReplicas(); len(d) != 1 || d[0].Replica != "b" || !strings.Contains(d[0].Reason, "1 probe waiting for a slot (threshold 1)") {
 		t.Errorf("a's DegradedReplicas: %+v", d)
 	}
