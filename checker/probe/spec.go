@@ -346,10 +346,17 @@ func parseProbeURL(raw string) (*url.URL, error) {
 	if !validHost(u.Hostname()) {
 		return bad("host %q is neither a host name nor an IP address, in %q", u.Hostname(), raw)
 	}
-	if p := u.Port(); p != "" {
-		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return bad("port must be between 1 and 65535, got %q in %q", p, raw)
+	port := u.Port()
+	if port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return bad("port must be between 1 and 65535, got %q in %q", port, raw)
 		}
+	} else if port = "80"; u.Scheme == "https" {
+		port = "443"
+	}
+	// The address dialed is bounded as a TCP probe's address is.
+	if n := len(net.JoinHostPort(u.Hostname(), port)); n > MaxAddressLen {
+		return bad("host and port must be at most %d bytes together, got %d", MaxAddressLen, n)
 	}
 	return u, nil
 }

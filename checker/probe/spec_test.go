@@ -37,6 +37,7 @@ func TestValidate(t *testing.T) {
 		{name: "url missing host", spec: httpSpec(HTTPSpec{URL: "http:///healthz"}), wantField: "http.url", wantIn: "must include a host"},
 		{name: "url port only", spec: httpSpec(HTTPSpec{URL: "http://:8080/"}), wantField: "http.url", wantIn: "must include a host"},
 		{name: "url port 0", spec: httpSpec(HTTPSpec{URL: "http://x:0/"}), wantField: "http.url", wantIn: "between 1 and 65535"},
+		{name: "url host too long", spec: httpSpec(HTTPSpec{URL: "http://" + strings.Repeat("n", 600) + "/"}), wantField: "http.url", wantIn: "host and port must be at most 512 bytes together, got 603"},
 		{name: "url port too big", spec: httpSpec(HTTPSpec{URL: "http://x:65536/"}), wantField: "http.url", wantIn: "between 1 and 65535"},
 		{name: "method put", spec: httpSpec(HTTPSpec{URL: "http://x", Method: "PUT"}), wantField: "http.method", wantIn: `must be "GET", "HEAD" or "POST" (empty means GET), got "PUT"`},
 		{name: "method lower case", spec: httpSpec(HTTPSpec{URL: "http://x", Method: "get"}), wantField: "http.method", wantIn: `got "get"`},
