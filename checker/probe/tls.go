@@ -3,6 +3,7 @@ package probe
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -209,10 +210,25 @@ func (s Spec) grpcTLS() *TLSSpec {
 }
 
 // fileStamp identifies a version of a file: a change of size or
-// modification time makes a tlsSource read it again.
+// modification time makes a tlsSource read it again. A file read within
+// racyStampWindow of its modification time may be rewritten with the same
+// size inside the file system's timestamp granularity, so until its stamp
+// is that old its contents are compared too.
 type fileStamp struct {
 	size int64
 	mod  time.Time
+	read time.Time // when the contents were read or last compared
+	sum  [sha256.Size]byte
+}
+
+// racyStampWindow is how long after a file's modification a same-size
+// rewrite can keep its modification time: far more than any file
+// system's timestamp granularity.
+const racyStampWindow = 2 * time.Second
+
+// racy reports whether a rewrite could hide behind an equal stamp.
+func (st fileStamp) racy() bool {
+	return st.read.Sub(st.mod) < racyStampWindow
 }
 
 // tlsSource holds a TLSSpec's material, read from its files and inline
@@ -262,7 +278,7 @@ func readPEMFile(path string) ([]byte, fileStamp, error) {
 	if _, err := f.ReadAt(data, 0); err != nil && fi.Size() > 0 {
 		return nil, fileStamp{}, err
 	}
-	return data, fileStamp{size: fi.Size(), mod: fi.ModTime()}, nil
+	return data, fileStamp{size: fi.Size(), mod: fi.ModTime(), read: time.Now(), sum: sha256.Sum256(data)}, nil
 }
 
 // stale reports whether a file differs from when it was read.
@@ -275,7 +291,18 @@ func (t *tlsSource) staleLocked(path string) bool {
 		return true // refresh says why
 	}
 	st, ok := t.stamps[path]
-	return !ok || st.size != fi.Size() || !st.mod.Equal(fi.ModTime())
+	if !ok || st.size != fi.Size() || !st.mod.Equal(fi.ModTime()) {
+		return true
+	}
+	if !st.racy() {
+		return false
+	}
+	_, now, err := readPEMFile(path)
+	if err != nil || now.sum != st.sum || !now.mod.Equal(st.mod) {
+		return true
+	}
+	t.stamps[path] = now // the same contents, compared later than before
+	return false
 }
 
 // refresh (re)reads the material whose files changed; at first, all of

@@ -17,6 +17,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -417,5 +418,43 @@ func TestNewCertWarningOnce(t *testing.T) {
 	run()
 	if w := r.NewCertWarning(); w == nil {
 		t.Error("no new warning when the certificate is near expiry again")
+	}
+}
+
+// TestTLSSameSizeRewriteInOneTick rewrites a CA file with another CA of
+// the same size and the same modification time, as a rotation inside the
+// file system's timestamp granularity leaves it: the new CA is used.
+func TestTLSSameSizeRewriteInOneTick(t *testing.T) {
+	dir := t.TempDir()
+	ca1, ca2 := newTestCA(t, "CA 1"), newTestCA(t, "CA 2")
+	pem1, pem2 := ca1.pem, ca2.pem
+	// Trailing newlines pad the shorter PEM; they are not part of it.
+	for len(pem1) < len(pem2) {
+		pem1 = append(slices.Clip(pem1), '\n')
+	}
+	for len(pem2) < len(pem1) {
+		pem2 = append(slices.Clip(pem2), '\n')
+	}
+	path := writeFile(t, dir, "ca.pem", pem1)
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := newTLSSource("http.tls", &TLSSpec{CAFile: path}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, dir, "ca.pem", pem2)
+	if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.refresh(); err != nil {
+		t.Fatal(err)
+	}
+	src.mu.Lock()
+	roots := src.roots
+	src.mu.Unlock()
+	if _, err := ca2.cert.Verify(x509.VerifyOptions{Roots: roots}); err != nil {
+		t.Fatalf("after a same-size rewrite with the same modification time, the new CA is not trusted: %v", err)
 	}
 }
