@@ -2,6 +2,7 @@ package main
 
 import (
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 
@@ -92,5 +93,35 @@ func TestJSON64BitNumbers(t *testing.T) {
 	var back pb.ListTargetsResponse
 	if err := protojson.Unmarshal(b, &back); err != nil || back.GetRevision() != 1<<60 || back.GetTargets()[0].GetActiveResults() != 42 {
 		t.Errorf("the JSON does not read back: %v %v", err, &back)
+	}
+}
+
+// The listing's warnings name every degraded replica but this one, whose
+// own overload has a warning of its own.
+func TestCheckerWarnings(t *testing.T) {
+	tests := []struct {
+		name string
+		ck   *pb.CheckerStatus
+		want []string
+	}{
+		{"nothing wrong", &pb.CheckerStatus{Replica: "r1"}, nil},
+		{"another replica", &pb.CheckerStatus{Replica: "r1", DegradedReplicas: []string{"r3"}}, []string{
+			"warning: replica r3 is degraded: its own probe timeouts do not count toward fall until it recovers",
+		}},
+		{"this one and two others", &pb.CheckerStatus{Replica: "r2", Degraded: true, Reason: "9 probes waiting", DegradedReplicas: []string{"r1", "r2", "r3"}}, []string{
+			"warning: pulsed's checker is degraded (9 probes waiting): its own probe timeouts do not count toward fall until it recovers",
+			"warning: replicas r1, r3 are degraded: their own probe timeouts do not count toward fall until they recover",
+		}},
+		{"published before this one noticed", &pb.CheckerStatus{Replica: "r2", DegradedReplicas: []string{"r2"}}, []string{
+			"warning: replica r2 is degraded: its own probe timeouts do not count toward fall until it recovers",
+		}},
+		{"registry", &pb.CheckerStatus{RegistryError: "etcd unavailable"}, []string{
+			"warning: pulsed cannot store changes (etcd unavailable): it keeps probing, and refuses the changes it cannot store",
+		}},
+	}
+	for _, tt := range tests {
+		if got := checkerWarnings(tt.ck); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: got %q, want %q", tt.name, got, tt.want)
+		}
 	}
 }

@@ -244,11 +244,8 @@ func runLs(ctx context.Context, e *env, c *command, args []string) int {
 		return e.printAs(out, resp)
 	}
 	// pulsed's own troubles, on stderr: they qualify every row.
-	if ck := resp.GetChecker(); ck.GetDegraded() {
-		e.errorf("warning: pulsed's checker is degraded (%s): its own probe timeouts do not count toward fall until it recovers", ck.GetReason())
-	}
-	if msg := resp.GetChecker().GetRegistryError(); msg != "" {
-		e.errorf("warning: pulsed cannot store changes (%s): it keeps probing, and refuses the changes it cannot store", msg)
+	for _, w := range checkerWarnings(resp.GetChecker()) {
+		e.errorf("%s", w)
 	}
 	if len(resp.GetTargets()) == 0 {
 		switch {
@@ -365,4 +362,31 @@ func runHealthy(ctx context.Context, e *env, c *command, args []string) int {
 		fmt.Fprintln(e.stdout, n)
 	}
 	return code
+}
+
+// checkerWarnings says what of pulsed's own state qualifies every row of a
+// listing: its overload, other replicas' overload, a registry it cannot
+// write.
+func checkerWarnings(ck *pb.CheckerStatus) []string {
+	var out []string
+	if ck.GetDegraded() {
+		out = append(out, fmt.Sprintf("warning: pulsed's checker is degraded (%s): its own probe timeouts do not count toward fall until it recovers", ck.GetReason()))
+	}
+	var others []string
+	for _, id := range ck.GetDegradedReplicas() {
+		if id != ck.GetReplica() || !ck.GetDegraded() {
+			others = append(others, id)
+		}
+	}
+	switch len(others) {
+	case 0:
+	case 1:
+		out = append(out, fmt.Sprintf("warning: replica %s is degraded: its own probe timeouts do not count toward fall until it recovers", others[0]))
+	default:
+		out = append(out, fmt.Sprintf("warning: replicas %s are degraded: their own probe timeouts do not count toward fall until they recover", strings.Join(others, ", ")))
+	}
+	if msg := ck.GetRegistryError(); msg != "" {
+		out = append(out, fmt.Sprintf("warning: pulsed cannot store changes (%s): it keeps probing, and refuses the changes it cannot store", msg))
+	}
+	return out
 }

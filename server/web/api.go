@@ -247,6 +247,11 @@ type checkerJSON struct {
 	// RegistryError says why pulsed cannot store changes; empty while it
 	// can.
 	RegistryError string `json:"registryError,omitempty"`
+	// Replica is this replica's ID, with replicas on etcd.
+	Replica string `json:"replica,omitempty"`
+	// DegradedReplicas lists, with replicas on etcd, the replicas whose
+	// published state is degraded, this one included, sorted by ID.
+	DegradedReplicas []string `json:"degradedReplicas,omitempty"`
 }
 
 func (h *Handler) checkerNow() checkerJSON {
@@ -257,6 +262,10 @@ func (h *Handler) checkerNow() checkerJSON {
 	}
 	if err := h.c.StoreErr(); err != nil {
 		out.RegistryError = err.Error()
+	}
+	out.Replica, _ = h.c.Replica()
+	for _, r := range h.c.DegradedReplicas() {
+		out.DegradedReplicas = append(out.DegradedReplicas, r.Replica)
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package web_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -444,5 +445,49 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// noTargets is a shared registry, as replicas on etcd use, that holds no
+// targets and in which this replica owns nothing.
+type noTargets struct{}
+
+func (noTargets) Load() ([]checker.SharedTarget, uint64, error) { return nil, 10, nil }
+func (noTargets) PutSpec(context.Context, checker.Spec) (uint64, error) {
+	return 0, errors.New("read only")
+}
+func (noTargets) DeleteTarget(context.Context, string) (uint64, bool, error) {
+	return 0, false, errors.New("read only")
+}
+func (noTargets) ProposeState(context.Context, checker.StateProposal) error {
+	return checker.ErrFenced
+}
+func (noTargets) Owns(string) bool { return false }
+
+// Another replica's overload reaches the page's data, as it reaches every
+// stream and ListTargets, and leaves it when that replica recovers.
+func TestDegradedReplicasAreShown(t *testing.T) {
+	e := newEnv(t, checker.Config{Shared: noTargets{}}, web.Config{})
+	degraded := func() []string {
+		var p struct {
+			Checker struct{ DegradedReplicas []string }
+		}
+		getJSON(t, e.srv.URL+"/api/targets", &p)
+		return p.Checker.DegradedReplicas
+	}
+	if got := degraded(); len(got) != 0 {
+		t.Fatalf("degradedReplicas before any overload: %v", got)
+	}
+	e.c.ApplyShared([]checker.SharedChange{{Kind: checker.SharedOverloadPut, Rev: 11, Overload: checker.ReplicaOverload{
+		Replica: "r3", Degraded: true, Since: epoch, Reason: "checker degraded: 9 probes waiting for a slot (threshold 8)",
+	}}}, 11)
+	if got := degraded(); !slices.Equal(got, []string{"r3"}) {
+		t.Errorf("degradedReplicas with r3 degraded: %v, want [r3]", got)
+	}
+	e.c.ApplyShared([]checker.SharedChange{{Kind: checker.SharedOverloadPut, Rev: 12, Overload: checker.ReplicaOverload{
+		Replica: "r3", Since: epoch,
+	}}}, 12)
+	if got := degraded(); len(got) != 0 {
+		t.Errorf("degradedReplicas after r3 recovered: %v, want none", got)
 	}
 }

@@ -473,6 +473,11 @@ function renderAlerts(ck) {
     out.push(`checker degraded${ck.since ? " since " + new Date(ck.since).toLocaleTimeString() : ""}: ${ck.reason || "overloaded"}` +
       " (its own probe timeouts do not count toward fall until it recovers)");
   }
+  const others = (ck.degradedReplicas || []).filter((id) => !ck.degraded || id !== ck.replica);
+  if (others.length) {
+    out.push(`${others.length === 1 ? "replica" : "replicas"} ${others.join(", ")} degraded` +
+      ` (${others.length === 1 ? "its" : "their"} own probe timeouts do not count toward fall until ${others.length === 1 ? "it recovers" : "they recover"})`);
+  }
   if (ck.registryError) {
     out.push(`registry error: ${ck.registryError} (pulsed keeps probing, and refuses the changes it cannot store)`);
   }
