@@ -18,9 +18,12 @@ import (
 	"github.com/pulsehealth/pulse/checker/probe"
 )
 
-// Seed 000, examples 1 and 2, verbatim: fall=2, rise=2, targets web-1 and
-// web-2, one RunRound per round. Example 2 continues from example 1.
-func TestSeed000Examples(t *testing.T) {
+// Two targets, web-1 and web-2, with fall=2 and rise=2, one RunRound per
+// round. Rounds 1-4: both come up on round 2, then web-2 times out and
+// fails and leaves on round 4, leaving web-1 alone healthy. Rounds 5-8
+// continue from there: web-2's failure on round 6 resets its pass streak,
+// so it is back only on round 8.
+func TestTwoTargetsRise2Fall2Rounds(t *testing.T) {
 	e := newEnv(t, checker.Config{Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 2}})
 	e.add(t, spec("web-2"))
 	e.add(t, spec("web-1"))
@@ -34,7 +37,7 @@ func TestSeed000Examples(t *testing.T) {
 		{"round 2", map[string]outcome{"web-1": pass, "web-2": pass}, []string{"web-1: unhealthy -> healthy", "web-2: unhealthy -> healthy"}},
 		{"round 3", map[string]outcome{"web-1": pass, "web-2": timeout}, []string{}},
 		{"round 4", map[string]outcome{"web-1": pass, "web-2": fail}, []string{"web-2: healthy -> unhealthy"}},
-		// Example 2.
+		// web-2 recovers, a failure resetting its pass streak.
 		{"round 5", map[string]outcome{"web-1": pass, "web-2": pass}, []string{}},
 		{"round 6", map[string]outcome{"web-1": pass, "web-2": fail}, []string{}},
 		{"round 7", map[string]outcome{"web-1": pass, "web-2": pass}, []string{}},
@@ -48,7 +51,7 @@ func TestSeed000Examples(t *testing.T) {
 		}
 		if r.name == "round 4" {
 			if diff := cmp.Diff([]string{"web-1"}, e.c.Healthy("")); diff != "" {
-				t.Errorf("healthy() after example 1 (-want +got):\n%s", diff)
+				t.Errorf("healthy() after round 4 (-want +got):\n%s", diff)
 			}
 		}
 	}
@@ -494,7 +497,9 @@ func TestCloseEndsWatchersAndIsIdempotent(t *testing.T) {
 	}
 }
 
-func TestTransitionsAreLoggedInSeedText(t *testing.T) {
+// Each transition is logged as "<name>: <from> -> <to>", a failing one
+// with the probe's error.
+func TestTransitionsAreLoggedAsNameFromTo(t *testing.T) {
 	var buf bytes.Buffer
 	e := newEnv(t, checker.Config{Logger: slog.New(slog.NewTextHandler(&buf, nil)), Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}})
 	e.add(t, spec("web-2"))

@@ -10,12 +10,12 @@ import (
 	"github.com/pulsehealth/pulse/checker"
 )
 
-// seed002Flaky is seed 002's flapping server, one probe a second.
-var seed002Flaky = []bool{true, false, true, false, true, false, false, false, false, true}
+// flakyServer is a flapping server's probe results, one probe a second:
+// pass, fail, pass, fail, pass, four failures, pass.
+var flakyServer = []bool{true, false, true, false, true, false, false, false, false, true}
 
-// flapRun probes "web-2" (rise 1, fall 1, starting in the pool, as seed 002
-// does) once a second with results, and returns its in-pool trace in seed
-// 002's form: O in the pool, x out.
+// flapRun probes "web-2" (rise 1, fall 1, starting in the pool) once a
+// second with results, and returns its in-pool trace: O in the pool, x out.
 func flapRun(t *testing.T, e *testEnv, results []bool) string {
 	t.Helper()
 	var trace []string
@@ -42,16 +42,16 @@ func flapEnv(t *testing.T, threshold int) *testEnv {
 	return e
 }
 
-// Without damping, seed 002's flaky server with threshold 1 enters and
+// Without damping, the flaky server with threshold 1 enters and
 // leaves the pool six times, and its status counts the six transitions in
 // the window. With damping (3 transitions in 10s, stable for 3s) it is
 // held out after its third transition, FLAPPING events say so, and it
 // comes back only once stable for 3s.
-func TestFlapDampingSeed002(t *testing.T) {
+func TestFlapDampingFlakyServer(t *testing.T) {
 	t.Run("no damping", func(t *testing.T) {
 		e := flapEnv(t, 0)
-		if got, want := flapRun(t, e, seed002Flaky), "O x O x O x x x x O"; got != want {
-			t.Errorf("pool %q, want seed 002's %q", got, want)
+		if got, want := flapRun(t, e, flakyServer), "O x O x O x x x x O"; got != want {
+			t.Errorf("pool %q, want %q", got, want)
 		}
 		st, _ := e.c.Status("web-2")
 		if st.Transitions != 6 || st.Flapping {
@@ -65,7 +65,7 @@ func TestFlapDampingSeed002(t *testing.T) {
 	t.Run("damping", func(t *testing.T) {
 		e := flapEnv(t, 3)
 		w := watchNow(t, e.c, checker.Filter{})
-		if got, want := flapRun(t, e, seed002Flaky), "O x O x x x x x x x"; got != want {
+		if got, want := flapRun(t, e, flakyServer), "O x O x x x x x x x"; got != want {
 			t.Errorf("pool %q, want %q", got, want)
 		}
 		st, _ := e.c.Status("web-2")

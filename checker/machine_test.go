@@ -27,7 +27,7 @@ const (
 	S = checker.StateSuspect
 )
 
-// inPool maps states to seed 002's in_pool column (YES/NO).
+// inPool renders states as an in-pool trace: YES when routable, NO when not.
 func inPool(states []checker.State) string {
 	var b strings.Builder
 	for i, s := range states {
@@ -80,9 +80,11 @@ func TestMachineRiseFall(t *testing.T) {
 	}
 }
 
-// Seed 002, scenario 1: crash and recovery with down=3, up=2, starting in
-// the pool. The in_pool column is the seed's output verbatim.
-func TestSeed002Scenario1CrashAndRecovery(t *testing.T) {
+// A crash and recovery with down=3, up=2, starting in the pool: two
+// passes, five failures, three passes. The backend leaves the pool on the
+// third failure and comes back on the second pass; the whole in-pool trace
+// is pinned.
+func TestCrashAndRecoveryDown3Up2(t *testing.T) {
 	m := &checker.Machine{Rise: 2, Fall: 3, State: H}
 	got := inPool(replay(m, "T T F F F F F T T T"))
 	if want := "YES YES YES YES NO NO NO NO YES YES"; got != want {
@@ -90,9 +92,9 @@ func TestSeed002Scenario1CrashAndRecovery(t *testing.T) {
 	}
 }
 
-// Seed 002, scenario 2: a flapping server, up threshold 1, starting in the
-// pool: 6 state changes at down threshold 1, 2 at down threshold 3.
-func TestSeed002Scenario2Flapping(t *testing.T) {
+// A flapping server, up threshold 1, starting in the pool: 6 state changes
+// at down threshold 1, 2 at down threshold 3.
+func TestFlappingServerThreshold1(t *testing.T) {
 	const flaky = "T F T F T F F F F T"
 	for _, tt := range []struct {
 		fall        int
@@ -114,9 +116,9 @@ func TestSeed002Scenario2Flapping(t *testing.T) {
 	}
 }
 
-// Seed 002, exercise 1: down 2, up 2, starting in the pool. It leaves at
-// probe 3 and comes back at probe 8.
-func TestSeed002Exercise1(t *testing.T) {
+// Down 2, up 2, starting in the pool, with a pass between failures and a
+// failure between passes: it leaves at probe 3 and comes back at probe 8.
+func TestLeaveAndReturnDown2Up2(t *testing.T) {
 	m := &checker.Machine{Rise: 2, Fall: 2, State: H}
 	states := replay(m, "T T F F F T F T T")
 	if got, want := inPool(states), "YES YES YES NO NO NO NO NO YES"; got != want {
@@ -136,10 +138,11 @@ func TestSeed002Exercise1(t *testing.T) {
 	}
 }
 
-// Seed 001's walkthrough: three failures from HEALTHY (SUSPECT on the first,
-// DOWN only on the third), then two successes from DOWN (SUSPECT, then
-// HEALTHY), with FAIL_THRESHOLD 3 and RISE_THRESHOLD 2.
-func TestSeed001Walkthrough(t *testing.T) {
+// The three-state model with fall 3 and rise 2: three failures from
+// HEALTHY (SUSPECT on the first, UNHEALTHY only on the third), then two
+// successes from UNHEALTHY (SUSPECT, then HEALTHY). HEALTHY and SUSPECT are
+// routable, UNHEALTHY is not.
+func TestSuspectThenDownWalkthrough(t *testing.T) {
 	m := &checker.Machine{Model: checker.ModelThreeState, Rise: 2, Fall: 3, State: H}
 	if diff := cmp.Diff([]checker.State{S, S, U}, replay(m, "F F F")); diff != "" {
 		t.Errorf("failures (-want +got):\n%s", diff)
@@ -157,9 +160,9 @@ func TestSeed001Walkthrough(t *testing.T) {
 	}
 }
 
-// Seed 001, failure question 2: at exactly 2 consecutive failures the
-// backend is not DOWN yet; at exactly 3 it is.
-func TestSeed001Question2(t *testing.T) {
+// Three-state, fall 3: at exactly 2 consecutive failures the backend is
+// SUSPECT, not UNHEALTHY yet; at exactly 3 it is.
+func TestThreeStateUnhealthyAtExactlyFall(t *testing.T) {
 	m := &checker.Machine{Model: checker.ModelThreeState, Rise: 2, Fall: 3, State: H}
 	got := replay(m, "F F")
 	if got[1] != S {
@@ -171,11 +174,11 @@ func TestSeed001Question2(t *testing.T) {
 	}
 }
 
-// Seed 001, failure question 3: after DOWN the next success lands on
+// Three-state, fall 3, rise 2: after UNHEALTHY the next success lands on
 // SUSPECT; a following success makes it HEALTHY. A following failure resets
-// the pass streak and leaves it SUSPECT (record_probe falls only at
-// consecutive_failures >= 3), so it takes three failures to be DOWN again.
-func TestSeed001Question3(t *testing.T) {
+// the pass streak and leaves it SUSPECT (the machine falls only at 3
+// consecutive failures), so it takes three failures to be UNHEALTHY again.
+func TestThreeStateRecoveryFromUnhealthy(t *testing.T) {
 	down := func() *checker.Machine {
 		return &checker.Machine{Model: checker.ModelThreeState, Rise: 2, Fall: 3, State: U}
 	}
@@ -192,7 +195,8 @@ func TestSeed001Question3(t *testing.T) {
 }
 
 func TestMachineThreeStateResetsStreaks(t *testing.T) {
-	// Seed 001 question 5: a success in a failure streak resets the count.
+	// A success in a failure streak resets the count: SUSPECT until the
+	// third failure after it.
 	m := &checker.Machine{Model: checker.ModelThreeState, Rise: 2, Fall: 3, State: H}
 	if diff := cmp.Diff([]checker.State{S, S, S, S, S, U}, replay(m, "F F T F F F")); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)

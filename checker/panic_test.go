@@ -59,8 +59,8 @@ func group(t *testing.T, c *checker.Checker, name string) checker.GroupStatus {
 	return gs[0]
 }
 
-// Every backend of a group fails at once (seed 002's deep health check
-// trap): at most half of them are marked unhealthy; the rest are held,
+// Every backend of a group fails at once (the deep health check trap: one
+// shared dependency down fails them all): at most half of them are marked unhealthy; the rest are held,
 // stay routable and say so, and the group's PANIC_ENTERED goes on the
 // stream and into the log.
 func TestPanicAllBackendsFailAtOnce(t *testing.T) {

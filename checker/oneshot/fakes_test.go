@@ -10,16 +10,15 @@ import (
 	"github.com/pulsehealth/pulse/checker/probe"
 )
 
-// Seed 003's fakes, in Go.
+// Fakes for one-shot runs: a fake clock and a scripted fake server.
 //
-// The seed's FakeClock keeps one timeline per thread, so that one worker's
-// fake sleep cannot inflate the latency another worker measures. Go has no
-// goroutine-local storage, so here each target's check gets its own
-// timeline (Options.TargetClock), all starting at the same instant. The
-// timeline travels to the fake prober in the attempt's context (its
-// WithTimeout puts itself there), which is how the fake server finds "the
-// caller's clock" as the seed's does through threading.local. The results
-// are then the same whatever order the scheduler runs the workers in.
+// One worker's fake sleep must not inflate the latency another worker
+// measures, so each target's check gets its own timeline
+// (Options.TargetClock), all starting at the same instant. The timeline
+// travels to the fake prober in the attempt's context (its WithTimeout puts
+// itself there), which is how the fake server finds the caller's clock. The
+// results are then the same whatever order the scheduler runs the workers
+// in.
 
 // start is where every fake timeline begins.
 var start = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -95,9 +94,9 @@ func script(rs ...reply) []reply     { return rs }
 func fakeURL(name string) string     { return "https://" + name + ".internal/healthz" }
 func httpSpec(url string) probe.Spec { return probe.Spec{HTTP: &probe.HTTPSpec{URL: url}} }
 
-// fakeServer is seed 003's FakeServer: scripted replies per URL, each call
-// taking the next one, the last one repeating forever. It is also a
-// ProberFactory whose probers ask it. Safe for concurrent use.
+// fakeServer answers with scripted replies per URL, each call taking the
+// next one, the last one repeating forever. It is also a ProberFactory whose
+// probers ask it. Safe for concurrent use.
 type fakeServer struct {
 	mu      sync.Mutex // protects scripts, calls and starts
 	scripts map[string][]reply

@@ -19,10 +19,10 @@ import (
 
 func seededRand() func() float64 { return rand.New(rand.NewPCG(7, 7)).Float64 }
 
-// seedTargets are seed 003's self-check targets. As in the seed, every
-// target expects 200 and times out after 2s, except cache (1s), and every
-// target is critical except old.
-func seedTargets() []Target {
+// selfCheckTargets are the self-check scenario's six targets: every target
+// expects 200 and times out after 2s, except cache (1s), and every target is
+// critical except old.
+func selfCheckTargets() []Target {
 	mk := func(name string, timeout time.Duration, critical bool) Target {
 		s := httpSpec(fakeURL(name))
 		s.HTTP.ExpectedStatus = []int{200}
@@ -38,7 +38,10 @@ func seedTargets() []Target {
 	}
 }
 
-func seedServer() *fakeServer {
+// selfCheckServer scripts one behaviour per self-check target: healthy,
+// transient then recovering, a permanent 5xx, no answer, a 4xx and a slow
+// answer.
+func selfCheckServer() *fakeServer {
 	return newFakeServer(map[string][]reply{
 		fakeURL("api"):   script(code(200)),
 		fakeURL("auth"):  script(code(503), code(502), code(200)), // transient, recovers
@@ -49,21 +52,24 @@ func seedServer() *fakeServer {
 	})
 }
 
-// runSeed runs seed 003's self-check scenario: 4 workers, a 30s deadline,
+// runSelfCheck runs the self-check scenario: 4 workers, a 30s deadline,
 // 3 retries.
-func runSeed(t *testing.T) ([]Result, *fakeServer) {
+func runSelfCheck(t *testing.T) ([]Result, *fakeServer) {
 	t.Helper()
-	srv := seedServer()
+	srv := selfCheckServer()
 	opts := fakeOptions(srv)
 	opts.Workers = 4
 	opts.Deadline = 30 * time.Second
 	opts.MaxRetries = 3
-	return Run(t.Context(), seedTargets(), opts), srv
+	return Run(t.Context(), selfCheckTargets(), opts), srv
 }
 
-// TestSeedSelfChecks is seed 003's _self_checks, check for check.
-func TestSeedSelfChecks(t *testing.T) {
-	results, srv := runSeed(t)
+// TestSelfCheckOutcomes checks the self-check scenario target by target
+// (healthy at once, degraded after retries, down on a 5xx, a timeout or an
+// unretried 4xx, a slow answer's latency recorded), then its summary,
+// critical_down and metrics.
+func TestSelfCheckOutcomes(t *testing.T) {
+	results, srv := runSelfCheck(t)
 	by := map[string]Result{}
 	for _, r := range results {
 		by[r.Target.Name] = r
@@ -131,11 +137,11 @@ func TestSeedSelfChecks(t *testing.T) {
 	}
 }
 
-// TestSeedResults pins every result of the seed scenario, reasons
-// included. The fake timelines make it exact whatever the goroutines'
-// order.
-func TestSeedResults(t *testing.T) {
-	results, _ := runSeed(t)
+// TestSelfCheckResults pins every result of the self-check scenario,
+// reasons included. The fake timelines make it exact whatever the
+// goroutines' order.
+func TestSelfCheckResults(t *testing.T) {
+	results, _ := runSelfCheck(t)
 	type row struct {
 		Name     string
 		Outcome  Outcome
@@ -166,9 +172,10 @@ func TestSeedResults(t *testing.T) {
 	}
 }
 
-// TestSeedMetricsText pins the whole exposition of the seed scenario.
-func TestSeedMetricsText(t *testing.T) {
-	results, _ := runSeed(t)
+// TestSelfCheckMetricsText pins the whole exposition of the self-check
+// scenario.
+func TestSelfCheckMetricsText(t *testing.T) {
+	results, _ := runSelfCheck(t)
 	var text strings.Builder
 	if err := WriteMetrics(&text, results); err != nil {
 		t.Fatal(err)
@@ -230,8 +237,9 @@ func TestBackoffBounds(t *testing.T) {
 	}
 }
 
-// TestClassify is the seed's transient classification, and this package's
-// for gRPC targets.
+// TestClassify: which HTTP and gRPC outcomes are transient (5xx, timeouts,
+// transport errors, UNAVAILABLE, RESOURCE_EXHAUSTED) and so retried, and
+// what each attempt records.
 func TestClassify(t *testing.T) {
 	httpTarget := probe.Spec{HTTP: &probe.HTTPSpec{URL: "http://x", ExpectedStatus: []int{200}}}
 	grpcTarget := probe.Spec{GRPC: &probe.GRPCSpec{Address: "x:1"}}
@@ -363,11 +371,11 @@ func TestInvalidProbe(t *testing.T) {
 func TestProgress(t *testing.T) {
 	type call struct{ done, total, failing int }
 	var calls []call
-	opts := fakeOptions(seedServer())
+	opts := fakeOptions(selfCheckServer())
 	opts.Workers = 3
 	opts.MaxRetries = 3
 	opts.Progress = func(done, total, failing int) { calls = append(calls, call{done, total, failing}) }
-	Run(t.Context(), seedTargets(), opts)
+	Run(t.Context(), selfCheckTargets(), opts)
 	if len(calls) != 6 {
 		t.Fatalf("Progress called %d times, want 6: %v", len(calls), calls)
 	}
@@ -383,11 +391,11 @@ func TestProgress(t *testing.T) {
 	// One worker takes the targets in order, so every call is known:
 	// healthy, degraded, then three down (db, cache, old), then healthy.
 	calls = nil
-	opts = fakeOptions(seedServer())
+	opts = fakeOptions(selfCheckServer())
 	opts.Workers = 1
 	opts.MaxRetries = 3
 	opts.Progress = func(done, total, failing int) { calls = append(calls, call{done, total, failing}) }
-	Run(t.Context(), seedTargets(), opts)
+	Run(t.Context(), selfCheckTargets(), opts)
 	want := []call{{1, 6, 0}, {2, 6, 0}, {3, 6, 1}, {4, 6, 2}, {5, 6, 3}, {6, 6, 3}}
 	if diff := cmp.Diff(want, calls, cmp.AllowUnexported(call{})); diff != "" {
 		t.Errorf("Progress with one worker (-want +got):\n%s", diff)

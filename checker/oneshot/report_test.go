@@ -25,8 +25,8 @@ func TestPercentile(t *testing.T) {
 	}{
 		{"none", nil, 50, 0},
 		{"one", ms(7), 95, 7 * time.Millisecond},
-		{"seed p50", ms(10, 350, 10, 10, 10), 50, 10 * time.Millisecond},
-		{"seed p95", ms(10, 350, 10, 10, 10), 95, 350 * time.Millisecond},
+		{"self-check p50", ms(10, 350, 10, 10, 10), 50, 10 * time.Millisecond},
+		{"self-check p95", ms(10, 350, 10, 10, 10), 95, 350 * time.Millisecond},
 		{"p50 of 20 is rank 10", twenty, 50, 10 * time.Millisecond},
 		{"p95 of 20 is rank 19", twenty, 95, 19 * time.Millisecond},
 		{"p100 is the max", twenty, 100, 20 * time.Millisecond},

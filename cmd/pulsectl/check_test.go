@@ -138,7 +138,8 @@ targets:
 	}
 }
 
-// TestCheckJSON: all targets up, seed 003's JSON list form, -o json.
+// TestCheckJSON: all targets up, a targets file in the JSON list form
+// (url, expected_status, timeout_s, critical), -o json.
 func TestCheckJSON(t *testing.T) {
 	srv := checkServer(t)
 	file := writeFile(t, "targets.json", `[
@@ -176,7 +177,7 @@ func TestCheckJSON(t *testing.T) {
 }
 
 // TestCheckDeadline: a target that never answers cannot hold the run past
-// --deadline (given in seconds, as seed 003 takes it).
+// --deadline (given in seconds).
 func TestCheckDeadline(t *testing.T) {
 	srv := checkServer(t)
 	file := writeFile(t, "targets.yaml", "- name: hang\n  url: "+srv.URL+"/hang\n  timeout: 5s\n")

@@ -17,7 +17,7 @@ func TestLoadTargets(t *testing.T) {
 	web := func(url string, status int) probe.Spec {
 		return probe.Spec{HTTP: &probe.HTTPSpec{URL: url, ExpectedStatus: []int{status}}}
 	}
-	seedJSON := []oneshot.Target{
+	apiAndOld := []oneshot.Target{
 		{Name: "api", Probe: web("https://api.internal/healthz", 200), Timeout: 2 * time.Second, Critical: true},
 		{Name: "old", Probe: web("https://old.internal/healthz", 204), Timeout: 1500 * time.Millisecond, Critical: false},
 	}
@@ -25,14 +25,14 @@ func TestLoadTargets(t *testing.T) {
 		name, file, content string
 		want                []oneshot.Target
 	}{
-		{"seed 003 json", "t.json", `[
+		{"json list", "t.json", `[
 			{"name": "api", "url": "https://api.internal/healthz", "expected_status": 200, "timeout_s": 2.0, "critical": true},
 			{"name": "old", "url": "https://old.internal/healthz", "expected_status": 204, "timeout_s": 1.5, "critical": false}
-		]`, seedJSON},
+		]`, apiAndOld},
 		{"json object, sniffed", "targets", `{"targets": [
 			{"name": "api", "url": "https://api.internal/healthz"},
 			{"name": "old", "url": "https://old.internal/healthz", "expected_status": 204, "timeout": "1500ms", "critical": false}
-		]}`, seedJSON},
+		]}`, apiAndOld},
 		{"yaml list", "t.yml", `
 - name: api
   url: https://api.internal/healthz
@@ -42,7 +42,7 @@ func TestLoadTargets(t *testing.T) {
   expected_status: 204
   timeout_s: 1.5
   critical: false
-`, seedJSON},
+`, apiAndOld},
 		{"yaml object, other kinds", "t.yaml", `
 targets:
   - name: db

@@ -42,7 +42,8 @@ func waitLine(t *testing.T, b *background, re string) string {
 const rfc3339 = `^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:Z|[+-]\d\d:\d\d)) `
 
 // TestWatch follows a target's life on a live watch: one line per event,
-// time first, transitions in seed 000's form, no line for progress events.
+// time first, transitions as "<name>: <from> -> <to>", no line for
+// progress events.
 func TestWatch(t *testing.T) {
 	p := startPulsed(t, "-watch-progress", "50ms")
 	web := okServer(t)

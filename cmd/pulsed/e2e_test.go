@@ -108,8 +108,8 @@ func TestEndToEndWithGrpcurl(t *testing.T) {
 		t.Errorf("State(nope): %v\n%s", err, out)
 	}
 
-	// The transition was logged in seed 000's form, and SIGTERM stops pulsed
-	// promptly, ending the watch stream.
+	// The transition was logged as "<name>: <from> -> <to>", and SIGTERM
+	// stops pulsed promptly, ending the watch stream.
 	p.stop(t)
 	if !strings.Contains(p.Logs(), `msg="web-1: healthy -> unhealthy"`) {
 		t.Errorf("pulsed did not log the transition:\n%s", p.Logs())
