@@ -94,7 +94,7 @@ const (
 	State_STATE_UNSPECIFIED State = 0
 	// HEALTHY targets receive traffic.
 	State_STATE_HEALTHY State = 1
-	// UNHEALTHY targets receive no traffic (seed 001 calls this DOWN).
+	// UNHEALTHY targets receive no traffic (the status page shows DOWN).
 	State_STATE_UNHEALTHY State = 2
 	// SUSPECT exists only in the three-state model: a HEALTHY target that has
 	// just failed, or an UNHEALTHY one that has just passed. It still receives
