@@ -69,14 +69,14 @@ func TestHTTPAsyncMatchesProbe(t *testing.T) {
 					if mode == "kept" {
 						_ = probeWithin(t, timeoutCtx(t, testscale.D(time.Second)), blocking) // primes a kept connection
 					}
-					want := probeWithin(t, timeoutCtx(t, testscale.D(300*time.Millisecond)), blocking)
+					want := probeWithin(t, timeoutCtx(t, tt.timeout()), blocking)
 					byProbe := srv.accepted.Load()
 
 					async, _ := leanAndNetHTTP(t, f, spec)
 					if mode == "kept" {
 						_ = probeWithin(t, timeoutCtx(t, testscale.D(time.Second)), async)
 					}
-					got, wasAsync := probeAsync(t, async, testscale.D(300*time.Millisecond))
+					got, wasAsync := probeAsync(t, async, tt.timeout())
 					if !wasAsync {
 						t.Fatalf("ProbeAsync declined the probe")
 					}

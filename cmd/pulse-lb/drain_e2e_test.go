@@ -60,8 +60,8 @@ func TestDrainThroughPulseLB(t *testing.T) {
 	p := startPulsed(t, buildPulsed(t), "-data-dir", "")
 	a, b := newSlowBackend(t, "web-1"), newSlowBackend(t, "web-2")
 	lb := startLB(t, append(e2eFlags(), "--backends", "http://"+a.addr+",http://"+b.addr, "--names", "web-1,web-2", "--pulse", p.Addr, "--group", "edge")...)
-	lb.logs.waitFor(t, 0, transition("web-1", "unhealthy", "healthy"))
-	lb.logs.waitFor(t, 0, transition("web-2", "unhealthy", "healthy"))
+	lb.logs.waitHealthy(t, 0, "web-1")
+	lb.logs.waitHealthy(t, 0, "web-2")
 
 	// A slow request is in flight on one backend: the one to drain.
 	slow := make(chan reply, 1)

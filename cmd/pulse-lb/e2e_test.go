@@ -73,7 +73,7 @@ func scenario(t *testing.T, lb *lbProc, bs []*testBackend, names []string) {
 	bodyOf := map[string]string{}
 	for i, name := range names {
 		bodyOf[name] = bs[i].name
-		lb.logs.waitForAny(t, 0, transition(name, "unhealthy", "healthy"), transition(name, "absent", "healthy"))
+		lb.logs.waitHealthy(t, 0, name)
 	}
 
 	t.Run("all up: round robin", func(t *testing.T) {

@@ -101,6 +101,14 @@ func (l *logSink) waitFor(t *testing.T, from int, sub string) logLine {
 	return l.waitForAny(t, from, sub)
 }
 
+// waitHealthy waits until the log says the named backend became healthy:
+// by a transition, or already so in a snapshot (a probe can pass between
+// registering a backend and the watch's start).
+func (l *logSink) waitHealthy(t *testing.T, from int, name string) logLine {
+	t.Helper()
+	return l.waitForAny(t, from, transition(name, "unhealthy", "healthy"), transition(name, "absent", "healthy"))
+}
+
 // waitForAny waits until a line at or after index from contains one of
 // subs, and returns the first such line.
 func (l *logSink) waitForAny(t *testing.T, from int, subs ...string) logLine {

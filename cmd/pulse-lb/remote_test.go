@@ -222,6 +222,8 @@ func TestFollowerReconnects(t *testing.T) {
 	}
 	s, logs := startFake(t, f, 0)
 	waitUntil(t, func() bool { return len(f.startRevs()) == 5 && s.view.Revision() == 3 })
+	// The view routes by a snapshot before its transitions are logged.
+	logs.waitFor(t, 0, `msg="pulse snapshot applied" component=test revision=3`)
 
 	// After the transition at 11 the follower resumes from 10: revision 11
 	// may carry more events than it received (with replicas one revision

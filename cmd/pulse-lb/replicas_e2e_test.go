@@ -28,7 +28,7 @@ func TestRemoteReplicas(t *testing.T) {
 	lb.logs.waitFor(t, 0, `msg="registered backends with pulsed"`)
 	lb.logs.waitFor(t, 0, `msg="pulse snapshot applied"`)
 	for _, name := range names { // healthy in the snapshot, or after it
-		lb.logs.waitForAny(t, 0, transition(name, "unhealthy", "healthy"), transition(name, "absent", "healthy"))
+		lb.logs.waitHealthy(t, 0, name)
 	}
 	load := startLoad(lb)
 	load.waitCount(t, time.Time{}, 10)

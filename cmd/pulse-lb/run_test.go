@@ -53,7 +53,7 @@ func newMisbehaving(t *testing.T) *misbehaving {
 func startOne(t *testing.T, m *misbehaving, extra ...string) *lbProc {
 	t.Helper()
 	lb := startLB(t, append(append(e2eFlags(), "--backends", m.URL, "--names", "web-1"), extra...)...)
-	lb.logs.waitFor(t, 0, transition("web-1", "unhealthy", "healthy"))
+	lb.logs.waitHealthy(t, 0, "web-1")
 	return lb
 }
 
