@@ -205,7 +205,8 @@ func TestLostConnectionInFlightOrStale(t *testing.T) {
 	busy, _ := e.c.Status("busy")
 	e.clock.Advance(busy.NextProbe.Sub(e.clock.Now()))
 	slot := e.clock.Now()
-	waitFor(t, "busy's probe to hang", func() bool { st, _ := e.c.Status("busy"); return st.Probing })
+	// Its prober has been called, so its timeout is on the fake clock.
+	waitFor(t, "busy's probe to hang", func() bool { return e.probes.callCount("busy") == 2 })
 	idle := waitResults(t, e, "idle", 1)
 
 	w.lose(t, "busy", "reset")
@@ -330,7 +331,8 @@ func TestIgnoredReprobeLeavesTheInterval(t *testing.T) {
 	})
 	e.probes.set("web", outcome{hang: true})
 	w.lose(t, "web", "reset")
-	waitFor(t, "the reprobe to hang", func() bool { st, _ := e.c.Status("web"); return st.Probing })
+	// Its prober has been called, so its timeout is on the fake clock.
+	waitFor(t, "the reprobe to hang", func() bool { return e.probes.callCount("web") == 2 })
 	e.clock.Advance(time.Second) // its timeout
 	waitFor(t, "the ignored timeout", func() bool { st, _ := e.c.Status("web"); return st.IgnoredTimeouts == 1 && !st.Probing })
 	if st, _ = e.c.Status("web"); st.ProbeInterval != 10*time.Second || st.State != checker.StateHealthy {

@@ -132,6 +132,24 @@ func TestViewUnderDisconnects(t *testing.T) {
 		lists[l.Revision] = m
 		return l.Revision
 	}
+	// checkpoint heals every cut and waits for every view to catch up
+	// with the list's revision rev (a progress event brings a filtered one
+	// there), which it must then equal.
+	checkpoint := func(rev uint64) {
+		t.Helper()
+		e.cuts.heal()
+		for _, p := range views {
+			waitFor(t, fmt.Sprintf("view %+v at %d", p.filter, rev), func() bool { return p.v.Revision() >= rev })
+			list, at := p.v.List()
+			got := map[string]viewState{}
+			for _, st := range list {
+				got[st.Target.Name] = stateOf(st)
+			}
+			if diff := cmp.Diff(filtered(lists[at], p.filter), got); at != rev || diff != "" {
+				t.Errorf("view %+v at %d (list at %d) differs from ListTargets (-list +view):\n%s", p.filter, at, rev, diff)
+			}
+		}
+	}
 	var heldUntil uint64 // while cut and held: the revision to heal at
 	for i := range 600 {
 		name := names[rng.IntN(len(names))]
@@ -167,23 +185,24 @@ func TestViewUnderDisconnects(t *testing.T) {
 			heldUntil = rev + 10 + uint64(rng.IntN(60))
 		}
 		if i%100 == 99 || i == 599 {
-			// A checkpoint: every view catches up with the list's revision
-			// (a progress event brings a filtered one there).
-			e.cuts.heal()
+			checkpoint(rev)
 			heldUntil = 0
-			for _, p := range views {
-				waitFor(t, fmt.Sprintf("view %+v at %d", p.filter, rev), func() bool { return p.v.Revision() >= rev })
-				list, at := p.v.List()
-				got := map[string]viewState{}
-				for _, st := range list {
-					got[st.Target.Name] = stateOf(st)
-				}
-				if diff := cmp.Diff(filtered(lists[at], p.filter), got); at != rev || diff != "" {
-					t.Errorf("view %+v at %d (list at %d) differs from ListTargets (-list +view):\n%s", p.filter, at, rev, diff)
-				}
-			}
 		}
 	}
+
+	// Whatever the random cuts did, end with one longer than the history:
+	// every view re-lists, and its snapshot moves targets between groups.
+	e.cuts.cut(true)
+	var rev uint64
+	for k := range 60 {
+		tg := tcpTarget(names[k%len(names)], groups[(k/len(names))%len(groups)], names[k%len(names)]+":80")
+		tg.Interval = time.Duration(1+k%2) * time.Second
+		if _, _, err := admin.Add(ctx, tg); err != nil {
+			t.Fatalf("Add: %v", err)
+		}
+		rev = record()
+	}
+	checkpoint(rev)
 
 	var compared, snapshots, disconnects int
 	for _, p := range views {
