@@ -214,7 +214,9 @@ func TestWedgedPulsed(t *testing.T) {
 		p.Signal(syscall.SIGUSR1)
 		eventually(t, "/healthz to fail", func() bool { code, _ := get(t, web+"/healthz"); return code == http.StatusServiceUnavailable })
 		p.Signal(syscall.SIGTERM)
-		eventually(t, "pulsed to start shutting down", func() bool { return strings.Contains(p.Logs(), `msg="pulsed shutting down"`) })
+		eventually(t, "pulsed to wait for its checker", func() bool {
+			return strings.Contains(p.Logs(), `msg="pulsed shutting down: waiting for the checker to close`)
+		})
 		second := time.Now()
 		p.Signal(syscall.SIGTERM)
 		select {

@@ -360,9 +360,9 @@ wait:
 	wd.Close()
 	// Closing the checker stops probing and ends watch streams, which would
 	// otherwise keep GracefulStop waiting forever.
-	sigs.waitingFor("the checker to close (probes in flight, state changes to store, watch streams to end)")
+	sigs.shutdownStep("the checker to close (probes in flight, state changes to store, watch streams to end)")
 	c.Close()
-	sigs.waitingFor("HTTP requests and gRPC calls in progress")
+	sigs.shutdownStep("HTTP requests and gRPC calls in progress")
 	httpStopped := obs.shutdown(time.Until(deadline)) // its event feeds ended with the checker
 	stopped := make(chan struct{})
 	go func() {
@@ -377,7 +377,7 @@ wait:
 		<-stopped
 	}
 	<-httpStopped
-	sigs.waitingFor("the store and the registry to close")
+	sigs.shutdownStep("the store and the registry to close")
 	logger.Info("pulsed stopped")
 	return nil
 }

@@ -54,6 +54,13 @@ func watchSignals(bound time.Duration, logger *slog.Logger, exit func(int)) *sig
 // not finish in time.
 func (s *signals) waitingFor(step string) { s.step.Store(&step) }
 
+// shutdownStep records the step the shutdown has reached and logs it: a
+// slow shutdown says what it is waiting for while it waits.
+func (s *signals) shutdownStep(step string) {
+	s.waitingFor(step)
+	s.logger.Info("pulsed shutting down: waiting for "+step, "waiting_for", step)
+}
+
 func (s *signals) watch() {
 	defer close(s.ended)
 	select {
