@@ -252,6 +252,9 @@ func (s *tickSim) expect(t *testing.T, what string, lo, hi time.Duration) {
 	if tick < lo || tick > hi {
 		t.Fatalf("%s: tick %v, want it in [%v, %v]", what, tick, lo, hi)
 	}
+	if got := s.c.Overload().ScheduleTick; got != tick {
+		t.Errorf("%s: Overload().ScheduleTick %v, the tick in force %v", what, got, tick)
+	}
 	if len(s.starts) == 0 {
 		t.Fatalf("%s: no probe started", what)
 	}
