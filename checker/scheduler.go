@@ -172,9 +172,12 @@ func (s *scheduler) schedule() {
 // be; such a target is set aside until the pass ends.
 func (s *scheduler) dueLocked(now time.Time) {
 	var stuck []*target
-	n := 0
-	for nowNs := now.UnixNano(); len(s.due) > 0 && s.due[0].startNs <= nowNs; n++ {
+	n, adaptive := 0, s.tuner.adaptive()
+	for nowNs := now.UnixNano(); len(s.due) > 0 && s.due[0].startNs <= nowNs; {
 		t := s.due[0]
+		if adaptive {
+			n += s.tuner.weight(t)
+		}
 		if !t.inFlight {
 			j := s.jobLocked(t, t.next)
 			j.startNs = t.startNs

@@ -77,8 +77,8 @@ func TestScheduleTickConfigBounds(t *testing.T) {
 		{Config{ScheduleTick: 2 * time.Second}, "ScheduleTick must be between 0 and 1s, got 2s"},
 		{Config{ScheduleTickMax: -time.Millisecond}, "ScheduleTickMax must be between 0 and 1s, got -1ms"},
 		{Config{ScheduleTickMax: time.Hour}, "ScheduleTickMax must be between 0 and 1s, got 1h0m0s"},
-		{Config{ScheduleBurst: -1}, "ScheduleBurst must be between 0 (the default, 100) and 100000, got -1"},
-		{Config{ScheduleBurst: MaxScheduleBurst + 1}, "ScheduleBurst must be between 0 (the default, 100) and 100000, got 100001"},
+		{Config{ScheduleBurst: -1}, "ScheduleBurst must be between 0 (the default, 125) and 100000, got -1"},
+		{Config{ScheduleBurst: MaxScheduleBurst + 1}, "ScheduleBurst must be between 0 (the default, 125) and 100000, got 100001"},
 	} {
 		tt.cfg.NewProber = func(probe.Spec) (Prober, error) { return nopProber{}, nil }
 		c, err := New(tt.cfg)
@@ -109,7 +109,7 @@ func TestAdaptiveTickSchedule(t *testing.T) {
 	sim := newTickSim(t, Config{
 		ScheduleTick: base, ScheduleTickMax: widest, ScheduleBurst: burst,
 		Overload: OverloadPolicy{MaxLag: time.Millisecond},
-	})
+	}, nopProber{})
 	// Five targets under ten ticks of the widest: probed at their due time
 	// while the tick is wide, batched while it is narrow.
 	for i := range 5 {
@@ -149,6 +149,34 @@ func TestAdaptiveTickSchedule(t *testing.T) {
 	}
 }
 
+// A probe that will dial a new connection counts twice toward a burst:
+// the same 500 targets at 1s take a 20ms tick while their probers keep
+// their connections (a ConnKeeper that says so, or a Prober that is none),
+// and a 10ms one while every probe dials.
+func TestAdaptiveTickWeighsDials(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		p    Prober
+		want time.Duration
+	}{
+		{"no ConnKeeper", nopProber{}, 20 * time.Millisecond},
+		{"keeps its connection", keeperProber{keeps: true}, 20 * time.Millisecond},
+		{"dials", keeperProber{keeps: false}, 10 * time.Millisecond},
+	} {
+		sim := newTickSim(t, Config{ScheduleTick: 5 * time.Millisecond, ScheduleTickMax: 40 * time.Millisecond, ScheduleBurst: 10}, tt.p)
+		sim.addMany(t, 0, 500, time.Second)
+		sim.run(3 * time.Second)
+		sim.expect(t, tt.name, tt.want, tt.want)
+	}
+}
+
+type keeperProber struct {
+	nopProber
+	keeps bool
+}
+
+func (p keeperProber) KeepsConn() bool { return p.keeps }
+
 // tickSim drives a checker's scheduler pass by pass on a clock of its own,
 // without its goroutines: each pass starts at the first start in the due
 // heap, as the schedule loop's timer would fire, and each probe it queues
@@ -166,10 +194,12 @@ type simStart struct {
 	pass          int
 }
 
-func newTickSim(t *testing.T, cfg Config) *tickSim {
+// newTickSim returns the simulation of a checker of cfg whose targets are
+// probed by p.
+func newTickSim(t *testing.T, cfg Config, p Prober) *tickSim {
 	clock := &simClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	cfg.Clock = clock
-	cfg.NewProber = func(probe.Spec) (Prober, error) { return nopProber{}, nil }
+	cfg.NewProber = func(probe.Spec) (Prober, error) { return p, nil }
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -210,7 +210,8 @@ type Config struct {
 	// that after its due time.
 	ScheduleTickMax time.Duration
 	// ScheduleBurst is how many probes an adaptive tick aims to start at
-	// once. If 0, DefaultScheduleBurst; at most MaxScheduleBurst.
+	// once, a probe that dials a new connection (see ConnKeeper) counting
+	// twice. If 0, DefaultScheduleBurst; at most MaxScheduleBurst.
 	ScheduleBurst int
 	// HistorySize is how many events the checker keeps for watchers to
 	// resume from and catch up with. If 0, 10,000.
