@@ -106,10 +106,10 @@ func newScheduler(reg *registry, cfg Config, clock Clock) (*scheduler, error) {
 // stable offset in [0, Interval) derived from its name, so many targets
 // added at once do not probe in lockstep. A target whose previous probe is
 // still running when it falls due skips that slot: there is at most one
-// probe in flight per target. Probes are batched by Config.ScheduleTick:
-// one due within a tick starts at the tick's end, with the others due in
-// it (see startBy); the tick adapts to the probe rate (see tick.go). A
-// slot missed because the checker was late is
+// probe in flight per target. Probes are batched by a schedule tick: one
+// due within a tick starts at the tick's end, with the others due in it
+// (see startBy); the tick adapts to the probe rate (see tick.go). A slot
+// missed because the checker was late is
 // skipped, not made up in a burst. At most Config.MaxConcurrentProbes
 // probes run at once, on as many workers (see pool.go); the others wait in
 // a queue, first due first served, and the scheduler counts them and how
@@ -225,9 +225,9 @@ func (s *scheduler) rescheduleLocked(t *target, now time.Time) {
 // startBy returns when a probe due at due, of a target probed every
 // interval, is started: at the first multiple of the tick in force (see
 // tick.go) at or after due, so that the probes due within one tick start
-// in one wake-up of the scheduler. A target whose interval is under ten ticks is probed
-// at its due time: a tick's delay would be more than a tenth of its
-// interval.
+// in one wake-up of the scheduler. A target whose interval is under ten
+// ticks is probed at its due time: a tick's delay would be more than a
+// tenth of its interval.
 func (s *scheduler) startBy(due time.Time, interval time.Duration) time.Time {
 	if s.tick <= 0 || interval/10 < s.tick { // interval < 10 ticks, without overflow
 		return due
