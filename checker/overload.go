@@ -74,6 +74,9 @@ type OverloadStatus struct {
 	// IgnoredTimeouts counts every probe timeout not counted because the
 	// checker was degraded.
 	IgnoredTimeouts uint64
+	// ScheduleTick is the schedule tick in force: Config.ScheduleTick, or
+	// as an adaptive tick has set it (see Config.ScheduleTickMax).
+	ScheduleTick time.Duration
 }
 
 // overloadState is guarded by the registry's lock.
@@ -99,6 +102,7 @@ func (s *scheduler) status() OverloadStatus {
 		InFlight:        s.pool.running,
 		MaxConcurrent:   s.pool.max,
 		IgnoredTimeouts: s.ov.ignored,
+		ScheduleTick:    s.tick,
 	}
 }
 

@@ -78,6 +78,7 @@ type job struct {
 	t        *target
 	gen      uint64        // t.gen when the probe was scheduled: a job outlived by its probe spec (or, shared, its ownership) is not run
 	due      time.Time     // when the probe should start
+	startNs  int64         // when the scheduler meant to start it, batched by the tick (UnixNano); 0: at due
 	interval time.Duration // the interval it was scheduled at
 	round    *round        // the RunRound the job belongs to; nil for a scheduled probe
 	i        int           // the job's index in round.out
@@ -341,7 +342,11 @@ func (s *scheduler) startLocked(j job, a *probeArgs) {
 	*a = probeArgs{prober: t.prober, timeout: t.spec.Timeout, maxLatency: t.spec.MaxLatency}
 	s.pool.running++
 	now := s.clock.Now()
-	lag := max(now.Sub(s.startBy(j.due, j.interval)), 0) // a tick's batching is not lateness
+	planned := j.due
+	if j.startNs > planned.UnixNano() {
+		planned = time.Unix(0, j.startNs) // a tick's batching is not lateness, whatever the tick is now
+	}
+	lag := max(now.Sub(planned), 0)
 	s.lastLag.Store(int64(lag))
 	maxLag := s.overload.MaxLag
 	if maxLag == 0 {

@@ -3,7 +3,6 @@ package checker
 import (
 	"container/heap"
 	"context"
-	"fmt"
 	"hash/fnv"
 	"math"
 	"sync"
@@ -30,8 +29,8 @@ import (
 type scheduler struct {
 	reg      *registry // its lock, its targets, where results go
 	clock    Clock
-	observer Observer // nil if none
-	tick     time.Duration
+	observer Observer      // nil if none
+	tick     time.Duration // the tick in force; see tick.go
 	overload OverloadPolicy
 	reprobe  ReprobePolicy
 	stamp    progress     // see liveness.go
@@ -54,6 +53,7 @@ type scheduler struct {
 	ov           overloadState
 	reprobes     map[string]uint64 // reprobes by reason; see reprobe.go
 	reprobeSkips uint64            // lost connections within an interval of a reprobe
+	tuner        tickTuner         // sets tick from the probe rate; see tick.go
 }
 
 // newScheduler returns the scheduler of reg's targets, not started.
@@ -62,7 +62,6 @@ func newScheduler(reg *registry, cfg Config, clock Clock) (*scheduler, error) {
 		reg:       reg,
 		clock:     clock,
 		observer:  cfg.Observer,
-		tick:      cfg.ScheduleTick,
 		overload:  cfg.Overload,
 		reprobe:   cfg.Reprobe,
 		wake:      make(chan struct{}, 1),
@@ -75,9 +74,11 @@ func newScheduler(reg *registry, cfg Config, clock Clock) (*scheduler, error) {
 	if err := s.reprobe.validate(); err != nil {
 		return nil, err
 	}
-	if s.tick < 0 {
-		return nil, fmt.Errorf("ScheduleTick must not be negative, got %v", s.tick)
+	var err error
+	if s.tuner, err = newTickTuner(cfg, clock.Now()); err != nil {
+		return nil, err
 	}
+	s.tick = cfg.ScheduleTick
 	n := cfg.MaxConcurrentProbes
 	if n <= 0 {
 		n = 256
@@ -105,9 +106,10 @@ func newScheduler(reg *registry, cfg Config, clock Clock) (*scheduler, error) {
 // stable offset in [0, Interval) derived from its name, so many targets
 // added at once do not probe in lockstep. A target whose previous probe is
 // still running when it falls due skips that slot: there is at most one
-// probe in flight per target. Probes are batched by Config.ScheduleTick:
-// one due within a tick starts at the tick's end, with the others due in
-// it (see startBy). A slot missed because the checker was late is
+// probe in flight per target. Probes are batched by a schedule tick: one
+// due within a tick starts at the tick's end, with the others due in it
+// (see startBy); the tick adapts to the probe rate (see tick.go). A slot
+// missed because the checker was late is
 // skipped, not made up in a burst. At most Config.MaxConcurrentProbes
 // probes run at once, on as many workers (see pool.go); the others wait in
 // a queue, first due first served, and the scheduler counts them and how
@@ -164,15 +166,22 @@ func (s *scheduler) schedule() {
 }
 
 // dueLocked takes every target due at now, schedules its next probe and
-// queues the probes to start. It takes each target once: a next probe is
-// after now (see nextSlot), except at the last time UnixNano holds, where
-// none can be; such a target is set aside until the pass ends.
+// queues the probes to start, then lets the tick adapt to how many fell
+// due (see tick.go). It takes each target once: a next probe is after now
+// (see nextSlot), except at the last time UnixNano holds, where none can
+// be; such a target is set aside until the pass ends.
 func (s *scheduler) dueLocked(now time.Time) {
 	var stuck []*target
+	n, adaptive := 0, s.tuner.adaptive()
 	for nowNs := now.UnixNano(); len(s.due) > 0 && s.due[0].startNs <= nowNs; {
 		t := s.due[0]
+		if adaptive {
+			n += s.tuner.weight(t)
+		}
 		if !t.inFlight {
-			s.enqueueLocked(s.jobLocked(t, t.next))
+			j := s.jobLocked(t, t.next)
+			j.startNs = t.startNs
+			s.enqueueLocked(j)
 		}
 		t.slot = t.next
 		s.setNextLocked(t, nextSlot(t.next, s.intervalLocked(t), now))
@@ -186,6 +195,7 @@ func (s *scheduler) dueLocked(now time.Time) {
 	for _, t := range stuck {
 		s.due.push(t)
 	}
+	s.tick = s.tuner.observe(now, n, s.tick)
 }
 
 // rescheduleLocked moves t's next probe to its last scheduled start plus
@@ -213,11 +223,11 @@ func (s *scheduler) rescheduleLocked(t *target, now time.Time) {
 }
 
 // startBy returns when a probe due at due, of a target probed every
-// interval, is started: at the first multiple of Config.ScheduleTick at or
-// after due, so that the probes due within one tick start in one wake-up
-// of the scheduler. A target whose interval is under ten ticks is probed
-// at its due time: a tick's delay would be more than a tenth of its
-// interval.
+// interval, is started: at the first multiple of the tick in force (see
+// tick.go) at or after due, so that the probes due within one tick start
+// in one wake-up of the scheduler. A target whose interval is under ten
+// ticks is probed at its due time: a tick's delay would be more than a
+// tenth of its interval.
 func (s *scheduler) startBy(due time.Time, interval time.Duration) time.Time {
 	if s.tick <= 0 || interval/10 < s.tick { // interval < 10 ticks, without overflow
 		return due

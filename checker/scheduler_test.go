@@ -321,3 +321,72 @@ func list(c *checker.Checker) []checker.Status {
 	sts, _ := c.List("")
 	return sts
 }
+
+// The schedule loop follows an adaptive tick: eight targets at 1s are a
+// quiet schedule (8 probes a second, far under ScheduleBurst per widest
+// tick), so after its first second the checker widens its tick from
+// ScheduleTick to ScheduleTickMax and, one interval later, wakes and
+// starts probes on the wider tick only. No probe starts before its due
+// time or more than ScheduleTickMax after it, and none of that is
+// lateness to the overload detector.
+func TestAdaptiveTickWidensOnAQuietSchedule(t *testing.T) {
+	const base, widest = 10 * time.Millisecond, 50 * time.Millisecond
+	starts := &probeTimes{at: map[string][]time.Time{}}
+	e := newEnv(t, checker.Config{
+		ScheduleTick:    base,
+		ScheduleTickMax: widest,
+		Overload:        checker.OverloadPolicy{MaxLag: time.Millisecond},
+		Observer:        starts,
+	})
+	for i := range 8 {
+		s := spec(fmt.Sprintf("q%d", i))
+		s.Interval, s.Timeout = time.Second, 500*time.Millisecond
+		e.add(t, s)
+		e.probes.set(s.Name, pass)
+	}
+	first := map[string]time.Time{}
+	for _, st := range list(e.c) {
+		first[st.Spec.Name] = st.NextProbe
+	}
+	if tick := e.c.Overload().ScheduleTick; tick != base {
+		t.Fatalf("tick %v before any probe, want ScheduleTick %v", tick, base)
+	}
+	e.c.Start()
+	<-e.c.Scheduled()
+	atRest := func() bool {
+		for _, st := range list(e.c) {
+			if st.Probing {
+				return false
+			}
+		}
+		return e.clock.Waiters() == 1
+	}
+	waitFor(t, "the scheduler's first timer", atRest)
+	// Steps of 10ms land on every start of either tick.
+	for i := range 400 {
+		e.clock.Advance(base)
+		waitFor(t, fmt.Sprintf("the checker at rest after step %d", i), atRest)
+	}
+	if tick := e.c.Overload().ScheduleTick; tick != widest {
+		t.Fatalf("tick %v after 4s of 8 probes a second, want ScheduleTickMax %v", tick, widest)
+	}
+	wide := epoch.Add(2500 * time.Millisecond) // widened by 1.5s at the latest, plus an interval
+	for name, due := range first {
+		got := starts.of(name)
+		if len(got) != 4 {
+			t.Errorf("%s probed %d times in 4s, want 4: %v", name, len(got), sinceEpoch(got))
+		}
+		for k, at := range got {
+			due := due.Add(time.Duration(k) * time.Second)
+			if late := at.Sub(due); late < 0 || late > widest {
+				t.Errorf("%s: probe %d due at %v started at %v, want within [0, %v] of it", name, k, due.Sub(epoch), at.Sub(epoch), widest)
+			}
+			if at.After(wide) && !at.Truncate(widest).Equal(at) {
+				t.Errorf("%s: probe %d started at %v, off the %v tick", name, k, at.Sub(epoch), widest)
+			}
+		}
+	}
+	if o := e.c.Overload(); o.Degraded {
+		t.Errorf("overload %+v after batched starts; a tick's delay is not lateness", o)
+	}
+}

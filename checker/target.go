@@ -34,7 +34,7 @@ type target struct {
 	slot time.Time // the scheduled start of the last scheduled probe; zero before the first
 	next time.Time // when the next probe is due
 	// startNs is when the next probe starts, in nanoseconds since the
-	// epoch: next, batched by Config.ScheduleTick (see startBy). seq is the
+	// epoch: next, batched by the schedule tick (see startBy). seq is the
 	// target's number. Both order the due heap.
 	startNs int64
 	seq     uint64

@@ -196,11 +196,23 @@ type Config struct {
 	// MaxConcurrentProbes bounds the probes in flight at once. If 0, 256.
 	MaxConcurrentProbes int
 	// ScheduleTick batches probe starts: the scheduler wakes only on
-	// multiples of it (counted from the zero time) and starts every probe
-	// due by then, so each probe starts at most one tick after its due
-	// time and probes due close together start in one wake-up. If 0, each
-	// probe starts at its own due time.
+	// multiples of the tick (counted from the zero time) and starts every
+	// probe due by then, so each probe starts at most one tick after its
+	// due time and probes due close together start in one wake-up. It is
+	// the tick, or with a longer ScheduleTickMax its narrowest. If 0, each
+	// probe starts at its own due time. At most MaxScheduleTick.
 	ScheduleTick time.Duration
+	// ScheduleTickMax is the widest the tick grows to while few probes
+	// fall due: the tick is the time in which ScheduleBurst probes fall
+	// due, within [ScheduleTick, ScheduleTickMax] (see tick.go). If not
+	// above ScheduleTick (0 included), or ScheduleTick is 0, the tick stays
+	// ScheduleTick. At most MaxScheduleTick: no probe starts later than
+	// that after its due time.
+	ScheduleTickMax time.Duration
+	// ScheduleBurst is how many probes an adaptive tick aims to start at
+	// once, a probe that dials a new connection (see ConnKeeper) counting
+	// twice. If 0, DefaultScheduleBurst; at most MaxScheduleBurst.
+	ScheduleBurst int
 	// HistorySize is how many events the checker keeps for watchers to
 	// resume from and catch up with. If 0, 10,000.
 	HistorySize int

@@ -323,6 +323,16 @@ func (p *leanProber) headerValues(head []byte) func(string) []string {
 	return headValues(bytes.Clone(head))
 }
 
+// KeepsConn reports whether the next probe will find a kept connection
+// (which it may still find too old to use): the checker counts a probe
+// that dials as a heavier one when it batches probe starts. It is safe
+// for concurrent use and does not block.
+func (p *leanProber) KeepsConn() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.idle != nil
+}
+
 // take returns the kept connection, or nil when there is none (or it has
 // been idle too long, and is closed).
 func (p *leanProber) take() *leanConn {

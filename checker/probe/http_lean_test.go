@@ -431,16 +431,33 @@ func TestHTTPLeanKeptConnectionBudget(t *testing.T) {
 		p, _ := leanAndNetHTTP(t, f, &HTTPSpec{URL: s.url()})
 		probers = append(probers, p)
 	}
+	keeps := func() [3]bool { return [3]bool{probers[0].KeepsConn(), probers[1].KeepsConn(), probers[2].KeepsConn()} }
+	if got := keeps(); got != [3]bool{} {
+		t.Fatalf("KeepsConn before any probe: %v, want none", got)
+	}
 	for _, p := range probers {
 		probeN(t, p, 3)
 	}
 	if a, b, c := srvs[0].accepted.Load(), srvs[1].accepted.Load(), srvs[2].accepted.Load(); a != 1 || b != 1 || c != 3 {
 		t.Fatalf("connections with room for 2 kept: %d, %d, %d; want 1, 1, 3", a, b, c)
 	}
+	if got := keeps(); got != [3]bool{true, true, false} {
+		t.Fatalf("KeepsConn with room for 2 kept: %v, want the first two", got)
+	}
 	probers[0].Close()
 	probeN(t, probers[2], 3)
 	if c := srvs[2].accepted.Load(); c != 4 {
 		t.Fatalf("after one prober gave its connection back, the third opened %d in all, want 4 (one more, then kept)", c)
+	}
+	if got := keeps(); got != [3]bool{false, true, true} {
+		t.Fatalf("KeepsConn after the first gave its connection to the third: %v", got)
+	}
+	tp, err := f.New(Spec{TCP: &TCPSpec{Address: "127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, ok := tp.(interface{ KeepsConn() bool }); !ok || k.KeepsConn() {
+		t.Errorf("a TCP prober has no KeepsConn, or it says true; want false (every probe dials)")
 	}
 	if got := defaultMaxIdle(20000); got != 15000 {
 		t.Errorf("defaultMaxIdle(20000) = %d, want 15000", got)

@@ -207,6 +207,10 @@ func (f *Factory) newTCPProber(s *TCPSpec) (*tcpProber, error) {
 	return p, nil
 }
 
+// KeepsConn reports false: every TCP probe dials a new connection (see
+// the checker's ConnKeeper).
+func (p *tcpProber) KeepsConn() bool { return false }
+
 // Probe connects to the address under ctx, makes the TLS handshake when
 // asked to, runs the steps and closes the connection.
 func (p *tcpProber) Probe(ctx context.Context) error {

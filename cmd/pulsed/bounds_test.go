@@ -22,6 +22,14 @@ func TestDefaultFlagBounds(t *testing.T) {
 		{[]string{"-fall", "100000"}, "default fall must be between 1 and 1000, got 100000"},
 		{[]string{"-fast-interval", "1ms"}, "default fast interval must be at least the default timeout 1s (0: each target's interval), got 1ms"},
 		{[]string{"-down-interval", "48h"}, "default down interval must be at most 24h0m0s, got 48h0m0s"},
+		{[]string{"-schedule-tick", "1s", "-schedule-tick-max", "1s", "-schedule-burst", "100000"}, ""},
+		{[]string{"-schedule-tick", "0", "-schedule-tick-max", "0", "-schedule-burst", "1"}, ""},
+		{[]string{"-schedule-tick", "30ms"}, ""}, // above -schedule-tick-max: a fixed tick
+		{[]string{"-schedule-tick", "1001ms"}, "-schedule-tick must be between 0 and 1s, got 1.001s"},
+		{[]string{"-schedule-tick-max", "-1ms"}, "-schedule-tick-max must be between 0 and 1s, got -1ms"},
+		{[]string{"-schedule-tick-max", "2s"}, "-schedule-tick-max must be between 0 and 1s, got 2s"},
+		{[]string{"-schedule-burst", "0"}, "-schedule-burst must be between 1 and 100000, got 0"},
+		{[]string{"-schedule-burst", "100001"}, "-schedule-burst must be between 1 and 100000, got 100001"},
 	} {
 		var stderr bytes.Buffer
 		_, err := parseFlags(tt.args, &stderr)

@@ -52,6 +52,8 @@ type config struct {
 	defaults         checker.Defaults
 	maxProbes        int
 	scheduleTick     time.Duration
+	scheduleTickMax  time.Duration
+	scheduleBurst    int
 	maxUnhealthy     float64
 	overload         checker.OverloadPolicy
 	reprobe          checker.ReprobePolicy
@@ -89,7 +91,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.defaults.Rise, "rise", d.Rise, "default consecutive passes that make a target healthy")
 	fs.IntVar(&cfg.defaults.Fall, "fall", d.Fall, "default consecutive failures that make a target unhealthy")
 	fs.IntVar(&cfg.maxProbes, "max-concurrent-probes", 256, "most probes in flight at once; others wait for a slot")
-	fs.DurationVar(&cfg.scheduleTick, "schedule-tick", 10*time.Millisecond, "probes due within one tick start together, at most this long after their due time (fewer wake-ups, less CPU per probe); 0 starts each at its own due time")
+	fs.DurationVar(&cfg.scheduleTick, "schedule-tick", 10*time.Millisecond, "probes due within one tick start together, at most one tick after their due time (fewer wake-ups, less CPU per probe); the tick, or the narrowest of an adaptive one (see -schedule-tick-max); 0 starts each probe at its own due time; at most 1s")
+	fs.DurationVar(&cfg.scheduleTickMax, "schedule-tick-max", 25*time.Millisecond, "the widest the tick grows to while few probes fall due: the tick is the time in which -schedule-burst probes fall due, between -schedule-tick and this; at most -schedule-tick (0 too) keeps the tick at -schedule-tick; at most 1s")
+	fs.IntVar(&cfg.scheduleBurst, "schedule-burst", checker.DefaultScheduleBurst, "how many probes an adaptive tick aims to start at once, a probe that dials a new connection counting twice (see -schedule-tick-max); 1 to 100000")
 	fs.DurationVar(&cfg.defaults.FastInterval, "fast-interval", 0, "default interval while a target is on its way to a transition (failing while healthy, passing while unhealthy); 0: the target's interval")
 	fs.DurationVar(&cfg.defaults.DownInterval, "down-interval", 0, "default interval while a target is unhealthy; 0: the target's interval")
 	fs.Float64Var(&cfg.maxUnhealthy, "max-unhealthy-fraction", 0.5, "panic threshold of groups without a policy of their own (SetGroupPolicy): at most this fraction of a group, and always at least one target, is marked unhealthy at once; the rest stay routable, held; 1 disables")
@@ -154,8 +158,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("-max-unhealthy-fraction must be in (0, 1] (1 disables the panic threshold), got %v", cfg.maxUnhealthy)
 	case cfg.overload.MaxLag < 0 || cfg.overload.MaxWaiting < 0 || cfg.overload.RecoverAfter <= 0:
 		return cfg, fmt.Errorf("-overload-lag and -overload-waiting must not be negative, -overload-recovery must be positive; got %v, %d, %v", cfg.overload.MaxLag, cfg.overload.MaxWaiting, cfg.overload.RecoverAfter)
-	case cfg.scheduleTick < 0:
-		return cfg, fmt.Errorf("-schedule-tick must not be negative, got %v", cfg.scheduleTick)
+	case cfg.scheduleTick < 0 || cfg.scheduleTick > checker.MaxScheduleTick:
+		return cfg, fmt.Errorf("-schedule-tick must be between 0 and %v, got %v", checker.MaxScheduleTick, cfg.scheduleTick)
+	case cfg.scheduleTickMax < 0 || cfg.scheduleTickMax > checker.MaxScheduleTick:
+		return cfg, fmt.Errorf("-schedule-tick-max must be between 0 and %v, got %v", checker.MaxScheduleTick, cfg.scheduleTickMax)
+	case cfg.scheduleBurst < 1 || cfg.scheduleBurst > checker.MaxScheduleBurst:
+		return cfg, fmt.Errorf("-schedule-burst must be between 1 and %d, got %d", checker.MaxScheduleBurst, cfg.scheduleBurst)
 	case cfg.maxProbes < 1:
 		return cfg, fmt.Errorf("-max-concurrent-probes must be at least 1, got %d", cfg.maxProbes)
 	case cfg.watchHistory < 1:
@@ -260,6 +268,8 @@ func run(args []string, stderr io.Writer) error {
 		Defaults:            cfg.defaults,
 		MaxConcurrentProbes: cfg.maxProbes,
 		ScheduleTick:        cfg.scheduleTick,
+		ScheduleTickMax:     cfg.scheduleTickMax,
+		ScheduleBurst:       cfg.scheduleBurst,
 		HistorySize:         cfg.watchHistory,
 		// A store's revision goes on across restarts. Without one, revisions
 		// start at the start time in microseconds, so a client resuming with

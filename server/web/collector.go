@@ -11,7 +11,7 @@ import (
 
 // Collector is a prometheus.Collector of the checker's current state, read
 // at scrape time: targets by group and state, subscribers, each group's
-// panic flag and its held and flapping targets, the checker's degraded flag, its reprobes, and (unless dropped) each
+// panic flag and its held and flapping targets, the checker's degraded flag and schedule tick, its reprobes, and (unless dropped) each
 // target's up gauge and last latency. Its methods
 // are safe for concurrent use. Create it with NewCollector.
 type Collector struct {
@@ -28,6 +28,7 @@ type Collector struct {
 	held     *prometheus.Desc
 	flapping *prometheus.Desc
 	degraded *prometheus.Desc
+	tick     *prometheus.Desc
 	registry *prometheus.Desc
 	replicas *prometheus.Desc
 	reprobes *prometheus.Desc
@@ -74,6 +75,9 @@ func NewCollector(c *checker.Checker, perTarget bool, recent *Observer) *Collect
 		degraded: prometheus.NewDesc("pulse_checker_degraded",
 			"1 while the checker is overloaded (degraded), 0 if not.",
 			nil, nil),
+		tick: prometheus.NewDesc("pulse_schedule_tick_seconds",
+			"The schedule tick in force: probes due within one tick start together at its end (adaptive between -schedule-tick and -schedule-tick-max).",
+			nil, nil),
 		registry: prometheus.NewDesc("pulse_registry_error",
 			"1 while pulsed cannot store changes in its registry (the data dir, or etcd with -registry etcd), 0 if it can.",
 			nil, nil),
@@ -106,6 +110,7 @@ func (m *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.held
 	ch <- m.flapping
 	ch <- m.degraded
+	ch <- m.tick
 	ch <- m.registry
 	ch <- m.replicas
 	ch <- m.reprobes
@@ -153,7 +158,9 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.held, prometheus.GaugeValue, float64(len(g.Held)), g.Group)
 		ch <- prometheus.MustNewConstMetric(m.flapping, prometheus.GaugeValue, float64(flapping[g.Group]), g.Group)
 	}
-	ch <- prometheus.MustNewConstMetric(m.degraded, prometheus.GaugeValue, flag(m.c.Overload().Degraded))
+	ov := m.c.Overload()
+	ch <- prometheus.MustNewConstMetric(m.degraded, prometheus.GaugeValue, flag(ov.Degraded))
+	ch <- prometheus.MustNewConstMetric(m.tick, prometheus.GaugeValue, ov.ScheduleTick.Seconds())
 	ch <- prometheus.MustNewConstMetric(m.registry, prometheus.GaugeValue, flag(m.c.StoreErr() != nil))
 	_, members := m.c.Replica()
 	ch <- prometheus.MustNewConstMetric(m.replicas, prometheus.GaugeValue, float64(len(members)))

@@ -130,10 +130,11 @@ func TestMetricsWithoutPerTargetSeries(t *testing.T) {
 		t.Errorf("%d pulse_targets series, want 6 (2 groups x 3 states)", n)
 	}
 	// The group panic and checker degraded flags are there.
-	flags := gatherText(t, reg, "pulse_group_panic", "pulse_checker_degraded")
+	flags := gatherText(t, reg, "pulse_group_panic", "pulse_checker_degraded", "pulse_schedule_tick_seconds")
 	if !regexp.MustCompile(`(?m)^pulse_checker_degraded [01]$`).MatchString(flags) ||
+		!regexp.MustCompile(`(?m)^pulse_schedule_tick_seconds 0$`).MatchString(flags) || // no ScheduleTick: no batching
 		!regexp.MustCompile(`(?m)^pulse_group_panic\{group="edge"\} [01]$`).MatchString(flags) {
-		t.Errorf("no panic or degraded flag in\n%s", flags)
+		t.Errorf("no panic or degraded flag or schedule tick in\n%s", flags)
 	}
 }
 
