@@ -50,7 +50,7 @@ func TestClientCommands(t *testing.T) {
 	// add: created, then updated; only the flags given are set in the
 	// request, so pulsed's defaults fill the rest.
 	out := mustRun(t, "add", addr, "--name", "web-1", "--group", "edge", "--http", web.URL+"/healthz", "--rise", "1")
-	want := "added web-1: http GET " + web.URL + "/healthz; every 100ms, timeout 50ms, rise 1, fall 2, rise_fall; state unhealthy\n"
+	want := "added web-1: http GET " + web.URL + "/healthz; every " + testInterval.String() + ", timeout " + testTimeout.String() + ", rise 1, fall 2, rise_fall; state unhealthy\n"
 	if out != want {
 		t.Errorf("add printed %q, want %q", out, want)
 	}
@@ -61,7 +61,7 @@ func TestClientCommands(t *testing.T) {
 	waitState(t, p.Addr, "web-1", pb.State_STATE_HEALTHY)
 
 	st := stateOf(t, p.Addr, "web-1")
-	if got := st.GetSpec(); got.GetRise() != 1 || got.GetFall() != 2 || got.GetInterval().AsDuration() != 100*time.Millisecond || got.GetGroup() != "edge" {
+	if got := st.GetSpec(); got.GetRise() != 1 || got.GetFall() != 2 || got.GetInterval().AsDuration() != testInterval || got.GetGroup() != "edge" {
 		t.Errorf("spec %v: want rise 1 as given and pulsed's defaults for the rest", got)
 	}
 

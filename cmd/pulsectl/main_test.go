@@ -72,12 +72,20 @@ func pulsedBinary(t *testing.T) string {
 // testPulsed is a pulsed process.
 type testPulsed struct{ *pulsedproc.Process }
 
+// The fast defaults of a test's pulsed, scaled (see testscale): a probe
+// of a loopback target must not time out on a loaded machine.
+var (
+	testInterval = testscale.D(100 * time.Millisecond)
+	testTimeout  = testscale.D(50 * time.Millisecond)
+)
+
 // startPulsed starts pulsed on a free loopback port with fast defaults
-// (interval 100ms, timeout 50ms, rise 2, fall 2) plus args, and kills it
-// when the test ends.
+// (testInterval, testTimeout, rise 2, fall 2) plus args, and kills it when
+// the test ends.
 func startPulsed(t *testing.T, args ...string) *testPulsed {
 	t.Helper()
-	base := []string{"-listen", "127.0.0.1:0", "-http-listen", "", "-data-dir", t.TempDir(), "-interval", "100ms", "-timeout", "50ms", "-rise", "2", "-fall", "2"}
+	base := []string{"-listen", "127.0.0.1:0", "-http-listen", "", "-data-dir", t.TempDir(),
+		"-interval", testInterval.String(), "-timeout", testTimeout.String(), "-rise", "2", "-fall", "2"}
 	ctx, cancel := context.WithTimeout(t.Context(), testscale.D(30*time.Second))
 	defer cancel()
 	p, err := pulsedproc.Start(ctx, pulsedBinary(t), append(base, args...), nil)

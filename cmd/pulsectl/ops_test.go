@@ -102,7 +102,7 @@ func TestProbeAndSet(t *testing.T) {
 
 	// add on an existing name replaces the whole spec, and says so.
 	out = mustRun(t, "add", addr, "--name", "web-1", "--http", web.URL+"/healthz", "--interval", "12h")
-	for _, want := range []string{"\nreplaced the spec of web-1: ", "timeout 2s -> 50ms", "rise 1 -> 2", "passive outcomes true -> (none)", "use pulsectl set"} {
+	for _, want := range []string{"\nreplaced the spec of web-1: ", "timeout 2s -> " + testTimeout.String(), "rise 1 -> 2", "passive outcomes true -> (none)", "use pulsectl set"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("add over an existing target printed\n%s\nwant it to contain %q", out, want)
 		}
