@@ -256,11 +256,17 @@ func TestSotwEndpointsFollowVerdicts(t *testing.T) {
 	}
 
 	// web-1 fails (fall 1): unhealthy. web-3 fails once: suspect.
+	// The round's two transitions are two revisions: on a loaded machine
+	// the coalescing window can close between them, and a push carry the
+	// first alone.
 	e.set("127.0.0.1:8081", false)
 	e.set("127.0.0.3:8083", false)
 	e.round(t)
-	got = health(t, s.next("edge"))
 	want = "127.0.0.1:8081 UNHEALTHY, 127.0.0.2:80 HEALTHY, 127.0.0.3:8083 DEGRADED"
+	partial := "127.0.0.1:8081 UNHEALTHY, 127.0.0.2:80 HEALTHY, 127.0.0.3:8083 HEALTHY"
+	if got = health(t, s.next("edge")); got["edge"] == partial {
+		got = health(t, s.next("edge"))
+	}
 	if got["edge"] != want {
 		t.Fatalf("after failures: got %v, want %s", got, want)
 	}
