@@ -63,9 +63,7 @@ browser-test: ## run the status page's real-browser test (installs Debian's chro
 
 .PHONY: fuzz
 fuzz: ## run each fuzz target for FUZZTIME (default 30s)
-	@for f in FuzzValidate FuzzAddress FuzzEgress FuzzDescribe; do \
-		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(or $(FUZZTIME),30s) ./checker/probe/ || exit 1; \
-	done
+	GO=$(GO) FUZZTIME=$(or $(FUZZTIME),30s) scripts/fuzz
 
 .PHONY: fuzz-api
 fuzz-api: ## fuzz the real pulsed's whole API with restarts for FUZZTIME (default 10m; make test runs 20s); PULSE_API_FUZZ_SEED=N replays
