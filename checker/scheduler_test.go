@@ -251,14 +251,7 @@ func TestScheduleTickBatchesProbeStarts(t *testing.T) {
 	// for the probes expected by then and for the scheduler to be at rest
 	// (its timer armed, no probe queued or running), so that every probe
 	// runs at the time it was started at.
-	atRest := func() bool {
-		for _, st := range list(e.c) {
-			if st.Probing {
-				return false
-			}
-		}
-		return e.clock.Waiters() == 1
-	}
+	atRest := func() bool { return schedulerAtRest(e) }
 	waitFor(t, "the scheduler's first timer", atRest)
 	for _, at := range times {
 		e.clock.Advance(at.Sub(e.clock.Now()))
@@ -353,14 +346,7 @@ func TestAdaptiveTickWidensOnAQuietSchedule(t *testing.T) {
 	}
 	e.c.Start()
 	<-e.c.Scheduled()
-	atRest := func() bool {
-		for _, st := range list(e.c) {
-			if st.Probing {
-				return false
-			}
-		}
-		return e.clock.Waiters() == 1
-	}
+	atRest := func() bool { return schedulerAtRest(e) }
 	waitFor(t, "the scheduler's first timer", atRest)
 	// Steps of 10ms land on every start of either tick.
 	for i := range 400 {
@@ -389,4 +375,15 @@ func TestAdaptiveTickWidensOnAQuietSchedule(t *testing.T) {
 	if o := e.c.Overload(); o.Degraded {
 		t.Errorf("overload %+v after batched starts; a tick's delay is not lateness", o)
 	}
+}
+
+// schedulerAtRest reports whether no probe is queued or running and the
+// scheduler's timer is armed.
+func schedulerAtRest(e *testEnv) bool {
+	for _, st := range list(e.c) {
+		if st.Probing {
+			return false
+		}
+	}
+	return e.clock.Waiters() == 1
 }
