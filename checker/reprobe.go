@@ -150,7 +150,11 @@ func (s *scheduler) reprobeLocked(t *target, l lostConn, now time.Time) {
 	}
 	s.reprobes[l.reason]++
 	if !t.inFlight && now.Before(t.next) {
+		// Due now and started now: a reprobe is not batched on the
+		// schedule tick (see startBy), whose end may be up to
+		// ScheduleTickMax away, since the loss is news to act on.
 		s.setNextLocked(t, now)
+		t.startNs = now.UnixNano()
 		s.due.fix(t)
 	}
 }

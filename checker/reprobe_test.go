@@ -142,6 +142,30 @@ func TestLostConnectionReprobesAtOnceAndFallsFast(t *testing.T) {
 	}
 }
 
+// A reprobe starts at the loss, not at the end of the schedule tick that
+// batches the scheduled probes: the loss is news, and a tick of 25ms
+// would delay every reprobe by up to that much.
+func TestReprobeIsNotBatchedOnTheTick(t *testing.T) {
+	const tick = 25 * time.Millisecond
+	e, w := newWatchingEnv(t, checker.Config{ScheduleTick: tick})
+	e.add(t, healthySpec("web", 10*time.Second))
+	e.probes.set("web", pass)
+	e.c.Start()
+	e.clock.Advance(11 * time.Second) // past the first probe's tick
+	waitResults(t, e, "web", 1)
+
+	e.clock.Advance(3*time.Second + 3*time.Millisecond) // off the tick's grid
+	lostAt := e.clock.Now()
+	if lostAt.Truncate(tick).Equal(lostAt) {
+		t.Fatalf("the loss at %v is on the tick's grid; the test needs it off", lostAt)
+	}
+	w.lose(t, "web", "reset")
+	st := waitResults(t, e, "web", 2)
+	if !st.LastResult.Time.Equal(lostAt) {
+		t.Fatalf("reprobe at %v after the loss; want at the loss", st.LastResult.Time.Sub(lostAt))
+	}
+}
+
 // A server that closes its idle connections a second after each answer
 // costs at most one extra probe per interval: a loss within an interval
 // of the last reprobe brings nothing forward, a passing reprobe leaves
