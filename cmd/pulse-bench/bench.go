@@ -128,7 +128,13 @@ func (o Options) logf(format string, args ...any) {
 // late when it comes more than 1.5 intervals after the previous one.
 func startFarm(o Options, p ScalePoint) (*Farm, error) {
 	o.logf("%s targets at %s: starting the farm", fmtCount(p.Targets), p.Interval)
-	farm, err := NewFarm(FarmConfig{N: p.Targets, OKBody: okBody(o.BodyBytes)})
+	cfg := FarmConfig{N: p.Targets, OKBody: okBody(o.BodyBytes)}
+	if o.FlipMode == ModeKill {
+		// A killed target's port refuses in the kernel, as a dead
+		// process's does (see kill.go).
+		cfg.Own = flipSet(p.Targets, o.FlipFraction)
+	}
+	farm, err := NewFarm(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +160,9 @@ func runPoint(ctx context.Context, o Options, p ScalePoint) (Point, error) {
 	if o.HAProxyBin == "" {
 		return out, nil
 	}
-	farm.SetMode(flipped, ModeOK)
+	if _, err := farm.SetMode(flipped, ModeOK); err != nil {
+		return out, fmt.Errorf("healing the farm before HAProxy: %w", err)
+	}
 	farm.Forget()
 	if err := sleepCtx(ctx, time.Second); err != nil {
 		return out, err
@@ -289,7 +297,10 @@ func nonzero(pid int) []int {
 func detect(ctx context.Context, o Options, farm *Farm, flipped []int, downAt *stamps, r *SystemResult) error {
 	r.Flipped = len(flipped)
 	s0 := farm.Snapshot()
-	t0 := farm.SetMode(flipped, o.FlipMode)
+	t0, err := farm.SetMode(flipped, o.FlipMode)
+	if err != nil {
+		return err
+	}
 	bound := t0.Add(time.Duration(o.Fall+2)*r.Interval + 10*time.Second)
 	for {
 		n := 0
@@ -318,6 +329,11 @@ func detect(ctx context.Context, o Options, farm *Farm, flipped []int, downAt *s
 	}
 	r.Detect = summarize(fromFlip, len(flipped))
 	r.DetectFirstFail = summarize(fromFail, len(flipped))
+	if o.FlipMode == ModeKill {
+		// A killed target's port refuses in the kernel: the farm sees no
+		// failed probe to time from (see kill.go).
+		r.DetectFirstFail = summarize(nil, 0)
+	}
 	d := farm.Snapshot().Sub(s0)
 	o.logf("  %s: detection of %d %s targets: %s from the flip, %s from the first failed probe (meanwhile %d probes, gaps p50 %s, p99 %s, max %s)",
 		r.System, len(flipped), o.FlipMode, fmtLat(r.Detect), fmtLat(r.DetectFirstFail), d.Probes, fmtDur(d.GapQuantile(0.5)), fmtDur(d.GapQuantile(0.99)), fmtDur(d.GapQuantile(1)))
@@ -427,7 +443,9 @@ func deliver(ctx context.Context, o Options, proc *pulsedProc, farm *Farm, tr *t
 	if err := sleepCtx(ctx, time.Second); err != nil {
 		return err
 	}
-	farm.SetMode(heal, ModeOK)
+	if _, err := farm.SetMode(heal, ModeOK); err != nil {
+		return err
+	}
 	all, err := waitUntil(ctx, time.Now().Add(time.Duration(o.Rise+2)*r.Interval+10*time.Second), func() bool {
 		return subs.minReceived() >= d
 	})

@@ -26,7 +26,7 @@ const (
 	// up or the farm closes.
 	ModeHang
 	// ModeKill is a crashed process: every open connection is reset and
-	// new ones are reset as they are accepted (see kill.go).
+	// new ones are refused (see kill.go).
 	ModeKill
 )
 
@@ -96,6 +96,8 @@ type Farm struct {
 
 	srv       *http.Server
 	listener  net.Listener
+	own       []*ownListener // per target, nil unless it has its own socket (see kill.go)
+	ownPort   int            // the port of the targets with their own sockets
 	wg        sync.WaitGroup
 	done      chan struct{} // closed by Close: releases hanging requests
 	closeOnce sync.Once
@@ -112,6 +114,12 @@ type FarmConfig struct {
 	Port int
 	// OKBody is what a healthy target answers; "" means "ok\n".
 	OKBody string
+	// Own are the indices of targets that listen on a socket of their
+	// own, on a second port they share, rather than on the farm's
+	// wildcard socket: a kill closes that socket, so that the kernel
+	// refuses new connections to the target as it does for a crashed
+	// process (see kill.go). Each takes a file descriptor.
+	Own []int
 }
 
 type ctxKey struct{}
@@ -228,6 +236,10 @@ func NewFarm(cfg FarmConfig) (*Farm, error) {
 		},
 	}
 	f.wg.Go(func() { _ = f.srv.Serve(farmListener{Listener: l, f: f}) })
+	if err := f.listenOwn(cfg.Own); err != nil {
+		f.Close()
+		return nil, err
+	}
 	return f, nil
 }
 
@@ -236,7 +248,11 @@ func (f *Farm) Len() int { return len(f.targets) }
 
 // Addr returns target i's "ip:port".
 func (f *Farm) Addr(i int) string {
-	return netip.AddrPortFrom(farmAddr(f.base, i), uint16(f.port)).String()
+	port := f.port
+	if f.own != nil && f.own[i] != nil {
+		port = f.ownPort
+	}
+	return netip.AddrPortFrom(farmAddr(f.base, i), uint16(port)).String()
 }
 
 // URL returns target i's health URL.
@@ -295,17 +311,21 @@ func (f *Farm) SetLateAfter(d time.Duration) { f.lateNs.Store(int64(d)) }
 // SetMode switches the targets at the given indices to m, and forgets
 // their first failing answer, so FirstFail reports the first one after this
 // call. It returns when the switch is made: with ModeKill, the time of the
-// kill, taken before their open connections are reset.
-func (f *Farm) SetMode(indices []int, m Mode) time.Time {
+// kill, taken before their sockets are closed and their open connections
+// reset. A target with a socket of its own that leaves ModeKill listens
+// again; the error says which could not.
+func (f *Farm) SetMode(indices []int, m Mode) (time.Time, error) {
 	for _, i := range indices {
 		f.targets[i].firstFail.Store(0)
 		f.targets[i].mode.Store(int32(m))
 	}
 	at := time.Now()
 	if m == ModeKill {
+		f.closeOwn(indices)
 		f.resetConns(indices)
+		return at, nil
 	}
-	return at
+	return at, f.reopenOwn(indices)
 }
 
 // Probes returns how many probes target i has answered.
@@ -387,6 +407,7 @@ func (s FarmSnapshot) GapQuantile(q float64) time.Duration {
 func (f *Farm) Close() {
 	f.closeOnce.Do(func() {
 		close(f.done)
+		f.closeOwn(nil)
 		_ = f.srv.Close()
 		_ = f.listener.Close()
 		f.wg.Wait()

@@ -168,7 +168,7 @@ func TestReplicaMarkdown(t *testing.T) {
 			t.Errorf("the report lacks\n%s\nin\n%s", want, got)
 		}
 	}
-	if strings.Contains(got, "| checker |") || strings.Contains(got, "Acceptance 6") {
+	if strings.Contains(got, "| checker |") || strings.Contains(got, "Performance targets") {
 		t.Errorf("a replicas-only report shows the Pulse/HAProxy tables:\n%s", got)
 	}
 	if strings.Contains(sampleReport().Markdown(), "Replicas on etcd") {

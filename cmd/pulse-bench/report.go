@@ -336,7 +336,7 @@ func (r Report) Markdown() string {
 				fmtDur(p.Pulse.DetectFirstFail.P99), fmtDur(p.HAProxy.DetectFirstFail.P99))
 		}
 		if v := r.Verdicts(); len(v) > 0 {
-			b.WriteString("\nAcceptance 6 targets, as this run shows them:\n\n")
+			b.WriteString("\nPerformance targets, as this run shows them:\n\n")
 			for _, line := range v {
 				b.WriteString("- " + line + "\n")
 			}
