@@ -128,14 +128,15 @@ func runCheck(ctx context.Context, e *env, c *command, args []string) int {
 	case *retries < 0:
 		return c.usageError(e, "--retries must be 0 or more, got %d", *retries)
 	}
-	targets, err := loadTargets(pos[0])
+	targets, rows, err := loadCheckFile(pos[0])
 	if err != nil {
 		e.errorf("%v", err)
 		return exitUsage
 	}
 
 	for i := range targets {
-		if h := targets[i].Probe.HTTP; h != nil {
+		// A target's own follow_redirects wins over the flag.
+		if h := targets[i].Probe.HTTP; h != nil && rows[i].FollowRedirects == nil {
 			h.FollowRedirects = !*noFollow
 		}
 	}
