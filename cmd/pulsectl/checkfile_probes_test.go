@@ -11,9 +11,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -410,4 +412,36 @@ func startDNSServer(t *testing.T) string {
 		}
 	})
 	return pc.LocalAddr().String()
+}
+
+// TestProbesExampleFile runs the README's probes.yaml against a server
+// that answers as pulse-target does: exit 0 with web-ready down, then
+// exit 2 once /healthz fails.
+func TestProbesExampleFile(t *testing.T) {
+	var failing atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" || failing.Load() {
+			http.Error(w, "failing on purpose", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	}))
+	defer srv.Close()
+	example, err := os.ReadFile(filepath.Join("testdata", "probes.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := writeFile(t, "probes.yaml", strings.ReplaceAll(string(example), "127.0.0.1:8080", srv.Listener.Addr().String()))
+	r := pulsectl(t, "check", "--retries", "0", file)
+	if r.code != exitOK {
+		t.Errorf("exit %d, want 0: %+v", r.code, r)
+	}
+	outcome(t, r.stdout, "healthy", "web", "ok")
+	outcome(t, r.stdout, "healthy", "web-raw", "ok")
+	outcome(t, r.stdout, "down", "web-ready", "body: no match for /^ready/")
+	failing.Store(true)
+	r = pulsectl(t, "check", "--retries", "0", file)
+	if r.code != exitCriticalDown || !strings.Contains(r.stdout, "critical down: web, web-raw") {
+		t.Errorf("with /healthz failing: exit %d, want %d and web, web-raw critical down: %+v", r.code, exitCriticalDown, r)
+	}
 }
