@@ -178,7 +178,7 @@ func runCheck(ctx context.Context, e *env, c *command, args []string) int {
 		Workers:    *workers,
 		Deadline:   time.Duration(deadline),
 		MaxRetries: *retries,
-		Factory:    factory,
+		Factory:    fileFieldFactory{factory},
 	}
 	var progress *progressLine
 	if isTerminal(e.stderr) {

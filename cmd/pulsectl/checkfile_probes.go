@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -227,4 +228,19 @@ func fileField(field string) string {
 		return "tls_options" + rest
 	}
 	return field
+}
+
+// fileFieldFactory builds probers as its Factory does, and names the field
+// of a spec it refuses (a TLS file that cannot be read, an address the
+// egress policy denies) as the check file spells it.
+type fileFieldFactory struct{ *probe.Factory }
+
+// New builds a prober for s.
+func (f fileFieldFactory) New(s probe.Spec) (probe.Prober, error) {
+	p, err := f.Factory.New(s)
+	var fe *probe.FieldError
+	if errors.As(err, &fe) {
+		return p, &probe.FieldError{Field: fileField(fe.Field), Reason: fe.Reason}
+	}
+	return p, err
 }

@@ -248,7 +248,8 @@ func TestCheckBodyChecks(t *testing.T) {
 
 // TestCheckMutualTLS: an HTTPS server with a private CA that requires a
 // client certificate passes with the file's tls_options and fails without
-// the client certificate.
+// the client certificate; a CA file that cannot be read is named as the
+// file spells it.
 func TestCheckMutualTLS(t *testing.T) {
 	pki := testpki.Write(t, t.TempDir())
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
@@ -280,6 +281,10 @@ func TestCheckMutualTLS(t *testing.T) {
 - name: system-roots
   url: `+srv.URL+`/
   critical: false
+- name: missing-ca
+  url: `+srv.URL+`/
+  tls_options: {ca_file: `+filepath.Join(t.TempDir(), "none.pem")+`}
+  critical: false
 `)
 	r := pulsectl(t, "check", "--retries", "0", file)
 	if r.code != exitOK {
@@ -288,6 +293,7 @@ func TestCheckMutualTLS(t *testing.T) {
 	outcome(t, r.stdout, "healthy", "mtls", "ok")
 	outcome(t, r.stdout, "down", "no-client-cert", "tls: certificate required")
 	outcome(t, r.stdout, "down", "system-roots", "certificate signed by unknown authority")
+	outcome(t, r.stdout, "down", "missing-ca", "invalid probe: tls_options.ca_file: cannot read")
 }
 
 // TestCheckTCPSteps: a conversation of send and expect steps passes when
