@@ -56,8 +56,8 @@ YAML: a list of targets, or an object whose "targets" is that list. Fields:
   kind             http (the default when url is set), tcp, grpc, or dns
                    (the default when dns is set)
   address          host:port, for kind tcp or grpc
-  expected_status  the HTTP status that passes; default 200 (unless
-                   expected_status_ranges is set)
+  expected_status  the HTTP status that passes, or a list ([200, 204]);
+                   default 200 (unless expected_status_ranges is set)
   timeout_s        per-attempt timeout in seconds, e.g. 1.5
   timeout          the same as a duration, e.g. 1500ms; default 2s
   critical         whether a failure makes the exit code 2; default true

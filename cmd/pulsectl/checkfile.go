@@ -27,7 +27,7 @@ type fileTarget struct {
 	Service        string            `json:"service" yaml:"service"`
 	TLS            bool              `json:"tls" yaml:"tls"`
 	Headers        map[string]string `json:"headers" yaml:"headers"`
-	ExpectedStatus *int              `json:"expected_status" yaml:"expected_status"`
+	ExpectedStatus statusCodes       `json:"expected_status" yaml:"expected_status"`
 	TimeoutS       *float64          `json:"timeout_s" yaml:"timeout_s"`
 	Timeout        string            `json:"timeout" yaml:"timeout"`
 	Critical       *bool             `json:"critical" yaml:"critical"`

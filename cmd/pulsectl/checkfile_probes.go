@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/pulsehealth/pulse/checker/probe"
 )
@@ -14,6 +18,49 @@ import (
 // TlsOptions, under the same snake_case names, flat in the target but for
 // tls_options, steps, header_matches and dns, which are objects as in the
 // API. Every value is checked by probe.Spec.Validate.
+
+// statusCodes is expected_status: one code (200), as check files first
+// took it, or a list ([200, 204]) as pulsed's targets take it. Nil means
+// unset.
+type statusCodes []int
+
+// UnmarshalJSON reads a number or a list of numbers; a value of another
+// type is a *json.UnmarshalTypeError, which the decoder names the field of.
+func (c *statusCodes) UnmarshalJSON(data []byte) error {
+	data = bytes.TrimSpace(data)
+	if len(data) > 0 && data[0] == '[' {
+		var codes []int
+		if err := json.Unmarshal(data, &codes); err != nil {
+			return err
+		}
+		*c = append(statusCodes{}, codes...)
+		return nil
+	}
+	var code int
+	if err := json.Unmarshal(data, &code); err != nil {
+		return err
+	}
+	*c = statusCodes{code}
+	return nil
+}
+
+// UnmarshalYAML reads a number or a list of numbers.
+func (c *statusCodes) UnmarshalYAML(node *yaml.Node) error {
+	var codes []int
+	if node.Kind == yaml.SequenceNode {
+		if err := node.Decode(&codes); err != nil {
+			return err
+		}
+	} else {
+		var code int
+		if err := node.Decode(&code); err != nil {
+			return err
+		}
+		codes = []int{code}
+	}
+	*c = append(statusCodes{}, codes...)
+	return nil
+}
 
 // fileTLS is tls_options: pulse.v1.TlsOptions.
 type fileTLS struct {
@@ -116,7 +163,7 @@ func (f fileTarget) httpSpec() (*probe.HTTPSpec, error) {
 	}
 	switch {
 	case f.ExpectedStatus != nil:
-		h.ExpectedStatus = []int{*f.ExpectedStatus}
+		h.ExpectedStatus = f.ExpectedStatus
 	case f.ExpectedStatusRanges == nil:
 		h.ExpectedStatus = []int{200}
 	}

@@ -64,6 +64,9 @@ func TestLoadTargetsProbeOptions(t *testing.T) {
 - name: ranges
   url: http://10.0.0.6/
   expected_status_ranges: ["200-399"]
+- name: codes
+  url: http://10.0.0.6/
+  expected_status: [200, 204]
 - name: cache
   kind: tcp
   address: 10.0.0.8:6379
@@ -104,6 +107,7 @@ func TestLoadTargetsProbeOptions(t *testing.T) {
 			},
 		}}),
 		target("ranges", probe.Spec{HTTP: &probe.HTTPSpec{URL: "http://10.0.0.6/", ExpectedStatusRanges: []string{"200-399"}}}),
+		target("codes", probe.Spec{HTTP: &probe.HTTPSpec{URL: "http://10.0.0.6/", ExpectedStatus: []int{200, 204}}}),
 		target("cache", probe.Spec{TCP: &probe.TCPSpec{Address: "10.0.0.8:6379", TLS: &probe.TLSSpec{}, Steps: []probe.TCPStep{
 			{Send: "PING\r\n"}, {Expect: "+PONG\r\n", ReadLimit: 16}, {SendHex: "2a31"}, {ExpectHex: "2b"},
 			{ExpectContains: "OK"}, {ExpectRegex: `^\d`},
@@ -160,6 +164,9 @@ func TestLoadTargetsProbeOptionErrors(t *testing.T) {
 		{"dns name", "t.yaml", "- {name: a, dns: {name: " + strings.Repeat("a", 254) + ", server: 'x:53'}}\n", "target 1 (a): dns.name: must be at most 253 bytes, got 254"},
 		{"grpc status", "t.yaml", "- {name: a, kind: grpc, address: 'x:1', expected_statuses: [up]}\n", "target 1 (a): expected_statuses: must each be one of"},
 		// Misspelled inside an object, and of the wrong type.
+		{"status list json", "t.json", `[{"name": "a", "url": "http://x/", "expected_status": [200, "x"]}]`, "target 1 (a): expected_status: want a whole number, got a string"},
+		{"status list yaml", "t.yaml", "- name: a\n  url: http://x/\n  expected_status: [200, x]\n", "target 1 (a), line 3: expected_status: want a whole number, got a string (x)"},
+		{"status in list", "t.yaml", "- {name: a, url: 'http://x/', expected_status: [200, 700]}\n", "target 1 (a): expected_status: each code must be between 100 and 599, got 700 at index 1"},
 		{"unknown nested json", "t.json", `[{"name": "a", "url": "https://x/", "tls_options": {"ca": "c"}}]`,
 			`target 1 (a): tls_options: unknown field "ca"; its fields are ca_file, ca_pem,`},
 		{"unknown step field json", "t.json", `[{"name": "a", "kind": "tcp", "address": "x:1", "steps": [{"send": "a"}, {"expects": "b"}]}]`,
