@@ -205,7 +205,9 @@ func decodeYAML(data []byte) ([]fileTarget, error) {
 }
 
 // target checks one row and applies the defaults: kind http when url is
-// set, expected_status 200, timeout 2s, critical true.
+// set and dns when dns is, expected_status 200 (when no
+// expected_status_ranges either), timeout 2s, critical true. A probe
+// option on a kind it does not apply to is an error naming it.
 func (f fileTarget) target() (oneshot.Target, error) {
 	t := oneshot.Target{Name: f.Name, Timeout: oneshot.DefaultTimeout, Critical: true}
 	if strings.TrimSpace(f.Name) == "" {
