@@ -13,8 +13,10 @@
 //   - Transient failures are retried: an HTTP 5xx, a timeout, a transport
 //     error (connection refused, reset, DNS), and for gRPC targets
 //     NOT_SERVING and the gRPC codes a server returns when overloaded or
-//     unreachable. Anything else, such as an HTTP 4xx or an unexpected 2xx
-//     or 3xx, is the target's answer and is not retried.
+//     unreachable. Anything else, such as an HTTP 4xx, an unexpected 2xx
+//     or 3xx, or an answer that fails an expectation (a body without the
+//     text it must contain, a TCP step's reply, a DNS answer: a
+//     *probe.ExpectError), is the target's answer and is not retried.
 //   - Between attempts the check sleeps a full-jitter backoff (see Backoff):
 //     rand * min(cap, base * 2^attempt). A backoff that would reach the
 //     deadline ends the check instead ("global deadline reached while
@@ -400,12 +402,18 @@ func classify(att *Attempt, err error, spec probe.Spec, limit time.Duration) (tr
 	att.Err = probe.Describe(err)
 	var (
 		statusErr *probe.StatusError
+		expectErr *probe.ExpectError
 		panicErr  *panicError
 	)
 	switch {
 	case errors.As(err, &statusErr):
 		att.Answered, att.Status = true, statusErr.Code
 		return statusErr.Code >= 500 && statusErr.Code <= 599
+	case errors.As(err, &expectErr):
+		// A body, header, TCP step or DNS answer other than the one
+		// expected: the target answered, and asking again is not worth it.
+		att.Answered = true
+		return false
 	case errors.Is(err, context.DeadlineExceeded):
 		att.Err = "timeout after " + limit.Round(time.Millisecond).String()
 		return true

@@ -263,6 +263,8 @@ func TestClassify(t *testing.T) {
 		{"599", httpTarget, &probe.StatusError{Code: 599}, Attempt{Answered: true, Status: 599, Err: "status 599"}, true},
 		{"600", httpTarget, &probe.StatusError{Code: 600}, Attempt{Answered: true, Status: 600, Err: "status 600"}, false},
 		{"499", httpTarget, &probe.StatusError{Code: 499}, Attempt{Answered: true, Status: 499, Err: "status 499"}, false},
+		{"body expectation", httpTarget, &probe.ExpectError{Text: `body: "ready" not found in first 64 KiB`}, Attempt{Answered: true, Err: `body: "ready" not found in first 64 KiB`}, false},
+		{"tcp step", probe.Spec{TCP: &probe.TCPSpec{Address: "x:1"}}, fmt.Errorf("wrapped: %w", &probe.ExpectError{Text: "step 2: expected \"+PONG\", got different bytes"}), Attempt{Answered: true, Err: "wrapped: step 2: expected \"+PONG\", got different bytes"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -53,14 +53,37 @@ YAML: a list of targets, or an object whose "targets" is that list. Fields:
 
   name             required, unique
   url              http:// or https:// URL: an http target
-  kind             http (the default when url is set), tcp or grpc
+  kind             http (the default when url is set), tcp, grpc, or dns
+                   (the default when dns is set)
   address          host:port, for kind tcp or grpc
-  expected_status  the HTTP status that passes; default 200
+  expected_status  the HTTP status that passes, or a list ([200, 204]);
+                   default 200 (unless expected_status_ranges is set)
   timeout_s        per-attempt timeout in seconds, e.g. 1.5
   timeout          the same as a duration, e.g. 1500ms; default 2s
   critical         whether a failure makes the exit code 2; default true
   headers          HTTP request headers, e.g. {Host: web.internal}
-  service, tls     for grpc: the health service name, and TLS (bool)
+  service, tls     for grpc: the health service name, and TLS (bool);
+                   tls: true also speaks TLS on a tcp target
+
+Probe options, under the names of pulsed's targets (README "Probes" has
+their defaults and bounds):
+
+  http   method (GET, HEAD, POST), body (with POST),
+         expected_status_ranges (["200-399"]), body_contains,
+         body_not_contains, body_regex, body_limit,
+         header_matches ([{name: X-Status, regex: ^ok$}]),
+         follow_redirects (overrides --no-follow-redirects)
+  tcp    steps: a list of {send, send_hex, expect, expect_hex,
+         expect_contains, expect_regex, read_limit}, one action each
+  grpc   authority, metadata, expected_statuses
+  dns    dns: {name, server, type, rcode, answer_contains, answer_regex}
+  tls_options (https:// urls, tcp, grpc): {ca_file, ca_pem, cert_file,
+         key_file, cert_pem, key_pem, server_name, insecure_skip_verify,
+         min_version, cert_expiry_warn, cert_expiry_fail}; files are read
+         from the directory pulsectl runs in
+
+An answer that fails an expectation (a body check, a TCP step, a DNS
+answer) is the target's answer and is not retried.
 
 For example:
 
@@ -73,9 +96,18 @@ For example:
   - name: legacy
     url: http://127.0.0.1:8081/status
     expected_status: 204
-    critical: false`,
+    critical: false
+  - name: orders
+    url: https://10.0.0.6/ready
+    body_contains: ready
+    tls_options: {ca_file: ca.pem, cert_file: client.pem, key_file: client-key.pem}
+  - name: cache
+    kind: tcp
+    address: 127.0.0.1:6379
+    steps: [{send: "PING\r\n"}, {expect: "+PONG\r\n"}]`,
 		example: `
 pulsectl check cmd/pulsectl/testdata/example.yaml
+pulsectl check cmd/pulsectl/testdata/probes.yaml
 pulsectl check --deadline 10s --retries 2 --metrics /var/lib/node_exporter/textfile/healthcheck.prom targets.json
 pulsectl check -o json targets.yaml | jq '.summary'`,
 		run: runCheck,
@@ -128,14 +160,15 @@ func runCheck(ctx context.Context, e *env, c *command, args []string) int {
 	case *retries < 0:
 		return c.usageError(e, "--retries must be 0 or more, got %d", *retries)
 	}
-	targets, err := loadTargets(pos[0])
+	targets, rows, err := loadCheckFile(pos[0])
 	if err != nil {
 		e.errorf("%v", err)
 		return exitUsage
 	}
 
 	for i := range targets {
-		if h := targets[i].Probe.HTTP; h != nil {
+		// A target's own follow_redirects wins over the flag.
+		if h := targets[i].Probe.HTTP; h != nil && rows[i].FollowRedirects == nil {
 			h.FollowRedirects = !*noFollow
 		}
 	}
@@ -145,7 +178,7 @@ func runCheck(ctx context.Context, e *env, c *command, args []string) int {
 		Workers:    *workers,
 		Deadline:   time.Duration(deadline),
 		MaxRetries: *retries,
-		Factory:    factory,
+		Factory:    fileFieldFactory{factory},
 	}
 	var progress *progressLine
 	if isTerminal(e.stderr) {

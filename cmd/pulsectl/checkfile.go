@@ -17,7 +17,8 @@ import (
 )
 
 // fileTarget is one target of a check file, as a check file writes it plus
-// non-HTTP kinds. See checkCommand's help for the meaning of each field.
+// non-HTTP kinds. See checkCommand's help for the meaning of each field;
+// the probe options beyond the first fields are in checkfile_probes.go.
 type fileTarget struct {
 	Name           string            `json:"name" yaml:"name"`
 	Kind           string            `json:"kind" yaml:"kind"`
@@ -26,10 +27,31 @@ type fileTarget struct {
 	Service        string            `json:"service" yaml:"service"`
 	TLS            bool              `json:"tls" yaml:"tls"`
 	Headers        map[string]string `json:"headers" yaml:"headers"`
-	ExpectedStatus *int              `json:"expected_status" yaml:"expected_status"`
+	ExpectedStatus statusCodes       `json:"expected_status" yaml:"expected_status"`
 	TimeoutS       *float64          `json:"timeout_s" yaml:"timeout_s"`
 	Timeout        string            `json:"timeout" yaml:"timeout"`
 	Critical       *bool             `json:"critical" yaml:"critical"`
+
+	// http
+	Method               string            `json:"method" yaml:"method"`
+	Body                 string            `json:"body" yaml:"body"`
+	ExpectedStatusRanges []string          `json:"expected_status_ranges" yaml:"expected_status_ranges"`
+	BodyContains         string            `json:"body_contains" yaml:"body_contains"`
+	BodyNotContains      string            `json:"body_not_contains" yaml:"body_not_contains"`
+	BodyRegex            string            `json:"body_regex" yaml:"body_regex"`
+	BodyLimit            *int              `json:"body_limit" yaml:"body_limit"`
+	HeaderMatches        []fileHeaderMatch `json:"header_matches" yaml:"header_matches"`
+	FollowRedirects      *bool             `json:"follow_redirects" yaml:"follow_redirects"`
+	// http (https:// URLs), tcp and grpc
+	TLSOptions *fileTLS `json:"tls_options" yaml:"tls_options"`
+	// tcp
+	Steps []fileStep `json:"steps" yaml:"steps"`
+	// grpc
+	Authority        string            `json:"authority" yaml:"authority"`
+	Metadata         map[string]string `json:"metadata" yaml:"metadata"`
+	ExpectedStatuses []string          `json:"expected_statuses" yaml:"expected_statuses"`
+	// dns
+	DNS *fileDNS `json:"dns" yaml:"dns"`
 }
 
 // fileTargets is the other accepted top level: {"targets": [...]}.
@@ -42,16 +64,23 @@ type fileTargets struct {
 // character is '[' or '{' and YAML if not. Unknown fields are errors, so a
 // typo does not silently fall back to a default.
 func loadTargets(path string) ([]oneshot.Target, error) {
+	targets, _, err := loadCheckFile(path)
+	return targets, err
+}
+
+// loadCheckFile is loadTargets that also returns the file's rows, in the
+// same order, for what the command line may override.
+func loadCheckFile(path string) ([]oneshot.Target, []fileTarget, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rows, err := decodeTargets(path, data)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if len(rows) == 0 {
-		return nil, fmt.Errorf("%s: no targets", path)
+		return nil, nil, fmt.Errorf("%s: no targets", path)
 	}
 	targets := make([]oneshot.Target, 0, len(rows))
 	seen := map[string]int{}
@@ -62,15 +91,15 @@ func loadTargets(path string) ([]oneshot.Target, error) {
 		}
 		t, err := row.target()
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", where, err)
+			return nil, nil, fmt.Errorf("%s: %w", where, err)
 		}
 		if j, dup := seen[t.Name]; dup {
-			return nil, fmt.Errorf("%s: name %q is already used by target %d", where, t.Name, j)
+			return nil, nil, fmt.Errorf("%s: name %q is already used by target %d", where, t.Name, j)
 		}
 		seen[t.Name] = i + 1
 		targets = append(targets, t)
 	}
-	return targets, nil
+	return targets, rows, nil
 }
 
 func decodeTargets(path string, data []byte) ([]fileTarget, error) {
@@ -108,7 +137,13 @@ func decodeJSON(data []byte) ([]fileTarget, error) {
 		if err := strictJSON(raw, &rows[i]); err != nil {
 			var named struct{ Name string }
 			_ = json.Unmarshal(raw, &named) // only for the message
-			return nil, fmt.Errorf("%s: %w", targetLabel(i, named.Name), jsonWords(err, false))
+			words := jsonWords(err, false)
+			if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+				if nested := unknownNested(raw, strings.Trim(name, `"`)); nested != "" {
+					words = errors.New(nested)
+				}
+			}
+			return nil, fmt.Errorf("%s: %w", targetLabel(i, named.Name), words)
 		}
 	}
 	return rows, nil
@@ -170,7 +205,9 @@ func decodeYAML(data []byte) ([]fileTarget, error) {
 }
 
 // target checks one row and applies the defaults: kind http when url is
-// set, expected_status 200, timeout 2s, critical true.
+// set and dns when dns is, expected_status 200 (when no
+// expected_status_ranges either), timeout 2s, critical true. A probe
+// option on a kind it does not apply to is an error naming it.
 func (f fileTarget) target() (oneshot.Target, error) {
 	t := oneshot.Target{Name: f.Name, Timeout: oneshot.DefaultTimeout, Critical: true}
 	if strings.TrimSpace(f.Name) == "" {
@@ -200,42 +237,42 @@ func (f fileTarget) target() (oneshot.Target, error) {
 	}
 
 	kind := strings.ToLower(f.Kind)
-	if kind == "" && f.URL != "" {
+	switch {
+	case kind == "" && f.URL != "":
 		kind = "http"
-	}
-	only := func(field, forKind string, set bool) error {
-		if set && kind != forKind {
-			return fmt.Errorf("%s applies to kind %s only, and this target is kind %s", field, forKind, orDash(kind))
-		}
-		return nil
-	}
-	if err := errors.Join(
-		only("url", "http", f.URL != ""),
-		only("expected_status", "http", f.ExpectedStatus != nil),
-		only("headers", "http", f.Headers != nil),
-		only("service", "grpc", f.Service != ""),
-		only("tls", "grpc", f.TLS),
-	); err != nil {
-		return t, err
+	case kind == "" && f.DNS != nil:
+		kind = "dns"
 	}
 	switch kind {
-	case "http":
-		if f.Address != "" {
-			return t, errors.New("an http target takes url, not address")
-		}
-		status := 200
-		if f.ExpectedStatus != nil {
-			status = *f.ExpectedStatus
-		}
-		t.Probe.HTTP = &probe.HTTPSpec{URL: f.URL, ExpectedStatus: []int{status}, Headers: f.Headers}
-	case "tcp":
-		t.Probe.TCP = &probe.TCPSpec{Address: f.Address}
-	case "grpc":
-		t.Probe.GRPC = &probe.GRPCSpec{Address: f.Address, Service: f.Service, TLS: f.TLS}
+	case "http", "tcp", "grpc", "dns":
 	case "":
-		return t, errors.New("set url (an http target), or address with kind tcp or grpc")
+		return t, errors.New("set url (an http target), or address with kind tcp or grpc, or dns (a dns target)")
 	default:
-		return t, fmt.Errorf("kind must be http, tcp or grpc, got %q", f.Kind)
+		return t, fmt.Errorf("kind must be http, tcp or grpc, got %q (or dns, with a dns object)", f.Kind)
+	}
+	if kind == "http" && f.Address != "" {
+		return t, errors.New("an http target takes url, not address")
+	}
+	var misplaced []error
+	for _, r := range f.kindOnly() {
+		misplaced = append(misplaced, r.check(kind))
+	}
+	if err := errors.Join(misplaced...); err != nil {
+		return t, err
+	}
+	var err error
+	switch kind {
+	case "http":
+		t.Probe.HTTP, err = f.httpSpec()
+	case "tcp":
+		t.Probe.TCP, err = f.tcpSpec()
+	case "grpc":
+		t.Probe.GRPC, err = f.grpcSpec()
+	case "dns":
+		t.Probe.DNS, err = f.dnsSpec()
+	}
+	if err != nil {
+		return t, err
 	}
 	if err := t.Validate(); err != nil {
 		var fe *probe.FieldError
@@ -245,22 +282,4 @@ func (f fileTarget) target() (oneshot.Target, error) {
 		return t, err
 	}
 	return t, nil
-}
-
-// fileField names a probe.FieldError's field as the check file spells it.
-func fileField(field string) string {
-	switch field {
-	case "http.url":
-		return "url"
-	case "http.expected_status":
-		return "expected_status"
-	case "http.headers":
-		return "headers"
-	case "tcp.address", "grpc.address":
-		return "address"
-	case "grpc.service":
-		return "service"
-	default:
-		return field
-	}
 }

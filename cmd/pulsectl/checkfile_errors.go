@@ -17,7 +17,51 @@ import (
 // what it got, never the Go types pulsectl decodes into.
 
 // targetFields lists a target's fields, for an unknown field's message.
-const targetFields = "name, kind, url, address, service, tls, headers, expected_status, timeout_s, timeout, critical"
+const targetFields = "name, kind, url, address, service, tls, headers, expected_status, timeout_s, timeout, critical, " +
+	"method, body, expected_status_ranges, body_contains, body_not_contains, body_regex, body_limit, header_matches, " +
+	"follow_redirects, tls_options, steps, authority, metadata, expected_statuses, dns"
+
+// nestedObjects are a target's fields whose values are objects (or lists
+// of objects), with the Go type each decodes into and its fields, for an
+// unknown field's message.
+var nestedObjects = []struct{ field, goType, fields string }{
+	{"tls_options", "fileTLS", "ca_file, ca_pem, cert_file, key_file, cert_pem, key_pem, server_name, insecure_skip_verify, min_version, cert_expiry_warn, cert_expiry_fail"},
+	{"steps", "fileStep", "send, send_hex, expect, expect_hex, expect_contains, expect_regex, read_limit"},
+	{"header_matches", "fileHeaderMatch", "name, regex"},
+	{"dns", "fileDNS", "name, type, server, rcode, answer_contains, answer_regex"},
+}
+
+// unknownNested says which of a JSON target's objects holds the unknown
+// field name, or "" when none does: encoding/json does not say.
+func unknownNested(raw json.RawMessage, name string) string {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(raw, &fields) != nil {
+		return ""
+	}
+	if _, top := fields[name]; top {
+		return ""
+	}
+	for _, n := range nestedObjects {
+		var objs []map[string]json.RawMessage
+		var one map[string]json.RawMessage
+		if json.Unmarshal(fields[n.field], &one) == nil && one != nil {
+			objs = append(objs, one)
+		} else if json.Unmarshal(fields[n.field], &objs) != nil {
+			continue
+		}
+		for i, o := range objs {
+			if _, ok := o[name]; !ok {
+				continue
+			}
+			where := n.field
+			if one == nil {
+				where = fmt.Sprintf("%s[%d]", n.field, i)
+			}
+			return fmt.Sprintf("%s: unknown field %q; its fields are %s", where, name, n.fields)
+		}
+	}
+	return ""
+}
 
 // targetLabel is "target 2", or "target 2 (web)" when it has a name.
 func targetLabel(i int, name string) string {
@@ -135,6 +179,11 @@ func yamlOne(e string, items []*yaml.Node) string {
 		if !strings.HasSuffix(m[3], "fileTarget") {
 			what = fmt.Sprintf("unknown field %q at the top level: it takes only targets", m[2])
 		}
+		for _, n := range nestedObjects {
+			if strings.HasSuffix(m[3], "."+n.goType) {
+				what = fmt.Sprintf("unknown field %q in %s; its fields are %s", m[2], n.field, n.fields)
+			}
+		}
 	} else if m := yamlTypeErr.FindStringSubmatch(e); m != nil {
 		line, _ = strconv.Atoi(m[1])
 		got := yamlTagWords(m[2])
@@ -199,10 +248,19 @@ func yamlTypeWords(goType string) string {
 		return "a number"
 	case strings.HasPrefix(goType, "map["):
 		return "a map of names to strings"
-	case strings.HasPrefix(goType, "[]"):
+	case goType == "[]string":
+		return "a list of strings"
+	case strings.HasPrefix(goType, "[]") && strings.HasSuffix(goType, "fileTarget"):
 		return "a list of targets"
+	case strings.HasPrefix(goType, "[]"):
+		return "a list of " + strings.TrimPrefix(yamlTypeWords(strings.TrimPrefix(goType, "[]")), "a ")
 	case strings.HasSuffix(goType, "fileTarget"):
 		return "a target: a map with name and url (or kind and address)"
+	}
+	for _, n := range nestedObjects {
+		if strings.HasSuffix(goType, "."+n.goType) {
+			return "a map of " + n.fields
+		}
 	}
 	return "a map with targets"
 }
