@@ -11,6 +11,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/pulsehealth/pulse/checker/etcdreg/etcdtest"
@@ -36,6 +38,12 @@ func targetState(t *testing.T, c pb.HealthCheckerClient, name string) *pb.Target
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	resp, err := c.State(ctx, &pb.StateRequest{Name: name})
+	if status.Code(err) == codes.NotFound {
+		// A replica learns of a target added through another one from
+		// etcd, a moment later: nil reads as "not yet" to the callers,
+		// which poll.
+		return nil
+	}
 	if err != nil {
 		t.Fatalf("State(%s): %v", name, err)
 	}
