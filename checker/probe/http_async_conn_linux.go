@@ -36,6 +36,7 @@ type asyncConn struct {
 	fd    int
 	probe *asyncProbe // the probe in flight on it; guarded by loop.mu
 	dead  bool        // bytes or the end arrived while idle; guarded by loop.mu
+	lost  string      // when dead, how the peer ended it (a Lost* reason), "" if it did not; guarded by loop.mu
 }
 
 // unasked reports whether bytes, or the end of the connection, wait on an

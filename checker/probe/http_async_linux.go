@@ -223,7 +223,7 @@ func (l *asyncLoop) handle(events []syscall.EpollEvent) {
 				break
 			}
 			if unasked, why := ac.unasked(); unasked {
-				ac.dead = true
+				ac.dead, ac.lost = true, why
 				if why != "" && ac.p != nil {
 					lost = append(lost, lostIdle{p: ac.p, c: ac.c, reason: why})
 				}
@@ -288,9 +288,19 @@ func (p *leanProber) ProbeAsync(deadline time.Time, done func(error)) bool {
 	ap := &asyncProbe{p: p, ac: ac, deadline: deadline, done: done, buf: asyncBufs.Get().(*[leanBufferSize]byte), index: -1, writing: true}
 	l.mu.Lock()
 	if l.closed || ac.dead || p.async != nil {
+		lost := ""
+		if ac.dead {
+			lost = ac.lost
+		}
 		l.mu.Unlock()
 		asyncBufs.Put(ap.buf)
 		c.close()
+		// The loop saw the peer end the connection, but this probe took
+		// it before the loop could tell (lostIdle leaves a connection a
+		// probe took to that probe): the probe tells, before Probe dials.
+		if lost != "" {
+			p.tellLost(lost)
+		}
 		return false
 	}
 	ac.probe, p.async = ap, ap
@@ -315,6 +325,12 @@ func (p *leanProber) ProbeAsync(deadline time.Time, done func(error)) bool {
 		l.mu.Unlock()
 		asyncBufs.Put(ap.buf)
 		c.close()
+		// A write fails on a kept connection its peer ended (reset, or
+		// closed and then reset by the write) before the loop saw it: a
+		// loss found under a probe, as in probeOn.
+		if err != nil && err != syscall.EAGAIN {
+			p.lostInUse(err)
+		}
 		return false
 	case ap.cancelled:
 		l.endLocked(ap)

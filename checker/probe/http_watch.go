@@ -35,15 +35,19 @@ func (p *leanProber) WatchConn(lost func(reason string)) {
 // lostInUse tells p's watcher that a probe found the kept connection
 // ended by its peer (err) before any byte of an answer.
 func (p *leanProber) lostInUse(err error) {
-	lost := p.lost.Load()
-	if lost == nil {
-		return
-	}
 	reason := LostReset
 	if errors.Is(err, io.EOF) {
 		reason = LostClosed
 	}
-	(*lost)(reason)
+	p.tellLost(reason)
+}
+
+// tellLost tells p's watcher, if any, that the kept connection was lost
+// as reason says.
+func (p *leanProber) tellLost(reason string) {
+	if lost := p.lost.Load(); lost != nil {
+		(*lost)(reason)
+	}
 }
 
 // lostIdle closes c, p's kept connection, which its peer ended as reason
@@ -62,7 +66,5 @@ func (p *leanProber) lostIdle(c *leanConn, reason string) {
 	}
 	p.factory.unkeep()
 	c.close()
-	if lost := p.lost.Load(); lost != nil {
-		(*lost)(reason)
-	}
+	p.tellLost(reason)
 }

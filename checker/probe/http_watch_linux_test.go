@@ -5,6 +5,7 @@ package probe
 import (
 	"net"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -127,5 +128,100 @@ func TestHTTPWatchReportsAConnectionLostUnderAProbe(t *testing.T) {
 	}
 	if n := srv.accepted.Load(); n != 2 {
 		t.Errorf("%d connections, want 2: the second probe dials again", n)
+	}
+}
+
+// A kept connection whose loss the loop saw, but which a probe took before
+// the loop could report it (the loop leaves a connection a probe took to
+// that probe), is reported by that probe, before it dials again: else the
+// checker would not know the target's probe failed for a lost connection.
+func TestHTTPWatchReportsALossTheLoopLeftToAProbe(t *testing.T) {
+	var rec connRecorder
+	srv := newRawServer(t, rec.wrap(reply("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")))
+	f := newTestFactory(t)
+	lean, _ := leanAndNetHTTP(t, f, &HTTPSpec{URL: srv.url()})
+	lost := watched(lean)
+	if err, _ := probeAsync(t, lean, testscale.D(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	lean.mu.Lock()
+	c := lean.idle
+	lean.mu.Unlock()
+	l := f.loop()
+	if c == nil || c.async == nil || l == nil {
+		t.Fatalf("kept connection %v, watched %v, loop %v; want all three", c != nil, c != nil && c.async != nil, l != nil)
+	}
+	// Where the loop is between seeing the reset and reporting it.
+	l.mu.Lock()
+	c.async.dead, c.async.lost = true, LostReset
+	l.mu.Unlock()
+	err, async := probeAsync(t, lean, testscale.D(time.Second))
+	if err != nil || async {
+		t.Fatalf("probe on the lost connection: %v, asynchronous %v; want a pass dialled by Probe", err, async)
+	}
+	select {
+	case got := <-lost:
+		if got != LostReset {
+			t.Errorf("reported %q, want %q", got, LostReset)
+		}
+	default:
+		t.Error("the probe that took the lost connection did not report it")
+	}
+	if n := srv.accepted.Load(); n != 2 {
+		t.Errorf("%d connections, want 2: the probe dials again", n)
+	}
+}
+
+// A kept connection reset before the loop saw it fails the asynchronous
+// probe's write: that probe reports the loss before Probe dials again.
+func TestHTTPWatchReportsAWriteToALostConnection(t *testing.T) {
+	var rec connRecorder
+	srv := newRawServer(t, rec.wrap(reply("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")))
+	f := newTestFactory(t)
+	lean, _ := leanAndNetHTTP(t, f, &HTTPSpec{URL: srv.url()})
+	lost := watched(lean)
+	if err, _ := probeAsync(t, lean, testscale.D(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	lean.mu.Lock()
+	c := lean.idle
+	lean.mu.Unlock()
+	l := f.loop()
+	if c == nil || c.async == nil || l == nil {
+		t.Fatalf("kept connection %v, watched %v, loop %v; want all three", c != nil, c != nil && c.async != nil, l != nil)
+	}
+	// Out of the loop's sight, as when the loop has not yet taken the
+	// reset's event.
+	if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_DEL, c.async.fd, nil); err != nil {
+		t.Fatal(err)
+	}
+	end := rec.last().(*net.TCPConn)
+	end.SetLinger(0)
+	end.Close()
+	// Wait for the reset to arrive; peeking takes the error, so the
+	// probe's write then fails with EPIPE.
+	deadline := time.Now().Add(testscale.D(10 * time.Second))
+	for {
+		var b [1]byte
+		_, _, err := syscall.Recvfrom(c.async.fd, b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		if err != nil && err != syscall.EAGAIN {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the reset did not arrive")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	err, async := probeAsync(t, lean, testscale.D(time.Second))
+	if err != nil || async {
+		t.Fatalf("probe on the reset connection: %v, asynchronous %v; want a pass dialled by Probe", err, async)
+	}
+	select {
+	case got := <-lost:
+		if got != LostReset {
+			t.Errorf("reported %q, want %q", got, LostReset)
+		}
+	default:
+		t.Error("the probe whose write failed on the lost connection did not report it")
 	}
 }
