@@ -50,7 +50,7 @@ func (ac *asyncConn) unasked() (unasked bool, lost string) {
 		rerr error
 	)
 	err := ac.rc.Control(func(fd uintptr) {
-		n, _, rerr = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		n, rerr = rawPeek(int(fd), b[:])
 	})
 	switch {
 	case err != nil:
@@ -115,7 +115,7 @@ func (ac *asyncConn) forget() {
 // probe fits in an idle connection's send buffer.
 func (ac *asyncConn) write(b []byte) (n int, err error) {
 	for {
-		n, err = syscall.Write(ac.fd, b)
+		n, err = rawWrite(ac.fd, b)
 		if err != syscall.EINTR {
 			return max(n, 0), err
 		}

@@ -190,7 +190,7 @@ func (l *asyncLoop) run() {
 	events := make([]syscall.EpollEvent, 256)
 	_ = l.rc.Read(func(fd uintptr) bool {
 		for {
-			n, err := syscall.EpollWait(int(fd), events, 0)
+			n, err := rawEpollPoll(int(fd), events)
 			switch {
 			case err == syscall.EINTR:
 				continue
@@ -387,7 +387,7 @@ func (l *asyncLoop) serviceLocked(ap *asyncProbe) (asyncEnd, bool) {
 		if ap.n == len(ap.buf) {
 			return l.handOverLocked(ap, nil), true // a head over the buffer
 		}
-		n, err := syscall.Read(ap.ac.fd, ap.buf[ap.n:])
+		n, err := rawRead(ap.ac.fd, ap.buf[ap.n:])
 		switch {
 		case err == syscall.EINTR:
 			continue

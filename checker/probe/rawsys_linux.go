@@ -1,0 +1,60 @@
+//go:build linux
+
+package probe
+
+import (
+	"syscall"
+	"unsafe"
+)
+
+// The async loop's system calls on its non-blocking sockets and its epoll
+// instance never block: a write or read that cannot proceed returns
+// EAGAIN, and the loop polls epoll with a zero timeout. So they are made
+// raw, without telling the runtime that the thread enters a system call:
+// the runtime would otherwise hand the thread's P to another thread when
+// a call outlasts its monitor's tick (a loopback write runs the peer's
+// receive path too), and wake that thread, which costs more here than
+// the call itself.
+
+func rawWrite(fd int, b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	if e != 0 {
+		return -1, e
+	}
+	return int(n), nil
+}
+
+func rawRead(fd int, b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	n, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	if e != 0 {
+		return -1, e
+	}
+	return int(n), nil
+}
+
+// rawEpollPoll returns the events ready on epfd without waiting.
+func rawEpollPoll(epfd int, events []syscall.EpollEvent) (int, error) {
+	if len(events) == 0 {
+		return 0, nil
+	}
+	n, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
+}
+
+// rawPeek peeks at one byte of fd without waiting.
+func rawPeek(fd int, b []byte) (int, error) {
+	n, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+	if e != 0 {
+		return -1, e
+	}
+	return int(n), nil
+}
