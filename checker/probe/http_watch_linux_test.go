@@ -131,71 +131,82 @@ func TestHTTPWatchReportsAConnectionLostUnderAProbe(t *testing.T) {
 	}
 }
 
-// A kept connection whose loss the loop saw, but which a probe took before
-// the loop could report it (the loop leaves a connection a probe took to
-// that probe), is reported by that probe, before it dials again: else the
-// checker would not know the target's probe failed for a lost connection.
-func TestHTTPWatchReportsALossTheLoopLeftToAProbe(t *testing.T) {
-	var rec connRecorder
-	srv := newRawServer(t, rec.wrap(reply("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")))
+// keptWatched is a watched prober that keeps a connection, registered
+// with the async loop, to a server that answers 200.
+type keptWatched struct {
+	srv  *rawServer
+	rec  *connRecorder
+	lean *leanProber
+	lost chan string
+	c    *leanConn  // the kept connection
+	l    *asyncLoop // the loop that watches it
+}
+
+func newKeptWatched(t *testing.T) *keptWatched {
+	t.Helper()
+	k := &keptWatched{rec: &connRecorder{}}
+	k.srv = newRawServer(t, k.rec.wrap(reply("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")))
 	f := newTestFactory(t)
-	lean, _ := leanAndNetHTTP(t, f, &HTTPSpec{URL: srv.url()})
-	lost := watched(lean)
-	if err, _ := probeAsync(t, lean, testscale.D(time.Second)); err != nil {
+	k.lean, _ = leanAndNetHTTP(t, f, &HTTPSpec{URL: k.srv.url()})
+	k.lost = watched(k.lean)
+	if err, _ := probeAsync(t, k.lean, testscale.D(time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	lean.mu.Lock()
-	c := lean.idle
-	lean.mu.Unlock()
-	l := f.loop()
-	if c == nil || c.async == nil || l == nil {
-		t.Fatalf("kept connection %v, watched %v, loop %v; want all three", c != nil, c != nil && c.async != nil, l != nil)
+	k.lean.mu.Lock()
+	k.c = k.lean.idle
+	k.lean.mu.Unlock()
+	k.l = f.loop()
+	if k.c == nil || k.c.async == nil || k.l == nil {
+		t.Fatalf("kept connection %v, watched %v, loop %v; want all three", k.c != nil, k.c != nil && k.c.async != nil, k.l != nil)
 	}
-	// Where the loop is between seeing the reset and reporting it.
-	l.mu.Lock()
-	c.async.dead, c.async.lost = true, LostReset
-	l.mu.Unlock()
-	err, async := probeAsync(t, lean, testscale.D(time.Second))
+	return k
+}
+
+// probeReports runs a probe that must pass on a connection it dials, and
+// checks that it reported the kept connection's loss, as reset, before
+// it returned.
+func (k *keptWatched) probeReports(t *testing.T) {
+	t.Helper()
+	err, async := probeAsync(t, k.lean, testscale.D(time.Second))
 	if err != nil || async {
 		t.Fatalf("probe on the lost connection: %v, asynchronous %v; want a pass dialled by Probe", err, async)
 	}
 	select {
-	case got := <-lost:
+	case got := <-k.lost:
 		if got != LostReset {
 			t.Errorf("reported %q, want %q", got, LostReset)
 		}
 	default:
 		t.Error("the probe that took the lost connection did not report it")
 	}
-	if n := srv.accepted.Load(); n != 2 {
+	if n := k.srv.accepted.Load(); n != 2 {
 		t.Errorf("%d connections, want 2: the probe dials again", n)
 	}
+}
+
+// A kept connection whose loss the loop saw, but which a probe took before
+// the loop could report it (the loop leaves a connection a probe took to
+// that probe), is reported by that probe, before it dials again: else the
+// checker would not know the target's probe failed for a lost connection.
+func TestHTTPWatchReportsALossTheLoopLeftToAProbe(t *testing.T) {
+	k := newKeptWatched(t)
+	// Where the loop is between seeing the reset and reporting it.
+	k.l.mu.Lock()
+	k.c.async.dead, k.c.async.lost = true, LostReset
+	k.l.mu.Unlock()
+	k.probeReports(t)
 }
 
 // A kept connection reset before the loop saw it fails the asynchronous
 // probe's write: that probe reports the loss before Probe dials again.
 func TestHTTPWatchReportsAWriteToALostConnection(t *testing.T) {
-	var rec connRecorder
-	srv := newRawServer(t, rec.wrap(reply("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")))
-	f := newTestFactory(t)
-	lean, _ := leanAndNetHTTP(t, f, &HTTPSpec{URL: srv.url()})
-	lost := watched(lean)
-	if err, _ := probeAsync(t, lean, testscale.D(time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	lean.mu.Lock()
-	c := lean.idle
-	lean.mu.Unlock()
-	l := f.loop()
-	if c == nil || c.async == nil || l == nil {
-		t.Fatalf("kept connection %v, watched %v, loop %v; want all three", c != nil, c != nil && c.async != nil, l != nil)
-	}
+	k := newKeptWatched(t)
 	// Out of the loop's sight, as when the loop has not yet taken the
 	// reset's event.
-	if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_DEL, c.async.fd, nil); err != nil {
+	if err := syscall.EpollCtl(k.l.epfd, syscall.EPOLL_CTL_DEL, k.c.async.fd, nil); err != nil {
 		t.Fatal(err)
 	}
-	end := rec.last().(*net.TCPConn)
+	end := k.rec.last().(*net.TCPConn)
 	end.SetLinger(0)
 	end.Close()
 	// Wait for the reset to arrive; peeking takes the error, so the
@@ -203,7 +214,7 @@ func TestHTTPWatchReportsAWriteToALostConnection(t *testing.T) {
 	deadline := time.Now().Add(testscale.D(10 * time.Second))
 	for {
 		var b [1]byte
-		_, _, err := syscall.Recvfrom(c.async.fd, b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		_, _, err := syscall.Recvfrom(k.c.async.fd, b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		if err != nil && err != syscall.EAGAIN {
 			break
 		}
@@ -212,16 +223,5 @@ func TestHTTPWatchReportsAWriteToALostConnection(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	err, async := probeAsync(t, lean, testscale.D(time.Second))
-	if err != nil || async {
-		t.Fatalf("probe on the reset connection: %v, asynchronous %v; want a pass dialled by Probe", err, async)
-	}
-	select {
-	case got := <-lost:
-		if got != LostReset {
-			t.Errorf("reported %q, want %q", got, LostReset)
-		}
-	default:
-		t.Error("the probe whose write failed on the lost connection did not report it")
-	}
+	k.probeReports(t)
 }
