@@ -346,6 +346,11 @@ func parseProbeURL(raw string) (*url.URL, error) {
 	if !validHost(u.Hostname()) {
 		return bad("host %q is neither a host name nor an IP address, in %q", u.Hostname(), raw)
 	}
+	// The query is sent as written, and a space would end the request
+	// line's target early (the path is escaped, the fragment not sent).
+	if strings.ContainsAny(u.RawQuery, " \t") {
+		return bad("query must not contain a space or tab (write %%20), got %q", raw)
+	}
 	port := u.Port()
 	if port != "" {
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {

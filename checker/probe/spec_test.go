@@ -34,6 +34,8 @@ func TestValidate(t *testing.T) {
 		{name: "url no scheme", spec: httpSpec(HTTPSpec{URL: "example.com/healthz"}), wantField: "http.url", wantIn: "must be an absolute"},
 		{name: "url unknown scheme", spec: httpSpec(HTTPSpec{URL: "ftp://x"}), wantField: "http.url", wantIn: `unknown scheme "ftp": must be an absolute http:// or https:// URL, got "ftp://x"`},
 		{name: "url unparsable", spec: httpSpec(HTTPSpec{URL: "http://x:abc/"}), wantField: "http.url", wantIn: `invalid port`},
+		{name: "url space in query", spec: httpSpec(HTTPSpec{URL: "http://x/ready?a=b c"}), wantField: "http.url", wantIn: `query must not contain a space or tab (write %20), got "http://x/ready?a=b c"`},
+		{name: "url bare space query", spec: httpSpec(HTTPSpec{URL: "http://0? "}), wantField: "http.url", wantIn: "query must not contain a space"},
 		{name: "url missing host", spec: httpSpec(HTTPSpec{URL: "http:///healthz"}), wantField: "http.url", wantIn: "must include a host"},
 		{name: "url port only", spec: httpSpec(HTTPSpec{URL: "http://:8080/"}), wantField: "http.url", wantIn: "must include a host"},
 		{name: "url port 0", spec: httpSpec(HTTPSpec{URL: "http://x:0/"}), wantField: "http.url", wantIn: "between 1 and 65535"},
