@@ -312,8 +312,8 @@ func (s *Server) WatchTransitions(req *pb.WatchTransitionsRequest, stream grpc.S
 // Send needs, here, where few frames sit on it. Otherwise every stream
 // resumed from a revision grows its stack deep in its first event's Send,
 // where copying it means adjusting every frame, and 1,000 streams doing so
-// at once made that event reach the last of them 1.5-2.5x later than the
-// next one (BENCHMARKS.md, "Delivery, event by event"). The size is the
+// at once made that event reach the last of them several times later than
+// the ones after it (BENCHMARKS.md, "Delivery, event by event"). The size is the
 // one the stream reaches anyway: the stacks in use after the first event
 // are the same with and without.
 //

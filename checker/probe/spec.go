@@ -347,8 +347,9 @@ func parseProbeURL(raw string) (*url.URL, error) {
 		return bad("host %q is neither a host name nor an IP address, in %q", u.Hostname(), raw)
 	}
 	// The query is sent as written, and a space would end the request
-	// line's target early (the path is escaped, the fragment not sent).
-	if strings.ContainsAny(u.RawQuery, " \t") {
+	// line's target early (the path is escaped, the fragment not sent;
+	// url.Parse already refuses a tab, as every control character).
+	if strings.Contains(u.RawQuery, " ") {
 		return bad("query must not contain a space or tab (write %%20), got %q", raw)
 	}
 	port := u.Port()
