@@ -198,6 +198,12 @@ func (w *Watcher) Progress() (rev uint64, ok bool) {
 	return w.cursor, true
 }
 
+// Wake signals Ready without an event, so that the watcher's owner, waiting
+// on Ready alone, also wakes for a reason of its own (a timer); Next then
+// returns what there is, often nothing. It is safe to call from any
+// goroutine, at any time, also after Close.
+func (w *Watcher) Wake() { w.signal() }
+
 // Close ends the watcher. It is idempotent.
 func (w *Watcher) Close() {
 	w.h.mu.Lock()
@@ -289,9 +295,13 @@ func (h *hub) eachCandidateLocked(e *Event, f func(*Watcher)) {
 
 // publish appends events, in revision order and after every event
 // published before, to the history and wakes the watchers they match.
+//
+// The watchers are signalled after mu is released: each one woken takes mu
+// in Next, and signalling 1,000 of them under it kept the first ones
+// waiting for it.
 func (h *hub) publish(evs ...Event) {
+	var wake []*Watcher
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	for i := range evs {
 		e := &evs[i]
 		if evicted := h.hist.push(*e); evicted != nil {
@@ -299,11 +309,18 @@ func (h *hub) publish(evs ...Event) {
 		}
 		h.eachCandidateLocked(e, func(w *Watcher) {
 			if w.matches(e) {
-				w.signal()
+				wake = append(wake, w)
 			}
 		})
 	}
 	h.advancedLocked()
+	h.mu.Unlock()
+	// A watcher that reads before its signal finds the events; one that
+	// read before they were pushed gets the signal, which its buffered
+	// channel keeps.
+	for _, w := range wake {
+		w.signal()
+	}
 }
 
 // advance moves the newest revision to rev, a revision without an event

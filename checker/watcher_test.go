@@ -140,3 +140,34 @@ func TestEvictionSparesAWatcherAtTheEvictedEvent(t *testing.T) {
 		t.Errorf("then %v, want c and d", got)
 	}
 }
+
+// Wake signals Ready with nothing to read, also after Close: the owner of a
+// watcher can wait on Ready alone and be woken by a timer of its own.
+func TestWatcherWake(t *testing.T) {
+	e := newEnv(t, checker.Config{Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}})
+	e.add(t, spec("a"))
+	e.c.List("")
+	w := watchNow(t, e.c, checker.Filter{})
+	select {
+	case <-w.Ready():
+		t.Fatal("Ready signalled before anything happened")
+	default:
+	}
+	w.Wake()
+	select {
+	case <-w.Ready():
+	default:
+		t.Fatal("Ready not signalled after Wake")
+	}
+	if evs := next(t, w); len(evs) != 0 {
+		t.Errorf("Next after Wake = %v, want nothing", kinds(evs))
+	}
+	w.Close()
+	<-w.Ready() // Close signals too
+	w.Wake()
+	select {
+	case <-w.Ready():
+	default:
+		t.Fatal("Ready not signalled by Wake after Close")
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
@@ -263,14 +264,29 @@ func (s *Server) WatchTransitions(req *pb.WatchTransitionsRequest, stream grpc.S
 		}
 		last = rev
 	}
+	// The loop waits on the watcher alone: the stream's end closes it, and
+	// the progress timer wakes it. A select that also waited on the
+	// context and on a timer's channel cost each stream more per event
+	// than the watcher's own read (BENCHMARKS.md, "Delivery, event by
+	// event").
 	ctx := stream.Context()
-	sender := newEventSender(s, stream)
-	progress := time.NewTimer(s.progress)
+	stop := context.AfterFunc(ctx, w.Close)
+	defer stop()
+	var progressDue atomic.Bool
+	progress := time.AfterFunc(s.progress, func() {
+		progressDue.Store(true)
+		w.Wake()
+	})
 	defer progress.Stop()
+	lastSent := time.Now() // when the stream last carried an event
+	sender := newEventSender(s, stream)
 	var buf []checker.Event // reused: events are copied in, not allocated per call
 	for {
 		evs, err := w.NextAppend(buf[:0], watchBatch)
 		if errors.Is(err, checker.ErrClosed) {
+			if ctx.Err() != nil { // closed by the stream's end
+				return status.FromContextError(ctx.Err()).Err()
+			}
 			return status.Errorf(codes.Unavailable, "pulsed is shutting down; reconnect and resume with start_revision %d", last)
 		}
 		if err != nil {
@@ -287,22 +303,24 @@ func (s *Server) WatchTransitions(req *pb.WatchTransitionsRequest, stream grpc.S
 			buf = evs
 		}
 		if len(evs) > 0 {
-			progress.Reset(s.progress)
+			lastSent = time.Now()
 			if len(evs) == watchBatch {
 				continue // there may be more; if not, Next signalled Ready
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
-		case <-w.Ready():
-		case <-progress.C:
+		<-w.Ready()
+		if progressDue.Swap(false) {
+			if idle := time.Since(lastSent); idle < s.progress {
+				progress.Reset(s.progress - idle) // an event was sent meanwhile
+				continue
+			}
 			if rev, ok := w.Progress(); ok {
 				if err := stream.Send(&pb.WatchTransitionsResponse{Revision: rev, Event: &pb.WatchTransitionsResponse_Progress{Progress: &pb.Progress{}}}); err != nil {
 					return err
 				}
 				last = rev
 			}
+			lastSent = time.Now()
 			progress.Reset(s.progress)
 		}
 	}

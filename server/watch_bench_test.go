@@ -32,100 +32,123 @@ import (
 // "groups=2" has half the streams watch another group: they receive
 // nothing, and the op waits for the 500 that match.
 func BenchmarkWatchTransitionsFanOut(b *testing.B) {
-	const streams = 1000
 	for _, groups := range []int{1, 2} {
-		b.Run(fmt.Sprintf("groups=%d", groups), func(b *testing.B) {
-			var up atomic.Bool
-			c, err := checker.New(checker.Config{
-				Defaults:             checker.Defaults{Interval: 2 * time.Second, Timeout: time.Second, Rise: 1, Fall: 1},
-				MaxUnhealthyFraction: 1,
-				NewProber: func(probe.Spec) (checker.Prober, error) {
-					return fakeprobe.Func(func(context.Context) error {
-						if up.Load() {
-							return nil
-						}
-						return errBenchDown
-					}), nil
-				},
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			gs, _ := server.NewGRPCServer(server.New(c), server.Options{Logger: nilLogger()})
-			lis := bufconn.Listen(1 << 20)
-			go gs.Serve(lis)
-			conn, err := grpc.NewClient("passthrough:///bufnet",
-				grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-				grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer func() {
-				conn.Close()
-				c.Close()
-				gs.GracefulStop()
-			}()
-			client := pb.NewHealthCheckerClient(conn)
-			if _, err := client.AddTarget(b.Context(), &pb.AddTargetRequest{Target: tcpTarget("web-1", "edge")}); err != nil {
-				b.Fatal(err)
-			}
-
-			ctx, cancel := context.WithCancel(b.Context())
-			defer cancel()
-			got := make(chan struct{}, streams)
-			done := make(chan struct{}, streams)
-			matching := 0
-			for i := range streams {
-				group := "edge"
-				if i%groups != 0 {
-					group = "other"
-				} else {
-					matching++
-				}
-				w, err := client.WatchTransitions(ctx, &pb.WatchTransitionsRequest{Group: group, StartRevision: c.Revision()})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err := w.Header(); err != nil {
-					b.Fatal(err)
-				}
-				go func() {
-					defer func() { done <- struct{}{} }()
-					for {
-						ev, err := w.Recv()
-						if err != nil {
-							return
-						}
-						if ev.GetTransition() != nil {
-							got <- struct{}{}
-						}
-					}
-				}()
-			}
-			defer func() {
-				cancel()
-				for range streams {
-					<-done
-				}
-			}()
-
-			b.ReportAllocs()
-			b.ResetTimer()
-			cpu0 := cpuTime(b)
-			for i := 0; b.Loop(); i++ {
-				up.Store(i%2 == 0)
-				if trs := c.RunRound(b.Context()); len(trs) != 1 {
-					b.Fatalf("round %d: %d transitions, want 1", i, len(trs))
-				}
-				for range matching {
-					<-got
-				}
-			}
-			cpu := cpuTime(b) - cpu0
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(matching), "ns/delivery")
-			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/float64(matching), "cpu-ns/delivery")
-		})
+		b.Run(fmt.Sprintf("groups=%d", groups), func(b *testing.B) { benchFanOut(b, groups, 0) })
 	}
+	// As pulsed's subscribers get it: 10 loopback TCP connections of 100
+	// streams each, so the figures include the system calls.
+	b.Run("tcp,conns=10", func(b *testing.B) { benchFanOut(b, 1, 10) })
+}
+
+// benchFanOut delivers one transition per op to 1,000 streams: over one
+// bufconn connection when conns is 0, otherwise over conns loopback TCP
+// connections.
+func benchFanOut(b *testing.B, groups, conns int) {
+	const streams = 1000
+	var up atomic.Bool
+	c, err := checker.New(checker.Config{
+		Defaults:             checker.Defaults{Interval: 2 * time.Second, Timeout: time.Second, Rise: 1, Fall: 1},
+		MaxUnhealthyFraction: 1,
+		NewProber: func(probe.Spec) (checker.Prober, error) {
+			return fakeprobe.Func(func(context.Context) error {
+				if up.Load() {
+					return nil
+				}
+				return errBenchDown
+			}), nil
+		},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	gs, _ := server.NewGRPCServer(server.New(c), server.Options{Logger: nilLogger()})
+	var (
+		lis    net.Listener
+		target string
+		opts   = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	)
+	if conns == 0 {
+		bl := bufconn.Listen(1 << 20)
+		lis, target, conns = bl, "passthrough:///bufnet", 1
+		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return bl.DialContext(ctx) }))
+	} else {
+		if lis, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			b.Fatal(err)
+		}
+		target = lis.Addr().String()
+	}
+	go gs.Serve(lis)
+	clients := make([]pb.HealthCheckerClient, conns)
+	for i := range clients {
+		conn, err := grpc.NewClient(target, opts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Close()
+		clients[i] = pb.NewHealthCheckerClient(conn)
+	}
+	defer func() {
+		c.Close()
+		gs.GracefulStop()
+	}()
+	if _, err := clients[0].AddTarget(b.Context(), &pb.AddTargetRequest{Target: tcpTarget("web-1", "edge")}); err != nil {
+		b.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(b.Context())
+	defer cancel()
+	got := make(chan struct{}, streams)
+	done := make(chan struct{}, streams)
+	matching := 0
+	for i := range streams {
+		group := "edge"
+		if i%groups != 0 {
+			group = "other"
+		} else {
+			matching++
+		}
+		w, err := clients[i%conns].WatchTransitions(ctx, &pb.WatchTransitionsRequest{Group: group, StartRevision: c.Revision()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := w.Header(); err != nil {
+			b.Fatal(err)
+		}
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for {
+				ev, err := w.Recv()
+				if err != nil {
+					return
+				}
+				if ev.GetTransition() != nil {
+					got <- struct{}{}
+				}
+			}
+		}()
+	}
+	defer func() {
+		cancel()
+		for range streams {
+			<-done
+		}
+	}()
+
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime(b)
+	for i := 0; b.Loop(); i++ {
+		up.Store(i%2 == 0)
+		if trs := c.RunRound(b.Context()); len(trs) != 1 {
+			b.Fatalf("round %d: %d transitions, want 1", i, len(trs))
+		}
+		for range matching {
+			<-got
+		}
+	}
+	cpu := cpuTime(b) - cpu0
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(matching), "ns/delivery")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/float64(matching), "cpu-ns/delivery")
 }
 
 var errBenchDown = fmt.Errorf("connection refused")

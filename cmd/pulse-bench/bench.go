@@ -80,8 +80,10 @@ type Options struct {
 	FlipFraction float64
 	FlipMode     Mode
 	// Subscribers WatchTransitions streams, SubsPerConn on each client
-	// connection, receive DeliveryFlips recoveries.
+	// connection, receive DeliveryFlips recoveries: all at once, or one at
+	// a time with DeliverySerial (each after every stream got the last).
 	Subscribers, SubsPerConn, DeliveryFlips int
+	DeliverySerial                          bool
 	// PulsedBin is the pulsed binary; PulsedArgs more flags for it.
 	PulsedBin  string
 	PulsedArgs []string
@@ -443,12 +445,7 @@ func deliver(ctx context.Context, o Options, proc *pulsedProc, farm *Farm, tr *t
 	if err := sleepCtx(ctx, time.Second); err != nil {
 		return err
 	}
-	if _, err := farm.SetMode(heal, ModeOK); err != nil {
-		return err
-	}
-	all, err := waitUntil(ctx, time.Now().Add(time.Duration(o.Rise+2)*r.Interval+10*time.Second), func() bool {
-		return subs.minReceived() >= d
-	})
+	all, err := healAndWait(ctx, o, farm, subs, heal, r.Interval)
 	if err != nil {
 		return err
 	}
@@ -461,6 +458,9 @@ func deliver(ctx context.Context, o Options, proc *pulsedProc, farm *Farm, tr *t
 		r.Notes = append(r.Notes, fmt.Sprintf("%d subscriber streams failed, the last with %v", n, *subs.lastErr.Load()))
 	}
 	o.logf("  Pulse: delivery of %d recoveries to %d subscribers: %s (max %s)", d, o.Subscribers, fmtLat(r.Delivery), fmtDur(r.Delivery.Max))
+	if o.DeliverySerial {
+		o.logf("  Pulse: each recovery's first and last receipt, in order: %s", fmtSpreads(subs.spread(d)))
+	}
 	return nil
 }
 

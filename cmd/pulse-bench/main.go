@@ -18,8 +18,9 @@
 //     times each transition's arrival on WatchTransitions, from the flip
 //     and from the target's first failing answer;
 //  4. opens -subscribers WatchTransitions streams, heals -delivery-flips of
-//     the failing targets and times each recovery from its own timestamp to
-//     its receipt on every stream;
+//     the failing targets (at once, or one at a time with -delivery-serial)
+//     and times each recovery from its own timestamp to its receipt on every
+//     stream;
 //  5. stops pulsed and runs haproxy against the same farm with one backend
 //     of the same servers (`option httpchk GET /healthz`,
 //     `check inter <interval> rise 2 fall 3`), measuring its CPU per probe,
@@ -102,6 +103,7 @@ func parseFlags(args []string, stderr io.Writer) (cliFlags, error) {
 	fs.IntVar(&f.opts.Subscribers, "subscribers", 1000, "WatchTransitions streams for the delivery measurement; 0 skips it")
 	fs.IntVar(&f.opts.SubsPerConn, "subscribers-per-conn", 100, "streams per client connection")
 	fs.IntVar(&f.opts.DeliveryFlips, "delivery-flips", 100, "recoveries delivered to every subscriber (at most the flipped targets)")
+	fs.BoolVar(&f.opts.DeliverySerial, "delivery-serial", false, "heal the -delivery-flips targets one at a time, each once every subscriber received the one before, so each transition is delivered alone")
 	fs.StringVar(&f.opts.PulsedBin, "pulsed", "", "pulsed `binary`; empty builds ./cmd/pulsed from the module root")
 	fs.StringVar(&f.pulsedArgs, "pulsed-args", "", "more flags for pulsed, space-separated (e.g. \"-max-concurrent-probes 512\")")
 	fs.StringVar(&f.opts.HAProxyBin, "haproxy", "haproxy", "haproxy `binary`; empty runs Pulse alone")
