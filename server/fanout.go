@@ -2,6 +2,7 @@ package server
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 
@@ -39,6 +40,7 @@ type encodedKey struct {
 
 // encoded is one event's message, encoded once.
 type encoded struct {
+	key  encodedKey
 	once sync.Once
 	msg  *grpc.PreparedMsg
 	err  error
@@ -46,12 +48,21 @@ type encoded struct {
 
 // encodedCache holds the events' encoded messages. It is safe for
 // concurrent use.
+//
+// The event most recently looked up is also kept outside the lock: one
+// event sent to 1,000 streams is 1,000 lookups of the same key, and they
+// no longer queue on the lock for it.
 type encodedCache struct {
+	last atomic.Pointer[encoded] // the entry most recently looked up
+
 	mu sync.Mutex // protects m
 	m  map[encodedKey]*encoded
 }
 
 func (c *encodedCache) get(k encodedKey) *encoded {
+	if e := c.last.Load(); e != nil && e.key == k {
+		return e
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.m[k]
@@ -59,9 +70,10 @@ func (c *encodedCache) get(k encodedKey) *encoded {
 		if c.m == nil || len(c.m) >= maxEncoded {
 			c.m = make(map[encodedKey]*encoded)
 		}
-		e = &encoded{}
+		e = &encoded{key: k}
 		c.m[k] = e
 	}
+	c.last.Store(e)
 	return e
 }
 

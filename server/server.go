@@ -309,7 +309,7 @@ func (s *Server) WatchTransitions(req *pb.WatchTransitionsRequest, stream grpc.S
 			}
 		}
 		<-w.Ready()
-		if progressDue.Swap(false) {
+		if progressDue.Load() && progressDue.Swap(false) {
 			if idle := time.Since(lastSent); idle < s.progress {
 				progress.Reset(s.progress - idle) // an event was sent meanwhile
 				continue

@@ -449,6 +449,7 @@ func deliver(ctx context.Context, o Options, proc *pulsedProc, farm *Farm, tr *t
 	if err != nil {
 		return err
 	}
+	subs.Close() // the samples are read once the streams are done
 	r.Subscribers = o.Subscribers
 	r.Delivery = summarize(subs.all(), o.Subscribers*d)
 	if !all {
