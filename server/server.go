@@ -267,8 +267,8 @@ func (s *Server) WatchTransitions(req *pb.WatchTransitionsRequest, stream grpc.S
 	// The loop waits on the watcher alone: the stream's end closes it, and
 	// the progress timer wakes it. A select that also waited on the
 	// context and on a timer's channel cost each stream more per event
-	// than the watcher's own read (BENCHMARKS.md, "Delivery, event by
-	// event").
+	// than the watcher's own read (BENCHMARKS.md, "Delivery without the
+	// harness's own costs").
 	ctx := stream.Context()
 	stop := context.AfterFunc(ctx, w.Close)
 	defer stop()

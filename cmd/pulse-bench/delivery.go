@@ -70,10 +70,11 @@ func subscribe(ctx context.Context, addr string, n, perConn int, rev uint64, sin
 // idle goroutine's stack when it uses less than a quarter of it, leaves it
 // so. Without it, 1,000 subscribers in one process grew their stacks deep
 // in the decoding of the same event, all at once, and the first event after
-// subscribing reached the last of them several times later than the events
-// after it: an effect of hosting many subscribers in one process, which
-// separate subscribers do not share (BENCHMARKS.md, "Delivery, event by
-// event").
+// subscribing reached the last of them in 30-49 ms against 9-31 ms for the
+// events after it: an effect of hosting many subscribers in one process,
+// which separate subscribers do not share. A pad of 4 KiB, or growing the
+// stack without a pad, changed nothing (BENCHMARKS.md, "Delivery without
+// the harness's own costs").
 //
 //go:noinline
 func (s *subscribers) follow(ctx context.Context, sub *subscriber, stream grpc.ServerStreamingClient[pb.WatchTransitionsResponse], since time.Time) {
