@@ -23,20 +23,20 @@ import (
 )
 
 // BenchmarkWatchTransitionsFanOut: one transition delivered to 1,000
-// WatchTransitions streams over bufconn, as pulsed's subscribers get it:
+// WatchTransitions streams over one bufconn connection, as pulsed's subscribers get it:
 // each op flips one target (a RunRound) and ends when every stream has
 // received the transition. Client and server share the process, so the
 // figures include the clients' Recv; "ns/delivery" is ns/op / 1,000, and
 // "cpu-ns/delivery" the process's CPU time (user and system, both sides)
 // per delivery, which varies less than wall time on a shared machine.
 // "groups=2" has half the streams watch another group: they receive
-// nothing, and the op waits for the 500 that match.
+// nothing, and the op waits for the 500 that match. "tcp,conns=10" puts
+// the 1,000 streams on 10 loopback TCP connections, as pulse-bench's
+// subscribers are, so its figures include the system calls.
 func BenchmarkWatchTransitionsFanOut(b *testing.B) {
 	for _, groups := range []int{1, 2} {
 		b.Run(fmt.Sprintf("groups=%d", groups), func(b *testing.B) { benchFanOut(b, groups, 0) })
 	}
-	// As pulsed's subscribers get it: 10 loopback TCP connections of 100
-	// streams each, so the figures include the system calls.
 	b.Run("tcp,conns=10", func(b *testing.B) { benchFanOut(b, 1, 10) })
 }
 
