@@ -23,9 +23,9 @@ import (
 )
 
 // BenchmarkWatchTransitionsFanOut: one transition delivered to 1,000
-// WatchTransitions streams over one bufconn connection, as pulsed's subscribers get it:
-// each op flips one target (a RunRound) and ends when every stream has
-// received the transition. Client and server share the process, so the
+// WatchTransitions streams over one bufconn connection, as pulsed's
+// subscribers get it: each op flips one target (a RunRound) and ends when
+// every stream has received the transition. Client and server share the process, so the
 // figures include the clients' Recv; "ns/delivery" is ns/op / 1,000, and
 // "cpu-ns/delivery" the process's CPU time (user and system, both sides)
 // per delivery, which varies less than wall time on a shared machine.
