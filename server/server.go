@@ -278,7 +278,7 @@ func (s *Server) WatchTransitions(req *pb.WatchTransitionsRequest, stream grpc.S
 		w.Wake()
 	})
 	defer progress.Stop()
-	lastSent := time.Now() // when the stream last carried an event
+	lastSent := time.Now() // when the stream last carried an event or a progress mark
 	sender := newEventSender(s, stream)
 	var buf []checker.Event // reused: events are copied in, not allocated per call
 	for {
