@@ -12,9 +12,13 @@ BIN     := bin
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+LDFLAGS := -ldflags "-X github.com/pulsehealth/pulse/internal/version.revision=$$(git rev-parse HEAD 2>/dev/null)"
+
+# run and target build the binary and exec it, so that on Ctrl-C make exits
+# with the binary's own status: 0 after a clean shutdown, where go run says 1.
 .PHONY: run
 run: ## start pulsed on 127.0.0.1:50051 (extra flags: make run ARGS="-interval 1s")
-	$(GO) run ./cmd/pulsed $(ARGS)
+	$(GO) build $(LDFLAGS) -o $(BIN)/ ./cmd/pulsed && exec $(BIN)/pulsed $(ARGS)
 
 .PHONY: etcd
 etcd: ## start a local etcd on 127.0.0.1:2379 for pulsed -registry etcd (data in ./etcd-data)
@@ -24,12 +28,12 @@ etcd: ## start a local etcd on 127.0.0.1:2379 for pulsed -registry etcd (data in
 		--initial-cluster pulse-dev=http://127.0.0.1:2380 $(ARGS)
 
 .PHONY: target
-target: ## start a toy HTTP backend on 127.0.0.1:8080 for the README walkthrough
-	$(GO) run ./cmd/pulse-target $(ARGS)
+target: ## start a toy HTTP backend on 127.0.0.1:8080 for the walkthrough
+	$(GO) build $(LDFLAGS) -o $(BIN)/ ./cmd/pulse-target && exec $(BIN)/pulse-target $(ARGS)
 
 .PHONY: build
 build: ## build every binary into bin/, with the Git revision for --version
-	$(GO) build -ldflags "-X github.com/pulsehealth/pulse/internal/version.revision=$$(git rev-parse HEAD 2>/dev/null)" -o $(BIN)/ ./cmd/...
+	$(GO) build $(LDFLAGS) -o $(BIN)/ ./cmd/...
 
 .PHONY: generate
 generate: ## regenerate gen/ from proto/
