@@ -3,6 +3,7 @@ package main
 import (
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,8 +22,13 @@ import (
 //     the group says it is in panic;
 //   - a flapping target shows "flapping", and the rows are in severity
 //     order (flapping, unhealthy, held);
-//   - at a phone's width (400px) nothing scrolls sideways and every
-//     target's error is on screen.
+//   - a draining target has a colour of its own, counts in its group's
+//     draining column rather than as a failure, and the fleet summary
+//     names what needs attention apart from planned work;
+//   - the state filter offers every state pulsectl ls --state takes, no
+//     streak reads N/M with N > M, and no name wraps;
+//   - at a phone's width (400px) nothing scrolls sideways, every target's
+//     error is on screen, and more than three cards fit on one screen.
 func browserStates(t *testing.T, page *page, client pb.HealthCheckerClient, other, third *switchServer, artifacts string) {
 	t.Helper()
 	rowState := func(name string) string {
@@ -90,6 +96,34 @@ func browserStates(t *testing.T, page *page, client pb.HealthCheckerClient, othe
 		t.Fatal(err)
 	}
 	page.waitFor(t, `(() => { const tr = document.querySelector('tr[data-name="flappy"]'); return tr ? tr.querySelector(".badge").textContent + " " + tr.querySelector(".tags .mode").textContent : ""; })()`, "DRAIN draining: deploy 4711")
+	badgeColour := func(name string) string {
+		return page.evaluate(t, `getComputedStyle(document.querySelector('tr[data-name="`+name+`"] .badge')).backgroundColor`)
+	}
+	if drain, down := badgeColour("flappy"), badgeColour("web-1"); drain == down || drain == "" {
+		t.Errorf("a draining target's badge is %q, a down one's %q: planned work must not look like an outage", drain, down)
+	}
+	page.waitFor(t, `document.querySelector('tr[data-group="lab"] td.n-draining').textContent + " " + document.querySelector('tr[data-group="lab"] td.n-unhealthy').textContent`, "1 0")
+	page.waitFor(t, `document.getElementById("summary").dataset.level`, "attention")
+	if got := page.evaluate(t, `document.getElementById("summary").textContent`); !strings.Contains(got, "1 target down") || !strings.Contains(got, "1 group in panic") || !strings.Contains(got, "planned: 1 draining") {
+		t.Errorf("the fleet summary reads %q; want the target down, the group in panic, and the drain as planned work", got)
+	}
+	offered := page.evaluate(t, `[...document.querySelectorAll("#state option")].map((o) => o.value).join(" ")`)
+	for _, st := range []string{"healthy", "unhealthy", "suspect", "routable", "not-routable", "held", "flapping", "carried-over", "quarantined", "draining", "maintenance"} {
+		if !slices.Contains(strings.Fields(offered), st) {
+			t.Errorf("the state filter offers %q, without %s", offered, st)
+		}
+	}
+	page.evaluate(t, `document.getElementById("state").value = "draining"; document.getElementById("state").dispatchEvent(new Event("change")); ""`)
+	page.waitFor(t, `[...document.querySelectorAll("#targets tbody tr")].map((tr) => tr.dataset.name).join(" ")`, "flappy")
+	page.evaluate(t, `document.getElementById("state").value = ""; document.getElementById("state").dispatchEvent(new Event("change")); ""`)
+	page.waitFor(t, `String(document.querySelectorAll("#targets tbody tr").length)`, "3")
+	if got := page.evaluate(t, `[...document.querySelectorAll("#targets .badge")].map((b) => b.textContent).filter((s) => { const m = s.match(/(\d+)\/(\d+)/); return m && Number(m[1]) > Number(m[2]); }).join(", ")`); got != "" {
+		t.Errorf("streaks past their threshold: %s", got)
+	}
+	if got := page.evaluate(t, `[...document.querySelectorAll("#targets td.name, #groups td:first-child")].filter((td) => { const r = document.createRange(); r.selectNodeContents(td); return r.getClientRects().length > 1; }).map((td) => td.textContent).join(", ")`); got != "" {
+		t.Errorf("names wrap: %s", got)
+	}
+	page.screenshot(t, filepath.Join(artifacts, "status-page-draining.png"))
 
 	// A phone: 400 CSS pixels wide.
 	page.evaluate(t, `document.getElementById("legend").open = false; ""`)
@@ -98,12 +132,17 @@ func browserStates(t *testing.T, page *page, client pb.HealthCheckerClient, othe
 	if got := page.evaluate(t, `String(Math.max(document.documentElement.scrollWidth, document.body.scrollWidth))`); got != "400" {
 		t.Errorf("at 400px the page is %spx wide: it scrolls sideways", got)
 	}
-	if got := page.evaluate(t, `[...document.querySelectorAll("#targets td.err")].filter((td) => { const r = td.getBoundingClientRect(); return r.right > 400 || r.width === 0; }).length + ""`); got != "0" {
+	if got := page.evaluate(t, `[...document.querySelectorAll("#targets td.err")].filter((td) => { const r = td.getBoundingClientRect(); return td.textContent !== "" && (r.right > 400 || r.width === 0); }).length + ""`); got != "0" {
 		t.Errorf("at 400px %s error cells are off screen or hidden", got)
 	}
 	if got := page.evaluate(t, cellOf("web-1", "err")); !strings.Contains(got, "status 503") {
 		t.Errorf("at 400px web-1's error shows %q", got)
 	}
+	perScreen := page.evaluate(t, `(() => { const rows = [...document.querySelectorAll("#targets tbody tr")]; const h = Math.max(...rows.map((tr) => tr.getBoundingClientRect().height + 6)); return String(Math.floor(window.innerHeight / h)); })()`)
+	if n, _ := strconv.Atoi(perScreen); n <= 3 {
+		t.Errorf("at 400x860 a screen holds %s target cards, want more than three", perScreen)
+	}
+	t.Logf("at 400x860 a screen holds %s target cards", perScreen)
 	page.screenshot(t, filepath.Join(artifacts, "status-page-phone.png"))
 	page.call(t, "Emulation.setDeviceMetricsOverride", map[string]any{"width": 1280, "height": 720, "deviceScaleFactor": 1, "mobile": false}, nil)
 }

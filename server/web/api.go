@@ -147,36 +147,44 @@ func Streak(st checker.Status) string {
 	if st.PanicHeld || st.Flapping {
 		st.PassStreak, st.FailStreak = 0, 0
 	}
+	// A streak can run past its threshold while nothing moves the state
+	// (an overloaded checker's timeouts, a threshold lowered by an update):
+	// it shows as the threshold, never as 4/3.
+	pass, fail := min(st.PassStreak, st.Spec.Rise), min(st.FailStreak, st.Spec.Fall)
 	switch st.State {
 	case checker.StateHealthy:
-		if st.FailStreak > 0 {
-			return fmt.Sprintf("UP %d/%d", st.FailStreak, st.Spec.Fall)
+		if fail > 0 {
+			return fmt.Sprintf("UP %d/%d", fail, st.Spec.Fall)
 		}
 		return "UP"
 	case checker.StateUnhealthy:
-		if st.PassStreak > 0 {
-			return fmt.Sprintf("DOWN %d/%d", st.PassStreak, st.Spec.Rise)
+		if pass > 0 {
+			return fmt.Sprintf("DOWN %d/%d", pass, st.Spec.Rise)
 		}
 		return "DOWN"
 	case checker.StateSuspect:
 		switch {
-		case st.PassStreak > 0:
-			return fmt.Sprintf("SUSPECT %d/%d ↑", st.PassStreak, st.Spec.Rise)
-		case st.FailStreak > 0:
-			return fmt.Sprintf("SUSPECT %d/%d ↓", st.FailStreak, st.Spec.Fall)
+		case pass > 0:
+			return fmt.Sprintf("SUSPECT %d/%d ↑", pass, st.Spec.Rise)
+		case fail > 0:
+			return fmt.Sprintf("SUSPECT %d/%d ↓", fail, st.Spec.Fall)
 		}
 		return "SUSPECT"
 	}
 	return strings.ToUpper(st.State.String())
 }
 
-// groupSummary counts one group's targets by state.
+// groupSummary counts one group's targets by state. A target an operator
+// took out (draining, maintenance) counts in its mode, not in its state, so
+// that planned work does not read as failures.
 type groupSummary struct {
-	Name      string `json:"name"`
-	Total     int    `json:"total"`
-	Healthy   int    `json:"healthy"`
-	Suspect   int    `json:"suspect"`
-	Unhealthy int    `json:"unhealthy"`
+	Name        string `json:"name"`
+	Total       int    `json:"total"`
+	Healthy     int    `json:"healthy"`
+	Suspect     int    `json:"suspect"`
+	Unhealthy   int    `json:"unhealthy"`
+	Draining    int    `json:"draining"`
+	Maintenance int    `json:"maintenance"`
 	// Held counts the targets its panic threshold holds routable (the
 	// group is in panic while it is not 0); Flapping those flap damping
 	// holds unhealthy.
@@ -197,6 +205,14 @@ func summarize(list []checker.Status) []groupSummary {
 		}
 		g := &out[i]
 		g.Total++
+		switch st.Spec.Admin().Mode {
+		case checker.ModeDraining:
+			g.Draining++
+			continue
+		case checker.ModeMaintenance:
+			g.Maintenance++
+			continue
+		}
 		switch st.State {
 		case checker.StateHealthy:
 			g.Healthy++
@@ -277,7 +293,8 @@ func (h *Handler) checkerNow() checkerJSON {
 // sort is one of sortKeys, severity by default (the most severe first),
 // then by name; desc=1 reverses it.
 // group keeps one group ("" for every group; the group named "" cannot be
-// asked for alone), state one state (healthy, suspect, unhealthy),
+// asked for alone), state one of stateFilters (pulsectl ls --state's, and
+// the modes),
 // q targets whose name contains TEXT (case-insensitive); limit is 100 by
 // default and at most 1,000. Groups always counts every target.
 func (h *Handler) serveTargets(w http.ResponseWriter, r *http.Request) {
@@ -294,10 +311,9 @@ func (h *Handler) serveTargets(w http.ResponseWriter, r *http.Request) {
 	}
 	limit = min(limit, maxLimit)
 	state := q.Get("state")
-	switch state {
-	case "", "healthy", "suspect", "unhealthy":
-	default:
-		http.Error(w, fmt.Sprintf("state: want healthy, suspect or unhealthy, got %q", state), http.StatusBadRequest)
+	keep, ok := stateFilters[state]
+	if !ok && state != "" {
+		http.Error(w, fmt.Sprintf("state: want one of %s, got %q", strings.Join(stateFilterNames(), ", "), state), http.StatusBadRequest)
 		return
 	}
 	group, text := q.Get("group"), strings.ToLower(q.Get("q"))
@@ -330,7 +346,7 @@ func (h *Handler) serveTargets(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, st := range list {
 		if group != "" && st.Spec.Group != group ||
-			state != "" && st.State.String() != state ||
+			keep != nil && !keep(st) ||
 			text != "" && !strings.Contains(strings.ToLower(st.Spec.Name), text) {
 			continue
 		}
@@ -340,6 +356,31 @@ func (h *Handler) serveTargets(w http.ResponseWriter, r *http.Request) {
 		page.Matched++
 	}
 	writeJSON(w, page)
+}
+
+// stateFilters are the states /api/targets?state= takes: pulsectl ls
+// --state's, and the two modes an operator sets.
+var stateFilters = map[string]func(checker.Status) bool{
+	"healthy":      func(st checker.Status) bool { return st.State == checker.StateHealthy },
+	"unhealthy":    func(st checker.Status) bool { return st.State == checker.StateUnhealthy },
+	"suspect":      func(st checker.Status) bool { return st.State == checker.StateSuspect },
+	"routable":     func(st checker.Status) bool { return st.Routable },
+	"not-routable": func(st checker.Status) bool { return !st.Routable },
+	"held":         func(st checker.Status) bool { return st.PanicHeld },
+	"flapping":     func(st checker.Status) bool { return st.Flapping },
+	"carried-over": func(st checker.Status) bool { return st.CarriedOver },
+	"quarantined":  func(st checker.Status) bool { return st.Quarantined != "" },
+	"draining":     func(st checker.Status) bool { return st.Spec.Admin().Mode == checker.ModeDraining },
+	"maintenance":  func(st checker.Status) bool { return st.Spec.Admin().Mode == checker.ModeMaintenance },
+}
+
+func stateFilterNames() []string {
+	names := make([]string, 0, len(stateFilters))
+	for n := range stateFilters {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
 }
 
 func intParam(s string, def int) (int, error) {

@@ -39,6 +39,9 @@ func TestStreak(t *testing.T) {
 		{"flapping", checker.Status{Spec: rf, State: checker.StateUnhealthy, PassStreak: 1, Flapping: true}, "DOWN"},
 		{"draining", checker.Status{Spec: rf.WithAdmin(checker.Admin{Mode: checker.ModeDraining}), State: checker.StateUnhealthy, PassStreak: 4}, "DRAIN"},
 		{"maintenance", checker.Status{Spec: rf.WithAdmin(checker.Admin{Mode: checker.ModeMaintenance}), State: checker.StateUnhealthy}, "MAINT"},
+		{"failures past fall while up (timeouts of an overloaded checker)", checker.Status{Spec: rf, State: checker.StateHealthy, FailStreak: 4}, "UP 3/3"},
+		{"passes past rise while down", checker.Status{Spec: rf, State: checker.StateUnhealthy, PassStreak: 9}, "DOWN 2/2"},
+		{"suspect, failures past fall", checker.Status{Spec: ts, State: checker.StateSuspect, FailStreak: 5}, "SUSPECT 3/3 ↓"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := web.Streak(tt.st); got != tt.want {

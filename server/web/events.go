@@ -30,6 +30,9 @@ type transitionJSON struct {
 	Streak string `json:"streak"`
 	Error  string `json:"error,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// Mode is the target's mode after the transition, absent while active:
+	// the page counts such a target in its mode, not in its state.
+	Mode string `json:"mode,omitempty"`
 }
 
 // registryJSON is the data of an "added", "updated" or "removed" event.
@@ -249,7 +252,12 @@ func (h *Handler) eventData(e checker.Event) any {
 	}
 	if e.Kind == checker.EventTransition {
 		tr := e.Transition
+		var mode string
+		if tr.Mode != checker.ModeActive {
+			mode = tr.Mode.String()
+		}
 		return transitionJSON{
+			Mode:     mode,
 			Revision: e.Revision,
 			Time:     stamp(tr.Time),
 			Target:   tr.Target,

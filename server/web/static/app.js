@@ -130,7 +130,7 @@ const view = {
   group: "", state: "", q: "", offset: 0, limit: 100,
   sort: "severity", desc: false, // the server sorts: the worst first by default
   rows: new Map(),    // name -> {data, rev, tr}
-  groups: new Map(),  // name -> {total, healthy, suspect, unhealthy}
+  groups: new Map(),  // name -> {total, healthy, suspect, unhealthy, draining, maintenance, held, flapping}
   countsRev: 0,       // the revision the group counts reflect
   matched: 0,
   skew: 0,            // server clock minus browser clock, ms
@@ -229,7 +229,9 @@ function connect(names) {
   });
   on("results", (d) => { for (const t of d.targets) updateRow(t, d.revision); });
   on("transition", (d) => {
-    if (d.revision > view.countsRev) {
+    if (d.mode) {
+      scheduleReload(300); // a target in a mode counts in its mode: the page's data has it
+    } else if (d.revision > view.countsRev) {
       const g = view.groups.get(d.group);
       if (g) { g[d.from]--; g[d.to]++; }
       view.countsRev = d.revision;
@@ -251,8 +253,8 @@ function connect(names) {
     if (sign && d.revision > view.countsRev) {
       const t = d.target;
       let g = view.groups.get(t.group);
-      if (!g) { g = { total: 0, healthy: 0, suspect: 0, unhealthy: 0 }; view.groups.set(t.group, g); }
-      g.total += sign; g[t.state] += sign;
+      if (!g) { g = emptyGroup(); view.groups.set(t.group, g); }
+      g.total += sign; g[t.mode || t.state] += sign;
       if (g.total <= 0) view.groups.delete(t.group);
       view.countsRev = d.revision;
       renderGroups();
@@ -310,9 +312,13 @@ function setConn(kind, text) {
   el.textContent = text;
 }
 
+function emptyGroup() {
+  return { total: 0, healthy: 0, suspect: 0, unhealthy: 0, draining: 0, maintenance: 0, held: 0, flapping: 0 };
+}
+
 function setGroups(list, rev) {
   if (rev < view.countsRev) return; // the feed already counted later events
-  view.groups = new Map(list.map((g) => [g.name, { total: g.total, healthy: g.healthy, suspect: g.suspect, unhealthy: g.unhealthy, held: g.held || 0, flapping: g.flapping || 0 }]));
+  view.groups = new Map(list.map((g) => [g.name, { ...emptyGroup(), ...g }]));
   view.countsRev = rev;
   renderGroups();
 }
@@ -321,17 +327,20 @@ function renderGroups() {
   const tbody = $("groups").tBodies[0];
   const sel = $("group");
   const names = [...view.groups.keys()].sort();
-  let total = 0, up = 0;
+  const sum = emptyGroup();
+  let panics = 0;
   tbody.replaceChildren(...names.map((name) => {
     const g = view.groups.get(name);
-    total += g.total; up += g.healthy + g.suspect;
+    for (const k of Object.keys(sum)) sum[k] += g[k] || 0;
+    if (g.held) panics++;
     const tr = document.createElement("tr");
     tr.dataset.group = name;
     if (name === view.group) tr.className = "selected";
     const policy = [g.held ? `panic: ${g.held} held` : "", g.flapping ? `${g.flapping} flapping` : ""].filter((x) => x).join(", ");
     tr.append(
       cell(name || "(no group)"), cell(g.total),
-      cell(g.healthy, "n-healthy"), cell(g.suspect, "n-suspect"), cell(g.unhealthy, "n-unhealthy"), cell(policy, "n-held"));
+      cell(g.healthy, "n-healthy"), cell(g.suspect, "n-suspect"), cell(g.unhealthy, "n-unhealthy"),
+      cell(g.draining, "n-draining"), cell(g.maintenance, "n-maintenance"), cell(policy, "n-held"));
     tr.onclick = () => { view.group = view.group === name ? "" : name; view.offset = 0; filtersChanged(); };
     return tr;
   }));
@@ -339,7 +348,31 @@ function renderGroups() {
   sel.replaceChildren(new Option("every group", ""), ...names.filter((n) => n).map((n) => new Option(n, n)));
   if (keep && !view.groups.has(keep)) sel.append(new Option(keep, keep));
   sel.value = keep;
-  $("totals").textContent = `${total} targets, ${up} routable`;
+  $("totals").textContent = `${sum.total} targets, ${sum.healthy + sum.suspect} routable`;
+  renderSummary(sum, panics);
+}
+
+// renderSummary says in one line what needs attention across the fleet:
+// targets down, groups in panic, flapping targets; planned work (draining,
+// maintenance) is said apart, as it needs none.
+function renderSummary(sum, panics) {
+  const plural = (n, one, many) => `${n} ${n === 1 ? one : many}`;
+  const needs = [];
+  if (sum.unhealthy) needs.push(plural(sum.unhealthy, "target down", "targets down"));
+  if (panics) needs.push(plural(panics, "group in panic", "groups in panic"));
+  if (sum.flapping) needs.push(plural(sum.flapping, "target flapping", "targets flapping"));
+  const planned = [];
+  if (sum.draining) planned.push(`${sum.draining} draining`);
+  if (sum.maintenance) planned.push(`${sum.maintenance} in maintenance`);
+  const el = $("summary");
+  el.dataset.level = needs.length ? "attention" : "ok";
+  const head = needs.length ? "Needs attention: " + needs.join(", ")
+    : sum.total ? `All ${plural(sum.total - sum.draining - sum.maintenance, "active target", "active targets")} routable`
+      : "No targets yet";
+  const span = document.createElement("span");
+  span.className = "planned";
+  span.textContent = planned.length ? " · planned: " + planned.join(", ") : "";
+  el.replaceChildren(head, span);
 }
 
 function renderRange(page) {
@@ -413,6 +446,7 @@ function tagsOf(t) {
 function paintRow(r, flash) {
   const t = r.data, tr = r.tr, c = tr.cells;
   tr.dataset.state = t.state;
+  tr.dataset.mode = t.mode || "";
   tr.dataset.held = t.panicHeld ? "1" : "";
   tr.dataset.flapping = t.flapping ? "1" : "";
   tr.dataset.carried = t.carriedOver ? "1" : "";
