@@ -26,7 +26,7 @@ func TestSummaryCountsModesApartFromFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []struct {
-		Name                                                     string
+		Name                                                      string
 		Total, Healthy, Suspect, Unhealthy, Draining, Maintenance int
 	}
 	if err := json.Unmarshal(b, &got); err != nil {
