@@ -13,6 +13,8 @@
 //	                                                an output block after it is matched against all it printed
 //	<!-- run: stop NAME exit=N -->                   the same, and it must exit N
 //	<!-- run: sh COMMAND -->                         a step the reader does by other means, e.g. in a browser
+//	<!-- run: wait NAME TEXT -->                     wait until a background step has printed TEXT (what a
+//	                                                reader watches for in its terminal)
 //	<!-- run: start NAME HOST:PORT COMMAND -->       a background step the page takes as done (set-up a
 //	                                                page names in prose, such as "with pulsed running")
 //
@@ -43,6 +45,8 @@ const (
 	Background
 	// Stop sends SIGINT to the background step called Name and waits for it.
 	Stop
+	// Wait waits until the background step called Name has printed Body.
+	Wait
 )
 
 // Step is one runnable thing on a page.
@@ -173,6 +177,12 @@ func directive(d string, line int) (Step, error) {
 		return s, nil
 	case "sh":
 		return Step{Kind: Run, Line: line, Body: rest}, nil
+	case "wait":
+		name, text, _ := strings.Cut(rest, " ")
+		if name == "" || text == "" {
+			return Step{}, fmt.Errorf("line %d: wait takes a background step's name and a text", line)
+		}
+		return Step{Kind: Wait, Line: line, Name: name, Body: text}, nil
 	case "start":
 		f := strings.SplitN(rest, " ", 3)
 		if len(f) < 3 {

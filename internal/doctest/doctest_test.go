@@ -200,6 +200,7 @@ func exampleAddr(s string) bool {
 var runnablePages = []string{
 	"README.md",
 	"docs/getting-started.md",
+	"docs/integrations/go.md",
 	"docs/integrations/grpc-health.md",
 	"docs/integrations/prometheus.md",
 }
@@ -350,6 +351,23 @@ func runPage(t *testing.T, page, dir string, steps []Step) {
 			bg[s.Name] = p
 			if s.Ready != "" {
 				waitReady(t, where, s.Ready, p)
+			}
+		case Wait:
+			p, ok := bg[s.Name]
+			if !ok {
+				t.Fatalf("%s: wait %s: no background step of that name", where, s.Name)
+			}
+			deadline := time.Now().Add(5 * time.Minute) // go run may build first
+			for !strings.Contains(p.out.String(), s.Body) {
+				select {
+				case <-p.done:
+					t.Fatalf("%s: %s exited before it printed %q:\n%s", where, s.Name, s.Body, p.out.String())
+				default:
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: %s did not print %q within 5 minutes:\n%s", where, s.Name, s.Body, p.out.String())
+				}
+				time.Sleep(50 * time.Millisecond)
 			}
 		case Stop:
 			p, ok := bg[s.Name]

@@ -6,7 +6,7 @@ func TestParse(t *testing.T) {
 	page := "# A page\n\n```sh run background=pulsed ready=127.0.0.1:9090\npulsed\n```\n\n" +
 		"```sh run exit=5\npulsectl healthy edge\n```\n\n```text output\nno target\n```\n\n" +
 		"```sh\nnot run\n```\n<!-- run: stop pulsed exit=0 -->\n<!-- run: sh curl -s x -->\n" +
-		"<!-- run: start target 127.0.0.1:8080 make target -->\n"
+		"<!-- run: start target 127.0.0.1:8080 make target -->\n<!-- run: wait target route to: [] -->\n"
 	steps, err := Parse(page)
 	if err != nil {
 		t.Fatal(err)
@@ -17,6 +17,7 @@ func TestParse(t *testing.T) {
 		{Kind: Stop, Line: 18, Name: "pulsed", Exit: 0, CheckExit: true},
 		{Kind: Run, Line: 19, Body: "curl -s x"},
 		{Kind: Background, Line: 20, Name: "target", Ready: "127.0.0.1:8080", Body: "make target"},
+		{Kind: Wait, Line: 21, Name: "target", Body: "route to: []"},
 	}
 	if len(steps) != len(want) {
 		t.Fatalf("got %d steps %+v, want %d", len(steps), steps, len(want))
@@ -36,6 +37,7 @@ func TestParse(t *testing.T) {
 		"<!-- run: dance -->\n",               // unknown comment
 		"```sh run background=\nx\n```\n",     // background without a name
 		"<!-- run: start x 127.0.0.1:1 -->\n", // start without a command
+		"<!-- run: wait x -->\n",              // wait without a text
 	} {
 		if _, err := Parse(bad); err == nil {
 			t.Errorf("Parse(%q) succeeded", bad)
