@@ -15,6 +15,8 @@
 //	<!-- run: sh COMMAND -->                         a step the reader does by other means, e.g. in a browser
 //	<!-- run: wait NAME TEXT -->                     wait until a background step has printed TEXT (what a
 //	                                                reader watches for in its terminal)
+//	<!-- run: needs COMMAND... -->                   the page needs these programs (Debian packages it names
+//	                                                in prose); without them its steps are skipped, saying so
 //	<!-- run: start NAME HOST:PORT COMMAND -->       a background step the page takes as done (set-up a
 //	                                                page names in prose, such as "with pulsed running")
 //
@@ -47,6 +49,8 @@ const (
 	Stop
 	// Wait waits until the background step called Name has printed Body.
 	Wait
+	// Needs names, in Body, the programs the page's steps need.
+	Needs
 )
 
 // Step is one runnable thing on a page.
@@ -177,6 +181,11 @@ func directive(d string, line int) (Step, error) {
 		return s, nil
 	case "sh":
 		return Step{Kind: Run, Line: line, Body: rest}, nil
+	case "needs":
+		if rest == "" {
+			return Step{}, fmt.Errorf("line %d: needs takes the programs' names", line)
+		}
+		return Step{Kind: Needs, Line: line, Body: rest}, nil
 	case "wait":
 		name, text, _ := strings.Cut(rest, " ")
 		if name == "" || text == "" {

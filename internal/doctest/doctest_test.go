@@ -200,6 +200,7 @@ func exampleAddr(s string) bool {
 var runnablePages = []string{
 	"README.md",
 	"docs/getting-started.md",
+	"docs/integrations/dns.md",
 	"docs/integrations/go.md",
 	"docs/integrations/grpc-health.md",
 	"docs/integrations/prometheus.md",
@@ -296,6 +297,28 @@ func (b *syncBuffer) String() string {
 // environment and directory the previous one ended with, as a reader's
 // terminal would.
 func runPage(t *testing.T, page, dir string, steps []Step) {
+	var missing []string
+	for _, s := range steps {
+		if s.Kind != Needs {
+			continue
+		}
+		for _, prog := range strings.Fields(s.Body) {
+			if _, err := exec.LookPath(prog); err != nil {
+				missing = append(missing, prog)
+			}
+		}
+	}
+	if len(missing) > 0 {
+		pkgs := map[string]string{"dig": "dnsutils"}
+		var install []string
+		for _, m := range missing {
+			if p, ok := pkgs[m]; ok {
+				m = p
+			}
+			install = append(install, m)
+		}
+		t.Skipf("SKIPPED: %s needs %s: apt-get install %s (as .ci/run does), then run again", page, strings.Join(missing, ", "), strings.Join(install, " "))
+	}
 	state := t.TempDir()
 	envFile, cwdFile := filepath.Join(state, "env"), filepath.Join(state, "cwd")
 	if err := os.WriteFile(cwdFile, []byte(dir), 0o644); err != nil {
@@ -352,6 +375,8 @@ func runPage(t *testing.T, page, dir string, steps []Step) {
 			if s.Ready != "" {
 				waitReady(t, where, s.Ready, p)
 			}
+		case Needs:
+			// checked before the first step
 		case Wait:
 			p, ok := bg[s.Name]
 			if !ok {
