@@ -258,7 +258,7 @@ func run(args []string, stderr io.Writer) error {
 		return err
 	}
 	if bolt != nil {
-		obs.backup = bolt.Backup
+		obs.backup = backupFrom(bolt)
 	}
 	cc := checker.Config{
 		NewProber:           func(s probe.Spec) (checker.Prober, error) { return probes.New(s) },
