@@ -1,11 +1,14 @@
 package boltstore_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -134,3 +137,76 @@ func TestSnapshotIsConsistent(t *testing.T) {
 		t.Errorf("the snapshot holds %d targets (%v), want kept alone", len(got), err)
 	}
 }
+
+// A real bbolt read transaction held open while a write must grow the
+// file keeps that write, and every write behind it, waiting: the checker's
+// Watchdog reports the write lock stalled within its timeout, and clears
+// it once the reader is gone and the writes complete.
+func TestWatchdogSeesWritesHeldByAReader(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	c, err := checker.New(checker.Config{Store: s, NewProber: func(probe.Spec) (checker.Prober, error) { return nopProber{}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const timeout = 2 * time.Second // on the real clock: a write takes milliseconds
+	w, err := checker.NewWatchdog(c, checker.WatchdogConfig{Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+
+	release, err := boltstore.HoldReadTx(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	end := func() { once.Do(release) }
+	defer end()
+	added := make(chan error, 1)
+	go func() {
+		for i := range 20 { // the first one already needs the file to grow
+			if _, _, err := c.Add(payloadSpec(fmt.Sprintf("t-%02d", i))); err != nil {
+				added <- err
+				return
+			}
+		}
+		added <- nil
+	}()
+
+	stalled := func() bool { return slices.ContainsFunc(w.Check(time.Now()), func(s checker.Stall) bool { return s.Component == checker.ComponentWriteLock }) }
+	start := time.Now()
+	pollUntil(t, "the write lock to be reported", stalled)
+	if took := time.Since(start); took > timeout+5*time.Second {
+		t.Errorf("reported after %v, with a timeout of %v", took, timeout)
+	}
+	select {
+	case err := <-added:
+		t.Fatalf("the writes ended (%v) while a reader held the file: nothing was tested", err)
+	default:
+	}
+
+	end()
+	if err := <-added; err != nil {
+		t.Fatalf("Add once the reader was gone: %v", err)
+	}
+	pollUntil(t, "the stall to clear", func() bool { return !stalled() })
+}
+
+// pollUntil polls cond until it holds, failing the test after a generous
+// deadline.
+func pollUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type nopProber struct{}
+
+func (nopProber) Probe(context.Context) error { return nil }
