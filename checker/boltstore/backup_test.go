@@ -175,7 +175,9 @@ func TestWatchdogSeesWritesHeldByAReader(t *testing.T) {
 		added <- nil
 	}()
 
-	stalled := func() bool { return slices.ContainsFunc(w.Check(time.Now()), func(s checker.Stall) bool { return s.Component == checker.ComponentWriteLock }) }
+	stalled := func() bool {
+		return slices.ContainsFunc(w.Check(time.Now()), func(s checker.Stall) bool { return s.Component == checker.ComponentWriteLock })
+	}
 	start := time.Now()
 	pollUntil(t, "the write lock to be reported", stalled)
 	if took := time.Since(start); took > timeout+5*time.Second {
