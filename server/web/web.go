@@ -59,11 +59,15 @@ type Config struct {
 	// sends a progress event with the current revision (which also keeps
 	// proxies from closing it). If 0, 15 seconds.
 	ProgressInterval time.Duration
-	// Backup takes a consistent copy of the store for GET /backup to
-	// stream (see serveBackup). If nil (no store), /backup answers 404.
+	// Backup takes a consistent copy of the store for GET /backup, which
+	// streams it with its Content-Length, one backup at a time (another
+	// request meanwhile gets 503); a failure to take it is a 500 that says
+	// why. It is called from the request's goroutine. If nil (no store),
+	// /backup answers 404.
 	Backup func() (Snapshot, error)
 	// BackupWriteTimeout bounds each write of a backup to its client: a
-	// client that accepts no bytes for that long is cut off. If 0,
+	// client that does not take a write's bytes within it is cut off (its
+	// body stays short of the Content-Length). If not positive,
 	// DefaultBackupWriteTimeout.
 	BackupWriteTimeout time.Duration
 	// Tokens, if not nil, guard every path but /healthz, /readyz and the
