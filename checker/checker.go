@@ -75,7 +75,7 @@ type Checker struct {
 	defaults  Defaults
 	factory   *probe.Factory // owned, closed on Close; nil if NewProber was given
 	store     Store          // nil: memory only
-	wmu       sync.Mutex     // serialises spec and policy writes (to the store, if any)
+	wmu       writeLock      // serialises spec and policy writes (to the store, if any); watched (liveness.go)
 	reg       *registry
 	sched     *scheduler
 	commit    *committer   // nil without a store
@@ -118,6 +118,7 @@ func New(cfg Config) (*Checker, error) {
 		return nil, err
 	}
 	c := &Checker{clock: clock, defaults: defaults, store: cfg.Store, reg: reg, sched: sched}
+	c.wmu.init(clock)
 	newProber := cfg.NewProber
 	if newProber == nil {
 		c.factory = probe.NewFactory()

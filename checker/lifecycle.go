@@ -27,14 +27,14 @@ type lifecycle struct {
 	logger *slog.Logger
 	store  Store        // nil: memory only
 	repl   *replication // nil without a shared registry
-	wmu    *sync.Mutex  // the façade's: one spec write to the store at a time
+	wmu    sync.Locker  // the façade's: one spec write to the store at a time
 
 	wake chan struct{}
 	once sync.Once     // starts run, or closes done if it never ran
 	done chan struct{} // closed when run has returned
 }
 
-func newLifecycle(reg *registry, clock Clock, logger *slog.Logger, store Store, repl *replication, wmu *sync.Mutex) *lifecycle {
+func newLifecycle(reg *registry, clock Clock, logger *slog.Logger, store Store, repl *replication, wmu sync.Locker) *lifecycle {
 	l := &lifecycle{reg: reg, clock: clock, logger: logger, store: store, repl: repl, wmu: wmu,
 		wake: make(chan struct{}, 1), done: make(chan struct{})}
 	reg.lifeWake = l.wakeUp

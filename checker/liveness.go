@@ -39,10 +39,12 @@ const DefaultLivenessTimeout = 30 * time.Second
 // The components a Watchdog watches, as Stall.Component names them (and
 // pulsed's pulse_stalled metric labels them).
 const (
-	ComponentScheduler = "scheduler"
-	ComponentCommitter = "committer" // only with a Store
-	ComponentWatchHub  = "watch_hub"
-	ComponentLock      = "checker_lock"
+	ComponentScheduler   = "scheduler"
+	ComponentCommitter   = "committer" // only with a Store
+	ComponentWriteLock   = "write_lock"
+	ComponentWatchHub    = "watch_hub"
+	ComponentLock        = "checker_lock"
+	ComponentCommitQueue = "commit_queue" // only with a Store
 )
 
 // Stall is a component of the checker that has made no progress for
@@ -51,7 +53,8 @@ type Stall struct {
 	// Component is one of the Component names.
 	Component string
 	// For is how long the component has owed progress: since it was due to
-	// make some, or, for a lock, since the probe started waiting for it.
+	// make some; for the write lock, since its holder took it; for a
+	// probed lock, since the probe started waiting for it.
 	For time.Duration
 }
 
@@ -62,7 +65,8 @@ func (s Stall) String() string {
 	if s.For < 10*time.Second {
 		d = s.For.Round(10 * time.Millisecond)
 	}
-	if s.Component == ComponentLock || s.Component == ComponentWatchHub {
+	switch s.Component {
+	case ComponentLock, ComponentWatchHub, ComponentWriteLock, ComponentCommitQueue:
 		return fmt.Sprintf("%s: lock held for %v", s.Component, d)
 	}
 	return fmt.Sprintf("%s: no progress for %v", s.Component, d)
@@ -97,6 +101,34 @@ func (p *progress) overdue(now time.Time) (d time.Duration, owing bool) {
 	return now.Sub(p.base) - time.Duration(due-1), true
 }
 
+// writeLock is the façade's wmu: one spec or policy write at a time, held
+// across its write to the store. Its stamp owes progress from when a
+// writer takes it until the writer lets go (see above), so a Watchdog
+// reads how long the current write has taken without taking the lock.
+type writeLock struct {
+	mu    sync.Mutex
+	clock Clock
+	held  progress
+}
+
+// init sets the clock of l's stamp; call it before l is used.
+func (l *writeLock) init(clock Clock) {
+	l.clock = clock
+	l.held.base = clock.Now()
+}
+
+// Lock takes the lock and stamps that its holder owes progress.
+func (l *writeLock) Lock() {
+	l.mu.Lock()
+	l.held.set(l.clock.Now())
+}
+
+// Unlock clears the stamp and lets go of the lock.
+func (l *writeLock) Unlock() {
+	l.held.set(time.Time{})
+	l.mu.Unlock()
+}
+
 // WatchdogConfig configures a Watchdog. Every field is optional.
 type WatchdogConfig struct {
 	// Timeout is how long a component may go without progress before it is
@@ -127,7 +159,7 @@ type Watchdog struct {
 	interval time.Duration
 	logger   *slog.Logger
 	onChange func([]Stall)
-	locks    [2]lockProbe
+	locks    []lockProbe // in the order of Components
 
 	mu       sync.Mutex           // protects episodes and last, and serialises Check
 	episodes map[string]time.Time // stalled components, by when they were due
@@ -159,13 +191,16 @@ func NewWatchdog(c *Checker, cfg WatchdogConfig) (*Watchdog, error) {
 		interval: cfg.Interval,
 		logger:   cfg.Logger,
 		onChange: cfg.OnChange,
-		locks: [2]lockProbe{
+		locks: []lockProbe{
 			{component: ComponentWatchHub, lock: c.hub.locker()},
 			{component: ComponentLock, lock: c.reg.locker()},
 		},
 		episodes: make(map[string]time.Time),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
+	}
+	if c.commit != nil {
+		w.locks = append(w.locks, lockProbe{component: ComponentCommitQueue, lock: &c.commit.mu})
 	}
 	for i := range w.locks {
 		w.locks[i].waiting.base = c.clock.Now()
@@ -185,12 +220,18 @@ func NewWatchdog(c *Checker, cfg WatchdogConfig) (*Watchdog, error) {
 // Timeout returns how long a component may go without progress.
 func (w *Watchdog) Timeout() time.Duration { return w.timeout }
 
-// Components returns the names of the components w watches.
+// Components returns the names of the components w watches, in the order
+// Check reports them.
 func (w *Watchdog) Components() []string {
-	if w.c.store == nil {
-		return []string{ComponentScheduler, ComponentWatchHub, ComponentLock}
+	out := []string{ComponentScheduler}
+	if w.c.commit != nil {
+		out = append(out, ComponentCommitter)
 	}
-	return []string{ComponentScheduler, ComponentCommitter, ComponentWatchHub, ComponentLock}
+	out = append(out, ComponentWriteLock)
+	for i := range w.locks {
+		out = append(out, w.locks[i].component)
+	}
+	return out
 }
 
 // Start runs Check every Interval, in the background, until Close. Calling
@@ -260,6 +301,9 @@ func (w *Watchdog) Check(now time.Time) []Stall {
 		if d, owing := commit.overdue(now); owing && d > w.timeout {
 			out = append(out, Stall{Component: ComponentCommitter, For: d})
 		}
+	}
+	if d, owing := w.c.wmu.held.overdue(now); owing && d > w.timeout {
+		out = append(out, Stall{Component: ComponentWriteLock, For: d})
 	}
 	for i := range w.locks {
 		p := &w.locks[i]

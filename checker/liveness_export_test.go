@@ -15,12 +15,29 @@ func HoldHubLock(c *Checker) (release func()) {
 	return c.hub.mu.Unlock
 }
 
-// ProgressDue returns when the scheduler or the committer was due to make
-// progress; ok is false while it owes none.
+// HoldWriteLock takes c's write lock (wmu), as a write that does not end
+// would, and returns what releases it.
+func HoldWriteLock(c *Checker) (release func()) {
+	c.wmu.Lock()
+	return c.wmu.Unlock
+}
+
+// HoldCommitQueue takes the lock of c's committer's queue and returns what
+// releases it. c must have a Store.
+func HoldCommitQueue(c *Checker) (release func()) {
+	c.commit.mu.Lock()
+	return c.commit.mu.Unlock
+}
+
+// ProgressDue returns when the scheduler, the committer or the write
+// lock's holder was due to make progress; ok is false while it owes none.
 func ProgressDue(c *Checker, component string) (due time.Time, ok bool) {
 	p, commit := c.stamps()
-	if component == ComponentCommitter {
+	switch component {
+	case ComponentCommitter:
 		p = commit
+	case ComponentWriteLock:
+		p = &c.wmu.held
 	}
 	ns := p.due.Load()
 	return p.base.Add(time.Duration(ns - 1)), ns != 0

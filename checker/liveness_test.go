@@ -56,7 +56,7 @@ func (we *watchdogEnv) check() []string { return components(we.w.Check(we.clock.
 func (we *watchdogEnv) settleProbes(t *testing.T, held ...string) {
 	t.Helper()
 	we.check()
-	for _, comp := range []string{checker.ComponentWatchHub, checker.ComponentLock} {
+	for _, comp := range we.w.Components() { // Probing is false for a component that is not a probed lock
 		if !slices.Contains(held, comp) {
 			waitFor(t, comp+"'s probe to get its lock", func() bool { return !checker.Probing(we.w, comp) })
 		}
@@ -112,7 +112,7 @@ func TestLivenessIdleIsNotStalled(t *testing.T) {
 	if got := we.changeLog(); got != nil {
 		t.Errorf("OnChange was called: %q", got)
 	}
-	if got := we.w.Components(); !slices.Equal(got, []string{"scheduler", "committer", "watch_hub", "checker_lock"}) {
+	if got := we.w.Components(); !slices.Equal(got, []string{"scheduler", "committer", "write_lock", "watch_hub", "checker_lock", "commit_queue"}) {
 		t.Errorf("Components() = %q", got)
 	}
 }
@@ -210,6 +210,105 @@ func TestLivenessCommitterStall(t *testing.T) {
 	release()
 	we.waitClear(t)
 	if diff := cmp.Diff([][]string{{"committer"}, nil}, we.changeLog()); diff != "" {
+		t.Errorf("OnChange calls (-want +got):\n%s", diff)
+	}
+}
+
+// A spec write that does not return (a store that hangs, whatever keeps
+// it) holds the write lock: the write lock stalls, and nothing else does,
+// though every other writer waits behind it. Once the store returns, the
+// writes complete and the stall clears.
+func TestLivenessStuckSpecWriteStallsTheWriteLock(t *testing.T) {
+	st := newMemStore()
+	gate := make(chan struct{})
+	st.specGate = gate
+	var open sync.Once
+	release := func() { open.Do(func() { close(gate) }) }
+	defer release()
+	e := storeEnv(t, st, checker.Config{})
+	we := newWatchdogEnv(t, e)
+	we.settleProbes(t)
+
+	added := make(chan error, 2)
+	go func() { _, _, err := e.c.Add(spec("a")); added <- err }()
+	waitFor(t, "the write to hold the write lock", func() bool {
+		due, ok := checker.ProgressDue(e.c, checker.ComponentWriteLock)
+		return ok && due.Equal(e.clock.Now())
+	})
+	go func() { _, _, err := e.c.Add(spec("b")); added <- err }() // queues behind a
+
+	e.clock.Advance(liveTimeout)
+	if got := we.check(); got != nil {
+		t.Fatalf("at the timeout itself: stalled %q", got)
+	}
+	e.clock.Advance(time.Millisecond)
+	want := []checker.Stall{{Component: checker.ComponentWriteLock, For: liveTimeout + time.Millisecond}}
+	stalls := we.w.Check(e.clock.Now())
+	if diff := cmp.Diff(want, stalls); diff != "" {
+		t.Fatalf("stalls (-want +got):\n%s", diff)
+	}
+	if got, want := stalls[0].String(), "write_lock: lock held for 30s"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+
+	release()
+	for range 2 {
+		if err := <-added; err != nil {
+			t.Errorf("Add once the store returned: %v", err)
+		}
+	}
+	we.waitClear(t)
+	if diff := cmp.Diff([][]string{{"write_lock"}, nil}, we.changeLog()); diff != "" {
+		t.Errorf("OnChange calls (-want +got):\n%s", diff)
+	}
+	logs := we.logs.String()
+	if want := `level=ERROR msg="pulsed is not live: write_lock: lock held for 30s" part=write_lock`; strings.Count(logs, want) != 1 {
+		t.Errorf("the log does not say once: %s\nlogs:\n%s", want, logs)
+	}
+}
+
+// Writers that each finish hand the write lock on: however long the
+// queue, only the current write's age counts.
+func TestLivenessWriteLockHandedOnIsProgress(t *testing.T) {
+	e := storeEnv(t, newMemStore(), checker.Config{})
+	we := newWatchdogEnv(t, e)
+	we.settleProbes(t)
+	release := checker.HoldWriteLock(e.c)
+	e.clock.Advance(liveTimeout - time.Second)
+	release()
+	release = checker.HoldWriteLock(e.c) // the next writer
+	defer release()
+	e.clock.Advance(liveTimeout - time.Second)
+	if got := we.check(); got != nil {
+		t.Errorf("two writes of %v each: stalled %q", liveTimeout-time.Second, got)
+	}
+	e.clock.Advance(2 * time.Second)
+	if got := we.check(); !slices.Equal(got, []string{"write_lock"}) {
+		t.Errorf("the second write %v on: stalled %q", liveTimeout+time.Second, got)
+	}
+}
+
+// The committer's queue lock held too long stalls it (and the committer
+// is not blamed, having no work it could see).
+func TestLivenessCommitQueueStall(t *testing.T) {
+	e := storeEnv(t, newMemStore(), checker.Config{})
+	we := newWatchdogEnv(t, e)
+	release := checker.HoldCommitQueue(e.c)
+	defer func() { release() }()
+	we.settleProbes(t, checker.ComponentCommitQueue)
+
+	e.clock.Advance(liveTimeout + time.Second)
+	want := []checker.Stall{{Component: checker.ComponentCommitQueue, For: liveTimeout + time.Second}}
+	if diff := cmp.Diff(want, we.w.Check(e.clock.Now())); diff != "" {
+		t.Fatalf("stalls (-want +got):\n%s", diff)
+	}
+	if got, want := want[0].String(), "commit_queue: lock held for 31s"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+	release()
+	release = func() {}
+	we.waitClear(t)
+	if diff := cmp.Diff([][]string{{"commit_queue"}, nil}, we.changeLog()); diff != "" {
 		t.Errorf("OnChange calls (-want +got):\n%s", diff)
 	}
 }

@@ -23,6 +23,7 @@ type memStore struct {
 	failSpec   error
 	failCommit error
 	gate       chan struct{}    // if set, CommitStates waits for it
+	specGate   chan struct{}    // if set, PutSpec waits for it
 	loadErr    map[string]error // Load returns these targets as unreadable
 	commits    int
 }
@@ -43,6 +44,12 @@ func (m *memStore) Load() ([]checker.StoredTarget, uint64, error) {
 }
 
 func (m *memStore) PutSpec(spec checker.Spec) error {
+	m.mu.Lock()
+	gate := m.specGate
+	m.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.failSpec != nil {

@@ -291,18 +291,81 @@ func (s *Store) CommitStates(states []checker.StoredState, deleted []string, rev
 }
 
 // Backup writes a consistent copy of the store file to w while the store
-// stays in use (one read transaction), and returns the bytes written. The
-// copy opens like the original: pulsed -data-dir on a directory holding it
-// as pulse.db.
-func (s *Store) Backup(w io.Writer) (_ int64, err error) {
+// stays in use, and returns the bytes written. The copy opens like the
+// original: pulsed -data-dir on a directory holding it as pulse.db. It
+// takes a Snapshot first, so however slowly w accepts the bytes, writers
+// wait for no more than the copy to a local file.
+func (s *Store) Backup(w io.Writer) (int64, error) {
+	snap, err := s.Snapshot()
+	if err != nil {
+		return 0, err
+	}
+	defer snap.Close()
+	return io.Copy(w, snap)
+}
+
+// Snapshot copies the store, consistently, to a temporary file in the
+// store's directory and returns it to read from its start. The copy holds
+// a read transaction only while it writes the file, at the disk's pace: a
+// bbolt read transaction held open keeps a write that must grow the file
+// waiting (bbolt remaps it only once no reader has it mapped), so a slow
+// consumer must read the Snapshot, never the store itself.
+//
+// The file needs as much free space as the store. Where the system allows,
+// it is unlinked at once, so that nothing is left behind if pulsed dies;
+// else Close removes it.
+func (s *Store) Snapshot() (_ *Snapshot, err error) {
+	var snap *Snapshot
+	defer func() { // runs after recoverDamaged has set err
+		if err != nil && snap != nil {
+			snap.Close()
+		}
+	}()
 	defer recoverDamaged(s.db.Path(), &err, debug.SetPanicOnFault(true))
-	var n int64
+	f, err := os.CreateTemp(filepath.Dir(s.db.Path()), FileName+".backup-*")
+	if err != nil {
+		return nil, fmt.Errorf("create the backup's copy: %w", err)
+	}
+	snap = &Snapshot{f: f}
+	if os.Remove(f.Name()) == nil {
+		snap.removed = true
+	}
 	err = s.db.View(func(tx *bolt.Tx) error {
 		var err error
-		n, err = tx.WriteTo(w)
+		snap.size, err = tx.WriteTo(f)
 		return err
 	})
-	return n, err
+	if err != nil {
+		return nil, fmt.Errorf("copy the store for a backup: %w", err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("read the backup's copy: %w", err)
+	}
+	return snap, nil
+}
+
+// Snapshot is a consistent copy of the store, taken by Store.Snapshot. It
+// reads from its start; it is not safe for concurrent use.
+type Snapshot struct {
+	f       *os.File
+	size    int64
+	removed bool // the file was unlinked when it was created
+}
+
+// Read reads the copy.
+func (s *Snapshot) Read(p []byte) (int, error) { return s.f.Read(p) }
+
+// Size returns the copy's length in bytes.
+func (s *Snapshot) Size() int64 { return s.size }
+
+// Close closes the copy and removes its file.
+func (s *Snapshot) Close() error {
+	err := s.f.Close()
+	if !s.removed {
+		err = errors.Join(err, os.Remove(s.f.Name()))
+		s.removed = true
+	}
+	return err
 }
 
 // specVersion is the version of a spec's record: 2 when it has a

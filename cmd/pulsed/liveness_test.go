@@ -7,10 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -22,7 +24,9 @@ import (
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/fakeclock"
 	"github.com/pulsehealth/pulse/checker/probe"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 	"github.com/pulsehealth/pulse/server"
+	"github.com/pulsehealth/pulse/server/web"
 )
 
 // The watchdog's wiring in pulsed: a committer stuck in a store that does
@@ -62,7 +66,7 @@ func TestWatchdogWiring(t *testing.T) {
 		}
 		return resp.GetStatus()
 	}
-	if got := gauges(t, obs); got != "checker_lock=0 committer=0 scheduler=0 watch_hub=0" {
+	if got := gauges(t, obs); got != "checker_lock=0 commit_queue=0 committer=0 scheduler=0 watch_hub=0 write_lock=0" {
 		t.Errorf("pulse_stalled at start: %s", got)
 	}
 	if err := obs.live(); err != nil || self() != healthpb.HealthCheckResponse_SERVING {
@@ -78,7 +82,7 @@ func TestWatchdogWiring(t *testing.T) {
 		clock.Advance(time.Second)
 		return self() == healthpb.HealthCheckResponse_NOT_SERVING
 	})
-	if got := gauges(t, obs); got != "checker_lock=0 committer=1 scheduler=0 watch_hub=0" {
+	if got := gauges(t, obs); got != "checker_lock=0 commit_queue=0 committer=1 scheduler=0 watch_hub=0 write_lock=0" {
 		t.Errorf("pulse_stalled while the store hangs: %s", got)
 	}
 	if err := obs.live(); err == nil || !regexp.MustCompile(`^committer: no progress for \d+s$`).MatchString(err.Error()) {
@@ -90,7 +94,7 @@ func TestWatchdogWiring(t *testing.T) {
 		clock.Advance(time.Second)
 		return self() == healthpb.HealthCheckResponse_SERVING
 	})
-	if got := gauges(t, obs); got != "checker_lock=0 committer=0 scheduler=0 watch_hub=0" {
+	if got := gauges(t, obs); got != "checker_lock=0 commit_queue=0 committer=0 scheduler=0 watch_hub=0 write_lock=0" {
 		t.Errorf("pulse_stalled once recovered: %s", got)
 	}
 	if err := obs.live(); err != nil {
@@ -128,14 +132,118 @@ func gauges(t *testing.T, obs *observability) string {
 	return strings.Join(out, " ")
 }
 
-// gatedStore is a checker.Store whose CommitStates waits for gate.
-type gatedStore struct{ gate chan struct{} }
+// A spec write stuck in the store (here a store that does not return; in
+// production bbolt waiting for a reader, a full disk...) wedges AddTarget
+// and every write behind it: within the liveness timeout /healthz answers
+// 503 with what stalled, pulsed's own grpc health is NOT_SERVING and
+// pulse_stalled{component="write_lock"} is 1; all of it clears, and the
+// call succeeds, when the store returns.
+func TestWatchdogSeesAStuckWrite(t *testing.T) {
+	clock := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	store := &gatedStore{specGate: make(chan struct{})}
+	var release sync.Once
+	open := func() { release.Do(func() { close(store.specGate) }) }
+	c, err := checker.New(checker.Config{
+		Clock:     clock,
+		Store:     store,
+		NewProber: func(probe.Spec) (checker.Prober, error) { return nopProber{}, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	defer open()
+	srv := server.New(c)
+	gs, hs := server.NewGRPCServer(srv, server.Options{})
+	defer gs.Stop()
+	logger := slog.New(slog.DiscardHandler)
+	obs := newObservability(false, logger)
+	const timeout = 30 * time.Second
+	wd, err := startWatchdog(c, timeout, hs, obs, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wd.Close()
+	httpSrv := httptest.NewServer(webHandler(c, obs))
+	defer httpSrv.Close()
+
+	self := func() healthpb.HealthCheckResponse_ServingStatus {
+		resp, err := hs.Check(t.Context(), &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetStatus()
+	}
+	if code, body := get(t, httpSrv.URL+"/healthz"); code != http.StatusOK || self() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("at start: /healthz %d %q, health %v", code, body, self())
+	}
+
+	added := make(chan error, 1)
+	go func() {
+		_, err := srv.AddTarget(t.Context(), &pb.AddTargetRequest{Target: &pb.Target{Name: "a", Probe: &pb.Target_Tcp{Tcp: &pb.TcpProbe{Address: "127.0.0.1:9"}}}})
+		added <- err
+	}()
+	eventually(t, "the write to reach the store", func() bool { return store.writing.Load() })
+	// The watchdog looks every second of the fake clock: once past the
+	// timeout, it reports the write within a look or two.
+	start := clock.Now()
+	eventually(t, "the stuck write to be reported", func() bool {
+		clock.Advance(time.Second)
+		return self() == healthpb.HealthCheckResponse_NOT_SERVING
+	})
+	if took := clock.Now().Sub(start); took > timeout+2*time.Second {
+		t.Errorf("reported %v after the write stuck, with a timeout of %v", took, timeout)
+	}
+	code, body := get(t, httpSrv.URL+"/healthz")
+	if code != http.StatusServiceUnavailable || !regexp.MustCompile(`^not live: write_lock: lock held for \d+s\n$`).MatchString(body) {
+		t.Errorf("/healthz while the write is stuck: %d %q", code, body)
+	}
+	if got := gauges(t, obs); got != "checker_lock=0 commit_queue=0 committer=0 scheduler=0 watch_hub=0 write_lock=1" {
+		t.Errorf("pulse_stalled while the write is stuck: %s", got)
+	}
+
+	open()
+	if err := <-added; err != nil {
+		t.Errorf("AddTarget once the store returned: %v", err)
+	}
+	eventually(t, "pulsed to be live again", func() bool {
+		clock.Advance(time.Second)
+		return self() == healthpb.HealthCheckResponse_SERVING
+	})
+	if code, body := get(t, httpSrv.URL+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz once recovered: %d %q", code, body)
+	}
+	if got := gauges(t, obs); got != "checker_lock=0 commit_queue=0 committer=0 scheduler=0 watch_hub=0 write_lock=0" {
+		t.Errorf("pulse_stalled once recovered: %s", got)
+	}
+}
+
+// webHandler is pulsed's HTTP handler over c, as obs.start builds it.
+func webHandler(c *checker.Checker, obs *observability) http.Handler {
+	return web.NewHandler(web.Config{Checker: c, Gatherer: obs.reg, Ready: obs.ready, Live: obs.live})
+}
+
+// gatedStore is a checker.Store whose CommitStates waits for gate and
+// whose PutSpec waits for specGate, when they are set.
+type gatedStore struct {
+	gate     chan struct{}
+	specGate chan struct{}
+	writing  atomic.Bool // a PutSpec has begun
+}
 
 func (*gatedStore) Load() ([]checker.StoredTarget, uint64, error) { return nil, 0, nil }
-func (*gatedStore) PutSpec(checker.Spec) error                    { return nil }
-func (*gatedStore) DeleteTarget(string) error                     { return nil }
+func (s *gatedStore) PutSpec(checker.Spec) error {
+	s.writing.Store(true)
+	if s.specGate != nil {
+		<-s.specGate
+	}
+	return nil
+}
+func (*gatedStore) DeleteTarget(string) error { return nil }
 func (s *gatedStore) CommitStates([]checker.StoredState, []string, uint64) error {
-	<-s.gate
+	if s.gate != nil {
+		<-s.gate
+	}
 	return nil
 }
 

@@ -106,7 +106,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.watchHistory, "watch-history", 10000, "events kept for WatchTransitions streams to resume from; a stream further behind is ended with RESOURCE_EXHAUSTED")
 	fs.DurationVar(&cfg.watchProgress, "watch-progress", 30*time.Second, "how long a WatchTransitions stream may stay idle before it gets a progress event with the current revision")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long to let calls in progress finish before closing them; past it and a grace of 5s, or at a second signal, pulsed exits at once with status 1")
-	fs.DurationVar(&cfg.livenessTimeout, "liveness-timeout", checker.DefaultLivenessTimeout, "how long a part of pulsed (scheduler, committer, watch hub, its lock) may make no progress before pulsed is not live: /healthz answers 503 and grpc.health.v1 NOT_SERVING for pulsed itself")
+	fs.DurationVar(&cfg.livenessTimeout, "liveness-timeout", checker.DefaultLivenessTimeout, "how long a part of pulsed (scheduler, committer, a write to the store, the watch hub, each lock a write needs) may make no progress before pulsed is not live: /healthz answers 503 and grpc.health.v1 NOT_SERVING for pulsed itself")
 	fs.StringVar(&cfg.httpListen, "http-listen", "127.0.0.1:9090", "`address` to serve /metrics, the status page at /, /healthz and /readyz on (host:port; port 0 picks a free one; empty disables)")
 	fs.BoolVar(&cfg.metricsPerTarget, "metrics-per-target", true, "export pulse_target_up and pulse_target_last_latency_seconds, two series per target; false drops them for very large fleets")
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn or error")
@@ -258,7 +258,7 @@ func run(args []string, stderr io.Writer) error {
 		return err
 	}
 	if bolt != nil {
-		obs.backup = bolt.Backup
+		obs.backup = backupFrom(bolt)
 	}
 	cc := checker.Config{
 		NewProber:           func(s probe.Spec) (checker.Prober, error) { return probes.New(s) },

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/boltstore"
 	"github.com/pulsehealth/pulse/internal/version"
 	"github.com/pulsehealth/pulse/server"
 	"github.com/pulsehealth/pulse/server/web"
@@ -33,7 +33,7 @@ type observability struct {
 	reg       *prometheus.Registry
 	observer  *web.Observer // goes into checker.Config.Observer
 	grpc      *grpcprom.ServerMetrics
-	backup    func(io.Writer) (int64, error)  // the store's hot backup; nil without a store
+	backup    func() (web.Snapshot, error)    // the store's hot backup; nil without a store
 	tokens    *server.Tokens                  // nil: every path is open
 	tls       *tls.Config                     // nil: plain HTTP
 	limit     func(net.Listener) net.Listener // the connection limits; nil: none
@@ -59,6 +59,18 @@ func newObservability(perTarget bool, logger *slog.Logger) *observability {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return o
+}
+
+// backupFrom is /backup's copy of the store s: a Snapshot, so that a slow
+// client reads a temporary copy and never holds the store against writers.
+func backupFrom(s *boltstore.Store) func() (web.Snapshot, error) {
+	return func() (web.Snapshot, error) {
+		snap, err := s.Snapshot()
+		if err != nil {
+			return nil, err // not a nil *Snapshot in a non-nil interface
+		}
+		return snap, nil
+	}
 }
 
 // buildInfo is pulse_build_info: 1, labelled with the build's version.

@@ -61,7 +61,7 @@ func TestTokensGuardEveryPath(t *testing.T) {
 	e := newEnv(t, checker.Config{}, web.Config{
 		Tokens:   tokens(t),
 		Gatherer: prometheus.NewRegistry(),
-		Backup:   func(w io.Writer) (int64, error) { n, err := io.WriteString(w, "the-store"); return int64(n), err },
+		Backup:   func() (web.Snapshot, error) { return newSnapshot("the-store"), nil },
 	})
 	e.add(t, tcpSpec("web-1", "edge"))
 	e.rounds(1)

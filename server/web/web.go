@@ -15,7 +15,6 @@ package web
 
 import (
 	"embed"
-	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -60,9 +59,17 @@ type Config struct {
 	// sends a progress event with the current revision (which also keeps
 	// proxies from closing it). If 0, 15 seconds.
 	ProgressInterval time.Duration
-	// Backup writes a consistent copy of the store to w, for GET /backup.
-	// If nil (no store), /backup answers 404.
-	Backup func(w io.Writer) (int64, error)
+	// Backup takes a consistent copy of the store for GET /backup, which
+	// streams it with its Content-Length, one backup at a time (another
+	// request meanwhile gets 503); a failure to take it is a 500 that says
+	// why. It is called from the request's goroutine. If nil (no store),
+	// /backup answers 404.
+	Backup func() (Snapshot, error)
+	// BackupWriteTimeout bounds each write of a backup to its client: a
+	// client that does not take a write's bytes within it is cut off (its
+	// body stays short of the Content-Length). If not positive,
+	// DefaultBackupWriteTimeout.
+	BackupWriteTimeout time.Duration
 	// Tokens, if not nil, guard every path but /healthz, /readyz and the
 	// status page's static shell (its HTML, script and style, which hold no
 	// data): a request needs "Authorization: Bearer <token>" of the read
@@ -86,6 +93,10 @@ type Handler struct {
 	mux      *http.ServeMux
 	tokens   *server.Tokens
 	static   map[string]bool // the URL paths of the page's shell
+
+	backup      func() (Snapshot, error) // nil: no store
+	backupWrite time.Duration
+	backupSlot  chan struct{} // holds a token while a backup runs: one at a time
 }
 
 // NewHandler returns the handler serving cfg.Checker.
@@ -100,6 +111,13 @@ func NewHandler(cfg Config) *Handler {
 		progress: cfg.ProgressInterval,
 		mux:      http.NewServeMux(),
 		tokens:   cfg.Tokens,
+
+		backup:      cfg.Backup,
+		backupWrite: cfg.BackupWriteTimeout,
+		backupSlot:  make(chan struct{}, 1),
+	}
+	if h.backupWrite <= 0 {
+		h.backupWrite = DefaultBackupWriteTimeout
 	}
 	if h.logger == nil {
 		h.logger = slog.New(slog.DiscardHandler)
@@ -132,17 +150,7 @@ func NewHandler(cfg Config) *Handler {
 	h.mux.HandleFunc("GET /events", h.serveEvents)
 	h.mux.HandleFunc("GET /healthz", h.serveHealthz)
 	h.mux.HandleFunc("GET /readyz", h.serveReadyz)
-	h.mux.HandleFunc("GET /backup", func(w http.ResponseWriter, r *http.Request) {
-		if cfg.Backup == nil {
-			http.Error(w, "pulsed runs without a store (-data-dir \"\"): there is nothing to back up", http.StatusNotFound)
-			return
-		}
-		w.Header().Set("Content-Type", "application/octet-stream")
-		w.Header().Set("Content-Disposition", `attachment; filename="pulse.db"`)
-		if _, err := cfg.Backup(w); err != nil {
-			h.logger.Error("backup failed", "error", err) // the client sees a cut-off body
-		}
-	})
+	h.mux.HandleFunc("GET /backup", h.serveBackup)
 	return h
 }
 
