@@ -312,6 +312,11 @@ func run(args []string, stderr io.Writer) error {
 		return err
 	}
 	defer wd.Close()
+	sd, err := startSystemd(obs.live, logger)
+	if err != nil {
+		return err
+	}
+	defer sd.close()
 
 	lis, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
@@ -347,6 +352,7 @@ func run(args []string, stderr io.Writer) error {
 	select {
 	case <-c.Scheduled():
 		obs.setReady(nil)
+		sd.ready()
 	case <-ctx.Done():
 	}
 
@@ -365,6 +371,7 @@ wait:
 	}
 	logger.Info("pulsed shutting down", "timeout", cfg.shutdownTimeout.String(), "grace", shutdownGrace.String())
 	deadline := time.Now().Add(cfg.shutdownTimeout)
+	sd.stopping()
 	hs.Shutdown() // grpc.health.v1 answers NOT_SERVING from now on
 	obs.setReady(errors.New("shutting down"))
 	wd.Close()
