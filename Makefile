@@ -39,7 +39,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 IMAGE   ?= $(BIN)/pulse-image.tar
 
 .PHONY: image
-image: ## build the container image (static pulsed, pulsectl, pulse-lb; no daemon, no base image) into $(IMAGE), tagged localhost/pulse:$(VERSION) and :latest
+image: ## build the container image (static pulsed, pulsectl, pulse-lb; no daemon, no base image) into bin/pulse-image.tar, tagged localhost/pulse:VERSION (git describe) and :latest
 	CGO_ENABLED=0 $(GO) build -trimpath $(LDFLAGS) -o $(BIN)/image/ ./cmd/pulsed ./cmd/pulsectl ./cmd/pulse-lb
 	$(GO) run ./deploy/image -bin $(BIN)/image -version $(VERSION) -revision "$$(git rev-parse HEAD 2>/dev/null)" \
 		-created "$$(git log -1 --format=%cI 2>/dev/null || date -u +%Y-%m-%dT%H:%M:%SZ)" -out $(IMAGE)
