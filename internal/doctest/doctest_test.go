@@ -204,6 +204,7 @@ var runnablePages = []string{
 	"docs/integrations/go.md",
 	"docs/integrations/grpc-health.md",
 	"docs/integrations/prometheus.md",
+	"docs/integrations/watch.md",
 }
 
 // TestPagesRun runs the runnable steps of each page in runnablePages, in
@@ -337,7 +338,9 @@ func runPage(t *testing.T, page, dir string, steps []Step) {
 		script := fmt.Sprintf("[ -f %q ] && . %q\ncd \"$(cat %q)\"\n", envFile, envFile, cwdFile)
 		switch s.Kind {
 		case Run:
-			script += fmt.Sprintf("trap 'export -p > %q; pwd > %q' EXIT\nset -e\n%s\n", envFile, cwdFile, s.Body)
+			// set -a: a variable a step sets is there for the next ones, as
+			// in the reader's shell.
+			script += fmt.Sprintf("trap 'export -p > %q; pwd > %q' EXIT\nset -ea\n%s\n", envFile, cwdFile, s.Body)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			cmd := exec.CommandContext(ctx, "bash", "-c", script)
 			cmd.Env = env
