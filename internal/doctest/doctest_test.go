@@ -204,6 +204,7 @@ var runnablePages = []string{
 	"docs/integrations/go.md",
 	"docs/integrations/grpc-health.md",
 	"docs/integrations/prometheus.md",
+	"docs/integrations/pulse-lb.md",
 	"docs/integrations/watch.md",
 }
 
