@@ -55,10 +55,11 @@ const (
 	minPageSize = 1024     // the smallest page size bbolt looks for
 	maxPageSize = 16 << 20 // the largest
 
-	// maxDepth bounds the walk's nesting of tree levels and buckets. A
-	// branch page has at least two children, so 64 levels are more than a
-	// file can hold; the bound only keeps a damaged file from taking the
-	// walk deep.
+	// maxDepth bounds the walk's recursion, tree levels and nested buckets
+	// together. bbolt keeps its trees balanced with pages of many keys, so
+	// a store of millions of keys is a few levels deep, and Pulse nests no
+	// buckets; the visited pages already end any loop, and the bound keeps
+	// a damaged chain of pages from taking the walk deep.
 	maxDepth = 64
 )
 
@@ -124,12 +125,12 @@ func verifyFile(r io.ReaderAt, size int64) error {
 
 // meta is what the check needs of a meta page.
 type meta struct {
-	page                 int // 0 or 1
-	pageSize             uint32
-	root, freelist, hwm  uint64
-	txid                 uint64
-	magic, version       uint32
-	checksum, computeSum uint64
+	page                int // 0 or 1
+	magic, version      uint32
+	pageSize            uint32
+	root, freelist, hwm uint64
+	txid                uint64
+	checksum, sum       uint64 // as stored, as computed
 }
 
 func parseMeta(page int, b []byte) meta {
@@ -139,13 +140,13 @@ func parseMeta(page int, b []byte) meta {
 	return meta{
 		page: page, magic: ne.Uint32(m[0:]), version: ne.Uint32(m[4:]), pageSize: ne.Uint32(m[8:]),
 		root: ne.Uint64(m[16:]), freelist: ne.Uint64(m[32:]), hwm: ne.Uint64(m[40:]), txid: ne.Uint64(m[48:]),
-		checksum: ne.Uint64(m[checksumOffset:]), computeSum: h.Sum64(),
+		checksum: ne.Uint64(m[checksumOffset:]), sum: h.Sum64(),
 	}
 }
 
 // valid is bbolt's own check of a meta page.
 func (m meta) valid() bool {
-	return m.magic == boltMagic && m.version == boltVersion && m.checksum == m.computeSum
+	return m.magic == boltMagic && m.version == boltVersion && m.checksum == m.sum
 }
 
 // pageSizeOf finds the page size as bbolt does: from meta page 0 if it is

@@ -10,8 +10,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/boltstore"
+	"github.com/pulsehealth/pulse/checker/probe"
 )
 
 // storeBytes is a bbolt file in memory, read just enough to damage it
@@ -26,7 +29,7 @@ type storeBytes struct {
 
 var ne = binary.NativeEndian
 
-func readStore(t *testing.T, path string) *storeBytes {
+func readStore(t testing.TB, path string) *storeBytes {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -47,7 +50,7 @@ func (s *storeBytes) page(id uint64) []byte { return s.b[int(id)*s.pageSize:][:s
 
 // bucketValue returns the root bucket's value for the named bucket: its
 // root page id is the first 8 bytes.
-func (s *storeBytes) bucketValue(t *testing.T, name string) []byte {
+func (s *storeBytes) bucketValue(t testing.TB, name string) []byte {
 	t.Helper()
 	p := s.page(s.root)
 	if flags := ne.Uint16(p[8:]); flags != 0x02 {
@@ -64,7 +67,7 @@ func (s *storeBytes) bucketValue(t *testing.T, name string) []byte {
 	return nil
 }
 
-func (s *storeBytes) write(t *testing.T, path string) {
+func (s *storeBytes) write(t testing.TB, path string) {
 	t.Helper()
 	if err := os.WriteFile(path, s.b, 0o600); err != nil {
 		t.Fatal(err)
@@ -77,15 +80,15 @@ func (s *storeBytes) write(t *testing.T, path string) {
 // what the error must say.
 var damageThatKilledTheProcess = []struct {
 	name   string
-	damage func(t *testing.T, s *storeBytes) []string
+	damage func(t testing.TB, s *storeBytes) []string
 }{
-	{"freelist count of 2^40", func(t *testing.T, s *storeBytes) []string {
+	{"freelist count of 2^40", func(t testing.TB, s *storeBytes) []string {
 		p := s.page(s.freelist)
 		ne.PutUint16(p[10:], 0xFFFF) // the count is in the first element
 		ne.PutUint64(p[16:], 1<<40)
 		return []string{"freelist page", "1099511627776"}
 	}},
-	{"branch page whose child is itself", func(t *testing.T, s *storeBytes) []string {
+	{"branch page whose child is itself", func(t testing.TB, s *storeBytes) []string {
 		root := ne.Uint64(s.bucketValue(t, "specs"))
 		p := s.page(root)
 		if flags := ne.Uint16(p[8:]); flags != 0x01 {
@@ -94,7 +97,7 @@ var damageThatKilledTheProcess = []struct {
 		ne.PutUint64(p[16+8:], root) // element 0's child
 		return []string{"branch page " + itoa(root) + " (element 0) points at page " + itoa(root), "loop"}
 	}},
-	{"bucket root at the freelist page", func(t *testing.T, s *storeBytes) []string {
+	{"bucket root at the freelist page", func(t testing.TB, s *storeBytes) []string {
 		ne.PutUint64(s.bucketValue(t, "specs"), s.freelist)
 		return []string{`bucket "specs"`, "points at the freelist page " + itoa(s.freelist)}
 	}},
@@ -162,4 +165,67 @@ func TestFreelistCountInItsFirstElement(t *testing.T) {
 	if err := readAll(filepath.Dir(path)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// FuzzOpen opens and reads a small store with patches applied: each a
+// 12-byte record of an offset (4 bytes, modulo the file's size) and 8 bytes
+// to write there. Whatever the patches, reading gives the data, an error
+// wrapping ErrDamaged or a record's decoding error, and never a crash, a
+// hang or a large allocation. (Patches rather than the file itself keep
+// the inputs, and their minimizing, small.)
+func FuzzOpen(f *testing.F) {
+	dir := f.TempDir()
+	s, err := boltstore.Open(dir, time.Second)
+	if err != nil {
+		f.Fatal(err)
+	}
+	var states []checker.StoredState
+	for _, name := range []string{"web-1", "web-2", "db-1"} {
+		sp := checker.Spec{Name: name, Group: "edge", Probe: probe.Spec{TCP: &probe.TCPSpec{Address: "127.0.0.1:9"}}, Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}
+		if err := s.PutSpec(sp); err != nil {
+			f.Fatal(err)
+		}
+		states = append(states, checker.StoredState{Name: name, State: checker.StateHealthy})
+	}
+	if err := s.CommitStates(states, nil, 3); err != nil {
+		f.Fatal(err)
+	}
+	if err := s.PutGroupPolicy("edge", checker.GroupPolicy{MaxUnhealthyFraction: 0.5}); err != nil {
+		f.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		f.Fatal(err)
+	}
+	store := readStore(f, filepath.Join(dir, boltstore.FileName))
+	patch := func(off int, v uint64) []byte {
+		return ne.AppendUint64(ne.AppendUint32(nil, uint32(off)), v)
+	}
+	fl := int(store.freelist) * store.pageSize
+	specs := len(store.b) - len(store.bucketValue(f, "specs"))
+	f.Add([]byte{})
+	f.Add(append(patch(fl+8, 0xFFFF_0010), patch(fl+16, 1<<40)...)) // count 0xFFFF, then 2^40 in the first slot
+	f.Add(patch(specs, store.freelist))                             // the specs bucket's root at the freelist
+	f.Add(patch(int(store.root)*store.pageSize, 1))                 // the root page says it is page 1
+	f.Add(patch(16+40, 1<<20))                                      // meta 0's high water mark
+	f.Fuzz(func(t *testing.T, patches []byte) {
+		b := bytes.Clone(store.b)
+		for ; len(patches) >= 12; patches = patches[12:] {
+			off := int(ne.Uint32(patches) % uint32(len(b)-7))
+			copy(b[off:], patches[4:12])
+		}
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, boltstore.FileName), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		err := readAll(dir)
+		runtime.ReadMemStats(&after)
+		if err != nil && !errors.Is(err, boltstore.ErrDamaged) && !strings.HasPrefix(err.Error(), "stored ") {
+			t.Fatalf("read a patched store: %v, want nil, an error wrapping ErrDamaged or a record's error", err)
+		}
+		if n := after.TotalAlloc - before.TotalAlloc; n > 64<<20 {
+			t.Errorf("reading a %d-byte store allocated %d bytes", len(b), n)
+		}
+	})
 }
