@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -23,6 +24,7 @@ import (
 type storeBytes struct {
 	b        []byte
 	pageSize int
+	meta     []byte // the current meta page, after its header
 	root     uint64 // the root bucket's page
 	freelist uint64
 }
@@ -43,7 +45,27 @@ func readStore(t testing.TB, path string) *storeBytes {
 	if m1 := b[pageSize+16:]; ne.Uint64(m1[48:]) > ne.Uint64(meta[48:]) {
 		meta = m1
 	}
-	return &storeBytes{b: b, pageSize: pageSize, root: ne.Uint64(meta[16:]), freelist: ne.Uint64(meta[32:])}
+	return &storeBytes{b: b, pageSize: pageSize, meta: meta, root: ne.Uint64(meta[16:]), freelist: ne.Uint64(meta[32:])}
+}
+
+// setMeta changes the current meta page and updates its checksum: an
+// FNV-64a of its first 56 bytes.
+func (s *storeBytes) setMeta(change func(m []byte)) {
+	change(s.meta)
+	h := fnv.New64a()
+	h.Write(s.meta[:56])
+	ne.PutUint64(s.meta[56:], h.Sum64())
+}
+
+// specsRoot returns the specs bucket's root page, a branch page.
+func (s *storeBytes) specsRoot(t testing.TB) []byte {
+	t.Helper()
+	root := ne.Uint64(s.bucketValue(t, "specs"))
+	p := s.page(root)
+	if flags := ne.Uint16(p[8:]); flags != 0x01 {
+		t.Fatalf("specs root page %d has flags %#x, want a branch page", root, flags)
+	}
+	return p
 }
 
 func (s *storeBytes) page(id uint64) []byte { return s.b[int(id)*s.pageSize:][:s.pageSize] }
@@ -65,6 +87,21 @@ func (s *storeBytes) bucketValue(t testing.TB, name string) []byte {
 	}
 	t.Fatalf("no bucket %q in the root bucket", name)
 	return nil
+}
+
+// copyStore copies the store file at path into a new data dir and
+// returns the copy's path.
+func copyStore(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := filepath.Join(t.TempDir(), boltstore.FileName)
+	if err := os.WriteFile(cp, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cp
 }
 
 func (s *storeBytes) write(t testing.TB, path string) {
@@ -89,11 +126,8 @@ var damageThatKilledTheProcess = []struct {
 		return []string{"freelist page", "1099511627776"}
 	}},
 	{"branch page whose child is itself", func(t testing.TB, s *storeBytes) []string {
-		root := ne.Uint64(s.bucketValue(t, "specs"))
-		p := s.page(root)
-		if flags := ne.Uint16(p[8:]); flags != 0x01 {
-			t.Fatalf("specs root page %d has flags %#x, want a branch page", root, flags)
-		}
+		p := s.specsRoot(t)
+		root := ne.Uint64(p)
 		ne.PutUint64(p[16+8:], root) // element 0's child
 		return []string{"branch page " + itoa(root) + " (element 0) points at page " + itoa(root), "loop"}
 	}},
@@ -111,9 +145,10 @@ func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
 // ErrDamaged that names the page and the problem, promptly and without
 // allocating more than a few megabytes.
 func TestDamageThatKilledTheProcessIsReported(t *testing.T) {
+	filled := filledStore(t)
 	for _, tc := range damageThatKilledTheProcess {
 		t.Run(tc.name, func(t *testing.T) {
-			path := filledStore(t)
+			path := copyStore(t, filled)
 			s := readStore(t, path)
 			orig := bytes.Clone(s.b)
 			want := tc.damage(t, s)
@@ -142,6 +177,112 @@ func TestDamageThatKilledTheProcessIsReported(t *testing.T) {
 			}
 			if err := readAll(filepath.Dir(path)); err != nil {
 				t.Errorf("reopen after restoring the file: %v", err)
+			}
+		})
+	}
+}
+
+// TestDamageIsNamed: each check of the store file before bbolt reads it
+// refuses its kind of damage with an error wrapping ErrDamaged that names
+// the page and what is wrong with it.
+func TestDamageIsNamed(t *testing.T) {
+	filled := filledStore(t)
+	freeIDs := func(t testing.TB, s *storeBytes, n int) []byte {
+		p := s.page(s.freelist)
+		if c := int(ne.Uint16(p[10:])); c < n || c == 0xFFFF {
+			t.Fatalf("the filled store's freelist has %d entries; the test needs %d", c, n)
+		}
+		return p[16:]
+	}
+	firstLeaf := func(t testing.TB, s *storeBytes) (uint64, []byte) {
+		p := s.specsRoot(t)
+		for range 8 { // down the first children to a leaf
+			if ne.Uint16(p[8:]) == 0x02 {
+				return ne.Uint64(p), p
+			}
+			p = s.page(ne.Uint64(p[16+8:]))
+		}
+		t.Fatal("no leaf page under the specs root's first children")
+		return 0, nil
+	}
+	for _, tc := range []struct {
+		name   string
+		damage func(t testing.TB, s *storeBytes) string
+	}{
+		{"high water mark past the end of the file", func(t testing.TB, s *storeBytes) string {
+			pages := len(s.b) / s.pageSize
+			s.setMeta(func(m []byte) { ne.PutUint64(m[40:], uint64(pages+10)) })
+			return "the store has " + itoa(uint64(pages+10)) + " pages, but the file holds only " + itoa(uint64(pages))
+		}},
+		{"page size not a power of two", func(t testing.TB, s *storeBytes) string {
+			s.setMeta(func(m []byte) { ne.PutUint32(m[8:], 3000) })
+			return "page size 3000"
+		}},
+		{"freelist page that is not one", func(t testing.TB, s *storeBytes) string {
+			ne.PutUint16(s.page(s.freelist)[8:], 0x02)
+			return "page " + itoa(s.freelist) + ": a leaf page where a freelist page belongs"
+		}},
+		{"freelist lists a page twice", func(t testing.TB, s *storeBytes) string {
+			ids := freeIDs(t, s, 2)
+			copy(ids[8:16], ids[0:8])
+			return "freelist page " + itoa(s.freelist) + ": lists page " + itoa(ne.Uint64(ids)) + " twice"
+		}},
+		{"freelist lists a page past the end", func(t testing.TB, s *storeBytes) string {
+			ne.PutUint64(freeIDs(t, s, 1), 1<<40)
+			return "lists page 1099511627776, which is not one of the store's pages"
+		}},
+		{"freelist lists a page in use", func(t testing.TB, s *storeBytes) string {
+			root := ne.Uint64(s.specsRoot(t))
+			ne.PutUint64(freeIDs(t, s, 1), root)
+			return "points at page " + itoa(root) + ", which the freelist lists as free"
+		}},
+		{"page whose header names another", func(t testing.TB, s *storeBytes) string {
+			p := s.specsRoot(t)
+			id := ne.Uint64(p)
+			ne.PutUint64(p, id+1)
+			return "page " + itoa(id) + ": its header says it is page " + itoa(id+1)
+		}},
+		{"overflow past the end", func(t testing.TB, s *storeBytes) string {
+			p := s.specsRoot(t)
+			ne.PutUint32(p[12:], 1<<31)
+			return "page " + itoa(ne.Uint64(p)) + ": its 2147483648 overflow pages run past the store's last page"
+		}},
+		{"bucket root at a meta page", func(t testing.TB, s *storeBytes) string {
+			ne.PutUint64(s.bucketValue(t, "specs"), 1)
+			return `bucket "specs" points at meta page 1`
+		}},
+		{"branch child past the end", func(t testing.TB, s *storeBytes) string {
+			p := s.specsRoot(t)
+			ne.PutUint64(p[16+16+8:], 1<<33) // element 1's child
+			return "branch page " + itoa(ne.Uint64(p)) + " (element 1) points at page 8589934592, past the store's last page"
+		}},
+		{"more elements than the page holds", func(t testing.TB, s *storeBytes) string {
+			id, p := firstLeaf(t, s)
+			ne.PutUint16(p[10:], 0xFFF0)
+			return "page " + itoa(id) + ": 65520 elements do not fit in its " + itoa(uint64(s.pageSize)) + " bytes"
+		}},
+		{"key outside its page", func(t testing.TB, s *storeBytes) string {
+			id, p := firstLeaf(t, s)
+			ne.PutUint32(p[16+4:], 0xFFFFFF00) // element 0's key position
+			return "page " + itoa(id) + ": element 0: its key and value"
+		}},
+		{"inline bucket whose page is not a leaf", func(t testing.TB, s *storeBytes) string {
+			v := s.bucketValue(t, "policies")
+			if ne.Uint64(v) != 0 {
+				t.Fatalf("the policies bucket has root page %d, want an inline bucket", ne.Uint64(v))
+			}
+			ne.PutUint16(v[16+8:], 0x01)
+			return `bucket "policies": an inline bucket whose page is a branch page`
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := copyStore(t, filled)
+			s := readStore(t, path)
+			want := tc.damage(t, s)
+			s.write(t, path)
+			err := readAll(filepath.Dir(path))
+			if !errors.Is(err, boltstore.ErrDamaged) || !strings.Contains(err.Error(), want) {
+				t.Fatalf("read the damaged store: %v, want an error wrapping ErrDamaged that says %q", err, want)
 			}
 		})
 	}
