@@ -288,6 +288,21 @@ func TestDamageIsNamed(t *testing.T) {
 	}
 }
 
+// TestStoreInUseIsNotChecked: the file is checked under its lock, so a
+// store that another opener holds (and may be writing) is reported as
+// locked, never as damaged from bytes read in the middle of a write.
+func TestStoreInUseIsNotChecked(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	defer s.Close()
+	// What a reader without the lock could see: both meta pages half
+	// written.
+	overwrite(t, filepath.Join(dir, boltstore.FileName), 0, bytes.Repeat([]byte{0xAB}, 2*os.Getpagesize()))
+	if _, err := boltstore.Open(dir, 50*time.Millisecond); !errors.Is(err, boltstore.ErrLocked) {
+		t.Fatalf("Open of a store in use: %v, want ErrLocked", err)
+	}
+}
+
 // TestFreelistCountInItsFirstElement: a freelist whose count is in its
 // first element (the form bbolt writes for 65,535 free pages or more) is
 // read as bbolt reads it, not refused.
