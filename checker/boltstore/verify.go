@@ -233,11 +233,11 @@ type verifier struct {
 // readPage reads page id, checks its header (its own id, flags among
 // want, its span within the store) and marks its span used.
 func (v *verifier) readPage(id uint64, want uint16) ([]byte, error) {
-	hdr := make([]byte, pageHeaderSize)
-	if _, err := v.r.ReadAt(hdr, int64(id*v.pageSize)); err != nil {
+	b := make([]byte, v.pageSize)
+	if _, err := v.r.ReadAt(b, int64(id*v.pageSize)); err != nil {
 		return nil, fmt.Errorf("read page %d: %w", id, err)
 	}
-	hid, flags, overflow := ne.Uint64(hdr), ne.Uint16(hdr[8:]), uint64(ne.Uint32(hdr[12:]))
+	hid, flags, overflow := ne.Uint64(b), ne.Uint16(b[8:]), uint64(ne.Uint32(b[12:]))
 	switch {
 	case hid != id:
 		return nil, fmt.Errorf("page %d: its header says it is page %d", id, hid)
@@ -255,9 +255,11 @@ func (v *verifier) readPage(id uint64, want uint16) ([]byte, error) {
 		}
 		v.used.set(o)
 	}
-	b := make([]byte, (overflow+1)*v.pageSize)
-	if _, err := v.r.ReadAt(b, int64(id*v.pageSize)); err != nil {
-		return nil, fmt.Errorf("read page %d: %w", id, err)
+	if overflow > 0 {
+		b = append(b, make([]byte, overflow*v.pageSize)...)
+		if _, err := v.r.ReadAt(b[v.pageSize:], int64((id+1)*v.pageSize)); err != nil {
+			return nil, fmt.Errorf("read page %d: %w", id, err)
+		}
 	}
 	return b, nil
 }

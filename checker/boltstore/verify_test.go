@@ -303,6 +303,33 @@ func TestStoreInUseIsNotChecked(t *testing.T) {
 	}
 }
 
+// TestPagesWithOverflowPass: a record larger than a page is stored on a
+// page with overflow pages; the check reads them as bbolt does and the
+// store opens with the record intact.
+func TestPagesWithOverflowPass(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	big := checker.Spec{Name: "big", Probe: probe.Spec{HTTP: &probe.HTTPSpec{URL: "http://127.0.0.1:8080/", Headers: map[string]string{"X-Big": strings.Repeat("x", 5*os.Getpagesize())}}}}
+	for i := range 3 { // three versions: the older ones' pages are freed
+		big.Group = itoa(uint64(i))
+		if err := s.PutSpec(big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, dir)
+	defer s.Close()
+	got, _, err := s.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Err != nil || got[0].Spec.Probe.HTTP.Headers["X-Big"] != big.Probe.HTTP.Headers["X-Big"] {
+		t.Fatalf("Load: %d targets, want the big one intact", len(got))
+	}
+}
+
 // TestFreelistCountInItsFirstElement: a freelist whose count is in its
 // first element (the form bbolt writes for 65,535 free pages or more) is
 // read as bbolt reads it, not refused.
