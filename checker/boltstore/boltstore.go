@@ -52,7 +52,7 @@ type damagedError struct {
 }
 
 func (e *damagedError) Error() string {
-	return fmt.Sprintf("%s is damaged (%s): restore a backup (README \"Backup\") or move it away", e.path, e.cause)
+	return fmt.Sprintf("%s is damaged (%s): restore a backup (docs/operations/durability.md, \"Backup\") or move it away", e.path, e.cause)
 }
 
 func (e *damagedError) Is(target error) bool { return target == ErrDamaged }

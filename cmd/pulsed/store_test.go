@@ -225,7 +225,7 @@ func TestDamagedStoreExitsWithAClearError(t *testing.T) {
 			if !errors.As(err, &ee) || ee.ExitCode() != 2 {
 				t.Fatalf("pulsed on a damaged store: %v, want exit status 2\n%s", err, out)
 			}
-			if !strings.Contains(string(out), path+" is damaged (") || !strings.Contains(string(out), `restore a backup (README "Backup") or move it away`) {
+			if !strings.Contains(string(out), path+" is damaged (") || !strings.Contains(string(out), `restore a backup (docs/operations/durability.md, "Backup") or move it away`) {
 				t.Errorf("pulsed does not say what is damaged and what to do:\n%s", out)
 			}
 			if strings.Contains(string(out), "panic") || strings.Contains(string(out), "goroutine ") {
@@ -326,7 +326,7 @@ func TestStoreDamageThatKilledThePulsedExitsWithAClearError(t *testing.T) {
 			if want := path + " is damaged (" + tc.want; !strings.Contains(string(out), want) {
 				t.Errorf("pulsed does not say %q:\n%s", want, out)
 			}
-			if !strings.Contains(string(out), `restore a backup (README "Backup") or move it away`) {
+			if !strings.Contains(string(out), `restore a backup (docs/operations/durability.md, "Backup") or move it away`) {
 				t.Errorf("pulsed does not say what to do:\n%s", out)
 			}
 		})
