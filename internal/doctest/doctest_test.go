@@ -206,6 +206,7 @@ var runnablePages = []string{
 	"docs/integrations/prometheus.md",
 	"docs/integrations/pulse-lb.md",
 	"docs/integrations/watch.md",
+	"docs/integrations/xds.md",
 }
 
 // TestPagesRun runs the runnable steps of each page in runnablePages, in
