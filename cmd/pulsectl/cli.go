@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -62,7 +64,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	args, err := hoistGlobalFlags(args)
 	if err != nil {
-		e.errorf("%v; run 'pulsectl --help' for usage", err)
+		e.errorf("%v", err)
+		fmt.Fprintln(stderr, "Run 'pulsectl --help' for usage.")
 		return exitUsage
 	}
 	name := args[0]
@@ -75,16 +78,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			if c := lookup(args[1]); c != nil {
 				return c.run(ctx, e, c, []string{"--help"}) // the command's own flags
 			}
-			e.errorf("unknown command %q; run 'pulsectl --help' for the list", args[1])
-			return exitUsage
+			return unknownCommand(e, args[1])
 		}
 		usage(stdout)
 		return exitOK
 	}
 	c := lookup(name)
 	if c == nil {
-		e.errorf("unknown command %q; run 'pulsectl --help' for the list", name)
-		return exitUsage
+		return unknownCommand(e, name)
 	}
 	return c.run(ctx, e, c, args[1:])
 }
@@ -103,6 +104,24 @@ func lookup(name string) *command {
 		}
 	}
 	return nil
+}
+
+// unknownCommand says name is no command, suggests the closest ones, and
+// returns exitUsage.
+func unknownCommand(e *env, name string) int {
+	var names []string
+	for _, c := range commands() {
+		names = append(names, c.name)
+	}
+	names = append(names, slices.Collect(maps.Keys(aliases))...)
+	canonical := func(n string) string {
+		if real, ok := aliases[n]; ok {
+			return real
+		}
+		return n
+	}
+	e.errorf("unknown command %q; run 'pulsectl --help' for the list%s", name, didYouMean(suggest(name, names, canonical)))
+	return exitUsage
 }
 
 func usage(w io.Writer) {
@@ -173,7 +192,7 @@ func (c *command) parse(e *env, fs *flag.FlagSet, args []string) (pos []string, 
 			return nil, exitOK, false
 		}
 		if err != nil {
-			return nil, c.usageError(e, "%v", err), false
+			return nil, c.usageError(e, "%s", flagError(fs, err)), false
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
@@ -185,6 +204,25 @@ func (c *command) parse(e *env, fs *flag.FlagSet, args []string) (pos []string, 
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+}
+
+// undefinedFlag is the flag package's error for a flag a command lacks.
+const undefinedFlag = "flag provided but not defined: -"
+
+// flagDash matches a flag as the flag package names it in its errors.
+var flagDash = regexp.MustCompile(`\bflag -([A-Za-z0-9][A-Za-z0-9-]+)`)
+
+// flagError rewrites a parse error of fs for a person: flags named with
+// the dashes they are typed with (--interval, -o), and an unknown flag
+// followed by the closest flags fs has.
+func flagError(fs *flag.FlagSet, err error) string {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, undefinedFlag); ok {
+		var names []string
+		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+		return "unknown flag " + flagName(name) + didYouMean(suggest(name, names, flagName))
+	}
+	return flagDash.ReplaceAllString(msg, "flag --$1")
 }
 
 // usageError prints a usage problem and returns exitUsage.

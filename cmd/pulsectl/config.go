@@ -347,7 +347,8 @@ func hoistGlobalFlags(args []string) ([]string, error) {
 		name, _, hasValue := strings.Cut(name, "=")
 		takesValue, ok := globalFlags[name]
 		if !ok {
-			return nil, fmt.Errorf("flag %s is not a global flag; put it after the command", args[i])
+			hint := didYouMean(suggest(name, slices.Collect(maps.Keys(globalFlags)), flagName))
+			return nil, fmt.Errorf("flag %s is not a global flag; put it after the command%s", args[i], hint)
 		}
 		global = append(global, args[i])
 		i++
