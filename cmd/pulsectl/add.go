@@ -109,7 +109,7 @@ func runAdd(ctx context.Context, e *env, c *command, args []string) int {
 	var prev *pb.Target
 	if !a.output.structured() {
 		if old, err := cl.State(cctx, &pb.StateRequest{Name: target.GetName()}); err == nil {
-			prev = old.GetStatus().GetSpec()
+			prev = escaped(old.GetStatus().GetSpec())
 		}
 	}
 	resp, err := cl.AddTarget(cctx, &pb.AddTargetRequest{Target: target})
@@ -119,7 +119,7 @@ func runAdd(ctx context.Context, e *env, c *command, args []string) int {
 	if a.output.structured() {
 		return e.printAs(a.output, resp)
 	}
-	st := resp.GetStatus()
+	st := escaped(resp.GetStatus())
 	verb := "updated"
 	if resp.GetCreated() {
 		verb = "added"

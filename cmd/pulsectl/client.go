@@ -90,6 +90,7 @@ func callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 // the call was about, for NOT_FOUND; empty when none.
 func (c *client) fail(e *env, err error, name string) int {
 	st := status.Convert(err)
+	st = status.New(st.Code(), escape(st.Message()))
 	switch st.Code() {
 	case codes.Unavailable:
 		if strings.Contains(st.Message(), "store") { // pulsed answered: its store cannot write

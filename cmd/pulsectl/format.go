@@ -94,7 +94,7 @@ func probeSummary(t *pb.Target) string {
 			s += ", expect " + strings.Join(append(all, ranges...), ",")
 		}
 		if b := p.Http.GetBodyContains(); b != "" {
-			s += fmt.Sprintf(", body contains %q", b)
+			s += `, body contains "` + b + `"` // escaped, with the rest, before printing
 		}
 		if b := p.Http.GetBodyRegex(); b != "" {
 			s += fmt.Sprintf(", body matches /%s/", b)

@@ -130,6 +130,7 @@ func runSet(ctx context.Context, e *env, c *command, args []string) int {
 	if a.output.structured() {
 		return e.printAs(a.output, resp)
 	}
+	resp = escaped(resp)
 	changes := specChanges(resp.GetPrevious(), resp.GetStatus().GetSpec())
 	if len(changes) == 0 {
 		fmt.Fprintf(e.stdout, "%s unchanged\n", pos[0])
@@ -354,7 +355,7 @@ func runProbe(ctx context.Context, e *env, c *command, args []string) int {
 	resp, err := cl.ProbeNow(cctx, &pb.ProbeNowRequest{Group: *group, Names: names})
 	if err != nil {
 		if status.Code(err) == codes.ResourceExhausted {
-			e.errorf("%s", status.Convert(err).Message())
+			e.errorf("%s", escape(status.Convert(err).Message()))
 			return exitServer
 		}
 		if errors.Is(cctx.Err(), context.DeadlineExceeded) {
@@ -366,6 +367,7 @@ func runProbe(ctx context.Context, e *env, c *command, args []string) int {
 	if out.structured() {
 		return e.printAs(out, resp)
 	}
+	resp = escaped(resp)
 	for _, tr := range resp.GetTransitions() {
 		fmt.Fprintf(e.stdout, "%s: %s -> %s\n", tr.GetTarget(), stateName(tr.GetFrom()), stateName(tr.GetTo()))
 	}

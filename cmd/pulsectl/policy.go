@@ -89,6 +89,7 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 	if out.structured() {
 		return e.printAs(out, g)
 	}
+	g = escaped(g)
 	source := "pulsed's default"
 	if g.GetPolicy().MaxUnhealthyFraction != nil {
 		source = "the group's own"
@@ -160,7 +161,7 @@ func runOutcome(ctx context.Context, e *env, c *command, args []string) int {
 	if out.structured() {
 		return e.printAs(out, resp)
 	}
-	st := resp.GetStatus()
+	st := escaped(resp).GetStatus()
 	if !resp.GetCounted() {
 		fmt.Fprintf(e.stdout, "not counted: over %s's passive_rate (%d a second); %s\n", pos[0], st.GetSpec().GetPassiveRate(), stateText(st))
 		return exitOK

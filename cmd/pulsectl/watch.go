@@ -153,10 +153,10 @@ func (w *watcher) follow(ctx context.Context, events <-chan pulse.Event) int {
 				resume = ev.Revision
 				if w.lost == nil {
 					if w.reconnect == 0 {
-						w.e.errorf("lost pulsed at %s: %s; resume with pulsectl watch --since %d", w.addr, status.Convert(ev.Err).Message(), resume)
+						w.e.errorf("lost pulsed at %s: %s; resume with pulsectl watch --since %d", w.addr, escape(status.Convert(ev.Err).Message()), resume)
 						return exitServer
 					}
-					fmt.Fprintf(w.e.stderr, "lost pulsed at %s (%s); reconnecting for up to %v\n", w.addr, status.Convert(ev.Err).Message(), w.reconnect)
+					fmt.Fprintf(w.e.stderr, "lost pulsed at %s (%s); reconnecting for up to %v\n", w.addr, escape(status.Convert(ev.Err).Message()), w.reconnect)
 					w.lost = time.NewTimer(w.reconnect)
 					giveUp = w.lost.C
 				}
@@ -171,7 +171,7 @@ func (w *watcher) follow(ctx context.Context, events <-chan pulse.Event) int {
 					return w.cannotResume(ev.Err)
 				}
 				if ev.Resnapshot {
-					fmt.Fprintf(w.e.stderr, "pulsed could not resume the watch (%s); following its current view again\n", status.Convert(ev.Err).Message())
+					fmt.Fprintf(w.e.stderr, "pulsed could not resume the watch (%s); following its current view again\n", escape(status.Convert(ev.Err).Message()))
 				}
 				w.up("from its current view")
 				giveUp = nil
@@ -206,6 +206,7 @@ func (w *watcher) up(how string) {
 // from; it is a usage error.
 func (w *watcher) cannotResume(err error) int {
 	st := status.Convert(err)
+	st = status.New(st.Code(), escape(st.Message()))
 	if errors.Is(err, pulse.ErrOutOfRange) {
 		w.e.errorf("%s\nThe revision is too old to resume from: watch without --since to start from the current view.", st.Message())
 	} else {
@@ -233,7 +234,7 @@ func (p *watchPrinter) print(ev *pb.WatchTransitionsResponse) error {
 		_, err = fmt.Fprintf(p.w, "%s\n", b)
 		return err
 	}
-	line := p.line(ev)
+	line := p.line(escaped(ev))
 	if line == "" {
 		return nil
 	}
