@@ -115,7 +115,7 @@ func probeSummary(t *pb.Target) string {
 	case *pb.Target_Tcp:
 		s := "tcp " + p.Tcp.GetAddress()
 		if n := len(p.Tcp.GetSteps()); n > 0 {
-			s += fmt.Sprintf(", %d steps", n)
+			s += fmt.Sprintf(", %d %s", n, plural(n, "step"))
 		}
 		if p.Tcp.GetTls() != nil {
 			s += " (tls)"

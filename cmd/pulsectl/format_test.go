@@ -72,6 +72,16 @@ func TestProbeSummaryHidesHeaderValues(t *testing.T) {
 	}
 }
 
+// A step count reads naturally: "1 step", "2 steps".
+func TestProbeSummarySteps(t *testing.T) {
+	for n, want := range map[int]string{1: "tcp 192.0.2.8:6379, 1 step", 2: "tcp 192.0.2.8:6379, 2 steps"} {
+		tg := &pb.Target{Probe: &pb.Target_Tcp{Tcp: &pb.TcpProbe{Address: "192.0.2.8:6379", Steps: make([]*pb.TcpStep, n)}}}
+		if got := probeSummary(tg); got != want {
+			t.Errorf("probeSummary = %q, want %q", got, want)
+		}
+	}
+}
+
 // -o json writes 64-bit counters as numbers when they fit a double
 // exactly, and as the proto3 mapping's strings when they do not; a text
 // that looks like a member is left alone.

@@ -258,7 +258,8 @@ func copyPath(dst, src *pb.Target, path string) {
 }
 
 // specChanges describes how a spec changed, field by field: "interval 2s
-// -> 5s", "group (none) -> edge", "probe tcp a:80 -> http GET http://b/".
+// -> 5s", "group set to edge", "group cleared (was edge)", "passive
+// outcomes off -> on", "probe tcp a:80 -> http GET http://b/".
 func specChanges(old, cur *pb.Target) []string {
 	var out []string
 	if probeSummary(old) != probeSummary(cur) {
@@ -272,18 +273,32 @@ func specChanges(old, cur *pb.Target) []string {
 			continue
 		}
 		was, is := fieldText(o, fd), fieldText(c, fd)
-		if was != is {
-			out = append(out, fmt.Sprintf("%s %s -> %s", strings.ReplaceAll(string(fd.Name()), "_", " "), was, is))
+		name := strings.ReplaceAll(string(fd.Name()), "_", " ")
+		switch {
+		case was == is:
+		case fd.Kind() == protoreflect.BoolKind || was != "" && is != "":
+			out = append(out, fmt.Sprintf("%s %s -> %s", name, was, is))
+		case was == "":
+			out = append(out, fmt.Sprintf("%s set to %s", name, is))
+		default:
+			out = append(out, fmt.Sprintf("%s cleared (was %s)", name, was))
 		}
 	}
 	return out
 }
 
-// fieldText is a field's value for a person: "(none)" for an unset or
-// empty one, a duration as "1.5s", an enum value by its short name.
+// fieldText is a field's value for a person: "" for an unset or empty
+// one, a bool as "on" or "off", a duration as "1.5s", an enum value by its
+// short name.
 func fieldText(m protoreflect.Message, fd protoreflect.FieldDescriptor) string {
+	if fd.Kind() == protoreflect.BoolKind && !fd.IsList() {
+		if m.Get(fd).Bool() {
+			return "on"
+		}
+		return "off"
+	}
 	if !m.Has(fd) {
-		return "(none)"
+		return ""
 	}
 	v := m.Get(fd)
 	switch {

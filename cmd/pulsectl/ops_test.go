@@ -66,7 +66,15 @@ func TestProbeAndSet(t *testing.T) {
 		t.Errorf("after set: %v; want healthy, rise and URL kept", st)
 	}
 	// Bare numbers are seconds, as everywhere in pulsectl.
-	mustRun(t, "set", "web-1", addr, "--timeout", "2", "--fast-interval", "3", "--flap-threshold", "4", "--passive", "--clear", "group")
+	out = mustRun(t, "set", "web-1", addr, "--timeout", "2", "--fast-interval", "3", "--flap-threshold", "4", "--passive", "--clear", "group")
+	for _, want := range []string{"group cleared (was core)", "flap threshold set to 4", "passive outcomes off -> on"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("set printed %q, want it to contain %q", out, want)
+		}
+	}
+	if strings.Contains(out, "(none)") {
+		t.Errorf("set printed %q", out)
+	}
 	spec := stateOf(t, p.Addr, "web-1").GetSpec()
 	if spec.GetTimeout().AsDuration() != 2*time.Second || spec.GetFastInterval().AsDuration() != 3*time.Second ||
 		spec.GetFlapThreshold() != 4 || !spec.GetPassiveOutcomes() || spec.GetGroup() != "" {
@@ -102,7 +110,7 @@ func TestProbeAndSet(t *testing.T) {
 
 	// add on an existing name replaces the whole spec, and says so.
 	out = mustRun(t, "add", addr, "--name", "web-1", "--http", web.URL+"/healthz", "--interval", "12h")
-	for _, want := range []string{"\nreplaced the spec of web-1: ", "timeout 2s -> " + testTimeout.String(), "rise 1 -> 2", "passive outcomes true -> (none)", "use pulsectl set"} {
+	for _, want := range []string{"\nreplaced the spec of web-1: ", "timeout 2s -> " + testTimeout.String(), "rise 1 -> 2", "passive outcomes on -> off", "use pulsectl set"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("add over an existing target printed\n%s\nwant it to contain %q", out, want)
 		}
