@@ -52,8 +52,9 @@ func addClientFlags(fs *flag.FlagSet) *clientFlags {
 
 // client is a connection to pulsed.
 type client struct {
-	addr string
-	pc   *pulse.Client
+	addr       string
+	addrSource string // where addr came from, as config view says it: "default", "flag --addr", ...
+	pc         *pulse.Client
 	pb.HealthCheckerClient
 }
 
@@ -76,7 +77,7 @@ func (cf *clientFlags) dial(e *env) (*client, int, bool) {
 		e.errorf("--addr %q: %v", cf.addr, err)
 		return nil, exitUsage, false
 	}
-	return &client{addr: cf.addr, pc: pc, HealthCheckerClient: pc.API()}, exitOK, true
+	return &client{addr: cf.addr, addrSource: cf.sources["addr"], pc: pc, HealthCheckerClient: pc.API()}, exitOK, true
 }
 
 func (c *client) Close() { c.pc.Close() }
@@ -90,17 +91,17 @@ func callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 // the call was about, for NOT_FOUND; empty when none.
 func (c *client) fail(e *env, err error, name string) int {
 	st := status.Convert(err)
-	st = status.New(st.Code(), escape(st.Message()))
+	st = status.New(st.Code(), cliHint(escape(st.Message()), name))
 	switch st.Code() {
 	case codes.Unavailable:
 		if strings.Contains(st.Message(), "store") { // pulsed answered: its store cannot write
 			e.errorf("pulsed at %s cannot answer now: %s", c.addr, st.Message())
 			return exitServer
 		}
-		e.errorf("cannot reach pulsed at %s: %s\nIs pulsed running? Start it with 'make run', or point --addr at it.", c.addr, probe.Describe(err))
+		e.errorf("cannot reach pulsed at %s: %s\n%s", c.addr, probe.Describe(err), c.unreachableHint())
 		return exitServer
 	case codes.DeadlineExceeded:
-		e.errorf("no answer from pulsed at %s within %v\nIs pulsed running there? Start it with 'make run', or point --addr at it.", c.addr, callTimeout)
+		e.errorf("no answer from pulsed at %s within %v\n%s", c.addr, callTimeout, c.unreachableHint())
 		return exitServer
 	case codes.Canceled:
 		e.errorf("canceled")
@@ -123,6 +124,49 @@ func (c *client) fail(e *env, err error, name string) int {
 		e.errorf("pulsed at %s answered %s: %s", c.addr, st.Code(), st.Message())
 		return exitServer
 	}
+}
+
+// unreachableHint is what to try when pulsed at c.addr does not answer.
+// 'make run' serves the default address only: an address the user gave
+// (flag, environment, context) is theirs to check.
+func (c *client) unreachableHint() string {
+	if c.addrSource == "" || c.addrSource == "default" {
+		return "Is pulsed running? Start it with 'make run', or point --addr at it."
+	}
+	return fmt.Sprintf("Is pulsed running there? The address came from %s; 'pulsectl config view' shows the settings in force.", c.addrSource)
+}
+
+// rpcCommands are the pulsectl commands that make each RPC, for the hints
+// in pulsed's messages, which name RPCs.
+var rpcCommands = map[string]string{
+	"AddTarget":        "'pulsectl add'",
+	"UpdateTarget":     "'pulsectl set'",
+	"RemoveTarget":     "'pulsectl rm'",
+	"ListTargets":      "'pulsectl ls'",
+	"ProbeNow":         "'pulsectl probe'",
+	"ReportOutcome":    "'pulsectl outcome'",
+	"SetGroupPolicy":   "'pulsectl policy set'",
+	"SetMode":          "'pulsectl drain', 'maint' or 'activate'",
+	"WatchTransitions": "'pulsectl watch'",
+}
+
+var (
+	rpcName = regexp.MustCompile(`\b(AddTarget|UpdateTarget|RemoveTarget|ListTargets|ProbeNow|ReportOutcome|SetGroupPolicy|SetMode|WatchTransitions)\b`)
+	// passiveHint is pulsed's hint for a target that takes no passive
+	// outcomes, said in the API's terms.
+	passiveHint = regexp.MustCompile(`enable them by adding the target again \(AddTarget\) with target\.passive_outcomes: true \(and optionally target\.passive_rate, ([^)]*)\)`)
+)
+
+// cliHint rewrites the hints in a message of pulsed's, which name RPCs and
+// fields, into the pulsectl commands and flags that do the same: "list
+// targets with ListTargets" becomes "list targets with 'pulsectl ls'".
+// name is the target the call was about, if any.
+func cliHint(msg, name string) string {
+	if name == "" {
+		name = "NAME"
+	}
+	msg = passiveHint.ReplaceAllString(msg, "enable them with 'pulsectl set "+name+" --passive' (and optionally --passive-rate, ${1})")
+	return rpcName.ReplaceAllStringFunc(msg, func(rpc string) string { return rpcCommands[rpc] })
 }
 
 // jsonOut is how -o json prints messages: proto3's canonical JSON mapping

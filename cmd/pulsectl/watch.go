@@ -108,7 +108,7 @@ func runWatch(ctx context.Context, e *env, c *command, args []string) int {
 		wopts = append(wopts, pulse.FromRevision(*since))
 	}
 	w := &watcher{
-		e: e, addr: cf.addr, since: *since, reconnect: *reconnect,
+		e: e, addr: cf.addr, addrSource: cf.sources["addr"], since: *since, reconnect: *reconnect,
 		printer: &watchPrinter{w: e.stdout, json: out.json(), snapshot: *snapshot, now: time.Now},
 	}
 	return w.follow(ctx, pc.Watch(ctx, pulse.Filter{Group: *group, Names: names}, wopts...))
@@ -117,11 +117,12 @@ func runWatch(ctx context.Context, e *env, c *command, args []string) int {
 // watcher prints a watch's events, and says on stderr when it loses pulsed
 // and when it is back.
 type watcher struct {
-	e         *env
-	addr      string
-	since     uint64
-	reconnect time.Duration
-	printer   *watchPrinter
+	e          *env
+	addr       string
+	addrSource string // where addr came from
+	since      uint64
+	reconnect  time.Duration
+	printer    *watchPrinter
 
 	connected bool        // a stream was accepted once
 	lost      *time.Timer // running while pulsed is lost; nil otherwise
@@ -148,7 +149,7 @@ func (w *watcher) follow(ctx context.Context, events <-chan pulse.Event) int {
 			switch ev.Kind {
 			case pulse.EventDisconnected:
 				if !w.connected {
-					return (&client{addr: w.addr}).fail(w.e, ev.Err, "")
+					return (&client{addr: w.addr, addrSource: w.addrSource}).fail(w.e, ev.Err, "")
 				}
 				resume = ev.Revision
 				if w.lost == nil {
@@ -162,7 +163,7 @@ func (w *watcher) follow(ctx context.Context, events <-chan pulse.Event) int {
 				}
 				continue
 			case pulse.EventStopped:
-				return (&client{addr: w.addr}).fail(w.e, ev.Err, "")
+				return (&client{addr: w.addr, addrSource: w.addrSource}).fail(w.e, ev.Err, "")
 			case pulse.EventResumed:
 				w.up(fmt.Sprintf("resumed after revision %d", ev.Revision))
 				giveUp = nil
