@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/pulsehealth/pulse/checker/probe"
 	pulse "github.com/pulsehealth/pulse/client"
@@ -169,54 +167,12 @@ func cliHint(msg, name string) string {
 	return rpcName.ReplaceAllStringFunc(msg, func(rpc string) string { return rpcCommands[rpc] })
 }
 
-// jsonOut is how -o json prints messages: proto3's canonical JSON mapping
-// (lowerCamelCase names, enums as names, durations as "1.5s", times as
-// RFC 3339), the form grpcurl prints, with every field present, zeros
-// and empty lists included, so scripts need not guess at defaults. One
-// difference: 64-bit integers (revisions, counters) are numbers, not the
-// mapping's strings, when they fit in a double exactly (below 2^53), as
-// every count does; see marshalJSON.
+// jsonOut is how -o json prints messages: protojson, proto3's canonical
+// JSON mapping, the form grpcurl prints: lowerCamelCase names, enums as
+// names, durations as "1.5s", times as RFC 3339, 64-bit integers
+// (revisions, counters) as strings of digits, with every field present,
+// zeros and empty lists included, so scripts need not guess at defaults.
 var jsonOut = protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}
-
-// int64Fields matches a JSON member of a 64-bit integer field of pulse.v1
-// holding a string of digits: the names are those of the API's int64 and
-// uint64 fields.
-var int64Fields = func() *regexp.Regexp {
-	names := map[string]bool{}
-	var walk func(protoreflect.MessageDescriptors)
-	walk = func(ms protoreflect.MessageDescriptors) {
-		for i := range ms.Len() {
-			m := ms.Get(i)
-			for j := range m.Fields().Len() {
-				switch f := m.Fields().Get(j); f.Kind() {
-				case protoreflect.Int64Kind, protoreflect.Uint64Kind, protoreflect.Sint64Kind,
-					protoreflect.Fixed64Kind, protoreflect.Sfixed64Kind:
-					names[f.JSONName()] = true
-				}
-			}
-			walk(m.Messages())
-		}
-	}
-	walk(pb.File_pulse_v1_pulse_proto.Messages())
-	quoted := make([]string, 0, len(names))
-	for n := range names {
-		quoted = append(quoted, regexp.QuoteMeta(n))
-	}
-	slices.Sort(quoted)
-	return regexp.MustCompile(`("(?:` + strings.Join(quoted, "|") + `)":\s*)"(-?\d{1,15})"`)
-}()
-
-// marshalJSON is o.Marshal(m) with 64-bit integers of up to 15 digits
-// (all below 2^53) written as numbers. In protojson's output a member
-// name in quotes followed by a colon is never inside a string value
-// (there its quotes are escaped), so the rewrite touches members only.
-func marshalJSON(o protojson.MarshalOptions, m proto.Message) ([]byte, error) {
-	b, err := o.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	return int64Fields.ReplaceAll(b, []byte("${1}${2}")), nil
-}
 
 // printAs writes m as -o asks: JSON, or YAML with the same field names.
 func (e *env) printAs(o *outputFlag, m proto.Message) int {
@@ -234,7 +190,7 @@ func (e *env) printAs(o *outputFlag, m proto.Message) int {
 
 // printJSON writes m as JSON on stdout.
 func (e *env) printJSON(m proto.Message) int {
-	b, err := marshalJSON(jsonOut, m)
+	b, err := jsonOut.Marshal(m)
 	if err != nil {
 		e.errorf("encoding JSON: %v", err)
 		return exitServer

@@ -67,7 +67,7 @@ func runWatch(ctx context.Context, e *env, c *command, args []string) int {
 	since := fs.Uint64("since", 0, "resume after this `revision` instead of starting from the current view")
 	snapshot := fs.Bool("snapshot", false, "first print every current target's state")
 	reconnect := fs.Duration("reconnect", 10*time.Second, "after losing pulsed, keep reconnecting this `long` and resume where the watch was (0: exit at once; at most 24h)")
-	out := addOutputFlag(fs, "every event, progress included, as one JSON object per line")
+	out := addOutputFlag(fs, "json: every event, progress included, as one protojson object per line; the snapshot's targets with --snapshot only")
 	pos, code, ok := c.parse(e, fs, args)
 	if !ok {
 		return code
@@ -224,11 +224,14 @@ type watchPrinter struct {
 	now      func() time.Time
 }
 
-// print writes one event; progress and (without --snapshot) snapshot
-// events print nothing in text.
+// print writes one event. Without --snapshot, snapshot events print
+// nothing; progress events print nothing in text.
 func (p *watchPrinter) print(ev *pb.WatchTransitionsResponse) error {
 	if p.json {
-		b, err := marshalJSON(protojson.MarshalOptions{EmitUnpopulated: true}, ev)
+		if ev.GetSnapshot() != nil && !p.snapshot {
+			return nil // the snapshot is printed with --snapshot only, as in text
+		}
+		b, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(ev)
 		if err != nil {
 			return err
 		}
