@@ -98,7 +98,7 @@ For example:
     expected_status: 204
     critical: false
   - name: orders
-    url: https://10.0.0.6/ready
+    url: https://192.0.2.6/ready
     body_contains: ready
     tls_options: {ca_file: ca.pem, cert_file: client.pem, key_file: client-key.pem}
   - name: cache

@@ -278,7 +278,7 @@ A token itself is never read from the file (use token-file) and is shown
 redacted.`,
 		example: `pulsectl config view
 pulsectl --context local config view
-PULSE_ADDR=10.0.0.5:50051 pulsectl config view`,
+PULSE_ADDR=192.0.2.5:50051 pulsectl config view`,
 		run: runConfig,
 	}
 }

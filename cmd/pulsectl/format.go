@@ -74,10 +74,10 @@ func modelName(m pb.Model) string {
 const redacted = "<redacted>"
 
 // probeSummary describes a target's probe in one phrase, e.g.
-// "http GET http://10.0.0.5:8080/healthz, headers Authorization=<redacted>",
-// "tcp 10.0.0.5:5432",
-// "grpc 10.0.0.5:50051 service pulse.v1.HealthChecker (tls)",
-// "dns A api.internal at 10.0.0.2:53".
+// "http GET http://192.0.2.5:8080/healthz, headers Authorization=<redacted>",
+// "tcp 192.0.2.5:5432",
+// "grpc 192.0.2.5:50051 service pulse.v1.HealthChecker (tls)",
+// "dns A api.internal at 192.0.2.2:53".
 func probeSummary(t *pb.Target) string {
 	switch p := t.GetProbe().(type) {
 	case *pb.Target_Http:

@@ -33,7 +33,7 @@ the field's name in the API: group, max_latency, fast_interval, ...). set
 prints what it changed.`,
 		example: `
 pulsectl set web-1 --interval 5s --group edge
-pulsectl set web-1 --http http://10.0.0.6:8080/healthz
+pulsectl set web-1 --http http://192.0.2.6:8080/healthz
 pulsectl set web-1 --clear max_latency --clear group`,
 		run: runSet,
 	}

@@ -26,7 +26,7 @@ watch prints one line per event until interrupted (Ctrl-C, exit 0):
 
   2026-11-30T10:18:54Z web-1: unhealthy -> healthy     a state transition
   2026-11-30T10:19:02Z web-2: added (http GET ..., unhealthy)
-  2026-11-30T10:19:30Z web-2: updated (tcp 10.0.0.6:80)
+  2026-11-30T10:19:30Z web-2: updated (tcp 192.0.2.6:80)
   2026-11-30T10:20:11Z web-2: removed
 
 A transition shows the time pulsed applied it; added, updated and removed
