@@ -22,6 +22,7 @@ const (
 	exitNotFound     = 3
 	exitServer       = 4
 	exitNoneRoutable = 5
+	exitTimeout      = 6
 )
 
 // defaultAddr is where `make run` serves pulsed.
@@ -49,7 +50,7 @@ type command struct {
 
 // commands returns every subcommand, in the order help lists them.
 func commands() []*command {
-	return []*command{addCommand(), setCommand(), rmCommand(), drainCommand(), maintCommand(), activateCommand(), stateCommand(), lsCommand(), healthyCommand(), watchCommand(), probeCommand(), policyCommand(), outcomeCommand(), checkCommand(), configCommand(), completionCommand()}
+	return []*command{addCommand(), setCommand(), rmCommand(), drainCommand(), maintCommand(), activateCommand(), stateCommand(), lsCommand(), healthyCommand(), watchCommand(), waitCommand(), probeCommand(), policyCommand(), outcomeCommand(), checkCommand(), configCommand(), completionCommand()}
 }
 
 // run runs pulsectl with args (without the program name) and returns the
@@ -147,7 +148,7 @@ each came from. The connection flags (--addr, --config, --context, --tls*,
 Exit codes: 0 success; 1 usage error (bad flags or arguments, an invalid check
 file, a request pulsed rejected as invalid); 2 check found a critical target
 down; 3 unknown target or group; 4 pulsed unreachable or failed; 5 healthy
-found no routable target.
+found no routable target; 6 wait timed out.
 
 Run 'pulsectl <command> --help' for a command's flags and examples, and
 'pulsectl --version' for the version.

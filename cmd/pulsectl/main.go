@@ -14,7 +14,7 @@
 // Exit codes: 0 success; 1 usage error (bad flags or arguments, an invalid
 // check file, a request pulsed rejected as invalid); 2 check found a
 // critical target down; 3 unknown target or group; 4 pulsed unreachable or
-// failed; 5 healthy found no routable target.
+// failed; 5 healthy found no routable target; 6 wait timed out.
 package main
 
 import (
