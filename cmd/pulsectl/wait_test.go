@@ -43,7 +43,9 @@ func TestWait(t *testing.T) {
 
 	// Follows the transition: web-2 becomes healthy once probed.
 	w := startBackground(t, "wait", "web-2", "web-1", "--for", "healthy", "--timeout", "1m", addr)
-	eventually(t, "wait to start", func() bool { return strings.Contains(w.stderr.String(), "waiting up to 1m0s for web-1, web-2 to be healthy") })
+	eventually(t, "wait to start", func() bool {
+		return strings.Contains(w.stderr.String(), "waiting up to 1m0s for web-1, web-2 to be healthy")
+	})
 	mustRun(t, "probe", "web-2", addr)
 	if code := w.wait(t); code != exitOK || w.stdout.String() != "web-1: healthy\nweb-2: healthy\n" {
 		t.Errorf("wait for a transition: exit %d\nstdout %q\nstderr %q", code, w.stdout.String(), w.stderr.String())
