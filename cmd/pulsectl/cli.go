@@ -31,6 +31,9 @@ const defaultAddr = "127.0.0.1:50051"
 // env is what a command writes to.
 type env struct {
 	stdout, stderr io.Writer
+	// inspect, when set, receives a command's flags in place of running
+	// it: completion reads them so.
+	inspect func(*flag.FlagSet)
 }
 
 // errorf prints "pulsectl: <message>" on stderr.
@@ -83,6 +86,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		usage(stdout)
 		return exitOK
+	}
+	if name == completeCommand.name { // hidden: for the completion scripts
+		return completeCommand.run(ctx, e, &completeCommand, args[1:])
 	}
 	c := lookup(name)
 	if c == nil {
@@ -186,6 +192,10 @@ func (c *command) printHelp(w io.Writer, fs *flag.FlagSet) {
 // command must stop and exit with code: 0 after --help, exitUsage after a
 // bad flag (said on stderr, "pulsectl: " first, as every error).
 func (c *command) parse(e *env, fs *flag.FlagSet, args []string) (pos []string, code int, ok bool) {
+	if e.inspect != nil {
+		e.inspect(fs)
+		return nil, exitOK, false
+	}
 	for {
 		err := fs.Parse(args)
 		if errors.Is(err, flag.ErrHelp) {

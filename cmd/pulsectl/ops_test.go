@@ -3,9 +3,7 @@ package main
 import (
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -232,45 +230,6 @@ func TestPoliciesOutcomesAndStates(t *testing.T) {
 	}
 	if out := mustRun(t, "delete", "f", addr); out != "removed f\n" {
 		t.Errorf("delete: %q", out)
-	}
-}
-
-// The bash completion script completes commands, aliases, flags and
-// values, in a real bash.
-func TestCompletion(t *testing.T) {
-	bash, err := exec.LookPath("bash")
-	if err != nil {
-		t.Skip("no bash")
-	}
-	script := mustRun(t, "completion", "bash")
-	if zsh := mustRun(t, "completion", "zsh"); !strings.HasPrefix(zsh, "#compdef pulsectl\n") || !strings.HasSuffix(zsh, script) {
-		t.Errorf("the zsh script is not the bash one behind bashcompinit:\n%s", zsh)
-	}
-	complete := func(words ...string) string {
-		t.Helper()
-		prog := script + "COMP_WORDS=(" + strings.Join(words, " ") + "); COMP_CWORD=" + strconv.Itoa(len(words)-1) + "; _pulsectl; echo \"${COMPREPLY[*]}\"\n"
-		out, err := exec.CommandContext(t.Context(), bash, "--norc", "-c", prog).CombinedOutput()
-		if err != nil {
-			t.Fatalf("bash: %v\n%s", err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
-	for _, tc := range []struct {
-		words []string
-		want  string
-	}{
-		{[]string{"pulsectl", "s"}, "set state"},
-		{[]string{"pulsectl", "li"}, "list"},
-		{[]string{"pulsectl", "ls", "--st"}, "--state"},
-		{[]string{"pulsectl", "list", "--st"}, "--state"},
-		{[]string{"pulsectl", "ls", "--state", "fl"}, "flapping"},
-		{[]string{"pulsectl", "ls", "-o", "w"}, "wide"},
-		{[]string{"pulsectl", "check", "--no"}, "--no-follow-redirects"},
-		{[]string{"pulsectl", "completion", "z"}, "zsh"},
-	} {
-		if got := complete(tc.words...); got != tc.want {
-			t.Errorf("%v: %q, want %q", tc.words, got, tc.want)
-		}
 	}
 }
 
