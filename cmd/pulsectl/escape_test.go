@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pulsehealth/pulse/checker/oneshot"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
@@ -70,5 +71,15 @@ func TestServerStringsAreEscaped(t *testing.T) {
 	}
 	if !strings.Contains(outputs["state"], "draining ("+wantReason+")") {
 		t.Errorf("state does not show the reason escaped:\n%s", outputs["state"])
+	}
+}
+
+// check's report escapes the reasons, which can quote a target's answer.
+func TestCheckReportIsEscaped(t *testing.T) {
+	var b strings.Builder
+	results := []oneshot.Result{{Target: oneshot.Target{Name: "web\x1b[2J", Critical: true}, Outcome: oneshot.Down, Reason: "body: \"x\n2026 y\" not found"}}
+	writeCheckText(&b, results, oneshot.Summarize(results))
+	if out := b.String(); strings.ContainsRune(out, '\x1b') || !strings.Contains(out, `body: "x\n2026 y" not found`) || !strings.Contains(out, `critical down: web\x1b[2J`) {
+		t.Errorf("check's report:\n%s", out)
 	}
 }
