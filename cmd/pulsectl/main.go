@@ -5,8 +5,9 @@
 //
 //	pulsectl <command> [flags] [args]
 //
-// Client commands (add, rm, state, ls, healthy, watch) talk to pulsed at
-// --addr, 127.0.0.1:50051 by default. check reads a file of targets, checks
+// Client commands (add, set, rm, state, ls, healthy, watch, wait, ...) talk
+// to pulsed at --addr, 127.0.0.1:50051 by default, or at the address of the
+// environment or of the config file's context. check reads a file of targets, checks
 // each once with retries under a global deadline, prints a report and exits
 // 2 when a critical target is down. Run pulsectl --help for the
 // commands and pulsectl <command> --help for each one's flags and examples.
