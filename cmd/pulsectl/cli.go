@@ -221,7 +221,7 @@ func (c *command) parse(e *env, fs *flag.FlagSet, args []string) (pos []string, 
 const undefinedFlag = "flag provided but not defined: -"
 
 // flagDash matches a flag as the flag package names it in its errors.
-var flagDash = regexp.MustCompile(`\bflag -([A-Za-z0-9][A-Za-z0-9-]+)`)
+var flagDash = regexp.MustCompile(`(\bflag |argument: )-([A-Za-z0-9][A-Za-z0-9-]+)`)
 
 // flagError rewrites a parse error of fs for a person: flags named with
 // the dashes they are typed with (--interval, -o), and an unknown flag
@@ -233,7 +233,7 @@ func flagError(fs *flag.FlagSet, err error) string {
 		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
 		return "unknown flag " + flagName(name) + didYouMean(suggest(name, names, flagName))
 	}
-	return flagDash.ReplaceAllString(msg, "flag --$1")
+	return flagDash.ReplaceAllString(msg, "${1}--$2")
 }
 
 // usageError prints a usage problem and returns exitUsage.

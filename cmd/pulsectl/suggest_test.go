@@ -40,6 +40,8 @@ func TestDidYouMean(t *testing.T) {
 		{[]string{"--adr", "127.0.0.1:1", "ls"}, `Did you mean "--addr"?`},
 		{[]string{"xyzzy"}, ""},
 		{[]string{"ls", "--frobnicate"}, ""},
+		{[]string{"ls", "--group"}, ""},
+		{[]string{"add", "--interval", "soon"}, ""},
 	} {
 		r := pulsectl(t, tc.args...)
 		if r.code != exitUsage || r.stdout != "" || !strings.HasPrefix(r.stderr, "pulsectl: ") {
@@ -56,7 +58,7 @@ func TestDidYouMean(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("%q: suggestion %q, want %q\n%s", tc.args, got, tc.want, r.stderr)
 		}
-		if strings.Contains(r.stderr, "---") || regexp.MustCompile(`flag -[a-z]{2}`).MatchString(r.stderr) {
+		if strings.Contains(r.stderr, "---") || regexp.MustCompile(`(flag|argument:) -[a-z]{2}`).MatchString(r.stderr) {
 			t.Errorf("%q: a flag with the wrong dashes:\n%s", tc.args, r.stderr)
 		}
 	}
