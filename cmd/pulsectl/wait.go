@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	pulse "github.com/pulsehealth/pulse/client"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
@@ -124,7 +125,7 @@ func (w *waiter) run(ctx context.Context) int {
 			w.statuses = map[string]*pb.TargetStatus{}
 			for _, m := range ev.Messages() {
 				if st := m.(*pb.WatchTransitionsResponse).GetSnapshot(); st != nil {
-					w.statuses[st.GetSpec().GetName()] = st
+					w.statuses[st.GetSpec().GetName()] = proto.CloneOf(st) // the messages are shared
 				}
 			}
 			if code, stop := w.missing(ev.Resnapshot); stop {
@@ -137,10 +138,10 @@ func (w *waiter) run(ctx context.Context) int {
 			for _, m := range ev.Messages() {
 				r := m.(*pb.WatchTransitionsResponse)
 				if st := r.GetAdded(); st != nil {
-					w.statuses[st.GetSpec().GetName()] = st
+					w.statuses[st.GetSpec().GetName()] = proto.CloneOf(st) // the messages are shared
 				}
 				if st := r.GetUpdated(); st != nil {
-					w.statuses[st.GetSpec().GetName()] = st
+					w.statuses[st.GetSpec().GetName()] = proto.CloneOf(st) // the messages are shared
 				}
 			}
 		case pulse.EventRemoved:
@@ -155,6 +156,9 @@ func (w *waiter) run(ctx context.Context) int {
 			name := ev.Transition.Target
 			if ev.Kind == pulse.EventMode {
 				name = ev.Mode.Target
+			}
+			for _, m := range ev.Messages() {
+				w.apply(m.(*pb.WatchTransitionsResponse).GetTransition())
 			}
 			if code, stop := w.refresh(wctx, name); stop {
 				return code
@@ -194,7 +198,16 @@ func (w *waiter) missing(resnapshot bool) (int, bool) {
 	return 0, false
 }
 
-// refresh reads name's status after an event about it.
+// apply sets the state and mode a transition gives, in case refresh
+// cannot read the status.
+func (w *waiter) apply(tr *pb.Transition) {
+	if st := w.statuses[tr.GetTarget()]; st != nil && tr != nil {
+		st.State, st.Mode = tr.GetTo(), tr.GetMode()
+	}
+}
+
+// refresh reads name's status after an event about it. When pulsed does
+// not answer, the watch reconnects: the status stays as the event left it.
 func (w *waiter) refresh(ctx context.Context, name string) (int, bool) {
 	if !slices.Contains(w.names, name) || w.statuses == nil {
 		return 0, false
@@ -205,8 +218,10 @@ func (w *waiter) refresh(ctx context.Context, name string) (int, bool) {
 	switch {
 	case status.Code(err) == codes.NotFound:
 		delete(w.statuses, name)
-	case err != nil && ctx.Err() != nil:
+	case ctx.Err() != nil:
 		return 0, false // the timeout: said by timedOut
+	case status.Code(err) == codes.Unavailable || status.Code(err) == codes.DeadlineExceeded:
+		return 0, false
 	case err != nil:
 		return w.cl.fail(w.e, err, name), true
 	default:
