@@ -46,7 +46,11 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 		return code
 	}
 	if len(pos) != 2 || pos[0] != "get" && pos[0] != "set" {
-		return c.usageError(e, "want get GROUP or set GROUP, got %q", strings.Join(pos, " "))
+		hint := ""
+		if len(pos) > 0 {
+			hint = didYouMean(suggest(pos[0], []string{"get", "set"}, nil))
+		}
+		return c.usageError(e, "want get GROUP or set GROUP, got %q%s", strings.Join(pos, " "), hint)
 	}
 	verb, group := pos[0], pos[1]
 	set := map[string]bool{}

@@ -225,7 +225,8 @@ func runLs(ctx context.Context, e *env, c *command, args []string) int {
 	}
 	keep := stateFilters[*state]
 	if *state != "" && keep == nil {
-		return c.usageError(e, "--state must be %s, got %q", orList(slices.Sorted(maps.Keys(stateFilters))), *state)
+		return c.usageError(e, "--state must be %s, got %q%s", orList(slices.Sorted(maps.Keys(stateFilters))), *state,
+			didYouMean(suggest(*state, slices.Collect(maps.Keys(stateFilters)), nil)))
 	}
 	cl, code, ok := cf.dial(e)
 	if !ok {

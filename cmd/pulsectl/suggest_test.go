@@ -41,6 +41,10 @@ func TestDidYouMean(t *testing.T) {
 		{[]string{"xyzzy"}, ""},
 		{[]string{"ls", "--frobnicate"}, ""},
 		{[]string{"ls", "--group"}, ""},
+		{[]string{"ls", "--state", "helthy"}, `Did you mean "healthy"?`},
+		{[]string{"policy", "gte", "edge"}, `Did you mean "get"?`},
+		{[]string{"config", "veiw"}, `Did you mean "view"?`},
+		{[]string{"completion", "fihs"}, `Did you mean "fish"?`},
 		{[]string{"add", "--interval", "soon"}, ""},
 	} {
 		r := pulsectl(t, tc.args...)
