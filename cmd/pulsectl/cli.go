@@ -183,9 +183,18 @@ func (c *command) printHelp(w io.Writer, fs *flag.FlagSet) {
 		fmt.Fprint(w, "  none\n")
 		return
 	}
-	fs.SetOutput(w)
+	// The flag package writes -name; pulsectl's flags are typed --name
+	// (but -o), as its errors and completion name them.
+	var b strings.Builder
+	fs.SetOutput(&b)
 	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	fmt.Fprint(w, helpFlagLine.ReplaceAllString(b.String(), "$1--$2"))
 }
+
+// helpFlagLine matches a flag's name at the start of its line in
+// PrintDefaults's output, when it has two letters or more.
+var helpFlagLine = regexp.MustCompile(`(?m)^(  )-([A-Za-z0-9][A-Za-z0-9-]+)`)
 
 // parse parses args with fs, allowing flags after positional arguments
 // (pulsectl state web-1 -o json) until a "--". ok is false when the

@@ -280,7 +280,9 @@ with its source (flag, env, config file and context, or default).
 'pulsectl config get-contexts' lists the config file's contexts, "*" marking
 the one in force. 'pulsectl config use-context NAME' makes NAME the file's
 current-context (it rewrites that one key, keeping the rest of the file); an
-unknown NAME is an error that changes nothing. Each setting comes from the first of: its flag, its environment
+unknown NAME is an error that changes nothing.
+
+Each setting comes from the first of: its flag, its environment
 variable (PULSE_ADDR, comma-separated replicas; PULSE_TOKEN; PULSE_CACERT;
 PULSE_CERT; PULSE_KEY; PULSE_OUTPUT), the config file's context, the default.
 

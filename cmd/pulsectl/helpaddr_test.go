@@ -3,6 +3,7 @@ package main
 import (
 	"net"
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -27,6 +28,21 @@ func TestHelpAddressesAreExamples(t *testing.T) {
 			}
 			if !ok {
 				t.Errorf("help names %s, not a loopback or documentation address:\n%s", a, h)
+			}
+		}
+	}
+}
+
+// Each command's help names its flags as they are typed: --name, and -o
+// for the one-letter flag.
+func TestHelpFlagDashes(t *testing.T) {
+	line := regexp.MustCompile(`(?m)^  (-+)(\S+)`)
+	for _, c := range commands() {
+		out := mustRun(t, c.name, "--help")
+		_, flags, _ := strings.Cut(out, "\nFlags:\n")
+		for _, m := range line.FindAllStringSubmatch(flags, -1) {
+			if want := flagName(m[2]); m[1]+m[2] != want {
+				t.Errorf("%s --help names %s%s, want %s", c.name, m[1], m[2], want)
 			}
 		}
 	}
