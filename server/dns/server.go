@@ -16,6 +16,13 @@
 // are REFUSED: the server is authoritative for DOMAIN only and never
 // recurses.
 //
+// A query that is not well formed (a header announcing a question it does
+// not carry, no question or more than one, more than one OPT record, or
+// bytes that do not parse) is answered FORMERR with no records, as
+// miekg/dns answers such messages itself; a message too short to hold a
+// header, or that is a response, is dropped. A query whose handling
+// panics is answered SERVFAIL, and the server goes on.
+//
 // The server answers from a view of the registry that follows the
 // checker's event stream (see Source), never from the checker's lock.
 package dns
@@ -29,6 +36,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -126,6 +134,13 @@ type Stats struct {
 	NXDomain uint64
 	// Truncated counts responses sent with the TC bit.
 	Truncated uint64
+	// Malformed counts the messages that were not well-formed queries:
+	// answered FORMERR, or dropped when too short to hold a header.
+	// They are not in Queries.
+	Malformed uint64
+	// Panics counts the queries whose handling panicked, answered
+	// SERVFAIL. Any is a bug, logged with its stack.
+	Panics uint64
 }
 
 // Server answers DNS queries from a view of the checker's registry. Its
@@ -143,6 +158,7 @@ type Server struct {
 	logger *slog.Logger
 
 	queries, refused, limited, nxdomain, truncated atomic.Uint64
+	malformed, panics                              atomic.Uint64
 
 	mu        sync.Mutex // protects servers and closed
 	servers   []*mdns.Server
@@ -220,10 +236,12 @@ func Listen(addr string) (net.PacketConn, net.Listener, error) {
 func (s *Server) Serve(pc net.PacketConn, l net.Listener) error {
 	var srvs []*mdns.Server
 	if pc != nil {
-		srvs = append(srvs, &mdns.Server{PacketConn: pc, Handler: s, UDPSize: MaxUDPSize})
+		srvs = append(srvs, &mdns.Server{PacketConn: pc, Handler: s, UDPSize: MaxUDPSize,
+			MsgAcceptFunc: s.accept, MsgInvalidFunc: s.invalid})
 	}
 	if l != nil {
-		srvs = append(srvs, &mdns.Server{Listener: l, Handler: s})
+		srvs = append(srvs, &mdns.Server{Listener: l, Handler: s,
+			MsgAcceptFunc: s.accept, MsgInvalidFunc: s.invalid})
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -285,11 +303,32 @@ func (s *Server) Stats() Stats {
 		RateLimited: s.limited.Load(),
 		NXDomain:    s.nxdomain.Load(),
 		Truncated:   s.truncated.Load(),
+		Malformed:   s.malformed.Load(),
+		Panics:      s.panics.Load(),
 	}
 }
 
-// ServeDNS answers one query; it implements miekg/dns's Handler.
+// accept is miekg/dns's check of a message's header before it is parsed:
+// it answers FORMERR itself to a query without exactly one question, and
+// NOTIMP to opcodes other than QUERY and NOTIFY. The rejects count as
+// malformed.
+func (s *Server) accept(dh mdns.Header) mdns.MsgAcceptAction {
+	a := mdns.DefaultMsgAcceptFunc(dh)
+	if a == mdns.MsgReject {
+		s.malformed.Add(1)
+	}
+	return a
+}
+
+// invalid counts a message miekg/dns could not parse: it drops one too
+// short for a header and answers FORMERR to the others.
+func (s *Server) invalid([]byte, error) { s.malformed.Add(1) }
+
+// ServeDNS answers one query; it implements miekg/dns's Handler. A panic
+// while answering is recovered, counted in Stats.Panics, logged and
+// answered SERVFAIL: one query never stops the server.
 func (s *Server) ServeDNS(w mdns.ResponseWriter, r *mdns.Msg) {
+	defer s.recoverQuery(w, r)
 	var src netip.Addr
 	udp := false
 	switch a := w.RemoteAddr().(type) {
@@ -302,8 +341,74 @@ func (s *Server) ServeDNS(w mdns.ResponseWriter, r *mdns.Msg) {
 	_ = w.WriteMsg(m) // a client that went away is no error of ours
 }
 
+// recoverQuery, deferred by ServeDNS, turns a panic into a SERVFAIL
+// answer to r. It is a last line of defence: every bound on the packet's
+// content is checked before it is used.
+func (s *Server) recoverQuery(w mdns.ResponseWriter, r *mdns.Msg) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	s.panics.Add(1)
+	s.logger.Error("dns query handler panicked; answering SERVFAIL", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+	defer func() {
+		if p := recover(); p != nil { // the SERVFAIL itself: give up on this query
+			s.logger.Error("dns SERVFAIL answer panicked; no answer sent", "panic", fmt.Sprint(p))
+		}
+	}()
+	m := &mdns.Msg{MsgHdr: mdns.MsgHdr{Id: r.Id, Response: true, Opcode: r.Opcode, Rcode: mdns.RcodeServerFailure}}
+	if len(r.Question) == 1 {
+		m.Question = r.Question
+	}
+	_ = w.WriteMsg(m)
+}
+
+// malformed reports whether r is not a query this server can answer:
+// RFC 1035 allows any QDCOUNT, but no server answers other than exactly
+// one question (and miekg/dns rejects the others before parsing, but
+// not a header announcing a question the message then lacks), and RFC
+// 6891 makes more than one OPT record, or one outside the additional
+// section, a FORMERR.
+func malformed(r *mdns.Msg) bool {
+	if len(r.Question) != 1 {
+		return true
+	}
+	opts := 0
+	for _, sec := range [][]mdns.RR{r.Answer, r.Ns} {
+		for _, rr := range sec {
+			if rr.Header().Rrtype == mdns.TypeOPT {
+				return true
+			}
+		}
+	}
+	for _, rr := range r.Extra {
+		if rr.Header().Rrtype == mdns.TypeOPT {
+			opts++
+		}
+	}
+	return opts > 1
+}
+
+// formErr is the FORMERR answer to r: its ID and opcode, its question
+// when it has exactly one, and no records, so that it is never larger
+// than the query.
+func formErr(r *mdns.Msg) *mdns.Msg {
+	m := &mdns.Msg{MsgHdr: mdns.MsgHdr{Id: r.Id, Response: true, Opcode: r.Opcode, Rcode: mdns.RcodeFormatError}}
+	if len(r.Question) == 1 {
+		m.Question = r.Question
+	}
+	return m
+}
+
 // answer builds the response to r from src.
 func (s *Server) answer(r *mdns.Msg, src netip.Addr, udp bool) *mdns.Msg {
+	if malformed(r) {
+		// Before the allow list and the rate limit, as miekg/dns's own
+		// FORMERR is: the answer is never larger than the query, so there
+		// is nothing to amplify.
+		s.malformed.Add(1)
+		return formErr(r)
+	}
 	s.queries.Add(1)
 	m := new(mdns.Msg)
 	m.SetReply(r)
