@@ -10,11 +10,14 @@
 //
 // An SRV record's target is NAME.target.DOMAIN for a target addressed by IP
 // (its A or AAAA record is in the additional section), or the host name the
-// target is probed at. Answers are shuffled per query. An unknown name is
-// NXDOMAIN; a known group or target with nothing routable is NOERROR with
-// no answers, and the SOA in the authority section. Names outside DOMAIN
-// are REFUSED: the server is authoritative for DOMAIN only and never
-// recurses.
+// target is probed at. Answers are shuffled per query and never repeat
+// themselves: targets that share an address give one A or AAAA record,
+// and targets that share an endpoint (an address or host name, and a
+// port) one SRV record, that of the routable one whose name sorts first.
+// An unknown name is NXDOMAIN; a known group or target with nothing
+// routable is NOERROR with no answers, and the SOA in the authority
+// section. Names outside DOMAIN are REFUSED: the server is authoritative
+// for DOMAIN only and never recurses.
 //
 // A query that is not well formed (a header announcing a question it does
 // not carry, no question or more than one, more than one OPT record, or
@@ -28,6 +31,7 @@
 package dns
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -549,10 +553,11 @@ func (s *Server) resolve(m *mdns.Msg, q mdns.Question) {
 // recordPool holds the slices of records picked for one answer.
 var recordPool = sync.Pool{New: func() any { return new([]*record) }}
 
-// pickLocked returns the routable records of set that keep says to, in
-// random order, at most MaxAnswers of them, and the pooled slice that
-// holds them: put it back with putRecords when done.
-func (s *Server) pickLocked(set map[string]*record, keep func(*record) bool) (*[]*record, []*record) {
+// pickLocked returns the routable records of set that keep says to, one
+// per key (see dedupe), in random order, at most MaxAnswers of them, and
+// the pooled slice that holds them: put it back with putRecords when
+// done.
+func (s *Server) pickLocked(set map[string]*record, keep func(*record) bool, key func(a, b *record) int) (*[]*record, []*record) {
 	p := recordPool.Get().(*[]*record)
 	rs := (*p)[:0]
 	for _, r := range set {
@@ -560,12 +565,51 @@ func (s *Server) pickLocked(set map[string]*record, keep func(*record) bool) (*[
 			rs = append(rs, r)
 		}
 	}
+	rs = dedupe(rs, key)
 	rand.Shuffle(len(rs), func(i, j int) { rs[i], rs[j] = rs[j], rs[i] })
 	*p = rs
 	if n := s.cfg.MaxAnswers; n > 0 && len(rs) > n {
 		rs = rs[:n]
 	}
 	return p, rs
+}
+
+// dedupe keeps one record of rs per key, the one whose target name sorts
+// first, so that an answer never repeats itself when targets share an
+// address (two checks of one backend, say): a resolver or load balancer
+// would count that backend twice. The record kept, and so an SRV record's
+// target name, stays the same from one query to the next while its target
+// is routable. It runs before MaxAnswers, which thus counts distinct
+// records.
+func dedupe(rs []*record, key func(a, b *record) int) []*record {
+	if len(rs) < 2 {
+		return rs
+	}
+	slices.SortFunc(rs, func(a, b *record) int {
+		if c := key(a, b); c != 0 {
+			return c
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	return slices.CompactFunc(rs, func(a, b *record) bool { return key(a, b) == 0 })
+}
+
+// byAddress is the key of A and AAAA records: the address.
+func byAddress(a, b *record) int { return a.addr.Compare(b.addr) }
+
+// byEndpoint is the key of SRV records: where they lead, the address (for
+// a target addressed by IP, whatever its target name) or the host name,
+// and the port.
+func byEndpoint(a, b *record) int {
+	if c := a.addr.Compare(b.addr); c != 0 {
+		return c
+	}
+	if !a.addr.IsValid() {
+		if c := strings.Compare(a.srvTarget, b.srvTarget); c != 0 {
+			return c
+		}
+	}
+	return cmp.Compare(a.port, b.port)
 }
 
 func putRecords(p *[]*record) {
@@ -578,7 +622,7 @@ func putRecords(p *[]*record) {
 // lets a server answer ANY with a subset of what it has).
 func (s *Server) addressesLocked(m *mdns.Msg, q mdns.Question, set map[string]*record) {
 	both, v4 := q.Qtype == mdns.TypeANY, q.Qtype == mdns.TypeA
-	p, rs := s.pickLocked(set, func(r *record) bool { return r.addr.IsValid() && (both || r.addr.Is4() == v4) })
+	p, rs := s.pickLocked(set, func(r *record) bool { return r.addr.IsValid() && (both || r.addr.Is4() == v4) }, byAddress)
 	defer putRecords(p)
 	b := newAddressRRs(rs)
 	m.Answer = slices.Grow(m.Answer, len(rs))
@@ -590,7 +634,7 @@ func (s *Server) addressesLocked(m *mdns.Msg, q mdns.Question, set map[string]*r
 // servicesLocked answers an SRV query, with the addresses of the targets
 // addressed by IP in the additional section.
 func (s *Server) servicesLocked(m *mdns.Msg, q mdns.Question, set map[string]*record) {
-	p, rs := s.pickLocked(set, func(r *record) bool { return r.srvTarget != "" })
+	p, rs := s.pickLocked(set, func(r *record) bool { return r.srvTarget != "" }, byEndpoint)
 	defer putRecords(p)
 	b := newAddressRRs(rs)
 	srvs := make([]mdns.SRV, len(rs))
