@@ -91,3 +91,24 @@ func TestMaxAnswersAfterDedup(t *testing.T) {
 		}
 	}
 }
+
+// A target added on an address the group already answers for is answered
+// once, though the group was asked about before (and had no repeats then).
+func TestSharedAddressAddedLater(t *testing.T) {
+	e := start(t, checker.Config{}, dns.Config{})
+	e.add(t, true, tcpTarget("l-1", "late", "127.0.0.1:80"), tcpTarget("l-2", "late", "backend.example:80"))
+	e.round(t)
+	want := []string{"A late.pulse. 127.0.0.1"}
+	if r := e.query(t, "late.pulse.", mdns.TypeA); !cmp.Equal(values(r.Answer), want) {
+		t.Fatalf("late A: %q, want %q", values(r.Answer), want)
+	}
+	e.add(t, true, tcpTarget("l-3", "late", "127.0.0.1:80"), tcpTarget("l-4", "late", "backend.example:80"))
+	e.round(t)
+	if r := e.query(t, "late.pulse.", mdns.TypeA); !cmp.Equal(values(r.Answer), want) {
+		t.Errorf("late A after adding l-3 on l-1's address: %q, want %q", values(r.Answer), want)
+	}
+	wantSRV := []string{"SRV late.pulse. 80 backend.example.", "SRV late.pulse. 80 l-1.target.pulse."}
+	if r := e.query(t, "late.pulse.", mdns.TypeSRV); !cmp.Equal(values(r.Answer), wantSRV) {
+		t.Errorf("late SRV after adding l-3 and l-4: %q, want %q", values(r.Answer), wantSRV)
+	}
+}

@@ -511,7 +511,7 @@ func (s *Server) resolve(m *mdns.Msg, q mdns.Question) {
 		m.Rcode = mdns.RcodeServerFailure
 		return
 	}
-	var set map[string]*record
+	var set *recordSet
 	switch kind {
 	case nameApex:
 		if q.Qtype == mdns.TypeSOA {
@@ -557,15 +557,17 @@ var recordPool = sync.Pool{New: func() any { return new([]*record) }}
 // per key (see dedupe), in random order, at most MaxAnswers of them, and
 // the pooled slice that holds them: put it back with putRecords when
 // done.
-func (s *Server) pickLocked(set map[string]*record, keep func(*record) bool, key func(a, b *record) int) (*[]*record, []*record) {
+func (s *Server) pickLocked(set *recordSet, keep func(*record) bool, key func(a, b *record) int) (*[]*record, []*record) {
 	p := recordPool.Get().(*[]*record)
 	rs := (*p)[:0]
-	for _, r := range set {
+	for _, r := range set.byName {
 		if r.routable && keep(r) {
 			rs = append(rs, r)
 		}
 	}
-	rs = dedupe(rs, key)
+	if set.mayRepeat() {
+		rs = dedupe(rs, key)
+	}
 	rand.Shuffle(len(rs), func(i, j int) { rs[i], rs[j] = rs[j], rs[i] })
 	*p = rs
 	if n := s.cfg.MaxAnswers; n > 0 && len(rs) > n {
@@ -620,7 +622,7 @@ func putRecords(p *[]*record) {
 
 // addressesLocked answers an A or AAAA query; ANY gets both (RFC 8482
 // lets a server answer ANY with a subset of what it has).
-func (s *Server) addressesLocked(m *mdns.Msg, q mdns.Question, set map[string]*record) {
+func (s *Server) addressesLocked(m *mdns.Msg, q mdns.Question, set *recordSet) {
 	both, v4 := q.Qtype == mdns.TypeANY, q.Qtype == mdns.TypeA
 	p, rs := s.pickLocked(set, func(r *record) bool { return r.addr.IsValid() && (both || r.addr.Is4() == v4) }, byAddress)
 	defer putRecords(p)
@@ -633,7 +635,7 @@ func (s *Server) addressesLocked(m *mdns.Msg, q mdns.Question, set map[string]*r
 
 // servicesLocked answers an SRV query, with the addresses of the targets
 // addressed by IP in the additional section.
-func (s *Server) servicesLocked(m *mdns.Msg, q mdns.Question, set map[string]*record) {
+func (s *Server) servicesLocked(m *mdns.Msg, q mdns.Question, set *recordSet) {
 	p, rs := s.pickLocked(set, func(r *record) bool { return r.srvTarget != "" }, byEndpoint)
 	defer putRecords(p)
 	b := newAddressRRs(rs)
