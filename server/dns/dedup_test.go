@@ -111,4 +111,17 @@ func TestSharedAddressAddedLater(t *testing.T) {
 	if r := e.query(t, "late.pulse.", mdns.TypeSRV); !cmp.Equal(values(r.Answer), wantSRV) {
 		t.Errorf("late SRV after adding l-3 and l-4: %q, want %q", values(r.Answer), wantSRV)
 	}
+
+	// Host names alone.
+	e.add(t, true, tcpTarget("h-1", "hosts", "backend.example:80"), tcpTarget("h-2", "hosts", "backend.example:81"))
+	e.round(t)
+	if r := e.query(t, "hosts.pulse.", mdns.TypeSRV); len(r.Answer) != 2 {
+		t.Fatalf("hosts SRV: %q, want two records", values(r.Answer))
+	}
+	e.add(t, true, tcpTarget("h-3", "hosts", "backend.example:80"))
+	e.round(t)
+	wantSRV = []string{"SRV hosts.pulse. 80 backend.example.", "SRV hosts.pulse. 81 backend.example."}
+	if r := e.query(t, "hosts.pulse.", mdns.TypeSRV); !cmp.Equal(values(r.Answer), wantSRV) {
+		t.Errorf("hosts SRV after adding h-3 on h-1's endpoint: %q, want %q", values(r.Answer), wantSRV)
+	}
 }

@@ -115,12 +115,12 @@ func (ix index) remove(key string, r *record) {
 }
 
 // repeatKey is what two records must share to repeat each other in an
-// answer: an address (A, AAAA), or an endpoint (SRV; see byEndpoint).
+// answer: an address (A, AAAA, and SRV whatever the ports), or a host
+// name and port (SRV; see byEndpoint).
 type repeatKey struct {
-	endpoint bool
-	addr     netip.Addr
-	host     string
-	port     uint16
+	addr netip.Addr
+	host string
+	port uint16
 }
 
 // mayRepeat reports whether an answer from set may hold the same record
@@ -150,9 +150,8 @@ func (set *recordSet) mayRepeat() bool {
 			switch {
 			case r.addr.IsValid():
 				mark(repeatKey{addr: r.addr})
-				mark(repeatKey{endpoint: true, addr: r.addr, port: r.port})
 			case r.srvTarget != "":
-				mark(repeatKey{endpoint: true, host: r.srvTarget, port: r.port})
+				mark(repeatKey{host: r.srvTarget, port: r.port})
 			}
 		}
 	}
