@@ -31,7 +31,6 @@
 package dns
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -367,43 +366,6 @@ func (s *Server) recoverQuery(w mdns.ResponseWriter, r *mdns.Msg) {
 	_ = w.WriteMsg(m)
 }
 
-// malformed reports whether r is not a query this server can answer:
-// RFC 1035 allows any QDCOUNT, but no server answers other than exactly
-// one question (and miekg/dns rejects the others before parsing, but
-// not a header announcing a question the message then lacks), and RFC
-// 6891 makes more than one OPT record, or one outside the additional
-// section, a FORMERR.
-func malformed(r *mdns.Msg) bool {
-	if len(r.Question) != 1 {
-		return true
-	}
-	opts := 0
-	for _, sec := range [][]mdns.RR{r.Answer, r.Ns} {
-		for _, rr := range sec {
-			if rr.Header().Rrtype == mdns.TypeOPT {
-				return true
-			}
-		}
-	}
-	for _, rr := range r.Extra {
-		if rr.Header().Rrtype == mdns.TypeOPT {
-			opts++
-		}
-	}
-	return opts > 1
-}
-
-// formErr is the FORMERR answer to r: its ID and opcode, its question
-// when it has exactly one, and no records, so that it is never larger
-// than the query.
-func formErr(r *mdns.Msg) *mdns.Msg {
-	m := &mdns.Msg{MsgHdr: mdns.MsgHdr{Id: r.Id, Response: true, Opcode: r.Opcode, Rcode: mdns.RcodeFormatError}}
-	if len(r.Question) == 1 {
-		m.Question = r.Question
-	}
-	return m
-}
-
 // answer builds the response to r from src.
 func (s *Server) answer(r *mdns.Msg, src netip.Addr, udp bool) *mdns.Msg {
 	if malformed(r) {
@@ -574,44 +536,6 @@ func (s *Server) pickLocked(set *recordSet, keep func(*record) bool, key func(a,
 		rs = rs[:n]
 	}
 	return p, rs
-}
-
-// dedupe keeps one record of rs per key, the one whose target name sorts
-// first, so that an answer never repeats itself when targets share an
-// address (two checks of one backend, say): a resolver or load balancer
-// would count that backend twice. The record kept, and so an SRV record's
-// target name, stays the same from one query to the next while its target
-// is routable. It runs before MaxAnswers, which thus counts distinct
-// records.
-func dedupe(rs []*record, key func(a, b *record) int) []*record {
-	if len(rs) < 2 {
-		return rs
-	}
-	slices.SortFunc(rs, func(a, b *record) int {
-		if c := key(a, b); c != 0 {
-			return c
-		}
-		return strings.Compare(a.name, b.name)
-	})
-	return slices.CompactFunc(rs, func(a, b *record) bool { return key(a, b) == 0 })
-}
-
-// byAddress is the key of A and AAAA records: the address.
-func byAddress(a, b *record) int { return a.addr.Compare(b.addr) }
-
-// byEndpoint is the key of SRV records: where they lead, the address (for
-// a target addressed by IP, whatever its target name) or the host name,
-// and the port.
-func byEndpoint(a, b *record) int {
-	if c := a.addr.Compare(b.addr); c != 0 {
-		return c
-	}
-	if !a.addr.IsValid() {
-		if c := strings.Compare(a.srvTarget, b.srvTarget); c != 0 {
-			return c
-		}
-	}
-	return cmp.Compare(a.port, b.port)
 }
 
 func putRecords(p *[]*record) {

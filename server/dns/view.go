@@ -1,10 +1,12 @@
 package dns
 
 import (
+	"cmp"
 	"errors"
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -157,6 +159,44 @@ func (set *recordSet) mayRepeat() bool {
 	}
 	set.repeats.Store(int32(repeats))
 	return repeats == repeatsYes
+}
+
+// dedupe keeps one record of rs per key, the one whose target name sorts
+// first, so that an answer never repeats itself when targets share an
+// address (two checks of one backend, say): a resolver or load balancer
+// would count that backend twice. The record kept, and so an SRV record's
+// target name, stays the same from one query to the next while its target
+// is routable. It runs before MaxAnswers, which thus counts distinct
+// records.
+func dedupe(rs []*record, key func(a, b *record) int) []*record {
+	if len(rs) < 2 {
+		return rs
+	}
+	slices.SortFunc(rs, func(a, b *record) int {
+		if c := key(a, b); c != 0 {
+			return c
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	return slices.CompactFunc(rs, func(a, b *record) bool { return key(a, b) == 0 })
+}
+
+// byAddress is the key of A and AAAA records: the address.
+func byAddress(a, b *record) int { return a.addr.Compare(b.addr) }
+
+// byEndpoint is the key of SRV records: where they lead, the address (for
+// a target addressed by IP, whatever its target name) or the host name,
+// and the port.
+func byEndpoint(a, b *record) int {
+	if c := a.addr.Compare(b.addr); c != 0 {
+		return c
+	}
+	if !a.addr.IsValid() {
+		if c := strings.Compare(a.srvTarget, b.srvTarget); c != 0 {
+			return c
+		}
+	}
+	return cmp.Compare(a.port, b.port)
 }
 
 // view is the checker's registry as DNS sees it, kept up to date from a
