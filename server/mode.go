@@ -12,7 +12,9 @@ import (
 // Conversions of the administrative modes, slow start and automatic
 // removal (checker/mode.go) to and from the wire.
 
-// ModeToProto returns the wire form of a mode.
+// ModeToProto returns the wire form of a mode. Every answer says
+// MODE_ACTIVE for an active target; MODE_UNSPECIFIED is only what a client
+// sends when it sets no mode.
 func ModeToProto(m checker.Mode) pb.Mode {
 	switch m {
 	case checker.ModeDraining:
@@ -21,15 +23,6 @@ func ModeToProto(m checker.Mode) pb.Mode {
 		return pb.Mode_MODE_MAINTENANCE
 	}
 	return pb.Mode_MODE_ACTIVE
-}
-
-// wireMode is a mode in a status or a transition: unset for ACTIVE, so
-// that a target nobody drained looks as it did before modes existed.
-func wireMode(m checker.Mode) pb.Mode {
-	if m == checker.ModeActive {
-		return pb.Mode_MODE_UNSPECIFIED
-	}
-	return ModeToProto(m)
 }
 
 // modeFromProto converts a SetMode mode; unset or unknown is a
@@ -97,7 +90,7 @@ func lifecycleToProto(s checker.Spec, t *pb.Target) {
 // into out.
 func modeStatusToProto(st checker.Status, out *pb.TargetStatus) {
 	a := st.Spec.Admin()
-	out.Mode = wireMode(a.Mode)
+	out.Mode = ModeToProto(a.Mode)
 	out.ModeReason = a.Reason
 	out.ModeSince = timestamp(a.Since)
 	out.ModeUntil = timestamp(a.Until)
