@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -52,6 +53,13 @@ func modeRequestFromProto(r *pb.SetModeRequest) (checker.ModeRequest, error) {
 			return req, &checker.FieldError{Field: "until", Reason: "is not a valid timestamp: " + err.Error()}
 		}
 		req.Until = u.AsTime()
+		if req.Until.IsZero() {
+			// The checker reads a zero Until as "no end", but this one was
+			// set: 0001-01-01T00:00:00Z is in the past and must be refused
+			// as one second later is. One nanosecond later is as far in the
+			// past and reads the same in the error.
+			req.Until = req.Until.Add(time.Nanosecond)
+		}
 	}
 	return req, nil
 }
