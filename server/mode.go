@@ -13,9 +13,9 @@ import (
 // Conversions of the administrative modes, slow start and automatic
 // removal (checker/mode.go) to and from the wire.
 
-// ModeToProto returns the wire form of a mode. Every answer says
-// MODE_ACTIVE for an active target; MODE_UNSPECIFIED is only what a client
-// sends when it sets no mode.
+// ModeToProto returns the wire form of a mode. Every answer (statuses,
+// transitions, mode changes) carries it, so an active target reads
+// MODE_ACTIVE, never MODE_UNSPECIFIED.
 func ModeToProto(m checker.Mode) pb.Mode {
 	switch m {
 	case checker.ModeDraining:
