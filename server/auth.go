@@ -164,11 +164,11 @@ func (t *Tokens) lookup(token string) (Role, string, bool) {
 }
 
 // authorize checks the call's bearer token against the role fullMethod
-// needs.
-func (t *Tokens) authorize(ctx context.Context, fullMethod string) error {
+// needs, and returns the token's name; "" for a call that needs none.
+func (t *Tokens) authorize(ctx context.Context, fullMethod string) (string, error) {
 	svc, method, ok := strings.Cut(strings.TrimPrefix(fullMethod, "/"), "/")
 	if !ok {
-		return nil
+		return "", nil
 	}
 	var need Role
 	switch svc {
@@ -180,37 +180,54 @@ func (t *Tokens) authorize(ctx context.Context, fullMethod string) error {
 	case adsService:
 		need = RoleRead // xDS only reads: the targets' addresses and health
 	default:
-		return nil // grpc.health.v1 and reflection stay open
+		return "", nil // grpc.health.v1 and reflection stay open
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get("authorization")
 	if len(vals) == 0 {
-		return status.Error(codes.Unauthenticated, "missing token: send the metadata \"authorization: Bearer <token>\"")
+		return "", status.Error(codes.Unauthenticated, "missing token: send the metadata \"authorization: Bearer <token>\"")
 	}
 	token, ok := strings.CutPrefix(vals[0], "Bearer ")
 	if !ok {
-		return status.Error(codes.Unauthenticated, "the authorization metadata must be \"Bearer <token>\"")
+		return "", status.Error(codes.Unauthenticated, "the authorization metadata must be \"Bearer <token>\"")
 	}
 	role, name, ok := t.lookup(strings.TrimSpace(token))
 	if !ok {
-		return status.Error(codes.Unauthenticated, "invalid token")
+		return "", status.Error(codes.Unauthenticated, "invalid token")
 	}
 	if role < need {
-		return status.Errorf(codes.PermissionDenied, "token %q has the %v role; %s needs %v", name, role, method, need)
+		return "", status.Errorf(codes.PermissionDenied, "token %q has the %v role; %s needs %v", name, role, method, need)
 	}
-	return nil
+	return name, nil
 }
 
+// unary authorizes a call and gives its handler the token's name (see
+// tokenName).
 func (t *Tokens) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if err := t.authorize(ctx, info.FullMethod); err != nil {
+	name, err := t.authorize(ctx, info.FullMethod)
+	if err != nil {
 		return nil, err
+	}
+	if name != "" {
+		ctx = context.WithValue(ctx, tokenNameKey{}, name)
 	}
 	return handler(ctx, req)
 }
 
 func (t *Tokens) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if err := t.authorize(ss.Context(), info.FullMethod); err != nil {
+	if _, err := t.authorize(ss.Context(), info.FullMethod); err != nil {
 		return err
 	}
 	return handler(srv, ss)
+}
+
+// tokenNameKey is the context key of the name of the token a unary call
+// was authorized with.
+type tokenNameKey struct{}
+
+// tokenName returns the name of the token a unary call was authorized
+// with; "" without tokens.
+func tokenName(ctx context.Context) string {
+	name, _ := ctx.Value(tokenNameKey{}).(string)
+	return name
 }

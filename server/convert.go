@@ -408,7 +408,7 @@ func transitionToProto(tr checker.Transition) *pb.WatchTransitionsResponse {
 		Time:         timestamp(tr.Time),
 		Text:         tr.String(),
 		Reason:       tr.Reason,
-		Mode:         wireMode(tr.Mode),
+		Mode:         ModeToProto(tr.Mode),
 		SlowStartEnd: timestamp(tr.SlowStartEnd),
 	}
 	if tr.Reason == "" {

@@ -150,6 +150,7 @@ func TestAddTargetCreatesThenUpdatesWithDefaults(t *testing.T) {
 			Verdict:       pb.State_STATE_UNHEALTHY,
 			ProbeInterval: durationpb.New(2 * time.Second),
 			Source:        "api",
+			Mode:          pb.Mode_MODE_ACTIVE,
 		},
 	}
 	if diff := cmp.Diff(want, resp, protocmp.Transform(), protocmp.IgnoreFields(&pb.TargetStatus{}, "next_probe_time")); diff != "" {

@@ -121,8 +121,9 @@ func applyMask(dst, src *pb.Target, paths []string) {
 }
 
 // ProbeNow probes the selected targets once, now, and returns the round.
+// Its rate is limited per client (see clientID) and for all together.
 func (s *Server) ProbeNow(ctx context.Context, req *pb.ProbeNowRequest) (*pb.ProbeNowResponse, error) {
-	r, err := s.c.ProbeNow(ctx, checker.Selection{Group: req.GetGroup(), Names: req.GetNames()})
+	r, err := s.c.ProbeNow(ctx, checker.Selection{Group: req.GetGroup(), Names: req.GetNames(), Client: clientID(ctx)})
 	if err != nil {
 		return nil, toStatus(err, "")
 	}

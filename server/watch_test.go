@@ -137,6 +137,7 @@ func TestWatchSnapshotThenLive(t *testing.T) {
 		From: pb.State_STATE_HEALTHY, To: pb.State_STATE_UNHEALTHY,
 		Text:   "web-1: healthy -> unhealthy",
 		Result: &pb.ProbeResult{Pass: false, Error: "connection refused"},
+		Mode:   pb.Mode_MODE_ACTIVE,
 	}
 	if diff := cmp.Diff(want, ev.GetTransition(), protocmp.Transform(),
 		protocmp.IgnoreFields(&pb.Transition{}, "time"),

@@ -245,7 +245,7 @@ func run(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	egress, err := cfg.security.egress()
+	egress, err := cfg.security.egress(logger)
 	if err != nil {
 		return err
 	}
