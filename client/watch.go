@@ -430,18 +430,19 @@ func (f *follower) fresh(resp *pb.WatchTransitionsResponse, skip *int) bool {
 }
 
 // named takes the revision rev a stream's end named (ok false: none) as a
-// resume point and returns it, 0 for none. pulsed names a revision whose
-// every event the stream sent (a batch holds whole revisions), so when it
-// is the last revision delivered, that revision is complete: the next
-// stream resumes from it exactly, not from the one before it (which a
-// restarted pulsed no longer holds: it would answer OUT_OF_RANGE and cost
-// a snapshot).
+// resume point and returns it, 0 for none. pulsed names a revision up to
+// which the stream sent every matching event (a batch holds whole
+// revisions), so when it is at or past the last revision delivered (past
+// it: events a filter leaves out), it becomes the resume point, complete:
+// the next stream resumes from it exactly, not from the revision before
+// the last event (which a restarted pulsed no longer holds: it would
+// answer OUT_OF_RANGE and cost a snapshot).
 func (f *follower) named(rev uint64, ok bool) uint64 {
 	if !ok || rev == 0 {
 		return 0
 	}
-	if rev == f.rev {
-		f.seen = 0
+	if f.synced && rev >= f.rev {
+		f.rev, f.seen = rev, 0
 	}
 	return rev
 }

@@ -437,6 +437,43 @@ func TestWatchResumesWhereShutdownSaid(t *testing.T) {
 	}
 }
 
+// TestWatchResumesPastFilteredEvents: a filtered stream's end may name a
+// revision past its last event (events the filter leaves out): the watch
+// resumes from it, as pulsed restarted on its store holds nothing before.
+func TestWatchResumesPastFilteredEvents(t *testing.T) {
+	f := &fakePulse{watch: func(n int, req *pb.WatchTransitionsRequest, stream grpc.ServerStreamingServer[pb.WatchTransitionsResponse]) error {
+		switch {
+		case n == 0:
+			snapshotAt(10, stream)
+			stream.Send(transitionAt(11, pb.State_STATE_HEALTHY))
+			return status.Error(codes.Unavailable, "pulsed is shutting down; reconnect and resume with start_revision 15")
+		case req.GetStartRevision() == 0:
+			return status.Error(codes.InvalidArgument, "no second snapshot in this test") // ends the watch
+		case req.GetStartRevision() < 15:
+			return status.Errorf(codes.OutOfRange, "start revision %d is older than the history: the oldest revision a watch can resume from is 15; watch again with start_revision 0 to re-snapshot", req.GetStartRevision())
+		default:
+			stream.Send(transitionAt(16, pb.State_STATE_UNHEALTHY))
+			<-stream.Context().Done()
+			return nil
+		}
+	}}
+	c := fakeClient(t, f)
+	var got []string
+	for ev := range c.Watch(within(t), client.Filter{Group: "edge"}) {
+		if ev.Kind == client.EventDisconnected {
+			continue
+		}
+		got = append(got, fmt.Sprintf("%v@%d", ev.Kind, ev.Revision))
+		if ev.Revision >= 16 || ev.Kind == client.EventSnapshot && ev.Resnapshot {
+			break
+		}
+	}
+	want := []string{"snapshot@10", "transition@11", "resumed@15", "transition@16"}
+	if !cmp.Equal(got, want) {
+		t.Errorf("events %v; want %v", got, want)
+	}
+}
+
 // TestWatchFromAnotherServersRevision: FromRevision with a revision pulsed
 // refuses (FAILED_PRECONDITION) starts over with a snapshot that says so.
 func TestWatchFromAnotherServersRevision(t *testing.T) {
