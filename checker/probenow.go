@@ -112,8 +112,10 @@ type RoundResult struct {
 //
 // Errors: a *FieldError for a malformed selection, an error wrapping
 // ErrUnknownTarget for a name not registered (nothing is probed), a
-// *RateError over ProbeNowRate for sel.Client or over ProbeNowTotalRate,
-// ErrClosed. A refused round takes nothing from either rate.
+// *RateError over ProbeNowRate for sel.Client or over ProbeNowTotalRate
+// (a refused round takes nothing from either rate), ErrClosed: also when
+// the checker closes during the round, which cuts its probes short and
+// applies none of them.
 func (c *Checker) ProbeNow(ctx context.Context, sel Selection) (Round, error) {
 	if err := sel.validate(); err != nil {
 		return Round{}, err
@@ -213,6 +215,13 @@ func (s *scheduler) round(ctx context.Context, pick func() ([]*target, error), d
 			longest = max(longest, t.spec.Timeout)
 		}
 	}
+	// The round's probes end with the checker too: Close cancels the
+	// scheduler's context and waits for the workers, and a probe under the
+	// caller's context alone (a ProbeNow of a target with a 30s timeout)
+	// would hold the shutdown that long.
+	ctx, cancelRound := context.WithCancel(ctx)
+	defer cancelRound()
+	defer context.AfterFunc(s.ctx, cancelRound)()
 	if demand && len(jobs) > 0 {
 		waves := (len(jobs) + s.pool.max - 1) / s.pool.max
 		var cancel context.CancelFunc
@@ -245,6 +254,12 @@ func (s *scheduler) round(ctx context.Context, pick func() ([]*target, error), d
 		// finished before it did is a valid result.
 		s.applyLocked(s.ctx, j.t, j.gen, j.due, o.r, o.timedOut)
 	}
+	if demand && s.ctx.Err() != nil {
+		// The checker closed during the round: nothing of it was applied
+		// (applyLocked drops a result once the scheduler is stopping).
+		s.reg.unlockAndReport()
+		return Round{}, ErrClosed
+	}
 	out := Round{Transitions: s.reg.transitionsSinceLocked(mark)}
 	if demand {
 		out.Results = make([]RoundResult, len(picked))
@@ -262,8 +277,6 @@ func (s *scheduler) round(ctx context.Context, pick func() ([]*target, error), d
 				rr.Skipped = "removed during the round"
 			case t.gen != gens[i]:
 				rr.Skipped = "its probe changed during the round"
-			case s.ctx.Err() != nil:
-				rr.Skipped = "pulsed is shutting down"
 			case o.skipped:
 				rr.Skipped = "the round ended before its probe did (its deadline passed, or the caller left)"
 			default:

@@ -287,6 +287,13 @@ func (s *Server) WatchTransitions(req *pb.WatchTransitionsRequest, stream grpc.S
 			if ctx.Err() != nil { // closed by the stream's end
 				return status.FromContextError(ctx.Err()).Err()
 			}
+			// The watcher handed out every event published before the
+			// checker closed, and the stream sent them: its position is the
+			// last published revision (past the events a filter leaves
+			// out), the one a pulsed restarted on its store resumes from.
+			if rev, _ := w.Progress(); rev > last {
+				last = rev
+			}
 			return status.Errorf(codes.Unavailable, "pulsed is shutting down; reconnect and resume with start_revision %d", last)
 		}
 		if err != nil {
