@@ -112,7 +112,7 @@ func ParseTokens(r io.Reader) (*Tokens, error) {
 		case "write":
 			e.role = RoleWrite
 		default:
-			return nil, fmt.Errorf("%d: role must be read or write, got %q", line, f[0])
+			return nil, fmt.Errorf("%d: role must be read or write, got %s", line, Quote(f[0]))
 		}
 		if hexDigest, ok := strings.CutPrefix(f[1], "sha256:"); ok {
 			d, err := hex.DecodeString(hexDigest)

@@ -404,6 +404,11 @@ type Options struct {
 	Tokens *Tokens
 	// RateLimit, when set, bounds each client's rate of pulse.v1 calls.
 	RateLimit *RateLimit
+	// AccessLog logs every finished pulse.v1 call at INFO. If false, calls
+	// that ended OK or with the client's own mistake are logged at DEBUG
+	// (see callLevel). Either way the logged errors are scrubbed of the
+	// request's secrets and their quotes of its input are bounded.
+	AccessLog bool
 }
 
 // NewGRPCServer returns a *grpc.Server serving s as pulse.v1.HealthChecker,
@@ -419,9 +424,9 @@ func NewGRPCServer(s *Server, opts Options) (*grpc.Server, *Health) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	unary, stream := Interceptors(logger, s.c.Defaults())
-	// After logging (so rejected calls are logged), before recovery: the
-	// rate limit, then authentication.
+	unary, stream := chains(logger, s.c.Defaults(), opts.AccessLog)
+	// After logging and scrubbing (so rejected calls are logged), before
+	// recovery: the rate limit, then authentication.
 	var guardU []grpc.UnaryServerInterceptor
 	var guardS []grpc.StreamServerInterceptor
 	if opts.RateLimit != nil {
@@ -432,8 +437,8 @@ func NewGRPCServer(s *Server, opts Options) (*grpc.Server, *Health) {
 		guardU = append(guardU, opts.Tokens.unary)
 		guardS = append(guardS, opts.Tokens.stream)
 	}
-	unary = slices.Concat(opts.UnaryInterceptors, unary[:1], guardU, unary[1:])
-	stream = slices.Concat(opts.StreamInterceptors, stream[:1], guardS, stream[1:])
+	unary = slices.Concat(opts.UnaryInterceptors, unary[:2], guardU, unary[2:])
+	stream = slices.Concat(opts.StreamInterceptors, stream[:2], guardS, stream[2:])
 	gs := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
@@ -452,9 +457,14 @@ var apiOnly = selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta
 })
 
 // Interceptors returns the server's interceptor chains, outermost first:
-// logging, recovery, validation. defaults complete AddTarget specs before
-// they are validated.
+// logging, scrubbing of errors (secrets masked, quoted input bounded),
+// recovery, validation. defaults complete AddTarget specs before they are
+// validated. Calls are logged as Options.AccessLog false says.
 func Interceptors(logger *slog.Logger, defaults checker.Defaults) ([]grpc.UnaryServerInterceptor, []grpc.StreamServerInterceptor) {
+	return chains(logger, defaults, false)
+}
+
+func chains(logger *slog.Logger, defaults checker.Defaults, accessLog bool) ([]grpc.UnaryServerInterceptor, []grpc.StreamServerInterceptor) {
 	logFn := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
 		logger.Log(ctx, slog.Level(lvl), msg, fields...)
 	})
@@ -464,15 +474,35 @@ func Interceptors(logger *slog.Logger, defaults checker.Defaults) ([]grpc.UnaryS
 	})
 	// Log each finished call of the API; health checks and reflection come
 	// from load balancers and tools far too often to log.
-	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}
+	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall), logging.WithLevels(callLevel(accessLog))}
 	v := validator{defaults: defaults}
 	return []grpc.UnaryServerInterceptor{
 			selector.UnaryServerInterceptor(logging.UnaryServerInterceptor(logFn, logOpts...), apiOnly),
+			scrubUnary,
 			recovery.UnaryServerInterceptor(onPanic),
 			v.unary,
 		}, []grpc.StreamServerInterceptor{
 			selector.StreamServerInterceptor(logging.StreamServerInterceptor(logFn, logOpts...), apiOnly),
+			scrubStream,
 			recovery.StreamServerInterceptor(onPanic),
 			v.stream,
 		}
+}
+
+// callLevel returns the level a finished call is logged at. With
+// accessLog, every call is logged at INFO or above, as go-grpc-middleware
+// does by default. Without it, a call that ended well or with the
+// client's own mistake (OK, Canceled, NotFound, AlreadyExists,
+// InvalidArgument, Unauthenticated: the client has the answer, and there
+// is nothing for the operator to do) is logged at DEBUG, and only calls
+// the server could not serve (PermissionDenied, ResourceExhausted,
+// Unavailable, Internal, ...) at WARN or ERROR.
+func callLevel(accessLog bool) logging.CodeToLevel {
+	return func(code codes.Code) logging.Level {
+		lvl := logging.DefaultServerCodeToLevel(code)
+		if !accessLog && lvl == logging.LevelInfo {
+			return logging.LevelDebug
+		}
+		return lvl
+	}
 }

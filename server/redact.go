@@ -1,0 +1,271 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+)
+
+// Errors that quote a client's input, and the secrets a request carries:
+// every error a call ends with goes through scrubError before it is logged
+// or sent, so that neither the log nor the client's own error output
+// holds a probe's credential or megabytes of echoed input.
+
+// MaxQuoted bounds how many bytes of a client's input an error message
+// quotes: past it the quote is cut and followed by "... (N bytes)".
+const MaxQuoted = 128
+
+// maxMessage bounds a whole error message, whatever it quotes.
+const maxMessage = 4 << 10
+
+// Masked stands for a secret in an error message or a log line, as
+// net/url's URL.Redacted writes a password.
+const Masked = "xxxxx"
+
+// minBareSecret is the shortest secret masked outside the quotes of a
+// message: a shorter one would mask words of the message itself. Inside
+// quotes (where input is echoed) every secret is masked.
+const minBareSecret = 4
+
+// Quote returns s quoted as %q does, at most MaxQuoted bytes of it (cut at
+// a rune boundary), followed by "... (N bytes)" when cut. Every error
+// message that quotes a client's input quotes it with Quote.
+func Quote(s string) string {
+	if len(s) <= MaxQuoted {
+		return strconv.Quote(s)
+	}
+	cut := MaxQuoted
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d bytes)", strconv.Quote(s[:cut]), len(s))
+}
+
+// scrubMessage returns msg with each of secrets masked and every quoted
+// string in it (as %q writes them) no longer than MaxQuoted bytes; the
+// whole is cut at maxMessage bytes.
+func scrubMessage(msg string, secrets []string) string {
+	var b strings.Builder
+	for rest := msg; rest != ""; {
+		i := strings.IndexByte(rest, '"')
+		if i < 0 {
+			b.WriteString(maskBare(rest, secrets))
+			break
+		}
+		b.WriteString(maskBare(rest[:i], secrets))
+		rest = rest[i:]
+		q, err := strconv.QuotedPrefix(rest)
+		if err != nil { // a lone quote: the rest is not a quoted string
+			b.WriteString(maskBare(rest, secrets))
+			break
+		}
+		s, _ := strconv.Unquote(q)
+		b.WriteString(Quote(mask(s, secrets)))
+		rest = rest[len(q):]
+	}
+	out := b.String()
+	if len(out) > maxMessage {
+		cut := maxMessage
+		for cut > 0 && !utf8.RuneStart(out[cut]) {
+			cut--
+		}
+		out = fmt.Sprintf("%s... (message cut at %d of %d bytes)", out[:cut], cut, len(out))
+	}
+	return out
+}
+
+// mask replaces every secret in s with Masked.
+func mask(s string, secrets []string) string {
+	for _, sec := range secrets {
+		if sec != "" {
+			s = strings.ReplaceAll(s, sec, Masked)
+		}
+	}
+	return s
+}
+
+// maskBare is mask for text outside quotes: secrets shorter than
+// minBareSecret stay.
+func maskBare(s string, secrets []string) string {
+	for _, sec := range secrets {
+		if len(sec) >= minBareSecret {
+			s = strings.ReplaceAll(s, sec, Masked)
+		}
+	}
+	return s
+}
+
+// secretsOf returns the secrets req carries, longest first, each also in
+// the escaped forms an error message may quote it in: a URL's password and
+// its query values of secret names, header and gRPC metadata values, a
+// request body and an inline TLS key.
+func secretsOf(req any) []string {
+	var t *pb.Target
+	switch r := req.(type) {
+	case *pb.AddTargetRequest:
+		t = r.GetTarget()
+	case *pb.UpdateTargetRequest:
+		t = r.GetTarget()
+	}
+	if t == nil {
+		return nil
+	}
+	var out []string
+	add := func(s string) {
+		if u, err := url.PathUnescape(s); s == "" || err == nil && u == Redacted {
+			return // the placeholder stands for a stored value: no secret
+		}
+		out = append(out, s)
+		if q := strconv.Quote(s); q[1:len(q)-1] != s {
+			out = append(out, q[1:len(q)-1])
+		}
+		if u, err := url.PathUnescape(s); err == nil && u != s {
+			out = append(out, u)
+		}
+		if e := url.QueryEscape(s); e != s {
+			out = append(out, e)
+		}
+	}
+	addTLS := func(o *pb.TlsOptions) {
+		if o != nil {
+			add(o.GetKeyPem())
+		}
+	}
+	if h := t.GetHttp(); h != nil {
+		for _, s := range urlSecrets(h.GetUrl()) {
+			add(s)
+		}
+		for _, v := range h.GetHeaders() {
+			add(v)
+		}
+		add(h.GetBody())
+		addTLS(h.GetTls())
+	}
+	if g := t.GetGrpc(); g != nil {
+		for _, v := range g.GetMetadata() {
+			add(v)
+		}
+		addTLS(g.GetTlsOptions())
+	}
+	if c := t.GetTcp(); c != nil {
+		addTLS(c.GetTls())
+	}
+	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return slices.Compact(out)
+}
+
+// urlSecrets returns the password of raw's user info and the values of
+// its query parameters whose names look secret (see SecretParam). raw
+// need not parse: a URL refused for its port still has its password
+// masked.
+func urlSecrets(raw string) []string {
+	var out []string
+	rest := raw
+	if _, after, ok := strings.Cut(rest, "://"); ok {
+		rest = after
+	}
+	authority := rest
+	if i := strings.IndexAny(authority, "/?#"); i >= 0 {
+		authority = authority[:i]
+	}
+	if i := strings.LastIndexByte(authority, '@'); i >= 0 {
+		if _, pw, ok := strings.Cut(authority[:i], ":"); ok {
+			out = append(out, pw)
+		}
+	}
+	_, query, ok := strings.Cut(raw, "?")
+	if !ok {
+		return out
+	}
+	query, _, _ = strings.Cut(query, "#")
+	for pair := range strings.SplitSeq(query, "&") {
+		name, value, _ := strings.Cut(pair, "=")
+		if n, err := url.QueryUnescape(name); err == nil {
+			name = n
+		}
+		if SecretParam(name) {
+			out = append(out, value)
+		}
+	}
+	return out
+}
+
+// secretParams are the words that make a URL query parameter's name look
+// secret (see SecretParam).
+var secretParams = []string{
+	"token", "key", "secret", "password", "passwd", "pass", "pwd", "auth",
+	"signature", "sig", "credential", "session", "jwt", "bearer",
+}
+
+// SecretParam reports whether a URL query parameter of this name may hold
+// a credential: its name, lowercased, contains one of token, key, secret,
+// password, passwd, pass, pwd, auth, signature, sig, credential, session,
+// jwt or bearer (so apikey, api_key, access_token, X-Amz-Signature,
+// X-Goog-Credential and client_secret all do).
+func SecretParam(name string) bool {
+	name = strings.ToLower(name)
+	for _, w := range secretParams {
+		if strings.Contains(name, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// scrubError returns err with its message scrubbed (see scrubMessage) of
+// the secrets req carries, its status code kept.
+func scrubError(req any, err error) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		st = status.Convert(err)
+	}
+	msg := st.Message()
+	clean := scrubMessage(msg, secretsOf(req))
+	if clean == msg {
+		return err
+	}
+	p := st.Proto()
+	p.Message = clean
+	return status.ErrorProto(p)
+}
+
+// scrubUnary scrubs the error a unary call ends with.
+func scrubUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	return resp, scrubError(req, err)
+}
+
+// scrubStream scrubs the error a stream ends with, of the secrets of the
+// last message it received.
+func scrubStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	rs := &recordingStream{ServerStream: ss}
+	err := handler(srv, rs)
+	return scrubError(rs.last, err)
+}
+
+// recordingStream keeps the last message its client sent.
+type recordingStream struct {
+	grpc.ServerStream
+	last any
+}
+
+func (s *recordingStream) RecvMsg(m any) error {
+	s.last = m
+	return s.ServerStream.RecvMsg(m)
+}
