@@ -110,12 +110,16 @@ func (s *Server) RemoveTarget(_ context.Context, req *pb.RemoveTargetRequest) (*
 }
 
 // State returns one target's status.
-func (s *Server) State(_ context.Context, req *pb.StateRequest) (*pb.StateResponse, error) {
+func (s *Server) State(ctx context.Context, req *pb.StateRequest) (*pb.StateResponse, error) {
 	st, err := s.c.Status(req.GetName())
 	if err != nil {
 		return nil, toStatus(err, "")
 	}
-	return &pb.StateResponse{Status: statusToProto(st)}, nil
+	out := statusToProto(st)
+	if readOnly(ctx) {
+		readView(out)
+	}
+	return &pb.StateResponse{Status: out}, nil
 }
 
 // Healthy lists routable targets by name.
@@ -152,8 +156,12 @@ func (s *Server) ListTargets(ctx context.Context, req *pb.ListTargetsRequest) (*
 		return nil, status.Errorf(codes.Unavailable, "revision %d is not stored after %v (%s); retry once the store recovers (the status page and /metrics show the targets meanwhile)", rev, listStoreWait, why)
 	}
 	out := &pb.ListTargetsResponse{Targets: make([]*pb.TargetStatus, len(list)), Revision: rev}
+	read := readOnly(ctx)
 	for i, st := range list {
 		out.Targets[i] = statusToProto(st)
+		if read {
+			readView(out.Targets[i])
+		}
 	}
 	for _, g := range s.c.Groups(req.GetGroup()) {
 		out.Groups = append(out.Groups, groupStatusToProto(g))
@@ -251,11 +259,16 @@ func (s *Server) WatchTransitions(req *pb.WatchTransitionsRequest, stream grpc.S
 		return err
 	}
 	growStack()
+	read := readOnly(stream.Context())
 	last := req.GetStartRevision() // the revision a client can resume from
 	if last == 0 {
 		snap, rev := w.Snapshot()
 		for _, st := range snap {
-			if err := stream.Send(&pb.WatchTransitionsResponse{Revision: rev, Event: &pb.WatchTransitionsResponse_Snapshot{Snapshot: statusToProto(st)}}); err != nil {
+			out := statusToProto(st)
+			if read {
+				readView(out)
+			}
+			if err := stream.Send(&pb.WatchTransitionsResponse{Revision: rev, Event: &pb.WatchTransitionsResponse_Snapshot{Snapshot: out}}); err != nil {
 				return err
 			}
 		}
@@ -279,7 +292,7 @@ func (s *Server) WatchTransitions(req *pb.WatchTransitionsRequest, stream grpc.S
 	})
 	defer progress.Stop()
 	lastSent := time.Now() // when the stream last carried an event or a progress mark
-	sender := newEventSender(s, stream)
+	sender := newEventSender(s, stream, read)
 	var buf []checker.Event // reused: events are copied in, not allocated per call
 	for {
 		evs, err := w.NextAppend(buf[:0], watchBatch)
