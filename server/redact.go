@@ -117,52 +117,91 @@ func secretsOf(req any) []string {
 	case *pb.UpdateTargetRequest:
 		t = r.GetTarget()
 	}
-	if t == nil {
-		return nil
-	}
-	var out []string
-	add := func(s string) {
-		if u, err := url.PathUnescape(s); s == "" || err == nil && u == Redacted {
-			return // the placeholder stands for a stored value: no secret
-		}
-		out = append(out, s)
-		if q := strconv.Quote(s); q[1:len(q)-1] != s {
-			out = append(out, q[1:len(q)-1])
-		}
-		if u, err := url.PathUnescape(s); err == nil && u != s {
-			out = append(out, u)
-		}
-		if e := url.QueryEscape(s); e != s {
-			out = append(out, e)
-		}
-	}
-	addTLS := func(o *pb.TlsOptions) {
-		if o != nil {
-			add(o.GetKeyPem())
-		}
-	}
+	var sc secretSet
 	if h := t.GetHttp(); h != nil {
-		for _, s := range urlSecrets(h.GetUrl()) {
-			add(s)
-		}
-		for _, v := range h.GetHeaders() {
-			add(v)
-		}
-		add(h.GetBody())
-		addTLS(h.GetTls())
+		sc.http(h.GetUrl(), h.GetHeaders(), h.GetBody())
+		sc.add(h.GetTls().GetKeyPem())
 	}
 	if g := t.GetGrpc(); g != nil {
-		for _, v := range g.GetMetadata() {
-			add(v)
-		}
-		addTLS(g.GetTlsOptions())
+		sc.values(g.GetMetadata())
+		sc.add(g.GetTlsOptions().GetKeyPem())
 	}
-	if c := t.GetTcp(); c != nil {
-		addTLS(c.GetTls())
-	}
-	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
-	return slices.Compact(out)
+	sc.add(t.GetTcp().GetTls().GetKeyPem())
+	return sc.sorted()
 }
+
+// secretSet collects secrets, each in the forms a message may quote it in.
+type secretSet []string
+
+func (sc *secretSet) add(s string) {
+	if u, err := url.PathUnescape(s); s == "" || err == nil && u == Redacted {
+		return // the placeholder stands for a stored value: no secret
+	}
+	*sc = append(*sc, s)
+	if q := strconv.Quote(s); q[1:len(q)-1] != s {
+		*sc = append(*sc, q[1:len(q)-1])
+	}
+	if u, err := url.PathUnescape(s); err == nil && u != s {
+		*sc = append(*sc, u)
+	}
+	if e := url.QueryEscape(s); e != s {
+		*sc = append(*sc, e)
+	}
+}
+
+func (sc *secretSet) values(m map[string]string) {
+	for _, v := range m {
+		sc.add(v)
+	}
+}
+
+func (sc *secretSet) http(rawURL string, headers map[string]string, body string) {
+	for _, s := range urlSecrets(rawURL) {
+		sc.add(s)
+	}
+	sc.values(headers)
+	sc.add(body)
+}
+
+// sorted returns the secrets longest first (so that a secret holding
+// another is masked whole), without duplicates.
+func (sc secretSet) sorted() []string {
+	slices.SortFunc(sc, func(a, b string) int {
+		if d := len(b) - len(a); d != 0 {
+			return d
+		}
+		return strings.Compare(a, b)
+	})
+	return slices.Compact(sc)
+}
+
+// ScrubTargetError returns err with its message scrubbed of t's secrets
+// and its quotes bounded, as the API's errors are; errors.As and errors.Is
+// still see err. For errors about a target read from a file, before they
+// are printed or logged.
+func ScrubTargetError(t *pb.Target, err error) error {
+	return scrubbed(err, secretsOf(&pb.AddTargetRequest{Target: t}))
+}
+
+func scrubbed(err error, secrets []string) error {
+	if err == nil {
+		return nil
+	}
+	msg := scrubMessage(err.Error(), secrets)
+	if msg == err.Error() {
+		return err
+	}
+	return &scrubbedError{msg: msg, err: err}
+}
+
+// scrubbedError is an error whose message is scrubbed of its secrets.
+type scrubbedError struct {
+	msg string
+	err error
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+func (e *scrubbedError) Unwrap() error { return e.err }
 
 // urlSecrets returns the password of raw's user info and the values of
 // its query parameters whose names look secret (see SecretParam). raw

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pulsehealth/pulse/checker"
 	pdial "github.com/pulsehealth/pulse/cmd/internal/dial"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 	"github.com/pulsehealth/pulse/internal/pulsedproc"
@@ -236,7 +237,7 @@ func TestProbeHeaderValuesStaySecret(t *testing.T) {
 	for _, u := range []string{
 		"http://probe:" + probeSecret + "@127.0.0.1:bad/healthz?access_token=" + querySecret,
 		"ftp://probe:" + probeSecret + "@127.0.0.1/healthz",
-		"http://probe:" + probeSecret + "@169.254.169.254/latest?X-Amz-Signature=" + querySecret, // the default deny list
+		"http://probe:" + probeSecret + "@127.0.0.1/?X-Amz-Signature=" + querySecret + "&a=b c",
 		"http://probe:" + probeSecret + "@127.0.0.1:99999/?token=" + querySecret,
 	} {
 		_, err := writer.AddTarget(ctx, &pb.AddTargetRequest{Target: &pb.Target{Name: "refused", Probe: &pb.Target_Http{Http: &pb.HttpProbe{
@@ -427,4 +428,16 @@ func byName(t *testing.T, list *pb.ListTargetsResponse, name string) *pb.TargetS
 	}
 	t.Fatalf("ListTargets lacks %s", name)
 	return nil
+}
+
+// A targets file's errors, printed at start and logged at a reload, mask
+// the target's secrets as the API's errors do.
+func TestTargetsFileErrorsMaskSecrets(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "targets.yaml")
+	writeFile(t, path, "targets:\n  - name: a\n    http: {url: \"http://probe:"+probeSecret+"@127.0.0.1:bad/?token="+querySecret+"\"}\n")
+	_, err := loadTargets(path, checker.StandardDefaults())
+	if err == nil || !strings.Contains(err.Error(), `target "a": http.url:`) || !strings.Contains(err.Error(), "probe:xxxxx@") ||
+		strings.Contains(err.Error(), probeSecret) || strings.Contains(err.Error(), querySecret) {
+		t.Errorf("loading a bad URL: %v; want the field named and the secrets masked", err)
+	}
 }
