@@ -441,3 +441,47 @@ func TestTargetsFileErrorsMaskSecrets(t *testing.T) {
 		t.Errorf("loading a bad URL: %v; want the field named and the secrets masked", err)
 	}
 }
+
+// By default pulsed logs API calls that end OK or with the client's own
+// mistake at debug, so that the info log shows transitions and warnings;
+// -access-log logs every call at info. A call pulsed could not serve is
+// logged at warn either way.
+func TestAccessLogFlag(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs pulsed")
+	}
+	bin := buildPulsed(t)
+	for _, accessLog := range []bool{false, true} {
+		args := []string{"-data-dir", t.TempDir()}
+		if accessLog {
+			args = append(args, "-access-log")
+		}
+		p, _ := startPulsedJSON(t, bin, args...)
+		client := dial(t, p.Addr)
+		if _, err := client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: &pb.Target{Name: "web-1",
+			Probe: &pb.Target_Tcp{Tcp: &pb.TcpProbe{Address: "127.0.0.1:1"}}}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := client.State(t.Context(), &pb.StateRequest{Name: "nope"}); status.Code(err) != codes.NotFound {
+			t.Fatalf("State(nope) = %v, want NOT_FOUND", err)
+		}
+		_, err := client.ReportOutcome(t.Context(), &pb.ReportOutcomeRequest{Target: "web-1", Ok: true})
+		if status.Code(err) != codes.FailedPrecondition {
+			t.Fatalf("ReportOutcome without passive outcomes = %v, want FAILED_PRECONDITION", err)
+		}
+		p.stop(t)
+		var calls []string
+		for line := range strings.SplitSeq(p.Logs(), "\n") {
+			if strings.Contains(line, `"msg":"finished call"`) {
+				calls = append(calls, line)
+			}
+		}
+		want := 1 // ReportOutcome, at warn
+		if accessLog {
+			want = 3
+		}
+		if len(calls) != want || !strings.Contains(strings.Join(calls, "\n"), `"level":"WARN"`) {
+			t.Errorf("-access-log=%v: %d calls logged, want %d with ReportOutcome's at WARN:\n%s", accessLog, len(calls), want, strings.Join(calls, "\n"))
+		}
+	}
+}
