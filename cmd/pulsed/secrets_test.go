@@ -23,6 +23,9 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -165,7 +168,7 @@ func TestProbeHeaderValuesStaySecret(t *testing.T) {
 		io.WriteString(w, "ok")
 	}))
 	defer target.Close()
-	p, base := startPulsedJSON(t, bin, "-data-dir", t.TempDir(), "-token-file", writeTokenFile(t), "-log-level", "debug",
+	p, base := startPulsedJSON(t, bin, "-data-dir", t.TempDir(), "-token-file", writeTokenFile(t), "-log-level", "debug", "-xds",
 		"-interval", "100ms", "-timeout", "80ms", "-rise", "1", "-fall", "1")
 	ctlToken := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(ctlToken, []byte(readToken+"\n"), 0o600); err != nil {
@@ -335,6 +338,11 @@ func TestProbeHeaderValuesStaySecret(t *testing.T) {
 		t.Errorf("the page's data lacks web-1:\n%s\n%s", outputs["GET /api/targets"], feed.String())
 	}
 
+	// xDS, with a read token: the clusters, and the group's endpoints.
+	for _, typ := range []string{resourcev3.ClusterType, resourcev3.EndpointType} {
+		outputs["xDS "+typ] = fetchXDS(t, p.Addr, typ, "edge")
+	}
+
 	// pulsectl.
 	for _, args := range [][]string{{"ls"}, {"ls", "-o", "json"}, {"state", "web-1"}, {"state", "-o", "json", "web-1"}} {
 		out, err := exec.CommandContext(ctx, ctl, append(args, ctlArgs...)...).CombinedOutput()
@@ -484,4 +492,42 @@ func TestAccessLogFlag(t *testing.T) {
 			t.Errorf("-access-log=%v: %d calls logged, want %d with ReportOutcome's at WARN:\n%s", accessLog, len(calls), want, strings.Join(calls, "\n"))
 		}
 	}
+}
+
+// fetchXDS returns, as text, the first answer of pulsed's ADS at addr to a
+// read token's request for resources of type typ (names only for
+// endpoints).
+func fetchXDS(t *testing.T, addr, typ, name string) string {
+	t.Helper()
+	f := pdial.Flags{Token: readToken}
+	opts, err := f.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	st, err := discoverypb.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &discoverypb.DiscoveryRequest{Node: &corev3.Node{Id: "secrets-test"}, TypeUrl: typ}
+	if typ == resourcev3.EndpointType {
+		req.ResourceNames = []string{name}
+	}
+	if err := st.Send(req); err != nil {
+		t.Fatal(err)
+	}
+	r, err := st.Recv()
+	if err != nil {
+		t.Fatalf("xDS %s: %v", typ, err)
+	}
+	if len(r.GetResources()) == 0 {
+		t.Fatalf("xDS %s: no resources", typ)
+	}
+	return prototext.Format(r)
 }
