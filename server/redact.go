@@ -290,21 +290,10 @@ func scrubUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler g
 	return resp, scrubError(req, err)
 }
 
-// scrubStream scrubs the error a stream ends with, of the secrets of the
-// last message it received.
+// scrubStream bounds the quotes of the error a stream ends with. No
+// stream of the API receives a target, so there is no secret to mask; and
+// a stream's messages may be received on another goroutine than this one
+// (the xDS server's are).
 func scrubStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	rs := &recordingStream{ServerStream: ss}
-	err := handler(srv, rs)
-	return scrubError(rs.last, err)
-}
-
-// recordingStream keeps the last message its client sent.
-type recordingStream struct {
-	grpc.ServerStream
-	last any
-}
-
-func (s *recordingStream) RecvMsg(m any) error {
-	s.last = m
-	return s.ServerStream.RecvMsg(m)
+	return scrubError(nil, handler(srv, ss))
 }
