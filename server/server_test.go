@@ -80,7 +80,7 @@ func startWith(t *testing.T, cfg checker.Config, sopts server.Options, opts ...s
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
-	sopts.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	sopts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})) // calls are logged at debug
 	gs, hs := server.NewGRPCServer(server.New(c, opts...), sopts)
 	conn := serveBufconn(t, gs, c)
 	return &env{c: c, client: pb.NewHealthCheckerClient(conn), conn: conn, probes: sp, logs: logs, health: hs}
