@@ -295,6 +295,7 @@ type proc struct {
 	cmd  *exec.Cmd
 	out  *syncBuffer
 	done chan struct{}
+	seen int // how far a wait step has read out
 }
 
 // syncBuffer is a bytes.Buffer a process writes while the test reads it.
@@ -409,7 +410,14 @@ func runPage(t *testing.T, page, dir string, steps []Step, ns *netns) {
 				t.Fatalf("%s: wait %s: no background step of that name", where, s.Name)
 			}
 			deadline := time.Now().Add(5 * time.Minute) // go run may build first
-			for !strings.Contains(p.out.String(), s.Body) {
+			// Each wait looks past what the previous one on this process
+			// found, as a reader watches a terminal for the next line.
+			for {
+				out := p.out.String()
+				if i := strings.Index(out[p.seen:], s.Body); i >= 0 {
+					p.seen += i + len(s.Body)
+					break
+				}
 				select {
 				case <-p.done:
 					t.Fatalf("%s: %s exited before it printed %q:\n%s", where, s.Name, s.Body, p.out.String())

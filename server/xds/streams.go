@@ -30,8 +30,10 @@ func typeIndex(typ string) int {
 }
 
 // maxEcho bounds how much of a client's input (a type URL, a node id, a
-// NACK's error detail) an error message or a log line repeats.
-const maxEcho = 256
+// NACK's error detail) an error message or a log line repeats: with its
+// "... (N bytes)" it stays within the 128 bytes the server's error bound
+// quotes whole, so the length it names survives.
+const maxEcho = 100
 
 // clip returns s whole when it is at most maxEcho bytes, else its first
 // maxEcho bytes (cut on a character boundary) and its length.
