@@ -355,7 +355,8 @@ func (c *Checker) Overload() OverloadStatus { return c.sched.status() }
 // already have a probe in flight are skipped. One target's panic or timeout
 // never stops the others. The transitions include those the results cause
 // in other targets (a panic hold released). The probes share the
-// scheduler's workers and its MaxConcurrentProbes bound.
+// scheduler's workers and its MaxConcurrentProbes bound. Close cuts a
+// round's probes short; the round then applies nothing.
 func (c *Checker) RunRound(ctx context.Context) []Transition { return c.sched.runRound(ctx) }
 
 // StoreErr returns the last error storing state changes, or nil once a

@@ -127,7 +127,10 @@ func (w *Watcher) Ready() <-chan struct{} { return w.ready }
 // max falls inside a revision that carries several events, the rest of
 // that revision comes in the same batch. It returns nil events when there is
 // nothing new, and an error once the watcher has ended: a *BehindError,
-// ErrClosed, or ErrClosed after Close.
+// ErrClosed, or ErrClosed after Close. A watcher the checker's Close ended
+// first hands out the events published before it, then returns ErrClosed:
+// its position is then the last published revision, where a stream resumes
+// after a restart on the same store.
 func (w *Watcher) Next(max int) ([]Event, error) { return w.NextAppend(nil, max) }
 
 // NextAppend is Next appending the events to buf and returning the
@@ -142,7 +145,10 @@ func (w *Watcher) NextAppend(buf []Event, max int) ([]Event, error) {
 		if w.err == nil {
 			return buf, ErrClosed
 		}
-		return buf, w.err
+		if w.err != ErrClosed || w.cursor >= h.hist.last {
+			return buf, w.err
+		}
+		w.signal() // the next call goes on, or returns ErrClosed
 	}
 	w.skipEvictedLocked()
 	out := buf

@@ -287,3 +287,48 @@ func TestHubLimitAndClose(t *testing.T) {
 		t.Fatalf("%d watchers after Close, want 0", h.Count())
 	}
 }
+
+// A watcher the hub's Close ends first hands out what was published
+// before it, in batches, then ErrClosed; its position is then the last
+// published revision, past the events its filter leaves out. A watcher
+// its owner closed ends at once.
+func TestHubCloseHandsOutWhatWasPublished(t *testing.T) {
+	clock := fakeclock.New(epoch)
+	h := checker.NewHub(10, 0, 0)
+	all, _ := h.Watch(checker.Filter{}, 0, true)
+	edge, _ := h.Watch(checker.Filter{Group: "edge"}, 0, true)
+	owned, _ := h.Watch(checker.Filter{}, 0, true)
+	h.Publish(hubEvent(clock, 1, "edge", "a"), hubEvent(clock, 2, "edge", "b"), hubEvent(clock, 3, "core", "c"))
+	owned.Close()
+	h.Close()
+
+	var got []uint64
+	for range 5 {
+		if !signalled(all) {
+			t.Fatalf("not signalled after %v", got)
+		}
+		evs, err := all.Next(2)
+		got = append(got, revisions(evs)...)
+		if errors.Is(err, checker.ErrClosed) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(got, []uint64{1, 2, 3}) {
+		t.Errorf("handed out %v after the hub closed, want [1 2 3] then ErrClosed", got)
+	}
+	if evs, err := edge.Next(10); err != nil || !slices.Equal(revisions(evs), []uint64{1, 2}) {
+		t.Errorf("edge watcher after the hub closed: %v, %v; want [1 2]", revisions(evs), err)
+	}
+	if _, err := edge.Next(10); !errors.Is(err, checker.ErrClosed) {
+		t.Errorf("edge watcher once caught up: %v, want ErrClosed", err)
+	}
+	if rev, _ := edge.Progress(); rev != 3 {
+		t.Errorf("edge watcher's position %d, want 3 (the last published revision)", rev)
+	}
+	if _, err := owned.Next(10); !errors.Is(err, checker.ErrClosed) {
+		t.Errorf("a watcher its owner closed: %v, want ErrClosed at once", err)
+	}
+}

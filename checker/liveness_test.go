@@ -126,6 +126,13 @@ func TestLivenessSchedulerAndLockStall(t *testing.T) {
 	e.add(t, spec("a"))
 	e.c.Start()
 	<-e.c.Scheduled()
+	// Take the lock only once the scheduler has armed its wake-up for a's
+	// first probe: taken earlier, it can hold the scheduler before the timer
+	// exists, and advancing the clock then wakes nothing.
+	waitFor(t, "the scheduler to arm its wake-up", func() bool {
+		due, ok := checker.ProgressDue(e.c, checker.ComponentScheduler)
+		return ok && due.After(e.clock.Now())
+	})
 
 	release := checker.HoldLock(e.c)
 	defer func() { release() }()

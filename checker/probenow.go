@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-
-	"golang.org/x/time/rate"
 )
 
 // On-demand rounds (ProbeNow): the one-shot round of RunRound over a
@@ -21,11 +19,20 @@ import (
 const (
 	// MaxProbeNowNames bounds Selection.Names.
 	MaxProbeNowNames = 10000
-	// ProbeNowRate is how many ProbeNow rounds a second a checker starts,
-	// with bursts of up to ProbeNowBurst; a round over the rate is refused
-	// with a *RateError and probes nothing.
+	// ProbeNowRate is how many ProbeNow rounds a second a checker starts
+	// for each client (Selection.Client), with bursts of up to
+	// ProbeNowBurst; a round over the rate is refused with a *RateError and
+	// probes nothing. Other clients keep their own rate.
 	ProbeNowRate  = 1
 	ProbeNowBurst = 5
+	// ProbeNowTotalRate is how many ProbeNow rounds a second a checker
+	// starts for all clients together, with bursts of up to
+	// ProbeNowTotalBurst; a round over it is refused as well.
+	ProbeNowTotalRate  = 5
+	ProbeNowTotalBurst = 20
+	// MaxProbeNowClients bounds the clients whose ProbeNow rate a checker
+	// remembers; past it, it forgets those whose budget has refilled.
+	MaxProbeNowClients = 10000
 	// ProbeNowSlack is added to a round's bound (see ProbeNow) for the
 	// queueing and applying that are not probing.
 	ProbeNowSlack = time.Second
@@ -41,10 +48,17 @@ type RateError struct {
 	PerSecond  float64
 	Burst      int
 	RetryAfter time.Duration
+	// Scope, when set, says whose calls the rate counts, e.g. "per
+	// client".
+	Scope string
 }
 
 func (e *RateError) Error() string {
-	return fmt.Sprintf("%v: at most %g %s a second (burst %d); retry in %v", ErrRateLimited, e.PerSecond, e.What, e.Burst, e.RetryAfter.Round(time.Millisecond))
+	scope := ""
+	if e.Scope != "" {
+		scope = " " + e.Scope
+	}
+	return fmt.Sprintf("%v: at most %g %s a second%s (burst %d); retry in %v", ErrRateLimited, e.PerSecond, e.What, scope, e.Burst, e.RetryAfter.Round(time.Millisecond))
 }
 
 // Is makes errors.Is(err, ErrRateLimited) true.
@@ -58,6 +72,10 @@ type Selection struct {
 	// Names, when set, picks these targets; each must exist. At most
 	// MaxProbeNowNames; a name listed twice is probed once.
 	Names []string
+	// Client names the caller for the rate limit of ProbeNowRate per
+	// client, e.g. the name of its token or its address. Empty is one
+	// client like any other.
+	Client string
 }
 
 // Round is what a ProbeNow round did.
@@ -94,7 +112,10 @@ type RoundResult struct {
 //
 // Errors: a *FieldError for a malformed selection, an error wrapping
 // ErrUnknownTarget for a name not registered (nothing is probed), a
-// *RateError over ProbeNowRate, ErrClosed.
+// *RateError over ProbeNowRate for sel.Client or over ProbeNowTotalRate
+// (a refused round takes nothing from either rate), ErrClosed: also when
+// the checker closes during the round, which cuts its probes short and
+// applies none of them.
 func (c *Checker) ProbeNow(ctx context.Context, sel Selection) (Round, error) {
 	if err := sel.validate(); err != nil {
 		return Round{}, err
@@ -119,9 +140,6 @@ func (sel Selection) validate() error {
 
 // lookupLocked returns the target of that name; nil if none.
 func (r *registry) lookupLocked(name string) *target { return r.targets[name] }
-
-// newDemandLimiter returns the rate limit of ProbeNow rounds.
-func newDemandLimiter() *rate.Limiter { return rate.NewLimiter(ProbeNowRate, ProbeNowBurst) }
 
 // probeNow is ProbeNow once the selection is valid.
 func (s *scheduler) probeNow(ctx context.Context, sel Selection) (Round, error) {
@@ -150,15 +168,22 @@ func (s *scheduler) probeNow(ctx context.Context, sel Selection) (Round, error) 
 		}
 		return ts, nil
 	}
-	return s.round(ctx, pick, true)
+	limited := func() ([]*target, error) {
+		ts, err := pick()
+		if err == nil {
+			err = s.demand.takeLocked(sel.Client, s.clock.Now())
+		}
+		return ts, err
+	}
+	return s.round(ctx, limited, true)
 }
 
 // round is the one-shot round of RunRound and ProbeNow: with the
 // registry's lock held, pick returns the targets to probe; round queues a
 // job for each that can be probed now, waits for them all, then applies
 // the results in name order under the lock. With demand, the round is an
-// on-demand one: it is rate-limited, bounded in time (see ProbeNow) and
-// reports each picked target's result.
+// on-demand one (whose pick takes the rate limit, see probeNow): it is
+// bounded in time (see ProbeNow) and reports each picked target's result.
 func (s *scheduler) round(ctx context.Context, pick func() ([]*target, error), demand bool) (Round, error) {
 	s.reg.lock()
 	if s.reg.closedLocked() || s.ctx.Err() != nil {
@@ -171,14 +196,6 @@ func (s *scheduler) round(ctx context.Context, pick func() ([]*target, error), d
 		return Round{}, err
 	}
 	now := s.clock.Now()
-	if demand {
-		if r := s.demand.ReserveN(now, 1); r.DelayFrom(now) > 0 {
-			wait := r.DelayFrom(now)
-			r.CancelAt(now)
-			s.reg.unlock()
-			return Round{}, &RateError{What: "probe-now rounds", PerSecond: ProbeNowRate, Burst: ProbeNowBurst, RetryAfter: wait}
-		}
-	}
 	slices.SortFunc(picked, func(a, b *target) int { return cmp.Compare(a.spec.Name, b.spec.Name) })
 	skipped := make([]string, len(picked))
 	var jobs []job
@@ -198,6 +215,13 @@ func (s *scheduler) round(ctx context.Context, pick func() ([]*target, error), d
 			longest = max(longest, t.spec.Timeout)
 		}
 	}
+	// The round's probes end with the checker too: Close cancels the
+	// scheduler's context and waits for the workers, and a probe under the
+	// caller's context alone (a ProbeNow of a target with a 30s timeout)
+	// would hold the shutdown that long.
+	ctx, cancelRound := context.WithCancel(ctx)
+	defer cancelRound()
+	defer context.AfterFunc(s.ctx, cancelRound)()
 	if demand && len(jobs) > 0 {
 		waves := (len(jobs) + s.pool.max - 1) / s.pool.max
 		var cancel context.CancelFunc
@@ -230,6 +254,12 @@ func (s *scheduler) round(ctx context.Context, pick func() ([]*target, error), d
 		// finished before it did is a valid result.
 		s.applyLocked(s.ctx, j.t, j.gen, j.due, o.r, o.timedOut)
 	}
+	if demand && s.ctx.Err() != nil {
+		// The checker closed during the round: nothing of it was applied
+		// (applyLocked drops a result once the scheduler is stopping).
+		s.reg.unlockAndReport()
+		return Round{}, ErrClosed
+	}
 	out := Round{Transitions: s.reg.transitionsSinceLocked(mark)}
 	if demand {
 		out.Results = make([]RoundResult, len(picked))
@@ -247,8 +277,6 @@ func (s *scheduler) round(ctx context.Context, pick func() ([]*target, error), d
 				rr.Skipped = "removed during the round"
 			case t.gen != gens[i]:
 				rr.Skipped = "its probe changed during the round"
-			case s.ctx.Err() != nil:
-				rr.Skipped = "pulsed is shutting down"
 			case o.skipped:
 				rr.Skipped = "the round ended before its probe did (its deadline passed, or the caller left)"
 			default:

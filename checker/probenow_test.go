@@ -178,3 +178,30 @@ func TestProbeNowKeepsTheScheduleGrid(t *testing.T) {
 		t.Errorf("after the round: next probe %v (want %v, on the grid), %d results (want 2)", st.NextProbe, want, st.ActiveResults)
 	}
 }
+
+// Close during a round cuts its probes short, whatever their timeout, and
+// the round ends with ErrClosed: none of it was applied.
+func TestProbeNowEndsWithClose(t *testing.T) {
+	e := newEnv(t, checker.Config{Defaults: checker.Defaults{Interval: time.Minute, Timeout: 30 * time.Second, Rise: 1, Fall: 1}})
+	e.add(t, spec("hangs"))
+	e.probes.set("hangs", outcome{hang: true})
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.c.ProbeNow(t.Context(), checker.Selection{Names: []string{"hangs"}})
+		done <- err
+	}()
+	waitFor(t, "hangs' probe", func() bool { return e.probes.callCount("hangs") == 1 })
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		e.c.Close()
+	}()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second): // real time: the fake clock never moves
+		t.Fatal("Close still waits for a ProbeNow's probe (the fake clock stands still: it would wait forever)")
+	}
+	if err := <-done; !errors.Is(err, checker.ErrClosed) {
+		t.Errorf("ProbeNow cut short by Close: %v, want ErrClosed", err)
+	}
+}

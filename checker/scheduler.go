@@ -8,8 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/time/rate"
 )
 
 // scheduler starts the registry's probes on time and applies their
@@ -47,7 +45,7 @@ type scheduler struct {
 	lost          lostConns // connections lost, for the next pass; see reprobe.go
 
 	// Guarded by the registry's lock.
-	demand       *rate.Limiter // ProbeNow rounds; see probenow.go
+	demand       *demandLimiter // ProbeNow rounds; see demandlimit.go
 	due          dueHeap
 	pool         probePool
 	ov           overloadState

@@ -37,3 +37,20 @@ func TestNamedRevision(t *testing.T) {
 		}
 	}
 }
+
+func TestShutdownRevision(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want uint64
+		ok   bool
+	}{
+		{status.Error(codes.Unavailable, "pulsed is shutting down; reconnect and resume with start_revision 42"), 42, true},
+		{status.Error(codes.Unavailable, "pulsed is shutting down; retry against a running instance"), 0, false},
+		{status.Error(codes.Unavailable, "no message from pulsed for 1m30s (idle timeout): watch again with start_revision 7"), 0, false},
+		{context.Canceled, 0, false},
+	} {
+		if got, ok := shutdownRevision(tc.err); got != tc.want || ok != tc.ok {
+			t.Errorf("shutdownRevision(%v) = %d, %v; want %d, %v", tc.err, got, ok, tc.want, tc.ok)
+		}
+	}
+}

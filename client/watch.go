@@ -180,8 +180,9 @@ func OnEvent(fn func(Event)) WatchOption { return func(o *watchOptions) { o.onEv
 //   - when the stream breaks (pulsed down, UNAVAILABLE, a silent stream
 //     past the idle timeout) it delivers EventDisconnected and resumes after
 //     a jittered backoff from the last revision, on another replica when
-//     the client has several; after RESOURCE_EXHAUSTED it resumes from the
-//     revision pulsed names;
+//     the client has several; after RESOURCE_EXHAUSTED, or UNAVAILABLE as
+//     pulsed shuts down, it resumes from exactly the revision pulsed names,
+//     so a pulsed restarted on its store resumes the stream, no snapshot;
 //   - when pulsed cannot resume (OUT_OF_RANGE: too old; FAILED_PRECONDITION:
 //     another server's revision) it starts over at once with a snapshot,
 //     delivered with Resnapshot set;
@@ -251,7 +252,7 @@ func (f *follower) run(ctx context.Context, emit func(Event) bool) {
 		}
 	}
 	attempt := 0
-	var behind uint64 // the revision a RESOURCE_EXHAUSTED stream named
+	var named uint64 // the revision the last stream's end named, if any
 	for {
 		start := uint64(0)
 		if f.synced {
@@ -261,13 +262,13 @@ func (f *follower) run(ctx context.Context, emit func(Event) bool) {
 				// it and drop the ones already delivered.
 				start = f.rev - 1
 			}
-			if behind > 0 {
+			if named > 0 {
 				// Resume from the revision pulsed named; the events from
 				// there to the last one delivered are replayed and dropped.
-				start = min(start, behind)
+				start = min(start, named)
 			}
 		}
-		behind = 0
+		named = 0
 		delivered, stop, err := f.session(ctx, start, emit)
 		if stop || ctx.Err() != nil {
 			return
@@ -283,9 +284,9 @@ func (f *follower) run(ctx context.Context, emit func(Event) bool) {
 				continue
 			}
 		case code == codes.ResourceExhausted:
-			if rev, ok := namedRevision(err); ok {
-				behind = rev
-			}
+			named = f.named(namedRevision(err))
+		case code == codes.Unavailable:
+			named = f.named(shutdownRevision(err))
 		case (code == codes.InvalidArgument || code == codes.Unimplemented) && !errors.As(err, new(beforeError)) ||
 			f.c.conn.GetState() == connectivity.Shutdown:
 			emit(Event{Kind: EventStopped, Revision: f.rev, Err: wrap("WatchTransitions", err)})
@@ -428,6 +429,24 @@ func (f *follower) fresh(resp *pb.WatchTransitionsResponse, skip *int) bool {
 	}
 }
 
+// named takes the revision rev a stream's end named (ok false: none) as a
+// resume point and returns it, 0 for none. pulsed names a revision up to
+// which the stream sent every matching event (a batch holds whole
+// revisions), so when it is at or past the last revision delivered (past
+// it: events a filter leaves out), it becomes the resume point, complete:
+// the next stream resumes from it exactly, not from the revision before
+// the last event (which a restarted pulsed no longer holds: it would
+// answer OUT_OF_RANGE and cost a snapshot).
+func (f *follower) named(rev uint64, ok bool) uint64 {
+	if !ok || rev == 0 {
+		return 0
+	}
+	if f.synced && rev >= f.rev {
+		f.rev, f.seen = rev, 0
+	}
+	return rev
+}
+
 // beforeError is an error of the BeforeStream function: whatever its code,
 // the follower retries.
 type beforeError struct{ err error }
@@ -510,3 +529,17 @@ func namedRevision(err error) (uint64, bool) {
 }
 
 var revisionInMessage = regexp.MustCompile(`(?:start_revision|last revision delivered is) (\d+)`)
+
+// shutdownRevision reads the revision the UNAVAILABLE status of a stream
+// that pulsed ended as it shut down names ("pulsed is shutting down;
+// reconnect and resume with start_revision N").
+func shutdownRevision(err error) (uint64, bool) {
+	m := resumeInMessage.FindStringSubmatch(status.Convert(err).Message())
+	if m == nil {
+		return 0, false
+	}
+	rev, perr := strconv.ParseUint(m[1], 10, 64)
+	return rev, perr == nil
+}
+
+var resumeInMessage = regexp.MustCompile(`^pulsed is shutting down; reconnect and resume with start_revision (\d+)$`)

@@ -374,6 +374,106 @@ func TestWatchResumesFromTheNamedRevision(t *testing.T) {
 	}
 }
 
+// TestWatchResumesWhereShutdownSaid: a stream pulsed ends as it shuts
+// down names the revision to resume from; the watch resumes from exactly
+// that one, complete, not from the one before it (which pulsed, restarted
+// on its store, no longer holds: OUT_OF_RANGE and a snapshot). A named
+// revision below the last delivered one is resumed from, and its replayed
+// events are dropped.
+func TestWatchResumesWhereShutdownSaid(t *testing.T) {
+	shutdown := func(rev uint64) error {
+		return status.Errorf(codes.Unavailable, "pulsed is shutting down; reconnect and resume with start_revision %d", rev)
+	}
+	f := &fakePulse{watch: func(n int, req *pb.WatchTransitionsRequest, stream grpc.ServerStreamingServer[pb.WatchTransitionsResponse]) error {
+		switch n {
+		case 0:
+			snapshotAt(10, stream)
+			stream.Send(transitionAt(11, pb.State_STATE_HEALTHY))
+			return shutdown(11)
+		case 1:
+			if req.GetStartRevision() < 11 {
+				// As a restarted pulsed, whose history starts at 11.
+				return status.Errorf(codes.OutOfRange, "start revision %d is older than the history: the oldest revision a watch can resume from is 11; watch again with start_revision 0 to re-snapshot", req.GetStartRevision())
+			}
+			stream.Send(transitionAt(12, pb.State_STATE_UNHEALTHY))
+			stream.Send(transitionAt(13, pb.State_STATE_HEALTHY))
+			return shutdown(12) // its last event not sent, say
+		default:
+			if req.GetStartRevision() == 0 {
+				return status.Error(codes.InvalidArgument, "no second snapshot in this test") // ends the watch
+			}
+			stream.Send(transitionAt(13, pb.State_STATE_HEALTHY))
+			stream.Send(transitionAt(14, pb.State_STATE_UNHEALTHY))
+			<-stream.Context().Done()
+			return nil
+		}
+	}}
+	c := fakeClient(t, f)
+	ch := c.Watch(within(t), client.Filter{})
+	var got []string
+	for ev := range ch {
+		switch ev.Kind {
+		case client.EventDisconnected:
+			if !errors.Is(ev.Err, client.ErrUnavailable) {
+				t.Errorf("disconnected with %v; want ErrUnavailable", ev.Err)
+			}
+			continue
+		case client.EventSnapshot:
+			if ev.Resnapshot {
+				t.Errorf("re-snapshot at %d: %v", ev.Revision, ev.Err)
+			}
+		}
+		got = append(got, fmt.Sprintf("%v@%d", ev.Kind, ev.Revision))
+		if ev.Revision == 14 {
+			break
+		}
+	}
+	want := []string{"snapshot@10", "transition@11", "resumed@11", "transition@12", "transition@13", "resumed@12", "transition@14"}
+	if !cmp.Equal(got, want) {
+		t.Errorf("events %v; want %v", got, want)
+	}
+	if starts := f.startRevisions(); !cmp.Equal(starts, []uint64{0, 11, 12}) {
+		t.Errorf("start revisions %v; want [0 11 12]", starts)
+	}
+}
+
+// TestWatchResumesPastFilteredEvents: a filtered stream's end may name a
+// revision past its last event (events the filter leaves out): the watch
+// resumes from it, as pulsed restarted on its store holds nothing before.
+func TestWatchResumesPastFilteredEvents(t *testing.T) {
+	f := &fakePulse{watch: func(n int, req *pb.WatchTransitionsRequest, stream grpc.ServerStreamingServer[pb.WatchTransitionsResponse]) error {
+		switch {
+		case n == 0:
+			snapshotAt(10, stream)
+			stream.Send(transitionAt(11, pb.State_STATE_HEALTHY))
+			return status.Error(codes.Unavailable, "pulsed is shutting down; reconnect and resume with start_revision 15")
+		case req.GetStartRevision() == 0:
+			return status.Error(codes.InvalidArgument, "no second snapshot in this test") // ends the watch
+		case req.GetStartRevision() < 15:
+			return status.Errorf(codes.OutOfRange, "start revision %d is older than the history: the oldest revision a watch can resume from is 15; watch again with start_revision 0 to re-snapshot", req.GetStartRevision())
+		default:
+			stream.Send(transitionAt(16, pb.State_STATE_UNHEALTHY))
+			<-stream.Context().Done()
+			return nil
+		}
+	}}
+	c := fakeClient(t, f)
+	var got []string
+	for ev := range c.Watch(within(t), client.Filter{Group: "edge"}) {
+		if ev.Kind == client.EventDisconnected {
+			continue
+		}
+		got = append(got, fmt.Sprintf("%v@%d", ev.Kind, ev.Revision))
+		if ev.Revision >= 16 || ev.Kind == client.EventSnapshot && ev.Resnapshot {
+			break
+		}
+	}
+	want := []string{"snapshot@10", "transition@11", "resumed@15", "transition@16"}
+	if !cmp.Equal(got, want) {
+		t.Errorf("events %v; want %v", got, want)
+	}
+}
+
 // TestWatchFromAnotherServersRevision: FromRevision with a revision pulsed
 // refuses (FAILED_PRECONDITION) starts over with a snapshot that says so.
 func TestWatchFromAnotherServersRevision(t *testing.T) {

@@ -112,7 +112,7 @@ func ParseTokens(r io.Reader) (*Tokens, error) {
 		case "write":
 			e.role = RoleWrite
 		default:
-			return nil, fmt.Errorf("%d: role must be read or write, got %q", line, f[0])
+			return nil, fmt.Errorf("%d: role must be read or write, got %s", line, Quote(f[0]))
 		}
 		if hexDigest, ok := strings.CutPrefix(f[1], "sha256:"); ok {
 			d, err := hex.DecodeString(hexDigest)
@@ -164,11 +164,12 @@ func (t *Tokens) lookup(token string) (Role, string, bool) {
 }
 
 // authorize checks the call's bearer token against the role fullMethod
-// needs.
-func (t *Tokens) authorize(ctx context.Context, fullMethod string) error {
+// needs, and returns the token's role and name (0 and "" for a call that
+// needs none).
+func (t *Tokens) authorize(ctx context.Context, fullMethod string) (Role, string, error) {
 	svc, method, ok := strings.Cut(strings.TrimPrefix(fullMethod, "/"), "/")
 	if !ok {
-		return nil
+		return 0, "", nil
 	}
 	var need Role
 	switch svc {
@@ -180,37 +181,64 @@ func (t *Tokens) authorize(ctx context.Context, fullMethod string) error {
 	case adsService:
 		need = RoleRead // xDS only reads: the targets' addresses and health
 	default:
-		return nil // grpc.health.v1 and reflection stay open
+		return 0, "", nil // grpc.health.v1 and reflection stay open
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get("authorization")
 	if len(vals) == 0 {
-		return status.Error(codes.Unauthenticated, "missing token: send the metadata \"authorization: Bearer <token>\"")
+		return 0, "", status.Error(codes.Unauthenticated, "missing token: send the metadata \"authorization: Bearer <token>\"")
 	}
 	token, ok := strings.CutPrefix(vals[0], "Bearer ")
 	if !ok {
-		return status.Error(codes.Unauthenticated, "the authorization metadata must be \"Bearer <token>\"")
+		return 0, "", status.Error(codes.Unauthenticated, "the authorization metadata must be \"Bearer <token>\"")
 	}
 	role, name, ok := t.lookup(strings.TrimSpace(token))
 	if !ok {
-		return status.Error(codes.Unauthenticated, "invalid token")
+		return 0, "", status.Error(codes.Unauthenticated, "invalid token")
 	}
 	if role < need {
-		return status.Errorf(codes.PermissionDenied, "token %q has the %v role; %s needs %v", name, role, method, need)
+		return 0, "", status.Errorf(codes.PermissionDenied, "token %q has the %v role; %s needs %v", name, role, method, need)
 	}
-	return nil
+	return role, name, nil
 }
 
+// unary authorizes a call and gives its handler the token's role and name
+// (see tokenName).
 func (t *Tokens) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if err := t.authorize(ctx, info.FullMethod); err != nil {
+	role, name, err := t.authorize(ctx, info.FullMethod)
+	if err != nil {
 		return nil, err
+	}
+	ctx = context.WithValue(ctx, roleKey{}, role)
+	if name != "" {
+		ctx = context.WithValue(ctx, tokenNameKey{}, name)
 	}
 	return handler(ctx, req)
 }
 
 func (t *Tokens) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if err := t.authorize(ss.Context(), info.FullMethod); err != nil {
+	role, _, err := t.authorize(ss.Context(), info.FullMethod)
+	if err != nil {
 		return err
 	}
-	return handler(srv, ss)
+	return handler(srv, &roleStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), roleKey{}, role)})
+}
+
+// roleStream is a stream whose context holds the caller's Role.
+type roleStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *roleStream) Context() context.Context { return s.ctx }
+
+// tokenNameKey is the context key of the name of the token a unary call
+// was authorized with.
+type tokenNameKey struct{}
+
+// tokenName returns the name of the token a unary call was authorized
+// with; "" without tokens.
+func tokenName(ctx context.Context) string {
+	name, _ := ctx.Value(tokenNameKey{}).(string)
+	return name
 }

@@ -235,8 +235,8 @@ func unredact(spec *checker.Spec, stored func(name string) (checker.Status, erro
 		v, ok := lookupHeader(old, name)
 		if !ok {
 			return &checker.FieldError{
-				Field:  fmt.Sprintf("http.headers[%q]", name),
-				Reason: fmt.Sprintf("is %q, which keeps the stored value, but target %q has no stored header %s: send the value itself", Redacted, spec.Name, name),
+				Field:  fmt.Sprintf("http.headers[%s]", Quote(name)),
+				Reason: fmt.Sprintf("is %q, which keeps the stored value, but target %s has no stored header %s: send the value itself", Redacted, Quote(spec.Name), name),
 			}
 		}
 		headers[name] = v
@@ -408,7 +408,7 @@ func transitionToProto(tr checker.Transition) *pb.WatchTransitionsResponse {
 		Time:         timestamp(tr.Time),
 		Text:         tr.String(),
 		Reason:       tr.Reason,
-		Mode:         wireMode(tr.Mode),
+		Mode:         ModeToProto(tr.Mode),
 		SlowStartEnd: timestamp(tr.SlowStartEnd),
 	}
 	if tr.Reason == "" {

@@ -36,6 +36,7 @@ type encodedKey struct {
 	group    string
 	subtype  string // the stream's content subtype: its codec
 	compress string // the stream's compressor; "" for none
+	read     bool   // the read role's view (see readView)
 }
 
 // encoded is one event's message, encoded once.
@@ -96,33 +97,43 @@ type eventSender struct {
 	stream grpc.ServerStreamingServer[pb.WatchTransitionsResponse]
 	cache  *encodedCache // nil: send unshared
 	key    encodedKey    // rev, kind, target and group set per event
+	read   bool          // the stream's caller has the read role only
 }
 
-func newEventSender(s *Server, stream grpc.ServerStreamingServer[pb.WatchTransitionsResponse]) *eventSender {
-	es := &eventSender{stream: stream}
+func newEventSender(s *Server, stream grpc.ServerStreamingServer[pb.WatchTransitionsResponse], read bool) *eventSender {
+	es := &eventSender{stream: stream, read: read}
 	if subtype, compress, ok := streamEncoding(stream); ok {
 		es.cache = &s.encoded
-		es.key = encodedKey{subtype: subtype, compress: compress}
+		es.key = encodedKey{subtype: subtype, compress: compress, read: read}
 	}
 	return es
 }
 
+// message returns e's message, in the read role's view for a read-only
+// stream.
+func (es *eventSender) message(e checker.Event) *pb.WatchTransitionsResponse {
+	if es.read {
+		return readEvent(eventToProto(e))
+	}
+	return eventToProto(e)
+}
+
 func (es *eventSender) send(e checker.Event) error {
 	if es.cache == nil {
-		return es.stream.Send(eventToProto(e))
+		return es.stream.Send(es.message(e))
 	}
 	es.key.rev, es.key.kind, es.key.target, es.key.group = e.Revision, e.Kind, e.Target(), e.Group()
 	enc := es.cache.get(es.key)
 	enc.once.Do(func() {
 		msg := &grpc.PreparedMsg{}
-		if err := msg.Encode(es.stream, eventToProto(e)); err != nil {
+		if err := msg.Encode(es.stream, es.message(e)); err != nil {
 			enc.err = err
 			return
 		}
 		enc.msg = msg
 	})
 	if enc.err != nil { // this stream cannot prepare messages: send its own
-		return es.stream.Send(eventToProto(e))
+		return es.stream.Send(es.message(e))
 	}
 	return es.stream.SendMsg(enc.msg)
 }

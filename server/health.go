@@ -103,7 +103,7 @@ func (h *Health) status(service string) (st healthpb.HealthCheckResponse_Serving
 func (h *Health) Check(_ context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
 	st, _, known := h.status(req.GetService())
 	if !known {
-		return nil, status.Errorf(codes.NotFound, "unknown service or group %q: no target has that group", req.GetService())
+		return nil, status.Errorf(codes.NotFound, "unknown service or group %s: no target has that group", Quote(req.GetService()))
 	}
 	return &healthpb.HealthCheckResponse{Status: st}, nil
 }

@@ -41,12 +41,9 @@ func NewRateLimit(perSecond float64, burst int, now func() time.Time) *RateLimit
 // Limit takes one token from the calling client's bucket, or says which
 // limit the client ran into.
 func (r *RateLimit) Limit(ctx context.Context) error {
-	key := "unknown"
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		key = p.Addr.String()
-		if host, _, err := net.SplitHostPort(key); err == nil {
-			key = host
-		}
+	key := peerHost(ctx)
+	if key == "" {
+		key = "unknown"
 	}
 	now := r.now()
 	r.mu.Lock()
@@ -63,6 +60,30 @@ func (r *RateLimit) Limit(ctx context.Context) error {
 		return fmt.Errorf("rate limit of %g calls/s per client (burst %d) exceeded; slow down, or raise pulsed's -rate-limit", r.perSecond, r.burst)
 	}
 	return nil
+}
+
+// peerHost returns the host of the calling client's address: its IP for
+// TCP; "" when the call has no peer.
+func peerHost(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return ""
+	}
+	a := p.Addr.String()
+	if host, _, err := net.SplitHostPort(a); err == nil {
+		return host
+	}
+	return a
+}
+
+// clientID names the caller for the limits kept per client (ProbeNow's
+// rate): the name of the token it was authorized with, else its address's
+// host.
+func clientID(ctx context.Context) string {
+	if name := tokenName(ctx); name != "" {
+		return "token " + name
+	}
+	return "address " + peerHost(ctx)
 }
 
 // dropIdleLocked forgets the clients whose buckets have refilled: a new

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -12,7 +13,9 @@ import (
 // Conversions of the administrative modes, slow start and automatic
 // removal (checker/mode.go) to and from the wire.
 
-// ModeToProto returns the wire form of a mode.
+// ModeToProto returns the wire form of a mode. Every answer (statuses,
+// transitions, mode changes) carries it, so an active target reads
+// MODE_ACTIVE, never MODE_UNSPECIFIED.
 func ModeToProto(m checker.Mode) pb.Mode {
 	switch m {
 	case checker.ModeDraining:
@@ -21,15 +24,6 @@ func ModeToProto(m checker.Mode) pb.Mode {
 		return pb.Mode_MODE_MAINTENANCE
 	}
 	return pb.Mode_MODE_ACTIVE
-}
-
-// wireMode is a mode in a status or a transition: unset for ACTIVE, so
-// that a target nobody drained looks as it did before modes existed.
-func wireMode(m checker.Mode) pb.Mode {
-	if m == checker.ModeActive {
-		return pb.Mode_MODE_UNSPECIFIED
-	}
-	return ModeToProto(m)
 }
 
 // modeFromProto converts a SetMode mode; unset or unknown is a
@@ -59,6 +53,13 @@ func modeRequestFromProto(r *pb.SetModeRequest) (checker.ModeRequest, error) {
 			return req, &checker.FieldError{Field: "until", Reason: "is not a valid timestamp: " + err.Error()}
 		}
 		req.Until = u.AsTime()
+		if req.Until.IsZero() {
+			// The checker reads a zero Until as "no end", but this one was
+			// set: 0001-01-01T00:00:00Z is in the past and must be refused
+			// as one second later is. One nanosecond later is as far in the
+			// past and reads the same in the error.
+			req.Until = req.Until.Add(time.Nanosecond)
+		}
 	}
 	return req, nil
 }
@@ -97,7 +98,7 @@ func lifecycleToProto(s checker.Spec, t *pb.Target) {
 // into out.
 func modeStatusToProto(st checker.Status, out *pb.TargetStatus) {
 	a := st.Spec.Admin()
-	out.Mode = wireMode(a.Mode)
+	out.Mode = ModeToProto(a.Mode)
 	out.ModeReason = a.Reason
 	out.ModeSince = timestamp(a.Since)
 	out.ModeUntil = timestamp(a.Until)

@@ -110,12 +110,16 @@ func (s *Server) RemoveTarget(_ context.Context, req *pb.RemoveTargetRequest) (*
 }
 
 // State returns one target's status.
-func (s *Server) State(_ context.Context, req *pb.StateRequest) (*pb.StateResponse, error) {
+func (s *Server) State(ctx context.Context, req *pb.StateRequest) (*pb.StateResponse, error) {
 	st, err := s.c.Status(req.GetName())
 	if err != nil {
 		return nil, toStatus(err, "")
 	}
-	return &pb.StateResponse{Status: statusToProto(st)}, nil
+	out := statusToProto(st)
+	if readOnly(ctx) {
+		readView(out)
+	}
+	return &pb.StateResponse{Status: out}, nil
 }
 
 // Healthy lists routable targets by name.
@@ -152,8 +156,12 @@ func (s *Server) ListTargets(ctx context.Context, req *pb.ListTargetsRequest) (*
 		return nil, status.Errorf(codes.Unavailable, "revision %d is not stored after %v (%s); retry once the store recovers (the status page and /metrics show the targets meanwhile)", rev, listStoreWait, why)
 	}
 	out := &pb.ListTargetsResponse{Targets: make([]*pb.TargetStatus, len(list)), Revision: rev}
+	read := readOnly(ctx)
 	for i, st := range list {
 		out.Targets[i] = statusToProto(st)
+		if read {
+			readView(out.Targets[i])
+		}
 	}
 	for _, g := range s.c.Groups(req.GetGroup()) {
 		out.Groups = append(out.Groups, groupStatusToProto(g))
@@ -251,11 +259,16 @@ func (s *Server) WatchTransitions(req *pb.WatchTransitionsRequest, stream grpc.S
 		return err
 	}
 	growStack()
+	read := readOnly(stream.Context())
 	last := req.GetStartRevision() // the revision a client can resume from
 	if last == 0 {
 		snap, rev := w.Snapshot()
 		for _, st := range snap {
-			if err := stream.Send(&pb.WatchTransitionsResponse{Revision: rev, Event: &pb.WatchTransitionsResponse_Snapshot{Snapshot: statusToProto(st)}}); err != nil {
+			out := statusToProto(st)
+			if read {
+				readView(out)
+			}
+			if err := stream.Send(&pb.WatchTransitionsResponse{Revision: rev, Event: &pb.WatchTransitionsResponse_Snapshot{Snapshot: out}}); err != nil {
 				return err
 			}
 		}
@@ -279,13 +292,20 @@ func (s *Server) WatchTransitions(req *pb.WatchTransitionsRequest, stream grpc.S
 	})
 	defer progress.Stop()
 	lastSent := time.Now() // when the stream last carried an event or a progress mark
-	sender := newEventSender(s, stream)
+	sender := newEventSender(s, stream, read)
 	var buf []checker.Event // reused: events are copied in, not allocated per call
 	for {
 		evs, err := w.NextAppend(buf[:0], watchBatch)
 		if errors.Is(err, checker.ErrClosed) {
 			if ctx.Err() != nil { // closed by the stream's end
 				return status.FromContextError(ctx.Err()).Err()
+			}
+			// The watcher handed out every event published before the
+			// checker closed, and the stream sent them: its position is the
+			// last published revision (past the events a filter leaves
+			// out), the one a pulsed restarted on its store resumes from.
+			if rev, _ := w.Progress(); rev > last {
+				last = rev
 			}
 			return status.Errorf(codes.Unavailable, "pulsed is shutting down; reconnect and resume with start_revision %d", last)
 		}
@@ -404,6 +424,11 @@ type Options struct {
 	Tokens *Tokens
 	// RateLimit, when set, bounds each client's rate of pulse.v1 calls.
 	RateLimit *RateLimit
+	// AccessLog logs every finished pulse.v1 call at INFO. If false, calls
+	// that ended OK or with the client's own mistake are logged at DEBUG
+	// (see callLevel). Either way the logged errors are scrubbed of the
+	// request's secrets and their quotes of its input are bounded.
+	AccessLog bool
 }
 
 // NewGRPCServer returns a *grpc.Server serving s as pulse.v1.HealthChecker,
@@ -419,9 +444,9 @@ func NewGRPCServer(s *Server, opts Options) (*grpc.Server, *Health) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	unary, stream := Interceptors(logger, s.c.Defaults())
-	// After logging (so rejected calls are logged), before recovery: the
-	// rate limit, then authentication.
+	unary, stream := chains(logger, s.c.Defaults(), opts.AccessLog)
+	// After logging and scrubbing (so rejected calls are logged), before
+	// recovery: the rate limit, then authentication.
 	var guardU []grpc.UnaryServerInterceptor
 	var guardS []grpc.StreamServerInterceptor
 	if opts.RateLimit != nil {
@@ -432,8 +457,8 @@ func NewGRPCServer(s *Server, opts Options) (*grpc.Server, *Health) {
 		guardU = append(guardU, opts.Tokens.unary)
 		guardS = append(guardS, opts.Tokens.stream)
 	}
-	unary = slices.Concat(opts.UnaryInterceptors, unary[:1], guardU, unary[1:])
-	stream = slices.Concat(opts.StreamInterceptors, stream[:1], guardS, stream[1:])
+	unary = slices.Concat(opts.UnaryInterceptors, unary[:2], guardU, unary[2:])
+	stream = slices.Concat(opts.StreamInterceptors, stream[:2], guardS, stream[2:])
 	gs := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
@@ -452,9 +477,14 @@ var apiOnly = selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta
 })
 
 // Interceptors returns the server's interceptor chains, outermost first:
-// logging, recovery, validation. defaults complete AddTarget specs before
-// they are validated.
+// logging, scrubbing of errors (secrets masked, quoted input bounded),
+// recovery, validation. defaults complete AddTarget specs before they are
+// validated. Calls are logged as Options.AccessLog false says.
 func Interceptors(logger *slog.Logger, defaults checker.Defaults) ([]grpc.UnaryServerInterceptor, []grpc.StreamServerInterceptor) {
+	return chains(logger, defaults, false)
+}
+
+func chains(logger *slog.Logger, defaults checker.Defaults, accessLog bool) ([]grpc.UnaryServerInterceptor, []grpc.StreamServerInterceptor) {
 	logFn := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
 		logger.Log(ctx, slog.Level(lvl), msg, fields...)
 	})
@@ -464,15 +494,35 @@ func Interceptors(logger *slog.Logger, defaults checker.Defaults) ([]grpc.UnaryS
 	})
 	// Log each finished call of the API; health checks and reflection come
 	// from load balancers and tools far too often to log.
-	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}
+	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall), logging.WithLevels(callLevel(accessLog))}
 	v := validator{defaults: defaults}
 	return []grpc.UnaryServerInterceptor{
 			selector.UnaryServerInterceptor(logging.UnaryServerInterceptor(logFn, logOpts...), apiOnly),
+			scrubUnary,
 			recovery.UnaryServerInterceptor(onPanic),
 			v.unary,
 		}, []grpc.StreamServerInterceptor{
 			selector.StreamServerInterceptor(logging.StreamServerInterceptor(logFn, logOpts...), apiOnly),
+			scrubStream,
 			recovery.StreamServerInterceptor(onPanic),
 			v.stream,
 		}
+}
+
+// callLevel returns the level a finished call is logged at. With
+// accessLog, every call is logged at INFO or above, as go-grpc-middleware
+// does by default. Without it, a call that ended well or with the
+// client's own mistake (OK, Canceled, NotFound, AlreadyExists,
+// InvalidArgument, Unauthenticated: the client has the answer, and there
+// is nothing for the operator to do) is logged at DEBUG, and only calls
+// the server could not serve (PermissionDenied, ResourceExhausted,
+// Unavailable, Internal, ...) at WARN or ERROR.
+func callLevel(accessLog bool) logging.CodeToLevel {
+	return func(code codes.Code) logging.Level {
+		lvl := logging.DefaultServerCodeToLevel(code)
+		if !accessLog && lvl == logging.LevelInfo {
+			return logging.LevelDebug
+		}
+		return lvl
+	}
 }

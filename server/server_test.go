@@ -80,7 +80,7 @@ func startWith(t *testing.T, cfg checker.Config, sopts server.Options, opts ...s
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
-	sopts.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	sopts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})) // calls are logged at debug
 	gs, hs := server.NewGRPCServer(server.New(c, opts...), sopts)
 	conn := serveBufconn(t, gs, c)
 	return &env{c: c, client: pb.NewHealthCheckerClient(conn), conn: conn, probes: sp, logs: logs, health: hs}
@@ -150,6 +150,7 @@ func TestAddTargetCreatesThenUpdatesWithDefaults(t *testing.T) {
 			Verdict:       pb.State_STATE_UNHEALTHY,
 			ProbeInterval: durationpb.New(2 * time.Second),
 			Source:        "api",
+			Mode:          pb.Mode_MODE_ACTIVE,
 		},
 	}
 	if diff := cmp.Diff(want, resp, protocmp.Transform(), protocmp.IgnoreFields(&pb.TargetStatus{}, "next_probe_time")); diff != "" {

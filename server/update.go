@@ -65,7 +65,7 @@ func maskPaths(req *pb.UpdateTargetRequest) ([]string, error) {
 		for k, seg := range segs {
 			fd := md.Fields().ByName(protoreflect.Name(seg))
 			if fd == nil {
-				return nil, &checker.FieldError{Field: at, Reason: fmt.Sprintf("%q: %s has no field %q; its fields are %s", p, md.Name(), seg, fieldNames(md))}
+				return nil, &checker.FieldError{Field: at, Reason: fmt.Sprintf("%s: %s has no field %s; its fields are %s", Quote(p), md.Name(), Quote(seg), fieldNames(md))}
 			}
 			if k == 0 && seg == "name" {
 				return nil, &checker.FieldError{Field: at, Reason: `"name" cannot change: add a target of the new name and remove the old one`}
@@ -74,7 +74,7 @@ func maskPaths(req *pb.UpdateTargetRequest) ([]string, error) {
 				break
 			}
 			if fd.Message() == nil || fd.IsList() || fd.IsMap() || fd.Message().ParentFile().Package() != td.ParentFile().Package() {
-				return nil, &checker.FieldError{Field: at, Reason: fmt.Sprintf("%q: %s.%s has no fields to name; name it whole", p, md.Name(), seg)}
+				return nil, &checker.FieldError{Field: at, Reason: fmt.Sprintf("%s: %s.%s has no fields to name; name it whole", Quote(p), md.Name(), seg)}
 			}
 			md = fd.Message()
 		}
@@ -121,8 +121,9 @@ func applyMask(dst, src *pb.Target, paths []string) {
 }
 
 // ProbeNow probes the selected targets once, now, and returns the round.
+// Its rate is limited per client (see clientID) and for all together.
 func (s *Server) ProbeNow(ctx context.Context, req *pb.ProbeNowRequest) (*pb.ProbeNowResponse, error) {
-	r, err := s.c.ProbeNow(ctx, checker.Selection{Group: req.GetGroup(), Names: req.GetNames()})
+	r, err := s.c.ProbeNow(ctx, checker.Selection{Group: req.GetGroup(), Names: req.GetNames(), Client: clientID(ctx)})
 	if err != nil {
 		return nil, toStatus(err, "")
 	}

@@ -177,7 +177,7 @@ func TestProbeNowThroughTheAPI(t *testing.T) {
 		}
 	}
 	_, err = e.client.ProbeNow(t.Context(), &pb.ProbeNowRequest{Names: []string{"db-1"}})
-	wantCode(t, err, codes.ResourceExhausted, "rate limit exceeded: at most 1 probe-now rounds a second (burst 5); retry in 1s")
+	wantCode(t, err, codes.ResourceExhausted, "rate limit exceeded: at most 1 probe-now rounds a second per client (burst 5); retry in 1s")
 	clock.Advance(time.Second)
 	if _, err := e.client.ProbeNow(t.Context(), &pb.ProbeNowRequest{}); err != nil {
 		t.Errorf("after a second: %v", err)

@@ -137,6 +137,7 @@ func TestWatchSnapshotThenLive(t *testing.T) {
 		From: pb.State_STATE_HEALTHY, To: pb.State_STATE_UNHEALTHY,
 		Text:   "web-1: healthy -> unhealthy",
 		Result: &pb.ProbeResult{Pass: false, Error: "connection refused"},
+		Mode:   pb.Mode_MODE_ACTIVE,
 	}
 	if diff := cmp.Diff(want, ev.GetTransition(), protocmp.Transform(),
 		protocmp.IgnoreFields(&pb.Transition{}, "time"),
@@ -289,6 +290,28 @@ func TestShutdownEndsWatchersWithUnavailable(t *testing.T) {
 	e.c.Close()
 	_, err := w.Recv()
 	wantCode(t, err, codes.Unavailable, fmt.Sprintf("pulsed is shutting down; reconnect and resume with start_revision %d", rev))
+}
+
+// A filtered stream ended by the shutdown names the last published
+// revision, past the events its filter leaves out: a pulsed restarted on
+// its store holds nothing before that revision, so a resume from the
+// stream's last event would answer OUT_OF_RANGE.
+func TestShutdownNamesTheLastRevisionToFilteredStreams(t *testing.T) {
+	e := start(t, checker.Config{})
+	w := watch(t, t.Context(), e, &pb.WatchTransitionsRequest{Group: "edge"})
+	readSnapshot(t, w)
+	e.add(t, tcpTarget("a", "edge"))
+	if ev, err := w.Recv(); err != nil || describe(ev) != "added a" {
+		t.Fatalf("got %v %v, want a added", ev, err)
+	}
+	e.add(t, tcpTarget("b", "other"))
+	list, err := e.client.ListTargets(t.Context(), &pb.ListTargetsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.c.Close()
+	_, err = w.Recv()
+	wantCode(t, err, codes.Unavailable, fmt.Sprintf("pulsed is shutting down; reconnect and resume with start_revision %d", list.GetRevision()))
 }
 
 func TestGroupHealthBridge(t *testing.T) {

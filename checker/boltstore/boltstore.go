@@ -52,7 +52,7 @@ type damagedError struct {
 }
 
 func (e *damagedError) Error() string {
-	return fmt.Sprintf("%s is damaged (%s): restore a backup (README \"Backup\") or move it away", e.path, e.cause)
+	return fmt.Sprintf("%s is damaged (%s): restore a backup (docs/operations/durability.md, \"Backup\") or move it away", e.path, e.cause)
 }
 
 func (e *damagedError) Is(target error) bool { return target == ErrDamaged }
@@ -83,24 +83,29 @@ var _ checker.PolicyStore = (*Store)(nil)
 // lockWait for it to close.
 //
 // A file that is not a readable store gives an error wrapping ErrDamaged
-// that says what to do, never a panic. After such an error the file may
-// stay locked until the process exits.
+// that says what to do, never a panic, an unbounded allocation or a loop:
+// before bbolt reads the file, Open checks its meta page, its freelist and
+// the tree of every bucket (each page within the store, of the right type,
+// reached once, its elements within it). After damage that only bbolt
+// finds, the file may stay locked until the process exits.
 func Open(dir string, lockWait time.Duration) (_ *Store, err error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
 	path := filepath.Join(dir, FileName)
-	// bbolt panics on some damage (a bad freelist page) after it has
-	// mapped the file, and leaves it mapped and so locked: the caller is
-	// expected to give up on the store (pulsed exits), not to open it again.
+	// The file is checked before bbolt maps it (verify.go), for the damage
+	// bbolt would crash or hang on. On other damage bbolt panics after it
+	// has mapped the file, and leaves it mapped and so locked: the caller
+	// is expected to give up on the store (pulsed exits), not to open it
+	// again.
 	defer recoverDamaged(path, &err, debug.SetPanicOnFault(true))
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockWait})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockWait, OpenFile: openVerified(lockWait)})
 	switch {
 	case errors.Is(err, bolterrors.ErrTimeout):
 		return nil, fmt.Errorf("%w: %s is locked (is another pulsed using data dir %s?)", ErrLocked, path, dir)
 	case errors.Is(err, fs.ErrPermission), errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("open %s: %w", path, err)
-	case err != nil: // bbolt's own errors: not a bbolt file, a bad checksum, too small
+	case err != nil: // the check's errors, bbolt's own: not a bbolt file, a bad checksum, too small
 		return nil, &damagedError{path: path, cause: err.Error()}
 	}
 	err = db.Update(func(tx *bolt.Tx) error {

@@ -114,7 +114,7 @@ func TestDamagedFilesGiveAClearError(t *testing.T) {
 				t.Fatalf("read a damaged store: %v, want an error wrapping ErrDamaged", err)
 			}
 			msg := err.Error()
-			if !strings.Contains(msg, path+" is damaged (") || !strings.Contains(msg, `restore a backup (README "Backup") or move it away`) {
+			if !strings.Contains(msg, path+" is damaged (") || !strings.Contains(msg, `restore a backup (docs/operations/durability.md, "Backup") or move it away`) {
 				t.Errorf("error %q does not name the file and say what to do", msg)
 			}
 		})

@@ -169,6 +169,11 @@ func TestFarmModes(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("hanging target: %v, want the client's deadline", err)
 	}
+	// The client gives up after 50ms; on a loaded machine the farm may read
+	// the request only after that, so wait for it to be counted.
+	for deadline := time.Now().Add(testscale.D(10 * time.Second)); f.Probes(2) == 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if _, ok := f.FirstFail(2); !ok {
 		t.Error("a hang is not recorded as the first failure")
 	}

@@ -27,14 +27,14 @@ so pulsed's defaults apply (see pulsed --help): interval 2s, timeout 1s,
 rise 2, fall 3, initial state unhealthy, model rise_fall, any 2xx passes.`,
 		example: `
 pulsectl add --name web-1 --group edge --http http://127.0.0.1:8080/healthz
-pulsectl add --name db --tcp 10.0.0.5:5432 --interval 5s --fall 2
-pulsectl add --name api --grpc 10.0.0.7:50051 --grpc-service api.v1.Orders --grpc-tls
-pulsectl add --name web-2 --http http://10.0.0.6/healthz --expect-status 200,204 --header Host=web.internal
-pulsectl add --name web-3 --http https://10.0.0.6/ready --expect-status 200-399 --body-contains ready \
+pulsectl add --name db --tcp 192.0.2.5:5432 --interval 5s --fall 2
+pulsectl add --name api --grpc 192.0.2.7:50051 --grpc-service api.v1.Orders --grpc-tls
+pulsectl add --name web-2 --http http://192.0.2.6/healthz --expect-status 200,204 --header Host=web.internal
+pulsectl add --name web-3 --http https://192.0.2.6/ready --expect-status 200-399 --body-contains ready \
     --probe-tls-ca-file ca.pem --probe-tls-cert-file client.pem --probe-tls-key-file client.key \
     --probe-tls-server-name web.internal
-pulsectl add --name cache --tcp 10.0.0.8:6379 --send 'PING\r\n' --expect '+PONG\r\n'
-pulsectl add --name api-dns --dns api.internal --dns-server 10.0.0.2:53 --dns-answer-contains 10.0.0.7`,
+pulsectl add --name cache --tcp 192.0.2.8:6379 --send 'PING\r\n' --expect '+PONG\r\n'
+pulsectl add --name api-dns --dns api.internal --dns-server 192.0.2.2:53 --dns-answer-contains 192.0.2.7`,
 		run: runAdd,
 	}
 }
@@ -109,7 +109,7 @@ func runAdd(ctx context.Context, e *env, c *command, args []string) int {
 	var prev *pb.Target
 	if !a.output.structured() {
 		if old, err := cl.State(cctx, &pb.StateRequest{Name: target.GetName()}); err == nil {
-			prev = old.GetStatus().GetSpec()
+			prev = escaped(old.GetStatus().GetSpec())
 		}
 	}
 	resp, err := cl.AddTarget(cctx, &pb.AddTargetRequest{Target: target})
@@ -119,7 +119,7 @@ func runAdd(ctx context.Context, e *env, c *command, args []string) int {
 	if a.output.structured() {
 		return e.printAs(a.output, resp)
 	}
-	st := resp.GetStatus()
+	st := escaped(resp.GetStatus())
 	verb := "updated"
 	if resp.GetCreated() {
 		verb = "added"

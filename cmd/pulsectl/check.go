@@ -98,7 +98,7 @@ For example:
     expected_status: 204
     critical: false
   - name: orders
-    url: https://10.0.0.6/ready
+    url: https://192.0.2.6/ready
     body_contains: ready
     tls_options: {ca_file: ca.pem, cert_file: client.pem, key_file: client-key.pem}
   - name: cache
@@ -218,17 +218,17 @@ func writeCheckText(w io.Writer, results []oneshot.Result, s oneshot.Summary) {
 		if last, ok := r.Last(); ok {
 			lat = latency(last.Latency)
 		}
-		name := r.Target.Name
+		name := escape(r.Target.Name)
 		if !r.Target.Critical {
 			name += " (non-critical)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", r.Outcome, name, lat, len(r.Attempts), r.Reason)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", r.Outcome, name, lat, len(r.Attempts), escape(r.Reason)) // a reason can quote the target's answer
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "healthy=%d degraded=%d down=%d p50=%.1fms p95=%.1fms retries=%d\n",
 		s.Healthy, s.Degraded, s.Down, oneshot.Milliseconds(s.P50), oneshot.Milliseconds(s.P95), s.TotalRetries)
 	if len(s.CriticalDown) > 0 {
-		fmt.Fprintf(w, "critical down: %s\n", strings.Join(s.CriticalDown, ", "))
+		fmt.Fprintf(w, "critical down: %s\n", strings.Join(escapeAll(s.CriticalDown), ", "))
 	}
 }
 

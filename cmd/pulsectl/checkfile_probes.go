@@ -211,7 +211,7 @@ func (f fileTarget) grpcSpec() (*probe.GRPCSpec, error) {
 // dnsSpec is the DNS probe of a target of kind dns.
 func (f fileTarget) dnsSpec() (*probe.DNSSpec, error) {
 	if f.DNS == nil {
-		return nil, fmt.Errorf("dns is required for kind dns: e.g. dns: {name: api.internal, server: 10.0.0.2:53}")
+		return nil, fmt.Errorf("dns is required for kind dns: e.g. dns: {name: api.internal, server: 192.0.2.2:53}")
 	}
 	d := f.DNS
 	return &probe.DNSSpec{

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -20,6 +22,7 @@ const (
 	exitNotFound     = 3
 	exitServer       = 4
 	exitNoneRoutable = 5
+	exitTimeout      = 6
 )
 
 // defaultAddr is where `make run` serves pulsed.
@@ -28,6 +31,9 @@ const defaultAddr = "127.0.0.1:50051"
 // env is what a command writes to.
 type env struct {
 	stdout, stderr io.Writer
+	// inspect, when set, receives a command's flags in place of running
+	// it: completion reads them so.
+	inspect func(*flag.FlagSet)
 }
 
 // errorf prints "pulsectl: <message>" on stderr.
@@ -47,7 +53,7 @@ type command struct {
 
 // commands returns every subcommand, in the order help lists them.
 func commands() []*command {
-	return []*command{addCommand(), setCommand(), rmCommand(), drainCommand(), maintCommand(), activateCommand(), stateCommand(), lsCommand(), healthyCommand(), watchCommand(), probeCommand(), policyCommand(), outcomeCommand(), checkCommand(), configCommand(), completionCommand()}
+	return []*command{addCommand(), setCommand(), rmCommand(), drainCommand(), maintCommand(), activateCommand(), stateCommand(), lsCommand(), healthyCommand(), watchCommand(), waitCommand(), probeCommand(), policyCommand(), outcomeCommand(), checkCommand(), configCommand(), completionCommand()}
 }
 
 // run runs pulsectl with args (without the program name) and returns the
@@ -62,7 +68,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	args, err := hoistGlobalFlags(args)
 	if err != nil {
-		e.errorf("%v; run 'pulsectl --help' for usage", err)
+		e.errorf("%v", err)
+		fmt.Fprintln(stderr, "Run 'pulsectl --help' for usage.")
 		return exitUsage
 	}
 	name := args[0]
@@ -75,16 +82,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			if c := lookup(args[1]); c != nil {
 				return c.run(ctx, e, c, []string{"--help"}) // the command's own flags
 			}
-			e.errorf("unknown command %q; run 'pulsectl --help' for the list", args[1])
-			return exitUsage
+			return unknownCommand(e, args[1])
 		}
 		usage(stdout)
 		return exitOK
 	}
+	if name == completeCommand.name { // hidden: for the completion scripts
+		return completeCommand.run(ctx, e, &completeCommand, args[1:])
+	}
 	c := lookup(name)
 	if c == nil {
-		e.errorf("unknown command %q; run 'pulsectl --help' for the list", name)
-		return exitUsage
+		return unknownCommand(e, name)
 	}
 	return c.run(ctx, e, c, args[1:])
 }
@@ -105,6 +113,24 @@ func lookup(name string) *command {
 	return nil
 }
 
+// unknownCommand says name is no command, suggests the closest ones, and
+// returns exitUsage.
+func unknownCommand(e *env, name string) int {
+	var names []string
+	for _, c := range commands() {
+		names = append(names, c.name)
+	}
+	names = append(names, slices.Collect(maps.Keys(aliases))...)
+	canonical := func(n string) string {
+		if real, ok := aliases[n]; ok {
+			return real
+		}
+		return n
+	}
+	e.errorf("unknown command %q; run 'pulsectl --help' for the list%s", name, didYouMean(suggest(name, names, canonical)))
+	return exitUsage
+}
+
 func usage(w io.Writer) {
 	fmt.Fprint(w, `pulsectl is the client of pulsed, the Pulse health-checking server, and a
 one-shot health checker.
@@ -115,7 +141,7 @@ Usage:
 Commands:
 `)
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprint(w, "\nAliases: get (state), list (ls), delete (rm).\n")
 	fmt.Fprintf(w, `
@@ -128,7 +154,7 @@ each came from. The connection flags (--addr, --config, --context, --tls*,
 Exit codes: 0 success; 1 usage error (bad flags or arguments, an invalid check
 file, a request pulsed rejected as invalid); 2 check found a critical target
 down; 3 unknown target or group; 4 pulsed unreachable or failed; 5 healthy
-found no routable target.
+found no routable target; 6 wait timed out.
 
 Run 'pulsectl <command> --help' for a command's flags and examples, and
 'pulsectl --version' for the version.
@@ -157,15 +183,28 @@ func (c *command) printHelp(w io.Writer, fs *flag.FlagSet) {
 		fmt.Fprint(w, "  none\n")
 		return
 	}
-	fs.SetOutput(w)
+	// The flag package writes -name; pulsectl's flags are typed --name
+	// (but -o), as its errors and completion name them.
+	var b strings.Builder
+	fs.SetOutput(&b)
 	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	fmt.Fprint(w, helpFlagLine.ReplaceAllString(b.String(), "$1--$2"))
 }
+
+// helpFlagLine matches a flag's name at the start of its line in
+// PrintDefaults's output, when it has two letters or more.
+var helpFlagLine = regexp.MustCompile(`(?m)^(  )-([A-Za-z0-9][A-Za-z0-9-]+)`)
 
 // parse parses args with fs, allowing flags after positional arguments
 // (pulsectl state web-1 -o json) until a "--". ok is false when the
 // command must stop and exit with code: 0 after --help, exitUsage after a
 // bad flag (said on stderr, "pulsectl: " first, as every error).
 func (c *command) parse(e *env, fs *flag.FlagSet, args []string) (pos []string, code int, ok bool) {
+	if e.inspect != nil {
+		e.inspect(fs)
+		return nil, exitOK, false
+	}
 	for {
 		err := fs.Parse(args)
 		if errors.Is(err, flag.ErrHelp) {
@@ -173,7 +212,7 @@ func (c *command) parse(e *env, fs *flag.FlagSet, args []string) (pos []string, 
 			return nil, exitOK, false
 		}
 		if err != nil {
-			return nil, c.usageError(e, "%v", err), false
+			return nil, c.usageError(e, "%s", flagError(fs, err)), false
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
@@ -185,6 +224,25 @@ func (c *command) parse(e *env, fs *flag.FlagSet, args []string) (pos []string, 
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+}
+
+// undefinedFlag is the flag package's error for a flag a command lacks.
+const undefinedFlag = "flag provided but not defined: -"
+
+// flagDash matches a flag as the flag package names it in its errors.
+var flagDash = regexp.MustCompile(`(\bflag |argument: )-([A-Za-z0-9][A-Za-z0-9-]+)`)
+
+// flagError rewrites a parse error of fs for a person: flags named with
+// the dashes they are typed with (--interval, -o), and an unknown flag
+// followed by the closest flags fs has.
+func flagError(fs *flag.FlagSet, err error) string {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, undefinedFlag); ok {
+		var names []string
+		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+		return "unknown flag " + flagName(name) + didYouMean(suggest(name, names, flagName))
+	}
+	return flagDash.ReplaceAllString(msg, "${1}--$2")
 }
 
 // usageError prints a usage problem and returns exitUsage.

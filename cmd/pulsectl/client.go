@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/pulsehealth/pulse/checker/probe"
 	pulse "github.com/pulsehealth/pulse/client"
@@ -52,8 +50,9 @@ func addClientFlags(fs *flag.FlagSet) *clientFlags {
 
 // client is a connection to pulsed.
 type client struct {
-	addr string
-	pc   *pulse.Client
+	addr       string
+	addrSource string // where addr came from, as config view says it: "default", "flag --addr", ...
+	pc         *pulse.Client
 	pb.HealthCheckerClient
 }
 
@@ -76,7 +75,7 @@ func (cf *clientFlags) dial(e *env) (*client, int, bool) {
 		e.errorf("--addr %q: %v", cf.addr, err)
 		return nil, exitUsage, false
 	}
-	return &client{addr: cf.addr, pc: pc, HealthCheckerClient: pc.API()}, exitOK, true
+	return &client{addr: cf.addr, addrSource: cf.sources["addr"], pc: pc, HealthCheckerClient: pc.API()}, exitOK, true
 }
 
 func (c *client) Close() { c.pc.Close() }
@@ -90,16 +89,17 @@ func callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 // the call was about, for NOT_FOUND; empty when none.
 func (c *client) fail(e *env, err error, name string) int {
 	st := status.Convert(err)
+	st = status.New(st.Code(), cliHint(escape(st.Message()), name))
 	switch st.Code() {
 	case codes.Unavailable:
 		if strings.Contains(st.Message(), "store") { // pulsed answered: its store cannot write
 			e.errorf("pulsed at %s cannot answer now: %s", c.addr, st.Message())
 			return exitServer
 		}
-		e.errorf("cannot reach pulsed at %s: %s\nIs pulsed running? Start it with 'make run', or point --addr at it.", c.addr, probe.Describe(err))
+		e.errorf("cannot reach pulsed at %s: %s\n%s", c.addr, probe.Describe(err), c.unreachableHint())
 		return exitServer
 	case codes.DeadlineExceeded:
-		e.errorf("no answer from pulsed at %s within %v\nIs pulsed running there? Start it with 'make run', or point --addr at it.", c.addr, callTimeout)
+		e.errorf("no answer from pulsed at %s within %v\n%s", c.addr, callTimeout, c.unreachableHint())
 		return exitServer
 	case codes.Canceled:
 		e.errorf("canceled")
@@ -124,54 +124,55 @@ func (c *client) fail(e *env, err error, name string) int {
 	}
 }
 
-// jsonOut is how -o json prints messages: proto3's canonical JSON mapping
-// (lowerCamelCase names, enums as names, durations as "1.5s", times as
-// RFC 3339), the form grpcurl prints, with every field present, zeros
-// and empty lists included, so scripts need not guess at defaults. One
-// difference: 64-bit integers (revisions, counters) are numbers, not the
-// mapping's strings, when they fit in a double exactly (below 2^53), as
-// every count does; see marshalJSON.
-var jsonOut = protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}
-
-// int64Fields matches a JSON member of a 64-bit integer field of pulse.v1
-// holding a string of digits: the names are those of the API's int64 and
-// uint64 fields.
-var int64Fields = func() *regexp.Regexp {
-	names := map[string]bool{}
-	var walk func(protoreflect.MessageDescriptors)
-	walk = func(ms protoreflect.MessageDescriptors) {
-		for i := range ms.Len() {
-			m := ms.Get(i)
-			for j := range m.Fields().Len() {
-				switch f := m.Fields().Get(j); f.Kind() {
-				case protoreflect.Int64Kind, protoreflect.Uint64Kind, protoreflect.Sint64Kind,
-					protoreflect.Fixed64Kind, protoreflect.Sfixed64Kind:
-					names[f.JSONName()] = true
-				}
-			}
-			walk(m.Messages())
-		}
+// unreachableHint is what to try when pulsed at c.addr does not answer.
+// 'make run' serves the default address only: an address the user gave
+// (flag, environment, context) is theirs to check.
+func (c *client) unreachableHint() string {
+	if c.addrSource == "" || c.addrSource == "default" {
+		return "Is pulsed running? Start it with 'make run', or point --addr at it."
 	}
-	walk(pb.File_pulse_v1_pulse_proto.Messages())
-	quoted := make([]string, 0, len(names))
-	for n := range names {
-		quoted = append(quoted, regexp.QuoteMeta(n))
-	}
-	slices.Sort(quoted)
-	return regexp.MustCompile(`("(?:` + strings.Join(quoted, "|") + `)":\s*)"(-?\d{1,15})"`)
-}()
-
-// marshalJSON is o.Marshal(m) with 64-bit integers of up to 15 digits
-// (all below 2^53) written as numbers. In protojson's output a member
-// name in quotes followed by a colon is never inside a string value
-// (there its quotes are escaped), so the rewrite touches members only.
-func marshalJSON(o protojson.MarshalOptions, m proto.Message) ([]byte, error) {
-	b, err := o.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	return int64Fields.ReplaceAll(b, []byte("${1}${2}")), nil
+	return fmt.Sprintf("Is pulsed running there? The address came from %s; 'pulsectl config view' shows the settings in force.", c.addrSource)
 }
+
+// rpcCommands are the pulsectl commands that make each RPC, for the hints
+// in pulsed's messages, which name RPCs.
+var rpcCommands = map[string]string{
+	"AddTarget":        "'pulsectl add'",
+	"UpdateTarget":     "'pulsectl set'",
+	"RemoveTarget":     "'pulsectl rm'",
+	"ListTargets":      "'pulsectl ls'",
+	"ProbeNow":         "'pulsectl probe'",
+	"ReportOutcome":    "'pulsectl outcome'",
+	"SetGroupPolicy":   "'pulsectl policy set'",
+	"SetMode":          "'pulsectl drain', 'maint' or 'activate'",
+	"WatchTransitions": "'pulsectl watch'",
+}
+
+var (
+	rpcName = regexp.MustCompile(`\b(AddTarget|UpdateTarget|RemoveTarget|ListTargets|ProbeNow|ReportOutcome|SetGroupPolicy|SetMode|WatchTransitions)\b`)
+	// passiveHint is pulsed's hint for a target that takes no passive
+	// outcomes, said in the API's terms.
+	passiveHint = regexp.MustCompile(`enable them by adding the target again \(AddTarget\) with target\.passive_outcomes: true \(and optionally target\.passive_rate, ([^)]*)\)`)
+)
+
+// cliHint rewrites the hints in a message of pulsed's, which name RPCs and
+// fields, into the pulsectl commands and flags that do the same: "list
+// targets with ListTargets" becomes "list targets with 'pulsectl ls'".
+// name is the target the call was about, if any.
+func cliHint(msg, name string) string {
+	if name == "" {
+		name = "NAME"
+	}
+	msg = passiveHint.ReplaceAllString(msg, "enable them with 'pulsectl set "+name+" --passive' (and optionally --passive-rate, ${1})")
+	return rpcName.ReplaceAllStringFunc(msg, func(rpc string) string { return rpcCommands[rpc] })
+}
+
+// jsonOut is how -o json prints messages: protojson, proto3's canonical
+// JSON mapping, the form grpcurl prints: lowerCamelCase names, enums as
+// names, durations as "1.5s", times as RFC 3339, 64-bit integers
+// (revisions, counters) as strings of digits, with every field present,
+// zeros and empty lists included, so scripts need not guess at defaults.
+var jsonOut = protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}
 
 // printAs writes m as -o asks: JSON, or YAML with the same field names.
 func (e *env) printAs(o *outputFlag, m proto.Message) int {
@@ -189,7 +190,7 @@ func (e *env) printAs(o *outputFlag, m proto.Message) int {
 
 // printJSON writes m as JSON on stdout.
 func (e *env) printJSON(m proto.Message) int {
-	b, err := marshalJSON(jsonOut, m)
+	b, err := jsonOut.Marshal(m)
 	if err != nil {
 		e.errorf("encoding JSON: %v", err)
 		return exitServer

@@ -214,7 +214,8 @@ func TestUnreachable(t *testing.T) {
 	} {
 		r := pulsectl(t, append(args, "--addr", addr)...)
 		if r.code != exitServer || !strings.Contains(r.stderr, "cannot reach pulsed at "+addr) ||
-			!strings.Contains(r.stderr, "Is pulsed running?") || strings.Contains(r.stderr, "watching") || r.stdout != "" {
+			!strings.Contains(r.stderr, "Is pulsed running there? The address came from flag --addr") || strings.Contains(r.stderr, "make run") ||
+			strings.Contains(r.stderr, "watching") || r.stdout != "" {
 			t.Errorf("%v against a closed port: exit %d\nstdout: %s\nstderr: %s", args, r.code, r.stdout, r.stderr)
 		}
 	}

@@ -108,19 +108,9 @@ func (cf *clientFlags) resolve() error {
 	cf.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	cf.sources = map[string]string{}
 
-	cfgPath, named := cf.configPath, set["config"]
-	if !named {
-		if v := os.Getenv(envConfig); v != "" {
-			cfgPath, named = v, true
-		} else {
-			cfgPath = defaultConfigPath()
-		}
-	}
+	cfgPath, named := cf.configFile()
 	var ctxSettings configSettings
-	ctxName := cf.context
-	if !set["context"] {
-		ctxName = os.Getenv(envContext)
-	}
+	ctxName := cf.contextName()
 	if cfgPath != "" {
 		file, err := loadConfig(cfgPath, named)
 		if err != nil {
@@ -173,6 +163,9 @@ func (cf *clientFlags) resolve() error {
 	default:
 		pick("token-file", &cf.conn.TokenFile, "", ctxSettings.TokenFile)
 	}
+	if set["o"] {
+		cf.sources["o"] = "flag -o"
+	}
 	switch {
 	case set["tls"]:
 		cf.sources["tls"] = "flag --tls"
@@ -194,6 +187,35 @@ func (cf *clientFlags) resolve() error {
 		}
 	}
 	return nil
+}
+
+// configFile returns the config file's path: --config, else PULSE_CONFIG,
+// else the default path; named is false for the default, which need not
+// exist. It is "" when there is no default (no home directory).
+func (cf *clientFlags) configFile() (path string, named bool) {
+	if cf.fs.Lookup("config") != nil && isSet(cf.fs, "config") {
+		return cf.configPath, true
+	}
+	if v := os.Getenv(envConfig); v != "" {
+		return v, true
+	}
+	return defaultConfigPath(), false
+}
+
+// contextName returns the context asked for: --context, else
+// PULSE_CONTEXT; "" for the config file's current-context.
+func (cf *clientFlags) contextName() string {
+	if isSet(cf.fs, "context") {
+		return cf.context
+	}
+	return os.Getenv(envContext)
+}
+
+// isSet reports whether the flag name was given on fs's command line.
+func isSet(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
 }
 
 // addrs is --addr split into the replicas it names.
@@ -251,10 +273,16 @@ func (cf *clientFlags) settings() []setting {
 func configCommand() *command {
 	return &command{
 		name:    "config",
-		args:    "view [flags]",
-		summary: "show the connection settings in force and where each came from",
+		args:    "view | get-contexts | use-context NAME [flags]",
+		summary: "show the settings in force and where each came from; list or switch contexts",
 		about: `'pulsectl config view' shows the settings a client command would use, each
-with its source. Each setting comes from the first of: its flag, its environment
+with its source (flag, env, config file and context, or default).
+'pulsectl config get-contexts' lists the config file's contexts, "*" marking
+the one in force. 'pulsectl config use-context NAME' makes NAME the file's
+current-context (it rewrites that one key, keeping the rest of the file); an
+unknown NAME is an error that changes nothing.
+
+Each setting comes from the first of: its flag, its environment
 variable (PULSE_ADDR, comma-separated replicas; PULSE_TOKEN; PULSE_CACERT;
 PULSE_CERT; PULSE_KEY; PULSE_OUTPUT), the config file's context, the default.
 
@@ -277,8 +305,10 @@ Keys: addr, tls, tls-ca, tls-cert, tls-key, tls-server-name, token-file, output.
 A token itself is never read from the file (use token-file) and is shown
 redacted.`,
 		example: `pulsectl config view
+pulsectl config get-contexts
+pulsectl config use-context local
 pulsectl --context local config view
-PULSE_ADDR=10.0.0.5:50051 pulsectl config view`,
+PULSE_ADDR=192.0.2.5:50051 pulsectl config view`,
 		run: runConfig,
 	}
 }
@@ -291,8 +321,20 @@ func runConfig(_ context.Context, e *env, c *command, args []string) int {
 	if !ok {
 		return code
 	}
-	if len(pos) != 1 || pos[0] != "view" {
-		return c.usageError(e, "usage: pulsectl config view")
+	verbs := []string{"view", "get-contexts", "use-context"}
+	switch {
+	case len(pos) == 0:
+		return c.usageError(e, "name one of %s", orList(verbs))
+	case !slices.Contains(verbs, pos[0]):
+		return c.usageError(e, "unknown config command %q: want %s%s", pos[0], orList(verbs), didYouMean(suggest(pos[0], verbs, nil)))
+	case pos[0] == "use-context" && len(pos) != 2:
+		return c.usageError(e, "usage: pulsectl config use-context NAME")
+	case pos[0] != "use-context" && len(pos) != 1:
+		return c.usageError(e, "usage: pulsectl config %s (no arguments)", pos[0])
+	case pos[0] == "get-contexts":
+		return getContexts(e, cf)
+	case pos[0] == "use-context":
+		return useContext(e, cf, pos[1])
 	}
 	if err := cf.resolve(); err != nil {
 		e.errorf("%v", err)
@@ -347,7 +389,8 @@ func hoistGlobalFlags(args []string) ([]string, error) {
 		name, _, hasValue := strings.Cut(name, "=")
 		takesValue, ok := globalFlags[name]
 		if !ok {
-			return nil, fmt.Errorf("flag %s is not a global flag; put it after the command", args[i])
+			hint := didYouMean(suggest(name, slices.Collect(maps.Keys(globalFlags)), flagName))
+			return nil, fmt.Errorf("flag %s is not a global flag; put it after the command%s", args[i], hint)
 		}
 		global = append(global, args[i])
 		i++

@@ -74,10 +74,10 @@ func modelName(m pb.Model) string {
 const redacted = "<redacted>"
 
 // probeSummary describes a target's probe in one phrase, e.g.
-// "http GET http://10.0.0.5:8080/healthz, headers Authorization=<redacted>",
-// "tcp 10.0.0.5:5432",
-// "grpc 10.0.0.5:50051 service pulse.v1.HealthChecker (tls)",
-// "dns A api.internal at 10.0.0.2:53".
+// "http GET http://192.0.2.5:8080/healthz, headers Authorization=<redacted>",
+// "tcp 192.0.2.5:5432",
+// "grpc 192.0.2.5:50051 service pulse.v1.HealthChecker (tls)",
+// "dns A api.internal at 192.0.2.2:53".
 func probeSummary(t *pb.Target) string {
 	switch p := t.GetProbe().(type) {
 	case *pb.Target_Http:
@@ -94,7 +94,7 @@ func probeSummary(t *pb.Target) string {
 			s += ", expect " + strings.Join(append(all, ranges...), ",")
 		}
 		if b := p.Http.GetBodyContains(); b != "" {
-			s += fmt.Sprintf(", body contains %q", b)
+			s += `, body contains "` + b + `"` // escaped, with the rest, before printing
 		}
 		if b := p.Http.GetBodyRegex(); b != "" {
 			s += fmt.Sprintf(", body matches /%s/", b)
@@ -115,7 +115,7 @@ func probeSummary(t *pb.Target) string {
 	case *pb.Target_Tcp:
 		s := "tcp " + p.Tcp.GetAddress()
 		if n := len(p.Tcp.GetSteps()); n > 0 {
-			s += fmt.Sprintf(", %d steps", n)
+			s += fmt.Sprintf(", %d %s", n, plural(n, "step"))
 		}
 		if p.Tcp.GetTls() != nil {
 			s += " (tls)"

@@ -5,8 +5,9 @@
 //
 //	pulsectl <command> [flags] [args]
 //
-// Client commands (add, rm, state, ls, healthy, watch) talk to pulsed at
-// --addr, 127.0.0.1:50051 by default. check reads a file of targets, checks
+// Client commands (add, set, rm, state, ls, healthy, watch, wait, ...) talk
+// to pulsed at --addr, 127.0.0.1:50051 by default, or at the address of the
+// environment or of the config file's context. check reads a file of targets, checks
 // each once with retries under a global deadline, prints a report and exits
 // 2 when a critical target is down. Run pulsectl --help for the
 // commands and pulsectl <command> --help for each one's flags and examples.
@@ -14,7 +15,7 @@
 // Exit codes: 0 success; 1 usage error (bad flags or arguments, an invalid
 // check file, a request pulsed rejected as invalid); 2 check found a
 // critical target down; 3 unknown target or group; 4 pulsed unreachable or
-// failed; 5 healthy found no routable target.
+// failed; 5 healthy found no routable target; 6 wait timed out.
 package main
 
 import (

@@ -96,7 +96,7 @@ func runMode(ctx context.Context, e *env, c *command, mode pb.Mode, args []strin
 		if err != nil {
 			return cl.fail(e, err, name)
 		}
-		for _, st := range resp.GetTargets() {
+		for _, st := range escaped(resp).GetTargets() {
 			fmt.Fprintf(e.stdout, "%s %s\n", st.GetSpec().GetName(), modeSummary(st))
 		}
 	}

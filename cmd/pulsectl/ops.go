@@ -33,7 +33,7 @@ the field's name in the API: group, max_latency, fast_interval, ...). set
 prints what it changed.`,
 		example: `
 pulsectl set web-1 --interval 5s --group edge
-pulsectl set web-1 --http http://10.0.0.6:8080/healthz
+pulsectl set web-1 --http http://192.0.2.6:8080/healthz
 pulsectl set web-1 --clear max_latency --clear group`,
 		run: runSet,
 	}
@@ -130,6 +130,7 @@ func runSet(ctx context.Context, e *env, c *command, args []string) int {
 	if a.output.structured() {
 		return e.printAs(a.output, resp)
 	}
+	resp = escaped(resp)
 	changes := specChanges(resp.GetPrevious(), resp.GetStatus().GetSpec())
 	if len(changes) == 0 {
 		fmt.Fprintf(e.stdout, "%s unchanged\n", pos[0])
@@ -257,7 +258,8 @@ func copyPath(dst, src *pb.Target, path string) {
 }
 
 // specChanges describes how a spec changed, field by field: "interval 2s
-// -> 5s", "group (none) -> edge", "probe tcp a:80 -> http GET http://b/".
+// -> 5s", "group set to edge", "group cleared (was edge)", "passive
+// outcomes off -> on", "probe tcp a:80 -> http GET http://b/".
 func specChanges(old, cur *pb.Target) []string {
 	var out []string
 	if probeSummary(old) != probeSummary(cur) {
@@ -271,18 +273,32 @@ func specChanges(old, cur *pb.Target) []string {
 			continue
 		}
 		was, is := fieldText(o, fd), fieldText(c, fd)
-		if was != is {
-			out = append(out, fmt.Sprintf("%s %s -> %s", strings.ReplaceAll(string(fd.Name()), "_", " "), was, is))
+		name := strings.ReplaceAll(string(fd.Name()), "_", " ")
+		switch {
+		case was == is:
+		case fd.Kind() == protoreflect.BoolKind || was != "" && is != "":
+			out = append(out, fmt.Sprintf("%s %s -> %s", name, was, is))
+		case was == "":
+			out = append(out, fmt.Sprintf("%s set to %s", name, is))
+		default:
+			out = append(out, fmt.Sprintf("%s cleared (was %s)", name, was))
 		}
 	}
 	return out
 }
 
-// fieldText is a field's value for a person: "(none)" for an unset or
-// empty one, a duration as "1.5s", an enum value by its short name.
+// fieldText is a field's value for a person: "" for an unset or empty
+// one, a bool as "on" or "off", a duration as "1.5s", an enum value by its
+// short name.
 func fieldText(m protoreflect.Message, fd protoreflect.FieldDescriptor) string {
+	if fd.Kind() == protoreflect.BoolKind && !fd.IsList() {
+		if m.Get(fd).Bool() {
+			return "on"
+		}
+		return "off"
+	}
 	if !m.Has(fd) {
-		return "(none)"
+		return ""
 	}
 	v := m.Get(fd)
 	switch {
@@ -354,7 +370,7 @@ func runProbe(ctx context.Context, e *env, c *command, args []string) int {
 	resp, err := cl.ProbeNow(cctx, &pb.ProbeNowRequest{Group: *group, Names: names})
 	if err != nil {
 		if status.Code(err) == codes.ResourceExhausted {
-			e.errorf("%s", status.Convert(err).Message())
+			e.errorf("%s", escape(status.Convert(err).Message()))
 			return exitServer
 		}
 		if errors.Is(cctx.Err(), context.DeadlineExceeded) {
@@ -366,6 +382,7 @@ func runProbe(ctx context.Context, e *env, c *command, args []string) int {
 	if out.structured() {
 		return e.printAs(out, resp)
 	}
+	resp = escaped(resp)
 	for _, tr := range resp.GetTransitions() {
 		fmt.Fprintf(e.stdout, "%s: %s -> %s\n", tr.GetTarget(), stateName(tr.GetFrom()), stateName(tr.GetTo()))
 	}

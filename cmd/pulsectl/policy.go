@@ -46,7 +46,11 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 		return code
 	}
 	if len(pos) != 2 || pos[0] != "get" && pos[0] != "set" {
-		return c.usageError(e, "want get GROUP or set GROUP, got %q", strings.Join(pos, " "))
+		hint := ""
+		if len(pos) > 0 {
+			hint = didYouMean(suggest(pos[0], []string{"get", "set"}, nil))
+		}
+		return c.usageError(e, "want get GROUP or set GROUP, got %q%s", strings.Join(pos, " "), hint)
 	}
 	verb, group := pos[0], pos[1]
 	set := map[string]bool{}
@@ -89,6 +93,7 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 	if out.structured() {
 		return e.printAs(out, g)
 	}
+	g = escaped(g)
 	source := "pulsed's default"
 	if g.GetPolicy().MaxUnhealthyFraction != nil {
 		source = "the group's own"
@@ -160,7 +165,7 @@ func runOutcome(ctx context.Context, e *env, c *command, args []string) int {
 	if out.structured() {
 		return e.printAs(out, resp)
 	}
-	st := resp.GetStatus()
+	st := escaped(resp).GetStatus()
 	if !resp.GetCounted() {
 		fmt.Fprintf(e.stdout, "not counted: over %s's passive_rate (%d a second); %s\n", pos[0], st.GetSpec().GetPassiveRate(), stateText(st))
 		return exitOK

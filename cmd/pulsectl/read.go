@@ -115,6 +115,7 @@ func runState(ctx context.Context, e *env, c *command, args []string) int {
 	if out.structured() {
 		return e.printAs(out, resp)
 	}
+	resp = escaped(resp)
 	st := resp.GetStatus()
 	spec := st.GetSpec()
 	now := time.Now()
@@ -224,7 +225,8 @@ func runLs(ctx context.Context, e *env, c *command, args []string) int {
 	}
 	keep := stateFilters[*state]
 	if *state != "" && keep == nil {
-		return c.usageError(e, "--state must be %s, got %q", orList(slices.Sorted(maps.Keys(stateFilters))), *state)
+		return c.usageError(e, "--state must be %s, got %q%s", orList(slices.Sorted(maps.Keys(stateFilters))), *state,
+			didYouMean(suggest(*state, slices.Collect(maps.Keys(stateFilters)), nil)))
 	}
 	cl, code, ok := cf.dial(e)
 	if !ok {
@@ -243,6 +245,7 @@ func runLs(ctx context.Context, e *env, c *command, args []string) int {
 	if out.structured() {
 		return e.printAs(out, resp)
 	}
+	resp = escaped(resp)
 	// pulsed's own troubles, on stderr: they qualify every row.
 	for _, w := range checkerWarnings(resp.GetChecker()) {
 		e.errorf("%s", w)
@@ -359,7 +362,7 @@ func runHealthy(ctx context.Context, e *env, c *command, args []string) int {
 		return code
 	}
 	for _, n := range resp.GetNames() {
-		fmt.Fprintln(e.stdout, n)
+		fmt.Fprintln(e.stdout, escape(n))
 	}
 	return code
 }

@@ -26,7 +26,7 @@ watch prints one line per event until interrupted (Ctrl-C, exit 0):
 
   2026-11-30T10:18:54Z web-1: unhealthy -> healthy     a state transition
   2026-11-30T10:19:02Z web-2: added (http GET ..., unhealthy)
-  2026-11-30T10:19:30Z web-2: updated (tcp 10.0.0.6:80)
+  2026-11-30T10:19:30Z web-2: updated (tcp 192.0.2.6:80)
   2026-11-30T10:20:11Z web-2: removed
 
 A transition shows the time pulsed applied it; added, updated and removed
@@ -67,7 +67,7 @@ func runWatch(ctx context.Context, e *env, c *command, args []string) int {
 	since := fs.Uint64("since", 0, "resume after this `revision` instead of starting from the current view")
 	snapshot := fs.Bool("snapshot", false, "first print every current target's state")
 	reconnect := fs.Duration("reconnect", 10*time.Second, "after losing pulsed, keep reconnecting this `long` and resume where the watch was (0: exit at once; at most 24h)")
-	out := addOutputFlag(fs, "every event, progress included, as one JSON object per line")
+	out := addOutputFlag(fs, "json: every event, progress included, as one protojson object per line; the snapshot's targets with --snapshot only")
 	pos, code, ok := c.parse(e, fs, args)
 	if !ok {
 		return code
@@ -108,7 +108,7 @@ func runWatch(ctx context.Context, e *env, c *command, args []string) int {
 		wopts = append(wopts, pulse.FromRevision(*since))
 	}
 	w := &watcher{
-		e: e, addr: cf.addr, since: *since, reconnect: *reconnect,
+		e: e, addr: cf.addr, addrSource: cf.sources["addr"], since: *since, reconnect: *reconnect,
 		printer: &watchPrinter{w: e.stdout, json: out.json(), snapshot: *snapshot, now: time.Now},
 	}
 	return w.follow(ctx, pc.Watch(ctx, pulse.Filter{Group: *group, Names: names}, wopts...))
@@ -117,11 +117,12 @@ func runWatch(ctx context.Context, e *env, c *command, args []string) int {
 // watcher prints a watch's events, and says on stderr when it loses pulsed
 // and when it is back.
 type watcher struct {
-	e         *env
-	addr      string
-	since     uint64
-	reconnect time.Duration
-	printer   *watchPrinter
+	e          *env
+	addr       string
+	addrSource string // where addr came from
+	since      uint64
+	reconnect  time.Duration
+	printer    *watchPrinter
 
 	connected bool        // a stream was accepted once
 	lost      *time.Timer // running while pulsed is lost; nil otherwise
@@ -148,21 +149,21 @@ func (w *watcher) follow(ctx context.Context, events <-chan pulse.Event) int {
 			switch ev.Kind {
 			case pulse.EventDisconnected:
 				if !w.connected {
-					return (&client{addr: w.addr}).fail(w.e, ev.Err, "")
+					return (&client{addr: w.addr, addrSource: w.addrSource}).fail(w.e, ev.Err, "")
 				}
 				resume = ev.Revision
 				if w.lost == nil {
 					if w.reconnect == 0 {
-						w.e.errorf("lost pulsed at %s: %s; resume with pulsectl watch --since %d", w.addr, status.Convert(ev.Err).Message(), resume)
+						w.e.errorf("lost pulsed at %s: %s; resume with pulsectl watch --since %d", w.addr, escape(status.Convert(ev.Err).Message()), resume)
 						return exitServer
 					}
-					fmt.Fprintf(w.e.stderr, "lost pulsed at %s (%s); reconnecting for up to %v\n", w.addr, status.Convert(ev.Err).Message(), w.reconnect)
+					fmt.Fprintf(w.e.stderr, "lost pulsed at %s (%s); reconnecting for up to %v\n", w.addr, escape(status.Convert(ev.Err).Message()), w.reconnect)
 					w.lost = time.NewTimer(w.reconnect)
 					giveUp = w.lost.C
 				}
 				continue
 			case pulse.EventStopped:
-				return (&client{addr: w.addr}).fail(w.e, ev.Err, "")
+				return (&client{addr: w.addr, addrSource: w.addrSource}).fail(w.e, ev.Err, "")
 			case pulse.EventResumed:
 				w.up(fmt.Sprintf("resumed after revision %d", ev.Revision))
 				giveUp = nil
@@ -171,7 +172,7 @@ func (w *watcher) follow(ctx context.Context, events <-chan pulse.Event) int {
 					return w.cannotResume(ev.Err)
 				}
 				if ev.Resnapshot {
-					fmt.Fprintf(w.e.stderr, "pulsed could not resume the watch (%s); following its current view again\n", status.Convert(ev.Err).Message())
+					fmt.Fprintf(w.e.stderr, "pulsed could not resume the watch (%s); following its current view again\n", escape(status.Convert(ev.Err).Message()))
 				}
 				w.up("from its current view")
 				giveUp = nil
@@ -206,6 +207,7 @@ func (w *watcher) up(how string) {
 // from; it is a usage error.
 func (w *watcher) cannotResume(err error) int {
 	st := status.Convert(err)
+	st = status.New(st.Code(), escape(st.Message()))
 	if errors.Is(err, pulse.ErrOutOfRange) {
 		w.e.errorf("%s\nThe revision is too old to resume from: watch without --since to start from the current view.", st.Message())
 	} else {
@@ -222,18 +224,21 @@ type watchPrinter struct {
 	now      func() time.Time
 }
 
-// print writes one event; progress and (without --snapshot) snapshot
-// events print nothing in text.
+// print writes one event. Without --snapshot, snapshot events print
+// nothing; progress events print nothing in text.
 func (p *watchPrinter) print(ev *pb.WatchTransitionsResponse) error {
 	if p.json {
-		b, err := marshalJSON(protojson.MarshalOptions{EmitUnpopulated: true}, ev)
+		if ev.GetSnapshot() != nil && !p.snapshot {
+			return nil // the snapshot is printed with --snapshot only, as in text
+		}
+		b, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(ev)
 		if err != nil {
 			return err
 		}
 		_, err = fmt.Fprintf(p.w, "%s\n", b)
 		return err
 	}
-	line := p.line(ev)
+	line := p.line(escaped(ev))
 	if line == "" {
 		return nil
 	}

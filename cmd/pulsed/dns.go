@@ -126,10 +126,12 @@ func registerDNSMetrics(reg prometheus.Registerer, s *pulsedns.Server) {
 	}
 	const refusedHelp = "DNS queries REFUSED: reason=\"policy\" for names outside the domain, clients not in -dns-allow and classes other than IN; reason=\"rate_limit\" over -dns-rate-limit."
 	reg.MustRegister(
-		counter("pulse_dns_queries_total", "DNS queries answered, whatever the answer.", nil, func(st pulsedns.Stats) uint64 { return st.Queries }),
+		counter("pulse_dns_queries_total", "DNS queries answered, whatever the answer; malformed messages are counted apart, in pulse_dns_malformed_total.", nil, func(st pulsedns.Stats) uint64 { return st.Queries }),
 		counter("pulse_dns_refused_total", refusedHelp, prometheus.Labels{"reason": "policy"}, func(st pulsedns.Stats) uint64 { return st.Refused }),
 		counter("pulse_dns_refused_total", refusedHelp, prometheus.Labels{"reason": "rate_limit"}, func(st pulsedns.Stats) uint64 { return st.RateLimited }),
 		counter("pulse_dns_nxdomain_total", "DNS queries answered NXDOMAIN: no such group or target.", nil, func(st pulsedns.Stats) uint64 { return st.NXDomain }),
 		counter("pulse_dns_truncated_total", "DNS answers sent with the TC bit: too large for the client's UDP size; it retries over TCP.", nil, func(st pulsedns.Stats) uint64 { return st.Truncated }),
+		counter("pulse_dns_malformed_total", "DNS messages that were not well-formed queries: answered FORMERR (no question or more than one, more than one OPT record, unparsable), or dropped when too short for a header.", nil, func(st pulsedns.Stats) uint64 { return st.Malformed }),
+		counter("pulse_dns_panics_total", "DNS queries whose handling panicked, answered SERVFAIL; any is a bug, logged with its stack.", nil, func(st pulsedns.Stats) uint64 { return st.Panics }),
 	)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -220,17 +221,17 @@ func TestDNSWithDig(t *testing.T) {
 	addEdge(t, dial(t, p.Addr), backends)
 	backends[2].healthy.Store(false)
 
-	wantA := []string{"127.0.0.1", "127.0.0.1"} // web-1 and web-2: web-3 is down
-	eventually(t, "edge A with two records", func() bool {
-		return slices.Equal(digShort(t, digBin, addr, "edge.pulse", "A"), wantA)
-	})
-	wantSRV := []string{
+	wantSRV := []string{ // web-1 and web-2: web-3 is down
 		"1 1 " + backends[0].port() + " web-1.target.pulse.",
 		"1 1 " + backends[1].port() + " web-2.target.pulse.",
 	}
 	slices.Sort(wantSRV)
-	if got := digShort(t, digBin, addr, "_edge._tcp.pulse", "SRV"); !slices.Equal(got, wantSRV) {
-		t.Errorf("dig _edge._tcp.pulse SRV = %q, want %q", got, wantSRV)
+	eventually(t, "edge SRV with two records", func() bool {
+		return slices.Equal(digShort(t, digBin, addr, "_edge._tcp.pulse", "SRV"), wantSRV)
+	})
+	// The backends share one address: one A record.
+	if got := digShort(t, digBin, addr, "edge.pulse", "A"); !slices.Equal(got, []string{"127.0.0.1"}) {
+		t.Errorf("dig edge.pulse A = %q, want one 127.0.0.1", got)
 	}
 	if got := digShort(t, digBin, addr, "+tcp", "_edge._tcp.pulse", "SRV"); !slices.Equal(got, wantSRV) {
 		t.Errorf("dig +tcp _edge._tcp.pulse SRV = %q, want %q", got, wantSRV)
@@ -418,5 +419,86 @@ func TestDNSWithHAProxy(t *testing.T) {
 	// Recovery: web-2 is answered again and gets requests.
 	backends[1].healthy.Store(true)
 	within("web-2 gets traffic again", 1000, func(d [3]int64) bool { return d[1] > 0 })
+	p.stop(t)
+}
+
+// rawDNS sends q as one DNS message to addr over network ("udp", or "tcp"
+// with its 2-byte length prefix) and returns the parsed reply.
+func rawDNS(t *testing.T, network, addr string, q []byte) (*mdns.Msg, error) {
+	t.Helper()
+	c, err := net.DialTimeout(network, addr, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	var reply []byte
+	if network == "udp" {
+		if _, err := c.Write(q); err != nil {
+			return nil, err
+		}
+		reply = make([]byte, 65535)
+		n, err := c.Read(reply)
+		if err != nil {
+			return nil, err
+		}
+		reply = reply[:n]
+	} else {
+		if _, err := c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(q))), q...)); err != nil {
+			return nil, err
+		}
+		var n uint16
+		if err := binary.Read(c, binary.BigEndian, &n); err != nil {
+			return nil, err
+		}
+		reply = make([]byte, n)
+		if _, err := io.ReadFull(c, reply); err != nil {
+			return nil, err
+		}
+	}
+	r := new(mdns.Msg)
+	if err := r.Unpack(reply); err != nil {
+		return nil, fmt.Errorf("reply does not parse: %w (% x)", err, reply)
+	}
+	return r, nil
+}
+
+// A 12-byte query whose header announces a question it does not carry,
+// over UDP and over TCP, is answered FORMERR; pulsed does not exit and
+// answers good queries afterwards.
+func TestDNSEmptyQuestionKeepsPulsedUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs binaries")
+	}
+	bin := buildPulsed(t)
+	p := startPulsed(t, bin, "-dns-listen", "127.0.0.1:0")
+	addr := dnsAddr(t, p)
+	emptyQuestion := []byte{0x00, 0x01, 0x01, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}
+	for _, network := range []string{"udp", "tcp"} {
+		r, err := rawDNS(t, network, addr, emptyQuestion)
+		if err != nil {
+			t.Fatalf("12-byte query over %s: %v\n%s", network, err, p.Logs())
+		}
+		if r.Id != 1 || !r.Response || r.Rcode != mdns.RcodeFormatError {
+			t.Errorf("12-byte query over %s: ID %d QR=%v %s, want ID 1, QR, FORMERR", network, r.Id, r.Response, mdns.RcodeToString[r.Rcode])
+		}
+		select {
+		case <-p.Done():
+			t.Fatalf("pulsed exited after the 12-byte query over %s: %v\n%s", network, p.Err(), p.Logs())
+		default:
+		}
+		good := new(mdns.Msg)
+		good.SetQuestion("pulse.", mdns.TypeSOA)
+		q, err := good.Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err = rawDNS(t, network, addr, q); err != nil {
+			t.Fatalf("SOA over %s after the 12-byte query: %v\n%s", network, err, p.Logs())
+		}
+		if r.Rcode != mdns.RcodeSuccess || len(r.Answer) != 1 {
+			t.Errorf("SOA over %s after the 12-byte query: %s %v, want the SOA", network, mdns.RcodeToString[r.Rcode], r.Answer)
+		}
+	}
 	p.stop(t)
 }

@@ -63,6 +63,7 @@ type config struct {
 	livenessTimeout  time.Duration
 	logLevel         slog.Level
 	logJSON          bool
+	accessLog        bool
 	httpListen       string
 	metricsPerTarget bool
 	dns              dnsFlags
@@ -111,6 +112,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&cfg.metricsPerTarget, "metrics-per-target", true, "export pulse_target_up and pulse_target_last_latency_seconds, two series per target; false drops them for very large fleets")
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn or error")
 	format := fs.String("log-format", "text", "log `format`: text or json")
+	fs.BoolVar(&cfg.accessLog, "access-log", false, "log every finished API call at info; without it, calls that end OK or with the client's own mistake (NOT_FOUND, INVALID_ARGUMENT, ...) are logged at debug, and only calls pulsed could not serve at warn or error")
 	showVersion := version.Flag(fs)
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -245,7 +247,7 @@ func run(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	egress, err := cfg.security.egress()
+	egress, err := cfg.security.egress(logger)
 	if err != nil {
 		return err
 	}
@@ -298,6 +300,7 @@ func run(args []string, stderr io.Writer) error {
 		shared.Run(c)
 	}
 	sopts.Logger = logger.With("component", "grpc")
+	sopts.AccessLog = cfg.accessLog
 	sopts.ServerOptions = append(sopts.ServerOptions, cfg.conns.serverOptions()...)
 	sopts.UnaryInterceptors = obs.unaryInterceptors()
 	sopts.StreamInterceptors = obs.streamInterceptors()

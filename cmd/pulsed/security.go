@@ -5,8 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,6 +28,7 @@ type securityFlags struct {
 	insecure                  bool
 
 	allowTargets, denyTargets cidrList
+	allowMetadata             bool
 
 	maxTargets, maxTargetsPerGroup, maxWatchers int
 	maxStreams                                  uint
@@ -43,7 +46,8 @@ func (f *securityFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.tokenFile, "token-file", "", "`file` of bearer tokens with their roles (read or write); every pulse.v1 call, and every HTTP path but /healthz, /readyz and the status page's shell, then needs one (see the README)")
 	fs.BoolVar(&f.insecure, "insecure", false, "allow -listen on a non-loopback address without TLS or tokens, and -http-listen without both")
 	fs.Var(&f.allowTargets, "allow-targets", "comma-separated CIDRs or addresses probes may reach; empty: any address not denied")
-	fs.Var(&f.denyTargets, "deny-targets", fmt.Sprintf("comma-separated CIDRs or addresses probes must never reach, checked on the resolved address at every dial (default %s; -deny-targets= denies nothing)", denyDefault()))
+	fs.Var(&f.denyTargets, "deny-targets", fmt.Sprintf("comma-separated CIDRs or addresses probes must never reach, checked on the resolved address at every dial; always denied on top of these, unless -allow-metadata-targets: the cloud metadata and link-local ranges %s (-deny-targets= denies only those)", denyDefault()))
+	fs.BoolVar(&f.allowMetadata, "allow-metadata-targets", false, "DANGEROUS: let probes reach the cloud metadata and link-local ranges that are otherwise always denied (see -deny-targets); anyone who can add targets may then read this machine's cloud credentials. Logs a warning at start")
 	fs.IntVar(&f.maxTargets, "max-targets", 100000, "most targets registered at once; 0: no limit")
 	fs.IntVar(&f.maxTargetsPerGroup, "max-targets-per-group", 10000, "most targets in one group; 0: no limit")
 	fs.IntVar(&f.maxWatchers, "max-watchers", 10000, "most WatchTransitions (and health Watch) streams at once; 0: no limit")
@@ -158,15 +162,24 @@ func isLoopback(listen string) bool {
 	return err == nil && ip.Unmap().IsLoopback()
 }
 
-// egress returns the probes' egress policy.
-func (f *securityFlags) egress() (*probe.EgressPolicy, error) {
-	var deny []string // nil: the default deny list
-	if f.denyTargets.set {
-		deny = append([]string{}, f.denyTargets.list...)
-	}
+// egress returns the probes' egress policy: -deny-targets plus the cloud
+// metadata and link-local ranges (probe.DefaultDenyTargets), which no
+// -deny-targets list can drop, only -allow-metadata-targets, of which
+// egress warns on logger.
+func (f *securityFlags) egress(logger *slog.Logger) (*probe.EgressPolicy, error) {
+	deny := append([]string{}, f.denyTargets.list...) // never nil: no default list from ParseEgressPolicy
 	p, err := probe.ParseEgressPolicy(f.allowTargets.list, deny)
 	if err != nil {
 		return nil, fmt.Errorf("-allow-targets/-deny-targets: %w", err)
+	}
+	if f.allowMetadata {
+		logger.Warn("-allow-metadata-targets: probes may reach the cloud metadata and link-local ranges; anyone who can add targets may read this machine's cloud credentials", "not_denied", denyDefault())
+		return p, nil
+	}
+	for _, pf := range probe.DefaultDenyTargets() {
+		if !slices.Contains(p.Deny, pf) {
+			p.Deny = append(p.Deny, pf)
+		}
 	}
 	return p, nil
 }

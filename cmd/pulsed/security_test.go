@@ -15,6 +15,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +27,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/pulsehealth/pulse/checker/probe"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
@@ -94,22 +96,74 @@ func TestEgressFlags(t *testing.T) {
 		}
 		return f, nil
 	}
+	quiet := slog.New(slog.DiscardHandler)
 	f, _ := parse()
-	p, err := f.egress()
+	p, err := f.egress(quiet)
 	if err != nil || !strings.Contains(p.String(), "169.254.0.0/16") {
 		t.Errorf("default policy %v %v, want the metadata ranges denied", p, err)
 	}
 	f, _ = parse("-deny-targets=")
-	if p, err := f.egress(); err != nil || strings.Contains(p.String(), "169.254") {
-		t.Errorf("-deny-targets= gives %v %v, want nothing denied", p, err)
+	if p, err := f.egress(quiet); err != nil || len(p.Deny) != len(probe.DefaultDenyTargets()) {
+		t.Errorf("-deny-targets= gives %v %v, want only the metadata ranges denied", p, err)
 	}
 	f, _ = parse("-allow-targets", "127.0.0.0/8, 10.0.0.0/8", "-deny-targets", "10.1.0.0/16")
-	if p, err := f.egress(); err != nil || len(p.Allow) != 2 || len(p.Deny) != 1 {
+	if p, err := f.egress(quiet); err != nil || len(p.Allow) != 2 || len(p.Deny) != 1+len(probe.DefaultDenyTargets()) {
 		t.Errorf("explicit lists give %v %v", p, err)
 	}
 	f, _ = parse("-allow-targets", "10.0.0.0/33")
-	if _, err := f.egress(); err == nil || !strings.Contains(err.Error(), "10.0.0.0/33") {
+	if _, err := f.egress(quiet); err == nil || !strings.Contains(err.Error(), "10.0.0.0/33") {
 		t.Errorf("a bad CIDR: %v", err)
+	}
+}
+
+// The cloud metadata addresses stay denied whatever -deny-targets says;
+// only -allow-metadata-targets lets probes reach them, and it warns.
+func TestEgressMetadataAlwaysDenied(t *testing.T) {
+	metadata := []string{"169.254.169.254", "169.254.170.2", "fd00:ec2::254", "100.100.100.200", "fe80::a9fe:a9fe", "::ffff:169.254.169.254"}
+	for _, tc := range []struct {
+		args       []string
+		denied     []string // besides the metadata addresses, when they are denied
+		allowed    []string
+		allowsMeta bool
+	}{
+		{args: nil, allowed: []string{"10.1.2.3", "127.0.0.1"}},
+		{args: []string{"-deny-targets", "10.0.0.0/8"}, denied: []string{"10.1.2.3"}, allowed: []string{"127.0.0.1"}},
+		{args: []string{"-deny-targets="}, allowed: []string{"10.1.2.3"}},
+		{args: []string{"-deny-targets", "169.254.169.254"}, allowed: []string{"10.1.2.3"}},
+		{args: []string{"-allow-targets", "169.254.0.0/16,100.64.0.0/10,fd00::/8,fe80::/10", "-deny-targets="}},
+		{args: []string{"-allow-metadata-targets"}, allowed: []string{"10.1.2.3"}, allowsMeta: true},
+		{args: []string{"-allow-metadata-targets", "-deny-targets", "10.0.0.0/8"}, denied: []string{"10.1.2.3"}, allowsMeta: true},
+	} {
+		f := &securityFlags{}
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		f.register(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		var logs strings.Builder
+		p, err := f.egress(slog.New(slog.NewTextHandler(&logs, nil)))
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		want := map[string]bool{}
+		for _, a := range metadata {
+			want[a] = tc.allowsMeta
+		}
+		for _, a := range tc.denied {
+			want[a] = false
+		}
+		for _, a := range tc.allowed {
+			want[a] = true
+		}
+		for a, ok := range want {
+			if err := p.Check(netip.MustParseAddr(a)); (err == nil) != ok {
+				t.Errorf("%v (%v): %s permitted = %v, want %v", tc.args, p, a, err == nil, ok)
+			}
+		}
+		if warned := strings.Contains(logs.String(), "level=WARN") && strings.Contains(logs.String(), "-allow-metadata-targets"); warned != tc.allowsMeta {
+			t.Errorf("%v: warned = %v, want %v; logs:\n%s", tc.args, warned, tc.allowsMeta, logs.String())
+		}
 	}
 }
 
@@ -127,6 +181,14 @@ func TestEgressPolicyRefusesDeniedTargets(t *testing.T) {
 	out, err = goTool(t, "grpcurl", "-plaintext", "-d", `{"target": {"name": "meta", "http": {"url": "http://[::ffff:169.254.169.254]/"}}}`, p.Addr, "pulse.v1.HealthChecker/AddTarget")
 	if err == nil || !strings.Contains(out, "is denied by egress policy (deny 169.254.0.0/16)") {
 		t.Errorf("AddTarget of the metadata address, mapped, by default: %v\n%s", err, out)
+	}
+	p.stop(t)
+
+	// A deny list of one's own keeps the metadata addresses denied.
+	p = startPulsed(t, bin, "-deny-targets", "10.0.0.0/8")
+	out, err = goTool(t, "grpcurl", "-plaintext", "-d", `{"target": {"name": "meta", "http": {"url": "http://169.254.169.254/latest/meta-data/"}}}`, p.Addr, "pulse.v1.HealthChecker/AddTarget")
+	if err == nil || !strings.Contains(out, "InvalidArgument") || !strings.Contains(out, "target.http.url: 169.254.169.254 is denied by egress policy (deny 169.254.0.0/16)") {
+		t.Errorf("AddTarget of the metadata address with -deny-targets 10.0.0.0/8: %v\n%s", err, out)
 	}
 	p.stop(t)
 }

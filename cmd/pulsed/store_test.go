@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -221,11 +225,109 @@ func TestDamagedStoreExitsWithAClearError(t *testing.T) {
 			if !errors.As(err, &ee) || ee.ExitCode() != 2 {
 				t.Fatalf("pulsed on a damaged store: %v, want exit status 2\n%s", err, out)
 			}
-			if !strings.Contains(string(out), path+" is damaged (") || !strings.Contains(string(out), `restore a backup (README "Backup") or move it away`) {
+			if !strings.Contains(string(out), path+" is damaged (") || !strings.Contains(string(out), `restore a backup (docs/operations/durability.md, "Backup") or move it away`) {
 				t.Errorf("pulsed does not say what is damaged and what to do:\n%s", out)
 			}
 			if strings.Contains(string(out), "panic") || strings.Contains(string(out), "goroutine ") {
 				t.Errorf("pulsed panicked:\n%s", out)
+			}
+		})
+	}
+}
+
+// TestStoreDamageThatKilledThePulsedExitsWithAClearError: damage that bbolt
+// trusts, and that used to kill pulsed (a freelist count of 2^40, an 8 TB
+// allocation) or hang it until memory ran out (a branch page whose child
+// is itself, a bucket root at the freelist page), stops the real binary at
+// start with exit status 2 and a message naming the file, the page and
+// the problem.
+func TestStoreDamageThatKilledThePulsedExitsWithAClearError(t *testing.T) {
+	bin := buildPulsed(t)
+	// A real store with enough targets for the specs bucket to be a tree
+	// of pages under a branch page, added one at a time so that the
+	// freelist lists the pages the earlier versions of the tree used.
+	good := t.TempDir()
+	s, err := boltstore.Open(good, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 400 {
+		name := "t-" + strings.Repeat("x", i%40) + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		if err := s.PutSpec(checker.Spec{Name: name, Probe: probe.Spec{TCP: &probe.TCPSpec{Address: "127.0.0.1:9"}}, Interval: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	orig, err := os.ReadFile(filepath.Join(good, boltstore.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Where the current meta page says the freelist and the root bucket
+	// are, and the specs bucket's root-page field in the root bucket.
+	ne := binary.NativeEndian
+	pageSize := int(ne.Uint32(orig[16+8:]))
+	meta := orig[16:]
+	if m1 := orig[pageSize+16:]; ne.Uint64(m1[48:]) > ne.Uint64(meta[48:]) {
+		meta = m1
+	}
+	freelist, root := int(ne.Uint64(meta[32:])), int(ne.Uint64(meta[16:]))
+	specsRoot := -1 // the offset in the file of the specs bucket's root page id
+	rp := orig[root*pageSize:]
+	for i := range int(ne.Uint16(rp[10:])) {
+		e := 16 + 16*i
+		pos, ksize := int(ne.Uint32(rp[e+4:])), int(ne.Uint32(rp[e+8:]))
+		if string(rp[e+pos:e+pos+ksize]) == "specs" {
+			specsRoot = root*pageSize + e + pos + ksize
+		}
+	}
+	if specsRoot < 0 {
+		t.Fatal("no specs bucket in the store's root bucket")
+	}
+	branch := int(ne.Uint64(orig[specsRoot:]))
+	if flags := ne.Uint16(orig[branch*pageSize+8:]); flags != 0x01 {
+		t.Fatalf("the specs bucket's root page %d has flags %#x, want a branch page", branch, flags)
+	}
+	damaged := func(at int, put func(b []byte)) []byte {
+		b := bytes.Clone(orig)
+		put(b[at:])
+		return b
+	}
+	for _, tc := range []struct {
+		name  string
+		bytes []byte
+		want  string
+	}{
+		{"freelist count of 2^40", damaged(freelist*pageSize, func(b []byte) {
+			ne.PutUint16(b[10:], 0xFFFF) // the count is in the first element
+			ne.PutUint64(b[16:], 1<<40)
+		}), fmt.Sprintf("freelist page %d: says it lists 1099511627776 free pages", freelist)},
+		{"branch page whose child is itself", damaged(branch*pageSize+16+8, func(b []byte) { ne.PutUint64(b, uint64(branch)) }),
+			fmt.Sprintf("branch page %d (element 0) points at page %d, which is already in the tree (a loop", branch, branch)},
+		{"bucket root at the freelist page", damaged(specsRoot, func(b []byte) { ne.PutUint64(b, uint64(freelist)) }),
+			fmt.Sprintf(`page %d: bucket "specs" points at the freelist page %d`, root, freelist)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, boltstore.FileName)
+			if err := os.WriteFile(path, tc.bytes, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			// A pulsed that hangs is stopped (and fails the test) at the
+			// deadline.
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, bin, "-listen", "127.0.0.1:0", "-http-listen", "", "-data-dir", dir).CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+				t.Fatalf("pulsed on a damaged store: %v, want exit status 2\n%.2000s", err, out)
+			}
+			if want := path + " is damaged (" + tc.want; !strings.Contains(string(out), want) {
+				t.Errorf("pulsed does not say %q:\n%s", want, out)
+			}
+			if !strings.Contains(string(out), `restore a backup (docs/operations/durability.md, "Backup") or move it away`) {
+				t.Errorf("pulsed does not say what to do:\n%s", out)
 			}
 		})
 	}

@@ -123,9 +123,10 @@ func targetFromProto(t *pb.Target, d checker.Defaults) (checker.Spec, error) {
 	if err == nil {
 		err = spec.WithDefaults(d).Validate()
 	}
+	err = server.ScrubTargetError(t, err) // the error is printed or logged
 	var fe *checker.FieldError
 	if errors.As(err, &fe) {
-		return checker.Spec{}, fmt.Errorf("target %q: %w", t.GetName(), err)
+		return checker.Spec{}, fmt.Errorf("target %s: %w", server.Quote(t.GetName()), err)
 	}
 	if err != nil {
 		return checker.Spec{}, err

@@ -16,11 +16,14 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/xds" // gRPC's own xDS client: the resolver for xds:///
 	"google.golang.org/protobuf/proto"
 
@@ -343,13 +346,97 @@ func TestXDSFlagErrors(t *testing.T) {
 	}{
 		{[]string{"-xds", "-xds-coalesce", "0"}, "-xds-coalesce must be positive and at most 10s, got 0s"},
 		{[]string{"-xds-coalesce", "1m"}, "-xds-coalesce must be positive and at most 10s, got 1m0s"},
+		{[]string{"-xds", "-xds-max-streams", "-1"}, "-xds-max-streams and -xds-max-streams-per-source must not be negative (0: no limit), got -1 and 1000"},
+		{[]string{"-xds-max-streams-per-source", "-5"}, "-xds-max-streams and -xds-max-streams-per-source must not be negative (0: no limit), got 10000 and -5"},
 	} {
 		var stderr strings.Builder
 		if _, err := parseFlags(c.args, &stderr); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("parseFlags(%q): %v, want %q", c.args, err, c.want)
 		}
 	}
-	if cfg, err := parseFlags([]string{"-xds"}, io.Discard); err != nil || !cfg.xds.enabled || cfg.xds.coalesce != 50*time.Millisecond {
+	if cfg, err := parseFlags([]string{"-xds"}, io.Discard); err != nil || !cfg.xds.enabled || cfg.xds.coalesce != 50*time.Millisecond ||
+		cfg.xds.maxStreams != 10000 || cfg.xds.perSource != 1000 {
 		t.Errorf("-xds: %+v, %v", cfg.xds, err)
 	}
+	if cfg, err := parseFlags([]string{"-xds", "-xds-max-streams", "0", "-xds-max-streams-per-source", "0"}, io.Discard); err != nil || cfg.xds.maxStreams != 0 || cfg.xds.perSource != 0 {
+		t.Errorf("-xds with no stream limits: %+v, %v", cfg.xds, err)
+	}
+}
+
+// pulsed refuses an ADS stream past -xds-max-streams-per-source with
+// RESOURCE_EXHAUSTED naming the flag, does not send a NACKed response
+// again, and counts both in /metrics.
+func TestXDSLimitsAndNACKsOnTheRealBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs binaries")
+	}
+	t.Cleanup(metricsClient.CloseIdleConnections)
+	bin := buildPulsed(t)
+	p := startPulsed(t, bin, "-xds", "-xds-max-streams-per-source", "2")
+	m := regexp.MustCompile(`msg="http listening" .*addr=(\S+)`).FindStringSubmatch(p.Logs())
+	if m == nil {
+		t.Fatalf("no http address in the log:\n%s", p.Logs())
+	}
+	if _, err := dial(t, p.Addr).AddTarget(t.Context(), &pb.AddTargetRequest{Target: &pb.Target{
+		Name: "b1", Group: "pool", Probe: &pb.Target_Grpc{Grpc: &pb.GrpcProbe{Address: startGRPCBackend(t).addr}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the assignment to settle, so that no change follows the
+	// NACK below; firstEDS's streams close before the test opens its own.
+	eventually(t, "b1 healthy over xDS", func() bool {
+		b := firstEDS(t, p.Addr, "pool")
+		return b != nil && healthOf(t, b) != "" && !strings.Contains(healthOf(t, b), "UNHEALTHY")
+	})
+	eventually(t, "firstEDS's streams closed", func() bool { return strings.Contains(metrics(t, m[1]), "pulse_xds_streams 0") })
+	conn, err := grpc.NewClient(p.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	open := func() (discoverypb.AggregatedDiscoveryService_StreamAggregatedResourcesClient, *discoverypb.DiscoveryResponse, error) {
+		st, err := discoverypb.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		st.Send(&discoverypb.DiscoveryRequest{Node: &corev3.Node{Id: "limits"}, TypeUrl: resourcev3.EndpointType, ResourceNames: []string{"pool"}})
+		r, err := st.Recv()
+		return st, r, err
+	}
+	st, r, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := open(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := open(); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "-xds-max-streams-per-source") {
+		t.Fatalf("a third stream from 127.0.0.1: %v, want ResourceExhausted naming -xds-max-streams-per-source", err)
+	}
+	// NACK the first response: nothing comes back until a change.
+	st.Send(&discoverypb.DiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNames: []string{"pool"},
+		ResponseNonce: r.GetNonce(), ErrorDetail: &statuspb.Status{Code: int32(codes.InvalidArgument), Message: "rejected by the test"}})
+	want := fmt.Sprintf(`pulse_xds_nacks_total{type_url=%q} 1`, resourcev3.EndpointType)
+	eventually(t, "the NACK counted", func() bool { return strings.Contains(metrics(t, m[1]), want) })
+	if got := metrics(t, m[1]); !strings.Contains(got, `pulse_xds_streams_refused_total{limit="per_source"} 1`) || !strings.Contains(got, `pulse_xds_streams 2`) {
+		t.Errorf("/metrics:\n%s", grep(got, "pulse_xds"))
+	}
+	got := make(chan *discoverypb.DiscoveryResponse, 1)
+	go func() {
+		if r, err := st.Recv(); err == nil {
+			got <- r
+		}
+	}()
+	select {
+	case r := <-got:
+		t.Fatalf("sent again after its NACK: version %s", r.GetVersionInfo())
+	case <-time.After(500 * time.Millisecond):
+	}
+	if !strings.Contains(p.Logs(), "rejected a response (NACK)") || !strings.Contains(p.Logs(), "rejected by the test") {
+		t.Errorf("the NACK was not logged:\n%s", p.Logs())
+	}
+	cancel()
+	p.stop(t)
 }

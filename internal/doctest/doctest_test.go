@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -204,6 +206,9 @@ var runnablePages = []string{
 	"docs/integrations/go.md",
 	"docs/integrations/grpc-health.md",
 	"docs/integrations/prometheus.md",
+	"docs/integrations/pulse-lb.md",
+	"docs/integrations/watch.md",
+	"docs/integrations/xds.md",
 }
 
 // TestPagesRun runs the runnable steps of each page in runnablePages, in
@@ -213,13 +218,26 @@ func TestPagesRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the documentation's commands against real processes; not with -short")
 	}
-	for _, ports := range []string{"127.0.0.1:50051", "127.0.0.1:9090", "127.0.0.1:8080"} {
-		if c, err := net.DialTimeout("tcp", ports, time.Second); err == nil {
-			c.Close()
-			t.Fatalf("something already listens on %s, which the documentation's examples use: stop it and run again", ports)
+	r := root(t)
+	isolated := canIsolate()
+	if !isolated {
+		t.Log("not root, or no unshare: the pages run on this machine's own loopback")
+		for _, ports := range []string{"127.0.0.1:50051", "127.0.0.1:9090", "127.0.0.1:8080"} {
+			if c, err := net.DialTimeout("tcp", ports, time.Second); err == nil {
+				c.Close()
+				t.Fatalf("something already listens on %s, which the documentation's examples use: stop it and run again", ports)
+			}
 		}
 	}
-	r := root(t)
+	// In a network namespace the pages' commands cannot fetch modules:
+	// fetch every one the pages' go commands may need first.
+	for _, dir := range []string{r, filepath.Join(r, "examples")} {
+		cmd := exec.CommandContext(t.Context(), "go", "mod", "download")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go mod download in %s: %v\n%s", dir, err, out)
+		}
+	}
 	for _, p := range runnablePages {
 		t.Run(strings.ReplaceAll(p, "/", "_"), func(t *testing.T) {
 			b, err := os.ReadFile(filepath.Join(r, p))
@@ -233,7 +251,11 @@ func TestPagesRun(t *testing.T) {
 			if len(steps) == 0 {
 				t.Fatalf("%s has no runnable steps", p)
 			}
-			runPage(t, p, copyTree(t, r), steps)
+			var ns *netns
+			if isolated {
+				ns = newNetns(t)
+			}
+			runPage(t, p, copyTree(t, r), steps, ns)
 		})
 	}
 }
@@ -273,6 +295,7 @@ type proc struct {
 	cmd  *exec.Cmd
 	out  *syncBuffer
 	done chan struct{}
+	seen int // how far a wait step has read out
 }
 
 // syncBuffer is a bytes.Buffer a process writes while the test reads it.
@@ -296,7 +319,7 @@ func (b *syncBuffer) String() string {
 // runPage runs one page's steps in dir. Each step's shell starts from the
 // environment and directory the previous one ended with, as a reader's
 // terminal would.
-func runPage(t *testing.T, page, dir string, steps []Step) {
+func runPage(t *testing.T, page, dir string, steps []Step, ns *netns) {
 	var missing []string
 	for _, s := range steps {
 		if s.Kind != Needs {
@@ -337,9 +360,12 @@ func runPage(t *testing.T, page, dir string, steps []Step) {
 		script := fmt.Sprintf("[ -f %q ] && . %q\ncd \"$(cat %q)\"\n", envFile, envFile, cwdFile)
 		switch s.Kind {
 		case Run:
-			script += fmt.Sprintf("trap 'export -p > %q; pwd > %q' EXIT\nset -e\n%s\n", envFile, cwdFile, s.Body)
+			// set -a: a variable a step sets is there for the next ones, as
+			// in the reader's shell.
+			script += fmt.Sprintf("trap 'export -p > %q; pwd > %q' EXIT\nset -ea\n%s\n", envFile, cwdFile, s.Body)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			cmd := exec.CommandContext(ctx, "bash", "-c", script)
+			ns.wrap(cmd)
 			cmd.Env = env
 			var buf bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &buf, &buf
@@ -363,6 +389,7 @@ func runPage(t *testing.T, page, dir string, steps []Step) {
 		case Background:
 			script += "exec bash -c " + shellQuote(s.Body) + "\n"
 			cmd := exec.Command("bash", "-c", script)
+			ns.wrap(cmd)
 			cmd.Env = env
 			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 			p := &proc{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
@@ -373,7 +400,7 @@ func runPage(t *testing.T, page, dir string, steps []Step) {
 			go func() { _ = cmd.Wait(); close(p.done) }()
 			bg[s.Name] = p
 			if s.Ready != "" {
-				waitReady(t, where, s.Ready, p)
+				waitReady(t, where, s.Ready, p, ns)
 			}
 		case Needs:
 			// checked before the first step
@@ -383,7 +410,14 @@ func runPage(t *testing.T, page, dir string, steps []Step) {
 				t.Fatalf("%s: wait %s: no background step of that name", where, s.Name)
 			}
 			deadline := time.Now().Add(5 * time.Minute) // go run may build first
-			for !strings.Contains(p.out.String(), s.Body) {
+			// Each wait looks past what the previous one on this process
+			// found, as a reader watches a terminal for the next line.
+			for {
+				out := p.out.String()
+				if i := strings.Index(out[p.seen:], s.Body); i >= 0 {
+					p.seen += i + len(s.Body)
+					break
+				}
 				select {
 				case <-p.done:
 					t.Fatalf("%s: %s exited before it printed %q:\n%s", where, s.Name, s.Body, p.out.String())
@@ -413,7 +447,7 @@ func runPage(t *testing.T, page, dir string, steps []Step) {
 	}
 }
 
-func waitReady(t *testing.T, where, addr string, p *proc) {
+func waitReady(t *testing.T, where, addr string, p *proc, ns *netns) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Minute) // a cold build of the binaries first
 	for time.Now().Before(deadline) {
@@ -422,8 +456,7 @@ func waitReady(t *testing.T, where, addr string, p *proc) {
 			t.Fatalf("%s: exited before %s accepted connections:\n%s", where, addr, p.out.String())
 		default:
 		}
-		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			c.Close()
+		if ns.dial(addr) {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -445,3 +478,77 @@ func stopProc(t *testing.T, name string, p *proc) {
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// canIsolate reports whether the pages can run in network namespaces of
+// their own: as root, with unshare, nsenter and ip.
+func canIsolate() bool {
+	if os.Geteuid() != 0 {
+		return false
+	}
+	for _, prog := range []string{"unshare", "nsenter", "ip"} {
+		if _, err := exec.LookPath(prog); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// netns is a network namespace with only its own loopback, held open by a
+// process: a page's commands run in it, so that two runs of the tests do
+// not share ports and nothing a page runs reaches any network. A nil
+// netns runs commands in the test's own namespace.
+type netns struct {
+	holder *exec.Cmd
+}
+
+func newNetns(t *testing.T) *netns {
+	t.Helper()
+	holder := exec.Command("unshare", "--net", "--", "sh", "-c", "ip link set lo up && echo up && exec sleep 86400")
+	out, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		t.Fatalf("unshare --net: %v", err)
+	}
+	buf := make([]byte, 3)
+	if _, err := io.ReadFull(out, buf); err != nil || string(buf) != "up\n" {
+		_ = holder.Process.Kill()
+		_ = holder.Wait()
+		t.Fatalf("the network namespace's loopback did not come up: %q %v", buf, err)
+	}
+	ns := &netns{holder: holder}
+	t.Cleanup(func() {
+		_ = holder.Process.Kill()
+		_ = holder.Wait()
+	})
+	return ns
+}
+
+// wrap makes cmd run in the namespace.
+func (ns *netns) wrap(cmd *exec.Cmd) {
+	if ns == nil {
+		return
+	}
+	args := append([]string{"-t", strconv.Itoa(ns.holder.Process.Pid), "-n", "--", cmd.Path}, cmd.Args[1:]...)
+	cmd.Path, _ = exec.LookPath("nsenter")
+	cmd.Args = append([]string{"nsenter"}, args...)
+}
+
+// dial reports whether addr accepts a TCP connection in the namespace.
+func (ns *netns) dial(addr string) bool {
+	if ns == nil {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	cmd := exec.Command("bash", "-c", fmt.Sprintf("exec 3<>/dev/tcp/%s/%s", host, port))
+	ns.wrap(cmd)
+	return cmd.Run() == nil
+}

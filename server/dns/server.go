@@ -10,11 +10,21 @@
 //
 // An SRV record's target is NAME.target.DOMAIN for a target addressed by IP
 // (its A or AAAA record is in the additional section), or the host name the
-// target is probed at. Answers are shuffled per query. An unknown name is
-// NXDOMAIN; a known group or target with nothing routable is NOERROR with
-// no answers, and the SOA in the authority section. Names outside DOMAIN
-// are REFUSED: the server is authoritative for DOMAIN only and never
-// recurses.
+// target is probed at. Answers are shuffled per query and never repeat
+// themselves: targets that share an address give one A or AAAA record,
+// and targets that share an endpoint (an address or host name, and a
+// port) one SRV record, that of the routable one whose name sorts first.
+// An unknown name is NXDOMAIN; a known group or target with nothing
+// routable is NOERROR with no answers, and the SOA in the authority
+// section. Names outside DOMAIN are REFUSED: the server is authoritative
+// for DOMAIN only and never recurses.
+//
+// A query that is not well formed (a header announcing a question it does
+// not carry, no question or more than one, more than one OPT record, or
+// bytes that do not parse) is answered FORMERR with no records, as
+// miekg/dns answers such messages itself; a message too short to hold a
+// header, or that is a response, is dropped. A query whose handling
+// panics is answered SERVFAIL, and the server goes on.
 //
 // The server answers from a view of the registry that follows the
 // checker's event stream (see Source), never from the checker's lock.
@@ -29,6 +39,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -126,6 +137,13 @@ type Stats struct {
 	NXDomain uint64
 	// Truncated counts responses sent with the TC bit.
 	Truncated uint64
+	// Malformed counts the messages that were not well-formed queries:
+	// answered FORMERR, or dropped when too short to hold a header.
+	// They are not in Queries.
+	Malformed uint64
+	// Panics counts the queries whose handling panicked, answered
+	// SERVFAIL. Any is a bug, logged with its stack.
+	Panics uint64
 }
 
 // Server answers DNS queries from a view of the checker's registry. Its
@@ -143,6 +161,7 @@ type Server struct {
 	logger *slog.Logger
 
 	queries, refused, limited, nxdomain, truncated atomic.Uint64
+	malformed, panics                              atomic.Uint64
 
 	mu        sync.Mutex // protects servers and closed
 	servers   []*mdns.Server
@@ -220,10 +239,12 @@ func Listen(addr string) (net.PacketConn, net.Listener, error) {
 func (s *Server) Serve(pc net.PacketConn, l net.Listener) error {
 	var srvs []*mdns.Server
 	if pc != nil {
-		srvs = append(srvs, &mdns.Server{PacketConn: pc, Handler: s, UDPSize: MaxUDPSize})
+		srvs = append(srvs, &mdns.Server{PacketConn: pc, Handler: s, UDPSize: MaxUDPSize,
+			MsgAcceptFunc: s.accept, MsgInvalidFunc: s.invalid})
 	}
 	if l != nil {
-		srvs = append(srvs, &mdns.Server{Listener: l, Handler: s})
+		srvs = append(srvs, &mdns.Server{Listener: l, Handler: s,
+			MsgAcceptFunc: s.accept, MsgInvalidFunc: s.invalid})
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -285,11 +306,32 @@ func (s *Server) Stats() Stats {
 		RateLimited: s.limited.Load(),
 		NXDomain:    s.nxdomain.Load(),
 		Truncated:   s.truncated.Load(),
+		Malformed:   s.malformed.Load(),
+		Panics:      s.panics.Load(),
 	}
 }
 
-// ServeDNS answers one query; it implements miekg/dns's Handler.
+// accept is miekg/dns's check of a message's header before it is parsed:
+// it answers FORMERR itself to a query without exactly one question, and
+// NOTIMP to opcodes other than QUERY and NOTIFY. The rejects count as
+// malformed.
+func (s *Server) accept(dh mdns.Header) mdns.MsgAcceptAction {
+	a := mdns.DefaultMsgAcceptFunc(dh)
+	if a == mdns.MsgReject {
+		s.malformed.Add(1)
+	}
+	return a
+}
+
+// invalid counts a message miekg/dns could not parse: it drops one too
+// short for a header and answers FORMERR to the others.
+func (s *Server) invalid([]byte, error) { s.malformed.Add(1) }
+
+// ServeDNS answers one query; it implements miekg/dns's Handler. A panic
+// while answering is recovered, counted in Stats.Panics, logged and
+// answered SERVFAIL: one query never stops the server.
 func (s *Server) ServeDNS(w mdns.ResponseWriter, r *mdns.Msg) {
+	defer s.recoverQuery(w, r)
 	var src netip.Addr
 	udp := false
 	switch a := w.RemoteAddr().(type) {
@@ -302,8 +344,37 @@ func (s *Server) ServeDNS(w mdns.ResponseWriter, r *mdns.Msg) {
 	_ = w.WriteMsg(m) // a client that went away is no error of ours
 }
 
+// recoverQuery, deferred by ServeDNS, turns a panic into a SERVFAIL
+// answer to r. It is a last line of defence: every bound on the packet's
+// content is checked before it is used.
+func (s *Server) recoverQuery(w mdns.ResponseWriter, r *mdns.Msg) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	s.panics.Add(1)
+	s.logger.Error("dns query handler panicked; answering SERVFAIL", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+	defer func() {
+		if p := recover(); p != nil { // the SERVFAIL itself: give up on this query
+			s.logger.Error("dns SERVFAIL answer panicked; no answer sent", "panic", fmt.Sprint(p))
+		}
+	}()
+	m := &mdns.Msg{MsgHdr: mdns.MsgHdr{Id: r.Id, Response: true, Opcode: r.Opcode, Rcode: mdns.RcodeServerFailure}}
+	if len(r.Question) == 1 {
+		m.Question = r.Question
+	}
+	_ = w.WriteMsg(m)
+}
+
 // answer builds the response to r from src.
 func (s *Server) answer(r *mdns.Msg, src netip.Addr, udp bool) *mdns.Msg {
+	if malformed(r) {
+		// Before the allow list and the rate limit, as miekg/dns's own
+		// FORMERR is: the answer is never larger than the query, so there
+		// is nothing to amplify.
+		s.malformed.Add(1)
+		return formErr(r)
+	}
 	s.queries.Add(1)
 	m := new(mdns.Msg)
 	m.SetReply(r)
@@ -402,7 +473,7 @@ func (s *Server) resolve(m *mdns.Msg, q mdns.Question) {
 		m.Rcode = mdns.RcodeServerFailure
 		return
 	}
-	var set map[string]*record
+	var set *recordSet
 	switch kind {
 	case nameApex:
 		if q.Qtype == mdns.TypeSOA {
@@ -444,16 +515,20 @@ func (s *Server) resolve(m *mdns.Msg, q mdns.Question) {
 // recordPool holds the slices of records picked for one answer.
 var recordPool = sync.Pool{New: func() any { return new([]*record) }}
 
-// pickLocked returns the routable records of set that keep says to, in
-// random order, at most MaxAnswers of them, and the pooled slice that
-// holds them: put it back with putRecords when done.
-func (s *Server) pickLocked(set map[string]*record, keep func(*record) bool) (*[]*record, []*record) {
+// pickLocked returns the routable records of set that keep says to, one
+// per key (see dedupe), in random order, at most MaxAnswers of them, and
+// the pooled slice that holds them: put it back with putRecords when
+// done.
+func (s *Server) pickLocked(set *recordSet, keep func(*record) bool, key func(a, b *record) int) (*[]*record, []*record) {
 	p := recordPool.Get().(*[]*record)
 	rs := (*p)[:0]
-	for _, r := range set {
+	for _, r := range set.byName {
 		if r.routable && keep(r) {
 			rs = append(rs, r)
 		}
+	}
+	if set.mayRepeat() {
+		rs = dedupe(rs, key)
 	}
 	rand.Shuffle(len(rs), func(i, j int) { rs[i], rs[j] = rs[j], rs[i] })
 	*p = rs
@@ -471,9 +546,9 @@ func putRecords(p *[]*record) {
 
 // addressesLocked answers an A or AAAA query; ANY gets both (RFC 8482
 // lets a server answer ANY with a subset of what it has).
-func (s *Server) addressesLocked(m *mdns.Msg, q mdns.Question, set map[string]*record) {
+func (s *Server) addressesLocked(m *mdns.Msg, q mdns.Question, set *recordSet) {
 	both, v4 := q.Qtype == mdns.TypeANY, q.Qtype == mdns.TypeA
-	p, rs := s.pickLocked(set, func(r *record) bool { return r.addr.IsValid() && (both || r.addr.Is4() == v4) })
+	p, rs := s.pickLocked(set, func(r *record) bool { return r.addr.IsValid() && (both || r.addr.Is4() == v4) }, byAddress)
 	defer putRecords(p)
 	b := newAddressRRs(rs)
 	m.Answer = slices.Grow(m.Answer, len(rs))
@@ -484,8 +559,8 @@ func (s *Server) addressesLocked(m *mdns.Msg, q mdns.Question, set map[string]*r
 
 // servicesLocked answers an SRV query, with the addresses of the targets
 // addressed by IP in the additional section.
-func (s *Server) servicesLocked(m *mdns.Msg, q mdns.Question, set map[string]*record) {
-	p, rs := s.pickLocked(set, func(r *record) bool { return r.srvTarget != "" })
+func (s *Server) servicesLocked(m *mdns.Msg, q mdns.Question, set *recordSet) {
+	p, rs := s.pickLocked(set, func(r *record) bool { return r.srvTarget != "" }, byEndpoint)
 	defer putRecords(p)
 	b := newAddressRRs(rs)
 	srvs := make([]mdns.SRV, len(rs))

@@ -446,7 +446,7 @@ func TestTruncationEDNS0AndTCP(t *testing.T) {
 		t.Errorf("UDP with EDNS0 4096: TC=%v, %d answers, OPT %v; want all 100 and an OPT", r.Truncated, len(r.Answer), r.IsEdns0())
 	}
 	// EDNS0 with 1232 bytes: honoured.
-	m.SetEdns0(1232, false)
+	m.IsEdns0().SetUDPSize(1232) // one OPT: two are a FORMERR
 	r = e.ask(t, "udp", m)
 	if !r.Truncated || len(r.Answer) >= 100 || wireLen(r) > 1232 {
 		t.Errorf("UDP with EDNS0 1232: TC=%v, %d answers, %d bytes; want TC within 1232 bytes", r.Truncated, len(r.Answer), wireLen(r))

@@ -69,7 +69,10 @@ func TestViewReloadsWhenBehind(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		s.v.mu.RLock()
-		n := len(s.v.groups["g"])
+		n := 0
+		if set := s.v.groups["g"]; set != nil {
+			n = len(set.byName)
+		}
 		s.v.mu.RUnlock()
 		if n == 12 && s.Revision() >= c.Revision() {
 			break

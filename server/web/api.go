@@ -45,7 +45,8 @@ type row struct {
 	Results     []resultJSON `json:"results"`
 
 	// Probe says what is probed: "GET http://10.0.0.5/healthz" (a URL's
-	// password redacted), "10.0.0.5:5432", "10.0.0.7:50051 api.v1.Orders".
+	// password and query values of secret names redacted, see
+	// server.ReadURL), "10.0.0.5:5432", "10.0.0.7:50051 api.v1.Orders".
 	Probe string `json:"probe"`
 	// Verdict is the state the results alone give; it differs from State
 	// while a policy holds the target (PanicHeld, Flapping).

@@ -58,7 +58,7 @@ func probeText(s checker.Spec) string {
 		if method == "" {
 			method = "GET"
 		}
-		return method + " " + server.RedactURL(p.HTTP.URL)
+		return method + " " + server.ReadURL(p.HTTP.URL)
 	case p.TCP != nil:
 		return p.TCP.Address
 	case p.GRPC != nil:

@@ -32,12 +32,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -67,6 +67,13 @@ type Config struct {
 	Coalesce time.Duration
 	// Logger receives the server's warnings. If nil, nothing is logged.
 	Logger *slog.Logger
+	// MaxStreams bounds the ADS streams (State of the World and Delta)
+	// open at once; past it a new stream is refused with
+	// RESOURCE_EXHAUSTED. If 0, no limit.
+	MaxStreams int
+	// MaxStreamsPerSource bounds the ADS streams open at once from one
+	// client IP address. If 0, no limit.
+	MaxStreamsPerSource int
 }
 
 // maxCoalesce bounds Config.Coalesce: longer would keep clients routing to
@@ -77,6 +84,12 @@ const maxCoalesce = 10 * time.Second
 func (c Config) Validate() error {
 	if c.Coalesce < 0 || c.Coalesce > maxCoalesce {
 		return fmt.Errorf("Coalesce: must be in [0, %v], got %v", maxCoalesce, c.Coalesce)
+	}
+	if c.MaxStreams < 0 {
+		return fmt.Errorf("MaxStreams: must not be negative (0: no limit), got %d", c.MaxStreams)
+	}
+	if c.MaxStreamsPerSource < 0 {
+		return fmt.Errorf("MaxStreamsPerSource: must not be negative (0: no limit), got %d", c.MaxStreamsPerSource)
 	}
 	return nil
 }
@@ -90,6 +103,12 @@ type Stats struct {
 	Pushes uint64
 	// Revision is the checker revision the served resources reflect.
 	Revision uint64
+	// NACKs counts the responses clients rejected, by type URL: one entry
+	// for each type Pulse serves.
+	NACKs map[string]uint64
+	// RefusedTotal and RefusedPerSource count the streams refused at
+	// MaxStreams and at MaxStreamsPerSource.
+	RefusedTotal, RefusedPerSource uint64
 }
 
 // Server serves xDS from a Source. Its methods are safe for concurrent
@@ -103,7 +122,9 @@ type Server struct {
 	xds    serverv3.Server
 	cancel context.CancelFunc // ends every stream
 
-	streams atomic.Int64
+	limits  *streamLimits
+	nacks   [len(served)]atomic.Uint64
+	nackLog rate.Sometimes // NACKs are logged at most this often
 	pushes  atomic.Uint64
 	rev     atomic.Uint64
 
@@ -142,20 +163,17 @@ func New(src Source, cfg Config) (*Server, error) {
 		caches:    map[string]*cache.LinearCache{},
 		v:         newView(),
 		published: map[string]*publishedGroup{},
+		limits:    newStreamLimits(cfg.MaxStreams, cfg.MaxStreamsPerSource),
+		nackLog:   rate.Sometimes{First: 1, Interval: nackLogEvery},
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
-	for _, typ := range []string{resourcev3.EndpointType, resourcev3.ClusterType, resourcev3.RouteType, resourcev3.ListenerType} {
+	for _, typ := range served {
 		s.caches[typ] = cache.NewLinearCache(typ, cache.WithLogger(cpLogger{logger}))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	s.xds = serverv3.NewServer(ctx, typeMux(s.caches), serverv3.CallbackFuncs{
-		StreamOpenFunc:        func(context.Context, int64, string) error { s.streams.Add(1); return nil },
-		StreamClosedFunc:      func(int64, *corev3.Node) { s.streams.Add(-1) },
-		DeltaStreamOpenFunc:   func(context.Context, int64, string) error { s.streams.Add(1); return nil },
-		DeltaStreamClosedFunc: func(int64, *corev3.Node) { s.streams.Add(-1) },
-	})
+	s.xds = serverv3.NewServer(ctx, typeMux(s.caches), serverv3.CallbackFuncs{})
 	w, err := s.watch()
 	if err != nil {
 		cancel()
@@ -168,12 +186,28 @@ func New(src Source, cfg Config) (*Server, error) {
 
 // Register registers the Aggregated Discovery Service on gs.
 func (s *Server) Register(gs *grpc.Server) {
-	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(gs, s.xds)
+	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(gs, ads{AggregatedDiscoveryServiceServer: s.xds, s: s})
 }
+
+// nackLogEvery is how often NACKs are logged at most: a client that
+// rejects every response would otherwise fill the log.
+const nackLogEvery = 10 * time.Second
 
 // Stats returns the server's counts.
 func (s *Server) Stats() Stats {
-	return Stats{Streams: s.streams.Load(), Pushes: s.pushes.Load(), Revision: s.rev.Load()}
+	open, _ := s.limits.counts()
+	st := Stats{
+		Streams:          int64(open),
+		Pushes:           s.pushes.Load(),
+		Revision:         s.rev.Load(),
+		NACKs:            make(map[string]uint64, len(served)),
+		RefusedTotal:     s.limits.refusedTotal.Load(),
+		RefusedPerSource: s.limits.refusedSource.Load(),
+	}
+	for i, typ := range served {
+		st.NACKs[typ] = s.nacks[i].Load()
+	}
+	return st
 }
 
 // Close stops following the source and ends every stream; clients keep
@@ -374,7 +408,7 @@ func (m typeMux) lookup(typ string) (*cache.LinearCache, error) {
 	if c, ok := m[typ]; ok {
 		return c, nil
 	}
-	return nil, status.Errorf(codes.InvalidArgument, "type_url %q: pulsed serves only %s, %s, %s and %s", typ,
+	return nil, status.Errorf(codes.InvalidArgument, "type_url %q: pulsed serves only %s, %s, %s and %s", clip(typ),
 		resourcev3.ListenerType, resourcev3.RouteType, resourcev3.ClusterType, resourcev3.EndpointType)
 }
 
@@ -399,12 +433,16 @@ func (m typeMux) Fetch(ctx context.Context, req *cache.Request) (cache.Response,
 }
 
 // cpLogger passes go-control-plane's logs to slog: its debug and info
-// lines at debug level, since they describe every watch.
+// lines at debug level, since they describe every watch. A line is cut at
+// maxLogLine bytes: some list a client's resource names.
 type cpLogger struct{ l *slog.Logger }
+
+// maxLogLine bounds a go-control-plane log line.
+const maxLogLine = 1024
 
 func (c cpLogger) log(level slog.Level, format string, args []any) {
 	if c.l.Enabled(context.Background(), level) {
-		c.l.Log(context.Background(), level, fmt.Sprintf(format, args...))
+		c.l.Log(context.Background(), level, clipN(fmt.Sprintf(format, args...), maxLogLine))
 	}
 }
 
