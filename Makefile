@@ -13,6 +13,9 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 LDFLAGS := -ldflags "-X github.com/pulsehealth/pulse/internal/version.revision=$$(git rev-parse HEAD 2>/dev/null)"
+# The image's binaries leave out the symbol table and DWARF (-s -w): panics
+# still print function names and lines, and the layer is about half the size.
+IMAGE_LDFLAGS := -ldflags "-s -w -X github.com/pulsehealth/pulse/internal/version.revision=$$(git rev-parse HEAD 2>/dev/null)"
 
 # run and target build the binary and exec it, so that on Ctrl-C make exits
 # with the binary's own status: 0 after a clean shutdown, where go run says 1.
@@ -40,7 +43,7 @@ IMAGE   ?= $(BIN)/pulse-image.tar
 
 .PHONY: image
 image: ## build the container image (static pulsed, pulsectl, pulse-lb; no daemon, no base image) into bin/pulse-image.tar, tagged localhost/pulse:VERSION (git describe) and :latest
-	CGO_ENABLED=0 $(GO) build -trimpath $(LDFLAGS) -o $(BIN)/image/ ./cmd/pulsed ./cmd/pulsectl ./cmd/pulse-lb
+	CGO_ENABLED=0 $(GO) build -trimpath $(IMAGE_LDFLAGS) -o $(BIN)/image/ ./cmd/pulsed ./cmd/pulsectl ./cmd/pulse-lb
 	$(GO) run ./deploy/image -bin $(BIN)/image -version $(VERSION) -revision "$$(git rev-parse HEAD 2>/dev/null)" \
 		-created "$$(git log -1 --format=%cI 2>/dev/null || date -u +%Y-%m-%dT%H:%M:%SZ)" -out $(IMAGE)
 

@@ -24,6 +24,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -33,8 +34,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
-// Repository is the image's name; make image tags it with the version and
-// with latest.
+// Repository is the image's name unless -name says another; make image
+// tags it with the version and with latest.
 const Repository = "localhost/pulse"
 
 // UID is the user (and group) the image runs as: not root, and the same
@@ -75,6 +76,7 @@ func run(args []string, stdout io.Writer) error {
 	created := fs.String("created", "", "the image's creation time, RFC 3339 (e.g. the commit's time, for a reproducible image); default: the Unix epoch")
 	ca := fs.String("ca", "/etc/ssl/certs/ca-certificates.crt", "PEM `file` of the CA certificates pulsed trusts for its probes and etcd")
 	out := fs.String("out", "", "`file` to write the docker-archive tarball to")
+	repo := fs.String("name", Repository, "the image's `repository`: it is tagged repository:VERSION and repository:latest")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -96,11 +98,14 @@ func run(args []string, stdout io.Writer) error {
 		}
 		when = t.UTC()
 	}
-	tag, err := name.NewTag(Repository + ":" + *version)
+	if _, err := name.NewRepository(*repo); err != nil {
+		return fmt.Errorf("-name %q is not a valid repository: %w", *repo, err)
+	}
+	tag, err := name.NewTag(*repo + ":" + *version)
 	if err != nil {
 		return fmt.Errorf("-version %q is not a valid tag: %w", *version, err)
 	}
-	latest, err := name.NewTag(Repository + ":latest")
+	latest, err := name.NewTag(*repo + ":latest")
 	if err != nil {
 		return err
 	}
@@ -118,7 +123,10 @@ func run(args []string, stdout io.Writer) error {
 		return err
 	}
 	cf = cf.DeepCopy()
-	cf.Architecture = "amd64"
+	cf.Architecture = runtime.GOARCH // go run builds this tool for the same GOARCH as the binaries
+	if arch := os.Getenv("GOARCH"); arch != "" {
+		cf.Architecture = arch
+	}
 	cf.OS = "linux"
 	cf.Created = v1.Time{Time: when}
 	cf.Config = v1.Config{

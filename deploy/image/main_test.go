@@ -95,6 +95,7 @@ func TestImageBadInput(t *testing.T) {
 		{[]string{"-bin", dir, "-out", "x"}, "-version"},
 		{[]string{"-bin", dir, "-version", "v1"}, "-out"},
 		{[]string{"-bin", dir, "-version", "bad tag!", "-out", "x"}, "-version"},
+		{[]string{"-bin", dir, "-version", "v1", "-name", "Bad Name", "-out", "x"}, "-name"},
 		{[]string{"-bin", dir, "-version", "v1", "-created", "yesterday", "-out", "x"}, "-created"},
 		{[]string{"-bin", dir, "-version", "v1", "-ca", filepath.Join(dir, "none"), "-out", "x"}, "-ca"},
 		{[]string{"-bin", dir, "-version", "v1", "-ca", "/dev/null", "-out", "x"}, "-bin"},
