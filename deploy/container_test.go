@@ -194,9 +194,10 @@ func TestImageRunsInPodman(t *testing.T) {
 	}
 	poll(t, time.Minute, "the host's backend probed healthy from the container", healthy)
 
-	// SIGTERM (podman stop), with a grace period well past pulsed's own
-	// bound: exit status 0 means pulsed stopped by itself, not by SIGKILL.
-	if _, err := podman(ctx, "stop", "-t", "30", id); err != nil {
+	// SIGTERM (podman stop), then SIGKILL after the shutdown bound
+	// (-shutdown-timeout plus 5s): exit status 0 means pulsed stopped by
+	// itself within it.
+	if _, err := podman(ctx, "stop", "-t", "10", id); err != nil {
 		t.Fatal(err)
 	}
 	code, err := podman(ctx, "inspect", "--format", "{{.State.ExitCode}}", id)
