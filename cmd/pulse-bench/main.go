@@ -81,6 +81,9 @@ type cliFlags struct {
 	points, flipMode, out, jsonOut, pulsedArgs, replicas string
 	defaultInterval                                      time.Duration
 	opts                                                 Options
+
+	xdsStreams, xdsPerConn int
+	xdsAfter, xdsPulsed    string
 }
 
 func parseFlags(args []string, stderr io.Writer) (cliFlags, error) {
@@ -113,6 +116,10 @@ func parseFlags(args []string, stderr io.Writer) (cliFlags, error) {
 	fs.StringVar(&f.opts.PerfDir, "perf-dir", "", "record a profile (perf record -g) of each checker's steady window into this `directory`; needs perf, whose own CPU shows as other processes'")
 	fs.IntVar(&f.opts.BodyBytes, "body-bytes", 0, "healthy targets answer a body of this many `bytes` ending in \"ready\"; 0: \"ok\\n\"")
 	fs.StringVar(&f.opts.BodyContains, "body-contains", "", "pulsed's probes expect the body to contain this `text` (http.body_contains)")
+	fs.IntVar(&f.xdsStreams, "xds-streams", 0, "measure pulsed's RSS with this many xDS (EDS) `streams` open and after they close, instead of Pulse and HAProxy; 0: off")
+	fs.IntVar(&f.xdsPerConn, "xds-streams-per-conn", 1000, "xDS streams per client connection, with -xds-streams")
+	fs.StringVar(&f.xdsAfter, "xds-after", "1s,10s,30s,60s", "comma-separated `durations` after the streams close at which to read the RSS, with -xds-streams")
+	fs.StringVar(&f.xdsPulsed, "xds-pulsed", "", "comma-separated pulsed `binaries` measured one after the other with -xds-streams (e.g. an older build and this one); empty: -pulsed")
 	fs.StringVar(&f.out, "out", "", "also write the Markdown report to this `file`")
 	fs.StringVar(&f.jsonOut, "json", "", "write the raw results as JSON to this `file`")
 	showVersion := version.Flag(fs)
@@ -149,7 +156,30 @@ func parseFlags(args []string, stderr io.Writer) (cliFlags, error) {
 		return f, fmt.Errorf("-replicas: %w", err)
 	}
 	f.opts.PulsedArgs = strings.Fields(f.pulsedArgs)
+	if f.xdsStreams < 0 || f.xdsPerConn < 1 {
+		return f, fmt.Errorf("-xds-streams must not be negative and -xds-streams-per-conn must be positive")
+	}
+	if _, err := parseDurations(f.xdsAfter); err != nil {
+		return f, fmt.Errorf("-xds-after: %w", err)
+	}
 	return f, nil
+}
+
+// parseDurations parses a comma-separated list of positive, increasing
+// durations.
+func parseDurations(s string) ([]time.Duration, error) {
+	var ds []time.Duration
+	for _, part := range strings.Split(s, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(part))
+		if err != nil {
+			return nil, err
+		}
+		if d <= 0 || (len(ds) > 0 && d <= ds[len(ds)-1]) {
+			return nil, fmt.Errorf("%q: each duration must be positive and longer than the one before", part)
+		}
+		ds = append(ds, d)
+	}
+	return ds, nil
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
@@ -188,6 +218,18 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	if len(o.Replicas) > 0 {
 		return runReplicaPoints(ctx, f, o, rep, stdout, stderr)
+	}
+	if f.xdsStreams > 0 {
+		after, _ := parseDurations(f.xdsAfter)
+		bins := []string{o.PulsedBin}
+		if f.xdsPulsed != "" {
+			bins = strings.Split(f.xdsPulsed, ",")
+		}
+		xo := xdsMemOptions{Streams: f.xdsStreams, PerConn: f.xdsPerConn, After: after, Bins: bins,
+			WorkDir: work, Extra: o.PulsedArgs, Log: stderr, Groups: 10, PerGroup: 10}
+		res, err := runXDSMem(ctx, xo)
+		writeXDSMem(stdout, rep.Command, xo, res)
+		return err
 	}
 	if o.HAProxyBin != "" {
 		if rep.Machine.HAProxyVersion, err = haproxyVersion(o.HAProxyBin); err != nil {

@@ -80,6 +80,8 @@ func startXDS(cfg config, c *checker.Checker, gs *grpc.Server, reg prometheus.Re
 			ConstLabels: prometheus.Labels{"limit": "total"}}, func() float64 { return float64(s.Stats().RefusedTotal) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "pulse_xds_streams_refused_total", Help: "xDS (ADS) streams refused because a limit was reached (-xds-max-streams: limit=\"total\", -xds-max-streams-per-source: limit=\"per_source\").",
 			ConstLabels: prometheus.Labels{"limit": "per_source"}}, func() float64 { return float64(s.Stats().RefusedPerSource) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "pulse_xds_memory_returns_total", Help: "Times the memory of many closed xDS streams (at least 1000, and half of the most open) was handed back to the operating system at once."},
+			func() float64 { return float64(s.Stats().MemoryReturns) }),
 	)
 	for _, typ := range []string{resourcev3.EndpointType, resourcev3.ClusterType, resourcev3.RouteType, resourcev3.ListenerType} {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "pulse_xds_nacks_total", Help: "xDS responses clients rejected (NACK), by type; the last rejection's detail is logged, at most every 10s.",

@@ -109,6 +109,9 @@ type Stats struct {
 	// RefusedTotal and RefusedPerSource count the streams refused at
 	// MaxStreams and at MaxStreamsPerSource.
 	RefusedTotal, RefusedPerSource uint64
+	// MemoryReturns counts the times the memory of many closed streams was
+	// handed back to the operating system at once.
+	MemoryReturns uint64
 }
 
 // Server serves xDS from a Source. Its methods are safe for concurrent
@@ -203,6 +206,7 @@ func (s *Server) Stats() Stats {
 		NACKs:            make(map[string]uint64, len(served)),
 		RefusedTotal:     s.limits.refusedTotal.Load(),
 		RefusedPerSource: s.limits.refusedSource.Load(),
+		MemoryReturns:    s.limits.returns.Load(),
 	}
 	for i, typ := range served {
 		st.NACKs[typ] = s.nacks[i].Load()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"unicode/utf8"
@@ -52,20 +53,35 @@ func clipN(s string, max int) string {
 }
 
 // streamLimits admits ADS streams (State of the World and Delta alike)
-// within a total and a per-source bound. Its methods are safe for
-// concurrent use.
+// within a total and a per-source bound, and hands the memory of many
+// streams back to the operating system once they have closed. Its methods
+// are safe for concurrent use.
 type streamLimits struct {
 	max, perSource int // 0: no limit
 
-	mu       sync.Mutex     // protects open and bySource
+	mu       sync.Mutex     // protects open, peak and bySource
 	open     int            // streams admitted and not yet released
+	peak     int            // the most open since memory was last returned
 	bySource map[string]int // open streams by source; a source with none has no entry
 
 	refusedTotal, refusedSource atomic.Uint64
+
+	// returnMemory returns freed memory to the operating system
+	// (debug.FreeOSMemory); returning is set while it runs.
+	returnMemory func()
+	returning    atomic.Bool
+	returns      atomic.Uint64 // how many times it ran
 }
 
+// returnAfter is how many streams must have closed since the peak, and
+// at least half of it, before their memory is handed back at once.
+// Without it the runtime returns the memory of a mass of closed streams
+// (their goroutine stacks and buffers, hundreds of MB for tens of
+// thousands) only slowly, over minutes.
+const returnAfter = 1000
+
 func newStreamLimits(max, perSource int) *streamLimits {
-	return &streamLimits{max: max, perSource: perSource, bySource: map[string]int{}}
+	return &streamLimits{max: max, perSource: perSource, bySource: map[string]int{}, returnMemory: debug.FreeOSMemory}
 }
 
 // source names a stream's client for the per-source bound: its IP
@@ -99,6 +115,7 @@ func (l *streamLimits) admit(src string) (release func(), err error) {
 		return nil, status.Errorf(codes.ResourceExhausted, "xds: %d ADS streams open from %s, the most pulsed's -xds-max-streams-per-source allows; close some, or raise it", l.perSource, clip(src))
 	}
 	l.open++
+	l.peak = max(l.peak, l.open)
 	l.bySource[src]++
 	var once sync.Once
 	return func() { once.Do(func() { l.release(src) }) }, nil
@@ -106,10 +123,22 @@ func (l *streamLimits) admit(src string) (release func(), err error) {
 
 func (l *streamLimits) release(src string) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.open--
 	if l.bySource[src]--; l.bySource[src] <= 0 {
 		delete(l.bySource, src)
+	}
+	closed := l.peak - l.open
+	give := closed >= returnAfter && l.open <= l.peak/2 && l.returning.CompareAndSwap(false, true)
+	if give {
+		l.peak = l.open
+	}
+	l.mu.Unlock()
+	if give {
+		// On the ending stream's own goroutine, outside the lock: one
+		// ending stream waits for it, no other.
+		l.returnMemory()
+		l.returns.Add(1)
+		l.returning.Store(false)
 	}
 }
 

@@ -29,7 +29,8 @@ const (
 type Mode int32
 
 const (
-	// Unset: ACTIVE in a status or a transition; refused in SetMode.
+	// Unset: never sent (statuses, transitions and mode changes of an
+	// active target say MODE_ACTIVE); refused in SetMode.
 	Mode_MODE_UNSPECIFIED Mode = 0
 	// ACTIVE: routed by its health (the default).
 	Mode_MODE_ACTIVE Mode = 1

@@ -101,7 +101,9 @@ type HealthCheckerClient interface {
 	//   - RESOURCE_EXHAUSTED: the stream fell further behind than the history
 	//     holds; the message names the last revision delivered. Resume from
 	//     it, or re-snapshot if that answers OUT_OF_RANGE.
-	//   - UNAVAILABLE: the server is shutting down. Reconnect and resume.
+	//   - UNAVAILABLE: the server is shutting down; the message names the
+	//     last revision the stream delivered ("resume with start_revision
+	//     N"). Reconnect, to it or another replica, and resume from there.
 	//   - INVALID_ARGUMENT: a malformed filter; fix the request.
 	WatchTransitions(ctx context.Context, in *WatchTransitionsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTransitionsResponse], error)
 	// SetGroupPolicy sets a group's pool policy (its panic threshold), or
@@ -357,7 +359,9 @@ type HealthCheckerServer interface {
 	//   - RESOURCE_EXHAUSTED: the stream fell further behind than the history
 	//     holds; the message names the last revision delivered. Resume from
 	//     it, or re-snapshot if that answers OUT_OF_RANGE.
-	//   - UNAVAILABLE: the server is shutting down. Reconnect and resume.
+	//   - UNAVAILABLE: the server is shutting down; the message names the
+	//     last revision the stream delivered ("resume with start_revision
+	//     N"). Reconnect, to it or another replica, and resume from there.
 	//   - INVALID_ARGUMENT: a malformed filter; fix the request.
 	WatchTransitions(*WatchTransitionsRequest, grpc.ServerStreamingServer[WatchTransitionsResponse]) error
 	// SetGroupPolicy sets a group's pool policy (its panic threshold), or
