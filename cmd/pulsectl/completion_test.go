@@ -42,6 +42,54 @@ func bashComplete(t *testing.T, path string) func(words ...string) []string {
 	}
 }
 
+// shellComplete returns a function that completes the last of words in a
+// real fish or zsh (shell), with the script "pulsectl completion SHELL"
+// prints loaded, and returns the words offered; it skips the test when the
+// shell is not installed. PATH is path first, as for bashComplete. zsh
+// runs the bash function through its bashcompinit, which leaves matching
+// the word typed so far to zsh's compadd: the helper does that match.
+func shellComplete(t *testing.T, shell, path string) func(words ...string) []string {
+	t.Helper()
+	bin, err := exec.LookPath(shell)
+	if err != nil {
+		t.Skipf("%s is not installed (Debian: apt-get install %s): its completion is checked only as text", shell, shell)
+	}
+	script := mustRun(t, "completion", shell)
+	return func(words ...string) []string {
+		t.Helper()
+		var cmd *exec.Cmd
+		switch shell {
+		case "fish":
+			cmd = exec.CommandContext(t.Context(), bin, "--no-config", "-c", "source; complete -C (string join ' ' -- $argv)", "--")
+			cmd.Args = append(cmd.Args, words...)
+		case "zsh":
+			quoted := make([]string, len(words))
+			for i, w := range words {
+				quoted[i] = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
+			}
+			prog := "autoload -U compinit && compinit -u -d \"$TMPDIR/zcompdump\"\nsource /dev/stdin\nsetopt ksharrays\nCOMP_WORDS=(" + strings.Join(quoted, " ") + "); COMP_CWORD=" + strconv.Itoa(len(words)-1) + "\n_pulsectl\nprint -l -- \"${COMPREPLY[@]}\"\n"
+			cmd = exec.CommandContext(t.Context(), bin, "-f", "-c", prog)
+		}
+		cmd.Stdin = strings.NewReader(script)
+		cmd.Env = append(os.Environ(), "PATH="+path+string(os.PathListSeparator)+os.Getenv("PATH"), "TMPDIR="+t.TempDir())
+		var stderr strings.Builder
+		cmd.Stderr = &stderr // the shell's own complaints, e.g. no pulsectl on PATH for names
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s%s", shell, err, out, stderr.String())
+		}
+		var got []string
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			w, _, _ := strings.Cut(line, "\t") // fish: word<TAB>description
+			if w != "" && strings.HasPrefix(w, words[len(words)-1]) {
+				got = append(got, w)
+			}
+		}
+		slices.Sort(got)
+		return got
+	}
+}
+
 // The completion scripts offer each command exactly the flags it accepts,
 // with the dashes they are typed with, and the values of the flags that
 // have a fixed set.
@@ -111,6 +159,39 @@ func TestCompletion(t *testing.T) {
 	}
 }
 
+// The fish and zsh scripts, loaded in the real shells, offer each command
+// exactly the flags it accepts, and the values of a flag with a fixed set.
+func TestCompletionFishAndZsh(t *testing.T) {
+	for _, shell := range []string{"fish", "zsh"} {
+		t.Run(shell, func(t *testing.T) {
+			complete := shellComplete(t, shell, t.TempDir())
+			for _, c := range commands() {
+				var fs *flag.FlagSet
+				c.run(t.Context(), &env{inspect: func(f *flag.FlagSet) { fs = f }}, c, nil)
+				var want []string
+				fs.VisitAll(func(f *flag.Flag) { want = append(want, flagName(f.Name)) })
+				slices.Sort(want)
+				if got := complete("pulsectl", c.name, "-"); !slices.Equal(got, want) {
+					t.Errorf("%s offers %s the flags %q, want %q", shell, c.name, got, want)
+				}
+			}
+			for _, tc := range []struct {
+				words []string
+				want  string
+			}{
+				{[]string{"pulsectl", "ls", "--st"}, "--state"},
+				{[]string{"pulsectl", "ls", "--state", "fl"}, "flapping"},
+				{[]string{"pulsectl", "add", "--model", ""}, "rise_fall three_state"},
+				{[]string{"pulsectl", "wait", "web-1", "--for", ""}, "healthy removed routable unhealthy"},
+			} {
+				if got := strings.Join(complete(tc.words...), " "); got != tc.want {
+					t.Errorf("%s: %q: %q, want %q", shell, tc.words, got, tc.want)
+				}
+			}
+		})
+	}
+}
+
 // Target, group and context names come from pulsed, and from the config
 // file, through the hidden __complete command, at the address on the
 // line; with pulsed unreachable, nothing is offered and nothing said.
@@ -148,6 +229,25 @@ func TestCompletionNames(t *testing.T) {
 	} {
 		if got := strings.Join(complete(tc.words...), " "); got != tc.want {
 			t.Errorf("%q: %q, want %q", tc.words, got, tc.want)
+		}
+	}
+	for _, shell := range []string{"fish", "zsh"} {
+		if _, err := exec.LookPath(shell); err != nil {
+			t.Logf("%s is not installed (Debian: apt-get install %s): its name completion is not checked", shell, shell)
+			continue
+		}
+		complete := shellComplete(t, shell, dir)
+		for _, tc := range []struct {
+			words []string
+			want  string
+		}{
+			{[]string{"pulsectl", "state", "--addr", p.Addr, "w"}, "web-1 web-2"},
+			{[]string{"pulsectl", "ls", "--addr", p.Addr, "--group", ""}, "core edge"},
+			{[]string{"pulsectl", "healthy", "--addr", p.Addr, "e"}, "edge"},
+		} {
+			if got := strings.Join(complete(tc.words...), " "); got != tc.want {
+				t.Errorf("%s: %q: %q, want %q", shell, tc.words, got, tc.want)
+			}
 		}
 	}
 	if r := pulsectl(t, "__complete", "targets", "--addr", closedAddr(t)); r.stdout != "" || r.stderr != "" || r.code == exitOK {
