@@ -17,11 +17,13 @@ LDFLAGS := -ldflags "-X github.com/pulsehealth/pulse/internal/version.revision=$
 # still print function names and lines, and the layer is about half the size.
 IMAGE_LDFLAGS := -ldflags "-s -w -X github.com/pulsehealth/pulse/internal/version.revision=$$(git rev-parse HEAD 2>/dev/null)"
 
-# run and target build the binary and exec it, so that on Ctrl-C make exits
-# with the binary's own status: 0 after a clean shutdown, where go run says 1.
+# run and target build the binary and run it through scripts/foreground, so
+# that on Ctrl-C make exits with the binary's own status: 0 after a clean
+# shutdown, where go run says 1 and make itself would say Interrupt.
 .PHONY: run
 run: ## start pulsed on 127.0.0.1:50051 (extra flags: make run ARGS="-interval 1s")
-	$(GO) build $(LDFLAGS) -o $(BIN)/ ./cmd/pulsed && exec $(BIN)/pulsed $(ARGS)
+	$(GO) build $(LDFLAGS) -o $(BIN)/ ./cmd/pulsed
+	@scripts/foreground $(BIN)/pulsed $(ARGS)
 
 .PHONY: etcd
 etcd: ## start a local etcd on 127.0.0.1:2379 for pulsed -registry etcd (data in ./etcd-data)
@@ -32,7 +34,8 @@ etcd: ## start a local etcd on 127.0.0.1:2379 for pulsed -registry etcd (data in
 
 .PHONY: target
 target: ## start a toy HTTP backend on 127.0.0.1:8080 for the walkthrough
-	$(GO) build $(LDFLAGS) -o $(BIN)/ ./cmd/pulse-target && exec $(BIN)/pulse-target $(ARGS)
+	$(GO) build $(LDFLAGS) -o $(BIN)/ ./cmd/pulse-target
+	@scripts/foreground $(BIN)/pulse-target $(ARGS)
 
 .PHONY: build
 build: ## build every binary into bin/, with the Git revision for --version
