@@ -221,6 +221,7 @@ func (s *Server) Close() error {
 		close(s.stop)
 		<-s.done
 		s.cancel()
+		s.limits.stop()
 	})
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -59,29 +60,37 @@ func clipN(s string, max int) string {
 type streamLimits struct {
 	max, perSource int // 0: no limit
 
-	mu       sync.Mutex     // protects open, peak and bySource
+	mu       sync.Mutex     // protects the fields below it
 	open     int            // streams admitted and not yet released
 	peak     int            // the most open since memory was last returned
 	bySource map[string]int // open streams by source; a source with none has no entry
+	pending  *time.Timer    // armed while a mass close settles; nil when none
+	closed   bool           // the server closed: arm nothing more
 
 	refusedTotal, refusedSource atomic.Uint64
 
 	// returnMemory returns freed memory to the operating system
-	// (debug.FreeOSMemory); returning is set while it runs.
+	// (debug.FreeOSMemory), settle after the last of a mass of streams
+	// closed.
 	returnMemory func()
-	returning    atomic.Bool
+	settle       time.Duration
 	returns      atomic.Uint64 // how many times it ran
 }
 
 // returnAfter is how many streams must have closed since the peak, and
-// at least half of it, before their memory is handed back at once.
-// Without it the runtime returns the memory of a mass of closed streams
-// (their goroutine stacks and buffers, hundreds of MB for tens of
-// thousands) only slowly, over minutes.
-const returnAfter = 1000
+// at least half of it, for their memory to be handed back at once once
+// they have all gone (returnSettle after the last closed: by then their
+// goroutines, stacks and transport buffers are garbage). Without it the
+// runtime returns the memory of tens of thousands of closed streams,
+// hundreds of MB, only over minutes.
+const (
+	returnAfter  = 1000
+	returnSettle = 2 * time.Second
+)
 
 func newStreamLimits(max, perSource int) *streamLimits {
-	return &streamLimits{max: max, perSource: perSource, bySource: map[string]int{}, returnMemory: debug.FreeOSMemory}
+	return &streamLimits{max: max, perSource: perSource, bySource: map[string]int{},
+		returnMemory: debug.FreeOSMemory, settle: returnSettle}
 }
 
 // source names a stream's client for the per-source bound: its IP
@@ -123,22 +132,41 @@ func (l *streamLimits) admit(src string) (release func(), err error) {
 
 func (l *streamLimits) release(src string) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.open--
 	if l.bySource[src]--; l.bySource[src] <= 0 {
 		delete(l.bySource, src)
 	}
-	closed := l.peak - l.open
-	give := closed >= returnAfter && l.open <= l.peak/2 && l.returning.CompareAndSwap(false, true)
-	if give {
-		l.peak = l.open
+	switch {
+	case l.closed:
+	case l.pending != nil: // a mass close goes on: wait for its end
+		l.pending.Reset(l.settle)
+	case l.peak-l.open >= returnAfter && l.open <= l.peak/2:
+		l.pending = time.AfterFunc(l.settle, l.giveBack)
 	}
+}
+
+// giveBack returns the memory of the streams closed since the peak.
+func (l *streamLimits) giveBack() {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	l.pending, l.peak = nil, l.open
 	l.mu.Unlock()
-	if give {
-		// On the ending stream's own goroutine, outside the lock: one
-		// ending stream waits for it, no other.
-		l.returnMemory()
-		l.returns.Add(1)
-		l.returning.Store(false)
+	l.returnMemory()
+	l.returns.Add(1)
+}
+
+// stop arms no more returns, and cancels one pending.
+func (l *streamLimits) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	if l.pending != nil {
+		l.pending.Stop()
+		l.pending = nil
 	}
 }
 
