@@ -14,7 +14,7 @@ import (
 	pulsedns "github.com/pulsehealth/pulse/server/dns"
 )
 
-// dnsFlags are the DNS interface's flags (see the README's "DNS").
+// dnsFlags are the DNS interface's flags (docs/integrations/dns.md).
 type dnsFlags struct {
 	listen     string
 	domain     string

@@ -84,7 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	cfg.conns.register(fs)
 	cfg.dns.register(fs)
 	cfg.xds.register(fs)
-	fs.StringVar(&cfg.targetsFile, "targets", "", "YAML `file` of targets to register at start and again on SIGHUP (see the README); it owns the targets it lists")
+	fs.StringVar(&cfg.targetsFile, "targets", "", "YAML `file` of targets to register at start and again on SIGHUP (docs/guides/targets.md); it owns the targets it lists")
 	cfg.registry.register(fs)
 	fs.StringVar(&cfg.dataDir, "data-dir", "pulse-data", "`directory` of the embedded store that keeps targets and their states across restarts; \"\" keeps them in memory only")
 	fs.DurationVar(&cfg.defaults.Interval, "interval", d.Interval, "default time between the starts of two probes of a target")

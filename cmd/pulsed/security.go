@@ -43,7 +43,7 @@ func (f *securityFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.clientCA, "client-ca", "", "PEM `file` of CAs: clients must present a certificate they signed (mutual TLS; needs -tls-cert)")
 	fs.StringVar(&f.httpTLSCert, "http-tls-cert", "", "PEM `file` of the HTTP listener's TLS certificate (with -http-tls-key); default: -tls-cert's, if set")
 	fs.StringVar(&f.httpTLSKey, "http-tls-key", "", "PEM `file` of the HTTP listener's TLS key; default: -tls-key's, if set")
-	fs.StringVar(&f.tokenFile, "token-file", "", "`file` of bearer tokens with their roles (read or write); every pulse.v1 call, and every HTTP path but /healthz, /readyz and the status page's shell, then needs one (see the README)")
+	fs.StringVar(&f.tokenFile, "token-file", "", "`file` of bearer tokens with their roles (read or write); every pulse.v1 call, and every HTTP path but /healthz, /readyz and the status page's shell, then needs one (docs/operations/security.md)")
 	fs.BoolVar(&f.insecure, "insecure", false, "allow -listen on a non-loopback address without TLS or tokens, and -http-listen without both")
 	fs.Var(&f.allowTargets, "allow-targets", "comma-separated CIDRs or addresses probes may reach; empty: any address not denied")
 	fs.Var(&f.denyTargets, "deny-targets", fmt.Sprintf("comma-separated CIDRs or addresses probes must never reach, checked on the resolved address at every dial; always denied on top of these, unless -allow-metadata-targets: the cloud metadata and link-local ranges %s (-deny-targets= denies only those)", denyDefault()))

@@ -14,8 +14,7 @@ import (
 	pulsexds "github.com/pulsehealth/pulse/server/xds"
 )
 
-// xdsFlags are the xDS interface's flags (see the README's "Envoy and
-// xDS").
+// xdsFlags are the xDS interface's flags (docs/integrations/xds.md).
 type xdsFlags struct {
 	enabled               bool
 	coalesce              time.Duration
