@@ -38,6 +38,9 @@ type grpcProber struct {
 
 	closeOnce sync.Once
 	watch     grpcWatch // see WatchConn
+
+	rawMu sync.Mutex // protects raw
+	raw   net.Conn   // the channel's newest connection; nil once dropped
 }
 
 // newGRPCProber builds a prober for a validated spec. tlsConf is used when
@@ -74,7 +77,13 @@ func newGRPCProber(s *GRPCSpec, tlsConf *tls.Config, roots *x509.CertPool, d *gu
 	}
 	conn, err := grpc.NewClient("passthrough:///"+s.Address, append(opts,
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return d.DialContext(ctx, "tcp", addr)
+			c, err := d.DialContext(ctx, "tcp", addr)
+			if err == nil {
+				p.rawMu.Lock()
+				p.raw = c
+				p.rawMu.Unlock()
+			}
+			return c, err
 		}),
 		grpc.WithNoProxy(),
 		grpc.WithTransportCredentials(creds),
@@ -122,6 +131,9 @@ func (p *grpcProber) Probe(ctx context.Context) error {
 		err = newRPCError(err)
 		var se *servingError
 		if !errors.As(err, &se) {
+			if ctx.Err() != nil {
+				p.dropConn()
+			}
 			return withContext(ctx, err)
 		}
 		st = se.status
@@ -136,6 +148,25 @@ func (p *grpcProber) Probe(ctx context.Context) error {
 		return p.expiry.check(&info.State, time.Now())
 	}
 	return nil
+}
+
+// dropConn closes the channel's connection after a probe ran out of time
+// on it, as Envoy's gRPC health checker does: a path that went quiet (no
+// reset, no refusal) would otherwise hold the channel on the dead
+// connection for as long as TCP retransmits, minutes, and every probe
+// would say only "timeout". The next probe dials again and says what the
+// path says now ("no route to host", "connection refused", a timeout
+// while connecting), or passes. The loss is the probe's own doing, not
+// news: the channel watcher does not report it (see WatchConn).
+func (p *grpcProber) dropConn() {
+	p.rawMu.Lock()
+	c := p.raw
+	p.raw = nil
+	p.rawMu.Unlock()
+	if c != nil {
+		p.watch.up.Store(false)
+		c.Close()
+	}
 }
 
 // passes reports whether st is an expected status.

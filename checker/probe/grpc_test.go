@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -289,5 +291,94 @@ func TestGRPCHostileMessage(t *testing.T) {
 			t.Errorf("Describe = %q, has non-printable %q", d, r)
 			break
 		}
+	}
+}
+
+// quietProxy forwards TCP connections to a backend until Quiet, after
+// which the connections it has then stop carrying bytes either way while
+// staying open, as over a path that silently drops every packet; new
+// connections are forwarded as before.
+type quietProxy struct {
+	ln       net.Listener
+	backend  string
+	accepted atomic.Int64
+	quietTo  atomic.Int64 // connections numbered below it are quiet
+	done     chan struct{}
+	wg       sync.WaitGroup
+}
+
+func startQuietProxy(t *testing.T, backend string) *quietProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &quietProxy{ln: ln, backend: backend, done: make(chan struct{})}
+	p.wg.Go(p.serve)
+	t.Cleanup(func() {
+		close(p.done)
+		ln.Close()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *quietProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		id := p.accepted.Add(1) - 1
+		b, err := net.Dial("tcp", p.backend)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		pipe := func(dst, src net.Conn) {
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := src.Read(buf)
+				if err != nil {
+					break
+				}
+				if id < p.quietTo.Load() {
+					continue // the path went quiet: the bytes are lost
+				}
+				if _, err := dst.Write(buf[:n]); err != nil {
+					break
+				}
+			}
+			dst.Close()
+			src.Close()
+		}
+		p.wg.Go(func() { pipe(b, c) })
+		p.wg.Go(func() { pipe(c, b) })
+		p.wg.Go(func() { <-p.done; c.Close(); b.Close() })
+	}
+}
+
+// Quiet makes every connection open now carry nothing more.
+func (p *quietProxy) Quiet() { p.quietTo.Store(p.accepted.Load()) }
+
+// TestGRPCQuietConnectionIsDropped: once a probe times out on a kept
+// connection that went quiet (no reset, no refusal), the next probe does
+// not wait on it again: it dials afresh and passes over the new path.
+func TestGRPCQuietConnectionIsDropped(t *testing.T) {
+	addr, _, _ := startHealth(t, nil)
+	proxy := startQuietProxy(t, addr)
+	p := newGRPCTestProber(t, newTestFactory(t), GRPCSpec{Address: proxy.ln.Addr().String()})
+	if err := p.Probe(timeoutCtx(t, 10*time.Second)); err != nil {
+		t.Fatalf("first probe: %v", err)
+	}
+	proxy.Quiet()
+	if err := probeWithin(t, timeoutCtx(t, 300*time.Millisecond), p); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("probe over the quiet connection: %v, want a timeout", err)
+	}
+	if err := p.Probe(timeoutCtx(t, 5*time.Second)); err != nil {
+		t.Fatalf("probe after the timeout: %v, want a pass over a new connection", err)
+	}
+	if n := proxy.accepted.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2: the quiet one and the new one", n)
 	}
 }
