@@ -11,8 +11,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 	"github.com/pulsehealth/pulse/internal/netlab"
