@@ -205,6 +205,16 @@ func (f *Factory) keep() bool {
 	return true
 }
 
+// KeptConns returns how many connections the http:// probers keep open
+// between probes now, the most they may (FactoryOptions.MaxIdleConns, by
+// default three quarters of the open-file limit), and the process's
+// open-file limit (0 when unknown). Past the most, a probe dials for
+// itself and closes its connection after.
+func (f *Factory) KeptConns() (kept, most int64, fileLimit uint64) {
+	f.init()
+	return f.kept.Load(), f.keptMax, openFileLimit()
+}
+
 // unkeep gives back the room of a kept connection.
 func (f *Factory) unkeep() { f.kept.Add(-1) }
 

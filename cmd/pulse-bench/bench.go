@@ -98,6 +98,10 @@ type Options struct {
 	EtcdBin  string
 	// RegisterWorkers AddTarget calls run at once.
 	RegisterWorkers int
+	// NoFile, when positive, is the open-file limit (soft and hard) both
+	// checkers run under: pulsed through prlimit(1), HAProxy by its
+	// ulimit-n.
+	NoFile int
 	// BodyBytes, when positive, makes a healthy target answer a body of
 	// this many bytes that ends in "ready"; BodyContains, when set, is
 	// the http.body_contains of pulsed's targets.
@@ -368,7 +372,8 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 func runPulse(ctx context.Context, o Options, farm *Farm, p ScalePoint, flipped []int) (*SystemResult, error) {
 	r := &SystemResult{System: "Pulse", Targets: p.Targets, Interval: p.Interval}
-	proc, err := startPulsed(ctx, o.PulsedBin, pulsedArgs(o, p.Interval))
+	bin, args := withFileLimit(o.NoFile, o.PulsedBin, pulsedArgs(o, p.Interval))
+	proc, err := startPulsed(ctx, bin, args)
 	if err != nil {
 		return nil, err
 	}
@@ -475,7 +480,7 @@ func runHAProxy(ctx context.Context, o Options, farm *Farm, p ScalePoint, flippe
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	cfg := haproxyConfig{Interval: p.Interval, FastInter: o.HAProxyFastInter, Timeout: min(o.Timeout, p.Interval), Rise: o.Rise, Fall: o.Fall}
+	cfg := haproxyConfig{Interval: p.Interval, FastInter: o.HAProxyFastInter, Timeout: min(o.Timeout, p.Interval), Rise: o.Rise, Fall: o.Fall, NoFile: o.NoFile}
 	for i := range farm.Len() {
 		cfg.Names = append(cfg.Names, targetName(i))
 		cfg.Addrs = append(cfg.Addrs, farm.Addr(i))

@@ -25,6 +25,7 @@ type haproxyConfig struct {
 	FastInter  time.Duration // fastinter; 0 leaves it unset
 	Timeout    time.Duration // timeout check
 	Rise, Fall int
+	NoFile     int // ulimit-n, when positive
 }
 
 // writeHAProxyConfig writes a haproxy.cfg with one backend, "farm", whose
@@ -40,7 +41,7 @@ func writeHAProxyConfig(w io.Writer, c haproxyConfig) error {
 global
     # HAProxy reserves a file per checked server and refuses to start when
     # it cannot raise its limit that far; checks only hold a few at a time.
-    no strict-limits
+    no strict-limits%s
     stats socket %s mode 600 level admin
     stats timeout 1m
     log stdout format raw local0
@@ -56,11 +57,19 @@ defaults
 backend farm
     option httpchk GET /healthz
     default-server check inter %s rise %d fall %d%s
-`, c.Socket, hapDuration(c.Timeout), hapDuration(c.Timeout), hapDuration(c.Interval), c.Rise, c.Fall, fastInter(c.FastInter))
+`, ulimitN(c.NoFile), c.Socket, hapDuration(c.Timeout), hapDuration(c.Timeout), hapDuration(c.Interval), c.Rise, c.Fall, fastInter(c.FastInter))
 	for i := range c.Names {
 		fmt.Fprintf(bw, "    server %s %s\n", c.Names[i], c.Addrs[i])
 	}
 	return bw.Flush()
+}
+
+// ulimitN is the global section's ulimit-n line for n, or nothing for 0.
+func ulimitN(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("\n    ulimit-n %d", n)
 }
 
 // fastInter is the server line's fastinter setting, or nothing for 0.

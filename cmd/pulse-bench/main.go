@@ -112,6 +112,7 @@ func parseFlags(args []string, stderr io.Writer) (cliFlags, error) {
 	fs.StringVar(&f.opts.HAProxyBin, "haproxy", "haproxy", "haproxy `binary`; empty runs Pulse alone")
 	fs.StringVar(&f.replicas, "replicas", "", "measure these `counts` of pulsed replicas sharing the fleet on etcd (e.g. 1,2,3), each against one pulsed on the embedded registry, instead of Pulse and HAProxy: steady window only, no detection or delivery")
 	fs.StringVar(&f.opts.EtcdBin, "etcd", "", "etcd `binary` for -replicas; empty builds go.etcd.io/etcd/server/v3 (pinned in go.mod) from the module root")
+	fs.IntVar(&f.opts.NoFile, "nofile", 0, "run pulsed (through prlimit) and HAProxy (ulimit-n) under this open-file `limit`, soft and hard, e.g. below the number of targets; 0: the harness's own")
 	fs.IntVar(&f.opts.RegisterWorkers, "register-workers", 32, "AddTarget calls in flight at once")
 	fs.StringVar(&f.opts.PerfDir, "perf-dir", "", "record a profile (perf record -g) of each checker's steady window into this `directory`; needs perf, whose own CPU shows as other processes'")
 	fs.IntVar(&f.opts.BodyBytes, "body-bytes", 0, "healthy targets answer a body of this many `bytes` ending in \"ready\"; 0: \"ok\\n\"")
@@ -149,6 +150,8 @@ func parseFlags(args []string, stderr io.Writer) (cliFlags, error) {
 		return f, fmt.Errorf("-flip-fraction must be in (0, 0.5] (pulsed's panic threshold holds more), got %v", f.opts.FlipFraction)
 	case f.opts.HAProxyFastInter < 0:
 		return f, fmt.Errorf("-haproxy-fastinter must not be negative, got %v", f.opts.HAProxyFastInter)
+	case f.opts.NoFile < 0:
+		return f, fmt.Errorf("-nofile must not be negative, got %d", f.opts.NoFile)
 	case f.opts.Subscribers < 0 || f.opts.RegisterWorkers < 1:
 		return f, fmt.Errorf("-subscribers must not be negative and -register-workers must be positive")
 	}

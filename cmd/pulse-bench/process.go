@@ -27,6 +27,16 @@ type child struct {
 
 const tailLines = 40
 
+// withFileLimit returns bin and args to run under an open-file limit of n
+// (soft and hard) through prlimit(1), which execs bin in its own process;
+// for n <= 0, bin and args as they are.
+func withFileLimit(n int, bin string, args []string) (string, []string) {
+	if n <= 0 {
+		return bin, args
+	}
+	return "prlimit", append([]string{fmt.Sprintf("--nofile=%d:%d", n, n), "--", bin}, args...)
+}
+
 // startChild starts cmd and hands every line of its stdout and stderr to
 // onLine (from one goroutine per stream) after keeping it in the tail.
 func startChild(name string, cmd *exec.Cmd, onLine func(line string)) (*child, error) {

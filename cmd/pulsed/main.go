@@ -254,8 +254,12 @@ func run(args []string, stderr io.Writer) error {
 	logger.Info("probe egress policy", "policy", egress.String())
 	probes := probe.NewFactoryWith(probe.FactoryOptions{Egress: egress})
 	defer probes.Close() // after the checker's Close, deferred below
+	_, keptMost, fileLimit := probes.KeptConns()
+	logger.Info("probe connections: each http:// target keeps one open between probes, up to kept_max; past it a probe dials and closes",
+		"kept_max", keptMost, "open_file_limit", fileLimit)
 
 	obs := newObservability(cfg.metricsPerTarget, logger)
+	obs.keptConns(probes)
 	if err := obs.secure(&cfg.security, cfg.httpListen, sopts.Tokens); err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/boltstore"
+	"github.com/pulsehealth/pulse/checker/probe"
 	"github.com/pulsehealth/pulse/internal/version"
 	"github.com/pulsehealth/pulse/server"
 	"github.com/pulsehealth/pulse/server/web"
@@ -199,4 +200,15 @@ func (o *observability) shutdown(timeout time.Duration) <-chan struct{} {
 		}
 	}()
 	return done
+}
+
+// keptConns exports how many probe connections are kept between probes
+// and the most that may be.
+func (o *observability) keptConns(f *probe.Factory) {
+	o.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pulse_probe_kept_connections", Help: "Connections http:// probes keep open between probes."},
+			func() float64 { kept, _, _ := f.KeptConns(); return float64(kept) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pulse_probe_kept_connections_max", Help: "The most connections probes may keep open between probes (three quarters of the open-file limit); past it a probe dials and closes its connection."},
+			func() float64 { _, most, _ := f.KeptConns(); return float64(most) }),
+	)
 }
