@@ -8,6 +8,9 @@
 //	```sh run exit=5                                it must exit 5
 //	```sh run background=pulsed ready=127.0.0.1:9090   start it and keep it running (a terminal of its own),
 //	                                                then wait until the address accepts connections
+//	```sh norun reason=TEXT                         a shell block that does not run, and why (TEXT, to the
+//	                                                end of the line): rare, for what this machine cannot do,
+//	                                                such as fetching a module from the network
 //	```text output                                  lines the previous run block must print, in order
 //	<!-- run: stop NAME -->                          send SIGINT to a background block (Ctrl-C in its terminal);
 //	                                                an output block after it is matched against all it printed
@@ -22,6 +25,11 @@
 //
 // GitHub shows the info string's first word as the block's language and
 // hides the comments, so a reader sees a plain page.
+//
+// On a page whose steps run, every shell block (sh, bash, shell, console,
+// zsh) is "run" or "norun reason=...": Unmarked finds the others, which a
+// reader would take for commands that work as shown though nothing checks
+// them.
 //
 // In an output block each line is matched against one line of the output,
 // in order, after runs of spaces are made one and empty lines dropped: "..."
@@ -119,6 +127,10 @@ func Parse(page string) ([]Step, error) {
 			return nil, fmt.Errorf("line %d: the code block is never closed", start)
 		}
 		switch {
+		case len(info) >= 2 && info[1] == "norun":
+			if _, why, _ := strings.Cut(m[2], "reason="); len(info) < 3 || !strings.HasPrefix(info[2], "reason=") || strings.TrimSpace(why) == "" {
+				return nil, fmt.Errorf("line %d: a norun block says why, as norun reason=TEXT", start)
+			}
 		case len(info) >= 2 && info[1] == "run":
 			s, err := runStep(info[2:], strings.Join(body, "\n"), start)
 			if err != nil {
@@ -200,6 +212,40 @@ func directive(d string, line int) (Step, error) {
 		return Step{Kind: Background, Line: line, Name: f[0], Ready: f[1], Body: f[2]}, nil
 	}
 	return Step{}, fmt.Errorf("line %d: unknown run comment %q", line, verb)
+}
+
+// shellLangs are the languages of shell blocks, which Unmarked checks.
+var shellLangs = map[string]bool{"sh": true, "bash": true, "shell": true, "console": true, "zsh": true}
+
+var anyFenceRE = regexp.MustCompile("^\\s*(```+|~~~+)(.*)$")
+
+// Unmarked returns the 1-based lines where a page opens a shell block that
+// is neither "run" nor "norun reason=...", indented ones (in a list) too.
+func Unmarked(page string) []int {
+	var out []int
+	open := ""
+	for i, l := range strings.Split(page, "\n") {
+		m := anyFenceRE.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		if open != "" {
+			if strings.TrimSpace(l) == open {
+				open = ""
+			}
+			continue
+		}
+		open = m[1]
+		info := strings.Fields(m[2])
+		if len(info) == 0 || !shellLangs[strings.ToLower(info[0])] {
+			continue
+		}
+		if len(info) >= 2 && (info[1] == "run" || info[1] == "norun") {
+			continue
+		}
+		out = append(out, i+1)
+	}
+	return out
 }
 
 // Match reports whether out shows the lines of want, as an output block

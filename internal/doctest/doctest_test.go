@@ -211,6 +211,25 @@ var runnablePages = []string{
 	"docs/integrations/xds.md",
 }
 
+// TestShellBlocksMarked: every shell block of a page in runnablePages runs
+// in TestPagesRun, or says why not with "norun reason=...", so that no
+// command a reader copies from these pages goes unchecked by oversight.
+func TestShellBlocksMarked(t *testing.T) {
+	r := root(t)
+	for _, p := range runnablePages {
+		b, err := os.ReadFile(filepath.Join(r, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Parse(string(b)); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+		for _, l := range Unmarked(string(b)) {
+			t.Errorf("%s:%d: a shell block that neither runs (```sh run ...) nor says why not (```sh norun reason=...)", p, l)
+		}
+	}
+}
+
 // TestPagesRun runs the runnable steps of each page in runnablePages, in
 // order, each page in a fresh copy of the repository, against the real binaries and
 // processes the page starts, and checks the output the page shows.
@@ -348,7 +367,8 @@ func runPage(t *testing.T, page, dir string, steps []Step, ns *netns) {
 		t.Fatal(err)
 	}
 	// The reader's own pulsectl config must not steer the commands.
-	env := append(os.Environ(), "XDG_CONFIG_HOME="+state, "PULSE_ADDR=", "PULSE_CONTEXT=", "PULSE_CONFIG=")
+	// A temporary directory a page makes (mktemp) goes with the test's own.
+	env := append(os.Environ(), "XDG_CONFIG_HOME="+state, "PULSE_ADDR=", "PULSE_CONTEXT=", "PULSE_CONFIG=", "TMPDIR="+t.TempDir())
 	bg := map[string]*proc{}
 	defer func() {
 		for name, p := range bg {

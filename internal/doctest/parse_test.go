@@ -1,6 +1,9 @@
 package doctest
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 func TestParse(t *testing.T) {
 	page := "# A page\n\n```sh run background=pulsed ready=127.0.0.1:9090\npulsed\n```\n\n" +
@@ -38,10 +41,32 @@ func TestParse(t *testing.T) {
 		"```sh run background=\nx\n```\n",     // background without a name
 		"<!-- run: start x 127.0.0.1:1 -->\n", // start without a command
 		"<!-- run: wait x -->\n",              // wait without a text
+		"```sh norun\nx\n```\n",               // norun without a reason
+		"```sh norun reason=\nx\n```\n",       // norun with an empty reason
+		"```sh norun because\nx\n```\n",       // norun without reason=
 	} {
 		if _, err := Parse(bad); err == nil {
 			t.Errorf("Parse(%q) succeeded", bad)
 		}
+	}
+}
+
+func TestUnmarked(t *testing.T) {
+	page := "```sh run\nok\n```\n" + // 1
+		"```sh norun reason=fetches a module from the network\nok\n```\n" + // 4
+		"```sh\nunmarked\n```\n" + // 7
+		"```go\nnot shell\n```\n" + // 10
+		"- a list item:\n\n  ```bash\n  unmarked\n  ```\n" + // 15
+		"````console\n```sh\ninside a longer fence\n```\n````\n" + // 18
+		"~~~shell\nunmarked\n~~~\n" + // 23
+		"```\nno language\n```\n"
+	if _, err := Parse(page); err != nil {
+		t.Fatal(err)
+	}
+	got := Unmarked(page)
+	want := []int{7, 15, 18, 23}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("Unmarked = %v, want %v", got, want)
 	}
 }
 
