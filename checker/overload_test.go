@@ -2,7 +2,10 @@ package checker_test
 
 import (
 	"fmt"
+	"net"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -328,5 +331,47 @@ func TestOverloadLagThresholdIsExclusive(t *testing.T) {
 	}
 	if ov, _ := run(lag - time.Nanosecond); !ov.Degraded || !strings.Contains(ov.Reason, "a probe of b started "+lag.String()+" late") {
 		t.Errorf("a probe 1ns more than MaxLag late: %+v, want degraded", ov)
+	}
+}
+
+// A probe that found no file descriptor free (the checker's open-file
+// limit) says nothing of its target: it never counts toward fall, even with
+// overload detection off, and with detection on it makes the checker
+// degraded, naming the cause. A real failure of another target at the same
+// time still counts.
+func TestOwnFaultNeverCounts(t *testing.T) {
+	noFiles := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", syscall.EMFILE)}
+	for _, detect := range []bool{true, false} {
+		t.Run(fmt.Sprintf("detection %v", detect), func(t *testing.T) {
+			e := newEnv(t, checker.Config{Overload: checker.OverloadPolicy{Disabled: !detect, MaxLag: -1}})
+			for _, n := range []string{"a-no-files", "b-refuses"} {
+				s := spec(n)
+				s.Interval, s.Timeout, s.Fall, s.InitialState = time.Second, time.Second, 1, checker.StateHealthy
+				e.add(t, s)
+			}
+			e.probes.set("a-no-files", outcome{err: noFiles})
+			e.probes.set("b-refuses", fail)
+			e.c.Start()
+			e.clock.Advance(time.Second)
+			waitFor(t, "both results", func() bool {
+				a, _ := e.c.Status("a-no-files")
+				b, _ := e.c.Status("b-refuses")
+				return a.IgnoredTimeouts == 1 && b.ActiveResults >= 1
+			})
+			if got := e.c.Healthy(""); len(got) != 1 || got[0] != "a-no-files" {
+				t.Errorf("routable %v, want only a-no-files: the checker's own failure did not count, b's refusal did", got)
+			}
+			a, _ := e.c.Status("a-no-files")
+			if !a.LastResult.Ignored || !strings.Contains(a.LastResult.Err, "too many open files") {
+				t.Errorf("a's last result %+v, want it ignored, saying too many open files", a.LastResult)
+			}
+			ov := e.c.Overload()
+			if detect && (!ov.Degraded || !strings.Contains(ov.Reason, "no file descriptor free")) {
+				t.Errorf("overload %+v, want degraded for want of file descriptors", ov)
+			}
+			if !detect && ov.Degraded {
+				t.Errorf("overload %+v with detection off", ov)
+			}
+		})
 	}
 }

@@ -423,6 +423,9 @@ func (s *scheduler) result(a probeArgs, start, end time.Time, err error, expired
 	case err != nil && (expired || errors.Is(err, context.DeadlineExceeded)):
 		timedOut = true
 		r.Err = fmt.Sprintf("timeout after %v", a.timeout)
+	case err != nil && probe.OwnFault(err):
+		r.OwnFault = true
+		r.Err = probe.Describe(err)
 	case err != nil:
 		r.Err = probe.Describe(err)
 	case a.maxLatency > 0 && r.Latency > a.maxLatency:
@@ -452,7 +455,8 @@ func (e *panicError) Error() string { return fmt.Sprintf("probe panicked: %v", e
 // target was removed, its probe spec replaced, or the run cancelled (a
 // probe cut short by shutdown says nothing about the target). A timeout of
 // a probe that overlapped an overload is kept as the last result but does
-// not count (stale is not down).
+// not count (stale is not down). A probe that failed for want of the
+// checker's own file descriptors never counts, and is a sign of overload.
 func (s *scheduler) applyLocked(ctx context.Context, t *target, gen uint64, due time.Time, r Result, timedOut bool) {
 	if !s.reg.currentLocked(t) {
 		return
@@ -462,8 +466,11 @@ func (s *scheduler) applyLocked(ctx context.Context, t *target, gen uint64, due 
 		return
 	}
 	now := s.clock.Now()
+	if r.OwnFault && !s.overload.Disabled {
+		s.signLocked(now, "a probe found no file descriptor free (the open-file limit): raise it, or keep fewer probe connections")
+	}
 	s.checkRecoveryLocked(now)
-	if timedOut && s.overloadedSinceLocked(due) {
+	if r.OwnFault || (timedOut && s.overloadedSinceLocked(due)) {
 		r.Ignored = true
 		s.ov.ignored++
 		s.reg.ignoreLocked(t, r)

@@ -78,6 +78,10 @@ type Result struct {
 	// come first, together, so that a Result takes 56 bytes, not 64: a
 	// target keeps its last one by value.)
 	Ignored bool
+	// OwnFault is true for a probe that failed for want of the checker's
+	// own resources (probe.OwnFault: no file descriptor free). It says
+	// nothing of the target: it is Ignored, and a sign of overload.
+	OwnFault bool
 	// Latency is how long the probe took.
 	Latency time.Duration
 	// Err says why the probe failed; empty on a pass.

@@ -215,6 +215,10 @@ func (f *Factory) KeptConns() (kept, most int64, fileLimit uint64) {
 	return f.kept.Load(), f.keptMax, openFileLimit()
 }
 
+// OpenFileLimit returns the process's soft limit on open files (Go raises
+// it to the hard limit at start), or 0 if unknown.
+func OpenFileLimit() uint64 { return openFileLimit() }
+
 // unkeep gives back the room of a kept connection.
 func (f *Factory) unkeep() { f.kept.Add(-1) }
 
@@ -287,6 +291,14 @@ func (f *Factory) forget(p *leanProber) {
 	f.leanMu.Lock()
 	delete(f.lean, p)
 	f.leanMu.Unlock()
+}
+
+// OwnFault reports whether err is the checker's own failure rather than
+// the target's answer: the probe could not open a socket because the
+// process (EMFILE) or the system (ENFILE) has no file descriptor free. Such
+// a probe says nothing about its target.
+func OwnFault(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
 }
 
 // withContext returns err, made to satisfy errors.Is(err, ctx.Err()) when

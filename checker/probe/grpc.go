@@ -245,6 +245,7 @@ func (e *servingError) Error() string { return e.status.String() }
 type rpcError struct {
 	st      *status.Status
 	refused bool // the transport's dial was refused
+	noFiles bool // the transport's dial found no free file descriptor
 }
 
 // newRPCError converts an error from Health/Check.
@@ -253,7 +254,8 @@ func newRPCError(err error) error {
 	if st.Code() == codes.NotFound {
 		return &servingError{status: healthpb.HealthCheckResponse_SERVICE_UNKNOWN}
 	}
-	return &rpcError{st: st, refused: strings.Contains(st.Message(), "connection refused")}
+	return &rpcError{st: st, refused: strings.Contains(st.Message(), "connection refused"),
+		noFiles: strings.Contains(st.Message(), "too many open files")}
 }
 
 // Error returns "<code>: <message>", e.g. "Unimplemented: unknown service
@@ -263,9 +265,10 @@ func (e *rpcError) Error() string { return e.st.Code().String() + ": " + e.st.Me
 // GRPCStatus lets status.FromError see the original status.
 func (e *rpcError) GRPCStatus() *status.Status { return e.st }
 
-// Is reports a refused connection as syscall.ECONNREFUSED.
+// Is reports a refused connection as syscall.ECONNREFUSED, and a dial
+// that found no free file descriptor as syscall.EMFILE.
 func (e *rpcError) Is(target error) bool {
-	return e.refused && target == syscall.ECONNREFUSED
+	return (e.refused && target == syscall.ECONNREFUSED) || (e.noFiles && target == syscall.EMFILE)
 }
 
 // grpcStatusNames are the serving statuses GRPCSpec.ExpectedStatuses

@@ -252,11 +252,11 @@ func run(args []string, stderr io.Writer) error {
 		return err
 	}
 	logger.Info("probe egress policy", "policy", egress.String())
-	probes := probe.NewFactoryWith(probe.FactoryOptions{Egress: egress})
+	probes := probe.NewFactoryWith(probe.FactoryOptions{Egress: egress, MaxIdleConns: keptConnections(probe.OpenFileLimit(), cfg.maxProbes)})
 	defer probes.Close() // after the checker's Close, deferred below
 	_, keptMost, fileLimit := probes.KeptConns()
 	logger.Info("probe connections: each http:// target keeps one open between probes, up to kept_max; past it a probe dials and closes",
-		"kept_max", keptMost, "open_file_limit", fileLimit)
+		"kept_max", keptMost, "open_file_limit", fileLimit, "max_concurrent_probes", cfg.maxProbes)
 
 	obs := newObservability(cfg.metricsPerTarget, logger)
 	obs.keptConns(probes)
@@ -404,4 +404,28 @@ wait:
 	sigs.shutdownStep("the store and the registry to close")
 	logger.Info("pulsed stopped")
 	return nil
+}
+
+// keptConnections is how many probe connections pulsed keeps open between
+// probes under an open-file limit: what the limit leaves once every probe
+// in flight (-max-concurrent-probes, each on a connection of its own) and
+// pulsed's own files and clients (an eighth of the limit, at least 64)
+// have theirs, and at most the probe package's own default (three
+// quarters of the limit). Keeping more would let a busy moment's probes
+// find no file descriptor free. 0: the probe package's default (an unknown
+// limit); -1: keep none.
+func keptConnections(limit uint64, maxProbes int) int {
+	if limit == 0 {
+		return 0
+	}
+	if maxProbes <= 0 {
+		maxProbes = 256 // the checker's default
+	}
+	reserve := max(int64(limit/8), 64)
+	kept := int64(limit) - int64(maxProbes) - reserve
+	kept = min(kept, int64(limit*3/4), 3<<18)
+	if kept <= 0 {
+		return -1
+	}
+	return int(kept)
 }
