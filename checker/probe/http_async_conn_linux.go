@@ -201,9 +201,15 @@ func (l *asyncLoop) connectedLocked(ap *asyncProbe, events uint32) (asyncEnd, bo
 	return end, true
 }
 
-// closeRaw closes a connection of dialAsync's.
+// closeRaw closes a connection of dialAsync's, which is never kept, with
+// a reset (SO_LINGER 0), as HAProxy ends its checks: a fleet probed past
+// the open-file limit dials thousands of times a second, and a graceful
+// close would leave each in TIME_WAIT on this side (and in the connection
+// tracker) for a minute or two, until new dials find no port or no entry
+// free.
 func (ac *asyncConn) closeRaw() {
 	ac.forget()
+	_ = syscall.SetsockoptLinger(ac.fd, syscall.SOL_SOCKET, syscall.SO_LINGER, &syscall.Linger{Onoff: 1, Linger: 0})
 	_ = syscall.Close(ac.fd)
 }
 

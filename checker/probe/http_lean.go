@@ -231,6 +231,16 @@ func (c *leanConn) close() {
 	_ = c.conn.Close()
 }
 
+// reset closes a connection that is not kept after a complete exchange
+// with a reset (SO_LINGER 0), as HAProxy ends its checks, so that it
+// leaves nothing in TIME_WAIT (see asyncConn.closeRaw).
+func (c *leanConn) reset() {
+	if l, ok := c.conn.(interface{ SetLinger(int) error }); ok {
+		_ = l.SetLinger(0)
+	}
+	c.close()
+}
+
 // aLongTimeAgo is a deadline that has passed: setting it makes blocked
 // reads and writes return at once.
 var aLongTimeAgo = time.Unix(1, 0)
@@ -362,7 +372,7 @@ func (p *leanProber) putBack(c *leanConn) {
 	p.mu.Lock()
 	if p.closed || p.idle != nil || !p.factory.keep() {
 		p.mu.Unlock()
-		c.close()
+		c.reset()
 		return
 	}
 	p.idle = c

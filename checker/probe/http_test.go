@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -382,5 +383,44 @@ func TestHTTPAtGRPCPort(t *testing.T) {
 	case "malformed HTTP response (not HTTP?)", "unsolicited response (not HTTP?)":
 	default:
 		t.Errorf("Probe() = %v, Describe %q, want it to say not HTTP", err, d)
+	}
+}
+
+// A connection the Factory does not keep (its budget of kept connections
+// is spent) is closed with a reset once its answer is read, as HAProxy
+// ends its checks: the server reads "connection reset", and nothing is
+// left in TIME_WAIT on the checker's side.
+func TestConnectionNotKeptIsReset(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	after := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			after <- err
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
+			after <- err
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err = br.ReadByte() // what the checker does with the connection next
+		after <- err
+	}()
+	f := NewFactoryWith(FactoryOptions{MaxIdleConns: -1}) // keeps none
+	t.Cleanup(f.Close)
+	p := newProber(t, f, Spec{HTTP: &HTTPSpec{URL: "http://" + ln.Addr().String() + "/healthz"}})
+	if err := p.Probe(timeoutCtx(t, 10*time.Second)); err != nil {
+		t.Fatalf("probe: %v", err)
+	}
+	if err := <-after; !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("the server read %v after the answer, want a reset", err)
 	}
 }
