@@ -92,6 +92,7 @@ type Factory struct {
 	// all together; kept counts them.
 	keptMax int64
 	kept    atomic.Int64
+	rank    keepRank // which probers keep theirs when not all can
 
 	async asyncState // the loop of asynchronous http:// probes
 }
@@ -281,6 +282,7 @@ func (f *Factory) Close() {
 
 // remember records p, so that Close can close its kept connection.
 func (f *Factory) remember(p *leanProber) {
+	f.rank.join(&p.period)
 	f.leanMu.Lock()
 	f.lean[p] = struct{}{}
 	f.leanMu.Unlock()
@@ -289,8 +291,12 @@ func (f *Factory) remember(p *leanProber) {
 // forget drops p, closed, from the Probers Close reaches.
 func (f *Factory) forget(p *leanProber) {
 	f.leanMu.Lock()
+	_, ok := f.lean[p]
 	delete(f.lean, p)
 	f.leanMu.Unlock()
+	if ok {
+		f.rank.leave(&p.period)
+	}
 }
 
 // OwnFault reports whether err is the checker's own failure rather than

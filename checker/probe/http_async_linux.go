@@ -266,16 +266,18 @@ type lostIdle struct {
 // not running (Close, or not Linux) or writing the request failed; Probe
 // then does it all, dialling.
 func (p *leanProber) ProbeAsync(deadline time.Time, done func(error)) bool {
-	if !time.Now().Before(deadline) {
+	now := time.Now()
+	if !now.Before(deadline) {
 		return false
 	}
+	p.period.started(&p.factory.rank, now)
 	l := p.factory.loop()
 	if l == nil {
 		return false
 	}
 	c := p.take()
 	if c == nil {
-		if p.factory.kept.Load() < p.factory.keptMax {
+		if p.factory.kept.Load() < p.factory.keptMax && p.factory.rank.mayKeep(&p.period, p.factory.keptMax, now) {
 			return false // Probe dials a connection to keep
 		}
 		return p.dialAsync(l, deadline, done)

@@ -62,6 +62,8 @@ type leanProber struct {
 	async *asyncProbe // the probe ProbeAsync started, while it runs; guarded by the async loop's mutex
 
 	lost atomic.Pointer[func(string)] // told of a kept connection the peer ended; see WatchConn
+
+	period proberPeriod // how often it probes: whether it may keep a connection (keeprank.go)
 }
 
 // leanIdleTimeout is how long a kept connection may sit unused before a
@@ -251,6 +253,7 @@ func (p *leanProber) Probe(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return p.urlError(err)
 	}
+	p.period.started(&p.factory.rank, time.Now())
 	c := p.take()
 	return p.probeOn(ctx, c, false, c != nil)
 }
@@ -369,8 +372,9 @@ func (p *leanProber) putBack(c *leanConn) {
 	if p.lost.Load() != nil {
 		p.watchIdle(c) // before it is shared: register sets c.async
 	}
+	keep := p.factory.rank.mayKeep(&p.period, p.factory.keptMax, c.idleSince)
 	p.mu.Lock()
-	if p.closed || p.idle != nil || !p.factory.keep() {
+	if p.closed || p.idle != nil || !keep || !p.factory.keep() {
 		p.mu.Unlock()
 		c.reset()
 		return
