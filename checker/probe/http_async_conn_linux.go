@@ -183,7 +183,14 @@ func (p *leanProber) dialAsync(l *asyncLoop, deadline time.Time, done func(error
 // is made (events has EPOLLOUT) or has failed: it writes the request, or
 // hands the probe over to Probe's code to dial afresh.
 func (l *asyncLoop) connectedLocked(ap *asyncProbe, events uint32) (asyncEnd, bool) {
-	soerr, err := syscall.GetsockoptInt(ap.ac.fd, syscall.SOL_SOCKET, syscall.SO_ERROR)
+	// Writable with no error or hang-up: the connection is made (a failed
+	// connect sets EPOLLERR), and asking SO_ERROR would cost a system call
+	// per dial for nothing.
+	var soerr int
+	var err error
+	if events&(syscall.EPOLLERR|syscall.EPOLLHUP) != 0 || events&syscall.EPOLLOUT == 0 {
+		soerr, err = syscall.GetsockoptInt(ap.ac.fd, syscall.SOL_SOCKET, syscall.SO_ERROR)
+	}
 	if err == nil && soerr == 0 && events&syscall.EPOLLOUT == 0 {
 		return asyncEnd{}, false // not yet
 	}
