@@ -155,7 +155,22 @@ func (p *leanProber) dialAsync(l *asyncLoop, deadline time.Time, done func(error
 		_ = syscall.Close(fd)
 		return false // refused at once: Probe dials and says so in its words
 	}
-	ap := &asyncProbe{p: p, deadline: deadline, done: done, buf: asyncBufs.Get().(*[leanBufferSize]byte), index: -1, connecting: true}
+	// The handshake is often done by the time connect returns (always on
+	// loopback): send the request now, and the loop wakes only for the
+	// answer, not for writability first. A socket still connecting says
+	// EAGAIN, and the loop sends it once connected.
+	events := uint32(syscall.EPOLLIN | syscall.EPOLLRDHUP | epollET)
+	connecting := false
+	switch n, err := syscall.Write(fd, p.req); {
+	case err == nil && n == len(p.req):
+	case err == syscall.EAGAIN:
+		connecting = true
+		events |= syscall.EPOLLOUT
+	default: // refused, reset, or a part written: Probe dials and says what it meets
+		_ = syscall.Close(fd)
+		return false
+	}
+	ap := &asyncProbe{p: p, deadline: deadline, done: done, buf: asyncBufs.Get().(*[leanBufferSize]byte), index: -1, connecting: connecting}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed || p.async != nil {
@@ -166,7 +181,7 @@ func (p *leanProber) dialAsync(l *asyncLoop, deadline time.Time, done func(error
 	l.nextID++
 	ac := &asyncConn{loop: l, id: l.nextID, fd: fd, probe: ap}
 	ap.ac = ac
-	ev := epollEvent(ac.id, syscall.EPOLLIN|syscall.EPOLLOUT|syscall.EPOLLRDHUP|epollET)
+	ev := epollEvent(ac.id, events)
 	if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		_ = syscall.Close(fd)
 		asyncBufs.Put(ap.buf)
