@@ -90,6 +90,17 @@ func shellComplete(t *testing.T, shell, path string) func(words ...string) []str
 	}
 }
 
+// acceptedFlags returns the flags c accepts, sorted, with the dashes they
+// are typed with.
+func acceptedFlags(t *testing.T, c *command) []string {
+	var fs *flag.FlagSet
+	c.run(t.Context(), &env{inspect: func(f *flag.FlagSet) { fs = f }}, c, nil)
+	var flags []string
+	fs.VisitAll(func(f *flag.Flag) { flags = append(flags, flagName(f.Name)) })
+	slices.Sort(flags)
+	return flags
+}
+
 // The completion scripts offer each command exactly the flags it accepts,
 // with the dashes they are typed with, and the values of the flags that
 // have a fixed set.
@@ -125,11 +136,7 @@ func TestCompletion(t *testing.T) {
 	}
 	fish := mustRun(t, "completion", "fish")
 	for _, c := range commands() {
-		var fs *flag.FlagSet
-		c.run(t.Context(), &env{inspect: func(f *flag.FlagSet) { fs = f }}, c, nil)
-		var want []string
-		fs.VisitAll(func(f *flag.Flag) { want = append(want, flagName(f.Name)) })
-		slices.Sort(want)
+		want := acceptedFlags(t, c)
 		got := complete("pulsectl", c.name, "-")
 		slices.Sort(got)
 		if !slices.Equal(got, want) {
@@ -166,11 +173,7 @@ func TestCompletionFishAndZsh(t *testing.T) {
 		t.Run(shell, func(t *testing.T) {
 			complete := shellComplete(t, shell, t.TempDir())
 			for _, c := range commands() {
-				var fs *flag.FlagSet
-				c.run(t.Context(), &env{inspect: func(f *flag.FlagSet) { fs = f }}, c, nil)
-				var want []string
-				fs.VisitAll(func(f *flag.Flag) { want = append(want, flagName(f.Name)) })
-				slices.Sort(want)
+				want := acceptedFlags(t, c)
 				if got := complete("pulsectl", c.name, "-"); !slices.Equal(got, want) {
 					t.Errorf("%s offers %s the flags %q, want %q", shell, c.name, got, want)
 				}
