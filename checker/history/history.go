@@ -97,8 +97,12 @@ type series struct {
 type Recorder struct {
 	maxEvents int
 
-	mu      sync.Mutex // protects targets
+	mu      sync.Mutex // protects targets, dirty and removed
 	targets map[string]*series
+	// dirty holds the targets changed since the last Flush, removed those
+	// removed since then (see store.go).
+	dirty   map[string]struct{}
+	removed map[string]struct{}
 }
 
 var _ checker.RemovalObserver = (*Recorder)(nil)
@@ -108,7 +112,8 @@ func New(o Options) *Recorder {
 	if o.MaxEvents <= 0 {
 		o.MaxEvents = DefaultMaxEvents
 	}
-	return &Recorder{maxEvents: o.MaxEvents, targets: make(map[string]*series)}
+	return &Recorder{maxEvents: o.MaxEvents, targets: make(map[string]*series),
+		dirty: make(map[string]struct{}), removed: make(map[string]struct{})}
 }
 
 func (r *Recorder) seriesLocked(name, group string) *series {
@@ -116,8 +121,10 @@ func (r *Recorder) seriesLocked(name, group string) *series {
 	if s == nil {
 		s = &series{group: group, minHead: -1, hrHead: -1}
 		r.targets[name] = s
+		delete(r.removed, name)
 	}
 	s.group = group
+	r.dirty[name] = struct{}{}
 	return s
 }
 
@@ -214,7 +221,11 @@ func (r *Recorder) ObserveTransition(tr checker.Transition) {
 func (r *Recorder) ObserveRemoval(spec checker.Spec) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.targets, spec.Name)
+	if _, ok := r.targets[spec.Name]; ok {
+		delete(r.targets, spec.Name)
+		delete(r.dirty, spec.Name)
+		r.removed[spec.Name] = struct{}{}
+	}
 }
 
 // Point is one step of a history: its probes, failures and, at an hour's
