@@ -59,6 +59,9 @@ type Options struct {
 	// MaxEvents bounds the events kept per target; zero means
 	// DefaultMaxEvents.
 	MaxEvents int
+	// Clock stamps removals (see ObserveRemoval); nil means the real
+	// clock.
+	Clock checker.Clock
 }
 
 // Event is one kept transition of a target.
@@ -96,6 +99,7 @@ type series struct {
 // safe for concurrent use.
 type Recorder struct {
 	maxEvents int
+	clock     checker.Clock
 
 	mu      sync.Mutex // protects targets, dirty and removed
 	targets map[string]*series
@@ -103,6 +107,13 @@ type Recorder struct {
 	// removed since then (see store.go).
 	dirty   map[string]struct{}
 	removed map[string]struct{}
+	// tombs holds when each target was removed, for an hour
+	// (checker.MaxTimeout): a probe that started before its target's
+	// removal and ended after it is not counted, so it cannot bring back
+	// a removed target's history. nextPrune is the size at which tombs is
+	// next swept.
+	tombs     map[string]time.Time
+	nextPrune int
 }
 
 var _ checker.RemovalObserver = (*Recorder)(nil)
@@ -112,8 +123,12 @@ func New(o Options) *Recorder {
 	if o.MaxEvents <= 0 {
 		o.MaxEvents = DefaultMaxEvents
 	}
-	return &Recorder{maxEvents: o.MaxEvents, targets: make(map[string]*series),
-		dirty: make(map[string]struct{}), removed: make(map[string]struct{})}
+	if o.Clock == nil {
+		o.Clock = checker.RealClock{}
+	}
+	return &Recorder{maxEvents: o.MaxEvents, clock: o.Clock, targets: make(map[string]*series),
+		dirty: make(map[string]struct{}), removed: make(map[string]struct{}),
+		tombs: make(map[string]time.Time), nextPrune: 64}
 }
 
 func (r *Recorder) seriesLocked(name, group string) *series {
@@ -139,6 +154,9 @@ func (r *Recorder) ObserveProbe(spec checker.Spec, res checker.Result) {
 	b := bucketOf(res.Latency)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if at, ok := r.tombs[spec.Name]; ok && res.Time.Add(-res.Latency).Before(at) {
+		return
+	}
 	s := r.seriesLocked(spec.Name, spec.Group)
 	if s.minutes == nil {
 		s.minutes = make([]minute, MinuteSlots)
@@ -217,10 +235,21 @@ func (r *Recorder) ObserveTransition(tr checker.Transition) {
 	s.evStart = (s.evStart + 1) % len(s.events)
 }
 
-// ObserveRemoval forgets the removed target's history.
+// ObserveRemoval forgets the removed target's history. A probe of it that
+// was in flight at the removal is not counted when it ends.
 func (r *Recorder) ObserveRemoval(spec checker.Spec) {
+	now := r.clock.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.tombs[spec.Name] = now
+	if len(r.tombs) >= r.nextPrune {
+		for name, at := range r.tombs {
+			if now.Sub(at) > checker.MaxTimeout {
+				delete(r.tombs, name)
+			}
+		}
+		r.nextPrune = 2*len(r.tombs) + 64
+	}
 	if _, ok := r.targets[spec.Name]; ok {
 		delete(r.targets, spec.Name)
 		delete(r.dirty, spec.Name)

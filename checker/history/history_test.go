@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/fakeclock"
 	"github.com/pulsehealth/pulse/checker/history"
 )
 
@@ -156,4 +157,21 @@ func TestMemoryPerTarget(t *testing.T) {
 	per := (after.HeapAlloc - before.HeapAlloc) / n
 	t.Logf("history memory per probed target: %d bytes", per)
 	runtime.KeepAlive(r)
+}
+
+func TestProbeInFlightAtRemovalDoesNotBringHistoryBack(t *testing.T) {
+	clock := fakeclock.New(t0)
+	r := history.New(history.Options{Clock: clock})
+	probe(r, "a", t0.Add(-time.Minute), true, time.Millisecond)
+	r.ObserveRemoval(checker.Spec{Name: "a"})
+	// Started a second before the removal, ended a second after it.
+	probe(r, "a", t0.Add(time.Second), false, 2*time.Second)
+	if _, err := r.Query("a", t0.Add(time.Second), time.Hour, time.Minute); !errors.Is(err, history.ErrUnknownTarget) {
+		t.Fatalf("err = %v, want ErrUnknownTarget: a probe begun before the removal came back", err)
+	}
+	// A new target of the same name, probed after the removal, is kept.
+	probe(r, "a", t0.Add(2*time.Second), true, time.Millisecond)
+	if s, err := r.Query("a", t0.Add(2*time.Second), time.Hour, time.Minute); err != nil || s.Probes != 1 {
+		t.Fatalf("new target: %+v, %v; want 1 probe", s, err)
+	}
 }
