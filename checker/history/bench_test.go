@@ -44,3 +44,21 @@ func BenchmarkMemoryPerTarget(b *testing.B) {
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(b.N), "bytes/target")
 	runtime.KeepAlive(r)
 }
+
+// BenchmarkQuery30Days is one target's History over 30 days by the hour,
+// every hour recorded.
+func BenchmarkQuery30Days(b *testing.B) {
+	r := history.New(history.Options{})
+	s := checker.Spec{Name: "a", Group: "g"}
+	for h := 0; h < history.HourSlots; h++ {
+		r.ObserveProbe(s, checker.Result{Pass: h%5 != 0, Latency: time.Duration(h) * time.Millisecond, Time: t0.Add(time.Duration(h) * time.Hour)})
+	}
+	now := t0.Add(history.HourSlots * time.Hour)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := r.Query("a", now, 30*24*time.Hour, time.Hour); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -293,27 +293,41 @@ func (e *RangeError) Error() string { return fmt.Sprintf("%s must be %s", e.Fiel
 // time.Hour for windows up to 30 days. Events are those within the window,
 // oldest first.
 func (r *Recorder) Query(name string, now time.Time, window, resolution time.Duration) (Summary, error) {
+	sum, _, err := r.query(name, now, window, resolution)
+	return sum, err
+}
+
+// hists are a query's latency buckets: over the whole window, and per step
+// at an hour's resolution.
+type hists struct {
+	total [nBuckets]uint64
+	steps [][nBuckets]uint64
+}
+
+func (r *Recorder) query(name string, now time.Time, window, resolution time.Duration) (Summary, *hists, error) {
 	switch resolution {
 	case time.Minute:
 		if window <= 0 || window > MinuteSlots*time.Minute || window%time.Minute != 0 {
-			return Summary{}, &RangeError{"window", "a whole number of minutes in [1m, 24h] at a resolution of 1m"}
+			return Summary{}, nil, &RangeError{"window", "a whole number of minutes in [1m, 24h] at a resolution of 1m"}
 		}
 	case time.Hour:
 		if window <= 0 || window > HourSlots*time.Hour || window%time.Hour != 0 {
-			return Summary{}, &RangeError{"window", "a whole number of hours in [1h, 720h] at a resolution of 1h"}
+			return Summary{}, nil, &RangeError{"window", "a whole number of hours in [1h, 720h] at a resolution of 1h"}
 		}
 	default:
-		return Summary{}, &RangeError{"resolution", "1m or 1h"}
+		return Summary{}, nil, &RangeError{"resolution", "1m or 1h"}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.targets[name]
 	if s == nil {
-		return Summary{}, ErrUnknownTarget
+		return Summary{}, nil, ErrUnknownTarget
 	}
 	sum := Summary{Target: name, Group: s.group, Availability: -1}
 	steps := int64(window / resolution)
-	var total [nBuckets]uint64
+	sum.Points = make([]Point, 0, steps)
+	hs := &hists{}
+	total := &hs.total
 	nowMin := now.Unix() / 60
 	if resolution == time.Minute {
 		for n := nowMin - steps + 1; n <= nowMin; n++ {
@@ -327,20 +341,22 @@ func (r *Recorder) Query(name string, now time.Time, window, resolution time.Dur
 		// Latency over the window comes from the hours it touches.
 		for n := (nowMin - steps + 1) / 60; n <= nowMin/60; n++ {
 			if e, ok := s.hourLocked(n); ok {
-				addHist(&total, &e.lat)
+				addHist(total, &e.lat)
 			}
 		}
 	} else {
+		hs.steps = make([][nBuckets]uint64, 0, steps)
 		nowHr := nowMin / 60
 		for n := nowHr - steps + 1; n <= nowHr; n++ {
 			p := Point{Start: time.Unix(n*3600, 0).UTC()}
+			var h [nBuckets]uint64
 			if e, ok := s.hourLocked(n); ok {
 				p.Probes, p.Fails = uint64(e.count), uint64(e.fails)
-				var h [nBuckets]uint64
 				addHist(&h, &e.lat)
 				p.P50, p.P95, p.P99 = quantile(&h, 0.50), quantile(&h, 0.95), quantile(&h, 0.99)
-				addHist(&total, &e.lat)
+				addHist(total, &e.lat)
 			}
+			hs.steps = append(hs.steps, h)
 			sum.Points = append(sum.Points, p)
 		}
 	}
@@ -351,7 +367,7 @@ func (r *Recorder) Query(name string, now time.Time, window, resolution time.Dur
 	if sum.Probes > 0 {
 		sum.Availability = float64(sum.Probes-sum.Fails) / float64(sum.Probes)
 	}
-	sum.P50, sum.P95, sum.P99 = quantile(&total, 0.50), quantile(&total, 0.95), quantile(&total, 0.99)
+	sum.P50, sum.P95, sum.P99 = quantile(total, 0.50), quantile(total, 0.95), quantile(total, 0.99)
 	from := now.Add(-window)
 	for i := range s.events {
 		ev := s.events[(s.evStart+i)%len(s.events)]
@@ -359,7 +375,7 @@ func (r *Recorder) Query(name string, now time.Time, window, resolution time.Dur
 			sum.Events = append(sum.Events, ev)
 		}
 	}
-	return sum, nil
+	return sum, hs, nil
 }
 
 func (s *series) hourLocked(n int64) (hour, bool) {
@@ -367,6 +383,12 @@ func (s *series) hourLocked(n int64) (hour, bool) {
 		return hour{}, false
 	}
 	return s.hours[n%HourSlots], true
+}
+
+func addHists(dst, src *[nBuckets]uint64) {
+	for i, v := range src {
+		dst[i] += v
+	}
 }
 
 func addHist(dst *[nBuckets]uint64, src *[nBuckets]uint16) {
@@ -414,3 +436,72 @@ func (r *Recorder) Targets() []string {
 	sort.Strings(names)
 	return names
 }
+
+// QueryGroup returns the history of the targets of group over the window,
+// as Query does for one, with their points added step by step and their
+// events merged by time. Its Availability is the share of the group's
+// probes that passed: the recorder counts probes, not the time the group
+// spent at or above its routable minimum. Latency percentiles, over the
+// window and (at an hour's resolution) per step, come from the members'
+// buckets added together.
+func (r *Recorder) QueryGroup(group string, now time.Time, window, resolution time.Duration) (Summary, error) {
+	var names []string
+	r.mu.Lock()
+	for name, s := range r.targets {
+		if s.group == group {
+			names = append(names, name)
+		}
+	}
+	r.mu.Unlock()
+	if len(names) == 0 {
+		if _, _, err := r.query("", now, window, resolution); err != nil && !errors.Is(err, ErrUnknownTarget) {
+			return Summary{}, err
+		}
+		return Summary{}, ErrUnknownGroup
+	}
+	sort.Strings(names)
+	out := Summary{Group: group, Availability: -1}
+	var total hists
+	for _, name := range names {
+		s, hs, err := r.query(name, now, window, resolution)
+		if errors.Is(err, ErrUnknownTarget) {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			return Summary{}, err
+		}
+		if out.Points == nil {
+			out.Points = make([]Point, len(s.Points))
+			for i, p := range s.Points {
+				out.Points[i].Start = p.Start
+			}
+		}
+		for i, p := range s.Points {
+			out.Points[i].Probes += p.Probes
+			out.Points[i].Fails += p.Fails
+		}
+		addHists(&total.total, &hs.total)
+		if total.steps == nil && hs.steps != nil {
+			total.steps = make([][nBuckets]uint64, len(hs.steps))
+		}
+		for i := range hs.steps {
+			addHists(&total.steps[i], &hs.steps[i])
+		}
+		out.Probes += s.Probes
+		out.Fails += s.Fails
+		out.Events = append(out.Events, s.Events...)
+	}
+	if out.Probes > 0 {
+		out.Availability = float64(out.Probes-out.Fails) / float64(out.Probes)
+	}
+	out.P50, out.P95, out.P99 = quantile(&total.total, 0.50), quantile(&total.total, 0.95), quantile(&total.total, 0.99)
+	for i := range total.steps {
+		h := &total.steps[i]
+		out.Points[i].P50, out.Points[i].P95, out.Points[i].P99 = quantile(h, 0.50), quantile(h, 0.95), quantile(h, 0.99)
+	}
+	sort.SliceStable(out.Events, func(i, j int) bool { return out.Events[i].Time.Before(out.Events[j].Time) })
+	return out, nil
+}
+
+// ErrUnknownGroup is returned by QueryGroup for a group with no history.
+var ErrUnknownGroup = errors.New("no history for group")

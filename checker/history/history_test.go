@@ -175,3 +175,37 @@ func TestProbeInFlightAtRemovalDoesNotBringHistoryBack(t *testing.T) {
 		t.Fatalf("new target: %+v, %v; want 1 probe", s, err)
 	}
 }
+
+func TestGroupAddsItsTargets(t *testing.T) {
+	r := history.New(history.Options{})
+	for i := 0; i < 10; i++ {
+		probe(r, "a", t0.Add(time.Duration(i)*time.Second), true, 2*time.Millisecond)
+		probe(r, "b", t0.Add(time.Duration(i)*time.Second), i >= 5, 400*time.Millisecond)
+	}
+	r.ObserveProbe(checker.Spec{Name: "other", Group: "h"}, checker.Result{Pass: false, Time: t0})
+	r.ObserveTransition(checker.Transition{Target: "b", Group: "g", Time: t0.Add(2 * time.Second), Reason: "second"})
+	r.ObserveTransition(checker.Transition{Target: "a", Group: "g", Time: t0.Add(time.Second), Reason: "first"})
+	s, err := r.QueryGroup("g", t0.Add(time.Minute), 2*time.Hour, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Probes != 20 || s.Fails != 5 || s.Availability != 0.75 {
+		t.Errorf("group = %d/%d availability %v, want 20/5 0.75", s.Probes, s.Fails, s.Availability)
+	}
+	if last := s.Points[len(s.Points)-1]; last.Probes != 20 || last.P50 != 5*time.Millisecond || last.P95 != 500*time.Millisecond {
+		t.Errorf("last hour = %+v, want 20 probes, p50 5ms, p95 500ms", last)
+	}
+	if len(s.Events) != 2 || s.Events[0].Reason != "first" {
+		t.Errorf("events = %+v, want first then second", s.Events)
+	}
+	if _, err := r.QueryGroup("none", t0, time.Hour, time.Hour); !errors.Is(err, history.ErrUnknownGroup) {
+		t.Errorf("unknown group: err = %v", err)
+	}
+	var re *history.RangeError
+	if _, err := r.QueryGroup("g", t0, time.Hour, time.Second); !errors.As(err, &re) {
+		t.Errorf("bad resolution: err = %v, want a RangeError", err)
+	}
+	if _, err := r.QueryGroup("none", t0, time.Hour, time.Second); !errors.As(err, &re) {
+		t.Errorf("bad resolution, unknown group: err = %v, want a RangeError first", err)
+	}
+}
