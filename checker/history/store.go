@@ -176,8 +176,12 @@ func (r *Recorder) Flush(db *bolt.DB) error {
 
 // Run flushes r to db every interval of clock until ctx ends, then once
 // more, and returns that last Flush's error. A failed periodic Flush is
-// passed to onError (if not nil) and retried at the next interval.
+// passed to onError (if not nil) and retried at the next interval. every
+// must be positive.
 func (r *Recorder) Run(ctx context.Context, db *bolt.DB, clock checker.Clock, every time.Duration, onError func(error)) error {
+	if every <= 0 {
+		return fmt.Errorf("history flush interval must be positive, got %v", every)
+	}
 	for {
 		t := clock.TimerAt(clock.Now().Add(every))
 		select {

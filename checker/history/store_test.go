@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,5 +112,15 @@ func TestRunFlushesEveryIntervalAndAtEnd(t *testing.T) {
 	}
 	if !stored("c") {
 		t.Error("the last Flush at the end did not write c")
+	}
+}
+
+func TestRunRejectsANonPositiveInterval(t *testing.T) {
+	db := openDB(t, filepath.Join(t.TempDir(), "history.db"))
+	defer db.Close()
+	r := history.New(history.Options{})
+	err := r.Run(context.Background(), db, fakeclock.New(t0), 0, nil)
+	if err == nil || !strings.Contains(err.Error(), "interval must be positive") {
+		t.Fatalf("err = %v, want the interval named", err)
 	}
 }
