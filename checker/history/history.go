@@ -7,14 +7,17 @@
 //
 // Latency is counted in fixed buckets (see Buckets) per hour; percentiles
 // are the upper bound of the bucket that holds them, so a p95 of "250ms"
-// means 95% of probes took at most 250ms. Minute entries keep counts and
-// failures only; latency percentiles have an hour's resolution.
+// means 95% of probes took at most 250ms; a percentile in the unbounded
+// bucket is reported as twice the last bound. Minute entries keep counts
+// and failures only; latency percentiles have an hour's resolution.
 //
 // Memory per target is fixed once a target has been probed: a ring of
 // MinuteSlots minute entries (4 bytes each) and HourSlots hour entries (28
-// bytes each), plus the kept events. Old entries are overwritten as time
-// moves on, so nothing needs pruning; a target's history goes with the
-// target (ObserveRemoval).
+// bytes each), plus the kept events: about 26 KiB (BENCHMARKS.md). Old
+// entries are overwritten as time moves on, so nothing needs pruning; a
+// target's history goes with the target (ObserveRemoval).
+//
+// Flush and Run keep the history in a bbolt file of its own (store.go).
 package history
 
 import (
