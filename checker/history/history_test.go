@@ -1,0 +1,211 @@
+package history_test
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/fakeclock"
+	"github.com/pulsehealth/pulse/checker/history"
+)
+
+var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+
+func probe(r *history.Recorder, name string, at time.Time, pass bool, lat time.Duration) {
+	r.ObserveProbe(checker.Spec{Name: name, Group: "g"}, checker.Result{Pass: pass, Latency: lat, Time: at})
+}
+
+func TestMinutesCountProbesAndFailures(t *testing.T) {
+	r := history.New(history.Options{})
+	for i := 0; i < 60; i++ {
+		probe(r, "a", t0.Add(time.Duration(i)*time.Second), i%10 != 0, 3*time.Millisecond)
+	}
+	probe(r, "a", t0.Add(time.Minute), true, 3*time.Millisecond)
+	s, err := r.Query("a", t0.Add(time.Minute+30*time.Second), 5*time.Minute, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Points) != 5 {
+		t.Fatalf("points = %d, want 5", len(s.Points))
+	}
+	if p := s.Points[3]; p.Probes != 60 || p.Fails != 6 || !p.Start.Equal(t0) {
+		t.Errorf("minute t0 = %+v, want 60 probes, 6 fails", p)
+	}
+	if p := s.Points[4]; p.Probes != 1 || p.Fails != 0 {
+		t.Errorf("minute t0+1 = %+v, want 1 probe", p)
+	}
+	if s.Probes != 61 || s.Fails != 6 || s.Group != "g" {
+		t.Errorf("summary = %d/%d group %q, want 61/6 g", s.Probes, s.Fails, s.Group)
+	}
+	if want := 55.0 / 61; s.Availability != want {
+		t.Errorf("availability = %v, want %v", s.Availability, want)
+	}
+}
+
+func TestHourPercentilesFromBuckets(t *testing.T) {
+	r := history.New(history.Options{})
+	// 90 fast, 6 at 100ms, 4 over a second.
+	for i := 0; i < 100; i++ {
+		lat := 2 * time.Millisecond
+		switch {
+		case i >= 96:
+			lat = 3 * time.Second
+		case i >= 90:
+			lat = 80 * time.Millisecond
+		}
+		probe(r, "a", t0.Add(time.Duration(i)*time.Second), true, lat)
+	}
+	s, err := r.Query("a", t0.Add(30*time.Minute), 24*time.Hour, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.P50 != 5*time.Millisecond || s.P95 != 100*time.Millisecond || s.P99 != 2*time.Second {
+		t.Errorf("p50/p95/p99 = %v/%v/%v, want 5ms/100ms/2s", s.P50, s.P95, s.P99)
+	}
+	last := s.Points[len(s.Points)-1]
+	if last.Probes != 100 || last.P50 != 5*time.Millisecond {
+		t.Errorf("last hour = %+v", last)
+	}
+}
+
+func TestOldEntriesAgeOut(t *testing.T) {
+	r := history.New(history.Options{})
+	probe(r, "a", t0, false, time.Millisecond)
+	later := t0.Add(25 * time.Hour)
+	probe(r, "a", later, true, time.Millisecond)
+	s, err := r.Query("a", later, 24*time.Hour, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Probes != 1 || s.Fails != 0 {
+		t.Errorf("minutes over 24h = %d/%d, want 1/0: the old minute must be gone", s.Probes, s.Fails)
+	}
+	s, _ = r.Query("a", later, 30*24*time.Hour, time.Hour)
+	if s.Probes != 2 {
+		t.Errorf("hours over 30d = %d probes, want 2", s.Probes)
+	}
+	much := later.Add(31 * 24 * time.Hour)
+	probe(r, "a", much, true, time.Millisecond)
+	s, _ = r.Query("a", much, 30*24*time.Hour, time.Hour)
+	if s.Probes != 1 {
+		t.Errorf("hours over 30d after 31 days = %d probes, want 1", s.Probes)
+	}
+	// A result older than the ring holds is dropped, not written over a
+	// newer slot.
+	probe(r, "a", t0, false, time.Millisecond)
+	s, _ = r.Query("a", much, 30*24*time.Hour, time.Hour)
+	if s.Probes != 1 || s.Fails != 0 {
+		t.Errorf("after a stale result = %d/%d, want 1/0", s.Probes, s.Fails)
+	}
+}
+
+func TestEventsKeptBoundedAndRemovedWithTarget(t *testing.T) {
+	r := history.New(history.Options{MaxEvents: 3})
+	for i := 0; i < 5; i++ {
+		r.ObserveTransition(checker.Transition{Target: "a", Group: "g", From: checker.State(0), To: checker.State(1),
+			Time: t0.Add(time.Duration(i) * time.Minute), Reason: fmt.Sprint("r", i)})
+	}
+	s, err := r.Query("a", t0.Add(10*time.Minute), time.Hour, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Events) != 3 || s.Events[0].Reason != "r2" || s.Events[2].Reason != "r4" {
+		t.Fatalf("events = %+v, want r2..r4", s.Events)
+	}
+	r.ObserveRemoval(checker.Spec{Name: "a"})
+	if _, err := r.Query("a", t0, time.Hour, time.Minute); !errors.Is(err, history.ErrUnknownTarget) {
+		t.Errorf("after removal: err = %v, want ErrUnknownTarget", err)
+	}
+}
+
+func TestQueryBounds(t *testing.T) {
+	r := history.New(history.Options{})
+	probe(r, "a", t0, true, 0)
+	for _, c := range []struct {
+		window, res time.Duration
+		field       string
+	}{
+		{25 * time.Hour, time.Minute, "window"},
+		{0, time.Minute, "window"},
+		{721 * time.Hour, time.Hour, "window"},
+		{90 * time.Minute, time.Hour, "window"},
+		{time.Hour, time.Second, "resolution"},
+	} {
+		_, err := r.Query("a", t0, c.window, c.res)
+		var re *history.RangeError
+		if !errors.As(err, &re) || re.Field != c.field {
+			t.Errorf("Query(%v, %v) err = %v, want a RangeError on %s", c.window, c.res, err, c.field)
+		}
+	}
+}
+
+// TestMemoryPerTarget measures the memory a probed target's history takes.
+func TestMemoryPerTarget(t *testing.T) {
+	const n = 1000
+	r := history.New(history.Options{})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := 0; i < n; i++ {
+		probe(r, fmt.Sprint("t", i), t0, true, time.Millisecond)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := (after.HeapAlloc - before.HeapAlloc) / n
+	t.Logf("history memory per probed target: %d bytes", per)
+	runtime.KeepAlive(r)
+}
+
+func TestProbeInFlightAtRemovalDoesNotBringHistoryBack(t *testing.T) {
+	clock := fakeclock.New(t0)
+	r := history.New(history.Options{Clock: clock})
+	probe(r, "a", t0.Add(-time.Minute), true, time.Millisecond)
+	r.ObserveRemoval(checker.Spec{Name: "a"})
+	// Started a second before the removal, ended a second after it.
+	probe(r, "a", t0.Add(time.Second), false, 2*time.Second)
+	if _, err := r.Query("a", t0.Add(time.Second), time.Hour, time.Minute); !errors.Is(err, history.ErrUnknownTarget) {
+		t.Fatalf("err = %v, want ErrUnknownTarget: a probe begun before the removal came back", err)
+	}
+	// A new target of the same name, probed after the removal, is kept.
+	probe(r, "a", t0.Add(2*time.Second), true, time.Millisecond)
+	if s, err := r.Query("a", t0.Add(2*time.Second), time.Hour, time.Minute); err != nil || s.Probes != 1 {
+		t.Fatalf("new target: %+v, %v; want 1 probe", s, err)
+	}
+}
+
+func TestGroupAddsItsTargets(t *testing.T) {
+	r := history.New(history.Options{})
+	for i := 0; i < 10; i++ {
+		probe(r, "a", t0.Add(time.Duration(i)*time.Second), true, 2*time.Millisecond)
+		probe(r, "b", t0.Add(time.Duration(i)*time.Second), i >= 5, 400*time.Millisecond)
+	}
+	r.ObserveProbe(checker.Spec{Name: "other", Group: "h"}, checker.Result{Pass: false, Time: t0})
+	r.ObserveTransition(checker.Transition{Target: "b", Group: "g", Time: t0.Add(2 * time.Second), Reason: "second"})
+	r.ObserveTransition(checker.Transition{Target: "a", Group: "g", Time: t0.Add(time.Second), Reason: "first"})
+	s, err := r.QueryGroup("g", t0.Add(time.Minute), 2*time.Hour, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Probes != 20 || s.Fails != 5 || s.Availability != 0.75 {
+		t.Errorf("group = %d/%d availability %v, want 20/5 0.75", s.Probes, s.Fails, s.Availability)
+	}
+	if last := s.Points[len(s.Points)-1]; last.Probes != 20 || last.P50 != 5*time.Millisecond || last.P95 != 500*time.Millisecond {
+		t.Errorf("last hour = %+v, want 20 probes, p50 5ms, p95 500ms", last)
+	}
+	if len(s.Events) != 2 || s.Events[0].Reason != "first" {
+		t.Errorf("events = %+v, want first then second", s.Events)
+	}
+	if _, err := r.QueryGroup("none", t0, time.Hour, time.Hour); !errors.Is(err, history.ErrUnknownGroup) {
+		t.Errorf("unknown group: err = %v", err)
+	}
+	var re *history.RangeError
+	if _, err := r.QueryGroup("g", t0, time.Hour, time.Second); !errors.As(err, &re) {
+		t.Errorf("bad resolution: err = %v, want a RangeError", err)
+	}
+	if _, err := r.QueryGroup("none", t0, time.Hour, time.Second); !errors.As(err, &re) {
+		t.Errorf("bad resolution, unknown group: err = %v, want a RangeError first", err)
+	}
+}
