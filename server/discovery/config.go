@@ -239,8 +239,8 @@ func parseOnDisappear(s string) (time.Duration, error) {
 		return 0, nil
 	case len(fields) == 2 && fields[0] == "drain":
 		d, err := time.ParseDuration(fields[1])
-		if err != nil || d <= 0 || d > MaxDrain {
-			return 0, fmt.Errorf("on_disappear: drain takes a duration above 0 and at most %s, got %q", MaxDrain, fields[1])
+		if err != nil || d < checker.MinDrainFor || d > MaxDrain {
+			return 0, fmt.Errorf("on_disappear: drain takes a duration of at least %s and at most %s, got %q", checker.MinDrainFor, MaxDrain, fields[1])
 		}
 		return d, nil
 	}
