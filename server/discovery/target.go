@@ -31,12 +31,7 @@ const NameLabel = "__pulse_name__"
 const SchemeLabel = model.SchemeLabel
 
 // Source returns the source a group's targets are marked with.
-func Source(group string) string { return "discovery:" + group }
-
-// GroupOf returns the group a source names, and whether it is one.
-func GroupOf(source string) (string, bool) {
-	return strings.CutPrefix(source, "discovery:")
-}
+func Source(group string) string { return server.DiscoverySource(group) }
 
 // Targets turns one answer of a group's sources (the target groups of all
 // its SD configs) into the specs of its targets: each discovered label set
