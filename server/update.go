@@ -2,10 +2,13 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -21,6 +24,9 @@ func (s *Server) UpdateTarget(_ context.Context, req *pb.UpdateTargetRequest) (*
 	}
 	src := req.GetTarget()
 	old, st, err := s.c.Update(src.GetName(), func(cur checker.Spec) (checker.Spec, error) {
+		if group, ok := DiscoveryGroup(cur.Source); ok {
+			return cur, &discoveredError{name: cur.Name, group: group}
+		}
 		t := specToProto(cur) // redacted: unredact below puts the stored secrets back
 		applyMask(t, src, paths)
 		spec, err := SpecFromProto(t)
@@ -30,6 +36,10 @@ func (s *Server) UpdateTarget(_ context.Context, req *pb.UpdateTargetRequest) (*
 		err = unredact(&spec, func(string) (checker.Status, error) { return checker.Status{Spec: cur}, nil })
 		return spec, err
 	})
+	var de *discoveredError
+	if errors.As(err, &de) {
+		return nil, status.Error(codes.FailedPrecondition, de.Error())
+	}
 	if err != nil {
 		return nil, toStatus(err, "target.")
 	}
@@ -139,4 +149,25 @@ func (s *Server) ProbeNow(ctx context.Context, req *pb.ProbeNowRequest) (*pb.Pro
 		out.Results = append(out.Results, pr)
 	}
 	return out, nil
+}
+
+// discoverySource prefixes the source of the targets a discovery group
+// found: "discovery:GROUP".
+const discoverySource = "discovery:"
+
+// DiscoverySource returns the source of the targets discovery group found.
+func DiscoverySource(group string) string { return discoverySource + group }
+
+// DiscoveryGroup returns the discovery group a target's source names, and
+// whether it names one.
+func DiscoveryGroup(source string) (string, bool) {
+	return strings.CutPrefix(source, discoverySource)
+}
+
+// discoveredError refuses UpdateTarget on a target a discovery group
+// found: its spec is the group's template, put back by every answer.
+type discoveredError struct{ name, group string }
+
+func (e *discoveredError) Error() string {
+	return fmt.Sprintf("target %s was found by discovery group %s: its spec is the group's template; change the template in pulsed's -discovery-config (SetMode and RemoveTarget apply as to any target)", Quote(e.name), Quote(e.group))
 }

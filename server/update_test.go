@@ -1,11 +1,13 @@
 package server_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -14,6 +16,7 @@ import (
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/fakeclock"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/server"
 )
 
 func mask(paths ...string) *fieldmaskpb.FieldMask { return &fieldmaskpb.FieldMask{Paths: paths} }
@@ -181,5 +184,27 @@ func TestProbeNowThroughTheAPI(t *testing.T) {
 	clock.Advance(time.Second)
 	if _, err := e.client.ProbeNow(t.Context(), &pb.ProbeNowRequest{}); err != nil {
 		t.Errorf("after a second: %v", err)
+	}
+}
+
+// UpdateTarget of a target a discovery group found is refused, naming the
+// group, and changes nothing.
+func TestUpdateTargetRefusesDiscoveredTargets(t *testing.T) {
+	e := start(t, checker.Config{Defaults: checker.StandardDefaults()})
+	spec, err := server.SpecFromProto(tcpTarget("api-1", "edge"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Source = server.DiscoverySource("api")
+	if _, _, err := e.c.Add(spec); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.client.UpdateTarget(t.Context(), &pb.UpdateTargetRequest{Target: &pb.Target{Name: "api-1", Fall: proto.Int32(9)}})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), `discovery group "api"`) {
+		t.Fatalf("got %v, want FailedPrecondition naming the discovery group", err)
+	}
+	st, err := e.client.State(t.Context(), &pb.StateRequest{Name: "api-1"})
+	if err != nil || st.GetStatus().GetSpec().GetFall() == 9 {
+		t.Errorf("the refused update changed the target: %v, %v", st.GetStatus().GetSpec(), err)
 	}
 }

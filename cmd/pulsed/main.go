@@ -47,6 +47,7 @@ type config struct {
 	dataDir          string
 	registry         registryFlags
 	targetsFile      string
+	discoveryConfig  string
 	security         securityFlags
 	conns            connFlags
 	defaults         checker.Defaults
@@ -85,6 +86,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	cfg.dns.register(fs)
 	cfg.xds.register(fs)
 	fs.StringVar(&cfg.targetsFile, "targets", "", "YAML `file` of targets to register at start and again on SIGHUP (docs/guides/targets.md); it owns the targets it lists")
+	fs.StringVar(&cfg.discoveryConfig, "discovery-config", "", "YAML `file` of discovery groups (Prometheus file_sd, http_sd and dns_sd configs, relabel rules, a target template; see docs/guides/discovery.md), reloaded on SIGHUP")
 	cfg.registry.register(fs)
 	fs.StringVar(&cfg.dataDir, "data-dir", "pulse-data", "`directory` of the embedded store that keeps targets and their states across restarts; \"\" keeps them in memory only")
 	fs.DurationVar(&cfg.defaults.Interval, "interval", d.Interval, "default time between the starts of two probes of a target")
@@ -343,6 +345,11 @@ func run(args []string, stderr io.Writer) error {
 			return fmt.Errorf("-targets: %w", err)
 		}
 	}
+	disc, err := startDiscovery(cfg, c, obs.reg, logger)
+	if err != nil {
+		return err
+	}
+	defer disc.stop()
 	stopDNS, err := startDNS(cfg, c, obs.reg, logger)
 	if err != nil {
 		return err
@@ -371,7 +378,10 @@ wait:
 		case err := <-obs.serveErr():
 			return fmt.Errorf("http serve: %w", err)
 		case <-hup:
-			reloadTargets(c, cfg, logger)
+			if cfg.targetsFile != "" || cfg.discoveryConfig == "" {
+				reloadTargets(c, cfg, logger)
+			}
+			disc.reload()
 		case <-ctx.Done():
 			break wait
 		}
@@ -384,6 +394,7 @@ wait:
 	wd.Close()
 	// Closing the checker stops probing and ends watch streams, which would
 	// otherwise keep GracefulStop waiting forever.
+	disc.stop() // no discovered target is written once the checker closes
 	sigs.shutdownStep("the checker to close (probes in flight, state changes to store, watch streams to end)")
 	c.Close()
 	sigs.shutdownStep("HTTP requests and gRPC calls in progress")

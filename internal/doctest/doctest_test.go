@@ -202,6 +202,7 @@ func exampleAddr(s string) bool {
 var runnablePages = []string{
 	"README.md",
 	"docs/getting-started.md",
+	"docs/guides/discovery.md",
 	"docs/integrations/dns.md",
 	"docs/integrations/go.md",
 	"docs/integrations/grpc-health.md",
