@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/boltstore"
 	"github.com/pulsehealth/pulse/checker/fakeclock"
 	"github.com/pulsehealth/pulse/checker/probe"
 )
@@ -429,4 +430,39 @@ func BenchmarkPerfHeapPerProbedTarget(b *testing.B) {
 		c.Close()
 		b.StartTimer()
 	}
+}
+
+// BenchmarkPerfAddTargetStored: AddTarget throughput of a single node on the
+// embedded store, each Add durable when it returns, 32 callers at once as
+// pulse-bench registers a fleet: the figure a change of the write path must
+// keep (ns/op is per target added).
+func BenchmarkPerfAddTargetStored(b *testing.B) {
+	store, err := boltstore.Open(b.TempDir(), time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { store.Close() })
+	cfg := checker.Config{Store: store, Clock: fakeclock.New(time.Unix(1_700_000_000, 0))}
+	cfg.NewProber = func(probe.Spec) (checker.Prober, error) {
+		return perfProber{fail: new(atomic.Bool), calls: new(atomic.Int64)}, nil
+	}
+	c, err := checker.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	var next atomic.Int64
+	b.SetParallelism(16) // 16 x GOMAXPROCS callers; 32 on two cores
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := next.Add(1)
+			s := checker.Spec{Name: fmt.Sprintf("t%07d", i), Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 3,
+				Probe: probe.Spec{TCP: &probe.TCPSpec{Address: "127.0.0.1:9"}}}
+			if _, _, err := c.Add(s); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }
