@@ -33,10 +33,9 @@ type keepRank struct {
 	// edge: probers of classes below it keep their connections; of the
 	// class itself, as the budget allows; above it, none. periodClasses:
 	// every class fits.
-	edge      atomic.Int32
-	computed  atomic.Int64 // when edge was last computed, Unix ns
-	unranked  atomic.Int64 // probers with no period yet: they may keep, first come
-	recompute time.Duration
+	edge     atomic.Int32
+	computed atomic.Int64 // when edge was last computed, Unix ns
+	unranked atomic.Int64 // probers with no period yet: they may keep, first come
 }
 
 // keepRankEvery is how often the edge is computed again, at most.
@@ -112,12 +111,8 @@ func (r *keepRank) mayKeep(pp *proberPeriod, budget int64, now time.Time) bool {
 // computation is older than keepRankEvery.
 func (r *keepRank) edgeAt(budget int64, now time.Time) int32 {
 	ns := now.UnixNano()
-	every := r.recompute
-	if every == 0 {
-		every = keepRankEvery
-	}
 	last := r.computed.Load()
-	if last != 0 && ns-last < int64(every) {
+	if last != 0 && ns-last < int64(keepRankEvery) {
 		return r.edge.Load()
 	}
 	if !r.computed.CompareAndSwap(last, ns) {

@@ -229,7 +229,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 			bins = strings.Split(f.xdsPulsed, ",")
 		}
 		xo := xdsMemOptions{Streams: f.xdsStreams, PerConn: f.xdsPerConn, After: after, Bins: bins,
-			WorkDir: work, Extra: o.PulsedArgs, Log: stderr, Groups: 10, PerGroup: 10}
+			Extra: o.PulsedArgs, Log: stderr, Groups: 10, PerGroup: 10}
 		res, err := runXDSMem(ctx, xo)
 		writeXDSMem(stdout, rep.Command, xo, res)
 		return err

@@ -24,8 +24,7 @@ type xdsMemOptions struct {
 	PerConn  int             // streams per client connection
 	After    []time.Duration // when to read the RSS after the streams close
 	Bins     []string        // the pulsed binaries, measured one after the other
-	WorkDir  string
-	Extra    []string // more pulsed flags
+	Extra    []string        // more pulsed flags
 	Log      io.Writer
 	Groups   int // groups (clusters) the streams watch
 	PerGroup int // targets in each group

@@ -46,7 +46,7 @@ func (f *securityFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.tokenFile, "token-file", "", "`file` of bearer tokens with their roles (read or write); every pulse.v1 call, and every HTTP path but /healthz, /readyz and the status page's shell, then needs one (docs/operations/security.md)")
 	fs.BoolVar(&f.insecure, "insecure", false, "allow -listen on a non-loopback address without TLS or tokens, and -http-listen without both")
 	fs.Var(&f.allowTargets, "allow-targets", "comma-separated CIDRs or addresses probes may reach; empty: any address not denied")
-	fs.Var(&f.denyTargets, "deny-targets", fmt.Sprintf("comma-separated CIDRs or addresses probes must never reach, checked on the resolved address at every dial; always denied on top of these, unless -allow-metadata-targets: the cloud metadata and link-local ranges %s (-deny-targets= denies only those)", denyDefault()))
+	fs.Var(&f.denyTargets, "deny-targets", "comma-separated CIDRs or addresses probes must never reach, checked on the resolved address at every dial; always denied on top of these, unless -allow-metadata-targets: the cloud metadata and link-local ranges, IPv4 and IPv6, which pulsed logs at start as its probe egress policy (-deny-targets= denies only those)")
 	fs.BoolVar(&f.allowMetadata, "allow-metadata-targets", false, "DANGEROUS: let probes reach the cloud metadata and link-local ranges that are otherwise always denied (see -deny-targets); anyone who can add targets may then read this machine's cloud credentials. Logs a warning at start")
 	fs.IntVar(&f.maxTargets, "max-targets", 100000, "most targets registered at once; 0: no limit")
 	fs.IntVar(&f.maxTargetsPerGroup, "max-targets-per-group", 10000, "most targets in one group; 0: no limit")
