@@ -181,6 +181,57 @@ func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 	return c.reg.add(spec, c.specWriter())
 }
 
+// MaxAddMany bounds the specs of one AddMany call.
+const MaxAddMany = 10000
+
+// AddMany is Add for many specs at once: each is completed with the
+// defaults, validated and registered as Add would, and refused alone (its
+// AddResult's Err, as Add returns it) without keeping the others from
+// being registered. The specs registered or changed are made durable
+// together before AddMany returns: with a store that is a SpecBatchStore,
+// in one transaction. Each new target has its own ADDED event, at
+// consecutive revisions.
+//
+// A name given twice is refused the second time, with a *FieldError on
+// "name"; more than MaxAddMany specs return a *FieldError and change
+// nothing. With a shared registry the specs are written one at a time.
+func (c *Checker) AddMany(specs []Spec) ([]AddResult, error) {
+	if len(specs) > MaxAddMany {
+		return nil, &FieldError{"targets", fmt.Sprintf("must be at most %d per call, got %d: send them in several calls", MaxAddMany, len(specs))}
+	}
+	res := make([]AddResult, len(specs))
+	valid := make([]Spec, 0, len(specs))
+	at := make([]int, 0, len(specs)) // valid[k] is specs[at[k]]
+	seen := make(map[string]struct{}, len(specs))
+	for i, spec := range specs {
+		spec = spec.WithDefaults(c.defaults)
+		if err := spec.Validate(); err != nil {
+			res[i].Err = err
+			continue
+		}
+		if _, dup := seen[spec.Name]; dup {
+			res[i].Err = &FieldError{"name", fmt.Sprintf("%q appears more than once in the call; the first is the one registered", spec.Name)}
+			continue
+		}
+		seen[spec.Name] = struct{}{}
+		valid = append(valid, spec)
+		at = append(at, i)
+	}
+	if c.repl != nil {
+		for k, spec := range valid {
+			r := &res[at[k]]
+			r.Status, r.Created, r.Err = c.repl.add(spec)
+		}
+		return res, nil
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	for k, r := range c.reg.addMany(valid, c.specWriter()) {
+		res[at[k]] = r
+	}
+	return res, nil
+}
+
 // Remove unregisters a target and reports whether it existed. A result that
 // arrives for it afterwards is discarded. With a store, the removal is
 // durable when Remove returns; a failure to store it returns an error

@@ -71,7 +71,7 @@ func (l *lifecycle) set(sel modeSel, a Admin, expect *Admin) ([]Status, error) {
 	defer l.wmu.Unlock()
 	var write func([]Spec) (int, error)
 	if l.store != nil {
-		write = l.putSpecs
+		write = func(specs []Spec) (int, error) { return putSpecs(l.store, specs) }
 	}
 	specs, err := l.reg.adminSpecs(sel, a, expect)
 	if err != nil || len(specs) == 0 {
@@ -80,17 +80,17 @@ func (l *lifecycle) set(sel modeSel, a Admin, expect *Admin) ([]Status, error) {
 	return l.reg.setAdmin(specs, write)
 }
 
-// putSpecs stores specs: in one transaction with a SpecBatchStore, else
-// one at a time. It returns how many are stored.
-func (l *lifecycle) putSpecs(specs []Spec) (int, error) {
-	if bs, ok := l.store.(SpecBatchStore); ok {
+// putSpecs stores specs in store: in one transaction with a
+// SpecBatchStore, else one at a time. It returns how many are stored.
+func putSpecs(store Store, specs []Spec) (int, error) {
+	if bs, ok := store.(SpecBatchStore); ok && len(specs) > 1 {
 		if err := bs.PutSpecs(specs); err != nil {
 			return 0, err
 		}
 		return len(specs), nil
 	}
 	for i, s := range specs {
-		if err := l.store.PutSpec(s); err != nil {
+		if err := store.PutSpec(s); err != nil {
 			return i, err
 		}
 	}

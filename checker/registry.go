@@ -145,61 +145,156 @@ type sharedLink interface {
 	markGroup(group string)
 }
 
-// add is Add for a spec with defaults, valid: it registers a target or
-// replaces its spec. write, if not nil, makes the spec durable; it runs
-// between the two critical sections, after the prober is built and the
-// limits checked, and before anything changes. The caller keeps other
-// writes of the same target out meanwhile.
-func (r *registry) add(spec Spec, write func(Spec) error) (st Status, created bool, err error) {
-	var unused Prober // a prober built but not kept, or the one replaced
-	defer func() { closeProber(unused) }()
+// add is Add for a spec with defaults, valid: addMany of one.
+func (r *registry) add(spec Spec, write func([]Spec) error) (Status, bool, error) {
+	res := r.addMany([]Spec{spec}, write)[0]
+	return res.Status, res.Created, res.Err
+}
 
+// AddResult is what AddMany did with one spec: its status and whether it
+// was created, or why it was refused (Err, as Add returns it).
+type AddResult struct {
+	Status  Status
+	Created bool
+	Err     error
+}
+
+// addBatch bounds the targets addMany registers under one hold of the
+// registry's lock, so that probes and reads go on during a large batch.
+const addBatch = 1024
+
+// addMany is AddMany for specs with defaults, valid, of distinct names: it
+// registers each target or replaces its spec. write, if not nil, makes the
+// changed specs durable, all in one call; it runs after every prober is
+// built and every limit checked, and before anything changes. A spec
+// refused (its probe, a limit) is refused alone; a failed write refuses
+// every spec it carried. The caller keeps other writes out meanwhile.
+func (r *registry) addMany(specs []Spec, write func([]Spec) error) []AddResult {
+	res := make([]AddResult, len(specs))
+	probers := make([]Prober, len(specs))
+	keep := make([]bool, len(specs)) // the probe is the target's own already
+	same := make([]bool, len(specs)) // nothing to write or change
+	fail := func(i int, err error) {
+		res[i].Err = err
+		closeProber(probers[i])
+		probers[i] = nil
+	}
+
+	// The specs as they will be stored: an update keeps the target's
+	// initial state (it only matters to a new target) and its mode.
 	r.mu.Lock()
-	old := r.targets[spec.Name]
-	limitErr := r.checkLimitsLocked(old, spec)
-	if old != nil && old.quarantined() != "" {
-		old = nil // replaced by a target made afresh from this spec
-	}
-	if old != nil {
-		// The initial state only matters to a new target: an update keeps
-		// the one it was created with, so it is no change; nor does a spec
-		// change the target's mode.
-		spec.InitialState = old.spec.InitialState
-		spec = spec.WithAdmin(old.spec.Admin())
-	}
-	sameProbe := old != nil && reflect.DeepEqual(old.spec.Probe, spec.Probe)
-	sameSpec := old != nil && reflect.DeepEqual(old.spec, spec)
 	closed := r.closed
+	for i := range specs {
+		old := r.targets[specs[i].Name]
+		if old == nil || old.quarantined() != "" {
+			continue // made afresh from the spec
+		}
+		specs[i].InitialState = old.spec.InitialState
+		specs[i] = specs[i].WithAdmin(old.spec.Admin())
+		keep[i] = reflect.DeepEqual(old.spec.Probe, specs[i].Probe)
+		same[i] = reflect.DeepEqual(old.spec, specs[i])
+	}
 	r.mu.Unlock()
 	if closed {
-		return Status{}, false, ErrClosed
+		for i := range res {
+			res[i].Err = ErrClosed
+		}
+		return res
 	}
-	// The prober is built first: a probe the egress policy refuses is a
-	// rejected call (a bad request before a full registry), and a rejected
-	// call stores nothing.
-	var p Prober
-	if !sameProbe {
-		if p, err = r.newProber(spec.Probe); err != nil {
-			return Status{}, false, wrapProbeErr(err)
+	// The probers are built first: a probe the egress policy refuses is a
+	// rejected spec (a bad request before a full registry), and a rejected
+	// spec stores nothing.
+	for i := range specs {
+		if !keep[i] {
+			p, err := r.newProber(specs[i].Probe)
+			if err != nil {
+				res[i].Err = wrapProbeErr(err)
+				continue
+			}
+			probers[i] = p
 		}
 	}
-	if limitErr != nil {
-		unused = p
-		return Status{}, false, limitErr
-	}
-	if write != nil && !sameSpec {
-		// Durable before anything changes or is acknowledged.
-		if err := write(spec); err != nil {
-			unused = p
-			return Status{}, false, fmt.Errorf("%w: %v", ErrStore, err)
-		}
-	}
-
 	r.mu.Lock()
-	defer r.unlockAndReport()
+	r.batchLimitsLocked(specs, res, fail)
+	r.mu.Unlock()
+	if write != nil {
+		var changed []Spec
+		for i := range specs {
+			if res[i].Err == nil && !same[i] {
+				changed = append(changed, specs[i])
+			}
+		}
+		if len(changed) > 0 {
+			// Durable before anything changes or is acknowledged.
+			if err := write(changed); err != nil {
+				err = fmt.Errorf("%w: %v", ErrStore, err)
+				for i := range specs {
+					if res[i].Err == nil && !same[i] {
+						fail(i, err)
+					}
+				}
+			}
+		}
+	}
+	var unused []Prober
+	for lo := 0; lo < len(specs); lo += addBatch {
+		r.mu.Lock()
+		for i := lo; i < min(lo+addBatch, len(specs)); i++ {
+			if res[i].Err != nil {
+				continue
+			}
+			var p Prober
+			res[i].Status, res[i].Created, p, res[i].Err = r.addLocked(specs[i], probers[i])
+			if p != nil {
+				unused = append(unused, p)
+			}
+		}
+		r.unlockAndReport()
+		for _, p := range unused {
+			closeProber(p)
+		}
+		unused = unused[:0]
+	}
+	return res
+}
+
+// batchLimitsLocked refuses, in order, the specs of a batch not yet refused
+// that would take the registry or a group past its limit, counting the
+// ones before them.
+func (r *registry) batchLimitsLocked(specs []Spec, res []AddResult, fail func(int, error)) {
+	if r.maxTargets <= 0 && r.maxInGroup <= 0 {
+		return
+	}
+	added, joined := 0, make(map[string]int)
+	for i, spec := range specs {
+		if res[i].Err != nil {
+			continue
+		}
+		old := r.targets[spec.Name]
+		joins := old == nil || old.spec.Group != spec.Group || old.quarantined() != "" // a quarantined target is in no pool
+		switch {
+		case old == nil && r.maxTargets > 0 && len(r.targets)+added >= r.maxTargets:
+			fail(i, &LimitError{What: "targets", Max: r.maxTargets})
+		case joins && r.maxInGroup > 0 && r.pools[spec.Group].size()+joined[spec.Group] >= r.maxInGroup:
+			fail(i, &LimitError{What: fmt.Sprintf("targets in group %q", spec.Group), Max: r.maxInGroup})
+		default:
+			if old == nil {
+				added++
+			}
+			if joins {
+				joined[spec.Group]++
+			}
+		}
+	}
+}
+
+// addLocked registers spec, made durable if need be, or replaces the spec
+// of the target of its name; p is its prober, nil if the target's own is
+// kept. It returns the prober left unused (built but not kept, or the one
+// replaced) for the caller to close outside the lock.
+func (r *registry) addLocked(spec Spec, p Prober) (st Status, created bool, unused Prober, err error) {
 	if r.closed {
-		unused = p
-		return Status{}, false, ErrClosed
+		return Status{}, false, p, ErrClosed
 	}
 	now := r.clock.Now()
 	t := r.targets[spec.Name]
@@ -210,13 +305,12 @@ func (r *registry) add(spec Spec, write func(Spec) error) (st Status, created bo
 	if t == nil {
 		if p == nil { // the target was removed while we built the prober
 			if p, err = r.newProber(spec.Probe); err != nil {
-				return Status{}, false, wrapProbeErr(err)
+				return Status{}, false, nil, wrapProbeErr(err)
 			}
 		}
 		if fixed == nil {
 			if err := r.checkLimitsLocked(nil, spec); err != nil { // re-checked: others may have added meanwhile
-				unused = p
-				return Status{}, false, err
+				return Status{}, false, p, err
 			}
 		}
 		spec = spec.WithAdmin(Admin{}) // a new target is active
@@ -232,15 +326,14 @@ func (r *registry) add(spec Spec, write func(Spec) error) (st Status, created bo
 			// an update of it.
 			r.emitLocked(Event{Kind: EventUpdated, Time: now, Status: st, prevGroup: fixed.spec.Group})
 			r.settleLocked(spec.Group, now)
-			return st, false, nil
+			return st, false, nil, nil
 		}
 		r.emitLocked(Event{Kind: EventAdded, Time: now, Status: st})
 		r.settleLocked(spec.Group, now) // a new routable target may make room
-		return st, true, nil
+		return st, true, nil, nil
 	}
 	if reflect.DeepEqual(t.spec, spec) {
-		unused = p
-		return r.statusLocked(t, now), false, nil // nothing changes, no event
+		return r.statusLocked(t, now), false, p, nil // nothing changes, no event
 	}
 
 	if p != nil && !reflect.DeepEqual(t.spec.Probe, spec.Probe) {
@@ -274,7 +367,7 @@ func (r *registry) add(spec Spec, write func(Spec) error) (st Status, created bo
 	}
 	r.settleLocked(spec.Group, now)
 	r.sched.hurryLocked(t, now)
-	return r.statusLocked(t, now), false, nil
+	return r.statusLocked(t, now), false, unused, nil
 }
 
 // setSpecLocked gives t a new spec, moving it between pools if its group

@@ -47,11 +47,15 @@ func (c *Checker) Update(name string, change func(Spec) (Spec, error)) (old Spec
 	return cur.Spec, st, nil
 }
 
-// specWriter returns what makes a spec durable: the store's PutSpec, or
-// nil without a store.
-func (c *Checker) specWriter() func(Spec) error {
+// specWriter returns what makes specs durable: the store's, in one
+// transaction if it is a SpecBatchStore (see putSpecs), or nil without a
+// store.
+func (c *Checker) specWriter() func([]Spec) error {
 	if c.store == nil {
 		return nil
 	}
-	return c.store.PutSpec
+	return func(specs []Spec) error {
+		_, err := putSpecs(c.store, specs)
+		return err
+	}
 }

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"sync/atomic"
@@ -38,6 +39,13 @@ func (f *faultyStore) PutSpec(s checker.Spec) error {
 		return errDiskFull
 	}
 	return f.Store.PutSpec(s)
+}
+
+func (f *faultyStore) PutSpecs(specs []checker.Spec) error {
+	if f.broken.Load() {
+		return errDiskFull
+	}
+	return f.Store.PutSpecs(specs)
 }
 
 func (f *faultyStore) DeleteTarget(name string) error {
@@ -148,6 +156,30 @@ func TestARejectedCallChangesNothing(t *testing.T) {
 	add := func(ctx context.Context, tg *pb.Target) func() error {
 		return func() error { _, err := client.AddTarget(ctx, &pb.AddTargetRequest{Target: tg}); return err }
 	}
+	// addMany fails with the first refused target's code, as AddTarget
+	// would have failed with it.
+	addMany := func(ctx context.Context, tgs ...*pb.Target) func() error {
+		return func() error {
+			resp, err := client.AddTargets(ctx, &pb.AddTargetsRequest{Targets: tgs})
+			if err != nil {
+				return err
+			}
+			for _, r := range resp.GetResults() {
+				if r.GetCode() != "" {
+					var c codes.Code
+					if err := c.UnmarshalJSON([]byte(`"` + r.GetCode() + `"`)); err != nil {
+						return err
+					}
+					return status.Error(c, r.GetError())
+				}
+			}
+			return nil
+		}
+	}
+	tooMany := make([]*pb.Target, checker.MaxAddMany+1)
+	for i := range tooMany {
+		tooMany[i] = tcp(fmt.Sprintf("n%d", i), "")
+	}
 	remove := func(ctx context.Context, name string) func() error {
 		return func() error { _, err := client.RemoveTarget(ctx, &pb.RemoveTargetRequest{Name: name}); return err }
 	}
@@ -229,6 +261,13 @@ func TestARejectedCallChangesNothing(t *testing.T) {
 		{"store", "AddTarget update", add(write, with(tcp("a", "g1"), func(tg *pb.Target) { tg.Rise = proto.Int32(5) })), codes.Unavailable, true},
 		{"store", "RemoveTarget", remove(write, "a"), codes.Unavailable, true},
 		{"store", "SetGroupPolicy", policy(write, "g1", 0.9), codes.Unavailable, true},
+		{"validation", "AddTargets of one target too many", addMany(write, tooMany...), codes.InvalidArgument, false},
+		{"validation", "AddTargets rise -1", addMany(write, with(tcp("d", "g2"), func(tg *pb.Target) { tg.Rise = proto.Int32(-1) })), codes.InvalidArgument, false},
+		{"validation", "AddTargets naming a target twice, the first refused", addMany(write, denied("d"), tcp("d", "g2")), codes.InvalidArgument, false},
+		{"egress", "AddTargets of a denied address", addMany(write, denied("meta")), codes.InvalidArgument, false},
+		{"limits", "AddTargets of new targets into a full group", addMany(write, tcp("d", "g1"), tcp("e", "g1")), codes.ResourceExhausted, false},
+		{"auth", "AddTargets with a read token", addMany(read, tcp("d", "g2")), codes.PermissionDenied, false},
+		{"store", "AddTargets new and updated", addMany(write, tcp("d", "g2"), with(tcp("a", "g1"), func(tg *pb.Target) { tg.Rise = proto.Int32(5) })), codes.Unavailable, true},
 		{"not found", "RemoveTarget unknown (removed: false)", remove(write, "nobody"), codes.OK, false},
 		{"not found", "ReportOutcome unknown", outcome(write, &pb.ReportOutcomeRequest{Target: "nobody", Ok: true}), codes.NotFound, false},
 		{"precondition", "ReportOutcome with passive outcomes off", outcome(write, &pb.ReportOutcomeRequest{Target: "a", Ok: true}), codes.FailedPrecondition, false},

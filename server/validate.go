@@ -54,6 +54,11 @@ func (v validator) check(req any) error {
 	switch r := req.(type) {
 	case *pb.AddTargetRequest:
 		err = v.checkTarget(r.GetTarget())
+	case *pb.AddTargetsRequest:
+		// Each target is validated alone, and refused alone, by AddTargets.
+		if n := len(r.GetTargets()); n > checker.MaxAddMany {
+			err = fmt.Errorf("targets: must be at most %d per call, got %d; send them in several calls", checker.MaxAddMany, n)
+		}
 	case *pb.RemoveTargetRequest:
 		err = field("name", checker.ValidateName(r.GetName()))
 		if d := r.GetDrainFor(); err == nil && d != nil {

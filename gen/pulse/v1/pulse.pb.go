@@ -286,7 +286,7 @@ func (x PolicyEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PolicyEvent_Kind.Descriptor instead.
 func (PolicyEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{39, 0}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{42, 0}
 }
 
 // HttpProbe passes when GET (or HEAD, or POST) on url answers with an
@@ -2316,6 +2316,192 @@ func (x *AddTargetRequest) GetTarget() *Target {
 	return nil
 }
 
+// AddTargetsRequest carries the targets of one AddTargets call.
+type AddTargetsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// targets are the specs, at most 10,000, of distinct names.
+	Targets       []*Target `protobuf:"bytes,1,rep,name=targets,proto3" json:"targets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddTargetsRequest) Reset() {
+	*x = AddTargetsRequest{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddTargetsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddTargetsRequest) ProtoMessage() {}
+
+func (x *AddTargetsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddTargetsRequest.ProtoReflect.Descriptor instead.
+func (*AddTargetsRequest) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *AddTargetsRequest) GetTargets() []*Target {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+// AddTargetsResponse says what AddTargets did with each target.
+type AddTargetsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// results has one entry per target of the request, in its order.
+	Results []*AddTargetResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	// created counts the targets created; refused those refused.
+	Created       uint32 `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	Refused       uint32 `protobuf:"varint,3,opt,name=refused,proto3" json:"refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddTargetsResponse) Reset() {
+	*x = AddTargetsResponse{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddTargetsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddTargetsResponse) ProtoMessage() {}
+
+func (x *AddTargetsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddTargetsResponse.ProtoReflect.Descriptor instead.
+func (*AddTargetsResponse) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *AddTargetsResponse) GetResults() []*AddTargetResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *AddTargetsResponse) GetCreated() uint32 {
+	if x != nil {
+		return x.Created
+	}
+	return 0
+}
+
+func (x *AddTargetsResponse) GetRefused() uint32 {
+	if x != nil {
+		return x.Refused
+	}
+	return 0
+}
+
+// AddTargetResult is what AddTargets did with one target.
+type AddTargetResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the target's name as sent.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// created is true when the target is new; false when its spec was
+	// replaced or unchanged, or it was refused.
+	Created bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	// code is empty for a target registered, else the gRPC code AddTarget
+	// would have answered for it (for example "INVALID_ARGUMENT" or
+	// "RESOURCE_EXHAUSTED").
+	Code string `protobuf:"bytes,3,opt,name=code,proto3" json:"code,omitempty"`
+	// error says why the target was refused, starting with the field path to
+	// fix ("targets[3].rise: must be at least 1, got 0").
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddTargetResult) Reset() {
+	*x = AddTargetResult{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddTargetResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddTargetResult) ProtoMessage() {}
+
+func (x *AddTargetResult) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddTargetResult.ProtoReflect.Descriptor instead.
+func (*AddTargetResult) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *AddTargetResult) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AddTargetResult) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+func (x *AddTargetResult) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *AddTargetResult) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 // AddTargetResponse says what AddTarget did.
 type AddTargetResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2329,7 +2515,7 @@ type AddTargetResponse struct {
 
 func (x *AddTargetResponse) Reset() {
 	*x = AddTargetResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2341,7 +2527,7 @@ func (x *AddTargetResponse) String() string {
 func (*AddTargetResponse) ProtoMessage() {}
 
 func (x *AddTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2354,7 +2540,7 @@ func (x *AddTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddTargetResponse.ProtoReflect.Descriptor instead.
 func (*AddTargetResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{15}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AddTargetResponse) GetCreated() bool {
@@ -2386,7 +2572,7 @@ type RemoveTargetRequest struct {
 
 func (x *RemoveTargetRequest) Reset() {
 	*x = RemoveTargetRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2398,7 +2584,7 @@ func (x *RemoveTargetRequest) String() string {
 func (*RemoveTargetRequest) ProtoMessage() {}
 
 func (x *RemoveTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2411,7 +2597,7 @@ func (x *RemoveTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveTargetRequest.ProtoReflect.Descriptor instead.
 func (*RemoveTargetRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{16}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RemoveTargetRequest) GetName() string {
@@ -2444,7 +2630,7 @@ type RemoveTargetResponse struct {
 
 func (x *RemoveTargetResponse) Reset() {
 	*x = RemoveTargetResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2456,7 +2642,7 @@ func (x *RemoveTargetResponse) String() string {
 func (*RemoveTargetResponse) ProtoMessage() {}
 
 func (x *RemoveTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2469,7 +2655,7 @@ func (x *RemoveTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveTargetResponse.ProtoReflect.Descriptor instead.
 func (*RemoveTargetResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{17}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RemoveTargetResponse) GetRemoved() bool {
@@ -2509,7 +2695,7 @@ type SetModeRequest struct {
 
 func (x *SetModeRequest) Reset() {
 	*x = SetModeRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2521,7 +2707,7 @@ func (x *SetModeRequest) String() string {
 func (*SetModeRequest) ProtoMessage() {}
 
 func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2534,7 +2720,7 @@ func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeRequest.ProtoReflect.Descriptor instead.
 func (*SetModeRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{18}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetModeRequest) GetTarget() string {
@@ -2583,7 +2769,7 @@ type SetModeResponse struct {
 
 func (x *SetModeResponse) Reset() {
 	*x = SetModeResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2595,7 +2781,7 @@ func (x *SetModeResponse) String() string {
 func (*SetModeResponse) ProtoMessage() {}
 
 func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2608,7 +2794,7 @@ func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeResponse.ProtoReflect.Descriptor instead.
 func (*SetModeResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{19}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SetModeResponse) GetTargets() []*TargetStatus {
@@ -2643,7 +2829,7 @@ type ModeChange struct {
 
 func (x *ModeChange) Reset() {
 	*x = ModeChange{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2655,7 +2841,7 @@ func (x *ModeChange) String() string {
 func (*ModeChange) ProtoMessage() {}
 
 func (x *ModeChange) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2668,7 +2854,7 @@ func (x *ModeChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModeChange.ProtoReflect.Descriptor instead.
 func (*ModeChange) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{20}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ModeChange) GetTarget() string {
@@ -2738,7 +2924,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2750,7 +2936,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2763,7 +2949,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{21}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StateRequest) GetName() string {
@@ -2784,7 +2970,7 @@ type StateResponse struct {
 
 func (x *StateResponse) Reset() {
 	*x = StateResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2796,7 +2982,7 @@ func (x *StateResponse) String() string {
 func (*StateResponse) ProtoMessage() {}
 
 func (x *StateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2809,7 +2995,7 @@ func (x *StateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateResponse.ProtoReflect.Descriptor instead.
 func (*StateResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{22}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StateResponse) GetStatus() *TargetStatus {
@@ -2830,7 +3016,7 @@ type HealthyRequest struct {
 
 func (x *HealthyRequest) Reset() {
 	*x = HealthyRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2842,7 +3028,7 @@ func (x *HealthyRequest) String() string {
 func (*HealthyRequest) ProtoMessage() {}
 
 func (x *HealthyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2855,7 +3041,7 @@ func (x *HealthyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthyRequest.ProtoReflect.Descriptor instead.
 func (*HealthyRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{23}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *HealthyRequest) GetGroup() string {
@@ -2876,7 +3062,7 @@ type HealthyResponse struct {
 
 func (x *HealthyResponse) Reset() {
 	*x = HealthyResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2888,7 +3074,7 @@ func (x *HealthyResponse) String() string {
 func (*HealthyResponse) ProtoMessage() {}
 
 func (x *HealthyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2901,7 +3087,7 @@ func (x *HealthyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthyResponse.ProtoReflect.Descriptor instead.
 func (*HealthyResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{24}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *HealthyResponse) GetNames() []string {
@@ -2922,7 +3108,7 @@ type ListTargetsRequest struct {
 
 func (x *ListTargetsRequest) Reset() {
 	*x = ListTargetsRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2934,7 +3120,7 @@ func (x *ListTargetsRequest) String() string {
 func (*ListTargetsRequest) ProtoMessage() {}
 
 func (x *ListTargetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2947,7 +3133,7 @@ func (x *ListTargetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTargetsRequest.ProtoReflect.Descriptor instead.
 func (*ListTargetsRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{25}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListTargetsRequest) GetGroup() string {
@@ -2976,7 +3162,7 @@ type ListTargetsResponse struct {
 
 func (x *ListTargetsResponse) Reset() {
 	*x = ListTargetsResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2988,7 +3174,7 @@ func (x *ListTargetsResponse) String() string {
 func (*ListTargetsResponse) ProtoMessage() {}
 
 func (x *ListTargetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3001,7 +3187,7 @@ func (x *ListTargetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTargetsResponse.ProtoReflect.Descriptor instead.
 func (*ListTargetsResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{26}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListTargetsResponse) GetTargets() []*TargetStatus {
@@ -3046,7 +3232,7 @@ type SetGroupPolicyRequest struct {
 
 func (x *SetGroupPolicyRequest) Reset() {
 	*x = SetGroupPolicyRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3058,7 +3244,7 @@ func (x *SetGroupPolicyRequest) String() string {
 func (*SetGroupPolicyRequest) ProtoMessage() {}
 
 func (x *SetGroupPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3071,7 +3257,7 @@ func (x *SetGroupPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGroupPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetGroupPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{27}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SetGroupPolicyRequest) GetGroup() string {
@@ -3099,7 +3285,7 @@ type SetGroupPolicyResponse struct {
 
 func (x *SetGroupPolicyResponse) Reset() {
 	*x = SetGroupPolicyResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3111,7 +3297,7 @@ func (x *SetGroupPolicyResponse) String() string {
 func (*SetGroupPolicyResponse) ProtoMessage() {}
 
 func (x *SetGroupPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3124,7 +3310,7 @@ func (x *SetGroupPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGroupPolicyResponse.ProtoReflect.Descriptor instead.
 func (*SetGroupPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{28}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SetGroupPolicyResponse) GetGroup() *GroupStatus {
@@ -3152,7 +3338,7 @@ type ReportOutcomeRequest struct {
 
 func (x *ReportOutcomeRequest) Reset() {
 	*x = ReportOutcomeRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3164,7 +3350,7 @@ func (x *ReportOutcomeRequest) String() string {
 func (*ReportOutcomeRequest) ProtoMessage() {}
 
 func (x *ReportOutcomeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3177,7 +3363,7 @@ func (x *ReportOutcomeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportOutcomeRequest.ProtoReflect.Descriptor instead.
 func (*ReportOutcomeRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{29}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReportOutcomeRequest) GetTarget() string {
@@ -3221,7 +3407,7 @@ type ReportOutcomeResponse struct {
 
 func (x *ReportOutcomeResponse) Reset() {
 	*x = ReportOutcomeResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3233,7 +3419,7 @@ func (x *ReportOutcomeResponse) String() string {
 func (*ReportOutcomeResponse) ProtoMessage() {}
 
 func (x *ReportOutcomeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3246,7 +3432,7 @@ func (x *ReportOutcomeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportOutcomeResponse.ProtoReflect.Descriptor instead.
 func (*ReportOutcomeResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{30}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReportOutcomeResponse) GetCounted() bool {
@@ -3281,7 +3467,7 @@ type UpdateTargetRequest struct {
 
 func (x *UpdateTargetRequest) Reset() {
 	*x = UpdateTargetRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3293,7 +3479,7 @@ func (x *UpdateTargetRequest) String() string {
 func (*UpdateTargetRequest) ProtoMessage() {}
 
 func (x *UpdateTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3306,7 +3492,7 @@ func (x *UpdateTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTargetRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTargetRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{31}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *UpdateTargetRequest) GetTarget() *Target {
@@ -3336,7 +3522,7 @@ type UpdateTargetResponse struct {
 
 func (x *UpdateTargetResponse) Reset() {
 	*x = UpdateTargetResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3348,7 +3534,7 @@ func (x *UpdateTargetResponse) String() string {
 func (*UpdateTargetResponse) ProtoMessage() {}
 
 func (x *UpdateTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3361,7 +3547,7 @@ func (x *UpdateTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTargetResponse.ProtoReflect.Descriptor instead.
 func (*UpdateTargetResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{32}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *UpdateTargetResponse) GetPrevious() *Target {
@@ -3392,7 +3578,7 @@ type ProbeNowRequest struct {
 
 func (x *ProbeNowRequest) Reset() {
 	*x = ProbeNowRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3404,7 +3590,7 @@ func (x *ProbeNowRequest) String() string {
 func (*ProbeNowRequest) ProtoMessage() {}
 
 func (x *ProbeNowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3417,7 +3603,7 @@ func (x *ProbeNowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeNowRequest.ProtoReflect.Descriptor instead.
 func (*ProbeNowRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{33}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ProbeNowRequest) GetGroup() string {
@@ -3448,7 +3634,7 @@ type ProbeNowResponse struct {
 
 func (x *ProbeNowResponse) Reset() {
 	*x = ProbeNowResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3460,7 +3646,7 @@ func (x *ProbeNowResponse) String() string {
 func (*ProbeNowResponse) ProtoMessage() {}
 
 func (x *ProbeNowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3473,7 +3659,7 @@ func (x *ProbeNowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeNowResponse.ProtoReflect.Descriptor instead.
 func (*ProbeNowResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{34}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ProbeNowResponse) GetTransitions() []*Transition {
@@ -3508,7 +3694,7 @@ type ProbeNowResult struct {
 
 func (x *ProbeNowResult) Reset() {
 	*x = ProbeNowResult{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3520,7 +3706,7 @@ func (x *ProbeNowResult) String() string {
 func (*ProbeNowResult) ProtoMessage() {}
 
 func (x *ProbeNowResult) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3533,7 +3719,7 @@ func (x *ProbeNowResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeNowResult.ProtoReflect.Descriptor instead.
 func (*ProbeNowResult) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{35}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ProbeNowResult) GetName() string {
@@ -3583,7 +3769,7 @@ type WatchTransitionsRequest struct {
 
 func (x *WatchTransitionsRequest) Reset() {
 	*x = WatchTransitionsRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3595,7 +3781,7 @@ func (x *WatchTransitionsRequest) String() string {
 func (*WatchTransitionsRequest) ProtoMessage() {}
 
 func (x *WatchTransitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3608,7 +3794,7 @@ func (x *WatchTransitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTransitionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchTransitionsRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{36}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WatchTransitionsRequest) GetGroup() string {
@@ -3642,7 +3828,7 @@ type SnapshotComplete struct {
 
 func (x *SnapshotComplete) Reset() {
 	*x = SnapshotComplete{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3654,7 +3840,7 @@ func (x *SnapshotComplete) String() string {
 func (*SnapshotComplete) ProtoMessage() {}
 
 func (x *SnapshotComplete) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3667,7 +3853,7 @@ func (x *SnapshotComplete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotComplete.ProtoReflect.Descriptor instead.
 func (*SnapshotComplete) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{37}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{40}
 }
 
 // Progress says the stream has delivered every matching event up to its
@@ -3680,7 +3866,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[38]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3692,7 +3878,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[38]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3705,7 +3891,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{38}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{41}
 }
 
 // PolicyEvent is a change in a pool policy's or the checker's state. It
@@ -3738,7 +3924,7 @@ type PolicyEvent struct {
 
 func (x *PolicyEvent) Reset() {
 	*x = PolicyEvent{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[39]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3750,7 +3936,7 @@ func (x *PolicyEvent) String() string {
 func (*PolicyEvent) ProtoMessage() {}
 
 func (x *PolicyEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[39]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3763,7 +3949,7 @@ func (x *PolicyEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyEvent.ProtoReflect.Descriptor instead.
 func (*PolicyEvent) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{39}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PolicyEvent) GetKind() PolicyEvent_Kind {
@@ -3828,7 +4014,7 @@ type TargetRemoved struct {
 
 func (x *TargetRemoved) Reset() {
 	*x = TargetRemoved{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[40]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3840,7 +4026,7 @@ func (x *TargetRemoved) String() string {
 func (*TargetRemoved) ProtoMessage() {}
 
 func (x *TargetRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[40]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3853,7 +4039,7 @@ func (x *TargetRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetRemoved.ProtoReflect.Descriptor instead.
 func (*TargetRemoved) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{40}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TargetRemoved) GetName() string {
@@ -3899,7 +4085,7 @@ type WatchTransitionsResponse struct {
 
 func (x *WatchTransitionsResponse) Reset() {
 	*x = WatchTransitionsResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[41]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3911,7 +4097,7 @@ func (x *WatchTransitionsResponse) String() string {
 func (*WatchTransitionsResponse) ProtoMessage() {}
 
 func (x *WatchTransitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[41]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3924,7 +4110,7 @@ func (x *WatchTransitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTransitionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchTransitionsResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{41}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WatchTransitionsResponse) GetRevision() uint64 {
@@ -4108,7 +4294,7 @@ type TargetsFile struct {
 
 func (x *TargetsFile) Reset() {
 	*x = TargetsFile{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[42]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4120,7 +4306,7 @@ func (x *TargetsFile) String() string {
 func (*TargetsFile) ProtoMessage() {}
 
 func (x *TargetsFile) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[42]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4133,7 +4319,7 @@ func (x *TargetsFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetsFile.ProtoReflect.Descriptor instead.
 func (*TargetsFile) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{42}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TargetsFile) GetTargets() []*Target {
@@ -4340,7 +4526,18 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x04mode\x18\x14 \x01(\x0e2\x0e.pulse.v1.ModeR\x04mode\x12@\n" +
 	"\x0eslow_start_end\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\fslowStartEnd\"<\n" +
 	"\x10AddTargetRequest\x12(\n" +
-	"\x06target\x18\x01 \x01(\v2\x10.pulse.v1.TargetR\x06target\"]\n" +
+	"\x06target\x18\x01 \x01(\v2\x10.pulse.v1.TargetR\x06target\"?\n" +
+	"\x11AddTargetsRequest\x12*\n" +
+	"\atargets\x18\x01 \x03(\v2\x10.pulse.v1.TargetR\atargets\"}\n" +
+	"\x12AddTargetsResponse\x123\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.pulse.v1.AddTargetResultR\aresults\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\rR\acreated\x12\x18\n" +
+	"\arefused\x18\x03 \x01(\rR\arefused\"i\n" +
+	"\x0fAddTargetResult\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\x12\x12\n" +
+	"\x04code\x18\x03 \x01(\tR\x04code\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"]\n" +
 	"\x11AddTargetResponse\x12\x18\n" +
 	"\acreated\x18\x01 \x01(\bR\acreated\x12.\n" +
 	"\x06status\x18\x02 \x01(\v2\x16.pulse.v1.TargetStatusR\x06status\"a\n" +
@@ -4473,9 +4670,11 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x05Model\x12\x15\n" +
 	"\x11MODEL_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fMODEL_RISE_FALL\x10\x01\x12\x15\n" +
-	"\x11MODEL_THREE_STATE\x10\x022\xc0\x06\n" +
+	"\x11MODEL_THREE_STATE\x10\x022\x89\a\n" +
 	"\rHealthChecker\x12D\n" +
-	"\tAddTarget\x12\x1a.pulse.v1.AddTargetRequest\x1a\x1b.pulse.v1.AddTargetResponse\x12M\n" +
+	"\tAddTarget\x12\x1a.pulse.v1.AddTargetRequest\x1a\x1b.pulse.v1.AddTargetResponse\x12G\n" +
+	"\n" +
+	"AddTargets\x12\x1b.pulse.v1.AddTargetsRequest\x1a\x1c.pulse.v1.AddTargetsResponse\x12M\n" +
 	"\fRemoveTarget\x12\x1d.pulse.v1.RemoveTargetRequest\x1a\x1e.pulse.v1.RemoveTargetResponse\x128\n" +
 	"\x05State\x12\x16.pulse.v1.StateRequest\x1a\x17.pulse.v1.StateResponse\x12>\n" +
 	"\aHealthy\x12\x18.pulse.v1.HealthyRequest\x1a\x19.pulse.v1.HealthyResponse\x12J\n" +
@@ -4502,7 +4701,7 @@ func file_pulse_v1_pulse_proto_rawDescGZIP() []byte {
 }
 
 var file_pulse_v1_pulse_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_pulse_v1_pulse_proto_goTypes = []any{
 	(Mode)(0),                        // 0: pulse.v1.Mode
 	(State)(0),                       // 1: pulse.v1.State
@@ -4523,159 +4722,166 @@ var file_pulse_v1_pulse_proto_goTypes = []any{
 	(*CheckerStatus)(nil),            // 16: pulse.v1.CheckerStatus
 	(*Transition)(nil),               // 17: pulse.v1.Transition
 	(*AddTargetRequest)(nil),         // 18: pulse.v1.AddTargetRequest
-	(*AddTargetResponse)(nil),        // 19: pulse.v1.AddTargetResponse
-	(*RemoveTargetRequest)(nil),      // 20: pulse.v1.RemoveTargetRequest
-	(*RemoveTargetResponse)(nil),     // 21: pulse.v1.RemoveTargetResponse
-	(*SetModeRequest)(nil),           // 22: pulse.v1.SetModeRequest
-	(*SetModeResponse)(nil),          // 23: pulse.v1.SetModeResponse
-	(*ModeChange)(nil),               // 24: pulse.v1.ModeChange
-	(*StateRequest)(nil),             // 25: pulse.v1.StateRequest
-	(*StateResponse)(nil),            // 26: pulse.v1.StateResponse
-	(*HealthyRequest)(nil),           // 27: pulse.v1.HealthyRequest
-	(*HealthyResponse)(nil),          // 28: pulse.v1.HealthyResponse
-	(*ListTargetsRequest)(nil),       // 29: pulse.v1.ListTargetsRequest
-	(*ListTargetsResponse)(nil),      // 30: pulse.v1.ListTargetsResponse
-	(*SetGroupPolicyRequest)(nil),    // 31: pulse.v1.SetGroupPolicyRequest
-	(*SetGroupPolicyResponse)(nil),   // 32: pulse.v1.SetGroupPolicyResponse
-	(*ReportOutcomeRequest)(nil),     // 33: pulse.v1.ReportOutcomeRequest
-	(*ReportOutcomeResponse)(nil),    // 34: pulse.v1.ReportOutcomeResponse
-	(*UpdateTargetRequest)(nil),      // 35: pulse.v1.UpdateTargetRequest
-	(*UpdateTargetResponse)(nil),     // 36: pulse.v1.UpdateTargetResponse
-	(*ProbeNowRequest)(nil),          // 37: pulse.v1.ProbeNowRequest
-	(*ProbeNowResponse)(nil),         // 38: pulse.v1.ProbeNowResponse
-	(*ProbeNowResult)(nil),           // 39: pulse.v1.ProbeNowResult
-	(*WatchTransitionsRequest)(nil),  // 40: pulse.v1.WatchTransitionsRequest
-	(*SnapshotComplete)(nil),         // 41: pulse.v1.SnapshotComplete
-	(*Progress)(nil),                 // 42: pulse.v1.Progress
-	(*PolicyEvent)(nil),              // 43: pulse.v1.PolicyEvent
-	(*TargetRemoved)(nil),            // 44: pulse.v1.TargetRemoved
-	(*WatchTransitionsResponse)(nil), // 45: pulse.v1.WatchTransitionsResponse
-	(*TargetsFile)(nil),              // 46: pulse.v1.TargetsFile
-	nil,                              // 47: pulse.v1.HttpProbe.HeadersEntry
-	nil,                              // 48: pulse.v1.GrpcProbe.MetadataEntry
-	(*durationpb.Duration)(nil),      // 49: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 50: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),    // 51: google.protobuf.FieldMask
+	(*AddTargetsRequest)(nil),        // 19: pulse.v1.AddTargetsRequest
+	(*AddTargetsResponse)(nil),       // 20: pulse.v1.AddTargetsResponse
+	(*AddTargetResult)(nil),          // 21: pulse.v1.AddTargetResult
+	(*AddTargetResponse)(nil),        // 22: pulse.v1.AddTargetResponse
+	(*RemoveTargetRequest)(nil),      // 23: pulse.v1.RemoveTargetRequest
+	(*RemoveTargetResponse)(nil),     // 24: pulse.v1.RemoveTargetResponse
+	(*SetModeRequest)(nil),           // 25: pulse.v1.SetModeRequest
+	(*SetModeResponse)(nil),          // 26: pulse.v1.SetModeResponse
+	(*ModeChange)(nil),               // 27: pulse.v1.ModeChange
+	(*StateRequest)(nil),             // 28: pulse.v1.StateRequest
+	(*StateResponse)(nil),            // 29: pulse.v1.StateResponse
+	(*HealthyRequest)(nil),           // 30: pulse.v1.HealthyRequest
+	(*HealthyResponse)(nil),          // 31: pulse.v1.HealthyResponse
+	(*ListTargetsRequest)(nil),       // 32: pulse.v1.ListTargetsRequest
+	(*ListTargetsResponse)(nil),      // 33: pulse.v1.ListTargetsResponse
+	(*SetGroupPolicyRequest)(nil),    // 34: pulse.v1.SetGroupPolicyRequest
+	(*SetGroupPolicyResponse)(nil),   // 35: pulse.v1.SetGroupPolicyResponse
+	(*ReportOutcomeRequest)(nil),     // 36: pulse.v1.ReportOutcomeRequest
+	(*ReportOutcomeResponse)(nil),    // 37: pulse.v1.ReportOutcomeResponse
+	(*UpdateTargetRequest)(nil),      // 38: pulse.v1.UpdateTargetRequest
+	(*UpdateTargetResponse)(nil),     // 39: pulse.v1.UpdateTargetResponse
+	(*ProbeNowRequest)(nil),          // 40: pulse.v1.ProbeNowRequest
+	(*ProbeNowResponse)(nil),         // 41: pulse.v1.ProbeNowResponse
+	(*ProbeNowResult)(nil),           // 42: pulse.v1.ProbeNowResult
+	(*WatchTransitionsRequest)(nil),  // 43: pulse.v1.WatchTransitionsRequest
+	(*SnapshotComplete)(nil),         // 44: pulse.v1.SnapshotComplete
+	(*Progress)(nil),                 // 45: pulse.v1.Progress
+	(*PolicyEvent)(nil),              // 46: pulse.v1.PolicyEvent
+	(*TargetRemoved)(nil),            // 47: pulse.v1.TargetRemoved
+	(*WatchTransitionsResponse)(nil), // 48: pulse.v1.WatchTransitionsResponse
+	(*TargetsFile)(nil),              // 49: pulse.v1.TargetsFile
+	nil,                              // 50: pulse.v1.HttpProbe.HeadersEntry
+	nil,                              // 51: pulse.v1.GrpcProbe.MetadataEntry
+	(*durationpb.Duration)(nil),      // 52: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 53: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),    // 54: google.protobuf.FieldMask
 }
 var file_pulse_v1_pulse_proto_depIdxs = []int32{
-	47,  // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
+	50,  // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
 	5,   // 1: pulse.v1.HttpProbe.header_matches:type_name -> pulse.v1.HeaderMatch
 	6,   // 2: pulse.v1.HttpProbe.tls:type_name -> pulse.v1.TlsOptions
-	49,  // 3: pulse.v1.TlsOptions.cert_expiry_warn:type_name -> google.protobuf.Duration
-	49,  // 4: pulse.v1.TlsOptions.cert_expiry_fail:type_name -> google.protobuf.Duration
+	52,  // 3: pulse.v1.TlsOptions.cert_expiry_warn:type_name -> google.protobuf.Duration
+	52,  // 4: pulse.v1.TlsOptions.cert_expiry_fail:type_name -> google.protobuf.Duration
 	8,   // 5: pulse.v1.TcpProbe.steps:type_name -> pulse.v1.TcpStep
 	6,   // 6: pulse.v1.TcpProbe.tls:type_name -> pulse.v1.TlsOptions
 	6,   // 7: pulse.v1.GrpcProbe.tls_options:type_name -> pulse.v1.TlsOptions
-	48,  // 8: pulse.v1.GrpcProbe.metadata:type_name -> pulse.v1.GrpcProbe.MetadataEntry
+	51,  // 8: pulse.v1.GrpcProbe.metadata:type_name -> pulse.v1.GrpcProbe.MetadataEntry
 	4,   // 9: pulse.v1.Target.http:type_name -> pulse.v1.HttpProbe
 	7,   // 10: pulse.v1.Target.tcp:type_name -> pulse.v1.TcpProbe
 	9,   // 11: pulse.v1.Target.grpc:type_name -> pulse.v1.GrpcProbe
 	10,  // 12: pulse.v1.Target.dns:type_name -> pulse.v1.DnsProbe
-	49,  // 13: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
-	49,  // 14: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
+	52,  // 13: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
+	52,  // 14: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
 	1,   // 15: pulse.v1.Target.initial_state:type_name -> pulse.v1.State
 	2,   // 16: pulse.v1.Target.model:type_name -> pulse.v1.Model
-	49,  // 17: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
-	49,  // 18: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
-	49,  // 19: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
-	49,  // 20: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
-	49,  // 21: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
-	49,  // 22: pulse.v1.Target.slow_start:type_name -> google.protobuf.Duration
-	49,  // 23: pulse.v1.Target.remove_after_unhealthy:type_name -> google.protobuf.Duration
-	49,  // 24: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
-	50,  // 25: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
+	52,  // 17: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
+	52,  // 18: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
+	52,  // 19: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
+	52,  // 20: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
+	52,  // 21: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
+	52,  // 22: pulse.v1.Target.slow_start:type_name -> google.protobuf.Duration
+	52,  // 23: pulse.v1.Target.remove_after_unhealthy:type_name -> google.protobuf.Duration
+	52,  // 24: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
+	53,  // 25: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
 	11,  // 26: pulse.v1.TargetStatus.spec:type_name -> pulse.v1.Target
 	1,   // 27: pulse.v1.TargetStatus.state:type_name -> pulse.v1.State
 	12,  // 28: pulse.v1.TargetStatus.last_result:type_name -> pulse.v1.ProbeResult
-	50,  // 29: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
+	53,  // 29: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
 	1,   // 30: pulse.v1.TargetStatus.verdict:type_name -> pulse.v1.State
-	49,  // 31: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
-	50,  // 32: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
-	50,  // 33: pulse.v1.TargetStatus.cert_not_after:type_name -> google.protobuf.Timestamp
+	52,  // 31: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
+	53,  // 32: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
+	53,  // 33: pulse.v1.TargetStatus.cert_not_after:type_name -> google.protobuf.Timestamp
 	0,   // 34: pulse.v1.TargetStatus.mode:type_name -> pulse.v1.Mode
-	50,  // 35: pulse.v1.TargetStatus.mode_since:type_name -> google.protobuf.Timestamp
-	50,  // 36: pulse.v1.TargetStatus.mode_until:type_name -> google.protobuf.Timestamp
-	50,  // 37: pulse.v1.TargetStatus.remove_time:type_name -> google.protobuf.Timestamp
-	50,  // 38: pulse.v1.TargetStatus.slow_start_end:type_name -> google.protobuf.Timestamp
-	50,  // 39: pulse.v1.TargetStatus.unhealthy_since:type_name -> google.protobuf.Timestamp
-	49,  // 40: pulse.v1.GroupPolicy.slow_start:type_name -> google.protobuf.Duration
-	49,  // 41: pulse.v1.GroupPolicy.remove_after_unhealthy:type_name -> google.protobuf.Duration
+	53,  // 35: pulse.v1.TargetStatus.mode_since:type_name -> google.protobuf.Timestamp
+	53,  // 36: pulse.v1.TargetStatus.mode_until:type_name -> google.protobuf.Timestamp
+	53,  // 37: pulse.v1.TargetStatus.remove_time:type_name -> google.protobuf.Timestamp
+	53,  // 38: pulse.v1.TargetStatus.slow_start_end:type_name -> google.protobuf.Timestamp
+	53,  // 39: pulse.v1.TargetStatus.unhealthy_since:type_name -> google.protobuf.Timestamp
+	52,  // 40: pulse.v1.GroupPolicy.slow_start:type_name -> google.protobuf.Duration
+	52,  // 41: pulse.v1.GroupPolicy.remove_after_unhealthy:type_name -> google.protobuf.Duration
 	14,  // 42: pulse.v1.GroupStatus.policy:type_name -> pulse.v1.GroupPolicy
-	50,  // 43: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
-	49,  // 44: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
+	53,  // 43: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
+	52,  // 44: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
 	1,   // 45: pulse.v1.Transition.from:type_name -> pulse.v1.State
 	1,   // 46: pulse.v1.Transition.to:type_name -> pulse.v1.State
-	50,  // 47: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
+	53,  // 47: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
 	12,  // 48: pulse.v1.Transition.result:type_name -> pulse.v1.ProbeResult
 	0,   // 49: pulse.v1.Transition.mode:type_name -> pulse.v1.Mode
-	50,  // 50: pulse.v1.Transition.slow_start_end:type_name -> google.protobuf.Timestamp
+	53,  // 50: pulse.v1.Transition.slow_start_end:type_name -> google.protobuf.Timestamp
 	11,  // 51: pulse.v1.AddTargetRequest.target:type_name -> pulse.v1.Target
-	13,  // 52: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
-	49,  // 53: pulse.v1.RemoveTargetRequest.drain_for:type_name -> google.protobuf.Duration
-	50,  // 54: pulse.v1.RemoveTargetResponse.remove_time:type_name -> google.protobuf.Timestamp
-	0,   // 55: pulse.v1.SetModeRequest.mode:type_name -> pulse.v1.Mode
-	50,  // 56: pulse.v1.SetModeRequest.until:type_name -> google.protobuf.Timestamp
-	13,  // 57: pulse.v1.SetModeResponse.targets:type_name -> pulse.v1.TargetStatus
-	0,   // 58: pulse.v1.ModeChange.from:type_name -> pulse.v1.Mode
-	0,   // 59: pulse.v1.ModeChange.mode:type_name -> pulse.v1.Mode
-	50,  // 60: pulse.v1.ModeChange.time:type_name -> google.protobuf.Timestamp
-	50,  // 61: pulse.v1.ModeChange.until:type_name -> google.protobuf.Timestamp
-	50,  // 62: pulse.v1.ModeChange.remove_time:type_name -> google.protobuf.Timestamp
-	13,  // 63: pulse.v1.StateResponse.status:type_name -> pulse.v1.TargetStatus
-	13,  // 64: pulse.v1.ListTargetsResponse.targets:type_name -> pulse.v1.TargetStatus
-	15,  // 65: pulse.v1.ListTargetsResponse.groups:type_name -> pulse.v1.GroupStatus
-	16,  // 66: pulse.v1.ListTargetsResponse.checker:type_name -> pulse.v1.CheckerStatus
-	14,  // 67: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
-	15,  // 68: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
-	49,  // 69: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
-	13,  // 70: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
-	11,  // 71: pulse.v1.UpdateTargetRequest.target:type_name -> pulse.v1.Target
-	51,  // 72: pulse.v1.UpdateTargetRequest.update_mask:type_name -> google.protobuf.FieldMask
-	11,  // 73: pulse.v1.UpdateTargetResponse.previous:type_name -> pulse.v1.Target
-	13,  // 74: pulse.v1.UpdateTargetResponse.status:type_name -> pulse.v1.TargetStatus
-	17,  // 75: pulse.v1.ProbeNowResponse.transitions:type_name -> pulse.v1.Transition
-	39,  // 76: pulse.v1.ProbeNowResponse.results:type_name -> pulse.v1.ProbeNowResult
-	12,  // 77: pulse.v1.ProbeNowResult.result:type_name -> pulse.v1.ProbeResult
-	1,   // 78: pulse.v1.ProbeNowResult.state:type_name -> pulse.v1.State
-	3,   // 79: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
-	50,  // 80: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
-	17,  // 81: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
-	13,  // 82: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
-	41,  // 83: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
-	13,  // 84: pulse.v1.WatchTransitionsResponse.added:type_name -> pulse.v1.TargetStatus
-	13,  // 85: pulse.v1.WatchTransitionsResponse.updated:type_name -> pulse.v1.TargetStatus
-	44,  // 86: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
-	42,  // 87: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
-	43,  // 88: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
-	24,  // 89: pulse.v1.WatchTransitionsResponse.mode:type_name -> pulse.v1.ModeChange
-	11,  // 90: pulse.v1.TargetsFile.targets:type_name -> pulse.v1.Target
-	18,  // 91: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
-	20,  // 92: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
-	25,  // 93: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
-	27,  // 94: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
-	29,  // 95: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
-	40,  // 96: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
-	31,  // 97: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
-	33,  // 98: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
-	35,  // 99: pulse.v1.HealthChecker.UpdateTarget:input_type -> pulse.v1.UpdateTargetRequest
-	37,  // 100: pulse.v1.HealthChecker.ProbeNow:input_type -> pulse.v1.ProbeNowRequest
-	22,  // 101: pulse.v1.HealthChecker.SetMode:input_type -> pulse.v1.SetModeRequest
-	19,  // 102: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
-	21,  // 103: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
-	26,  // 104: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
-	28,  // 105: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
-	30,  // 106: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
-	45,  // 107: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
-	32,  // 108: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
-	34,  // 109: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
-	36,  // 110: pulse.v1.HealthChecker.UpdateTarget:output_type -> pulse.v1.UpdateTargetResponse
-	38,  // 111: pulse.v1.HealthChecker.ProbeNow:output_type -> pulse.v1.ProbeNowResponse
-	23,  // 112: pulse.v1.HealthChecker.SetMode:output_type -> pulse.v1.SetModeResponse
-	102, // [102:113] is the sub-list for method output_type
-	91,  // [91:102] is the sub-list for method input_type
-	91,  // [91:91] is the sub-list for extension type_name
-	91,  // [91:91] is the sub-list for extension extendee
-	0,   // [0:91] is the sub-list for field type_name
+	11,  // 52: pulse.v1.AddTargetsRequest.targets:type_name -> pulse.v1.Target
+	21,  // 53: pulse.v1.AddTargetsResponse.results:type_name -> pulse.v1.AddTargetResult
+	13,  // 54: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
+	52,  // 55: pulse.v1.RemoveTargetRequest.drain_for:type_name -> google.protobuf.Duration
+	53,  // 56: pulse.v1.RemoveTargetResponse.remove_time:type_name -> google.protobuf.Timestamp
+	0,   // 57: pulse.v1.SetModeRequest.mode:type_name -> pulse.v1.Mode
+	53,  // 58: pulse.v1.SetModeRequest.until:type_name -> google.protobuf.Timestamp
+	13,  // 59: pulse.v1.SetModeResponse.targets:type_name -> pulse.v1.TargetStatus
+	0,   // 60: pulse.v1.ModeChange.from:type_name -> pulse.v1.Mode
+	0,   // 61: pulse.v1.ModeChange.mode:type_name -> pulse.v1.Mode
+	53,  // 62: pulse.v1.ModeChange.time:type_name -> google.protobuf.Timestamp
+	53,  // 63: pulse.v1.ModeChange.until:type_name -> google.protobuf.Timestamp
+	53,  // 64: pulse.v1.ModeChange.remove_time:type_name -> google.protobuf.Timestamp
+	13,  // 65: pulse.v1.StateResponse.status:type_name -> pulse.v1.TargetStatus
+	13,  // 66: pulse.v1.ListTargetsResponse.targets:type_name -> pulse.v1.TargetStatus
+	15,  // 67: pulse.v1.ListTargetsResponse.groups:type_name -> pulse.v1.GroupStatus
+	16,  // 68: pulse.v1.ListTargetsResponse.checker:type_name -> pulse.v1.CheckerStatus
+	14,  // 69: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
+	15,  // 70: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
+	52,  // 71: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
+	13,  // 72: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
+	11,  // 73: pulse.v1.UpdateTargetRequest.target:type_name -> pulse.v1.Target
+	54,  // 74: pulse.v1.UpdateTargetRequest.update_mask:type_name -> google.protobuf.FieldMask
+	11,  // 75: pulse.v1.UpdateTargetResponse.previous:type_name -> pulse.v1.Target
+	13,  // 76: pulse.v1.UpdateTargetResponse.status:type_name -> pulse.v1.TargetStatus
+	17,  // 77: pulse.v1.ProbeNowResponse.transitions:type_name -> pulse.v1.Transition
+	42,  // 78: pulse.v1.ProbeNowResponse.results:type_name -> pulse.v1.ProbeNowResult
+	12,  // 79: pulse.v1.ProbeNowResult.result:type_name -> pulse.v1.ProbeResult
+	1,   // 80: pulse.v1.ProbeNowResult.state:type_name -> pulse.v1.State
+	3,   // 81: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
+	53,  // 82: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
+	17,  // 83: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
+	13,  // 84: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
+	44,  // 85: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
+	13,  // 86: pulse.v1.WatchTransitionsResponse.added:type_name -> pulse.v1.TargetStatus
+	13,  // 87: pulse.v1.WatchTransitionsResponse.updated:type_name -> pulse.v1.TargetStatus
+	47,  // 88: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
+	45,  // 89: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
+	46,  // 90: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
+	27,  // 91: pulse.v1.WatchTransitionsResponse.mode:type_name -> pulse.v1.ModeChange
+	11,  // 92: pulse.v1.TargetsFile.targets:type_name -> pulse.v1.Target
+	18,  // 93: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
+	19,  // 94: pulse.v1.HealthChecker.AddTargets:input_type -> pulse.v1.AddTargetsRequest
+	23,  // 95: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
+	28,  // 96: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
+	30,  // 97: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
+	32,  // 98: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
+	43,  // 99: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
+	34,  // 100: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
+	36,  // 101: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
+	38,  // 102: pulse.v1.HealthChecker.UpdateTarget:input_type -> pulse.v1.UpdateTargetRequest
+	40,  // 103: pulse.v1.HealthChecker.ProbeNow:input_type -> pulse.v1.ProbeNowRequest
+	25,  // 104: pulse.v1.HealthChecker.SetMode:input_type -> pulse.v1.SetModeRequest
+	22,  // 105: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
+	20,  // 106: pulse.v1.HealthChecker.AddTargets:output_type -> pulse.v1.AddTargetsResponse
+	24,  // 107: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
+	29,  // 108: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
+	31,  // 109: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
+	33,  // 110: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
+	48,  // 111: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
+	35,  // 112: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
+	37,  // 113: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
+	39,  // 114: pulse.v1.HealthChecker.UpdateTarget:output_type -> pulse.v1.UpdateTargetResponse
+	41,  // 115: pulse.v1.HealthChecker.ProbeNow:output_type -> pulse.v1.ProbeNowResponse
+	26,  // 116: pulse.v1.HealthChecker.SetMode:output_type -> pulse.v1.SetModeResponse
+	105, // [105:117] is the sub-list for method output_type
+	93,  // [93:105] is the sub-list for method input_type
+	93,  // [93:93] is the sub-list for extension type_name
+	93,  // [93:93] is the sub-list for extension extendee
+	0,   // [0:93] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_pulse_proto_init() }
@@ -4690,7 +4896,7 @@ func file_pulse_v1_pulse_proto_init() {
 		(*Target_Dns)(nil),
 	}
 	file_pulse_v1_pulse_proto_msgTypes[10].OneofWrappers = []any{}
-	file_pulse_v1_pulse_proto_msgTypes[41].OneofWrappers = []any{
+	file_pulse_v1_pulse_proto_msgTypes[44].OneofWrappers = []any{
 		(*WatchTransitionsResponse_Transition)(nil),
 		(*WatchTransitionsResponse_Snapshot)(nil),
 		(*WatchTransitionsResponse_SnapshotComplete)(nil),
@@ -4707,7 +4913,7 @@ func file_pulse_v1_pulse_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_pulse_proto_rawDesc), len(file_pulse_v1_pulse_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   45,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

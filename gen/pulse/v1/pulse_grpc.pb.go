@@ -20,6 +20,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	HealthChecker_AddTarget_FullMethodName        = "/pulse.v1.HealthChecker/AddTarget"
+	HealthChecker_AddTargets_FullMethodName       = "/pulse.v1.HealthChecker/AddTargets"
 	HealthChecker_RemoveTarget_FullMethodName     = "/pulse.v1.HealthChecker/RemoveTarget"
 	HealthChecker_State_FullMethodName            = "/pulse.v1.HealthChecker/State"
 	HealthChecker_Healthy_FullMethodName          = "/pulse.v1.HealthChecker/Healthy"
@@ -48,6 +49,16 @@ type HealthCheckerClient interface {
 	// Replacing keeps the target's state and streaks (only the spec changes),
 	// and the reply says whether the target was created.
 	AddTarget(ctx context.Context, in *AddTargetRequest, opts ...grpc.CallOption) (*AddTargetResponse, error)
+	// AddTargets registers or replaces up to 10,000 targets in one call, each
+	// as AddTarget would. Each target is validated alone: one refused is
+	// named in its result, with the code and message AddTarget would have
+	// answered, and the others are registered all the same. The targets
+	// registered or changed are durable when the call returns, written
+	// together; each new target has its own ADDED event, at consecutive
+	// revisions. The call itself fails (INVALID_ARGUMENT, nothing changed)
+	// only when it carries more than 10,000 targets; send a larger fleet in
+	// several calls (the Go client's AddMany does).
+	AddTargets(ctx context.Context, in *AddTargetsRequest, opts ...grpc.CallOption) (*AddTargetsResponse, error)
 	// RemoveTarget unregisters a target. Removing an unknown name is not an
 	// error: the reply says removed=false. A probe result that arrives after
 	// the removal is discarded.
@@ -181,6 +192,16 @@ func (c *healthCheckerClient) AddTarget(ctx context.Context, in *AddTargetReques
 	return out, nil
 }
 
+func (c *healthCheckerClient) AddTargets(ctx context.Context, in *AddTargetsRequest, opts ...grpc.CallOption) (*AddTargetsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddTargetsResponse)
+	err := c.cc.Invoke(ctx, HealthChecker_AddTargets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *healthCheckerClient) RemoveTarget(ctx context.Context, in *RemoveTargetRequest, opts ...grpc.CallOption) (*RemoveTargetResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RemoveTargetResponse)
@@ -306,6 +327,16 @@ type HealthCheckerServer interface {
 	// Replacing keeps the target's state and streaks (only the spec changes),
 	// and the reply says whether the target was created.
 	AddTarget(context.Context, *AddTargetRequest) (*AddTargetResponse, error)
+	// AddTargets registers or replaces up to 10,000 targets in one call, each
+	// as AddTarget would. Each target is validated alone: one refused is
+	// named in its result, with the code and message AddTarget would have
+	// answered, and the others are registered all the same. The targets
+	// registered or changed are durable when the call returns, written
+	// together; each new target has its own ADDED event, at consecutive
+	// revisions. The call itself fails (INVALID_ARGUMENT, nothing changed)
+	// only when it carries more than 10,000 targets; send a larger fleet in
+	// several calls (the Go client's AddMany does).
+	AddTargets(context.Context, *AddTargetsRequest) (*AddTargetsResponse, error)
 	// RemoveTarget unregisters a target. Removing an unknown name is not an
 	// error: the reply says removed=false. A probe result that arrives after
 	// the removal is discarded.
@@ -432,6 +463,9 @@ type UnimplementedHealthCheckerServer struct{}
 func (UnimplementedHealthCheckerServer) AddTarget(context.Context, *AddTargetRequest) (*AddTargetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AddTarget not implemented")
 }
+func (UnimplementedHealthCheckerServer) AddTargets(context.Context, *AddTargetsRequest) (*AddTargetsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddTargets not implemented")
+}
 func (UnimplementedHealthCheckerServer) RemoveTarget(context.Context, *RemoveTargetRequest) (*RemoveTargetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveTarget not implemented")
 }
@@ -497,6 +531,24 @@ func _HealthChecker_AddTarget_Handler(srv interface{}, ctx context.Context, dec 
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(HealthCheckerServer).AddTarget(ctx, req.(*AddTargetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _HealthChecker_AddTargets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddTargetsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HealthCheckerServer).AddTargets(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HealthChecker_AddTargets_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HealthCheckerServer).AddTargets(ctx, req.(*AddTargetsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -684,6 +736,10 @@ var HealthChecker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AddTarget",
 			Handler:    _HealthChecker_AddTarget_Handler,
+		},
+		{
+			MethodName: "AddTargets",
+			Handler:    _HealthChecker_AddTargets_Handler,
 		},
 		{
 			MethodName: "RemoveTarget",
