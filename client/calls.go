@@ -2,7 +2,11 @@ package client
 
 import (
 	"context"
+	"strconv"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
@@ -234,4 +238,69 @@ func (c *Client) SetMode(ctx context.Context, m ModeRequest) ([]Status, error) {
 		out[i] = statusFromProto(st)
 	}
 	return out, nil
+}
+
+// AddResult is what AddMany did with one target.
+type AddResult struct {
+	Name    string
+	Created bool
+	// Err is why the target was refused: an *Error with the code and
+	// message AddTarget would have answered ("targets[i]." before the field
+	// path, i counting in the call that carried it). Nil when registered.
+	Err error
+}
+
+// addBatchBytes bounds the encoded targets of one AddTargets call, well
+// under pulsed's default -max-request-bytes (1 MiB).
+const addBatchBytes = 512 << 10
+
+// maxAddBatch is the most targets pulsed takes in one AddTargets call.
+const maxAddBatch = 10000
+
+// AddMany registers or replaces many targets, each as Add would, in as few
+// AddTargets calls as their number and size allow (at most 10,000 targets
+// and about 512 KiB a call). A target refused is refused alone: its
+// result's Err says why and the others are registered. The targets of each
+// call are durable when it returns. It returns one result per target, in
+// order; when a call fails as a whole (pulsed unreachable, ctx done) it
+// returns the error and the results of the calls before it, whose targets
+// are registered.
+func (c *Client) AddMany(ctx context.Context, ts []Target) ([]AddResult, error) {
+	out := make([]AddResult, 0, len(ts))
+	req := &pb.AddTargetsRequest{}
+	size := 0
+	send := func() error {
+		if len(req.Targets) == 0 {
+			return nil
+		}
+		resp, err := c.api.AddTargets(ctx, req)
+		if err != nil {
+			return wrap("AddTargets", err)
+		}
+		for _, r := range resp.GetResults() {
+			res := AddResult{Name: r.GetName(), Created: r.GetCreated()}
+			if r.GetCode() != "" {
+				var code codes.Code
+				if err := code.UnmarshalJSON([]byte(strconv.Quote(r.GetCode()))); err != nil {
+					code = codes.Unknown
+				}
+				res.Err = &Error{Code: code, Message: r.GetError(), Method: "AddTargets"}
+			}
+			out = append(out, res)
+		}
+		req, size = &pb.AddTargetsRequest{}, 0
+		return nil
+	}
+	for _, t := range ts {
+		pt := targetToProto(t)
+		n := proto.Size(pt) + 4 // and the field's tag and length
+		if len(req.Targets) == maxAddBatch || (len(req.Targets) > 0 && size+n > addBatchBytes) {
+			if err := send(); err != nil {
+				return out, err
+			}
+		}
+		req.Targets = append(req.Targets, pt)
+		size += n
+	}
+	return out, send()
 }

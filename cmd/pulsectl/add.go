@@ -18,13 +18,21 @@ import (
 func addCommand() *command {
 	return &command{
 		name:    "add",
-		args:    "--name NAME (--http URL | --tcp HOST:PORT | --grpc HOST:PORT | --dns NAME) [flags]",
+		args:    "(--name NAME (--http URL | --tcp HOST:PORT | --grpc HOST:PORT | --dns NAME) | --file FILE) [flags]",
 		summary: "register a target, or replace the spec of an existing one",
 		about: `
 add registers a target with pulsed. Adding a name that exists replaces its
 spec and keeps its state and streaks. Flags left out stay unset in the request,
 so pulsed's defaults apply (see pulsed --help): interval 2s, timeout 1s,
-rise 2, fall 3, initial state unhealthy, model rise_fall, any 2xx passes.`,
+rise 2, fall 3, initial state unhealthy, model rise_fall, any 2xx passes.
+
+With --file, add registers every target of a targets file (the YAML of
+pulsed -targets: a "targets:" list of pulse.v1.Target) in as few AddTargets
+calls as its size allows, each durable when it returns. A target pulsed
+refuses is named with the reason, and the others are registered; the exit
+code is then 1. The targets are not marked as the file's: pulsed's own
+-targets file removes targets it stops listing, pulsectl add --file never
+removes any.`,
 		example: `
 pulsectl add --name web-1 --group edge --http http://127.0.0.1:8080/healthz
 pulsectl add --name db --tcp 192.0.2.5:5432 --interval 5s --fall 2
@@ -34,7 +42,8 @@ pulsectl add --name web-3 --http https://192.0.2.6/ready --expect-status 200-399
     --probe-tls-ca-file ca.pem --probe-tls-cert-file client.pem --probe-tls-key-file client.key \
     --probe-tls-server-name web.internal
 pulsectl add --name cache --tcp 192.0.2.8:6379 --send 'PING\r\n' --expect '+PONG\r\n'
-pulsectl add --name api-dns --dns api.internal --dns-server 192.0.2.2:53 --dns-answer-contains 192.0.2.7`,
+pulsectl add --name api-dns --dns api.internal --dns-server 192.0.2.2:53 --dns-answer-contains 192.0.2.7
+pulsectl add --file fleet.yaml`,
 		run: runAdd,
 	}
 }
@@ -42,6 +51,7 @@ pulsectl add --name api-dns --dns api.internal --dns-server 192.0.2.2:53 --dns-a
 // addFlags are add's flags; which ones were set is found with flag.Visit.
 type addFlags struct {
 	fs                         *flag.FlagSet
+	file                       string
 	name, group                string
 	httpURL, method, tcp, grpc string
 	grpcService                string
@@ -60,7 +70,8 @@ type addFlags struct {
 func (c *command) addFlagSet(e *env) *addFlags {
 	a := &addFlags{fs: c.flags(e), headers: headerMap{}}
 	fs := a.fs
-	fs.StringVar(&a.name, "name", "", "target `name`: 1-128 of [A-Za-z0-9._:-], starting with a letter or digit (required)")
+	fs.StringVar(&a.name, "name", "", "target `name`: 1-128 of [A-Za-z0-9._:-], starting with a letter or digit (required without --file)")
+	fs.StringVar(&a.file, "file", "", "register every target of a targets `file` (YAML, as pulsed -targets reads), in batches")
 	fs.StringVar(&a.group, "group", "", "`group` of the target")
 	fs.StringVar(&a.httpURL, "http", "", "probe with an HTTP request to `URL` (http:// or https://)")
 	fs.StringVar(&a.method, "method", "", "HTTP `method`: GET, HEAD or POST (pulsed's default: GET)")
@@ -92,6 +103,9 @@ func runAdd(ctx context.Context, e *env, c *command, args []string) int {
 	}
 	if len(pos) > 0 {
 		return c.usageError(e, "unexpected argument %q: give the name with --name", pos[0])
+	}
+	if a.file != "" {
+		return a.addFile(ctx, e, c)
 	}
 	target, err := a.target()
 	if err != nil {

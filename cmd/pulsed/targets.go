@@ -166,15 +166,31 @@ func applyTargets(c *checker.Checker, specs []checker.Spec, logger *slog.Logger)
 	var errs []error
 	for _, s := range specs {
 		want[s.Name] = true
-		before, statusErr := c.Status(s.Name)
-		after, created, err := c.Add(s)
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("target %q: %w", s.Name, err))
-		case created:
-			added++
-		case statusErr == nil && !reflect.DeepEqual(before.Spec, after.Spec):
-			updated++
+	}
+	current, _ := c.List("")
+	before := make(map[string]checker.Spec, len(current))
+	for _, st := range current {
+		before[st.Spec.Name] = st.Spec
+	}
+	// In batches: one durable write each, not one per target.
+	for lo := 0; lo < len(specs); lo += checker.MaxAddMany {
+		batch := specs[lo:min(lo+checker.MaxAddMany, len(specs))]
+		res, err := c.AddMany(batch)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for i, r := range res {
+			s := batch[i]
+			old, existed := before[s.Name]
+			switch {
+			case r.Err != nil:
+				errs = append(errs, fmt.Errorf("target %q: %w", s.Name, r.Err))
+			case r.Created:
+				added++
+			case existed && !reflect.DeepEqual(old, r.Status.Spec):
+				updated++
+			}
 		}
 	}
 	list, _ := c.List("")
