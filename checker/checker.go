@@ -194,7 +194,9 @@ const MaxAddMany = 10000
 //
 // A name given twice is refused the second time, with a *FieldError on
 // "name"; more than MaxAddMany specs return a *FieldError and change
-// nothing. With a shared registry the specs are written one at a time.
+// nothing. With a shared registry that is a SharedSpecBatch the specs are
+// written several to a transaction (one revision each), else one at a
+// time.
 func (c *Checker) AddMany(specs []Spec) ([]AddResult, error) {
 	if len(specs) > MaxAddMany {
 		return nil, &FieldError{"targets", fmt.Sprintf("must be at most %d per call, got %d: send them in several calls", MaxAddMany, len(specs))}
@@ -217,16 +219,15 @@ func (c *Checker) AddMany(specs []Spec) ([]AddResult, error) {
 		valid = append(valid, spec)
 		at = append(at, i)
 	}
+	var done []AddResult
 	if c.repl != nil {
-		for k, spec := range valid {
-			r := &res[at[k]]
-			r.Status, r.Created, r.Err = c.repl.add(spec)
-		}
-		return res, nil
+		done = c.repl.addMany(valid)
+	} else {
+		c.wmu.Lock()
+		defer c.wmu.Unlock()
+		done = c.reg.addMany(valid, c.specWriter())
 	}
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	for k, r := range c.reg.addMany(valid, c.specWriter()) {
+	for k, r := range done {
 		res[at[k]] = r
 	}
 	return res, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync"
 	"time"
 )
@@ -47,6 +48,15 @@ type Shared interface {
 	// Owns reports whether this replica probes the named target. It is
 	// called with the checker's lock held and must not call the checker.
 	Owns(name string) bool
+}
+
+// SharedSpecBatch is a Shared registry that stores many specs in few
+// transactions (package etcdreg does); AddMany uses it.
+type SharedSpecBatch interface {
+	// PutSpecs stores specs in order, several in each transaction, and
+	// returns the revision of the last and how many specs, from the first,
+	// are stored: on an error, those and no others.
+	PutSpecs(ctx context.Context, specs []Spec) (rev uint64, stored int, err error)
 }
 
 // SharedTarget is a target as a Shared registry keeps it.
@@ -323,6 +333,102 @@ func (rp *replication) add(spec Spec) (Status, bool, error) {
 	}
 	return st, created, nil
 }
+
+// addMany is AddMany with a shared registry, for specs with defaults,
+// valid, of distinct names: with a SharedSpecBatch the specs go in few
+// transactions, else one Add each.
+func (rp *replication) addMany(specs []Spec) []AddResult {
+	res := make([]AddResult, len(specs))
+	sb, ok := rp.shared.(SharedSpecBatch)
+	if !ok {
+		for i, spec := range specs {
+			res[i].Status, res[i].Created, res[i].Err = rp.add(spec)
+		}
+		return res
+	}
+	put := make([]Spec, 0, len(specs))
+	at := make([]int, 0, len(specs)) // put[k] is specs[at[k]]
+	rp.reg.mu.Lock()
+	closed := rp.reg.closed
+	for i := range specs {
+		if old := rp.reg.targets[specs[i].Name]; old != nil {
+			specs[i].InitialState = old.spec.InitialState
+			specs[i] = specs[i].WithAdmin(old.spec.Admin())
+			if reflect.DeepEqual(old.spec, specs[i]) {
+				res[i].Status = rp.reg.statusLocked(old, rp.reg.clock.Now())
+				res[i].Err = errSame // kept apart below: nothing to write
+			}
+		} else {
+			specs[i] = specs[i].WithAdmin(Admin{})
+			res[i].Created = true
+		}
+	}
+	rp.reg.mu.Unlock()
+	if closed {
+		for i := range res {
+			res[i] = AddResult{Err: ErrClosed}
+		}
+		return res
+	}
+	// Every replica builds the prober when the spec comes back; building
+	// one here refuses a probe this replica's rules refuse before it is
+	// stored.
+	for i := range specs {
+		if res[i].Err != nil {
+			continue
+		}
+		p, err := rp.reg.buildProber(specs[i].Probe)
+		if err != nil {
+			res[i] = AddResult{Err: wrapProbeErr(err)}
+			continue
+		}
+		closeProber(p)
+	}
+	rp.reg.mu.Lock()
+	rp.reg.batchLimitsLocked(specs, res, func(i int, err error) { res[i] = AddResult{Err: err} })
+	rp.reg.mu.Unlock()
+	for i := range specs {
+		switch res[i].Err {
+		case nil:
+			put = append(put, specs[i])
+			at = append(at, i)
+		case errSame:
+			res[i].Err = nil
+		}
+	}
+	if len(put) == 0 {
+		return res
+	}
+	// Each transaction carries a few dozen specs: allow for a large batch.
+	ctx, cancel := context.WithTimeout(rp.closing, sharedWait+time.Duration(len(put))*time.Millisecond)
+	defer cancel()
+	rev, stored, err := sb.PutSpecs(ctx, put)
+	for k := stored; k < len(put); k++ {
+		res[at[k]] = AddResult{Err: sharedWriteErr(err)}
+	}
+	if stored == 0 {
+		return res
+	}
+	if err := rp.waitApplied(ctx, rev); err != nil {
+		for k := range stored {
+			res[at[k]] = AddResult{Err: err}
+		}
+		return res
+	}
+	for k := range stored {
+		r := &res[at[k]]
+		st, err := rp.reg.status(put[k].Name)
+		if err != nil { // removed again meanwhile
+			*r = AddResult{Err: fmt.Errorf("%w %q: stored, then removed by another call", ErrUnknownTarget, put[k].Name)}
+			continue
+		}
+		r.Status = st
+	}
+	return res
+}
+
+// errSame marks, within addMany, a spec that is the target's already.
+var errSame = errors.New("unchanged")
 
 // put writes a spec through the shared registry and waits until it has
 // come back through ApplyShared.

@@ -83,6 +83,7 @@ type cliFlags struct {
 	opts                                                 Options
 
 	xdsStreams, xdsPerConn int
+	register               int
 	xdsAfter, xdsPulsed    string
 }
 
@@ -121,6 +122,7 @@ func parseFlags(args []string, stderr io.Writer) (cliFlags, error) {
 	fs.IntVar(&f.xdsPerConn, "xds-streams-per-conn", 1000, "xDS streams per client connection, with -xds-streams")
 	fs.StringVar(&f.xdsAfter, "xds-after", "1s,10s,30s,60s", "comma-separated `durations` after the streams close at which to read the RSS, with -xds-streams")
 	fs.StringVar(&f.xdsPulsed, "xds-pulsed", "", "comma-separated pulsed `binaries` measured one after the other with -xds-streams (e.g. an older build and this one); empty: -pulsed")
+	fs.IntVar(&f.register, "register", 0, "measure registering this many `targets` on the embedded store, one AddTarget each (-register-workers at a time) and then with AddTargets, instead of Pulse and HAProxy; 0: off")
 	fs.StringVar(&f.out, "out", "", "also write the Markdown report to this `file`")
 	fs.StringVar(&f.jsonOut, "json", "", "write the raw results as JSON to this `file`")
 	showVersion := version.Flag(fs)
@@ -221,6 +223,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	if len(o.Replicas) > 0 {
 		return runReplicaPoints(ctx, f, o, rep, stdout, stderr)
+	}
+	if f.register > 0 {
+		ro := registerOptions{Targets: f.register, Workers: o.RegisterWorkers, Interval: f.defaultInterval,
+			Bin: o.PulsedBin, Extra: o.PulsedArgs, WorkDir: work, Log: stderr}
+		res, err := runRegister(ctx, ro)
+		writeRegister(stdout, rep.Command, ro, res)
+		return err
 	}
 	if f.xdsStreams > 0 {
 		after, _ := parseDurations(f.xdsAfter)
