@@ -349,23 +349,23 @@ func (c *Checker) ReportOutcome(name string, o Outcome) (st Status, counted bool
 // With a Store that is a PolicyStore the policy is durable when
 // SetGroupPolicy returns (an error wrapping ErrStore changes nothing);
 // with another Store, or none, policies live in memory only. With a
-// shared registry that is a SharedGroups the threshold is stored there,
-// for every replica, and applied when SetGroupPolicy returns; a group's
-// SlowStart and RemoveAfterUnhealthy, and any threshold below 1 without
-// a SharedGroups, are refused (ErrNotShared).
+// shared registry that is a SharedGroups the policy is stored there, for
+// every replica, and applied when SetGroupPolicy returns; without one, a
+// threshold below 1, a SlowStart and a RemoveAfterUnhealthy are refused
+// (ErrNotShared).
 func (c *Checker) SetGroupPolicy(group string, p GroupPolicy) (GroupStatus, error) {
 	if err := checkGroupPolicy(group, p); err != nil {
 		return GroupStatus{}, err
 	}
 	if c.repl != nil {
-		if p.SlowStart == 0 && p.RemoveAfterUnhealthy == 0 && c.repl.guarded() {
+		if c.repl.guarded() {
 			return c.repl.setPolicy(group, p)
 		}
-		if f := p.MaxUnhealthyFraction; f != 0 && f != 1 && !c.repl.guarded() {
+		if f := p.MaxUnhealthyFraction; f != 0 && f != 1 {
 			return GroupStatus{}, fmt.Errorf("%w: a panic threshold needs a shared registry that keeps group guards; only max_unhealthy_fraction 1 (no threshold) is accepted", ErrNotShared)
 		}
 		if p.SlowStart != 0 || p.RemoveAfterUnhealthy != 0 {
-			return GroupStatus{}, fmt.Errorf("%w: group policies are not shared; set slow_start and remove_after_unhealthy on each target", ErrNotShared)
+			return GroupStatus{}, fmt.Errorf("%w: group policies need a shared registry that keeps group guards; set slow_start and remove_after_unhealthy on each target", ErrNotShared)
 		}
 		return c.reg.groupStatus(group), nil
 	}

@@ -136,7 +136,7 @@ func (f *fleet) putPolicy(group string, frac float64) uint64 {
 	defer f.mu.Unlock()
 	f.policies[group] = frac
 	rev := f.commitLocked(fleetEntry{changes: []checker.SharedChange{
-		{Kind: checker.SharedPolicyPut, Name: group, Fraction: frac}, guardChange(group),
+		{Kind: checker.SharedPolicyPut, Name: group, Policy: checker.GroupPolicy{MaxUnhealthyFraction: frac}}, guardChange(group),
 	}})
 	f.guards[group] = rev
 	return rev
@@ -207,7 +207,7 @@ func (r *fleetReplica) Load() ([]checker.SharedTarget, uint64, error) {
 	}
 	var groups []checker.SharedGroup
 	for g, rev := range f.guards {
-		groups = append(groups, checker.SharedGroup{Name: g, GuardRev: rev, MaxUnhealthyFraction: f.policies[g]})
+		groups = append(groups, checker.SharedGroup{Name: g, GuardRev: rev, Policy: checker.GroupPolicy{MaxUnhealthyFraction: f.policies[g]}})
 	}
 	r.applied = len(f.log)
 	r.mu.Lock()
@@ -230,8 +230,8 @@ func (r *fleetReplica) DeleteTarget(context.Context, string) (uint64, bool, erro
 	return 0, false, fmt.Errorf("the fleet's specs are the test's to write")
 }
 
-func (r *fleetReplica) PutGroupPolicy(_ context.Context, group string, frac float64) (uint64, error) {
-	return r.f.putPolicy(group, frac), nil
+func (r *fleetReplica) PutGroupPolicy(_ context.Context, group string, p checker.GroupPolicy) (uint64, error) {
+	return r.f.putPolicy(group, p.MaxUnhealthyFraction), nil
 }
 
 func (r *fleetReplica) ProposeState(context.Context, checker.StateProposal) error {

@@ -66,9 +66,10 @@ type SharedGroups interface {
 	// state is still the one at its StateRev. It returns the revision of
 	// the commit, or an error wrapping ErrFenced when refused.
 	ProposeGroup(ctx context.Context, g GroupProposal) (rev uint64, err error)
-	// PutGroupPolicy stores a group's panic threshold (0: the default) and
-	// rewrites its guard in the same transaction; it returns the revision.
-	PutGroupPolicy(ctx context.Context, group string, fraction float64) (rev uint64, err error)
+	// PutGroupPolicy stores a group's policy (its zero fields: the
+	// defaults) and rewrites its guard in the same transaction; it returns
+	// the revision.
+	PutGroupPolicy(ctx context.Context, group string, p GroupPolicy) (rev uint64, err error)
 	// LoadedGroups returns the groups' guards and policies as the last Load
 	// read them.
 	LoadedGroups() []SharedGroup
@@ -80,9 +81,9 @@ type SharedGroup struct {
 	// GuardRev is the revision the group's guard was last written at; 0 if
 	// never.
 	GuardRev uint64
-	// MaxUnhealthyFraction is the group's stored threshold; 0: the
-	// checker's default.
-	MaxUnhealthyFraction float64
+	// Policy is the group's stored policy; its zero fields take the
+	// checker's defaults.
+	Policy GroupPolicy
 }
 
 // GroupProposal is a replica's decisions for one group, made from its view
@@ -135,10 +136,17 @@ func (r *registry) guardChangedLocked(group string, rev uint64, at time.Time) {
 	r.link.markGroup(group)
 }
 
-// policyPutLocked applies a group's stored threshold; the guard change of
-// the same write follows.
-func (r *registry) policyPutLocked(group string, fraction float64) {
-	r.poolLocked(group).policy.MaxUnhealthyFraction = fraction
+// policyPutLocked applies a group's stored policy; the guard change of the
+// same write follows. Its targets' automatic removal may be turned on or
+// off; a slow start applies from the next recovery.
+func (r *registry) policyPutLocked(group string, p GroupPolicy) {
+	r.poolLocked(group).policy = p
+	now := r.clock.Now()
+	for _, t := range r.targets {
+		if t.spec.Group == group {
+			r.unhealthySinceLocked(t, now)
+		}
+	}
 	r.dropPoolLocked(group)
 }
 
@@ -146,8 +154,8 @@ func (r *registry) policyPutLocked(group string, fraction float64) {
 // their holds: the held groups are in panic already, without an event.
 func (r *registry) loadGroupsLocked(groups []SharedGroup) {
 	for _, g := range groups {
-		if g.MaxUnhealthyFraction != 0 {
-			r.poolLocked(g.Name).policy.MaxUnhealthyFraction = g.MaxUnhealthyFraction
+		if g.Policy != (GroupPolicy{}) {
+			r.poolLocked(g.Name).policy = g.Policy
 		}
 		if p := r.pools[g.Name]; p != nil {
 			p.guardRev = g.GuardRev
@@ -435,7 +443,7 @@ func (g *guardWriter) send(gp GroupProposal) {
 func (rp *replication) setPolicy(group string, p GroupPolicy) (GroupStatus, error) {
 	ctx, cancel := context.WithTimeout(rp.closing, sharedWait)
 	defer cancel()
-	rev, err := rp.guard.shared.PutGroupPolicy(ctx, group, p.MaxUnhealthyFraction)
+	rev, err := rp.guard.shared.PutGroupPolicy(ctx, group, p)
 	if err != nil {
 		return GroupStatus{}, sharedWriteErr(err)
 	}

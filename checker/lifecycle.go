@@ -58,10 +58,8 @@ func (l *lifecycle) set(sel modeSel, a Admin, expect *Admin) ([]Status, error) {
 		if err != nil || len(specs) == 0 {
 			return nil, err
 		}
-		for i, s := range specs {
-			if err := l.repl.put(s); err != nil {
-				return nil, fmt.Errorf("%w (%d of %d targets changed)", err, i, len(specs))
-			}
+		if n, err := l.repl.putSpecs(specs); err != nil {
+			return nil, fmt.Errorf("%w (%d of %d targets changed)", err, n, len(specs))
 		}
 		return l.reg.statuses(specs), nil
 	}

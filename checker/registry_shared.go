@@ -273,7 +273,7 @@ func (r *registry) applySharedLocked(changes []SharedChange, rev uint64) (uint64
 		case SharedGroupChanged:
 			r.guardChangedLocked(ch.Name, cmp.Or(ch.GuardRev, ch.Rev), ch.Time)
 		case SharedPolicyPut:
-			r.policyPutLocked(ch.Name, ch.Fraction)
+			r.policyPutLocked(ch.Name, ch.Policy)
 		}
 		rev = max(rev, ch.Rev)
 	}

@@ -105,7 +105,7 @@ const (
 	// SharedGroupChanged: a group's guard was written (see SharedGroups);
 	// it comes after the other changes of its write, at the same revision.
 	SharedGroupChanged
-	// SharedPolicyPut: a group's panic threshold was stored.
+	// SharedPolicyPut: a group's policy was stored.
 	SharedPolicyPut
 )
 
@@ -126,9 +126,9 @@ type SharedChange struct {
 	// (SharedGroupChanged): Rev, unless the registry was read again after
 	// it lost its history, when Rev is the revision of that read.
 	GuardRev uint64
-	// Fraction is the group's stored threshold (SharedPolicyPut); 0: the
-	// default.
-	Fraction float64
+	// Policy is the group's stored policy (SharedPolicyPut); its zero
+	// fields take the defaults.
+	Policy GroupPolicy
 }
 
 var (
@@ -425,6 +425,34 @@ func (rp *replication) addMany(specs []Spec) []AddResult {
 		r.Status = st
 	}
 	return res
+}
+
+// putSpecs writes specs through the shared registry, in few transactions
+// with a SharedSpecBatch (a group's mode change of up to 128 targets in
+// one), else one at a time, and waits until they have come back through
+// ApplyShared. It returns how many are stored.
+func (rp *replication) putSpecs(specs []Spec) (int, error) {
+	sb, ok := rp.shared.(SharedSpecBatch)
+	if !ok {
+		for i, s := range specs {
+			if err := rp.put(s); err != nil {
+				return i, err
+			}
+		}
+		return len(specs), nil
+	}
+	ctx, cancel := context.WithTimeout(rp.closing, sharedWait+time.Duration(len(specs))*time.Millisecond)
+	defer cancel()
+	rev, stored, err := sb.PutSpecs(ctx, specs)
+	if err != nil {
+		err = sharedWriteErr(err)
+	}
+	if stored > 0 {
+		if werr := rp.waitApplied(ctx, rev); err == nil {
+			err = werr
+		}
+	}
+	return stored, err
 }
 
 // errSame marks, within addMany, a spec that is the target's already.

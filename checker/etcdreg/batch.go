@@ -14,8 +14,10 @@ import (
 // and on the operations, of one transaction.
 const maxTxnOps = 128
 
-// readBatch is how many specs PutSpecs reads in one transaction of gets.
-const readBatch = 64
+// readBatch is how many specs PutSpecs reads in one transaction of gets:
+// as many as one transaction can write when no guard changes (a mode
+// change of a group of up to 128 targets is one revision).
+const readBatch = maxTxnOps
 
 // PutSpecs implements checker.SharedSpecBatch: it stores specs in order,
 // many in each transaction, each as PutSpec would (a target that joins or

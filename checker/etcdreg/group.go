@@ -37,8 +37,14 @@ type guardRecord struct {
 }
 
 type policyRecord struct {
-	V                    int     `json:"v"`
-	MaxUnhealthyFraction float64 `json:"max_unhealthy_fraction"`
+	V                    int           `json:"v"`
+	MaxUnhealthyFraction float64       `json:"max_unhealthy_fraction"`
+	SlowStart            time.Duration `json:"slow_start,omitempty"`
+	RemoveAfterUnhealthy time.Duration `json:"remove_after_unhealthy,omitempty"`
+}
+
+func (pr policyRecord) policy() checker.GroupPolicy {
+	return checker.GroupPolicy{MaxUnhealthyFraction: pr.MaxUnhealthyFraction, SlowStart: pr.SlowStart, RemoveAfterUnhealthy: pr.RemoveAfterUnhealthy}
 }
 
 func (r *Registry) guardKey(group string) string  { return r.prefix + "guards/" + group }
@@ -101,8 +107,8 @@ func (r *Registry) ProposeGroup(ctx context.Context, g checker.GroupProposal) (u
 }
 
 // PutGroupPolicy implements checker.SharedGroups.
-func (r *Registry) PutGroupPolicy(ctx context.Context, group string, fraction float64) (uint64, error) {
-	v, err := json.Marshal(policyRecord{V: 1, MaxUnhealthyFraction: fraction})
+func (r *Registry) PutGroupPolicy(ctx context.Context, group string, p checker.GroupPolicy) (uint64, error) {
+	v, err := json.Marshal(policyRecord{V: 1, MaxUnhealthyFraction: p.MaxUnhealthyFraction, SlowStart: p.SlowStart, RemoveAfterUnhealthy: p.RemoveAfterUnhealthy})
 	if err != nil {
 		return 0, err
 	}
@@ -140,7 +146,7 @@ func (r *Registry) loadGroupKey(kind, group string, modRev int64, v []byte) erro
 		if err := json.Unmarshal(v, &pr); err != nil {
 			return fmt.Errorf("policy of group %q in etcd: %w", group, err)
 		}
-		g.MaxUnhealthyFraction = pr.MaxUnhealthyFraction
+		g.Policy = pr.policy()
 	}
 	r.groups[group] = g
 	return nil
@@ -168,7 +174,7 @@ func (r *Registry) groupChange(kind, group string, ev *clientv3.Event) (checker.
 				return checker.SharedChange{}, false
 			}
 		}
-		return checker.SharedChange{Kind: checker.SharedPolicyPut, Rev: rev, Name: group, Fraction: pr.MaxUnhealthyFraction}, true
+		return checker.SharedChange{Kind: checker.SharedPolicyPut, Rev: rev, Name: group, Policy: pr.policy()}, true
 	}
 	return checker.SharedChange{}, false
 }

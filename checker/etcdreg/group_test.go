@@ -325,7 +325,7 @@ func TestGroupWriteFencedByGuard(t *testing.T) {
 	}
 	// A policy change and a removal rewrite the guard.
 	c0 := guardRev("core")
-	if _, err := b.PutGroupPolicy(t.Context(), "core", 0.5); err != nil {
+	if _, err := b.PutGroupPolicy(t.Context(), "core", checker.GroupPolicy{MaxUnhealthyFraction: 0.5}); err != nil {
 		t.Fatal(err)
 	}
 	c1 := guardRev("core")
