@@ -212,6 +212,31 @@ func TestDiscoveryReplicasOnEtcd(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("the stream on r%d: each target added once, only c removed, c drained once (-want +got):\n%s", survivors[1]+1, diff)
 	}
+
+	// A SIGHUP that drops the group from the leader's configuration (and
+	// adds another): the leader resigns it and the other replica, whose
+	// configuration still has it, takes it over; the new group runs on
+	// the one replica that has it.
+	other := survivors[0]
+	if other == next {
+		other = survivors[1]
+	}
+	writeFile(t, cfgPath, fmt.Sprintf("groups:\n  - name: web\n    file_sd_configs: [{files: [%q], refresh_interval: 100ms}]\n    template: {tcp: {}, interval: 200ms, rise: 1}\n", sd))
+	reps[next].Signal(syscall.SIGHUP)
+	eventually(t, "the old leader resigns the group, and the other replica takes it", func() bool {
+		return strings.Contains(reps[next].Logs(), `msg="resigned from discovery group" component=discovery group=api`) && leadsGroup(reps[other], "api")
+	})
+	eventually(t, "the new group's targets", func() bool {
+		return slices.Contains(held.events(), "added web-"+ups[0])
+	})
+	if !leadsGroup(reps[next], "web") {
+		t.Errorf("r%d does not run the group only it has", next+1)
+	}
+	for _, ev := range held.events() {
+		if strings.HasPrefix(ev, "removed api-") && ev != "removed "+c {
+			t.Errorf("after the group moved: %s", ev)
+		}
+	}
 }
 
 // metricsOf returns p's /metrics.
