@@ -260,6 +260,12 @@ func (e *Elector) sync() {
 // setLeading records whether this replica runs group, and applies it.
 func (e *Elector) setLeading(group string, on bool) {
 	e.mu.Lock()
+	if _, ok := e.camps[group]; on && !ok {
+		// Removed from the configuration (or closing) as it won: its
+		// campaign resigns next; it never runs.
+		e.mu.Unlock()
+		return
+	}
 	changed := e.leading[group] != on
 	if on {
 		e.leading[group] = true
