@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pulsehealth/pulse/checker/etcdreg/etcdtest"
+	"github.com/pulsehealth/pulse/internal/testscale"
 )
 
 // replica is one pulsed's discovery in TestElector: a Manager with no
@@ -151,7 +152,7 @@ groups:
 	waitFor(t, "r2 takes over", r2.leading, "api,web")
 	took := time.Since(cut)
 	t.Logf("r2 took over %v after r1 was cut off (TTL 2s)", took)
-	if took > 2*time.Second+3*time.Second {
+	if took > 2*time.Second+testscale.D(3*time.Second) {
 		t.Errorf("takeover took %v, far more than the 2s TTL", took)
 	}
 	// Stop r1 while it still cannot reach etcd, as a killed replica:
