@@ -345,7 +345,7 @@ func run(args []string, stderr io.Writer) error {
 			return fmt.Errorf("-targets: %w", err)
 		}
 	}
-	disc, err := startDiscovery(cfg, c, obs.reg, logger)
+	disc, err := startDiscovery(cfg, c, shared, obs.reg, logger)
 	if err != nil {
 		return err
 	}

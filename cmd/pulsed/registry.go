@@ -73,12 +73,7 @@ func (r *registryFlags) etcd() bool { return r.kind == "etcd" }
 
 // openEtcd connects to etcd and announces this replica.
 func (r *registryFlags) openEtcd(logger *slog.Logger) (*etcdreg.Registry, error) {
-	var eps []string
-	for _, e := range strings.Split(r.endpoints, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			eps = append(eps, e)
-		}
-	}
+	eps := r.endpointList()
 	tlsCfg, err := r.tlsConfig()
 	if err != nil {
 		return nil, err
@@ -96,6 +91,17 @@ func (r *registryFlags) openEtcd(logger *slog.Logger) (*etcdreg.Registry, error)
 	}
 	logger.Info("joined the replicas on etcd", "replica", reg.ID(), "prefix", r.prefix, "endpoints", strings.Join(eps, ","))
 	return reg, nil
+}
+
+// endpointList returns -etcd-endpoints as a list.
+func (r *registryFlags) endpointList() []string {
+	var eps []string
+	for _, e := range strings.Split(r.endpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			eps = append(eps, e)
+		}
+	}
+	return eps
 }
 
 // tlsConfig builds the TLS configuration for etcd from -etcd-ca,

@@ -40,6 +40,9 @@ type GroupStatus struct {
 	// LastError is the last answer's refusal, or the last target it could
 	// not add; empty when the last answer applied whole.
 	LastError string
+	// Leader is the replica that runs the group, with replicas on etcd
+	// (see Elector); empty with one pulsed, or while no replica leads.
+	Leader string
 }
 
 // Manager runs the discovery groups of a Config and keeps the registry's
