@@ -11,12 +11,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -39,8 +41,9 @@ type grpcProber struct {
 	closeOnce sync.Once
 	watch     grpcWatch // see WatchConn
 
-	rawMu sync.Mutex // protects raw
-	raw   net.Conn   // the channel's newest connection; nil once dropped
+	rawMu   sync.Mutex  // protects raw
+	raw     net.Conn    // the channel's newest connection; nil once dropped
+	dropped atomic.Bool // dropConn closed raw; the next probe waits for the channel to see it
 }
 
 // newGRPCProber builds a prober for a validated spec. tlsConf is used when
@@ -121,6 +124,9 @@ func newGRPCProber(s *GRPCSpec, tlsConf *tls.Config, roots *x509.CertPool, d *gu
 // "<code>: <message>"; when the server refused the connection the error
 // satisfies errors.Is(err, syscall.ECONNREFUSED).
 func (p *grpcProber) Probe(ctx context.Context) error {
+	if p.dropped.Swap(false) {
+		p.awaitDrop(ctx)
+	}
 	if p.md != nil {
 		ctx = metadata.NewOutgoingContext(ctx, p.md)
 	}
@@ -166,6 +172,23 @@ func (p *grpcProber) dropConn() {
 	if c != nil {
 		p.watch.up.Store(false)
 		c.Close()
+		p.dropped.Store(true)
+	}
+}
+
+// awaitDrop waits, within ctx, until the channel has seen its dropped
+// connection close: until then it may still send a call over it, which
+// fails at once ("use of closed network connection") instead of dialling
+// afresh. A channel that has dialled again since is not waited for.
+func (p *grpcProber) awaitDrop(ctx context.Context) {
+	for {
+		p.rawMu.Lock()
+		redialled := p.raw != nil
+		p.rawMu.Unlock()
+		s := p.conn.GetState()
+		if redialled || s != connectivity.Ready || !p.conn.WaitForStateChange(ctx, s) {
+			return
+		}
 	}
 }
 
