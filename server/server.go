@@ -37,6 +37,7 @@ type Server struct {
 	c        *checker.Checker
 	progress time.Duration
 	encoded  encodedCache // events encoded once for every stream; see fanout.go
+	reload   func() []ReloadResult
 }
 
 // Option configures a Server.

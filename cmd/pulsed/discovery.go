@@ -86,11 +86,11 @@ func (r *discoveryRunner) startElector(rf registryFlags, id string, dcfg *discov
 	return nil
 }
 
-// reload re-reads the file on SIGHUP. A bad file keeps the running
-// configuration, and the log says so.
-func (r *discoveryRunner) reload() {
+// reload re-reads the file, on SIGHUP and for the Reload call. A bad
+// file keeps the running configuration, and the log and the error say so.
+func (r *discoveryRunner) reload() error {
 	if r.m == nil {
-		return
+		return nil
 	}
 	dcfg, err := discovery.LoadConfig(r.path)
 	if err == nil {
@@ -102,9 +102,10 @@ func (r *discoveryRunner) reload() {
 	}
 	if err != nil {
 		r.logger.Error("discovery config not reloaded: the running configuration stays", "error", err)
-		return
+		return fmt.Errorf("not reloaded, the running configuration stays: %w", err)
 	}
 	r.logger.Info("discovery config reloaded", "groups", len(dcfg.Groups))
+	return nil
 }
 
 // stop stops the sources and waits for them; it is idempotent.

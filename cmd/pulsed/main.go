@@ -21,6 +21,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -182,21 +183,53 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	return cfg, nil
 }
 
-// reloadTargets re-reads the targets file on SIGHUP. A file with errors
-// changes nothing; the log says which line is wrong.
-func reloadTargets(c *checker.Checker, cfg config, logger *slog.Logger) {
-	if cfg.targetsFile == "" {
-		logger.Warn("SIGHUP ignored: no -targets file to reload")
-		return
+// reloader re-reads pulsed's files, on SIGHUP and for the Reload call,
+// one reload at a time.
+type reloader struct {
+	mu     sync.Mutex
+	c      *checker.Checker
+	cfg    config
+	logger *slog.Logger
+	disc   *discoveryRunner // nil until discovery has started
+}
+
+// reload re-reads the targets file and the discovery config, those pulsed
+// runs with, and says what it did with each. A file with errors changes
+// nothing; the log says which line is wrong.
+func (r *reloader) reload() []server.ReloadResult {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []server.ReloadResult
+	if r.cfg.targetsFile != "" {
+		out = append(out, server.ReloadResult{Kind: "targets", Path: r.cfg.targetsFile, Err: r.reloadTargets()})
 	}
-	specs, err := loadTargets(cfg.targetsFile, cfg.defaults)
+	if r.cfg.discoveryConfig != "" && r.disc != nil {
+		out = append(out, server.ReloadResult{Kind: "discovery", Path: r.cfg.discoveryConfig, Err: r.disc.reload()})
+	}
+	if len(out) == 0 {
+		r.logger.Warn("reload ignored: no -targets file or -discovery-config to reload")
+	}
+	return out
+}
+
+func (r *reloader) reloadTargets() error {
+	specs, err := loadTargets(r.cfg.targetsFile, r.cfg.defaults)
 	if err != nil {
-		logger.Error("targets file not applied: nothing changed", "error", err)
-		return
+		r.logger.Error("targets file not applied: nothing changed", "error", err)
+		return fmt.Errorf("not applied, nothing changed: %w", err)
 	}
-	if err := applyTargets(c, specs, logger); err != nil {
-		logger.Error("targets file applied in part", "error", err)
+	if err := applyTargets(r.c, specs, r.logger); err != nil {
+		r.logger.Error("targets file applied in part", "error", err)
+		return fmt.Errorf("applied in part: %w", err)
 	}
+	return nil
+}
+
+// setDiscovery gives the reloader the discovery runner once it runs.
+func (r *reloader) setDiscovery(d *discoveryRunner) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.disc = d
 }
 
 func run(args []string, stderr io.Writer) error {
@@ -310,7 +343,8 @@ func run(args []string, stderr io.Writer) error {
 	sopts.ServerOptions = append(sopts.ServerOptions, cfg.conns.serverOptions()...)
 	sopts.UnaryInterceptors = obs.unaryInterceptors()
 	sopts.StreamInterceptors = obs.streamInterceptors()
-	gs, hs := server.NewGRPCServer(server.New(c, server.WithProgressInterval(cfg.watchProgress)), sopts)
+	rl := &reloader{c: c, cfg: cfg, logger: logger}
+	gs, hs := server.NewGRPCServer(server.New(c, server.WithProgressInterval(cfg.watchProgress), server.WithReload(rl.reload)), sopts)
 	stopXDS, err := startXDS(cfg, c, gs, obs.reg, logger)
 	if err != nil {
 		return err
@@ -350,6 +384,7 @@ func run(args []string, stderr io.Writer) error {
 		return err
 	}
 	defer disc.stop()
+	rl.setDiscovery(disc)
 	stopDNS, err := startDNS(cfg, c, obs.reg, logger)
 	if err != nil {
 		return err
@@ -378,10 +413,7 @@ wait:
 		case err := <-obs.serveErr():
 			return fmt.Errorf("http serve: %w", err)
 		case <-hup:
-			if cfg.targetsFile != "" || cfg.discoveryConfig == "" {
-				reloadTargets(c, cfg, logger)
-			}
-			disc.reload()
+			rl.reload()
 		case <-ctx.Done():
 			break wait
 		}

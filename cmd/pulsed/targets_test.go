@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -202,6 +204,33 @@ func TestTargetsFileAndSIGHUP(t *testing.T) {
 	})
 	if diff := cmp.Diff([]string{"api:api", "b:file", "c:file"}, names()); diff != "" {
 		t.Errorf("a bad file changed targets (-want +got):\n%s", diff)
+	}
+
+	// The Reload call does what SIGHUP does, and says how it went.
+	resp, err := client.Reload(t.Context(), &pb.ReloadRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := resp.GetFiles(); len(f) != 1 || f[0].GetKind() != "targets" || f[0].GetPath() != path ||
+		!strings.Contains(f[0].GetError(), `targets.yaml:4: target "e": fall: must be at least 1, got -1`) {
+		t.Errorf("Reload of the bad file: %v", f)
+	}
+	writeFile(t, path, "targets:\n  - name: d\n    tcp: {address: \"127.0.0.1:9\"}\n")
+	if resp, err = client.Reload(t.Context(), &pb.ReloadRequest{}); err != nil || resp.GetFiles()[0].GetError() != "" {
+		t.Fatalf("Reload of the fixed file: %v, %v", resp, err)
+	}
+	if diff := cmp.Diff([]string{"api:api", "d:file"}, names()); diff != "" {
+		t.Errorf("after Reload (-want +got):\n%s", diff)
+	}
+	p.stop(t)
+}
+
+// Reload without a file to reload says so.
+func TestReloadWithoutFiles(t *testing.T) {
+	p := startPulsed(t, buildPulsed(t))
+	_, err := dial(t, p.Addr).Reload(t.Context(), &pb.ReloadRequest{})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "no file to reload") {
+		t.Errorf("Reload: %v, want FAILED_PRECONDITION saying there is no file", err)
 	}
 	p.stop(t)
 }

@@ -286,7 +286,7 @@ func (x PolicyEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PolicyEvent_Kind.Descriptor instead.
 func (PolicyEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{42, 0}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{45, 0}
 }
 
 // HttpProbe passes when GET (or HEAD, or POST) on url answers with an
@@ -2316,6 +2316,154 @@ func (x *AddTargetRequest) GetTarget() *Target {
 	return nil
 }
 
+// ReloadRequest asks pulsed to re-read its files.
+type ReloadRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReloadRequest) Reset() {
+	*x = ReloadRequest{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReloadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReloadRequest) ProtoMessage() {}
+
+func (x *ReloadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReloadRequest.ProtoReflect.Descriptor instead.
+func (*ReloadRequest) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{15}
+}
+
+// ReloadResponse says what Reload did with each file.
+type ReloadResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// files has one entry per file pulsed runs with, targets file first.
+	Files         []*ReloadedFile `protobuf:"bytes,1,rep,name=files,proto3" json:"files,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReloadResponse) Reset() {
+	*x = ReloadResponse{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReloadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReloadResponse) ProtoMessage() {}
+
+func (x *ReloadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReloadResponse.ProtoReflect.Descriptor instead.
+func (*ReloadResponse) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ReloadResponse) GetFiles() []*ReloadedFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+// ReloadedFile is one file Reload read.
+type ReloadedFile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind is "targets" or "discovery".
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// path is the file as pulsed was given it.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// error is empty when the file was applied; else why it was not, or was
+	// applied only in part, with the file and line where it can say.
+	Error         string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReloadedFile) Reset() {
+	*x = ReloadedFile{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReloadedFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReloadedFile) ProtoMessage() {}
+
+func (x *ReloadedFile) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReloadedFile.ProtoReflect.Descriptor instead.
+func (*ReloadedFile) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ReloadedFile) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ReloadedFile) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ReloadedFile) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 // AddTargetsRequest carries the targets of one AddTargets call.
 type AddTargetsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2327,7 +2475,7 @@ type AddTargetsRequest struct {
 
 func (x *AddTargetsRequest) Reset() {
 	*x = AddTargetsRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2339,7 +2487,7 @@ func (x *AddTargetsRequest) String() string {
 func (*AddTargetsRequest) ProtoMessage() {}
 
 func (x *AddTargetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2352,7 +2500,7 @@ func (x *AddTargetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddTargetsRequest.ProtoReflect.Descriptor instead.
 func (*AddTargetsRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{15}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AddTargetsRequest) GetTargets() []*Target {
@@ -2376,7 +2524,7 @@ type AddTargetsResponse struct {
 
 func (x *AddTargetsResponse) Reset() {
 	*x = AddTargetsResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2388,7 +2536,7 @@ func (x *AddTargetsResponse) String() string {
 func (*AddTargetsResponse) ProtoMessage() {}
 
 func (x *AddTargetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2401,7 +2549,7 @@ func (x *AddTargetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddTargetsResponse.ProtoReflect.Descriptor instead.
 func (*AddTargetsResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{16}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AddTargetsResponse) GetResults() []*AddTargetResult {
@@ -2446,7 +2594,7 @@ type AddTargetResult struct {
 
 func (x *AddTargetResult) Reset() {
 	*x = AddTargetResult{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2458,7 +2606,7 @@ func (x *AddTargetResult) String() string {
 func (*AddTargetResult) ProtoMessage() {}
 
 func (x *AddTargetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2471,7 +2619,7 @@ func (x *AddTargetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddTargetResult.ProtoReflect.Descriptor instead.
 func (*AddTargetResult) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{17}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AddTargetResult) GetName() string {
@@ -2515,7 +2663,7 @@ type AddTargetResponse struct {
 
 func (x *AddTargetResponse) Reset() {
 	*x = AddTargetResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2527,7 +2675,7 @@ func (x *AddTargetResponse) String() string {
 func (*AddTargetResponse) ProtoMessage() {}
 
 func (x *AddTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2540,7 +2688,7 @@ func (x *AddTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddTargetResponse.ProtoReflect.Descriptor instead.
 func (*AddTargetResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{18}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AddTargetResponse) GetCreated() bool {
@@ -2572,7 +2720,7 @@ type RemoveTargetRequest struct {
 
 func (x *RemoveTargetRequest) Reset() {
 	*x = RemoveTargetRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2584,7 +2732,7 @@ func (x *RemoveTargetRequest) String() string {
 func (*RemoveTargetRequest) ProtoMessage() {}
 
 func (x *RemoveTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2597,7 +2745,7 @@ func (x *RemoveTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveTargetRequest.ProtoReflect.Descriptor instead.
 func (*RemoveTargetRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{19}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RemoveTargetRequest) GetName() string {
@@ -2630,7 +2778,7 @@ type RemoveTargetResponse struct {
 
 func (x *RemoveTargetResponse) Reset() {
 	*x = RemoveTargetResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2642,7 +2790,7 @@ func (x *RemoveTargetResponse) String() string {
 func (*RemoveTargetResponse) ProtoMessage() {}
 
 func (x *RemoveTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2655,7 +2803,7 @@ func (x *RemoveTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveTargetResponse.ProtoReflect.Descriptor instead.
 func (*RemoveTargetResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{20}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RemoveTargetResponse) GetRemoved() bool {
@@ -2695,7 +2843,7 @@ type SetModeRequest struct {
 
 func (x *SetModeRequest) Reset() {
 	*x = SetModeRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2707,7 +2855,7 @@ func (x *SetModeRequest) String() string {
 func (*SetModeRequest) ProtoMessage() {}
 
 func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2720,7 +2868,7 @@ func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeRequest.ProtoReflect.Descriptor instead.
 func (*SetModeRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{21}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SetModeRequest) GetTarget() string {
@@ -2769,7 +2917,7 @@ type SetModeResponse struct {
 
 func (x *SetModeResponse) Reset() {
 	*x = SetModeResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2781,7 +2929,7 @@ func (x *SetModeResponse) String() string {
 func (*SetModeResponse) ProtoMessage() {}
 
 func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2794,7 +2942,7 @@ func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeResponse.ProtoReflect.Descriptor instead.
 func (*SetModeResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{22}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetModeResponse) GetTargets() []*TargetStatus {
@@ -2829,7 +2977,7 @@ type ModeChange struct {
 
 func (x *ModeChange) Reset() {
 	*x = ModeChange{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2841,7 +2989,7 @@ func (x *ModeChange) String() string {
 func (*ModeChange) ProtoMessage() {}
 
 func (x *ModeChange) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2854,7 +3002,7 @@ func (x *ModeChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModeChange.ProtoReflect.Descriptor instead.
 func (*ModeChange) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{23}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ModeChange) GetTarget() string {
@@ -2924,7 +3072,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2936,7 +3084,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2949,7 +3097,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{24}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StateRequest) GetName() string {
@@ -2970,7 +3118,7 @@ type StateResponse struct {
 
 func (x *StateResponse) Reset() {
 	*x = StateResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2982,7 +3130,7 @@ func (x *StateResponse) String() string {
 func (*StateResponse) ProtoMessage() {}
 
 func (x *StateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2995,7 +3143,7 @@ func (x *StateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateResponse.ProtoReflect.Descriptor instead.
 func (*StateResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{25}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StateResponse) GetStatus() *TargetStatus {
@@ -3016,7 +3164,7 @@ type HealthyRequest struct {
 
 func (x *HealthyRequest) Reset() {
 	*x = HealthyRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3028,7 +3176,7 @@ func (x *HealthyRequest) String() string {
 func (*HealthyRequest) ProtoMessage() {}
 
 func (x *HealthyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3041,7 +3189,7 @@ func (x *HealthyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthyRequest.ProtoReflect.Descriptor instead.
 func (*HealthyRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{26}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *HealthyRequest) GetGroup() string {
@@ -3062,7 +3210,7 @@ type HealthyResponse struct {
 
 func (x *HealthyResponse) Reset() {
 	*x = HealthyResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3074,7 +3222,7 @@ func (x *HealthyResponse) String() string {
 func (*HealthyResponse) ProtoMessage() {}
 
 func (x *HealthyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3087,7 +3235,7 @@ func (x *HealthyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthyResponse.ProtoReflect.Descriptor instead.
 func (*HealthyResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{27}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *HealthyResponse) GetNames() []string {
@@ -3108,7 +3256,7 @@ type ListTargetsRequest struct {
 
 func (x *ListTargetsRequest) Reset() {
 	*x = ListTargetsRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3120,7 +3268,7 @@ func (x *ListTargetsRequest) String() string {
 func (*ListTargetsRequest) ProtoMessage() {}
 
 func (x *ListTargetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3133,7 +3281,7 @@ func (x *ListTargetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTargetsRequest.ProtoReflect.Descriptor instead.
 func (*ListTargetsRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{28}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListTargetsRequest) GetGroup() string {
@@ -3162,7 +3310,7 @@ type ListTargetsResponse struct {
 
 func (x *ListTargetsResponse) Reset() {
 	*x = ListTargetsResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3174,7 +3322,7 @@ func (x *ListTargetsResponse) String() string {
 func (*ListTargetsResponse) ProtoMessage() {}
 
 func (x *ListTargetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3187,7 +3335,7 @@ func (x *ListTargetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTargetsResponse.ProtoReflect.Descriptor instead.
 func (*ListTargetsResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{29}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListTargetsResponse) GetTargets() []*TargetStatus {
@@ -3232,7 +3380,7 @@ type SetGroupPolicyRequest struct {
 
 func (x *SetGroupPolicyRequest) Reset() {
 	*x = SetGroupPolicyRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3244,7 +3392,7 @@ func (x *SetGroupPolicyRequest) String() string {
 func (*SetGroupPolicyRequest) ProtoMessage() {}
 
 func (x *SetGroupPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3257,7 +3405,7 @@ func (x *SetGroupPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGroupPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetGroupPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{30}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetGroupPolicyRequest) GetGroup() string {
@@ -3285,7 +3433,7 @@ type SetGroupPolicyResponse struct {
 
 func (x *SetGroupPolicyResponse) Reset() {
 	*x = SetGroupPolicyResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3297,7 +3445,7 @@ func (x *SetGroupPolicyResponse) String() string {
 func (*SetGroupPolicyResponse) ProtoMessage() {}
 
 func (x *SetGroupPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3310,7 +3458,7 @@ func (x *SetGroupPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGroupPolicyResponse.ProtoReflect.Descriptor instead.
 func (*SetGroupPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{31}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetGroupPolicyResponse) GetGroup() *GroupStatus {
@@ -3338,7 +3486,7 @@ type ReportOutcomeRequest struct {
 
 func (x *ReportOutcomeRequest) Reset() {
 	*x = ReportOutcomeRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3350,7 +3498,7 @@ func (x *ReportOutcomeRequest) String() string {
 func (*ReportOutcomeRequest) ProtoMessage() {}
 
 func (x *ReportOutcomeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3363,7 +3511,7 @@ func (x *ReportOutcomeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportOutcomeRequest.ProtoReflect.Descriptor instead.
 func (*ReportOutcomeRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{32}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReportOutcomeRequest) GetTarget() string {
@@ -3407,7 +3555,7 @@ type ReportOutcomeResponse struct {
 
 func (x *ReportOutcomeResponse) Reset() {
 	*x = ReportOutcomeResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3419,7 +3567,7 @@ func (x *ReportOutcomeResponse) String() string {
 func (*ReportOutcomeResponse) ProtoMessage() {}
 
 func (x *ReportOutcomeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3432,7 +3580,7 @@ func (x *ReportOutcomeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportOutcomeResponse.ProtoReflect.Descriptor instead.
 func (*ReportOutcomeResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{33}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReportOutcomeResponse) GetCounted() bool {
@@ -3467,7 +3615,7 @@ type UpdateTargetRequest struct {
 
 func (x *UpdateTargetRequest) Reset() {
 	*x = UpdateTargetRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3479,7 +3627,7 @@ func (x *UpdateTargetRequest) String() string {
 func (*UpdateTargetRequest) ProtoMessage() {}
 
 func (x *UpdateTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3492,7 +3640,7 @@ func (x *UpdateTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTargetRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTargetRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{34}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *UpdateTargetRequest) GetTarget() *Target {
@@ -3522,7 +3670,7 @@ type UpdateTargetResponse struct {
 
 func (x *UpdateTargetResponse) Reset() {
 	*x = UpdateTargetResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3534,7 +3682,7 @@ func (x *UpdateTargetResponse) String() string {
 func (*UpdateTargetResponse) ProtoMessage() {}
 
 func (x *UpdateTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3547,7 +3695,7 @@ func (x *UpdateTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTargetResponse.ProtoReflect.Descriptor instead.
 func (*UpdateTargetResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{35}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *UpdateTargetResponse) GetPrevious() *Target {
@@ -3578,7 +3726,7 @@ type ProbeNowRequest struct {
 
 func (x *ProbeNowRequest) Reset() {
 	*x = ProbeNowRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3590,7 +3738,7 @@ func (x *ProbeNowRequest) String() string {
 func (*ProbeNowRequest) ProtoMessage() {}
 
 func (x *ProbeNowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3603,7 +3751,7 @@ func (x *ProbeNowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeNowRequest.ProtoReflect.Descriptor instead.
 func (*ProbeNowRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{36}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ProbeNowRequest) GetGroup() string {
@@ -3634,7 +3782,7 @@ type ProbeNowResponse struct {
 
 func (x *ProbeNowResponse) Reset() {
 	*x = ProbeNowResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3646,7 +3794,7 @@ func (x *ProbeNowResponse) String() string {
 func (*ProbeNowResponse) ProtoMessage() {}
 
 func (x *ProbeNowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3659,7 +3807,7 @@ func (x *ProbeNowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeNowResponse.ProtoReflect.Descriptor instead.
 func (*ProbeNowResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{37}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ProbeNowResponse) GetTransitions() []*Transition {
@@ -3694,7 +3842,7 @@ type ProbeNowResult struct {
 
 func (x *ProbeNowResult) Reset() {
 	*x = ProbeNowResult{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[38]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3706,7 +3854,7 @@ func (x *ProbeNowResult) String() string {
 func (*ProbeNowResult) ProtoMessage() {}
 
 func (x *ProbeNowResult) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[38]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3719,7 +3867,7 @@ func (x *ProbeNowResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeNowResult.ProtoReflect.Descriptor instead.
 func (*ProbeNowResult) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{38}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ProbeNowResult) GetName() string {
@@ -3769,7 +3917,7 @@ type WatchTransitionsRequest struct {
 
 func (x *WatchTransitionsRequest) Reset() {
 	*x = WatchTransitionsRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[39]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3781,7 +3929,7 @@ func (x *WatchTransitionsRequest) String() string {
 func (*WatchTransitionsRequest) ProtoMessage() {}
 
 func (x *WatchTransitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[39]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3794,7 +3942,7 @@ func (x *WatchTransitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTransitionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchTransitionsRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{39}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WatchTransitionsRequest) GetGroup() string {
@@ -3828,7 +3976,7 @@ type SnapshotComplete struct {
 
 func (x *SnapshotComplete) Reset() {
 	*x = SnapshotComplete{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[40]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3840,7 +3988,7 @@ func (x *SnapshotComplete) String() string {
 func (*SnapshotComplete) ProtoMessage() {}
 
 func (x *SnapshotComplete) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[40]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3853,7 +4001,7 @@ func (x *SnapshotComplete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotComplete.ProtoReflect.Descriptor instead.
 func (*SnapshotComplete) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{40}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{43}
 }
 
 // Progress says the stream has delivered every matching event up to its
@@ -3866,7 +4014,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[41]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3878,7 +4026,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[41]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3891,7 +4039,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{41}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{44}
 }
 
 // PolicyEvent is a change in a pool policy's or the checker's state. It
@@ -3924,7 +4072,7 @@ type PolicyEvent struct {
 
 func (x *PolicyEvent) Reset() {
 	*x = PolicyEvent{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[42]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3936,7 +4084,7 @@ func (x *PolicyEvent) String() string {
 func (*PolicyEvent) ProtoMessage() {}
 
 func (x *PolicyEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[42]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3949,7 +4097,7 @@ func (x *PolicyEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyEvent.ProtoReflect.Descriptor instead.
 func (*PolicyEvent) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{42}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PolicyEvent) GetKind() PolicyEvent_Kind {
@@ -4014,7 +4162,7 @@ type TargetRemoved struct {
 
 func (x *TargetRemoved) Reset() {
 	*x = TargetRemoved{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[43]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4026,7 +4174,7 @@ func (x *TargetRemoved) String() string {
 func (*TargetRemoved) ProtoMessage() {}
 
 func (x *TargetRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[43]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4039,7 +4187,7 @@ func (x *TargetRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetRemoved.ProtoReflect.Descriptor instead.
 func (*TargetRemoved) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{43}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TargetRemoved) GetName() string {
@@ -4085,7 +4233,7 @@ type WatchTransitionsResponse struct {
 
 func (x *WatchTransitionsResponse) Reset() {
 	*x = WatchTransitionsResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[44]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4097,7 +4245,7 @@ func (x *WatchTransitionsResponse) String() string {
 func (*WatchTransitionsResponse) ProtoMessage() {}
 
 func (x *WatchTransitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[44]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4110,7 +4258,7 @@ func (x *WatchTransitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTransitionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchTransitionsResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{44}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *WatchTransitionsResponse) GetRevision() uint64 {
@@ -4294,7 +4442,7 @@ type TargetsFile struct {
 
 func (x *TargetsFile) Reset() {
 	*x = TargetsFile{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[45]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4306,7 +4454,7 @@ func (x *TargetsFile) String() string {
 func (*TargetsFile) ProtoMessage() {}
 
 func (x *TargetsFile) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[45]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4319,7 +4467,7 @@ func (x *TargetsFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetsFile.ProtoReflect.Descriptor instead.
 func (*TargetsFile) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{45}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TargetsFile) GetTargets() []*Target {
@@ -4526,7 +4674,14 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x04mode\x18\x14 \x01(\x0e2\x0e.pulse.v1.ModeR\x04mode\x12@\n" +
 	"\x0eslow_start_end\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\fslowStartEnd\"<\n" +
 	"\x10AddTargetRequest\x12(\n" +
-	"\x06target\x18\x01 \x01(\v2\x10.pulse.v1.TargetR\x06target\"?\n" +
+	"\x06target\x18\x01 \x01(\v2\x10.pulse.v1.TargetR\x06target\"\x0f\n" +
+	"\rReloadRequest\">\n" +
+	"\x0eReloadResponse\x12,\n" +
+	"\x05files\x18\x01 \x03(\v2\x16.pulse.v1.ReloadedFileR\x05files\"L\n" +
+	"\fReloadedFile\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"?\n" +
 	"\x11AddTargetsRequest\x12*\n" +
 	"\atargets\x18\x01 \x03(\v2\x10.pulse.v1.TargetR\atargets\"}\n" +
 	"\x12AddTargetsResponse\x123\n" +
@@ -4670,11 +4825,12 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x05Model\x12\x15\n" +
 	"\x11MODEL_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fMODEL_RISE_FALL\x10\x01\x12\x15\n" +
-	"\x11MODEL_THREE_STATE\x10\x022\x89\a\n" +
+	"\x11MODEL_THREE_STATE\x10\x022\xc6\a\n" +
 	"\rHealthChecker\x12D\n" +
 	"\tAddTarget\x12\x1a.pulse.v1.AddTargetRequest\x1a\x1b.pulse.v1.AddTargetResponse\x12G\n" +
 	"\n" +
-	"AddTargets\x12\x1b.pulse.v1.AddTargetsRequest\x1a\x1c.pulse.v1.AddTargetsResponse\x12M\n" +
+	"AddTargets\x12\x1b.pulse.v1.AddTargetsRequest\x1a\x1c.pulse.v1.AddTargetsResponse\x12;\n" +
+	"\x06Reload\x12\x17.pulse.v1.ReloadRequest\x1a\x18.pulse.v1.ReloadResponse\x12M\n" +
 	"\fRemoveTarget\x12\x1d.pulse.v1.RemoveTargetRequest\x1a\x1e.pulse.v1.RemoveTargetResponse\x128\n" +
 	"\x05State\x12\x16.pulse.v1.StateRequest\x1a\x17.pulse.v1.StateResponse\x12>\n" +
 	"\aHealthy\x12\x18.pulse.v1.HealthyRequest\x1a\x19.pulse.v1.HealthyResponse\x12J\n" +
@@ -4701,7 +4857,7 @@ func file_pulse_v1_pulse_proto_rawDescGZIP() []byte {
 }
 
 var file_pulse_v1_pulse_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_pulse_v1_pulse_proto_goTypes = []any{
 	(Mode)(0),                        // 0: pulse.v1.Mode
 	(State)(0),                       // 1: pulse.v1.State
@@ -4722,166 +4878,172 @@ var file_pulse_v1_pulse_proto_goTypes = []any{
 	(*CheckerStatus)(nil),            // 16: pulse.v1.CheckerStatus
 	(*Transition)(nil),               // 17: pulse.v1.Transition
 	(*AddTargetRequest)(nil),         // 18: pulse.v1.AddTargetRequest
-	(*AddTargetsRequest)(nil),        // 19: pulse.v1.AddTargetsRequest
-	(*AddTargetsResponse)(nil),       // 20: pulse.v1.AddTargetsResponse
-	(*AddTargetResult)(nil),          // 21: pulse.v1.AddTargetResult
-	(*AddTargetResponse)(nil),        // 22: pulse.v1.AddTargetResponse
-	(*RemoveTargetRequest)(nil),      // 23: pulse.v1.RemoveTargetRequest
-	(*RemoveTargetResponse)(nil),     // 24: pulse.v1.RemoveTargetResponse
-	(*SetModeRequest)(nil),           // 25: pulse.v1.SetModeRequest
-	(*SetModeResponse)(nil),          // 26: pulse.v1.SetModeResponse
-	(*ModeChange)(nil),               // 27: pulse.v1.ModeChange
-	(*StateRequest)(nil),             // 28: pulse.v1.StateRequest
-	(*StateResponse)(nil),            // 29: pulse.v1.StateResponse
-	(*HealthyRequest)(nil),           // 30: pulse.v1.HealthyRequest
-	(*HealthyResponse)(nil),          // 31: pulse.v1.HealthyResponse
-	(*ListTargetsRequest)(nil),       // 32: pulse.v1.ListTargetsRequest
-	(*ListTargetsResponse)(nil),      // 33: pulse.v1.ListTargetsResponse
-	(*SetGroupPolicyRequest)(nil),    // 34: pulse.v1.SetGroupPolicyRequest
-	(*SetGroupPolicyResponse)(nil),   // 35: pulse.v1.SetGroupPolicyResponse
-	(*ReportOutcomeRequest)(nil),     // 36: pulse.v1.ReportOutcomeRequest
-	(*ReportOutcomeResponse)(nil),    // 37: pulse.v1.ReportOutcomeResponse
-	(*UpdateTargetRequest)(nil),      // 38: pulse.v1.UpdateTargetRequest
-	(*UpdateTargetResponse)(nil),     // 39: pulse.v1.UpdateTargetResponse
-	(*ProbeNowRequest)(nil),          // 40: pulse.v1.ProbeNowRequest
-	(*ProbeNowResponse)(nil),         // 41: pulse.v1.ProbeNowResponse
-	(*ProbeNowResult)(nil),           // 42: pulse.v1.ProbeNowResult
-	(*WatchTransitionsRequest)(nil),  // 43: pulse.v1.WatchTransitionsRequest
-	(*SnapshotComplete)(nil),         // 44: pulse.v1.SnapshotComplete
-	(*Progress)(nil),                 // 45: pulse.v1.Progress
-	(*PolicyEvent)(nil),              // 46: pulse.v1.PolicyEvent
-	(*TargetRemoved)(nil),            // 47: pulse.v1.TargetRemoved
-	(*WatchTransitionsResponse)(nil), // 48: pulse.v1.WatchTransitionsResponse
-	(*TargetsFile)(nil),              // 49: pulse.v1.TargetsFile
-	nil,                              // 50: pulse.v1.HttpProbe.HeadersEntry
-	nil,                              // 51: pulse.v1.GrpcProbe.MetadataEntry
-	(*durationpb.Duration)(nil),      // 52: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 53: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),    // 54: google.protobuf.FieldMask
+	(*ReloadRequest)(nil),            // 19: pulse.v1.ReloadRequest
+	(*ReloadResponse)(nil),           // 20: pulse.v1.ReloadResponse
+	(*ReloadedFile)(nil),             // 21: pulse.v1.ReloadedFile
+	(*AddTargetsRequest)(nil),        // 22: pulse.v1.AddTargetsRequest
+	(*AddTargetsResponse)(nil),       // 23: pulse.v1.AddTargetsResponse
+	(*AddTargetResult)(nil),          // 24: pulse.v1.AddTargetResult
+	(*AddTargetResponse)(nil),        // 25: pulse.v1.AddTargetResponse
+	(*RemoveTargetRequest)(nil),      // 26: pulse.v1.RemoveTargetRequest
+	(*RemoveTargetResponse)(nil),     // 27: pulse.v1.RemoveTargetResponse
+	(*SetModeRequest)(nil),           // 28: pulse.v1.SetModeRequest
+	(*SetModeResponse)(nil),          // 29: pulse.v1.SetModeResponse
+	(*ModeChange)(nil),               // 30: pulse.v1.ModeChange
+	(*StateRequest)(nil),             // 31: pulse.v1.StateRequest
+	(*StateResponse)(nil),            // 32: pulse.v1.StateResponse
+	(*HealthyRequest)(nil),           // 33: pulse.v1.HealthyRequest
+	(*HealthyResponse)(nil),          // 34: pulse.v1.HealthyResponse
+	(*ListTargetsRequest)(nil),       // 35: pulse.v1.ListTargetsRequest
+	(*ListTargetsResponse)(nil),      // 36: pulse.v1.ListTargetsResponse
+	(*SetGroupPolicyRequest)(nil),    // 37: pulse.v1.SetGroupPolicyRequest
+	(*SetGroupPolicyResponse)(nil),   // 38: pulse.v1.SetGroupPolicyResponse
+	(*ReportOutcomeRequest)(nil),     // 39: pulse.v1.ReportOutcomeRequest
+	(*ReportOutcomeResponse)(nil),    // 40: pulse.v1.ReportOutcomeResponse
+	(*UpdateTargetRequest)(nil),      // 41: pulse.v1.UpdateTargetRequest
+	(*UpdateTargetResponse)(nil),     // 42: pulse.v1.UpdateTargetResponse
+	(*ProbeNowRequest)(nil),          // 43: pulse.v1.ProbeNowRequest
+	(*ProbeNowResponse)(nil),         // 44: pulse.v1.ProbeNowResponse
+	(*ProbeNowResult)(nil),           // 45: pulse.v1.ProbeNowResult
+	(*WatchTransitionsRequest)(nil),  // 46: pulse.v1.WatchTransitionsRequest
+	(*SnapshotComplete)(nil),         // 47: pulse.v1.SnapshotComplete
+	(*Progress)(nil),                 // 48: pulse.v1.Progress
+	(*PolicyEvent)(nil),              // 49: pulse.v1.PolicyEvent
+	(*TargetRemoved)(nil),            // 50: pulse.v1.TargetRemoved
+	(*WatchTransitionsResponse)(nil), // 51: pulse.v1.WatchTransitionsResponse
+	(*TargetsFile)(nil),              // 52: pulse.v1.TargetsFile
+	nil,                              // 53: pulse.v1.HttpProbe.HeadersEntry
+	nil,                              // 54: pulse.v1.GrpcProbe.MetadataEntry
+	(*durationpb.Duration)(nil),      // 55: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 56: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),    // 57: google.protobuf.FieldMask
 }
 var file_pulse_v1_pulse_proto_depIdxs = []int32{
-	50,  // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
+	53,  // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
 	5,   // 1: pulse.v1.HttpProbe.header_matches:type_name -> pulse.v1.HeaderMatch
 	6,   // 2: pulse.v1.HttpProbe.tls:type_name -> pulse.v1.TlsOptions
-	52,  // 3: pulse.v1.TlsOptions.cert_expiry_warn:type_name -> google.protobuf.Duration
-	52,  // 4: pulse.v1.TlsOptions.cert_expiry_fail:type_name -> google.protobuf.Duration
+	55,  // 3: pulse.v1.TlsOptions.cert_expiry_warn:type_name -> google.protobuf.Duration
+	55,  // 4: pulse.v1.TlsOptions.cert_expiry_fail:type_name -> google.protobuf.Duration
 	8,   // 5: pulse.v1.TcpProbe.steps:type_name -> pulse.v1.TcpStep
 	6,   // 6: pulse.v1.TcpProbe.tls:type_name -> pulse.v1.TlsOptions
 	6,   // 7: pulse.v1.GrpcProbe.tls_options:type_name -> pulse.v1.TlsOptions
-	51,  // 8: pulse.v1.GrpcProbe.metadata:type_name -> pulse.v1.GrpcProbe.MetadataEntry
+	54,  // 8: pulse.v1.GrpcProbe.metadata:type_name -> pulse.v1.GrpcProbe.MetadataEntry
 	4,   // 9: pulse.v1.Target.http:type_name -> pulse.v1.HttpProbe
 	7,   // 10: pulse.v1.Target.tcp:type_name -> pulse.v1.TcpProbe
 	9,   // 11: pulse.v1.Target.grpc:type_name -> pulse.v1.GrpcProbe
 	10,  // 12: pulse.v1.Target.dns:type_name -> pulse.v1.DnsProbe
-	52,  // 13: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
-	52,  // 14: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
+	55,  // 13: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
+	55,  // 14: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
 	1,   // 15: pulse.v1.Target.initial_state:type_name -> pulse.v1.State
 	2,   // 16: pulse.v1.Target.model:type_name -> pulse.v1.Model
-	52,  // 17: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
-	52,  // 18: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
-	52,  // 19: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
-	52,  // 20: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
-	52,  // 21: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
-	52,  // 22: pulse.v1.Target.slow_start:type_name -> google.protobuf.Duration
-	52,  // 23: pulse.v1.Target.remove_after_unhealthy:type_name -> google.protobuf.Duration
-	52,  // 24: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
-	53,  // 25: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
+	55,  // 17: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
+	55,  // 18: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
+	55,  // 19: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
+	55,  // 20: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
+	55,  // 21: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
+	55,  // 22: pulse.v1.Target.slow_start:type_name -> google.protobuf.Duration
+	55,  // 23: pulse.v1.Target.remove_after_unhealthy:type_name -> google.protobuf.Duration
+	55,  // 24: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
+	56,  // 25: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
 	11,  // 26: pulse.v1.TargetStatus.spec:type_name -> pulse.v1.Target
 	1,   // 27: pulse.v1.TargetStatus.state:type_name -> pulse.v1.State
 	12,  // 28: pulse.v1.TargetStatus.last_result:type_name -> pulse.v1.ProbeResult
-	53,  // 29: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
+	56,  // 29: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
 	1,   // 30: pulse.v1.TargetStatus.verdict:type_name -> pulse.v1.State
-	52,  // 31: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
-	53,  // 32: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
-	53,  // 33: pulse.v1.TargetStatus.cert_not_after:type_name -> google.protobuf.Timestamp
+	55,  // 31: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
+	56,  // 32: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
+	56,  // 33: pulse.v1.TargetStatus.cert_not_after:type_name -> google.protobuf.Timestamp
 	0,   // 34: pulse.v1.TargetStatus.mode:type_name -> pulse.v1.Mode
-	53,  // 35: pulse.v1.TargetStatus.mode_since:type_name -> google.protobuf.Timestamp
-	53,  // 36: pulse.v1.TargetStatus.mode_until:type_name -> google.protobuf.Timestamp
-	53,  // 37: pulse.v1.TargetStatus.remove_time:type_name -> google.protobuf.Timestamp
-	53,  // 38: pulse.v1.TargetStatus.slow_start_end:type_name -> google.protobuf.Timestamp
-	53,  // 39: pulse.v1.TargetStatus.unhealthy_since:type_name -> google.protobuf.Timestamp
-	52,  // 40: pulse.v1.GroupPolicy.slow_start:type_name -> google.protobuf.Duration
-	52,  // 41: pulse.v1.GroupPolicy.remove_after_unhealthy:type_name -> google.protobuf.Duration
+	56,  // 35: pulse.v1.TargetStatus.mode_since:type_name -> google.protobuf.Timestamp
+	56,  // 36: pulse.v1.TargetStatus.mode_until:type_name -> google.protobuf.Timestamp
+	56,  // 37: pulse.v1.TargetStatus.remove_time:type_name -> google.protobuf.Timestamp
+	56,  // 38: pulse.v1.TargetStatus.slow_start_end:type_name -> google.protobuf.Timestamp
+	56,  // 39: pulse.v1.TargetStatus.unhealthy_since:type_name -> google.protobuf.Timestamp
+	55,  // 40: pulse.v1.GroupPolicy.slow_start:type_name -> google.protobuf.Duration
+	55,  // 41: pulse.v1.GroupPolicy.remove_after_unhealthy:type_name -> google.protobuf.Duration
 	14,  // 42: pulse.v1.GroupStatus.policy:type_name -> pulse.v1.GroupPolicy
-	53,  // 43: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
-	52,  // 44: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
+	56,  // 43: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
+	55,  // 44: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
 	1,   // 45: pulse.v1.Transition.from:type_name -> pulse.v1.State
 	1,   // 46: pulse.v1.Transition.to:type_name -> pulse.v1.State
-	53,  // 47: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
+	56,  // 47: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
 	12,  // 48: pulse.v1.Transition.result:type_name -> pulse.v1.ProbeResult
 	0,   // 49: pulse.v1.Transition.mode:type_name -> pulse.v1.Mode
-	53,  // 50: pulse.v1.Transition.slow_start_end:type_name -> google.protobuf.Timestamp
+	56,  // 50: pulse.v1.Transition.slow_start_end:type_name -> google.protobuf.Timestamp
 	11,  // 51: pulse.v1.AddTargetRequest.target:type_name -> pulse.v1.Target
-	11,  // 52: pulse.v1.AddTargetsRequest.targets:type_name -> pulse.v1.Target
-	21,  // 53: pulse.v1.AddTargetsResponse.results:type_name -> pulse.v1.AddTargetResult
-	13,  // 54: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
-	52,  // 55: pulse.v1.RemoveTargetRequest.drain_for:type_name -> google.protobuf.Duration
-	53,  // 56: pulse.v1.RemoveTargetResponse.remove_time:type_name -> google.protobuf.Timestamp
-	0,   // 57: pulse.v1.SetModeRequest.mode:type_name -> pulse.v1.Mode
-	53,  // 58: pulse.v1.SetModeRequest.until:type_name -> google.protobuf.Timestamp
-	13,  // 59: pulse.v1.SetModeResponse.targets:type_name -> pulse.v1.TargetStatus
-	0,   // 60: pulse.v1.ModeChange.from:type_name -> pulse.v1.Mode
-	0,   // 61: pulse.v1.ModeChange.mode:type_name -> pulse.v1.Mode
-	53,  // 62: pulse.v1.ModeChange.time:type_name -> google.protobuf.Timestamp
-	53,  // 63: pulse.v1.ModeChange.until:type_name -> google.protobuf.Timestamp
-	53,  // 64: pulse.v1.ModeChange.remove_time:type_name -> google.protobuf.Timestamp
-	13,  // 65: pulse.v1.StateResponse.status:type_name -> pulse.v1.TargetStatus
-	13,  // 66: pulse.v1.ListTargetsResponse.targets:type_name -> pulse.v1.TargetStatus
-	15,  // 67: pulse.v1.ListTargetsResponse.groups:type_name -> pulse.v1.GroupStatus
-	16,  // 68: pulse.v1.ListTargetsResponse.checker:type_name -> pulse.v1.CheckerStatus
-	14,  // 69: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
-	15,  // 70: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
-	52,  // 71: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
-	13,  // 72: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
-	11,  // 73: pulse.v1.UpdateTargetRequest.target:type_name -> pulse.v1.Target
-	54,  // 74: pulse.v1.UpdateTargetRequest.update_mask:type_name -> google.protobuf.FieldMask
-	11,  // 75: pulse.v1.UpdateTargetResponse.previous:type_name -> pulse.v1.Target
-	13,  // 76: pulse.v1.UpdateTargetResponse.status:type_name -> pulse.v1.TargetStatus
-	17,  // 77: pulse.v1.ProbeNowResponse.transitions:type_name -> pulse.v1.Transition
-	42,  // 78: pulse.v1.ProbeNowResponse.results:type_name -> pulse.v1.ProbeNowResult
-	12,  // 79: pulse.v1.ProbeNowResult.result:type_name -> pulse.v1.ProbeResult
-	1,   // 80: pulse.v1.ProbeNowResult.state:type_name -> pulse.v1.State
-	3,   // 81: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
-	53,  // 82: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
-	17,  // 83: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
-	13,  // 84: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
-	44,  // 85: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
-	13,  // 86: pulse.v1.WatchTransitionsResponse.added:type_name -> pulse.v1.TargetStatus
-	13,  // 87: pulse.v1.WatchTransitionsResponse.updated:type_name -> pulse.v1.TargetStatus
-	47,  // 88: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
-	45,  // 89: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
-	46,  // 90: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
-	27,  // 91: pulse.v1.WatchTransitionsResponse.mode:type_name -> pulse.v1.ModeChange
-	11,  // 92: pulse.v1.TargetsFile.targets:type_name -> pulse.v1.Target
-	18,  // 93: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
-	19,  // 94: pulse.v1.HealthChecker.AddTargets:input_type -> pulse.v1.AddTargetsRequest
-	23,  // 95: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
-	28,  // 96: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
-	30,  // 97: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
-	32,  // 98: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
-	43,  // 99: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
-	34,  // 100: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
-	36,  // 101: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
-	38,  // 102: pulse.v1.HealthChecker.UpdateTarget:input_type -> pulse.v1.UpdateTargetRequest
-	40,  // 103: pulse.v1.HealthChecker.ProbeNow:input_type -> pulse.v1.ProbeNowRequest
-	25,  // 104: pulse.v1.HealthChecker.SetMode:input_type -> pulse.v1.SetModeRequest
-	22,  // 105: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
-	20,  // 106: pulse.v1.HealthChecker.AddTargets:output_type -> pulse.v1.AddTargetsResponse
-	24,  // 107: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
-	29,  // 108: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
-	31,  // 109: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
-	33,  // 110: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
-	48,  // 111: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
-	35,  // 112: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
-	37,  // 113: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
-	39,  // 114: pulse.v1.HealthChecker.UpdateTarget:output_type -> pulse.v1.UpdateTargetResponse
-	41,  // 115: pulse.v1.HealthChecker.ProbeNow:output_type -> pulse.v1.ProbeNowResponse
-	26,  // 116: pulse.v1.HealthChecker.SetMode:output_type -> pulse.v1.SetModeResponse
-	105, // [105:117] is the sub-list for method output_type
-	93,  // [93:105] is the sub-list for method input_type
-	93,  // [93:93] is the sub-list for extension type_name
-	93,  // [93:93] is the sub-list for extension extendee
-	0,   // [0:93] is the sub-list for field type_name
+	21,  // 52: pulse.v1.ReloadResponse.files:type_name -> pulse.v1.ReloadedFile
+	11,  // 53: pulse.v1.AddTargetsRequest.targets:type_name -> pulse.v1.Target
+	24,  // 54: pulse.v1.AddTargetsResponse.results:type_name -> pulse.v1.AddTargetResult
+	13,  // 55: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
+	55,  // 56: pulse.v1.RemoveTargetRequest.drain_for:type_name -> google.protobuf.Duration
+	56,  // 57: pulse.v1.RemoveTargetResponse.remove_time:type_name -> google.protobuf.Timestamp
+	0,   // 58: pulse.v1.SetModeRequest.mode:type_name -> pulse.v1.Mode
+	56,  // 59: pulse.v1.SetModeRequest.until:type_name -> google.protobuf.Timestamp
+	13,  // 60: pulse.v1.SetModeResponse.targets:type_name -> pulse.v1.TargetStatus
+	0,   // 61: pulse.v1.ModeChange.from:type_name -> pulse.v1.Mode
+	0,   // 62: pulse.v1.ModeChange.mode:type_name -> pulse.v1.Mode
+	56,  // 63: pulse.v1.ModeChange.time:type_name -> google.protobuf.Timestamp
+	56,  // 64: pulse.v1.ModeChange.until:type_name -> google.protobuf.Timestamp
+	56,  // 65: pulse.v1.ModeChange.remove_time:type_name -> google.protobuf.Timestamp
+	13,  // 66: pulse.v1.StateResponse.status:type_name -> pulse.v1.TargetStatus
+	13,  // 67: pulse.v1.ListTargetsResponse.targets:type_name -> pulse.v1.TargetStatus
+	15,  // 68: pulse.v1.ListTargetsResponse.groups:type_name -> pulse.v1.GroupStatus
+	16,  // 69: pulse.v1.ListTargetsResponse.checker:type_name -> pulse.v1.CheckerStatus
+	14,  // 70: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
+	15,  // 71: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
+	55,  // 72: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
+	13,  // 73: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
+	11,  // 74: pulse.v1.UpdateTargetRequest.target:type_name -> pulse.v1.Target
+	57,  // 75: pulse.v1.UpdateTargetRequest.update_mask:type_name -> google.protobuf.FieldMask
+	11,  // 76: pulse.v1.UpdateTargetResponse.previous:type_name -> pulse.v1.Target
+	13,  // 77: pulse.v1.UpdateTargetResponse.status:type_name -> pulse.v1.TargetStatus
+	17,  // 78: pulse.v1.ProbeNowResponse.transitions:type_name -> pulse.v1.Transition
+	45,  // 79: pulse.v1.ProbeNowResponse.results:type_name -> pulse.v1.ProbeNowResult
+	12,  // 80: pulse.v1.ProbeNowResult.result:type_name -> pulse.v1.ProbeResult
+	1,   // 81: pulse.v1.ProbeNowResult.state:type_name -> pulse.v1.State
+	3,   // 82: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
+	56,  // 83: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
+	17,  // 84: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
+	13,  // 85: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
+	47,  // 86: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
+	13,  // 87: pulse.v1.WatchTransitionsResponse.added:type_name -> pulse.v1.TargetStatus
+	13,  // 88: pulse.v1.WatchTransitionsResponse.updated:type_name -> pulse.v1.TargetStatus
+	50,  // 89: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
+	48,  // 90: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
+	49,  // 91: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
+	30,  // 92: pulse.v1.WatchTransitionsResponse.mode:type_name -> pulse.v1.ModeChange
+	11,  // 93: pulse.v1.TargetsFile.targets:type_name -> pulse.v1.Target
+	18,  // 94: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
+	22,  // 95: pulse.v1.HealthChecker.AddTargets:input_type -> pulse.v1.AddTargetsRequest
+	19,  // 96: pulse.v1.HealthChecker.Reload:input_type -> pulse.v1.ReloadRequest
+	26,  // 97: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
+	31,  // 98: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
+	33,  // 99: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
+	35,  // 100: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
+	46,  // 101: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
+	37,  // 102: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
+	39,  // 103: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
+	41,  // 104: pulse.v1.HealthChecker.UpdateTarget:input_type -> pulse.v1.UpdateTargetRequest
+	43,  // 105: pulse.v1.HealthChecker.ProbeNow:input_type -> pulse.v1.ProbeNowRequest
+	28,  // 106: pulse.v1.HealthChecker.SetMode:input_type -> pulse.v1.SetModeRequest
+	25,  // 107: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
+	23,  // 108: pulse.v1.HealthChecker.AddTargets:output_type -> pulse.v1.AddTargetsResponse
+	20,  // 109: pulse.v1.HealthChecker.Reload:output_type -> pulse.v1.ReloadResponse
+	27,  // 110: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
+	32,  // 111: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
+	34,  // 112: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
+	36,  // 113: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
+	51,  // 114: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
+	38,  // 115: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
+	40,  // 116: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
+	42,  // 117: pulse.v1.HealthChecker.UpdateTarget:output_type -> pulse.v1.UpdateTargetResponse
+	44,  // 118: pulse.v1.HealthChecker.ProbeNow:output_type -> pulse.v1.ProbeNowResponse
+	29,  // 119: pulse.v1.HealthChecker.SetMode:output_type -> pulse.v1.SetModeResponse
+	107, // [107:120] is the sub-list for method output_type
+	94,  // [94:107] is the sub-list for method input_type
+	94,  // [94:94] is the sub-list for extension type_name
+	94,  // [94:94] is the sub-list for extension extendee
+	0,   // [0:94] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_pulse_proto_init() }
@@ -4896,7 +5058,7 @@ func file_pulse_v1_pulse_proto_init() {
 		(*Target_Dns)(nil),
 	}
 	file_pulse_v1_pulse_proto_msgTypes[10].OneofWrappers = []any{}
-	file_pulse_v1_pulse_proto_msgTypes[44].OneofWrappers = []any{
+	file_pulse_v1_pulse_proto_msgTypes[47].OneofWrappers = []any{
 		(*WatchTransitionsResponse_Transition)(nil),
 		(*WatchTransitionsResponse_Snapshot)(nil),
 		(*WatchTransitionsResponse_SnapshotComplete)(nil),
@@ -4913,7 +5075,7 @@ func file_pulse_v1_pulse_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_pulse_proto_rawDesc), len(file_pulse_v1_pulse_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   48,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

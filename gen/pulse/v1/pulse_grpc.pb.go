@@ -21,6 +21,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	HealthChecker_AddTarget_FullMethodName        = "/pulse.v1.HealthChecker/AddTarget"
 	HealthChecker_AddTargets_FullMethodName       = "/pulse.v1.HealthChecker/AddTargets"
+	HealthChecker_Reload_FullMethodName           = "/pulse.v1.HealthChecker/Reload"
 	HealthChecker_RemoveTarget_FullMethodName     = "/pulse.v1.HealthChecker/RemoveTarget"
 	HealthChecker_State_FullMethodName            = "/pulse.v1.HealthChecker/State"
 	HealthChecker_Healthy_FullMethodName          = "/pulse.v1.HealthChecker/Healthy"
@@ -59,6 +60,12 @@ type HealthCheckerClient interface {
 	// only when it carries more than 10,000 targets; send a larger fleet in
 	// several calls (the Go client's AddMany does).
 	AddTargets(ctx context.Context, in *AddTargetsRequest, opts ...grpc.CallOption) (*AddTargetsResponse, error)
+	// Reload re-reads pulsed's files as SIGHUP does: the targets file
+	// (pulsed -targets) and the discovery config (-discovery-config). A file
+	// with an error changes nothing (the running configuration stays) and
+	// its result says why; the others are applied all the same. Answers
+	// FAILED_PRECONDITION when pulsed runs with neither file.
+	Reload(ctx context.Context, in *ReloadRequest, opts ...grpc.CallOption) (*ReloadResponse, error)
 	// RemoveTarget unregisters a target. Removing an unknown name is not an
 	// error: the reply says removed=false. A probe result that arrives after
 	// the removal is discarded.
@@ -202,6 +209,16 @@ func (c *healthCheckerClient) AddTargets(ctx context.Context, in *AddTargetsRequ
 	return out, nil
 }
 
+func (c *healthCheckerClient) Reload(ctx context.Context, in *ReloadRequest, opts ...grpc.CallOption) (*ReloadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReloadResponse)
+	err := c.cc.Invoke(ctx, HealthChecker_Reload_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *healthCheckerClient) RemoveTarget(ctx context.Context, in *RemoveTargetRequest, opts ...grpc.CallOption) (*RemoveTargetResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RemoveTargetResponse)
@@ -337,6 +354,12 @@ type HealthCheckerServer interface {
 	// only when it carries more than 10,000 targets; send a larger fleet in
 	// several calls (the Go client's AddMany does).
 	AddTargets(context.Context, *AddTargetsRequest) (*AddTargetsResponse, error)
+	// Reload re-reads pulsed's files as SIGHUP does: the targets file
+	// (pulsed -targets) and the discovery config (-discovery-config). A file
+	// with an error changes nothing (the running configuration stays) and
+	// its result says why; the others are applied all the same. Answers
+	// FAILED_PRECONDITION when pulsed runs with neither file.
+	Reload(context.Context, *ReloadRequest) (*ReloadResponse, error)
 	// RemoveTarget unregisters a target. Removing an unknown name is not an
 	// error: the reply says removed=false. A probe result that arrives after
 	// the removal is discarded.
@@ -466,6 +489,9 @@ func (UnimplementedHealthCheckerServer) AddTarget(context.Context, *AddTargetReq
 func (UnimplementedHealthCheckerServer) AddTargets(context.Context, *AddTargetsRequest) (*AddTargetsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AddTargets not implemented")
 }
+func (UnimplementedHealthCheckerServer) Reload(context.Context, *ReloadRequest) (*ReloadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Reload not implemented")
+}
 func (UnimplementedHealthCheckerServer) RemoveTarget(context.Context, *RemoveTargetRequest) (*RemoveTargetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveTarget not implemented")
 }
@@ -549,6 +575,24 @@ func _HealthChecker_AddTargets_Handler(srv interface{}, ctx context.Context, dec
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(HealthCheckerServer).AddTargets(ctx, req.(*AddTargetsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _HealthChecker_Reload_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReloadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HealthCheckerServer).Reload(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HealthChecker_Reload_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HealthCheckerServer).Reload(ctx, req.(*ReloadRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -740,6 +784,10 @@ var HealthChecker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AddTargets",
 			Handler:    _HealthChecker_AddTargets_Handler,
+		},
+		{
+			MethodName: "Reload",
+			Handler:    _HealthChecker_Reload_Handler,
 		},
 		{
 			MethodName: "RemoveTarget",
