@@ -37,6 +37,10 @@ type SharedFlap struct {
 	Changes []time.Time `json:"changes,omitempty"`
 	// Flapping is true while flap damping holds the target unhealthy.
 	Flapping bool `json:"flapping,omitempty"`
+	// Time is when the owner wrote the log: the time of the FLAPPING
+	// event it leads to, the same on every replica. Zero in a record
+	// written before it was kept: the applying replica's clock.
+	Time time.Time `json:"time,omitzero"`
 }
 
 // sharedPolicy is what a replica knows of a target's policies as stored
@@ -66,7 +70,7 @@ func (t *target) storedFlap() *SharedFlap {
 // flapRecordLocked returns t's flap log as its owner stores it.
 func flapRecordLocked(t *target, now time.Time) *SharedFlap {
 	t.flaps.trim(now, t.spec.flapWindow())
-	return &SharedFlap{Verdict: t.m.State, Changes: slices.Clone(t.flaps.times), Flapping: t.flapping}
+	return &SharedFlap{Verdict: t.m.State, Changes: slices.Clone(t.flaps.times), Flapping: t.flapping, Time: now}
 }
 
 // flapStoredLocked reports whether the owner's view of t's flap damping is
@@ -130,6 +134,9 @@ func (r *registry) mirrorFlapLocked(t *target, st SharedState, now time.Time) {
 	}
 	sp := t.sharedLocked()
 	was := sp.flap != nil && sp.flap.Flapping
+	if !f.Time.IsZero() {
+		now = f.Time
+	}
 	sp.flap = f
 	if !t.owned {
 		r.flapFromStoreLocked(t)

@@ -295,7 +295,7 @@ func (r *registry) setAdmin(specs []Spec, write func([]Spec) (int, error)) ([]St
 		if !ok || t.quarantined() != "" {
 			continue
 		}
-		r.applyAdminLocked(t, s.Admin(), now)
+		r.applyAdminLocked(t, s.Admin(), now, now)
 		out = append(out, r.statusLocked(t, now))
 	}
 	if err != nil {
@@ -304,15 +304,16 @@ func (r *registry) setAdmin(specs []Spec, write func([]Spec) (int, error)) ([]St
 	return out, nil
 }
 
-// applyAdminLocked gives t the admin state a, announces the change and
-// brings t's state, probing and timers in line with it.
-func (r *registry) applyAdminLocked(t *target, a Admin, now time.Time) {
+// applyAdminLocked gives t the admin state a, announces the change (at
+// at: the time its writer stored it) and brings t's state, probing and
+// timers in line with it.
+func (r *registry) applyAdminLocked(t *target, a Admin, now, at time.Time) {
 	old := t.spec.Admin()
 	if old == a {
 		return
 	}
 	t.spec = t.spec.WithAdmin(a)
-	r.emitLocked(Event{Kind: EventModeChanged, Time: now, Status: r.statusLocked(t, now), Mode: ModeChange{From: old.Mode}})
+	r.emitLocked(Event{Kind: EventModeChanged, Time: at, Status: r.statusLocked(t, now), Mode: ModeChange{From: old.Mode}})
 	r.modeEffectLocked(t, old.Mode, now)
 }
 

@@ -18,14 +18,16 @@ func (r *registry) loadShared(targets []SharedTarget, rev uint64) {
 	defer r.mu.Unlock()
 	now := r.clock.Now()
 	for _, st := range targets {
-		r.putSharedLocked(st.Spec, st.State, st.StateRev, now, false)
+		r.putSharedLocked(st.Spec, st.State, st.StateRev, now, time.Time{})
 	}
 	r.rev = rev
 }
 
 // putSharedLocked adds a target, or replaces its spec, as the shared
-// registry says; events says whether to emit them (not while loading).
-func (r *registry) putSharedLocked(spec Spec, st *SharedState, stateRev uint64, now time.Time, events bool) {
+// registry says. at is when its writer stored it, the time of its events;
+// zero while loading, which emits none.
+func (r *registry) putSharedLocked(spec Spec, st *SharedState, stateRev uint64, now, at time.Time) {
+	events := !at.IsZero()
 	spec = spec.WithDefaults(r.defaults)
 	t := r.targets[spec.Name]
 	if t == nil {
@@ -61,7 +63,7 @@ func (r *registry) putSharedLocked(spec Spec, st *SharedState, stateRev uint64, 
 		r.ownLocked(t, r.link.owns(spec.Name), now)
 		r.timedLocked(t)
 		if events {
-			r.emitLocked(Event{Kind: EventAdded, Time: now, Status: r.statusLocked(t, now)})
+			r.emitLocked(Event{Kind: EventAdded, Time: at, Status: r.statusLocked(t, now)})
 		}
 		return
 	}
@@ -72,7 +74,7 @@ func (r *registry) putSharedLocked(spec Spec, st *SharedState, stateRev uint64, 
 	if a := spec.Admin(); a != t.spec.Admin() {
 		// SetMode: the spec carries the new mode. On the owner the mode
 		// decides the state it proposes; the others mirror it.
-		r.applyAdminLocked(t, a, now)
+		r.applyAdminLocked(t, a, now, at)
 		if reflect.DeepEqual(t.spec, spec) {
 			return
 		}
@@ -92,7 +94,7 @@ func (r *registry) putSharedLocked(spec Spec, st *SharedState, stateRev uint64, 
 	if prevGroup != spec.Group {
 		r.dropPoolLocked(prevGroup)
 	}
-	r.emitLocked(Event{Kind: EventUpdated, Time: now, Status: r.statusLocked(t, now), prevGroup: prevGroup})
+	r.emitLocked(Event{Kind: EventUpdated, Time: at, Status: r.statusLocked(t, now), prevGroup: prevGroup})
 	if _, changed := t.m.SetModel(spec.Model); changed && t.owned {
 		// The owner stores what the new model makes of the state.
 		r.updateLocked(t, now, cause{reason: "model changed to " + spec.Model.String()})
@@ -259,7 +261,7 @@ func (r *registry) applySharedLocked(changes []SharedChange, rev uint64) (uint64
 		r.applying = ch.Rev
 		switch ch.Kind {
 		case SharedSpecPut:
-			r.putSharedLocked(ch.Spec, nil, 0, now, true)
+			r.putSharedLocked(ch.Spec, nil, 0, now, cmp.Or(ch.Time, now))
 		case SharedSpecDeleted:
 			r.deleteSharedLocked(ch.Name, now)
 		case SharedStatePut:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -67,8 +68,9 @@ func (r *Registry) putSpecChunk(ctx context.Context, chunk []checker.Spec, rev u
 		join []string // the groups whose guards it rewrites
 	}
 	writes := make([]write, len(chunk))
+	now := time.Now().UTC()
 	for i, s := range chunk {
-		v, err := json.Marshal(specRecord{V: 1, Spec: s})
+		v, err := json.Marshal(specRecord{V: 1, Spec: s, Time: now})
 		if err != nil {
 			return rev, 0, false, err
 		}

@@ -100,6 +100,9 @@ type Registry struct {
 type specRecord struct {
 	V    int          `json:"v"`
 	Spec checker.Spec `json:"spec"`
+	// Time is when its writer stored it: the time of the events it leads
+	// to on every replica. Zero in a record written before it was kept.
+	Time time.Time `json:"time,omitzero"`
 }
 
 type stateRecord struct {
@@ -488,7 +491,7 @@ func (r *Registry) changes(evs []*clientv3.Event) ([]checker.SharedChange, int64
 			if _, ok := r.known[name]; !ok {
 				r.known[name] = 0
 			}
-			out = append(out, checker.SharedChange{Kind: checker.SharedSpecPut, Rev: rev, Spec: sr.Spec})
+			out = append(out, checker.SharedChange{Kind: checker.SharedSpecPut, Rev: rev, Spec: sr.Spec, Time: sr.Time})
 		case "states":
 			if !put {
 				continue

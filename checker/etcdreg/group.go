@@ -205,7 +205,7 @@ const maxSpecRetries = 8
 // rewrites the group's guard in the same transaction, and one that moves
 // also its state (see restate).
 func (r *Registry) PutSpec(ctx context.Context, spec checker.Spec) (uint64, error) {
-	v, err := json.Marshal(specRecord{V: 1, Spec: spec})
+	v, err := json.Marshal(specRecord{V: 1, Spec: spec, Time: time.Now().UTC()})
 	if err != nil {
 		return 0, err
 	}
