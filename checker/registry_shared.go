@@ -105,8 +105,9 @@ func (r *registry) putSharedLocked(spec Spec, st *SharedState, stateRev uint64, 
 	}
 }
 
-// deleteSharedLocked removes a target as the shared registry says.
-func (r *registry) deleteSharedLocked(name string, now time.Time) {
+// deleteSharedLocked removes a target as the shared registry says, at at
+// (the time its writer removed it).
+func (r *registry) deleteSharedLocked(name string, at time.Time) {
 	t, ok := r.targets[name]
 	if !ok {
 		return
@@ -116,7 +117,7 @@ func (r *registry) deleteSharedLocked(name string, now time.Time) {
 	r.sched.removeLocked(t)
 	t.index = -1
 	r.leavePoolLocked(t)
-	r.emitLocked(Event{Kind: EventRemoved, Time: now, Status: r.statusLocked(t, now)})
+	r.emitLocked(Event{Kind: EventRemoved, Time: at, Status: r.statusLocked(t, at)})
 	r.dropPoolLocked(t.spec.Group)
 	closeProber(t.prober)
 }
@@ -263,7 +264,7 @@ func (r *registry) applySharedLocked(changes []SharedChange, rev uint64) (uint64
 		case SharedSpecPut:
 			r.putSharedLocked(ch.Spec, nil, 0, now, cmp.Or(ch.Time, now))
 		case SharedSpecDeleted:
-			r.deleteSharedLocked(ch.Name, now)
+			r.deleteSharedLocked(ch.Name, cmp.Or(ch.Time, now))
 		case SharedStatePut:
 			r.mirrorStateLocked(ch.Name, ch.State, ch.Rev)
 		case SharedMembersChanged:

@@ -120,8 +120,9 @@ type SharedChange struct {
 	Outcome  SharedOutcome   // SharedOutcomePut (passive_shared.go)
 	Overload ReplicaOverload // SharedOverloadPut (overload_shared.go)
 	// Time is when the guard's writer wrote it (SharedGroupChanged), or
-	// the spec's writer (SharedSpecPut; zero if it did not say): the time
-	// of the events it leads to, the same on every replica.
+	// the spec's writer stored or removed it (SharedSpecPut,
+	// SharedSpecDeleted; zero if it did not say): the time of the events
+	// it leads to, the same on every replica.
 	Time time.Time
 	// GuardRev is the revision the guard was written at
 	// (SharedGroupChanged): Rev, unless the registry was read again after

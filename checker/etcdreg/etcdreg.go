@@ -8,6 +8,9 @@
 //	members/<id>    a live replica, attached to that replica's lease
 //	guards/<group>  a group's guard, and policies/<group> its panic
 //	                threshold: see group.go
+//	removed/<name>  when a target was removed (the time of its REMOVED
+//	                event on every replica), on a short lease: see
+//	                DeleteTarget
 //
 // and the pool policies' (policies.go): outcomes/<name>, overload/<id>.
 //
@@ -95,6 +98,10 @@ type Registry struct {
 	loadedOverloads []checker.ReplicaOverload      // the degraded replicas Load read
 	degraded        map[string]bool                // the replicas whose overload key says degraded, as applied
 	groups          map[string]checker.SharedGroup // the guards and policies Load read
+
+	rmMu      sync.Mutex       // protects rmLease and rmLeaseAt
+	rmLease   clientv3.LeaseID // the lease of the removal marks; see removalLease
+	rmLeaseAt time.Time        // when rmLease was granted
 }
 
 type specRecord struct {
@@ -459,6 +466,17 @@ func (r *Registry) watch(c Applier, from int64) (int64, error) {
 // changes turns etcd events into the checker's changes. A target's removal
 // deletes its spec and state at one revision: one change.
 func (r *Registry) changes(evs []*clientv3.Event) ([]checker.SharedChange, int64) {
+	// A removal's mark comes in its transaction: its time is the time of
+	// the REMOVED event.
+	removedAt := map[string]time.Time{}
+	for _, ev := range evs {
+		if kind, name, ok := r.split(string(ev.Kv.Key)); ok && kind == "removed" && ev.Type == clientv3.EventTypePut {
+			var m removalRecord
+			if json.Unmarshal(ev.Kv.Value, &m) == nil {
+				removedAt[fmt.Sprintf("%d/%s", ev.Kv.ModRevision, name)] = m.Time
+			}
+		}
+	}
 	var out []checker.SharedChange
 	var last int64
 	membersChanged := false
@@ -480,7 +498,8 @@ func (r *Registry) changes(evs []*clientv3.Event) ([]checker.SharedChange, int64
 		case "targets":
 			if !put {
 				delete(r.known, name)
-				out = append(out, checker.SharedChange{Kind: checker.SharedSpecDeleted, Rev: rev, Name: name})
+				at := removedAt[fmt.Sprintf("%d/%s", rev, name)]
+				out = append(out, checker.SharedChange{Kind: checker.SharedSpecDeleted, Rev: rev, Name: name, Time: at})
 				continue
 			}
 			var sr specRecord

@@ -27,8 +27,8 @@ func eventLine(e checker.Event) string {
 }
 
 // Every replica streams the same events with the same fields, times
-// included: a target added on one replica, drained from another, flapping
-// and recovering.
+// included: a target added on one replica, flapping, drained from another
+// and removed.
 func TestEventsAreIdenticalOnEveryReplica(t *testing.T) {
 	etcd := etcdtest.Start(t, 0)
 	b := newBackend()
@@ -65,8 +65,11 @@ func TestEventsAreIdenticalOnEveryReplica(t *testing.T) {
 	if _, err := r2.c.SetMode(checker.ModeRequest{Target: "flappy", Mode: checker.ModeDraining, Reason: "deploy"}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := r1.c.Remove("flappy"); err != nil {
+		t.Fatal(err)
+	}
 	last := func(evs []checker.Event) bool {
-		return len(evs) > 0 && evs[len(evs)-1].Kind == checker.EventModeChanged
+		return len(evs) > 0 && evs[len(evs)-1].Kind == checker.EventRemoved
 	}
 	var lines [2][]string
 	for i, w := range ws {

@@ -281,7 +281,11 @@ func (r *Registry) DeleteTarget(ctx context.Context, name string) (uint64, bool,
 		if modRev == 0 {
 			return 0, false, nil // nothing changed: nothing to wait for
 		}
-		ops := []clientv3.Op{clientv3.OpDelete(key), clientv3.OpDelete(r.stateKey(name)), clientv3.OpDelete(r.outcomeKey(name))}
+		mark, err := r.removalMark(ctx, name)
+		if err != nil {
+			return 0, false, err
+		}
+		ops := []clientv3.Op{mark, clientv3.OpDelete(key), clientv3.OpDelete(r.stateKey(name)), clientv3.OpDelete(r.outcomeKey(name))}
 		if group != "" {
 			ops = append(ops, r.putGuard(group, "target left"))
 		}
@@ -294,4 +298,34 @@ func (r *Registry) DeleteTarget(ctx context.Context, name string) (uint64, bool,
 		}
 	}
 	return 0, false, fmt.Errorf("etcd: target %q kept changing under this removal", name)
+}
+
+// removalRecord marks a target's removal with its writer's time.
+type removalRecord struct {
+	V    int       `json:"v"`
+	Time time.Time `json:"time"`
+}
+
+func (r *Registry) removedKey(name string) string { return r.prefix + "removed/" + name }
+
+// removalMarkTTL is how long a removal's mark stays in etcd: long enough
+// for every replica's watch to see it with the removal, short enough that
+// marks of names never added again do not pile up.
+const removalMarkTTL = 2 * time.Minute
+
+// removalMark is the put, in a removal's transaction, of the mark that
+// gives every replica the removal's time. The marks share a lease,
+// granted again once half its time has passed, so they go by themselves.
+func (r *Registry) removalMark(ctx context.Context, name string) (clientv3.Op, error) {
+	r.rmMu.Lock()
+	defer r.rmMu.Unlock()
+	if r.rmLease == 0 || time.Since(r.rmLeaseAt) > removalMarkTTL/2 {
+		l, err := r.cli.Grant(ctx, int64(removalMarkTTL/time.Second))
+		if err != nil {
+			return clientv3.Op{}, fmt.Errorf("etcd: %w", err)
+		}
+		r.rmLease, r.rmLeaseAt = l.ID, time.Now()
+	}
+	v, _ := json.Marshal(removalRecord{V: 1, Time: time.Now().UTC()})
+	return clientv3.OpPut(r.removedKey(name), string(v), clientv3.WithLease(r.rmLease)), nil
 }
