@@ -45,20 +45,11 @@ type registerResult struct {
 // directory; it counts the targets after the last call and after a
 // restart.
 func runRegister(ctx context.Context, o registerOptions) ([]registerResult, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := acceptAndClose()
 	if err != nil {
 		return nil, err
 	}
 	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
 	targets := make([]*pb.Target, o.Targets)
 	for i := range targets {
 		targets[i] = &pb.Target{Name: targetName(i), Group: "g" + strconv.Itoa(i%100),
@@ -197,4 +188,23 @@ func writeRegister(w io.Writer, command string, o registerOptions, res []registe
 	if len(res) == 2 && res[1].Elapsed > 0 {
 		fmt.Fprintf(w, "\nAddTargets took %.3fx the time of one AddTarget each.\n", res[1].Elapsed.Seconds()/res[0].Elapsed.Seconds())
 	}
+}
+
+// acceptAndClose returns a loopback listener that accepts every connection
+// and closes it, a live backend for TCP checks, until it is closed.
+func acceptAndClose() (net.Listener, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return ln, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"time"
 
@@ -57,20 +56,11 @@ func runXDSMem(ctx context.Context, o xdsMemOptions) ([]xdsMemResult, error) {
 func xdsMemOne(ctx context.Context, o xdsMemOptions, bin string, run int) (xdsMemResult, error) {
 	r := xdsMemResult{Bin: bin}
 	// The targets are TCP checks of a listener that accepts and closes.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := acceptAndClose()
 	if err != nil {
 		return r, err
 	}
 	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
 	args := []string{"-listen", "127.0.0.1:0", "-data-dir", "", "-http-listen", "", "-rate-limit", "0",
 		"-xds", "-xds-max-streams", "0", "-xds-max-streams-per-source", "0", "-interval", "1s"}
 	p, err := startPulsed(ctx, bin, append(args, o.Extra...))

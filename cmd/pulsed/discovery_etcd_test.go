@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -54,24 +53,7 @@ func leadsGroup(p *pulsed, group string) bool {
 // dead leader began ends on time with the target's removal.
 func TestDiscoveryReplicasOnEtcd(t *testing.T) {
 	etcd := etcdtest.Start(t, time.Second)
-	var ups []string
-	for range 3 {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lis.Close()
-		go func() {
-			for {
-				c, err := lis.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
-		ups = append(ups, lis.Addr().String())
-	}
+	ups := []string{acceptAndClose(t), acceptAndClose(t), acceptAndClose(t)}
 	dir := t.TempDir()
 	sd := filepath.Join(dir, "api.json")
 	writeSD := func(addrs ...string) {

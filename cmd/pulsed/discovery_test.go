@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,21 +20,7 @@ import (
 // and turn HEALTHY after their checks, one that leaves the file is
 // drained, and a bad config on SIGHUP keeps the running one.
 func TestDiscoveryFileSource(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	go func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	up := lis.Addr().String()
+	up := acceptAndClose(t)
 
 	dir := t.TempDir()
 	sd := filepath.Join(dir, "api.json")

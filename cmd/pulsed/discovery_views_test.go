@@ -17,24 +17,7 @@ import (
 // one that leaves the file leaves them, and a restart on the same data
 // directory finds the discovered targets stored.
 func TestDiscoveredTargetsInTheDNSViewAndTheStore(t *testing.T) {
-	var ups []string
-	for range 2 {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lis.Close()
-		go func() {
-			for {
-				c, err := lis.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
-		ups = append(ups, lis.Addr().String())
-	}
+	ups := []string{acceptAndClose(t), acceptAndClose(t)}
 	dir := t.TempDir()
 	sd := filepath.Join(dir, "api.json")
 	writeSD := func(addrs ...string) {
@@ -100,4 +83,26 @@ func TestDiscoveredTargetsInTheDNSViewAndTheStore(t *testing.T) {
 		t.Errorf("after a restart: %v, want the stored discovered target", names)
 	}
 	p.stop(t)
+}
+
+// acceptAndClose returns the address of a loopback listener that accepts
+// every connection and closes it, a live backend for TCP checks, until the
+// test ends.
+func acceptAndClose(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return lis.Addr().String()
 }
