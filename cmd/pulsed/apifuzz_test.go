@@ -319,8 +319,7 @@ var (
 func (f *apiFuzzer) valid(method string, req protoreflect.Message) {
 	pick := func(s []string) string { return s[f.rng.IntN(len(s))] }
 	var m proto.Message
-	switch method {
-	case "AddTarget":
+	target := func() *pb.Target {
 		tg := &pb.Target{Name: pick(fuzzNames), Group: pick(fuzzGroups),
 			Interval: durationpb.New([]time.Duration{time.Second, 2 * time.Second, time.Minute}[f.rng.IntN(3)])}
 		switch f.rng.IntN(3) {
@@ -334,7 +333,19 @@ func (f *apiFuzzer) valid(method string, req protoreflect.Message) {
 		if f.rng.IntN(2) == 0 {
 			tg.PassiveOutcomes = true
 		}
-		m = &pb.AddTargetRequest{Target: tg}
+		return tg
+	}
+	switch method {
+	case "AddTarget":
+		m = &pb.AddTargetRequest{Target: target()}
+	case "AddTargets":
+		at := &pb.AddTargetsRequest{}
+		for range 1 + f.rng.IntN(3) {
+			at.Targets = append(at.Targets, target())
+		}
+		m = at
+	case "Reload":
+		m = &pb.ReloadRequest{}
 	case "RemoveTarget":
 		rm := &pb.RemoveTargetRequest{Name: pick(fuzzNames)}
 		if f.rng.IntN(4) == 0 {
@@ -394,6 +405,9 @@ func (f *apiFuzzer) mutate(m proto.Message, depth int) {
 		}
 		f.setField(r, fd, depth)
 		return
+	}
+	if fields.Len() == 0 {
+		return // a request with no field (ReloadRequest): nothing to break
 	}
 	f.setField(r, fields.Get(f.rng.IntN(fields.Len())), depth)
 }
