@@ -70,13 +70,14 @@ type Options struct {
 // Event is one kept transition of a target.
 type Event struct {
 	Time     time.Time
-	From, To string
+	Target   string
+	From, To checker.State
 	// Reason says why the state changed when no probe result did (a mode
 	// change, a drain with its reason); Err is the failing probe's error
 	// when a result tipped the state.
 	Reason string `json:",omitempty"`
 	Err    string `json:",omitempty"`
-	Mode   string `json:",omitempty"`
+	Mode   checker.Mode
 }
 
 // minute is one minute's probes and failures (saturating).
@@ -271,8 +272,8 @@ func bucketOf(d time.Duration) int {
 
 // ObserveTransition keeps the transition as one of its target's events.
 func (r *Recorder) ObserveTransition(tr checker.Transition) {
-	ev := Event{Time: tr.Time, From: tr.From.String(), To: tr.To.String(),
-		Reason: tr.Reason, Err: tr.Result.Err, Mode: tr.Mode.String()}
+	ev := Event{Time: tr.Time, Target: tr.Target, From: tr.From, To: tr.To,
+		Reason: tr.Reason, Err: tr.Result.Err, Mode: tr.Mode}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.seriesLocked(tr.Target, tr.Group)
