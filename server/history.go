@@ -42,6 +42,10 @@ func (s *Server) History(_ context.Context, req *pb.HistoryRequest) (*pb.History
 	var sum history.Summary
 	if req.GetTarget() != "" {
 		sum, err = s.history.Query(req.GetTarget(), now, window, res)
+		if st, serr := s.c.Status(req.GetTarget()); errors.Is(err, history.ErrUnknownTarget) && serr == nil {
+			// Registered, not probed yet.
+			sum, err = history.Empty(req.GetTarget(), st.Spec.Group, now, window, res), nil
+		}
 	} else {
 		sum, err = s.history.QueryGroup(req.GetGroup(), now, window, res)
 	}
@@ -98,7 +102,7 @@ func historyRange(req *pb.HistoryRequest) (window, res time.Duration, err error)
 func historyStatus(err error, req *pb.HistoryRequest) error {
 	switch {
 	case errors.Is(err, history.ErrUnknownTarget):
-		return status.Errorf(codes.NotFound, "no history of target %s here: it was never probed by this pulsed, or was removed (with replicas, ask the one that probes it)", Quote(req.GetTarget()))
+		return status.Errorf(codes.NotFound, "no history of target %s here: no such target, or (with replicas) another replica probes it", Quote(req.GetTarget()))
 	case errors.Is(err, history.ErrUnknownGroup):
 		return status.Errorf(codes.NotFound, "no history of group %s here: none of its targets was probed by this pulsed", Quote(req.GetGroup()))
 	}

@@ -87,6 +87,18 @@ func TestHistoryRefusesBadRequests(t *testing.T) {
 	}
 }
 
+func TestHistoryOfATargetNotProbedYetIsEmpty(t *testing.T) {
+	e, _ := startWithHistory(t)
+	e.add(t, tcpTarget("web-1", "web"))
+	got, err := e.client.History(t.Context(), &pb.HistoryRequest{Target: "web-1", Window: durationpb.New(2 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.GetProbes() != 0 || got.Availability != nil || len(got.GetPoints()) != 120 || got.GetGroup() != "web" {
+		t.Errorf("got %d probes, availability %v, %d points, group %q; want 0, unset, 120, web", got.GetProbes(), got.Availability, len(got.GetPoints()), got.GetGroup())
+	}
+}
+
 func TestHistoryWithoutARecorderIsUnimplemented(t *testing.T) {
 	e := start(t, checker.Config{})
 	_, err := e.client.History(t.Context(), &pb.HistoryRequest{Target: "a", Window: durationpb.New(time.Hour)})

@@ -617,3 +617,15 @@ func (r *Recorder) QueryGroup(group string, now time.Time, window, resolution ti
 	sort.SliceStable(out.Events, func(i, j int) bool { return out.Events[i].Time.Before(out.Events[j].Time) })
 	return out, nil
 }
+
+// Empty returns the history of a target with nothing recorded over the
+// window: its steps, with no probe.
+func Empty(target, group string, now time.Time, window, resolution time.Duration) Summary {
+	sum := Summary{Target: target, Group: group, Availability: -1}
+	step := int64(resolution / time.Second)
+	last := now.Unix() / step
+	for n := last - int64(window/resolution) + 1; n <= last; n++ {
+		sum.Points = append(sum.Points, Point{Start: time.Unix(n*step, 0).UTC()})
+	}
+	return sum
+}

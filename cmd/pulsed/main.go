@@ -245,6 +245,10 @@ func run(args []string, stderr io.Writer) error {
 		}
 	}
 
+	// History is flushed and closed after the checker (deferred below).
+	hist := startHistory(cfg.dataDir, logger)
+	defer hist.stop()
+
 	sopts, err := cfg.security.serverOptions(cfg.listen)
 	if err != nil {
 		return err
@@ -286,7 +290,7 @@ func run(args []string, stderr io.Writer) error {
 		StartRevision: uint64(time.Now().UnixMicro()),
 		Store:         store,
 		Logger:        logger.With("component", "checker"),
-		Observer:      obs.observer,
+		Observer:      hist.observer(obs.observer),
 
 		// Pool policies: the default panic threshold, overload detection.
 		MaxUnhealthyFraction: cfg.maxUnhealthy,
@@ -310,7 +314,7 @@ func run(args []string, stderr io.Writer) error {
 	sopts.ServerOptions = append(sopts.ServerOptions, cfg.conns.serverOptions()...)
 	sopts.UnaryInterceptors = obs.unaryInterceptors()
 	sopts.StreamInterceptors = obs.streamInterceptors()
-	gs, hs := server.NewGRPCServer(server.New(c, server.WithProgressInterval(cfg.watchProgress)), sopts)
+	gs, hs := server.NewGRPCServer(server.New(c, server.WithProgressInterval(cfg.watchProgress), server.WithHistory(hist.rec)), sopts)
 	stopXDS, err := startXDS(cfg, c, gs, obs.reg, logger)
 	if err != nil {
 		return err
