@@ -35,6 +35,9 @@ type History struct {
 	// P50, P95 and P99 are latency percentiles over the window, as the
 	// upper bound of a bucket; zero when no probe was recorded.
 	P50, P95, P99 time.Duration
+	// Mean is the mean latency over the window; zero when no probe was
+	// recorded.
+	Mean time.Duration
 	// Events are the transitions within the window, oldest first.
 	Events []Transition
 }
@@ -64,6 +67,7 @@ func historyFromProto(r *pb.HistoryResponse) History {
 		Target: r.GetTarget(), Group: r.GetGroup(), Resolution: r.GetResolution().AsDuration(),
 		Probes: r.GetProbes(), Failures: r.GetFailures(), Availability: -1,
 		P50: r.GetLatencyP50().AsDuration(), P95: r.GetLatencyP95().AsDuration(), P99: r.GetLatencyP99().AsDuration(),
+		Mean: r.GetLatencyMean().AsDuration(),
 	}
 	if r.Availability != nil {
 		h.Availability = r.GetAvailability()

@@ -23,6 +23,15 @@ func TestHistory(t *testing.T) {
 	e.round(t)
 	e.set("10.0.0.1:5432", false)
 	e.round(t)
+	// The checker tells the recorder of a result just after applying it.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if s, err := rec.Query("db-1", time.Now(), time.Hour, time.Minute); err == nil && s.Probes == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("2 probes not recorded")
+		}
+	}
 
 	h, err := c.History(ctx, client.HistoryQuery{Target: "db-1", Window: 48 * time.Hour})
 	if err != nil {

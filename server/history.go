@@ -116,16 +116,17 @@ func historyStatus(err error, req *pb.HistoryRequest) error {
 // HistoryToProto returns the wire form of a history at a resolution.
 func HistoryToProto(sum history.Summary, res time.Duration) *pb.HistoryResponse {
 	out := &pb.HistoryResponse{
-		Target:     sum.Target,
-		Group:      sum.Group,
-		Resolution: durationpb.New(res),
-		Probes:     sum.Probes,
-		Failures:   sum.Fails,
-		LatencyP50: optDuration(sum.P50),
-		LatencyP95: optDuration(sum.P95),
-		LatencyP99: optDuration(sum.P99),
-		Points:     make([]*pb.HistoryPoint, len(sum.Points)),
-		Events:     make([]*pb.HistoryEvent, len(sum.Events)),
+		Target:      sum.Target,
+		Group:       sum.Group,
+		Resolution:  durationpb.New(res),
+		Probes:      sum.Probes,
+		Failures:    sum.Fails,
+		LatencyP50:  optDuration(sum.P50),
+		LatencyP95:  optDuration(sum.P95),
+		LatencyP99:  optDuration(sum.P99),
+		LatencyMean: optDuration(sum.Mean),
+		Points:      make([]*pb.HistoryPoint, len(sum.Points)),
+		Events:      make([]*pb.HistoryEvent, len(sum.Events)),
 	}
 	if sum.Availability >= 0 {
 		out.Availability = &sum.Availability

@@ -19,8 +19,22 @@ func startWithHistory(t *testing.T) (*env, *history.Recorder) {
 	return start(t, checker.Config{Observer: rec}, server.WithHistory(rec)), rec
 }
 
+// recorded waits until the recorder holds n probes of the target: the
+// checker tells it of a result just after applying it.
+func recorded(t *testing.T, rec *history.Recorder, name string, n uint64) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if s, err := rec.Query(name, time.Now(), time.Hour, time.Minute); err == nil && s.Probes == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d probes not recorded", name, n)
+		}
+	}
+}
+
 func TestHistoryOfATargetAndAGroup(t *testing.T) {
-	e, _ := startWithHistory(t)
+	e, rec := startWithHistory(t)
 	e.add(t, tcpTarget("web-1", "web"))
 	e.add(t, tcpTarget("web-2", "web"))
 	e.set("web-1:80", true)
@@ -29,6 +43,8 @@ func TestHistoryOfATargetAndAGroup(t *testing.T) {
 	e.set("web-2:80", false)
 	e.c.RunRound(t.Context())
 	e.c.RunRound(t.Context())
+	recorded(t, rec, "web-1", 3)
+	recorded(t, rec, "web-2", 3)
 	got, err := e.client.History(t.Context(), &pb.HistoryRequest{Target: "web-1", Window: durationpb.New(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
@@ -61,10 +77,11 @@ func TestHistoryOfATargetAndAGroup(t *testing.T) {
 }
 
 func TestHistoryRefusesBadRequests(t *testing.T) {
-	e, _ := startWithHistory(t)
+	e, rec := startWithHistory(t)
 	e.add(t, tcpTarget("web-1", "web"))
 	e.set("web-1:80", true)
 	e.c.RunRound(t.Context())
+	recorded(t, rec, "web-1", 1)
 	h := durationpb.New(time.Hour)
 	for _, c := range []struct {
 		req    *pb.HistoryRequest

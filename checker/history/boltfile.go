@@ -15,8 +15,8 @@ import (
 // the target, which holds
 //
 //	"g"                        the target's group
-//	'h' hour (8 bytes, BE)     the hour's probes, failures and latency
-//	                           buckets, as uvarints
+//	'h' hour (8 bytes, BE)     the hour's probes, failures, latency
+//	                           buckets and latency sum (µs), as uvarints
 //	'm' hour                   the hour's 60 minutes, probes and failures
 //	                           of each as uvarints; kept 24 hours
 //	'e' unix nanos, seq (4)    an event, as JSON; the last MaxEvents kept
@@ -281,17 +281,17 @@ func (st *boltStore) read(name string, sp *span, from, to time.Time) ([]Event, e
 var errBadRecord = errors.New("unreadable history record")
 
 func encodeHour(h *hourSum) []byte {
-	buf := make([]byte, 0, 2+nBuckets)
+	buf := make([]byte, 0, 8+nBuckets)
 	buf = binary.AppendUvarint(buf, uint64(h.count))
 	buf = binary.AppendUvarint(buf, uint64(h.fails))
 	for _, v := range h.lat {
 		buf = binary.AppendUvarint(buf, uint64(v))
 	}
-	return buf
+	return binary.AppendUvarint(buf, h.latSum)
 }
 
 func decodeHour(v []byte, h *hourSum) error {
-	vals, err := uvarints(v, 2+nBuckets)
+	vals, err := uvarints(v, 3+nBuckets)
 	if err != nil {
 		return err
 	}
@@ -299,6 +299,7 @@ func decodeHour(v []byte, h *hourSum) error {
 	for i := range h.lat {
 		h.lat[i] = uint32(vals[2+i])
 	}
+	h.latSum = vals[2+nBuckets]
 	return nil
 }
 
@@ -326,7 +327,7 @@ func uvarints(v []byte, n int) ([]uint64, error) {
 	out := make([]uint64, 0, n)
 	for len(v) > 0 && len(out) < n {
 		x, k := binary.Uvarint(v)
-		if k <= 0 || x > 1<<32-1 {
+		if k <= 0 {
 			return nil, errBadRecord
 		}
 		out = append(out, x)

@@ -85,15 +85,18 @@ type minute struct {
 	count, fails uint16
 }
 
-// hourSum is one hour's probes, failures and latency buckets.
+// hourSum is one hour's probes, failures, latency buckets and the sum of
+// its latencies in microseconds (for the mean).
 type hourSum struct {
 	count, fails uint32
 	lat          [nBuckets]uint32
+	latSum       uint64
 }
 
 func (h *hourSum) add(o *hourSum) {
 	h.count += o.count
 	h.fails += o.fails
+	h.latSum += o.latSum
 	for i, v := range o.lat {
 		h.lat[i] += v
 	}
@@ -107,9 +110,10 @@ type hourDelta struct {
 	min [60]minute
 }
 
-func (d *hourDelta) record(minuteOfHour int, pass bool, bucket int) {
+func (d *hourDelta) record(minuteOfHour int, pass bool, bucket int, lat time.Duration) {
 	d.sum.count++
 	d.sum.lat[bucket]++
+	d.sum.latSum += uint64(max(lat, 0) / time.Microsecond)
 	m := &d.min[minuteOfHour]
 	m.count = sat16(m.count)
 	if !pass {
@@ -225,10 +229,10 @@ func (r *Recorder) ObserveProbe(spec checker.Spec, res checker.Result) {
 	default:
 		// A result of an earlier hour (it ended late): counted in that
 		// hour, through the pending list.
-		r.pendOldLocked(spec.Name, h, int(m%60), res.Pass, b)
+		r.pendOldLocked(spec.Name, h, int(m%60), res.Pass, b, res.Latency)
 		return
 	}
-	s.cur.record(int(m%60), res.Pass, b)
+	s.cur.record(int(m%60), res.Pass, b, res.Latency)
 }
 
 // pendLocked queues a closed hour for Flush, or drops it when the queue is
@@ -242,15 +246,15 @@ func (r *Recorder) pendLocked(name string, d hourDelta) {
 	r.nPending++
 }
 
-func (r *Recorder) pendOldLocked(name string, h int64, minuteOfHour int, pass bool, bucket int) {
+func (r *Recorder) pendOldLocked(name string, h int64, minuteOfHour int, pass bool, bucket int, lat time.Duration) {
 	for _, d := range r.pending[name] {
 		if d.hr == h {
-			d.record(minuteOfHour, pass, bucket)
+			d.record(minuteOfHour, pass, bucket, lat)
 			return
 		}
 	}
 	d := hourDelta{hr: h}
-	d.record(minuteOfHour, pass, bucket)
+	d.record(minuteOfHour, pass, bucket, lat)
 	r.pendLocked(name, d)
 }
 
@@ -334,7 +338,10 @@ type Summary struct {
 	// no probe was recorded in the window.
 	Availability  float64
 	P50, P95, P99 time.Duration
-	Events        []Event
+	// Mean is the mean latency over the window (over the hours it
+	// touches, at a minute's resolution); zero when no probe was recorded.
+	Mean   time.Duration
+	Events []Event
 }
 
 // ErrUnknownTarget is returned by Query for a target with no history.
@@ -386,8 +393,9 @@ func (r *Recorder) Query(name string, now time.Time, window, resolution time.Dur
 // hists are a query's latency buckets: over the whole window, and per step
 // at an hour's resolution.
 type hists struct {
-	total [nBuckets]uint64
-	steps [][nBuckets]uint64
+	total        [nBuckets]uint64
+	steps        [][nBuckets]uint64
+	latSum, latN uint64 // for the mean
 }
 
 // span is a query's hours, filled from the store and from memory.
@@ -474,6 +482,8 @@ func (r *Recorder) queryRLocked(name string, now time.Time, window, resolution t
 		// Latency over the window comes from the hours it touches.
 		for i := range sp.hours {
 			addHist(&hs.total, &sp.hours[i].lat)
+			hs.latSum += sp.hours[i].latSum
+			hs.latN += uint64(sp.hours[i].count)
 		}
 	} else {
 		hs.steps = make([][nBuckets]uint64, len(sp.hours))
@@ -484,6 +494,8 @@ func (r *Recorder) queryRLocked(name string, now time.Time, window, resolution t
 			addHist(h, &e.lat)
 			p.P50, p.P95, p.P99 = quantile(h, 0.50), quantile(h, 0.95), quantile(h, 0.99)
 			addHist(&hs.total, &e.lat)
+			hs.latSum += e.latSum
+			hs.latN += uint64(e.count)
 			sum.Points = append(sum.Points, p)
 		}
 	}
@@ -495,7 +507,15 @@ func (r *Recorder) queryRLocked(name string, now time.Time, window, resolution t
 		sum.Availability = float64(sum.Probes-sum.Fails) / float64(sum.Probes)
 	}
 	sum.P50, sum.P95, sum.P99 = quantile(&hs.total, 0.50), quantile(&hs.total, 0.95), quantile(&hs.total, 0.99)
+	sum.Mean = hs.mean()
 	return sum, hs, nil
+}
+
+func (hs *hists) mean() time.Duration {
+	if hs.latN == 0 {
+		return 0
+	}
+	return time.Duration(hs.latSum/hs.latN) * time.Microsecond
 }
 
 func addHists(dst, src *[nBuckets]uint64) {
@@ -596,6 +616,8 @@ func (r *Recorder) QueryGroup(group string, now time.Time, window, resolution ti
 			out.Points[i].Fails += p.Fails
 		}
 		addHists(&total.total, &hs.total)
+		total.latSum += hs.latSum
+		total.latN += hs.latN
 		if total.steps == nil && hs.steps != nil {
 			total.steps = make([][nBuckets]uint64, len(hs.steps))
 		}
@@ -610,6 +632,7 @@ func (r *Recorder) QueryGroup(group string, now time.Time, window, resolution ti
 		out.Availability = float64(out.Probes-out.Fails) / float64(out.Probes)
 	}
 	out.P50, out.P95, out.P99 = quantile(&total.total, 0.50), quantile(&total.total, 0.95), quantile(&total.total, 0.99)
+	out.Mean = total.mean()
 	for i := range total.steps {
 		h := &total.steps[i]
 		out.Points[i].P50, out.Points[i].P95, out.Points[i].P99 = quantile(h, 0.50), quantile(h, 0.95), quantile(h, 0.99)

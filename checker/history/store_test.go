@@ -181,8 +181,8 @@ func TestFlushesAddUpAcrossRestarts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s.Probes != probes || s.Fails != fails || s.P50 != 25*time.Millisecond {
-				t.Errorf("at %v: %d/%d p50 %v, want %d/%d p50 25ms", res, s.Probes, s.Fails, s.P50, probes, fails)
+			if s.Probes != probes || s.Fails != fails || s.P50 != 25*time.Millisecond || s.Mean != 20*time.Millisecond {
+				t.Errorf("at %v: %d/%d p50 %v mean %v, want %d/%d p50 25ms mean 20ms", res, s.Probes, s.Fails, s.P50, s.Mean, probes, fails)
 			}
 			if last := s.Points[len(s.Points)-1]; res == time.Hour && last.Probes != probes {
 				t.Errorf("last hour = %+v, want %d probes", last, probes)

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,6 +62,15 @@ func TestHistorySurvivesARestart(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("after the restart, events = %v; want the transition of before, %v", after.GetEvents(), first)
+	}
+	resp, err := http.Get(httpAddr(t, p) + "/badge/web-1/uptime/24h.svg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), ">100%<") {
+		t.Errorf("the uptime badge after the restart: %d\n%s", resp.StatusCode, body)
 	}
 	g, err := client.History(t.Context(), &pb.HistoryRequest{Group: "web", Window: durationpb.New(24 * time.Hour)})
 	if err != nil || g.GetProbes() < before.GetProbes() {

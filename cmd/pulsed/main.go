@@ -265,6 +265,7 @@ func run(args []string, stderr io.Writer) error {
 		"kept_max", keptMost, "open_file_limit", fileLimit, "max_concurrent_probes", cfg.maxProbes)
 
 	obs := newObservability(cfg.metricsPerTarget, logger)
+	obs.history = hist.rec
 	obs.keptConns(probes)
 	if err := obs.secure(&cfg.security, cfg.httpListen, sopts.Tokens); err != nil {
 		return err

@@ -4247,7 +4247,10 @@ type HistoryResponse struct {
 	LatencyP99 *durationpb.Duration `protobuf:"bytes,10,opt,name=latency_p99,json=latencyP99,proto3" json:"latency_p99,omitempty"`
 	// events are the transitions within the window, oldest first (at most
 	// 100 a target are kept).
-	Events        []*HistoryEvent `protobuf:"bytes,11,rep,name=events,proto3" json:"events,omitempty"`
+	Events []*HistoryEvent `protobuf:"bytes,11,rep,name=events,proto3" json:"events,omitempty"`
+	// latency_mean is the mean latency over the window (at a resolution of
+	// 1m, over the hours it touches); unset when no probe was recorded.
+	LatencyMean   *durationpb.Duration `protobuf:"bytes,12,opt,name=latency_mean,json=latencyMean,proto3" json:"latency_mean,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4355,6 +4358,13 @@ func (x *HistoryResponse) GetLatencyP99() *durationpb.Duration {
 func (x *HistoryResponse) GetEvents() []*HistoryEvent {
 	if x != nil {
 		return x.Events
+	}
+	return nil
+}
+
+func (x *HistoryResponse) GetLatencyMean() *durationpb.Duration {
+	if x != nil {
+		return x.LatencyMean
 	}
 	return nil
 }
@@ -4867,7 +4877,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x06window\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06window\x129\n" +
 	"\n" +
 	"resolution\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"resolution\"\xfc\x03\n" +
+	"resolution\"\xba\x04\n" +
 	"\x0fHistoryResponse\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x129\n" +
@@ -4885,7 +4895,8 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\vlatency_p99\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"latencyP99\x12.\n" +
-	"\x06events\x18\v \x03(\v2\x16.pulse.v1.HistoryEventR\x06eventsB\x0f\n" +
+	"\x06events\x18\v \x03(\v2\x16.pulse.v1.HistoryEventR\x06events\x12<\n" +
+	"\flatency_mean\x18\f \x01(\v2\x19.google.protobuf.DurationR\vlatencyMeanB\x0f\n" +
 	"\r_availability\"\xa8\x02\n" +
 	"\fHistoryPoint\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12\x16\n" +
@@ -5107,43 +5118,44 @@ var file_pulse_v1_pulse_proto_depIdxs = []int32{
 	53,  // 96: pulse.v1.HistoryResponse.latency_p95:type_name -> google.protobuf.Duration
 	53,  // 97: pulse.v1.HistoryResponse.latency_p99:type_name -> google.protobuf.Duration
 	50,  // 98: pulse.v1.HistoryResponse.events:type_name -> pulse.v1.HistoryEvent
-	54,  // 99: pulse.v1.HistoryPoint.start:type_name -> google.protobuf.Timestamp
-	53,  // 100: pulse.v1.HistoryPoint.latency_p50:type_name -> google.protobuf.Duration
-	53,  // 101: pulse.v1.HistoryPoint.latency_p95:type_name -> google.protobuf.Duration
-	53,  // 102: pulse.v1.HistoryPoint.latency_p99:type_name -> google.protobuf.Duration
-	54,  // 103: pulse.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
-	1,   // 104: pulse.v1.HistoryEvent.from:type_name -> pulse.v1.State
-	1,   // 105: pulse.v1.HistoryEvent.to:type_name -> pulse.v1.State
-	0,   // 106: pulse.v1.HistoryEvent.mode:type_name -> pulse.v1.Mode
-	18,  // 107: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
-	20,  // 108: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
-	25,  // 109: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
-	27,  // 110: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
-	29,  // 111: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
-	40,  // 112: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
-	31,  // 113: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
-	33,  // 114: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
-	35,  // 115: pulse.v1.HealthChecker.UpdateTarget:input_type -> pulse.v1.UpdateTargetRequest
-	37,  // 116: pulse.v1.HealthChecker.ProbeNow:input_type -> pulse.v1.ProbeNowRequest
-	22,  // 117: pulse.v1.HealthChecker.SetMode:input_type -> pulse.v1.SetModeRequest
-	47,  // 118: pulse.v1.HealthChecker.History:input_type -> pulse.v1.HistoryRequest
-	19,  // 119: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
-	21,  // 120: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
-	26,  // 121: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
-	28,  // 122: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
-	30,  // 123: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
-	45,  // 124: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
-	32,  // 125: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
-	34,  // 126: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
-	36,  // 127: pulse.v1.HealthChecker.UpdateTarget:output_type -> pulse.v1.UpdateTargetResponse
-	38,  // 128: pulse.v1.HealthChecker.ProbeNow:output_type -> pulse.v1.ProbeNowResponse
-	23,  // 129: pulse.v1.HealthChecker.SetMode:output_type -> pulse.v1.SetModeResponse
-	48,  // 130: pulse.v1.HealthChecker.History:output_type -> pulse.v1.HistoryResponse
-	119, // [119:131] is the sub-list for method output_type
-	107, // [107:119] is the sub-list for method input_type
-	107, // [107:107] is the sub-list for extension type_name
-	107, // [107:107] is the sub-list for extension extendee
-	0,   // [0:107] is the sub-list for field type_name
+	53,  // 99: pulse.v1.HistoryResponse.latency_mean:type_name -> google.protobuf.Duration
+	54,  // 100: pulse.v1.HistoryPoint.start:type_name -> google.protobuf.Timestamp
+	53,  // 101: pulse.v1.HistoryPoint.latency_p50:type_name -> google.protobuf.Duration
+	53,  // 102: pulse.v1.HistoryPoint.latency_p95:type_name -> google.protobuf.Duration
+	53,  // 103: pulse.v1.HistoryPoint.latency_p99:type_name -> google.protobuf.Duration
+	54,  // 104: pulse.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
+	1,   // 105: pulse.v1.HistoryEvent.from:type_name -> pulse.v1.State
+	1,   // 106: pulse.v1.HistoryEvent.to:type_name -> pulse.v1.State
+	0,   // 107: pulse.v1.HistoryEvent.mode:type_name -> pulse.v1.Mode
+	18,  // 108: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
+	20,  // 109: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
+	25,  // 110: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
+	27,  // 111: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
+	29,  // 112: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
+	40,  // 113: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
+	31,  // 114: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
+	33,  // 115: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
+	35,  // 116: pulse.v1.HealthChecker.UpdateTarget:input_type -> pulse.v1.UpdateTargetRequest
+	37,  // 117: pulse.v1.HealthChecker.ProbeNow:input_type -> pulse.v1.ProbeNowRequest
+	22,  // 118: pulse.v1.HealthChecker.SetMode:input_type -> pulse.v1.SetModeRequest
+	47,  // 119: pulse.v1.HealthChecker.History:input_type -> pulse.v1.HistoryRequest
+	19,  // 120: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
+	21,  // 121: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
+	26,  // 122: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
+	28,  // 123: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
+	30,  // 124: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
+	45,  // 125: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
+	32,  // 126: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
+	34,  // 127: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
+	36,  // 128: pulse.v1.HealthChecker.UpdateTarget:output_type -> pulse.v1.UpdateTargetResponse
+	38,  // 129: pulse.v1.HealthChecker.ProbeNow:output_type -> pulse.v1.ProbeNowResponse
+	23,  // 130: pulse.v1.HealthChecker.SetMode:output_type -> pulse.v1.SetModeResponse
+	48,  // 131: pulse.v1.HealthChecker.History:output_type -> pulse.v1.HistoryResponse
+	120, // [120:132] is the sub-list for method output_type
+	108, // [108:120] is the sub-list for method input_type
+	108, // [108:108] is the sub-list for extension type_name
+	108, // [108:108] is the sub-list for extension extendee
+	0,   // [0:108] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_pulse_proto_init() }
