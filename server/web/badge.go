@@ -43,7 +43,9 @@ var uptimeFloors = [...]float64{0.975, 0.95, 0.9, 0.8, 0.65}
 // colours; above the last, the last colour.
 var responseCeilings = [...]time.Duration{50 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond, 500 * time.Millisecond, 750 * time.Millisecond}
 
+// routeBadges routes the badges and /api/history (history.go).
 func (h *Handler) routeBadges() {
+	h.mux.HandleFunc("GET /api/history", h.serveHistory)
 	h.mux.HandleFunc("GET /badge/{name}/uptime/{file}", h.serveUptimeBadge)
 	h.mux.HandleFunc("GET /badge/{name}/response-time/{file}", h.serveResponseBadge)
 }

@@ -17,6 +17,12 @@ import (
 // at 30ms; web-2, in the same group, fails all of its 100.
 func badgeEnv(t *testing.T, wcfg web.Config) *env {
 	t.Helper()
+	e, _ := historyEnv(t, wcfg)
+	return e
+}
+
+func historyEnv(t *testing.T, wcfg web.Config) (*env, *history.Recorder) {
+	t.Helper()
 	rec := history.New(history.Options{})
 	now := time.Now()
 	for i := 0; i < 100; i++ {
@@ -25,7 +31,7 @@ func badgeEnv(t *testing.T, wcfg web.Config) *env {
 		rec.ObserveProbe(checker.Spec{Name: "web-2", Group: "edge"}, checker.Result{Latency: 900 * time.Millisecond, Time: at})
 	}
 	wcfg.History = rec
-	return newEnv(t, checker.Config{}, wcfg)
+	return newEnv(t, checker.Config{}, wcfg), rec
 }
 
 func TestBadges(t *testing.T) {
