@@ -3,36 +3,41 @@ package history
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/pulsehealth/pulse/checker"
 )
 
 // The bbolt layout: bucket "series" holds a bucket per target, named by
 // the target, which holds
 //
 //	"g"                        the target's group
-//	'h' hour (8 bytes, BE)     the hour's probes, failures, latency
+//	'd' day (8 bytes, BE)      the day's 24 hours: for each, its probes
+//	                           and, when not 0, its failures, latency
 //	                           buckets and latency sum (µs), as uvarints
-//	'm' hour                   the hour's 60 minutes, probes and failures
+//	'm' hour (8 bytes, BE)     the hour's 60 minutes, probes and failures
 //	                           of each as uvarints; kept 24 hours
-//	'e' unix nanos, seq (4)    an event, as JSON; the last MaxEvents kept
+//	'e' unix nanos, seq (4)    an event (encodeEvent); the last MaxEvents
 //
-// so that a query reads one target's hours in one cursor pass, a removal
+// so that a query reads one target's days in one cursor pass, a removal
 // deletes one bucket, and a prune walks each target's keys from the first.
+// A record a day rather than an hour, and events in a few bytes rather
+// than JSON, keep the file at about a third of the size (BENCHMARKS.md).
 
 var seriesBucket = []byte("series")
 
 var groupKey = []byte("g")
 
 const (
-	hourPrefix   = 'h'
+	dayPrefix    = 'd'
 	minutePrefix = 'm'
 	eventPrefix  = 'e'
 )
+
 
 type boltStore struct {
 	db  *bolt.DB
@@ -94,7 +99,7 @@ func (st *boltStore) apply(b *batch) error {
 			}
 		}
 		for name, g := range b.groups {
-			tb, err := root.CreateBucketIfNotExists([]byte(name))
+			tb, err := targetBucket(root, name)
 			if err != nil {
 				return err
 			}
@@ -103,7 +108,7 @@ func (st *boltStore) apply(b *batch) error {
 			}
 		}
 		for name, ds := range b.hours {
-			tb, err := root.CreateBucketIfNotExists([]byte(name))
+			tb, err := targetBucket(root, name)
 			if err != nil {
 				return err
 			}
@@ -114,7 +119,7 @@ func (st *boltStore) apply(b *batch) error {
 			}
 		}
 		for name, evs := range b.events {
-			tb, err := root.CreateBucketIfNotExists([]byte(name))
+			tb, err := targetBucket(root, name)
 			if err != nil {
 				return err
 			}
@@ -129,17 +134,24 @@ func (st *boltStore) apply(b *batch) error {
 	})
 }
 
-// putHour adds d to the stored hour and its minutes.
+// targetBucket returns the bucket of the target called name, created if
+// need be.
+func targetBucket(root *bolt.Bucket, name string) (*bolt.Bucket, error) {
+	return root.CreateBucketIfNotExists([]byte(name))
+}
+
+// putHour adds d to its stored day and minutes.
 func putHour(tb *bolt.Bucket, d *hourDelta) error {
-	k := hourKey(hourPrefix, d.hr)
-	sum := d.sum
+	day := floorDiv(d.hr, 24)
+	k := hourKey(dayPrefix, day)
+	var hours [24]hourSum
 	if v := tb.Get(k); v != nil {
-		var old hourSum
-		if decodeHour(v, &old) == nil { // an unreadable record is replaced
-			sum.add(&old)
+		if decodeDay(v, &hours) != nil {
+			hours = [24]hourSum{} // an unreadable record is replaced
 		}
 	}
-	if err := tb.Put(k, encodeHour(&sum)); err != nil {
+	hours[d.hr-24*day].add(&d.sum)
+	if err := tb.Put(k, encodeDay(&hours)); err != nil {
 		return err
 	}
 	var zero [60]minute
@@ -160,12 +172,18 @@ func putHour(tb *bolt.Bucket, d *hourDelta) error {
 	return tb.Put(k, encodeMinutes(&mins))
 }
 
+// floorDiv is a / b rounded down (hour numbers before 1970 are negative).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
 func (st *boltStore) putEvents(tb *bolt.Bucket, evs []Event, maxEvents int) error {
 	for _, ev := range evs {
-		v, err := json.Marshal(ev)
-		if err != nil {
-			return err
-		}
+		v := encodeEvent(&ev)
 		st.seq++
 		k := make([]byte, 13)
 		k[0] = eventPrefix
@@ -204,7 +222,8 @@ func prune(root *bolt.Bucket, b *batch) error {
 	binary.BigEndian.PutUint64(evKey[1:], uint64(b.pruneEvents.UnixNano()))
 	for _, name := range names {
 		tb := root.Bucket(name)
-		for _, cut := range [][]byte{hourKey(hourPrefix, b.pruneHours), hourKey(minutePrefix, b.pruneMinutes), evKey} {
+		// A day goes once all its hours are older than kept.
+		for _, cut := range [][]byte{hourKey(dayPrefix, floorDiv(b.pruneHours, 24)), hourKey(minutePrefix, b.pruneMinutes), evKey} {
 			var old [][]byte
 			c := tb.Cursor()
 			for k, _ := c.Seek(cut[:1]); k != nil && k[0] == cut[0] && bytes.Compare(k, cut) < 0; k, _ = c.Next() {
@@ -232,14 +251,19 @@ func (st *boltStore) read(name string, sp *span, from, to time.Time) ([]Event, e
 			return nil
 		}
 		toHr := sp.fromHr + int64(len(sp.hours)) - 1
-		end := hourKey(hourPrefix, toHr)
+		end := hourKey(dayPrefix, floorDiv(toHr, 24))
 		c := tb.Cursor()
-		for k, v := c.Seek(hourKey(hourPrefix, sp.fromHr)); k != nil && bytes.Compare(k, end) <= 0; k, v = c.Next() {
-			var h hourSum
-			if len(k) != 9 || decodeHour(v, &h) != nil {
+		var hours [24]hourSum
+		for k, v := c.Seek(hourKey(dayPrefix, floorDiv(sp.fromHr, 24))); k != nil && bytes.Compare(k, end) <= 0; k, v = c.Next() {
+			if len(k) != 9 || decodeDay(v, &hours) != nil {
 				continue // unreadable: loss-tolerant
 			}
-			sp.addHour(int64(binary.BigEndian.Uint64(k[1:])), &h, nil)
+			day := int64(binary.BigEndian.Uint64(k[1:]))
+			for i := range hours {
+				if hours[i].count > 0 {
+					sp.addHour(24*day+int64(i), &hours[i], nil)
+				}
+			}
 		}
 		if sp.minutes != nil {
 			end := hourKey(minutePrefix, toHr)
@@ -259,10 +283,11 @@ func (st *boltStore) read(name string, sp *span, from, to time.Time) ([]Event, e
 		start[0] = eventPrefix
 		binary.BigEndian.PutUint64(start[1:], uint64(from.UnixNano()))
 		for k, v := c.Seek(start); k != nil && k[0] == eventPrefix; k, v = c.Next() {
-			var ev Event
-			if json.Unmarshal(v, &ev) != nil {
+			ev, err := decodeEvent(k, v)
+			if err != nil {
 				continue
 			}
+			ev.Target = name
 			if ev.Time.After(to) {
 				break
 			}
@@ -280,27 +305,105 @@ func (st *boltStore) read(name string, sp *span, from, to time.Time) ([]Event, e
 
 var errBadRecord = errors.New("unreadable history record")
 
-func encodeHour(h *hourSum) []byte {
-	buf := make([]byte, 0, 8+nBuckets)
-	buf = binary.AppendUvarint(buf, uint64(h.count))
-	buf = binary.AppendUvarint(buf, uint64(h.fails))
-	for _, v := range h.lat {
-		buf = binary.AppendUvarint(buf, uint64(v))
+// encodeDay writes a day's hours: an hour's probes, and when not 0 its
+// failures, latency buckets and latency sum.
+func encodeDay(hours *[24]hourSum) []byte {
+	buf := make([]byte, 0, 24*(8+nBuckets))
+	for i := range hours {
+		h := &hours[i]
+		buf = binary.AppendUvarint(buf, uint64(h.count))
+		if h.count == 0 {
+			continue
+		}
+		buf = binary.AppendUvarint(buf, uint64(h.fails))
+		for _, v := range h.lat {
+			buf = binary.AppendUvarint(buf, uint64(v))
+		}
+		buf = binary.AppendUvarint(buf, h.latSum)
 	}
-	return binary.AppendUvarint(buf, h.latSum)
+	return buf
 }
 
-func decodeHour(v []byte, h *hourSum) error {
-	vals, err := uvarints(v, 3+nBuckets)
-	if err != nil {
-		return err
+func decodeDay(v []byte, hours *[24]hourSum) error {
+	*hours = [24]hourSum{}
+	next := func() (uint64, bool) {
+		x, k := binary.Uvarint(v)
+		if k <= 0 {
+			return 0, false
+		}
+		v = v[k:]
+		return x, true
 	}
-	h.count, h.fails = uint32(vals[0]), uint32(vals[1])
-	for i := range h.lat {
-		h.lat[i] = uint32(vals[2+i])
+	for i := range hours {
+		h := &hours[i]
+		n, ok := next()
+		if !ok {
+			return errBadRecord
+		}
+		if h.count = uint32(n); n == 0 {
+			continue
+		}
+		f, ok := next()
+		if !ok {
+			return errBadRecord
+		}
+		h.fails = uint32(f)
+		for j := range h.lat {
+			l, ok := next()
+			if !ok {
+				return errBadRecord
+			}
+			h.lat[j] = uint32(l)
+		}
+		if h.latSum, ok = next(); !ok {
+			return errBadRecord
+		}
 	}
-	h.latSum = vals[2+nBuckets]
+	if len(v) != 0 {
+		return errBadRecord
+	}
 	return nil
+}
+
+// encodeEvent writes an event but its time and target (its key and
+// bucket say them): from, to and mode, then the reason and the error,
+// each with its length.
+func encodeEvent(ev *Event) []byte {
+	buf := make([]byte, 0, 8+len(ev.Reason)+len(ev.Err))
+	buf = binary.AppendUvarint(buf, uint64(ev.From))
+	buf = binary.AppendUvarint(buf, uint64(ev.To))
+	buf = binary.AppendUvarint(buf, uint64(ev.Mode))
+	buf = binary.AppendUvarint(buf, uint64(len(ev.Reason)))
+	buf = append(buf, ev.Reason...)
+	buf = binary.AppendUvarint(buf, uint64(len(ev.Err)))
+	return append(buf, ev.Err...)
+}
+
+func decodeEvent(k, v []byte) (Event, error) {
+	if len(k) != 13 {
+		return Event{}, errBadRecord
+	}
+	ev := Event{Time: time.Unix(0, int64(binary.BigEndian.Uint64(k[1:9]))).UTC()}
+	var vals [3]uint64
+	for i := range vals {
+		x, n := binary.Uvarint(v)
+		if n <= 0 || x > 1<<16 {
+			return Event{}, errBadRecord
+		}
+		vals[i], v = x, v[n:]
+	}
+	ev.From, ev.To, ev.Mode = checker.State(vals[0]), checker.State(vals[1]), checker.Mode(vals[2])
+	for _, dst := range []*string{&ev.Reason, &ev.Err} {
+		n, k := binary.Uvarint(v)
+		if k <= 0 || n > uint64(len(v)-k) {
+			return Event{}, errBadRecord
+		}
+		*dst, v = string(v[k:k+int(n)]), v[k+int(n):]
+	}
+	if len(v) != 0 {
+		return Event{}, errBadRecord
+	}
+	return ev, nil
 }
 
 func encodeMinutes(m *[60]minute) []byte {

@@ -12,12 +12,13 @@
 // and failures only; latency percentiles have an hour's resolution.
 //
 // Memory holds, per target, only what was recorded since the last Flush:
-// the current hour's counts, latency buckets and minutes (about 500 bytes
-// with the target's name, BENCHMARKS.md). Flush adds it to a store: a
-// bbolt file of the history's own (Open), or memory (New), which keeps
-// every hour recorded, 24 hours of minutes and the last MaxEvents events
-// of a target, prunes what is older and deletes a removed target's
-// history. A query reads the store and adds what memory holds.
+// the current hour's counts, latency buckets and minutes (1.1 KiB a target
+// at 100,000 targets, with the target's name and the file's own memory;
+// BENCHMARKS.md). Flush adds it to a store: a bbolt file of the history's
+// own (Open), or memory (New), which keeps 30 days of hours, 24 hours of
+// minutes and the last MaxEvents events of a target, prunes what is older
+// (Flush, once an hour) and deletes a removed target's history. A query
+// reads the store and adds what memory holds.
 package history
 
 import (
@@ -75,8 +76,8 @@ type Event struct {
 	// Reason says why the state changed when no probe result did (a mode
 	// change, a drain with its reason); Err is the failing probe's error
 	// when a result tipped the state.
-	Reason string `json:",omitempty"`
-	Err    string `json:",omitempty"`
+	Reason string
+	Err    string
 	Mode   checker.Mode
 }
 

@@ -135,8 +135,8 @@ func TestRunRejectsANonPositiveInterval(t *testing.T) {
 	}
 }
 
-// stored reports whether the target's bucket in db holds a key with the
-// prefix and hour.
+// storedKey reports whether the target's bucket in db holds a key with
+// the prefix ('d' day, 'm' hour of minutes, 'e' any event) of at.
 func storedKey(t *testing.T, db *bolt.DB, name string, prefix byte, at time.Time) bool {
 	t.Helper()
 	var ok bool
@@ -148,8 +148,14 @@ func storedKey(t *testing.T, db *bolt.DB, name string, prefix byte, at time.Time
 		c := b.Bucket([]byte(name)).Cursor()
 		k, _ := c.Seek([]byte{prefix})
 		for ; k != nil && k[0] == prefix; k, _ = c.Next() {
-			if prefix == 'e' || int64(binary.BigEndian.Uint64(k[1:9])) == at.Unix()/3600 {
+			n := int64(binary.BigEndian.Uint64(k[1:9]))
+			switch prefix {
+			case 'e':
 				ok = true
+			case 'd':
+				ok = ok || n == at.Unix()/86400
+			default:
+				ok = ok || n == at.Unix()/3600
 			}
 		}
 		return nil
@@ -217,7 +223,7 @@ func TestFlushPrunesByAgeAndRemovalDeletes(t *testing.T) {
 	if err := r.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if !storedKey(t, db, "a", 'm', t0) || !storedKey(t, db, "a", 'h', t0) || !storedKey(t, db, "a", 'e', t0) {
+	if !storedKey(t, db, "a", 'm', t0) || !storedKey(t, db, "a", 'd', t0) || !storedKey(t, db, "a", 'e', t0) {
 		t.Fatal("minutes, hour or event of a not written")
 	}
 
@@ -229,7 +235,7 @@ func TestFlushPrunesByAgeAndRemovalDeletes(t *testing.T) {
 	if storedKey(t, db, "a", 'm', t0) {
 		t.Error("minutes older than 24 hours kept")
 	}
-	if !storedKey(t, db, "a", 'h', t0) || !storedKey(t, db, "a", 'm', clock.Now()) {
+	if !storedKey(t, db, "a", 'd', t0) || !storedKey(t, db, "a", 'm', clock.Now()) {
 		t.Error("hour of a day ago or the minutes of now not kept")
 	}
 
@@ -237,10 +243,10 @@ func TestFlushPrunesByAgeAndRemovalDeletes(t *testing.T) {
 	if err := r.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if storedKey(t, db, "a", 'h', t0) || storedKey(t, db, "a", 'e', t0) {
+	if storedKey(t, db, "a", 'd', t0) || storedKey(t, db, "a", 'e', t0) {
 		t.Error("hour or event older than 30 days kept")
 	}
-	if !storedKey(t, db, "a", 'h', t0.Add(25*time.Hour)) {
+	if !storedKey(t, db, "a", 'd', t0.Add(25*time.Hour)) {
 		t.Error("hour of 30 days ago, less an hour, not kept")
 	}
 
@@ -248,7 +254,7 @@ func TestFlushPrunesByAgeAndRemovalDeletes(t *testing.T) {
 	if err := r.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if storedKey(t, db, "b", 'h', t0) || !storedKey(t, db, "a", 'h', t0.Add(25*time.Hour)) {
+	if storedKey(t, db, "b", 'd', t0) || !storedKey(t, db, "a", 'd', t0.Add(25*time.Hour)) {
 		t.Error("the removed target's history kept, or another's deleted")
 	}
 }
