@@ -38,7 +38,6 @@ const (
 	eventPrefix  = 'e'
 )
 
-
 type boltStore struct {
 	db  *bolt.DB
 	seq uint32 // tells apart events of one target at one instant
