@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -68,9 +69,24 @@ func hourKey(prefix byte, hr int64) []byte {
 	return k
 }
 
-func (st *boltStore) load() (map[string]string, error) {
+// guard turns a panic of bbolt's on a damaged file (a bad page, a fault
+// reading the mapped file) into an error: the history is derived data,
+// and a damaged file must not take pulsed down. Call it deferred.
+func guard(err *error) {
+	if p := recover(); p != nil {
+		*err = fmt.Errorf("%w: %v", ErrDamaged, p)
+	}
+}
+
+// ErrDamaged says that the history file is damaged: bbolt could not read
+// it. Move it away; the history starts afresh.
+var ErrDamaged = errors.New("history file damaged")
+
+func (st *boltStore) load() (_ map[string]string, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer guard(&err)
 	out := make(map[string]string)
-	err := st.db.View(func(tx *bolt.Tx) error {
+	err = st.db.View(func(tx *bolt.Tx) error {
 		root := tx.Bucket(seriesBucket)
 		if root == nil {
 			return nil
@@ -86,7 +102,9 @@ func (st *boltStore) load() (map[string]string, error) {
 	return out, nil
 }
 
-func (st *boltStore) apply(b *batch) error {
+func (st *boltStore) apply(b *batch) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer guard(&err)
 	return st.db.Update(func(tx *bolt.Tx) error {
 		root, err := tx.CreateBucketIfNotExists(seriesBucket)
 		if err != nil {
@@ -238,9 +256,11 @@ func prune(root *bolt.Bucket, b *batch) error {
 	return nil
 }
 
-func (st *boltStore) read(name string, sp *span, from, to time.Time) ([]Event, error) {
+func (st *boltStore) read(name string, sp *span, from, to time.Time) (_ []Event, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer guard(&err)
 	var evs []Event
-	err := st.db.View(func(tx *bolt.Tx) error {
+	err = st.db.View(func(tx *bolt.Tx) error {
 		root := tx.Bucket(seriesBucket)
 		if root == nil {
 			return nil

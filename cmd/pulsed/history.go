@@ -2,12 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/history"
@@ -56,25 +61,50 @@ func startHistory(dataDir string, logger *slog.Logger) *histories {
 	return h
 }
 
+// openHistory opens the history file in dataDir. A damaged file is moved
+// aside (history.db.damaged-<time>) and the history starts afresh; a file
+// that cannot be opened otherwise (locked, no permission) leaves the
+// history in memory (nil results).
 func openHistory(dataDir string, logger *slog.Logger) (*history.Recorder, *bolt.DB) {
 	path := filepath.Join(dataDir, historyFile)
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		logger.Error("history kept in memory only: cannot create the data directory", "error", err)
 		return nil, nil
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	rec, db, err := tryOpenHistory(path)
+	if err != nil && !errors.Is(err, bolterrors.ErrTimeout) && !errors.Is(err, fs.ErrPermission) {
+		aside := path + ".damaged-" + time.Now().UTC().Format("20060102T150405Z")
+		if rerr := os.Rename(path, aside); rerr == nil {
+			logger.Error("history file damaged: moved aside, the history starts afresh", "path", path, "moved_to", aside, "error", err)
+			rec, db, err = tryOpenHistory(path)
+		}
+	}
 	if err != nil {
 		logger.Error("history kept in memory only: cannot open its file", "path", path, "error", err)
 		return nil, nil
 	}
-	rec, err := history.Open(db, history.Options{})
-	if err != nil {
-		db.Close()
-		logger.Error("history kept in memory only: cannot read its file", "path", path, "error", err)
-		return nil, nil
-	}
 	logger.Info("history opened", "path", path, "targets", len(rec.Targets()))
 	return rec, db
+}
+
+// tryOpenHistory opens the file at path and reads its targets; a panic of
+// bbolt's on a damaged file is an error wrapping history.ErrDamaged.
+func tryOpenHistory(path string) (rec *history.Recorder, db *bolt.DB, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			rec, db, err = nil, nil, fmt.Errorf("%w: %v", history.ErrDamaged, p)
+		}
+	}()
+	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		return nil, nil, err
+	}
+	if rec, err = history.Open(db, history.Options{}); err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return rec, db, nil
 }
 
 // observer returns what the checker tells of probes, transitions and

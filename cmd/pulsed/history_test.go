@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -77,4 +79,25 @@ func TestHistorySurvivesARestart(t *testing.T) {
 		t.Errorf("group after the restart: %v, %v; want at least %d probes", g.GetProbes(), err, before.GetProbes())
 	}
 	p.stop(t)
+}
+
+// TestDamagedHistoryFileIsMovedAside: a history file bbolt cannot read
+// never stops pulsed: it is moved aside and the history starts afresh in
+// a new file.
+func TestDamagedHistoryFileIsMovedAside(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, historyFile)
+	if err := os.WriteFile(path, bytes.Repeat([]byte("not a bbolt file "), 1024), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	h := startHistory(dir, slog.New(slog.NewTextHandler(&logs, nil)))
+	defer h.stop()
+	if h.db == nil {
+		t.Fatalf("no history file opened:\n%s", logs.String())
+	}
+	aside, _ := filepath.Glob(path + ".damaged-*")
+	if len(aside) != 1 || !strings.Contains(logs.String(), "history file damaged: moved aside") {
+		t.Errorf("moved aside: %v; logs:\n%s", aside, logs.String())
+	}
 }

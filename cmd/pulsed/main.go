@@ -88,7 +88,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.targetsFile, "targets", "", "YAML `file` of targets to register at start and again on SIGHUP (docs/guides/targets.md); it owns the targets it lists")
 	fs.StringVar(&cfg.discoveryConfig, "discovery-config", "", "YAML `file` of discovery groups (Prometheus file_sd, http_sd and dns_sd configs, relabel rules, a target template; see docs/guides/discovery.md), reloaded on SIGHUP")
 	cfg.registry.register(fs)
-	fs.StringVar(&cfg.dataDir, "data-dir", "pulse-data", "`directory` of the embedded store that keeps targets and their states across restarts; \"\" keeps them in memory only")
+	fs.StringVar(&cfg.dataDir, "data-dir", "pulse-data", "`directory` of the embedded store that keeps targets and their states across restarts, and of the targets' history (history.db); \"\" keeps them in memory only")
 	fs.DurationVar(&cfg.defaults.Interval, "interval", d.Interval, "default time between the starts of two probes of a target")
 	fs.DurationVar(&cfg.defaults.Timeout, "timeout", d.Timeout, "default timeout of one probe (at most -interval)")
 	fs.IntVar(&cfg.defaults.Rise, "rise", d.Rise, "default consecutive passes that make a target healthy")
