@@ -42,9 +42,10 @@ func (s *Server) History(_ context.Context, req *pb.HistoryRequest) (*pb.History
 	var sum history.Summary
 	if req.GetTarget() != "" {
 		sum, err = s.history.Query(req.GetTarget(), now, window, res)
-		if st, serr := s.c.Status(req.GetTarget()); errors.Is(err, history.ErrUnknownTarget) && serr == nil {
-			// Registered, not probed yet.
-			sum, err = history.Empty(req.GetTarget(), st.Spec.Group, now, window, res), nil
+		if errors.Is(err, history.ErrUnknownTarget) {
+			if st, serr := s.c.Status(req.GetTarget()); serr == nil { // registered, not probed yet
+				sum, err = history.Empty(req.GetTarget(), st.Spec.Group, now, window, res), nil
+			}
 		}
 	} else {
 		sum, err = s.history.QueryGroup(req.GetGroup(), now, window, res)

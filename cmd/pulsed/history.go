@@ -36,8 +36,8 @@ type histories struct {
 }
 
 // startHistory opens the history in dataDir, or keeps it in memory when
-// dataDir is "". The history is derived data: a file that cannot be
-// opened or read is logged and pulsed goes on with the history in memory.
+// dataDir is "", and flushes it each historyFlushEvery until stop. The
+// history is derived data: it never stops pulsed (see openHistory).
 func startHistory(dataDir string, logger *slog.Logger) *histories {
 	logger = logger.With("component", "history")
 	h := &histories{done: make(chan struct{})}
