@@ -143,7 +143,11 @@ func printHistory(e *env, h *pb.HistoryResponse, window string) {
 		if m := ev.GetMode(); m != pb.Mode_MODE_ACTIVE && m != pb.Mode_MODE_UNSPECIFIED {
 			why = strings.TrimSpace(why + " (" + strings.ToLower(strings.TrimPrefix(m.String(), "MODE_")) + ")")
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s -> %s\t%s\n", timeText(ev.GetTime().AsTime()), ev.GetTarget(), stateName(ev.GetFrom()), stateName(ev.GetTo()), why)
+		line := fmt.Sprintf("  %s\t%s\t%s -> %s", timeText(ev.GetTime().AsTime()), ev.GetTarget(), stateName(ev.GetFrom()), stateName(ev.GetTo()))
+		if why != "" {
+			line += "\t" + why
+		}
+		fmt.Fprintln(tw, line)
 	}
 	tw.Flush()
 }
