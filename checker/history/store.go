@@ -94,10 +94,10 @@ func (r *Recorder) Flush() error {
 func (r *Recorder) restore(b *batch) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// A target removed and added again since still has its old history
+	// stored: the next Flush deletes it before it writes the new one.
 	for _, name := range b.removed {
-		if r.targets[name] == nil {
-			r.removed[name] = struct{}{}
-		}
+		r.removed[name] = struct{}{}
 	}
 	for name := range b.groups {
 		if s := r.targets[name]; s != nil {
