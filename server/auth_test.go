@@ -28,6 +28,7 @@ var readOnly = map[string]bool{
 	"Healthy":          true,
 	"ListTargets":      true,
 	"WatchTransitions": true,
+	"History":          true,
 }
 
 // TestEveryMethodNeedsItsRole calls every method and stream of

@@ -2,11 +2,14 @@ package history_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/fakeclock"
 	"github.com/pulsehealth/pulse/checker/history"
 )
 
@@ -28,37 +31,114 @@ func BenchmarkObserveProbe(b *testing.B) {
 }
 
 // BenchmarkMemoryPerTarget reports the heap a probed target's history
-// takes, as bytes/target; -benchtime=Nx sets the number of targets.
+// takes with a history file, bbolt's own heap included, as bytes/target,
+// and the file's size after one Flush as file-bytes/target;
+// -benchtime=Nx sets the number of targets.
 func BenchmarkMemoryPerTarget(b *testing.B) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	r := history.New(history.Options{})
+	path := filepath.Join(b.TempDir(), "history.db")
+	db := openDB(b, path)
+	defer db.Close()
+	r, err := history.Open(db, history.Options{Clock: fakeclock.New(t0)})
+	if err != nil {
+		b.Fatal(err)
+	}
 	for i := 0; i < b.N; i++ {
-		s := checker.Spec{Name: fmt.Sprint("target-", i), Group: "g"}
+		s := checker.Spec{Name: fmt.Sprintf("target-%07d", i), Group: "g"}
 		r.ObserveProbe(s, checker.Result{Pass: true, Latency: time.Millisecond, Time: t0})
 		r.ObserveTransition(checker.Transition{Target: s.Name, Group: "g", Time: t0, Reason: "added"})
+	}
+	if err := r.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	// Probed again since the Flush: what memory holds between two.
+	for i := 0; i < b.N; i++ {
+		s := checker.Spec{Name: fmt.Sprintf("target-%07d", i), Group: "g"}
+		r.ObserveProbe(s, checker.Result{Pass: true, Latency: time.Millisecond, Time: t0.Add(time.Second)})
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(b.N), "bytes/target")
 	runtime.KeepAlive(r)
+	// A Flush of every target, as pulsed makes each minute.
+	start := time.Now()
+	if err := r.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(time.Since(start).Milliseconds()), "flush-ms")
+	if fi, err := os.Stat(path); err == nil {
+		b.ReportMetric(float64(fi.Size())/float64(b.N), "file-bytes/target")
+	}
+}
+
+// BenchmarkFileBytes30Days reports the size of a history file holding 30
+// days of b.N targets probed every 10 minutes, as file-bytes/target.
+func BenchmarkFileBytes30Days(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "history.db")
+	db := openDB(b, path)
+	defer db.Close()
+	clock := fakeclock.New(t0)
+	r, err := history.Open(db, history.Options{Clock: clock, MaxEvents: 100})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for h := 0; h < history.HourSlots; h++ {
+		at := t0.Add(time.Duration(h) * time.Hour)
+		for i := 0; i < b.N; i++ {
+			s := checker.Spec{Name: fmt.Sprintf("target-%07d", i), Group: "g"}
+			for m := 0; m < 60; m += 10 {
+				r.ObserveProbe(s, checker.Result{Pass: (h+m)%7 != 0, Latency: time.Duration(h%300) * time.Millisecond, Time: at.Add(time.Duration(m) * time.Minute)})
+			}
+			if h%7 == 0 {
+				r.ObserveTransition(checker.Transition{Target: s.Name, Group: "g", Time: at, Reason: "a transition with a reason of some length"})
+			}
+		}
+		clock.Advance(time.Hour)
+		if err := r.Flush(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if fi, err := os.Stat(path); err == nil {
+		b.ReportMetric(float64(fi.Size())/float64(b.N), "file-bytes/target")
+	}
 }
 
 // BenchmarkQuery30Days is one target's History over 30 days by the hour,
-// every hour recorded.
+// every hour recorded and flushed to a history file.
 func BenchmarkQuery30Days(b *testing.B) {
-	r := history.New(history.Options{})
+	now := t0.Add(history.HourSlots * time.Hour)
+	db := openDB(b, filepath.Join(b.TempDir(), "history.db"))
+	defer db.Close()
+	r, err := history.Open(db, history.Options{Clock: fakeclock.New(now)})
+	if err != nil {
+		b.Fatal(err)
+	}
 	s := checker.Spec{Name: "a", Group: "g"}
 	for h := 0; h < history.HourSlots; h++ {
-		r.ObserveProbe(s, checker.Result{Pass: h%5 != 0, Latency: time.Duration(h) * time.Millisecond, Time: t0.Add(time.Duration(h) * time.Hour)})
+		at := t0.Add(time.Duration(h) * time.Hour)
+		for m := 0; m < 60; m += 10 {
+			r.ObserveProbe(s, checker.Result{Pass: h%5 != 0, Latency: time.Duration(h) * time.Millisecond, Time: at.Add(time.Duration(m) * time.Minute)})
+		}
+		if h%24 == 0 {
+			if err := r.Flush(); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
-	now := t0.Add(history.HourSlots * time.Hour)
+	if err := r.Flush(); err != nil {
+		b.Fatal(err)
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := r.Query("a", now, 30*24*time.Hour, time.Hour); err != nil {
+		sum, err := r.Query("a", now, 30*24*time.Hour, time.Hour)
+		if err != nil {
 			b.Fatal(err)
+		}
+		if sum.Probes != 6*history.HourSlots-6 {
+			b.Fatalf("probes = %d", sum.Probes)
 		}
 	}
 }

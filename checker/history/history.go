@@ -11,13 +11,14 @@
 // bucket is reported as twice the last bound. Minute entries keep counts
 // and failures only; latency percentiles have an hour's resolution.
 //
-// Memory per target is fixed once a target has been probed: a ring of
-// MinuteSlots minute entries (4 bytes each) and HourSlots hour entries (28
-// bytes each), plus the kept events: about 26 KiB (BENCHMARKS.md). Old
-// entries are overwritten as time moves on, so nothing needs pruning; a
-// target's history goes with the target (ObserveRemoval).
-//
-// Flush and Run keep the history in a bbolt file of its own (store.go).
+// Memory holds, per target, only what was recorded since the last Flush:
+// the current hour's counts, latency buckets and minutes (1.1 KiB a target
+// at 100,000 targets, with the target's name and the file's own memory;
+// BENCHMARKS.md). Flush adds it to a store: a bbolt file of the history's
+// own (Open), or memory (New), which keeps 30 days of hours, 24 hours of
+// minutes and the last MaxEvents events of a target, prunes what is older
+// (Flush, once an hour) and deletes a removed target's history. A query
+// reads the store and adds what memory holds.
 package history
 
 import (
@@ -62,54 +63,99 @@ type Options struct {
 	// MaxEvents bounds the events kept per target; zero means
 	// DefaultMaxEvents.
 	MaxEvents int
-	// Clock stamps removals (see ObserveRemoval); nil means the real
-	// clock.
+	// Clock stamps removals (see ObserveRemoval) and tells Flush what to
+	// prune; nil means the real clock.
 	Clock checker.Clock
 }
 
 // Event is one kept transition of a target.
 type Event struct {
 	Time     time.Time
-	From, To string
+	Target   string
+	From, To checker.State
 	// Reason says why the state changed when no probe result did (a mode
 	// change, a drain with its reason); Err is the failing probe's error
 	// when a result tipped the state.
 	Reason string
 	Err    string
-	Mode   string
+	Mode   checker.Mode
 }
 
+// minute is one minute's probes and failures (saturating).
 type minute struct {
-	count, fails uint16 // saturating
+	count, fails uint16
 }
 
-type hour struct {
+// hourSum is one hour's probes, failures, latency buckets and the sum of
+// its latencies in microseconds (for the mean).
+type hourSum struct {
 	count, fails uint32
-	lat          [nBuckets]uint16 // saturating
+	lat          [nBuckets]uint32
+	latSum       uint64
 }
 
+func (h *hourSum) add(o *hourSum) {
+	h.count += o.count
+	h.fails += o.fails
+	h.latSum += o.latSum
+	for i, v := range o.lat {
+		h.lat[i] += v
+	}
+}
+
+// hourDelta is what was recorded of one hour of a target since the last
+// Flush: Flush adds it to the store.
+type hourDelta struct {
+	hr  int64 // hour number (Unix hours)
+	sum hourSum
+	min [60]minute
+}
+
+func (d *hourDelta) record(minuteOfHour int, pass bool, bucket int, lat time.Duration) {
+	d.sum.count++
+	d.sum.lat[bucket]++
+	d.sum.latSum += uint64(max(lat, 0) / time.Microsecond)
+	m := &d.min[minuteOfHour]
+	m.count = sat16(m.count)
+	if !pass {
+		d.sum.fails++
+		m.fails = sat16(m.fails)
+	}
+}
+
+// series is what memory holds of a target.
 type series struct {
-	group   string
-	minHead int64 // minute number (Unix minutes) of the newest minute entry
-	hrHead  int64 // hour number of the newest hour entry
-	minutes []minute
-	hours   []hour
-	events  []Event // ring, oldest at evStart once full
-	evStart int
+	group string
+	// stored is false until the store knows the target's group (Flush).
+	stored bool
+	// cur is the unflushed part of the newest hour recorded; cur.hr is -1
+	// before the first probe.
+	cur hourDelta
 }
 
 // Recorder keeps the history of every observed target. Its methods are
-// safe for concurrent use.
+// safe for concurrent use. Recording takes only mu, which is never held
+// across I/O; Flush and the queries hold flushMu around the store (lock
+// order: flushMu, then mu), so a query never sees a flush half done.
 type Recorder struct {
 	maxEvents int
 	clock     checker.Clock
+	store     store
 
-	mu      sync.Mutex // protects targets, dirty and removed
+	flushMu   sync.RWMutex // Flush holds it to write the store, queries to read it
+	lastPrune int64        // hour of the last prune; guarded by flushMu
+
+	mu      sync.Mutex // protects the fields below
 	targets map[string]*series
-	// dirty holds the targets changed since the last Flush, removed those
-	// removed since then (see store.go).
-	dirty   map[string]struct{}
-	removed map[string]struct{}
+	// pending holds closed hours not yet flushed, events the events not
+	// yet flushed, removed the targets whose stored history Flush
+	// deletes. nPending counts pending's entries, dropped what was dropped
+	// for want of room while the store could not be written.
+	pending  map[string][]*hourDelta
+	nPending int
+	events   map[string][]Event
+	removed  map[string]struct{}
+	dropped  uint64
 	// tombs holds when each target was removed, for an hour
 	// (checker.MaxTimeout): a probe that started before its target's
 	// removal and ended after it is not counted, so it cannot bring back
@@ -121,30 +167,41 @@ type Recorder struct {
 
 var _ checker.RemovalObserver = (*Recorder)(nil)
 
-// New returns an empty Recorder.
+// New returns an empty Recorder that keeps its history in memory only:
+// up to about 50 KiB per target with 30 days recorded.
 func New(o Options) *Recorder {
+	return newRecorder(o, newMemStore())
+}
+
+func newRecorder(o Options, st store) *Recorder {
 	if o.MaxEvents <= 0 {
 		o.MaxEvents = DefaultMaxEvents
 	}
 	if o.Clock == nil {
 		o.Clock = checker.RealClock{}
 	}
-	return &Recorder{maxEvents: o.MaxEvents, clock: o.Clock, targets: make(map[string]*series),
-		dirty: make(map[string]struct{}), removed: make(map[string]struct{}),
-		tombs: make(map[string]time.Time), nextPrune: 64}
+	return &Recorder{maxEvents: o.MaxEvents, clock: o.Clock, store: st, targets: make(map[string]*series),
+		pending: make(map[string][]*hourDelta), events: make(map[string][]Event),
+		removed: make(map[string]struct{}), tombs: make(map[string]time.Time), nextPrune: 64}
 }
 
 func (r *Recorder) seriesLocked(name, group string) *series {
 	s := r.targets[name]
 	if s == nil {
-		s = &series{group: group, minHead: -1, hrHead: -1}
+		s = &series{group: group}
+		s.cur.hr = -1
 		r.targets[name] = s
-		delete(r.removed, name)
 	}
-	s.group = group
-	r.dirty[name] = struct{}{}
+	if s.group != group {
+		s.group, s.stored = group, false
+	}
 	return s
 }
+
+// maxPendingLocked bounds the closed hours waiting for a Flush: two per
+// target and some, so that a store that cannot be written does not make
+// memory grow without bound. Past it, an hour is dropped and counted.
+func (r *Recorder) maxPendingLocked() int { return 2*len(r.targets) + 1024 }
 
 // ObserveProbe counts one probe result in its minute and hour. A timeout
 // ignored because the checker was overloaded is not counted.
@@ -161,49 +218,45 @@ func (r *Recorder) ObserveProbe(spec checker.Spec, res checker.Result) {
 		return
 	}
 	s := r.seriesLocked(spec.Name, spec.Group)
-	if s.minutes == nil {
-		s.minutes = make([]minute, MinuteSlots)
-		s.hours = make([]hour, HourSlots)
-	}
-	if mi, ok := advance(&s.minHead, m, MinuteSlots, func(i int) { s.minutes[i] = minute{} }); ok {
-		e := &s.minutes[mi]
-		e.count = sat16(e.count)
-		if !res.Pass {
-			e.fails = sat16(e.fails)
+	switch {
+	case h == s.cur.hr:
+	case h > s.cur.hr:
+		if s.cur.sum.count > 0 {
+			r.pendLocked(spec.Name, s.cur)
 		}
+		s.cur = hourDelta{hr: h}
+	case h <= s.cur.hr-HourSlots:
+		return // older than is kept
+	default:
+		// A result of an earlier hour (it ended late): counted in that
+		// hour, through the pending list.
+		r.pendOldLocked(spec.Name, h, int(m%60), res.Pass, b, res.Latency)
+		return
 	}
-	if hi, ok := advance(&s.hrHead, h, HourSlots, func(i int) { s.hours[i] = hour{} }); ok {
-		e := &s.hours[hi]
-		e.count++
-		if !res.Pass {
-			e.fails++
-		}
-		e.lat[b] = sat16(e.lat[b])
-	}
+	s.cur.record(int(m%60), res.Pass, b, res.Latency)
 }
 
-// advance moves a ring's head to slot number n, clearing the slots it
-// passes, and returns n's index. A number older than the ring holds is
-// dropped (ok false).
-func advance(head *int64, n int64, size int, clear func(int)) (int, bool) {
-	if *head < 0 {
-		*head = n
-		clear(int(n % int64(size)))
+// pendLocked queues a closed hour for Flush, or drops it when the queue is
+// full.
+func (r *Recorder) pendLocked(name string, d hourDelta) {
+	if r.nPending >= r.maxPendingLocked() {
+		r.dropped++
+		return
 	}
-	if n > *head {
-		steps := n - *head
-		if steps > int64(size) {
-			steps = int64(size)
+	r.pending[name] = append(r.pending[name], &d)
+	r.nPending++
+}
+
+func (r *Recorder) pendOldLocked(name string, h int64, minuteOfHour int, pass bool, bucket int, lat time.Duration) {
+	for _, d := range r.pending[name] {
+		if d.hr == h {
+			d.record(minuteOfHour, pass, bucket, lat)
+			return
 		}
-		for i := int64(1); i <= steps; i++ {
-			clear(int((n - steps + i) % int64(size)))
-		}
-		*head = n
 	}
-	if n <= *head-int64(size) {
-		return 0, false
-	}
-	return int(n % int64(size)), true
+	d := hourDelta{hr: h}
+	d.record(minuteOfHour, pass, bucket, lat)
+	r.pendLocked(name, d)
 }
 
 func sat16(v uint16) uint16 {
@@ -222,24 +275,23 @@ func bucketOf(d time.Duration) int {
 	return len(Buckets)
 }
 
-// ObserveTransition keeps the transition as one of its target's last
-// events.
+// ObserveTransition keeps the transition as one of its target's events.
 func (r *Recorder) ObserveTransition(tr checker.Transition) {
-	ev := Event{Time: tr.Time, From: tr.From.String(), To: tr.To.String(),
-		Reason: tr.Reason, Err: tr.Result.Err, Mode: tr.Mode.String()}
+	ev := Event{Time: tr.Time, Target: tr.Target, From: tr.From, To: tr.To,
+		Reason: tr.Reason, Err: tr.Result.Err, Mode: tr.Mode}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := r.seriesLocked(tr.Target, tr.Group)
-	if len(s.events) < r.maxEvents {
-		s.events = append(s.events, ev)
-		return
+	r.seriesLocked(tr.Target, tr.Group)
+	evs := append(r.events[tr.Target], ev)
+	if len(evs) > r.maxEvents {
+		evs = evs[len(evs)-r.maxEvents:]
 	}
-	s.events[s.evStart] = ev
-	s.evStart = (s.evStart + 1) % len(s.events)
+	r.events[tr.Target] = evs
 }
 
-// ObserveRemoval forgets the removed target's history. A probe of it that
-// was in flight at the removal is not counted when it ends.
+// ObserveRemoval forgets the removed target's history; the next Flush
+// deletes what the store keeps of it. A probe of it that was in flight at
+// the removal is not counted when it ends.
 func (r *Recorder) ObserveRemoval(spec checker.Spec) {
 	now := r.clock.Now()
 	r.mu.Lock()
@@ -255,9 +307,19 @@ func (r *Recorder) ObserveRemoval(spec checker.Spec) {
 	}
 	if _, ok := r.targets[spec.Name]; ok {
 		delete(r.targets, spec.Name)
-		delete(r.dirty, spec.Name)
+		r.nPending -= len(r.pending[spec.Name])
+		delete(r.pending, spec.Name)
+		delete(r.events, spec.Name)
 		r.removed[spec.Name] = struct{}{}
 	}
+}
+
+// Dropped returns how many closed hours were dropped because the store
+// could not be written for long.
+func (r *Recorder) Dropped() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.dropped
 }
 
 // Point is one step of a history: its probes, failures and, at an hour's
@@ -277,11 +339,17 @@ type Summary struct {
 	// no probe was recorded in the window.
 	Availability  float64
 	P50, P95, P99 time.Duration
-	Events        []Event
+	// Mean is the mean latency over the window (over the hours it
+	// touches, at a minute's resolution); zero when no probe was recorded.
+	Mean   time.Duration
+	Events []Event
 }
 
 // ErrUnknownTarget is returned by Query for a target with no history.
 var ErrUnknownTarget = errors.New("no history for target")
+
+// ErrUnknownGroup is returned by QueryGroup for a group with no history.
+var ErrUnknownGroup = errors.New("no history for group")
 
 // RangeError says that a Query argument is out of its bounds.
 type RangeError struct {
@@ -291,75 +359,144 @@ type RangeError struct {
 
 func (e *RangeError) Error() string { return fmt.Sprintf("%s must be %s", e.Field, e.Bound) }
 
+// CheckRange returns a *RangeError if window and resolution are not a
+// query's: time.Minute for windows up to 24 hours in whole minutes,
+// time.Hour for windows up to 30 days in whole hours.
+func CheckRange(window, resolution time.Duration) error {
+	switch resolution {
+	case time.Minute:
+		if window <= 0 || window > MinuteSlots*time.Minute || window%time.Minute != 0 {
+			return &RangeError{"window", "a whole number of minutes in [1m, 24h] at a resolution of 1m"}
+		}
+	case time.Hour:
+		if window <= 0 || window > HourSlots*time.Hour || window%time.Hour != 0 {
+			return &RangeError{"window", "a whole number of hours in [1h, 720h] at a resolution of 1h"}
+		}
+	default:
+		return &RangeError{"resolution", "1m or 1h"}
+	}
+	return nil
+}
+
 // Query returns the named target's history over the window ending at now,
-// in steps of resolution: time.Minute for windows up to 24 hours,
-// time.Hour for windows up to 30 days. Events are those within the window,
-// oldest first.
+// in steps of resolution (see CheckRange). Events are those within the
+// window, oldest first.
 func (r *Recorder) Query(name string, now time.Time, window, resolution time.Duration) (Summary, error) {
-	sum, _, err := r.query(name, now, window, resolution)
+	if err := CheckRange(window, resolution); err != nil {
+		return Summary{}, err
+	}
+	r.flushMu.RLock()
+	defer r.flushMu.RUnlock()
+	sum, _, err := r.queryRLocked(name, now, window, resolution)
 	return sum, err
 }
 
 // hists are a query's latency buckets: over the whole window, and per step
 // at an hour's resolution.
 type hists struct {
-	total [nBuckets]uint64
-	steps [][nBuckets]uint64
+	total        [nBuckets]uint64
+	steps        [][nBuckets]uint64
+	latSum, latN uint64 // for the mean
 }
 
-func (r *Recorder) query(name string, now time.Time, window, resolution time.Duration) (Summary, *hists, error) {
-	switch resolution {
-	case time.Minute:
-		if window <= 0 || window > MinuteSlots*time.Minute || window%time.Minute != 0 {
-			return Summary{}, nil, &RangeError{"window", "a whole number of minutes in [1m, 24h] at a resolution of 1m"}
-		}
-	case time.Hour:
-		if window <= 0 || window > HourSlots*time.Hour || window%time.Hour != 0 {
-			return Summary{}, nil, &RangeError{"window", "a whole number of hours in [1h, 720h] at a resolution of 1h"}
-		}
-	default:
-		return Summary{}, nil, &RangeError{"resolution", "1m or 1h"}
+// span is a query's hours, filled from the store and from memory.
+type span struct {
+	fromHr  int64
+	hours   []hourSum
+	minutes [][60]minute // nil at an hour's resolution
+}
+
+func (sp *span) addHour(hr int64, h *hourSum, min *[60]minute) {
+	i := hr - sp.fromHr
+	if i < 0 || i >= int64(len(sp.hours)) {
+		return
 	}
+	sp.hours[i].add(h)
+	if sp.minutes != nil && min != nil {
+		m := &sp.minutes[i]
+		for j, v := range min {
+			m[j].count = satAdd16(m[j].count, v.count)
+			m[j].fails = satAdd16(m[j].fails, v.fails)
+		}
+	}
+}
+
+func satAdd16(a, b uint16) uint16 {
+	if s := uint32(a) + uint32(b); s < 1<<16 {
+		return uint16(s)
+	}
+	return ^uint16(0)
+}
+
+// queryRLocked answers Query; flushMu must be held for reading.
+func (r *Recorder) queryRLocked(name string, now time.Time, window, resolution time.Duration) (Summary, *hists, error) {
+	nowMin := now.Unix() / 60
+	steps := int64(window / resolution)
+	nowHr := nowMin / 60
+	var fromHr int64
+	if resolution == time.Minute {
+		fromHr = (nowMin - steps + 1) / 60
+	} else {
+		fromHr = nowHr - steps + 1
+	}
+	sp := &span{fromHr: fromHr, hours: make([]hourSum, nowHr-fromHr+1)}
+	if resolution == time.Minute {
+		sp.minutes = make([][60]minute, len(sp.hours))
+	}
+	from := now.Add(-window)
+
+	// Memory first, under mu; then the store, which no Flush changes while
+	// flushMu is held.
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	s := r.targets[name]
 	if s == nil {
+		r.mu.Unlock()
 		return Summary{}, nil, ErrUnknownTarget
 	}
 	sum := Summary{Target: name, Group: s.group, Availability: -1}
-	steps := int64(window / resolution)
+	if s.cur.hr >= 0 {
+		sp.addHour(s.cur.hr, &s.cur.sum, &s.cur.min)
+	}
+	for _, d := range r.pending[name] {
+		sp.addHour(d.hr, &d.sum, &d.min)
+	}
+	for _, ev := range r.events[name] {
+		if ev.Time.After(from) && !ev.Time.After(now) {
+			sum.Events = append(sum.Events, ev)
+		}
+	}
+	r.mu.Unlock()
+	stored, err := r.store.read(name, sp, from, now)
+	if err != nil {
+		return Summary{}, nil, err
+	}
+	sum.Events = append(stored, sum.Events...)
+	sort.SliceStable(sum.Events, func(i, j int) bool { return sum.Events[i].Time.Before(sum.Events[j].Time) })
+
 	sum.Points = make([]Point, 0, steps)
 	hs := &hists{}
-	total := &hs.total
-	nowMin := now.Unix() / 60
 	if resolution == time.Minute {
 		for n := nowMin - steps + 1; n <= nowMin; n++ {
-			p := Point{Start: time.Unix(n*60, 0).UTC()}
-			if s.minutes != nil && n <= s.minHead && n > s.minHead-MinuteSlots {
-				e := s.minutes[n%MinuteSlots]
-				p.Probes, p.Fails = uint64(e.count), uint64(e.fails)
-			}
-			sum.Points = append(sum.Points, p)
+			e := sp.minutes[n/60-fromHr][n%60]
+			sum.Points = append(sum.Points, Point{Start: time.Unix(n*60, 0).UTC(), Probes: uint64(e.count), Fails: uint64(e.fails)})
 		}
 		// Latency over the window comes from the hours it touches.
-		for n := (nowMin - steps + 1) / 60; n <= nowMin/60; n++ {
-			if e, ok := s.hourLocked(n); ok {
-				addHist(total, &e.lat)
-			}
+		for i := range sp.hours {
+			addHist(&hs.total, &sp.hours[i].lat)
+			hs.latSum += sp.hours[i].latSum
+			hs.latN += uint64(sp.hours[i].count)
 		}
 	} else {
-		hs.steps = make([][nBuckets]uint64, 0, steps)
-		nowHr := nowMin / 60
-		for n := nowHr - steps + 1; n <= nowHr; n++ {
-			p := Point{Start: time.Unix(n*3600, 0).UTC()}
-			var h [nBuckets]uint64
-			if e, ok := s.hourLocked(n); ok {
-				p.Probes, p.Fails = uint64(e.count), uint64(e.fails)
-				addHist(&h, &e.lat)
-				p.P50, p.P95, p.P99 = quantile(&h, 0.50), quantile(&h, 0.95), quantile(&h, 0.99)
-				addHist(total, &e.lat)
-			}
-			hs.steps = append(hs.steps, h)
+		hs.steps = make([][nBuckets]uint64, len(sp.hours))
+		for i := range sp.hours {
+			e := &sp.hours[i]
+			p := Point{Start: time.Unix((fromHr+int64(i))*3600, 0).UTC(), Probes: uint64(e.count), Fails: uint64(e.fails)}
+			h := &hs.steps[i]
+			addHist(h, &e.lat)
+			p.P50, p.P95, p.P99 = quantile(h, 0.50), quantile(h, 0.95), quantile(h, 0.99)
+			addHist(&hs.total, &e.lat)
+			hs.latSum += e.latSum
+			hs.latN += uint64(e.count)
 			sum.Points = append(sum.Points, p)
 		}
 	}
@@ -370,22 +507,16 @@ func (r *Recorder) query(name string, now time.Time, window, resolution time.Dur
 	if sum.Probes > 0 {
 		sum.Availability = float64(sum.Probes-sum.Fails) / float64(sum.Probes)
 	}
-	sum.P50, sum.P95, sum.P99 = quantile(total, 0.50), quantile(total, 0.95), quantile(total, 0.99)
-	from := now.Add(-window)
-	for i := range s.events {
-		ev := s.events[(s.evStart+i)%len(s.events)]
-		if ev.Time.After(from) && !ev.Time.After(now) {
-			sum.Events = append(sum.Events, ev)
-		}
-	}
+	sum.P50, sum.P95, sum.P99 = quantile(&hs.total, 0.50), quantile(&hs.total, 0.95), quantile(&hs.total, 0.99)
+	sum.Mean = hs.mean()
 	return sum, hs, nil
 }
 
-func (s *series) hourLocked(n int64) (hour, bool) {
-	if s.hours == nil || n > s.hrHead || n <= s.hrHead-HourSlots {
-		return hour{}, false
+func (hs *hists) mean() time.Duration {
+	if hs.latN == 0 {
+		return 0
 	}
-	return s.hours[n%HourSlots], true
+	return time.Duration(hs.latSum/hs.latN) * time.Microsecond
 }
 
 func addHists(dst, src *[nBuckets]uint64) {
@@ -394,7 +525,7 @@ func addHists(dst, src *[nBuckets]uint64) {
 	}
 }
 
-func addHist(dst *[nBuckets]uint64, src *[nBuckets]uint16) {
+func addHist(dst *[nBuckets]uint64, src *[nBuckets]uint32) {
 	for i, v := range src {
 		dst[i] += uint64(v)
 	}
@@ -444,10 +575,15 @@ func (r *Recorder) Targets() []string {
 // as Query does for one, with their points added step by step and their
 // events merged by time. Its Availability is the share of the group's
 // probes that passed: the recorder counts probes, not the time the group
-// spent at or above its routable minimum. Latency percentiles, over the
+// spent with enough targets routable. Latency percentiles, over the
 // window and (at an hour's resolution) per step, come from the members'
 // buckets added together.
 func (r *Recorder) QueryGroup(group string, now time.Time, window, resolution time.Duration) (Summary, error) {
+	if err := CheckRange(window, resolution); err != nil {
+		return Summary{}, err
+	}
+	r.flushMu.RLock()
+	defer r.flushMu.RUnlock()
 	var names []string
 	r.mu.Lock()
 	for name, s := range r.targets {
@@ -457,16 +593,13 @@ func (r *Recorder) QueryGroup(group string, now time.Time, window, resolution ti
 	}
 	r.mu.Unlock()
 	if len(names) == 0 {
-		if _, _, err := r.query("", now, window, resolution); err != nil && !errors.Is(err, ErrUnknownTarget) {
-			return Summary{}, err
-		}
 		return Summary{}, ErrUnknownGroup
 	}
 	sort.Strings(names)
 	out := Summary{Group: group, Availability: -1}
 	var total hists
 	for _, name := range names {
-		s, hs, err := r.query(name, now, window, resolution)
+		s, hs, err := r.queryRLocked(name, now, window, resolution)
 		if errors.Is(err, ErrUnknownTarget) {
 			continue // removed meanwhile
 		}
@@ -484,6 +617,8 @@ func (r *Recorder) QueryGroup(group string, now time.Time, window, resolution ti
 			out.Points[i].Fails += p.Fails
 		}
 		addHists(&total.total, &hs.total)
+		total.latSum += hs.latSum
+		total.latN += hs.latN
 		if total.steps == nil && hs.steps != nil {
 			total.steps = make([][nBuckets]uint64, len(hs.steps))
 		}
@@ -498,6 +633,7 @@ func (r *Recorder) QueryGroup(group string, now time.Time, window, resolution ti
 		out.Availability = float64(out.Probes-out.Fails) / float64(out.Probes)
 	}
 	out.P50, out.P95, out.P99 = quantile(&total.total, 0.50), quantile(&total.total, 0.95), quantile(&total.total, 0.99)
+	out.Mean = total.mean()
 	for i := range total.steps {
 		h := &total.steps[i]
 		out.Points[i].P50, out.Points[i].P95, out.Points[i].P99 = quantile(h, 0.50), quantile(h, 0.95), quantile(h, 0.99)
@@ -506,5 +642,14 @@ func (r *Recorder) QueryGroup(group string, now time.Time, window, resolution ti
 	return out, nil
 }
 
-// ErrUnknownGroup is returned by QueryGroup for a group with no history.
-var ErrUnknownGroup = errors.New("no history for group")
+// Empty returns the history of a target with nothing recorded over the
+// window: its steps, with no probe.
+func Empty(target, group string, now time.Time, window, resolution time.Duration) Summary {
+	sum := Summary{Target: target, Group: group, Availability: -1}
+	step := int64(resolution / time.Second)
+	last := now.Unix() / step
+	for n := last - int64(window/resolution) + 1; n <= last; n++ {
+		sum.Points = append(sum.Points, Point{Start: time.Unix(n*step, 0).UTC()})
+	}
+	return sum
+}

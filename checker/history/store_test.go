@@ -2,8 +2,11 @@ package history_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +21,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func openDB(t *testing.T, path string) *bolt.DB {
+func openDB(t testing.TB, path string) *bolt.DB {
 	t.Helper()
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
 	if err != nil {
@@ -27,19 +30,30 @@ func openDB(t *testing.T, path string) *bolt.DB {
 	return db
 }
 
+func openRecorder(t *testing.T, db *bolt.DB, o history.Options) *history.Recorder {
+	t.Helper()
+	r, err := history.Open(db, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 func TestHistorySurvivesRestart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "history.db")
 	db := openDB(t, path)
-	r := history.New(history.Options{})
+	// Flush prunes by the clock: the clock is the probes'.
+	clock := fakeclock.New(t0.Add(time.Minute))
+	r := openRecorder(t, db, history.Options{Clock: clock})
 	probe(r, "a", t0, true, 3*time.Millisecond)
 	probe(r, "a", t0.Add(time.Second), false, 300*time.Millisecond)
 	probe(r, "b", t0, true, time.Millisecond)
 	r.ObserveTransition(checker.Transition{Target: "a", Group: "g", Time: t0, Reason: "draining: deploy 4711"})
-	if err := r.Flush(db); err != nil {
+	if err := r.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	r.ObserveRemoval(checker.Spec{Name: "b"})
-	if err := r.Flush(db); err != nil {
+	if err := r.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {
@@ -48,17 +62,13 @@ func TestHistorySurvivesRestart(t *testing.T) {
 
 	db = openDB(t, path)
 	defer db.Close()
-	r2 := history.New(history.Options{})
-	if err := r2.Load(db); err != nil {
-		t.Fatal(err)
-	}
-	want, _ := r.Query("a", t0.Add(time.Minute), time.Hour, time.Minute)
+	r2 := openRecorder(t, db, history.Options{Clock: clock})
 	got, err := r2.Query("a", t0.Add(time.Minute), time.Hour, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Probes != 2 || got.Fails != 1 || got.P99 != want.P99 || got.Group != "g" {
-		t.Errorf("after restart: %d/%d p99 %v group %q, want 2/1 p99 %v g", got.Probes, got.Fails, got.P99, got.Group, want.P99)
+	if got.Probes != 2 || got.Fails != 1 || got.P99 != 500*time.Millisecond || got.Group != "g" {
+		t.Errorf("after restart: %d/%d p99 %v group %q, want 2/1 p99 500ms g", got.Probes, got.Fails, got.P99, got.Group)
 	}
 	if len(got.Events) != 1 || got.Events[0].Reason != "draining: deploy 4711" {
 		t.Errorf("events after restart = %+v", got.Events)
@@ -73,16 +83,16 @@ func TestRunFlushesEveryIntervalAndAtEnd(t *testing.T) {
 	db := openDB(t, path)
 	defer db.Close()
 	clock := fakeclock.New(t0)
-	r := history.New(history.Options{})
+	r := openRecorder(t, db, history.Options{Clock: clock})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx, db, clock, time.Minute, func(err error) { t.Error(err) }) }()
+	go func() { done <- r.Run(ctx, clock, time.Minute, func(err error) { t.Error(err) }) }()
 
 	stored := func(name string) bool {
 		var ok bool
 		_ = db.View(func(tx *bolt.Tx) error {
-			b := tx.Bucket([]byte("history"))
-			ok = b != nil && b.Get([]byte(name)) != nil
+			b := tx.Bucket([]byte("series"))
+			ok = b != nil && b.Bucket([]byte(name)) != nil
 			return nil
 		})
 		return ok
@@ -119,8 +129,185 @@ func TestRunRejectsANonPositiveInterval(t *testing.T) {
 	db := openDB(t, filepath.Join(t.TempDir(), "history.db"))
 	defer db.Close()
 	r := history.New(history.Options{})
-	err := r.Run(context.Background(), db, fakeclock.New(t0), 0, nil)
+	err := r.Run(context.Background(), fakeclock.New(t0), 0, nil)
 	if err == nil || !strings.Contains(err.Error(), "interval must be positive") {
 		t.Fatalf("err = %v, want the interval named", err)
 	}
+}
+
+// storedKey reports whether the target's bucket in db holds a key with
+// the prefix ('d' day, 'm' hour of minutes, 'e' any event) of at.
+func storedKey(t *testing.T, db *bolt.DB, name string, prefix byte, at time.Time) bool {
+	t.Helper()
+	var ok bool
+	if err := db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("series"))
+		if b == nil || b.Bucket([]byte(name)) == nil {
+			return nil
+		}
+		c := b.Bucket([]byte(name)).Cursor()
+		k, _ := c.Seek([]byte{prefix})
+		for ; k != nil && k[0] == prefix; k, _ = c.Next() {
+			n := int64(binary.BigEndian.Uint64(k[1:9]))
+			switch prefix {
+			case 'e':
+				ok = true
+			case 'd':
+				ok = ok || n == at.Unix()/86400
+			default:
+				ok = ok || n == at.Unix()/3600
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+func TestFlushesAddUpAcrossRestarts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "history.db")
+	db := openDB(t, path)
+	clock := fakeclock.New(t0)
+	r := openRecorder(t, db, history.Options{Clock: clock})
+	// 10 probes a flush, 3 flushes, in the same minute and hour.
+	for f := 0; f < 3; f++ {
+		for i := 0; i < 10; i++ {
+			probe(r, "a", t0.Add(time.Duration(f*10+i)*time.Second), i != 0, 20*time.Millisecond)
+		}
+		if err := r.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	probe(r, "a", t0.Add(40*time.Second), true, 20*time.Millisecond) // memory only
+	check := func(r *history.Recorder, probes, fails uint64) {
+		t.Helper()
+		for _, res := range []time.Duration{time.Minute, time.Hour} {
+			s, err := r.Query("a", t0.Add(50*time.Second), time.Hour, res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Probes != probes || s.Fails != fails || s.P50 != 25*time.Millisecond || s.Mean != 20*time.Millisecond {
+				t.Errorf("at %v: %d/%d p50 %v mean %v, want %d/%d p50 25ms mean 20ms", res, s.Probes, s.Fails, s.P50, s.Mean, probes, fails)
+			}
+			if last := s.Points[len(s.Points)-1]; res == time.Hour && last.Probes != probes {
+				t.Errorf("last hour = %+v, want %d probes", last, probes)
+			}
+		}
+	}
+	check(r, 31, 3)
+	if err := r.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openDB(t, path)
+	defer db.Close()
+	r = openRecorder(t, db, history.Options{Clock: clock})
+	if got := r.Targets(); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("targets after restart = %v, want [a]", got)
+	}
+	probe(r, "a", t0.Add(45*time.Second), false, 20*time.Millisecond)
+	check(r, 32, 4)
+}
+
+func TestFlushPrunesByAgeAndRemovalDeletes(t *testing.T) {
+	db := openDB(t, filepath.Join(t.TempDir(), "history.db"))
+	defer db.Close()
+	clock := fakeclock.New(t0)
+	r := openRecorder(t, db, history.Options{Clock: clock})
+	probe(r, "a", t0, true, time.Millisecond)
+	probe(r, "b", t0, true, time.Millisecond)
+	r.ObserveTransition(checker.Transition{Target: "a", Group: "g", Time: t0, Reason: "added"})
+	if err := r.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if !storedKey(t, db, "a", 'm', t0) || !storedKey(t, db, "a", 'd', t0) || !storedKey(t, db, "a", 'e', t0) {
+		t.Fatal("minutes, hour or event of a not written")
+	}
+
+	clock.Advance(25 * time.Hour)
+	probe(r, "a", clock.Now(), true, time.Millisecond)
+	if err := r.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if storedKey(t, db, "a", 'm', t0) {
+		t.Error("minutes older than 24 hours kept")
+	}
+	if !storedKey(t, db, "a", 'd', t0) || !storedKey(t, db, "a", 'm', clock.Now()) {
+		t.Error("hour of a day ago or the minutes of now not kept")
+	}
+
+	clock.Advance(30 * 24 * time.Hour)
+	if err := r.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if storedKey(t, db, "a", 'd', t0) || storedKey(t, db, "a", 'e', t0) {
+		t.Error("hour or event older than 30 days kept")
+	}
+	if !storedKey(t, db, "a", 'd', t0.Add(25*time.Hour)) {
+		t.Error("hour of 30 days ago, less an hour, not kept")
+	}
+
+	r.ObserveRemoval(checker.Spec{Name: "b"})
+	if err := r.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if storedKey(t, db, "b", 'd', t0) || !storedKey(t, db, "a", 'd', t0.Add(25*time.Hour)) {
+		t.Error("the removed target's history kept, or another's deleted")
+	}
+}
+
+func TestEventsKeptBoundedInTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "history.db")
+	db := openDB(t, path)
+	defer db.Close()
+	clock := fakeclock.New(t0.Add(time.Hour))
+	r := openRecorder(t, db, history.Options{Clock: clock, MaxEvents: 3})
+	for i := 0; i < 5; i++ {
+		r.ObserveTransition(checker.Transition{Target: "a", Group: "g", Time: t0.Add(time.Duration(i) * time.Minute), Reason: fmt.Sprint("r", i)})
+		if err := r.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r2 := openRecorder(t, db, history.Options{Clock: clock, MaxEvents: 3})
+	s, err := r2.Query("a", t0.Add(time.Hour), 2*time.Hour, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Events) != 3 || s.Events[0].Reason != "r2" || s.Events[2].Reason != "r4" {
+		t.Fatalf("events = %+v, want r2..r4", s.Events)
+	}
+}
+
+// TestMemoryPerTargetWithAFile holds the goal: at most 2 KiB of memory
+// per probed target once its history is in a file.
+func TestMemoryPerTargetWithAFile(t *testing.T) {
+	const n = 5000
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	db := openDB(t, filepath.Join(t.TempDir(), "history.db"))
+	defer db.Close()
+	r := openRecorder(t, db, history.Options{Clock: fakeclock.New(t0)})
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("target-%06d", i)
+		probe(r, name, t0, true, time.Millisecond)
+		r.ObserveTransition(checker.Transition{Target: name, Group: "g", Time: t0, Reason: "added"})
+	}
+	if err := r.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		probe(r, fmt.Sprintf("target-%06d", i), t0.Add(time.Second), true, time.Millisecond)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := int64(after.HeapAlloc-before.HeapAlloc) / n
+	t.Logf("memory per probed target: %d bytes", per)
+	if per > 2048 {
+		t.Errorf("memory per target = %d bytes, want at most 2048", per)
+	}
+	runtime.KeepAlive(r)
 }

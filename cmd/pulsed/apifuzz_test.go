@@ -382,6 +382,14 @@ func (f *apiFuzzer) valid(method string, req protoreflect.Message) {
 		}
 	case "ProbeNow":
 		m = &pb.ProbeNowRequest{Group: pick(fuzzGroups)}
+	case "History":
+		h := &pb.HistoryRequest{Window: durationpb.New([]time.Duration{time.Hour, 24 * time.Hour, 30 * 24 * time.Hour}[f.rng.IntN(3)])}
+		if f.rng.IntN(2) == 0 {
+			h.Target = pick(fuzzNames)
+		} else {
+			h.Group = pick(fuzzGroups[1:])
+		}
+		m = h
 	default:
 		f.t.Fatalf("no valid request for %s: add one", method)
 	}

@@ -115,6 +115,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Errorf("edge's unhealthy count shows %q, want 1", got)
 	}
 	page.screenshot(t, filepath.Join(artifacts, "status-page-failed.png"))
+	browserHistory(t, page, artifacts)
 
 	browserStates(t, page, client, other, newSwitchServer(t), artifacts)
 

@@ -89,7 +89,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.targetsFile, "targets", "", "YAML `file` of targets to register at start and again on SIGHUP (docs/guides/targets.md); it owns the targets it lists")
 	fs.StringVar(&cfg.discoveryConfig, "discovery-config", "", "YAML `file` of discovery groups (Prometheus file_sd, http_sd and dns_sd configs, relabel rules, a target template; see docs/guides/discovery.md), reloaded on SIGHUP")
 	cfg.registry.register(fs)
-	fs.StringVar(&cfg.dataDir, "data-dir", "pulse-data", "`directory` of the embedded store that keeps targets and their states across restarts; \"\" keeps them in memory only")
+	fs.StringVar(&cfg.dataDir, "data-dir", "pulse-data", "`directory` of the embedded store that keeps targets and their states across restarts, and of the targets' history (history.db); \"\" keeps them in memory only")
 	fs.DurationVar(&cfg.defaults.Interval, "interval", d.Interval, "default time between the starts of two probes of a target")
 	fs.DurationVar(&cfg.defaults.Timeout, "timeout", d.Timeout, "default timeout of one probe (at most -interval)")
 	fs.IntVar(&cfg.defaults.Rise, "rise", d.Rise, "default consecutive passes that make a target healthy")
@@ -278,6 +278,10 @@ func run(args []string, stderr io.Writer) error {
 		}
 	}
 
+	// History is flushed and closed after the checker (deferred below).
+	hist := startHistory(cfg.dataDir, logger)
+	defer hist.stop()
+
 	sopts, err := cfg.security.serverOptions(cfg.listen)
 	if err != nil {
 		return err
@@ -294,6 +298,7 @@ func run(args []string, stderr io.Writer) error {
 		"kept_max", keptMost, "open_file_limit", fileLimit, "max_concurrent_probes", cfg.maxProbes)
 
 	obs := newObservability(cfg.metricsPerTarget, logger)
+	obs.history = hist.rec
 	obs.keptConns(probes)
 	if err := obs.secure(&cfg.security, cfg.httpListen, sopts.Tokens); err != nil {
 		return err
@@ -319,7 +324,7 @@ func run(args []string, stderr io.Writer) error {
 		StartRevision: uint64(time.Now().UnixMicro()),
 		Store:         store,
 		Logger:        logger.With("component", "checker"),
-		Observer:      obs.observer,
+		Observer:      hist.observer(obs.observer),
 
 		// Pool policies: the default panic threshold, overload detection.
 		MaxUnhealthyFraction: cfg.maxUnhealthy,
@@ -344,7 +349,7 @@ func run(args []string, stderr io.Writer) error {
 	sopts.UnaryInterceptors = obs.unaryInterceptors()
 	sopts.StreamInterceptors = obs.streamInterceptors()
 	rl := &reloader{c: c, cfg: cfg, logger: logger}
-	gs, hs := server.NewGRPCServer(server.New(c, server.WithProgressInterval(cfg.watchProgress), server.WithReload(rl.reload)), sopts)
+	gs, hs := server.NewGRPCServer(server.New(c, server.WithProgressInterval(cfg.watchProgress), server.WithHistory(hist.rec), server.WithReload(rl.reload)), sopts)
 	stopXDS, err := startXDS(cfg, c, gs, obs.reg, logger)
 	if err != nil {
 		return err

@@ -38,6 +38,7 @@ type observability struct {
 	tokens    *server.Tokens                  // nil: every path is open
 	tls       *tls.Config                     // nil: plain HTTP
 	limit     func(net.Listener) net.Listener // the connection limits; nil: none
+	history   server.HistorySource            // badges; nil: none
 
 	notReady atomic.Pointer[string] // why /readyz says 503; nil when ready
 	live     func() error           // what /healthz says (see startWatchdog); nil: live
@@ -158,6 +159,7 @@ func (o *observability) start(addr string, c *checker.Checker, gs *grpc.Server) 
 			Logger:   o.logger,
 			Backup:   o.backup,
 			Tokens:   o.tokens,
+			History:  o.history,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(o.logger.Handler(), slog.LevelWarn),

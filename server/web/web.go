@@ -76,6 +76,9 @@ type Config struct {
 	// role, and /backup of the write role; else 401 (with
 	// WWW-Authenticate: Bearer) or 403. If nil, every path is open.
 	Tokens *server.Tokens
+	// History, if not nil, serves the badges (badge.go) and
+	// /api/history. If nil, they answer 404.
+	History server.HistorySource
 }
 
 // Handler is the http.Handler of pulsed's HTTP listener. It is safe for
@@ -92,7 +95,8 @@ type Handler struct {
 	progress time.Duration
 	mux      *http.ServeMux
 	tokens   *server.Tokens
-	static   map[string]bool // the URL paths of the page's shell
+	static   map[string]bool      // the URL paths of the page's shell
+	history  server.HistorySource // nil: no badges, no /api/history
 
 	backup      func() (Snapshot, error) // nil: no store
 	backupWrite time.Duration
@@ -111,6 +115,7 @@ func NewHandler(cfg Config) *Handler {
 		progress: cfg.ProgressInterval,
 		mux:      http.NewServeMux(),
 		tokens:   cfg.Tokens,
+		history:  cfg.History,
 
 		backup:      cfg.Backup,
 		backupWrite: cfg.BackupWriteTimeout,
@@ -151,6 +156,7 @@ func NewHandler(cfg Config) *Handler {
 	h.mux.HandleFunc("GET /healthz", h.serveHealthz)
 	h.mux.HandleFunc("GET /readyz", h.serveReadyz)
 	h.mux.HandleFunc("GET /backup", h.serveBackup)
+	h.routeBadges()
 	return h
 }
 

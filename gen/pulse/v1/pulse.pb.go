@@ -4477,6 +4477,417 @@ func (x *TargetsFile) GetTargets() []*Target {
 	return nil
 }
 
+// HistoryRequest selects a target or a group, and a window ending now.
+type HistoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// target is the name of one target. Exactly one of target and group.
+	Target string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	// group is a group of targets, added together. Exactly one of target
+	// and group.
+	Group string `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	// window is how far back to look: a whole number of minutes up to 24h
+	// at a resolution of 1m, a whole number of hours up to 720h (30 days)
+	// at a resolution of 1h. Required.
+	Window *durationpb.Duration `protobuf:"bytes,3,opt,name=window,proto3" json:"window,omitempty"`
+	// resolution is the step: 1m or 1h. Unset: 1m for a window up to 24h,
+	// 1h beyond.
+	Resolution    *durationpb.Duration `protobuf:"bytes,4,opt,name=resolution,proto3" json:"resolution,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryRequest) Reset() {
+	*x = HistoryRequest{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryRequest) ProtoMessage() {}
+
+func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
+func (*HistoryRequest) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *HistoryRequest) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *HistoryRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *HistoryRequest) GetWindow() *durationpb.Duration {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+func (x *HistoryRequest) GetResolution() *durationpb.Duration {
+	if x != nil {
+		return x.Resolution
+	}
+	return nil
+}
+
+// HistoryResponse is a history over a window.
+type HistoryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// target is the target asked for; empty for a group.
+	Target string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	// group is the target's group, or the group asked for.
+	Group string `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	// resolution is the step of points.
+	Resolution *durationpb.Duration `protobuf:"bytes,3,opt,name=resolution,proto3" json:"resolution,omitempty"`
+	// points are the window's steps, oldest first; the last holds now.
+	Points []*HistoryPoint `protobuf:"bytes,4,rep,name=points,proto3" json:"points,omitempty"`
+	// probes and failures over the window.
+	Probes   uint64 `protobuf:"varint,5,opt,name=probes,proto3" json:"probes,omitempty"`
+	Failures uint64 `protobuf:"varint,6,opt,name=failures,proto3" json:"failures,omitempty"`
+	// availability is the share of the window's probes that passed, in
+	// [0, 1]; unset when none was recorded. For a group it is the share of
+	// its targets' probes that passed.
+	Availability *float64 `protobuf:"fixed64,7,opt,name=availability,proto3,oneof" json:"availability,omitempty"`
+	// latency_p50, latency_p95 and latency_p99 are the window's latency
+	// percentiles: the upper bound of the bucket that holds them (1ms, 5ms,
+	// 10ms, 25ms, 50ms, 100ms, 250ms, 500ms, 1s; 2s for slower). Unset when
+	// no probe was recorded.
+	LatencyP50 *durationpb.Duration `protobuf:"bytes,8,opt,name=latency_p50,json=latencyP50,proto3" json:"latency_p50,omitempty"`
+	LatencyP95 *durationpb.Duration `protobuf:"bytes,9,opt,name=latency_p95,json=latencyP95,proto3" json:"latency_p95,omitempty"`
+	LatencyP99 *durationpb.Duration `protobuf:"bytes,10,opt,name=latency_p99,json=latencyP99,proto3" json:"latency_p99,omitempty"`
+	// events are the transitions within the window, oldest first (at most
+	// 100 a target are kept).
+	Events []*HistoryEvent `protobuf:"bytes,11,rep,name=events,proto3" json:"events,omitempty"`
+	// latency_mean is the mean latency over the window (at a resolution of
+	// 1m, over the hours it touches); unset when no probe was recorded.
+	LatencyMean   *durationpb.Duration `protobuf:"bytes,12,opt,name=latency_mean,json=latencyMean,proto3" json:"latency_mean,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryResponse) Reset() {
+	*x = HistoryResponse{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryResponse) ProtoMessage() {}
+
+func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
+func (*HistoryResponse) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *HistoryResponse) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *HistoryResponse) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *HistoryResponse) GetResolution() *durationpb.Duration {
+	if x != nil {
+		return x.Resolution
+	}
+	return nil
+}
+
+func (x *HistoryResponse) GetPoints() []*HistoryPoint {
+	if x != nil {
+		return x.Points
+	}
+	return nil
+}
+
+func (x *HistoryResponse) GetProbes() uint64 {
+	if x != nil {
+		return x.Probes
+	}
+	return 0
+}
+
+func (x *HistoryResponse) GetFailures() uint64 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
+func (x *HistoryResponse) GetAvailability() float64 {
+	if x != nil && x.Availability != nil {
+		return *x.Availability
+	}
+	return 0
+}
+
+func (x *HistoryResponse) GetLatencyP50() *durationpb.Duration {
+	if x != nil {
+		return x.LatencyP50
+	}
+	return nil
+}
+
+func (x *HistoryResponse) GetLatencyP95() *durationpb.Duration {
+	if x != nil {
+		return x.LatencyP95
+	}
+	return nil
+}
+
+func (x *HistoryResponse) GetLatencyP99() *durationpb.Duration {
+	if x != nil {
+		return x.LatencyP99
+	}
+	return nil
+}
+
+func (x *HistoryResponse) GetEvents() []*HistoryEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *HistoryResponse) GetLatencyMean() *durationpb.Duration {
+	if x != nil {
+		return x.LatencyMean
+	}
+	return nil
+}
+
+// HistoryPoint is one step of a history.
+type HistoryPoint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// start of the step.
+	Start    *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
+	Probes   uint64                 `protobuf:"varint,2,opt,name=probes,proto3" json:"probes,omitempty"`
+	Failures uint64                 `protobuf:"varint,3,opt,name=failures,proto3" json:"failures,omitempty"`
+	// latency percentiles of the step, at a resolution of 1h; unset at 1m
+	// and when no probe was recorded.
+	LatencyP50    *durationpb.Duration `protobuf:"bytes,4,opt,name=latency_p50,json=latencyP50,proto3" json:"latency_p50,omitempty"`
+	LatencyP95    *durationpb.Duration `protobuf:"bytes,5,opt,name=latency_p95,json=latencyP95,proto3" json:"latency_p95,omitempty"`
+	LatencyP99    *durationpb.Duration `protobuf:"bytes,6,opt,name=latency_p99,json=latencyP99,proto3" json:"latency_p99,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryPoint) Reset() {
+	*x = HistoryPoint{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryPoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryPoint) ProtoMessage() {}
+
+func (x *HistoryPoint) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryPoint.ProtoReflect.Descriptor instead.
+func (*HistoryPoint) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *HistoryPoint) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *HistoryPoint) GetProbes() uint64 {
+	if x != nil {
+		return x.Probes
+	}
+	return 0
+}
+
+func (x *HistoryPoint) GetFailures() uint64 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
+func (x *HistoryPoint) GetLatencyP50() *durationpb.Duration {
+	if x != nil {
+		return x.LatencyP50
+	}
+	return nil
+}
+
+func (x *HistoryPoint) GetLatencyP95() *durationpb.Duration {
+	if x != nil {
+		return x.LatencyP95
+	}
+	return nil
+}
+
+func (x *HistoryPoint) GetLatencyP99() *durationpb.Duration {
+	if x != nil {
+		return x.LatencyP99
+	}
+	return nil
+}
+
+// HistoryEvent is a recorded transition.
+type HistoryEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Time  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	// target whose state changed.
+	Target string `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	From   State  `protobuf:"varint,3,opt,name=from,proto3,enum=pulse.v1.State" json:"from,omitempty"`
+	To     State  `protobuf:"varint,4,opt,name=to,proto3,enum=pulse.v1.State" json:"to,omitempty"`
+	// reason says why when no probe result did (a mode change, a drain);
+	// error is the failing probe's error when one tipped the state.
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	Error  string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	// mode is the target's mode after the transition.
+	Mode          Mode `protobuf:"varint,7,opt,name=mode,proto3,enum=pulse.v1.Mode" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryEvent) Reset() {
+	*x = HistoryEvent{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryEvent) ProtoMessage() {}
+
+func (x *HistoryEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryEvent.ProtoReflect.Descriptor instead.
+func (*HistoryEvent) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *HistoryEvent) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *HistoryEvent) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *HistoryEvent) GetFrom() State {
+	if x != nil {
+		return x.From
+	}
+	return State_STATE_UNSPECIFIED
+}
+
+func (x *HistoryEvent) GetTo() State {
+	if x != nil {
+		return x.To
+	}
+	return State_STATE_UNSPECIFIED
+}
+
+func (x *HistoryEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *HistoryEvent) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *HistoryEvent) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
 var File_pulse_v1_pulse_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_pulse_proto_rawDesc = "" +
@@ -4811,7 +5222,52 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x04mode\x18\x14 \x01(\v2\x14.pulse.v1.ModeChangeH\x00R\x04modeB\a\n" +
 	"\x05event\"9\n" +
 	"\vTargetsFile\x12*\n" +
-	"\atargets\x18\x01 \x03(\v2\x10.pulse.v1.TargetR\atargets*V\n" +
+	"\atargets\x18\x01 \x03(\v2\x10.pulse.v1.TargetR\atargets\"\xac\x01\n" +
+	"\x0eHistoryRequest\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\x121\n" +
+	"\x06window\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06window\x129\n" +
+	"\n" +
+	"resolution\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"resolution\"\xba\x04\n" +
+	"\x0fHistoryResponse\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\x129\n" +
+	"\n" +
+	"resolution\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"resolution\x12.\n" +
+	"\x06points\x18\x04 \x03(\v2\x16.pulse.v1.HistoryPointR\x06points\x12\x16\n" +
+	"\x06probes\x18\x05 \x01(\x04R\x06probes\x12\x1a\n" +
+	"\bfailures\x18\x06 \x01(\x04R\bfailures\x12'\n" +
+	"\favailability\x18\a \x01(\x01H\x00R\favailability\x88\x01\x01\x12:\n" +
+	"\vlatency_p50\x18\b \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"latencyP50\x12:\n" +
+	"\vlatency_p95\x18\t \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"latencyP95\x12:\n" +
+	"\vlatency_p99\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"latencyP99\x12.\n" +
+	"\x06events\x18\v \x03(\v2\x16.pulse.v1.HistoryEventR\x06events\x12<\n" +
+	"\flatency_mean\x18\f \x01(\v2\x19.google.protobuf.DurationR\vlatencyMeanB\x0f\n" +
+	"\r_availability\"\xa8\x02\n" +
+	"\fHistoryPoint\x120\n" +
+	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12\x16\n" +
+	"\x06probes\x18\x02 \x01(\x04R\x06probes\x12\x1a\n" +
+	"\bfailures\x18\x03 \x01(\x04R\bfailures\x12:\n" +
+	"\vlatency_p50\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"latencyP50\x12:\n" +
+	"\vlatency_p95\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"latencyP95\x12:\n" +
+	"\vlatency_p99\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"latencyP99\"\xee\x01\n" +
+	"\fHistoryEvent\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
+	"\x06target\x18\x02 \x01(\tR\x06target\x12#\n" +
+	"\x04from\x18\x03 \x01(\x0e2\x0f.pulse.v1.StateR\x04from\x12\x1f\n" +
+	"\x02to\x18\x04 \x01(\x0e2\x0f.pulse.v1.StateR\x02to\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\x12\"\n" +
+	"\x04mode\x18\a \x01(\x0e2\x0e.pulse.v1.ModeR\x04mode*V\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vMODE_ACTIVE\x10\x01\x12\x11\n" +
@@ -4825,7 +5281,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x05Model\x12\x15\n" +
 	"\x11MODEL_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fMODEL_RISE_FALL\x10\x01\x12\x15\n" +
-	"\x11MODEL_THREE_STATE\x10\x022\xc6\a\n" +
+	"\x11MODEL_THREE_STATE\x10\x022\x86\b\n" +
 	"\rHealthChecker\x12D\n" +
 	"\tAddTarget\x12\x1a.pulse.v1.AddTargetRequest\x1a\x1b.pulse.v1.AddTargetResponse\x12G\n" +
 	"\n" +
@@ -4840,7 +5296,8 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\rReportOutcome\x12\x1e.pulse.v1.ReportOutcomeRequest\x1a\x1f.pulse.v1.ReportOutcomeResponse\x12M\n" +
 	"\fUpdateTarget\x12\x1d.pulse.v1.UpdateTargetRequest\x1a\x1e.pulse.v1.UpdateTargetResponse\x12A\n" +
 	"\bProbeNow\x12\x19.pulse.v1.ProbeNowRequest\x1a\x1a.pulse.v1.ProbeNowResponse\x12>\n" +
-	"\aSetMode\x12\x18.pulse.v1.SetModeRequest\x1a\x19.pulse.v1.SetModeResponseB\x8e\x01\n" +
+	"\aSetMode\x12\x18.pulse.v1.SetModeRequest\x1a\x19.pulse.v1.SetModeResponse\x12>\n" +
+	"\aHistory\x12\x18.pulse.v1.HistoryRequest\x1a\x19.pulse.v1.HistoryResponseB\x8e\x01\n" +
 	"\fcom.pulse.v1B\n" +
 	"PulseProtoP\x01Z1github.com/pulsehealth/pulse/gen/pulse/v1;pulsev1\xa2\x02\x03PXX\xaa\x02\bPulse.V1\xca\x02\bPulse\\V1\xe2\x02\x14Pulse\\V1\\GPBMetadata\xea\x02\tPulse::V1b\x06proto3"
 
@@ -4857,7 +5314,7 @@ func file_pulse_v1_pulse_proto_rawDescGZIP() []byte {
 }
 
 var file_pulse_v1_pulse_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_pulse_v1_pulse_proto_goTypes = []any{
 	(Mode)(0),                        // 0: pulse.v1.Mode
 	(State)(0),                       // 1: pulse.v1.State
@@ -4912,89 +5369,93 @@ var file_pulse_v1_pulse_proto_goTypes = []any{
 	(*TargetRemoved)(nil),            // 50: pulse.v1.TargetRemoved
 	(*WatchTransitionsResponse)(nil), // 51: pulse.v1.WatchTransitionsResponse
 	(*TargetsFile)(nil),              // 52: pulse.v1.TargetsFile
-	nil,                              // 53: pulse.v1.HttpProbe.HeadersEntry
-	nil,                              // 54: pulse.v1.GrpcProbe.MetadataEntry
-	(*durationpb.Duration)(nil),      // 55: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 56: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),    // 57: google.protobuf.FieldMask
+	(*HistoryRequest)(nil),           // 53: pulse.v1.HistoryRequest
+	(*HistoryResponse)(nil),          // 54: pulse.v1.HistoryResponse
+	(*HistoryPoint)(nil),             // 55: pulse.v1.HistoryPoint
+	(*HistoryEvent)(nil),             // 56: pulse.v1.HistoryEvent
+	nil,                              // 57: pulse.v1.HttpProbe.HeadersEntry
+	nil,                              // 58: pulse.v1.GrpcProbe.MetadataEntry
+	(*durationpb.Duration)(nil),      // 59: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 60: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),    // 61: google.protobuf.FieldMask
 }
 var file_pulse_v1_pulse_proto_depIdxs = []int32{
-	53,  // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
+	57,  // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
 	5,   // 1: pulse.v1.HttpProbe.header_matches:type_name -> pulse.v1.HeaderMatch
 	6,   // 2: pulse.v1.HttpProbe.tls:type_name -> pulse.v1.TlsOptions
-	55,  // 3: pulse.v1.TlsOptions.cert_expiry_warn:type_name -> google.protobuf.Duration
-	55,  // 4: pulse.v1.TlsOptions.cert_expiry_fail:type_name -> google.protobuf.Duration
+	59,  // 3: pulse.v1.TlsOptions.cert_expiry_warn:type_name -> google.protobuf.Duration
+	59,  // 4: pulse.v1.TlsOptions.cert_expiry_fail:type_name -> google.protobuf.Duration
 	8,   // 5: pulse.v1.TcpProbe.steps:type_name -> pulse.v1.TcpStep
 	6,   // 6: pulse.v1.TcpProbe.tls:type_name -> pulse.v1.TlsOptions
 	6,   // 7: pulse.v1.GrpcProbe.tls_options:type_name -> pulse.v1.TlsOptions
-	54,  // 8: pulse.v1.GrpcProbe.metadata:type_name -> pulse.v1.GrpcProbe.MetadataEntry
+	58,  // 8: pulse.v1.GrpcProbe.metadata:type_name -> pulse.v1.GrpcProbe.MetadataEntry
 	4,   // 9: pulse.v1.Target.http:type_name -> pulse.v1.HttpProbe
 	7,   // 10: pulse.v1.Target.tcp:type_name -> pulse.v1.TcpProbe
 	9,   // 11: pulse.v1.Target.grpc:type_name -> pulse.v1.GrpcProbe
 	10,  // 12: pulse.v1.Target.dns:type_name -> pulse.v1.DnsProbe
-	55,  // 13: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
-	55,  // 14: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
+	59,  // 13: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
+	59,  // 14: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
 	1,   // 15: pulse.v1.Target.initial_state:type_name -> pulse.v1.State
 	2,   // 16: pulse.v1.Target.model:type_name -> pulse.v1.Model
-	55,  // 17: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
-	55,  // 18: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
-	55,  // 19: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
-	55,  // 20: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
-	55,  // 21: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
-	55,  // 22: pulse.v1.Target.slow_start:type_name -> google.protobuf.Duration
-	55,  // 23: pulse.v1.Target.remove_after_unhealthy:type_name -> google.protobuf.Duration
-	55,  // 24: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
-	56,  // 25: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
+	59,  // 17: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
+	59,  // 18: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
+	59,  // 19: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
+	59,  // 20: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
+	59,  // 21: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
+	59,  // 22: pulse.v1.Target.slow_start:type_name -> google.protobuf.Duration
+	59,  // 23: pulse.v1.Target.remove_after_unhealthy:type_name -> google.protobuf.Duration
+	59,  // 24: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
+	60,  // 25: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
 	11,  // 26: pulse.v1.TargetStatus.spec:type_name -> pulse.v1.Target
 	1,   // 27: pulse.v1.TargetStatus.state:type_name -> pulse.v1.State
 	12,  // 28: pulse.v1.TargetStatus.last_result:type_name -> pulse.v1.ProbeResult
-	56,  // 29: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
+	60,  // 29: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
 	1,   // 30: pulse.v1.TargetStatus.verdict:type_name -> pulse.v1.State
-	55,  // 31: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
-	56,  // 32: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
-	56,  // 33: pulse.v1.TargetStatus.cert_not_after:type_name -> google.protobuf.Timestamp
+	59,  // 31: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
+	60,  // 32: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
+	60,  // 33: pulse.v1.TargetStatus.cert_not_after:type_name -> google.protobuf.Timestamp
 	0,   // 34: pulse.v1.TargetStatus.mode:type_name -> pulse.v1.Mode
-	56,  // 35: pulse.v1.TargetStatus.mode_since:type_name -> google.protobuf.Timestamp
-	56,  // 36: pulse.v1.TargetStatus.mode_until:type_name -> google.protobuf.Timestamp
-	56,  // 37: pulse.v1.TargetStatus.remove_time:type_name -> google.protobuf.Timestamp
-	56,  // 38: pulse.v1.TargetStatus.slow_start_end:type_name -> google.protobuf.Timestamp
-	56,  // 39: pulse.v1.TargetStatus.unhealthy_since:type_name -> google.protobuf.Timestamp
-	55,  // 40: pulse.v1.GroupPolicy.slow_start:type_name -> google.protobuf.Duration
-	55,  // 41: pulse.v1.GroupPolicy.remove_after_unhealthy:type_name -> google.protobuf.Duration
+	60,  // 35: pulse.v1.TargetStatus.mode_since:type_name -> google.protobuf.Timestamp
+	60,  // 36: pulse.v1.TargetStatus.mode_until:type_name -> google.protobuf.Timestamp
+	60,  // 37: pulse.v1.TargetStatus.remove_time:type_name -> google.protobuf.Timestamp
+	60,  // 38: pulse.v1.TargetStatus.slow_start_end:type_name -> google.protobuf.Timestamp
+	60,  // 39: pulse.v1.TargetStatus.unhealthy_since:type_name -> google.protobuf.Timestamp
+	59,  // 40: pulse.v1.GroupPolicy.slow_start:type_name -> google.protobuf.Duration
+	59,  // 41: pulse.v1.GroupPolicy.remove_after_unhealthy:type_name -> google.protobuf.Duration
 	14,  // 42: pulse.v1.GroupStatus.policy:type_name -> pulse.v1.GroupPolicy
-	56,  // 43: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
-	55,  // 44: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
+	60,  // 43: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
+	59,  // 44: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
 	1,   // 45: pulse.v1.Transition.from:type_name -> pulse.v1.State
 	1,   // 46: pulse.v1.Transition.to:type_name -> pulse.v1.State
-	56,  // 47: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
+	60,  // 47: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
 	12,  // 48: pulse.v1.Transition.result:type_name -> pulse.v1.ProbeResult
 	0,   // 49: pulse.v1.Transition.mode:type_name -> pulse.v1.Mode
-	56,  // 50: pulse.v1.Transition.slow_start_end:type_name -> google.protobuf.Timestamp
+	60,  // 50: pulse.v1.Transition.slow_start_end:type_name -> google.protobuf.Timestamp
 	11,  // 51: pulse.v1.AddTargetRequest.target:type_name -> pulse.v1.Target
 	21,  // 52: pulse.v1.ReloadResponse.files:type_name -> pulse.v1.ReloadedFile
 	11,  // 53: pulse.v1.AddTargetsRequest.targets:type_name -> pulse.v1.Target
 	24,  // 54: pulse.v1.AddTargetsResponse.results:type_name -> pulse.v1.AddTargetResult
 	13,  // 55: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
-	55,  // 56: pulse.v1.RemoveTargetRequest.drain_for:type_name -> google.protobuf.Duration
-	56,  // 57: pulse.v1.RemoveTargetResponse.remove_time:type_name -> google.protobuf.Timestamp
+	59,  // 56: pulse.v1.RemoveTargetRequest.drain_for:type_name -> google.protobuf.Duration
+	60,  // 57: pulse.v1.RemoveTargetResponse.remove_time:type_name -> google.protobuf.Timestamp
 	0,   // 58: pulse.v1.SetModeRequest.mode:type_name -> pulse.v1.Mode
-	56,  // 59: pulse.v1.SetModeRequest.until:type_name -> google.protobuf.Timestamp
+	60,  // 59: pulse.v1.SetModeRequest.until:type_name -> google.protobuf.Timestamp
 	13,  // 60: pulse.v1.SetModeResponse.targets:type_name -> pulse.v1.TargetStatus
 	0,   // 61: pulse.v1.ModeChange.from:type_name -> pulse.v1.Mode
 	0,   // 62: pulse.v1.ModeChange.mode:type_name -> pulse.v1.Mode
-	56,  // 63: pulse.v1.ModeChange.time:type_name -> google.protobuf.Timestamp
-	56,  // 64: pulse.v1.ModeChange.until:type_name -> google.protobuf.Timestamp
-	56,  // 65: pulse.v1.ModeChange.remove_time:type_name -> google.protobuf.Timestamp
+	60,  // 63: pulse.v1.ModeChange.time:type_name -> google.protobuf.Timestamp
+	60,  // 64: pulse.v1.ModeChange.until:type_name -> google.protobuf.Timestamp
+	60,  // 65: pulse.v1.ModeChange.remove_time:type_name -> google.protobuf.Timestamp
 	13,  // 66: pulse.v1.StateResponse.status:type_name -> pulse.v1.TargetStatus
 	13,  // 67: pulse.v1.ListTargetsResponse.targets:type_name -> pulse.v1.TargetStatus
 	15,  // 68: pulse.v1.ListTargetsResponse.groups:type_name -> pulse.v1.GroupStatus
 	16,  // 69: pulse.v1.ListTargetsResponse.checker:type_name -> pulse.v1.CheckerStatus
 	14,  // 70: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
 	15,  // 71: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
-	55,  // 72: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
+	59,  // 72: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
 	13,  // 73: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
 	11,  // 74: pulse.v1.UpdateTargetRequest.target:type_name -> pulse.v1.Target
-	57,  // 75: pulse.v1.UpdateTargetRequest.update_mask:type_name -> google.protobuf.FieldMask
+	61,  // 75: pulse.v1.UpdateTargetRequest.update_mask:type_name -> google.protobuf.FieldMask
 	11,  // 76: pulse.v1.UpdateTargetResponse.previous:type_name -> pulse.v1.Target
 	13,  // 77: pulse.v1.UpdateTargetResponse.status:type_name -> pulse.v1.TargetStatus
 	17,  // 78: pulse.v1.ProbeNowResponse.transitions:type_name -> pulse.v1.Transition
@@ -5002,7 +5463,7 @@ var file_pulse_v1_pulse_proto_depIdxs = []int32{
 	12,  // 80: pulse.v1.ProbeNowResult.result:type_name -> pulse.v1.ProbeResult
 	1,   // 81: pulse.v1.ProbeNowResult.state:type_name -> pulse.v1.State
 	3,   // 82: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
-	56,  // 83: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
+	60,  // 83: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
 	17,  // 84: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
 	13,  // 85: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
 	47,  // 86: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
@@ -5013,37 +5474,56 @@ var file_pulse_v1_pulse_proto_depIdxs = []int32{
 	49,  // 91: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
 	30,  // 92: pulse.v1.WatchTransitionsResponse.mode:type_name -> pulse.v1.ModeChange
 	11,  // 93: pulse.v1.TargetsFile.targets:type_name -> pulse.v1.Target
-	18,  // 94: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
-	22,  // 95: pulse.v1.HealthChecker.AddTargets:input_type -> pulse.v1.AddTargetsRequest
-	19,  // 96: pulse.v1.HealthChecker.Reload:input_type -> pulse.v1.ReloadRequest
-	26,  // 97: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
-	31,  // 98: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
-	33,  // 99: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
-	35,  // 100: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
-	46,  // 101: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
-	37,  // 102: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
-	39,  // 103: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
-	41,  // 104: pulse.v1.HealthChecker.UpdateTarget:input_type -> pulse.v1.UpdateTargetRequest
-	43,  // 105: pulse.v1.HealthChecker.ProbeNow:input_type -> pulse.v1.ProbeNowRequest
-	28,  // 106: pulse.v1.HealthChecker.SetMode:input_type -> pulse.v1.SetModeRequest
-	25,  // 107: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
-	23,  // 108: pulse.v1.HealthChecker.AddTargets:output_type -> pulse.v1.AddTargetsResponse
-	20,  // 109: pulse.v1.HealthChecker.Reload:output_type -> pulse.v1.ReloadResponse
-	27,  // 110: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
-	32,  // 111: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
-	34,  // 112: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
-	36,  // 113: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
-	51,  // 114: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
-	38,  // 115: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
-	40,  // 116: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
-	42,  // 117: pulse.v1.HealthChecker.UpdateTarget:output_type -> pulse.v1.UpdateTargetResponse
-	44,  // 118: pulse.v1.HealthChecker.ProbeNow:output_type -> pulse.v1.ProbeNowResponse
-	29,  // 119: pulse.v1.HealthChecker.SetMode:output_type -> pulse.v1.SetModeResponse
-	107, // [107:120] is the sub-list for method output_type
-	94,  // [94:107] is the sub-list for method input_type
-	94,  // [94:94] is the sub-list for extension type_name
-	94,  // [94:94] is the sub-list for extension extendee
-	0,   // [0:94] is the sub-list for field type_name
+	59,  // 94: pulse.v1.HistoryRequest.window:type_name -> google.protobuf.Duration
+	59,  // 95: pulse.v1.HistoryRequest.resolution:type_name -> google.protobuf.Duration
+	59,  // 96: pulse.v1.HistoryResponse.resolution:type_name -> google.protobuf.Duration
+	55,  // 97: pulse.v1.HistoryResponse.points:type_name -> pulse.v1.HistoryPoint
+	59,  // 98: pulse.v1.HistoryResponse.latency_p50:type_name -> google.protobuf.Duration
+	59,  // 99: pulse.v1.HistoryResponse.latency_p95:type_name -> google.protobuf.Duration
+	59,  // 100: pulse.v1.HistoryResponse.latency_p99:type_name -> google.protobuf.Duration
+	56,  // 101: pulse.v1.HistoryResponse.events:type_name -> pulse.v1.HistoryEvent
+	59,  // 102: pulse.v1.HistoryResponse.latency_mean:type_name -> google.protobuf.Duration
+	60,  // 103: pulse.v1.HistoryPoint.start:type_name -> google.protobuf.Timestamp
+	59,  // 104: pulse.v1.HistoryPoint.latency_p50:type_name -> google.protobuf.Duration
+	59,  // 105: pulse.v1.HistoryPoint.latency_p95:type_name -> google.protobuf.Duration
+	59,  // 106: pulse.v1.HistoryPoint.latency_p99:type_name -> google.protobuf.Duration
+	60,  // 107: pulse.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
+	1,   // 108: pulse.v1.HistoryEvent.from:type_name -> pulse.v1.State
+	1,   // 109: pulse.v1.HistoryEvent.to:type_name -> pulse.v1.State
+	0,   // 110: pulse.v1.HistoryEvent.mode:type_name -> pulse.v1.Mode
+	18,  // 111: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
+	22,  // 112: pulse.v1.HealthChecker.AddTargets:input_type -> pulse.v1.AddTargetsRequest
+	19,  // 113: pulse.v1.HealthChecker.Reload:input_type -> pulse.v1.ReloadRequest
+	26,  // 114: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
+	31,  // 115: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
+	33,  // 116: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
+	35,  // 117: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
+	46,  // 118: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
+	37,  // 119: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
+	39,  // 120: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
+	41,  // 121: pulse.v1.HealthChecker.UpdateTarget:input_type -> pulse.v1.UpdateTargetRequest
+	43,  // 122: pulse.v1.HealthChecker.ProbeNow:input_type -> pulse.v1.ProbeNowRequest
+	28,  // 123: pulse.v1.HealthChecker.SetMode:input_type -> pulse.v1.SetModeRequest
+	53,  // 124: pulse.v1.HealthChecker.History:input_type -> pulse.v1.HistoryRequest
+	25,  // 125: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
+	23,  // 126: pulse.v1.HealthChecker.AddTargets:output_type -> pulse.v1.AddTargetsResponse
+	20,  // 127: pulse.v1.HealthChecker.Reload:output_type -> pulse.v1.ReloadResponse
+	27,  // 128: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
+	32,  // 129: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
+	34,  // 130: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
+	36,  // 131: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
+	51,  // 132: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
+	38,  // 133: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
+	40,  // 134: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
+	42,  // 135: pulse.v1.HealthChecker.UpdateTarget:output_type -> pulse.v1.UpdateTargetResponse
+	44,  // 136: pulse.v1.HealthChecker.ProbeNow:output_type -> pulse.v1.ProbeNowResponse
+	29,  // 137: pulse.v1.HealthChecker.SetMode:output_type -> pulse.v1.SetModeResponse
+	54,  // 138: pulse.v1.HealthChecker.History:output_type -> pulse.v1.HistoryResponse
+	125, // [125:139] is the sub-list for method output_type
+	111, // [111:125] is the sub-list for method input_type
+	111, // [111:111] is the sub-list for extension type_name
+	111, // [111:111] is the sub-list for extension extendee
+	0,   // [0:111] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_pulse_proto_init() }
@@ -5069,13 +5549,14 @@ func file_pulse_v1_pulse_proto_init() {
 		(*WatchTransitionsResponse_Policy)(nil),
 		(*WatchTransitionsResponse_Mode)(nil),
 	}
+	file_pulse_v1_pulse_proto_msgTypes[50].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_pulse_proto_rawDesc), len(file_pulse_v1_pulse_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   51,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

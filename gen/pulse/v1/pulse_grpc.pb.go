@@ -32,6 +32,7 @@ const (
 	HealthChecker_UpdateTarget_FullMethodName     = "/pulse.v1.HealthChecker/UpdateTarget"
 	HealthChecker_ProbeNow_FullMethodName         = "/pulse.v1.HealthChecker/ProbeNow"
 	HealthChecker_SetMode_FullMethodName          = "/pulse.v1.HealthChecker/SetMode"
+	HealthChecker_History_FullMethodName          = "/pulse.v1.HealthChecker/History"
 )
 
 // HealthCheckerClient is the client API for HealthChecker service.
@@ -179,6 +180,19 @@ type HealthCheckerClient interface {
 	// group without targets; UNAVAILABLE when it cannot be stored (nothing
 	// changed).
 	SetMode(ctx context.Context, in *SetModeRequest, opts ...grpc.CallOption) (*SetModeResponse, error)
+	// History returns what this server recorded of a target, or of a
+	// group's targets added together, over a window ending now: probes,
+	// failures and latency percentiles per step (a minute for windows up to
+	// 24 hours, an hour up to 30 days), and the transitions within the
+	// window with their causes. History is kept in the data directory beside
+	// the targets (in memory without one); with replicas on etcd each keeps
+	// what it probed.
+	//
+	// Errors: INVALID_ARGUMENT naming the field and its bound (exactly one
+	// of target and group, a window, a resolution); NOT_FOUND for a target
+	// or group with no history here; UNIMPLEMENTED when the server keeps
+	// none.
+	History(ctx context.Context, in *HistoryRequest, opts ...grpc.CallOption) (*HistoryResponse, error)
 }
 
 type healthCheckerClient struct {
@@ -322,6 +336,16 @@ func (c *healthCheckerClient) SetMode(ctx context.Context, in *SetModeRequest, o
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SetModeResponse)
 	err := c.cc.Invoke(ctx, HealthChecker_SetMode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *healthCheckerClient) History(ctx context.Context, in *HistoryRequest, opts ...grpc.CallOption) (*HistoryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HistoryResponse)
+	err := c.cc.Invoke(ctx, HealthChecker_History_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -473,6 +497,19 @@ type HealthCheckerServer interface {
 	// group without targets; UNAVAILABLE when it cannot be stored (nothing
 	// changed).
 	SetMode(context.Context, *SetModeRequest) (*SetModeResponse, error)
+	// History returns what this server recorded of a target, or of a
+	// group's targets added together, over a window ending now: probes,
+	// failures and latency percentiles per step (a minute for windows up to
+	// 24 hours, an hour up to 30 days), and the transitions within the
+	// window with their causes. History is kept in the data directory beside
+	// the targets (in memory without one); with replicas on etcd each keeps
+	// what it probed.
+	//
+	// Errors: INVALID_ARGUMENT naming the field and its bound (exactly one
+	// of target and group, a window, a resolution); NOT_FOUND for a target
+	// or group with no history here; UNIMPLEMENTED when the server keeps
+	// none.
+	History(context.Context, *HistoryRequest) (*HistoryResponse, error)
 	mustEmbedUnimplementedHealthCheckerServer()
 }
 
@@ -521,6 +558,9 @@ func (UnimplementedHealthCheckerServer) ProbeNow(context.Context, *ProbeNowReque
 }
 func (UnimplementedHealthCheckerServer) SetMode(context.Context, *SetModeRequest) (*SetModeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetMode not implemented")
+}
+func (UnimplementedHealthCheckerServer) History(context.Context, *HistoryRequest) (*HistoryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method History not implemented")
 }
 func (UnimplementedHealthCheckerServer) mustEmbedUnimplementedHealthCheckerServer() {}
 func (UnimplementedHealthCheckerServer) testEmbeddedByValue()                       {}
@@ -770,6 +810,24 @@ func _HealthChecker_SetMode_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _HealthChecker_History_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HistoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HealthCheckerServer).History(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HealthChecker_History_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HealthCheckerServer).History(ctx, req.(*HistoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // HealthChecker_ServiceDesc is the grpc.ServiceDesc for HealthChecker service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -824,6 +882,10 @@ var HealthChecker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetMode",
 			Handler:    _HealthChecker_SetMode_Handler,
+		},
+		{
+			MethodName: "History",
+			Handler:    _HealthChecker_History_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

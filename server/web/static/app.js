@@ -284,6 +284,7 @@ function lock(refused) {
   $("totals").textContent = "";
   $("range").textContent = "";
   $("alerts").replaceChildren(); // pulsed's own health names targets too
+  closeDetail();
   $("data").hidden = true;
   const had = sessionStorage.getItem(TOKEN_KEY) !== null;
   sessionStorage.removeItem(TOKEN_KEY);
@@ -561,8 +562,139 @@ function filtersChanged() {
   reload();
 }
 
+// openDetail shows the history of the target called name, loaded now
+// from /api/history: uptime over 1h, 24h, 7d and 30d, latency by the hour
+// and the transitions.
+async function openDetail(name) {
+  const d = $("detail");
+  d.hidden = false;
+  d.dataset.name = name;
+  d.dataset.loaded = "";
+  $("detail-name").textContent = name;
+  $("detail-msg").textContent = "loading…";
+  $("detail-uptime").replaceChildren();
+  $("detail-chart").replaceChildren();
+  $("detail-events").replaceChildren();
+  $("detail-top").textContent = "";
+  let res, h;
+  try {
+    res = await fetch("/api/history?target=" + encodeURIComponent(name), { headers: authHeaders(), cache: "no-store" });
+    if (res.status === 401) { closeDetail(); lock(true); return; }
+    if (!res.ok) throw new Error((await res.text()).trim() || String(res.status));
+    h = await res.json();
+  } catch (err) {
+    if (d.dataset.name === name) $("detail-msg").textContent = "cannot load the history: " + err.message;
+    return;
+  }
+  if (d.dataset.name !== name || d.hidden) return; // another opened, or closed, meanwhile
+  renderDetail(h);
+  d.dataset.loaded = "1";
+  d.scrollIntoView({ block: "nearest" });
+}
+
+function closeDetail() {
+  const d = $("detail");
+  d.hidden = true;
+  d.dataset.name = "";
+  d.dataset.loaded = "";
+  for (const id of ["detail-name", "detail-msg", "detail-top"]) $(id).textContent = "";
+  $("detail-uptime").replaceChildren();
+  $("detail-chart").replaceChildren();
+  $("detail-events").replaceChildren();
+}
+
+function renderDetail(h) {
+  $("detail-msg").textContent = h.group ? "group " + h.group : "";
+  $("detail-uptime").replaceChildren(...["1h", "24h", "7d", "30d"].map((w) => {
+    const div = document.createElement("div");
+    const dt = document.createElement("dt");
+    dt.textContent = "uptime " + w;
+    const dd = document.createElement("dd");
+    dd.dataset.window = w;
+    const u = h.uptime[w];
+    dd.textContent = u == null ? "—" : fmtUptime(u);
+    dd.title = u == null ? "no probe recorded" : "the share of probes that passed";
+    div.append(dt, dd);
+    return div;
+  }));
+  drawLatency(h.latency);
+  $("detail-events").replaceChildren(...h.events.slice().reverse().map((e) => {
+    const li = document.createElement("li");
+    li.dataset.to = e.to;
+    const time = document.createElement("time");
+    time.dateTime = e.time;
+    time.textContent = new Date(e.time).toLocaleString();
+    const to = document.createElement("span");
+    to.className = "to";
+    to.textContent = e.to;
+    const why = [e.reason, e.error, e.mode !== "active" ? e.mode : ""].filter(Boolean).join("; ");
+    li.append(time, e.from + " → ", to, why ? " (" + why + ")" : "");
+    return li;
+  }));
+  if (h.events.length === 0) {
+    const li = document.createElement("li");
+    li.className = "muted";
+    li.textContent = "none";
+    $("detail-events").append(li);
+  }
+}
+
+// fmtUptime prints a share as an uptime, never rounded up to 100%.
+function fmtUptime(u) {
+  const s = (u * 100).toFixed(2);
+  return (s === "100.00" && u < 1 ? "99.99" : s) + "%";
+}
+
+// drawLatency draws the hours' p50 and p95 as steps (an hour wide each),
+// scaled to the highest p95, with the hours that had failures shaded.
+function drawLatency(hours) {
+  const svg = $("detail-chart");
+  const NS = "http://www.w3.org/2000/svg";
+  const W = 480, H = 120, n = Math.max(hours.length, 1), step = W / n;
+  const top = Math.max(0, ...hours.map((p) => p.p95Seconds || 0));
+  $("detail-top").textContent = top > 0 ? "top of the chart " + fmtLatency(top) : "no probe recorded";
+  const y = (v) => H - 4 - (top > 0 ? (v / top) * (H - 8) : 0);
+  const parts = [];
+  hours.forEach((p, i) => {
+    if (!p.failures) return;
+    const r = document.createElementNS(NS, "rect");
+    r.setAttribute("class", "fail");
+    r.setAttribute("x", String(i * step));
+    r.setAttribute("width", String(step));
+    r.setAttribute("y", "0");
+    r.setAttribute("height", String(H));
+    const title = document.createElementNS(NS, "title");
+    title.textContent = `${p.start}: ${p.failures} of ${p.probes} probes failed`;
+    r.append(title);
+    parts.push(r);
+  });
+  for (const key of ["p95", "p50"]) {
+    let run = [];
+    const flush = () => {
+      if (run.length === 0) return;
+      const line = document.createElementNS(NS, "polyline");
+      line.setAttribute("class", key);
+      line.setAttribute("points", run.join(" "));
+      parts.push(line);
+      run = [];
+    };
+    hours.forEach((p, i) => {
+      if (!p.probes) { flush(); return; }
+      const v = y(p[key + "Seconds"]).toFixed(1);
+      run.push(`${(i * step).toFixed(1)},${v}`, `${((i + 1) * step).toFixed(1)},${v}`);
+    });
+    flush();
+  }
+  svg.replaceChildren(...parts);
+}
+
 function init() {
   readURL();
+  $("targets").tBodies[0].addEventListener("click", (e) => {
+    const td = e.target.closest("td.name");
+    if (td) openDetail(td.parentElement.dataset.name);
+  });
+  $("detail-close").addEventListener("click", closeDetail);
   let qTimer = null;
   $("q").addEventListener("input", () => {
     clearTimeout(qTimer);

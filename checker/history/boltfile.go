@@ -1,0 +1,462 @@
+package history
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/pulsehealth/pulse/checker"
+)
+
+// The bbolt layout: bucket "series" holds a bucket per target, named by
+// the target, which holds
+//
+//	"g"                        the target's group
+//	'd' day (8 bytes, BE)      the day's 24 hours: for each, its probes
+//	                           and, when not 0, its failures, latency
+//	                           buckets and latency sum (µs), as uvarints
+//	'm' hour (8 bytes, BE)     the hour's 60 minutes, probes and failures
+//	                           of each as uvarints; kept 24 hours
+//	'e' unix nanos, seq (4)    an event (encodeEvent); the last MaxEvents
+//
+// so that a query reads one target's days in one cursor pass, a removal
+// deletes one bucket, and a prune walks each target's keys from the first.
+// A record a day rather than an hour, and events in a few bytes rather
+// than JSON, keep the file at about a third of the size (BENCHMARKS.md).
+
+var seriesBucket = []byte("series")
+
+var groupKey = []byte("g")
+
+const (
+	dayPrefix    = 'd'
+	minutePrefix = 'm'
+	eventPrefix  = 'e'
+)
+
+type boltStore struct {
+	db  *bolt.DB
+	seq uint32 // tells apart events of one target at one instant
+}
+
+// Open returns a Recorder that keeps its history in db, a bbolt file of
+// the history's own that the caller closes after the last Flush. It reads
+// the names and groups of the targets db holds; their hours and events
+// stay in db and are read by the queries.
+func Open(db *bolt.DB, o Options) (*Recorder, error) {
+	st := &boltStore{db: db}
+	groups, err := st.load()
+	if err != nil {
+		return nil, err
+	}
+	r := newRecorder(o, st)
+	for name, g := range groups {
+		s := r.seriesLocked(name, g)
+		s.stored = true
+	}
+	return r, nil
+}
+
+func hourKey(prefix byte, hr int64) []byte {
+	k := make([]byte, 9)
+	k[0] = prefix
+	binary.BigEndian.PutUint64(k[1:], uint64(hr))
+	return k
+}
+
+// guard turns a panic of bbolt's on a damaged file (a bad page, a fault
+// reading the mapped file) into an error: the history is derived data,
+// and a damaged file must not take pulsed down. Call it deferred.
+func guard(err *error) {
+	if p := recover(); p != nil {
+		*err = fmt.Errorf("%w: %v", ErrDamaged, p)
+	}
+}
+
+// ErrDamaged says that the history file is damaged: bbolt could not read
+// it. Move it away; the history starts afresh.
+var ErrDamaged = errors.New("history file damaged")
+
+func (st *boltStore) load() (_ map[string]string, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer guard(&err)
+	out := make(map[string]string)
+	err = st.db.View(func(tx *bolt.Tx) error {
+		root := tx.Bucket(seriesBucket)
+		if root == nil {
+			return nil
+		}
+		return root.ForEachBucket(func(k []byte) error {
+			out[string(k)] = string(root.Bucket(k).Get(groupKey))
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load history: %w", err)
+	}
+	return out, nil
+}
+
+func (st *boltStore) apply(b *batch) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer guard(&err)
+	return st.db.Update(func(tx *bolt.Tx) error {
+		root, err := tx.CreateBucketIfNotExists(seriesBucket)
+		if err != nil {
+			return err
+		}
+		for _, name := range b.removed {
+			if err := root.DeleteBucket([]byte(name)); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
+				return err
+			}
+		}
+		for name, g := range b.groups {
+			tb, err := targetBucket(root, name)
+			if err != nil {
+				return err
+			}
+			if err := tb.Put(groupKey, []byte(g)); err != nil {
+				return err
+			}
+		}
+		for name, ds := range b.hours {
+			tb, err := targetBucket(root, name)
+			if err != nil {
+				return err
+			}
+			for _, d := range ds {
+				if err := putHour(tb, d); err != nil {
+					return err
+				}
+			}
+		}
+		for name, evs := range b.events {
+			tb, err := targetBucket(root, name)
+			if err != nil {
+				return err
+			}
+			if err := st.putEvents(tb, evs, b.maxEvents); err != nil {
+				return err
+			}
+		}
+		if b.prune {
+			return prune(root, b)
+		}
+		return nil
+	})
+}
+
+// targetBucket returns the bucket of the target called name, created if
+// need be.
+func targetBucket(root *bolt.Bucket, name string) (*bolt.Bucket, error) {
+	return root.CreateBucketIfNotExists([]byte(name))
+}
+
+// putHour adds d to its stored day and minutes.
+func putHour(tb *bolt.Bucket, d *hourDelta) error {
+	day := floorDiv(d.hr, 24)
+	k := hourKey(dayPrefix, day)
+	var hours [24]hourSum
+	if v := tb.Get(k); v != nil {
+		if decodeDay(v, &hours) != nil {
+			hours = [24]hourSum{} // an unreadable record is replaced
+		}
+	}
+	hours[d.hr-24*day].add(&d.sum)
+	if err := tb.Put(k, encodeDay(&hours)); err != nil {
+		return err
+	}
+	var zero [60]minute
+	if d.min == zero {
+		return nil
+	}
+	mins := d.min
+	k = hourKey(minutePrefix, d.hr)
+	if v := tb.Get(k); v != nil {
+		var old [60]minute
+		if decodeMinutes(v, &old) == nil {
+			for i, o := range old {
+				mins[i].count = satAdd16(mins[i].count, o.count)
+				mins[i].fails = satAdd16(mins[i].fails, o.fails)
+			}
+		}
+	}
+	return tb.Put(k, encodeMinutes(&mins))
+}
+
+// floorDiv is a / b rounded down (hour numbers before 1970 are negative).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+func (st *boltStore) putEvents(tb *bolt.Bucket, evs []Event, maxEvents int) error {
+	for _, ev := range evs {
+		v := encodeEvent(&ev)
+		st.seq++
+		k := make([]byte, 13)
+		k[0] = eventPrefix
+		binary.BigEndian.PutUint64(k[1:], uint64(ev.Time.UnixNano()))
+		binary.BigEndian.PutUint32(k[9:], st.seq)
+		if err := tb.Put(k, v); err != nil {
+			return err
+		}
+	}
+	// Keep the last maxEvents.
+	var keys [][]byte
+	c := tb.Cursor()
+	for k, _ := c.Seek([]byte{eventPrefix}); k != nil && k[0] == eventPrefix; k, _ = c.Next() {
+		keys = append(keys, k)
+	}
+	for i := 0; i < len(keys)-maxEvents; i++ {
+		if err := tb.Delete(bytes.Clone(keys[i])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prune deletes, in every target's bucket, the hours, minutes and events
+// older than b says.
+func prune(root *bolt.Bucket, b *batch) error {
+	var names [][]byte
+	if err := root.ForEachBucket(func(k []byte) error {
+		names = append(names, bytes.Clone(k))
+		return nil
+	}); err != nil {
+		return err
+	}
+	evKey := make([]byte, 9)
+	evKey[0] = eventPrefix
+	binary.BigEndian.PutUint64(evKey[1:], uint64(b.pruneEvents.UnixNano()))
+	for _, name := range names {
+		tb := root.Bucket(name)
+		// A day goes once all its hours are older than kept.
+		for _, cut := range [][]byte{hourKey(dayPrefix, floorDiv(b.pruneHours, 24)), hourKey(minutePrefix, b.pruneMinutes), evKey} {
+			var old [][]byte
+			c := tb.Cursor()
+			for k, _ := c.Seek(cut[:1]); k != nil && k[0] == cut[0] && bytes.Compare(k, cut) < 0; k, _ = c.Next() {
+				old = append(old, bytes.Clone(k))
+			}
+			for _, k := range old {
+				if err := tb.Delete(k); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (st *boltStore) read(name string, sp *span, from, to time.Time) (_ []Event, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer guard(&err)
+	var evs []Event
+	err = st.db.View(func(tx *bolt.Tx) error {
+		root := tx.Bucket(seriesBucket)
+		if root == nil {
+			return nil
+		}
+		tb := root.Bucket([]byte(name))
+		if tb == nil {
+			return nil
+		}
+		toHr := sp.fromHr + int64(len(sp.hours)) - 1
+		end := hourKey(dayPrefix, floorDiv(toHr, 24))
+		c := tb.Cursor()
+		var hours [24]hourSum
+		for k, v := c.Seek(hourKey(dayPrefix, floorDiv(sp.fromHr, 24))); k != nil && bytes.Compare(k, end) <= 0; k, v = c.Next() {
+			if len(k) != 9 || decodeDay(v, &hours) != nil {
+				continue // unreadable: loss-tolerant
+			}
+			day := int64(binary.BigEndian.Uint64(k[1:]))
+			for i := range hours {
+				if hours[i].count > 0 {
+					sp.addHour(24*day+int64(i), &hours[i], nil)
+				}
+			}
+		}
+		if sp.minutes != nil {
+			end := hourKey(minutePrefix, toHr)
+			for k, v := c.Seek(hourKey(minutePrefix, sp.fromHr)); k != nil && bytes.Compare(k, end) <= 0; k, v = c.Next() {
+				var m [60]minute
+				if len(k) != 9 || decodeMinutes(v, &m) != nil {
+					continue
+				}
+				i := int64(binary.BigEndian.Uint64(k[1:])) - sp.fromHr
+				for j, o := range m {
+					sp.minutes[i][j].count = satAdd16(sp.minutes[i][j].count, o.count)
+					sp.minutes[i][j].fails = satAdd16(sp.minutes[i][j].fails, o.fails)
+				}
+			}
+		}
+		start := make([]byte, 9)
+		start[0] = eventPrefix
+		binary.BigEndian.PutUint64(start[1:], uint64(from.UnixNano()))
+		for k, v := c.Seek(start); k != nil && k[0] == eventPrefix; k, v = c.Next() {
+			ev, err := decodeEvent(k, v)
+			if err != nil {
+				continue
+			}
+			ev.Target = name
+			if ev.Time.After(to) {
+				break
+			}
+			if ev.Time.After(from) {
+				evs = append(evs, ev)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read history: %w", err)
+	}
+	return evs, nil
+}
+
+var errBadRecord = errors.New("unreadable history record")
+
+// encodeDay writes a day's hours: an hour's probes, and when not 0 its
+// failures, latency buckets and latency sum.
+func encodeDay(hours *[24]hourSum) []byte {
+	buf := make([]byte, 0, 24*(8+nBuckets))
+	for i := range hours {
+		h := &hours[i]
+		buf = binary.AppendUvarint(buf, uint64(h.count))
+		if h.count == 0 {
+			continue
+		}
+		buf = binary.AppendUvarint(buf, uint64(h.fails))
+		for _, v := range h.lat {
+			buf = binary.AppendUvarint(buf, uint64(v))
+		}
+		buf = binary.AppendUvarint(buf, h.latSum)
+	}
+	return buf
+}
+
+func decodeDay(v []byte, hours *[24]hourSum) error {
+	*hours = [24]hourSum{}
+	next := func() (uint64, bool) {
+		x, k := binary.Uvarint(v)
+		if k <= 0 {
+			return 0, false
+		}
+		v = v[k:]
+		return x, true
+	}
+	for i := range hours {
+		h := &hours[i]
+		n, ok := next()
+		if !ok {
+			return errBadRecord
+		}
+		if h.count = uint32(n); n == 0 {
+			continue
+		}
+		f, ok := next()
+		if !ok {
+			return errBadRecord
+		}
+		h.fails = uint32(f)
+		for j := range h.lat {
+			l, ok := next()
+			if !ok {
+				return errBadRecord
+			}
+			h.lat[j] = uint32(l)
+		}
+		if h.latSum, ok = next(); !ok {
+			return errBadRecord
+		}
+	}
+	if len(v) != 0 {
+		return errBadRecord
+	}
+	return nil
+}
+
+// encodeEvent writes an event but its time and target (its key and
+// bucket say them): from, to and mode, then the reason and the error,
+// each with its length.
+func encodeEvent(ev *Event) []byte {
+	buf := make([]byte, 0, 8+len(ev.Reason)+len(ev.Err))
+	buf = binary.AppendUvarint(buf, uint64(ev.From))
+	buf = binary.AppendUvarint(buf, uint64(ev.To))
+	buf = binary.AppendUvarint(buf, uint64(ev.Mode))
+	buf = binary.AppendUvarint(buf, uint64(len(ev.Reason)))
+	buf = append(buf, ev.Reason...)
+	buf = binary.AppendUvarint(buf, uint64(len(ev.Err)))
+	return append(buf, ev.Err...)
+}
+
+func decodeEvent(k, v []byte) (Event, error) {
+	if len(k) != 13 {
+		return Event{}, errBadRecord
+	}
+	ev := Event{Time: time.Unix(0, int64(binary.BigEndian.Uint64(k[1:9]))).UTC()}
+	var vals [3]uint64
+	for i := range vals {
+		x, n := binary.Uvarint(v)
+		if n <= 0 || x > 1<<16 {
+			return Event{}, errBadRecord
+		}
+		vals[i], v = x, v[n:]
+	}
+	ev.From, ev.To, ev.Mode = checker.State(vals[0]), checker.State(vals[1]), checker.Mode(vals[2])
+	for _, dst := range []*string{&ev.Reason, &ev.Err} {
+		n, k := binary.Uvarint(v)
+		if k <= 0 || n > uint64(len(v)-k) {
+			return Event{}, errBadRecord
+		}
+		*dst, v = string(v[k:k+int(n)]), v[k+int(n):]
+	}
+	if len(v) != 0 {
+		return Event{}, errBadRecord
+	}
+	return ev, nil
+}
+
+func encodeMinutes(m *[60]minute) []byte {
+	buf := make([]byte, 0, 120)
+	for _, e := range m {
+		buf = binary.AppendUvarint(buf, uint64(e.count))
+		buf = binary.AppendUvarint(buf, uint64(e.fails))
+	}
+	return buf
+}
+
+func decodeMinutes(v []byte, m *[60]minute) error {
+	vals, err := uvarints(v, 120)
+	if err != nil {
+		return err
+	}
+	for i := range m {
+		m[i] = minute{uint16(min(vals[2*i], 0xffff)), uint16(min(vals[2*i+1], 0xffff))}
+	}
+	return nil
+}
+
+func uvarints(v []byte, n int) ([]uint64, error) {
+	out := make([]uint64, 0, n)
+	for len(v) > 0 && len(out) < n {
+		x, k := binary.Uvarint(v)
+		if k <= 0 {
+			return nil, errBadRecord
+		}
+		out = append(out, x)
+		v = v[k:]
+	}
+	if len(out) != n || len(v) != 0 {
+		return nil, errBadRecord
+	}
+	return out, nil
+}

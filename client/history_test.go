@@ -1,0 +1,56 @@
+package client_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/history"
+	"github.com/pulsehealth/pulse/client"
+	"github.com/pulsehealth/pulse/server"
+)
+
+func TestHistory(t *testing.T) {
+	rec := history.New(history.Options{})
+	e := newEnv(t, 1, checker.Config{Observer: rec}, server.WithHistory(rec))
+	c := e.client(t)
+	ctx := within(t)
+	if _, _, err := c.Add(ctx, tcpTarget("db-1", "data", "10.0.0.1:5432")); err != nil {
+		t.Fatal(err)
+	}
+	e.set("10.0.0.1:5432", true)
+	e.round(t)
+	e.set("10.0.0.1:5432", false)
+	e.round(t)
+	// The checker tells the recorder of a result just after applying it.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if s, err := rec.Query("db-1", time.Now(), time.Hour, time.Minute); err == nil && s.Probes == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("2 probes not recorded")
+		}
+	}
+
+	h, err := c.History(ctx, client.HistoryQuery{Target: "db-1", Window: 48 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Target != "db-1" || h.Group != "data" || h.Resolution != time.Hour || len(h.Points) != 48 || h.Probes != 2 || h.Failures != 1 || h.Availability != 0.5 {
+		t.Errorf("history = %+v; want db-1 of data, 48 hours, 2 probes, 1 failure, 0.5", h)
+	}
+	if len(h.Events) != 2 || h.Events[1].To != client.StateUnhealthy || h.Events[1].Result == nil || h.Events[1].Result.Error == "" || h.Events[1].Mode != client.ModeActive {
+		t.Errorf("events = %+v; want up, then down with its error", h.Events)
+	}
+	g, err := c.History(ctx, client.HistoryQuery{Group: "data", Window: time.Hour, Resolution: time.Minute})
+	if err != nil || g.Target != "" || g.Probes != 2 || len(g.Points) != 60 {
+		t.Errorf("group history = %+v, %v", g, err)
+	}
+	if _, err := c.History(ctx, client.HistoryQuery{Target: "nobody", Window: time.Hour}); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("unknown target: %v; want ErrNotFound", err)
+	}
+	if _, err := c.History(ctx, client.HistoryQuery{Target: "db-1", Window: time.Hour, Resolution: time.Second}); !errors.Is(err, client.ErrInvalidArgument) {
+		t.Errorf("resolution 1s: %v; want ErrInvalidArgument", err)
+	}
+}

@@ -1,0 +1,151 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/history"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+)
+
+// HistorySource answers the History call and the badges; a
+// *history.Recorder is one. Its methods must be safe for concurrent use.
+type HistorySource interface {
+	Query(name string, now time.Time, window, resolution time.Duration) (history.Summary, error)
+	QueryGroup(group string, now time.Time, window, resolution time.Duration) (history.Summary, error)
+}
+
+// WithHistory sets what the History call reads. Without it, History
+// answers UNIMPLEMENTED.
+func WithHistory(h HistorySource) Option {
+	return func(s *Server) { s.history = h }
+}
+
+// History returns a target's or a group's recorded history.
+func (s *Server) History(_ context.Context, req *pb.HistoryRequest) (*pb.HistoryResponse, error) {
+	if s.history == nil {
+		return nil, status.Error(codes.Unimplemented, "this pulsed keeps no history")
+	}
+	window, res, err := historyRange(req)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	now := time.Now()
+	var sum history.Summary
+	if req.GetTarget() != "" {
+		sum, err = s.history.Query(req.GetTarget(), now, window, res)
+		if errors.Is(err, history.ErrUnknownTarget) {
+			if st, serr := s.c.Status(req.GetTarget()); serr == nil { // registered, not probed yet
+				sum, err = history.Empty(req.GetTarget(), st.Spec.Group, now, window, res), nil
+			}
+		}
+	} else {
+		sum, err = s.history.QueryGroup(req.GetGroup(), now, window, res)
+	}
+	if err != nil {
+		return nil, historyStatus(err, req)
+	}
+	return HistoryToProto(sum, res), nil
+}
+
+// historyRange checks a History request and returns its window and
+// resolution; its error names the field and the bound.
+func historyRange(req *pb.HistoryRequest) (window, res time.Duration, err error) {
+	switch {
+	case req.GetTarget() != "" && req.GetGroup() != "":
+		return 0, 0, errors.New("target: set exactly one of target and group, not both")
+	case req.GetTarget() == "" && req.GetGroup() == "":
+		return 0, 0, errors.New("target: set exactly one of target and group")
+	case req.GetTarget() != "":
+		err = field("target", checker.ValidateName(req.GetTarget()))
+	default:
+		err = field("group", checker.ValidateGroup(req.GetGroup()))
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	w := req.GetWindow()
+	if w == nil {
+		return 0, 0, errors.New("window: must be set: whole minutes up to 24h, or whole hours up to 720h (30 days)")
+	}
+	if err := w.CheckValid(); err != nil {
+		return 0, 0, fmt.Errorf("window: %w", err)
+	}
+	window = w.AsDuration()
+	res = time.Minute
+	if window > history.MinuteSlots*time.Minute {
+		res = time.Hour
+	}
+	if r := req.GetResolution(); r != nil {
+		if err := r.CheckValid(); err != nil {
+			return 0, 0, fmt.Errorf("resolution: %w", err)
+		}
+		res = r.AsDuration()
+	}
+	if err := history.CheckRange(window, res); err != nil {
+		var re *history.RangeError
+		if errors.As(err, &re) && re.Field == "window" {
+			return 0, 0, fmt.Errorf("%w, got %v", err, window)
+		}
+		return 0, 0, fmt.Errorf("%w, got %v", err, res)
+	}
+	return window, res, nil
+}
+
+func historyStatus(err error, req *pb.HistoryRequest) error {
+	switch {
+	case errors.Is(err, history.ErrUnknownTarget):
+		return status.Errorf(codes.NotFound, "no history of target %s here: no such target, or (with replicas) another replica probes it", Quote(req.GetTarget()))
+	case errors.Is(err, history.ErrUnknownGroup):
+		return status.Errorf(codes.NotFound, "no history of group %s here: none of its targets was probed by this pulsed", Quote(req.GetGroup()))
+	}
+	var re *history.RangeError
+	if errors.As(err, &re) {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	return status.Errorf(codes.Unavailable, "reading the history: %v; retry", err)
+}
+
+// HistoryToProto returns the wire form of a history at a resolution.
+func HistoryToProto(sum history.Summary, res time.Duration) *pb.HistoryResponse {
+	out := &pb.HistoryResponse{
+		Target:      sum.Target,
+		Group:       sum.Group,
+		Resolution:  durationpb.New(res),
+		Probes:      sum.Probes,
+		Failures:    sum.Fails,
+		LatencyP50:  optDuration(sum.P50),
+		LatencyP95:  optDuration(sum.P95),
+		LatencyP99:  optDuration(sum.P99),
+		LatencyMean: optDuration(sum.Mean),
+		Points:      make([]*pb.HistoryPoint, len(sum.Points)),
+		Events:      make([]*pb.HistoryEvent, len(sum.Events)),
+	}
+	if sum.Availability >= 0 {
+		out.Availability = &sum.Availability
+	}
+	for i, p := range sum.Points {
+		out.Points[i] = &pb.HistoryPoint{Start: timestamppb.New(p.Start), Probes: p.Probes, Failures: p.Fails,
+			LatencyP50: optDuration(p.P50), LatencyP95: optDuration(p.P95), LatencyP99: optDuration(p.P99)}
+	}
+	for i, e := range sum.Events {
+		out.Events[i] = &pb.HistoryEvent{Time: timestamppb.New(e.Time), Target: e.Target, From: stateToProto(e.From),
+			To: stateToProto(e.To), Reason: e.Reason, Error: e.Err, Mode: ModeToProto(e.Mode)}
+	}
+	return out
+}
+
+func optDuration(d time.Duration) *durationpb.Duration {
+	if d == 0 {
+		return nil
+	}
+	return durationpb.New(d)
+}
