@@ -1,6 +1,9 @@
 package checker
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // RemovalObserver is an Observer that is also told when a target is
 // removed, so that what it keeps by name (a status page's recent results)
@@ -12,6 +15,16 @@ import "context"
 type RemovalObserver interface {
 	Observer
 	ObserveRemoval(spec Spec)
+}
+
+// PolicyObserver is an Observer that is also told of policy events: a
+// group's panic, a target's flapping, a certificate near its expiry, a
+// target removed by itself, the checker's overload. ObservePolicy is
+// called outside the checker's locks, in the order of the events; like
+// the Observer's other methods it must not block or call the Checker.
+type PolicyObserver interface {
+	Observer
+	ObservePolicy(kind EventKind, at time.Time, p PolicyChange)
 }
 
 // reported says which events the registry reports (logs and observes)

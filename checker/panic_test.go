@@ -3,6 +3,7 @@ package checker_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"log/slog"
 	"regexp"
 	"strings"
@@ -293,5 +294,31 @@ func TestPanicMovesAndRemovals(t *testing.T) {
 	}
 	if g := group(t, e.c, "edge"); !cmp.Equal(g.Held, []string{"d"}) {
 		t.Errorf("edge after c left: %+v", g)
+	}
+}
+
+// policyRecorder is an Observer that keeps the policy events it is told.
+type policyRecorder struct {
+	recorder
+	policies []string
+}
+
+func (r *policyRecorder) ObservePolicy(k checker.EventKind, at time.Time, p checker.PolicyChange) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.policies = append(r.policies, fmt.Sprintf("%s %s %s", k, at.Format(time.RFC3339), p.Text))
+}
+
+// A PolicyObserver is told of a group's panic, with the event's time and
+// text, as the stream is.
+func TestPolicyObserverSeesThePanic(t *testing.T) {
+	rec := &policyRecorder{}
+	e := poolEnv(t, checker.Config{Observer: rec}, "a", "b", "c", "d")
+	round(t, e, map[string]outcome{"a": fail, "b": fail, "c": fail, "d": fail})
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	want := []string{"PANIC_ENTERED " + e.clock.Now().Format(time.RFC3339) + " edge: panic entered, holding c (2 of 4 unhealthy, at most 2)"}
+	if diff := cmp.Diff(want, rec.policies); diff != "" {
+		t.Errorf("policy events observed (-want +got):\n%s", diff)
 	}
 }

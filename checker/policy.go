@@ -369,8 +369,12 @@ func (r *registry) groupStatusLocked(group string) GroupStatus {
 	}
 }
 
-// reportPolicy logs a policy event; it runs outside the locks.
+// reportPolicy logs a policy event and tells a PolicyObserver of it; it
+// runs outside the locks.
 func (r *registry) reportPolicy(e Event) {
+	if po, ok := r.observer.(PolicyObserver); ok {
+		po.ObservePolicy(e.Kind, e.Time, e.Policy)
+	}
 	attrs := []any{"event", e.Kind.String(), "revision", e.Revision}
 	if e.Policy.Group != "" {
 		attrs = append(attrs, "group", e.Policy.Group)

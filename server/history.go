@@ -137,6 +137,10 @@ func HistoryToProto(sum history.Summary, res time.Duration) *pb.HistoryResponse 
 			LatencyP50: optDuration(p.P50), LatencyP95: optDuration(p.P95), LatencyP99: optDuration(p.P99)}
 	}
 	for i, e := range sum.Events {
+		if e.Policy != 0 {
+			out.Events[i] = &pb.HistoryEvent{Time: timestamppb.New(e.Time), Target: e.Target, Kind: e.Policy.String(), Text: e.Text}
+			continue
+		}
 		out.Events[i] = &pb.HistoryEvent{Time: timestamppb.New(e.Time), Target: e.Target, From: stateToProto(e.From),
 			To: stateToProto(e.To), Reason: e.Reason, Error: e.Err, Mode: ModeToProto(e.Mode)}
 	}

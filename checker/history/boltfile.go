@@ -386,16 +386,22 @@ func decodeDay(v []byte, hours *[24]hourSum) error {
 
 // encodeEvent writes an event but its time and target (its key and
 // bucket say them): from, to and mode, then the reason and the error,
-// each with its length.
+// each with its length; a policy event then adds its kind and its text.
 func encodeEvent(ev *Event) []byte {
-	buf := make([]byte, 0, 8+len(ev.Reason)+len(ev.Err))
+	buf := make([]byte, 0, 10+len(ev.Reason)+len(ev.Err)+len(ev.Text))
 	buf = binary.AppendUvarint(buf, uint64(ev.From))
 	buf = binary.AppendUvarint(buf, uint64(ev.To))
 	buf = binary.AppendUvarint(buf, uint64(ev.Mode))
 	buf = binary.AppendUvarint(buf, uint64(len(ev.Reason)))
 	buf = append(buf, ev.Reason...)
 	buf = binary.AppendUvarint(buf, uint64(len(ev.Err)))
-	return append(buf, ev.Err...)
+	buf = append(buf, ev.Err...)
+	if ev.Policy == 0 {
+		return buf
+	}
+	buf = binary.AppendUvarint(buf, uint64(ev.Policy))
+	buf = binary.AppendUvarint(buf, uint64(len(ev.Text)))
+	return append(buf, ev.Text...)
 }
 
 func decodeEvent(k, v []byte) (Event, error) {
@@ -412,14 +418,26 @@ func decodeEvent(k, v []byte) (Event, error) {
 		vals[i], v = x, v[n:]
 	}
 	ev.From, ev.To, ev.Mode = checker.State(vals[0]), checker.State(vals[1]), checker.Mode(vals[2])
-	for _, dst := range []*string{&ev.Reason, &ev.Err} {
+	str := func(dst *string) bool {
 		n, k := binary.Uvarint(v)
 		if k <= 0 || n > uint64(len(v)-k) {
-			return Event{}, errBadRecord
+			return false
 		}
 		*dst, v = string(v[k:k+int(n)]), v[k+int(n):]
+		return true
 	}
-	if len(v) != 0 {
+	if !str(&ev.Reason) || !str(&ev.Err) {
+		return Event{}, errBadRecord
+	}
+	if len(v) == 0 {
+		return ev, nil // a transition
+	}
+	kind, n := binary.Uvarint(v)
+	if n <= 0 || kind == 0 || kind > 1<<8 {
+		return Event{}, errBadRecord
+	}
+	ev.Policy, v = checker.EventKind(kind), v[n:]
+	if !str(&ev.Text) || len(v) != 0 {
 		return Event{}, errBadRecord
 	}
 	return ev, nil

@@ -22,9 +22,12 @@
 package history
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -68,7 +71,8 @@ type Options struct {
 	Clock checker.Clock
 }
 
-// Event is one kept transition of a target.
+// Event is one kept transition of a target, or a policy event about it or
+// its group.
 type Event struct {
 	Time     time.Time
 	Target   string
@@ -79,6 +83,10 @@ type Event struct {
 	Reason string
 	Err    string
 	Mode   checker.Mode
+	// Policy is the kind of a policy event (its From, To and Mode are
+	// unset), zero for a transition; Text says what happened.
+	Policy checker.EventKind
+	Text   string
 }
 
 // minute is one minute's probes and failures (saturating).
@@ -282,11 +290,41 @@ func (r *Recorder) ObserveTransition(tr checker.Transition) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.seriesLocked(tr.Target, tr.Group)
-	evs := append(r.events[tr.Target], ev)
+	r.keepEventLocked(ev)
+}
+
+// ObservePolicy keeps a policy event among the events of the target it is
+// about (flapping, a certificate near expiry), or of every target of the
+// group it is about (a panic), where a group's history finds it; the
+// checker's own overload is about no target and is not kept.
+func (r *Recorder) ObservePolicy(kind checker.EventKind, at time.Time, p checker.PolicyChange) {
+	ev := Event{Time: at, Policy: kind, Text: p.Text}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case p.Target != "":
+		if _, ok := r.targets[p.Target]; ok {
+			ev.Target = p.Target
+			r.keepEventLocked(ev)
+		}
+	case p.Group != "":
+		for name, s := range r.targets {
+			if s.group == p.Group {
+				ev.Target = name
+				r.keepEventLocked(ev)
+			}
+		}
+	}
+}
+
+// keepEventLocked appends ev to its target's events, the oldest going past
+// the bound.
+func (r *Recorder) keepEventLocked(ev Event) {
+	evs := append(r.events[ev.Target], ev)
 	if len(evs) > r.maxEvents {
 		evs = evs[len(evs)-r.maxEvents:]
 	}
-	r.events[tr.Target] = evs
+	r.events[ev.Target] = evs
 }
 
 // ObserveRemoval forgets the removed target's history; the next Flush
@@ -638,7 +676,18 @@ func (r *Recorder) QueryGroup(group string, now time.Time, window, resolution ti
 		h := &total.steps[i]
 		out.Points[i].P50, out.Points[i].P95, out.Points[i].P99 = quantile(h, 0.50), quantile(h, 0.95), quantile(h, 0.99)
 	}
-	sort.SliceStable(out.Events, func(i, j int) bool { return out.Events[i].Time.Before(out.Events[j].Time) })
+	for i := range out.Events {
+		if k := out.Events[i].Policy; k == checker.EventPanicEntered || k == checker.EventPanicExited {
+			out.Events[i].Target = "" // the group's, not one target's
+		}
+	}
+	slices.SortStableFunc(out.Events, func(a, b Event) int {
+		return cmp.Or(a.Time.Compare(b.Time), cmp.Compare(a.Policy, b.Policy), strings.Compare(a.Text, b.Text))
+	})
+	// A group's policy event is kept with each of its targets: once here.
+	out.Events = slices.CompactFunc(out.Events, func(a, b Event) bool {
+		return a.Policy != 0 && a.Policy == b.Policy && a.Time.Equal(b.Time) && a.Text == b.Text
+	})
 	return out, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -310,4 +311,68 @@ func TestMemoryPerTargetWithAFile(t *testing.T) {
 		t.Errorf("memory per target = %d bytes, want at most 2048", per)
 	}
 	runtime.KeepAlive(r)
+}
+
+// Policy events join the timeline: a target's flapping with the target, a
+// group's panic with each of its targets and once in the group's history,
+// kept in the file across a restart; the checker's overload is about no
+// target and is not kept.
+func TestPolicyEventsInTheTimeline(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "history.db")
+	db := openDB(t, path)
+	clock := fakeclock.New(t0)
+	r := openRecorder(t, db, history.Options{Clock: clock})
+	probe(r, "a", t0, true, time.Millisecond)
+	probe(r, "b", t0, true, time.Millisecond)
+	r.ObserveTransition(checker.Transition{Target: "a", Group: "g", From: checker.StateHealthy, To: checker.StateUnhealthy, Time: t0.Add(4 * time.Second)})
+	r.ObservePolicy(checker.EventFlappingStarted, t0.Add(5*time.Second), checker.PolicyChange{Group: "g", Target: "a", Text: "a: flapping"})
+	r.ObservePolicy(checker.EventPanicEntered, t0.Add(6*time.Second), checker.PolicyChange{Group: "g", Text: "g: panic entered"})
+	r.ObservePolicy(checker.EventCheckerDegraded, t0.Add(7*time.Second), checker.PolicyChange{Text: "overloaded"})
+	describe := func(evs []history.Event) []string {
+		var out []string
+		for _, e := range evs {
+			if e.Policy != 0 {
+				out = append(out, fmt.Sprintf("%s %s %s", e.Target, e.Policy, e.Text))
+			} else {
+				out = append(out, fmt.Sprintf("%s %v->%v", e.Target, e.From, e.To))
+			}
+		}
+		return out
+	}
+	check := func(r *history.Recorder) {
+		t.Helper()
+		for _, tc := range []struct {
+			name string
+			want []string
+		}{
+			{"a", []string{"a healthy->unhealthy", "a FLAPPING_STARTED a: flapping", "a PANIC_ENTERED g: panic entered"}},
+			{"b", []string{"b PANIC_ENTERED g: panic entered"}},
+		} {
+			s, err := r.Query(tc.name, t0.Add(time.Minute), time.Hour, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := describe(s.Events); !slices.Equal(got, tc.want) {
+				t.Errorf("%s's events = %q, want %q", tc.name, got, tc.want)
+			}
+		}
+		s, err := r.QueryGroup("g", t0.Add(time.Minute), time.Hour, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"a healthy->unhealthy", "a FLAPPING_STARTED a: flapping", " PANIC_ENTERED g: panic entered"}
+		if got := describe(s.Events); !slices.Equal(got, want) {
+			t.Errorf("the group's events = %q, want %q", got, want)
+		}
+	}
+	check(r)
+	if err := r.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openDB(t, path)
+	defer db.Close()
+	check(openRecorder(t, db, history.Options{Clock: clock}))
 }

@@ -124,18 +124,22 @@ func printHistory(e *env, h *pb.HistoryResponse, window string) {
 	tw.Flush()
 	evs := h.GetEvents()
 	if len(evs) == 0 {
-		fmt.Fprintln(e.stdout, "transitions: none")
+		fmt.Fprintln(e.stdout, "events: none")
 		return
 	}
 	const most = 20
 	if len(evs) > most {
-		fmt.Fprintf(e.stdout, "transitions: %d, the last %d:\n", len(evs), most)
+		fmt.Fprintf(e.stdout, "events: %d, the last %d:\n", len(evs), most)
 		evs = evs[len(evs)-most:]
 	} else {
-		fmt.Fprintf(e.stdout, "transitions:\n")
+		fmt.Fprintf(e.stdout, "events:\n")
 	}
 	tw = tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	for _, ev := range evs {
+		if ev.GetKind() != "" { // a policy event: a panic, flapping
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", timeText(ev.GetTime().AsTime()), ev.GetTarget(), escape(ev.GetText()))
+			continue
+		}
 		why := ev.GetReason()
 		if why == "" {
 			why = ev.GetError()

@@ -140,3 +140,13 @@ func (t teeObserver) ObserveRemoval(s checker.Spec) {
 	t.a.ObserveRemoval(s)
 	t.b.ObserveRemoval(s)
 }
+
+// ObservePolicy tells each observer that wants policy events (the
+// history keeps panics and flapping in its timeline).
+func (t teeObserver) ObservePolicy(k checker.EventKind, at time.Time, p checker.PolicyChange) {
+	for _, o := range []checker.RemovalObserver{t.a, t.b} {
+		if po, ok := o.(checker.PolicyObserver); ok {
+			po.ObservePolicy(k, at, p)
+		}
+	}
+}

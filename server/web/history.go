@@ -43,11 +43,15 @@ type latencyJSON struct {
 
 type eventJSON struct {
 	Time   string `json:"time"`
-	From   string `json:"from"`
-	To     string `json:"to"`
+	From   string `json:"from,omitempty"`
+	To     string `json:"to,omitempty"`
 	Reason string `json:"reason,omitempty"`
 	Error  string `json:"error,omitempty"`
-	Mode   string `json:"mode"`
+	Mode   string `json:"mode,omitempty"`
+	// Kind and Text: a policy event (a panic, flapping), instead of From,
+	// To and Mode.
+	Kind string `json:"kind,omitempty"`
+	Text string `json:"text,omitempty"`
 }
 
 func (h *Handler) serveHistory(w http.ResponseWriter, r *http.Request) {
@@ -99,6 +103,10 @@ func (h *Handler) serveHistory(w http.ResponseWriter, r *http.Request) {
 				evs = evs[len(evs)-maxPageEvents:]
 			}
 			for _, e := range evs {
+				if e.Policy != 0 {
+					out.Events = append(out.Events, eventJSON{Time: stamp(e.Time), Kind: e.Policy.String(), Text: e.Text})
+					continue
+				}
 				out.Events = append(out.Events, eventJSON{Time: stamp(e.Time), From: e.From.String(), To: e.To.String(),
 					Reason: e.Reason, Error: e.Err, Mode: e.Mode.String()})
 			}

@@ -15,6 +15,7 @@ func TestAPIHistory(t *testing.T) {
 	e, rec := historyEnv(t, web.Config{Tokens: tokens(t)})
 	rec.ObserveTransition(checker.Transition{Target: "web-1", Group: "edge", From: checker.StateHealthy, To: checker.StateUnhealthy,
 		Time: time.Now().Add(-time.Minute), Result: checker.Result{Err: "status 503"}})
+	rec.ObservePolicy(checker.EventPanicEntered, time.Now().Add(-30*time.Second), checker.PolicyChange{Group: "edge", Text: "edge: panic entered"})
 	if resp, _ := do(t, e, "/api/history?target=web-1", ""); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("without a token: %d, want 401", resp.StatusCode)
 	}
@@ -29,7 +30,7 @@ func TestAPIHistory(t *testing.T) {
 			Probes     uint64
 			P95Seconds *float64
 		}
-		Events []struct{ From, To, Error, Mode string }
+		Events []struct{ From, To, Error, Mode, Kind, Text string }
 	}
 	if err := json.Unmarshal([]byte(body), &h); err != nil {
 		t.Fatal(err)
@@ -52,8 +53,9 @@ func TestAPIHistory(t *testing.T) {
 	if probes != 100 {
 		t.Errorf("%d probes over the 24 hours, want 100", probes)
 	}
-	if len(h.Events) != 1 || h.Events[0].To != "unhealthy" || h.Events[0].Error != "status 503" || h.Events[0].Mode != "active" {
-		t.Errorf("events = %+v", h.Events)
+	if len(h.Events) != 2 || h.Events[0].To != "unhealthy" || h.Events[0].Error != "status 503" || h.Events[0].Mode != "active" ||
+		h.Events[1].Kind != "PANIC_ENTERED" || h.Events[1].Text != "edge: panic entered" || h.Events[1].To != "" {
+		t.Errorf("events = %+v, want the transition then the group's panic", h.Events)
 	}
 	for _, c := range []struct {
 		path string

@@ -4804,7 +4804,14 @@ type HistoryEvent struct {
 	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	Error  string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
 	// mode is the target's mode after the transition.
-	Mode          Mode `protobuf:"varint,7,opt,name=mode,proto3,enum=pulse.v1.Mode" json:"mode,omitempty"`
+	Mode Mode `protobuf:"varint,7,opt,name=mode,proto3,enum=pulse.v1.Mode" json:"mode,omitempty"`
+	// kind is empty for a transition, else the policy event's kind as
+	// WatchTransitions names it ("PANIC_ENTERED", "FLAPPING_STARTED",
+	// "CERT_EXPIRING", ...), with text saying what happened; from, to and
+	// mode are then unset. A group's panic shows in the history of each of
+	// its targets, and once in the group's.
+	Kind          string `protobuf:"bytes,8,opt,name=kind,proto3" json:"kind,omitempty"`
+	Text          string `protobuf:"bytes,9,opt,name=text,proto3" json:"text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4886,6 +4893,20 @@ func (x *HistoryEvent) GetMode() Mode {
 		return x.Mode
 	}
 	return Mode_MODE_UNSPECIFIED
+}
+
+func (x *HistoryEvent) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *HistoryEvent) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
 }
 
 var File_pulse_v1_pulse_proto protoreflect.FileDescriptor
@@ -5259,7 +5280,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\vlatency_p95\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"latencyP95\x12:\n" +
 	"\vlatency_p99\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"latencyP99\"\xee\x01\n" +
+	"latencyP99\"\x96\x02\n" +
 	"\fHistoryEvent\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12#\n" +
@@ -5267,7 +5288,9 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x02to\x18\x04 \x01(\x0e2\x0f.pulse.v1.StateR\x02to\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x14\n" +
 	"\x05error\x18\x06 \x01(\tR\x05error\x12\"\n" +
-	"\x04mode\x18\a \x01(\x0e2\x0e.pulse.v1.ModeR\x04mode*V\n" +
+	"\x04mode\x18\a \x01(\x0e2\x0e.pulse.v1.ModeR\x04mode\x12\x12\n" +
+	"\x04kind\x18\b \x01(\tR\x04kind\x12\x12\n" +
+	"\x04text\x18\t \x01(\tR\x04text*V\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vMODE_ACTIVE\x10\x01\x12\x11\n" +

@@ -620,10 +620,15 @@ function renderDetail(h) {
   drawLatency(h.latency);
   $("detail-events").replaceChildren(...h.events.slice().reverse().map((e) => {
     const li = document.createElement("li");
-    li.dataset.to = e.to;
     const time = document.createElement("time");
     time.dateTime = e.time;
     time.textContent = new Date(e.time).toLocaleString();
+    if (e.kind) { // a policy event: a panic, flapping
+      li.className = "policy";
+      li.append(time, " " + e.text);
+      return li;
+    }
+    li.dataset.to = e.to;
     const to = document.createElement("span");
     to.className = "to";
     to.textContent = e.to;
