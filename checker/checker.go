@@ -357,6 +357,9 @@ func (c *Checker) SetGroupPolicy(group string, p GroupPolicy) (GroupStatus, erro
 	if err := checkGroupPolicy(group, p); err != nil {
 		return GroupStatus{}, err
 	}
+	if p.Objective > 0 && p.ObjectiveWindow == 0 {
+		p.ObjectiveWindow = MaxObjectiveWindow
+	}
 	if c.repl != nil {
 		if c.repl.guarded() {
 			return c.repl.setPolicy(group, p)

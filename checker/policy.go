@@ -43,6 +43,32 @@ type GroupPolicy struct {
 	// that have none of their own (Lifecycle.RemoveAfterUnhealthy). 0:
 	// never. In [MinRemoveAfterUnhealthy, MaxRemoveAfterUnhealthy].
 	RemoveAfterUnhealthy time.Duration
+	// Objective is the group's availability objective: the share of its
+	// targets' probes that should pass over ObjectiveWindow, e.g. 0.999.
+	// 0: none. In (0, 1); the checker stores it, the history measures it.
+	Objective float64
+	// ObjectiveWindow is the window Objective is measured over: whole
+	// hours, at most MaxObjectiveWindow. 0 with an Objective: the most.
+	ObjectiveWindow time.Duration
+}
+
+// MaxObjectiveWindow is the longest window of an availability objective:
+// the history a pulsed keeps.
+const MaxObjectiveWindow = 30 * 24 * time.Hour
+
+// checkObjective returns a *FieldError for an objective outside (0, 1) or
+// a window that is not whole hours up to MaxObjectiveWindow, or set alone.
+func checkObjective(p GroupPolicy) error {
+	o, w := p.Objective, p.ObjectiveWindow
+	switch {
+	case math.IsNaN(o) || o < 0 || o >= 1:
+		return &FieldError{"availability_objective", fmt.Sprintf("must be in (0, 1), e.g. 0.999 for 99.9%%, got %v", o)}
+	case w != 0 && o == 0:
+		return &FieldError{"objective_window", "needs an availability_objective"}
+	case w < 0 || w > MaxObjectiveWindow || w%time.Hour != 0:
+		return &FieldError{"objective_window", fmt.Sprintf("must be whole hours, from 1h to %v (30 days), got %v", MaxObjectiveWindow, w)}
+	}
+	return nil
 }
 
 // GroupStatus is a group's policy and its pool state.
@@ -300,6 +326,9 @@ func checkGroupPolicy(group string, p GroupPolicy) error {
 	}
 	if err := ValidateFraction(p.MaxUnhealthyFraction); err != nil {
 		return &FieldError{"max_unhealthy_fraction", err.Error()}
+	}
+	if err := checkObjective(p); err != nil {
+		return err
 	}
 	return (Spec{Lifecycle: &Lifecycle{SlowStart: p.SlowStart, RemoveAfterUnhealthy: p.RemoveAfterUnhealthy}}).validateLifecycle()
 }

@@ -464,6 +464,10 @@ func groupStatusToProto(g checker.GroupStatus) *pb.GroupStatus {
 	if d := g.Policy.RemoveAfterUnhealthy; d > 0 {
 		out.Policy.RemoveAfterUnhealthy = durationpb.New(d)
 	}
+	if o := g.Policy.Objective; o > 0 {
+		out.Policy.AvailabilityObjective = &o
+		out.Policy.ObjectiveWindow = durationpb.New(g.Policy.ObjectiveWindow)
+	}
 	return out
 }
 
@@ -501,7 +505,14 @@ func eventToProto(e checker.Event) *pb.WatchTransitionsResponse {
 }
 
 func groupPolicyFromProto(p *pb.GroupPolicy) (checker.GroupPolicy, error) {
-	gp := checker.GroupPolicy{MaxUnhealthyFraction: p.GetMaxUnhealthyFraction()}
+	gp := checker.GroupPolicy{MaxUnhealthyFraction: p.GetMaxUnhealthyFraction(), Objective: p.GetAvailabilityObjective()}
+	if p != nil && p.AvailabilityObjective != nil && gp.Objective == 0 {
+		return gp, &checker.FieldError{Field: "availability_objective", Reason: "must be in (0, 1), e.g. 0.999 for 99.9%, got 0; leave it unset for none"}
+	}
+	var err error
+	if gp.ObjectiveWindow, err = positiveDuration("objective_window", p.GetObjectiveWindow()); err != nil {
+		return gp, err
+	}
 	return gp, groupLifecycleFromProto(p, &gp)
 }
 

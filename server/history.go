@@ -53,7 +53,40 @@ func (s *Server) History(_ context.Context, req *pb.HistoryRequest) (*pb.History
 	if err != nil {
 		return nil, historyStatus(err, req)
 	}
-	return HistoryToProto(sum, res), nil
+	out := HistoryToProto(sum, res)
+	if req.GetGroup() != "" {
+		if out.Slo, err = s.groupSLO(req.GetGroup(), now); err != nil {
+			return nil, historyStatus(err, req)
+		}
+	}
+	return out, nil
+}
+
+// groupSLO returns where group stands against its availability objective,
+// nil when it has none.
+func (s *Server) groupSLO(group string, now time.Time) (*pb.GroupSLO, error) {
+	gs := s.c.Groups(group)
+	if len(gs) != 1 || gs[0].Policy.Objective == 0 {
+		return nil, nil
+	}
+	slo, err := history.GroupSLO(s.history, group, gs[0].Policy.Objective, gs[0].Policy.ObjectiveWindow, now)
+	if err != nil {
+		return nil, err
+	}
+	return SLOToProto(slo), nil
+}
+
+// SLOToProto converts a group's SLO measure for the API.
+func SLOToProto(s history.SLO) *pb.GroupSLO {
+	out := &pb.GroupSLO{Objective: s.Objective, Window: durationpb.New(s.Window)}
+	if s.Availability >= 0 {
+		out.Availability = &s.Availability
+		out.ErrorBudgetRemaining = &s.BudgetLeft
+	}
+	if s.BurnRate >= 0 {
+		out.BurnRate = &s.BurnRate
+	}
+	return out
 }
 
 // historyRange checks a History request and returns its window and

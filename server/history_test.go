@@ -74,6 +74,27 @@ func TestHistoryOfATargetAndAGroup(t *testing.T) {
 	if !down {
 		t.Errorf("group events = %v, want web-2 going unhealthy", g.GetEvents())
 	}
+	if g.GetSlo() != nil {
+		t.Errorf("a group without an objective has an SLO: %v", g.GetSlo())
+	}
+
+	// With an objective of 90% over a day: 2 of 6 probes failed, a third
+	// where a tenth was allowed, all of it in the last hour.
+	obj := 0.9
+	if _, err := e.client.SetGroupPolicy(t.Context(), &pb.SetGroupPolicyRequest{Group: "web", Policy: &pb.GroupPolicy{
+		AvailabilityObjective: &obj, ObjectiveWindow: durationpb.New(24 * time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
+	g, err = e.client.History(t.Context(), &pb.HistoryRequest{Group: "web", Window: durationpb.New(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slo := g.GetSlo()
+	near := func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+	if slo.GetObjective() != 0.9 || slo.GetWindow().AsDuration() != 24*time.Hour || !near(slo.GetAvailability(), 4.0/6) ||
+		!near(slo.GetErrorBudgetRemaining(), 1-(2.0/6)/0.1) || !near(slo.GetBurnRate(), (2.0/6)/0.1) {
+		t.Errorf("slo = %v, want objective 0.9 over 24h, availability 0.667, budget left %v, burn rate %v", slo, 1-(2.0/6)/0.1, (2.0/6)/0.1)
+	}
 }
 
 func TestHistoryRefusesBadRequests(t *testing.T) {

@@ -139,6 +139,8 @@ type policyRecord struct {
 	MaxUnhealthyFraction float64       `json:"max_unhealthy_fraction,omitempty"`
 	SlowStart            time.Duration `json:"slow_start,omitempty"`
 	RemoveAfterUnhealthy time.Duration `json:"remove_after_unhealthy,omitempty"`
+	Objective            float64       `json:"objective,omitempty"`
+	ObjectiveWindow      time.Duration `json:"objective_window,omitempty"`
 }
 
 // LoadGroupPolicies returns every stored group policy.
@@ -155,7 +157,8 @@ func (s *Store) LoadGroupPolicies() (_ map[string]checker.GroupPolicy, err error
 			if err := json.Unmarshal(v, &pr); err != nil {
 				return fmt.Errorf("stored policy of group %q: %w", k, err)
 			}
-			out[string(k)] = checker.GroupPolicy{MaxUnhealthyFraction: pr.MaxUnhealthyFraction, SlowStart: pr.SlowStart, RemoveAfterUnhealthy: pr.RemoveAfterUnhealthy}
+			out[string(k)] = checker.GroupPolicy{MaxUnhealthyFraction: pr.MaxUnhealthyFraction, SlowStart: pr.SlowStart, RemoveAfterUnhealthy: pr.RemoveAfterUnhealthy,
+				Objective: pr.Objective, ObjectiveWindow: pr.ObjectiveWindow}
 			return nil
 		})
 	})
@@ -173,7 +176,8 @@ func (s *Store) PutGroupPolicy(group string, p checker.GroupPolicy) (err error) 
 		if p == (checker.GroupPolicy{}) {
 			return b.Delete([]byte(group))
 		}
-		v, err := json.Marshal(policyRecord{V: 1, MaxUnhealthyFraction: p.MaxUnhealthyFraction, SlowStart: p.SlowStart, RemoveAfterUnhealthy: p.RemoveAfterUnhealthy})
+		v, err := json.Marshal(policyRecord{V: 1, MaxUnhealthyFraction: p.MaxUnhealthyFraction, SlowStart: p.SlowStart, RemoveAfterUnhealthy: p.RemoveAfterUnhealthy,
+			Objective: p.Objective, ObjectiveWindow: p.ObjectiveWindow})
 		if err != nil {
 			return err
 		}

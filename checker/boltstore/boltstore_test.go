@@ -267,7 +267,7 @@ func TestLifecycleRoundTrip(t *testing.T) {
 	if err := s.PutSpecs([]checker.Spec{drained, plain}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutGroupPolicy("edge", checker.GroupPolicy{SlowStart: time.Minute, RemoveAfterUnhealthy: 2 * time.Hour}); err != nil {
+	if err := s.PutGroupPolicy("edge", checker.GroupPolicy{SlowStart: time.Minute, RemoveAfterUnhealthy: 2 * time.Hour, Objective: 0.995, ObjectiveWindow: 168 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -281,7 +281,7 @@ func TestLifecycleRoundTrip(t *testing.T) {
 		t.Errorf("Load (-want +got):\n%s", diff)
 	}
 	pols, err := s.LoadGroupPolicies()
-	if err != nil || pols["edge"] != (checker.GroupPolicy{SlowStart: time.Minute, RemoveAfterUnhealthy: 2 * time.Hour}) {
+	if err != nil || pols["edge"] != (checker.GroupPolicy{SlowStart: time.Minute, RemoveAfterUnhealthy: 2 * time.Hour, Objective: 0.995, ObjectiveWindow: 168 * time.Hour}) {
 		t.Errorf("policies %+v, %v", pols, err)
 	}
 }

@@ -41,10 +41,13 @@ type policyRecord struct {
 	MaxUnhealthyFraction float64       `json:"max_unhealthy_fraction"`
 	SlowStart            time.Duration `json:"slow_start,omitempty"`
 	RemoveAfterUnhealthy time.Duration `json:"remove_after_unhealthy,omitempty"`
+	Objective            float64       `json:"objective,omitempty"`
+	ObjectiveWindow      time.Duration `json:"objective_window,omitempty"`
 }
 
 func (pr policyRecord) policy() checker.GroupPolicy {
-	return checker.GroupPolicy{MaxUnhealthyFraction: pr.MaxUnhealthyFraction, SlowStart: pr.SlowStart, RemoveAfterUnhealthy: pr.RemoveAfterUnhealthy}
+	return checker.GroupPolicy{MaxUnhealthyFraction: pr.MaxUnhealthyFraction, SlowStart: pr.SlowStart, RemoveAfterUnhealthy: pr.RemoveAfterUnhealthy,
+		Objective: pr.Objective, ObjectiveWindow: pr.ObjectiveWindow}
 }
 
 func (r *Registry) guardKey(group string) string  { return r.prefix + "guards/" + group }
@@ -108,7 +111,8 @@ func (r *Registry) ProposeGroup(ctx context.Context, g checker.GroupProposal) (u
 
 // PutGroupPolicy implements checker.SharedGroups.
 func (r *Registry) PutGroupPolicy(ctx context.Context, group string, p checker.GroupPolicy) (uint64, error) {
-	v, err := json.Marshal(policyRecord{V: 1, MaxUnhealthyFraction: p.MaxUnhealthyFraction, SlowStart: p.SlowStart, RemoveAfterUnhealthy: p.RemoveAfterUnhealthy})
+	v, err := json.Marshal(policyRecord{V: 1, MaxUnhealthyFraction: p.MaxUnhealthyFraction, SlowStart: p.SlowStart, RemoveAfterUnhealthy: p.RemoveAfterUnhealthy,
+		Objective: p.Objective, ObjectiveWindow: p.ObjectiveWindow})
 	if err != nil {
 		return 0, err
 	}

@@ -18,7 +18,7 @@ func TestGroupLifecyclePolicyIsShared(t *testing.T) {
 	b := newBackend()
 	r1 := startReplica(t, etcd.Endpoint, "r1", b)
 	r2 := startReplica(t, etcd.Endpoint, "r2", b)
-	policy := checker.GroupPolicy{SlowStart: time.Minute, RemoveAfterUnhealthy: time.Second}
+	policy := checker.GroupPolicy{SlowStart: time.Minute, RemoveAfterUnhealthy: time.Second, Objective: 0.999, ObjectiveWindow: 24 * time.Hour}
 	if _, err := r2.c.SetGroupPolicy("g", policy); err != nil {
 		t.Fatalf("SetGroupPolicy on r2: %v", err)
 	}

@@ -209,3 +209,29 @@ func TestGroupAddsItsTargets(t *testing.T) {
 		t.Errorf("bad resolution, unknown group: err = %v, want a RangeError first", err)
 	}
 }
+
+// A group's SLO: the budget left over the window and the last hour's burn
+// rate, from its targets' probes.
+func TestGroupSLO(t *testing.T) {
+	r := history.New(history.Options{})
+	now := t0.Add(3 * time.Hour)
+	// Two hours ago: 1,000 probes, 1 failed; the last hour: 100, 2 failed.
+	for i := range 1000 {
+		probe(r, "a", t0.Add(time.Hour+time.Duration(i)*time.Second), i != 0, time.Millisecond)
+	}
+	for i := range 100 {
+		probe(r, "b", now.Add(-30*time.Minute+time.Duration(i)*time.Second), i >= 2, time.Millisecond)
+	}
+	s, err := history.GroupSLO(r, "g", 0.99, 24*time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 3 failed of 1,100: availability 0.99727; budget 0.01; spent 0.2727.
+	near := func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+	if !near(s.Availability, 1097.0/1100) || !near(s.BudgetLeft, 1-(3.0/1100)/0.01) || !near(s.BurnRate, 2) {
+		t.Errorf("SLO = %+v, want availability %v, budget left %v, burn rate 2", s, 1097.0/1100, 1-(3.0/1100)/0.01)
+	}
+	if _, err := history.GroupSLO(r, "none", 0.99, time.Hour, now); !errors.Is(err, history.ErrUnknownGroup) {
+		t.Errorf("unknown group: %v", err)
+	}
+}

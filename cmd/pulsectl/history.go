@@ -121,6 +121,9 @@ func printHistory(e *env, h *pb.HistoryResponse, window string) {
 			fmt.Fprintf(tw, "p95:\t%s\n", latencySpark(pts))
 		}
 	}
+	if slo := h.GetSlo(); slo != nil {
+		fmt.Fprintf(tw, "objective:\t%s\n", sloText(slo))
+	}
 	tw.Flush()
 	evs := h.GetEvents()
 	if len(evs) == 0 {
@@ -221,4 +224,23 @@ func latencySpark(pts []*pb.HistoryPoint) string {
 		b.WriteRune(bars[int(float64(v)/float64(top)*float64(len(bars)-1))])
 	}
 	return b.String() + "  (highest " + top.String() + ")"
+}
+
+// sloText says where a group stands against its objective: "99.9% over
+// 30d: 99.95% so far, 50.0% of the error budget left; burn rate 0.8x over
+// the last hour".
+func sloText(slo *pb.GroupSLO) string {
+	s := objectiveText(slo.GetObjective()) + " over " + windowText(slo.GetWindow().AsDuration()) + ": "
+	if slo.Availability == nil {
+		s += "no probe recorded"
+	} else {
+		s += fmt.Sprintf("%s so far, %.1f%% of the error budget left", percent(slo.GetAvailability()), 100*slo.GetErrorBudgetRemaining())
+		if slo.GetErrorBudgetRemaining() < 0 {
+			s += " (overspent)"
+		}
+	}
+	if slo.BurnRate != nil {
+		s += fmt.Sprintf("; burn rate %.1fx over the last hour", slo.GetBurnRate())
+	}
+	return s
 }

@@ -35,6 +35,12 @@ func TestHistory(t *testing.T) {
 			t.Errorf("history --group edge printed\n%s\nwant %q in it", out, want)
 		}
 	}
+	// With an objective: 3 of 6 probes failed where 1% may.
+	mustRun(t, "policy", "set", "edge", "--objective", "0.99", addr)
+	out = mustRun(t, "history", addr, "--group", "edge", "--window", "1h")
+	if want := "objective:  99% over 30d: 50.00% so far, -4900.0% of the error budget left (overspent); burn rate 50.0x over the last hour\n"; !strings.Contains(out, want) {
+		t.Errorf("history --group edge with an objective printed\n%s\nwant %q in it", out, want)
+	}
 	var h struct {
 		Target, Group string
 		Points        []struct{ Start string }

@@ -195,6 +195,22 @@ func TestPoliciesOutcomesAndStates(t *testing.T) {
 	if r := pulsectl(t, "policy", "set", "edge", "--max-unhealthy-fraction", "2", addr); r.code != exitUsage || !strings.Contains(r.stderr, "policy.max_unhealthy_fraction") {
 		t.Errorf("policy set 2: %+v", r)
 	}
+	// An objective, then a threshold: set keeps what it is not given.
+	if out := mustRun(t, "policy", "set", "edge", "--objective", "99.9%", "--objective-window", "168h", addr); !strings.HasSuffix(out, "; objective 99.9% over 7d\n") {
+		t.Errorf("policy set --objective: %q", out)
+	}
+	if out := mustRun(t, "policy", "set", "edge", "--max-unhealthy-fraction", "0.5", addr); !strings.Contains(out, "max_unhealthy_fraction 0.5 (the group's own)") || !strings.HasSuffix(out, "; objective 99.9% over 7d\n") {
+		t.Errorf("policy set after the objective: %q", out)
+	}
+	if r := pulsectl(t, "policy", "set", "edge", "--objective", "1", addr); r.code != exitUsage || !strings.Contains(r.stderr, "policy.availability_objective: must be in (0, 1)") {
+		t.Errorf("policy set --objective 1: %+v", r)
+	}
+	if r := pulsectl(t, "policy", "set", "edge", "--objective-window", "90m", addr); r.code != exitUsage || !strings.Contains(r.stderr, "policy.objective_window: must be whole hours") {
+		t.Errorf("policy set --objective-window 90m: %+v", r)
+	}
+	if out := mustRun(t, "policy", "set", "edge", "--objective", "0", addr); strings.Contains(out, "objective") {
+		t.Errorf("policy set --objective 0 kept it: %q", out)
+	}
 
 	// Flapping: up, then down, with a threshold of two transitions.
 	mustRun(t, "add", addr, "--name", "f", "--group", "lab", "--http", f.URL, "--rise", "1", "--fall", "1", "--flap-threshold", "2")

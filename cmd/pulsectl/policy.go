@@ -17,19 +17,26 @@ func policyCommand() *command {
 	return &command{
 		name:    "policy",
 		args:    "get|set [flags] GROUP",
-		summary: "show or set a group's pool policy (its panic threshold)",
+		summary: "show or set a group's pool policy (its panic threshold, its availability objective)",
 		about: `
 policy get GROUP shows a group's policy and pool state: the panic threshold in
 force (max_unhealthy_fraction, the group's own or pulsed's default), how many
-of its targets are unhealthy and may be, and the targets its panic holds.
+of its targets are unhealthy and may be, the targets its panic holds, and its
+availability objective.
 
-policy set GROUP --max-unhealthy-fraction F sets the group's threshold: at most
-floor(F x targets) of the group, and always at least one, are marked unhealthy
-at once; the others stay routable, held. F is in (0, 1]; 1 disables the
-threshold. --default clears the group's own, so pulsed's default applies.`,
+policy set GROUP changes the settings given and keeps the others.
+--max-unhealthy-fraction F sets the group's threshold: at most floor(F x
+targets) of the group, and always at least one, are marked unhealthy at once;
+the others stay routable, held. F is in (0, 1]; 1 disables the threshold.
+--objective sets the group's availability objective, the share of its
+probes that should pass (0.999 or 99.9%), over --objective-window (whole
+hours, at most 720h, the default); 'pulsectl history --group GROUP' then shows
+the error budget left and its burn rate, and --objective 0 removes it.
+--default clears the group's whole policy, so pulsed's defaults apply.`,
 		example: `
 pulsectl policy get edge
 pulsectl policy set edge --max-unhealthy-fraction 0.3
+pulsectl policy set edge --objective 99.9% --objective-window 168h
 pulsectl policy set edge --default`,
 		run: runPolicy,
 	}
@@ -40,6 +47,9 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 	cf := addClientFlags(fs)
 	frac := fs.Float64("max-unhealthy-fraction", 0, "with set: the panic threshold, in (0, 1]; 1 disables it")
 	dflt := fs.Bool("default", false, "with set: clear the group's own policy, so pulsed's default applies")
+	objective := fs.String("objective", "", "with set: the availability objective, the share of probes that should pass: 0.999 or 99.9% (0 removes it)")
+	var objWindow secondsFlag
+	fs.Var(&objWindow, "objective-window", "with set: the `duration` the objective is measured over, whole hours up to 720h (the default)")
 	out := addOutputFlag(fs, "the GroupStatus", "yaml")
 	pos, code, ok := c.parse(e, fs, args)
 	if !ok {
@@ -55,11 +65,19 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 	verb, group := pos[0], pos[1]
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	changes := set["max-unhealthy-fraction"] || set["objective"] || set["objective-window"]
 	switch {
-	case verb == "get" && (set["max-unhealthy-fraction"] || set["default"]):
-		return c.usageError(e, "--max-unhealthy-fraction and --default go with set")
-	case verb == "set" && set["max-unhealthy-fraction"] == *dflt:
-		return c.usageError(e, "set takes one of --max-unhealthy-fraction F and --default")
+	case verb == "get" && (changes || set["default"]):
+		return c.usageError(e, "--max-unhealthy-fraction, --objective, --objective-window and --default go with set")
+	case verb == "set" && changes == *dflt:
+		return c.usageError(e, "set takes --max-unhealthy-fraction F, --objective O or --objective-window D, or --default alone")
+	}
+	var obj float64
+	if set["objective"] {
+		var err error
+		if obj, err = parseObjective(*objective); err != nil {
+			return c.usageError(e, "--objective: %v", err)
+		}
 	}
 	cl, code, ok := cf.dial(e)
 	if !ok {
@@ -69,20 +87,36 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 	cctx, cancel := callCtx(ctx)
 	defer cancel()
 	var g *pb.GroupStatus
+	resp, err := cl.ListTargets(cctx, &pb.ListTargetsRequest{Group: group})
+	if err != nil {
+		return cl.fail(e, err, "")
+	}
+	if len(resp.GetGroups()) > 0 {
+		g = resp.GetGroups()[0]
+	}
 	if verb == "get" {
-		resp, err := cl.ListTargets(cctx, &pb.ListTargetsRequest{Group: group})
-		if err != nil {
-			return cl.fail(e, err, "")
-		}
-		if len(resp.GetGroups()) == 0 {
+		if g == nil {
 			e.errorf("no group %q: it has no targets and no policy (pulsectl ls lists the targets and their groups)", group)
 			return exitNotFound
 		}
-		g = resp.GetGroups()[0]
 	} else {
+		// SetGroupPolicy replaces the whole policy: the settings not given
+		// keep their values.
 		p := &pb.GroupPolicy{}
-		if !*dflt {
+		if g != nil && !*dflt {
+			p = g.GetPolicy()
+		}
+		if set["max-unhealthy-fraction"] {
 			p.MaxUnhealthyFraction = frac
+		}
+		if set["objective"] {
+			p.AvailabilityObjective = &obj
+			if obj == 0 {
+				p.AvailabilityObjective, p.ObjectiveWindow = nil, nil
+			}
+		}
+		if set["objective-window"] {
+			p.ObjectiveWindow = durationpb.New(time.Duration(objWindow))
 		}
 		resp, err := cl.SetGroupPolicy(cctx, &pb.SetGroupPolicyRequest{Group: group, Policy: p})
 		if err != nil {
@@ -104,8 +138,30 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 	if g.GetPanic() {
 		fmt.Fprintf(e.stdout, "; panic: holding %s", strings.Join(g.GetHeld(), ", "))
 	}
+	if o := g.GetPolicy().AvailabilityObjective; o != nil {
+		fmt.Fprintf(e.stdout, "; objective %s over %s", objectiveText(*o), windowText(g.GetPolicy().GetObjectiveWindow().AsDuration()))
+	}
 	fmt.Fprintln(e.stdout)
 	return exitOK
+}
+
+// parseObjective reads an availability objective: a share (0.999) or a
+// percentage (99.9%); 0 stands for none.
+func parseObjective(s string) (float64, error) {
+	pct := strings.HasSuffix(s, "%")
+	v, err := strconv.ParseFloat(strings.TrimSuffix(s, "%"), 64)
+	if err != nil {
+		return 0, fmt.Errorf("want a share such as 0.999 or a percentage such as 99.9%%, got %q", s)
+	}
+	if pct {
+		v /= 100
+	}
+	return v, nil
+}
+
+// objectiveText prints an objective as a percentage: 99.9%.
+func objectiveText(o float64) string {
+	return strconv.FormatFloat(o*100, 'f', -1, 64) + "%"
 }
 
 func outcomeCommand() *command {
@@ -172,4 +228,12 @@ func runOutcome(ctx context.Context, e *env, c *command, args []string) int {
 	}
 	fmt.Fprintf(e.stdout, "counted; %s is %s, streak %s\n", pos[0], stateText(st), streak(st))
 	return exitOK
+}
+
+// windowText prints an objective's window: 30d, 36h.
+func windowText(d time.Duration) string {
+	if d%(24*time.Hour) == 0 {
+		return fmt.Sprintf("%dd", d/(24*time.Hour))
+	}
+	return fmt.Sprintf("%dh", d/time.Hour)
 }

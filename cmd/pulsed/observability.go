@@ -135,6 +135,11 @@ func (o *observability) secure(f *securityFlags, addr string, tokens *server.Tok
 // empty addr disables the listener.
 func (o *observability) start(addr string, c *checker.Checker, gs *grpc.Server) error {
 	o.reg.MustRegister(web.NewCollector(c, o.perTarget, o.observer))
+	var slos *web.SLOs
+	if o.history != nil {
+		slos = web.NewSLOs(c, o.history) // the groups' objectives: metrics and the page
+		o.reg.MustRegister(slos)
+	}
 	o.grpc.InitializeMetrics(gs)
 	if addr == "" {
 		// Nothing serves the status page: keep no recent results (its
@@ -160,6 +165,7 @@ func (o *observability) start(addr string, c *checker.Checker, gs *grpc.Server) 
 			Backup:   o.backup,
 			Tokens:   o.tokens,
 			History:  o.history,
+			SLOs:     slos,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(o.logger.Handler(), slog.LevelWarn),

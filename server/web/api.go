@@ -191,6 +191,46 @@ type groupSummary struct {
 	// holds unhealthy.
 	Held     int `json:"held"`
 	Flapping int `json:"flapping"`
+	// SLO is where the group stands against its availability objective,
+	// when it has one.
+	SLO *sloJSON `json:"slo,omitempty"`
+}
+
+// sloJSON is a group's objective and where it stands; the measures are
+// absent until probes were recorded.
+type sloJSON struct {
+	Objective   float64  `json:"objective"`
+	WindowHours int      `json:"window_hours"`
+	Available   *float64 `json:"availability,omitempty"`
+	BudgetLeft  *float64 `json:"error_budget_remaining,omitempty"`
+	BurnRate    *float64 `json:"burn_rate,omitempty"`
+}
+
+// addSLOs gives each summarized group with an objective its measure.
+func (h *Handler) addSLOs(groups []groupSummary) {
+	if h.slos == nil {
+		return
+	}
+	idx := make(map[string]int, len(groups))
+	for i, g := range groups {
+		idx[g.Name] = i
+	}
+	for _, gs := range h.c.Groups("") {
+		i, ok := idx[gs.Group]
+		if !ok || gs.Policy.Objective == 0 {
+			continue
+		}
+		out := &sloJSON{Objective: gs.Policy.Objective, WindowHours: int(gs.Policy.ObjectiveWindow / time.Hour)}
+		if slo, ok := h.slos.Group(gs); ok {
+			if slo.Availability >= 0 {
+				out.Available, out.BudgetLeft = &slo.Availability, &slo.BudgetLeft
+			}
+			if slo.BurnRate >= 0 {
+				out.BurnRate = &slo.BurnRate
+			}
+		}
+		groups[i].SLO = out
+	}
 }
 
 // summarize counts list by group, groups sorted by name.
@@ -342,7 +382,7 @@ func (h *Handler) serveTargets(w http.ResponseWriter, r *http.Request) {
 		Total:    len(list),
 		Offset:   offset,
 		Limit:    limit,
-		Groups:   summarize(list),
+		Groups:   h.summarizeWithSLOs(list),
 		Targets:  []row{},
 	}
 	for _, st := range list {
@@ -395,4 +435,11 @@ func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// summarizeWithSLOs is summarize, with the groups' objectives.
+func (h *Handler) summarizeWithSLOs(list []checker.Status) []groupSummary {
+	groups := summarize(list)
+	h.addSLOs(groups)
+	return groups
 }

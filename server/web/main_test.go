@@ -106,6 +106,9 @@ func newEnv(t *testing.T, ccfg checker.Config, wcfg web.Config) *env {
 	}
 	e := &env{c: c, obs: obs, clock: clock, fp: fp}
 	wcfg.Checker = c
+	if wcfg.History != nil && wcfg.SLOs == nil {
+		wcfg.SLOs = web.NewSLOs(c, wcfg.History)
+	}
 	if wcfg.Observer == nil {
 		wcfg.Observer = obs
 	}

@@ -79,6 +79,9 @@ type Config struct {
 	// History, if not nil, serves the badges (badge.go) and
 	// /api/history. If nil, they answer 404.
 	History server.HistorySource
+	// SLOs, if not nil, gives the status page each group's standing
+	// against its availability objective.
+	SLOs *SLOs
 }
 
 // Handler is the http.Handler of pulsed's HTTP listener. It is safe for
@@ -97,6 +100,7 @@ type Handler struct {
 	tokens   *server.Tokens
 	static   map[string]bool      // the URL paths of the page's shell
 	history  server.HistorySource // nil: no badges, no /api/history
+	slos     *SLOs                // nil: no objectives on the page
 
 	backup      func() (Snapshot, error) // nil: no store
 	backupWrite time.Duration
@@ -116,6 +120,7 @@ func NewHandler(cfg Config) *Handler {
 		mux:      http.NewServeMux(),
 		tokens:   cfg.Tokens,
 		history:  cfg.History,
+		slos:     cfg.SLOs,
 
 		backup:      cfg.Backup,
 		backupWrite: cfg.BackupWriteTimeout,

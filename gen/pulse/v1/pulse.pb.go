@@ -1808,8 +1808,17 @@ type GroupPolicy struct {
 	// that set none of their own (Target.remove_after_unhealthy). Unset:
 	// never. At least 1s, at most 30 days.
 	RemoveAfterUnhealthy *durationpb.Duration `protobuf:"bytes,21,opt,name=remove_after_unhealthy,json=removeAfterUnhealthy,proto3" json:"remove_after_unhealthy,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// availability_objective is the group's service level objective: the
+	// share of its targets' probes that should pass over objective_window,
+	// e.g. 0.999 for 99.9%. In (0, 1). History of the group then answers the
+	// error budget left and its burn rate (HistoryResponse.slo), as do the
+	// status page and pulse_group_error_budget_remaining. Unset: none.
+	AvailabilityObjective *float64 `protobuf:"fixed64,22,opt,name=availability_objective,json=availabilityObjective,proto3,oneof" json:"availability_objective,omitempty"`
+	// objective_window is the window the objective is measured over: whole
+	// hours, at most 720h (30 days). Unset with an objective: 720h.
+	ObjectiveWindow *durationpb.Duration `protobuf:"bytes,23,opt,name=objective_window,json=objectiveWindow,proto3" json:"objective_window,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *GroupPolicy) Reset() {
@@ -1859,6 +1868,20 @@ func (x *GroupPolicy) GetSlowStart() *durationpb.Duration {
 func (x *GroupPolicy) GetRemoveAfterUnhealthy() *durationpb.Duration {
 	if x != nil {
 		return x.RemoveAfterUnhealthy
+	}
+	return nil
+}
+
+func (x *GroupPolicy) GetAvailabilityObjective() float64 {
+	if x != nil && x.AvailabilityObjective != nil {
+		return *x.AvailabilityObjective
+	}
+	return 0
+}
+
+func (x *GroupPolicy) GetObjectiveWindow() *durationpb.Duration {
+	if x != nil {
+		return x.ObjectiveWindow
 	}
 	return nil
 }
@@ -4584,7 +4607,11 @@ type HistoryResponse struct {
 	Events []*HistoryEvent `protobuf:"bytes,11,rep,name=events,proto3" json:"events,omitempty"`
 	// latency_mean is the mean latency over the window (at a resolution of
 	// 1m, over the hours it touches); unset when no probe was recorded.
-	LatencyMean   *durationpb.Duration `protobuf:"bytes,12,opt,name=latency_mean,json=latencyMean,proto3" json:"latency_mean,omitempty"`
+	LatencyMean *durationpb.Duration `protobuf:"bytes,12,opt,name=latency_mean,json=latencyMean,proto3" json:"latency_mean,omitempty"`
+	// slo is where a group stands against its availability objective
+	// (GroupPolicy.availability_objective), over the objective's own window
+	// whatever this request's; unset for a target and a group without one.
+	Slo           *GroupSLO `protobuf:"bytes,13,opt,name=slo,proto3" json:"slo,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4703,6 +4730,101 @@ func (x *HistoryResponse) GetLatencyMean() *durationpb.Duration {
 	return nil
 }
 
+func (x *HistoryResponse) GetSlo() *GroupSLO {
+	if x != nil {
+		return x.Slo
+	}
+	return nil
+}
+
+// GroupSLO is a group's availability objective and where it stands.
+type GroupSLO struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// objective is the share of the group's probes that should pass over
+	// window.
+	Objective float64              `protobuf:"fixed64,1,opt,name=objective,proto3" json:"objective,omitempty"`
+	Window    *durationpb.Duration `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
+	// availability is the share that passed over window; unset when no probe
+	// was recorded.
+	Availability *float64 `protobuf:"fixed64,3,opt,name=availability,proto3,oneof" json:"availability,omitempty"`
+	// error_budget_remaining is the share of the error budget (1 - objective)
+	// the window has not spent: 1 when no probe failed, 0 when it is spent,
+	// below 0 when overspent. Unset when no probe was recorded.
+	ErrorBudgetRemaining *float64 `protobuf:"fixed64,4,opt,name=error_budget_remaining,json=errorBudgetRemaining,proto3,oneof" json:"error_budget_remaining,omitempty"`
+	// burn_rate is how fast the last hour spent the budget: its share of
+	// failed probes over the budget. 1 spends exactly the budget over the
+	// window; 14.4 spends a 30-day budget in 2 days. Unset when the last hour
+	// had no probe.
+	BurnRate      *float64 `protobuf:"fixed64,5,opt,name=burn_rate,json=burnRate,proto3,oneof" json:"burn_rate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupSLO) Reset() {
+	*x = GroupSLO{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupSLO) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupSLO) ProtoMessage() {}
+
+func (x *GroupSLO) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupSLO.ProtoReflect.Descriptor instead.
+func (*GroupSLO) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *GroupSLO) GetObjective() float64 {
+	if x != nil {
+		return x.Objective
+	}
+	return 0
+}
+
+func (x *GroupSLO) GetWindow() *durationpb.Duration {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+func (x *GroupSLO) GetAvailability() float64 {
+	if x != nil && x.Availability != nil {
+		return *x.Availability
+	}
+	return 0
+}
+
+func (x *GroupSLO) GetErrorBudgetRemaining() float64 {
+	if x != nil && x.ErrorBudgetRemaining != nil {
+		return *x.ErrorBudgetRemaining
+	}
+	return 0
+}
+
+func (x *GroupSLO) GetBurnRate() float64 {
+	if x != nil && x.BurnRate != nil {
+		return *x.BurnRate
+	}
+	return 0
+}
+
 // HistoryPoint is one step of a history.
 type HistoryPoint struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4721,7 +4843,7 @@ type HistoryPoint struct {
 
 func (x *HistoryPoint) Reset() {
 	*x = HistoryPoint{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[51]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4733,7 +4855,7 @@ func (x *HistoryPoint) String() string {
 func (*HistoryPoint) ProtoMessage() {}
 
 func (x *HistoryPoint) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[51]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4746,7 +4868,7 @@ func (x *HistoryPoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryPoint.ProtoReflect.Descriptor instead.
 func (*HistoryPoint) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{51}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *HistoryPoint) GetStart() *timestamppb.Timestamp {
@@ -4818,7 +4940,7 @@ type HistoryEvent struct {
 
 func (x *HistoryEvent) Reset() {
 	*x = HistoryEvent{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[52]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4830,7 +4952,7 @@ func (x *HistoryEvent) String() string {
 func (*HistoryEvent) ProtoMessage() {}
 
 func (x *HistoryEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[52]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4843,7 +4965,7 @@ func (x *HistoryEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryEvent.ProtoReflect.Descriptor instead.
 func (*HistoryEvent) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{52}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *HistoryEvent) GetTime() *timestamppb.Timestamp {
@@ -5063,13 +5185,16 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"removeTime\x12\x16\n" +
 	"\x06weight\x18- \x01(\rR\x06weight\x12@\n" +
 	"\x0eslow_start_end\x18. \x01(\v2\x1a.google.protobuf.TimestampR\fslowStartEnd\x12C\n" +
-	"\x0funhealthy_since\x18/ \x01(\v2\x1a.google.protobuf.TimestampR\x0eunhealthySince\"\xee\x01\n" +
+	"\x0funhealthy_since\x18/ \x01(\v2\x1a.google.protobuf.TimestampR\x0eunhealthySince\"\x8b\x03\n" +
 	"\vGroupPolicy\x129\n" +
 	"\x16max_unhealthy_fraction\x18\x01 \x01(\x01H\x00R\x14maxUnhealthyFraction\x88\x01\x01\x128\n" +
 	"\n" +
 	"slow_start\x18\x14 \x01(\v2\x19.google.protobuf.DurationR\tslowStart\x12O\n" +
-	"\x16remove_after_unhealthy\x18\x15 \x01(\v2\x19.google.protobuf.DurationR\x14removeAfterUnhealthyB\x19\n" +
-	"\x17_max_unhealthy_fraction\"\x8f\x02\n" +
+	"\x16remove_after_unhealthy\x18\x15 \x01(\v2\x19.google.protobuf.DurationR\x14removeAfterUnhealthy\x12:\n" +
+	"\x16availability_objective\x18\x16 \x01(\x01H\x01R\x15availabilityObjective\x88\x01\x01\x12D\n" +
+	"\x10objective_window\x18\x17 \x01(\v2\x19.google.protobuf.DurationR\x0fobjectiveWindowB\x19\n" +
+	"\x17_max_unhealthy_fractionB\x19\n" +
+	"\x17_availability_objective\"\x8f\x02\n" +
 	"\vGroupStatus\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12-\n" +
 	"\x06policy\x18\x02 \x01(\v2\x15.pulse.v1.GroupPolicyR\x06policy\x124\n" +
@@ -5250,7 +5375,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x06window\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06window\x129\n" +
 	"\n" +
 	"resolution\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"resolution\"\xba\x04\n" +
+	"resolution\"\xe0\x04\n" +
 	"\x0fHistoryResponse\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x129\n" +
@@ -5269,8 +5394,19 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	" \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"latencyP99\x12.\n" +
 	"\x06events\x18\v \x03(\v2\x16.pulse.v1.HistoryEventR\x06events\x12<\n" +
-	"\flatency_mean\x18\f \x01(\v2\x19.google.protobuf.DurationR\vlatencyMeanB\x0f\n" +
-	"\r_availability\"\xa8\x02\n" +
+	"\flatency_mean\x18\f \x01(\v2\x19.google.protobuf.DurationR\vlatencyMean\x12$\n" +
+	"\x03slo\x18\r \x01(\v2\x12.pulse.v1.GroupSLOR\x03sloB\x0f\n" +
+	"\r_availability\"\x9b\x02\n" +
+	"\bGroupSLO\x12\x1c\n" +
+	"\tobjective\x18\x01 \x01(\x01R\tobjective\x121\n" +
+	"\x06window\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06window\x12'\n" +
+	"\favailability\x18\x03 \x01(\x01H\x00R\favailability\x88\x01\x01\x129\n" +
+	"\x16error_budget_remaining\x18\x04 \x01(\x01H\x01R\x14errorBudgetRemaining\x88\x01\x01\x12 \n" +
+	"\tburn_rate\x18\x05 \x01(\x01H\x02R\bburnRate\x88\x01\x01B\x0f\n" +
+	"\r_availabilityB\x19\n" +
+	"\x17_error_budget_remainingB\f\n" +
+	"\n" +
+	"_burn_rate\"\xa8\x02\n" +
 	"\fHistoryPoint\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12\x16\n" +
 	"\x06probes\x18\x02 \x01(\x04R\x06probes\x12\x1a\n" +
@@ -5337,7 +5473,7 @@ func file_pulse_v1_pulse_proto_rawDescGZIP() []byte {
 }
 
 var file_pulse_v1_pulse_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_pulse_v1_pulse_proto_goTypes = []any{
 	(Mode)(0),                        // 0: pulse.v1.Mode
 	(State)(0),                       // 1: pulse.v1.State
@@ -5394,159 +5530,163 @@ var file_pulse_v1_pulse_proto_goTypes = []any{
 	(*TargetsFile)(nil),              // 52: pulse.v1.TargetsFile
 	(*HistoryRequest)(nil),           // 53: pulse.v1.HistoryRequest
 	(*HistoryResponse)(nil),          // 54: pulse.v1.HistoryResponse
-	(*HistoryPoint)(nil),             // 55: pulse.v1.HistoryPoint
-	(*HistoryEvent)(nil),             // 56: pulse.v1.HistoryEvent
-	nil,                              // 57: pulse.v1.HttpProbe.HeadersEntry
-	nil,                              // 58: pulse.v1.GrpcProbe.MetadataEntry
-	(*durationpb.Duration)(nil),      // 59: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 60: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),    // 61: google.protobuf.FieldMask
+	(*GroupSLO)(nil),                 // 55: pulse.v1.GroupSLO
+	(*HistoryPoint)(nil),             // 56: pulse.v1.HistoryPoint
+	(*HistoryEvent)(nil),             // 57: pulse.v1.HistoryEvent
+	nil,                              // 58: pulse.v1.HttpProbe.HeadersEntry
+	nil,                              // 59: pulse.v1.GrpcProbe.MetadataEntry
+	(*durationpb.Duration)(nil),      // 60: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 61: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),    // 62: google.protobuf.FieldMask
 }
 var file_pulse_v1_pulse_proto_depIdxs = []int32{
-	57,  // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
+	58,  // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
 	5,   // 1: pulse.v1.HttpProbe.header_matches:type_name -> pulse.v1.HeaderMatch
 	6,   // 2: pulse.v1.HttpProbe.tls:type_name -> pulse.v1.TlsOptions
-	59,  // 3: pulse.v1.TlsOptions.cert_expiry_warn:type_name -> google.protobuf.Duration
-	59,  // 4: pulse.v1.TlsOptions.cert_expiry_fail:type_name -> google.protobuf.Duration
+	60,  // 3: pulse.v1.TlsOptions.cert_expiry_warn:type_name -> google.protobuf.Duration
+	60,  // 4: pulse.v1.TlsOptions.cert_expiry_fail:type_name -> google.protobuf.Duration
 	8,   // 5: pulse.v1.TcpProbe.steps:type_name -> pulse.v1.TcpStep
 	6,   // 6: pulse.v1.TcpProbe.tls:type_name -> pulse.v1.TlsOptions
 	6,   // 7: pulse.v1.GrpcProbe.tls_options:type_name -> pulse.v1.TlsOptions
-	58,  // 8: pulse.v1.GrpcProbe.metadata:type_name -> pulse.v1.GrpcProbe.MetadataEntry
+	59,  // 8: pulse.v1.GrpcProbe.metadata:type_name -> pulse.v1.GrpcProbe.MetadataEntry
 	4,   // 9: pulse.v1.Target.http:type_name -> pulse.v1.HttpProbe
 	7,   // 10: pulse.v1.Target.tcp:type_name -> pulse.v1.TcpProbe
 	9,   // 11: pulse.v1.Target.grpc:type_name -> pulse.v1.GrpcProbe
 	10,  // 12: pulse.v1.Target.dns:type_name -> pulse.v1.DnsProbe
-	59,  // 13: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
-	59,  // 14: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
+	60,  // 13: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
+	60,  // 14: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
 	1,   // 15: pulse.v1.Target.initial_state:type_name -> pulse.v1.State
 	2,   // 16: pulse.v1.Target.model:type_name -> pulse.v1.Model
-	59,  // 17: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
-	59,  // 18: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
-	59,  // 19: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
-	59,  // 20: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
-	59,  // 21: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
-	59,  // 22: pulse.v1.Target.slow_start:type_name -> google.protobuf.Duration
-	59,  // 23: pulse.v1.Target.remove_after_unhealthy:type_name -> google.protobuf.Duration
-	59,  // 24: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
-	60,  // 25: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
+	60,  // 17: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
+	60,  // 18: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
+	60,  // 19: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
+	60,  // 20: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
+	60,  // 21: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
+	60,  // 22: pulse.v1.Target.slow_start:type_name -> google.protobuf.Duration
+	60,  // 23: pulse.v1.Target.remove_after_unhealthy:type_name -> google.protobuf.Duration
+	60,  // 24: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
+	61,  // 25: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
 	11,  // 26: pulse.v1.TargetStatus.spec:type_name -> pulse.v1.Target
 	1,   // 27: pulse.v1.TargetStatus.state:type_name -> pulse.v1.State
 	12,  // 28: pulse.v1.TargetStatus.last_result:type_name -> pulse.v1.ProbeResult
-	60,  // 29: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
+	61,  // 29: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
 	1,   // 30: pulse.v1.TargetStatus.verdict:type_name -> pulse.v1.State
-	59,  // 31: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
-	60,  // 32: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
-	60,  // 33: pulse.v1.TargetStatus.cert_not_after:type_name -> google.protobuf.Timestamp
+	60,  // 31: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
+	61,  // 32: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
+	61,  // 33: pulse.v1.TargetStatus.cert_not_after:type_name -> google.protobuf.Timestamp
 	0,   // 34: pulse.v1.TargetStatus.mode:type_name -> pulse.v1.Mode
-	60,  // 35: pulse.v1.TargetStatus.mode_since:type_name -> google.protobuf.Timestamp
-	60,  // 36: pulse.v1.TargetStatus.mode_until:type_name -> google.protobuf.Timestamp
-	60,  // 37: pulse.v1.TargetStatus.remove_time:type_name -> google.protobuf.Timestamp
-	60,  // 38: pulse.v1.TargetStatus.slow_start_end:type_name -> google.protobuf.Timestamp
-	60,  // 39: pulse.v1.TargetStatus.unhealthy_since:type_name -> google.protobuf.Timestamp
-	59,  // 40: pulse.v1.GroupPolicy.slow_start:type_name -> google.protobuf.Duration
-	59,  // 41: pulse.v1.GroupPolicy.remove_after_unhealthy:type_name -> google.protobuf.Duration
-	14,  // 42: pulse.v1.GroupStatus.policy:type_name -> pulse.v1.GroupPolicy
-	60,  // 43: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
-	59,  // 44: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
-	1,   // 45: pulse.v1.Transition.from:type_name -> pulse.v1.State
-	1,   // 46: pulse.v1.Transition.to:type_name -> pulse.v1.State
-	60,  // 47: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
-	12,  // 48: pulse.v1.Transition.result:type_name -> pulse.v1.ProbeResult
-	0,   // 49: pulse.v1.Transition.mode:type_name -> pulse.v1.Mode
-	60,  // 50: pulse.v1.Transition.slow_start_end:type_name -> google.protobuf.Timestamp
-	11,  // 51: pulse.v1.AddTargetRequest.target:type_name -> pulse.v1.Target
-	21,  // 52: pulse.v1.ReloadResponse.files:type_name -> pulse.v1.ReloadedFile
-	11,  // 53: pulse.v1.AddTargetsRequest.targets:type_name -> pulse.v1.Target
-	24,  // 54: pulse.v1.AddTargetsResponse.results:type_name -> pulse.v1.AddTargetResult
-	13,  // 55: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
-	59,  // 56: pulse.v1.RemoveTargetRequest.drain_for:type_name -> google.protobuf.Duration
-	60,  // 57: pulse.v1.RemoveTargetResponse.remove_time:type_name -> google.protobuf.Timestamp
-	0,   // 58: pulse.v1.SetModeRequest.mode:type_name -> pulse.v1.Mode
-	60,  // 59: pulse.v1.SetModeRequest.until:type_name -> google.protobuf.Timestamp
-	13,  // 60: pulse.v1.SetModeResponse.targets:type_name -> pulse.v1.TargetStatus
-	0,   // 61: pulse.v1.ModeChange.from:type_name -> pulse.v1.Mode
-	0,   // 62: pulse.v1.ModeChange.mode:type_name -> pulse.v1.Mode
-	60,  // 63: pulse.v1.ModeChange.time:type_name -> google.protobuf.Timestamp
-	60,  // 64: pulse.v1.ModeChange.until:type_name -> google.protobuf.Timestamp
-	60,  // 65: pulse.v1.ModeChange.remove_time:type_name -> google.protobuf.Timestamp
-	13,  // 66: pulse.v1.StateResponse.status:type_name -> pulse.v1.TargetStatus
-	13,  // 67: pulse.v1.ListTargetsResponse.targets:type_name -> pulse.v1.TargetStatus
-	15,  // 68: pulse.v1.ListTargetsResponse.groups:type_name -> pulse.v1.GroupStatus
-	16,  // 69: pulse.v1.ListTargetsResponse.checker:type_name -> pulse.v1.CheckerStatus
-	14,  // 70: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
-	15,  // 71: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
-	59,  // 72: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
-	13,  // 73: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
-	11,  // 74: pulse.v1.UpdateTargetRequest.target:type_name -> pulse.v1.Target
-	61,  // 75: pulse.v1.UpdateTargetRequest.update_mask:type_name -> google.protobuf.FieldMask
-	11,  // 76: pulse.v1.UpdateTargetResponse.previous:type_name -> pulse.v1.Target
-	13,  // 77: pulse.v1.UpdateTargetResponse.status:type_name -> pulse.v1.TargetStatus
-	17,  // 78: pulse.v1.ProbeNowResponse.transitions:type_name -> pulse.v1.Transition
-	45,  // 79: pulse.v1.ProbeNowResponse.results:type_name -> pulse.v1.ProbeNowResult
-	12,  // 80: pulse.v1.ProbeNowResult.result:type_name -> pulse.v1.ProbeResult
-	1,   // 81: pulse.v1.ProbeNowResult.state:type_name -> pulse.v1.State
-	3,   // 82: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
-	60,  // 83: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
-	17,  // 84: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
-	13,  // 85: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
-	47,  // 86: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
-	13,  // 87: pulse.v1.WatchTransitionsResponse.added:type_name -> pulse.v1.TargetStatus
-	13,  // 88: pulse.v1.WatchTransitionsResponse.updated:type_name -> pulse.v1.TargetStatus
-	50,  // 89: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
-	48,  // 90: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
-	49,  // 91: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
-	30,  // 92: pulse.v1.WatchTransitionsResponse.mode:type_name -> pulse.v1.ModeChange
-	11,  // 93: pulse.v1.TargetsFile.targets:type_name -> pulse.v1.Target
-	59,  // 94: pulse.v1.HistoryRequest.window:type_name -> google.protobuf.Duration
-	59,  // 95: pulse.v1.HistoryRequest.resolution:type_name -> google.protobuf.Duration
-	59,  // 96: pulse.v1.HistoryResponse.resolution:type_name -> google.protobuf.Duration
-	55,  // 97: pulse.v1.HistoryResponse.points:type_name -> pulse.v1.HistoryPoint
-	59,  // 98: pulse.v1.HistoryResponse.latency_p50:type_name -> google.protobuf.Duration
-	59,  // 99: pulse.v1.HistoryResponse.latency_p95:type_name -> google.protobuf.Duration
-	59,  // 100: pulse.v1.HistoryResponse.latency_p99:type_name -> google.protobuf.Duration
-	56,  // 101: pulse.v1.HistoryResponse.events:type_name -> pulse.v1.HistoryEvent
-	59,  // 102: pulse.v1.HistoryResponse.latency_mean:type_name -> google.protobuf.Duration
-	60,  // 103: pulse.v1.HistoryPoint.start:type_name -> google.protobuf.Timestamp
-	59,  // 104: pulse.v1.HistoryPoint.latency_p50:type_name -> google.protobuf.Duration
-	59,  // 105: pulse.v1.HistoryPoint.latency_p95:type_name -> google.protobuf.Duration
-	59,  // 106: pulse.v1.HistoryPoint.latency_p99:type_name -> google.protobuf.Duration
-	60,  // 107: pulse.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
-	1,   // 108: pulse.v1.HistoryEvent.from:type_name -> pulse.v1.State
-	1,   // 109: pulse.v1.HistoryEvent.to:type_name -> pulse.v1.State
-	0,   // 110: pulse.v1.HistoryEvent.mode:type_name -> pulse.v1.Mode
-	18,  // 111: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
-	22,  // 112: pulse.v1.HealthChecker.AddTargets:input_type -> pulse.v1.AddTargetsRequest
-	19,  // 113: pulse.v1.HealthChecker.Reload:input_type -> pulse.v1.ReloadRequest
-	26,  // 114: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
-	31,  // 115: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
-	33,  // 116: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
-	35,  // 117: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
-	46,  // 118: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
-	37,  // 119: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
-	39,  // 120: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
-	41,  // 121: pulse.v1.HealthChecker.UpdateTarget:input_type -> pulse.v1.UpdateTargetRequest
-	43,  // 122: pulse.v1.HealthChecker.ProbeNow:input_type -> pulse.v1.ProbeNowRequest
-	28,  // 123: pulse.v1.HealthChecker.SetMode:input_type -> pulse.v1.SetModeRequest
-	53,  // 124: pulse.v1.HealthChecker.History:input_type -> pulse.v1.HistoryRequest
-	25,  // 125: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
-	23,  // 126: pulse.v1.HealthChecker.AddTargets:output_type -> pulse.v1.AddTargetsResponse
-	20,  // 127: pulse.v1.HealthChecker.Reload:output_type -> pulse.v1.ReloadResponse
-	27,  // 128: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
-	32,  // 129: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
-	34,  // 130: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
-	36,  // 131: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
-	51,  // 132: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
-	38,  // 133: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
-	40,  // 134: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
-	42,  // 135: pulse.v1.HealthChecker.UpdateTarget:output_type -> pulse.v1.UpdateTargetResponse
-	44,  // 136: pulse.v1.HealthChecker.ProbeNow:output_type -> pulse.v1.ProbeNowResponse
-	29,  // 137: pulse.v1.HealthChecker.SetMode:output_type -> pulse.v1.SetModeResponse
-	54,  // 138: pulse.v1.HealthChecker.History:output_type -> pulse.v1.HistoryResponse
-	125, // [125:139] is the sub-list for method output_type
-	111, // [111:125] is the sub-list for method input_type
-	111, // [111:111] is the sub-list for extension type_name
-	111, // [111:111] is the sub-list for extension extendee
-	0,   // [0:111] is the sub-list for field type_name
+	61,  // 35: pulse.v1.TargetStatus.mode_since:type_name -> google.protobuf.Timestamp
+	61,  // 36: pulse.v1.TargetStatus.mode_until:type_name -> google.protobuf.Timestamp
+	61,  // 37: pulse.v1.TargetStatus.remove_time:type_name -> google.protobuf.Timestamp
+	61,  // 38: pulse.v1.TargetStatus.slow_start_end:type_name -> google.protobuf.Timestamp
+	61,  // 39: pulse.v1.TargetStatus.unhealthy_since:type_name -> google.protobuf.Timestamp
+	60,  // 40: pulse.v1.GroupPolicy.slow_start:type_name -> google.protobuf.Duration
+	60,  // 41: pulse.v1.GroupPolicy.remove_after_unhealthy:type_name -> google.protobuf.Duration
+	60,  // 42: pulse.v1.GroupPolicy.objective_window:type_name -> google.protobuf.Duration
+	14,  // 43: pulse.v1.GroupStatus.policy:type_name -> pulse.v1.GroupPolicy
+	61,  // 44: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
+	60,  // 45: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
+	1,   // 46: pulse.v1.Transition.from:type_name -> pulse.v1.State
+	1,   // 47: pulse.v1.Transition.to:type_name -> pulse.v1.State
+	61,  // 48: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
+	12,  // 49: pulse.v1.Transition.result:type_name -> pulse.v1.ProbeResult
+	0,   // 50: pulse.v1.Transition.mode:type_name -> pulse.v1.Mode
+	61,  // 51: pulse.v1.Transition.slow_start_end:type_name -> google.protobuf.Timestamp
+	11,  // 52: pulse.v1.AddTargetRequest.target:type_name -> pulse.v1.Target
+	21,  // 53: pulse.v1.ReloadResponse.files:type_name -> pulse.v1.ReloadedFile
+	11,  // 54: pulse.v1.AddTargetsRequest.targets:type_name -> pulse.v1.Target
+	24,  // 55: pulse.v1.AddTargetsResponse.results:type_name -> pulse.v1.AddTargetResult
+	13,  // 56: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
+	60,  // 57: pulse.v1.RemoveTargetRequest.drain_for:type_name -> google.protobuf.Duration
+	61,  // 58: pulse.v1.RemoveTargetResponse.remove_time:type_name -> google.protobuf.Timestamp
+	0,   // 59: pulse.v1.SetModeRequest.mode:type_name -> pulse.v1.Mode
+	61,  // 60: pulse.v1.SetModeRequest.until:type_name -> google.protobuf.Timestamp
+	13,  // 61: pulse.v1.SetModeResponse.targets:type_name -> pulse.v1.TargetStatus
+	0,   // 62: pulse.v1.ModeChange.from:type_name -> pulse.v1.Mode
+	0,   // 63: pulse.v1.ModeChange.mode:type_name -> pulse.v1.Mode
+	61,  // 64: pulse.v1.ModeChange.time:type_name -> google.protobuf.Timestamp
+	61,  // 65: pulse.v1.ModeChange.until:type_name -> google.protobuf.Timestamp
+	61,  // 66: pulse.v1.ModeChange.remove_time:type_name -> google.protobuf.Timestamp
+	13,  // 67: pulse.v1.StateResponse.status:type_name -> pulse.v1.TargetStatus
+	13,  // 68: pulse.v1.ListTargetsResponse.targets:type_name -> pulse.v1.TargetStatus
+	15,  // 69: pulse.v1.ListTargetsResponse.groups:type_name -> pulse.v1.GroupStatus
+	16,  // 70: pulse.v1.ListTargetsResponse.checker:type_name -> pulse.v1.CheckerStatus
+	14,  // 71: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
+	15,  // 72: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
+	60,  // 73: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
+	13,  // 74: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
+	11,  // 75: pulse.v1.UpdateTargetRequest.target:type_name -> pulse.v1.Target
+	62,  // 76: pulse.v1.UpdateTargetRequest.update_mask:type_name -> google.protobuf.FieldMask
+	11,  // 77: pulse.v1.UpdateTargetResponse.previous:type_name -> pulse.v1.Target
+	13,  // 78: pulse.v1.UpdateTargetResponse.status:type_name -> pulse.v1.TargetStatus
+	17,  // 79: pulse.v1.ProbeNowResponse.transitions:type_name -> pulse.v1.Transition
+	45,  // 80: pulse.v1.ProbeNowResponse.results:type_name -> pulse.v1.ProbeNowResult
+	12,  // 81: pulse.v1.ProbeNowResult.result:type_name -> pulse.v1.ProbeResult
+	1,   // 82: pulse.v1.ProbeNowResult.state:type_name -> pulse.v1.State
+	3,   // 83: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
+	61,  // 84: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
+	17,  // 85: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
+	13,  // 86: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
+	47,  // 87: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
+	13,  // 88: pulse.v1.WatchTransitionsResponse.added:type_name -> pulse.v1.TargetStatus
+	13,  // 89: pulse.v1.WatchTransitionsResponse.updated:type_name -> pulse.v1.TargetStatus
+	50,  // 90: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
+	48,  // 91: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
+	49,  // 92: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
+	30,  // 93: pulse.v1.WatchTransitionsResponse.mode:type_name -> pulse.v1.ModeChange
+	11,  // 94: pulse.v1.TargetsFile.targets:type_name -> pulse.v1.Target
+	60,  // 95: pulse.v1.HistoryRequest.window:type_name -> google.protobuf.Duration
+	60,  // 96: pulse.v1.HistoryRequest.resolution:type_name -> google.protobuf.Duration
+	60,  // 97: pulse.v1.HistoryResponse.resolution:type_name -> google.protobuf.Duration
+	56,  // 98: pulse.v1.HistoryResponse.points:type_name -> pulse.v1.HistoryPoint
+	60,  // 99: pulse.v1.HistoryResponse.latency_p50:type_name -> google.protobuf.Duration
+	60,  // 100: pulse.v1.HistoryResponse.latency_p95:type_name -> google.protobuf.Duration
+	60,  // 101: pulse.v1.HistoryResponse.latency_p99:type_name -> google.protobuf.Duration
+	57,  // 102: pulse.v1.HistoryResponse.events:type_name -> pulse.v1.HistoryEvent
+	60,  // 103: pulse.v1.HistoryResponse.latency_mean:type_name -> google.protobuf.Duration
+	55,  // 104: pulse.v1.HistoryResponse.slo:type_name -> pulse.v1.GroupSLO
+	60,  // 105: pulse.v1.GroupSLO.window:type_name -> google.protobuf.Duration
+	61,  // 106: pulse.v1.HistoryPoint.start:type_name -> google.protobuf.Timestamp
+	60,  // 107: pulse.v1.HistoryPoint.latency_p50:type_name -> google.protobuf.Duration
+	60,  // 108: pulse.v1.HistoryPoint.latency_p95:type_name -> google.protobuf.Duration
+	60,  // 109: pulse.v1.HistoryPoint.latency_p99:type_name -> google.protobuf.Duration
+	61,  // 110: pulse.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
+	1,   // 111: pulse.v1.HistoryEvent.from:type_name -> pulse.v1.State
+	1,   // 112: pulse.v1.HistoryEvent.to:type_name -> pulse.v1.State
+	0,   // 113: pulse.v1.HistoryEvent.mode:type_name -> pulse.v1.Mode
+	18,  // 114: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
+	22,  // 115: pulse.v1.HealthChecker.AddTargets:input_type -> pulse.v1.AddTargetsRequest
+	19,  // 116: pulse.v1.HealthChecker.Reload:input_type -> pulse.v1.ReloadRequest
+	26,  // 117: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
+	31,  // 118: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
+	33,  // 119: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
+	35,  // 120: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
+	46,  // 121: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
+	37,  // 122: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
+	39,  // 123: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
+	41,  // 124: pulse.v1.HealthChecker.UpdateTarget:input_type -> pulse.v1.UpdateTargetRequest
+	43,  // 125: pulse.v1.HealthChecker.ProbeNow:input_type -> pulse.v1.ProbeNowRequest
+	28,  // 126: pulse.v1.HealthChecker.SetMode:input_type -> pulse.v1.SetModeRequest
+	53,  // 127: pulse.v1.HealthChecker.History:input_type -> pulse.v1.HistoryRequest
+	25,  // 128: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
+	23,  // 129: pulse.v1.HealthChecker.AddTargets:output_type -> pulse.v1.AddTargetsResponse
+	20,  // 130: pulse.v1.HealthChecker.Reload:output_type -> pulse.v1.ReloadResponse
+	27,  // 131: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
+	32,  // 132: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
+	34,  // 133: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
+	36,  // 134: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
+	51,  // 135: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
+	38,  // 136: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
+	40,  // 137: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
+	42,  // 138: pulse.v1.HealthChecker.UpdateTarget:output_type -> pulse.v1.UpdateTargetResponse
+	44,  // 139: pulse.v1.HealthChecker.ProbeNow:output_type -> pulse.v1.ProbeNowResponse
+	29,  // 140: pulse.v1.HealthChecker.SetMode:output_type -> pulse.v1.SetModeResponse
+	54,  // 141: pulse.v1.HealthChecker.History:output_type -> pulse.v1.HistoryResponse
+	128, // [128:142] is the sub-list for method output_type
+	114, // [114:128] is the sub-list for method input_type
+	114, // [114:114] is the sub-list for extension type_name
+	114, // [114:114] is the sub-list for extension extendee
+	0,   // [0:114] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_pulse_proto_init() }
@@ -5573,13 +5713,14 @@ func file_pulse_v1_pulse_proto_init() {
 		(*WatchTransitionsResponse_Mode)(nil),
 	}
 	file_pulse_v1_pulse_proto_msgTypes[50].OneofWrappers = []any{}
+	file_pulse_v1_pulse_proto_msgTypes[51].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_pulse_proto_rawDesc), len(file_pulse_v1_pulse_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   55,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -327,6 +327,17 @@ function setGroups(list, rev) {
 function renderGroups() {
   const tbody = $("groups").tBodies[0];
   const sel = $("group");
+  // sloText says where a group stands against its availability objective:
+  // "objective 99.9%/30d: 72% of budget left, burn 0.4x".
+  const sloText = (slo) => {
+    if (!slo) return "";
+    const pct = (v) => `${+(v * 100).toFixed(2)}%`;
+    const win = slo.window_hours % 24 === 0 ? `${slo.window_hours / 24}d` : `${slo.window_hours}h`;
+    let s = `objective ${pct(slo.objective)}/${win}`;
+    if (slo.error_budget_remaining !== undefined) s += `: ${pct(slo.error_budget_remaining)} of budget left`;
+    if (slo.burn_rate !== undefined) s += `, burn ${slo.burn_rate.toFixed(1)}x`;
+    return s;
+  };
   const names = [...view.groups.keys()].sort();
   const sum = emptyGroup();
   let panics = 0;
@@ -337,7 +348,7 @@ function renderGroups() {
     const tr = document.createElement("tr");
     tr.dataset.group = name;
     if (name === view.group) tr.className = "selected";
-    const policy = [g.held ? `panic: ${g.held} held` : "", g.flapping ? `${g.flapping} flapping` : ""].filter((x) => x).join(", ");
+    const policy = [g.held ? `panic: ${g.held} held` : "", g.flapping ? `${g.flapping} flapping` : "", sloText(g.slo)].filter((x) => x).join(", ");
     tr.append(
       cell(name || "(no group)"), cell(g.total),
       cell(g.healthy, "n-healthy"), cell(g.suspect, "n-suspect"), cell(g.unhealthy, "n-unhealthy"),
