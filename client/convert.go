@@ -140,6 +140,10 @@ func groupPolicyToProto(p GroupPolicy) *pb.GroupPolicy {
 	if p.MaxUnhealthyFraction != 0 {
 		out.MaxUnhealthyFraction = proto.Float64(p.MaxUnhealthyFraction)
 	}
+	if p.Objective != 0 {
+		out.AvailabilityObjective = proto.Float64(p.Objective)
+	}
+	out.ObjectiveWindow = optDuration(p.ObjectiveWindow)
 	return out
 }
 
@@ -148,6 +152,8 @@ func groupPolicyFromProto(p *pb.GroupPolicy) GroupPolicy {
 		MaxUnhealthyFraction: p.GetMaxUnhealthyFraction(),
 		SlowStart:            p.GetSlowStart().AsDuration(),
 		RemoveAfterUnhealthy: p.GetRemoveAfterUnhealthy().AsDuration(),
+		Objective:            p.GetAvailabilityObjective(),
+		ObjectiveWindow:      p.GetObjectiveWindow().AsDuration(),
 	}
 }
 

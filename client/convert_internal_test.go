@@ -195,6 +195,7 @@ func TestGroupPolicyRoundTrip(t *testing.T) {
 	want := &pb.GroupPolicy{
 		MaxUnhealthyFraction: proto.Float64(0.25),
 		SlowStart:            durationpb.New(time.Minute), RemoveAfterUnhealthy: durationpb.New(time.Hour),
+		AvailabilityObjective: proto.Float64(0.999), ObjectiveWindow: durationpb.New(24 * time.Hour),
 	}
 	requireSet(t, want)
 	if diff := cmp.Diff(want, groupPolicyToProto(groupPolicyFromProto(want)), protocmp.Transform()); diff != "" {
@@ -220,7 +221,8 @@ func TestReadOnlyConversions(t *testing.T) {
 		MaxConcurrentProbes: 3, IgnoredTimeouts: 4, RegistryError: "disk full", Replica: "r1", Replicas: []string{"r1", "r2"}, DegradedReplicas: []string{"r2"},
 	}
 	gs := &pb.GroupStatus{
-		Group: "edge", Policy: &pb.GroupPolicy{MaxUnhealthyFraction: proto.Float64(0.25), SlowStart: durationpb.New(time.Minute), RemoveAfterUnhealthy: durationpb.New(time.Hour)},
+		Group: "edge", Policy: &pb.GroupPolicy{MaxUnhealthyFraction: proto.Float64(0.25), SlowStart: durationpb.New(time.Minute), RemoveAfterUnhealthy: durationpb.New(time.Hour),
+			AvailabilityObjective: proto.Float64(0.999), ObjectiveWindow: durationpb.New(24 * time.Hour)},
 		MaxUnhealthyFraction: 0.25, Targets: 4, Unhealthy: 1, MaxUnhealthy: 1, Panic: true, Held: []string{"web-3"},
 	}
 	pr := &pb.ProbeNowResult{Name: "web-1", Result: res, Skipped: "in flight", State: pb.State_STATE_HEALTHY}

@@ -40,6 +40,39 @@ type History struct {
 	Mean time.Duration
 	// Events are the transitions within the window, oldest first.
 	Events []Transition
+	// Policies are the policy events within the window, oldest first: the
+	// group's panics, the target's flapping and certificate warnings.
+	Policies []HistoryPolicy
+	// SLO is where a group stands against its availability objective; nil
+	// for a target and a group without one.
+	SLO *SLO
+}
+
+// HistoryPolicy is a recorded policy event.
+type HistoryPolicy struct {
+	Time time.Time
+	// Target is the target it is about; empty for a group's panic in the
+	// group's history.
+	Target string
+	Kind   PolicyKind
+	Text   string
+}
+
+// SLO is a group's availability objective and where it stands.
+type SLO struct {
+	Objective float64
+	Window    time.Duration
+	// Availability is the share of the group's probes that passed over
+	// Window; -1 when none was recorded.
+	Availability float64
+	// BudgetLeft is the share of the error budget (1 - Objective) Window
+	// has not spent: 1 none spent, 0 all, below 0 overspent; meaningful
+	// when Availability is not -1.
+	BudgetLeft float64
+	// BurnRate is the last hour's share of failed probes over the budget:
+	// 1 spends exactly the budget over Window; -1 when the last hour had
+	// no probe.
+	BurnRate float64
 }
 
 // HistoryPoint is one step of a History; its percentiles are set at a
@@ -76,7 +109,21 @@ func historyFromProto(r *pb.HistoryResponse) History {
 		h.Points = append(h.Points, HistoryPoint{Start: optTime(p.GetStart()), Probes: p.GetProbes(), Failures: p.GetFailures(),
 			P50: p.GetLatencyP50().AsDuration(), P95: p.GetLatencyP95().AsDuration(), P99: p.GetLatencyP99().AsDuration()})
 	}
+	if s := r.GetSlo(); s != nil {
+		h.SLO = &SLO{Objective: s.GetObjective(), Window: s.GetWindow().AsDuration(), Availability: -1, BurnRate: -1}
+		if s.Availability != nil {
+			h.SLO.Availability, h.SLO.BudgetLeft = s.GetAvailability(), s.GetErrorBudgetRemaining()
+		}
+		if s.BurnRate != nil {
+			h.SLO.BurnRate = s.GetBurnRate()
+		}
+	}
 	for _, e := range r.GetEvents() {
+		if e.GetKind() != "" {
+			h.Policies = append(h.Policies, HistoryPolicy{Time: optTime(e.GetTime()), Target: e.GetTarget(),
+				Kind: PolicyKind(pb.PolicyEvent_Kind_value["KIND_"+e.GetKind()]), Text: e.GetText()})
+			continue
+		}
 		h.Events = append(h.Events, Transition{Target: e.GetTarget(), Group: h.Group, From: State(e.GetFrom()), To: State(e.GetTo()),
 			Time: optTime(e.GetTime()), Reason: e.GetReason(), Mode: Mode(e.GetMode()), Text: e.GetTarget() + ": " + State(e.GetFrom()).String() + " -> " + State(e.GetTo()).String(),
 			Result: eventResult(e)})

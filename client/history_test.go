@@ -44,8 +44,23 @@ func TestHistory(t *testing.T) {
 		t.Errorf("events = %+v; want up, then down with its error", h.Events)
 	}
 	g, err := c.History(ctx, client.HistoryQuery{Group: "data", Window: time.Hour, Resolution: time.Minute})
-	if err != nil || g.Target != "" || g.Probes != 2 || len(g.Points) != 60 {
+	if err != nil || g.Target != "" || g.Probes != 2 || len(g.Points) != 60 || g.SLO != nil {
 		t.Errorf("group history = %+v, %v", g, err)
+	}
+	// A group's panic and its objective.
+	rec.ObservePolicy(checker.EventPanicEntered, time.Now(), checker.PolicyChange{Group: "data", Text: "data: panic entered"})
+	if _, err := c.SetGroupPolicy(ctx, "data", client.GroupPolicy{Objective: 0.9, ObjectiveWindow: 24 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	g, err = c.History(ctx, client.HistoryQuery{Group: "data", Window: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Policies) != 1 || g.Policies[0].Kind != client.PolicyPanicEntered || g.Policies[0].Text != "data: panic entered" || len(g.Events) != 2 {
+		t.Errorf("group history's policies %+v and events %+v; want the panic, and the 2 transitions", g.Policies, g.Events)
+	}
+	if s := g.SLO; s == nil || s.Objective != 0.9 || s.Window != 24*time.Hour || s.Availability != 0.5 || s.BudgetLeft > -3.99 || s.BudgetLeft < -4.01 || s.BurnRate < 4.99 || s.BurnRate > 5.01 {
+		t.Errorf("group SLO = %+v; want 0.9 over 24h, availability 0.5, budget left -4, burn rate 5", g.SLO)
 	}
 	if _, err := c.History(ctx, client.HistoryQuery{Target: "nobody", Window: time.Hour}); !errors.Is(err, client.ErrNotFound) {
 		t.Errorf("unknown target: %v; want ErrNotFound", err)

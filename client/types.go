@@ -225,6 +225,12 @@ type GroupPolicy struct {
 	// none.
 	SlowStart            time.Duration
 	RemoveAfterUnhealthy time.Duration
+	// Objective is the group's availability objective, the share of its
+	// probes that should pass over ObjectiveWindow (whole hours, at most 30
+	// days; 0 with an Objective: 30 days), in (0, 1); 0 is none. History
+	// of the group then says where it stands (HistorySummary.SLO).
+	Objective       float64
+	ObjectiveWindow time.Duration
 }
 
 // GroupStatus is a group's policy and its pool state.
