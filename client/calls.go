@@ -235,3 +235,18 @@ func (c *Client) SetMode(ctx context.Context, m ModeRequest) ([]Status, error) {
 	}
 	return out, nil
 }
+
+// Discovery returns the discovery groups pulsed runs (-discovery-config),
+// sorted by name, with each source's last refresh, targets and error; none
+// without discovery.
+func (c *Client) Discovery(ctx context.Context) ([]DiscoveryGroup, error) {
+	resp, err := c.api.ListDiscovery(ctx, &pb.ListDiscoveryRequest{})
+	if err != nil {
+		return nil, wrap("ListDiscovery", err)
+	}
+	out := make([]DiscoveryGroup, 0, len(resp.GetGroups()))
+	for _, g := range resp.GetGroups() {
+		out = append(out, discoveryFromProto(g))
+	}
+	return out, nil
+}

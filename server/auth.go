@@ -47,6 +47,7 @@ var readMethods = map[string]bool{
 	"Healthy":          true,
 	"ListTargets":      true,
 	"WatchTransitions": true,
+	"ListDiscovery":    true,
 }
 
 // adsService is the xDS Aggregated Discovery Service (package server/xds),

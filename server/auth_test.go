@@ -28,6 +28,7 @@ var readOnly = map[string]bool{
 	"Healthy":          true,
 	"ListTargets":      true,
 	"WatchTransitions": true,
+	"ListDiscovery":    true,
 }
 
 // TestEveryMethodNeedsItsRole calls every method and stream of

@@ -34,9 +34,10 @@ import (
 // methods are safe for concurrent use. Create it with New.
 type Server struct {
 	pb.UnimplementedHealthCheckerServer
-	c        *checker.Checker
-	progress time.Duration
-	encoded  encodedCache // events encoded once for every stream; see fanout.go
+	c         *checker.Checker
+	progress  time.Duration
+	encoded   encodedCache    // events encoded once for every stream; see fanout.go
+	discovery DiscoveryStatus // nil: ListDiscovery answers no group
 }
 
 // Option configures a Server.

@@ -219,7 +219,7 @@ groups:
 	writeAtomic(t, file, `[{"targets": ["127.0.0.3:8001"]}]`)
 	waitFor(t, "restored", reg.modes, "api-127.0.0.1:8001=draining api-127.0.0.2:8001=draining api-127.0.0.3:8001=active")
 	st := m.Status()
-	if len(st) != 1 || st[0].Targets != 1 || st[0].Sources[0] != "file_sd 0" || st[0].LastApply.IsZero() {
+	if len(st) != 1 || st[0].Targets != 1 || st[0].Sources[0].Name != "file_sd 0" || st[0].LastApply.IsZero() {
 		t.Errorf("status %+v", st)
 	}
 }

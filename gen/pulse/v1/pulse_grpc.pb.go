@@ -30,6 +30,7 @@ const (
 	HealthChecker_UpdateTarget_FullMethodName     = "/pulse.v1.HealthChecker/UpdateTarget"
 	HealthChecker_ProbeNow_FullMethodName         = "/pulse.v1.HealthChecker/ProbeNow"
 	HealthChecker_SetMode_FullMethodName          = "/pulse.v1.HealthChecker/SetMode"
+	HealthChecker_ListDiscovery_FullMethodName    = "/pulse.v1.HealthChecker/ListDiscovery"
 )
 
 // HealthCheckerClient is the client API for HealthChecker service.
@@ -161,6 +162,13 @@ type HealthCheckerClient interface {
 	// group without targets; UNAVAILABLE when it cannot be stored (nothing
 	// changed).
 	SetMode(ctx context.Context, in *SetModeRequest, opts ...grpc.CallOption) (*SetModeResponse, error)
+	// ListDiscovery returns the discovery groups pulsed runs
+	// (-discovery-config), sorted by name, and each of their sources: when
+	// it last answered, how many targets its last good answer held, and its
+	// error while it fails (a failing source keeps its last good set). No
+	// group without -discovery-config. Secrets of the sources' configuration
+	// are never shown. Read role.
+	ListDiscovery(ctx context.Context, in *ListDiscoveryRequest, opts ...grpc.CallOption) (*ListDiscoveryResponse, error)
 }
 
 type healthCheckerClient struct {
@@ -284,6 +292,16 @@ func (c *healthCheckerClient) SetMode(ctx context.Context, in *SetModeRequest, o
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SetModeResponse)
 	err := c.cc.Invoke(ctx, HealthChecker_SetMode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *healthCheckerClient) ListDiscovery(ctx context.Context, in *ListDiscoveryRequest, opts ...grpc.CallOption) (*ListDiscoveryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListDiscoveryResponse)
+	err := c.cc.Invoke(ctx, HealthChecker_ListDiscovery_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -419,6 +437,13 @@ type HealthCheckerServer interface {
 	// group without targets; UNAVAILABLE when it cannot be stored (nothing
 	// changed).
 	SetMode(context.Context, *SetModeRequest) (*SetModeResponse, error)
+	// ListDiscovery returns the discovery groups pulsed runs
+	// (-discovery-config), sorted by name, and each of their sources: when
+	// it last answered, how many targets its last good answer held, and its
+	// error while it fails (a failing source keeps its last good set). No
+	// group without -discovery-config. Secrets of the sources' configuration
+	// are never shown. Read role.
+	ListDiscovery(context.Context, *ListDiscoveryRequest) (*ListDiscoveryResponse, error)
 	mustEmbedUnimplementedHealthCheckerServer()
 }
 
@@ -461,6 +486,9 @@ func (UnimplementedHealthCheckerServer) ProbeNow(context.Context, *ProbeNowReque
 }
 func (UnimplementedHealthCheckerServer) SetMode(context.Context, *SetModeRequest) (*SetModeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetMode not implemented")
+}
+func (UnimplementedHealthCheckerServer) ListDiscovery(context.Context, *ListDiscoveryRequest) (*ListDiscoveryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListDiscovery not implemented")
 }
 func (UnimplementedHealthCheckerServer) mustEmbedUnimplementedHealthCheckerServer() {}
 func (UnimplementedHealthCheckerServer) testEmbeddedByValue()                       {}
@@ -674,6 +702,24 @@ func _HealthChecker_SetMode_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _HealthChecker_ListDiscovery_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListDiscoveryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HealthCheckerServer).ListDiscovery(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HealthChecker_ListDiscovery_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HealthCheckerServer).ListDiscovery(ctx, req.(*ListDiscoveryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // HealthChecker_ServiceDesc is the grpc.ServiceDesc for HealthChecker service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -720,6 +766,10 @@ var HealthChecker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetMode",
 			Handler:    _HealthChecker_SetMode_Handler,
+		},
+		{
+			MethodName: "ListDiscovery",
+			Handler:    _HealthChecker_ListDiscovery_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
