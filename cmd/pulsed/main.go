@@ -310,7 +310,8 @@ func run(args []string, stderr io.Writer) error {
 	sopts.ServerOptions = append(sopts.ServerOptions, cfg.conns.serverOptions()...)
 	sopts.UnaryInterceptors = obs.unaryInterceptors()
 	sopts.StreamInterceptors = obs.streamInterceptors()
-	gs, hs := server.NewGRPCServer(server.New(c, server.WithProgressInterval(cfg.watchProgress)), sopts)
+	disc := newDiscoveryRunner(cfg, egress, logger)
+	gs, hs := server.NewGRPCServer(server.New(c, server.WithProgressInterval(cfg.watchProgress), server.WithDiscovery(disc)), sopts)
 	stopXDS, err := startXDS(cfg, c, gs, obs.reg, logger)
 	if err != nil {
 		return err
@@ -345,8 +346,7 @@ func run(args []string, stderr io.Writer) error {
 			return fmt.Errorf("-targets: %w", err)
 		}
 	}
-	disc, err := startDiscovery(cfg, c, obs.reg, logger)
-	if err != nil {
+	if err := disc.start(c, obs.reg); err != nil {
 		return err
 	}
 	defer disc.stop()
