@@ -153,7 +153,7 @@ func NewManager(ctx context.Context, cfg *Config, reg Registry, metrics promethe
 	}
 	id := func(s string) string { return s }
 	m.secrets.Store(&id)
-	handler := &sourceHandler{h: logger.With("component", "discovery").Handler(), redact: m.redactText}
+	handler := &sourceHandler{h: logger.Handler(), redact: m.redactText}
 	m.prom = discovery.NewManager(ctx, slog.New(handler), wrapped, sdMetrics, popts...)
 	for _, c := range []prometheus.Collector{m.applied, m.refused, m.skipped, m.targets, m.lastTime, m.sourceUp} {
 		if err := metrics.Register(c); err != nil {

@@ -258,9 +258,9 @@ func (h *sourceHandler) Handle(ctx context.Context, r slog.Record) error {
 		return true
 	})
 	if h.src != nil && r.Level >= slog.LevelError {
-		msg := r.Message
+		msg := r.Message // Prometheus's words for what failed
 		if errText != "" {
-			msg += ": " + errText
+			msg = errText // what went wrong, which says it better
 		}
 		if path != "" && !strings.HasSuffix(path, "/") {
 			msg = path + ": " + msg
