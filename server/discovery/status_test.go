@@ -273,3 +273,45 @@ func TestConfigCheckEgress(t *testing.T) {
 		t.Error("the metadata address passed the default policy")
 	}
 }
+
+// TestRefusalSaysSo: an answer over the maximum is refused whole with an
+// error giving the count and the bound, the last good set stays, and the
+// refusal is one DISCOVERY_FAILED of the group (no SD config), ended by
+// the next answer that applies.
+func TestRefusalSaysSo(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a.json")
+	writeAtomic(t, file, `[{"targets": ["127.0.0.1:1"]}]`)
+	ann := &announced{}
+	reg := newFakeRegistry()
+	m, _ := startManagerWith(t, fmt.Sprintf("groups:\n  - name: a\n    file_sd_configs: [{files: [%q], refresh_interval: 50ms}]\n    template: {tcp: {}}\n", file), reg, Options{Announce: ann}, io.Discard)
+	waitFor(t, "first answer", reg.modes, "a-127.0.0.1:1=active")
+
+	var big strings.Builder
+	big.WriteString(`[{"targets": [`)
+	for i := range MaxTargetsPerGroup + 1 {
+		if i > 0 {
+			big.WriteString(",")
+		}
+		fmt.Fprintf(&big, `"127.0.%d.%d:80"`, i/250, i%250+1)
+	}
+	big.WriteString(`]}]`)
+	writeAtomic(t, file, big.String())
+	waitFor(t, "refused", ann.kinds, "DISCOVERY_FAILED discovery:a/")
+	g := m.DiscoveryGroups()[0]
+	if want := fmt.Sprintf("the sources answered %d targets, more than the maximum of %d", MaxTargetsPerGroup+1, MaxTargetsPerGroup); !strings.Contains(g.LastError, want) || g.ErrorSince.IsZero() || g.Targets != 1 {
+		t.Errorf("group status %+v, want its error to say %q", g, want)
+	}
+	if got := reg.modes(); got != "a-127.0.0.1:1=active" {
+		t.Errorf("after a huge answer: %s, want the last good set", got)
+	}
+	// The source itself answered: it does not fail.
+	if s := g.Sources[0]; s.LastError != "" || s.Targets != MaxTargetsPerGroup+1 {
+		t.Errorf("source %+v", s)
+	}
+
+	writeAtomic(t, file, `[{"targets": ["127.0.0.1:2"]}]`)
+	waitFor(t, "applied again", ann.kinds, "DISCOVERY_FAILED discovery:a/, DISCOVERY_RECOVERED discovery:a/")
+	if g := m.DiscoveryGroups()[0]; g.LastError != "" || !g.ErrorSince.IsZero() || g.Targets != 1 {
+		t.Errorf("group status %+v", g)
+	}
+}
