@@ -187,6 +187,9 @@ type trackedConfig struct {
 // NewDiscoverer returns Prometheus's discoverer for the config, logging
 // through the source and reporting its answers to it.
 func (c trackedConfig) NewDiscoverer(opts discovery.DiscovererOptions) (discovery.Discoverer, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
 	h := opts.Logger.Handler()
 	if sh, ok := h.(*sourceHandler); ok {
 		h = sh.h // the manager's own handler: redact once

@@ -117,6 +117,7 @@ groups:
 `, file), reg, Options{Announce: ann}, io.Discard)
 
 	waitFor(t, "first answer", func() string { return sourceLine(m) }, "targets=2 refreshed=true error=none since=false")
+	waitFor(t, "first answer applied", func() string { return fmt.Sprint(m.DiscoveryGroups()[0].Targets) }, "2")
 	gs := m.DiscoveryGroups()
 	if gs[0].Name != "api" || gs[0].Source != "discovery:api" || gs[0].Targets != 2 || gs[0].Sources[0].Name != "file_sd 0" || gs[0].Sources[0].Detail != "files "+file {
 		t.Errorf("status %+v", gs)
