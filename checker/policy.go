@@ -412,7 +412,7 @@ func (r *registry) reportPolicy(e Event) {
 		attrs = append(attrs, "target", e.Policy.Target)
 	}
 	switch e.Kind {
-	case EventPanicEntered, EventFlappingStarted, EventCheckerDegraded, EventCertExpiring, EventTargetExpired:
+	case EventPanicEntered, EventFlappingStarted, EventCheckerDegraded, EventCertExpiring, EventTargetExpired, EventDiscoveryFailed:
 		r.logger.Warn(e.Policy.Text, attrs...)
 	default:
 		r.logger.Info(e.Policy.Text, attrs...)

@@ -47,6 +47,12 @@ const (
 	// the target after it, Mode says what it was before. A change of its
 	// state follows as an EventTransition of its own.
 	EventModeChanged
+	// EventDiscoveryFailed: a discovery source (Policy.Source, and
+	// Policy.SDConfig) failed and keeps its last good set; Policy.Error
+	// says why. Sent once per failure, not per refresh (see Announce).
+	EventDiscoveryFailed
+	// EventDiscoveryRecovered: the source answered again.
+	EventDiscoveryRecovered
 )
 
 // String returns the kind's name as the API spells it, e.g.
@@ -79,14 +85,20 @@ func (k EventKind) String() string {
 		return "TARGET_EXPIRED"
 	case EventModeChanged:
 		return "MODE_CHANGED"
+	case EventDiscoveryFailed:
+		return "DISCOVERY_FAILED"
+	case EventDiscoveryRecovered:
+		return "DISCOVERY_RECOVERED"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }
 
 // IsPolicy reports whether the kind is a policy event (panic, flapping,
-// checker overload, certificate expiry, a target expired), whose details
-// are in Event.Policy.
-func (k EventKind) IsPolicy() bool { return k >= EventPanicEntered && k <= EventTargetExpired }
+// checker overload, certificate expiry, a target expired, a discovery
+// source failed or recovered), whose details are in Event.Policy.
+func (k EventKind) IsPolicy() bool {
+	return k >= EventPanicEntered && k <= EventTargetExpired || k == EventDiscoveryFailed || k == EventDiscoveryRecovered
+}
 
 // PolicyChange details a policy event. Policy events change no target's
 // state by themselves: the transitions they lead to are events of their
@@ -111,6 +123,13 @@ type PolicyChange struct {
 	// Replica is, with a shared registry, the replica a checker event is
 	// about; empty otherwise.
 	Replica string
+	// Source is the target source a discovery event is about, as its
+	// targets' Spec.Source says it (e.g. "discovery:api"), and SDConfig
+	// the source within it (e.g. "http_sd 0"; empty when the group's
+	// whole answer was refused). Empty for other events.
+	Source, SDConfig string
+	// Error is a DISCOVERY_FAILED event's error.
+	Error string
 }
 
 // Event is one change to the registry. The checker numbers events with one

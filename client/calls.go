@@ -304,3 +304,18 @@ func (c *Client) AddMany(ctx context.Context, ts []Target) ([]AddResult, error) 
 	}
 	return out, send()
 }
+
+// Discovery returns the discovery groups pulsed runs (-discovery-config),
+// sorted by name, with each source's last refresh, targets and error; none
+// without discovery.
+func (c *Client) Discovery(ctx context.Context) ([]DiscoveryGroup, error) {
+	resp, err := c.api.ListDiscovery(ctx, &pb.ListDiscoveryRequest{})
+	if err != nil {
+		return nil, wrap("ListDiscovery", err)
+	}
+	out := make([]DiscoveryGroup, 0, len(resp.GetGroups()))
+	for _, g := range resp.GetGroups() {
+		out = append(out, discoveryFromProto(g))
+	}
+	return out, nil
+}

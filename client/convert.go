@@ -200,8 +200,33 @@ func policyFromProto(p *pb.PolicyEvent) PolicyEvent {
 		Text:   p.GetText(),
 		Held:   p.GetHeld(),
 
-		Replica: p.GetReplica(),
+		Replica:  p.GetReplica(),
+		Source:   p.GetSource(),
+		SDConfig: p.GetSdConfig(),
+		Error:    p.GetError(),
 	}
+}
+
+func discoveryFromProto(g *pb.DiscoveryGroup) DiscoveryGroup {
+	out := DiscoveryGroup{
+		Name:       g.GetName(),
+		Source:     g.GetSource(),
+		Targets:    int(g.GetTargets()),
+		LastApply:  optTime(g.GetLastApply()),
+		LastError:  g.GetLastError(),
+		ErrorSince: optTime(g.GetErrorSince()),
+	}
+	for _, s := range g.GetSources() {
+		out.Sources = append(out.Sources, DiscoverySource{
+			Name:        s.GetName(),
+			Detail:      s.GetDetail(),
+			LastRefresh: optTime(s.GetLastRefresh()),
+			Targets:     int(s.GetTargets()),
+			LastError:   s.GetLastError(),
+			ErrorSince:  optTime(s.GetErrorSince()),
+		})
+	}
+	return out
 }
 
 func optDuration(d time.Duration) *durationpb.Duration {

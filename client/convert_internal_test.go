@@ -215,7 +215,7 @@ func TestReadOnlyConversions(t *testing.T) {
 		Result: res, Text: "web-1: unhealthy -> healthy", Reason: "draining: deploy 4711", Mode: pb.Mode_MODE_DRAINING, SlowStartEnd: ts,
 	}
 	mc := &pb.ModeChange{Target: "web-1", Group: "edge", From: pb.Mode_MODE_ACTIVE, Mode: pb.Mode_MODE_DRAINING, Reason: "deploy", Time: ts, Until: ts, RemoveTime: ts}
-	pe := &pb.PolicyEvent{Kind: pb.PolicyEvent_KIND_PANIC_ENTERED, Group: "edge", Target: "web-1", Time: ts, Text: "panic", Held: []string{"web-3"}, Replica: "r2"}
+	pe := &pb.PolicyEvent{Kind: pb.PolicyEvent_KIND_PANIC_ENTERED, Group: "edge", Target: "web-1", Time: ts, Text: "panic", Held: []string{"web-3"}, Replica: "r2", Source: "discovery:api", SdConfig: "http_sd 0", Error: "status 500"}
 	cs := &pb.CheckerStatus{
 		Degraded: true, DegradedSince: ts, Reason: "slow", Lag: durationpb.New(time.Second), WaitingProbes: 1, InFlightProbes: 2,
 		MaxConcurrentProbes: 3, IgnoredTimeouts: 4, RegistryError: "disk full", Replica: "r1", Replicas: []string{"r1", "r2"}, DegradedReplicas: []string{"r2"},
@@ -226,6 +226,8 @@ func TestReadOnlyConversions(t *testing.T) {
 		MaxUnhealthyFraction: 0.25, Targets: 4, Unhealthy: 1, MaxUnhealthy: 1, Panic: true, Held: []string{"web-3"},
 	}
 	pr := &pb.ProbeNowResult{Name: "web-1", Result: res, Skipped: "in flight", State: pb.State_STATE_HEALTHY}
+	ds := &pb.DiscoverySource{Name: "http_sd 0", Detail: "url http://127.0.0.1:1/sd", LastRefresh: ts, Targets: 2, LastError: "status 500", ErrorSince: ts}
+	dg := &pb.DiscoveryGroup{Name: "api", Source: "discovery:api", Targets: 2, LastApply: ts, LastError: "refused", ErrorSince: ts, Sources: []*pb.DiscoverySource{ds}}
 	for _, tc := range []struct {
 		msg proto.Message
 		got any
@@ -237,6 +239,8 @@ func TestReadOnlyConversions(t *testing.T) {
 		{cs, checkerFromProto(cs)},
 		{gs, groupFromProto(gs)},
 		{pr, probeNowResultFromProto(pr)},
+		{dg, discoveryFromProto(dg)},
+		{ds, discoveryFromProto(dg).Sources[0]},
 	} {
 		requireSet(t, tc.msg)
 		v := reflect.ValueOf(tc.got)

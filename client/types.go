@@ -322,6 +322,12 @@ const (
 	// (RemoveAfterUnhealthy reached, or a Drain ended); Text says which,
 	// and an EventRemoved follows.
 	PolicyTargetExpired PolicyKind = 30
+	// PolicyDiscoveryFailed: a discovery source failed (or its group's
+	// answer was refused) and keeps its last good set; Source, SDConfig
+	// and Error say which and why. Sent once per failure.
+	PolicyDiscoveryFailed PolicyKind = 40
+	// PolicyDiscoveryRecovered: the source answers again.
+	PolicyDiscoveryRecovered PolicyKind = 41
 )
 
 // String returns the kind's name in lower case, e.g. "panic_entered"; a
@@ -346,6 +352,10 @@ func (k PolicyKind) String() string {
 		return "cert_expiring"
 	case PolicyTargetExpired:
 		return "target_expired"
+	case PolicyDiscoveryFailed:
+		return "discovery_failed"
+	case PolicyDiscoveryRecovered:
+		return "discovery_recovered"
 	}
 	return fmt.Sprintf("PolicyKind(%d)", int(k))
 }
@@ -364,6 +374,42 @@ type PolicyEvent struct {
 	// Replica is, for CHECKER_DEGRADED and CHECKER_RECOVERED with replicas
 	// on etcd, the replica the event is about; empty otherwise.
 	Replica string
+	// Source ("discovery:api"), SDConfig ("http_sd 0") and Error say,
+	// for a discovery event, which source failed or recovered and why.
+	Source, SDConfig, Error string
+}
+
+// DiscoveryGroup is one discovery group pulsed runs and its sources.
+type DiscoveryGroup struct {
+	// Name is the group's name; Source its targets' Status.Source
+	// ("discovery:api").
+	Name, Source string
+	// Targets is how many targets the last applied answer held, applied
+	// at LastApply (zero before the first).
+	Targets   int
+	LastApply time.Time
+	// LastError is why the last answer was refused whole, or which of its
+	// targets were left out, since ErrorSince; empty when it applied
+	// whole.
+	LastError  string
+	ErrorSince time.Time
+	// Sources are the group's SD configs, in the configuration's order.
+	Sources []DiscoverySource
+}
+
+// DiscoverySource is one SD config of a discovery group.
+type DiscoverySource struct {
+	// Name is "MECHANISM_sd N" ("http_sd 0"); Detail what it reads, with
+	// no secret.
+	Name, Detail string
+	// LastRefresh is when it last answered (zero before its first
+	// answer), and Targets how many targets its last good answer held.
+	LastRefresh time.Time
+	Targets     int
+	// LastError is why it fails, since ErrorSince, while it does (its
+	// last good set stays); empty when its last refresh succeeded.
+	LastError  string
+	ErrorSince time.Time
 }
 
 // Outcome is one real request's outcome, for ReportOutcome.

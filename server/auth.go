@@ -48,6 +48,7 @@ var readMethods = map[string]bool{
 	"ListTargets":      true,
 	"WatchTransitions": true,
 	"History":          true,
+	"ListDiscovery":    true,
 }
 
 // adsService is the xDS Aggregated Discovery Service (package server/xds),

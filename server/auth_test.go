@@ -29,6 +29,7 @@ var readOnly = map[string]bool{
 	"ListTargets":      true,
 	"WatchTransitions": true,
 	"History":          true,
+	"ListDiscovery":    true,
 }
 
 // TestEveryMethodNeedsItsRole calls every method and stream of

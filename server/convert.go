@@ -422,25 +422,30 @@ func transitionToProto(tr checker.Transition) *pb.WatchTransitionsResponse {
 
 // policyKinds maps the checker's policy events to the wire's.
 var policyKinds = map[checker.EventKind]pb.PolicyEvent_Kind{
-	checker.EventPanicEntered:     pb.PolicyEvent_KIND_PANIC_ENTERED,
-	checker.EventPanicExited:      pb.PolicyEvent_KIND_PANIC_EXITED,
-	checker.EventFlappingStarted:  pb.PolicyEvent_KIND_FLAPPING_STARTED,
-	checker.EventFlappingEnded:    pb.PolicyEvent_KIND_FLAPPING_ENDED,
-	checker.EventCheckerDegraded:  pb.PolicyEvent_KIND_CHECKER_DEGRADED,
-	checker.EventCheckerRecovered: pb.PolicyEvent_KIND_CHECKER_RECOVERED,
-	checker.EventCertExpiring:     pb.PolicyEvent_KIND_CERT_EXPIRING,
-	checker.EventTargetExpired:    pb.PolicyEvent_KIND_TARGET_EXPIRED,
+	checker.EventPanicEntered:       pb.PolicyEvent_KIND_PANIC_ENTERED,
+	checker.EventPanicExited:        pb.PolicyEvent_KIND_PANIC_EXITED,
+	checker.EventFlappingStarted:    pb.PolicyEvent_KIND_FLAPPING_STARTED,
+	checker.EventFlappingEnded:      pb.PolicyEvent_KIND_FLAPPING_ENDED,
+	checker.EventCheckerDegraded:    pb.PolicyEvent_KIND_CHECKER_DEGRADED,
+	checker.EventCheckerRecovered:   pb.PolicyEvent_KIND_CHECKER_RECOVERED,
+	checker.EventCertExpiring:       pb.PolicyEvent_KIND_CERT_EXPIRING,
+	checker.EventTargetExpired:      pb.PolicyEvent_KIND_TARGET_EXPIRED,
+	checker.EventDiscoveryFailed:    pb.PolicyEvent_KIND_DISCOVERY_FAILED,
+	checker.EventDiscoveryRecovered: pb.PolicyEvent_KIND_DISCOVERY_RECOVERED,
 }
 
 func policyEventToProto(e checker.Event) *pb.WatchTransitionsResponse {
 	return &pb.WatchTransitionsResponse{Revision: e.Revision, Event: &pb.WatchTransitionsResponse_Policy{Policy: &pb.PolicyEvent{
-		Kind:    policyKinds[e.Kind],
-		Group:   e.Policy.Group,
-		Target:  e.Policy.Target,
-		Time:    timestamp(e.Time),
-		Text:    e.Policy.Text,
-		Held:    e.Policy.Held,
-		Replica: e.Policy.Replica,
+		Kind:     policyKinds[e.Kind],
+		Group:    e.Policy.Group,
+		Target:   e.Policy.Target,
+		Time:     timestamp(e.Time),
+		Text:     e.Policy.Text,
+		Held:     e.Policy.Held,
+		Replica:  e.Policy.Replica,
+		Source:   e.Policy.Source,
+		SdConfig: e.Policy.SDConfig,
+		Error:    e.Policy.Error,
 	}}}
 }
 

@@ -34,11 +34,12 @@ import (
 // methods are safe for concurrent use. Create it with New.
 type Server struct {
 	pb.UnimplementedHealthCheckerServer
-	c        *checker.Checker
-	progress time.Duration
-	encoded  encodedCache  // events encoded once for every stream; see fanout.go
-	history  HistorySource // nil: History answers UNIMPLEMENTED; see history.go
-	reload   func() []ReloadResult
+	c         *checker.Checker
+	progress  time.Duration
+	encoded   encodedCache    // events encoded once for every stream; see fanout.go
+	history   HistorySource   // nil: History answers UNIMPLEMENTED; see history.go
+	reload    func() []ReloadResult
+	discovery DiscoveryStatus // nil: ListDiscovery answers no group
 }
 
 // Option configures a Server.

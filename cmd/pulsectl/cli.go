@@ -53,7 +53,7 @@ type command struct {
 
 // commands returns every subcommand, in the order help lists them.
 func commands() []*command {
-	return []*command{addCommand(), setCommand(), rmCommand(), drainCommand(), maintCommand(), activateCommand(), stateCommand(), lsCommand(), healthyCommand(), historyCommand(), watchCommand(), waitCommand(), probeCommand(), policyCommand(), outcomeCommand(), reloadCommand(), checkCommand(), configCommand(), completionCommand()}
+	return []*command{addCommand(), setCommand(), rmCommand(), drainCommand(), maintCommand(), activateCommand(), stateCommand(), lsCommand(), healthyCommand(), historyCommand(), watchCommand(), waitCommand(), probeCommand(), policyCommand(), discoveryCommand(), outcomeCommand(), reloadCommand(), checkCommand(), configCommand(), completionCommand()}
 }
 
 // run runs pulsectl with args (without the program name) and returns the

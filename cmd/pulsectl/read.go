@@ -197,7 +197,8 @@ ls lists every target, sorted by name:
   SINCE       time since the state last changed, "-" if it never did
 
 -o wide adds VERDICT (what the results alone say), EVERY (the interval it is
-probed at now) and PROBE, and shows errors whole. --state keeps the targets
+probed at now), PROBE and SOURCE (who registered it: api, file, or
+discovery:GROUP), and shows errors whole. --state keeps the targets
 in one state: healthy, unhealthy, suspect, routable, not-routable, held,
 flapping, carried-over or quarantined.`,
 		example: `
@@ -266,7 +267,7 @@ func runLs(ctx context.Context, e *env, c *command, args []string) int {
 	header := "NAME\tGROUP\tSTATE\tMODE\tSTREAK\tLATENCY\tLAST-ERROR\tSINCE"
 	width := 60 // of an error; -o wide shows it whole
 	if out.wide() {
-		header += "\tVERDICT\tEVERY\tPROBE"
+		header += "\tVERDICT\tEVERY\tPROBE\tSOURCE"
 		width = 1 << 20
 	}
 	fmt.Fprintln(tw, header)
@@ -285,7 +286,7 @@ func runLs(ctx context.Context, e *env, c *command, args []string) int {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", st.GetSpec().GetName(), orDash(st.GetSpec().GetGroup()),
 			stateText(st), mode, streak(st), lat, lastErr, age(st.GetLastTransitionTime(), now))
 		if out.wide() {
-			fmt.Fprintf(tw, "\t%s\t%v\t%s", stateName(st.GetVerdict()), st.GetProbeInterval().AsDuration(), probeSummary(st.GetSpec()))
+			fmt.Fprintf(tw, "\t%s\t%v\t%s\t%s", stateName(st.GetVerdict()), st.GetProbeInterval().AsDuration(), probeSummary(st.GetSpec()), orDash(st.GetSource()))
 		}
 		fmt.Fprintln(tw)
 	}

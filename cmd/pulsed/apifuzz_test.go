@@ -390,6 +390,8 @@ func (f *apiFuzzer) valid(method string, req protoreflect.Message) {
 			h.Group = pick(fuzzGroups[1:])
 		}
 		m = h
+	case "ListDiscovery":
+		m = &pb.ListDiscoveryRequest{}
 	default:
 		f.t.Fatalf("no valid request for %s: add one", method)
 	}
@@ -405,6 +407,9 @@ func (f *apiFuzzer) mutate(m proto.Message, depth int) {
 		return true
 	})
 	fields := r.Descriptor().Fields()
+	if fields.Len() == 0 {
+		return // a request without fields (ListDiscovery): nothing to malform
+	}
 	if len(set) > 0 && f.rng.IntN(3) > 0 && depth < 4 {
 		fd := set[f.rng.IntN(len(set))]
 		if fd.Kind() == protoreflect.MessageKind && !fd.IsList() && !fd.IsMap() && f.rng.IntN(2) == 0 {

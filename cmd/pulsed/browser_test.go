@@ -53,7 +53,14 @@ func TestStatusPageInBrowser(t *testing.T) {
 	bin := buildPulsed(t)
 	target := newSwitchServer(t)
 	other := newSwitchServer(t)
-	p, base := startPulsedJSON(t, bin, "-interval", "200ms", "-timeout", "150ms", "-rise", "2", "-fall", "3", "-token-file", writeTokenFile(t))
+	// A discovery group whose file is empty until the end: its target's
+	// row must say which group found it.
+	sdDir := t.TempDir()
+	sdFile := filepath.Join(sdDir, "found.json")
+	writeFile(t, sdFile, "[]")
+	sdConfig := filepath.Join(sdDir, "discovery.yaml")
+	writeFile(t, sdConfig, "groups:\n  - name: found\n    file_sd_configs: [{files: [found.json], refresh_interval: 200ms}]\n    template: {tcp: {}}\n")
+	p, base := startPulsedJSON(t, bin, "-interval", "200ms", "-timeout", "150ms", "-rise", "2", "-fall", "3", "-token-file", writeTokenFile(t), "-discovery-config", sdConfig)
 	client := dialToken(t, p.Addr, writeToken)
 	addHTTPTarget(t, client, "web-1", target.URL)
 
@@ -118,6 +125,13 @@ func TestStatusPageInBrowser(t *testing.T) {
 	browserHistory(t, page, artifacts)
 
 	browserStates(t, page, client, other, newSwitchServer(t), artifacts)
+
+	// A discovered target: its row names the discovery group.
+	writeFile(t, sdFile+".tmp", `[{"targets": ["127.0.0.1:9"]}]`)
+	if err := os.Rename(sdFile+".tmp", sdFile); err != nil {
+		t.Fatal(err)
+	}
+	page.waitFor(t, `(() => { const s = document.querySelector('tr[data-name="found-127.0.0.1:9"] td.name .src'); return s ? s.textContent : ""; })()`, "discovery:found")
 
 	// Signing out forgets the token and wipes the rows.
 	page.evaluate(t, `document.getElementById("signout").click(); ""`)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -11,57 +12,80 @@ import (
 
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/etcdreg"
+	"github.com/pulsehealth/pulse/checker/probe"
+	"github.com/pulsehealth/pulse/server"
 	"github.com/pulsehealth/pulse/server/discovery"
 )
 
-// discoveryRunner runs the -discovery-config groups; its zero value (no
-// flag) does nothing. With -registry etcd, an elector runs each group on
-// one replica at a time.
+// discoveryRunner runs the -discovery-config groups; without the flag it
+// does nothing. With -registry etcd, an elector runs each group on one
+// replica at a time. It is the server's DiscoveryStatus (ListDiscovery)
+// and the status page's, before and after it starts.
 type discoveryRunner struct {
 	path   string
-	m      *discovery.Manager
-	elect  *discovery.Elector // nil without -registry etcd
-	cli    *clientv3.Client   // the elector's
+	egress *probe.EgressPolicy
+	m      atomic.Pointer[discovery.Manager] // set once by start
+	elect  atomic.Pointer[discovery.Elector] // set once by start, with -registry etcd
+	cli    *clientv3.Client                  // the elector's
 	logger *slog.Logger
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
-// startDiscovery loads the -discovery-config file and starts its groups;
-// with shared (-registry etcd) it campaigns for each group and runs the
-// ones this replica leads. A bad file is an error: pulsed does not start.
-func startDiscovery(cfg config, c *checker.Checker, shared *etcdreg.Registry, reg prometheus.Registerer, logger *slog.Logger) (*discoveryRunner, error) {
-	r := &discoveryRunner{path: cfg.discoveryConfig, logger: logger.With("component", "discovery")}
-	if r.path == "" {
-		return r, nil
-	}
+// newDiscoveryRunner returns a runner for the -discovery-config file,
+// started by start; egress is the probes' policy, which http_sd URLs obey
+// too.
+func newDiscoveryRunner(cfg config, egress *probe.EgressPolicy, logger *slog.Logger) *discoveryRunner {
+	return &discoveryRunner{path: cfg.discoveryConfig, egress: egress, logger: logger.With("component", "discovery")}
+}
+
+// load reads and checks the file: its own rules, then the egress policy.
+func (r *discoveryRunner) load() (*discovery.Config, error) {
 	dcfg, err := discovery.LoadConfig(r.path)
 	if err != nil {
-		return nil, fmt.Errorf("-discovery-config: %w", err)
+		return nil, err
+	}
+	if err := dcfg.CheckEgress(r.egress); err != nil {
+		return nil, fmt.Errorf("%s: %w", r.path, err)
+	}
+	return dcfg, nil
+}
+
+// start loads the file and starts its groups; with shared (-registry etcd)
+// it campaigns for each group and runs the ones this replica leads. A bad
+// file is an error: pulsed does not start.
+func (r *discoveryRunner) start(c *checker.Checker, shared *etcdreg.Registry, rf registryFlags, reg prometheus.Registerer) error {
+	if r.path == "" {
+		return nil
+	}
+	dcfg, err := r.load()
+	if err != nil {
+		return fmt.Errorf("-discovery-config: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	run := dcfg
 	if shared != nil {
 		run = &discovery.Config{} // the elector gives it the groups this replica leads
 	}
-	m, err := discovery.NewManager(ctx, run, c, reg, r.logger, discovery.Options{})
+	m, err := discovery.NewManager(ctx, run, c, reg, r.logger, discovery.Options{Egress: r.egress, Announce: c})
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("-discovery-config: %w", err)
+		return fmt.Errorf("-discovery-config: %w", err)
 	}
-	r.m, r.cancel, r.done = m, cancel, make(chan struct{})
+	r.cancel, r.done = cancel, make(chan struct{})
+	r.m.Store(m)
 	go func() {
 		defer close(r.done)
 		m.Run(ctx)
 	}()
 	if shared != nil {
-		if err := r.startElector(cfg.registry, shared.ID(), dcfg, reg); err != nil {
+		if err := r.startElector(rf, shared.ID(), dcfg, reg); err != nil {
 			r.stop()
-			return nil, fmt.Errorf("-discovery-config: %w", err)
+			return fmt.Errorf("-discovery-config: %w", err)
 		}
 	}
 	r.logger.Info("discovery started", "file", r.path, "groups", len(dcfg.Groups), "elected", shared != nil)
-	return r, nil
+	return nil
 }
 
 // startElector connects to the registry's etcd with a client of its own
@@ -75,29 +99,44 @@ func (r *discoveryRunner) startElector(rf registryFlags, id string, dcfg *discov
 	if err != nil {
 		return fmt.Errorf("discovery elections: %w", err)
 	}
-	e, err := discovery.NewElector(r.m, dcfg, discovery.ElectOptions{
+	e, err := discovery.NewElector(r.m.Load(), dcfg, discovery.ElectOptions{
 		Client: cli, Prefix: rf.prefix, ID: id, TTL: rf.leaseTTL, Logger: r.logger, Metrics: reg,
 	})
 	if err != nil {
 		cli.Close()
 		return err
 	}
-	r.elect, r.cli = e, cli
+	r.cli = cli
+	r.elect.Store(e)
+	return nil
+}
+
+// DiscoveryGroups returns the groups' status: with replicas on etcd every
+// configured group, with the replica that leads it; none before start or
+// without the flag.
+func (r *discoveryRunner) DiscoveryGroups() []server.DiscoveryGroupStatus {
+	if e := r.elect.Load(); e != nil {
+		return e.Status()
+	}
+	if m := r.m.Load(); m != nil {
+		return m.DiscoveryGroups()
+	}
 	return nil
 }
 
 // reload re-reads the file, on SIGHUP and for the Reload call. A bad
 // file keeps the running configuration, and the log and the error say so.
 func (r *discoveryRunner) reload() error {
-	if r.m == nil {
+	m := r.m.Load()
+	if m == nil {
 		return nil
 	}
-	dcfg, err := discovery.LoadConfig(r.path)
+	dcfg, err := r.load()
 	if err == nil {
-		if r.elect != nil {
-			r.elect.ApplyConfig(dcfg) // a removed group resigns
+		if e := r.elect.Load(); e != nil {
+			e.ApplyConfig(dcfg) // a removed group resigns
 		} else {
-			err = r.m.ApplyConfig(dcfg)
+			err = m.ApplyConfig(dcfg)
 		}
 	}
 	if err != nil {
@@ -110,13 +149,12 @@ func (r *discoveryRunner) reload() error {
 
 // stop stops the sources and waits for them; it is idempotent.
 func (r *discoveryRunner) stop() {
-	if r.m == nil {
+	if r.m.Load() == nil {
 		return
 	}
-	if r.elect != nil {
-		r.elect.Close() // stops the groups it runs, then resigns
+	if e := r.elect.Swap(nil); e != nil {
+		e.Close() // stops the groups it runs, then resigns
 		r.cli.Close()
-		r.elect = nil
 	}
 	r.cancel()
 	<-r.done

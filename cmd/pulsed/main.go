@@ -349,7 +349,9 @@ func run(args []string, stderr io.Writer) error {
 	sopts.UnaryInterceptors = obs.unaryInterceptors()
 	sopts.StreamInterceptors = obs.streamInterceptors()
 	rl := &reloader{c: c, cfg: cfg, logger: logger}
-	gs, hs := server.NewGRPCServer(server.New(c, server.WithProgressInterval(cfg.watchProgress), server.WithHistory(hist.rec), server.WithReload(rl.reload)), sopts)
+	disc := newDiscoveryRunner(cfg, egress, logger)
+	gs, hs := server.NewGRPCServer(server.New(c, server.WithProgressInterval(cfg.watchProgress), server.WithHistory(hist.rec),
+		server.WithReload(rl.reload), server.WithDiscovery(disc)), sopts)
 	stopXDS, err := startXDS(cfg, c, gs, obs.reg, logger)
 	if err != nil {
 		return err
@@ -384,8 +386,7 @@ func run(args []string, stderr io.Writer) error {
 			return fmt.Errorf("-targets: %w", err)
 		}
 	}
-	disc, err := startDiscovery(cfg, c, shared, obs.reg, logger)
-	if err != nil {
+	if err := disc.start(c, shared, cfg.registry, obs.reg); err != nil {
 		return err
 	}
 	defer disc.stop()

@@ -14,6 +14,8 @@ package discovery
 import (
 	"errors"
 	"fmt"
+	"net/netip"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -24,13 +26,14 @@ import (
 	"github.com/prometheus/prometheus/discovery"
 	_ "github.com/prometheus/prometheus/discovery/dns"  // registers dns_sd_configs
 	_ "github.com/prometheus/prometheus/discovery/file" // registers file_sd_configs
-	_ "github.com/prometheus/prometheus/discovery/http" // registers http_sd_configs
+	"github.com/prometheus/prometheus/discovery/http"   // registers http_sd_configs
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/relabel"
 	yamlv2 "go.yaml.in/yaml/v2"
 	yamlv3 "go.yaml.in/yaml/v3"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/probe"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
@@ -255,4 +258,39 @@ var secretLine = regexp.MustCompile(`(?i)((?:password|credentials|bearer_token|c
 // protoyaml errors can quote the line at fault.
 func scrub(msg string) string {
 	return secretLine.ReplaceAllString(msg, "${1}<secret>")
+}
+
+// CheckEgress checks the http_sd URLs of c against the egress policy p (a
+// URL whose host is an IP address p denies is an error naming the group
+// and field), as AddTarget checks a target's address. A host name passes:
+// what it resolves to is checked at every connection, redirects included
+// (see Options.Egress).
+func (c *Config) CheckEgress(p *probe.EgressPolicy) error {
+	if p == nil {
+		p = probe.DefaultEgressPolicy()
+	}
+	for i, g := range c.Groups {
+		n := 0
+		for _, sd := range g.SDConfigs {
+			hc, ok := sd.(*http.SDConfig)
+			if !ok {
+				continue
+			}
+			field := fmt.Sprintf("groups[%d] (%q): http_sd_configs[%d].url", i, g.Name, n)
+			n++
+			u, err := url.Parse(hc.URL)
+			if err != nil {
+				return fmt.Errorf("%s: %w", field, err)
+			}
+			host := u.Hostname()
+			addr, err := netip.ParseAddr(host)
+			if err != nil {
+				continue // a name: checked where it connects
+			}
+			if err := p.Check(addr); err != nil {
+				return fmt.Errorf("%s: %s: %w", field, safeURL(hc.URL), err)
+			}
+		}
+	}
+	return nil
 }

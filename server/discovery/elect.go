@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/pulsehealth/pulse/server"
 )
 
 // ElectOptions configures NewElector.
@@ -226,7 +228,10 @@ func (e *Elector) Status() []GroupStatus {
 	for _, g := range e.cfg.Groups {
 		st, ok := running[g.Name]
 		if !ok || !e.leading[g.Name] {
-			st = GroupStatus{Name: g.Name, Sources: sourceNames(g.SDConfigs)}
+			st = GroupStatus{Name: g.Name, Source: Source(g.Name)}
+			for _, name := range sourceNames(g.SDConfigs) {
+				st.Sources = append(st.Sources, server.DiscoverySourceStatus{Name: name})
+			}
 		}
 		st.Leader = e.leaders[g.Name]
 		out = append(out, st)

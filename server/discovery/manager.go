@@ -6,15 +6,23 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
+	"net/netip"
+	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/config"
 	"github.com/prometheus/prometheus/discovery"
 	"github.com/prometheus/prometheus/discovery/targetgroup"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/probe"
+	"github.com/pulsehealth/pulse/server"
 )
 
 // Registry is what discovery needs of the checker: its public operations,
@@ -28,40 +36,46 @@ type Registry interface {
 	Defaults() checker.Defaults
 }
 
-// GroupStatus is what discovery knows of one group, for status pages.
-type GroupStatus struct {
-	Name string
-	// Sources names the group's SD configs, e.g. "file_sd 0".
-	Sources []string
-	// Targets is how many targets the last applied answer held.
-	Targets int
-	// LastApply is when an answer was last applied; zero before the first.
-	LastApply time.Time
-	// LastError is the last answer's refusal, or the last target it could
-	// not add; empty when the last answer applied whole.
-	LastError string
-	// Leader is the replica that runs the group, with replicas on etcd
-	// (see Elector); empty with one pulsed, or while no replica leads.
-	Leader string
+// Announcer publishes a policy event on the checker's stream;
+// *checker.Checker implements it.
+type Announcer interface {
+	Announce(kind checker.EventKind, pc checker.PolicyChange) error
+}
+
+// GroupStatus is what discovery knows of one group and its sources, as
+// ListDiscovery shows it.
+type GroupStatus = server.DiscoveryGroupStatus
+
+// groupState is what the manager keeps of a running group.
+type groupState struct {
+	g          *Group
+	sources    []*source
+	targets    int
+	lastApply  time.Time
+	lastError  string
+	errorSince time.Time
+	refused    bool // its last answer was refused whole
 }
 
 // Manager runs the discovery groups of a Config and keeps the registry's
 // discovered targets those of the sources' answers. Its methods are safe
 // for concurrent use; Run is called once.
 type Manager struct {
-	reg    Registry
-	logger *slog.Logger
-	prom   *discovery.Manager
+	reg      Registry
+	logger   *slog.Logger
+	prom     *discovery.Manager
+	announce Announcer // nil: no events
+	secrets  atomic.Pointer[func(string) string]
 
 	applied  *prometheus.CounterVec
 	refused  *prometheus.CounterVec
 	skipped  *prometheus.CounterVec
 	targets  *prometheus.GaugeVec
 	lastTime *prometheus.GaugeVec
+	sourceUp *prometheus.GaugeVec
 
-	mu     sync.Mutex // protects groups and status
-	groups map[string]*Group
-	status map[string]*GroupStatus
+	mu     sync.Mutex // protects groups; each source has its own lock, taken after it
+	groups map[string]*groupState
 }
 
 // Options tunes a Manager; the zero value is pulsed's.
@@ -69,6 +83,36 @@ type Options struct {
 	// UpdateEvery is the shortest time between two applied answers
 	// (Prometheus's discovery manager batches updates); 0 means 5s.
 	UpdateEvery time.Duration
+	// Egress is the policy every connection of an http_sd source obeys,
+	// redirects included (checked on the address connected to, after any
+	// lookup); nil: DefaultEgressPolicy. Discovered targets obey the
+	// registry's own.
+	Egress *probe.EgressPolicy
+	// Announce, if set, gets a DISCOVERY_FAILED event when a source
+	// starts failing (or a group's answer is refused) and a
+	// DISCOVERY_RECOVERED one when it answers again.
+	Announce Announcer
+}
+
+// egressDialer returns a dial function that connects only to addresses p
+// permits: the check runs on the socket's address just before connect(2),
+// so a host name, or a redirect to another host, is checked on what it
+// resolved to.
+func egressDialer(p *probe.EgressPolicy) config.DialContextFunc {
+	if p == nil {
+		p = probe.DefaultEgressPolicy()
+	}
+	d := &net.Dialer{
+		Timeout: 30 * time.Second,
+		ControlContext: func(_ context.Context, _, address string, _ syscall.RawConn) error {
+			ap, err := netip.ParseAddrPort(address)
+			if err != nil {
+				return fmt.Errorf("egress check: cannot parse socket address %q", address)
+			}
+			return p.Check(ap.Addr())
+		},
+	}
+	return d.DialContext
 }
 
 // NewManager returns a Manager for cfg that writes to reg and registers
@@ -80,14 +124,14 @@ func NewManager(ctx context.Context, cfg *Config, reg Registry, metrics promethe
 	if err != nil {
 		return nil, fmt.Errorf("discovery metrics: %w", err)
 	}
-	var popts []func(*discovery.Manager)
+	popts := []func(*discovery.Manager){discovery.HTTPClientOptions(config.WithDialContextFunc(egressDialer(opts.Egress)))}
 	if opts.UpdateEvery > 0 {
 		popts = append(popts, discovery.Updatert(opts.UpdateEvery))
 	}
 	m := &Manager{
-		reg:    reg,
-		logger: logger,
-		prom:   discovery.NewManager(ctx, logger.With("component", "discovery"), wrapped, sdMetrics, popts...),
+		reg:      reg,
+		logger:   logger,
+		announce: opts.Announce,
 		applied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pulse_discovery_answers_applied_total", Help: "Answers of a discovery group's sources applied to the targets.",
 		}, []string{"group"}),
@@ -103,8 +147,15 @@ func NewManager(ctx context.Context, cfg *Config, reg Registry, metrics promethe
 		lastTime: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "pulse_discovery_last_apply_timestamp_seconds", Help: "When an answer of a discovery group was last applied (Unix seconds).",
 		}, []string{"group"}),
+		sourceUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pulse_discovery_source_up", Help: "1 when a discovery source's last refresh succeeded, 0 while it fails (its last good set stays) or before its first answer.",
+		}, []string{"group", "source"}),
 	}
-	for _, c := range []prometheus.Collector{m.applied, m.refused, m.skipped, m.targets, m.lastTime} {
+	id := func(s string) string { return s }
+	m.secrets.Store(&id)
+	handler := &sourceHandler{h: logger.Handler(), redact: m.redactText}
+	m.prom = discovery.NewManager(ctx, slog.New(handler), wrapped, sdMetrics, popts...)
+	for _, c := range []prometheus.Collector{m.applied, m.refused, m.skipped, m.targets, m.lastTime, m.sourceUp} {
 		if err := metrics.Register(c); err != nil {
 			return nil, fmt.Errorf("discovery metrics: %w", err)
 		}
@@ -117,26 +168,65 @@ func NewManager(ctx context.Context, cfg *Config, reg Registry, metrics promethe
 
 // ApplyConfig makes cfg the running configuration: sources of new groups
 // start, those of removed groups stop (their targets leave as on_disappear
-// says on the next answer), and changed groups restart their sources.
+// says on the next answer), and changed sources restart; an unchanged
+// source goes on, and keeps its status.
 func (m *Manager) ApplyConfig(cfg *Config) error {
-	sets := make(map[string]discovery.Configs, len(cfg.Groups))
-	groups := make(map[string]*Group, len(cfg.Groups))
+	var secrets []string
 	for _, g := range cfg.Groups {
-		sets[g.Name] = g.SDConfigs
-		groups[g.Name] = g
+		secrets = append(secrets, secretsOf(g.SDConfigs)...)
 	}
 	m.mu.Lock()
-	m.groups = groups
-	status := make(map[string]*GroupStatus, len(groups))
-	for _, g := range cfg.Groups {
-		st := &GroupStatus{Name: g.Name, Sources: sourceNames(g.SDConfigs)}
-		if old, ok := m.status[g.Name]; ok {
-			st.Targets, st.LastApply, st.LastError = old.Targets, old.LastApply, old.LastError
+	for _, st := range m.groups { // old sources may log until they stop
+		for _, src := range st.sources {
+			secrets = append(secrets, secretsOf(discovery.Configs{src.cfg})...)
 		}
-		status[g.Name] = st
 	}
-	m.status = status
+	redact := newRedactor(secrets)
+	m.secrets.Store(&redact)
+	old := m.groups
+	m.groups = make(map[string]*groupState, len(cfg.Groups))
+	sets := make(map[string]discovery.Configs)
+	kept := map[*source]bool{}
+	for _, g := range cfg.Groups {
+		st := &groupState{g: g}
+		if prev, ok := old[g.Name]; ok {
+			st.targets, st.lastApply, st.lastError, st.errorSince, st.refused = prev.targets, prev.lastApply, prev.lastError, prev.errorSince, prev.refused
+		}
+		for i, name := range sourceNames(g.SDConfigs) {
+			c := g.SDConfigs[i]
+			var src *source
+			if prev, ok := old[g.Name]; ok {
+				for _, p := range prev.sources {
+					if p.name == name && reflect.DeepEqual(p.cfg, c) {
+						src = p
+					}
+				}
+			}
+			if src == nil {
+				src = newSource(m, g.Name, name, c)
+				m.sourceUp.WithLabelValues(g.Name, name).Set(0)
+			}
+			kept[src] = true
+			st.sources = append(st.sources, src)
+			sets[src.set] = discovery.Configs{trackedConfig{Config: c, src: src}}
+		}
+		m.groups[g.Name] = st
+	}
+	var retired []*source
+	for _, st := range old {
+		for _, src := range st.sources {
+			if !kept[src] {
+				retired = append(retired, src)
+			}
+		}
+	}
 	m.mu.Unlock()
+	for _, src := range retired {
+		src.mu.Lock()
+		src.retired = true
+		src.mu.Unlock()
+		m.sourceUp.DeleteLabelValues(src.group, src.name)
+	}
 	return m.prom.ApplyConfig(sets)
 }
 
@@ -150,25 +240,72 @@ func sourceNames(cs discovery.Configs) []string {
 	return out
 }
 
-// Status returns each group's status, sorted by name.
-func (m *Manager) Status() []GroupStatus {
+// redactText replaces the secrets of the running configuration's sources
+// with "<secret>".
+func (m *Manager) redactText(s string) string { return (*m.secrets.Load())(s) }
+
+// DiscoveryGroups returns each group's status and its sources', sorted by
+// name, for ListDiscovery; no secret of the sources' configuration is in
+// it.
+func (m *Manager) DiscoveryGroups() []GroupStatus {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]GroupStatus, 0, len(m.status))
-	for _, name := range slices.Sorted(maps.Keys(m.status)) {
-		st := *m.status[name]
-		st.Sources = slices.Clone(st.Sources)
-		out = append(out, st)
+	out := make([]GroupStatus, 0, len(m.groups))
+	for _, name := range slices.Sorted(maps.Keys(m.groups)) {
+		st := m.groups[name]
+		gs := GroupStatus{
+			Name:       name,
+			Source:     Source(name),
+			Targets:    st.targets,
+			LastApply:  st.lastApply,
+			LastError:  st.lastError,
+			ErrorSince: st.errorSince,
+		}
+		for _, src := range st.sources {
+			gs.Sources = append(gs.Sources, src.status())
+		}
+		out = append(out, gs)
 	}
 	return out
 }
+
+// Status is DiscoveryGroups.
+func (m *Manager) Status() []GroupStatus { return m.DiscoveryGroups() }
 
 // Group returns the configuration of the named group, if it runs.
 func (m *Manager) Group(name string) (*Group, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	g, ok := m.groups[name]
-	return g, ok
+	st, ok := m.groups[name]
+	if !ok {
+		return nil, false
+	}
+	return st.g, true
+}
+
+// sourceChanged is told by a source that it started failing (err) or
+// answers again; it runs outside every lock of the manager.
+func (m *Manager) sourceChanged(src *source, failing bool, err string) {
+	pc := checker.PolicyChange{Source: Source(src.group), SDConfig: src.name}
+	kind := checker.EventDiscoveryRecovered
+	if failing {
+		kind, pc.Error = checker.EventDiscoveryFailed, err
+		pc.Text = fmt.Sprintf("discovery: %s failed; its last good set stays: %s", src.set, err)
+		m.logger.Warn("discovery source failed; its last good set stays", "group", src.group, "source", src.name, "error", err)
+	} else {
+		pc.Text = fmt.Sprintf("discovery: %s answers again", src.set)
+		m.logger.Info("discovery source answers again", "group", src.group, "source", src.name)
+	}
+	m.emit(kind, pc)
+}
+
+func (m *Manager) emit(kind checker.EventKind, pc checker.PolicyChange) {
+	if m.announce == nil {
+		return
+	}
+	if err := m.announce.Announce(kind, pc); err != nil {
+		m.logger.Debug("discovery event not sent", "event", kind.String(), "error", err)
+	}
 }
 
 // Run runs the sources and applies their answers until ctx is done; it
@@ -186,21 +323,56 @@ func (m *Manager) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case answer := <-m.prom.SyncCh():
-			for _, name := range slices.Sorted(maps.Keys(answer)) {
-				m.apply(name, answer[name])
-			}
+			m.applyAnswer(answer)
 		}
 	}
 }
 
-// apply makes the group's targets in the registry those of one answer.
-func (m *Manager) apply(name string, tgs []*targetgroup.Group) {
+// applyAnswer applies, group by group, one answer of Prometheus's
+// manager: the target groups of each source (each is a target set of its
+// own there). A group whose sources are not all in the answer (one sent
+// before a reload changed them) waits for the next.
+func (m *Manager) applyAnswer(answer map[string][]*targetgroup.Group) {
 	m.mu.Lock()
-	g, ok := m.groups[name]
-	m.mu.Unlock()
-	if !ok {
-		return // a group removed from the configuration: its last answer
+	type work struct {
+		name string
+		g    *Group
+		tgs  []*targetgroup.Group
 	}
+	var todo []work
+	for _, name := range slices.Sorted(maps.Keys(m.groups)) {
+		st := m.groups[name]
+		w := work{name: name, g: st.g}
+		complete := true
+		for _, src := range st.sources {
+			tgs, ok := answer[src.set]
+			if !ok {
+				complete = false
+				break
+			}
+			n := 0
+			for _, tg := range tgs {
+				if tg != nil {
+					n += len(tg.Targets)
+				}
+			}
+			src.mu.Lock()
+			src.targets = n
+			src.mu.Unlock()
+			w.tgs = append(w.tgs, tgs...)
+		}
+		if complete {
+			todo = append(todo, w)
+		}
+	}
+	m.mu.Unlock()
+	for _, w := range todo {
+		m.apply(w.name, w.g, w.tgs)
+	}
+}
+
+// apply makes the group's targets in the registry those of one answer.
+func (m *Manager) apply(name string, g *Group, tgs []*targetgroup.Group) {
 	specs, skipped, err := g.Targets(tgs, m.reg.Defaults())
 	if err != nil {
 		m.refused.WithLabelValues(name).Inc()
@@ -264,20 +436,41 @@ func (m *Manager) apply(name string, tgs []*targetgroup.Group) {
 }
 
 // setStatus records an answer's outcome: n targets applied, or n < 0 when
-// the answer was refused and the last good set stays.
+// the answer was refused and the last good set stays. A refusal starts a
+// failure of the group, which the next applied answer ends.
 func (m *Manager) setStatus(name string, n int, err error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	st, ok := m.status[name]
+	st, ok := m.groups[name]
 	if !ok {
+		m.mu.Unlock()
 		return
 	}
-	st.LastError = ""
+	msg := ""
 	if err != nil {
-		st.LastError = err.Error()
+		msg = m.redactText(err.Error())
 	}
+	if msg != "" && st.lastError == "" {
+		st.errorSince = time.Now()
+	}
+	if msg == "" {
+		st.errorSince = time.Time{}
+	}
+	st.lastError = msg
+	wasRefused := st.refused
+	st.refused = n < 0
 	if n >= 0 {
-		st.Targets = n
-		st.LastApply = time.Now()
+		st.targets = n
+		st.lastApply = time.Now()
+	}
+	m.mu.Unlock()
+	pc := checker.PolicyChange{Source: Source(name)}
+	switch {
+	case n < 0 && !wasRefused:
+		pc.Error = msg
+		pc.Text = fmt.Sprintf("discovery: %s: answer refused; the last good set stays: %s", name, msg)
+		m.emit(checker.EventDiscoveryFailed, pc)
+	case n >= 0 && wasRefused:
+		pc.Text = fmt.Sprintf("discovery: %s: an answer applies again", name)
+		m.emit(checker.EventDiscoveryRecovered, pc)
 	}
 }

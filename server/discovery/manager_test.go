@@ -218,8 +218,9 @@ groups:
 	// Restored.
 	writeAtomic(t, file, `[{"targets": ["127.0.0.3:8001"]}]`)
 	waitFor(t, "restored", reg.modes, "api-127.0.0.1:8001=draining api-127.0.0.2:8001=draining api-127.0.0.3:8001=active")
+	waitFor(t, "the status after the restore", func() string { return fmt.Sprint(m.Status()[0].Targets) }, "1")
 	st := m.Status()
-	if len(st) != 1 || st[0].Targets != 1 || st[0].Sources[0] != "file_sd 0" || st[0].LastApply.IsZero() {
+	if len(st) != 1 || st[0].Targets != 1 || st[0].Sources[0].Name != "file_sd 0" || st[0].LastApply.IsZero() {
 		t.Errorf("status %+v", st)
 	}
 }
@@ -237,9 +238,9 @@ func TestManagerRefusals(t *testing.T) {
 	waitFor(t, "skipped counted", func() string {
 		return fmt.Sprint(testutil.ToFloat64(m.skipped.WithLabelValues("a")))
 	}, "1")
-	if st := m.Status(); !strings.Contains(st[0].LastError, "egress") {
-		t.Errorf("status %+v does not say why a target was left out", st)
-	}
+	waitFor(t, "the status says why a target was left out", func() string {
+		return fmt.Sprint(strings.Contains(m.Status()[0].LastError, "egress"))
+	}, "true")
 
 	var big strings.Builder
 	big.WriteString(`[{"targets": [`)
@@ -257,9 +258,9 @@ func TestManagerRefusals(t *testing.T) {
 	if got := reg.modes(); got != "a-127.0.0.1:1=active" {
 		t.Errorf("after a huge answer: %s, want the last good set", got)
 	}
-	if st := m.Status(); !strings.Contains(st[0].LastError, "maximum") {
-		t.Errorf("status %+v", st)
-	}
+	waitFor(t, "the status says the answer was refused", func() string {
+		return fmt.Sprint(strings.Contains(m.Status()[0].LastError, "maximum"))
+	}, "true")
 
 	// on_disappear: remove.
 	writeAtomic(t, file, `[]`)

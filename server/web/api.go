@@ -64,6 +64,9 @@ type row struct {
 	Mode string `json:"mode,omitempty"`
 	// ModeReason is the reason given with the mode, if any.
 	ModeReason string `json:"modeReason,omitempty"`
+	// Source says who registered the target: "api", "file", or
+	// "discovery:GROUP" for a target a discovery group found.
+	Source string `json:"source,omitempty"`
 }
 
 type resultJSON struct {
@@ -90,6 +93,7 @@ func toRow(st checker.Status, recent []checker.Result) row {
 		FailStreak: st.FailStreak,
 		Streak:     Streak(st),
 		Results:    make([]resultJSON, len(recent)),
+		Source:     st.Spec.Source,
 	}
 	if lr := st.LastResult; lr != nil {
 		lat := lr.Latency.Seconds()

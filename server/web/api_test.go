@@ -494,3 +494,15 @@ func TestDegradedReplicasAreShown(t *testing.T) {
 		t.Errorf("degradedReplicas after r3 recovered: %v, want none", got)
 	}
 }
+
+// A discovered target's row says which discovery group found it.
+func TestRowShowsSource(t *testing.T) {
+	st := checker.Status{Spec: checker.Spec{Name: "api-127.0.0.1:80", Rise: 1, Fall: 1, Source: "discovery:api"}, State: checker.StateHealthy}
+	body, err := json.Marshal(web.RowForTest(st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(body), `"source":"discovery:api"`) {
+		t.Errorf("row %s does not give its source", body)
+	}
+}

@@ -234,6 +234,16 @@ const (
 	// (remove_after_unhealthy reached, or the drain of RemoveTarget with
 	// drain_for ended); the `removed` event follows.
 	PolicyEvent_KIND_TARGET_EXPIRED PolicyEvent_Kind = 30
+	// DISCOVERY_FAILED: a discovery source failed (file unreadable or
+	// invalid, HTTP error, DNS failure, timeout), or its group's answer was
+	// refused (over the maximum of targets); its last good set stays.
+	// source, sd_config and error say which and why. Sent once when it
+	// starts failing, not at every refresh. Goes to watchers without a
+	// filter. With --registry etcd it is logged by the replica, not
+	// streamed.
+	PolicyEvent_KIND_DISCOVERY_FAILED PolicyEvent_Kind = 40
+	// DISCOVERY_RECOVERED: the source answered again.
+	PolicyEvent_KIND_DISCOVERY_RECOVERED PolicyEvent_Kind = 41
 )
 
 // Enum value maps for PolicyEvent_Kind.
@@ -248,17 +258,21 @@ var (
 		6:  "KIND_CHECKER_RECOVERED",
 		20: "KIND_CERT_EXPIRING",
 		30: "KIND_TARGET_EXPIRED",
+		40: "KIND_DISCOVERY_FAILED",
+		41: "KIND_DISCOVERY_RECOVERED",
 	}
 	PolicyEvent_Kind_value = map[string]int32{
-		"KIND_UNSPECIFIED":       0,
-		"KIND_PANIC_ENTERED":     1,
-		"KIND_PANIC_EXITED":      2,
-		"KIND_FLAPPING_STARTED":  3,
-		"KIND_FLAPPING_ENDED":    4,
-		"KIND_CHECKER_DEGRADED":  5,
-		"KIND_CHECKER_RECOVERED": 6,
-		"KIND_CERT_EXPIRING":     20,
-		"KIND_TARGET_EXPIRED":    30,
+		"KIND_UNSPECIFIED":         0,
+		"KIND_PANIC_ENTERED":       1,
+		"KIND_PANIC_EXITED":        2,
+		"KIND_FLAPPING_STARTED":    3,
+		"KIND_FLAPPING_ENDED":      4,
+		"KIND_CHECKER_DEGRADED":    5,
+		"KIND_CHECKER_RECOVERED":   6,
+		"KIND_CERT_EXPIRING":       20,
+		"KIND_TARGET_EXPIRED":      30,
+		"KIND_DISCOVERY_FAILED":    40,
+		"KIND_DISCOVERY_RECOVERED": 41,
 	}
 )
 
@@ -286,7 +300,7 @@ func (x PolicyEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PolicyEvent_Kind.Descriptor instead.
 func (PolicyEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{45, 0}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{49, 0}
 }
 
 // HttpProbe passes when GET (or HEAD, or POST) on url answers with an
@@ -1466,7 +1480,8 @@ type TargetStatus struct {
 	CarriedOver bool `protobuf:"varint,8,opt,name=carried_over,json=carriedOver,proto3" json:"carried_over,omitempty"`
 	// source says who registered the target: "api" (AddTarget) or "file"
 	// (pulsed -targets). A reload of the file adds, updates and removes only
-	// the targets it lists or listed.
+	// the targets it lists or listed. A discovered target's source is
+	// "discovery:GROUP" (see ListDiscovery).
 	Source string `protobuf:"bytes,9,opt,name=source,proto3" json:"source,omitempty"`
 	// verdict is the state the results alone give. It differs from state
 	// while a policy holds the target: panic_held (verdict UNHEALTHY, state
@@ -3389,6 +3404,300 @@ func (x *ListTargetsResponse) GetChecker() *CheckerStatus {
 	return nil
 }
 
+// ListDiscoveryRequest takes no argument.
+type ListDiscoveryRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDiscoveryRequest) Reset() {
+	*x = ListDiscoveryRequest{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDiscoveryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDiscoveryRequest) ProtoMessage() {}
+
+func (x *ListDiscoveryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDiscoveryRequest.ProtoReflect.Descriptor instead.
+func (*ListDiscoveryRequest) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{33}
+}
+
+// ListDiscoveryResponse lists the discovery groups.
+type ListDiscoveryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// groups sorted by name; empty without -discovery-config.
+	Groups        []*DiscoveryGroup `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDiscoveryResponse) Reset() {
+	*x = ListDiscoveryResponse{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDiscoveryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDiscoveryResponse) ProtoMessage() {}
+
+func (x *ListDiscoveryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDiscoveryResponse.ProtoReflect.Descriptor instead.
+func (*ListDiscoveryResponse) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ListDiscoveryResponse) GetGroups() []*DiscoveryGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+// DiscoveryGroup is one discovery group and its sources.
+type DiscoveryGroup struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name of the group.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// source is its targets' source, "discovery:NAME" (TargetStatus.source).
+	Source string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	// targets is how many targets the last applied answer held.
+	Targets int32 `protobuf:"varint,3,opt,name=targets,proto3" json:"targets,omitempty"`
+	// last_apply is when an answer was last applied; unset before the
+	// first.
+	LastApply *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_apply,json=lastApply,proto3" json:"last_apply,omitempty"`
+	// last_error is why the last answer was refused whole (over the maximum
+	// of targets), or which of its targets were left out; empty when it
+	// applied whole.
+	LastError string `protobuf:"bytes,5,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// error_since is when the answers started being refused or leaving
+	// targets out; unset when last_error is empty.
+	ErrorSince *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=error_since,json=errorSince,proto3" json:"error_since,omitempty"`
+	// sources are the group's SD configs, in the file's order.
+	Sources []*DiscoverySource `protobuf:"bytes,7,rep,name=sources,proto3" json:"sources,omitempty"`
+	// leader is the replica that runs the group, with replicas on etcd (one
+	// replica runs each group); empty with one pulsed or while none leads. A
+	// replica that does not lead the group answers only its name, sources
+	// and leader: ask the leader for the rest.
+	Leader        string `protobuf:"bytes,8,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiscoveryGroup) Reset() {
+	*x = DiscoveryGroup{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiscoveryGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiscoveryGroup) ProtoMessage() {}
+
+func (x *DiscoveryGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiscoveryGroup.ProtoReflect.Descriptor instead.
+func (*DiscoveryGroup) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *DiscoveryGroup) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DiscoveryGroup) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *DiscoveryGroup) GetTargets() int32 {
+	if x != nil {
+		return x.Targets
+	}
+	return 0
+}
+
+func (x *DiscoveryGroup) GetLastApply() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastApply
+	}
+	return nil
+}
+
+func (x *DiscoveryGroup) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *DiscoveryGroup) GetErrorSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ErrorSince
+	}
+	return nil
+}
+
+func (x *DiscoveryGroup) GetSources() []*DiscoverySource {
+	if x != nil {
+		return x.Sources
+	}
+	return nil
+}
+
+func (x *DiscoveryGroup) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+// DiscoverySource is one SD config of a discovery group.
+type DiscoverySource struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is "MECHANISM_sd N", the group's Nth config of that mechanism
+	// from 0: "file_sd 0", "http_sd 1".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// detail is what it reads: its files, its URL (without credentials or
+	// query), or its DNS names.
+	Detail string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	// last_refresh is when it last answered; unset before its first answer.
+	LastRefresh *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=last_refresh,json=lastRefresh,proto3" json:"last_refresh,omitempty"`
+	// targets is how many targets its last good answer held (before
+	// relabeling).
+	Targets int32 `protobuf:"varint,4,opt,name=targets,proto3" json:"targets,omitempty"`
+	// last_error is why it fails, while it does: its last good set stays.
+	// Empty when its last refresh succeeded.
+	LastError string `protobuf:"bytes,5,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// error_since is when it started failing; unset when it does not fail.
+	ErrorSince    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=error_since,json=errorSince,proto3" json:"error_since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiscoverySource) Reset() {
+	*x = DiscoverySource{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiscoverySource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiscoverySource) ProtoMessage() {}
+
+func (x *DiscoverySource) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiscoverySource.ProtoReflect.Descriptor instead.
+func (*DiscoverySource) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *DiscoverySource) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DiscoverySource) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *DiscoverySource) GetLastRefresh() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastRefresh
+	}
+	return nil
+}
+
+func (x *DiscoverySource) GetTargets() int32 {
+	if x != nil {
+		return x.Targets
+	}
+	return 0
+}
+
+func (x *DiscoverySource) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *DiscoverySource) GetErrorSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ErrorSince
+	}
+	return nil
+}
+
 // SetGroupPolicyRequest names a group and its new policy.
 type SetGroupPolicyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3403,7 +3712,7 @@ type SetGroupPolicyRequest struct {
 
 func (x *SetGroupPolicyRequest) Reset() {
 	*x = SetGroupPolicyRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3415,7 +3724,7 @@ func (x *SetGroupPolicyRequest) String() string {
 func (*SetGroupPolicyRequest) ProtoMessage() {}
 
 func (x *SetGroupPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3428,7 +3737,7 @@ func (x *SetGroupPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGroupPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetGroupPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{33}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetGroupPolicyRequest) GetGroup() string {
@@ -3456,7 +3765,7 @@ type SetGroupPolicyResponse struct {
 
 func (x *SetGroupPolicyResponse) Reset() {
 	*x = SetGroupPolicyResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3468,7 +3777,7 @@ func (x *SetGroupPolicyResponse) String() string {
 func (*SetGroupPolicyResponse) ProtoMessage() {}
 
 func (x *SetGroupPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3481,7 +3790,7 @@ func (x *SetGroupPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGroupPolicyResponse.ProtoReflect.Descriptor instead.
 func (*SetGroupPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{34}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetGroupPolicyResponse) GetGroup() *GroupStatus {
@@ -3509,7 +3818,7 @@ type ReportOutcomeRequest struct {
 
 func (x *ReportOutcomeRequest) Reset() {
 	*x = ReportOutcomeRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3521,7 +3830,7 @@ func (x *ReportOutcomeRequest) String() string {
 func (*ReportOutcomeRequest) ProtoMessage() {}
 
 func (x *ReportOutcomeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3534,7 +3843,7 @@ func (x *ReportOutcomeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportOutcomeRequest.ProtoReflect.Descriptor instead.
 func (*ReportOutcomeRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{35}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReportOutcomeRequest) GetTarget() string {
@@ -3578,7 +3887,7 @@ type ReportOutcomeResponse struct {
 
 func (x *ReportOutcomeResponse) Reset() {
 	*x = ReportOutcomeResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3590,7 +3899,7 @@ func (x *ReportOutcomeResponse) String() string {
 func (*ReportOutcomeResponse) ProtoMessage() {}
 
 func (x *ReportOutcomeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3603,7 +3912,7 @@ func (x *ReportOutcomeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportOutcomeResponse.ProtoReflect.Descriptor instead.
 func (*ReportOutcomeResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{36}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReportOutcomeResponse) GetCounted() bool {
@@ -3638,7 +3947,7 @@ type UpdateTargetRequest struct {
 
 func (x *UpdateTargetRequest) Reset() {
 	*x = UpdateTargetRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3650,7 +3959,7 @@ func (x *UpdateTargetRequest) String() string {
 func (*UpdateTargetRequest) ProtoMessage() {}
 
 func (x *UpdateTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3663,7 +3972,7 @@ func (x *UpdateTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTargetRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTargetRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{37}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *UpdateTargetRequest) GetTarget() *Target {
@@ -3693,7 +4002,7 @@ type UpdateTargetResponse struct {
 
 func (x *UpdateTargetResponse) Reset() {
 	*x = UpdateTargetResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[38]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3705,7 +4014,7 @@ func (x *UpdateTargetResponse) String() string {
 func (*UpdateTargetResponse) ProtoMessage() {}
 
 func (x *UpdateTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[38]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3718,7 +4027,7 @@ func (x *UpdateTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTargetResponse.ProtoReflect.Descriptor instead.
 func (*UpdateTargetResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{38}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *UpdateTargetResponse) GetPrevious() *Target {
@@ -3749,7 +4058,7 @@ type ProbeNowRequest struct {
 
 func (x *ProbeNowRequest) Reset() {
 	*x = ProbeNowRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[39]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3761,7 +4070,7 @@ func (x *ProbeNowRequest) String() string {
 func (*ProbeNowRequest) ProtoMessage() {}
 
 func (x *ProbeNowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[39]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3774,7 +4083,7 @@ func (x *ProbeNowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeNowRequest.ProtoReflect.Descriptor instead.
 func (*ProbeNowRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{39}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ProbeNowRequest) GetGroup() string {
@@ -3805,7 +4114,7 @@ type ProbeNowResponse struct {
 
 func (x *ProbeNowResponse) Reset() {
 	*x = ProbeNowResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[40]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3817,7 +4126,7 @@ func (x *ProbeNowResponse) String() string {
 func (*ProbeNowResponse) ProtoMessage() {}
 
 func (x *ProbeNowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[40]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3830,7 +4139,7 @@ func (x *ProbeNowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeNowResponse.ProtoReflect.Descriptor instead.
 func (*ProbeNowResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{40}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ProbeNowResponse) GetTransitions() []*Transition {
@@ -3865,7 +4174,7 @@ type ProbeNowResult struct {
 
 func (x *ProbeNowResult) Reset() {
 	*x = ProbeNowResult{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[41]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3877,7 +4186,7 @@ func (x *ProbeNowResult) String() string {
 func (*ProbeNowResult) ProtoMessage() {}
 
 func (x *ProbeNowResult) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[41]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3890,7 +4199,7 @@ func (x *ProbeNowResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeNowResult.ProtoReflect.Descriptor instead.
 func (*ProbeNowResult) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{41}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ProbeNowResult) GetName() string {
@@ -3940,7 +4249,7 @@ type WatchTransitionsRequest struct {
 
 func (x *WatchTransitionsRequest) Reset() {
 	*x = WatchTransitionsRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[42]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3952,7 +4261,7 @@ func (x *WatchTransitionsRequest) String() string {
 func (*WatchTransitionsRequest) ProtoMessage() {}
 
 func (x *WatchTransitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[42]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3965,7 +4274,7 @@ func (x *WatchTransitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTransitionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchTransitionsRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{42}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *WatchTransitionsRequest) GetGroup() string {
@@ -3999,7 +4308,7 @@ type SnapshotComplete struct {
 
 func (x *SnapshotComplete) Reset() {
 	*x = SnapshotComplete{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[43]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4011,7 +4320,7 @@ func (x *SnapshotComplete) String() string {
 func (*SnapshotComplete) ProtoMessage() {}
 
 func (x *SnapshotComplete) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[43]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4024,7 +4333,7 @@ func (x *SnapshotComplete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotComplete.ProtoReflect.Descriptor instead.
 func (*SnapshotComplete) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{43}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{47}
 }
 
 // Progress says the stream has delivered every matching event up to its
@@ -4037,7 +4346,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[44]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4049,7 +4358,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[44]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4062,7 +4371,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{44}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{48}
 }
 
 // PolicyEvent is a change in a pool policy's or the checker's state. It
@@ -4088,14 +4397,23 @@ type PolicyEvent struct {
 	// about: every replica streams every replica's CHECKER_DEGRADED and
 	// CHECKER_RECOVERED (one that leaves while degraded is RECOVERED). Empty
 	// otherwise.
-	Replica       string `protobuf:"bytes,55,opt,name=replica,proto3" json:"replica,omitempty"`
+	Replica string `protobuf:"bytes,55,opt,name=replica,proto3" json:"replica,omitempty"`
+	// source is, for a DISCOVERY event, the source of the group's targets
+	// ("discovery:api", as TargetStatus.source).
+	Source string `protobuf:"bytes,56,opt,name=source,proto3" json:"source,omitempty"`
+	// sd_config is, for a DISCOVERY event, the SD config within the group
+	// ("http_sd 0": its first http_sd_configs entry); empty when the
+	// group's whole answer was refused.
+	SdConfig string `protobuf:"bytes,57,opt,name=sd_config,json=sdConfig,proto3" json:"sd_config,omitempty"`
+	// error is why a DISCOVERY_FAILED source failed.
+	Error         string `protobuf:"bytes,58,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PolicyEvent) Reset() {
 	*x = PolicyEvent{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[45]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4107,7 +4425,7 @@ func (x *PolicyEvent) String() string {
 func (*PolicyEvent) ProtoMessage() {}
 
 func (x *PolicyEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[45]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4120,7 +4438,7 @@ func (x *PolicyEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyEvent.ProtoReflect.Descriptor instead.
 func (*PolicyEvent) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{45}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PolicyEvent) GetKind() PolicyEvent_Kind {
@@ -4172,6 +4490,27 @@ func (x *PolicyEvent) GetReplica() string {
 	return ""
 }
 
+func (x *PolicyEvent) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *PolicyEvent) GetSdConfig() string {
+	if x != nil {
+		return x.SdConfig
+	}
+	return ""
+}
+
+func (x *PolicyEvent) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 // TargetRemoved says a target is gone.
 type TargetRemoved struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4185,7 +4524,7 @@ type TargetRemoved struct {
 
 func (x *TargetRemoved) Reset() {
 	*x = TargetRemoved{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[46]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4197,7 +4536,7 @@ func (x *TargetRemoved) String() string {
 func (*TargetRemoved) ProtoMessage() {}
 
 func (x *TargetRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[46]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4210,7 +4549,7 @@ func (x *TargetRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetRemoved.ProtoReflect.Descriptor instead.
 func (*TargetRemoved) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{46}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *TargetRemoved) GetName() string {
@@ -4256,7 +4595,7 @@ type WatchTransitionsResponse struct {
 
 func (x *WatchTransitionsResponse) Reset() {
 	*x = WatchTransitionsResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[47]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4268,7 +4607,7 @@ func (x *WatchTransitionsResponse) String() string {
 func (*WatchTransitionsResponse) ProtoMessage() {}
 
 func (x *WatchTransitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[47]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4281,7 +4620,7 @@ func (x *WatchTransitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTransitionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchTransitionsResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{47}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *WatchTransitionsResponse) GetRevision() uint64 {
@@ -4465,7 +4804,7 @@ type TargetsFile struct {
 
 func (x *TargetsFile) Reset() {
 	*x = TargetsFile{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[48]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4477,7 +4816,7 @@ func (x *TargetsFile) String() string {
 func (*TargetsFile) ProtoMessage() {}
 
 func (x *TargetsFile) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[48]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4490,7 +4829,7 @@ func (x *TargetsFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetsFile.ProtoReflect.Descriptor instead.
 func (*TargetsFile) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{48}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *TargetsFile) GetTargets() []*Target {
@@ -4521,7 +4860,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[49]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4533,7 +4872,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[49]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4546,7 +4885,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{49}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *HistoryRequest) GetTarget() string {
@@ -4618,7 +4957,7 @@ type HistoryResponse struct {
 
 func (x *HistoryResponse) Reset() {
 	*x = HistoryResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[50]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4630,7 +4969,7 @@ func (x *HistoryResponse) String() string {
 func (*HistoryResponse) ProtoMessage() {}
 
 func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[50]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4643,7 +4982,7 @@ func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
 func (*HistoryResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{50}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *HistoryResponse) GetTarget() string {
@@ -4762,7 +5101,7 @@ type GroupSLO struct {
 
 func (x *GroupSLO) Reset() {
 	*x = GroupSLO{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[51]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4774,7 +5113,7 @@ func (x *GroupSLO) String() string {
 func (*GroupSLO) ProtoMessage() {}
 
 func (x *GroupSLO) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[51]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4787,7 +5126,7 @@ func (x *GroupSLO) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupSLO.ProtoReflect.Descriptor instead.
 func (*GroupSLO) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{51}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GroupSLO) GetObjective() float64 {
@@ -4843,7 +5182,7 @@ type HistoryPoint struct {
 
 func (x *HistoryPoint) Reset() {
 	*x = HistoryPoint{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[52]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4855,7 +5194,7 @@ func (x *HistoryPoint) String() string {
 func (*HistoryPoint) ProtoMessage() {}
 
 func (x *HistoryPoint) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[52]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4868,7 +5207,7 @@ func (x *HistoryPoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryPoint.ProtoReflect.Descriptor instead.
 func (*HistoryPoint) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{52}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *HistoryPoint) GetStart() *timestamppb.Timestamp {
@@ -4940,7 +5279,7 @@ type HistoryEvent struct {
 
 func (x *HistoryEvent) Reset() {
 	*x = HistoryEvent{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[53]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4952,7 +5291,7 @@ func (x *HistoryEvent) String() string {
 func (*HistoryEvent) ProtoMessage() {}
 
 func (x *HistoryEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[53]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4965,7 +5304,7 @@ func (x *HistoryEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryEvent.ProtoReflect.Descriptor instead.
 func (*HistoryEvent) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{53}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *HistoryEvent) GetTime() *timestamppb.Timestamp {
@@ -5293,7 +5632,31 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\atargets\x18\x01 \x03(\v2\x16.pulse.v1.TargetStatusR\atargets\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12-\n" +
 	"\x06groups\x18\x03 \x03(\v2\x15.pulse.v1.GroupStatusR\x06groups\x121\n" +
-	"\achecker\x18\x04 \x01(\v2\x17.pulse.v1.CheckerStatusR\achecker\"\\\n" +
+	"\achecker\x18\x04 \x01(\v2\x17.pulse.v1.CheckerStatusR\achecker\"\x16\n" +
+	"\x14ListDiscoveryRequest\"I\n" +
+	"\x15ListDiscoveryResponse\x120\n" +
+	"\x06groups\x18\x01 \x03(\v2\x18.pulse.v1.DiscoveryGroupR\x06groups\"\xba\x02\n" +
+	"\x0eDiscoveryGroup\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\x12\x18\n" +
+	"\atargets\x18\x03 \x01(\x05R\atargets\x129\n" +
+	"\n" +
+	"last_apply\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tlastApply\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x05 \x01(\tR\tlastError\x12;\n" +
+	"\verror_since\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"errorSince\x123\n" +
+	"\asources\x18\a \x03(\v2\x19.pulse.v1.DiscoverySourceR\asources\x12\x16\n" +
+	"\x06leader\x18\b \x01(\tR\x06leader\"\xf2\x01\n" +
+	"\x0fDiscoverySource\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\x12=\n" +
+	"\flast_refresh\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vlastRefresh\x12\x18\n" +
+	"\atargets\x18\x04 \x01(\x05R\atargets\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x05 \x01(\tR\tlastError\x12;\n" +
+	"\verror_since\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"errorSince\"\\\n" +
 	"\x15SetGroupPolicyRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12-\n" +
 	"\x06policy\x18\x02 \x01(\v2\x15.pulse.v1.GroupPolicyR\x06policy\"E\n" +
@@ -5331,7 +5694,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x0estart_revision\x18\x03 \x01(\x04R\rstartRevision\"\x12\n" +
 	"\x10SnapshotComplete\"\n" +
 	"\n" +
-	"\bProgress\"\xc7\x03\n" +
+	"\bProgress\"\xcb\x04\n" +
 	"\vPolicyEvent\x12.\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1a.pulse.v1.PolicyEvent.KindR\x04kind\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x16\n" +
@@ -5339,7 +5702,10 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
 	"\x04text\x18\x05 \x01(\tR\x04text\x12\x12\n" +
 	"\x04held\x18\x06 \x03(\tR\x04held\x12\x18\n" +
-	"\areplica\x187 \x01(\tR\areplica\"\xe7\x01\n" +
+	"\areplica\x187 \x01(\tR\areplica\x12\x16\n" +
+	"\x06source\x188 \x01(\tR\x06source\x12\x1b\n" +
+	"\tsd_config\x189 \x01(\tR\bsdConfig\x12\x14\n" +
+	"\x05error\x18: \x01(\tR\x05error\"\xa0\x02\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12KIND_PANIC_ENTERED\x10\x01\x12\x15\n" +
@@ -5349,7 +5715,9 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x15KIND_CHECKER_DEGRADED\x10\x05\x12\x1a\n" +
 	"\x16KIND_CHECKER_RECOVERED\x10\x06\x12\x16\n" +
 	"\x12KIND_CERT_EXPIRING\x10\x14\x12\x17\n" +
-	"\x13KIND_TARGET_EXPIRED\x10\x1e\"9\n" +
+	"\x13KIND_TARGET_EXPIRED\x10\x1e\x12\x19\n" +
+	"\x15KIND_DISCOVERY_FAILED\x10(\x12\x1c\n" +
+	"\x18KIND_DISCOVERY_RECOVERED\x10)\"9\n" +
 	"\rTargetRemoved\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\"\xa0\x04\n" +
@@ -5440,7 +5808,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x05Model\x12\x15\n" +
 	"\x11MODEL_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fMODEL_RISE_FALL\x10\x01\x12\x15\n" +
-	"\x11MODEL_THREE_STATE\x10\x022\x86\b\n" +
+	"\x11MODEL_THREE_STATE\x10\x022\xd8\b\n" +
 	"\rHealthChecker\x12D\n" +
 	"\tAddTarget\x12\x1a.pulse.v1.AddTargetRequest\x1a\x1b.pulse.v1.AddTargetResponse\x12G\n" +
 	"\n" +
@@ -5456,7 +5824,8 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\fUpdateTarget\x12\x1d.pulse.v1.UpdateTargetRequest\x1a\x1e.pulse.v1.UpdateTargetResponse\x12A\n" +
 	"\bProbeNow\x12\x19.pulse.v1.ProbeNowRequest\x1a\x1a.pulse.v1.ProbeNowResponse\x12>\n" +
 	"\aSetMode\x12\x18.pulse.v1.SetModeRequest\x1a\x19.pulse.v1.SetModeResponse\x12>\n" +
-	"\aHistory\x12\x18.pulse.v1.HistoryRequest\x1a\x19.pulse.v1.HistoryResponseB\x8e\x01\n" +
+	"\aHistory\x12\x18.pulse.v1.HistoryRequest\x1a\x19.pulse.v1.HistoryResponse\x12P\n" +
+	"\rListDiscovery\x12\x1e.pulse.v1.ListDiscoveryRequest\x1a\x1f.pulse.v1.ListDiscoveryResponseB\x8e\x01\n" +
 	"\fcom.pulse.v1B\n" +
 	"PulseProtoP\x01Z1github.com/pulsehealth/pulse/gen/pulse/v1;pulsev1\xa2\x02\x03PXX\xaa\x02\bPulse.V1\xca\x02\bPulse\\V1\xe2\x02\x14Pulse\\V1\\GPBMetadata\xea\x02\tPulse::V1b\x06proto3"
 
@@ -5473,7 +5842,7 @@ func file_pulse_v1_pulse_proto_rawDescGZIP() []byte {
 }
 
 var file_pulse_v1_pulse_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_pulse_v1_pulse_proto_goTypes = []any{
 	(Mode)(0),                        // 0: pulse.v1.Mode
 	(State)(0),                       // 1: pulse.v1.State
@@ -5512,181 +5881,193 @@ var file_pulse_v1_pulse_proto_goTypes = []any{
 	(*HealthyResponse)(nil),          // 34: pulse.v1.HealthyResponse
 	(*ListTargetsRequest)(nil),       // 35: pulse.v1.ListTargetsRequest
 	(*ListTargetsResponse)(nil),      // 36: pulse.v1.ListTargetsResponse
-	(*SetGroupPolicyRequest)(nil),    // 37: pulse.v1.SetGroupPolicyRequest
-	(*SetGroupPolicyResponse)(nil),   // 38: pulse.v1.SetGroupPolicyResponse
-	(*ReportOutcomeRequest)(nil),     // 39: pulse.v1.ReportOutcomeRequest
-	(*ReportOutcomeResponse)(nil),    // 40: pulse.v1.ReportOutcomeResponse
-	(*UpdateTargetRequest)(nil),      // 41: pulse.v1.UpdateTargetRequest
-	(*UpdateTargetResponse)(nil),     // 42: pulse.v1.UpdateTargetResponse
-	(*ProbeNowRequest)(nil),          // 43: pulse.v1.ProbeNowRequest
-	(*ProbeNowResponse)(nil),         // 44: pulse.v1.ProbeNowResponse
-	(*ProbeNowResult)(nil),           // 45: pulse.v1.ProbeNowResult
-	(*WatchTransitionsRequest)(nil),  // 46: pulse.v1.WatchTransitionsRequest
-	(*SnapshotComplete)(nil),         // 47: pulse.v1.SnapshotComplete
-	(*Progress)(nil),                 // 48: pulse.v1.Progress
-	(*PolicyEvent)(nil),              // 49: pulse.v1.PolicyEvent
-	(*TargetRemoved)(nil),            // 50: pulse.v1.TargetRemoved
-	(*WatchTransitionsResponse)(nil), // 51: pulse.v1.WatchTransitionsResponse
-	(*TargetsFile)(nil),              // 52: pulse.v1.TargetsFile
-	(*HistoryRequest)(nil),           // 53: pulse.v1.HistoryRequest
-	(*HistoryResponse)(nil),          // 54: pulse.v1.HistoryResponse
-	(*GroupSLO)(nil),                 // 55: pulse.v1.GroupSLO
-	(*HistoryPoint)(nil),             // 56: pulse.v1.HistoryPoint
-	(*HistoryEvent)(nil),             // 57: pulse.v1.HistoryEvent
-	nil,                              // 58: pulse.v1.HttpProbe.HeadersEntry
-	nil,                              // 59: pulse.v1.GrpcProbe.MetadataEntry
-	(*durationpb.Duration)(nil),      // 60: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 61: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),    // 62: google.protobuf.FieldMask
+	(*ListDiscoveryRequest)(nil),     // 37: pulse.v1.ListDiscoveryRequest
+	(*ListDiscoveryResponse)(nil),    // 38: pulse.v1.ListDiscoveryResponse
+	(*DiscoveryGroup)(nil),           // 39: pulse.v1.DiscoveryGroup
+	(*DiscoverySource)(nil),          // 40: pulse.v1.DiscoverySource
+	(*SetGroupPolicyRequest)(nil),    // 41: pulse.v1.SetGroupPolicyRequest
+	(*SetGroupPolicyResponse)(nil),   // 42: pulse.v1.SetGroupPolicyResponse
+	(*ReportOutcomeRequest)(nil),     // 43: pulse.v1.ReportOutcomeRequest
+	(*ReportOutcomeResponse)(nil),    // 44: pulse.v1.ReportOutcomeResponse
+	(*UpdateTargetRequest)(nil),      // 45: pulse.v1.UpdateTargetRequest
+	(*UpdateTargetResponse)(nil),     // 46: pulse.v1.UpdateTargetResponse
+	(*ProbeNowRequest)(nil),          // 47: pulse.v1.ProbeNowRequest
+	(*ProbeNowResponse)(nil),         // 48: pulse.v1.ProbeNowResponse
+	(*ProbeNowResult)(nil),           // 49: pulse.v1.ProbeNowResult
+	(*WatchTransitionsRequest)(nil),  // 50: pulse.v1.WatchTransitionsRequest
+	(*SnapshotComplete)(nil),         // 51: pulse.v1.SnapshotComplete
+	(*Progress)(nil),                 // 52: pulse.v1.Progress
+	(*PolicyEvent)(nil),              // 53: pulse.v1.PolicyEvent
+	(*TargetRemoved)(nil),            // 54: pulse.v1.TargetRemoved
+	(*WatchTransitionsResponse)(nil), // 55: pulse.v1.WatchTransitionsResponse
+	(*TargetsFile)(nil),              // 56: pulse.v1.TargetsFile
+	(*HistoryRequest)(nil),           // 57: pulse.v1.HistoryRequest
+	(*HistoryResponse)(nil),          // 58: pulse.v1.HistoryResponse
+	(*GroupSLO)(nil),                 // 59: pulse.v1.GroupSLO
+	(*HistoryPoint)(nil),             // 60: pulse.v1.HistoryPoint
+	(*HistoryEvent)(nil),             // 61: pulse.v1.HistoryEvent
+	nil,                              // 62: pulse.v1.HttpProbe.HeadersEntry
+	nil,                              // 63: pulse.v1.GrpcProbe.MetadataEntry
+	(*durationpb.Duration)(nil),      // 64: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 65: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),    // 66: google.protobuf.FieldMask
 }
 var file_pulse_v1_pulse_proto_depIdxs = []int32{
-	58,  // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
+	62,  // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
 	5,   // 1: pulse.v1.HttpProbe.header_matches:type_name -> pulse.v1.HeaderMatch
 	6,   // 2: pulse.v1.HttpProbe.tls:type_name -> pulse.v1.TlsOptions
-	60,  // 3: pulse.v1.TlsOptions.cert_expiry_warn:type_name -> google.protobuf.Duration
-	60,  // 4: pulse.v1.TlsOptions.cert_expiry_fail:type_name -> google.protobuf.Duration
+	64,  // 3: pulse.v1.TlsOptions.cert_expiry_warn:type_name -> google.protobuf.Duration
+	64,  // 4: pulse.v1.TlsOptions.cert_expiry_fail:type_name -> google.protobuf.Duration
 	8,   // 5: pulse.v1.TcpProbe.steps:type_name -> pulse.v1.TcpStep
 	6,   // 6: pulse.v1.TcpProbe.tls:type_name -> pulse.v1.TlsOptions
 	6,   // 7: pulse.v1.GrpcProbe.tls_options:type_name -> pulse.v1.TlsOptions
-	59,  // 8: pulse.v1.GrpcProbe.metadata:type_name -> pulse.v1.GrpcProbe.MetadataEntry
+	63,  // 8: pulse.v1.GrpcProbe.metadata:type_name -> pulse.v1.GrpcProbe.MetadataEntry
 	4,   // 9: pulse.v1.Target.http:type_name -> pulse.v1.HttpProbe
 	7,   // 10: pulse.v1.Target.tcp:type_name -> pulse.v1.TcpProbe
 	9,   // 11: pulse.v1.Target.grpc:type_name -> pulse.v1.GrpcProbe
 	10,  // 12: pulse.v1.Target.dns:type_name -> pulse.v1.DnsProbe
-	60,  // 13: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
-	60,  // 14: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
+	64,  // 13: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
+	64,  // 14: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
 	1,   // 15: pulse.v1.Target.initial_state:type_name -> pulse.v1.State
 	2,   // 16: pulse.v1.Target.model:type_name -> pulse.v1.Model
-	60,  // 17: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
-	60,  // 18: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
-	60,  // 19: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
-	60,  // 20: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
-	60,  // 21: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
-	60,  // 22: pulse.v1.Target.slow_start:type_name -> google.protobuf.Duration
-	60,  // 23: pulse.v1.Target.remove_after_unhealthy:type_name -> google.protobuf.Duration
-	60,  // 24: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
-	61,  // 25: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
+	64,  // 17: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
+	64,  // 18: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
+	64,  // 19: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
+	64,  // 20: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
+	64,  // 21: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
+	64,  // 22: pulse.v1.Target.slow_start:type_name -> google.protobuf.Duration
+	64,  // 23: pulse.v1.Target.remove_after_unhealthy:type_name -> google.protobuf.Duration
+	64,  // 24: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
+	65,  // 25: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
 	11,  // 26: pulse.v1.TargetStatus.spec:type_name -> pulse.v1.Target
 	1,   // 27: pulse.v1.TargetStatus.state:type_name -> pulse.v1.State
 	12,  // 28: pulse.v1.TargetStatus.last_result:type_name -> pulse.v1.ProbeResult
-	61,  // 29: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
+	65,  // 29: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
 	1,   // 30: pulse.v1.TargetStatus.verdict:type_name -> pulse.v1.State
-	60,  // 31: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
-	61,  // 32: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
-	61,  // 33: pulse.v1.TargetStatus.cert_not_after:type_name -> google.protobuf.Timestamp
+	64,  // 31: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
+	65,  // 32: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
+	65,  // 33: pulse.v1.TargetStatus.cert_not_after:type_name -> google.protobuf.Timestamp
 	0,   // 34: pulse.v1.TargetStatus.mode:type_name -> pulse.v1.Mode
-	61,  // 35: pulse.v1.TargetStatus.mode_since:type_name -> google.protobuf.Timestamp
-	61,  // 36: pulse.v1.TargetStatus.mode_until:type_name -> google.protobuf.Timestamp
-	61,  // 37: pulse.v1.TargetStatus.remove_time:type_name -> google.protobuf.Timestamp
-	61,  // 38: pulse.v1.TargetStatus.slow_start_end:type_name -> google.protobuf.Timestamp
-	61,  // 39: pulse.v1.TargetStatus.unhealthy_since:type_name -> google.protobuf.Timestamp
-	60,  // 40: pulse.v1.GroupPolicy.slow_start:type_name -> google.protobuf.Duration
-	60,  // 41: pulse.v1.GroupPolicy.remove_after_unhealthy:type_name -> google.protobuf.Duration
-	60,  // 42: pulse.v1.GroupPolicy.objective_window:type_name -> google.protobuf.Duration
+	65,  // 35: pulse.v1.TargetStatus.mode_since:type_name -> google.protobuf.Timestamp
+	65,  // 36: pulse.v1.TargetStatus.mode_until:type_name -> google.protobuf.Timestamp
+	65,  // 37: pulse.v1.TargetStatus.remove_time:type_name -> google.protobuf.Timestamp
+	65,  // 38: pulse.v1.TargetStatus.slow_start_end:type_name -> google.protobuf.Timestamp
+	65,  // 39: pulse.v1.TargetStatus.unhealthy_since:type_name -> google.protobuf.Timestamp
+	64,  // 40: pulse.v1.GroupPolicy.slow_start:type_name -> google.protobuf.Duration
+	64,  // 41: pulse.v1.GroupPolicy.remove_after_unhealthy:type_name -> google.protobuf.Duration
+	64,  // 42: pulse.v1.GroupPolicy.objective_window:type_name -> google.protobuf.Duration
 	14,  // 43: pulse.v1.GroupStatus.policy:type_name -> pulse.v1.GroupPolicy
-	61,  // 44: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
-	60,  // 45: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
+	65,  // 44: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
+	64,  // 45: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
 	1,   // 46: pulse.v1.Transition.from:type_name -> pulse.v1.State
 	1,   // 47: pulse.v1.Transition.to:type_name -> pulse.v1.State
-	61,  // 48: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
+	65,  // 48: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
 	12,  // 49: pulse.v1.Transition.result:type_name -> pulse.v1.ProbeResult
 	0,   // 50: pulse.v1.Transition.mode:type_name -> pulse.v1.Mode
-	61,  // 51: pulse.v1.Transition.slow_start_end:type_name -> google.protobuf.Timestamp
+	65,  // 51: pulse.v1.Transition.slow_start_end:type_name -> google.protobuf.Timestamp
 	11,  // 52: pulse.v1.AddTargetRequest.target:type_name -> pulse.v1.Target
 	21,  // 53: pulse.v1.ReloadResponse.files:type_name -> pulse.v1.ReloadedFile
 	11,  // 54: pulse.v1.AddTargetsRequest.targets:type_name -> pulse.v1.Target
 	24,  // 55: pulse.v1.AddTargetsResponse.results:type_name -> pulse.v1.AddTargetResult
 	13,  // 56: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
-	60,  // 57: pulse.v1.RemoveTargetRequest.drain_for:type_name -> google.protobuf.Duration
-	61,  // 58: pulse.v1.RemoveTargetResponse.remove_time:type_name -> google.protobuf.Timestamp
+	64,  // 57: pulse.v1.RemoveTargetRequest.drain_for:type_name -> google.protobuf.Duration
+	65,  // 58: pulse.v1.RemoveTargetResponse.remove_time:type_name -> google.protobuf.Timestamp
 	0,   // 59: pulse.v1.SetModeRequest.mode:type_name -> pulse.v1.Mode
-	61,  // 60: pulse.v1.SetModeRequest.until:type_name -> google.protobuf.Timestamp
+	65,  // 60: pulse.v1.SetModeRequest.until:type_name -> google.protobuf.Timestamp
 	13,  // 61: pulse.v1.SetModeResponse.targets:type_name -> pulse.v1.TargetStatus
 	0,   // 62: pulse.v1.ModeChange.from:type_name -> pulse.v1.Mode
 	0,   // 63: pulse.v1.ModeChange.mode:type_name -> pulse.v1.Mode
-	61,  // 64: pulse.v1.ModeChange.time:type_name -> google.protobuf.Timestamp
-	61,  // 65: pulse.v1.ModeChange.until:type_name -> google.protobuf.Timestamp
-	61,  // 66: pulse.v1.ModeChange.remove_time:type_name -> google.protobuf.Timestamp
+	65,  // 64: pulse.v1.ModeChange.time:type_name -> google.protobuf.Timestamp
+	65,  // 65: pulse.v1.ModeChange.until:type_name -> google.protobuf.Timestamp
+	65,  // 66: pulse.v1.ModeChange.remove_time:type_name -> google.protobuf.Timestamp
 	13,  // 67: pulse.v1.StateResponse.status:type_name -> pulse.v1.TargetStatus
 	13,  // 68: pulse.v1.ListTargetsResponse.targets:type_name -> pulse.v1.TargetStatus
 	15,  // 69: pulse.v1.ListTargetsResponse.groups:type_name -> pulse.v1.GroupStatus
 	16,  // 70: pulse.v1.ListTargetsResponse.checker:type_name -> pulse.v1.CheckerStatus
-	14,  // 71: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
-	15,  // 72: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
-	60,  // 73: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
-	13,  // 74: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
-	11,  // 75: pulse.v1.UpdateTargetRequest.target:type_name -> pulse.v1.Target
-	62,  // 76: pulse.v1.UpdateTargetRequest.update_mask:type_name -> google.protobuf.FieldMask
-	11,  // 77: pulse.v1.UpdateTargetResponse.previous:type_name -> pulse.v1.Target
-	13,  // 78: pulse.v1.UpdateTargetResponse.status:type_name -> pulse.v1.TargetStatus
-	17,  // 79: pulse.v1.ProbeNowResponse.transitions:type_name -> pulse.v1.Transition
-	45,  // 80: pulse.v1.ProbeNowResponse.results:type_name -> pulse.v1.ProbeNowResult
-	12,  // 81: pulse.v1.ProbeNowResult.result:type_name -> pulse.v1.ProbeResult
-	1,   // 82: pulse.v1.ProbeNowResult.state:type_name -> pulse.v1.State
-	3,   // 83: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
-	61,  // 84: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
-	17,  // 85: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
-	13,  // 86: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
-	47,  // 87: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
-	13,  // 88: pulse.v1.WatchTransitionsResponse.added:type_name -> pulse.v1.TargetStatus
-	13,  // 89: pulse.v1.WatchTransitionsResponse.updated:type_name -> pulse.v1.TargetStatus
-	50,  // 90: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
-	48,  // 91: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
-	49,  // 92: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
-	30,  // 93: pulse.v1.WatchTransitionsResponse.mode:type_name -> pulse.v1.ModeChange
-	11,  // 94: pulse.v1.TargetsFile.targets:type_name -> pulse.v1.Target
-	60,  // 95: pulse.v1.HistoryRequest.window:type_name -> google.protobuf.Duration
-	60,  // 96: pulse.v1.HistoryRequest.resolution:type_name -> google.protobuf.Duration
-	60,  // 97: pulse.v1.HistoryResponse.resolution:type_name -> google.protobuf.Duration
-	56,  // 98: pulse.v1.HistoryResponse.points:type_name -> pulse.v1.HistoryPoint
-	60,  // 99: pulse.v1.HistoryResponse.latency_p50:type_name -> google.protobuf.Duration
-	60,  // 100: pulse.v1.HistoryResponse.latency_p95:type_name -> google.protobuf.Duration
-	60,  // 101: pulse.v1.HistoryResponse.latency_p99:type_name -> google.protobuf.Duration
-	57,  // 102: pulse.v1.HistoryResponse.events:type_name -> pulse.v1.HistoryEvent
-	60,  // 103: pulse.v1.HistoryResponse.latency_mean:type_name -> google.protobuf.Duration
-	55,  // 104: pulse.v1.HistoryResponse.slo:type_name -> pulse.v1.GroupSLO
-	60,  // 105: pulse.v1.GroupSLO.window:type_name -> google.protobuf.Duration
-	61,  // 106: pulse.v1.HistoryPoint.start:type_name -> google.protobuf.Timestamp
-	60,  // 107: pulse.v1.HistoryPoint.latency_p50:type_name -> google.protobuf.Duration
-	60,  // 108: pulse.v1.HistoryPoint.latency_p95:type_name -> google.protobuf.Duration
-	60,  // 109: pulse.v1.HistoryPoint.latency_p99:type_name -> google.protobuf.Duration
-	61,  // 110: pulse.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
-	1,   // 111: pulse.v1.HistoryEvent.from:type_name -> pulse.v1.State
-	1,   // 112: pulse.v1.HistoryEvent.to:type_name -> pulse.v1.State
-	0,   // 113: pulse.v1.HistoryEvent.mode:type_name -> pulse.v1.Mode
-	18,  // 114: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
-	22,  // 115: pulse.v1.HealthChecker.AddTargets:input_type -> pulse.v1.AddTargetsRequest
-	19,  // 116: pulse.v1.HealthChecker.Reload:input_type -> pulse.v1.ReloadRequest
-	26,  // 117: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
-	31,  // 118: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
-	33,  // 119: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
-	35,  // 120: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
-	46,  // 121: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
-	37,  // 122: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
-	39,  // 123: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
-	41,  // 124: pulse.v1.HealthChecker.UpdateTarget:input_type -> pulse.v1.UpdateTargetRequest
-	43,  // 125: pulse.v1.HealthChecker.ProbeNow:input_type -> pulse.v1.ProbeNowRequest
-	28,  // 126: pulse.v1.HealthChecker.SetMode:input_type -> pulse.v1.SetModeRequest
-	53,  // 127: pulse.v1.HealthChecker.History:input_type -> pulse.v1.HistoryRequest
-	25,  // 128: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
-	23,  // 129: pulse.v1.HealthChecker.AddTargets:output_type -> pulse.v1.AddTargetsResponse
-	20,  // 130: pulse.v1.HealthChecker.Reload:output_type -> pulse.v1.ReloadResponse
-	27,  // 131: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
-	32,  // 132: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
-	34,  // 133: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
-	36,  // 134: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
-	51,  // 135: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
-	38,  // 136: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
-	40,  // 137: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
-	42,  // 138: pulse.v1.HealthChecker.UpdateTarget:output_type -> pulse.v1.UpdateTargetResponse
-	44,  // 139: pulse.v1.HealthChecker.ProbeNow:output_type -> pulse.v1.ProbeNowResponse
-	29,  // 140: pulse.v1.HealthChecker.SetMode:output_type -> pulse.v1.SetModeResponse
-	54,  // 141: pulse.v1.HealthChecker.History:output_type -> pulse.v1.HistoryResponse
-	128, // [128:142] is the sub-list for method output_type
-	114, // [114:128] is the sub-list for method input_type
-	114, // [114:114] is the sub-list for extension type_name
-	114, // [114:114] is the sub-list for extension extendee
-	0,   // [0:114] is the sub-list for field type_name
+	39,  // 71: pulse.v1.ListDiscoveryResponse.groups:type_name -> pulse.v1.DiscoveryGroup
+	65,  // 72: pulse.v1.DiscoveryGroup.last_apply:type_name -> google.protobuf.Timestamp
+	65,  // 73: pulse.v1.DiscoveryGroup.error_since:type_name -> google.protobuf.Timestamp
+	40,  // 74: pulse.v1.DiscoveryGroup.sources:type_name -> pulse.v1.DiscoverySource
+	65,  // 75: pulse.v1.DiscoverySource.last_refresh:type_name -> google.protobuf.Timestamp
+	65,  // 76: pulse.v1.DiscoverySource.error_since:type_name -> google.protobuf.Timestamp
+	14,  // 77: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
+	15,  // 78: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
+	64,  // 79: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
+	13,  // 80: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
+	11,  // 81: pulse.v1.UpdateTargetRequest.target:type_name -> pulse.v1.Target
+	66,  // 82: pulse.v1.UpdateTargetRequest.update_mask:type_name -> google.protobuf.FieldMask
+	11,  // 83: pulse.v1.UpdateTargetResponse.previous:type_name -> pulse.v1.Target
+	13,  // 84: pulse.v1.UpdateTargetResponse.status:type_name -> pulse.v1.TargetStatus
+	17,  // 85: pulse.v1.ProbeNowResponse.transitions:type_name -> pulse.v1.Transition
+	49,  // 86: pulse.v1.ProbeNowResponse.results:type_name -> pulse.v1.ProbeNowResult
+	12,  // 87: pulse.v1.ProbeNowResult.result:type_name -> pulse.v1.ProbeResult
+	1,   // 88: pulse.v1.ProbeNowResult.state:type_name -> pulse.v1.State
+	3,   // 89: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
+	65,  // 90: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
+	17,  // 91: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
+	13,  // 92: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
+	51,  // 93: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
+	13,  // 94: pulse.v1.WatchTransitionsResponse.added:type_name -> pulse.v1.TargetStatus
+	13,  // 95: pulse.v1.WatchTransitionsResponse.updated:type_name -> pulse.v1.TargetStatus
+	54,  // 96: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
+	52,  // 97: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
+	53,  // 98: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
+	30,  // 99: pulse.v1.WatchTransitionsResponse.mode:type_name -> pulse.v1.ModeChange
+	11,  // 100: pulse.v1.TargetsFile.targets:type_name -> pulse.v1.Target
+	64,  // 101: pulse.v1.HistoryRequest.window:type_name -> google.protobuf.Duration
+	64,  // 102: pulse.v1.HistoryRequest.resolution:type_name -> google.protobuf.Duration
+	64,  // 103: pulse.v1.HistoryResponse.resolution:type_name -> google.protobuf.Duration
+	60,  // 104: pulse.v1.HistoryResponse.points:type_name -> pulse.v1.HistoryPoint
+	64,  // 105: pulse.v1.HistoryResponse.latency_p50:type_name -> google.protobuf.Duration
+	64,  // 106: pulse.v1.HistoryResponse.latency_p95:type_name -> google.protobuf.Duration
+	64,  // 107: pulse.v1.HistoryResponse.latency_p99:type_name -> google.protobuf.Duration
+	61,  // 108: pulse.v1.HistoryResponse.events:type_name -> pulse.v1.HistoryEvent
+	64,  // 109: pulse.v1.HistoryResponse.latency_mean:type_name -> google.protobuf.Duration
+	59,  // 110: pulse.v1.HistoryResponse.slo:type_name -> pulse.v1.GroupSLO
+	64,  // 111: pulse.v1.GroupSLO.window:type_name -> google.protobuf.Duration
+	65,  // 112: pulse.v1.HistoryPoint.start:type_name -> google.protobuf.Timestamp
+	64,  // 113: pulse.v1.HistoryPoint.latency_p50:type_name -> google.protobuf.Duration
+	64,  // 114: pulse.v1.HistoryPoint.latency_p95:type_name -> google.protobuf.Duration
+	64,  // 115: pulse.v1.HistoryPoint.latency_p99:type_name -> google.protobuf.Duration
+	65,  // 116: pulse.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
+	1,   // 117: pulse.v1.HistoryEvent.from:type_name -> pulse.v1.State
+	1,   // 118: pulse.v1.HistoryEvent.to:type_name -> pulse.v1.State
+	0,   // 119: pulse.v1.HistoryEvent.mode:type_name -> pulse.v1.Mode
+	18,  // 120: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
+	22,  // 121: pulse.v1.HealthChecker.AddTargets:input_type -> pulse.v1.AddTargetsRequest
+	19,  // 122: pulse.v1.HealthChecker.Reload:input_type -> pulse.v1.ReloadRequest
+	26,  // 123: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
+	31,  // 124: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
+	33,  // 125: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
+	35,  // 126: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
+	50,  // 127: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
+	41,  // 128: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
+	43,  // 129: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
+	45,  // 130: pulse.v1.HealthChecker.UpdateTarget:input_type -> pulse.v1.UpdateTargetRequest
+	47,  // 131: pulse.v1.HealthChecker.ProbeNow:input_type -> pulse.v1.ProbeNowRequest
+	28,  // 132: pulse.v1.HealthChecker.SetMode:input_type -> pulse.v1.SetModeRequest
+	57,  // 133: pulse.v1.HealthChecker.History:input_type -> pulse.v1.HistoryRequest
+	37,  // 134: pulse.v1.HealthChecker.ListDiscovery:input_type -> pulse.v1.ListDiscoveryRequest
+	25,  // 135: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
+	23,  // 136: pulse.v1.HealthChecker.AddTargets:output_type -> pulse.v1.AddTargetsResponse
+	20,  // 137: pulse.v1.HealthChecker.Reload:output_type -> pulse.v1.ReloadResponse
+	27,  // 138: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
+	32,  // 139: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
+	34,  // 140: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
+	36,  // 141: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
+	55,  // 142: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
+	42,  // 143: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
+	44,  // 144: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
+	46,  // 145: pulse.v1.HealthChecker.UpdateTarget:output_type -> pulse.v1.UpdateTargetResponse
+	48,  // 146: pulse.v1.HealthChecker.ProbeNow:output_type -> pulse.v1.ProbeNowResponse
+	29,  // 147: pulse.v1.HealthChecker.SetMode:output_type -> pulse.v1.SetModeResponse
+	58,  // 148: pulse.v1.HealthChecker.History:output_type -> pulse.v1.HistoryResponse
+	38,  // 149: pulse.v1.HealthChecker.ListDiscovery:output_type -> pulse.v1.ListDiscoveryResponse
+	135, // [135:150] is the sub-list for method output_type
+	120, // [120:135] is the sub-list for method input_type
+	120, // [120:120] is the sub-list for extension type_name
+	120, // [120:120] is the sub-list for extension extendee
+	0,   // [0:120] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_pulse_proto_init() }
@@ -5701,7 +6082,7 @@ func file_pulse_v1_pulse_proto_init() {
 		(*Target_Dns)(nil),
 	}
 	file_pulse_v1_pulse_proto_msgTypes[10].OneofWrappers = []any{}
-	file_pulse_v1_pulse_proto_msgTypes[47].OneofWrappers = []any{
+	file_pulse_v1_pulse_proto_msgTypes[51].OneofWrappers = []any{
 		(*WatchTransitionsResponse_Transition)(nil),
 		(*WatchTransitionsResponse_Snapshot)(nil),
 		(*WatchTransitionsResponse_SnapshotComplete)(nil),
@@ -5712,15 +6093,15 @@ func file_pulse_v1_pulse_proto_init() {
 		(*WatchTransitionsResponse_Policy)(nil),
 		(*WatchTransitionsResponse_Mode)(nil),
 	}
-	file_pulse_v1_pulse_proto_msgTypes[50].OneofWrappers = []any{}
-	file_pulse_v1_pulse_proto_msgTypes[51].OneofWrappers = []any{}
+	file_pulse_v1_pulse_proto_msgTypes[54].OneofWrappers = []any{}
+	file_pulse_v1_pulse_proto_msgTypes[55].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_pulse_proto_rawDesc), len(file_pulse_v1_pulse_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   56,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -33,6 +33,7 @@ const (
 	HealthChecker_ProbeNow_FullMethodName         = "/pulse.v1.HealthChecker/ProbeNow"
 	HealthChecker_SetMode_FullMethodName          = "/pulse.v1.HealthChecker/SetMode"
 	HealthChecker_History_FullMethodName          = "/pulse.v1.HealthChecker/History"
+	HealthChecker_ListDiscovery_FullMethodName    = "/pulse.v1.HealthChecker/ListDiscovery"
 )
 
 // HealthCheckerClient is the client API for HealthChecker service.
@@ -193,6 +194,13 @@ type HealthCheckerClient interface {
 	// or group with no history here; UNIMPLEMENTED when the server keeps
 	// none.
 	History(ctx context.Context, in *HistoryRequest, opts ...grpc.CallOption) (*HistoryResponse, error)
+	// ListDiscovery returns the discovery groups pulsed runs
+	// (-discovery-config), sorted by name, and each of their sources: when
+	// it last answered, how many targets its last good answer held, and its
+	// error while it fails (a failing source keeps its last good set). No
+	// group without -discovery-config. Secrets of the sources' configuration
+	// are never shown. Read role.
+	ListDiscovery(ctx context.Context, in *ListDiscoveryRequest, opts ...grpc.CallOption) (*ListDiscoveryResponse, error)
 }
 
 type healthCheckerClient struct {
@@ -346,6 +354,16 @@ func (c *healthCheckerClient) History(ctx context.Context, in *HistoryRequest, o
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(HistoryResponse)
 	err := c.cc.Invoke(ctx, HealthChecker_History_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *healthCheckerClient) ListDiscovery(ctx context.Context, in *ListDiscoveryRequest, opts ...grpc.CallOption) (*ListDiscoveryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListDiscoveryResponse)
+	err := c.cc.Invoke(ctx, HealthChecker_ListDiscovery_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -510,6 +528,13 @@ type HealthCheckerServer interface {
 	// or group with no history here; UNIMPLEMENTED when the server keeps
 	// none.
 	History(context.Context, *HistoryRequest) (*HistoryResponse, error)
+	// ListDiscovery returns the discovery groups pulsed runs
+	// (-discovery-config), sorted by name, and each of their sources: when
+	// it last answered, how many targets its last good answer held, and its
+	// error while it fails (a failing source keeps its last good set). No
+	// group without -discovery-config. Secrets of the sources' configuration
+	// are never shown. Read role.
+	ListDiscovery(context.Context, *ListDiscoveryRequest) (*ListDiscoveryResponse, error)
 	mustEmbedUnimplementedHealthCheckerServer()
 }
 
@@ -561,6 +586,9 @@ func (UnimplementedHealthCheckerServer) SetMode(context.Context, *SetModeRequest
 }
 func (UnimplementedHealthCheckerServer) History(context.Context, *HistoryRequest) (*HistoryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method History not implemented")
+}
+func (UnimplementedHealthCheckerServer) ListDiscovery(context.Context, *ListDiscoveryRequest) (*ListDiscoveryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListDiscovery not implemented")
 }
 func (UnimplementedHealthCheckerServer) mustEmbedUnimplementedHealthCheckerServer() {}
 func (UnimplementedHealthCheckerServer) testEmbeddedByValue()                       {}
@@ -828,6 +856,24 @@ func _HealthChecker_History_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _HealthChecker_ListDiscovery_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListDiscoveryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HealthCheckerServer).ListDiscovery(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HealthChecker_ListDiscovery_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HealthCheckerServer).ListDiscovery(ctx, req.(*ListDiscoveryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // HealthChecker_ServiceDesc is the grpc.ServiceDesc for HealthChecker service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -886,6 +932,10 @@ var HealthChecker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "History",
 			Handler:    _HealthChecker_History_Handler,
+		},
+		{
+			MethodName: "ListDiscovery",
+			Handler:    _HealthChecker_ListDiscovery_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

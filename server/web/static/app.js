@@ -463,6 +463,13 @@ function paintRow(r, flash) {
   tr.dataset.flapping = t.flapping ? "1" : "";
   tr.dataset.carried = t.carriedOver ? "1" : "";
   c[0].textContent = t.name;
+  c[0].title = t.source ? `${t.name}; registered by ${t.source}` : t.name;
+  if (t.source && t.source.startsWith("discovery:")) {
+    const src = document.createElement("span");
+    src.className = "src";
+    src.textContent = t.source; // the discovery group that found it
+    c[0].append(" ", src);
+  }
   c[1].textContent = t.group;
   c[2].textContent = t.kind + " " + (t.probe || "");
   c[2].title = c[2].textContent + (t.model === "three_state" ? " (three_state model)" : "");
