@@ -215,6 +215,7 @@ func discoveryFromProto(g *pb.DiscoveryGroup) DiscoveryGroup {
 		LastApply:  optTime(g.GetLastApply()),
 		LastError:  g.GetLastError(),
 		ErrorSince: optTime(g.GetErrorSince()),
+		Leader:     g.GetLeader(),
 	}
 	for _, s := range g.GetSources() {
 		out.Sources = append(out.Sources, DiscoverySource{

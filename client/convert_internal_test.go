@@ -227,7 +227,7 @@ func TestReadOnlyConversions(t *testing.T) {
 	}
 	pr := &pb.ProbeNowResult{Name: "web-1", Result: res, Skipped: "in flight", State: pb.State_STATE_HEALTHY}
 	ds := &pb.DiscoverySource{Name: "http_sd 0", Detail: "url http://127.0.0.1:1/sd", LastRefresh: ts, Targets: 2, LastError: "status 500", ErrorSince: ts}
-	dg := &pb.DiscoveryGroup{Name: "api", Source: "discovery:api", Targets: 2, LastApply: ts, LastError: "refused", ErrorSince: ts, Sources: []*pb.DiscoverySource{ds}}
+	dg := &pb.DiscoveryGroup{Name: "api", Source: "discovery:api", Targets: 2, LastApply: ts, LastError: "refused", ErrorSince: ts, Sources: []*pb.DiscoverySource{ds}, Leader: "r2"}
 	for _, tc := range []struct {
 		msg proto.Message
 		got any

@@ -395,6 +395,10 @@ type DiscoveryGroup struct {
 	ErrorSince time.Time
 	// Sources are the group's SD configs, in the configuration's order.
 	Sources []DiscoverySource
+	// Leader is the replica that runs the group, with replicas on etcd;
+	// a replica that does not lead it says only its name, sources and
+	// leader.
+	Leader string
 }
 
 // DiscoverySource is one SD config of a discovery group.

@@ -97,5 +97,12 @@ func runDiscovery(ctx context.Context, e *env, c *command, args []string) int {
 		}
 	}
 	tw.Flush()
+	// With replicas on etcd one replica runs each group: only it knows the
+	// group's sources' state.
+	for _, g := range resp.GetGroups() {
+		if l := g.GetLeader(); l != "" {
+			fmt.Fprintf(e.stdout, "%s: run by replica %s\n", g.GetName(), l)
+		}
+	}
 	return exitOK
 }
