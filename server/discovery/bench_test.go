@@ -18,8 +18,8 @@ import (
 	"github.com/pulsehealth/pulse/checker/probe"
 )
 
-// countingStore counts a store's spec writes (PutSpec, DeleteTarget) and
-// state commits.
+// countingStore counts a store's spec writes, each a durable transaction
+// (PutSpec, PutSpecs for a batch, DeleteTarget), and state commits.
 type countingStore struct {
 	checker.Store
 	specWrites, commits atomic.Int64
@@ -28,6 +28,11 @@ type countingStore struct {
 func (s *countingStore) PutSpec(spec checker.Spec) error {
 	s.specWrites.Add(1)
 	return s.Store.PutSpec(spec)
+}
+
+func (s *countingStore) PutSpecs(specs []checker.Spec) error {
+	s.specWrites.Add(1)
+	return s.Store.(checker.SpecBatchStore).PutSpecs(specs)
 }
 
 func (s *countingStore) DeleteTarget(name string) error {

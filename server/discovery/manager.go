@@ -28,7 +28,9 @@ import (
 // Registry is what discovery needs of the checker: its public operations,
 // the ones a targets file and the API use. *checker.Checker implements it.
 type Registry interface {
-	Add(checker.Spec) (checker.Status, bool, error)
+	// AddMany registers an answer's targets, each as Add would, in one
+	// durable write (checker.MaxAddMany at a time).
+	AddMany([]checker.Spec) ([]checker.AddResult, error)
 	Drain(name string, drainFor time.Duration) (checker.Status, error)
 	Remove(name string) (bool, error)
 	SetMode(checker.ModeRequest) ([]checker.Status, error)
@@ -382,8 +384,19 @@ func (m *Manager) apply(name string, g *Group, tgs []*targetgroup.Group) {
 	}
 	want := make(map[string]bool, len(specs))
 	var added, removed, drained int
-	for _, s := range specs {
-		st, created, err := m.reg.Add(s)
+	var results []checker.AddResult
+	for lo := 0; lo < len(specs); lo += checker.MaxAddMany {
+		res, err := m.reg.AddMany(specs[lo:min(lo+checker.MaxAddMany, len(specs))])
+		if err != nil { // more than MaxAddMany: cannot happen here
+			res = make([]checker.AddResult, min(checker.MaxAddMany, len(specs)-lo))
+			for i := range res {
+				res[i].Err = err
+			}
+		}
+		results = append(results, res...)
+	}
+	for i, s := range specs {
+		st, created, err := results[i].Status, results[i].Created, results[i].Err
 		if err != nil {
 			skipped = append(skipped, fmt.Errorf("target %q: %w", s.Name, err))
 			continue

@@ -36,7 +36,15 @@ func newFakeRegistry() *fakeRegistry {
 	return &fakeRegistry{specs: map[string]checker.Spec{}, created: map[string]int{}}
 }
 
-func (f *fakeRegistry) Add(s checker.Spec) (checker.Status, bool, error) {
+func (f *fakeRegistry) AddMany(specs []checker.Spec) ([]checker.AddResult, error) {
+	out := make([]checker.AddResult, len(specs))
+	for i, s := range specs {
+		out[i].Status, out[i].Created, out[i].Err = f.add(s)
+	}
+	return out, nil
+}
+
+func (f *fakeRegistry) add(s checker.Spec) (checker.Status, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if s.Name == f.refuse {
