@@ -350,6 +350,7 @@ func run(args []string, stderr io.Writer) error {
 	sopts.StreamInterceptors = obs.streamInterceptors()
 	rl := &reloader{c: c, cfg: cfg, logger: logger}
 	disc := newDiscoveryRunner(cfg, egress, logger)
+	obs.discovery = disc
 	gs, hs := server.NewGRPCServer(server.New(c, server.WithProgressInterval(cfg.watchProgress), server.WithHistory(hist.rec),
 		server.WithReload(rl.reload), server.WithDiscovery(disc)), sopts)
 	stopXDS, err := startXDS(cfg, c, gs, obs.reg, logger)

@@ -39,6 +39,7 @@ type observability struct {
 	tls       *tls.Config                     // nil: plain HTTP
 	limit     func(net.Listener) net.Listener // the connection limits; nil: none
 	history   server.HistorySource            // badges; nil: none
+	discovery server.DiscoveryStatus          // the page's failing discovery sources; nil: none
 
 	notReady atomic.Pointer[string] // why /readyz says 503; nil when ready
 	live     func() error           // what /healthz says (see startWatchdog); nil: live
@@ -156,16 +157,17 @@ func (o *observability) start(addr string, c *checker.Checker, gs *grpc.Server) 
 	}
 	o.srv = &http.Server{
 		Handler: web.NewHandler(web.Config{
-			Checker:  c,
-			Gatherer: o.reg,
-			Observer: o.observer,
-			Ready:    o.ready,
-			Live:     o.live,
-			Logger:   o.logger,
-			Backup:   o.backup,
-			Tokens:   o.tokens,
-			History:  o.history,
-			SLOs:     slos,
+			Checker:   c,
+			Gatherer:  o.reg,
+			Observer:  o.observer,
+			Ready:     o.ready,
+			Live:      o.live,
+			Logger:    o.logger,
+			Backup:    o.backup,
+			Tokens:    o.tokens,
+			History:   o.history,
+			SLOs:      slos,
+			Discovery: o.discovery,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(o.logger.Handler(), slog.LevelWarn),

@@ -313,6 +313,17 @@ type checkerJSON struct {
 	// DegradedReplicas lists, with replicas on etcd, the replicas whose
 	// published state is degraded, this one included, sorted by ID.
 	DegradedReplicas []string `json:"degradedReplicas,omitempty"`
+	// DiscoveryFailing lists the discovery groups and sources that fail
+	// now, each keeping its last good set of targets.
+	DiscoveryFailing []discoveryFailure `json:"discoveryFailing,omitempty"`
+}
+
+// discoveryFailure is a discovery source (or a whole group's answer)
+// that fails: "api (http_sd 0)", since when and why.
+type discoveryFailure struct {
+	Source string `json:"source"`
+	Since  string `json:"since,omitempty"`
+	Error  string `json:"error"`
 }
 
 func (h *Handler) checkerNow() checkerJSON {
@@ -327,6 +338,18 @@ func (h *Handler) checkerNow() checkerJSON {
 	out.Replica, _ = h.c.Replica()
 	for _, r := range h.c.DegradedReplicas() {
 		out.DegradedReplicas = append(out.DegradedReplicas, r.Replica)
+	}
+	if h.discovery != nil {
+		for _, g := range h.discovery.DiscoveryGroups() {
+			if g.LastError != "" && !g.ErrorSince.IsZero() {
+				out.DiscoveryFailing = append(out.DiscoveryFailing, discoveryFailure{Source: g.Name, Since: stamp(g.ErrorSince), Error: g.LastError})
+			}
+			for _, s := range g.Sources {
+				if s.LastError != "" {
+					out.DiscoveryFailing = append(out.DiscoveryFailing, discoveryFailure{Source: g.Name + " (" + s.Name + ")", Since: stamp(s.ErrorSince), Error: s.LastError})
+				}
+			}
+		}
 	}
 	return out
 }

@@ -79,6 +79,9 @@ type Config struct {
 	// History, if not nil, serves the badges (badge.go) and
 	// /api/history. If nil, they answer 404.
 	History server.HistorySource
+	// Discovery, if not nil, tells the status page which discovery sources
+	// fail.
+	Discovery server.DiscoveryStatus
 	// SLOs, if not nil, gives the status page each group's standing
 	// against its availability objective.
 	SLOs *SLOs
@@ -89,18 +92,19 @@ type Config struct {
 // its request's goroutine and ends when the client goes away or the checker
 // closes. Create it with NewHandler.
 type Handler struct {
-	c        *checker.Checker
-	obs      *Observer
-	ready    func() error
-	live     func() error
-	logger   *slog.Logger
-	results  time.Duration
-	progress time.Duration
-	mux      *http.ServeMux
-	tokens   *server.Tokens
-	static   map[string]bool      // the URL paths of the page's shell
-	history  server.HistorySource // nil: no badges, no /api/history
-	slos     *SLOs                // nil: no objectives on the page
+	c         *checker.Checker
+	obs       *Observer
+	ready     func() error
+	live      func() error
+	logger    *slog.Logger
+	results   time.Duration
+	progress  time.Duration
+	mux       *http.ServeMux
+	tokens    *server.Tokens
+	static    map[string]bool        // the URL paths of the page's shell
+	history   server.HistorySource   // nil: no badges, no /api/history
+	slos      *SLOs                  // nil: no objectives on the page
+	discovery server.DiscoveryStatus // nil: no discovery on the page
 
 	backup      func() (Snapshot, error) // nil: no store
 	backupWrite time.Duration
@@ -110,17 +114,18 @@ type Handler struct {
 // NewHandler returns the handler serving cfg.Checker.
 func NewHandler(cfg Config) *Handler {
 	h := &Handler{
-		c:        cfg.Checker,
-		obs:      cfg.Observer,
-		ready:    cfg.Ready,
-		live:     cfg.Live,
-		logger:   cfg.Logger,
-		results:  cfg.ResultsInterval,
-		progress: cfg.ProgressInterval,
-		mux:      http.NewServeMux(),
-		tokens:   cfg.Tokens,
-		history:  cfg.History,
-		slos:     cfg.SLOs,
+		c:         cfg.Checker,
+		obs:       cfg.Observer,
+		ready:     cfg.Ready,
+		live:      cfg.Live,
+		logger:    cfg.Logger,
+		results:   cfg.ResultsInterval,
+		progress:  cfg.ProgressInterval,
+		mux:       http.NewServeMux(),
+		tokens:    cfg.Tokens,
+		history:   cfg.History,
+		slos:      cfg.SLOs,
+		discovery: cfg.Discovery,
 
 		backup:      cfg.Backup,
 		backupWrite: cfg.BackupWriteTimeout,

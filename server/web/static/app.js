@@ -531,6 +531,10 @@ function renderAlerts(ck) {
     out.push(`${others.length === 1 ? "replica" : "replicas"} ${others.join(", ")} degraded` +
       ` (${others.length === 1 ? "its" : "their"} own probe timeouts do not count toward fall until ${others.length === 1 ? "it recovers" : "they recover"})`);
   }
+  for (const d of ck.discoveryFailing || []) {
+    out.push(`discovery source ${d.source} failing${d.since ? " since " + new Date(d.since).toLocaleTimeString() : ""}: ${d.error}` +
+      " (its last good set of targets stays)");
+  }
   if (ck.registryError) {
     out.push(`registry error: ${ck.registryError} (pulsed keeps probing, and refuses the changes it cannot store)`);
   }
