@@ -36,8 +36,8 @@ type Server struct {
 	pb.UnimplementedHealthCheckerServer
 	c         *checker.Checker
 	progress  time.Duration
-	encoded   encodedCache    // events encoded once for every stream; see fanout.go
-	history   HistorySource   // nil: History answers UNIMPLEMENTED; see history.go
+	encoded   encodedCache  // events encoded once for every stream; see fanout.go
+	history   HistorySource // nil: History answers UNIMPLEMENTED; see history.go
 	reload    func() []ReloadResult
 	discovery DiscoveryStatus // nil: ListDiscovery answers no group
 }
