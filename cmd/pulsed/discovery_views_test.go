@@ -13,9 +13,10 @@ import (
 )
 
 // Discovered targets are served like any other: a file_sd target that
-// passes its check is in its group's A records on pulsed's DNS interface,
-// one that leaves the file leaves them, and a restart on the same data
-// directory finds the discovered targets stored.
+// passes its check is in its group's A records on pulsed's DNS interface
+// and in its group's xDS endpoints, one that leaves the file leaves them,
+// and a restart on the same data directory finds the discovered targets
+// stored.
 func TestDiscoveredTargetsInTheDNSViewAndTheStore(t *testing.T) {
 	ups := []string{acceptAndClose(t), acceptAndClose(t)}
 	dir := t.TempDir()
@@ -33,7 +34,7 @@ func TestDiscoveredTargetsInTheDNSViewAndTheStore(t *testing.T) {
 	data := filepath.Join(dir, "data")
 
 	bin := buildPulsed(t)
-	p := startPulsed(t, bin, "-discovery-config", cfgPath, "-data-dir", data, "-dns-listen", "127.0.0.1:0")
+	p := startPulsed(t, bin, "-discovery-config", cfgPath, "-data-dir", data, "-dns-listen", "127.0.0.1:0", "-xds")
 	dns := dnsAddr(t, p)
 	client := dial(t, p.Addr)
 	routable := func() []string {
@@ -53,6 +54,10 @@ func TestDiscoveredTargetsInTheDNSViewAndTheStore(t *testing.T) {
 	if got := resolveA(t, dns, "api.pulse."); !slices.Equal(got, []string{"127.0.0.1"}) {
 		t.Errorf("A api.pulse. = %v, want 127.0.0.1", got)
 	}
+	eventually(t, "both discovered targets HEALTHY in api's xDS endpoints", func() bool {
+		got := healthOf(t, firstEDS(t, p.Addr, "api"))
+		return got == ups[0]+" HEALTHY, "+ups[1]+" HEALTHY" || got == ups[1]+" HEALTHY, "+ups[0]+" HEALTHY"
+	})
 	srvTarget := "api-" + ups[0] // the one that stays
 	eventually(t, "the target's own name resolves", func() bool {
 		return slices.Equal(resolveA(t, dns, srvTarget+".target.pulse."), []string{"127.0.0.1"})
@@ -60,8 +65,9 @@ func TestDiscoveredTargetsInTheDNSViewAndTheStore(t *testing.T) {
 
 	writeSD(ups[0])
 	gone := "api-" + ups[1]
-	eventually(t, "the departed target out of the DNS view", func() bool {
-		return len(resolveA(t, dns, gone+".target.pulse.")) == 0 && slices.Equal(routable(), []string{srvTarget})
+	eventually(t, "the departed target out of the DNS view and the xDS endpoints", func() bool {
+		return len(resolveA(t, dns, gone+".target.pulse.")) == 0 && slices.Equal(routable(), []string{srvTarget}) &&
+			healthOf(t, firstEDS(t, p.Addr, "api")) == ups[0]+" HEALTHY"
 	})
 	p.stop(t)
 
