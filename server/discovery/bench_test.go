@@ -12,9 +12,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/boltstore"
+	"github.com/pulsehealth/pulse/checker/etcdreg"
+	"github.com/pulsehealth/pulse/checker/etcdreg/etcdtest"
 	"github.com/pulsehealth/pulse/checker/probe"
 )
 
@@ -147,5 +151,94 @@ func BenchmarkFileSource10k(b *testing.B) {
 		<-done
 		c.Close()
 		bolt.Close()
+	}
+}
+
+// BenchmarkFileSource10kEtcd is BenchmarkFileSource10k on a replica of an
+// etcd registry (a real etcd, one replica running the group): the time
+// until all 10,000 are registered and applied back, and the etcd write
+// transactions (revisions) for it, then for one target changed. Run it
+// once:
+//
+//	go test -run '^$' -bench FileSource10kEtcd -benchtime 1x ./server/discovery/
+func BenchmarkFileSource10kEtcd(b *testing.B) {
+	const n = 10000
+	etcd := etcdtest.Start(b, 0)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint}, Logger: zap.NewNop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cli.Close()
+	revision := func() int64 {
+		resp, err := cli.Get(context.Background(), "rev")
+		if err != nil {
+			b.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	for i := range b.N {
+		b.StopTimer()
+		dir := b.TempDir()
+		reg, err := etcdreg.Open(context.Background(), etcdreg.Options{Endpoints: []string{etcd.Endpoint},
+			Prefix: fmt.Sprintf("/bench-%d/", i), ID: "r1", LeaseTTL: 10 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		c, err := checker.New(checker.Config{Shared: reg, NewProber: func(probe.Spec) (checker.Prober, error) { return idleProber{}, nil }})
+		if err != nil {
+			b.Fatal(err)
+		}
+		reg.Run(c)
+		file := filepath.Join(dir, "api.json")
+		fileOf(b, file, 0, n)
+		cfg, err := ParseConfig(fmt.Appendf(nil, "groups:\n  - name: api\n    file_sd_configs: [{files: [%q]}]\n    template: {tcp: {}}\n    on_disappear: remove\n", file), dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		count := func() int {
+			list, _ := c.ListNow("")
+			return len(list)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		rev0 := revision()
+		b.StartTimer()
+		start := time.Now()
+		m, err := NewManager(ctx, cfg, c, prometheus.NewRegistry(), slog.New(slog.DiscardHandler), Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { defer close(done); m.Run(ctx) }()
+		for count() != n {
+			time.Sleep(20 * time.Millisecond)
+		}
+		cold := time.Since(start)
+		coldWrites := revision() - rev0
+
+		rev1 := revision()
+		start = time.Now()
+		fileOf(b, file, 1, n+1)
+		gone, added := "api-10.0.0.1:80", fmt.Sprintf("api-10.0.%d.%d:80", n/250, n%250+1)
+		for {
+			_, errGone := c.Status(gone)
+			_, errAdded := c.Status(added)
+			if errGone != nil && errAdded == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		change := time.Since(start)
+		time.Sleep(6 * time.Second)
+		changeWrites := revision() - rev1
+		b.StopTimer()
+
+		b.ReportMetric(cold.Seconds(), "s-cold")
+		b.ReportMetric(float64(coldWrites), "etcd-txns-cold")
+		b.ReportMetric(change.Seconds(), "s-change")
+		b.ReportMetric(float64(changeWrites), "etcd-txns-change")
+		cancel()
+		<-done
+		c.Close()
+		reg.Close()
 	}
 }
