@@ -1,6 +1,34 @@
 package checker
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// SharedAnnouncements is a Shared registry that carries announced events
+// (Announce) to every replica; package etcdreg's does. With one, every
+// replica streams an announced event at the same revision.
+type SharedAnnouncements interface {
+	// PutAnnouncement stores a and returns the revision of the write.
+	PutAnnouncement(ctx context.Context, a Announcement) (rev uint64, err error)
+}
+
+// Announcement is an announced policy event as a shared registry carries
+// it.
+type Announcement struct {
+	Kind   EventKind    `json:"kind"`
+	Policy PolicyChange `json:"policy"`
+	Time   time.Time    `json:"time"`
+}
+
+// SharedAnnounced: a replica announced a policy event (Announcement).
+const SharedAnnounced SharedChangeKind = 18
+
+// announceable reports whether an outside component may announce kind.
+func announceable(kind EventKind) bool {
+	return kind == EventDiscoveryFailed || kind == EventDiscoveryRecovered
+}
 
 // Announce publishes a policy event of an outside component (a discovery
 // source that failed or recovered) through the registry's event path: it
@@ -10,18 +38,30 @@ import "fmt"
 // refused and nothing happens. The event goes to watchers without a group
 // or name filter, as it is about no target.
 //
-// With a shared registry the event concerns this replica: it is logged,
-// not streamed (as the checker's own overload events outside a shared
-// write).
+// With a shared registry that is a SharedAnnouncements the event is
+// written through it and every replica streams it at the same revision;
+// Announce returns once this replica has applied it. With another shared
+// registry the event concerns this replica: it is logged, not streamed.
 //
 // Announce is safe for concurrent use; it returns ErrClosed once the
 // checker is closed.
 func (c *Checker) Announce(kind EventKind, pc PolicyChange) error {
-	if kind != EventDiscoveryFailed && kind != EventDiscoveryRecovered {
+	if !announceable(kind) {
 		return fmt.Errorf("announce: %s is not an event an outside component may send", kind)
 	}
 	pc.Group, pc.Target, pc.Held = "", "", nil
 	r := c.reg
+	if c.repl != nil {
+		if sa, ok := c.repl.shared.(SharedAnnouncements); ok {
+			ctx, cancel := context.WithTimeout(c.repl.closing, sharedWait)
+			defer cancel()
+			rev, err := sa.PutAnnouncement(ctx, Announcement{Kind: kind, Policy: pc, Time: r.clock.Now()})
+			if err != nil {
+				return sharedWriteErr(err)
+			}
+			return c.repl.waitApplied(ctx, rev)
+		}
+	}
 	r.mu.Lock()
 	defer r.unlockAndReport()
 	if r.closed {
@@ -29,4 +69,13 @@ func (c *Checker) Announce(kind EventKind, pc PolicyChange) error {
 	}
 	r.emitLocked(Event{Kind: kind, Time: r.clock.Now(), Policy: pc})
 	return nil
+}
+
+// applyAnnouncedLocked streams an event a replica announced, at the
+// revision being applied, with its announcer's time.
+func (r *registry) applyAnnouncedLocked(a Announcement) {
+	if !announceable(a.Kind) {
+		return
+	}
+	r.emitLocked(Event{Kind: a.Kind, Time: a.Time, Policy: a.Policy})
 }

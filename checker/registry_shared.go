@@ -271,6 +271,8 @@ func (r *registry) applySharedLocked(changes []SharedChange, rev uint64) (uint64
 			r.reownLocked(now)
 		case SharedOutcomePut:
 			r.applyOutcomeLocked(ch.Name, ch.Outcome, ch.Rev, now)
+		case SharedAnnounced:
+			r.applyAnnouncedLocked(ch.Announcement)
 		case SharedOverloadPut:
 			r.applyOverloadLocked(ch.Overload, now)
 		case SharedGroupChanged:

@@ -119,6 +119,8 @@ type SharedChange struct {
 
 	Outcome  SharedOutcome   // SharedOutcomePut (passive_shared.go)
 	Overload ReplicaOverload // SharedOverloadPut (overload_shared.go)
+	// Announcement is a replica's announced event (SharedAnnounced).
+	Announcement Announcement
 	// Time is when the guard's writer wrote it (SharedGroupChanged), or
 	// the spec's writer stored or removed it (SharedSpecPut,
 	// SharedSpecDeleted; zero if it did not say): the time of the events

@@ -2,6 +2,7 @@ package etcdreg_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,6 +77,44 @@ func TestEventsAreIdenticalOnEveryReplica(t *testing.T) {
 		for _, e := range drain(t, w, last) {
 			lines[i] = append(lines[i], eventLine(e))
 		}
+	}
+	if diff := cmp.Diff(lines[0], lines[1]); diff != "" {
+		t.Errorf("the replicas' events differ (-r1 +r2):\n%s", diff)
+	}
+}
+
+// An event an outside component announces on one replica (a discovery
+// source failing) streams on every replica, at one revision, with one
+// time.
+func TestAnnouncedEventsStreamOnEveryReplica(t *testing.T) {
+	etcd := etcdtest.Start(t, 0)
+	b := newBackend()
+	r1 := startReplica(t, etcd.Endpoint, "r1", b)
+	r2 := startReplica(t, etcd.Endpoint, "r2", b)
+	eventually(t, "two members", func() bool { return len(r1.reg.Members()) == 2 && len(r2.reg.Members()) == 2 })
+	from := max(r1.c.Revision(), r2.c.Revision())
+	eventually(t, "both at one revision", func() bool { return r1.c.Revision() >= from && r2.c.Revision() >= from })
+	var ws []*checker.Watcher
+	for _, r := range []*replica{r1, r2} {
+		w, err := r.c.Watch(checker.Filter{}, from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		ws = append(ws, w)
+	}
+	pc := checker.PolicyChange{Text: "discovery:api: http_sd 0 failing: 500", Source: "discovery:api", SDConfig: "http_sd 0", Error: "500"}
+	if err := r1.c.Announce(checker.EventDiscoveryFailed, pc); err != nil {
+		t.Fatal(err)
+	}
+	var lines [2][]string
+	for i, w := range ws {
+		for _, e := range drain(t, w, func(evs []checker.Event) bool { return len(evs) > 0 }) {
+			lines[i] = append(lines[i], eventLine(e)+" "+e.Policy.Source+" "+e.Policy.SDConfig+" "+e.Policy.Error)
+		}
+	}
+	if len(lines[0]) != 1 || !strings.Contains(lines[0][0], "DISCOVERY_FAILED") || !strings.Contains(lines[0][0], "http_sd 0 500") {
+		t.Fatalf("r1 streamed %q, want the DISCOVERY_FAILED event", lines[0])
 	}
 	if diff := cmp.Diff(lines[0], lines[1]); diff != "" {
 		t.Errorf("the replicas' events differ (-r1 +r2):\n%s", diff)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -194,6 +195,39 @@ func (r *Registry) policyChange(kind, name string, ev *clientv3.Event) (ch check
 		}
 		r.noteOverloadLocked(o)
 		return checker.SharedChange{Kind: checker.SharedOverloadPut, Rev: rev, Overload: o}, true
+	case "announce":
+		if !put {
+			return ch, false
+		}
+		var a checker.Announcement
+		if err := json.Unmarshal(ev.Kv.Value, &a); err != nil {
+			r.logger.Error("ignoring an announced event in etcd that does not decode", "key", string(ev.Kv.Key), "error", err)
+			return ch, false
+		}
+		return checker.SharedChange{Kind: checker.SharedAnnounced, Rev: rev, Announcement: a}, true
 	}
 	return ch, false
+}
+
+// announceKey is where the events announced about source go: one key a
+// source, each announcement replacing the last (a watch sees them all).
+func (r *Registry) announceKey(source string) string {
+	if source == "" {
+		source = "-"
+	}
+	return r.prefix + "announce/" + strings.ReplaceAll(source, "/", "_")
+}
+
+// PutAnnouncement implements checker.SharedAnnouncements: every replica
+// streams the event when it applies the write.
+func (r *Registry) PutAnnouncement(ctx context.Context, a checker.Announcement) (uint64, error) {
+	v, err := json.Marshal(a)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := r.cli.Put(ctx, r.announceKey(a.Policy.Source), string(v))
+	if err != nil {
+		return 0, fmt.Errorf("etcd: %w", err)
+	}
+	return uint64(resp.Header.Revision), nil
 }
