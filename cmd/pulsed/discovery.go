@@ -67,7 +67,10 @@ func (r *discoveryRunner) start(c *checker.Checker, shared *etcdreg.Registry, rf
 	if shared != nil {
 		run = &discovery.Config{} // the elector gives it the groups this replica leads
 	}
-	m, err := discovery.NewManager(ctx, run, c, reg, r.logger, discovery.Options{Egress: r.egress, Announce: c})
+	// With one pulsed, a group dropped from the file retires its targets;
+	// with an elector, a group this replica stops running goes on
+	// elsewhere.
+	m, err := discovery.NewManager(ctx, run, c, reg, r.logger, discovery.Options{Egress: r.egress, Announce: c, RetireRemoved: shared == nil})
 	if err != nil {
 		cancel()
 		return fmt.Errorf("-discovery-config: %w", err)

@@ -63,11 +63,12 @@ type groupState struct {
 // discovered targets those of the sources' answers. Its methods are safe
 // for concurrent use; Run is called once.
 type Manager struct {
-	reg      Registry
-	logger   *slog.Logger
-	prom     *discovery.Manager
-	announce Announcer // nil: no events
-	secrets  atomic.Pointer[func(string) string]
+	reg           Registry
+	logger        *slog.Logger
+	prom          *discovery.Manager
+	announce      Announcer // nil: no events
+	retireRemoved bool      // see Options.RetireRemoved
+	secrets       atomic.Pointer[func(string) string]
 
 	applied  *prometheus.CounterVec
 	refused  *prometheus.CounterVec
@@ -94,6 +95,11 @@ type Options struct {
 	// starts failing (or a group's answer is refused) and a
 	// DISCOVERY_RECOVERED one when it answers again.
 	Announce Announcer
+	// RetireRemoved makes a group that ApplyConfig removes retire its
+	// targets as its on_disappear says, as an empty answer would. Leave
+	// it unset when another component (an Elector) moves groups between
+	// managers: a group another replica now runs keeps its targets.
+	RetireRemoved bool
 }
 
 // egressDialer returns a dial function that connects only to addresses p
@@ -131,9 +137,10 @@ func NewManager(ctx context.Context, cfg *Config, reg Registry, metrics promethe
 		popts = append(popts, discovery.Updatert(opts.UpdateEvery))
 	}
 	m := &Manager{
-		reg:      reg,
-		logger:   logger,
-		announce: opts.Announce,
+		reg:           reg,
+		logger:        logger,
+		announce:      opts.Announce,
+		retireRemoved: opts.RetireRemoved,
 		applied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pulse_discovery_answers_applied_total", Help: "Answers of a discovery group's sources applied to the targets.",
 		}, []string{"group"}),
@@ -169,9 +176,9 @@ func NewManager(ctx context.Context, cfg *Config, reg Registry, metrics promethe
 }
 
 // ApplyConfig makes cfg the running configuration: sources of new groups
-// start, those of removed groups stop (their targets leave as on_disappear
-// says on the next answer), and changed sources restart; an unchanged
-// source goes on, and keeps its status.
+// start, those of removed groups stop (with RetireRemoved, their targets
+// leave as the group's on_disappear says), and changed sources restart;
+// an unchanged source goes on, and keeps its status.
 func (m *Manager) ApplyConfig(cfg *Config) error {
 	var secrets []string
 	for _, g := range cfg.Groups {
@@ -229,7 +236,30 @@ func (m *Manager) ApplyConfig(cfg *Config) error {
 		src.mu.Unlock()
 		m.sourceUp.DeleteLabelValues(src.group, src.name)
 	}
-	return m.prom.ApplyConfig(sets)
+	if err := m.prom.ApplyConfig(sets); err != nil {
+		return err
+	}
+	if m.retireRemoved {
+		for name, st := range old {
+			if _, kept := m.groups[name]; !kept {
+				m.retire(name, st.g)
+			}
+		}
+	}
+	return nil
+}
+
+// retire makes a removed group's targets leave as its on_disappear says,
+// and forgets its metrics.
+func (m *Manager) retire(name string, g *Group) {
+	m.apply(name, g, nil)
+	for _, v := range []*prometheus.GaugeVec{m.targets, m.lastTime} {
+		v.DeleteLabelValues(name)
+	}
+	for _, v := range []*prometheus.CounterVec{m.applied, m.refused, m.skipped} {
+		v.DeleteLabelValues(name)
+	}
+	m.logger.Info("discovery group removed from the configuration: its targets leave", "group", name)
 }
 
 func sourceNames(cs discovery.Configs) []string {

@@ -274,3 +274,44 @@ func TestManagerRefusals(t *testing.T) {
 	writeAtomic(t, file, `[]`)
 	waitFor(t, "removed", reg.modes, "")
 }
+
+// A group dropped from the configuration retires its targets as its
+// on_disappear says (with RetireRemoved, as pulsed sets it alone); the
+// other groups' stay.
+func TestManagerRetiresARemovedGroup(t *testing.T) {
+	dir := t.TempDir()
+	api, web := filepath.Join(dir, "api.json"), filepath.Join(dir, "web.json")
+	writeAtomic(t, api, `[{"targets": ["127.0.0.1:8001"]}]`)
+	writeAtomic(t, web, `[{"targets": ["127.0.0.1:8002"]}]`)
+	group := func(name, file, disappear string) string {
+		return fmt.Sprintf("  - name: %s\n    file_sd_configs: [{files: [%q], refresh_interval: 50ms}]\n    template: {tcp: {}}\n    on_disappear: %s\n", name, file, disappear)
+	}
+	load := func(yaml string) *Config {
+		t.Helper()
+		cfg, err := ParseConfig([]byte(yaml), dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	reg := newFakeRegistry()
+	ctx, cancel := context.WithCancel(context.Background())
+	m, err := NewManager(ctx, load("groups:\n"+group("api", api, "remove")+group("web", web, "drain 5s")), reg, prometheus.NewRegistry(),
+		slog.New(slog.NewTextHandler(io.Discard, nil)), Options{UpdateEvery: 20 * time.Millisecond, RetireRemoved: true})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "both groups' targets", reg.modes, "api-127.0.0.1:8001=active web-127.0.0.1:8002=active")
+	if err := m.ApplyConfig(load("groups:\n" + group("web", web, "drain 5s"))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "api's target removed", reg.modes, "web-127.0.0.1:8002=active")
+	if err := m.ApplyConfig(load("groups: []\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "web's target drained", reg.modes, "web-127.0.0.1:8002=draining")
+}
