@@ -67,9 +67,6 @@ func (s *SLOs) Group(g checker.GroupStatus) (history.SLO, bool) {
 	slo, err := history.GroupSLO(s.h, g.Group, g.Policy.Objective, g.Policy.ObjectiveWindow, now)
 	e = sloEntry{at: now, pol: g.Policy, slo: slo, ok: err == nil}
 	s.mu.Lock()
-	if len(s.cache) > 4*len(s.c.Groups(""))+16 {
-		clear(s.cache) // groups gone
-	}
 	s.cache[g.Group] = e
 	s.mu.Unlock()
 	return slo, e.ok
@@ -85,10 +82,21 @@ func (s *SLOs) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector: a series for each group with an
 // objective; the budget and the burn rate only once probes were recorded.
 func (s *SLOs) Collect(ch chan<- prometheus.Metric) {
+	seen := map[string]bool{}
+	defer func() { // forget the groups gone, or without an objective now
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for name := range s.cache {
+			if !seen[name] {
+				delete(s.cache, name)
+			}
+		}
+	}()
 	for _, g := range s.c.Groups("") {
 		if g.Policy.Objective == 0 {
 			continue
 		}
+		seen[g.Group] = true
 		ch <- prometheus.MustNewConstMetric(s.objective, prometheus.GaugeValue, g.Policy.Objective, g.Group, g.Policy.ObjectiveWindow.String())
 		slo, ok := s.Group(g)
 		if !ok {
