@@ -146,7 +146,7 @@ type sharedLink interface {
 }
 
 // add is Add for a spec with defaults, valid: addMany of one.
-func (r *registry) add(spec Spec, write func([]Spec) error) (Status, bool, error) {
+func (r *registry) add(spec Spec, write func([]Spec) (int, error)) (Status, bool, error) {
 	res := r.addMany([]Spec{spec}, write)[0]
 	return res.Status, res.Created, res.Err
 }
@@ -165,11 +165,13 @@ const addBatch = 1024
 
 // addMany is AddMany for specs with defaults, valid, of distinct names: it
 // registers each target or replaces its spec. write, if not nil, makes the
-// changed specs durable, all in one call; it runs after every prober is
-// built and every limit checked, and before anything changes. A spec
-// refused (its probe, a limit) is refused alone; a failed write refuses
-// every spec it carried. The caller keeps other writes out meanwhile.
-func (r *registry) addMany(specs []Spec, write func([]Spec) error) []AddResult {
+// changed specs durable, all in one call, and says how many, from the
+// first, it stored; it runs after every prober is built and every limit
+// checked, and before anything changes. A spec refused (its probe, a
+// limit) is refused alone; a failed write refuses the specs it did not
+// store, and registers those it did. The caller keeps other writes out
+// meanwhile.
+func (r *registry) addMany(specs []Spec, write func([]Spec) (int, error)) []AddResult {
 	res := make([]AddResult, len(specs))
 	probers := make([]Prober, len(specs))
 	keep := make([]bool, len(specs)) // the probe is the target's own already
@@ -226,10 +228,14 @@ func (r *registry) addMany(specs []Spec, write func([]Spec) error) []AddResult {
 		}
 		if len(changed) > 0 {
 			// Durable before anything changes or is acknowledged.
-			if err := write(changed); err != nil {
+			if stored, err := write(changed); err != nil {
 				err = fmt.Errorf("%w: %v", ErrStore, err)
 				for i := range specs {
 					if res[i].Err == nil && !same[i] {
+						if stored > 0 {
+							stored-- // stored: registered below
+							continue
+						}
 						fail(i, err)
 					}
 				}

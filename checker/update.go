@@ -50,12 +50,9 @@ func (c *Checker) Update(name string, change func(Spec) (Spec, error)) (old Spec
 // specWriter returns what makes specs durable: the store's, in one
 // transaction if it is a SpecBatchStore (see putSpecs), or nil without a
 // store.
-func (c *Checker) specWriter() func([]Spec) error {
+func (c *Checker) specWriter() func([]Spec) (int, error) {
 	if c.store == nil {
 		return nil
 	}
-	return func(specs []Spec) error {
-		_, err := putSpecs(c.store, specs)
-		return err
-	}
+	return func(specs []Spec) (int, error) { return putSpecs(c.store, specs) }
 }
