@@ -46,6 +46,10 @@ type History struct {
 	// SLO is where a group stands against its availability objective; nil
 	// for a target and a group without one.
 	SLO *SLO
+	// TimeAvailability is, for a group, the share of the window's time it
+	// had at least its routable minimum of healthy targets (it was out of
+	// panic); -1 for a target, or when no probe was recorded.
+	TimeAvailability float64
 }
 
 // HistoryPolicy is a recorded policy event.
@@ -100,7 +104,10 @@ func historyFromProto(r *pb.HistoryResponse) History {
 		Target: r.GetTarget(), Group: r.GetGroup(), Resolution: r.GetResolution().AsDuration(),
 		Probes: r.GetProbes(), Failures: r.GetFailures(), Availability: -1,
 		P50: r.GetLatencyP50().AsDuration(), P95: r.GetLatencyP95().AsDuration(), P99: r.GetLatencyP99().AsDuration(),
-		Mean: r.GetLatencyMean().AsDuration(),
+		Mean: r.GetLatencyMean().AsDuration(), TimeAvailability: -1,
+	}
+	if r.TimeAvailability != nil {
+		h.TimeAvailability = r.GetTimeAvailability()
 	}
 	if r.Availability != nil {
 		h.Availability = r.GetAvailability()

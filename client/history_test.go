@@ -59,6 +59,12 @@ func TestHistory(t *testing.T) {
 	if len(g.Policies) != 1 || g.Policies[0].Kind != client.PolicyPanicEntered || g.Policies[0].Text != "data: panic entered" || len(g.Events) != 2 {
 		t.Errorf("group history's policies %+v and events %+v; want the panic, and the 2 transitions", g.Policies, g.Events)
 	}
+	if g.TimeAvailability < 0 || g.TimeAvailability > 1 {
+		t.Errorf("group time availability = %v, want a share", g.TimeAvailability)
+	}
+	if h.TimeAvailability != -1 {
+		t.Errorf("a target's time availability = %v, want -1", h.TimeAvailability)
+	}
 	if s := g.SLO; s == nil || s.Objective != 0.9 || s.Window != 24*time.Hour || s.Availability != 0.5 || s.BudgetLeft > -3.99 || s.BudgetLeft < -4.01 || s.BurnRate < 4.99 || s.BurnRate > 5.01 {
 		t.Errorf("group SLO = %+v; want 0.9 over 24h, availability 0.5, budget left -4, burn rate 5", g.SLO)
 	}

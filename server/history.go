@@ -54,6 +54,9 @@ func (s *Server) History(_ context.Context, req *pb.HistoryRequest) (*pb.History
 		return nil, historyStatus(err, req)
 	}
 	out := HistoryToProto(sum, res)
+	if sum.TimeAvailability >= 0 {
+		out.TimeAvailability = &sum.TimeAvailability
+	}
 	if req.GetGroup() != "" {
 		if out.Slo, err = s.groupSLO(req.GetGroup(), now); err != nil {
 			return nil, historyStatus(err, req)

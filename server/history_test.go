@@ -77,6 +77,9 @@ func TestHistoryOfATargetAndAGroup(t *testing.T) {
 	if g.GetSlo() != nil {
 		t.Errorf("a group without an objective has an SLO: %v", g.GetSlo())
 	}
+	if g.TimeAvailability == nil || got.TimeAvailability != nil {
+		t.Errorf("time availability: group %v, target %v; want the group's only", g.TimeAvailability, got.TimeAvailability)
+	}
 
 	// With an objective of 90% over a day: 2 of 6 probes failed, a third
 	// where a tenth was allowed, all of it in the last hour.

@@ -59,6 +59,9 @@ func Open(db *bolt.DB, o Options) (*Recorder, error) {
 		s := r.seriesLocked(name, g)
 		s.stored = true
 	}
+	if err := r.loadPanics(); err != nil {
+		return nil, fmt.Errorf("load history: %w", err)
+	}
 	return r, nil
 }
 

@@ -171,6 +171,10 @@ type Recorder struct {
 	// next swept.
 	tombs     map[string]time.Time
 	nextPrune int
+	// panics are the groups' spans of time in panic (panic.go);
+	// panicsDirty says they changed since the last Flush.
+	panics      map[string]*groupPanics
+	panicsDirty bool
 }
 
 var _ checker.RemovalObserver = (*Recorder)(nil)
@@ -190,7 +194,8 @@ func newRecorder(o Options, st store) *Recorder {
 	}
 	return &Recorder{maxEvents: o.MaxEvents, clock: o.Clock, store: st, targets: make(map[string]*series),
 		pending: make(map[string][]*hourDelta), events: make(map[string][]Event),
-		removed: make(map[string]struct{}), tombs: make(map[string]time.Time), nextPrune: 64}
+		removed: make(map[string]struct{}), tombs: make(map[string]time.Time), nextPrune: 64,
+		panics: make(map[string]*groupPanics)}
 }
 
 func (r *Recorder) seriesLocked(name, group string) *series {
@@ -301,6 +306,9 @@ func (r *Recorder) ObservePolicy(kind checker.EventKind, at time.Time, p checker
 	ev := Event{Time: at, Policy: kind, Text: p.Text}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if p.Group != "" && (kind == checker.EventPanicEntered || kind == checker.EventPanicExited) {
+		r.observePanicLocked(p.Group, kind == checker.EventPanicEntered, at)
+	}
 	switch {
 	case p.Target != "":
 		if _, ok := r.targets[p.Target]; ok {
@@ -381,6 +389,11 @@ type Summary struct {
 	// touches, at a minute's resolution); zero when no probe was recorded.
 	Mean   time.Duration
 	Events []Event
+	// TimeAvailability is, for a group, the share of the window's time it
+	// had at least its routable minimum of healthy targets: the time it
+	// was not in panic, from its first recorded probe in the window to
+	// now; -1 when no probe was recorded, and for a target.
+	TimeAvailability float64
 }
 
 // ErrUnknownTarget is returned by Query for a target with no history.
@@ -491,7 +504,7 @@ func (r *Recorder) queryRLocked(name string, now time.Time, window, resolution t
 		r.mu.Unlock()
 		return Summary{}, nil, ErrUnknownTarget
 	}
-	sum := Summary{Target: name, Group: s.group, Availability: -1}
+	sum := Summary{Target: name, Group: s.group, Availability: -1, TimeAvailability: -1}
 	if s.cur.hr >= 0 {
 		sp.addHour(s.cur.hr, &s.cur.sum, &s.cur.min)
 	}
@@ -670,6 +683,7 @@ func (r *Recorder) QueryGroup(group string, now time.Time, window, resolution ti
 	if out.Probes > 0 {
 		out.Availability = float64(out.Probes-out.Fails) / float64(out.Probes)
 	}
+	out.TimeAvailability = r.timeAvailability(group, out.Points, resolution, now)
 	out.P50, out.P95, out.P99 = quantile(&total.total, 0.50), quantile(&total.total, 0.95), quantile(&total.total, 0.99)
 	out.Mean = total.mean()
 	for i := range total.steps {
@@ -694,11 +708,31 @@ func (r *Recorder) QueryGroup(group string, now time.Time, window, resolution ti
 // Empty returns the history of a target with nothing recorded over the
 // window: its steps, with no probe.
 func Empty(target, group string, now time.Time, window, resolution time.Duration) Summary {
-	sum := Summary{Target: target, Group: group, Availability: -1}
+	sum := Summary{Target: target, Group: group, Availability: -1, TimeAvailability: -1}
 	step := int64(resolution / time.Second)
 	last := now.Unix() / step
 	for n := last - int64(window/resolution) + 1; n <= last; n++ {
 		sum.Points = append(sum.Points, Point{Start: time.Unix(n*step, 0).UTC()})
 	}
 	return sum
+}
+
+// timeAvailability is the share of the time since the first step with
+// probes (of points, at resolution) that group spent out of panic; -1 when
+// no step has probes.
+func (r *Recorder) timeAvailability(group string, points []Point, resolution time.Duration, now time.Time) float64 {
+	var from time.Time
+	for _, p := range points {
+		if p.Probes > 0 {
+			from = p.Start
+			break
+		}
+	}
+	if from.IsZero() || !now.After(from) {
+		return -1
+	}
+	r.mu.Lock()
+	inPanic := r.inPanicLocked(group, from, now)
+	r.mu.Unlock()
+	return 1 - float64(inPanic)/float64(now.Sub(from))
 }

@@ -87,7 +87,7 @@ func (r *Recorder) Flush() error {
 	if b.prune {
 		r.lastPrune = now.Unix() / 3600
 	}
-	return nil
+	return r.flushPanics(now)
 }
 
 // restore puts back what a failed Flush took, for the next to write.

@@ -376,3 +376,47 @@ func TestPolicyEventsInTheTimeline(t *testing.T) {
 	defer db.Close()
 	check(openRecorder(t, db, history.Options{Clock: clock}))
 }
+
+// A group's share of time with its routable minimum is the time it spent
+// out of panic since its first recorded probe; the spans survive a
+// restart, and one open at the last flush ends there.
+func TestGroupTimeAvailabilityFromPanics(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "history.db")
+	db := openDB(t, path)
+	clock := fakeclock.New(t0)
+	r := openRecorder(t, db, history.Options{Clock: clock})
+	probe(r, "a", t0, true, time.Millisecond) // group g, from t0
+	r.ObservePolicy(checker.EventPanicEntered, t0.Add(10*time.Minute), checker.PolicyChange{Group: "g", Text: "g: panic entered"})
+	r.ObservePolicy(checker.EventPanicExited, t0.Add(20*time.Minute), checker.PolicyChange{Group: "g", Text: "g: panic exited"})
+	r.ObservePolicy(checker.EventPanicEntered, t0.Add(50*time.Minute), checker.PolicyChange{Group: "g", Text: "g: panic entered"})
+	at := t0.Add(60 * time.Minute)
+	near := func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+	check := func(r *history.Recorder, want float64) {
+		t.Helper()
+		s, err := r.QueryGroup("g", at, 24*time.Hour, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !near(s.TimeAvailability, want) {
+			t.Errorf("time availability = %v, want %v", s.TimeAvailability, want)
+		}
+		if ts, err := r.Query("a", at, time.Hour, time.Minute); err != nil || ts.TimeAvailability != -1 {
+			t.Errorf("a target's time availability = %v, %v; want -1", ts.TimeAvailability, err)
+		}
+	}
+	// 20 of the 60 minutes in panic: 10 ended, 10 under way.
+	check(r, 1-20.0/60)
+	clock.Advance(at.Sub(clock.Now()))
+	if err := r.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openDB(t, path)
+	defer db.Close()
+	// After a restart the open panic ended at the flush: asked 30 minutes
+	// later, 20 of 90 minutes.
+	at = t0.Add(90 * time.Minute)
+	check(openRecorder(t, db, history.Options{Clock: clock}), 1-20.0/90)
+}

@@ -125,6 +125,9 @@ func printHistory(e *env, h *pb.HistoryResponse, window string) {
 		fmt.Fprintf(tw, "objective:\t%s\n", sloText(slo))
 	}
 	tw.Flush()
+	if h.TimeAvailability != nil {
+		fmt.Fprintf(e.stdout, "routable minimum met %s of the time (the group out of panic)\n", percent(h.GetTimeAvailability()))
+	}
 	evs := h.GetEvents()
 	if len(evs) == 0 {
 		fmt.Fprintln(e.stdout, "events: none")

@@ -30,7 +30,7 @@ func TestHistory(t *testing.T) {
 		}
 	}
 	out = mustRun(t, "history", addr, "--group", "edge", "--window", "30d")
-	for _, want := range []string{"group edge, last 30d, by the hour\n", "uptime:   50.", "p95:", "events:"} {
+	for _, want := range []string{"group edge, last 30d, by the hour\n", "uptime:   50.", "p95:", "events:", "routable minimum met 100.00% of the time"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("history --group edge printed\n%s\nwant %q in it", out, want)
 		}

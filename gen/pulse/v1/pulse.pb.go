@@ -4950,9 +4950,15 @@ type HistoryResponse struct {
 	// slo is where a group stands against its availability objective
 	// (GroupPolicy.availability_objective), over the objective's own window
 	// whatever this request's; unset for a target and a group without one.
-	Slo           *GroupSLO `protobuf:"bytes,13,opt,name=slo,proto3" json:"slo,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Slo *GroupSLO `protobuf:"bytes,13,opt,name=slo,proto3" json:"slo,omitempty"`
+	// time_availability is, for a group, the share of the window's time it
+	// had at least its routable minimum of healthy targets (at most
+	// floor(max_unhealthy_fraction x targets) unhealthy): the time it was
+	// out of panic, from the start of the first step with a recorded probe
+	// to now. Unset for a target, and when no probe was recorded.
+	TimeAvailability *float64 `protobuf:"fixed64,14,opt,name=time_availability,json=timeAvailability,proto3,oneof" json:"time_availability,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *HistoryResponse) Reset() {
@@ -5074,6 +5080,13 @@ func (x *HistoryResponse) GetSlo() *GroupSLO {
 		return x.Slo
 	}
 	return nil
+}
+
+func (x *HistoryResponse) GetTimeAvailability() float64 {
+	if x != nil && x.TimeAvailability != nil {
+		return *x.TimeAvailability
+	}
+	return 0
 }
 
 // GroupSLO is a group's availability objective and where it stands.
@@ -5743,7 +5756,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x06window\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06window\x129\n" +
 	"\n" +
 	"resolution\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"resolution\"\xe0\x04\n" +
+	"resolution\"\xa8\x05\n" +
 	"\x0fHistoryResponse\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x129\n" +
@@ -5763,8 +5776,10 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"latencyP99\x12.\n" +
 	"\x06events\x18\v \x03(\v2\x16.pulse.v1.HistoryEventR\x06events\x12<\n" +
 	"\flatency_mean\x18\f \x01(\v2\x19.google.protobuf.DurationR\vlatencyMean\x12$\n" +
-	"\x03slo\x18\r \x01(\v2\x12.pulse.v1.GroupSLOR\x03sloB\x0f\n" +
-	"\r_availability\"\x9b\x02\n" +
+	"\x03slo\x18\r \x01(\v2\x12.pulse.v1.GroupSLOR\x03slo\x120\n" +
+	"\x11time_availability\x18\x0e \x01(\x01H\x01R\x10timeAvailability\x88\x01\x01B\x0f\n" +
+	"\r_availabilityB\x14\n" +
+	"\x12_time_availability\"\x9b\x02\n" +
 	"\bGroupSLO\x12\x1c\n" +
 	"\tobjective\x18\x01 \x01(\x01R\tobjective\x121\n" +
 	"\x06window\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06window\x12'\n" +
