@@ -27,11 +27,31 @@ type PolicyObserver interface {
 	ObservePolicy(kind EventKind, at time.Time, p PolicyChange)
 }
 
+// ModeObserver is an Observer that is also told of every change of a
+// target's mode (SetMode, a drain, an until reached), with the spec after
+// it (its Admin gives the mode, the reason and since when) and the mode
+// before. ObserveMode is called outside the checker's locks; like the
+// Observer's other methods it must not block or call the Checker.
+type ModeObserver interface {
+	Observer
+	ObserveMode(spec Spec, from Mode, at time.Time)
+}
+
+// reportMode tells a ModeObserver of a target's mode change.
+func (r *registry) reportMode(e Event) {
+	if mo, ok := r.observer.(ModeObserver); ok {
+		mo.ObserveMode(e.Status.Spec, e.Mode.From, e.Time)
+	}
+}
+
 // reported says which events the registry reports (logs and observes)
 // once its lock is released: transitions, policy events, and removals
 // when its observer wants them.
 func (r *registry) reported(k EventKind) bool {
 	if k == EventTransition || k.IsPolicy() {
+		return true
+	}
+	if _, ok := r.observer.(ModeObserver); ok && k == EventModeChanged {
 		return true
 	}
 	_, ok := r.observer.(RemovalObserver)

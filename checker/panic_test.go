@@ -322,3 +322,25 @@ func TestPolicyObserverSeesThePanic(t *testing.T) {
 		t.Errorf("policy events observed (-want +got):\n%s", diff)
 	}
 }
+
+func (r *policyRecorder) ObserveMode(s checker.Spec, from checker.Mode, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.policies = append(r.policies, fmt.Sprintf("%s %v -> %v %s", s.Name, from, s.Admin().Mode, s.Admin().Reason))
+}
+
+// A ModeObserver is told of every change of a target's mode, even one
+// that changes no state.
+func TestModeObserverSeesEveryModeChange(t *testing.T) {
+	rec := &policyRecorder{}
+	e := newEnv(t, checker.Config{Observer: rec})
+	e.add(t, spec("a")) // unhealthy: a drain changes no state
+	if _, err := e.c.SetMode(checker.ModeRequest{Target: "a", Mode: checker.ModeDraining, Reason: "deploy 4711"}); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if diff := cmp.Diff([]string{"a active -> draining deploy 4711"}, rec.policies); diff != "" {
+		t.Errorf("mode changes observed (-want +got):\n%s", diff)
+	}
+}

@@ -620,6 +620,10 @@ func (r *registry) report(e Event) {
 		r.reportRemoval(e)
 		return
 	}
+	if e.Kind == EventModeChanged {
+		r.reportMode(e)
+		return
+	}
 	if e.Kind != EventTransition {
 		r.reportPolicy(e)
 		return

@@ -58,8 +58,11 @@ type HistoryPolicy struct {
 	// Target is the target it is about; empty for a group's panic in the
 	// group's history.
 	Target string
-	Kind   PolicyKind
-	Text   string
+	// Kind is the policy event's kind; 0 for a change of the target's
+	// mode (Mode is the mode after it, Text says from what and why).
+	Kind PolicyKind
+	Mode Mode
+	Text string
 }
 
 // SLO is a group's availability objective and where it stands.
@@ -128,7 +131,7 @@ func historyFromProto(r *pb.HistoryResponse) History {
 	for _, e := range r.GetEvents() {
 		if e.GetKind() != "" {
 			h.Policies = append(h.Policies, HistoryPolicy{Time: optTime(e.GetTime()), Target: e.GetTarget(),
-				Kind: PolicyKind(pb.PolicyEvent_Kind_value["KIND_"+e.GetKind()]), Text: e.GetText()})
+				Kind: PolicyKind(pb.PolicyEvent_Kind_value["KIND_"+e.GetKind()]), Mode: Mode(e.GetMode()), Text: e.GetText()})
 			continue
 		}
 		h.Events = append(h.Events, Transition{Target: e.GetTarget(), Group: h.Group, From: State(e.GetFrom()), To: State(e.GetTo()),

@@ -175,6 +175,9 @@ func HistoryToProto(sum history.Summary, res time.Duration) *pb.HistoryResponse 
 	for i, e := range sum.Events {
 		if e.Policy != 0 {
 			out.Events[i] = &pb.HistoryEvent{Time: timestamppb.New(e.Time), Target: e.Target, Kind: e.Policy.String(), Text: e.Text}
+			if e.Policy == checker.EventModeChanged {
+				out.Events[i].Mode = ModeToProto(e.Mode)
+			}
 			continue
 		}
 		out.Events[i] = &pb.HistoryEvent{Time: timestamppb.New(e.Time), Target: e.Target, From: stateToProto(e.From),

@@ -325,6 +325,22 @@ func (r *Recorder) ObservePolicy(kind checker.EventKind, at time.Time, p checker
 	}
 }
 
+// ObserveMode keeps a change of a target's mode among its events, with
+// its reason: "mode draining, was active: deploy 4711".
+func (r *Recorder) ObserveMode(spec checker.Spec, from checker.Mode, at time.Time) {
+	a := spec.Admin()
+	text := fmt.Sprintf("mode %s, was %s", a.Mode, from)
+	if a.Reason != "" {
+		text += ": " + a.Reason
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.targets[spec.Name]; !ok {
+		r.seriesLocked(spec.Name, spec.Group)
+	}
+	r.keepEventLocked(Event{Time: at, Target: spec.Name, Policy: checker.EventModeChanged, Mode: a.Mode, Text: text})
+}
+
 // keepEventLocked appends ev to its target's events, the oldest going past
 // the bound.
 func (r *Recorder) keepEventLocked(ev Event) {

@@ -235,3 +235,20 @@ func TestGroupSLO(t *testing.T) {
 		t.Errorf("unknown group: %v", err)
 	}
 }
+
+// A change of a target's mode is kept among its events, with its reason,
+// whether or not it changes the target's state.
+func TestModeChangesInTheTimeline(t *testing.T) {
+	r := history.New(history.Options{})
+	probe(r, "a", t0, true, time.Millisecond)
+	s := checker.Spec{Name: "a", Group: "g"}.WithAdmin(checker.Admin{Mode: checker.ModeDraining, Reason: "deploy 4711", Since: t0.Add(time.Second)})
+	r.ObserveMode(s, checker.ModeActive, t0.Add(time.Second))
+	sum, err := r.Query("a", t0.Add(time.Minute), time.Hour, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sum.Events) != 1 || sum.Events[0].Policy != checker.EventModeChanged || sum.Events[0].Mode != checker.ModeDraining ||
+		sum.Events[0].Text != "mode draining, was active: deploy 4711" {
+		t.Errorf("events = %+v, want the drain with its reason", sum.Events)
+	}
+}

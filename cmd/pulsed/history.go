@@ -150,3 +150,13 @@ func (t teeObserver) ObservePolicy(k checker.EventKind, at time.Time, p checker.
 		}
 	}
 }
+
+// ObserveMode tells each observer that wants mode changes (the history
+// keeps them in its timeline).
+func (t teeObserver) ObserveMode(s checker.Spec, from checker.Mode, at time.Time) {
+	for _, o := range []checker.RemovalObserver{t.a, t.b} {
+		if mo, ok := o.(checker.ModeObserver); ok {
+			mo.ObserveMode(s, from, at)
+		}
+	}
+}

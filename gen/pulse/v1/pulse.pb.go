@@ -5281,9 +5281,11 @@ type HistoryEvent struct {
 	Mode Mode `protobuf:"varint,7,opt,name=mode,proto3,enum=pulse.v1.Mode" json:"mode,omitempty"`
 	// kind is empty for a transition, else the policy event's kind as
 	// WatchTransitions names it ("PANIC_ENTERED", "FLAPPING_STARTED",
-	// "CERT_EXPIRING", ...), with text saying what happened; from, to and
-	// mode are then unset. A group's panic shows in the history of each of
-	// its targets, and once in the group's.
+	// "CERT_EXPIRING", ...) or "MODE_CHANGED" for a change of the target's
+	// mode (mode is the mode after it), with text saying what happened
+	// ("mode draining, was active: deploy 4711"); from and to are then
+	// unset. A group's panic shows in the history of each of its targets,
+	// and once in the group's.
 	Kind          string `protobuf:"bytes,8,opt,name=kind,proto3" json:"kind,omitempty"`
 	Text          string `protobuf:"bytes,9,opt,name=text,proto3" json:"text,omitempty"`
 	unknownFields protoimpl.UnknownFields
