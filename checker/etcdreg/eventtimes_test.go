@@ -35,18 +35,7 @@ func TestEventsAreIdenticalOnEveryReplica(t *testing.T) {
 	b := newBackend()
 	r1 := startReplica(t, etcd.Endpoint, "r1", b)
 	r2 := startReplica(t, etcd.Endpoint, "r2", b)
-	eventually(t, "two members", func() bool { return len(r1.reg.Members()) == 2 && len(r2.reg.Members()) == 2 })
-	from := max(r1.c.Revision(), r2.c.Revision())
-	eventually(t, "both at one revision", func() bool { return r1.c.Revision() >= from && r2.c.Revision() >= from })
-	var ws []*checker.Watcher
-	for _, r := range []*replica{r1, r2} {
-		w, err := r.c.Watch(checker.Filter{}, from)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Close()
-		ws = append(ws, w)
-	}
+	ws := watchBoth(t, r1, r2)
 
 	s := target("flappy")
 	s.InitialState, s.FlapThreshold, s.FlapWindow, s.FlapStableFor = checker.StateHealthy, 3, time.Minute, time.Minute
@@ -91,18 +80,7 @@ func TestAnnouncedEventsStreamOnEveryReplica(t *testing.T) {
 	b := newBackend()
 	r1 := startReplica(t, etcd.Endpoint, "r1", b)
 	r2 := startReplica(t, etcd.Endpoint, "r2", b)
-	eventually(t, "two members", func() bool { return len(r1.reg.Members()) == 2 && len(r2.reg.Members()) == 2 })
-	from := max(r1.c.Revision(), r2.c.Revision())
-	eventually(t, "both at one revision", func() bool { return r1.c.Revision() >= from && r2.c.Revision() >= from })
-	var ws []*checker.Watcher
-	for _, r := range []*replica{r1, r2} {
-		w, err := r.c.Watch(checker.Filter{}, from)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Close()
-		ws = append(ws, w)
-	}
+	ws := watchBoth(t, r1, r2)
 	pc := checker.PolicyChange{Text: "discovery:api: http_sd 0 failing: 500", Source: "discovery:api", SDConfig: "http_sd 0", Error: "500"}
 	if err := r1.c.Announce(checker.EventDiscoveryFailed, pc); err != nil {
 		t.Fatal(err)
@@ -119,4 +97,23 @@ func TestAnnouncedEventsStreamOnEveryReplica(t *testing.T) {
 	if diff := cmp.Diff(lines[0], lines[1]); diff != "" {
 		t.Errorf("the replicas' events differ (-r1 +r2):\n%s", diff)
 	}
+}
+
+// watchBoth waits until r1 and r2 are both members and at one revision,
+// and returns a watcher of each from it.
+func watchBoth(t *testing.T, r1, r2 *replica) []*checker.Watcher {
+	t.Helper()
+	eventually(t, "two members", func() bool { return len(r1.reg.Members()) == 2 && len(r2.reg.Members()) == 2 })
+	from := max(r1.c.Revision(), r2.c.Revision())
+	eventually(t, "both at one revision", func() bool { return r1.c.Revision() >= from && r2.c.Revision() >= from })
+	var ws []*checker.Watcher
+	for _, r := range []*replica{r1, r2} {
+		w, err := r.c.Watch(checker.Filter{}, from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Close)
+		ws = append(ws, w)
+	}
+	return ws
 }

@@ -74,21 +74,84 @@ func fileOf(b *testing.B, path string, lo, hi int) {
 	}
 }
 
+// fileSourceRun is one measure of a 10,000-target file source applied to
+// c: the time until all are registered and their writes (writes counts
+// them, as the registry kept them), then the same for one target of the
+// file changed (one gone, one new). The timer runs during both.
+type fileSourceRun struct {
+	cold, change             time.Duration
+	coldWrites, changeWrites int64
+}
+
+func measureFileSource(b *testing.B, c *checker.Checker, writes func() int64) fileSourceRun {
+	const n = 10000
+	b.Helper()
+	dir := b.TempDir()
+	file := filepath.Join(dir, "api.json")
+	fileOf(b, file, 0, n)
+	cfg, err := ParseConfig(fmt.Appendf(nil, "groups:\n  - name: api\n    file_sd_configs: [{files: [%q]}]\n    template: {tcp: {}}\n    on_disappear: remove\n", file), dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	count := func() int {
+		list, _ := c.ListNow("")
+		return len(list)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var run fileSourceRun
+	w0 := writes()
+	b.StartTimer()
+	start := time.Now()
+	m, err := NewManager(ctx, cfg, c, prometheus.NewRegistry(), slog.New(slog.DiscardHandler), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	defer func() { cancel(); <-done }()
+	go func() { defer close(done); m.Run(ctx) }()
+	// Poll at 20ms: a List of 10,000 costs about 10ms, which polling more
+	// often would take from the writes measured.
+	for count() != n {
+		time.Sleep(20 * time.Millisecond)
+	}
+	run.cold = time.Since(start)
+	run.coldWrites = writes() - w0
+
+	// One target gone (the first), one new (the 10,001st).
+	w1 := writes()
+	start = time.Now()
+	fileOf(b, file, 1, n+1)
+	gone, added := "api-10.0.0.1:80", fmt.Sprintf("api-10.0.%d.%d:80", n/250, n%250+1)
+	for {
+		_, errGone := c.Status(gone)
+		_, errAdded := c.Status(added)
+		if errGone != nil && errAdded == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	run.change = time.Since(start)
+	// Let another refresh's worth of answers pass: still 2 writes.
+	time.Sleep(6 * time.Second)
+	run.changeWrites = writes() - w1
+	b.StopTimer()
+	return run
+}
+
 // BenchmarkFileSource10k: a file source of 10,000 targets applied from
-// cold to a checker on the embedded store (bbolt, each Add durable when it
-// returns), with pulsed's discovery settings; then one target of the file
-// changed (one gone, one new). It reports the time until all 10,000 are
-// registered (s-cold), the time until the change is applied (s-change),
-// and the store's spec writes for each (writes-cold, writes-change: 2, one
-// put and one delete, not 10,000). Run it once:
+// cold to a checker on the embedded store (bbolt, each write durable when
+// it returns), with pulsed's discovery settings; then one target of the
+// file changed (one gone, one new). It reports the time until all 10,000
+// are registered (s-cold), the time until the change is applied
+// (s-change), and the store's spec writes for each (writes-cold,
+// writes-change: 2, one put and one delete, not 10,000). Run it once:
 //
 //	go test -run '^$' -bench FileSource10k -benchtime 1x ./server/discovery/
 func BenchmarkFileSource10k(b *testing.B) {
-	const n = 10000
 	for range b.N {
 		b.StopTimer()
-		dir := b.TempDir()
-		bolt, err := boltstore.Open(filepath.Join(dir, "data"), time.Second)
+		bolt, err := boltstore.Open(filepath.Join(b.TempDir(), "data"), time.Second)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -97,58 +160,11 @@ func BenchmarkFileSource10k(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		file := filepath.Join(dir, "api.json")
-		fileOf(b, file, 0, n)
-		cfg, err := ParseConfig(fmt.Appendf(nil, "groups:\n  - name: api\n    file_sd_configs: [{files: [%q]}]\n    template: {tcp: {}}\n    on_disappear: remove\n", file), dir)
-		if err != nil {
-			b.Fatal(err)
-		}
-		count := func() int {
-			list, _ := c.ListNow("")
-			return len(list)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		b.StartTimer()
-		start := time.Now()
-		m, err := NewManager(ctx, cfg, c, prometheus.NewRegistry(), slog.New(slog.DiscardHandler), Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		done := make(chan struct{})
-		go func() { defer close(done); m.Run(ctx) }()
-		// Poll at 20ms: a List of 10,000 costs about 10ms, which polling
-		// more often would take from the writes measured.
-		for count() != n {
-			time.Sleep(20 * time.Millisecond)
-		}
-		cold := time.Since(start)
-		coldWrites := store.specWrites.Load()
-
-		// One target gone (the first), one new (the 10,001st).
-		before := store.specWrites.Load()
-		start = time.Now()
-		fileOf(b, file, 1, n+1)
-		gone, added := "api-10.0.0.1:80", fmt.Sprintf("api-10.0.%d.%d:80", n/250, n%250+1)
-		for {
-			_, errGone := c.Status(gone)
-			_, errAdded := c.Status(added)
-			if errGone != nil && errAdded == nil {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		change := time.Since(start)
-		// Let another refresh's worth of answers pass: still 2 writes.
-		time.Sleep(6 * time.Second)
-		changeWrites := store.specWrites.Load() - before
-		b.StopTimer()
-
-		b.ReportMetric(cold.Seconds(), "s-cold")
-		b.ReportMetric(float64(coldWrites), "writes-cold")
-		b.ReportMetric(change.Seconds(), "s-change")
-		b.ReportMetric(float64(changeWrites), "writes-change")
-		cancel()
-		<-done
+		run := measureFileSource(b, c, store.specWrites.Load)
+		b.ReportMetric(run.cold.Seconds(), "s-cold")
+		b.ReportMetric(float64(run.coldWrites), "writes-cold")
+		b.ReportMetric(run.change.Seconds(), "s-change")
+		b.ReportMetric(float64(run.changeWrites), "writes-change")
 		c.Close()
 		bolt.Close()
 	}
@@ -162,7 +178,6 @@ func BenchmarkFileSource10k(b *testing.B) {
 //
 //	go test -run '^$' -bench FileSource10kEtcd -benchtime 1x ./server/discovery/
 func BenchmarkFileSource10kEtcd(b *testing.B) {
-	const n = 10000
 	etcd := etcdtest.Start(b, 0)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint}, Logger: zap.NewNop()})
 	if err != nil {
@@ -178,7 +193,6 @@ func BenchmarkFileSource10kEtcd(b *testing.B) {
 	}
 	for i := range b.N {
 		b.StopTimer()
-		dir := b.TempDir()
 		reg, err := etcdreg.Open(context.Background(), etcdreg.Options{Endpoints: []string{etcd.Endpoint},
 			Prefix: fmt.Sprintf("/bench-%d/", i), ID: "r1", LeaseTTL: 10 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
@@ -189,55 +203,11 @@ func BenchmarkFileSource10kEtcd(b *testing.B) {
 			b.Fatal(err)
 		}
 		reg.Run(c)
-		file := filepath.Join(dir, "api.json")
-		fileOf(b, file, 0, n)
-		cfg, err := ParseConfig(fmt.Appendf(nil, "groups:\n  - name: api\n    file_sd_configs: [{files: [%q]}]\n    template: {tcp: {}}\n    on_disappear: remove\n", file), dir)
-		if err != nil {
-			b.Fatal(err)
-		}
-		count := func() int {
-			list, _ := c.ListNow("")
-			return len(list)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		rev0 := revision()
-		b.StartTimer()
-		start := time.Now()
-		m, err := NewManager(ctx, cfg, c, prometheus.NewRegistry(), slog.New(slog.DiscardHandler), Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		done := make(chan struct{})
-		go func() { defer close(done); m.Run(ctx) }()
-		for count() != n {
-			time.Sleep(20 * time.Millisecond)
-		}
-		cold := time.Since(start)
-		coldWrites := revision() - rev0
-
-		rev1 := revision()
-		start = time.Now()
-		fileOf(b, file, 1, n+1)
-		gone, added := "api-10.0.0.1:80", fmt.Sprintf("api-10.0.%d.%d:80", n/250, n%250+1)
-		for {
-			_, errGone := c.Status(gone)
-			_, errAdded := c.Status(added)
-			if errGone != nil && errAdded == nil {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		change := time.Since(start)
-		time.Sleep(6 * time.Second)
-		changeWrites := revision() - rev1
-		b.StopTimer()
-
-		b.ReportMetric(cold.Seconds(), "s-cold")
-		b.ReportMetric(float64(coldWrites), "etcd-txns-cold")
-		b.ReportMetric(change.Seconds(), "s-change")
-		b.ReportMetric(float64(changeWrites), "etcd-txns-change")
-		cancel()
-		<-done
+		run := measureFileSource(b, c, revision)
+		b.ReportMetric(run.cold.Seconds(), "s-cold")
+		b.ReportMetric(float64(run.coldWrites), "etcd-txns-cold")
+		b.ReportMetric(run.change.Seconds(), "s-change")
+		b.ReportMetric(float64(run.changeWrites), "etcd-txns-change")
 		c.Close()
 		reg.Close()
 	}

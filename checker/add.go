@@ -1,0 +1,266 @@
+package checker
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+
+	"github.com/pulsehealth/pulse/checker/probe"
+)
+
+// Adding targets: Add and AddMany make the specs durable in one write,
+// then register each under the registry's lock (see registry.go).
+
+// add is Add for a spec with defaults, valid: addMany of one.
+func (r *registry) add(spec Spec, write func([]Spec) (int, error)) (Status, bool, error) {
+	res := r.addMany([]Spec{spec}, write)[0]
+	return res.Status, res.Created, res.Err
+}
+
+// AddResult is what AddMany did with one spec: its status and whether it
+// was created, or why it was refused (Err, as Add returns it).
+type AddResult struct {
+	Status  Status
+	Created bool
+	Err     error
+}
+
+// addBatch bounds the targets addMany registers under one hold of the
+// registry's lock, so that probes and reads go on during a large batch.
+const addBatch = 1024
+
+// addMany is AddMany for specs with defaults, valid, of distinct names: it
+// registers each target or replaces its spec. write, if not nil, makes the
+// changed specs durable, all in one call, and says how many, from the
+// first, it stored; it runs after every prober is built and every limit
+// checked, and before anything changes. A spec refused (its probe, a
+// limit) is refused alone; a failed write refuses the specs it did not
+// store, and registers those it did. The caller keeps other writes out
+// meanwhile.
+func (r *registry) addMany(specs []Spec, write func([]Spec) (int, error)) []AddResult {
+	res := make([]AddResult, len(specs))
+	probers := make([]Prober, len(specs))
+	keep := make([]bool, len(specs)) // the probe is the target's own already
+	same := make([]bool, len(specs)) // nothing to write or change
+	fail := func(i int, err error) {
+		res[i].Err = err
+		closeProber(probers[i])
+		probers[i] = nil
+	}
+
+	// The specs as they will be stored: an update keeps the target's
+	// initial state (it only matters to a new target) and its mode.
+	r.mu.Lock()
+	closed := r.closed
+	for i := range specs {
+		old := r.targets[specs[i].Name]
+		if old == nil || old.quarantined() != "" {
+			continue // made afresh from the spec
+		}
+		specs[i].InitialState = old.spec.InitialState
+		specs[i] = specs[i].WithAdmin(old.spec.Admin())
+		keep[i] = reflect.DeepEqual(old.spec.Probe, specs[i].Probe)
+		same[i] = reflect.DeepEqual(old.spec, specs[i])
+	}
+	r.mu.Unlock()
+	if closed {
+		for i := range res {
+			res[i].Err = ErrClosed
+		}
+		return res
+	}
+	// The probers are built first: a probe the egress policy refuses is a
+	// rejected spec (a bad request before a full registry), and a rejected
+	// spec stores nothing.
+	for i := range specs {
+		if !keep[i] {
+			p, err := r.newProber(specs[i].Probe)
+			if err != nil {
+				res[i].Err = wrapProbeErr(err)
+				continue
+			}
+			probers[i] = p
+		}
+	}
+	r.mu.Lock()
+	r.batchLimitsLocked(specs, res, fail)
+	r.mu.Unlock()
+	if write != nil {
+		var changed []Spec
+		for i := range specs {
+			if res[i].Err == nil && !same[i] {
+				changed = append(changed, specs[i])
+			}
+		}
+		if len(changed) > 0 {
+			// Durable before anything changes or is acknowledged.
+			if stored, err := write(changed); err != nil {
+				err = fmt.Errorf("%w: %v", ErrStore, err)
+				for i := range specs {
+					if res[i].Err == nil && !same[i] {
+						if stored > 0 {
+							stored-- // stored: registered below
+							continue
+						}
+						fail(i, err)
+					}
+				}
+			}
+		}
+	}
+	var unused []Prober
+	for lo := 0; lo < len(specs); lo += addBatch {
+		r.mu.Lock()
+		for i := lo; i < min(lo+addBatch, len(specs)); i++ {
+			if res[i].Err != nil {
+				continue
+			}
+			var p Prober
+			res[i].Status, res[i].Created, p, res[i].Err = r.addLocked(specs[i], probers[i])
+			if p != nil {
+				unused = append(unused, p)
+			}
+		}
+		r.unlockAndReport()
+		for _, p := range unused {
+			closeProber(p)
+		}
+		unused = unused[:0]
+	}
+	return res
+}
+
+// batchLimitsLocked refuses, in order, the specs of a batch not yet refused
+// that would take the registry or a group past its limit, counting the
+// ones before them.
+func (r *registry) batchLimitsLocked(specs []Spec, res []AddResult, fail func(int, error)) {
+	if r.maxTargets <= 0 && r.maxInGroup <= 0 {
+		return
+	}
+	added, joined := 0, make(map[string]int)
+	for i, spec := range specs {
+		if res[i].Err != nil {
+			continue
+		}
+		old := r.targets[spec.Name]
+		joins := old == nil || old.spec.Group != spec.Group || old.quarantined() != "" // a quarantined target is in no pool
+		switch {
+		case old == nil && r.maxTargets > 0 && len(r.targets)+added >= r.maxTargets:
+			fail(i, &LimitError{What: "targets", Max: r.maxTargets})
+		case joins && r.maxInGroup > 0 && r.pools[spec.Group].size()+joined[spec.Group] >= r.maxInGroup:
+			fail(i, &LimitError{What: fmt.Sprintf("targets in group %q", spec.Group), Max: r.maxInGroup})
+		default:
+			if old == nil {
+				added++
+			}
+			if joins {
+				joined[spec.Group]++
+			}
+		}
+	}
+}
+
+// addLocked registers spec, made durable if need be, or replaces the spec
+// of the target of its name; p is its prober, nil if the target's own is
+// kept. It returns the prober left unused (built but not kept, or the one
+// replaced) for the caller to close outside the lock.
+func (r *registry) addLocked(spec Spec, p Prober) (st Status, created bool, unused Prober, err error) {
+	if r.closed {
+		return Status{}, false, p, ErrClosed
+	}
+	now := r.clock.Now()
+	t := r.targets[spec.Name]
+	var fixed *target // the quarantined target this spec replaces
+	if t != nil && t.quarantined() != "" {
+		fixed, t = t, nil
+	}
+	if t == nil {
+		if p == nil { // the target was removed while we built the prober
+			if p, err = r.newProber(spec.Probe); err != nil {
+				return Status{}, false, nil, wrapProbeErr(err)
+			}
+		}
+		if fixed == nil {
+			if err := r.checkLimitsLocked(nil, spec); err != nil { // re-checked: others may have added meanwhile
+				return Status{}, false, p, err
+			}
+		}
+		spec = spec.WithAdmin(Admin{}) // a new target is active
+		t = newTarget(spec, p, spec.InitialState)
+		r.targets[spec.Name] = t
+		r.sched.watchLocked(t)
+		r.joinPoolLocked(t)
+		r.sched.addLocked(t, now.Add(firstDelay(spec.Name, spec.Interval)))
+		r.unhealthySinceLocked(t, now)
+		st := r.statusLocked(t, now)
+		if fixed != nil {
+			// Watchers know the name from the quarantined target: the fix is
+			// an update of it.
+			r.emitLocked(Event{Kind: EventUpdated, Time: now, Status: st, prevGroup: fixed.spec.Group})
+			r.settleLocked(spec.Group, now)
+			return st, false, nil, nil
+		}
+		r.emitLocked(Event{Kind: EventAdded, Time: now, Status: st})
+		r.settleLocked(spec.Group, now) // a new routable target may make room
+		return st, true, nil, nil
+	}
+	if reflect.DeepEqual(t.spec, spec) {
+		return r.statusLocked(t, now), false, p, nil // nothing changes, no event
+	}
+
+	if p != nil && !reflect.DeepEqual(t.spec.Probe, spec.Probe) {
+		unused, t.prober = t.prober, p
+		t.gen++
+		r.sched.watchLocked(t)
+	} else {
+		unused = p
+	}
+	prevGroup := r.setSpecLocked(t, spec)
+	r.emitLocked(Event{Kind: EventUpdated, Time: now, Status: r.statusLocked(t, now), prevGroup: prevGroup})
+	// What the new spec changes in the state comes after the update, as
+	// transitions of its own: a model change that drops the suspect state,
+	// damping turned off, a group with more or less room.
+	why := cause{reason: "spec changed"}
+	if prevGroup != spec.Group {
+		why = cause{reason: fmt.Sprintf("moved to group %q", spec.Group)}
+	}
+	if _, changed := t.m.SetModel(spec.Model); changed {
+		why = cause{reason: "model changed to " + spec.Model.String()}
+	}
+	if t.flapping && spec.FlapThreshold == 0 {
+		r.endFlappingLocked(t, now, "flap damping turned off")
+		why = cause{reason: "flap damping turned off"}
+	}
+	r.updateLocked(t, now, why)
+	r.unhealthySinceLocked(t, now) // its removal may be turned on or off
+	if prevGroup != spec.Group {
+		r.settleLocked(prevGroup, now)
+		r.dropPoolLocked(prevGroup)
+	}
+	r.settleLocked(spec.Group, now)
+	r.sched.hurryLocked(t, now)
+	return r.statusLocked(t, now), false, unused, nil
+}
+
+// setSpecLocked gives t a new spec, moving it between pools if its group
+// changes, and returns the group it was in.
+func (r *registry) setSpecLocked(t *target, spec Spec) (prevGroup string) {
+	prevGroup = t.spec.Group
+	if prevGroup != spec.Group {
+		r.leavePoolLocked(t)
+	}
+	t.spec = spec
+	t.m.Rise, t.m.Fall = spec.Rise, spec.Fall
+	if prevGroup != spec.Group {
+		r.joinPoolLocked(t)
+	}
+	return prevGroup
+}
+
+func wrapProbeErr(err error) error {
+	var fe *probe.FieldError
+	if errors.As(err, &fe) {
+		return &FieldError{fe.Field, fe.Reason}
+	}
+	return err
+}

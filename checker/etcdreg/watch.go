@@ -1,0 +1,268 @@
+package etcdreg
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/pulsehealth/pulse/checker"
+)
+
+// Following etcd: every replica watches the prefix and applies what
+// changes, in revision order, to its checker (see Registry).
+
+// Applier is what Run feeds: a *checker.Checker.
+type Applier interface {
+	ApplyShared(changes []checker.SharedChange, rev uint64)
+	SetSharedErr(err error)
+}
+
+// Run watches the prefix from the revision Load read at and applies every
+// change to c, and keeps the lease alive, until Close.
+func (r *Registry) Run(c Applier) {
+	r.wg.Go(func() { r.watchLoop(c) })
+	r.wg.Go(func() { r.keepAliveLoop(c) })
+}
+
+func (r *Registry) watchLoop(c Applier) {
+	r.mu.Lock()
+	from := r.loadRev + 1
+	r.mu.Unlock()
+	for r.ctx.Err() == nil {
+		next, err := r.watch(c, from)
+		if r.ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			r.logger.Warn("etcd compacted past this replica's position; reading the registry again", "from", from)
+			next, err = r.resync(c)
+		}
+		if err != nil {
+			r.logger.Warn("etcd watch ended; watching again", "error", err)
+			select {
+			case <-time.After(500 * time.Millisecond):
+			case <-r.ctx.Done():
+				return
+			}
+		}
+		if next > from {
+			from = next
+		}
+	}
+}
+
+// watch applies changes from revision from on; it returns the revision to
+// watch from next when the watch ends.
+func (r *Registry) watch(c Applier, from int64) (int64, error) {
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(r.ctx))
+	defer cancel()
+	wch := r.cli.Watch(ctx, r.prefix, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify())
+	for resp := range wch {
+		if err := resp.Err(); err != nil {
+			return from, err
+		}
+		if resp.IsProgressNotify() {
+			if rev := resp.Header.Revision; rev >= from {
+				c.ApplyShared(nil, uint64(rev))
+				from = rev + 1
+			}
+			continue
+		}
+		changes, last := r.changes(resp.Events)
+		if last == 0 {
+			continue
+		}
+		c.ApplyShared(changes, uint64(last))
+		from = last + 1
+	}
+	return from, r.ctx.Err()
+}
+
+// changes turns etcd events into the checker's changes. A target's removal
+// deletes its spec and state at one revision: one change.
+func (r *Registry) changes(evs []*clientv3.Event) ([]checker.SharedChange, int64) {
+	// A removal's mark comes in its transaction: its time is the time of
+	// the REMOVED event.
+	removedAt := map[string]time.Time{}
+	for _, ev := range evs {
+		if kind, name, ok := r.split(string(ev.Kv.Key)); ok && kind == "removed" && ev.Type == clientv3.EventTypePut {
+			var m removalRecord
+			if json.Unmarshal(ev.Kv.Value, &m) == nil {
+				removedAt[fmt.Sprintf("%d/%s", ev.Kv.ModRevision, name)] = m.Time
+			}
+		}
+	}
+	var out []checker.SharedChange
+	var last int64
+	membersChanged := false
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ev := range evs {
+		last = max(last, ev.Kv.ModRevision)
+		kind, name, ok := r.split(string(ev.Kv.Key))
+		if !ok {
+			continue
+		}
+		rev := uint64(ev.Kv.ModRevision)
+		put := ev.Type == clientv3.EventTypePut
+		switch kind {
+		case "guards", "policies":
+			if ch, ok := r.groupChange(kind, name, ev); ok {
+				out = append(out, ch)
+			}
+		case "targets":
+			if !put {
+				delete(r.known, name)
+				at := removedAt[fmt.Sprintf("%d/%s", rev, name)]
+				out = append(out, checker.SharedChange{Kind: checker.SharedSpecDeleted, Rev: rev, Name: name, Time: at})
+				continue
+			}
+			var sr specRecord
+			if err := json.Unmarshal(ev.Kv.Value, &sr); err != nil || sr.Spec.Name != name {
+				r.logger.Error("ignoring a target in etcd that does not decode", "key", string(ev.Kv.Key), "error", err)
+				continue
+			}
+			if _, ok := r.known[name]; !ok {
+				r.known[name] = 0
+			}
+			out = append(out, checker.SharedChange{Kind: checker.SharedSpecPut, Rev: rev, Spec: sr.Spec, Time: sr.Time})
+		case "states":
+			if !put {
+				continue
+			}
+			st, err := decodeState(ev.Kv.Value)
+			if err != nil {
+				r.logger.Error("ignoring a state in etcd that does not decode", "key", string(ev.Kv.Key), "error", err)
+				continue
+			}
+			r.known[name] = ev.Kv.ModRevision
+			out = append(out, checker.SharedChange{Kind: checker.SharedStatePut, Rev: rev, Name: name, State: st})
+		case "members":
+			if put {
+				r.joinedRev = max(r.joinedRev, ev.Kv.ModRevision)
+			}
+			i, found := slices.BinarySearch(r.members, name)
+			switch {
+			case put && !found:
+				r.members = slices.Insert(r.members, i, name)
+				membersChanged = true
+			case !put && found:
+				r.members = slices.Delete(r.members, i, i+1)
+				membersChanged = true
+				if name == r.id && r.createRev != 0 && r.createRev < ev.Kv.ModRevision {
+					// Our lease expired (we were paused or cut off):
+					// nothing we write is accepted until we register
+					// again. (A deletion older than our key is of the key
+					// an earlier lease held: we registered again already.)
+					r.createRev = 0
+				}
+			}
+		default:
+			if ch, ok := r.policyChange(kind, name, ev); ok {
+				out = append(out, ch)
+			}
+		}
+	}
+	// A guard's change comes after the other changes of its revision (it
+	// is its transaction's last put; resync makes all of one revision).
+	slices.SortStableFunc(out, func(a, b checker.SharedChange) int {
+		return cmp.Or(cmp.Compare(a.Rev, b.Rev), cmp.Compare(guardLast(a), guardLast(b)))
+	})
+	if membersChanged {
+		r.logger.Info("replicas changed", "members", strings.Join(r.members, ","))
+		out = append(out, checker.SharedChange{Kind: checker.SharedMembersChanged, Rev: uint64(last)})
+	}
+	return out, last
+}
+
+// resync reads the whole registry again after etcd compacted the history
+// this replica still needed, and applies the difference.
+func (r *Registry) resync(c Applier) (int64, error) {
+	ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
+	defer cancel()
+	resp, err := r.cli.Get(ctx, r.prefix, clientv3.WithPrefix())
+	if err != nil {
+		return 0, err
+	}
+	rev := resp.Header.Revision
+	var evs []*clientv3.Event
+	seen := map[string]bool{}
+	var members []string
+	var joined int64
+	var overloads []*mvccpb.KeyValue
+	var guards []checker.SharedChange
+	for _, kv := range resp.Kvs {
+		kind, name, ok := r.split(string(kv.Key))
+		if !ok {
+			continue
+		}
+		orig := kv.ModRevision
+		kv := &mvccpb.KeyValue{Key: kv.Key, Value: kv.Value, CreateRevision: kv.CreateRevision, ModRevision: rev, Version: kv.Version, Lease: kv.Lease}
+		switch kind {
+		case "targets":
+			seen[name] = true
+			evs = append(evs, &clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
+		case "states":
+			r.mu.Lock()
+			stale := r.known[name] != orig
+			r.mu.Unlock()
+			if stale {
+				evs = append(evs, &clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
+			}
+		case "members":
+			members = append(members, name)
+			joined = max(joined, orig)
+		case "overload":
+			overloads = append(overloads, kv)
+		case "policies":
+			evs = append(evs, &clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
+		case "guards":
+			// The guard keeps its own revision: the one a group write
+			// compares.
+			if ch, ok := r.groupChange(kind, name, &clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: kv.Key, Value: kv.Value, ModRevision: orig}}); ok {
+				ch.Rev = uint64(rev)
+				guards = append(guards, ch)
+			}
+		}
+	}
+	evs = append(evs, r.resyncOverloads(overloads, rev)...)
+	r.mu.Lock()
+	var gone []string
+	for name := range r.known {
+		if !seen[name] {
+			gone = append(gone, name)
+			delete(r.known, name)
+		}
+	}
+	slices.Sort(members)
+	changed := !slices.Equal(members, r.members)
+	r.members = members
+	r.joinedRev = max(r.joinedRev, joined)
+	r.mu.Unlock()
+	changes, _ := r.changes(evs)
+	for _, name := range gone {
+		changes = append(changes, checker.SharedChange{Kind: checker.SharedSpecDeleted, Rev: uint64(rev), Name: name})
+	}
+	changes = append(changes, guards...) // after the states they guard
+	if changed {
+		changes = append(changes, checker.SharedChange{Kind: checker.SharedMembersChanged, Rev: uint64(rev)})
+	}
+	c.ApplyShared(changes, uint64(rev))
+	return rev + 1, nil
+}
+
+func guardLast(ch checker.SharedChange) int {
+	if ch.Kind == checker.SharedGroupChanged {
+		return 1
+	}
+	return 0
+}
