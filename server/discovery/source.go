@@ -47,6 +47,11 @@ type source struct {
 	errs        map[string]string // why it fails: by file for file_sd, else under ""
 	cycleErr    bool              // an error was logged since the last answer
 	since       time.Time         // when errs became non-empty
+	// route takes the errors its discoverer logs to its tracker while one
+	// runs (until routeDone), so that they are recorded in the order the
+	// discoverer made them, between its answers; see trackedDiscoverer.
+	route     chan failure
+	routeDone chan struct{}
 	targets     int               // in its last good answer; set by apply
 }
 
@@ -84,6 +89,26 @@ func safeURL(raw string) string {
 	}
 	u.User, u.RawQuery, u.Fragment = nil, "", ""
 	return u.String()
+}
+
+// failure is an error a discoverer logged; key is the file at fault for
+// file_sd.
+type failure struct{ key, msg string }
+
+// report records an error its discoverer logged: through its tracker,
+// after the answers sent before it, while one runs.
+func (s *source) report(key, msg string) {
+	s.mu.Lock()
+	route, done := s.route, s.routeDone
+	s.mu.Unlock()
+	if route != nil {
+		select {
+		case route <- failure{key, msg}:
+			return
+		case <-done:
+		}
+	}
+	s.failed(key, msg)
 }
 
 // failed records an error its discoverer logged; key is the file at fault
@@ -212,16 +237,29 @@ type trackedDiscoverer struct {
 // Run runs the discoverer until ctx is done, and returns once it has.
 func (t *trackedDiscoverer) Run(ctx context.Context, up chan<- []*targetgroup.Group) {
 	ch := make(chan []*targetgroup.Group)
+	// The discoverer's answers and its logged errors come to this loop
+	// each through a channel without a buffer, from the discoverer's
+	// goroutine: they are recorded in the order it made them, so an
+	// answer it sent before an error cannot end that error.
+	fails, routeDone := make(chan failure), make(chan struct{})
+	t.src.mu.Lock()
+	t.src.route, t.src.routeDone = fails, routeDone
+	t.src.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		t.d.Run(ctx, ch)
 	}()
-	defer func() { <-done }()
+	defer func() {
+		close(routeDone) // errors logged while it stops are recorded at once
+		<-done
+	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case f := <-fails:
+			t.src.failed(f.key, f.msg)
 		case tgs := <-ch:
 			t.src.answered(tgs)
 			select {
@@ -270,7 +308,7 @@ func (h *sourceHandler) Handle(ctx context.Context, r slog.Record) error {
 		} else {
 			path = "" // a directory watched, not a file read
 		}
-		h.src.failed(path, msg)
+		h.src.report(path, msg)
 	}
 	if !h.h.Enabled(ctx, r.Level) {
 		return nil
