@@ -52,7 +52,7 @@ type source struct {
 	// discoverer made them, between its answers; see trackedDiscoverer.
 	route     chan failure
 	routeDone chan struct{}
-	targets     int               // in its last good answer; set by apply
+	targets   int // in its last good answer; set by apply
 }
 
 func newSource(m *Manager, group, name string, cfg discovery.Config) *source {
