@@ -187,6 +187,7 @@ func (r *registry) addLocked(spec Spec, p Prober) (st Status, created bool, unus
 		}
 		spec = spec.WithAdmin(Admin{}) // a new target is active
 		t = newTarget(spec, p, spec.InitialState)
+		t.owned = r.link.owns(spec.Name)
 		r.targets[spec.Name] = t
 		r.sched.watchLocked(t)
 		r.joinPoolLocked(t)
@@ -197,11 +198,11 @@ func (r *registry) addLocked(spec Spec, p Prober) (st Status, created bool, unus
 			// Watchers know the name from the quarantined target: the fix is
 			// an update of it.
 			r.emitLocked(Event{Kind: EventUpdated, Time: now, Status: st, prevGroup: fixed.spec.Group})
-			r.settleLocked(spec.Group, now)
+			r.settleLocked(spec.Group)
 			return st, false, nil, nil
 		}
 		r.emitLocked(Event{Kind: EventAdded, Time: now, Status: st})
-		r.settleLocked(spec.Group, now) // a new routable target may make room
+		r.settleLocked(spec.Group) // a new routable target may make room
 		return st, true, nil, nil
 	}
 	if reflect.DeepEqual(t.spec, spec) {
@@ -228,16 +229,17 @@ func (r *registry) addLocked(spec Spec, p Prober) (st Status, created bool, unus
 		why = cause{reason: "model changed to " + spec.Model.String()}
 	}
 	if t.flapping && spec.FlapThreshold == 0 {
-		r.endFlappingLocked(t, now, "flap damping turned off")
+		t.flapping = false
 		why = cause{reason: "flap damping turned off"}
 	}
 	r.updateLocked(t, now, why)
+	r.proposeFlapLocked(t, now)
 	r.unhealthySinceLocked(t, now) // its removal may be turned on or off
 	if prevGroup != spec.Group {
-		r.settleLocked(prevGroup, now)
+		r.settleLocked(prevGroup)
 		r.dropPoolLocked(prevGroup)
 	}
-	r.settleLocked(spec.Group, now)
+	r.settleLocked(spec.Group)
 	r.sched.hurryLocked(t, now)
 	return r.statusLocked(t, now), false, unused, nil
 }

@@ -89,11 +89,11 @@ func flapStoredLocked(t *target) bool {
 }
 
 // proposeFlapLocked stores t's flap log when the owner's differs from the
-// stored one and no state write is on its way (that one carries it). Only
-// for targets with flap damping on, or leaving it: for the others the log
-// rides along with their state changes, at no extra write.
+// stored one and no state write is on its way (that one carries it): a
+// verdict that changed without changing the state (flap damping, a mode or
+// the panic threshold holds it), or flap damping starting or ending.
 func (r *registry) proposeFlapLocked(t *target, now time.Time) {
-	if r.link == nil || !t.owned || t.proposing || (t.spec.FlapThreshold == 0 && !flapHeldLocked(t)) {
+	if !t.owned || t.proposing {
 		return
 	}
 	if flapStoredLocked(t) {
@@ -108,20 +108,13 @@ func (r *registry) proposeFlapLocked(t *target, now time.Time) {
 			reason = "flap damping turned off"
 		}
 	}
-	r.writeStateLocked(t, t.state, t.lastTr, cause{reason: reason})
-}
-
-// flapHeldLocked reports whether the stored record still says t is
-// flapping.
-func flapHeldLocked(t *target) bool {
-	f := t.storedFlap()
-	return f != nil && f.Flapping
+	r.writeStateLocked(t, t.state, t.lastTr, now, cause{reason: reason})
 }
 
 // mirrorFlapLocked applies the flap log stored with t's state, at the
 // revision being applied: every replica emits the same FLAPPING events. The
 // owner keeps its own log (it may be ahead of the store); the others take
-// the stored one. The caller has set r.mirroring.
+// the stored one.
 func (r *registry) mirrorFlapLocked(t *target, st SharedState, now time.Time) {
 	f := st.Flap
 	if f == nil {
@@ -207,23 +200,4 @@ func sharedFlapStatusLocked(st *Status, t *target, now time.Time) {
 	st.Flapping = f.Flapping
 	st.Verdict = f.Verdict
 	st.Transitions = (flapLog{times: f.Changes}).count(now, t.spec.flapWindow())
-}
-
-// sharedEventLocked reports whether e, emitted with a shared registry, is
-// one a replica does not publish as it decides it: flapping events come
-// from the stored records (mirrorFlapLocked), and this replica's overload
-// is published through the shared registry first (see
-// overload_shared.go). The caller drops e when true.
-func (r *registry) sharedEventLocked(e Event) bool {
-	if r.mirroring {
-		return false
-	}
-	switch e.Kind {
-	case EventFlappingStarted, EventFlappingEnded:
-		return true
-	case EventCheckerDegraded, EventCheckerRecovered:
-		r.link.publishOverload(ReplicaOverload{Degraded: e.Kind == EventCheckerDegraded, Since: e.Time, Reason: e.Policy.Text})
-		return true
-	}
-	return false
 }

@@ -91,7 +91,7 @@ type SharedGroup struct {
 type GroupProposal struct {
 	Group    string
 	GuardRev uint64
-	Writes   []StateProposal // in name order; at most maxGroupWrites
+	Writes   []StateProposal // at most maxGroupWrites
 }
 
 // maxGroupWrites bounds the states one group write carries, within etcd's
@@ -102,7 +102,7 @@ const maxGroupWrites = 50
 // guardedLocked reports whether t's routability is decided by its group's
 // guard.
 func (r *registry) guardedLocked(t *target) bool {
-	return r.link != nil && t.spec.Group != "" && r.link.guarded()
+	return t.spec.Group != "" && r.link.guarded()
 }
 
 // mirrorHeldLocked applies the hold stored with t's state.
@@ -207,7 +207,12 @@ func (r *registry) buildGroupLocked(group string, now time.Time) (GroupProposal,
 			}
 			continue
 		}
-		want, why, admin := r.desiredLocked(t, now, cause{result: t.last})
+		why, ok := r.why[t]
+		if !ok {
+			why = cause{result: t.last} // zero before the first result
+		}
+		delete(r.why, t)
+		want, why, admin := r.desiredLocked(t, now, why)
 		switch {
 		case want.routable():
 			if (want != t.state || t.held) && len(writes) < maxGroupWrites {
@@ -270,7 +275,6 @@ func (r *registry) buildGroupLocked(group string, now time.Time) (GroupProposal,
 		}
 		gp.Writes = append(gp.Writes, StateProposal{Name: w.t.spec.Name, State: st, StateRev: w.t.stateRev})
 	}
-	slices.SortFunc(gp.Writes, func(a, b StateProposal) int { return cmp.Compare(a.Name, b.Name) })
 	return gp, true
 }
 
@@ -374,6 +378,9 @@ func (g *guardWriter) build(group string) (GroupProposal, bool) {
 	if !ok {
 		g.inflight[group] = false
 	}
+	// In name order in the transaction (the one member's log applies
+	// them in the order they were decided).
+	slices.SortFunc(gp.Writes, func(a, b StateProposal) int { return cmp.Compare(a.Name, b.Name) })
 	return gp, ok
 }
 

@@ -311,7 +311,7 @@ func (r *registry) dueLifecycle(now time.Time) (due []lifeAction, next time.Time
 		}
 	}
 	for t := range r.timed {
-		if r.link != nil && !t.owned {
+		if !t.owned {
 			continue // its owner acts on it
 		}
 		a := t.spec.Admin()

@@ -343,6 +343,7 @@ func (r *registry) modeEffectLocked(t *target, from Mode, now time.Time) {
 	}
 	why := cause{reason: a.holdReason()}
 	r.updateLocked(t, now, why)
+	r.proposeFlapLocked(t, now) // the verdict reset after maintenance
 	r.timedLocked(t)
 }
 

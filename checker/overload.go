@@ -117,9 +117,8 @@ func (s *scheduler) signLocked(now time.Time, reason string) {
 		return
 	}
 	s.ov.degraded, s.ov.since, s.ov.reason = true, now, reason
-	s.reg.emitLocked(Event{Kind: EventCheckerDegraded, Time: now, Policy: PolicyChange{
-		Text: "checker degraded: " + reason + "; its own probe timeouts do not count until it recovers",
-	}})
+	s.reg.link.publishOverload(ReplicaOverload{Degraded: true, Since: now,
+		Reason: "checker degraded: " + reason + "; its own probe timeouts do not count until it recovers"})
 }
 
 // checkRecoveryLocked ends the overload once no sign was seen for
@@ -133,9 +132,8 @@ func (s *scheduler) checkRecoveryLocked(now time.Time) {
 	}
 	s.ov.degraded, s.ov.recovered = false, now
 	s.reg.lifeWakeLocked() // an automatic removal may have waited for it
-	s.reg.emitLocked(Event{Kind: EventCheckerRecovered, Time: now, Policy: PolicyChange{
-		Text: fmt.Sprintf("checker recovered: no sign of overload for %v (degraded since %s: %s)", s.overload.RecoverAfter, s.ov.since.Format(time.RFC3339), s.ov.reason),
-	}})
+	s.reg.link.publishOverload(ReplicaOverload{Since: now,
+		Reason: fmt.Sprintf("checker recovered: no sign of overload for %v (degraded since %s: %s)", s.overload.RecoverAfter, s.ov.since.Format(time.RFC3339), s.ov.reason)})
 	s.ov.since, s.ov.reason = time.Time{}, ""
 }
 

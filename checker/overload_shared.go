@@ -159,9 +159,11 @@ func (r *registry) applyOverloadLocked(o ReplicaOverload, now time.Time) {
 		delete(reps, o.Replica)
 		kind = EventCheckerRecovered
 	}
-	r.mirroring = true
-	r.emitLocked(Event{Kind: kind, Time: now, Policy: PolicyChange{Replica: o.Replica, Text: "replica " + o.Replica + ": " + o.Reason}})
-	r.mirroring = false
+	text := o.Reason
+	if o.Replica != "" {
+		text = "replica " + o.Replica + ": " + text
+	}
+	r.emitLocked(Event{Kind: kind, Time: now, Policy: PolicyChange{Replica: o.Replica, Text: text}})
 }
 
 // degradedReplicas returns the degraded replicas, sorted by ID.

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"golang.org/x/time/rate"
 )
 
 // ErrPassiveDisabled: the target's spec does not accept passive outcomes
@@ -71,26 +69,15 @@ func (o Outcome) Validate() error {
 func (r *registry) reportOutcome(name string, o Outcome) (st Status, counted bool, err error) {
 	r.mu.Lock()
 	defer r.unlockAndReport()
-	t, err := r.outcomeTargetLocked(name)
-	if err != nil {
-		return Status{}, false, err
+	out, prevRev, st, counted, err := r.takeOutcomeLocked(name, o, nil)
+	if err != nil || !counted {
+		return st, false, err
 	}
+	// The one member's log: the outcome is applied at once, as a shared
+	// registry's owner applies it.
 	now := r.clock.Now()
-	m := t.moreLocked()
-	if n := t.spec.passiveRate(); m.bucket == nil {
-		m.bucket = rate.NewLimiter(rate.Limit(n), n) // full at first
-	} else if m.bucket.Burst() != n { // the spec's rate changed
-		m.bucket.SetLimitAt(now, rate.Limit(n))
-		m.bucket.SetBurstAt(now, n)
-	}
-	if !m.bucket.AllowN(now, 1) {
-		t.limited++
-		return r.statusLocked(t, now), false, nil
-	}
-	t.passive++
-	r.observeLocked(t, outcomeResult(t.spec, o, now), now)
-	r.sched.rescheduleLocked(t, now)
-	return r.statusLocked(t, now), true, nil
+	r.applyOutcomeLocked(name, out, prevRev+1, now)
+	return r.statusLocked(r.targets[name], now), true, nil
 }
 
 // outcomeTargetLocked returns the target an outcome is reported for, or

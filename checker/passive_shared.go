@@ -142,6 +142,10 @@ func (rp *replication) reportOutcome(name string, o Outcome) (Status, bool, erro
 func (r *registry) takeOutcome(name string, o Outcome, cur *outcomeBucket) (out SharedOutcome, prevRev uint64, st Status, counted bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.takeOutcomeLocked(name, o, cur)
+}
+
+func (r *registry) takeOutcomeLocked(name string, o Outcome, cur *outcomeBucket) (out SharedOutcome, prevRev uint64, st Status, counted bool, err error) {
 	t, err := r.outcomeTargetLocked(name)
 	if err != nil {
 		return SharedOutcome{}, 0, Status{}, false, err

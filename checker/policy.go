@@ -169,71 +169,41 @@ func (r *registry) leavePoolLocked(t *target) {
 
 // verdictLocked applies flap damping after a result (or another change of
 // t's machine) and then brings t's state in line; changed says the verdict
-// changed.
+// changed. Flap damping starting or ending is written with t's state
+// record (flap_shared.go), whose application announces it.
 func (r *registry) verdictLocked(t *target, changed bool, now time.Time, why cause) {
 	if changed {
 		t.flaps.record(now, t.spec.flapWindow())
-		if th := t.spec.FlapThreshold; th > 0 && !t.flapping {
-			if n := t.flaps.count(now, t.spec.flapWindow()); n >= th {
-				t.flapping = true
-				r.emitLocked(Event{Kind: EventFlappingStarted, Time: now, Policy: PolicyChange{
-					Group: t.spec.Group, Target: t.spec.Name, Transitions: n,
-					Text: fmt.Sprintf("%s: flapping, %d transitions in %v; held unhealthy until stable for %v", t.spec.Name, n, t.spec.flapWindow(), t.spec.flapStableFor()),
-				}})
-			}
+		if th := t.spec.FlapThreshold; th > 0 && !t.flapping && t.flaps.count(now, t.spec.flapWindow()) >= th {
+			t.flapping = true
 		}
 	} else if t.flapping && now.Sub(t.flaps.last()) >= t.spec.flapStableFor() {
-		reason := fmt.Sprintf("stable for %v after flapping", t.spec.flapStableFor())
-		r.endFlappingLocked(t, now, reason)
-		why = cause{reason: reason}
+		t.flapping = false
+		why = cause{reason: fmt.Sprintf("stable for %v after flapping", t.spec.flapStableFor())}
 	}
 	r.updateLocked(t, now, why)
-	r.proposeFlapLocked(t, now) // with a shared registry: store the log (flap_shared.go)
-}
-
-// endFlappingLocked releases t from flap damping; the caller then updates
-// its state.
-func (r *registry) endFlappingLocked(t *target, now time.Time, reason string) {
-	t.flapping = false
-	r.emitLocked(Event{Kind: EventFlappingEnded, Time: now, Policy: PolicyChange{
-		Group: t.spec.Group, Target: t.spec.Name, Transitions: t.flaps.count(now, t.spec.flapWindow()),
-		Text: fmt.Sprintf("%s: no longer flapping, %s", t.spec.Name, reason),
-	}})
+	r.proposeFlapLocked(t, now) // a change of the log alone is a record of the same state
 }
 
 // updateLocked brings t's published state in line with its verdict and the
-// policies: flap damping wants it unhealthy, and the group's threshold may
-// hold a move to unhealthy.
+// policies: flap damping or its mode may want it unhealthy, and a grouped
+// target's state is decided with its group's (see buildGroupLocked), where
+// the panic threshold may hold a move to unhealthy.
 func (r *registry) updateLocked(t *target, now time.Time, why cause) {
 	if r.guardedLocked(t) {
-		// Its group's guard decides, in a group write (group_shared.go).
-		if t.owned {
-			r.link.markGroup(t.spec.Group)
+		if !t.owned {
+			return
 		}
+		if want, _, _ := r.desiredLocked(t, now, why); want == t.state && !t.held {
+			delete(r.why, t)
+			return // nothing for the group to decide
+		}
+		r.why[t] = why
+		r.link.markGroup(t.spec.Group)
 		return
 	}
-	want, why, admin := r.desiredLocked(t, now, why)
-	p := r.pools[t.spec.Group]
-	switch {
-	case want.routable() || !t.state.routable() || admin:
-		// No hold needed: routable, or already out (only unhealthy is not
-		// routable, so want == t.state then), or the operator's word,
-		// which the threshold never holds back.
-		if t.held {
-			t.held = false
-			delete(p.held, t.spec.Name)
-		}
-		r.setStateLocked(t, want, now, why)
-	case t.held:
-		return // still held: settleLocked releases held targets in name order
-	case t.spec.Group == "" || p.down < maxUnhealthy(r.fractionLocked(p), p.n):
-		r.setStateLocked(t, want, now, why)
-	default:
-		t.held = true
-		p.held[t.spec.Name] = t
-	}
-	// A recovery makes room for held targets; a new hold is a panic.
-	r.settleLocked(t.spec.Group, now)
+	want, why, _ := r.desiredLocked(t, now, why)
+	r.setStateLocked(t, want, now, why)
 }
 
 // desiredLocked returns the state t's verdict and policies ask for, before
@@ -253,28 +223,12 @@ func (r *registry) desiredLocked(t *target, now time.Time, why cause) (want Stat
 	return want, why, admin
 }
 
-// settleLocked releases a group's held targets, in name order, while it has
-// room, and announces the group entering or leaving panic. It is called
-// after anything that may change a group's room: a transition, a target
-// added, removed or moved, a policy changed.
-func (r *registry) settleLocked(group string, now time.Time) {
-	p := r.pools[group]
-	if p == nil || group == "" || r.link != nil {
-		return // with a shared registry, the group's guard decides
+// settleLocked asks for a group's states to be decided again after a
+// change of its room: a target added, removed or moved, a policy changed.
+func (r *registry) settleLocked(group string) {
+	if group != "" && r.pools[group] != nil {
+		r.link.markGroup(group)
 	}
-	allowed := maxUnhealthy(r.fractionLocked(p), p.n)
-	if len(p.held) > 0 && p.down < allowed {
-		for _, name := range sortedKeys(p.held) {
-			if p.down >= allowed {
-				break
-			}
-			t := p.held[name]
-			t.held = false
-			delete(p.held, name)
-			r.setStateLocked(t, StateUnhealthy, now, cause{reason: fmt.Sprintf("released from group %s's panic hold (%d of %d unhealthy, at most %d)", group, p.down+1, p.n, allowed)})
-		}
-	}
-	r.announcePanicLocked(group, p, now)
 }
 
 // announcePanicLocked emits PANIC_ENTERED or PANIC_EXITED when group's
@@ -343,7 +297,7 @@ func (r *registry) setGroupPolicy(group string, p GroupPolicy) (GroupStatus, err
 	}
 	r.poolLocked(group).policy = p
 	now := r.clock.Now()
-	r.settleLocked(group, now)
+	r.settleLocked(group)
 	for _, t := range r.targets {
 		if t.spec.Group == group && t.quarantined() == "" {
 			r.unhealthySinceLocked(t, now) // its removal may be turned on or off

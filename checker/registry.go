@@ -19,8 +19,10 @@ import (
 // with its lock held: the committer's queue with a store, the hub without
 // one. It does no I/O of its own (a spec write is the caller's callback,
 // run between its two critical sections) and knows neither the store nor
-// the watchers. With a shared registry (link set) its state changes are
-// proposals until they come back (see registry_shared.go).
+// the watchers. Its decisions go through its link, a log: a shared
+// registry's (see shared.go), whose writes come back through ApplyShared,
+// or a checker's own (local.go), which applies them at once. Either way a
+// state changes when its record is applied (registry_shared.go).
 //
 // Its lock, mu, also guards the scheduler's state (see scheduler), and
 // comes after the façade's wmu and before the committer's, the
@@ -36,25 +38,26 @@ type registry struct {
 	policyDflt float64  // MaxUnhealthyFraction in force for groups without their own
 	sched      *scheduler
 	sink       func(Event) // takes the events emitted, with mu held
-	link       sharedLink  // nil without a shared registry
+	link       sharedLink  // the log decisions go through; see localLink
+	remote     bool        // link is a shared registry's: events are numbered by its revisions
 
-	mu        sync.Mutex // protects everything below, every *target and the scheduler's state
-	targets   map[string]*target
-	pools     map[string]*pool // by group, "" included; see policy.go
-	rev       uint64           // the newest event's revision, published or not
-	reports   []Event          // events to log and observe once mu is released
-	closed    bool
-	applying  uint64                     // with a shared registry: the revision being applied; 0 outside it
-	mirroring bool                       // with a shared registry: setStateLocked applies a stored state
-	timed     map[*target]struct{}       // targets with a lifecycle deadline; see lifecycle.go
-	lifeWake  func()                     // wakes the lifecycle's loop; nil before it exists
-	replicas  map[string]ReplicaOverload // with a shared registry: the degraded replicas, as published; see overload_shared.go
+	mu       sync.Mutex // protects everything below, every *target and the scheduler's state
+	targets  map[string]*target
+	pools    map[string]*pool // by group, "" included; see policy.go
+	rev      uint64           // the newest event's revision, published or not
+	reports  []Event          // events to log and observe once mu is released
+	closed   bool
+	applying uint64                     // with a shared registry: the revision being applied; 0 outside it
+	timed    map[*target]struct{}       // targets with a lifecycle deadline; see lifecycle.go
+	lifeWake func()                     // wakes the lifecycle's loop; nil before it exists
+	replicas map[string]ReplicaOverload // the degraded replicas, as published; see overload_shared.go
+	why      map[*target]cause          // why a grouped target's state is to change, for its group's decision
 }
 
 // newRegistry returns an empty registry; the caller calls use, then
 // emitTo, before anything else.
 func newRegistry(cfg Config, clock Clock, defaults Defaults, logger *slog.Logger, policyDflt float64) *registry {
-	return &registry{
+	r := &registry{
 		clock:      clock,
 		defaults:   defaults,
 		logger:     logger,
@@ -65,8 +68,11 @@ func newRegistry(cfg Config, clock Clock, defaults Defaults, logger *slog.Logger
 		targets:    make(map[string]*target),
 		pools:      make(map[string]*pool),
 		timed:      make(map[*target]struct{}),
+		why:        make(map[*target]cause),
 		rev:        cfg.StartRevision,
 	}
+	r.link = newLocalLink(r)
+	return r
 }
 
 // use gives the registry its scheduler and the builder of its probers.
@@ -125,7 +131,8 @@ func (r *registry) watch(match func(name, group string) bool, start uint64, add 
 	return add(snap, r.rev, true)
 }
 
-// sharedLink is what the registry needs of a shared registry.
+// sharedLink is the log the registry's decisions go through: a shared
+// registry's (replication) or its own (localLink).
 type sharedLink interface {
 	// owns reports whether this replica probes the named target.
 	owns(name string) bool
@@ -167,13 +174,14 @@ func (r *registry) remove(name string, why func(*target, time.Time) string, writ
 		}
 		delete(r.targets, name)
 		delete(r.timed, t)
+		delete(r.why, t)
 		if t.quarantined() != "" { // in no heap and no pool
 			r.emitLocked(Event{Kind: EventRemoved, Time: now, Status: r.statusLocked(t, now)})
 		} else {
 			r.sched.removeLocked(t)
 			r.leavePoolLocked(t)
 			r.emitLocked(Event{Kind: EventRemoved, Time: now, Status: r.statusLocked(t, now)})
-			r.settleLocked(t.spec.Group, now) // fewer unhealthy targets: room for held ones
+			r.settleLocked(t.spec.Group) // fewer unhealthy targets: room for held ones
 			r.dropPoolLocked(t.spec.Group)
 		}
 	}
@@ -286,9 +294,7 @@ func (r *registry) statusLocked(t *target, now time.Time) Status {
 	if lf := t.lifeOrNil(); lf != nil {
 		st.UnhealthySince = lf.unhealthySince
 	}
-	if r.link != nil {
-		sharedFlapStatusLocked(&st, t, now)
-	}
+	sharedFlapStatusLocked(&st, t, now)
 	return st
 }
 
@@ -312,15 +318,20 @@ type cause struct {
 	reason string
 }
 
-// setStateLocked changes t's published state, keeps its pool's counts and
-// records the transition.
+// setStateLocked decides that t's published state is to be to: it writes
+// the state's record through the link, and the state changes when the
+// record is applied (applyStateLocked).
 func (r *registry) setStateLocked(t *target, to State, now time.Time, why cause) {
+	if t.state != to {
+		r.proposeLocked(t, to, now, why)
+	}
+}
+
+// applyStateLocked changes t's published state, keeps its pool's counts and
+// records the transition.
+func (r *registry) applyStateLocked(t *target, to State, now time.Time, why cause) {
 	from := t.state
 	if from == to {
-		return
-	}
-	if r.link != nil && !r.mirroring {
-		r.proposeLocked(t, to, now, why)
 		return
 	}
 	if p := r.pools[t.spec.Group]; p != nil && from.routable() != to.routable() {
@@ -328,6 +339,9 @@ func (r *registry) setStateLocked(t *target, to State, now time.Time, why cause)
 			p.down--
 		} else {
 			p.down++
+		}
+		if len(p.held) > 0 && t.spec.Group != "" {
+			r.link.markGroup(t.spec.Group) // room for a held target, or less
 		}
 	}
 	t.state = to
@@ -440,7 +454,7 @@ func (r *registry) currentLocked(t *target) bool { return r.targets[t.spec.Name]
 // quarantined nor in maintenance and, with a shared registry, this replica
 // owns it.
 func (r *registry) probedLocked(t *target) bool {
-	return (r.link == nil || t.owned) && t.quarantined() == "" && t.spec.Admin().Mode != ModeMaintenance
+	return t.owned && t.quarantined() == "" && t.spec.Admin().Mode != ModeMaintenance
 }
 
 // hasReportsLocked reports whether events wait to be logged and observed.
@@ -474,43 +488,31 @@ func (r *registry) ignoreLocked(t *target, res Result) {
 	t.ignored++
 }
 
-// emitLocked numbers e and hands it to the sink: the hub, or with a store
-// the committer, which publishes it once its state change is stored. r.mu
-// must be held; the sink takes its own lock (lock order: mu, then the
-// committer's, then the hub's).
+// emitLocked numbers e and hands it to the sink: the committer, which
+// publishes it once its change is stored, or with a shared registry the
+// replication, which publishes the events of the changes it applies
+// together. Alone, each event has a revision of its own; with a shared
+// registry, the revision being applied, and an event outside ApplyShared
+// concerns this replica alone (a certificate's warning): it is logged and
+// observed, not streamed. r.mu must be held; the sink takes its own lock
+// (lock order: mu, then the committer's or the replication's, then the
+// hub's).
 func (r *registry) emitLocked(e Event) Event {
-	if r.link != nil {
-		return r.emitSharedLocked(e)
+	switch {
+	case r.remote:
+		e.Revision = r.applying
+	default:
+		r.rev++
+		e.Revision = r.rev
 	}
-	r.rev++
-	e.Revision = r.rev
 	if e.Kind == EventTransition {
-		e.Transition.Revision = r.rev
+		e.Transition.Revision = e.Revision
 	}
 	if r.reported(e.Kind) {
 		r.reports = append(r.reports, e)
 	}
-	r.sink(e)
-	return e
-}
-
-// emitSharedLocked numbers e with the shared registry's revision being
-// applied and publishes it. An event outside ApplyShared concerns this
-// replica alone (overload): it is logged and observed, not streamed.
-func (r *registry) emitSharedLocked(e Event) Event {
-	if r.sharedEventLocked(e) {
-		return e // published once stored (flap_shared.go)
+	if e.Revision != 0 {
+		r.sink(e)
 	}
-	e.Revision = r.applying
-	if e.Kind == EventTransition {
-		e.Transition.Revision = r.applying
-	}
-	if r.reported(e.Kind) {
-		r.reports = append(r.reports, e)
-	}
-	if r.applying == 0 {
-		return e
-	}
-	r.sink(e)
 	return e
 }

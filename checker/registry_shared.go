@@ -114,6 +114,7 @@ func (r *registry) deleteSharedLocked(name string, at time.Time) {
 	}
 	delete(r.targets, name)
 	delete(r.timed, t)
+	delete(r.why, t)
 	r.sched.removeLocked(t)
 	t.index = -1
 	r.leavePoolLocked(t)
@@ -132,10 +133,8 @@ func (r *registry) mirrorStateLocked(name string, st SharedState, rev uint64) {
 	t.proposing = false
 	why := cause{result: st.Result, reason: st.Reason}
 	now := r.clock.Now()
-	r.mirroring = true
-	r.setStateLocked(t, st.State, st.Time, why)
-	r.mirrorFlapLocked(t, st, now)
-	r.mirroring = false
+	r.mirrorFlapLocked(t, st, now) // its events come before the transition the record makes
+	r.applyStateLocked(t, st.State, st.Time, why)
 	held := st.Held && r.guardedLocked(t)
 	r.mirrorHeldLocked(t, held)
 	if !t.owned {
@@ -206,18 +205,19 @@ func (r *registry) proposeLocked(t *target, to State, now time.Time, why cause) 
 	if !t.owned || t.proposing || to == t.state {
 		return
 	}
-	r.writeStateLocked(t, to, now, why)
+	r.writeStateLocked(t, to, now, now, why)
 }
 
-// writeStateLocked queues t's state record: the state to, and the flap log
-// (see flap_shared.go), which a record of the same state stores alone.
-func (r *registry) writeStateLocked(t *target, to State, now time.Time, why cause) {
+// writeStateLocked queues t's state record: the state to, changed at at,
+// and the flap log as of now (see flap_shared.go), which a record of the
+// same state stores alone.
+func (r *registry) writeStateLocked(t *target, to State, at, now time.Time, why cause) {
 	t.proposing = true
 	r.link.propose(proposal{t: t, gen: t.gen, p: StateProposal{
 		Name:     t.spec.Name,
 		StateRev: t.stateRev,
 		// A record of the same state (the flap log alone) keeps its hold.
-		State: SharedState{State: to, From: t.state, Time: now, Result: why.result, Reason: why.reason,
+		State: SharedState{State: to, From: t.state, Time: at, Result: why.result, Reason: why.reason,
 			Flap: flapRecordLocked(t, now), Held: to == t.state && t.held},
 	}})
 }

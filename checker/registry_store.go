@@ -35,6 +35,7 @@ func (r *registry) load(targets []StoredTarget, policies map[string]GroupPolicy)
 			state = spec.InitialState
 		}
 		t := newTarget(spec, p, state)
+		t.owned = true
 		t.lastTr = st.LastTransition
 		t.carried = true
 		r.targets[spec.Name] = t

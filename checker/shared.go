@@ -252,7 +252,7 @@ func newReplication(shared Shared, reg *registry, logger *slog.Logger, closing c
 	if sg, ok := shared.(SharedGroups); ok {
 		rp.guard = newGuardWriter(sg, rp)
 	}
-	reg.link = rp
+	reg.link, reg.remote = rp, true
 	reg.loadShared(targets, rev)
 	rp.loadOverloads()
 	if rp.guard != nil {

@@ -3,8 +3,6 @@ package checker
 import (
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/time/rate"
 )
 
 // target is one registered target; the fields are guarded by the
@@ -65,11 +63,10 @@ func newTarget(spec Spec, p Prober, state State) *target {
 }
 
 // targetMore is a target's state that most targets never need: the
-// passive outcomes' rate limit (made by the first outcome), the slow
+// the slow
 // start and unhealthy streak (see lifecycle.go), and the last reprobe (see
 // reprobe.go).
 type targetMore struct {
-	bucket   *rate.Limiter
 	life     lifeState
 	shared   *sharedPolicy // with a shared registry; see flap_shared.go
 	reprobed time.Time     // the last probe a lost connection brought forward
