@@ -136,18 +136,19 @@ func (r *registry) guardChangedLocked(group string, rev uint64, at time.Time) {
 	r.link.markGroup(group)
 }
 
-// policyPutLocked applies a group's stored policy; the guard change of the
-// same write follows. Its targets' automatic removal may be turned on or
-// off; a slow start applies from the next recovery.
+// policyPutLocked applies a group's policy, as stored: its held targets
+// may be released, its targets' automatic removal turned on or off; a slow
+// start applies from the next recovery. With a shared registry the guard's
+// change of the same write follows.
 func (r *registry) policyPutLocked(group string, p GroupPolicy) {
 	r.poolLocked(group).policy = p
 	now := r.clock.Now()
 	for _, t := range r.targets {
-		if t.spec.Group == group {
+		if t.spec.Group == group && t.quarantined() == "" {
 			r.unhealthySinceLocked(t, now)
 		}
 	}
-	r.dropPoolLocked(group)
+	r.settleLocked(group)
 }
 
 // loadGroupsLocked applies the groups as loaded, after the targets and
@@ -188,10 +189,29 @@ func (r *registry) buildGroupLocked(group string, now time.Time) (GroupProposal,
 	if p == nil || r.closed {
 		return GroupProposal{}, false
 	}
-	members := make([]*target, 0, p.n)
+	// The members with something to decide, in name order: this
+	// replica's targets whose state is not the one they want or that are
+	// held, and the group's held targets.
+	var members []*target
+	whys := make(map[*target]cause)
 	for _, t := range r.targets {
-		if t.spec.Group == group && t.quarantined() == "" {
+		if t.spec.Group != group || t.quarantined() != "" {
+			continue
+		}
+		if !t.owned {
+			if t.held {
+				members = append(members, t)
+			}
+			continue
+		}
+		why, ok := r.why[t]
+		if !ok {
+			why = cause{result: t.last} // zero before the first result
+		}
+		delete(r.why, t)
+		if want, _, _ := r.desiredLocked(t, now, why); want != t.state || t.held {
 			members = append(members, t)
+			whys[t] = why
 		}
 	}
 	slices.SortFunc(members, func(a, b *target) int { return cmp.Compare(a.spec.Name, b.spec.Name) })
@@ -207,12 +227,7 @@ func (r *registry) buildGroupLocked(group string, now time.Time) (GroupProposal,
 			}
 			continue
 		}
-		why, ok := r.why[t]
-		if !ok {
-			why = cause{result: t.last} // zero before the first result
-		}
-		delete(r.why, t)
-		want, why, admin := r.desiredLocked(t, now, why)
+		want, why, admin := r.desiredLocked(t, now, whys[t])
 		switch {
 		case want.routable():
 			if (want != t.state || t.held) && len(writes) < maxGroupWrites {

@@ -224,9 +224,10 @@ func (r *registry) desiredLocked(t *target, now time.Time, why cause) (want Stat
 }
 
 // settleLocked asks for a group's states to be decided again after a
-// change of its room: a target added, removed or moved, a policy changed.
+// change of its room (a target added, removed or moved, a policy changed),
+// when that can change them: it holds targets, or has just stopped.
 func (r *registry) settleLocked(group string) {
-	if group != "" && r.pools[group] != nil {
+	if p := r.pools[group]; p != nil && group != "" && (len(p.held) > 0 || p.panic) {
 		r.link.markGroup(group)
 	}
 }
@@ -295,14 +296,7 @@ func (r *registry) setGroupPolicy(group string, p GroupPolicy) (GroupStatus, err
 	if r.closed {
 		return GroupStatus{}, ErrClosed
 	}
-	r.poolLocked(group).policy = p
-	now := r.clock.Now()
-	r.settleLocked(group)
-	for _, t := range r.targets {
-		if t.spec.Group == group && t.quarantined() == "" {
-			r.unhealthySinceLocked(t, now) // its removal may be turned on or off
-		}
-	}
+	r.policyPutLocked(group, p)
 	st := r.groupStatusLocked(group)
 	r.dropPoolLocked(group)
 	return st, nil

@@ -164,32 +164,39 @@ func (r *registry) remove(name string, why func(*target, time.Time) string, writ
 		}
 	}
 	r.mu.Lock()
-	t, ok := r.targets[name]
-	if ok {
-		now := r.clock.Now()
-		if reason != "" {
-			r.emitLocked(Event{Kind: EventTargetExpired, Time: now, Policy: PolicyChange{
-				Group: t.spec.Group, Target: name, Text: name + ": removed, " + reason,
-			}})
-		}
-		delete(r.targets, name)
-		delete(r.timed, t)
-		delete(r.why, t)
-		if t.quarantined() != "" { // in no heap and no pool
-			r.emitLocked(Event{Kind: EventRemoved, Time: now, Status: r.statusLocked(t, now)})
-		} else {
-			r.sched.removeLocked(t)
-			r.leavePoolLocked(t)
-			r.emitLocked(Event{Kind: EventRemoved, Time: now, Status: r.statusLocked(t, now)})
-			r.settleLocked(t.spec.Group) // fewer unhealthy targets: room for held ones
-			r.dropPoolLocked(t.spec.Group)
-		}
-	}
+	t := r.deleteLocked(name, r.clock.Now(), reason)
 	r.unlockAndReport()
-	if ok {
+	if t != nil {
 		closeProber(t.prober)
 	}
-	return ok, nil
+	return t != nil, nil
+}
+
+// deleteLocked removes the named target, if it exists, at at (the time its
+// writer removed it), and returns it for the caller to close its prober.
+// reason, if set, says why it expired, in an event before the removal's.
+func (r *registry) deleteLocked(name string, at time.Time, reason string) *target {
+	t, ok := r.targets[name]
+	if !ok {
+		return nil
+	}
+	if reason != "" {
+		r.emitLocked(Event{Kind: EventTargetExpired, Time: at, Policy: PolicyChange{
+			Group: t.spec.Group, Target: name, Text: name + ": removed, " + reason,
+		}})
+	}
+	delete(r.targets, name)
+	delete(r.timed, t)
+	delete(r.why, t)
+	if t.quarantined() == "" { // a quarantined target is in no heap and no pool
+		r.sched.removeLocked(t)
+		t.index = -1
+		r.leavePoolLocked(t)
+	}
+	r.emitLocked(Event{Kind: EventRemoved, Time: at, Status: r.statusLocked(t, at)})
+	r.settleLocked(t.spec.Group) // fewer unhealthy targets: room for held ones
+	r.dropPoolLocked(t.spec.Group)
+	return t
 }
 
 // status returns a snapshot of one target, or an error wrapping

@@ -108,19 +108,9 @@ func (r *registry) putSharedLocked(spec Spec, st *SharedState, stateRev uint64, 
 // deleteSharedLocked removes a target as the shared registry says, at at
 // (the time its writer removed it).
 func (r *registry) deleteSharedLocked(name string, at time.Time) {
-	t, ok := r.targets[name]
-	if !ok {
-		return
+	if t := r.deleteLocked(name, at, ""); t != nil {
+		closeProber(t.prober)
 	}
-	delete(r.targets, name)
-	delete(r.timed, t)
-	delete(r.why, t)
-	r.sched.removeLocked(t)
-	t.index = -1
-	r.leavePoolLocked(t)
-	r.emitLocked(Event{Kind: EventRemoved, Time: at, Status: r.statusLocked(t, at)})
-	r.dropPoolLocked(t.spec.Group)
-	closeProber(t.prober)
 }
 
 // mirrorStateLocked applies a state a target's owner stored.
@@ -279,6 +269,7 @@ func (r *registry) applySharedLocked(changes []SharedChange, rev uint64) (uint64
 			r.guardChangedLocked(ch.Name, cmp.Or(ch.GuardRev, ch.Rev), ch.Time)
 		case SharedPolicyPut:
 			r.policyPutLocked(ch.Name, ch.Policy)
+			r.dropPoolLocked(ch.Name)
 		}
 		rev = max(rev, ch.Rev)
 	}

@@ -51,9 +51,11 @@ func TestReplicatedPolicyEvents(t *testing.T) {
 	e.c.ApplyShared([]checker.SharedChange{{Kind: checker.SharedOverloadPut, Rev: 12, Overload: checker.ReplicaOverload{
 		Replica: "r3", Degraded: true, Since: now, Reason: "checker degraded: 9 probes waiting for a slot (threshold 8)",
 	}}}, 12)
+	// The record's flapping comes before the transition it makes, as on a
+	// single pulsed.
 	want := []string{
-		"11 web-1: healthy -> unhealthy",
 		"11 KIND_FLAPPING_STARTED web-1: flapping, 3 transitions in 1m0s; held unhealthy until stable for 1m0s",
+		"11 web-1: healthy -> unhealthy",
 		"12 KIND_CHECKER_DEGRADED r3 replica r3: checker degraded: 9 probes waiting for a slot (threshold 8)",
 	}
 	for i, w := range []stream{w1, w2} {
