@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"time"
 
 	"github.com/pulsehealth/pulse/checker/probe"
 )
@@ -168,59 +169,103 @@ func (r *registry) addLocked(spec Spec, p Prober) (st Status, created bool, unus
 	if r.closed {
 		return Status{}, false, p, ErrClosed
 	}
+	if t := r.targets[spec.Name]; t == nil || t.quarantined() != "" {
+		if t == nil {
+			if err := r.checkLimitsLocked(nil, spec); err != nil { // re-checked: others may have added meanwhile
+				return Status{}, false, p, err
+			}
+		}
+		spec = spec.WithAdmin(Admin{}) // a new target is active
+	}
 	now := r.clock.Now()
+	st, created, unused = r.putSpecLocked(spec, p, nil, 0, now, now)
+	return st, created, unused, nil
+}
+
+// putSpecLocked registers spec or replaces the spec of the target of its
+// name, as its writer stored it at at: the one application of a spec, for
+// Add alone and for a shared registry's change. p is its prober, nil to
+// build one here (a probe this checker's rules refuse then fails every
+// probe, with the reason: another replica's rules allowed it). A loaded
+// target comes with its stored state (st, at stateRev, nil if none) and a
+// zero at, which emits no event. It returns the prober left unused (built
+// but not kept, or the one replaced) for the caller to close.
+func (r *registry) putSpecLocked(spec Spec, p Prober, st *SharedState, stateRev uint64, now, at time.Time) (_ Status, created bool, unused Prober) {
+	events := !at.IsZero()
 	t := r.targets[spec.Name]
 	var fixed *target // the quarantined target this spec replaces
 	if t != nil && t.quarantined() != "" {
 		fixed, t = t, nil
 	}
 	if t == nil {
-		if p == nil { // the target was removed while we built the prober
-			if p, err = r.newProber(spec.Probe); err != nil {
-				return Status{}, false, nil, wrapProbeErr(err)
-			}
+		if p == nil {
+			p = r.proberOrRefused(spec)
 		}
-		if fixed == nil {
-			if err := r.checkLimitsLocked(nil, spec); err != nil { // re-checked: others may have added meanwhile
-				return Status{}, false, p, err
-			}
+		state := spec.InitialState
+		if st != nil {
+			state = st.State
 		}
-		spec = spec.WithAdmin(Admin{}) // a new target is active
-		t = newTarget(spec, p, spec.InitialState)
-		t.owned = r.link.owns(spec.Name)
+		t = newTarget(spec, p, state)
+		t.index = -1
+		t.stateRev = stateRev
+		if st != nil {
+			t.lastTr = st.Time
+			r.loadFlapLocked(t, st.Flap)
+		}
+		held := st != nil && st.Held && spec.Group != "" && r.link.guarded()
+		if held {
+			t.m.State = StateUnhealthy // the verdict its owner stored the hold for
+		}
+		if spec.Admin().Mode != ModeActive {
+			t.state = StateUnhealthy // until its owner's state comes back
+		}
 		r.targets[spec.Name] = t
 		r.sched.watchLocked(t)
 		r.joinPoolLocked(t)
-		r.sched.addLocked(t, now.Add(firstDelay(spec.Name, spec.Interval)))
+		r.mirrorHeldLocked(t, held)
+		r.ownLocked(t, r.link.owns(spec.Name), now)
+		t.carried = st != nil // a new target starts afresh
 		r.unhealthySinceLocked(t, now)
-		st := r.statusLocked(t, now)
-		if fixed != nil {
+		r.timedLocked(t)
+		status := r.statusLocked(t, now)
+		switch {
+		case !events:
+		case fixed != nil:
 			// Watchers know the name from the quarantined target: the fix is
 			// an update of it.
-			r.emitLocked(Event{Kind: EventUpdated, Time: now, Status: st, prevGroup: fixed.spec.Group})
-			r.settleLocked(spec.Group)
-			return st, false, nil, nil
+			r.emitLocked(Event{Kind: EventUpdated, Time: at, Status: status, prevGroup: fixed.spec.Group})
+		default:
+			r.emitLocked(Event{Kind: EventAdded, Time: at, Status: status})
 		}
-		r.emitLocked(Event{Kind: EventAdded, Time: now, Status: st})
 		r.settleLocked(spec.Group) // a new routable target may make room
-		return st, true, nil, nil
+		return status, fixed == nil, nil
 	}
+	spec.InitialState = t.spec.InitialState
 	if reflect.DeepEqual(t.spec, spec) {
-		return r.statusLocked(t, now), false, p, nil // nothing changes, no event
+		return r.statusLocked(t, now), false, p // nothing changes, no event
 	}
-
-	if p != nil && !reflect.DeepEqual(t.spec.Probe, spec.Probe) {
-		unused, t.prober = t.prober, p
+	if a := spec.Admin(); a != t.spec.Admin() {
+		// SetMode on a shared registry: the spec carries the new mode.
+		r.applyAdminLocked(t, a, now, at)
+		if reflect.DeepEqual(t.spec, spec) {
+			return r.statusLocked(t, now), false, p
+		}
+	}
+	unused = p
+	if !reflect.DeepEqual(t.spec.Probe, spec.Probe) {
+		if p == nil {
+			p = r.proberOrRefused(spec)
+		}
+		unused, t.prober = t.prober, p // a probe in flight keeps its own prober value
 		t.gen++
 		r.sched.watchLocked(t)
-	} else {
-		unused = p
 	}
 	prevGroup := r.setSpecLocked(t, spec)
-	r.emitLocked(Event{Kind: EventUpdated, Time: now, Status: r.statusLocked(t, now), prevGroup: prevGroup})
+	r.emitLocked(Event{Kind: EventUpdated, Time: at, Status: r.statusLocked(t, now), prevGroup: prevGroup})
 	// What the new spec changes in the state comes after the update, as
-	// transitions of its own: a model change that drops the suspect state,
-	// damping turned off, a group with more or less room.
+	// transitions of its own, decided by the target's owner: a model
+	// change that drops the suspect state, damping turned off, a group
+	// with more or less room.
 	why := cause{reason: "spec changed"}
 	if prevGroup != spec.Group {
 		why = cause{reason: fmt.Sprintf("moved to group %q", spec.Group)}
@@ -228,20 +273,33 @@ func (r *registry) addLocked(spec Spec, p Prober) (st Status, created bool, unus
 	if _, changed := t.m.SetModel(spec.Model); changed {
 		why = cause{reason: "model changed to " + spec.Model.String()}
 	}
-	if t.flapping && spec.FlapThreshold == 0 {
-		t.flapping = false
-		why = cause{reason: "flap damping turned off"}
+	if t.owned {
+		if t.flapping && spec.FlapThreshold == 0 {
+			t.flapping = false
+			why = cause{reason: "flap damping turned off"}
+		}
+		r.updateLocked(t, now, why)
+		r.proposeFlapLocked(t, now)
+		r.sched.hurryLocked(t, now)
 	}
-	r.updateLocked(t, now, why)
-	r.proposeFlapLocked(t, now)
 	r.unhealthySinceLocked(t, now) // its removal may be turned on or off
 	if prevGroup != spec.Group {
 		r.settleLocked(prevGroup)
 		r.dropPoolLocked(prevGroup)
 	}
 	r.settleLocked(spec.Group)
-	r.sched.hurryLocked(t, now)
-	return r.statusLocked(t, now), false, unused, nil
+	return r.statusLocked(t, now), false, unused
+}
+
+// proberOrRefused builds spec's prober; one this checker's rules refuse
+// fails every probe with the reason.
+func (r *registry) proberOrRefused(spec Spec) Prober {
+	p, err := r.newProber(spec.Probe)
+	if err != nil {
+		r.logger.Warn("shared target's probe is refused here; it fails its probes on this replica", "target", spec.Name, "error", err)
+		return refusedProber{err}
+	}
+	return p
 }
 
 // setSpecLocked gives t a new spec, moving it between pools if its group

@@ -176,20 +176,6 @@ func (r *registry) loadFlapLocked(t *target, f *SharedFlap) {
 	r.flapFromStoreLocked(t)
 }
 
-// sharedSpecFlapLocked is the owner's side of a spec change that turns
-// flap damping off while the target is flapping: it is released, and the
-// release stored.
-func (r *registry) sharedSpecFlapLocked(t *target, now time.Time) {
-	if !t.owned {
-		return
-	}
-	if t.flapping && t.spec.FlapThreshold == 0 {
-		t.flapping = false
-		r.updateLocked(t, now, cause{reason: "flap damping turned off"})
-	}
-	r.proposeFlapLocked(t, now)
-}
-
 // sharedFlapStatusLocked fills in st's flap damping from the stored
 // record, so that the owner answers as every other replica does.
 func sharedFlapStatusLocked(st *Status, t *target, now time.Time) {

@@ -24,85 +24,10 @@ func (r *registry) loadShared(targets []SharedTarget, rev uint64) {
 }
 
 // putSharedLocked adds a target, or replaces its spec, as the shared
-// registry says. at is when its writer stored it, the time of its events;
-// zero while loading, which emits none.
+// registry says (see putSpecLocked).
 func (r *registry) putSharedLocked(spec Spec, st *SharedState, stateRev uint64, now, at time.Time) {
-	events := !at.IsZero()
-	spec = spec.WithDefaults(r.defaults)
-	t := r.targets[spec.Name]
-	if t == nil {
-		p, err := r.newProber(spec.Probe)
-		if err != nil {
-			// Another replica's rules allowed it; this one's refuse it.
-			r.logger.Warn("shared target's probe is refused here; it fails its probes on this replica", "target", spec.Name, "error", err)
-			p = refusedProber{err}
-		}
-		state := spec.InitialState
-		if st != nil {
-			state = st.State
-		}
-		t = newTarget(spec, p, state)
-		t.index = -1
-		t.stateRev = stateRev
-		if st != nil {
-			t.lastTr = st.Time
-			t.carried = true
-			r.loadFlapLocked(t, st.Flap)
-		}
-		held := st != nil && st.Held && spec.Group != "" && r.link.guarded()
-		if held {
-			t.m.State = StateUnhealthy // the verdict its owner stored the hold for
-		}
-		if spec.Admin().Mode != ModeActive {
-			t.state = StateUnhealthy // until its owner's state comes back
-		}
-		r.targets[spec.Name] = t
-		r.sched.watchLocked(t)
-		r.joinPoolLocked(t)
-		r.mirrorHeldLocked(t, held)
-		r.ownLocked(t, r.link.owns(spec.Name), now)
-		r.timedLocked(t)
-		if events {
-			r.emitLocked(Event{Kind: EventAdded, Time: at, Status: r.statusLocked(t, now)})
-		}
-		return
-	}
-	spec.InitialState = t.spec.InitialState
-	if reflect.DeepEqual(t.spec, spec) {
-		return
-	}
-	if a := spec.Admin(); a != t.spec.Admin() {
-		// SetMode: the spec carries the new mode. On the owner the mode
-		// decides the state it proposes; the others mirror it.
-		r.applyAdminLocked(t, a, now, at)
-		if reflect.DeepEqual(t.spec, spec) {
-			return
-		}
-	}
-	if !reflect.DeepEqual(t.spec.Probe, spec.Probe) {
-		p, err := r.newProber(spec.Probe)
-		if err != nil {
-			r.logger.Warn("shared target's probe is refused here; it fails its probes on this replica", "target", spec.Name, "error", err)
-			p = refusedProber{err}
-		}
-		closeProber(t.prober) // a probe in flight keeps its own prober value
-		t.prober = p
-		t.gen++
-		r.sched.watchLocked(t)
-	}
-	prevGroup := r.setSpecLocked(t, spec)
-	if prevGroup != spec.Group {
-		r.dropPoolLocked(prevGroup)
-	}
-	r.emitLocked(Event{Kind: EventUpdated, Time: at, Status: r.statusLocked(t, now), prevGroup: prevGroup})
-	if _, changed := t.m.SetModel(spec.Model); changed && t.owned {
-		// The owner stores what the new model makes of the state.
-		r.updateLocked(t, now, cause{reason: "model changed to " + spec.Model.String()})
-	}
-	if t.owned {
-		r.sharedSpecFlapLocked(t, now)
-		r.sched.hurryLocked(t, now)
-	}
+	_, _, unused := r.putSpecLocked(spec.WithDefaults(r.defaults), nil, st, stateRev, now, at)
+	closeProber(unused)
 }
 
 // deleteSharedLocked removes a target as the shared registry says, at at
