@@ -9,14 +9,9 @@ import (
 	"github.com/pulsehealth/pulse/checker/probe"
 )
 
-// Adding targets: Add and AddMany make the specs durable in one write,
-// then register each under the registry's lock (see registry.go).
-
-// add is Add for a spec with defaults, valid: addMany of one.
-func (r *registry) add(spec Spec, write func([]Spec) (int, error)) (Status, bool, error) {
-	res := r.addMany([]Spec{spec}, write)[0]
-	return res.Status, res.Created, res.Err
-}
+// Adding targets: Add and AddMany check the specs and build their
+// probers, then write them through the link, which makes them durable and
+// applies them (putSpecLocked).
 
 // AddResult is what AddMany did with one spec: its status and whether it
 // was created, or why it was refused (Err, as Add returns it).
@@ -26,19 +21,18 @@ type AddResult struct {
 	Err     error
 }
 
-// addBatch bounds the targets addMany registers under one hold of the
-// registry's lock, so that probes and reads go on during a large batch.
+// addBatch bounds the targets applied under one hold of the registry's
+// lock, so that probes and reads go on during a large batch.
 const addBatch = 1024
 
 // addMany is AddMany for specs with defaults, valid, of distinct names: it
-// registers each target or replaces its spec. write, if not nil, makes the
-// changed specs durable, all in one call, and says how many, from the
-// first, it stored; it runs after every prober is built and every limit
-// checked, and before anything changes. A spec refused (its probe, a
-// limit) is refused alone; a failed write refuses the specs it did not
-// store, and registers those it did. The caller keeps other writes out
-// meanwhile.
-func (r *registry) addMany(specs []Spec, write func([]Spec) (int, error)) []AddResult {
+// registers each target or replaces its spec. The changed specs are
+// written through the link together, after every prober is built and
+// every limit checked, and before anything changes. A spec refused (its
+// probe, a limit) is refused alone; a failed write refuses the specs it
+// did not store, and registers those it did. The caller keeps other
+// writes out meanwhile.
+func (r *registry) addMany(specs []Spec) []AddResult {
 	res := make([]AddResult, len(specs))
 	probers := make([]Prober, len(specs))
 	keep := make([]bool, len(specs)) // the probe is the target's own already
@@ -50,13 +44,16 @@ func (r *registry) addMany(specs []Spec, write func([]Spec) (int, error)) []AddR
 	}
 
 	// The specs as they will be stored: an update keeps the target's
-	// initial state (it only matters to a new target) and its mode.
+	// initial state (it only matters to a new target) and its mode; a new
+	// target is active.
 	r.mu.Lock()
 	closed := r.closed
 	for i := range specs {
 		old := r.targets[specs[i].Name]
 		if old == nil || old.quarantined() != "" {
-			continue // made afresh from the spec
+			specs[i] = specs[i].WithAdmin(Admin{})
+			res[i].Created = old == nil
+			continue
 		}
 		specs[i].InitialState = old.spec.InitialState
 		specs[i] = specs[i].WithAdmin(old.spec.Admin())
@@ -66,7 +63,7 @@ func (r *registry) addMany(specs []Spec, write func([]Spec) (int, error)) []AddR
 	r.mu.Unlock()
 	if closed {
 		for i := range res {
-			res[i].Err = ErrClosed
+			res[i] = AddResult{Err: ErrClosed}
 		}
 		return res
 	}
@@ -77,7 +74,7 @@ func (r *registry) addMany(specs []Spec, write func([]Spec) (int, error)) []AddR
 		if !keep[i] {
 			p, err := r.newProber(specs[i].Probe)
 			if err != nil {
-				res[i].Err = wrapProbeErr(err)
+				res[i] = AddResult{Err: wrapProbeErr(err)}
 				continue
 			}
 			probers[i] = p
@@ -86,47 +83,39 @@ func (r *registry) addMany(specs []Spec, write func([]Spec) (int, error)) []AddR
 	r.mu.Lock()
 	r.batchLimitsLocked(specs, res, fail)
 	r.mu.Unlock()
-	if write != nil {
-		var changed []Spec
-		for i := range specs {
-			if res[i].Err == nil && !same[i] {
-				changed = append(changed, specs[i])
-			}
-		}
-		if len(changed) > 0 {
-			// Durable before anything changes or is acknowledged.
-			if stored, err := write(changed); err != nil {
-				err = fmt.Errorf("%w: %v", ErrStore, err)
-				for i := range specs {
-					if res[i].Err == nil && !same[i] {
-						if stored > 0 {
-							stored-- // stored: registered below
-							continue
-						}
-						fail(i, err)
-					}
-				}
-			}
+	var changed []Spec
+	var built []Prober
+	var at []int // changed[k] is specs[at[k]]
+	for i := range specs {
+		if res[i].Err == nil && !same[i] {
+			changed = append(changed, specs[i])
+			built = append(built, probers[i])
+			at = append(at, i)
 		}
 	}
-	var unused []Prober
-	for lo := 0; lo < len(specs); lo += addBatch {
-		r.mu.Lock()
-		for i := lo; i < min(lo+addBatch, len(specs)); i++ {
-			if res[i].Err != nil {
-				continue
-			}
-			var p Prober
-			res[i].Status, res[i].Created, p, res[i].Err = r.addLocked(specs[i], probers[i])
-			if p != nil {
-				unused = append(unused, p)
-			}
+	if len(changed) > 0 {
+		// Durable before anything changes or is acknowledged.
+		stored, err := r.link.putSpecs(changed, built)
+		for _, i := range at[stored:] {
+			res[i] = AddResult{Err: err}
 		}
-		r.unlockAndReport()
-		for _, p := range unused {
-			closeProber(p)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock.Now()
+	for i := range specs {
+		if res[i].Err != nil {
+			continue
 		}
-		unused = unused[:0]
+		t := r.targets[specs[i].Name]
+		switch {
+		case r.closed:
+			res[i] = AddResult{Err: ErrClosed}
+		case t == nil: // removed again meanwhile
+			res[i] = AddResult{Err: fmt.Errorf("%w %q: stored, then removed by another call", ErrUnknownTarget, specs[i].Name)}
+		default:
+			res[i].Status = r.statusLocked(t, now)
+		}
 	}
 	return res
 }
@@ -159,27 +148,6 @@ func (r *registry) batchLimitsLocked(specs []Spec, res []AddResult, fail func(in
 			}
 		}
 	}
-}
-
-// addLocked registers spec, made durable if need be, or replaces the spec
-// of the target of its name; p is its prober, nil if the target's own is
-// kept. It returns the prober left unused (built but not kept, or the one
-// replaced) for the caller to close outside the lock.
-func (r *registry) addLocked(spec Spec, p Prober) (st Status, created bool, unused Prober, err error) {
-	if r.closed {
-		return Status{}, false, p, ErrClosed
-	}
-	if t := r.targets[spec.Name]; t == nil || t.quarantined() != "" {
-		if t == nil {
-			if err := r.checkLimitsLocked(nil, spec); err != nil { // re-checked: others may have added meanwhile
-				return Status{}, false, p, err
-			}
-		}
-		spec = spec.WithAdmin(Admin{}) // a new target is active
-	}
-	now := r.clock.Now()
-	st, created, unused = r.putSpecLocked(spec, p, nil, 0, now, now)
-	return st, created, unused, nil
 }
 
 // putSpecLocked registers spec or replaces the spec of the target of its

@@ -74,7 +74,6 @@ type Checker struct {
 	clock     Clock
 	defaults  Defaults
 	factory   *probe.Factory // owned, closed on Close; nil if NewProber was given
-	store     Store          // nil: memory only
 	wmu       writeLock      // serialises spec and policy writes (to the store, if any); watched (liveness.go)
 	reg       *registry
 	sched     *scheduler
@@ -117,7 +116,7 @@ func New(cfg Config) (*Checker, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Checker{clock: clock, defaults: defaults, store: cfg.Store, reg: reg, sched: sched}
+	c := &Checker{clock: clock, defaults: defaults, reg: reg, sched: sched}
 	c.wmu.init(clock)
 	newProber := cfg.NewProber
 	if newProber == nil {
@@ -148,6 +147,8 @@ func New(cfg Config) (*Checker, error) {
 	if cfg.Store != nil {
 		c.commit = newCommitter(cfg.Store, c.hub, clock, logger, nil)
 		reg.emitTo(c.commit.queue) // published once stored
+		ll := reg.link.(*localLink)
+		ll.store, ll.commit = cfg.Store, c.commit
 	} else {
 		reg.emitTo(func(e Event) { c.hub.publish(e) })
 	}
@@ -155,7 +156,7 @@ func New(cfg Config) (*Checker, error) {
 		reg.emitTo(c.repl.queueEvent) // published by revision: see apply
 		c.repl.start(c.hub)
 	}
-	c.life = newLifecycle(reg, clock, logger, cfg.Store, c.repl, &c.wmu)
+	c.life = newLifecycle(reg, clock, logger, &c.wmu)
 	return c, nil
 }
 
@@ -167,18 +168,11 @@ func (c *Checker) Defaults() Defaults { return c.defaults }
 // in flight for a replaced probe spec is discarded. created reports whether
 // the target is new. A bad spec returns a *FieldError.
 func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
-	spec = spec.WithDefaults(c.defaults)
-	if err := spec.Validate(); err != nil {
+	res, err := c.AddMany([]Spec{spec})
+	if err != nil {
 		return Status{}, false, err
 	}
-	if c.repl != nil {
-		return c.repl.add(spec)
-	}
-	// With wmu held no other Add, Update or Remove changes the target
-	// while its spec is written.
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	return c.reg.add(spec, c.specWriter())
+	return res[0].Status, res[0].Created, res[0].Err
 }
 
 // MaxAddMany bounds the specs of one AddMany call.
@@ -219,15 +213,11 @@ func (c *Checker) AddMany(specs []Spec) ([]AddResult, error) {
 		valid = append(valid, spec)
 		at = append(at, i)
 	}
-	var done []AddResult
-	if c.repl != nil {
-		done = c.repl.addMany(valid)
-	} else {
-		c.wmu.Lock()
-		defer c.wmu.Unlock()
-		done = c.reg.addMany(valid, c.specWriter())
-	}
-	for k, r := range done {
+	// With wmu held no other write changes the targets between the check
+	// of the specs and their write.
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	for k, r := range c.reg.addMany(valid) {
 		res[at[k]] = r
 	}
 	return res, nil
@@ -333,10 +323,7 @@ func (c *Checker) ReportOutcome(name string, o Outcome) (st Status, counted bool
 	if err := o.Validate(); err != nil {
 		return Status{}, false, err
 	}
-	if c.repl != nil {
-		return c.repl.reportOutcome(name, o) // forwarded to the owner: passive_shared.go
-	}
-	return c.reg.reportOutcome(name, o)
+	return c.reg.link.reportOutcome(name, o)
 }
 
 // SetGroupPolicy sets a group's policy; the zero GroupPolicy clears it, so
@@ -360,26 +347,12 @@ func (c *Checker) SetGroupPolicy(group string, p GroupPolicy) (GroupStatus, erro
 	if p.Objective > 0 && p.ObjectiveWindow == 0 {
 		p.ObjectiveWindow = MaxObjectiveWindow
 	}
-	if c.repl != nil {
-		if c.repl.guarded() {
-			return c.repl.setPolicy(group, p)
-		}
-		if f := p.MaxUnhealthyFraction; f != 0 && f != 1 {
-			return GroupStatus{}, fmt.Errorf("%w: a panic threshold needs a shared registry that keeps group guards; only max_unhealthy_fraction 1 (no threshold) is accepted", ErrNotShared)
-		}
-		if p.SlowStart != 0 || p.RemoveAfterUnhealthy != 0 {
-			return GroupStatus{}, fmt.Errorf("%w: group policies need a shared registry that keeps group guards; set slow_start and remove_after_unhealthy on each target", ErrNotShared)
-		}
-		return c.reg.groupStatus(group), nil
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := c.reg.link.putPolicy(group, p); err != nil {
+		return GroupStatus{}, err
 	}
-	if ps, ok := c.store.(PolicyStore); ok {
-		c.wmu.Lock()
-		defer c.wmu.Unlock()
-		if err := ps.PutGroupPolicy(group, p); err != nil {
-			return GroupStatus{}, fmt.Errorf("%w: %v", ErrStore, err)
-		}
-	}
-	return c.reg.setGroupPolicy(group, p)
+	return c.reg.groupStatusAndDrop(group), nil
 }
 
 // Groups returns the status of every named group that has targets or a
@@ -418,13 +391,7 @@ func (c *Checker) RunRound(ctx context.Context) []Transition { return c.sched.ru
 // commit succeeds again; with a shared registry, the last error writing
 // to it (see SetSharedErr). Readiness checks report it.
 func (c *Checker) StoreErr() error {
-	switch {
-	case c.commit != nil:
-		return c.commit.err()
-	case c.repl != nil:
-		return c.repl.err()
-	}
-	return nil
+	return c.reg.link.err()
 }
 
 // Close stops the scheduler, waits for probes in flight, ends every

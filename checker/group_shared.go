@@ -460,21 +460,25 @@ func (g *guardWriter) send(gp GroupProposal) {
 	}
 }
 
-// setPolicy is SetGroupPolicy with a shared registry that keeps group
-// policies.
-func (rp *replication) setPolicy(group string, p GroupPolicy) (GroupStatus, error) {
+// putPolicy stores a group's policy through the shared registry, for
+// every replica, and waits until it has come back. Without group guards
+// only a policy that needs none is taken: no threshold, no slow start, no
+// automatic removal (ErrNotShared).
+func (rp *replication) putPolicy(group string, p GroupPolicy) error {
+	if rp.guard == nil {
+		if f := p.MaxUnhealthyFraction; f != 0 && f != 1 {
+			return fmt.Errorf("%w: a panic threshold needs a shared registry that keeps group guards; only max_unhealthy_fraction 1 (no threshold) is accepted", ErrNotShared)
+		}
+		if p.SlowStart != 0 || p.RemoveAfterUnhealthy != 0 {
+			return fmt.Errorf("%w: group policies need a shared registry that keeps group guards; set slow_start and remove_after_unhealthy on each target", ErrNotShared)
+		}
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(rp.closing, sharedWait)
 	defer cancel()
 	rev, err := rp.guard.shared.PutGroupPolicy(ctx, group, p)
 	if err != nil {
-		return GroupStatus{}, sharedWriteErr(err)
+		return sharedWriteErr(err)
 	}
-	if err := rp.waitApplied(ctx, rev); err != nil {
-		return GroupStatus{}, err
-	}
-	rp.reg.mu.Lock()
-	defer rp.reg.mu.Unlock()
-	st := rp.reg.groupStatusLocked(group)
-	rp.reg.dropPoolLocked(group)
-	return st, nil
+	return rp.waitApplied(ctx, rev)
 }

@@ -25,17 +25,15 @@ type lifecycle struct {
 	reg    *registry
 	clock  Clock
 	logger *slog.Logger
-	store  Store        // nil: memory only
-	repl   *replication // nil without a shared registry
-	wmu    sync.Locker  // the façade's: one spec write to the store at a time
+	wmu    sync.Locker // the façade's: one spec write to the store at a time
 
 	wake chan struct{}
 	once sync.Once     // starts run, or closes done if it never ran
 	done chan struct{} // closed when run has returned
 }
 
-func newLifecycle(reg *registry, clock Clock, logger *slog.Logger, store Store, repl *replication, wmu sync.Locker) *lifecycle {
-	l := &lifecycle{reg: reg, clock: clock, logger: logger, store: store, repl: repl, wmu: wmu,
+func newLifecycle(reg *registry, clock Clock, logger *slog.Logger, wmu sync.Locker) *lifecycle {
+	l := &lifecycle{reg: reg, clock: clock, logger: logger, wmu: wmu,
 		wake: make(chan struct{}, 1), done: make(chan struct{})}
 	reg.lifeWake = l.wakeUp
 	return l
@@ -53,29 +51,18 @@ func (l *lifecycle) wakeUp() {
 // target named must still have (for the loop's own changes); if it has
 // another, set does nothing.
 func (l *lifecycle) set(sel modeSel, a Admin, expect *Admin) ([]Status, error) {
-	if l.repl != nil {
-		specs, err := l.reg.adminSpecs(sel, a, expect)
-		if err != nil || len(specs) == 0 {
-			return nil, err
-		}
-		if n, err := l.repl.putSpecs(specs); err != nil {
-			return nil, fmt.Errorf("%w (%d of %d targets changed)", err, n, len(specs))
-		}
-		return l.reg.statuses(specs), nil
-	}
 	// With wmu held no other Add, Update or Remove changes the targets
 	// while their specs are written.
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
-	var write func([]Spec) (int, error)
-	if l.store != nil {
-		write = func(specs []Spec) (int, error) { return putSpecs(l.store, specs) }
-	}
 	specs, err := l.reg.adminSpecs(sel, a, expect)
 	if err != nil || len(specs) == 0 {
 		return nil, err
 	}
-	return l.reg.setAdmin(specs, write)
+	if n, err := l.reg.link.putSpecs(specs, nil); err != nil {
+		return nil, fmt.Errorf("%w (%d of %d targets changed)", err, n, len(specs))
+	}
+	return l.reg.statuses(specs), nil
 }
 
 // putSpecs stores specs in store: in one transaction with a
@@ -99,25 +86,13 @@ func putSpecs(store Store, specs []Spec) (int, error) {
 // whether the target is to go and says why ("" keeps it): the removal is
 // then announced with an EventTargetExpired and logged.
 func (l *lifecycle) remove(name string, why func(*target, time.Time) string) (bool, error) {
-	if l.repl != nil {
-		reason, ok := l.reg.removable(name, why)
-		if !ok {
-			return false, nil
-		}
-		removed, err := l.repl.remove(name)
-		if err == nil && removed && reason != "" {
-			// The shared registry streams the removal; the reason is this
-			// replica's, logged by it.
-			l.logger.Warn(name+": removed, "+reason, "target", name)
-		}
-		return removed, err
-	}
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
-	if l.store == nil {
-		return l.reg.remove(name, why, nil)
+	reason, ok := l.reg.removable(name, why)
+	if !ok {
+		return false, nil
 	}
-	return l.reg.remove(name, why, l.store.DeleteTarget)
+	return l.reg.link.deleteTarget(name, reason)
 }
 
 // start runs the loop that acts on deadlines until ctx ends; only its

@@ -271,39 +271,6 @@ func (r *registry) adminSpecs(sel modeSel, a Admin, expect *Admin) ([]Spec, erro
 	return specs, nil
 }
 
-// setAdmin stores specs (from adminSpecs) with write, if not nil, then
-// applies their admin states: the statuses after, sorted by name. A
-// target removed meanwhile is left out. write returns how many specs it
-// stored: when it fails part way, those are applied (what is stored is
-// what runs) and the error wraps ErrStore. The caller keeps other spec
-// writes out meanwhile.
-func (r *registry) setAdmin(specs []Spec, write func([]Spec) (int, error)) ([]Status, error) {
-	var err error
-	if write != nil {
-		var n int
-		if n, err = write(specs); err != nil {
-			err = fmt.Errorf("%w: %v (%d of %d targets changed)", ErrStore, err, n, len(specs))
-			specs = specs[:n]
-		}
-	}
-	r.mu.Lock()
-	defer r.unlockAndReport()
-	now := r.clock.Now()
-	out := make([]Status, 0, len(specs))
-	for _, s := range specs {
-		t, ok := r.targets[s.Name]
-		if !ok || t.quarantined() != "" {
-			continue
-		}
-		r.applyAdminLocked(t, s.Admin(), now, now)
-		out = append(out, r.statusLocked(t, now))
-	}
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 // applyAdminLocked gives t the admin state a, announces the change (at
 // at: the time its writer stored it) and brings t's state, probing and
 // timers in line with it.

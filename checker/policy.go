@@ -288,18 +288,14 @@ func checkGroupPolicy(group string, p GroupPolicy) error {
 	return (Spec{Lifecycle: &Lifecycle{SlowStart: p.SlowStart, RemoveAfterUnhealthy: p.RemoveAfterUnhealthy}}).validateLifecycle()
 }
 
-// setGroupPolicy sets a valid group policy (see SetGroupPolicy), which the
-// caller has stored if it keeps policies.
-func (r *registry) setGroupPolicy(group string, p GroupPolicy) (GroupStatus, error) {
+// groupStatusAndDrop returns a group's status, then forgets the group if
+// it has neither targets nor a policy (a policy cleared).
+func (r *registry) groupStatusAndDrop(group string) GroupStatus {
 	r.mu.Lock()
-	defer r.unlockAndReport()
-	if r.closed {
-		return GroupStatus{}, ErrClosed
-	}
-	r.policyPutLocked(group, p)
+	defer r.mu.Unlock()
 	st := r.groupStatusLocked(group)
 	r.dropPoolLocked(group)
-	return st, nil
+	return st
 }
 
 // groups returns the status of every named group that has targets or a
@@ -322,13 +318,6 @@ func (r *registry) groups(group string) []GroupStatus {
 	}
 	slices.SortFunc(out, func(a, b GroupStatus) int { return strings.Compare(a.Group, b.Group) })
 	return out
-}
-
-// groupStatus returns a group's status.
-func (r *registry) groupStatus(group string) GroupStatus {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.groupStatusLocked(group)
 }
 
 func (r *registry) groupStatusLocked(group string) GroupStatus {

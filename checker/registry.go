@@ -38,7 +38,7 @@ type registry struct {
 	policyDflt float64  // MaxUnhealthyFraction in force for groups without their own
 	sched      *scheduler
 	sink       func(Event) // takes the events emitted, with mu held
-	link       sharedLink  // the log decisions go through; see localLink
+	link       link        // the log changes go through; see log.go
 	remote     bool        // link is a shared registry's: events are numbered by its revisions
 
 	mu       sync.Mutex // protects everything below, every *target and the scheduler's state
@@ -88,9 +88,6 @@ func (r *registry) emitTo(sink func(Event)) {
 	r.sink = sink
 }
 
-// buildProber builds a prober for a probe spec, as the registry would.
-func (r *registry) buildProber(s probe.Spec) (Prober, error) { return r.newProber(s) }
-
 // locker returns the registry's lock, which the scheduler's pool waits on.
 func (r *registry) locker() *sync.Mutex { return &r.mu }
 
@@ -129,47 +126,6 @@ func (r *registry) watch(match func(name, group string) bool, start uint64, add 
 	}
 	slices.SortFunc(snap, func(a, b Status) int { return cmp.Compare(a.Spec.Name, b.Spec.Name) })
 	return add(snap, r.rev, true)
-}
-
-// sharedLink is the log the registry's decisions go through: a shared
-// registry's (replication) or its own (localLink).
-type sharedLink interface {
-	// owns reports whether this replica probes the named target.
-	owns(name string) bool
-	// propose queues a state for the shared registry to store; it is
-	// called with the registry's lock held.
-	propose(p proposal)
-	// publishOverload queues this replica's overload state for the shared
-	// registry to publish; it is called with the registry's lock held.
-	publishOverload(o ReplicaOverload)
-	// guarded reports whether group guards decide grouped targets' states
-	// (see group_shared.go).
-	guarded() bool
-	// markGroup asks for a group's decisions to be written again; it is
-	// called with the registry's lock held.
-	markGroup(group string)
-}
-
-// remove is Remove: write, if not nil, makes the removal durable first,
-// when the target exists. why, if not nil, says whether the target is to
-// go and why ("" keeps it; see lifecycle.remove).
-func (r *registry) remove(name string, why func(*target, time.Time) string, write func(string) error) (bool, error) {
-	reason, ok := r.removable(name, why)
-	if !ok {
-		return false, nil
-	}
-	if write != nil {
-		if err := write(name); err != nil {
-			return false, fmt.Errorf("%w: %v", ErrStore, err)
-		}
-	}
-	r.mu.Lock()
-	t := r.deleteLocked(name, r.clock.Now(), reason)
-	r.unlockAndReport()
-	if t != nil {
-		closeProber(t.prober)
-	}
-	return t != nil, nil
 }
 
 // deleteLocked removes the named target, if it exists, at at (the time its
@@ -239,19 +195,6 @@ func (r *registry) healthy(group string) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// checkLimitsLocked says whether adding spec (replacing old, if any) stays
-// within the limits.
-func (r *registry) checkLimitsLocked(old *target, spec Spec) error {
-	if old == nil && r.maxTargets > 0 && len(r.targets) >= r.maxTargets {
-		return &LimitError{What: "targets", Max: r.maxTargets}
-	}
-	joins := old == nil || old.spec.Group != spec.Group || old.quarantined() != "" // a quarantined target is in no pool
-	if joins && r.maxInGroup > 0 && r.pools[spec.Group].size() >= r.maxInGroup {
-		return &LimitError{What: fmt.Sprintf("targets in group %q", spec.Group), Max: r.maxInGroup}
-	}
-	return nil
 }
 
 // groupHealth counts a group's targets and how many of them are routable.

@@ -2,7 +2,6 @@ package checker
 
 import (
 	"cmp"
-	"reflect"
 	"time"
 )
 
@@ -135,33 +134,6 @@ func (r *registry) writeStateLocked(t *target, to State, at, now time.Time, why 
 		State: SharedState{State: to, From: t.state, Time: at, Result: why.result, Reason: why.reason,
 			Flap: flapRecordLocked(t, now), Held: to == t.state && t.held},
 	}})
-}
-
-// checkSharedAdd is the first half of Add with a shared registry: it
-// returns the spec as it will be stored (an update keeps the target's
-// initial state), whether the target is new, its status when the spec is
-// unchanged (same), and ErrClosed or a *LimitError.
-func (r *registry) checkSharedAdd(spec Spec) (_ Spec, created, same bool, st Status, err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	old := r.targets[spec.Name]
-	if old != nil {
-		spec.InitialState = old.spec.InitialState
-		spec = spec.WithAdmin(old.spec.Admin())
-	} else {
-		spec = spec.WithAdmin(Admin{})
-	}
-	same = old != nil && reflect.DeepEqual(old.spec, spec)
-	limitErr := r.checkLimitsLocked(old, spec)
-	switch {
-	case r.closed:
-		return spec, false, false, Status{}, ErrClosed
-	case limitErr != nil:
-		return spec, false, false, Status{}, limitErr
-	case same:
-		st = r.statusLocked(old, r.clock.Now())
-	}
-	return spec, old == nil, same, st, nil
 }
 
 // applySharedLocked applies changes read from the shared registry, in

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"sync"
 	"time"
 )
@@ -197,12 +196,6 @@ func (c *Checker) Replica() (id string, members []string) {
 	return c.repl.replica()
 }
 
-// validateShared refuses what a shared checker cannot do in a spec: since
-// flap damping and passive outcomes are shared, nothing.
-func validateShared(Spec) error {
-	return nil
-}
-
 // replication is the etcd-mode adapter between the registry and a Shared
 // registry: it writes specs and the states the registry proposes through
 // Shared, and applies what comes back (ApplyShared) to the registry, then
@@ -311,143 +304,37 @@ func (rp *replication) propose(p proposal) {
 	}
 }
 
-// add is Add with a shared registry.
-func (rp *replication) add(spec Spec) (Status, bool, error) {
-	if err := validateShared(spec); err != nil {
-		return Status{}, false, err
-	}
-	spec, created, same, st, err := rp.reg.checkSharedAdd(spec)
-	if err != nil || same {
-		return st, false, err
-	}
-	// Every replica builds the prober when the spec comes back; building
-	// one here refuses a probe this replica's rules refuse before it is
-	// stored.
-	p, err := rp.reg.buildProber(spec.Probe)
-	if err != nil {
-		return Status{}, false, wrapProbeErr(err)
-	}
-	closeProber(p)
-	if err := rp.put(spec); err != nil {
-		return Status{}, false, err
-	}
-	st, err = rp.reg.status(spec.Name)
-	if err != nil { // removed again meanwhile
-		return Status{}, false, fmt.Errorf("%w %q: stored, then removed by another call", ErrUnknownTarget, spec.Name)
-	}
-	return st, created, nil
-}
-
-// addMany is AddMany with a shared registry, for specs with defaults,
-// valid, of distinct names: with a SharedSpecBatch the specs go in few
-// transactions, else one Add each.
-func (rp *replication) addMany(specs []Spec) []AddResult {
-	res := make([]AddResult, len(specs))
-	sb, ok := rp.shared.(SharedSpecBatch)
-	if !ok {
-		for i, spec := range specs {
-			res[i].Status, res[i].Created, res[i].Err = rp.add(spec)
-		}
-		return res
-	}
-	put := make([]Spec, 0, len(specs))
-	at := make([]int, 0, len(specs)) // put[k] is specs[at[k]]
-	rp.reg.mu.Lock()
-	closed := rp.reg.closed
-	for i := range specs {
-		if old := rp.reg.targets[specs[i].Name]; old != nil {
-			specs[i].InitialState = old.spec.InitialState
-			specs[i] = specs[i].WithAdmin(old.spec.Admin())
-			if reflect.DeepEqual(old.spec, specs[i]) {
-				res[i].Status = rp.reg.statusLocked(old, rp.reg.clock.Now())
-				res[i].Err = errSame // kept apart below: nothing to write
-			}
-		} else {
-			specs[i] = specs[i].WithAdmin(Admin{})
-			res[i].Created = true
-		}
-	}
-	rp.reg.mu.Unlock()
-	if closed {
-		for i := range res {
-			res[i] = AddResult{Err: ErrClosed}
-		}
-		return res
-	}
-	// Every replica builds the prober when the spec comes back; building
-	// one here refuses a probe this replica's rules refuse before it is
-	// stored.
-	for i := range specs {
-		if res[i].Err != nil {
-			continue
-		}
-		p, err := rp.reg.buildProber(specs[i].Probe)
-		if err != nil {
-			res[i] = AddResult{Err: wrapProbeErr(err)}
-			continue
-		}
-		closeProber(p)
-	}
-	rp.reg.mu.Lock()
-	rp.reg.batchLimitsLocked(specs, res, func(i int, err error) { res[i] = AddResult{Err: err} })
-	rp.reg.mu.Unlock()
-	for i := range specs {
-		switch res[i].Err {
-		case nil:
-			put = append(put, specs[i])
-			at = append(at, i)
-		case errSame:
-			res[i].Err = nil
-		}
-	}
-	if len(put) == 0 {
-		return res
-	}
-	// Each transaction carries a few dozen specs: allow for a large batch.
-	ctx, cancel := context.WithTimeout(rp.closing, sharedWait+time.Duration(len(put))*time.Millisecond)
-	defer cancel()
-	rev, stored, err := sb.PutSpecs(ctx, put)
-	for k := stored; k < len(put); k++ {
-		res[at[k]] = AddResult{Err: sharedWriteErr(err)}
-	}
-	if stored == 0 {
-		return res
-	}
-	if err := rp.waitApplied(ctx, rev); err != nil {
-		for k := range stored {
-			res[at[k]] = AddResult{Err: err}
-		}
-		return res
-	}
-	for k := range stored {
-		r := &res[at[k]]
-		st, err := rp.reg.status(put[k].Name)
-		if err != nil { // removed again meanwhile
-			*r = AddResult{Err: fmt.Errorf("%w %q: stored, then removed by another call", ErrUnknownTarget, put[k].Name)}
-			continue
-		}
-		r.Status = st
-	}
-	return res
-}
-
 // putSpecs writes specs through the shared registry, in few transactions
 // with a SharedSpecBatch (a group's mode change of up to 128 targets in
 // one), else one at a time, and waits until they have come back through
-// ApplyShared. It returns how many are stored.
-func (rp *replication) putSpecs(specs []Spec) (int, error) {
-	sb, ok := rp.shared.(SharedSpecBatch)
-	if !ok {
-		for i, s := range specs {
-			if err := rp.put(s); err != nil {
-				return i, err
-			}
-		}
-		return len(specs), nil
+// ApplyShared. Every replica builds the probers when the specs come back:
+// the ones built to check the specs are closed.
+func (rp *replication) putSpecs(specs []Spec, probers []Prober) (int, error) {
+	for _, p := range probers {
+		closeProber(p)
 	}
+	if len(specs) == 0 {
+		return 0, nil
+	}
+	// Each transaction carries a few dozen specs: allow for a large batch.
 	ctx, cancel := context.WithTimeout(rp.closing, sharedWait+time.Duration(len(specs))*time.Millisecond)
 	defer cancel()
-	rev, stored, err := sb.PutSpecs(ctx, specs)
+	var (
+		rev    uint64
+		stored int
+		err    error
+	)
+	if sb, ok := rp.shared.(SharedSpecBatch); ok {
+		rev, stored, err = sb.PutSpecs(ctx, specs)
+	} else {
+		for _, s := range specs {
+			var r uint64
+			if r, err = rp.shared.PutSpec(ctx, s); err != nil {
+				break
+			}
+			rev, stored = r, stored+1
+		}
+	}
 	if err != nil {
 		err = sharedWriteErr(err)
 	}
@@ -459,23 +346,10 @@ func (rp *replication) putSpecs(specs []Spec) (int, error) {
 	return stored, err
 }
 
-// errSame marks, within addMany, a spec that is the target's already.
-var errSame = errors.New("unchanged")
-
-// put writes a spec through the shared registry and waits until it has
-// come back through ApplyShared.
-func (rp *replication) put(spec Spec) error {
-	ctx, cancel := context.WithTimeout(rp.closing, sharedWait)
-	defer cancel()
-	rev, err := rp.shared.PutSpec(ctx, spec)
-	if err != nil {
-		return sharedWriteErr(err)
-	}
-	return rp.waitApplied(ctx, rev)
-}
-
-// remove is Remove with a shared registry.
-func (rp *replication) remove(name string) (bool, error) {
+// deleteTarget removes a target through the shared registry and waits
+// until the removal has come back. The stream shows the removal; its
+// reason, this replica's, is logged.
+func (rp *replication) deleteTarget(name, reason string) (bool, error) {
 	ctx, cancel := context.WithTimeout(rp.closing, sharedWait)
 	defer cancel()
 	rev, existed, err := rp.shared.DeleteTarget(ctx, name)
@@ -484,6 +358,9 @@ func (rp *replication) remove(name string) (bool, error) {
 	}
 	if err := rp.waitApplied(ctx, rev); err != nil {
 		return false, err
+	}
+	if existed && reason != "" {
+		rp.logger.Warn(name+": removed, "+reason, "target", name)
 	}
 	return existed, nil
 }

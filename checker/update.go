@@ -34,25 +34,12 @@ func (c *Checker) Update(name string, change func(Spec) (Spec, error)) (old Spec
 	if err := spec.Validate(); err != nil {
 		return Spec{}, Status{}, err
 	}
-	if c.repl != nil {
-		// Another replica may remove the target meanwhile; the write
-		// then adds it back, as an Add after the removal would.
-		st, _, err = c.repl.add(spec)
-	} else {
-		st, _, err = c.reg.add(spec, c.specWriter())
-	}
+	// On replicas another may remove the target meanwhile; the write then
+	// adds it back, as an Add after the removal would.
+	res := c.reg.addMany([]Spec{spec})
+	st, err = res[0].Status, res[0].Err
 	if err != nil {
 		return Spec{}, Status{}, err
 	}
 	return cur.Spec, st, nil
-}
-
-// specWriter returns what makes specs durable: the store's, in one
-// transaction if it is a SpecBatchStore (see putSpecs), or nil without a
-// store.
-func (c *Checker) specWriter() func([]Spec) (int, error) {
-	if c.store == nil {
-		return nil
-	}
-	return func(specs []Spec) (int, error) { return putSpecs(c.store, specs) }
 }

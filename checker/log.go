@@ -1,0 +1,236 @@
+package checker
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// link is the log every change of the registry is written through, and
+// that applies it. Two implement it: localLink, the log of a checker
+// alone, on its Store (a registry of one member, which applies each write
+// at once), and replication, a Shared registry's (etcd's), which applies
+// what every replica wrote as it comes back through ApplyShared. Every
+// change takes the same four steps either way:
+//
+//   - decide: the registry decides, under its lock, from its view;
+//   - write: the decision goes through the link;
+//   - apply: one function applies it (putSpecLocked, deleteLocked,
+//     mirrorStateLocked, applyOutcomeLocked, applyOverloadLocked,
+//     policyPutLocked), on every member alike;
+//   - publish: its events reach watchers once it is durable (the
+//     committer alone; on replicas, once the shared registry returns it).
+type link interface {
+	// The registry's decisions, with its lock held:
+
+	// owns reports whether this member probes the named target.
+	owns(name string) bool
+	// guarded reports whether a group's states are decided in group
+	// writes (buildGroupLocked), where the panic threshold holds.
+	guarded() bool
+	// propose writes a target's state record.
+	propose(p proposal)
+	// markGroup asks for a group's decisions to be written again.
+	markGroup(group string)
+	// publishOverload writes this member's overload state.
+	publishOverload(o ReplicaOverload)
+
+	// The callers' changes, without the registry's lock; each is durable
+	// and applied when it returns:
+
+	// putSpecs writes specs, in as few transactions as the log allows,
+	// and returns how many, from the first, it stored: those are applied
+	// even when err is not nil. It takes probers (nil, or one per spec,
+	// nil where the target's own is kept) and closes those it does not
+	// keep.
+	putSpecs(specs []Spec, probers []Prober) (stored int, err error)
+	// deleteTarget removes a target; reason, if set, says why it expired.
+	deleteTarget(name, reason string) (existed bool, err error)
+	// putPolicy stores a group's policy.
+	putPolicy(group string, p GroupPolicy) error
+	// reportOutcome takes a passive outcome for the named target's owner.
+	reportOutcome(name string, o Outcome) (Status, bool, error)
+	// err returns the last error writing to the log, nil once a write
+	// succeeds again.
+	err() error
+}
+
+// localLink is the log of a checker that shares its registry with no one:
+// a registry of one member, on its Store (none: memory only). Its
+// decisions go through it exactly as they go through a shared registry (a
+// state or flap record proposed, a group's decisions written together, an
+// overload published), and it applies each at once, under the registry's
+// lock, as the shared registry's write would come back. The committer
+// makes the states it applied durable, in batches, before their events are
+// published (see committer.go); specs, removals and policies are durable
+// in the store before they are applied.
+type localLink struct {
+	reg    *registry
+	store  Store      // nil: memory only
+	commit *committer // nil without a store
+	// dirty are the groups to decide again; flushing is set while they
+	// are, so that a decision that marks its own group again is taken up
+	// by the same loop. Both guarded by the registry's lock.
+	dirty    map[string]struct{}
+	flushing bool
+}
+
+func newLocalLink(reg *registry) *localLink {
+	return &localLink{reg: reg, dirty: make(map[string]struct{})}
+}
+
+// owns: the only member probes every target.
+func (*localLink) owns(string) bool { return true }
+
+// guarded: the panic threshold decides a group's states in group writes,
+// as on replicas.
+func (*localLink) guarded() bool { return true }
+
+// propose applies a state record at once.
+func (l *localLink) propose(p proposal) {
+	l.reg.mirrorStateLocked(p.p.Name, p.p.State, l.reg.rev)
+}
+
+// publishOverload applies this checker's overload state at once.
+func (l *localLink) publishOverload(o ReplicaOverload) {
+	l.reg.applyOverloadLocked(o, o.Since)
+}
+
+// markGroup decides the group's states again, now: its decisions are
+// applied before the call that led to them returns.
+func (l *localLink) markGroup(group string) {
+	l.dirty[group] = struct{}{}
+	if l.flushing {
+		return
+	}
+	l.flushing = true
+	defer func() { l.flushing = false }()
+	r := l.reg
+	// Every round applies at least one write or ends the loop: a write
+	// never undoes itself, so the loop ends; the bound only guards
+	// against a decision that would.
+	for range maxGroupRounds {
+		if len(l.dirty) == 0 {
+			return
+		}
+		groups := make([]string, 0, len(l.dirty))
+		for g := range l.dirty {
+			groups = append(groups, g)
+		}
+		clear(l.dirty)
+		slices.Sort(groups)
+		for _, g := range groups {
+			l.decideLocked(g, r.clock.Now())
+		}
+	}
+	r.logger.Error("a group's decisions did not settle; they are taken up again at its next change", "groups", len(l.dirty))
+	clear(l.dirty)
+}
+
+// maxGroupRounds bounds the rounds of one markGroup.
+const maxGroupRounds = 1000
+
+// decideLocked makes and applies the group's decisions, as a group write
+// and its guard's change would be applied on replicas.
+func (l *localLink) decideLocked(group string, now time.Time) {
+	r := l.reg
+	p := r.pools[group]
+	if p == nil {
+		return
+	}
+	if gp, ok := r.buildGroupLocked(group, now); ok {
+		for _, w := range gp.Writes {
+			r.mirrorStateLocked(w.Name, w.State, r.rev)
+		}
+	}
+	r.announcePanicLocked(group, p, now)
+}
+
+// putSpecs stores specs in the store, in one transaction if it is a
+// SpecBatchStore, then applies those stored, addBatch to a hold of the
+// registry's lock.
+func (l *localLink) putSpecs(specs []Spec, probers []Prober) (int, error) {
+	n, err := len(specs), error(nil)
+	if l.store != nil {
+		if n, err = putSpecs(l.store, specs); err != nil {
+			err = fmt.Errorf("%w: %v", ErrStore, err)
+		}
+	}
+	r := l.reg
+	var unused []Prober
+	for lo := 0; lo < len(specs); lo += addBatch {
+		r.mu.Lock()
+		now := r.clock.Now()
+		for i := lo; i < min(lo+addBatch, len(specs)); i++ {
+			p := proberAt(probers, i)
+			if i < n && !r.closed {
+				_, _, p = r.putSpecLocked(specs[i], p, nil, 0, now, now)
+			}
+			unused = append(unused, p)
+		}
+		r.unlockAndReport()
+		for _, p := range unused {
+			closeProber(p)
+		}
+		unused = unused[:0]
+	}
+	return n, err
+}
+
+// proberAt returns probers[i], nil if probers is nil.
+func proberAt(probers []Prober, i int) Prober {
+	if probers == nil {
+		return nil
+	}
+	return probers[i]
+}
+
+// deleteTarget removes the target from the store, then applies it.
+func (l *localLink) deleteTarget(name, reason string) (bool, error) {
+	if l.store != nil {
+		if err := l.store.DeleteTarget(name); err != nil {
+			return false, fmt.Errorf("%w: %v", ErrStore, err)
+		}
+	}
+	r := l.reg
+	r.mu.Lock()
+	t := r.deleteLocked(name, r.clock.Now(), reason)
+	r.unlockAndReport()
+	if t == nil {
+		return false, nil
+	}
+	closeProber(t.prober)
+	return true, nil
+}
+
+// putPolicy stores the policy if the store keeps policies (else it lives
+// in memory only), then applies it.
+func (l *localLink) putPolicy(group string, p GroupPolicy) error {
+	if ps, ok := l.store.(PolicyStore); ok {
+		if err := ps.PutGroupPolicy(group, p); err != nil {
+			return fmt.Errorf("%w: %v", ErrStore, err)
+		}
+	}
+	r := l.reg
+	r.mu.Lock()
+	defer r.unlockAndReport()
+	if r.closed {
+		return ErrClosed
+	}
+	r.policyPutLocked(group, p)
+	return nil
+}
+
+// reportOutcome takes a token from the target's bucket and applies the
+// outcome at once.
+func (l *localLink) reportOutcome(name string, o Outcome) (Status, bool, error) {
+	return l.reg.reportOutcome(name, o)
+}
+
+// err is the committer's.
+func (l *localLink) err() error {
+	if l.commit == nil {
+		return nil
+	}
+	return l.commit.err()
+}
