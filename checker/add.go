@@ -193,7 +193,9 @@ func (r *registry) putSpecLocked(spec Spec, p Prober, st *SharedState, stateRev 
 		r.mirrorHeldLocked(t, held)
 		r.ownLocked(t, r.link.owns(spec.Name), now)
 		t.carried = st != nil // a new target starts afresh
-		r.unhealthySinceLocked(t, now)
+		if events {
+			r.unhealthySinceLocked(t, now)
+		}
 		r.timedLocked(t)
 		status := r.statusLocked(t, now)
 		switch {

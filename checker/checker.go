@@ -16,36 +16,42 @@
 //
 // # Components
 //
-// Checker is a thin façade over components with one job each; data flows
-// forward through them:
+// Checker is a thin façade over components with one job each. Every
+// change takes one path, alone or on replicas: decide, write, apply,
+// publish.
 //
-//		scheduler → registry → committer → hub → Watcher
-//		                    ↘ replication ↗        (with a shared registry)
+//	scheduler → registry ⇄ link → committer → hub → Watcher
+//	            (decide)  (write, apply)  (publish)
 //
 //	  - scheduler (scheduler.go, pool.go, overload.go): the due heap, the
 //	    schedule loop, the probe workers and the asynchronous probe path,
 //	    overload detection. It hands each result to the registry.
-//	  - registry (registry.go, policy.go, passive.go, mode.go,
-//	    registry_shared.go, registry_store.go): the targets, their Machines,
-//	    the pool policies and the modes. It decides transitions and emits
-//	    numbered events to its sink; no I/O.
+//	  - registry (registry.go, policy.go, group.go, flap.go, passive.go,
+//	    mode.go, add.go): the targets, their Machines, the pool policies and
+//	    the modes. It decides, under its lock, and writes each decision
+//	    through its link; the one function that applies each kind of change
+//	    (apply.go, add.go) emits the numbered events; no I/O.
+//	  - link (log.go): the log every change goes through. localLink, a
+//	    checker's own, on its Store: a registry of one member, which applies
+//	    each write at once; replication (shared.go), a Shared registry's
+//	    (etcd), which applies what every replica wrote as it comes back.
 //	  - committer (committer.go): with a Store, stores the registry's state
-//	    changes in batches, then publishes their events to the hub.
+//	    changes in batches, then publishes their events to the hub. On
+//	    replicas the shared registry has stored them before they are
+//	    applied, and the replication publishes them.
 //	  - hub (hub.go): the history of published events and the watchers.
-//	  - replication (shared.go): with a Shared registry, writes specs and
-//	    proposed states through it and applies what comes back.
-//	  - lifecycle (lifecycle.go, mode.go on the registry's side): writes
-//	    administrative modes and removals, and acts on their deadlines.
+//	  - lifecycle (lifecycle.go): writes administrative modes and removals
+//	    through the link, and acts on their deadlines.
 //
 // # Lock order
 //
 // Each lock is taken only after the ones before it, never the other way:
 //
-//  1. Checker.wmu: one spec or policy write to the Store at a time.
+//  1. Checker.wmu: one spec or policy write through the link at a time.
 //  2. registry.mu: the targets, the pools, the revision, and the
 //     scheduler's heap, pool and overload state (one lock per result).
 //  3. committer.mu (the store queue), or replication.mu (the proposals) or
-//     guardWriter.mu (the groups to write; group_shared.go).
+//     guardWriter.mu (the groups to write; group.go).
 //  4. hub.mu: the history and every watcher's position.
 //
 // The inbox of lost connections (scheduler.lost.mu, see reprobe.go) is a
@@ -318,7 +324,7 @@ func (c *Checker) Revision() uint64 { return c.hub.revision() }
 // Errors: a *FieldError for a bad outcome, ErrUnknownTarget, an error
 // wrapping ErrPassiveDisabled, ErrClosed. With a shared registry any
 // replica accepts an outcome and the target's owner applies it (see
-// passive_shared.go; errors also ErrStore, ErrUncertain, ErrLagging).
+// passive.go; errors also ErrStore, ErrUncertain, ErrLagging).
 func (c *Checker) ReportOutcome(name string, o Outcome) (st Status, counted bool, err error) {
 	if err := o.Validate(); err != nil {
 		return Status{}, false, err

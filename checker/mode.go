@@ -314,24 +314,6 @@ func (r *registry) modeEffectLocked(t *target, from Mode, now time.Time) {
 	r.timedLocked(t)
 }
 
-// loadedLocked registers a target loaded from the store as its mode says:
-// a target stored DRAINING or in MAINTENANCE is not routable whatever
-// state was stored (the mode is stored before the state it leads to), and
-// one in MAINTENANCE is not scheduled.
-func (r *registry) loadedLocked(t *target) {
-	a := t.spec.Admin()
-	if a.Mode != ModeActive {
-		t.state = StateUnhealthy
-	}
-	r.joinPoolLocked(t)
-	if a.Mode == ModeMaintenance {
-		t.index = -1
-	} else {
-		r.sched.addLocked(t, r.clock.Now().Add(firstDelay(t.spec.Name, t.spec.Interval)))
-	}
-	r.timedLocked(t)
-}
-
 // modeHold reports whether t's mode holds it unhealthy, and why.
 func modeHold(t *target) (string, bool) {
 	a := t.spec.Admin()

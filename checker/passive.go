@@ -1,6 +1,7 @@
 package checker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -113,4 +114,193 @@ func outcomeResult(spec Spec, o Outcome, now time.Time) Result {
 		res.Err = fmt.Sprintf("slow: %v > %v", res.Latency.Round(time.Millisecond), spec.MaxLatency)
 	}
 	return res
+}
+
+// Passive outcomes with a shared registry. Any replica accepts
+// ReportOutcome; the target's owner applies it. The replica asked takes a
+// token from the target's bucket as stored in the shared registry, and
+// stores the outcome together with the bucket after it
+// (SharedOutcomes.PutOutcome), on the condition that the stored bucket is
+// still the one it took the token from: two replicas cannot both take the
+// last token. Every replica applies every stored outcome, in the shared
+// registry's order (its bucket and its passive_results count), and the
+// owner at that revision feeds it to the target's machine, as a probe
+// result.
+//
+// How exact the rate limit is across replicas: exactly one bucket of
+// passive_rate a second with a burst of as many per target, whatever
+// replicas the outcomes go to, except that a bucket refills by the clock
+// of the replica that takes the next token: a replica whose clock runs
+// ahead of the others' by d grants up to d x passive_rate more tokens
+// (none with clocks in step). An outcome that loses outcomeTries races in a
+// row for the bucket is answered as over the rate (counted false).
+// passive_rate_limited counts the outcomes the replica asked refused: it
+// is that replica's own count.
+
+// SharedOutcomes is implemented by a Shared registry that forwards passive
+// outcomes to the targets' owners. A shared checker whose registry does
+// not refuses ReportOutcome (ErrNotShared).
+type SharedOutcomes interface {
+	// PutOutcome stores o as the named target's latest outcome if the one
+	// stored is still the one stored at prevRev (0: none), and returns the
+	// revision it was stored at. If another one was stored since, it
+	// stores nothing and returns that one (cur, not nil) and its revision.
+	// An error wraps ErrUnknownTarget when the target is not stored.
+	PutOutcome(ctx context.Context, name string, o SharedOutcome, prevRev uint64) (rev uint64, cur *SharedOutcome, err error)
+}
+
+// SharedOutcomePut: a replica stored a passive outcome (Name, Outcome) for
+// the target's owner; numbered apart from the kinds in shared.go.
+const SharedOutcomePut SharedChangeKind = 16
+
+// SharedOutcome is a passive outcome on its way to its target's owner,
+// with the target's rate-limit bucket after it.
+type SharedOutcome struct {
+	// Result is the outcome as a result (Passive); its Time is when a
+	// replica accepted it, and the time of the bucket's Tokens.
+	Result Result `json:"result"`
+	// Tokens is what the bucket holds after the outcome took its token.
+	Tokens float64 `json:"tokens"`
+	// Replica is the replica that accepted it; the shared registry fills
+	// it in.
+	Replica string `json:"replica,omitempty"`
+}
+
+// outcomeTries bounds the attempts of one ReportOutcome to store its
+// outcome while other replicas' outcomes for the same target take the
+// bucket first.
+const outcomeTries = 8
+
+// outcomeBucket is a target's passive-outcome token bucket as stored with
+// its latest outcome. It is hand-rolled rather than a rate.Limiter because
+// it travels through the shared registry: a Limiter's tokens cannot be set
+// to a stored count.
+type outcomeBucket struct {
+	tokens float64
+	at     time.Time
+	rev    uint64 // the stored outcome's revision; 0: none known
+}
+
+// take returns the bucket after one outcome at now, with rate tokens a
+// second and a burst of as many (a bucket never stored is full), and false
+// if it holds no token.
+func (b outcomeBucket) take(now time.Time, rate int) (outcomeBucket, bool) {
+	tokens := float64(rate)
+	if b.rev != 0 {
+		tokens = b.tokens
+		if !(tokens >= 0) { // a record that does not make sense (NaN too) is an empty bucket
+			tokens = 0
+		}
+		if el := now.Sub(b.at); el > 0 {
+			tokens += el.Seconds() * float64(rate)
+		}
+		tokens = min(tokens, float64(rate))
+	}
+	if tokens < 1 {
+		return b, false
+	}
+	// A clock behind the stored time does not refill the same time twice.
+	return outcomeBucket{tokens: tokens - 1, at: later(now, b.at), rev: b.rev}, true
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// reportOutcome is ReportOutcome with a shared registry.
+func (rp *replication) reportOutcome(name string, o Outcome) (Status, bool, error) {
+	so, ok := rp.shared.(SharedOutcomes)
+	if !ok {
+		return Status{}, false, fmt.Errorf("%w: this shared registry does not forward passive outcomes", ErrNotShared)
+	}
+	ctx, cancel := context.WithTimeout(rp.closing, sharedWait)
+	defer cancel()
+	var cur *outcomeBucket // the stored bucket a lost race returned
+	for range outcomeTries {
+		out, prevRev, st, counted, err := rp.reg.takeOutcome(name, o, cur)
+		if err != nil || !counted {
+			return st, false, err
+		}
+		rev, stored, err := so.PutOutcome(ctx, name, out, prevRev)
+		switch {
+		case errors.Is(err, ErrUnknownTarget):
+			return Status{}, false, err
+		case err != nil:
+			return Status{}, false, sharedWriteErr(err)
+		case stored != nil:
+			cur = &outcomeBucket{tokens: stored.Tokens, at: stored.Result.Time, rev: rev}
+			continue
+		}
+		if err := rp.waitApplied(ctx, rev); err != nil {
+			return Status{}, false, err
+		}
+		st, err = rp.reg.status(name)
+		return st, err == nil, err
+	}
+	st, err := rp.reg.limitedOutcome(name)
+	return st, false, err
+}
+
+// takeOutcome takes a token for an outcome from name's bucket: the stored
+// one, or cur when a lost race returned a newer one. It returns the outcome
+// to store and the revision of the bucket it took from, or counted false
+// and the target's status when the bucket is empty.
+func (r *registry) takeOutcome(name string, o Outcome, cur *outcomeBucket) (out SharedOutcome, prevRev uint64, st Status, counted bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.takeOutcomeLocked(name, o, cur)
+}
+
+func (r *registry) takeOutcomeLocked(name string, o Outcome, cur *outcomeBucket) (out SharedOutcome, prevRev uint64, st Status, counted bool, err error) {
+	t, err := r.outcomeTargetLocked(name)
+	if err != nil {
+		return SharedOutcome{}, 0, Status{}, false, err
+	}
+	now := r.clock.Now()
+	b := t.sharedLocked().bucket
+	if cur != nil && cur.rev > b.rev {
+		b = *cur
+	}
+	nb, ok := b.take(now, t.spec.passiveRate())
+	if !ok {
+		t.limited++
+		return SharedOutcome{}, 0, r.statusLocked(t, now), false, nil
+	}
+	return SharedOutcome{Result: outcomeResult(t.spec, o, now), Tokens: nb.tokens}, b.rev, Status{}, true, nil
+}
+
+// limitedOutcome counts an outcome refused as over the rate.
+func (r *registry) limitedOutcome(name string) (Status, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, err := r.outcomeTargetLocked(name)
+	if err != nil {
+		return Status{}, err
+	}
+	t.limited++
+	return r.statusLocked(t, r.clock.Now()), nil
+}
+
+// applyOutcomeLocked applies an outcome stored at rev: every replica keeps
+// the bucket and counts it; the owner feeds it to the target's machine.
+func (r *registry) applyOutcomeLocked(name string, so SharedOutcome, rev uint64, now time.Time) {
+	t, ok := r.targets[name]
+	if !ok {
+		return
+	}
+	t.sharedLocked().bucket = outcomeBucket{tokens: so.Tokens, at: so.Result.Time, rev: rev}
+	if !t.spec.PassiveOutcomes || t.quarantined() != "" {
+		return
+	}
+	t.passive++
+	if !t.owned {
+		return
+	}
+	res := so.Result
+	res.Passive = true
+	r.observeLocked(t, res, now)
+	r.sched.rescheduleLocked(t, now)
 }

@@ -97,7 +97,7 @@ type pool struct {
 	panic  bool               // len(held) > 0, as last announced
 	policy GroupPolicy
 	// guardRev is, with a shared registry, the revision of the group's
-	// guard this replica has applied (see group_shared.go).
+	// guard this replica has applied (see group.go).
 	guardRev uint64
 }
 
@@ -170,7 +170,7 @@ func (r *registry) leavePoolLocked(t *target) {
 // verdictLocked applies flap damping after a result (or another change of
 // t's machine) and then brings t's state in line; changed says the verdict
 // changed. Flap damping starting or ending is written with t's state
-// record (flap_shared.go), whose application announces it.
+// record (flap.go), whose application announces it.
 func (r *registry) verdictLocked(t *target, changed bool, now time.Time, why cause) {
 	if changed {
 		t.flaps.record(now, t.spec.flapWindow())

@@ -22,7 +22,7 @@ import (
 // the watchers. Its decisions go through its link, a log: a shared
 // registry's (see shared.go), whose writes come back through ApplyShared,
 // or a checker's own (local.go), which applies them at once. Either way a
-// state changes when its record is applied (registry_shared.go).
+// state changes when its record is applied (apply.go).
 //
 // Its lock, mu, also guards the scheduler's state (see scheduler), and
 // comes after the façade's wmu and before the committer's, the
@@ -50,7 +50,7 @@ type registry struct {
 	applying uint64                     // with a shared registry: the revision being applied; 0 outside it
 	timed    map[*target]struct{}       // targets with a lifecycle deadline; see lifecycle.go
 	lifeWake func()                     // wakes the lifecycle's loop; nil before it exists
-	replicas map[string]ReplicaOverload // the degraded replicas, as published; see overload_shared.go
+	replicas map[string]ReplicaOverload // the degraded replicas, as published; see overload.go
 	why      map[*target]cause          // why a grouped target's state is to change, for its group's decision
 }
 

@@ -1,15 +1,19 @@
 package checker
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // The registry's side of a Store (see store.go): registering what it
-// loaded. Kept beside registry_shared.go, its side of a shared registry.
+// loaded, as a shared registry's load is (putSpecLocked).
 
 // load registers the stored targets, with their stored states carried
 // over, and the stored group policies.
 func (r *registry) load(targets []StoredTarget, policies map[string]GroupPolicy) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	now := r.clock.Now()
 	for _, st := range targets {
 		spec := st.Spec.WithDefaults(r.defaults)
 		err := st.Err
@@ -34,13 +38,7 @@ func (r *registry) load(targets []StoredTarget, policies map[string]GroupPolicy)
 		if state == StateUnknown {
 			state = spec.InitialState
 		}
-		t := newTarget(spec, p, state)
-		t.owned = true
-		t.lastTr = st.LastTransition
-		t.carried = true
-		r.targets[spec.Name] = t
-		r.sched.watchLocked(t)
-		r.loadedLocked(t)
+		r.putSpecLocked(spec, p, &SharedState{State: state, Time: st.LastTransition}, 0, now, time.Time{})
 	}
 	for group, p := range policies {
 		if err := ValidateGroup(group); err != nil || group == "" {

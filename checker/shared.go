@@ -22,13 +22,13 @@ import (
 //     ApplyShared, and numbers its events with the shared registry's
 //     revisions, so a watcher can resume on any replica.
 //
-// Flap damping travels with the states (flap_shared.go), passive outcomes
+// Flap damping travels with the states (flap.go), passive outcomes
 // are forwarded to the owner through the shared registry
-// (passive_shared.go) and each replica's overload is published through it
-// (overload_shared.go), when the registry implements SharedOutcomes and
+// (passive.go) and each replica's overload is published through it
+// (overload.go), when the registry implements SharedOutcomes and
 // SharedOverloads. A Shared registry that is also a SharedGroups keeps a
 // guard per group, and the panic threshold holds across replicas (see
-// group_shared.go); without one, a shared checker refuses thresholds below
+// group.go); without one, a shared checker refuses thresholds below
 // 1 (ErrNotShared).
 type Shared interface {
 	// Load returns every target and its last state, and the revision they
@@ -73,7 +73,7 @@ type SharedState struct {
 	Result Result // the result that decided it, unless Reason is set
 	Reason string
 	Writer string // the replica that stored it
-	// Flap is the owner's flap log (see flap_shared.go); nil in a record
+	// Flap is the owner's flap log (see flap.go); nil in a record
 	// that has none.
 	Flap *SharedFlap
 	// Held: the target's owner wants it unhealthy, but its group's panic
@@ -116,8 +116,8 @@ type SharedChange struct {
 	Name  string      // SharedSpecDeleted, SharedStatePut; the group for SharedGroupChanged, SharedPolicyPut
 	State SharedState // SharedStatePut
 
-	Outcome  SharedOutcome   // SharedOutcomePut (passive_shared.go)
-	Overload ReplicaOverload // SharedOverloadPut (overload_shared.go)
+	Outcome  SharedOutcome   // SharedOutcomePut (passive.go)
+	Overload ReplicaOverload // SharedOverloadPut (overload.go)
 	// Announcement is a replica's announced event (SharedAnnounced).
 	Announcement Announcement
 	// Time is when the guard's writer wrote it (SharedGroupChanged), or
@@ -218,7 +218,7 @@ type replication struct {
 	mu        sync.Mutex // protects proposals
 	proposals []proposal
 
-	ovl overloadPub // this replica's overload state to publish; see overload_shared.go
+	ovl overloadPub // this replica's overload state to publish; see overload.go
 	// events are those of the changes being applied, published together
 	// once they are all applied: several events share a revision (a group
 	// write, a read after a lost history), and a watcher reading between

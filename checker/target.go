@@ -68,7 +68,7 @@ func newTarget(spec Spec, p Prober, state State) *target {
 // reprobe.go).
 type targetMore struct {
 	life     lifeState
-	shared   *sharedPolicy // with a shared registry; see flap_shared.go
+	shared   *sharedPolicy // with a shared registry; see flap.go
 	reprobed time.Time     // the last probe a lost connection brought forward
 }
 

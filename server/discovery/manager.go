@@ -363,7 +363,8 @@ func (m *Manager) Run(ctx context.Context) {
 // applyAnswer applies, group by group, one answer of Prometheus's
 // manager: the target groups of each source (each is a target set of its
 // own there). A group whose sources are not all in the answer (one sent
-// before a reload changed them) waits for the next.
+// before a reload changed them), or not all answered yet, waits for the
+// next.
 func (m *Manager) applyAnswer(answer map[string][]*targetgroup.Group) {
 	m.mu.Lock()
 	type work struct {
@@ -378,7 +379,14 @@ func (m *Manager) applyAnswer(answer map[string][]*targetgroup.Group) {
 		complete := true
 		for _, src := range st.sources {
 			tgs, ok := answer[src.set]
-			if !ok {
+			src.mu.Lock()
+			quiet := src.lastRefresh.IsZero()
+			src.mu.Unlock()
+			if !ok || quiet {
+				// Prometheus's manager sends an empty set for a source
+				// that has not answered yet: applied, it would drain
+				// every target the group has (after a restart or a
+				// takeover) until the source's first answer.
 				complete = false
 				break
 			}

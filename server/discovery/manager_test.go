@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/prometheus/discovery/targetgroup"
 	"go.uber.org/goleak"
 
 	"github.com/pulsehealth/pulse/checker"
@@ -314,4 +315,43 @@ func TestManagerRetiresARemovedGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "web's target drained", reg.modes, "web-127.0.0.1:8002=draining")
+}
+
+// TestManagerWaitsForASourcesFirstAnswer: until a source has answered,
+// Prometheus's manager sends an empty set for it. Applied, that set would
+// drain every target the group kept across a restart, or that a replica
+// taking the group over finds registered.
+func TestManagerWaitsForASourcesFirstAnswer(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "api.json")
+	writeAtomic(t, file, `[{"targets": ["127.0.0.1:8001"]}]`)
+	cfgPath := filepath.Join(dir, "discovery.yaml")
+	yaml := fmt.Sprintf("groups:\n  - name: api\n    file_sd_configs: [{files: [%q]}]\n    template: {tcp: {}}\n    on_disappear: drain 5s\n", file)
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadConfig(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := newFakeRegistry()
+	reg.specs["api-127.0.0.1:8001"] = checker.Spec{Name: "api-127.0.0.1:8001", Source: Source("api")} // kept from before
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m, err := NewManager(ctx, cfg, reg, prometheus.NewRegistry(), slog.New(slog.DiscardHandler), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := m.groups["api"].sources[0]
+	empty := map[string][]*targetgroup.Group{src.set: {}}
+
+	m.applyAnswer(empty) // sent before the source answered
+	if got := reg.modes(); got != "api-127.0.0.1:8001=active" {
+		t.Errorf("after an empty set from a source that has not answered: %s, want the target kept active", got)
+	}
+	src.answered(nil) // the source answered: nothing
+	m.applyAnswer(empty)
+	if got := reg.modes(); got != "api-127.0.0.1:8001=draining" {
+		t.Errorf("after the source answered nothing: %s, want the target drained", got)
+	}
 }

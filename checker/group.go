@@ -274,7 +274,7 @@ func (r *registry) buildGroupLocked(group string, now time.Time) (GroupProposal,
 	}
 	gp := GroupProposal{Group: group, GuardRev: p.guardRev, Writes: make([]StateProposal, 0, len(writes))}
 	for _, w := range writes {
-		// The flap log travels with every state record (flap_shared.go):
+		// The flap log travels with every state record (flap.go):
 		// the owner's own, or, for a release of another replica's target,
 		// the one stored.
 		flap := w.t.storedFlap()

@@ -123,7 +123,7 @@ func (r *registry) proposeLocked(t *target, to State, now time.Time, why cause) 
 }
 
 // writeStateLocked queues t's state record: the state to, changed at at,
-// and the flap log as of now (see flap_shared.go), which a record of the
+// and the flap log as of now (see flap.go), which a record of the
 // same state stores alone.
 func (r *registry) writeStateLocked(t *target, to State, at, now time.Time, why cause) {
 	t.proposing = true
@@ -161,7 +161,7 @@ func (r *registry) applySharedLocked(changes []SharedChange, rev uint64) (uint64
 		case SharedAnnounced:
 			r.applyAnnouncedLocked(ch.Announcement)
 		case SharedOverloadPut:
-			r.applyOverloadLocked(ch.Overload, now)
+			r.applyOverloadLocked(ch.Overload, cmp.Or(ch.Overload.Since, now)) // the writer's time, the same on every replica
 		case SharedGroupChanged:
 			r.guardChangedLocked(ch.Name, cmp.Or(ch.GuardRev, ch.Rev), ch.Time)
 		case SharedPolicyPut:
