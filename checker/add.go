@@ -175,7 +175,9 @@ func (r *registry) putSpecLocked(spec Spec, p Prober, st *SharedState, stateRev 
 		}
 		t = newTarget(spec, p, state)
 		t.index = -1
-		t.stateRev = stateRev
+		if stateRev != 0 {
+			t.sharedLocked().stateRev = stateRev
+		}
 		if st != nil {
 			t.lastTr = st.Time
 			r.loadFlapLocked(t, st.Flap)

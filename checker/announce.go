@@ -50,25 +50,34 @@ func (c *Checker) Announce(kind EventKind, pc PolicyChange) error {
 		return fmt.Errorf("announce: %s is not an event an outside component may send", kind)
 	}
 	pc.Group, pc.Target, pc.Held = "", "", nil
-	r := c.reg
-	if c.repl != nil {
-		if sa, ok := c.repl.shared.(SharedAnnouncements); ok {
-			ctx, cancel := context.WithTimeout(c.repl.closing, sharedWait)
-			defer cancel()
-			rev, err := sa.PutAnnouncement(ctx, Announcement{Kind: kind, Policy: pc, Time: r.clock.Now()})
-			if err != nil {
-				return sharedWriteErr(err)
-			}
-			return c.repl.waitApplied(ctx, rev)
-		}
-	}
+	return c.reg.link.announce(Announcement{Kind: kind, Policy: pc, Time: c.clock.Now()})
+}
+
+// announceLocal applies an announcement at once, on this member alone.
+func (r *registry) announceLocal(a Announcement) error {
 	r.mu.Lock()
 	defer r.unlockAndReport()
 	if r.closed {
 		return ErrClosed
 	}
-	r.emitLocked(Event{Kind: kind, Time: r.clock.Now(), Policy: pc})
+	r.applyAnnouncedLocked(a)
 	return nil
+}
+
+// announce is Announce on replicas: written through a SharedAnnouncements
+// registry, for every replica, or else this replica's alone.
+func (rp *replication) announce(a Announcement) error {
+	sa, ok := rp.shared.(SharedAnnouncements)
+	if !ok {
+		return rp.reg.announceLocal(a)
+	}
+	ctx, cancel := context.WithTimeout(rp.closing, sharedWait)
+	defer cancel()
+	rev, err := sa.PutAnnouncement(ctx, a)
+	if err != nil {
+		return sharedWriteErr(err)
+	}
+	return rp.waitApplied(ctx, rev)
 }
 
 // applyAnnouncedLocked streams an event a replica announced, at the

@@ -43,7 +43,9 @@ func (r *registry) mirrorStateLocked(name string, st SharedState, rev uint64) {
 	if !ok {
 		return
 	}
-	t.stateRev = rev
+	if r.remote {
+		t.sharedLocked().stateRev = rev
+	}
 	t.proposing = false
 	why := cause{result: st.Result, reason: st.Reason}
 	now := r.clock.Now()
@@ -129,10 +131,10 @@ func (r *registry) writeStateLocked(t *target, to State, at, now time.Time, why 
 	t.proposing = true
 	r.link.propose(proposal{t: t, gen: t.gen, p: StateProposal{
 		Name:     t.spec.Name,
-		StateRev: t.stateRev,
+		StateRev: t.storedRev(),
 		// A record of the same state (the flap log alone) keeps its hold.
 		State: SharedState{State: to, From: t.state, Time: at, Result: why.result, Reason: why.reason,
-			Flap: flapRecordLocked(t, now), Held: to == t.state && t.held},
+			Flap: r.flapRecordLocked(t, now), Held: to == t.state && t.held},
 	}})
 }
 

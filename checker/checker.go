@@ -174,11 +174,14 @@ func (c *Checker) Defaults() Defaults { return c.defaults }
 // in flight for a replaced probe spec is discarded. created reports whether
 // the target is new. A bad spec returns a *FieldError.
 func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
-	res, err := c.AddMany([]Spec{spec})
-	if err != nil {
+	spec = spec.WithDefaults(c.defaults)
+	if err := spec.Validate(); err != nil {
 		return Status{}, false, err
 	}
-	return res[0].Status, res[0].Created, res[0].Err
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	res := c.reg.addMany([]Spec{spec})[0]
+	return res.Status, res.Created, res.Err
 }
 
 // MaxAddMany bounds the specs of one AddMany call.

@@ -41,13 +41,44 @@ type SharedFlap struct {
 	// event it leads to, the same on every replica. Zero in a record
 	// written before it was kept: the applying replica's clock.
 	Time time.Time `json:"time,omitzero"`
+
+	// A single pulsed's log applies the record to the owner itself: it
+	// carries no Changes, only the latest (last), and the owner's own log
+	// stands for them.
+	last time.Time
+}
+
+// lastChange returns the time of the record's latest change, zero if none.
+func (f *SharedFlap) lastChange() time.Time {
+	if len(f.Changes) > 0 {
+		return f.Changes[len(f.Changes)-1]
+	}
+	return f.last
+}
+
+// changes returns the record's changes: for a single pulsed's record, t's
+// own.
+func (f *SharedFlap) changes(t *target) []time.Time {
+	if f.Changes == nil && !f.last.IsZero() {
+		return t.flaps.times
+	}
+	return f.Changes
 }
 
 // sharedPolicy is what a replica knows of a target's policies as stored
 // in the shared registry; guarded by the registry's lock.
 type sharedPolicy struct {
-	flap   *SharedFlap   // as last stored; nil before
-	bucket outcomeBucket // the passive outcomes' bucket, as last stored
+	flap     *SharedFlap   // as last stored; nil before
+	bucket   outcomeBucket // the passive outcomes' bucket, as last stored
+	stateRev uint64        // the revision of the target's stored state
+}
+
+// storedRev returns the revision of t's stored state, 0 if none.
+func (t *target) storedRev() uint64 {
+	if t.more == nil || t.more.shared == nil {
+		return 0
+	}
+	return t.more.shared.stateRev
 }
 
 // sharedLocked returns t's sharedPolicy, making it.
@@ -67,24 +98,31 @@ func (t *target) storedFlap() *SharedFlap {
 	return t.more.shared.flap
 }
 
-// flapRecordLocked returns t's flap log as its owner stores it.
-func flapRecordLocked(t *target, now time.Time) *SharedFlap {
+// flapRecordLocked returns t's flap log as its owner stores it: its
+// changes only when the record travels to other replicas.
+func (r *registry) flapRecordLocked(t *target, now time.Time) *SharedFlap {
 	t.flaps.trim(now, t.spec.flapWindow())
-	return &SharedFlap{Verdict: t.m.State, Changes: slices.Clone(t.flaps.times), Flapping: t.flapping, Time: now}
+	f := &SharedFlap{Verdict: t.m.State, Flapping: t.flapping, Time: now, last: t.flaps.last()}
+	if r.remote {
+		f.Changes = slices.Clone(t.flaps.times)
+	}
+	return f
 }
 
 // flapStoredLocked reports whether the owner's view of t's flap damping is
 // the one stored: the same verdict, flapping status and latest change
-// (older changes leave the window by themselves, and need no write).
-func flapStoredLocked(t *target) bool {
+// (older changes leave the window by themselves, and need no write). A
+// single pulsed shows its own view, and keeps no record: only whether
+// flapping was announced.
+func (r *registry) flapStoredLocked(t *target) bool {
+	if !r.remote {
+		return t.flapping == t.flapShown
+	}
 	f := t.storedFlap()
 	if f == nil {
 		return t.flaps.last().IsZero() && !t.flapping && t.m.State == t.state
 	}
-	last := time.Time{}
-	if len(f.Changes) > 0 {
-		last = f.Changes[len(f.Changes)-1]
-	}
+	last := f.lastChange()
 	return f.Verdict == t.m.State && f.Flapping == t.flapping && last.Equal(t.flaps.last())
 }
 
@@ -96,13 +134,13 @@ func (r *registry) proposeFlapLocked(t *target, now time.Time) {
 	if !t.owned || t.proposing {
 		return
 	}
-	if flapStoredLocked(t) {
+	if r.flapStoredLocked(t) {
 		return
 	}
 	reason := "flap damping"
 	if t.flapping {
 		reason = fmt.Sprintf("flapping: %d transitions in %v", t.flaps.count(now, t.spec.flapWindow()), t.spec.flapWindow())
-	} else if f := t.storedFlap(); f != nil && f.Flapping {
+	} else if t.flapShown {
 		reason = fmt.Sprintf("stable for %v after flapping", t.spec.flapStableFor())
 		if t.spec.FlapThreshold == 0 {
 			reason = "flap damping turned off"
@@ -123,18 +161,21 @@ func (r *registry) mirrorFlapLocked(t *target, st SharedState, now time.Time) {
 		if t.more != nil && t.more.shared != nil {
 			t.more.shared.flap = nil
 		}
+		t.flapShown = false
 		return
 	}
-	sp := t.sharedLocked()
-	was := sp.flap != nil && sp.flap.Flapping
+	was := t.flapShown
+	t.flapShown = f.Flapping
 	if !f.Time.IsZero() {
 		now = f.Time
 	}
-	sp.flap = f
-	if !t.owned {
-		r.flapFromStoreLocked(t)
+	if r.remote { // a single pulsed's owner is the record
+		t.sharedLocked().flap = f
+		if !t.owned {
+			r.flapFromStoreLocked(t)
+		}
 	}
-	n := (flapLog{times: f.Changes}).count(now, t.spec.flapWindow())
+	n := (flapLog{times: f.changes(t)}).count(now, t.spec.flapWindow())
 	switch {
 	case f.Flapping && !was:
 		r.emitLocked(Event{Kind: EventFlappingStarted, Time: now, Policy: PolicyChange{
@@ -173,6 +214,7 @@ func (r *registry) loadFlapLocked(t *target, f *SharedFlap) {
 		return
 	}
 	t.sharedLocked().flap = f
+	t.flapShown = f.Flapping
 	r.flapFromStoreLocked(t)
 }
 
@@ -185,5 +227,5 @@ func sharedFlapStatusLocked(st *Status, t *target, now time.Time) {
 	}
 	st.Flapping = f.Flapping
 	st.Verdict = f.Verdict
-	st.Transitions = (flapLog{times: f.Changes}).count(now, t.spec.flapWindow())
+	st.Transitions = (flapLog{times: f.changes(t)}).count(now, t.spec.flapWindow())
 }

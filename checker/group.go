@@ -91,7 +91,7 @@ type SharedGroup struct {
 type GroupProposal struct {
 	Group    string
 	GuardRev uint64
-	Writes   []StateProposal // at most maxGroupWrites
+	Writes   []StateProposal // on replicas, at most maxGroupWrites
 }
 
 // maxGroupWrites bounds the states one group write carries, within etcd's
@@ -182,9 +182,10 @@ type groupWrite struct {
 // it leaves unhealthy), then the group's held targets, released in name
 // order while there is room, then its own targets that want to be
 // unhealthy, in name order: unhealthy while there is room, held after. An
-// operator's mode is never held. ok is false when there is nothing to
-// write.
-func (r *registry) buildGroupLocked(group string, now time.Time) (GroupProposal, bool) {
+// operator's mode is never held. It decides for most targets at the most
+// (a shared registry's transaction holds so many; the next write takes
+// the rest). ok is false when there is nothing to write.
+func (r *registry) buildGroupLocked(group string, now time.Time, most int) (GroupProposal, bool) {
 	p := r.pools[group]
 	if p == nil || r.closed {
 		return GroupProposal{}, false
@@ -230,7 +231,7 @@ func (r *registry) buildGroupLocked(group string, now time.Time) (GroupProposal,
 		want, why, admin := r.desiredLocked(t, now, whys[t])
 		switch {
 		case want.routable():
-			if (want != t.state || t.held) && len(writes) < maxGroupWrites {
+			if (want != t.state || t.held) && len(writes) < most {
 				writes = append(writes, groupWrite{t: t, to: want, why: why})
 				if !t.state.routable() {
 					room++
@@ -239,7 +240,7 @@ func (r *registry) buildGroupLocked(group string, now time.Time) (GroupProposal,
 		case !t.state.routable():
 			// Already out.
 		case admin:
-			if len(writes) < maxGroupWrites {
+			if len(writes) < most {
 				writes = append(writes, groupWrite{t: t, to: want, why: why})
 				room--
 			}
@@ -250,7 +251,7 @@ func (r *registry) buildGroupLocked(group string, now time.Time) (GroupProposal,
 		}
 	}
 	for _, w := range held {
-		if room <= 0 || len(writes) >= maxGroupWrites {
+		if room <= 0 || len(writes) >= most {
 			break
 		}
 		w.to = StateUnhealthy
@@ -259,7 +260,7 @@ func (r *registry) buildGroupLocked(group string, now time.Time) (GroupProposal,
 		room--
 	}
 	for _, w := range failing {
-		if len(writes) >= maxGroupWrites {
+		if len(writes) >= most {
 			break
 		}
 		if room > 0 {
@@ -279,7 +280,7 @@ func (r *registry) buildGroupLocked(group string, now time.Time) (GroupProposal,
 		// the one stored.
 		flap := w.t.storedFlap()
 		if w.t.owned {
-			flap = flapRecordLocked(w.t, now)
+			flap = r.flapRecordLocked(w.t, now)
 		}
 		st := SharedState{State: w.to, From: w.t.state, Time: now, Reason: w.why.reason, Held: w.held, Flap: flap}
 		if w.to == w.t.state {
@@ -288,7 +289,7 @@ func (r *registry) buildGroupLocked(group string, now time.Time) (GroupProposal,
 		if w.why.reason == "" {
 			st.Result = w.why.result
 		}
-		gp.Writes = append(gp.Writes, StateProposal{Name: w.t.spec.Name, State: st, StateRev: w.t.stateRev})
+		gp.Writes = append(gp.Writes, StateProposal{Name: w.t.spec.Name, State: st, StateRev: w.t.storedRev()})
 	}
 	return gp, true
 }
@@ -389,7 +390,7 @@ func (g *guardWriter) build(group string) (GroupProposal, bool) {
 		return GroupProposal{}, false // the guard's change marks it again
 	}
 	delete(g.awaiting, group)
-	gp, ok := g.reg.buildGroupLocked(group, g.reg.clock.Now())
+	gp, ok := g.reg.buildGroupLocked(group, g.reg.clock.Now(), maxGroupWrites)
 	if !ok {
 		g.inflight[group] = false
 	}

@@ -2,6 +2,7 @@ package checker
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -50,6 +51,8 @@ type link interface {
 	putPolicy(group string, p GroupPolicy) error
 	// reportOutcome takes a passive outcome for the named target's owner.
 	reportOutcome(name string, o Outcome) (Status, bool, error)
+	// announce publishes an outside component's event.
+	announce(a Announcement) error
 	// err returns the last error writing to the log, nil once a write
 	// succeeds again.
 	err() error
@@ -138,7 +141,7 @@ func (l *localLink) decideLocked(group string, now time.Time) {
 	if p == nil {
 		return
 	}
-	if gp, ok := r.buildGroupLocked(group, now); ok {
+	if gp, ok := r.buildGroupLocked(group, now, math.MaxInt); ok { // no transaction to fit in
 		for _, w := range gp.Writes {
 			r.mirrorStateLocked(w.Name, w.State, r.rev)
 		}
@@ -226,6 +229,9 @@ func (l *localLink) putPolicy(group string, p GroupPolicy) error {
 func (l *localLink) reportOutcome(name string, o Outcome) (Status, bool, error) {
 	return l.reg.reportOutcome(name, o)
 }
+
+// announce applies the event at once.
+func (l *localLink) announce(a Announcement) error { return l.reg.announceLocal(a) }
 
 // err is the committer's.
 func (l *localLink) err() error {

@@ -344,3 +344,25 @@ func TestModeObserverSeesEveryModeChange(t *testing.T) {
 		t.Errorf("mode changes observed (-want +got):\n%s", diff)
 	}
 }
+
+// Raising the threshold releases every held target at once, however many:
+// more than one group write on replicas holds.
+func TestRaisingTheThresholdReleasesEveryHeldTarget(t *testing.T) {
+	names := make([]string, 200)
+	fails := make(map[string]outcome, len(names))
+	for i := range names {
+		names[i] = fmt.Sprintf("t%03d", i)
+		fails[names[i]] = fail
+	}
+	e := poolEnv(t, checker.Config{}, names...)
+	round(t, e, fails)
+	if g := group(t, e.c, "edge"); g.Unhealthy != 100 || len(g.Held) != 100 {
+		t.Fatalf("after every target failed: %d unhealthy, %d held; want 100 and 100", g.Unhealthy, len(g.Held))
+	}
+	if _, err := e.c.SetGroupPolicy("edge", checker.GroupPolicy{MaxUnhealthyFraction: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if g := group(t, e.c, "edge"); g.Unhealthy != 200 || len(g.Held) != 0 || g.Panic {
+		t.Errorf("after the threshold was raised: %d unhealthy, %d held, panic %v; want 200, none held", g.Unhealthy, len(g.Held), g.Panic)
+	}
+}

@@ -28,6 +28,7 @@ type target struct {
 	owned     bool // with a shared registry: this replica probes the target
 	proposing bool // with a shared registry: a state write is on its way
 	reprobing bool // a lost connection brought a probe forward, and its results lead down; see reprobe.go
+	flapShown bool // flapping, as the last state record applied said (FLAPPING events follow it)
 
 	slot time.Time // the scheduled start of the last scheduled probe; zero before the first
 	next time.Time // when the next probe is due
@@ -42,10 +43,6 @@ type target struct {
 	// What few targets need, made when first needed: by value it would
 	// take the target past 512 bytes (see targetMore).
 	more *targetMore
-
-	// With a shared registry: the revision of the target's stored state
-	// (owned and proposing are with the flags above).
-	stateRev uint64
 }
 
 // targetSeq numbers targets as they are made: the due heap's order among
