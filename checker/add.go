@@ -192,7 +192,7 @@ func (r *registry) putSpecLocked(spec Spec, p Prober, st *SharedState, stateRev 
 		r.targets[spec.Name] = t
 		r.sched.watchLocked(t)
 		r.joinPoolLocked(t)
-		r.mirrorHeldLocked(t, held)
+		r.applyHeldLocked(t, held)
 		r.ownLocked(t, r.link.owns(spec.Name), now)
 		t.carried = st != nil // a new target starts afresh
 		if events {

@@ -37,8 +37,8 @@ func (r *registry) deleteSharedLocked(name string, at time.Time) {
 	}
 }
 
-// mirrorStateLocked applies a state a target's owner stored.
-func (r *registry) mirrorStateLocked(name string, st SharedState, rev uint64) {
+// applyRecordLocked applies a state a target's owner stored.
+func (r *registry) applyRecordLocked(name string, st SharedState, rev uint64) {
 	t, ok := r.targets[name]
 	if !ok {
 		return
@@ -49,10 +49,10 @@ func (r *registry) mirrorStateLocked(name string, st SharedState, rev uint64) {
 	t.proposing = false
 	why := cause{result: st.Result, reason: st.Reason}
 	now := r.clock.Now()
-	r.mirrorFlapLocked(t, st, now) // its events come before the transition the record makes
+	r.applyFlapLocked(t, st, now) // its events come before the transition the record makes
 	r.applyStateLocked(t, st.State, st.Time, why)
 	held := st.Held && r.guardedLocked(t)
-	r.mirrorHeldLocked(t, held)
+	r.applyHeldLocked(t, held)
 	if !t.owned {
 		t.m.State = st.State
 		r.flapFromStoreLocked(t) // the stored verdict, when there is one
@@ -155,7 +155,7 @@ func (r *registry) applySharedLocked(changes []SharedChange, rev uint64) (uint64
 		case SharedSpecDeleted:
 			r.deleteSharedLocked(ch.Name, cmp.Or(ch.Time, now))
 		case SharedStatePut:
-			r.mirrorStateLocked(ch.Name, ch.State, ch.Rev)
+			r.applyRecordLocked(ch.Name, ch.State, ch.Rev)
 		case SharedMembersChanged:
 			r.reownLocked(now)
 		case SharedOutcomePut:

@@ -149,11 +149,11 @@ func (r *registry) proposeFlapLocked(t *target, now time.Time) {
 	r.writeStateLocked(t, t.state, t.lastTr, now, cause{reason: reason})
 }
 
-// mirrorFlapLocked applies the flap log stored with t's state, at the
+// applyFlapLocked applies the flap log stored with t's state, at the
 // revision being applied: every replica emits the same FLAPPING events. The
 // owner keeps its own log (it may be ahead of the store); the others take
 // the stored one.
-func (r *registry) mirrorFlapLocked(t *target, st SharedState, now time.Time) {
+func (r *registry) applyFlapLocked(t *target, st SharedState, now time.Time) {
 	f := st.Flap
 	if f == nil {
 		// A replica that stores no flap log wrote it: what was stored

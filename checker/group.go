@@ -105,8 +105,8 @@ func (r *registry) guardedLocked(t *target) bool {
 	return t.spec.Group != "" && r.link.guarded()
 }
 
-// mirrorHeldLocked applies the hold stored with t's state.
-func (r *registry) mirrorHeldLocked(t *target, held bool) {
+// applyHeldLocked applies the hold stored with t's state.
+func (r *registry) applyHeldLocked(t *target, held bool) {
 	p := r.pools[t.spec.Group]
 	if p == nil || t.spec.Group == "" || held == t.held {
 		return

@@ -17,7 +17,7 @@ import (
 //   - decide: the registry decides, under its lock, from its view;
 //   - write: the decision goes through the link;
 //   - apply: one function applies it (putSpecLocked, deleteLocked,
-//     mirrorStateLocked, applyOutcomeLocked, applyOverloadLocked,
+//     applyRecordLocked, applyOutcomeLocked, applyOverloadLocked,
 //     policyPutLocked), on every member alike;
 //   - publish: its events reach watchers once it is durable (the
 //     committer alone; on replicas, once the shared registry returns it).
@@ -91,7 +91,7 @@ func (*localLink) guarded() bool { return true }
 
 // propose applies a state record at once.
 func (l *localLink) propose(p proposal) {
-	l.reg.mirrorStateLocked(p.p.Name, p.p.State, l.reg.rev)
+	l.reg.applyRecordLocked(p.p.Name, p.p.State, l.reg.rev)
 }
 
 // publishOverload applies this checker's overload state at once.
@@ -143,7 +143,7 @@ func (l *localLink) decideLocked(group string, now time.Time) {
 	}
 	if gp, ok := r.buildGroupLocked(group, now, math.MaxInt); ok { // no transaction to fit in
 		for _, w := range gp.Writes {
-			r.mirrorStateLocked(w.Name, w.State, r.rev)
+			r.applyRecordLocked(w.Name, w.State, r.rev)
 		}
 	}
 	r.announcePanicLocked(group, p, now)
