@@ -113,6 +113,9 @@ func (r *registry) ownLocked(t *target, own bool, now time.Time) {
 	if r.probedLocked(t) {
 		r.sched.addLocked(t, now.Add(firstDelay(t.spec.Name, t.spec.Interval)))
 	}
+	if p := r.pools[t.spec.Group]; p != nil && t.spec.Group != "" && r.remote {
+		p.pending[t] = cause{result: t.last} // the group decides again what it wants (reownLocked marks it)
+	}
 }
 
 // proposeLocked asks the replication to store t's new state: with a shared

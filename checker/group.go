@@ -192,27 +192,23 @@ func (r *registry) buildGroupLocked(group string, now time.Time, most int) (Grou
 	}
 	// The members with something to decide, in name order: this
 	// replica's targets whose state is not the one they want or that are
-	// held, and the group's held targets.
+	// held (the pending ones: see updateLocked), and the group's held
+	// targets. A group's decision costs what it decides, not its size.
 	var members []*target
-	whys := make(map[*target]cause)
-	for _, t := range r.targets {
-		if t.spec.Group != group || t.quarantined() != "" {
+	for t, why := range p.pending {
+		if r.targets[t.spec.Name] != t || t.spec.Group != group || !t.owned || t.quarantined() != "" {
+			delete(p.pending, t)
 			continue
 		}
-		if !t.owned {
-			if t.held {
-				members = append(members, t)
-			}
+		if want, _, _ := r.desiredLocked(t, now, why); want == t.state && !t.held {
+			delete(p.pending, t) // nothing more to decide for it
 			continue
 		}
-		why, ok := r.why[t]
-		if !ok {
-			why = cause{result: t.last} // zero before the first result
-		}
-		delete(r.why, t)
-		if want, _, _ := r.desiredLocked(t, now, why); want != t.state || t.held {
+		members = append(members, t) // pending until its record is applied
+	}
+	for _, t := range p.held {
+		if _, ok := p.pending[t]; !ok {
 			members = append(members, t)
-			whys[t] = why
 		}
 	}
 	slices.SortFunc(members, func(a, b *target) int { return cmp.Compare(a.spec.Name, b.spec.Name) })
@@ -228,7 +224,11 @@ func (r *registry) buildGroupLocked(group string, now time.Time, most int) (Grou
 			}
 			continue
 		}
-		want, why, admin := r.desiredLocked(t, now, whys[t])
+		why, ok := p.pending[t]
+		if !ok {
+			why = cause{result: t.last} // zero before the first result
+		}
+		want, why, admin := r.desiredLocked(t, now, why)
 		switch {
 		case want.routable():
 			if (want != t.state || t.held) && len(writes) < most {

@@ -466,3 +466,45 @@ func BenchmarkPerfAddTargetStored(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkPerfGroupedTransition: one target of a group changes state (a
+// passive outcome tips it, rise and fall 1), in groups of 1,000 and
+// 100,000 targets: a group's decision costs what it decides, not the
+// group's size.
+func BenchmarkPerfGroupedTransition(b *testing.B) {
+	for _, n := range []int{1000, 100000} {
+		b.Run(fmt.Sprintf("group=%d", n), func(b *testing.B) {
+			clock := fakeclock.New(time.Unix(1_700_000_000, 0))
+			c, err := checker.New(checker.Config{Clock: clock, NewProber: func(probe.Spec) (checker.Prober, error) {
+				return perfProber{fail: new(atomic.Bool), calls: new(atomic.Int64)}, nil
+			}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { c.Close() })
+			specs := make([]checker.Spec, 0, checker.MaxAddMany)
+			for i := range n {
+				specs = append(specs, checker.Spec{Name: fmt.Sprintf("t%07d", i), Group: "g", Interval: time.Hour, Timeout: time.Second,
+					Rise: 1, Fall: 1, InitialState: checker.StateHealthy, PassiveOutcomes: true,
+					Probe: probe.Spec{TCP: &probe.TCPSpec{Address: "127.0.0.1:9"}}})
+				if len(specs) == cap(specs) || i == n-1 {
+					if _, err := c.AddMany(specs); err != nil {
+						b.Fatal(err)
+					}
+					specs = specs[:0]
+				}
+			}
+			pass := false
+			for b.Loop() {
+				clock.Advance(time.Second) // a token for the outcome
+				if _, counted, err := c.ReportOutcome("t0000000", checker.Outcome{Pass: pass}); err != nil || !counted {
+					b.Fatalf("outcome: counted %v, %v", counted, err)
+				}
+				pass = !pass
+			}
+			if st, _ := c.Status("t0000000"); st.Transitions == 0 {
+				b.Fatal("the target never changed state")
+			}
+		})
+	}
+}

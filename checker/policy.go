@@ -91,11 +91,14 @@ type GroupStatus struct {
 // empty group has one too (for its counts) but is never a pool: ungrouped
 // targets are independent, so its threshold never holds them.
 type pool struct {
-	n      int                // targets
-	down   int                // targets whose state is not routable
-	held   map[string]*target // held routable by the threshold
-	panic  bool               // len(held) > 0, as last announced
-	policy GroupPolicy
+	n    int                // targets
+	down int                // targets whose state is not routable
+	held map[string]*target // held routable by the threshold
+	// pending are this member's targets with a state to decide with the
+	// group's, and why (see buildGroupLocked).
+	pending map[*target]cause
+	panic   bool // len(held) > 0, as last announced
+	policy  GroupPolicy
 	// guardRev is, with a shared registry, the revision of the group's
 	// guard this replica has applied (see group.go).
 	guardRev uint64
@@ -128,7 +131,7 @@ func (r *registry) fractionLocked(p *pool) float64 {
 func (r *registry) poolLocked(group string) *pool {
 	p := r.pools[group]
 	if p == nil {
-		p = &pool{held: make(map[string]*target)}
+		p = &pool{held: make(map[string]*target), pending: make(map[*target]cause)}
 		r.pools[group] = p
 	}
 	return p
@@ -165,6 +168,7 @@ func (r *registry) leavePoolLocked(t *target) {
 		t.held = false
 		delete(p.held, t.spec.Name)
 	}
+	delete(p.pending, t)
 }
 
 // verdictLocked applies flap damping after a result (or another change of
@@ -194,11 +198,12 @@ func (r *registry) updateLocked(t *target, now time.Time, why cause) {
 		if !t.owned {
 			return
 		}
+		p := r.pools[t.spec.Group]
 		if want, _, _ := r.desiredLocked(t, now, why); want == t.state && !t.held {
-			delete(r.why, t)
+			delete(p.pending, t)
 			return // nothing for the group to decide
 		}
-		r.why[t] = why
+		p.pending[t] = why
 		r.link.markGroup(t.spec.Group)
 		return
 	}

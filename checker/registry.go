@@ -51,7 +51,6 @@ type registry struct {
 	timed    map[*target]struct{}       // targets with a lifecycle deadline; see lifecycle.go
 	lifeWake func()                     // wakes the lifecycle's loop; nil before it exists
 	replicas map[string]ReplicaOverload // the degraded replicas, as published; see overload.go
-	why      map[*target]cause          // why a grouped target's state is to change, for its group's decision
 }
 
 // newRegistry returns an empty registry; the caller calls use, then
@@ -68,7 +67,6 @@ func newRegistry(cfg Config, clock Clock, defaults Defaults, logger *slog.Logger
 		targets:    make(map[string]*target),
 		pools:      make(map[string]*pool),
 		timed:      make(map[*target]struct{}),
-		why:        make(map[*target]cause),
 		rev:        cfg.StartRevision,
 	}
 	r.link = newLocalLink(r)
@@ -143,7 +141,6 @@ func (r *registry) deleteLocked(name string, at time.Time, reason string) *targe
 	}
 	delete(r.targets, name)
 	delete(r.timed, t)
-	delete(r.why, t)
 	if t.quarantined() == "" { // a quarantined target is in no heap and no pool
 		r.sched.removeLocked(t)
 		t.index = -1
