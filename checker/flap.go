@@ -175,6 +175,9 @@ func (r *registry) applyFlapLocked(t *target, st SharedState, now time.Time) {
 			r.flapFromStoreLocked(t)
 		}
 	}
+	if f.Flapping == was {
+		return // no event: most records
+	}
 	n := (flapLog{times: f.changes(t)}).count(now, t.spec.flapWindow())
 	switch {
 	case f.Flapping && !was:
