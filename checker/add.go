@@ -193,7 +193,7 @@ func (r *registry) putSpecLocked(spec Spec, p Prober, st *SharedState, stateRev 
 		r.sched.watchLocked(t)
 		r.joinPoolLocked(t)
 		r.applyHeldLocked(t, held)
-		r.ownLocked(t, r.link.owns(spec.Name), now)
+		r.reassignLocked(t, now)
 		t.carried = st != nil // a new target starts afresh
 		if events {
 			r.unhealthySinceLocked(t, now)
@@ -232,7 +232,11 @@ func (r *registry) putSpecLocked(spec Spec, p Prober, st *SharedState, stateRev 
 		t.gen++
 		r.sched.watchLocked(t)
 	}
+	prevVantages, prevQuorum := t.spec.Vantages, t.spec.Quorum
 	prevGroup := r.setSpecLocked(t, spec)
+	if spec.Vantages != prevVantages || spec.Quorum != prevQuorum {
+		r.reassignLocked(t, now)
+	}
 	r.emitLocked(Event{Kind: EventUpdated, Time: at, Status: r.statusLocked(t, now), prevGroup: prevGroup})
 	// What the new spec changes in the state comes after the update, as
 	// transitions of its own, decided by the target's owner: a model

@@ -18,6 +18,9 @@ func (r *registry) loadShared(targets []SharedTarget, rev uint64) {
 	now := r.clock.Now()
 	for _, st := range targets {
 		r.putSharedLocked(st.Spec, st.State, st.StateRev, now, time.Time{})
+		for _, vd := range st.Verdicts {
+			r.applyVerdictLocked(st.Spec.Name, vd, false, now)
+		}
 	}
 	r.rev = rev
 }
@@ -54,6 +57,10 @@ func (r *registry) applyRecordLocked(name string, st SharedState, rev uint64) {
 	held := st.Held && r.guardedLocked(t)
 	r.applyHeldLocked(t, held)
 	if !t.owned {
+		if v := t.multi(); v != nil {
+			r.syncVerdictLocked(t, v, now) // the published state a vantage with no stored verdict stands by
+			return
+		}
 		t.m.State = st.State
 		r.flapFromStoreLocked(t) // the stored verdict, when there is one
 		if held {
@@ -67,11 +74,11 @@ func (r *registry) applyRecordLocked(name string, st SharedState, rev uint64) {
 	r.proposeFlapLocked(t, now)
 }
 
-// reownLocked asks the shared registry which targets this replica owns now
-// that its members changed, and starts or stops probing them.
+// reownLocked asks the shared registry which targets this replica probes
+// and owns now that its members changed, and starts or stops probing them.
 func (r *registry) reownLocked(now time.Time) {
 	for _, t := range r.targets {
-		r.ownLocked(t, r.link.owns(t.spec.Name), now)
+		r.reassignLocked(t, now)
 	}
 	r.lifeWakeLocked() // deadlines of the targets taken over are this replica's now
 	for group := range r.pools {
@@ -81,40 +88,62 @@ func (r *registry) reownLocked(now time.Time) {
 	}
 }
 
-// ownLocked makes this replica probe t, or stop probing it. A target taken
-// over starts from its stored state, as after a restart, with its first
-// probe within one interval.
-func (r *registry) ownLocked(t *target, own bool, now time.Time) {
-	if own == t.owned {
-		return
-	}
-	t.owned = own
-	if !own {
+// ownLocked makes this replica probe t or stop, and own it (store its
+// state) or not. A target taken over starts from its stored state, as
+// after a restart, with its first probe within one interval; a vantage
+// taken over, from its stored verdict (see vantage.go).
+func (r *registry) ownLocked(t *target, probes, owns bool, now time.Time) {
+	v := t.vantagesOf()
+	wasProbing, wasOwner := t.owned || t.vantage, t.owned
+	t.owned, t.vantage = owns, probes && !owns
+	switch {
+	case !probes && wasProbing:
 		r.sched.removeLocked(t)
 		t.index = -1
 		t.gen++ // a result in flight is no longer this replica's to store
 		t.proposing = false
 		r.flapFromStoreLocked(t)
-		if t.held {
+		if t.held && t.multi() == nil {
 			t.m.State = StateUnhealthy // the verdict its owner stored the hold for
 		}
-		return
+		if v != nil {
+			v.proposing = false
+			r.dropVerdictLocked(t, v)
+		}
+	case probes && !wasProbing:
+		t.m = Machine{Model: t.spec.Model, Rise: t.spec.Rise, Fall: t.spec.Fall, State: t.state}
+		r.flapFromStoreLocked(t) // carry on from the stored flap log and verdict
+		if mv := t.multi(); mv != nil {
+			r.startVantageLocked(t, mv)
+		} else if t.held {
+			// Held: its previous owner's verdict was unhealthy; keep it
+			// until this replica's own results say otherwise, so the
+			// takeover neither releases nor re-decides the hold.
+			t.m.State = StateUnhealthy
+		}
+		t.carried = true
+		t.slot = time.Time{}
+		if r.probedLocked(t) {
+			r.sched.addLocked(t, now.Add(firstDelay(t.spec.Name, t.spec.Interval)))
+		}
+	case wasOwner && !owns:
+		t.proposing = false // its state is the new owner's to store
+	case owns && !wasOwner:
+		r.flapFromStoreLocked(t) // a vantage that becomes the owner carries on from the stored log
 	}
-	t.m = Machine{Model: t.spec.Model, Rise: t.spec.Rise, Fall: t.spec.Fall, State: t.state}
-	r.flapFromStoreLocked(t) // carry on from the stored flap log and verdict
-	if t.held {
-		// Held: its previous owner's verdict was unhealthy; keep it until
-		// this replica's own results say otherwise, so the takeover
-		// neither releases nor re-decides the hold.
-		t.m.State = StateUnhealthy
+	if owns && !wasOwner {
+		if p := r.pools[t.spec.Group]; p != nil && t.spec.Group != "" && r.remote {
+			p.pending[t] = cause{result: t.last} // the group decides again what it wants (reownLocked marks it)
+		}
 	}
-	t.carried = true
-	t.slot = time.Time{}
-	if r.probedLocked(t) {
-		r.sched.addLocked(t, now.Add(firstDelay(t.spec.Name, t.spec.Interval)))
-	}
-	if p := r.pools[t.spec.Group]; p != nil && t.spec.Group != "" && r.remote {
-		p.pending[t] = cause{result: t.last} // the group decides again what it wants (reownLocked marks it)
+	if mv := t.multi(); mv != nil {
+		r.decideVantagesLocked(t, mv, now) // the vantages that count may have changed
+		if owns && !wasOwner {
+			r.updateLocked(t, now, cause{reason: mv.text()}) // what the previous owner had not stored yet
+		}
+		r.syncVerdictLocked(t, mv, now)
+	} else if v != nil {
+		r.dropVerdictLocked(t, v) // probed from one vantage again
 	}
 }
 
@@ -161,6 +190,8 @@ func (r *registry) applySharedLocked(changes []SharedChange, rev uint64) (uint64
 			r.applyRecordLocked(ch.Name, ch.State, ch.Rev)
 		case SharedMembersChanged:
 			r.reownLocked(now)
+		case SharedVerdictPut, SharedVerdictDeleted:
+			r.applyVerdictLocked(ch.Name, ch.Verdict, ch.Kind == SharedVerdictDeleted, now)
 		case SharedOutcomePut:
 			r.applyOutcomeLocked(ch.Name, ch.Outcome, ch.Rev, now)
 		case SharedAnnounced:
@@ -187,6 +218,9 @@ func (r *registry) applySharedLocked(changes []SharedChange, rev uint64) (uint64
 func (r *registry) proposalValid(pr proposal) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if pr.verdict != nil {
+		return pr.t.gen == pr.gen && r.targets[pr.verdict.Target] == pr.t && (pr.verdict.Delete || pr.t.owned || pr.t.vantage)
+	}
 	return pr.t.owned && pr.t.gen == pr.gen && r.targets[pr.p.Name] == pr.t
 }
 
@@ -195,5 +229,11 @@ func (r *registry) proposalValid(pr proposal) bool {
 func (r *registry) fenced(pr proposal) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if pr.verdict != nil {
+		if v := pr.t.vantagesOf(); v != nil {
+			v.proposing = false // stored again once its results or the members say
+		}
+		return
+	}
 	pr.t.proposing = false
 }

@@ -175,13 +175,30 @@ func (c *Checker) Defaults() Defaults { return c.defaults }
 // the target is new. A bad spec returns a *FieldError.
 func (c *Checker) Add(spec Spec) (st Status, created bool, err error) {
 	spec = spec.WithDefaults(c.defaults)
-	if err := spec.Validate(); err != nil {
+	if err := c.validate(spec); err != nil {
 		return Status{}, false, err
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	res := c.reg.addMany([]Spec{spec})[0]
 	return res.Status, res.Created, res.Err
+}
+
+// validate checks a spec with its defaults, and that this checker can
+// probe it as it asks: from several vantages only with a shared registry
+// that assigns them.
+func (c *Checker) validate(spec Spec) error {
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	if spec.Vantages > 1 && c.reg.vantages == nil {
+		why := "a single pulsed is one vantage: probing from several needs replicas sharing a registry on etcd (pulsed -etcd)"
+		if c.repl != nil {
+			why = "this shared registry does not assign vantages"
+		}
+		return &FieldError{"vantages", fmt.Sprintf("must be at most 1 here (%s), got %d", why, spec.Vantages)}
+	}
+	return nil
 }
 
 // MaxAddMany bounds the specs of one AddMany call.
@@ -210,7 +227,7 @@ func (c *Checker) AddMany(specs []Spec) ([]AddResult, error) {
 	seen := make(map[string]struct{}, len(specs))
 	for i, spec := range specs {
 		spec = spec.WithDefaults(c.defaults)
-		if err := spec.Validate(); err != nil {
+		if err := c.validate(spec); err != nil {
 			res[i].Err = err
 			continue
 		}

@@ -102,7 +102,7 @@ func (t *target) storedFlap() *SharedFlap {
 // changes only when the record travels to other replicas.
 func (r *registry) flapRecordLocked(t *target, now time.Time) *SharedFlap {
 	t.flaps.trim(now, t.spec.flapWindow())
-	f := &SharedFlap{Verdict: t.m.State, Flapping: t.flapping, Time: now, last: t.flaps.last()}
+	f := &SharedFlap{Verdict: t.verdict(), Flapping: t.flapping, Time: now, last: t.flaps.last()}
 	if r.remote {
 		f.Changes = slices.Clone(t.flaps.times)
 	}
@@ -120,10 +120,10 @@ func (r *registry) flapStoredLocked(t *target) bool {
 	}
 	f := t.storedFlap()
 	if f == nil {
-		return t.flaps.last().IsZero() && !t.flapping && t.m.State == t.state
+		return t.flaps.last().IsZero() && !t.flapping && t.verdict() == t.state
 	}
 	last := f.lastChange()
-	return f.Verdict == t.m.State && f.Flapping == t.flapping && last.Equal(t.flaps.last())
+	return f.Verdict == t.verdict() && f.Flapping == t.flapping && last.Equal(t.flaps.last())
 }
 
 // proposeFlapLocked stores t's flap log when the owner's differs from the
@@ -207,7 +207,9 @@ func (r *registry) flapFromStoreLocked(t *target) {
 	}
 	t.flaps = flapLog{times: slices.Clone(f.Changes[max(0, len(f.Changes)-maxFlaps):])}
 	t.flapping = f.Flapping
-	t.m.State = f.Verdict
+	if t.vantagesOf() == nil { // else the machine is this replica's vantage's
+		t.m.State = f.Verdict
+	}
 }
 
 // loadFlapLocked takes the flap log stored with a loaded target's state,

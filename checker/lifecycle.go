@@ -228,7 +228,7 @@ func weightLocked(t *target, now time.Time) (uint32, time.Time) {
 // unhealthySinceLocked starts or ends t's unhealthy streak after its
 // verdict may have changed, and keeps its place in the timed set.
 func (r *registry) unhealthySinceLocked(t *target, now time.Time) {
-	down := t.m.State == StateUnhealthy && r.removeAfterLocked(t) > 0
+	down := t.verdict() == StateUnhealthy && r.removeAfterLocked(t) > 0
 	lf := t.lifeOrNil()
 	switch {
 	case down && (lf == nil || lf.unhealthySince.IsZero()):

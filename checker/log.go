@@ -91,6 +91,9 @@ func (*localLink) guarded() bool { return true }
 
 // propose applies a state record at once.
 func (l *localLink) propose(p proposal) {
+	if p.verdict != nil {
+		return // one member is one vantage: it stores no verdicts
+	}
 	l.reg.applyRecordLocked(p.p.Name, p.p.State, l.reg.rev)
 }
 

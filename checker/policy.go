@@ -215,7 +215,7 @@ func (r *registry) updateLocked(t *target, now time.Time, why cause) {
 // the panic threshold, and why; admin says the operator's mode asks for it,
 // which the threshold never holds back.
 func (r *registry) desiredLocked(t *target, now time.Time, why cause) (want State, _ cause, admin bool) {
-	want = t.m.State
+	want = t.verdict()
 	if t.flapping && want != StateUnhealthy {
 		want = StateUnhealthy
 		why = cause{reason: fmt.Sprintf("flapping: %d transitions in %v", t.flaps.count(now, t.spec.flapWindow()), t.spec.flapWindow())}

@@ -37,9 +37,11 @@ type registry struct {
 	maxInGroup int      // 0: no limit
 	policyDflt float64  // MaxUnhealthyFraction in force for groups without their own
 	sched      *scheduler
-	sink       func(Event) // takes the events emitted, with mu held
-	link       link        // the log changes go through; see log.go
-	remote     bool        // link is a shared registry's: events are numbered by its revisions
+	sink       func(Event)    // takes the events emitted, with mu held
+	link       link           // the log changes go through; see log.go
+	remote     bool           // link is a shared registry's: events are numbered by its revisions
+	vantages   SharedVantages // nil unless the shared registry assigns vantages (see vantage.go)
+	self       Vantage        // this replica, with vantages
 
 	mu       sync.Mutex // protects everything below, every *target and the scheduler's state
 	targets  map[string]*target
@@ -219,7 +221,7 @@ func (r *registry) statusLocked(t *target, now time.Time) Status {
 		FailStreak:      t.m.FailStreak,
 		LastTransition:  t.lastTr,
 		CarriedOver:     t.carried,
-		Verdict:         t.m.State,
+		Verdict:         t.verdict(),
 		PanicHeld:       t.held,
 		Flapping:        t.flapping,
 		Transitions:     t.flaps.count(now, t.spec.flapWindow()),
@@ -242,6 +244,10 @@ func (r *registry) statusLocked(t *target, now time.Time) Status {
 		st.UnhealthySince = lf.unhealthySince
 	}
 	sharedFlapStatusLocked(&st, t, now)
+	if v := t.vantagesOf(); v != nil && len(v.assigned) > 0 {
+		st.Vantages = v.statusVantages()
+		st.Verdict = v.decided
+	}
 	return st
 }
 
@@ -251,6 +257,15 @@ func (r *registry) observeLocked(t *target, res Result, now time.Time) {
 	t.last, t.hasLast = res, true
 	t.carried = false
 	_, changed := t.m.Observe(res.Pass)
+	if v := t.vantagesOf(); v != nil && len(v.assigned) > 0 {
+		// One vantage's result: its verdict is stored, and the
+		// vantages' verdict, as it is applied, changes the owner's.
+		r.syncVerdictLocked(t, v, now)
+		if !t.owned {
+			return
+		}
+		changed = false
+	}
 	r.verdictLocked(t, changed, now, cause{result: res})
 	r.unhealthySinceLocked(t, now)
 	if !res.Passive {
@@ -305,6 +320,9 @@ func (r *registry) applyStateLocked(t *target, to State, now time.Time, why caus
 	}
 	if why.reason == "" {
 		tr.Result = why.result
+	}
+	if v := t.multi(); v != nil {
+		tr.Vantages = v.statusVantages()
 	}
 	r.emitLocked(Event{Kind: EventTransition, Time: now, Transition: tr})
 }
@@ -401,7 +419,7 @@ func (r *registry) currentLocked(t *target) bool { return r.targets[t.spec.Name]
 // quarantined nor in maintenance and, with a shared registry, this replica
 // owns it.
 func (r *registry) probedLocked(t *target) bool {
-	return t.owned && t.quarantined() == "" && t.spec.Admin().Mode != ModeMaintenance
+	return (t.owned || t.vantage) && t.quarantined() == "" && t.spec.Admin().Mode != ModeMaintenance
 }
 
 // hasReportsLocked reports whether events wait to be logged and observed.

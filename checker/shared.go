@@ -63,6 +63,9 @@ type SharedTarget struct {
 	Spec     Spec
 	State    *SharedState // nil until a replica stored one
 	StateRev uint64       // the revision State was stored at
+	// Verdicts are its vantages' stored verdicts (see SharedVantages),
+	// each with its revision.
+	Verdicts []VantageVerdict
 }
 
 // SharedState is a target's state as its owner stored it.
@@ -106,6 +109,11 @@ const (
 	SharedGroupChanged
 	// SharedPolicyPut: a group's policy was stored.
 	SharedPolicyPut
+	// SharedVerdictPut: a vantage stored its verdict on a target (see
+	// SharedVantages); SharedVerdictDeleted: it was removed (Verdict has
+	// the member alone).
+	SharedVerdictPut
+	SharedVerdictDeleted
 )
 
 // SharedChange is one change to a shared registry, at its revision.
@@ -132,6 +140,9 @@ type SharedChange struct {
 	// Policy is the group's stored policy (SharedPolicyPut); its zero
 	// fields take the defaults.
 	Policy GroupPolicy
+	// Verdict is a vantage's verdict on the target Name
+	// (SharedVerdictPut, SharedVerdictDeleted).
+	Verdict VantageVerdict
 }
 
 var (
@@ -244,6 +255,9 @@ func newReplication(shared Shared, reg *registry, logger *slog.Logger, closing c
 	}
 	if sg, ok := shared.(SharedGroups); ok {
 		rp.guard = newGuardWriter(sg, rp)
+	}
+	if sv, ok := shared.(SharedVantages); ok {
+		reg.vantages, reg.self = sv, sv.Self()
 	}
 	reg.link, reg.remote = rp, true
 	reg.loadShared(targets, rev)
@@ -416,6 +430,17 @@ type proposal struct {
 	t   *target
 	gen uint64 // t.gen when proposed: a target given up since is not written
 	p   StateProposal
+	// verdict, when set, is this replica's verdict to store instead of a
+	// state (see vantage.go).
+	verdict *VerdictProposal
+}
+
+// write stores the proposal in the shared registry.
+func (pr proposal) write(ctx context.Context, rp *replication) error {
+	if pr.verdict != nil {
+		return rp.reg.vantages.ProposeVerdict(ctx, *pr.verdict)
+	}
+	return rp.shared.ProposeState(ctx, pr.p)
 }
 
 // proposeConcurrency bounds the state writes in flight at once: each waits
@@ -440,12 +465,12 @@ func (rp *replication) proposeBatch(batch []proposal) (retry []proposal, lastErr
 		wg.Go(func() {
 			defer func() { <-sem }()
 			ctx, cancel := context.WithTimeout(rp.closing, sharedWait)
-			err := rp.shared.ProposeState(ctx, pr.p)
+			err := pr.write(ctx, rp)
 			cancel()
 			switch {
 			case err == nil:
 			case errors.Is(err, ErrFenced):
-				rp.logger.Debug("state write fenced: this replica no longer owns the target or its view was stale", "target", pr.p.Name, "error", err)
+				rp.logger.Debug("state write fenced: this replica no longer owns the target or its view was stale", "target", pr.t.spec.Name, "error", err)
 				rp.reg.fenced(pr)
 			default:
 				mu.Lock()

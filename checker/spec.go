@@ -75,6 +75,18 @@ type Spec struct {
 	// PassiveOutcomes lets ReportOutcome feed the target's machine. Off by
 	// default.
 	PassiveOutcomes bool
+
+	// Vantages is how many replicas probe the target, each with its own
+	// machine, in distinct vantages where there are enough (see
+	// vantage.go); 0 or 1: its owner alone. Above 1 only with a shared
+	// registry that assigns vantages; at most MaxVantages. (Small counts,
+	// in the padding after PassiveOutcomes: a target stays within 512
+	// bytes.)
+	Vantages uint8
+	// Quorum is how many vantages must agree to change the target's
+	// verdict; 0: a majority of Vantages. At most Vantages.
+	Quorum uint8
+
 	// PassiveRate is how many passive outcomes a second are counted at
 	// most, with a burst of as many. If 0, DefaultPassiveRate. Only with
 	// PassiveOutcomes; at most MaxPassiveRate.
@@ -279,6 +291,9 @@ func (s Spec) Validate() error {
 		return err
 	}
 	if err := s.validateLifecycle(); err != nil {
+		return err
+	}
+	if err := s.validateVantages(); err != nil {
 		return err
 	}
 	switch {

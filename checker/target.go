@@ -25,7 +25,8 @@ type target struct {
 	inFlight  bool
 	hasLast   bool
 	carried   bool // the state was loaded from the store; no fresh result yet
-	owned     bool // with a shared registry: this replica probes the target
+	owned     bool // with a shared registry: this replica owns the target: it probes it and stores its state
+	vantage   bool // probed from several vantages: this replica probes it, another owns it (see vantage.go)
 	proposing bool // with a shared registry: a state write is on its way
 	reprobing bool // a lost connection brought a probe forward, and its results lead down; see reprobe.go
 	flapShown bool // flapping, as the last state record applied said (FLAPPING events follow it)
@@ -66,6 +67,7 @@ func newTarget(spec Spec, p Prober, state State) *target {
 type targetMore struct {
 	life     lifeState
 	shared   *sharedPolicy // with a shared registry; see flap.go
+	vant     *vantageSet   // probed from several vantages; see vantage.go
 	reprobed time.Time     // the last probe a lost connection brought forward
 }
 

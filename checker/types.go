@@ -110,6 +110,9 @@ type Transition struct {
 	// start, is when its weight reaches 100%: it rises linearly from 0 at
 	// Time. Zero otherwise.
 	SlowStartEnd time.Time
+	// Vantages, for a target probed from several vantages, are their
+	// verdicts when the transition was applied, its owner's first.
+	Vantages []VantageVerdict
 }
 
 // String returns the transition's text: "<target>: <old> -> <new>".
@@ -186,6 +189,10 @@ type Status struct {
 	// UnhealthySince is since when the verdict has been unhealthy without
 	// a break, for a target with an automatic removal; zero otherwise.
 	UnhealthySince time.Time
+	// Vantages, for a target probed from several vantages, are their
+	// stored verdicts, its owner's first (State zero: none stored yet);
+	// Verdict is then theirs (see Spec.Vantages).
+	Vantages []VantageVerdict
 }
 
 // Config configures a Checker. Every field is optional.

@@ -60,6 +60,10 @@ type Options struct {
 	// ID names this replica among the members; if empty, the host name,
 	// the process ID and a random suffix.
 	ID string
+	// Vantage labels where this replica probes from (see vantages.go):
+	// replicas that see the targets alike, say in one zone, share one. If
+	// empty, its ID.
+	Vantage string
 	// LeaseTTL is how long a replica that stops renewing its lease keeps
 	// its targets; if 0, 10s. At least 2s.
 	LeaseTTL time.Duration
@@ -79,6 +83,7 @@ type Registry struct {
 	cli    *clientv3.Client
 	prefix string
 	id     string
+	label  string // this replica's vantage
 	ttl    time.Duration
 	logger *slog.Logger
 
@@ -87,7 +92,8 @@ type Registry struct {
 	wg     sync.WaitGroup
 
 	mu        sync.Mutex
-	members   []string // live replicas' IDs, sorted
+	members   []string          // live replicas' IDs, sorted
+	labels    map[string]string // their vantage labels, where not their IDs
 	lease     clientv3.LeaseID
 	createRev int64            // create revision of this replica's member key; 0 while it has none
 	loadRev   int64            // the revision Load read at
@@ -138,6 +144,7 @@ func stateRecordOf(p checker.StateProposal, writer string) stateRecord {
 type memberRecord struct {
 	ID      string    `json:"id"`
 	Started time.Time `json:"started"`
+	Vantage string    `json:"vantage,omitempty"`
 }
 
 // Open connects to etcd, takes a lease and announces the replica.
@@ -166,6 +173,11 @@ func Open(ctx context.Context, o Options) (*Registry, error) {
 	if strings.ContainsAny(o.ID, "/\x00") || len(o.ID) > 128 {
 		return nil, fmt.Errorf("replica ID %q: at most 128 bytes, no '/'", o.ID)
 	}
+	if o.Vantage == "" {
+		o.Vantage = o.ID
+	} else if err := ValidateLabel(o.Vantage); err != nil {
+		return nil, err
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -178,7 +190,7 @@ func Open(ctx context.Context, o Options) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to etcd at %s: %w", strings.Join(o.Endpoints, ","), err)
 	}
-	r := &Registry{cli: cli, prefix: o.Prefix, id: o.ID, ttl: o.LeaseTTL, logger: o.Logger, known: make(map[string]int64), groups: make(map[string]checker.SharedGroup)}
+	r := &Registry{cli: cli, prefix: o.Prefix, id: o.ID, label: o.Vantage, ttl: o.LeaseTTL, logger: o.Logger, known: make(map[string]int64), groups: make(map[string]checker.SharedGroup), labels: make(map[string]string)}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	cctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
 	defer cancel()
@@ -212,7 +224,7 @@ func (r *Registry) register(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	v, _ := json.Marshal(memberRecord{ID: r.id, Started: time.Now().UTC()})
+	v, _ := json.Marshal(memberRecord{ID: r.id, Started: time.Now().UTC(), Vantage: r.label})
 	key := r.memberKey(r.id)
 	// A member key of the same ID left by an earlier run of this replica
 	// is replaced: its lease is not ours.
@@ -241,6 +253,8 @@ func (r *Registry) Load() ([]checker.SharedTarget, uint64, error) {
 	}
 	specs := map[string]checker.SharedTarget{}
 	states := map[string]*mvccpb.KeyValue{}
+	verdicts := map[string][]checker.VantageVerdict{}
+	labels := map[string]string{}
 	var members []string
 	var joined int64
 	r.mu.Lock()
@@ -271,6 +285,15 @@ func (r *Registry) Load() ([]checker.SharedTarget, uint64, error) {
 		case "members":
 			members = append(members, name)
 			joined = max(joined, kv.ModRevision)
+			if l := memberLabel(kv.Value); l != "" && l != name {
+				labels[name] = l
+			}
+		case "verdicts":
+			target, vd, err := decodeVerdict(name, kv.Value, kv.ModRevision)
+			if err != nil {
+				return nil, 0, fmt.Errorf("verdict %q in etcd: %w", name, err)
+			}
+			verdicts[target] = append(verdicts[target], vd)
 		default:
 			r.loadPolicy(kind, name, kv.Value)
 		}
@@ -285,12 +308,14 @@ func (r *Registry) Load() ([]checker.SharedTarget, uint64, error) {
 			st.State, st.StateRev = &s, uint64(kv.ModRevision)
 			r.known[name] = kv.ModRevision
 		}
+		st.Verdicts = verdicts[name]
 		out = append(out, st)
 	}
 	slices.SortFunc(out, func(a, b checker.SharedTarget) int { return cmp.Compare(a.Spec.Name, b.Spec.Name) })
 	slices.Sort(members)
 	r.mu.Lock()
 	r.members = members
+	r.labels = labels
 	r.joinedRev = joined
 	r.loadRev = resp.Header.Revision
 	r.mu.Unlock()

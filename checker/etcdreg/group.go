@@ -289,7 +289,8 @@ func (r *Registry) DeleteTarget(ctx context.Context, name string) (uint64, bool,
 		if err != nil {
 			return 0, false, err
 		}
-		ops := []clientv3.Op{mark, clientv3.OpDelete(key), clientv3.OpDelete(r.stateKey(name)), clientv3.OpDelete(r.outcomeKey(name))}
+		ops := []clientv3.Op{mark, clientv3.OpDelete(key), clientv3.OpDelete(r.stateKey(name)), clientv3.OpDelete(r.outcomeKey(name)),
+			clientv3.OpDelete(r.verdictKey(name, ""), clientv3.WithPrefix())}
 		if group != "" {
 			ops = append(ops, r.putGuard(group, "target left"))
 		}

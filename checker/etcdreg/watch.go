@@ -146,9 +146,29 @@ func (r *Registry) changes(evs []*clientv3.Event) ([]checker.SharedChange, int64
 			}
 			r.known[name] = ev.Kv.ModRevision
 			out = append(out, checker.SharedChange{Kind: checker.SharedStatePut, Rev: rev, Name: name, State: st})
+		case "verdicts":
+			var v []byte
+			kind := checker.SharedVerdictDeleted
+			if put {
+				v, kind = ev.Kv.Value, checker.SharedVerdictPut
+			}
+			target, vd, err := decodeVerdict(name, v, ev.Kv.ModRevision)
+			if err != nil {
+				r.logger.Error("ignoring a verdict in etcd that does not decode", "key", string(ev.Kv.Key), "error", err)
+				continue
+			}
+			out = append(out, checker.SharedChange{Kind: kind, Rev: rev, Name: target, Verdict: vd})
 		case "members":
 			if put {
 				r.joinedRev = max(r.joinedRev, ev.Kv.ModRevision)
+				if l := memberLabel(ev.Kv.Value); l != "" && l != name {
+					if r.labels[name] != l {
+						membersChanged = true
+					}
+					r.labels[name] = l
+				}
+			} else {
+				delete(r.labels, name)
 			}
 			i, found := slices.BinarySearch(r.members, name)
 			switch {
@@ -199,7 +219,7 @@ func (r *Registry) resync(c Applier) (int64, error) {
 	var members []string
 	var joined int64
 	var overloads []*mvccpb.KeyValue
-	var guards []checker.SharedChange
+	var guards, verdicts []checker.SharedChange
 	for _, kv := range resp.Kvs {
 		kind, name, ok := r.split(string(kv.Key))
 		if !ok {
@@ -218,9 +238,20 @@ func (r *Registry) resync(c Applier) (int64, error) {
 			if stale {
 				evs = append(evs, &clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
 			}
+		case "verdicts":
+			// A verdict keeps its own revision: the one its vantage's next
+			// write compares.
+			if target, vd, err := decodeVerdict(name, kv.Value, orig); err == nil {
+				verdicts = append(verdicts, checker.SharedChange{Kind: checker.SharedVerdictPut, Rev: uint64(rev), Name: target, Verdict: vd})
+			}
 		case "members":
 			members = append(members, name)
 			joined = max(joined, orig)
+			if l := memberLabel(kv.Value); l != "" && l != name {
+				r.mu.Lock()
+				r.labels[name] = l
+				r.mu.Unlock()
+			}
 		case "overload":
 			overloads = append(overloads, kv)
 		case "policies":
@@ -252,6 +283,7 @@ func (r *Registry) resync(c Applier) (int64, error) {
 	for _, name := range gone {
 		changes = append(changes, checker.SharedChange{Kind: checker.SharedSpecDeleted, Rev: uint64(rev), Name: name})
 	}
+	changes = append(changes, verdicts...)
 	changes = append(changes, guards...) // after the states they guard
 	if changed {
 		changes = append(changes, checker.SharedChange{Kind: checker.SharedMembersChanged, Rev: uint64(rev)})

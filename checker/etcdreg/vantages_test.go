@@ -1,0 +1,313 @@
+package etcdreg_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/etcdreg"
+	"github.com/pulsehealth/pulse/checker/etcdreg/etcdtest"
+	"github.com/pulsehealth/pulse/checker/probe"
+)
+
+// paths is the fleet as each replica sees it: a target fails for every
+// replica (it is down) or for one replica only (that replica's path to it
+// is broken). Every probe is counted by the replica that made it.
+type paths struct {
+	mu     sync.Mutex
+	down   map[string]bool            // target -> down
+	cut    map[string]map[string]bool // replica -> target -> unreachable from it
+	probes map[string]map[string]int  // replica -> target -> probes
+}
+
+func newPaths() *paths {
+	return &paths{down: map[string]bool{}, cut: map[string]map[string]bool{}, probes: map[string]map[string]int{}}
+}
+
+func (p *paths) setDown(name string, down bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down[name] = down
+}
+
+func (p *paths) setCut(replica, name string, cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cut[replica] == nil {
+		p.cut[replica] = map[string]bool{}
+	}
+	p.cut[replica][name] = cut
+}
+
+func (p *paths) count(replica, name string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.probes[replica][name]
+}
+
+type pathProber struct {
+	p             *paths
+	replica, name string
+}
+
+func (pp pathProber) Probe(context.Context) error {
+	p := pp.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.probes[pp.replica] == nil {
+		p.probes[pp.replica] = map[string]int{}
+	}
+	p.probes[pp.replica][pp.name]++
+	switch {
+	case p.cut[pp.replica][pp.name]:
+		return errors.New("no route to host")
+	case p.down[pp.name]:
+		return errors.New("connection refused")
+	}
+	return nil
+}
+
+func startVantage(t *testing.T, endpoint, id, label string, p *paths) *replica {
+	t.Helper()
+	reg, err := etcdreg.Open(context.Background(), etcdreg.Options{
+		Endpoints: []string{endpoint}, Prefix: prefix, ID: id, Vantage: label, LeaseTTL: 2 * time.Second, Logger: testLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := checker.New(checker.Config{
+		Shared:   reg,
+		Logger:   testLogger(t),
+		Defaults: checker.Defaults{Interval: 50 * time.Millisecond, Timeout: 40 * time.Millisecond, Rise: 1, Fall: 2},
+		NewProber: func(s probe.Spec) (checker.Prober, error) {
+			return pathProber{p: p, replica: id, name: s.HTTP.URL[strings.LastIndex(s.HTTP.URL, "/")+1:]}, nil
+		},
+	})
+	if err != nil {
+		reg.Close()
+		t.Fatal(err)
+	}
+	reg.Run(c)
+	c.Start()
+	r := &replica{id: id, reg: reg, c: c}
+	t.Cleanup(r.stop)
+	return r
+}
+
+// vantagesText returns the target's vantages' verdicts, sorted.
+func vantagesText(st checker.Status) string {
+	var parts []string
+	for _, v := range st.Vantages {
+		parts = append(parts, v.String())
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, " ")
+}
+
+// A target probed from three vantages with a quorum of two: each replica
+// probes it; one replica's broken path changes its verdict, shown on every
+// replica, and publishes nothing; two vantages agreeing publish the
+// transition, the same event at the same revision on every replica, with
+// every vantage's verdict and error.
+func TestVantagesDecideByQuorum(t *testing.T) {
+	etcd := etcdtest.Start(t, 0)
+	p := newPaths()
+	rs := []*replica{
+		startVantage(t, etcd.Endpoint, "r1", "zone-a", p),
+		startVantage(t, etcd.Endpoint, "r2", "zone-b", p),
+		startVantage(t, etcd.Endpoint, "r3", "zone-c", p),
+	}
+	eventually(t, "every replica sees every member", func() bool {
+		for _, r := range rs {
+			if len(r.reg.Members()) != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	var ws []*checker.Watcher
+	for _, r := range rs {
+		w, err := r.c.Watch(checker.Filter{}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		ws = append(ws, w)
+	}
+	spec := target("web")
+	spec.Vantages = 3
+	if _, _, err := rs[0].c.Add(spec); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		eventually(t, r.id+" sees web healthy from every vantage", func() bool {
+			st, err := r.c.Status("web")
+			return err == nil && st.State == checker.StateHealthy && vantagesText(st) == "zone-a=healthy zone-b=healthy zone-c=healthy"
+		})
+	}
+	for _, r := range rs {
+		if p.count(r.id, "web") == 0 {
+			t.Errorf("%s never probed web", r.id)
+		}
+	}
+
+	// One vantage's path breaks: its verdict changes, the state does not.
+	p.setCut("r2", "web", true)
+	for _, r := range rs {
+		eventually(t, r.id+" shows r2's verdict", func() bool {
+			st, _ := r.c.Status("web")
+			return strings.Contains(vantagesText(st), "zone-b=unhealthy(no route to host)")
+		})
+		if st, _ := r.c.Status("web"); st.State != checker.StateHealthy || st.Verdict != checker.StateHealthy {
+			t.Errorf("%s: one vantage of three made web %v (verdict %v); want healthy", r.id, st.State, st.Verdict)
+		}
+	}
+
+	// The target goes down: the quorum publishes it.
+	p.setDown("web", true)
+	var got [][]string
+	for i, w := range ws {
+		evs := drain(t, w, func(evs []checker.Event) bool { return len(transitions(evs, "web")) >= 2 })
+		var lines []string
+		for _, e := range evs {
+			if e.Kind == checker.EventTransition && e.Transition.Target == "web" {
+				tr := e.Transition
+				lines = append(lines, fmt.Sprintf("%d %s %s", e.Revision, tr, tr.Reason))
+				if tr.To == checker.StateUnhealthy {
+					if len(tr.Vantages) != 3 {
+						t.Errorf("%s: the transition carries %d vantages, want 3", rs[i].id, len(tr.Vantages))
+					}
+					if !strings.HasPrefix(tr.Reason, "vantages: ") || !strings.Contains(tr.Reason, "unhealthy(") {
+						t.Errorf("%s: reason %q does not show the vantages' verdicts", rs[i].id, tr.Reason)
+					}
+				}
+			}
+		}
+		got = append(got, lines)
+	}
+	for i := 1; i < len(got); i++ {
+		if !slices.Equal(got[i][:2], got[0][:2]) {
+			t.Errorf("replicas disagree:\n%s: %q\n%s: %q", rs[0].id, got[0][:2], rs[i].id, got[i][:2])
+		}
+	}
+	if !strings.Contains(got[0][1], "web: healthy -> unhealthy") {
+		t.Errorf("second transition %q, want healthy -> unhealthy", got[0][1])
+	}
+
+	// Back up, and r2's path healed: healthy again, on every replica.
+	p.setDown("web", false)
+	p.setCut("r2", "web", false)
+	for _, r := range rs {
+		eventually(t, r.id+" sees web healthy again", func() bool {
+			st, _ := r.c.Status("web")
+			return st.State == checker.StateHealthy && vantagesText(st) == "zone-a=healthy zone-b=healthy zone-c=healthy"
+		})
+	}
+}
+
+// A member of the vantages killed: its verdicts go with its lease, its
+// vantage moves to the replica ranked next, which probes the target from
+// then on, and nothing is published meanwhile.
+func TestVantageMovesWhenItsReplicaDies(t *testing.T) {
+	etcd := etcdtest.Start(t, 0)
+	p := newPaths()
+	rs := []*replica{
+		startVantage(t, etcd.Endpoint, "r1", "", p),
+		startVantage(t, etcd.Endpoint, "r2", "", p),
+		startVantage(t, etcd.Endpoint, "r3", "", p),
+		startVantage(t, etcd.Endpoint, "r4", "", p),
+	}
+	eventually(t, "every replica sees every member", func() bool {
+		for _, r := range rs {
+			if len(r.reg.Members()) != 4 {
+				return false
+			}
+		}
+		return true
+	})
+	spec := target("api")
+	spec.Vantages = 3
+	if _, _, err := rs[0].c.Add(spec); err != nil {
+		t.Fatal(err)
+	}
+	vs := rs[0].reg.Vantages("api", 3)
+	var spare *replica
+	for _, r := range rs {
+		if !slices.ContainsFunc(vs, func(v checker.Vantage) bool { return v.Member == r.id }) {
+			spare = r
+		}
+	}
+	for _, r := range rs {
+		eventually(t, r.id+" sees api healthy from three vantages", func() bool {
+			st, _ := r.c.Status("api")
+			return st.State == checker.StateHealthy && strings.Count(vantagesText(st), "=healthy") == 3
+		})
+	}
+	if n := p.count(spare.id, "api"); n != 0 {
+		t.Errorf("%s, not a vantage of api, probed it %d times", spare.id, n)
+	}
+	watcher := spare
+	w, err := watcher.c.Watch(checker.Filter{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+
+	// Kill the last vantage (not the owner): crash, no lease revoked.
+	var victim *replica
+	for _, r := range rs {
+		if r.id == vs[2].Member {
+			victim = r
+		}
+	}
+	victim.c.Close()
+	victim.reg.Abandon()
+	victim.c = nil
+	eventually(t, "the spare replica takes the vantage over and its verdict is stored", func() bool {
+		st, _ := watcher.c.Status("api")
+		return strings.Contains(vantagesText(st), spare.id+"=") && !strings.Contains(vantagesText(st), victim.id+"=") &&
+			p.count(spare.id, "api") > 0
+	})
+	before := p.count(spare.id, "api")
+	eventually(t, "the spare replica keeps probing api", func() bool { return p.count(spare.id, "api") > before+3 })
+	evs, err := w.Next(1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if trs := transitions(evs, "api"); len(trs) != 0 {
+		t.Errorf("a vantage moving published %v; want nothing", trs)
+	}
+	// The moved vantage counts: two of three down publish it.
+	p.setDown("api", true)
+	eventually(t, "api unhealthy by the new quorum", func() bool { return state(watcher, "api") == checker.StateUnhealthy })
+}
+
+// Probing from several vantages needs replicas: a single checker refuses
+// it, naming the field and why.
+func TestSingleCheckerRefusesVantages(t *testing.T) {
+	c, err := checker.New(checker.Config{NewProber: func(probe.Spec) (checker.Prober, error) { return pathProber{p: newPaths()}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	spec := target("web")
+	spec.Vantages = 2
+	_, _, err = c.Add(spec)
+	var fe *checker.FieldError
+	if !errors.As(err, &fe) || fe.Field != "vantages" || !strings.Contains(fe.Reason, "replicas") {
+		t.Fatalf("Add with vantages 2 on a single checker: %v; want a FieldError on vantages that says it needs replicas", err)
+	}
+	if _, err := c.Status("web"); err == nil {
+		t.Error("the refused target was registered")
+	}
+	spec.Vantages, spec.Quorum = 3, 4
+	if _, _, err := c.Add(spec); !errors.As(err, &fe) || fe.Field != "quorum" {
+		t.Errorf("quorum above vantages: %v; want a FieldError on quorum", err)
+	}
+}
