@@ -262,6 +262,9 @@ type Config struct {
 	// Reprobe says what a connection the peer closed brings forward (see
 	// ConnWatcher); the zero value reprobes at once.
 	Reprobe ReprobePolicy
+	// Vantage says when a vantage that probes targets with others (see
+	// Spec.Vantages) is suspect; the zero value is the defaults.
+	Vantage VantagePolicy
 	// Shared, when set, puts the registry in a registry shared by several
 	// replicas (see Shared) instead of Store, which must then be nil. The
 	// caller feeds the shared registry's changes to ApplyShared.

@@ -369,3 +369,35 @@ func (s Spec) validateVantages() error {
 	}
 	return nil
 }
+
+// VantagePolicy says when a vantage is suspect (see EventVantageSuspect).
+// Every replica must use the same: each judges every vantage alike, from
+// the stored verdicts.
+type VantagePolicy struct {
+	// SuspectShare is the share of the targets a vantage judges with
+	// others that it must say unhealthy, while most of the others say
+	// healthy, to be suspect; it recovers below half of it. In (0, 1]; if
+	// 0, DefaultSuspectShare.
+	SuspectShare float64
+	// SuspectMin is the fewest targets a vantage must be judged on to be
+	// suspect; if 0, DefaultSuspectMin.
+	SuspectMin int
+}
+
+// The defaults of VantagePolicy.
+const (
+	DefaultSuspectShare = 0.5
+	DefaultSuspectMin   = 3
+)
+
+// VantageState is a vantage as the checker judges it.
+type VantageState struct {
+	Member, Label string
+	// Judged counts the targets it and another vantage both have a
+	// verdict on; Disagree, those it says unhealthy (or suspect) while
+	// most of the others say healthy.
+	Judged, Disagree int
+	// Suspect: its verdicts are left out of every quorum; Since when.
+	Suspect bool
+	Since   time.Time
+}

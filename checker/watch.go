@@ -53,6 +53,15 @@ const (
 	EventDiscoveryFailed
 	// EventDiscoveryRecovered: the source answered again.
 	EventDiscoveryRecovered
+	// EventVantageSuspect: a vantage (Policy.Replica, Policy.Vantage)
+	// says unhealthy of a share of the targets it probes that the other
+	// vantages see healthy (Policy.Disagree of Policy.Judged): its own
+	// path is likely broken, and its verdicts are left out of every
+	// quorum until it recovers (see vantage.go).
+	EventVantageSuspect
+	// EventVantageRecovered: the vantage agrees with the others again, or
+	// left.
+	EventVantageRecovered
 )
 
 // String returns the kind's name as the API spells it, e.g.
@@ -89,15 +98,20 @@ func (k EventKind) String() string {
 		return "DISCOVERY_FAILED"
 	case EventDiscoveryRecovered:
 		return "DISCOVERY_RECOVERED"
+	case EventVantageSuspect:
+		return "VANTAGE_SUSPECT"
+	case EventVantageRecovered:
+		return "VANTAGE_RECOVERED"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }
 
 // IsPolicy reports whether the kind is a policy event (panic, flapping,
 // checker overload, certificate expiry, a target expired, a discovery
-// source failed or recovered), whose details are in Event.Policy.
+// source failed or recovered, a vantage suspect or recovered), whose
+// details are in Event.Policy.
 func (k EventKind) IsPolicy() bool {
-	return k >= EventPanicEntered && k <= EventTargetExpired || k == EventDiscoveryFailed || k == EventDiscoveryRecovered
+	return k >= EventPanicEntered && k <= EventTargetExpired || k >= EventDiscoveryFailed && k <= EventVantageRecovered
 }
 
 // PolicyChange details a policy event. Policy events change no target's
@@ -120,9 +134,15 @@ type PolicyChange struct {
 	// Transitions is the target's verdict changes in its flap window
 	// (flapping events).
 	Transitions int
-	// Replica is, with a shared registry, the replica a checker event is
-	// about; empty otherwise.
+	// Replica is, with a shared registry, the replica a checker or vantage
+	// event is about; empty otherwise.
 	Replica string
+	// Vantage is the label of the vantage a vantage event is about;
+	// Disagree and Judged its numbers: of the Judged targets it and
+	// another vantage both judge, those it says unhealthy (or suspect)
+	// while most of the others say healthy.
+	Vantage          string
+	Disagree, Judged int
 	// Source is the target source a discovery event is about, as its
 	// targets' Spec.Source says it (e.g. "discovery:api"), and SDConfig
 	// the source within it (e.g. "http_sd 0"; empty when the group's
