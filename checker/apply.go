@@ -137,12 +137,14 @@ func (r *registry) ownLocked(t *target, probes, owns bool, now time.Time) {
 		}
 	}
 	if mv := t.multi(); mv != nil {
-		r.decideVantagesLocked(t, mv, now) // the vantages that count may have changed
+		r.judgeLocked(t, mv, now) // the vantages that count may have changed
+		r.decideVantagesLocked(t, mv, now)
 		if owns && !wasOwner {
 			r.updateLocked(t, now, cause{reason: mv.text()}) // what the previous owner had not stored yet
 		}
 		r.syncVerdictLocked(t, mv, now)
 	} else if v != nil {
+		r.judgeLocked(t, v, now)
 		r.dropVerdictLocked(t, v) // probed from one vantage again
 	}
 }

@@ -117,7 +117,12 @@ func New(cfg Config) (*Checker, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	vpolicy, err := cfg.Vantage.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	reg := newRegistry(cfg, clock, defaults, logger, policyDflt)
+	reg.vpolicy = vpolicy
 	sched, err := newScheduler(reg, cfg, clock)
 	if err != nil {
 		return nil, err

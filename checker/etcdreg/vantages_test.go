@@ -311,3 +311,107 @@ func TestSingleCheckerRefusesVantages(t *testing.T) {
 		t.Errorf("quorum above vantages: %v; want a FieldError on quorum", err)
 	}
 }
+
+// A replica whose path to every target breaks (its link to etcd up) is
+// marked suspect on every replica at the same revision, and nothing is
+// published; while it is suspect the other two still publish a target
+// that really goes down; healed, it recovers.
+func TestBrokenVantageIsSuspect(t *testing.T) {
+	etcd := etcdtest.Start(t, 0)
+	p := newPaths()
+	rs := []*replica{
+		startVantage(t, etcd.Endpoint, "r1", "zone-a", p),
+		startVantage(t, etcd.Endpoint, "r2", "zone-b", p),
+		startVantage(t, etcd.Endpoint, "r3", "zone-c", p),
+	}
+	eventually(t, "every replica sees every member", func() bool {
+		for _, r := range rs {
+			if len(r.reg.Members()) != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	names := []string{"t1", "t2", "t3", "t4", "t5"}
+	for _, n := range names {
+		spec := target(n)
+		spec.Vantages = 3
+		if _, _, err := rs[0].c.Add(spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range rs {
+		eventually(t, r.id+" sees every target healthy from every vantage", func() bool {
+			for _, n := range names {
+				st, _ := r.c.Status(n)
+				if st.State != checker.StateHealthy || strings.Count(vantagesText(st), "=healthy") != 3 {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	var ws []*checker.Watcher
+	for _, r := range rs {
+		w, err := r.c.Watch(checker.Filter{}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		ws = append(ws, w)
+	}
+
+	for _, n := range names {
+		p.setCut("r2", n, true)
+	}
+	var suspect []string
+	for i, w := range ws {
+		evs := drain(t, w, func(evs []checker.Event) bool {
+			return slices.ContainsFunc(evs, func(e checker.Event) bool { return e.Kind == checker.EventVantageSuspect })
+		})
+		for _, e := range evs {
+			switch e.Kind {
+			case checker.EventTransition:
+				t.Errorf("%s: a broken vantage published %v", rs[i].id, e.Transition)
+			case checker.EventVantageSuspect:
+				pc := e.Policy
+				suspect = append(suspect, fmt.Sprintf("%d %s %s %d/%d", e.Revision, pc.Replica, pc.Vantage, pc.Disagree, pc.Judged))
+			}
+		}
+	}
+	for _, s := range suspect[1:] {
+		if s != suspect[0] {
+			t.Errorf("replicas disagree on the suspect vantage: %q", suspect)
+		}
+	}
+	if !strings.Contains(suspect[0], " r2 zone-b ") {
+		t.Errorf("suspect %q, want r2 (zone-b)", suspect[0])
+	}
+	for _, r := range rs {
+		vs := r.c.Vantages()
+		i := slices.IndexFunc(vs, func(v checker.VantageState) bool { return v.Member == "r2" })
+		if i < 0 || !vs[i].Suspect || vs[i].Label != "zone-b" {
+			t.Errorf("%s: Vantages() = %+v; want r2 suspect", r.id, vs)
+		}
+	}
+
+	// A target really down: the two vantages left publish it.
+	p.setDown("t1", true)
+	for _, r := range rs {
+		eventually(t, r.id+" sees t1 unhealthy", func() bool { return state(r, "t1") == checker.StateUnhealthy })
+	}
+	p.setDown("t1", false)
+
+	// Healed: r2 agrees again and recovers.
+	for _, n := range names {
+		p.setCut("r2", n, false)
+	}
+	for i, w := range ws {
+		drain(t, w, func(evs []checker.Event) bool {
+			return slices.ContainsFunc(evs, func(e checker.Event) bool {
+				return e.Kind == checker.EventVantageRecovered && e.Policy.Replica == "r2"
+			})
+		})
+		eventually(t, rs[i].id+" sees t1 healthy again", func() bool { return state(rs[i], "t1") == checker.StateHealthy })
+	}
+}
