@@ -18,11 +18,21 @@ func (r *registry) loadShared(targets []SharedTarget, rev uint64) {
 	now := r.clock.Now()
 	for _, st := range targets {
 		r.putSharedLocked(st.Spec, st.State, st.StateRev, now, time.Time{})
+	}
+	r.rev = rev
+}
+
+// loadVerdicts applies the vantages' verdicts the shared registry's
+// targets were loaded with, once their groups' policies are loaded too.
+func (r *registry) loadVerdicts(targets []SharedTarget) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock.Now()
+	for _, st := range targets {
 		for _, vd := range st.Verdicts {
 			r.applyVerdictLocked(st.Spec.Name, vd, false, now)
 		}
 	}
-	r.rev = rev
 }
 
 // putSharedLocked adds a target, or replaces its spec, as the shared

@@ -137,13 +137,20 @@ func (t *target) verdict() State {
 	return t.m.State
 }
 
-// quorum returns the verdicts Spec.Quorum asks for: a majority of Vantages
-// unless set.
-func (s Spec) quorum() int {
-	if s.Quorum > 0 {
-		return int(s.Quorum)
+// vantagesLocked returns how many vantages probe t and how many must
+// agree: its spec's, or, where it sets none, its group policy's; the
+// quorum a majority unless set.
+func (r *registry) vantagesLocked(t *target) (k, q int) {
+	k, q = int(t.spec.Vantages), int(t.spec.Quorum)
+	if k == 0 && t.spec.Group != "" {
+		if p := r.pools[t.spec.Group]; p != nil {
+			k, q = p.policy.Vantages, p.policy.Quorum
+		}
 	}
-	return int(s.Vantages)/2 + 1
+	if q == 0 {
+		q = k/2 + 1
+	}
+	return k, q
 }
 
 // stored returns member's stored verdict.
@@ -252,7 +259,8 @@ func (v *vantageSet) statusVantages() []VantageVerdict {
 func (r *registry) assignLocked(t *target) (probes, owns bool) {
 	owns = r.link.owns(t.spec.Name)
 	v := t.vantagesOf()
-	if r.vantages == nil || t.spec.Vantages < 2 {
+	k, _ := r.vantagesLocked(t)
+	if r.vantages == nil || k < 2 || t.quarantined() != "" {
 		if v != nil {
 			v.assigned = nil
 			if len(v.verdicts) == 0 {
@@ -265,7 +273,7 @@ func (r *registry) assignLocked(t *target) (probes, owns bool) {
 		v = &vantageSet{decided: t.state}
 		t.moreLocked().vant = v
 	}
-	v.assigned = r.vantages.Vantages(t.spec.Name, int(t.spec.Vantages))
+	v.assigned = r.vantages.Vantages(t.spec.Name, k)
 	owns = len(v.assigned) > 0 && v.assigned[0].Member == r.self.Member
 	probes = slices.ContainsFunc(v.assigned, func(a Vantage) bool { return a.Member == r.self.Member })
 	return probes, owns
@@ -290,7 +298,8 @@ func (r *registry) startVantageLocked(t *target, v *vantageSet) {
 // decideVantagesLocked derives t's vantages' verdict again; on the owner, a
 // change goes through the policies to the published state.
 func (r *registry) decideVantagesLocked(t *target, v *vantageSet, now time.Time) {
-	to := v.decide(t.spec.quorum(), t.spec.Model, v.decided, r.suspectLocked)
+	_, q := r.vantagesLocked(t)
+	to := v.decide(q, t.spec.Model, v.decided, r.suspectLocked)
 	if to == v.decided {
 		return
 	}
