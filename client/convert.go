@@ -32,6 +32,8 @@ func targetToProto(t Target) *pb.Target {
 		SlowStart:       optDuration(t.SlowStart),
 
 		RemoveAfterUnhealthy: optDuration(t.RemoveAfterUnhealthy),
+		Vantages:             int32(t.Vantages),
+		Quorum:               int32(t.Quorum),
 	}
 	if t.Rise != 0 {
 		out.Rise = proto.Int32(int32(t.Rise))
@@ -64,6 +66,8 @@ func targetFromProto(t *pb.Target) Target {
 
 		SlowStart:            t.GetSlowStart().AsDuration(),
 		RemoveAfterUnhealthy: t.GetRemoveAfterUnhealthy().AsDuration(),
+		Vantages:             int(t.GetVantages()),
+		Quorum:               int(t.GetQuorum()),
 	}
 	probeFromProto(t, &out)
 	return out
@@ -101,7 +105,19 @@ func statusFromProto(st *pb.TargetStatus) Status {
 		Warnings:            st.GetWarnings(),
 		CertExpiryWarning:   st.GetCertExpiryWarning(),
 		CertNotAfter:        optTime(st.GetCertNotAfter()),
+		Vantages:            verdictsFromProto(st.GetVantages()),
 	}
+}
+
+func verdictsFromProto(vs []*pb.VantageVerdict) []VantageVerdict {
+	if len(vs) == 0 {
+		return nil
+	}
+	out := make([]VantageVerdict, len(vs))
+	for i, v := range vs {
+		out[i] = VantageVerdict{Member: v.GetMember(), Label: v.GetLabel(), State: State(v.GetState()), Error: v.GetError(), Time: optTime(v.GetTime())}
+	}
+	return out
 }
 
 func resultFromProto(r *pb.ProbeResult) *Result {
@@ -188,6 +204,7 @@ func transitionFromProto(tr *pb.Transition) Transition {
 		Mode:   Mode(tr.GetMode()),
 
 		SlowStartEnd: optTime(tr.GetSlowStartEnd()),
+		Vantages:     verdictsFromProto(tr.GetVantages()),
 	}
 }
 
@@ -204,6 +221,9 @@ func policyFromProto(p *pb.PolicyEvent) PolicyEvent {
 		Source:   p.GetSource(),
 		SDConfig: p.GetSdConfig(),
 		Error:    p.GetError(),
+		Vantage:  p.GetVantage(),
+		Disagree: int(p.GetDisagree()),
+		Judged:   int(p.GetJudged()),
 	}
 }
 

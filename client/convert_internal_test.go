@@ -42,6 +42,7 @@ func fullTargets() []*pb.Target {
 			FlapWindow: durationpb.New(time.Minute), FlapThreshold: 4, FlapStableFor: durationpb.New(2 * time.Minute),
 			PassiveOutcomes: true, PassiveRate: 20,
 			SlowStart: durationpb.New(30 * time.Second), RemoveAfterUnhealthy: durationpb.New(time.Hour),
+			Vantages: 3, Quorum: 2,
 		}
 	}
 	h := base("web-1")
@@ -150,6 +151,11 @@ func TestStatusFromProto(t *testing.T) {
 		CertExpiryWarning: "certificate expires in 3d12h (2027-01-18)", CertNotAfter: ts(4),
 		Mode: pb.Mode_MODE_DRAINING, ModeReason: "deploy 4711", ModeSince: ts(5), ModeUntil: ts(6),
 		RemoveTime: ts(7), Weight: 40, SlowStartEnd: ts(8), UnhealthySince: ts(9),
+		Vantages: []*pb.VantageVerdict{
+			{Member: "r1", Label: "zone-a", State: pb.State_STATE_HEALTHY, Time: ts(10)},
+			{Member: "r2", Label: "zone-b", State: pb.State_STATE_UNHEALTHY, Error: "connection refused", Time: ts(11)},
+			{Member: "r3", Label: "zone-c"},
+		},
 	}
 	seen := map[string]bool{}
 	setPaths(st.ProtoReflect(), "", seen)
@@ -168,6 +174,11 @@ func TestStatusFromProto(t *testing.T) {
 		CertExpiryWarning: "certificate expires in 3d12h (2027-01-18)", CertNotAfter: at(4),
 		Mode: ModeDraining, ModeReason: "deploy 4711", ModeSince: at(5), ModeUntil: at(6),
 		RemoveTime: at(7), SlowStartEnd: at(8), UnhealthySince: at(9),
+		Vantages: []VantageVerdict{
+			{Member: "r1", Label: "zone-a", State: StateHealthy, Time: at(10)},
+			{Member: "r2", Label: "zone-b", State: StateUnhealthy, Error: "connection refused", Time: at(11)},
+			{Member: "r3", Label: "zone-c"},
+		},
 	}
 	// weight is Status.Weight(now), computed from LastTransition and
 	// SlowStartEnd at any time rather than as of the read.
@@ -213,9 +224,11 @@ func TestReadOnlyConversions(t *testing.T) {
 	tr := &pb.Transition{
 		Target: "web-1", Group: "edge", From: pb.State_STATE_UNHEALTHY, To: pb.State_STATE_HEALTHY, Time: ts,
 		Result: res, Text: "web-1: unhealthy -> healthy", Reason: "draining: deploy 4711", Mode: pb.Mode_MODE_DRAINING, SlowStartEnd: ts,
+		Vantages: []*pb.VantageVerdict{{Member: "r1", Label: "zone-a", State: pb.State_STATE_HEALTHY, Error: "slow", Time: ts}},
 	}
 	mc := &pb.ModeChange{Target: "web-1", Group: "edge", From: pb.Mode_MODE_ACTIVE, Mode: pb.Mode_MODE_DRAINING, Reason: "deploy", Time: ts, Until: ts, RemoveTime: ts}
-	pe := &pb.PolicyEvent{Kind: pb.PolicyEvent_KIND_PANIC_ENTERED, Group: "edge", Target: "web-1", Time: ts, Text: "panic", Held: []string{"web-3"}, Replica: "r2", Source: "discovery:api", SdConfig: "http_sd 0", Error: "status 500"}
+	pe := &pb.PolicyEvent{Kind: pb.PolicyEvent_KIND_PANIC_ENTERED, Group: "edge", Target: "web-1", Time: ts, Text: "panic", Held: []string{"web-3"}, Replica: "r2", Source: "discovery:api", SdConfig: "http_sd 0", Error: "status 500",
+		Vantage: "zone-b", Disagree: 4, Judged: 6}
 	cs := &pb.CheckerStatus{
 		Degraded: true, DegradedSince: ts, Reason: "slow", Lag: durationpb.New(time.Second), WaitingProbes: 1, InFlightProbes: 2,
 		MaxConcurrentProbes: 3, IgnoredTimeouts: 4, RegistryError: "disk full", Replica: "r1", Replicas: []string{"r1", "r2"}, DegradedReplicas: []string{"r2"},

@@ -100,6 +100,12 @@ type Target struct {
 	// unhealthy this long. 0 takes the group's policy, else none.
 	SlowStart            time.Duration
 	RemoveAfterUnhealthy time.Duration
+
+	// Vantages is how many replicas probe the target, each from its own
+	// vantage, 0 to 9; 0 or 1 is its owner alone. Above 1 needs replicas
+	// on etcd: a single pulsed refuses it. Quorum is how many vantages must
+	// agree to change its state, at most Vantages; 0 is a majority.
+	Vantages, Quorum int
 }
 
 // Address returns the host:port the target's probe connects to: the TCP or
@@ -213,6 +219,40 @@ type Status struct {
 	// probes with CertExpiryWarn or CertExpiryFail).
 	CertExpiryWarning string
 	CertNotAfter      time.Time
+
+	// Vantages are, for a target probed from several vantages
+	// (Target.Vantages), their verdicts, its owner's first; Verdict is
+	// then their quorum's. Nil otherwise.
+	Vantages []VantageVerdict
+}
+
+// VantageVerdict is one vantage's verdict on a target probed from several.
+type VantageVerdict struct {
+	// Member is the replica's member ID, Label its vantage label
+	// (pulsed -vantage).
+	Member, Label string
+	// State is its verdict: StateUnknown while it has stored none.
+	State State
+	// Error is the failure of the probe that made the verdict, when it
+	// failed.
+	Error string
+	// Time is when it stored the verdict; zero while it has stored none.
+	Time time.Time
+}
+
+// String returns "label=state", with the error in parentheses, e.g.
+// "zone-b=unhealthy(connection refused)"; the state is "none" before the
+// vantage stored one.
+func (v VantageVerdict) String() string {
+	st := "none"
+	if v.State != StateUnknown {
+		st = v.State.String()
+	}
+	s := v.Label + "=" + st
+	if v.Error != "" {
+		s += "(" + v.Error + ")"
+	}
+	return s
 }
 
 // GroupPolicy is a group's pool policy.
@@ -299,6 +339,10 @@ type Transition struct {
 	// SlowStartEnd, on a transition to routable with a slow start, is when
 	// the target's weight reaches 100% (see Status.Weight).
 	SlowStartEnd time.Time
+	// Vantages are, for a target probed from several vantages, their
+	// verdicts when the transition was applied, its owner's first; Reason
+	// then lists them ("vantages: zone-a=healthy zone-b=unhealthy(...)").
+	Vantages []VantageVerdict
 }
 
 // PolicyKind says what a PolicyEvent is about.
@@ -328,6 +372,15 @@ const (
 	PolicyDiscoveryFailed PolicyKind = 40
 	// PolicyDiscoveryRecovered: the source answers again.
 	PolicyDiscoveryRecovered PolicyKind = 41
+	// PolicyVantageSuspect: a vantage (Replica, Vantage) says unhealthy
+	// of a share of the targets it probes with others (Disagree of
+	// Judged) while most of the others see them healthy: its own path is
+	// likely broken, and its verdicts are left out of every quorum until
+	// it recovers.
+	PolicyVantageSuspect PolicyKind = 50
+	// PolicyVantageRecovered: the vantage agrees with the others again, or
+	// left.
+	PolicyVantageRecovered PolicyKind = 51
 )
 
 // String returns the kind's name in lower case, e.g. "panic_entered"; a
@@ -356,6 +409,10 @@ func (k PolicyKind) String() string {
 		return "discovery_failed"
 	case PolicyDiscoveryRecovered:
 		return "discovery_recovered"
+	case PolicyVantageSuspect:
+		return "vantage_suspect"
+	case PolicyVantageRecovered:
+		return "vantage_recovered"
 	}
 	return fmt.Sprintf("PolicyKind(%d)", int(k))
 }
@@ -377,6 +434,11 @@ type PolicyEvent struct {
 	// Source ("discovery:api"), SDConfig ("http_sd 0") and Error say,
 	// for a discovery event, which source failed or recovered and why.
 	Source, SDConfig, Error string
+	// Vantage is the label of the vantage a vantage event is about; of the
+	// Judged targets it and another vantage both judge, it says Disagree
+	// unhealthy while most of the others say healthy.
+	Vantage          string
+	Disagree, Judged int
 }
 
 // DiscoveryGroup is one discovery group pulsed runs and its sources.

@@ -84,6 +84,9 @@ func SpecFromProto(t *pb.Target) (checker.Spec, error) {
 	default:
 		return s, &checker.FieldError{Field: "model", Reason: fmt.Sprintf("must be MODEL_RISE_FALL or MODEL_THREE_STATE, got %v", t.GetModel())}
 	}
+	if err := vantagesFromProto(t, &s); err != nil {
+		return s, err
+	}
 	if err := probeFromProto(t, &s); err != nil {
 		return s, err
 	}
@@ -317,6 +320,7 @@ func specToProto(s checker.Spec) *pb.Target {
 	t.PassiveOutcomes = s.PassiveOutcomes
 	t.PassiveRate = int32(s.PassiveRate)
 	lifecycleToProto(s, t)
+	vantagesToProto(s, t)
 	probeToProto(s.Probe, t)
 	return t
 }
@@ -385,6 +389,7 @@ func statusToProto(st checker.Status) *pb.TargetStatus {
 		Warnings:            st.Spec.Probe.Warnings(),
 		CertExpiryWarning:   st.CertWarning,
 		CertNotAfter:        timestamp(st.CertNotAfter),
+		Vantages:            verdictsToProto(st.Vantages),
 	}
 	if st.ProbeInterval > 0 {
 		out.ProbeInterval = durationpb.New(st.ProbeInterval)
@@ -410,6 +415,7 @@ func transitionToProto(tr checker.Transition) *pb.WatchTransitionsResponse {
 		Reason:       tr.Reason,
 		Mode:         ModeToProto(tr.Mode),
 		SlowStartEnd: timestamp(tr.SlowStartEnd),
+		Vantages:     verdictsToProto(tr.Vantages),
 	}
 	if tr.Reason == "" {
 		t.Result = resultToProto(tr.Result)
@@ -432,6 +438,8 @@ var policyKinds = map[checker.EventKind]pb.PolicyEvent_Kind{
 	checker.EventTargetExpired:      pb.PolicyEvent_KIND_TARGET_EXPIRED,
 	checker.EventDiscoveryFailed:    pb.PolicyEvent_KIND_DISCOVERY_FAILED,
 	checker.EventDiscoveryRecovered: pb.PolicyEvent_KIND_DISCOVERY_RECOVERED,
+	checker.EventVantageSuspect:     pb.PolicyEvent_KIND_VANTAGE_SUSPECT,
+	checker.EventVantageRecovered:   pb.PolicyEvent_KIND_VANTAGE_RECOVERED,
 }
 
 func policyEventToProto(e checker.Event) *pb.WatchTransitionsResponse {
@@ -446,6 +454,9 @@ func policyEventToProto(e checker.Event) *pb.WatchTransitionsResponse {
 		Source:   e.Policy.Source,
 		SdConfig: e.Policy.SDConfig,
 		Error:    e.Policy.Error,
+		Vantage:  e.Policy.Vantage,
+		Disagree: int32(e.Policy.Disagree),
+		Judged:   int32(e.Policy.Judged),
 	}}}
 }
 

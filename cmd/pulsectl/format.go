@@ -149,7 +149,31 @@ func scheduleSummary(t *pb.Target) string {
 	if t.GetMaxLatency() != nil {
 		s += fmt.Sprintf(", max latency %v", t.GetMaxLatency().AsDuration())
 	}
+	if k := t.GetVantages(); k > 1 {
+		q := fmt.Sprintf("quorum %d", t.GetQuorum())
+		if t.GetQuorum() == 0 {
+			q = fmt.Sprintf("quorum %d (majority)", k/2+1)
+		}
+		s += fmt.Sprintf(", %d vantages, %s", k, q)
+	}
 	return s
+}
+
+// verdictsText lists the vantages' verdicts as the checker's reasons do:
+// "zone-a=healthy zone-b=unhealthy(connection refused) zone-c=none".
+func verdictsText(vs []*pb.VantageVerdict) string {
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		st := "none"
+		if v.GetState() != pb.State_STATE_UNSPECIFIED {
+			st = stateName(v.GetState())
+		}
+		parts[i] = v.GetLabel() + "=" + st
+		if e := v.GetError(); e != "" {
+			parts[i] += "(" + e + ")"
+		}
+	}
+	return strings.Join(parts, " ")
 }
 
 func joinInts(v []int32) string {

@@ -92,6 +92,8 @@ var setPaths = map[string]string{
 
 	"slow-start":             "slow_start",
 	"remove-after-unhealthy": "remove_after_unhealthy",
+	"vantages":               "vantages",
+	"quorum":                 "quorum",
 }
 
 // notTargetFlags are set's flags that are not about the target: the

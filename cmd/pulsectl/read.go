@@ -136,6 +136,9 @@ func runState(ctx context.Context, e *env, c *command, args []string) int {
 	if v := st.GetVerdict(); v != pb.State_STATE_UNSPECIFIED && v != st.GetState() {
 		fmt.Fprintf(tw, "verdict:\t%s (what its results alone say)\n", stateName(v))
 	}
+	if vs := st.GetVantages(); len(vs) > 0 {
+		fmt.Fprintf(tw, "vantages:\t%s\n", verdictsText(vs))
+	}
 	fmt.Fprintf(tw, "streak:\t%s\n", streak(st))
 	fmt.Fprintf(tw, "mode:\t%s\n", modeSummary(st))
 	if st.GetRoutable() && st.GetWeight() < 100 {

@@ -12,12 +12,13 @@ import (
 )
 
 // policyFlags are add's and set's flags for a target's policy fields:
-// state-dependent intervals, flap damping, passive outcomes, slow start
-// and automatic removal.
+// state-dependent intervals, flap damping, passive outcomes, slow start,
+// automatic removal and vantages.
 type policyFlags struct {
 	fastInterval, downInterval, flapWindow, flapStableFor secondsFlag
 	slowStart, removeAfterUnhealthy                       secondsFlag
 	flapThreshold, passiveRate                            int
+	vantages, quorum                                      int
 	passive                                               bool
 }
 
@@ -31,6 +32,8 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&p.passiveRate, "passive-rate", 0, "passive outcomes counted a second at most (default: 10)")
 	fs.Var(&p.slowStart, "slow-start", "ramp the target's weight from 0 to 100% over this `duration` (or seconds) after it becomes routable, at most 1h (default: the group's, else none)")
 	fs.Var(&p.removeAfterUnhealthy, "remove-after-unhealthy", "remove the target once unhealthy this long without a break: a `duration` or seconds, 1s to 30 days (default: the group's, else never)")
+	fs.IntVar(&p.vantages, "vantages", 0, "replicas that probe the target, each from its own vantage (pulsed -vantage), 0 to 9; above 1 needs replicas on etcd (default: its owner alone)")
+	fs.IntVar(&p.quorum, "quorum", 0, "vantages that must agree to change the target's state, at most --vantages (default: a majority)")
 }
 
 // apply sets t's policy fields from the flags that were set (is reports
@@ -56,7 +59,10 @@ func (p *policyFlags) apply(t *pb.Target, is func(string) bool) error {
 		name string
 		v    int
 		dst  *int32
-	}{{"flap-threshold", p.flapThreshold, &t.FlapThreshold}, {"passive-rate", p.passiveRate, &t.PassiveRate}} {
+	}{
+		{"flap-threshold", p.flapThreshold, &t.FlapThreshold}, {"passive-rate", p.passiveRate, &t.PassiveRate},
+		{"vantages", p.vantages, &t.Vantages}, {"quorum", p.quorum, &t.Quorum},
+	} {
 		if !is(f.name) {
 			continue
 		}

@@ -268,6 +268,11 @@ func (p *watchPrinter) line(ev *pb.WatchTransitionsResponse) string {
 		if e := tr.GetResult().GetError(); e != "" && !strings.Contains(text, e) {
 			text += ": " + e
 		}
+		// The vantages' verdicts, when they did not decide it (their
+		// reason lists them already).
+		if vs := tr.GetVantages(); len(vs) > 0 && !strings.Contains(text, "vantages: ") {
+			text += " [vantages: " + verdictsText(vs) + "]"
+		}
 		return at + " " + text
 	case *pb.WatchTransitionsResponse_Policy:
 		pe := x.Policy
@@ -275,7 +280,7 @@ func (p *watchPrinter) line(ev *pb.WatchTransitionsResponse) string {
 		if pe.GetTime() != nil {
 			at = timeText(pe.GetTime().AsTime())
 		}
-		return at + " " + pe.GetText()
+		return at + " " + policyText(pe)
 	case *pb.WatchTransitionsResponse_Added:
 		return fmt.Sprintf("%s %s: added (%s, %s)", now, x.Added.GetSpec().GetName(), probeSummary(x.Added.GetSpec()), stateName(x.Added.GetState()))
 	case *pb.WatchTransitionsResponse_Updated:
@@ -297,4 +302,20 @@ func (p *watchPrinter) line(ev *pb.WatchTransitionsResponse) string {
 	default: // snapshot_complete, progress, and events newer than this client
 		return ""
 	}
+}
+
+// policyText is a policy event's text; a vantage event without one says
+// which vantage and its numbers.
+func policyText(pe *pb.PolicyEvent) string {
+	if t := pe.GetText(); t != "" {
+		return t
+	}
+	who := fmt.Sprintf("vantage %s (replica %s)", pe.GetVantage(), pe.GetReplica())
+	switch pe.GetKind() {
+	case pb.PolicyEvent_KIND_VANTAGE_SUSPECT:
+		return fmt.Sprintf("%s suspect: unhealthy from it for %d of %d targets the others see healthy; left out of every quorum", who, pe.GetDisagree(), pe.GetJudged())
+	case pb.PolicyEvent_KIND_VANTAGE_RECOVERED:
+		return fmt.Sprintf("%s recovered: disagrees on %d of %d targets", who, pe.GetDisagree(), pe.GetJudged())
+	}
+	return ""
 }

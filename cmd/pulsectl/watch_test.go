@@ -241,6 +241,31 @@ func TestWatchLineSaysWhy(t *testing.T) {
 		{&pb.WatchTransitionsResponse{Event: &pb.WatchTransitionsResponse_Policy{Policy: &pb.PolicyEvent{
 			Kind: pb.PolicyEvent_KIND_PANIC_ENTERED, Group: "edge", Time: ts, Text: "edge: panic entered, holding web-3 (2 of 4 unhealthy, at most 2)",
 		}}}, "2026-12-01T10:00:00Z edge: panic entered, holding web-3 (2 of 4 unhealthy, at most 2)"},
+		// Vantages: their verdicts when they decided the transition (its
+		// reason), else after it; their events as their text, or, without
+		// one, which vantage and its numbers.
+		{&pb.WatchTransitionsResponse{Event: &pb.WatchTransitionsResponse_Transition{Transition: &pb.Transition{
+			Target: "web-4", Time: ts, Text: "web-4: healthy -> unhealthy", Reason: "vantages: zone-a=unhealthy(connection refused) zone-b=unhealthy(connection refused) zone-c=healthy",
+			Vantages: []*pb.VantageVerdict{
+				{Label: "zone-a", State: pb.State_STATE_UNHEALTHY, Error: "connection refused"},
+				{Label: "zone-b", State: pb.State_STATE_UNHEALTHY, Error: "connection refused"},
+				{Label: "zone-c", State: pb.State_STATE_HEALTHY},
+			},
+		}}}, "2026-12-01T10:00:00Z web-4: healthy -> unhealthy (vantages: zone-a=unhealthy(connection refused) zone-b=unhealthy(connection refused) zone-c=healthy)"},
+		{&pb.WatchTransitionsResponse{Event: &pb.WatchTransitionsResponse_Transition{Transition: &pb.Transition{
+			Target: "web-5", Time: ts, Text: "web-5: unhealthy -> healthy", Reason: "mode active, was maintenance",
+			Vantages: []*pb.VantageVerdict{{Label: "zone-a", State: pb.State_STATE_HEALTHY}, {Label: "zone-b"}},
+		}}}, "2026-12-01T10:00:00Z web-5: unhealthy -> healthy (mode active, was maintenance) [vantages: zone-a=healthy zone-b=none]"},
+		{&pb.WatchTransitionsResponse{Event: &pb.WatchTransitionsResponse_Policy{Policy: &pb.PolicyEvent{
+			Kind: pb.PolicyEvent_KIND_VANTAGE_SUSPECT, Time: ts, Replica: "r2", Vantage: "zone-b", Disagree: 4, Judged: 6,
+			Text: "vantage zone-b (r2) suspect: 4 of 6 targets unhealthy from it that the others see healthy",
+		}}}, "2026-12-01T10:00:00Z vantage zone-b (r2) suspect: 4 of 6 targets unhealthy from it that the others see healthy"},
+		{&pb.WatchTransitionsResponse{Event: &pb.WatchTransitionsResponse_Policy{Policy: &pb.PolicyEvent{
+			Kind: pb.PolicyEvent_KIND_VANTAGE_SUSPECT, Time: ts, Replica: "r2", Vantage: "zone-b", Disagree: 4, Judged: 6,
+		}}}, "2026-12-01T10:00:00Z vantage zone-b (replica r2) suspect: unhealthy from it for 4 of 6 targets the others see healthy; left out of every quorum"},
+		{&pb.WatchTransitionsResponse{Event: &pb.WatchTransitionsResponse_Policy{Policy: &pb.PolicyEvent{
+			Kind: pb.PolicyEvent_KIND_VANTAGE_RECOVERED, Time: ts, Replica: "r2", Vantage: "zone-b", Disagree: 1, Judged: 6,
+		}}}, "2026-12-01T10:00:00Z vantage zone-b (replica r2) recovered: disagrees on 1 of 6 targets"},
 	} {
 		if got := p.line(tt.ev); got != tt.want {
 			t.Errorf("line = %q\nwant   %q", got, tt.want)

@@ -244,6 +244,16 @@ const (
 	PolicyEvent_KIND_DISCOVERY_FAILED PolicyEvent_Kind = 40
 	// DISCOVERY_RECOVERED: the source answered again.
 	PolicyEvent_KIND_DISCOVERY_RECOVERED PolicyEvent_Kind = 41
+	// VANTAGE_SUSPECT: a vantage (replica, vantage) says UNHEALTHY of at
+	// least a share of the targets it probes with others (disagree of
+	// judged; pulsed -vantage-suspect-share, of at least
+	// -vantage-suspect-min targets) while most of the others see them
+	// healthy: its own path is likely broken. Its verdicts are left out of
+	// every quorum until it recovers.
+	PolicyEvent_KIND_VANTAGE_SUSPECT PolicyEvent_Kind = 50
+	// VANTAGE_RECOVERED: the vantage disagrees on fewer than half that
+	// share again, or left.
+	PolicyEvent_KIND_VANTAGE_RECOVERED PolicyEvent_Kind = 51
 )
 
 // Enum value maps for PolicyEvent_Kind.
@@ -260,6 +270,8 @@ var (
 		30: "KIND_TARGET_EXPIRED",
 		40: "KIND_DISCOVERY_FAILED",
 		41: "KIND_DISCOVERY_RECOVERED",
+		50: "KIND_VANTAGE_SUSPECT",
+		51: "KIND_VANTAGE_RECOVERED",
 	}
 	PolicyEvent_Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED":         0,
@@ -273,6 +285,8 @@ var (
 		"KIND_TARGET_EXPIRED":      30,
 		"KIND_DISCOVERY_FAILED":    40,
 		"KIND_DISCOVERY_RECOVERED": 41,
+		"KIND_VANTAGE_SUSPECT":     50,
+		"KIND_VANTAGE_RECOVERED":   51,
 	}
 )
 
@@ -300,7 +314,7 @@ func (x PolicyEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PolicyEvent_Kind.Descriptor instead.
 func (PolicyEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{49, 0}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{50, 0}
 }
 
 // HttpProbe passes when GET (or HEAD, or POST) on url answers with an
@@ -1129,8 +1143,20 @@ type Target struct {
 	// Unset: the group's GroupPolicy.remove_after_unhealthy, else never. At
 	// least 1s, at most 30 days.
 	RemoveAfterUnhealthy *durationpb.Duration `protobuf:"bytes,41,opt,name=remove_after_unhealthy,json=removeAfterUnhealthy,proto3" json:"remove_after_unhealthy,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// vantages is how many replicas probe the target, each with its own
+	// rise/fall machine, in distinct vantage labels (pulsed -vantage) while
+	// there are enough: 0 to 9; unset, 0 or 1: its owner alone. Above 1
+	// needs replicas sharing a registry on etcd: a single pulsed refuses it
+	// (INVALID_ARGUMENT on target.vantages). The state is then a quorum of
+	// their verdicts (TargetStatus.vantages).
+	Vantages int32 `protobuf:"varint,50,opt,name=vantages,proto3" json:"vantages,omitempty"`
+	// quorum is how many vantages must agree to change the verdict: UNHEALTHY
+	// once quorum say so, HEALTHY once quorum say healthy. 0 to vantages;
+	// unset or 0: a majority (vantages / 2 + 1). With fewer live replicas
+	// than vantages, it is capped at those probing.
+	Quorum        int32 `protobuf:"varint,51,opt,name=quorum,proto3" json:"quorum,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Target) Reset() {
@@ -1332,6 +1358,20 @@ func (x *Target) GetRemoveAfterUnhealthy() *durationpb.Duration {
 	return nil
 }
 
+func (x *Target) GetVantages() int32 {
+	if x != nil {
+		return x.Vantages
+	}
+	return 0
+}
+
+func (x *Target) GetQuorum() int32 {
+	if x != nil {
+		return x.Quorum
+	}
+	return 0
+}
+
 type isTarget_Probe interface {
 	isTarget_Probe()
 }
@@ -1360,6 +1400,90 @@ func (*Target_Grpc) isTarget_Probe() {}
 
 func (*Target_Dns) isTarget_Probe() {}
 
+// VantageVerdict is one vantage's verdict on a target probed from several
+// (Target.vantages), as it stored it.
+type VantageVerdict struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// member is the replica's member ID.
+	Member string `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	// label is its vantage label (pulsed -vantage; by default its ID).
+	Label string `protobuf:"bytes,2,opt,name=label,proto3" json:"label,omitempty"`
+	// state is its verdict; unset while it has stored none.
+	State State `protobuf:"varint,3,opt,name=state,proto3,enum=pulse.v1.State" json:"state,omitempty"`
+	// error is the failure of the probe that made the verdict, when it
+	// failed, e.g. "connection refused".
+	Error string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	// time is when it stored the verdict; unset while it has stored none.
+	Time          *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VantageVerdict) Reset() {
+	*x = VantageVerdict{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VantageVerdict) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VantageVerdict) ProtoMessage() {}
+
+func (x *VantageVerdict) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VantageVerdict.ProtoReflect.Descriptor instead.
+func (*VantageVerdict) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *VantageVerdict) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
+func (x *VantageVerdict) GetLabel() string {
+	if x != nil {
+		return x.Label
+	}
+	return ""
+}
+
+func (x *VantageVerdict) GetState() State {
+	if x != nil {
+		return x.State
+	}
+	return State_STATE_UNSPECIFIED
+}
+
+func (x *VantageVerdict) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *VantageVerdict) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
 // ProbeResult is the outcome of one probe.
 type ProbeResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1385,7 +1509,7 @@ type ProbeResult struct {
 
 func (x *ProbeResult) Reset() {
 	*x = ProbeResult{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[8]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1397,7 +1521,7 @@ func (x *ProbeResult) String() string {
 func (*ProbeResult) ProtoMessage() {}
 
 func (x *ProbeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[8]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1410,7 +1534,7 @@ func (x *ProbeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeResult.ProtoReflect.Descriptor instead.
 func (*ProbeResult) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{8}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ProbeResult) GetPass() bool {
@@ -1555,13 +1679,17 @@ type TargetStatus struct {
 	// unhealthy_since, when set, is since when the target's probes have said
 	// UNHEALTHY without a break: remove_after_unhealthy counts from it.
 	UnhealthySince *timestamppb.Timestamp `protobuf:"bytes,47,opt,name=unhealthy_since,json=unhealthySince,proto3" json:"unhealthy_since,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// vantages are, for a target probed from several vantages
+	// (Target.vantages), their verdicts, its owner's first; verdict is then
+	// their quorum's. Empty otherwise.
+	Vantages      []*VantageVerdict `protobuf:"bytes,50,rep,name=vantages,proto3" json:"vantages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TargetStatus) Reset() {
 	*x = TargetStatus{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[9]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1701,7 @@ func (x *TargetStatus) String() string {
 func (*TargetStatus) ProtoMessage() {}
 
 func (x *TargetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[9]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1714,7 @@ func (x *TargetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetStatus.ProtoReflect.Descriptor instead.
 func (*TargetStatus) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{9}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TargetStatus) GetSpec() *Target {
@@ -1806,6 +1934,13 @@ func (x *TargetStatus) GetUnhealthySince() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *TargetStatus) GetVantages() []*VantageVerdict {
+	if x != nil {
+		return x.Vantages
+	}
+	return nil
+}
+
 // GroupPolicy is a group's pool policy.
 type GroupPolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1838,7 +1973,7 @@ type GroupPolicy struct {
 
 func (x *GroupPolicy) Reset() {
 	*x = GroupPolicy{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[10]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1850,7 +1985,7 @@ func (x *GroupPolicy) String() string {
 func (*GroupPolicy) ProtoMessage() {}
 
 func (x *GroupPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[10]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1863,7 +1998,7 @@ func (x *GroupPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupPolicy.ProtoReflect.Descriptor instead.
 func (*GroupPolicy) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{10}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GroupPolicy) GetMaxUnhealthyFraction() float64 {
@@ -1929,7 +2064,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[11]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1941,7 +2076,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[11]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1954,7 +2089,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{11}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GroupStatus) GetGroup() string {
@@ -2061,7 +2196,7 @@ type CheckerStatus struct {
 
 func (x *CheckerStatus) Reset() {
 	*x = CheckerStatus{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[12]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2073,7 +2208,7 @@ func (x *CheckerStatus) String() string {
 func (*CheckerStatus) ProtoMessage() {}
 
 func (x *CheckerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[12]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2086,7 +2221,7 @@ func (x *CheckerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckerStatus.ProtoReflect.Descriptor instead.
 func (*CheckerStatus) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{12}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CheckerStatus) GetDegraded() bool {
@@ -2203,14 +2338,19 @@ type Transition struct {
 	// slow start: its weight rises linearly from 0 at `time` to 100% at
 	// slow_start_end. A client weights the target by
 	// (now - time) / (slow_start_end - time), capped at 1.
-	SlowStartEnd  *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=slow_start_end,json=slowStartEnd,proto3" json:"slow_start_end,omitempty"`
+	SlowStartEnd *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=slow_start_end,json=slowStartEnd,proto3" json:"slow_start_end,omitempty"`
+	// vantages are, for a target probed from several vantages, their
+	// verdicts when the transition was applied, its owner's first; reason
+	// then reads "vantages: zone-a=healthy zone-b=unhealthy(connection
+	// refused) zone-c=healthy". Empty otherwise.
+	Vantages      []*VantageVerdict `protobuf:"bytes,30,rep,name=vantages,proto3" json:"vantages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Transition) Reset() {
 	*x = Transition{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[13]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2222,7 +2362,7 @@ func (x *Transition) String() string {
 func (*Transition) ProtoMessage() {}
 
 func (x *Transition) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[13]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2235,7 +2375,7 @@ func (x *Transition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transition.ProtoReflect.Descriptor instead.
 func (*Transition) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{13}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Transition) GetTarget() string {
@@ -2308,6 +2448,13 @@ func (x *Transition) GetSlowStartEnd() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Transition) GetVantages() []*VantageVerdict {
+	if x != nil {
+		return x.Vantages
+	}
+	return nil
+}
+
 // AddTargetRequest carries the target to add or update.
 type AddTargetRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2319,7 +2466,7 @@ type AddTargetRequest struct {
 
 func (x *AddTargetRequest) Reset() {
 	*x = AddTargetRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[14]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2331,7 +2478,7 @@ func (x *AddTargetRequest) String() string {
 func (*AddTargetRequest) ProtoMessage() {}
 
 func (x *AddTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[14]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2344,7 +2491,7 @@ func (x *AddTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddTargetRequest.ProtoReflect.Descriptor instead.
 func (*AddTargetRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{14}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AddTargetRequest) GetTarget() *Target {
@@ -2363,7 +2510,7 @@ type ReloadRequest struct {
 
 func (x *ReloadRequest) Reset() {
 	*x = ReloadRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2375,7 +2522,7 @@ func (x *ReloadRequest) String() string {
 func (*ReloadRequest) ProtoMessage() {}
 
 func (x *ReloadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2388,7 +2535,7 @@ func (x *ReloadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadRequest.ProtoReflect.Descriptor instead.
 func (*ReloadRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{15}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{16}
 }
 
 // ReloadResponse says what Reload did with each file.
@@ -2402,7 +2549,7 @@ type ReloadResponse struct {
 
 func (x *ReloadResponse) Reset() {
 	*x = ReloadResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2414,7 +2561,7 @@ func (x *ReloadResponse) String() string {
 func (*ReloadResponse) ProtoMessage() {}
 
 func (x *ReloadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2427,7 +2574,7 @@ func (x *ReloadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadResponse.ProtoReflect.Descriptor instead.
 func (*ReloadResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{16}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReloadResponse) GetFiles() []*ReloadedFile {
@@ -2453,7 +2600,7 @@ type ReloadedFile struct {
 
 func (x *ReloadedFile) Reset() {
 	*x = ReloadedFile{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2465,7 +2612,7 @@ func (x *ReloadedFile) String() string {
 func (*ReloadedFile) ProtoMessage() {}
 
 func (x *ReloadedFile) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2478,7 +2625,7 @@ func (x *ReloadedFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadedFile.ProtoReflect.Descriptor instead.
 func (*ReloadedFile) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{17}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReloadedFile) GetKind() string {
@@ -2513,7 +2660,7 @@ type AddTargetsRequest struct {
 
 func (x *AddTargetsRequest) Reset() {
 	*x = AddTargetsRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2525,7 +2672,7 @@ func (x *AddTargetsRequest) String() string {
 func (*AddTargetsRequest) ProtoMessage() {}
 
 func (x *AddTargetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2538,7 +2685,7 @@ func (x *AddTargetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddTargetsRequest.ProtoReflect.Descriptor instead.
 func (*AddTargetsRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{18}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AddTargetsRequest) GetTargets() []*Target {
@@ -2562,7 +2709,7 @@ type AddTargetsResponse struct {
 
 func (x *AddTargetsResponse) Reset() {
 	*x = AddTargetsResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2574,7 +2721,7 @@ func (x *AddTargetsResponse) String() string {
 func (*AddTargetsResponse) ProtoMessage() {}
 
 func (x *AddTargetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2587,7 +2734,7 @@ func (x *AddTargetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddTargetsResponse.ProtoReflect.Descriptor instead.
 func (*AddTargetsResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{19}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AddTargetsResponse) GetResults() []*AddTargetResult {
@@ -2632,7 +2779,7 @@ type AddTargetResult struct {
 
 func (x *AddTargetResult) Reset() {
 	*x = AddTargetResult{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2644,7 +2791,7 @@ func (x *AddTargetResult) String() string {
 func (*AddTargetResult) ProtoMessage() {}
 
 func (x *AddTargetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2657,7 +2804,7 @@ func (x *AddTargetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddTargetResult.ProtoReflect.Descriptor instead.
 func (*AddTargetResult) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{20}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AddTargetResult) GetName() string {
@@ -2701,7 +2848,7 @@ type AddTargetResponse struct {
 
 func (x *AddTargetResponse) Reset() {
 	*x = AddTargetResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2713,7 +2860,7 @@ func (x *AddTargetResponse) String() string {
 func (*AddTargetResponse) ProtoMessage() {}
 
 func (x *AddTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2726,7 +2873,7 @@ func (x *AddTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddTargetResponse.ProtoReflect.Descriptor instead.
 func (*AddTargetResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{21}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AddTargetResponse) GetCreated() bool {
@@ -2758,7 +2905,7 @@ type RemoveTargetRequest struct {
 
 func (x *RemoveTargetRequest) Reset() {
 	*x = RemoveTargetRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2770,7 +2917,7 @@ func (x *RemoveTargetRequest) String() string {
 func (*RemoveTargetRequest) ProtoMessage() {}
 
 func (x *RemoveTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2783,7 +2930,7 @@ func (x *RemoveTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveTargetRequest.ProtoReflect.Descriptor instead.
 func (*RemoveTargetRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{22}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RemoveTargetRequest) GetName() string {
@@ -2816,7 +2963,7 @@ type RemoveTargetResponse struct {
 
 func (x *RemoveTargetResponse) Reset() {
 	*x = RemoveTargetResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +2975,7 @@ func (x *RemoveTargetResponse) String() string {
 func (*RemoveTargetResponse) ProtoMessage() {}
 
 func (x *RemoveTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +2988,7 @@ func (x *RemoveTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveTargetResponse.ProtoReflect.Descriptor instead.
 func (*RemoveTargetResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{23}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RemoveTargetResponse) GetRemoved() bool {
@@ -2881,7 +3028,7 @@ type SetModeRequest struct {
 
 func (x *SetModeRequest) Reset() {
 	*x = SetModeRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2893,7 +3040,7 @@ func (x *SetModeRequest) String() string {
 func (*SetModeRequest) ProtoMessage() {}
 
 func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2906,7 +3053,7 @@ func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeRequest.ProtoReflect.Descriptor instead.
 func (*SetModeRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{24}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetModeRequest) GetTarget() string {
@@ -2955,7 +3102,7 @@ type SetModeResponse struct {
 
 func (x *SetModeResponse) Reset() {
 	*x = SetModeResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2967,7 +3114,7 @@ func (x *SetModeResponse) String() string {
 func (*SetModeResponse) ProtoMessage() {}
 
 func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2980,7 +3127,7 @@ func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeResponse.ProtoReflect.Descriptor instead.
 func (*SetModeResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{25}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SetModeResponse) GetTargets() []*TargetStatus {
@@ -3015,7 +3162,7 @@ type ModeChange struct {
 
 func (x *ModeChange) Reset() {
 	*x = ModeChange{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3027,7 +3174,7 @@ func (x *ModeChange) String() string {
 func (*ModeChange) ProtoMessage() {}
 
 func (x *ModeChange) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3040,7 +3187,7 @@ func (x *ModeChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModeChange.ProtoReflect.Descriptor instead.
 func (*ModeChange) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{26}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ModeChange) GetTarget() string {
@@ -3110,7 +3257,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3122,7 +3269,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3135,7 +3282,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{27}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StateRequest) GetName() string {
@@ -3156,7 +3303,7 @@ type StateResponse struct {
 
 func (x *StateResponse) Reset() {
 	*x = StateResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3168,7 +3315,7 @@ func (x *StateResponse) String() string {
 func (*StateResponse) ProtoMessage() {}
 
 func (x *StateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3181,7 +3328,7 @@ func (x *StateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateResponse.ProtoReflect.Descriptor instead.
 func (*StateResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{28}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StateResponse) GetStatus() *TargetStatus {
@@ -3202,7 +3349,7 @@ type HealthyRequest struct {
 
 func (x *HealthyRequest) Reset() {
 	*x = HealthyRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3214,7 +3361,7 @@ func (x *HealthyRequest) String() string {
 func (*HealthyRequest) ProtoMessage() {}
 
 func (x *HealthyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3227,7 +3374,7 @@ func (x *HealthyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthyRequest.ProtoReflect.Descriptor instead.
 func (*HealthyRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{29}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *HealthyRequest) GetGroup() string {
@@ -3248,7 +3395,7 @@ type HealthyResponse struct {
 
 func (x *HealthyResponse) Reset() {
 	*x = HealthyResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3260,7 +3407,7 @@ func (x *HealthyResponse) String() string {
 func (*HealthyResponse) ProtoMessage() {}
 
 func (x *HealthyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3273,7 +3420,7 @@ func (x *HealthyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthyResponse.ProtoReflect.Descriptor instead.
 func (*HealthyResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{30}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *HealthyResponse) GetNames() []string {
@@ -3294,7 +3441,7 @@ type ListTargetsRequest struct {
 
 func (x *ListTargetsRequest) Reset() {
 	*x = ListTargetsRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3306,7 +3453,7 @@ func (x *ListTargetsRequest) String() string {
 func (*ListTargetsRequest) ProtoMessage() {}
 
 func (x *ListTargetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3319,7 +3466,7 @@ func (x *ListTargetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTargetsRequest.ProtoReflect.Descriptor instead.
 func (*ListTargetsRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{31}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListTargetsRequest) GetGroup() string {
@@ -3348,7 +3495,7 @@ type ListTargetsResponse struct {
 
 func (x *ListTargetsResponse) Reset() {
 	*x = ListTargetsResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3360,7 +3507,7 @@ func (x *ListTargetsResponse) String() string {
 func (*ListTargetsResponse) ProtoMessage() {}
 
 func (x *ListTargetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3373,7 +3520,7 @@ func (x *ListTargetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTargetsResponse.ProtoReflect.Descriptor instead.
 func (*ListTargetsResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{32}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListTargetsResponse) GetTargets() []*TargetStatus {
@@ -3413,7 +3560,7 @@ type ListDiscoveryRequest struct {
 
 func (x *ListDiscoveryRequest) Reset() {
 	*x = ListDiscoveryRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3425,7 +3572,7 @@ func (x *ListDiscoveryRequest) String() string {
 func (*ListDiscoveryRequest) ProtoMessage() {}
 
 func (x *ListDiscoveryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3438,7 +3585,7 @@ func (x *ListDiscoveryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDiscoveryRequest.ProtoReflect.Descriptor instead.
 func (*ListDiscoveryRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{33}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{34}
 }
 
 // ListDiscoveryResponse lists the discovery groups.
@@ -3452,7 +3599,7 @@ type ListDiscoveryResponse struct {
 
 func (x *ListDiscoveryResponse) Reset() {
 	*x = ListDiscoveryResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3464,7 +3611,7 @@ func (x *ListDiscoveryResponse) String() string {
 func (*ListDiscoveryResponse) ProtoMessage() {}
 
 func (x *ListDiscoveryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3477,7 +3624,7 @@ func (x *ListDiscoveryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDiscoveryResponse.ProtoReflect.Descriptor instead.
 func (*ListDiscoveryResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{34}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListDiscoveryResponse) GetGroups() []*DiscoveryGroup {
@@ -3519,7 +3666,7 @@ type DiscoveryGroup struct {
 
 func (x *DiscoveryGroup) Reset() {
 	*x = DiscoveryGroup{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3531,7 +3678,7 @@ func (x *DiscoveryGroup) String() string {
 func (*DiscoveryGroup) ProtoMessage() {}
 
 func (x *DiscoveryGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3544,7 +3691,7 @@ func (x *DiscoveryGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoveryGroup.ProtoReflect.Descriptor instead.
 func (*DiscoveryGroup) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{35}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DiscoveryGroup) GetName() string {
@@ -3628,7 +3775,7 @@ type DiscoverySource struct {
 
 func (x *DiscoverySource) Reset() {
 	*x = DiscoverySource{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3640,7 +3787,7 @@ func (x *DiscoverySource) String() string {
 func (*DiscoverySource) ProtoMessage() {}
 
 func (x *DiscoverySource) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3653,7 +3800,7 @@ func (x *DiscoverySource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoverySource.ProtoReflect.Descriptor instead.
 func (*DiscoverySource) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{36}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DiscoverySource) GetName() string {
@@ -3712,7 +3859,7 @@ type SetGroupPolicyRequest struct {
 
 func (x *SetGroupPolicyRequest) Reset() {
 	*x = SetGroupPolicyRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3724,7 +3871,7 @@ func (x *SetGroupPolicyRequest) String() string {
 func (*SetGroupPolicyRequest) ProtoMessage() {}
 
 func (x *SetGroupPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3737,7 +3884,7 @@ func (x *SetGroupPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGroupPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetGroupPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{37}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetGroupPolicyRequest) GetGroup() string {
@@ -3765,7 +3912,7 @@ type SetGroupPolicyResponse struct {
 
 func (x *SetGroupPolicyResponse) Reset() {
 	*x = SetGroupPolicyResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[38]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3777,7 +3924,7 @@ func (x *SetGroupPolicyResponse) String() string {
 func (*SetGroupPolicyResponse) ProtoMessage() {}
 
 func (x *SetGroupPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[38]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3790,7 +3937,7 @@ func (x *SetGroupPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGroupPolicyResponse.ProtoReflect.Descriptor instead.
 func (*SetGroupPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{38}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SetGroupPolicyResponse) GetGroup() *GroupStatus {
@@ -3818,7 +3965,7 @@ type ReportOutcomeRequest struct {
 
 func (x *ReportOutcomeRequest) Reset() {
 	*x = ReportOutcomeRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[39]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3830,7 +3977,7 @@ func (x *ReportOutcomeRequest) String() string {
 func (*ReportOutcomeRequest) ProtoMessage() {}
 
 func (x *ReportOutcomeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[39]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3843,7 +3990,7 @@ func (x *ReportOutcomeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportOutcomeRequest.ProtoReflect.Descriptor instead.
 func (*ReportOutcomeRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{39}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReportOutcomeRequest) GetTarget() string {
@@ -3887,7 +4034,7 @@ type ReportOutcomeResponse struct {
 
 func (x *ReportOutcomeResponse) Reset() {
 	*x = ReportOutcomeResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[40]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3899,7 +4046,7 @@ func (x *ReportOutcomeResponse) String() string {
 func (*ReportOutcomeResponse) ProtoMessage() {}
 
 func (x *ReportOutcomeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[40]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3912,7 +4059,7 @@ func (x *ReportOutcomeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportOutcomeResponse.ProtoReflect.Descriptor instead.
 func (*ReportOutcomeResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{40}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReportOutcomeResponse) GetCounted() bool {
@@ -3947,7 +4094,7 @@ type UpdateTargetRequest struct {
 
 func (x *UpdateTargetRequest) Reset() {
 	*x = UpdateTargetRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[41]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3959,7 +4106,7 @@ func (x *UpdateTargetRequest) String() string {
 func (*UpdateTargetRequest) ProtoMessage() {}
 
 func (x *UpdateTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[41]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3972,7 +4119,7 @@ func (x *UpdateTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTargetRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTargetRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{41}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *UpdateTargetRequest) GetTarget() *Target {
@@ -4002,7 +4149,7 @@ type UpdateTargetResponse struct {
 
 func (x *UpdateTargetResponse) Reset() {
 	*x = UpdateTargetResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[42]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4014,7 +4161,7 @@ func (x *UpdateTargetResponse) String() string {
 func (*UpdateTargetResponse) ProtoMessage() {}
 
 func (x *UpdateTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[42]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4027,7 +4174,7 @@ func (x *UpdateTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTargetResponse.ProtoReflect.Descriptor instead.
 func (*UpdateTargetResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{42}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *UpdateTargetResponse) GetPrevious() *Target {
@@ -4058,7 +4205,7 @@ type ProbeNowRequest struct {
 
 func (x *ProbeNowRequest) Reset() {
 	*x = ProbeNowRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[43]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4070,7 +4217,7 @@ func (x *ProbeNowRequest) String() string {
 func (*ProbeNowRequest) ProtoMessage() {}
 
 func (x *ProbeNowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[43]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4083,7 +4230,7 @@ func (x *ProbeNowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeNowRequest.ProtoReflect.Descriptor instead.
 func (*ProbeNowRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{43}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ProbeNowRequest) GetGroup() string {
@@ -4114,7 +4261,7 @@ type ProbeNowResponse struct {
 
 func (x *ProbeNowResponse) Reset() {
 	*x = ProbeNowResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[44]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4126,7 +4273,7 @@ func (x *ProbeNowResponse) String() string {
 func (*ProbeNowResponse) ProtoMessage() {}
 
 func (x *ProbeNowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[44]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4139,7 +4286,7 @@ func (x *ProbeNowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeNowResponse.ProtoReflect.Descriptor instead.
 func (*ProbeNowResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{44}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ProbeNowResponse) GetTransitions() []*Transition {
@@ -4174,7 +4321,7 @@ type ProbeNowResult struct {
 
 func (x *ProbeNowResult) Reset() {
 	*x = ProbeNowResult{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[45]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4186,7 +4333,7 @@ func (x *ProbeNowResult) String() string {
 func (*ProbeNowResult) ProtoMessage() {}
 
 func (x *ProbeNowResult) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[45]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4199,7 +4346,7 @@ func (x *ProbeNowResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeNowResult.ProtoReflect.Descriptor instead.
 func (*ProbeNowResult) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{45}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ProbeNowResult) GetName() string {
@@ -4249,7 +4396,7 @@ type WatchTransitionsRequest struct {
 
 func (x *WatchTransitionsRequest) Reset() {
 	*x = WatchTransitionsRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[46]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4261,7 +4408,7 @@ func (x *WatchTransitionsRequest) String() string {
 func (*WatchTransitionsRequest) ProtoMessage() {}
 
 func (x *WatchTransitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[46]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4274,7 +4421,7 @@ func (x *WatchTransitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTransitionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchTransitionsRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{46}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *WatchTransitionsRequest) GetGroup() string {
@@ -4308,7 +4455,7 @@ type SnapshotComplete struct {
 
 func (x *SnapshotComplete) Reset() {
 	*x = SnapshotComplete{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[47]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4320,7 +4467,7 @@ func (x *SnapshotComplete) String() string {
 func (*SnapshotComplete) ProtoMessage() {}
 
 func (x *SnapshotComplete) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[47]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4333,7 +4480,7 @@ func (x *SnapshotComplete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotComplete.ProtoReflect.Descriptor instead.
 func (*SnapshotComplete) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{47}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{48}
 }
 
 // Progress says the stream has delivered every matching event up to its
@@ -4346,7 +4493,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[48]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4358,7 +4505,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[48]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4371,7 +4518,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{48}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{49}
 }
 
 // PolicyEvent is a change in a pool policy's or the checker's state. It
@@ -4393,10 +4540,10 @@ type PolicyEvent struct {
 	Text string `protobuf:"bytes,5,opt,name=text,proto3" json:"text,omitempty"`
 	// held lists a PANIC_ENTERED group's held targets.
 	Held []string `protobuf:"bytes,6,rep,name=held,proto3" json:"held,omitempty"`
-	// replica is, with --registry etcd, the replica a CHECKER event is
-	// about: every replica streams every replica's CHECKER_DEGRADED and
-	// CHECKER_RECOVERED (one that leaves while degraded is RECOVERED). Empty
-	// otherwise.
+	// replica is, with --registry etcd, the replica a CHECKER or VANTAGE
+	// event is about: every replica streams every replica's CHECKER_DEGRADED
+	// and CHECKER_RECOVERED (one that leaves while degraded is RECOVERED).
+	// Empty otherwise.
 	Replica string `protobuf:"bytes,55,opt,name=replica,proto3" json:"replica,omitempty"`
 	// source is, for a DISCOVERY event, the source of the group's targets
 	// ("discovery:api", as TargetStatus.source).
@@ -4406,14 +4553,21 @@ type PolicyEvent struct {
 	// group's whole answer was refused.
 	SdConfig string `protobuf:"bytes,57,opt,name=sd_config,json=sdConfig,proto3" json:"sd_config,omitempty"`
 	// error is why a DISCOVERY_FAILED source failed.
-	Error         string `protobuf:"bytes,58,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,58,opt,name=error,proto3" json:"error,omitempty"`
+	// vantage is the label of the vantage a VANTAGE event is about.
+	Vantage string `protobuf:"bytes,59,opt,name=vantage,proto3" json:"vantage,omitempty"`
+	// disagree and judged are, for a VANTAGE event, of the targets the
+	// vantage and another both judge (judged), how many it says UNHEALTHY
+	// (or SUSPECT) while most of the others say HEALTHY (disagree).
+	Disagree      int32 `protobuf:"varint,60,opt,name=disagree,proto3" json:"disagree,omitempty"`
+	Judged        int32 `protobuf:"varint,61,opt,name=judged,proto3" json:"judged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PolicyEvent) Reset() {
 	*x = PolicyEvent{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[49]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4425,7 +4579,7 @@ func (x *PolicyEvent) String() string {
 func (*PolicyEvent) ProtoMessage() {}
 
 func (x *PolicyEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[49]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4438,7 +4592,7 @@ func (x *PolicyEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyEvent.ProtoReflect.Descriptor instead.
 func (*PolicyEvent) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{49}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PolicyEvent) GetKind() PolicyEvent_Kind {
@@ -4511,6 +4665,27 @@ func (x *PolicyEvent) GetError() string {
 	return ""
 }
 
+func (x *PolicyEvent) GetVantage() string {
+	if x != nil {
+		return x.Vantage
+	}
+	return ""
+}
+
+func (x *PolicyEvent) GetDisagree() int32 {
+	if x != nil {
+		return x.Disagree
+	}
+	return 0
+}
+
+func (x *PolicyEvent) GetJudged() int32 {
+	if x != nil {
+		return x.Judged
+	}
+	return 0
+}
+
 // TargetRemoved says a target is gone.
 type TargetRemoved struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4524,7 +4699,7 @@ type TargetRemoved struct {
 
 func (x *TargetRemoved) Reset() {
 	*x = TargetRemoved{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[50]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4536,7 +4711,7 @@ func (x *TargetRemoved) String() string {
 func (*TargetRemoved) ProtoMessage() {}
 
 func (x *TargetRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[50]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4549,7 +4724,7 @@ func (x *TargetRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetRemoved.ProtoReflect.Descriptor instead.
 func (*TargetRemoved) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{50}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *TargetRemoved) GetName() string {
@@ -4595,7 +4770,7 @@ type WatchTransitionsResponse struct {
 
 func (x *WatchTransitionsResponse) Reset() {
 	*x = WatchTransitionsResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[51]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4607,7 +4782,7 @@ func (x *WatchTransitionsResponse) String() string {
 func (*WatchTransitionsResponse) ProtoMessage() {}
 
 func (x *WatchTransitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[51]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4620,7 +4795,7 @@ func (x *WatchTransitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTransitionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchTransitionsResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{51}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *WatchTransitionsResponse) GetRevision() uint64 {
@@ -4804,7 +4979,7 @@ type TargetsFile struct {
 
 func (x *TargetsFile) Reset() {
 	*x = TargetsFile{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[52]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4816,7 +4991,7 @@ func (x *TargetsFile) String() string {
 func (*TargetsFile) ProtoMessage() {}
 
 func (x *TargetsFile) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[52]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4829,7 +5004,7 @@ func (x *TargetsFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetsFile.ProtoReflect.Descriptor instead.
 func (*TargetsFile) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{52}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TargetsFile) GetTargets() []*Target {
@@ -4860,7 +5035,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[53]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4872,7 +5047,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[53]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4885,7 +5060,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{53}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *HistoryRequest) GetTarget() string {
@@ -4963,7 +5138,7 @@ type HistoryResponse struct {
 
 func (x *HistoryResponse) Reset() {
 	*x = HistoryResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[54]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4975,7 +5150,7 @@ func (x *HistoryResponse) String() string {
 func (*HistoryResponse) ProtoMessage() {}
 
 func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[54]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4988,7 +5163,7 @@ func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
 func (*HistoryResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{54}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *HistoryResponse) GetTarget() string {
@@ -5114,7 +5289,7 @@ type GroupSLO struct {
 
 func (x *GroupSLO) Reset() {
 	*x = GroupSLO{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[55]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5126,7 +5301,7 @@ func (x *GroupSLO) String() string {
 func (*GroupSLO) ProtoMessage() {}
 
 func (x *GroupSLO) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[55]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5139,7 +5314,7 @@ func (x *GroupSLO) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupSLO.ProtoReflect.Descriptor instead.
 func (*GroupSLO) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{55}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GroupSLO) GetObjective() float64 {
@@ -5195,7 +5370,7 @@ type HistoryPoint struct {
 
 func (x *HistoryPoint) Reset() {
 	*x = HistoryPoint{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[56]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5207,7 +5382,7 @@ func (x *HistoryPoint) String() string {
 func (*HistoryPoint) ProtoMessage() {}
 
 func (x *HistoryPoint) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[56]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5220,7 +5395,7 @@ func (x *HistoryPoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryPoint.ProtoReflect.Descriptor instead.
 func (*HistoryPoint) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{56}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *HistoryPoint) GetStart() *timestamppb.Timestamp {
@@ -5294,7 +5469,7 @@ type HistoryEvent struct {
 
 func (x *HistoryEvent) Reset() {
 	*x = HistoryEvent{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[57]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5306,7 +5481,7 @@ func (x *HistoryEvent) String() string {
 func (*HistoryEvent) ProtoMessage() {}
 
 func (x *HistoryEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[57]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5319,7 +5494,7 @@ func (x *HistoryEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryEvent.ProtoReflect.Descriptor instead.
 func (*HistoryEvent) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{57}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *HistoryEvent) GetTime() *timestamppb.Timestamp {
@@ -5461,7 +5636,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x06server\x18\x03 \x01(\tR\x06server\x12\x14\n" +
 	"\x05rcode\x18\x04 \x01(\tR\x05rcode\x12'\n" +
 	"\x0fanswer_contains\x18\x05 \x01(\tR\x0eanswerContains\x12!\n" +
-	"\fanswer_regex\x18\x06 \x01(\tR\vanswerRegex\"\xa9\b\n" +
+	"\fanswer_regex\x18\x06 \x01(\tR\vanswerRegex\"\xdd\b\n" +
 	"\x06Target\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12)\n" +
@@ -5488,17 +5663,25 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\fpassive_rate\x18\x13 \x01(\x05R\vpassiveRate\x128\n" +
 	"\n" +
 	"slow_start\x18( \x01(\v2\x19.google.protobuf.DurationR\tslowStart\x12O\n" +
-	"\x16remove_after_unhealthy\x18) \x01(\v2\x19.google.protobuf.DurationR\x14removeAfterUnhealthyB\a\n" +
+	"\x16remove_after_unhealthy\x18) \x01(\v2\x19.google.protobuf.DurationR\x14removeAfterUnhealthy\x12\x1a\n" +
+	"\bvantages\x182 \x01(\x05R\bvantages\x12\x16\n" +
+	"\x06quorum\x183 \x01(\x05R\x06quorumB\a\n" +
 	"\x05probeB\a\n" +
 	"\x05_riseB\a\n" +
-	"\x05_fall\"\xd0\x01\n" +
+	"\x05_fall\"\xab\x01\n" +
+	"\x0eVantageVerdict\x12\x16\n" +
+	"\x06member\x18\x01 \x01(\tR\x06member\x12\x14\n" +
+	"\x05label\x18\x02 \x01(\tR\x05label\x12%\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x0f.pulse.v1.StateR\x05state\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12.\n" +
+	"\x04time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xd0\x01\n" +
 	"\vProbeResult\x12\x12\n" +
 	"\x04pass\x18\x01 \x01(\bR\x04pass\x123\n" +
 	"\alatency\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\alatency\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12.\n" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x18\n" +
 	"\apassive\x18\x05 \x01(\bR\apassive\x12\x18\n" +
-	"\aignored\x18\x06 \x01(\bR\aignored\"\x8e\v\n" +
+	"\aignored\x18\x06 \x01(\bR\aignored\"\xc4\v\n" +
 	"\fTargetStatus\x12$\n" +
 	"\x04spec\x18\x01 \x01(\v2\x10.pulse.v1.TargetR\x04spec\x12%\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x0f.pulse.v1.StateR\x05state\x12\x1a\n" +
@@ -5539,7 +5722,8 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"removeTime\x12\x16\n" +
 	"\x06weight\x18- \x01(\rR\x06weight\x12@\n" +
 	"\x0eslow_start_end\x18. \x01(\v2\x1a.google.protobuf.TimestampR\fslowStartEnd\x12C\n" +
-	"\x0funhealthy_since\x18/ \x01(\v2\x1a.google.protobuf.TimestampR\x0eunhealthySince\"\x8b\x03\n" +
+	"\x0funhealthy_since\x18/ \x01(\v2\x1a.google.protobuf.TimestampR\x0eunhealthySince\x124\n" +
+	"\bvantages\x182 \x03(\v2\x18.pulse.v1.VantageVerdictR\bvantages\"\x8b\x03\n" +
 	"\vGroupPolicy\x129\n" +
 	"\x16max_unhealthy_fraction\x18\x01 \x01(\x01H\x00R\x14maxUnhealthyFraction\x88\x01\x01\x128\n" +
 	"\n" +
@@ -5571,7 +5755,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\areplica\x18\n" +
 	" \x01(\tR\areplica\x12\x1a\n" +
 	"\breplicas\x18\v \x03(\tR\breplicas\x12+\n" +
-	"\x11degraded_replicas\x187 \x03(\tR\x10degradedReplicas\"\xf1\x02\n" +
+	"\x11degraded_replicas\x187 \x03(\tR\x10degradedReplicas\"\xa7\x03\n" +
 	"\n" +
 	"Transition\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +
@@ -5583,7 +5767,8 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x04text\x18\a \x01(\tR\x04text\x12\x16\n" +
 	"\x06reason\x18\b \x01(\tR\x06reason\x12\"\n" +
 	"\x04mode\x18\x14 \x01(\x0e2\x0e.pulse.v1.ModeR\x04mode\x12@\n" +
-	"\x0eslow_start_end\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\fslowStartEnd\"<\n" +
+	"\x0eslow_start_end\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\fslowStartEnd\x124\n" +
+	"\bvantages\x18\x1e \x03(\v2\x18.pulse.v1.VantageVerdictR\bvantages\"<\n" +
 	"\x10AddTargetRequest\x12(\n" +
 	"\x06target\x18\x01 \x01(\v2\x10.pulse.v1.TargetR\x06target\"\x0f\n" +
 	"\rReloadRequest\">\n" +
@@ -5709,7 +5894,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x0estart_revision\x18\x03 \x01(\x04R\rstartRevision\"\x12\n" +
 	"\x10SnapshotComplete\"\n" +
 	"\n" +
-	"\bProgress\"\xcb\x04\n" +
+	"\bProgress\"\xcf\x05\n" +
 	"\vPolicyEvent\x12.\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1a.pulse.v1.PolicyEvent.KindR\x04kind\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x16\n" +
@@ -5720,7 +5905,10 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\areplica\x187 \x01(\tR\areplica\x12\x16\n" +
 	"\x06source\x188 \x01(\tR\x06source\x12\x1b\n" +
 	"\tsd_config\x189 \x01(\tR\bsdConfig\x12\x14\n" +
-	"\x05error\x18: \x01(\tR\x05error\"\xa0\x02\n" +
+	"\x05error\x18: \x01(\tR\x05error\x12\x18\n" +
+	"\avantage\x18; \x01(\tR\avantage\x12\x1a\n" +
+	"\bdisagree\x18< \x01(\x05R\bdisagree\x12\x16\n" +
+	"\x06judged\x18= \x01(\x05R\x06judged\"\xd6\x02\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12KIND_PANIC_ENTERED\x10\x01\x12\x15\n" +
@@ -5732,7 +5920,9 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x12KIND_CERT_EXPIRING\x10\x14\x12\x17\n" +
 	"\x13KIND_TARGET_EXPIRED\x10\x1e\x12\x19\n" +
 	"\x15KIND_DISCOVERY_FAILED\x10(\x12\x1c\n" +
-	"\x18KIND_DISCOVERY_RECOVERED\x10)\"9\n" +
+	"\x18KIND_DISCOVERY_RECOVERED\x10)\x12\x18\n" +
+	"\x14KIND_VANTAGE_SUSPECT\x102\x12\x1a\n" +
+	"\x16KIND_VANTAGE_RECOVERED\x103\"9\n" +
 	"\rTargetRemoved\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\"\xa0\x04\n" +
@@ -5859,7 +6049,7 @@ func file_pulse_v1_pulse_proto_rawDescGZIP() []byte {
 }
 
 var file_pulse_v1_pulse_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_pulse_v1_pulse_proto_goTypes = []any{
 	(Mode)(0),                        // 0: pulse.v1.Mode
 	(State)(0),                       // 1: pulse.v1.State
@@ -5873,218 +6063,223 @@ var file_pulse_v1_pulse_proto_goTypes = []any{
 	(*GrpcProbe)(nil),                // 9: pulse.v1.GrpcProbe
 	(*DnsProbe)(nil),                 // 10: pulse.v1.DnsProbe
 	(*Target)(nil),                   // 11: pulse.v1.Target
-	(*ProbeResult)(nil),              // 12: pulse.v1.ProbeResult
-	(*TargetStatus)(nil),             // 13: pulse.v1.TargetStatus
-	(*GroupPolicy)(nil),              // 14: pulse.v1.GroupPolicy
-	(*GroupStatus)(nil),              // 15: pulse.v1.GroupStatus
-	(*CheckerStatus)(nil),            // 16: pulse.v1.CheckerStatus
-	(*Transition)(nil),               // 17: pulse.v1.Transition
-	(*AddTargetRequest)(nil),         // 18: pulse.v1.AddTargetRequest
-	(*ReloadRequest)(nil),            // 19: pulse.v1.ReloadRequest
-	(*ReloadResponse)(nil),           // 20: pulse.v1.ReloadResponse
-	(*ReloadedFile)(nil),             // 21: pulse.v1.ReloadedFile
-	(*AddTargetsRequest)(nil),        // 22: pulse.v1.AddTargetsRequest
-	(*AddTargetsResponse)(nil),       // 23: pulse.v1.AddTargetsResponse
-	(*AddTargetResult)(nil),          // 24: pulse.v1.AddTargetResult
-	(*AddTargetResponse)(nil),        // 25: pulse.v1.AddTargetResponse
-	(*RemoveTargetRequest)(nil),      // 26: pulse.v1.RemoveTargetRequest
-	(*RemoveTargetResponse)(nil),     // 27: pulse.v1.RemoveTargetResponse
-	(*SetModeRequest)(nil),           // 28: pulse.v1.SetModeRequest
-	(*SetModeResponse)(nil),          // 29: pulse.v1.SetModeResponse
-	(*ModeChange)(nil),               // 30: pulse.v1.ModeChange
-	(*StateRequest)(nil),             // 31: pulse.v1.StateRequest
-	(*StateResponse)(nil),            // 32: pulse.v1.StateResponse
-	(*HealthyRequest)(nil),           // 33: pulse.v1.HealthyRequest
-	(*HealthyResponse)(nil),          // 34: pulse.v1.HealthyResponse
-	(*ListTargetsRequest)(nil),       // 35: pulse.v1.ListTargetsRequest
-	(*ListTargetsResponse)(nil),      // 36: pulse.v1.ListTargetsResponse
-	(*ListDiscoveryRequest)(nil),     // 37: pulse.v1.ListDiscoveryRequest
-	(*ListDiscoveryResponse)(nil),    // 38: pulse.v1.ListDiscoveryResponse
-	(*DiscoveryGroup)(nil),           // 39: pulse.v1.DiscoveryGroup
-	(*DiscoverySource)(nil),          // 40: pulse.v1.DiscoverySource
-	(*SetGroupPolicyRequest)(nil),    // 41: pulse.v1.SetGroupPolicyRequest
-	(*SetGroupPolicyResponse)(nil),   // 42: pulse.v1.SetGroupPolicyResponse
-	(*ReportOutcomeRequest)(nil),     // 43: pulse.v1.ReportOutcomeRequest
-	(*ReportOutcomeResponse)(nil),    // 44: pulse.v1.ReportOutcomeResponse
-	(*UpdateTargetRequest)(nil),      // 45: pulse.v1.UpdateTargetRequest
-	(*UpdateTargetResponse)(nil),     // 46: pulse.v1.UpdateTargetResponse
-	(*ProbeNowRequest)(nil),          // 47: pulse.v1.ProbeNowRequest
-	(*ProbeNowResponse)(nil),         // 48: pulse.v1.ProbeNowResponse
-	(*ProbeNowResult)(nil),           // 49: pulse.v1.ProbeNowResult
-	(*WatchTransitionsRequest)(nil),  // 50: pulse.v1.WatchTransitionsRequest
-	(*SnapshotComplete)(nil),         // 51: pulse.v1.SnapshotComplete
-	(*Progress)(nil),                 // 52: pulse.v1.Progress
-	(*PolicyEvent)(nil),              // 53: pulse.v1.PolicyEvent
-	(*TargetRemoved)(nil),            // 54: pulse.v1.TargetRemoved
-	(*WatchTransitionsResponse)(nil), // 55: pulse.v1.WatchTransitionsResponse
-	(*TargetsFile)(nil),              // 56: pulse.v1.TargetsFile
-	(*HistoryRequest)(nil),           // 57: pulse.v1.HistoryRequest
-	(*HistoryResponse)(nil),          // 58: pulse.v1.HistoryResponse
-	(*GroupSLO)(nil),                 // 59: pulse.v1.GroupSLO
-	(*HistoryPoint)(nil),             // 60: pulse.v1.HistoryPoint
-	(*HistoryEvent)(nil),             // 61: pulse.v1.HistoryEvent
-	nil,                              // 62: pulse.v1.HttpProbe.HeadersEntry
-	nil,                              // 63: pulse.v1.GrpcProbe.MetadataEntry
-	(*durationpb.Duration)(nil),      // 64: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 65: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),    // 66: google.protobuf.FieldMask
+	(*VantageVerdict)(nil),           // 12: pulse.v1.VantageVerdict
+	(*ProbeResult)(nil),              // 13: pulse.v1.ProbeResult
+	(*TargetStatus)(nil),             // 14: pulse.v1.TargetStatus
+	(*GroupPolicy)(nil),              // 15: pulse.v1.GroupPolicy
+	(*GroupStatus)(nil),              // 16: pulse.v1.GroupStatus
+	(*CheckerStatus)(nil),            // 17: pulse.v1.CheckerStatus
+	(*Transition)(nil),               // 18: pulse.v1.Transition
+	(*AddTargetRequest)(nil),         // 19: pulse.v1.AddTargetRequest
+	(*ReloadRequest)(nil),            // 20: pulse.v1.ReloadRequest
+	(*ReloadResponse)(nil),           // 21: pulse.v1.ReloadResponse
+	(*ReloadedFile)(nil),             // 22: pulse.v1.ReloadedFile
+	(*AddTargetsRequest)(nil),        // 23: pulse.v1.AddTargetsRequest
+	(*AddTargetsResponse)(nil),       // 24: pulse.v1.AddTargetsResponse
+	(*AddTargetResult)(nil),          // 25: pulse.v1.AddTargetResult
+	(*AddTargetResponse)(nil),        // 26: pulse.v1.AddTargetResponse
+	(*RemoveTargetRequest)(nil),      // 27: pulse.v1.RemoveTargetRequest
+	(*RemoveTargetResponse)(nil),     // 28: pulse.v1.RemoveTargetResponse
+	(*SetModeRequest)(nil),           // 29: pulse.v1.SetModeRequest
+	(*SetModeResponse)(nil),          // 30: pulse.v1.SetModeResponse
+	(*ModeChange)(nil),               // 31: pulse.v1.ModeChange
+	(*StateRequest)(nil),             // 32: pulse.v1.StateRequest
+	(*StateResponse)(nil),            // 33: pulse.v1.StateResponse
+	(*HealthyRequest)(nil),           // 34: pulse.v1.HealthyRequest
+	(*HealthyResponse)(nil),          // 35: pulse.v1.HealthyResponse
+	(*ListTargetsRequest)(nil),       // 36: pulse.v1.ListTargetsRequest
+	(*ListTargetsResponse)(nil),      // 37: pulse.v1.ListTargetsResponse
+	(*ListDiscoveryRequest)(nil),     // 38: pulse.v1.ListDiscoveryRequest
+	(*ListDiscoveryResponse)(nil),    // 39: pulse.v1.ListDiscoveryResponse
+	(*DiscoveryGroup)(nil),           // 40: pulse.v1.DiscoveryGroup
+	(*DiscoverySource)(nil),          // 41: pulse.v1.DiscoverySource
+	(*SetGroupPolicyRequest)(nil),    // 42: pulse.v1.SetGroupPolicyRequest
+	(*SetGroupPolicyResponse)(nil),   // 43: pulse.v1.SetGroupPolicyResponse
+	(*ReportOutcomeRequest)(nil),     // 44: pulse.v1.ReportOutcomeRequest
+	(*ReportOutcomeResponse)(nil),    // 45: pulse.v1.ReportOutcomeResponse
+	(*UpdateTargetRequest)(nil),      // 46: pulse.v1.UpdateTargetRequest
+	(*UpdateTargetResponse)(nil),     // 47: pulse.v1.UpdateTargetResponse
+	(*ProbeNowRequest)(nil),          // 48: pulse.v1.ProbeNowRequest
+	(*ProbeNowResponse)(nil),         // 49: pulse.v1.ProbeNowResponse
+	(*ProbeNowResult)(nil),           // 50: pulse.v1.ProbeNowResult
+	(*WatchTransitionsRequest)(nil),  // 51: pulse.v1.WatchTransitionsRequest
+	(*SnapshotComplete)(nil),         // 52: pulse.v1.SnapshotComplete
+	(*Progress)(nil),                 // 53: pulse.v1.Progress
+	(*PolicyEvent)(nil),              // 54: pulse.v1.PolicyEvent
+	(*TargetRemoved)(nil),            // 55: pulse.v1.TargetRemoved
+	(*WatchTransitionsResponse)(nil), // 56: pulse.v1.WatchTransitionsResponse
+	(*TargetsFile)(nil),              // 57: pulse.v1.TargetsFile
+	(*HistoryRequest)(nil),           // 58: pulse.v1.HistoryRequest
+	(*HistoryResponse)(nil),          // 59: pulse.v1.HistoryResponse
+	(*GroupSLO)(nil),                 // 60: pulse.v1.GroupSLO
+	(*HistoryPoint)(nil),             // 61: pulse.v1.HistoryPoint
+	(*HistoryEvent)(nil),             // 62: pulse.v1.HistoryEvent
+	nil,                              // 63: pulse.v1.HttpProbe.HeadersEntry
+	nil,                              // 64: pulse.v1.GrpcProbe.MetadataEntry
+	(*durationpb.Duration)(nil),      // 65: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 66: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),    // 67: google.protobuf.FieldMask
 }
 var file_pulse_v1_pulse_proto_depIdxs = []int32{
-	62,  // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
+	63,  // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
 	5,   // 1: pulse.v1.HttpProbe.header_matches:type_name -> pulse.v1.HeaderMatch
 	6,   // 2: pulse.v1.HttpProbe.tls:type_name -> pulse.v1.TlsOptions
-	64,  // 3: pulse.v1.TlsOptions.cert_expiry_warn:type_name -> google.protobuf.Duration
-	64,  // 4: pulse.v1.TlsOptions.cert_expiry_fail:type_name -> google.protobuf.Duration
+	65,  // 3: pulse.v1.TlsOptions.cert_expiry_warn:type_name -> google.protobuf.Duration
+	65,  // 4: pulse.v1.TlsOptions.cert_expiry_fail:type_name -> google.protobuf.Duration
 	8,   // 5: pulse.v1.TcpProbe.steps:type_name -> pulse.v1.TcpStep
 	6,   // 6: pulse.v1.TcpProbe.tls:type_name -> pulse.v1.TlsOptions
 	6,   // 7: pulse.v1.GrpcProbe.tls_options:type_name -> pulse.v1.TlsOptions
-	63,  // 8: pulse.v1.GrpcProbe.metadata:type_name -> pulse.v1.GrpcProbe.MetadataEntry
+	64,  // 8: pulse.v1.GrpcProbe.metadata:type_name -> pulse.v1.GrpcProbe.MetadataEntry
 	4,   // 9: pulse.v1.Target.http:type_name -> pulse.v1.HttpProbe
 	7,   // 10: pulse.v1.Target.tcp:type_name -> pulse.v1.TcpProbe
 	9,   // 11: pulse.v1.Target.grpc:type_name -> pulse.v1.GrpcProbe
 	10,  // 12: pulse.v1.Target.dns:type_name -> pulse.v1.DnsProbe
-	64,  // 13: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
-	64,  // 14: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
+	65,  // 13: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
+	65,  // 14: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
 	1,   // 15: pulse.v1.Target.initial_state:type_name -> pulse.v1.State
 	2,   // 16: pulse.v1.Target.model:type_name -> pulse.v1.Model
-	64,  // 17: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
-	64,  // 18: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
-	64,  // 19: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
-	64,  // 20: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
-	64,  // 21: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
-	64,  // 22: pulse.v1.Target.slow_start:type_name -> google.protobuf.Duration
-	64,  // 23: pulse.v1.Target.remove_after_unhealthy:type_name -> google.protobuf.Duration
-	64,  // 24: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
-	65,  // 25: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
-	11,  // 26: pulse.v1.TargetStatus.spec:type_name -> pulse.v1.Target
-	1,   // 27: pulse.v1.TargetStatus.state:type_name -> pulse.v1.State
-	12,  // 28: pulse.v1.TargetStatus.last_result:type_name -> pulse.v1.ProbeResult
-	65,  // 29: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
-	1,   // 30: pulse.v1.TargetStatus.verdict:type_name -> pulse.v1.State
-	64,  // 31: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
-	65,  // 32: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
-	65,  // 33: pulse.v1.TargetStatus.cert_not_after:type_name -> google.protobuf.Timestamp
-	0,   // 34: pulse.v1.TargetStatus.mode:type_name -> pulse.v1.Mode
-	65,  // 35: pulse.v1.TargetStatus.mode_since:type_name -> google.protobuf.Timestamp
-	65,  // 36: pulse.v1.TargetStatus.mode_until:type_name -> google.protobuf.Timestamp
-	65,  // 37: pulse.v1.TargetStatus.remove_time:type_name -> google.protobuf.Timestamp
-	65,  // 38: pulse.v1.TargetStatus.slow_start_end:type_name -> google.protobuf.Timestamp
-	65,  // 39: pulse.v1.TargetStatus.unhealthy_since:type_name -> google.protobuf.Timestamp
-	64,  // 40: pulse.v1.GroupPolicy.slow_start:type_name -> google.protobuf.Duration
-	64,  // 41: pulse.v1.GroupPolicy.remove_after_unhealthy:type_name -> google.protobuf.Duration
-	64,  // 42: pulse.v1.GroupPolicy.objective_window:type_name -> google.protobuf.Duration
-	14,  // 43: pulse.v1.GroupStatus.policy:type_name -> pulse.v1.GroupPolicy
-	65,  // 44: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
-	64,  // 45: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
-	1,   // 46: pulse.v1.Transition.from:type_name -> pulse.v1.State
-	1,   // 47: pulse.v1.Transition.to:type_name -> pulse.v1.State
-	65,  // 48: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
-	12,  // 49: pulse.v1.Transition.result:type_name -> pulse.v1.ProbeResult
-	0,   // 50: pulse.v1.Transition.mode:type_name -> pulse.v1.Mode
-	65,  // 51: pulse.v1.Transition.slow_start_end:type_name -> google.protobuf.Timestamp
-	11,  // 52: pulse.v1.AddTargetRequest.target:type_name -> pulse.v1.Target
-	21,  // 53: pulse.v1.ReloadResponse.files:type_name -> pulse.v1.ReloadedFile
-	11,  // 54: pulse.v1.AddTargetsRequest.targets:type_name -> pulse.v1.Target
-	24,  // 55: pulse.v1.AddTargetsResponse.results:type_name -> pulse.v1.AddTargetResult
-	13,  // 56: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
-	64,  // 57: pulse.v1.RemoveTargetRequest.drain_for:type_name -> google.protobuf.Duration
-	65,  // 58: pulse.v1.RemoveTargetResponse.remove_time:type_name -> google.protobuf.Timestamp
-	0,   // 59: pulse.v1.SetModeRequest.mode:type_name -> pulse.v1.Mode
-	65,  // 60: pulse.v1.SetModeRequest.until:type_name -> google.protobuf.Timestamp
-	13,  // 61: pulse.v1.SetModeResponse.targets:type_name -> pulse.v1.TargetStatus
-	0,   // 62: pulse.v1.ModeChange.from:type_name -> pulse.v1.Mode
-	0,   // 63: pulse.v1.ModeChange.mode:type_name -> pulse.v1.Mode
-	65,  // 64: pulse.v1.ModeChange.time:type_name -> google.protobuf.Timestamp
-	65,  // 65: pulse.v1.ModeChange.until:type_name -> google.protobuf.Timestamp
-	65,  // 66: pulse.v1.ModeChange.remove_time:type_name -> google.protobuf.Timestamp
-	13,  // 67: pulse.v1.StateResponse.status:type_name -> pulse.v1.TargetStatus
-	13,  // 68: pulse.v1.ListTargetsResponse.targets:type_name -> pulse.v1.TargetStatus
-	15,  // 69: pulse.v1.ListTargetsResponse.groups:type_name -> pulse.v1.GroupStatus
-	16,  // 70: pulse.v1.ListTargetsResponse.checker:type_name -> pulse.v1.CheckerStatus
-	39,  // 71: pulse.v1.ListDiscoveryResponse.groups:type_name -> pulse.v1.DiscoveryGroup
-	65,  // 72: pulse.v1.DiscoveryGroup.last_apply:type_name -> google.protobuf.Timestamp
-	65,  // 73: pulse.v1.DiscoveryGroup.error_since:type_name -> google.protobuf.Timestamp
-	40,  // 74: pulse.v1.DiscoveryGroup.sources:type_name -> pulse.v1.DiscoverySource
-	65,  // 75: pulse.v1.DiscoverySource.last_refresh:type_name -> google.protobuf.Timestamp
-	65,  // 76: pulse.v1.DiscoverySource.error_since:type_name -> google.protobuf.Timestamp
-	14,  // 77: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
-	15,  // 78: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
-	64,  // 79: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
-	13,  // 80: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
-	11,  // 81: pulse.v1.UpdateTargetRequest.target:type_name -> pulse.v1.Target
-	66,  // 82: pulse.v1.UpdateTargetRequest.update_mask:type_name -> google.protobuf.FieldMask
-	11,  // 83: pulse.v1.UpdateTargetResponse.previous:type_name -> pulse.v1.Target
-	13,  // 84: pulse.v1.UpdateTargetResponse.status:type_name -> pulse.v1.TargetStatus
-	17,  // 85: pulse.v1.ProbeNowResponse.transitions:type_name -> pulse.v1.Transition
-	49,  // 86: pulse.v1.ProbeNowResponse.results:type_name -> pulse.v1.ProbeNowResult
-	12,  // 87: pulse.v1.ProbeNowResult.result:type_name -> pulse.v1.ProbeResult
-	1,   // 88: pulse.v1.ProbeNowResult.state:type_name -> pulse.v1.State
-	3,   // 89: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
-	65,  // 90: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
-	17,  // 91: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
-	13,  // 92: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
-	51,  // 93: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
-	13,  // 94: pulse.v1.WatchTransitionsResponse.added:type_name -> pulse.v1.TargetStatus
-	13,  // 95: pulse.v1.WatchTransitionsResponse.updated:type_name -> pulse.v1.TargetStatus
-	54,  // 96: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
-	52,  // 97: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
-	53,  // 98: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
-	30,  // 99: pulse.v1.WatchTransitionsResponse.mode:type_name -> pulse.v1.ModeChange
-	11,  // 100: pulse.v1.TargetsFile.targets:type_name -> pulse.v1.Target
-	64,  // 101: pulse.v1.HistoryRequest.window:type_name -> google.protobuf.Duration
-	64,  // 102: pulse.v1.HistoryRequest.resolution:type_name -> google.protobuf.Duration
-	64,  // 103: pulse.v1.HistoryResponse.resolution:type_name -> google.protobuf.Duration
-	60,  // 104: pulse.v1.HistoryResponse.points:type_name -> pulse.v1.HistoryPoint
-	64,  // 105: pulse.v1.HistoryResponse.latency_p50:type_name -> google.protobuf.Duration
-	64,  // 106: pulse.v1.HistoryResponse.latency_p95:type_name -> google.protobuf.Duration
-	64,  // 107: pulse.v1.HistoryResponse.latency_p99:type_name -> google.protobuf.Duration
-	61,  // 108: pulse.v1.HistoryResponse.events:type_name -> pulse.v1.HistoryEvent
-	64,  // 109: pulse.v1.HistoryResponse.latency_mean:type_name -> google.protobuf.Duration
-	59,  // 110: pulse.v1.HistoryResponse.slo:type_name -> pulse.v1.GroupSLO
-	64,  // 111: pulse.v1.GroupSLO.window:type_name -> google.protobuf.Duration
-	65,  // 112: pulse.v1.HistoryPoint.start:type_name -> google.protobuf.Timestamp
-	64,  // 113: pulse.v1.HistoryPoint.latency_p50:type_name -> google.protobuf.Duration
-	64,  // 114: pulse.v1.HistoryPoint.latency_p95:type_name -> google.protobuf.Duration
-	64,  // 115: pulse.v1.HistoryPoint.latency_p99:type_name -> google.protobuf.Duration
-	65,  // 116: pulse.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
-	1,   // 117: pulse.v1.HistoryEvent.from:type_name -> pulse.v1.State
-	1,   // 118: pulse.v1.HistoryEvent.to:type_name -> pulse.v1.State
-	0,   // 119: pulse.v1.HistoryEvent.mode:type_name -> pulse.v1.Mode
-	18,  // 120: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
-	22,  // 121: pulse.v1.HealthChecker.AddTargets:input_type -> pulse.v1.AddTargetsRequest
-	19,  // 122: pulse.v1.HealthChecker.Reload:input_type -> pulse.v1.ReloadRequest
-	26,  // 123: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
-	31,  // 124: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
-	33,  // 125: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
-	35,  // 126: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
-	50,  // 127: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
-	41,  // 128: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
-	43,  // 129: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
-	45,  // 130: pulse.v1.HealthChecker.UpdateTarget:input_type -> pulse.v1.UpdateTargetRequest
-	47,  // 131: pulse.v1.HealthChecker.ProbeNow:input_type -> pulse.v1.ProbeNowRequest
-	28,  // 132: pulse.v1.HealthChecker.SetMode:input_type -> pulse.v1.SetModeRequest
-	57,  // 133: pulse.v1.HealthChecker.History:input_type -> pulse.v1.HistoryRequest
-	37,  // 134: pulse.v1.HealthChecker.ListDiscovery:input_type -> pulse.v1.ListDiscoveryRequest
-	25,  // 135: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
-	23,  // 136: pulse.v1.HealthChecker.AddTargets:output_type -> pulse.v1.AddTargetsResponse
-	20,  // 137: pulse.v1.HealthChecker.Reload:output_type -> pulse.v1.ReloadResponse
-	27,  // 138: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
-	32,  // 139: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
-	34,  // 140: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
-	36,  // 141: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
-	55,  // 142: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
-	42,  // 143: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
-	44,  // 144: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
-	46,  // 145: pulse.v1.HealthChecker.UpdateTarget:output_type -> pulse.v1.UpdateTargetResponse
-	48,  // 146: pulse.v1.HealthChecker.ProbeNow:output_type -> pulse.v1.ProbeNowResponse
-	29,  // 147: pulse.v1.HealthChecker.SetMode:output_type -> pulse.v1.SetModeResponse
-	58,  // 148: pulse.v1.HealthChecker.History:output_type -> pulse.v1.HistoryResponse
-	38,  // 149: pulse.v1.HealthChecker.ListDiscovery:output_type -> pulse.v1.ListDiscoveryResponse
-	135, // [135:150] is the sub-list for method output_type
-	120, // [120:135] is the sub-list for method input_type
-	120, // [120:120] is the sub-list for extension type_name
-	120, // [120:120] is the sub-list for extension extendee
-	0,   // [0:120] is the sub-list for field type_name
+	65,  // 17: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
+	65,  // 18: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
+	65,  // 19: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
+	65,  // 20: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
+	65,  // 21: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
+	65,  // 22: pulse.v1.Target.slow_start:type_name -> google.protobuf.Duration
+	65,  // 23: pulse.v1.Target.remove_after_unhealthy:type_name -> google.protobuf.Duration
+	1,   // 24: pulse.v1.VantageVerdict.state:type_name -> pulse.v1.State
+	66,  // 25: pulse.v1.VantageVerdict.time:type_name -> google.protobuf.Timestamp
+	65,  // 26: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
+	66,  // 27: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
+	11,  // 28: pulse.v1.TargetStatus.spec:type_name -> pulse.v1.Target
+	1,   // 29: pulse.v1.TargetStatus.state:type_name -> pulse.v1.State
+	13,  // 30: pulse.v1.TargetStatus.last_result:type_name -> pulse.v1.ProbeResult
+	66,  // 31: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
+	1,   // 32: pulse.v1.TargetStatus.verdict:type_name -> pulse.v1.State
+	65,  // 33: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
+	66,  // 34: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
+	66,  // 35: pulse.v1.TargetStatus.cert_not_after:type_name -> google.protobuf.Timestamp
+	0,   // 36: pulse.v1.TargetStatus.mode:type_name -> pulse.v1.Mode
+	66,  // 37: pulse.v1.TargetStatus.mode_since:type_name -> google.protobuf.Timestamp
+	66,  // 38: pulse.v1.TargetStatus.mode_until:type_name -> google.protobuf.Timestamp
+	66,  // 39: pulse.v1.TargetStatus.remove_time:type_name -> google.protobuf.Timestamp
+	66,  // 40: pulse.v1.TargetStatus.slow_start_end:type_name -> google.protobuf.Timestamp
+	66,  // 41: pulse.v1.TargetStatus.unhealthy_since:type_name -> google.protobuf.Timestamp
+	12,  // 42: pulse.v1.TargetStatus.vantages:type_name -> pulse.v1.VantageVerdict
+	65,  // 43: pulse.v1.GroupPolicy.slow_start:type_name -> google.protobuf.Duration
+	65,  // 44: pulse.v1.GroupPolicy.remove_after_unhealthy:type_name -> google.protobuf.Duration
+	65,  // 45: pulse.v1.GroupPolicy.objective_window:type_name -> google.protobuf.Duration
+	15,  // 46: pulse.v1.GroupStatus.policy:type_name -> pulse.v1.GroupPolicy
+	66,  // 47: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
+	65,  // 48: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
+	1,   // 49: pulse.v1.Transition.from:type_name -> pulse.v1.State
+	1,   // 50: pulse.v1.Transition.to:type_name -> pulse.v1.State
+	66,  // 51: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
+	13,  // 52: pulse.v1.Transition.result:type_name -> pulse.v1.ProbeResult
+	0,   // 53: pulse.v1.Transition.mode:type_name -> pulse.v1.Mode
+	66,  // 54: pulse.v1.Transition.slow_start_end:type_name -> google.protobuf.Timestamp
+	12,  // 55: pulse.v1.Transition.vantages:type_name -> pulse.v1.VantageVerdict
+	11,  // 56: pulse.v1.AddTargetRequest.target:type_name -> pulse.v1.Target
+	22,  // 57: pulse.v1.ReloadResponse.files:type_name -> pulse.v1.ReloadedFile
+	11,  // 58: pulse.v1.AddTargetsRequest.targets:type_name -> pulse.v1.Target
+	25,  // 59: pulse.v1.AddTargetsResponse.results:type_name -> pulse.v1.AddTargetResult
+	14,  // 60: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
+	65,  // 61: pulse.v1.RemoveTargetRequest.drain_for:type_name -> google.protobuf.Duration
+	66,  // 62: pulse.v1.RemoveTargetResponse.remove_time:type_name -> google.protobuf.Timestamp
+	0,   // 63: pulse.v1.SetModeRequest.mode:type_name -> pulse.v1.Mode
+	66,  // 64: pulse.v1.SetModeRequest.until:type_name -> google.protobuf.Timestamp
+	14,  // 65: pulse.v1.SetModeResponse.targets:type_name -> pulse.v1.TargetStatus
+	0,   // 66: pulse.v1.ModeChange.from:type_name -> pulse.v1.Mode
+	0,   // 67: pulse.v1.ModeChange.mode:type_name -> pulse.v1.Mode
+	66,  // 68: pulse.v1.ModeChange.time:type_name -> google.protobuf.Timestamp
+	66,  // 69: pulse.v1.ModeChange.until:type_name -> google.protobuf.Timestamp
+	66,  // 70: pulse.v1.ModeChange.remove_time:type_name -> google.protobuf.Timestamp
+	14,  // 71: pulse.v1.StateResponse.status:type_name -> pulse.v1.TargetStatus
+	14,  // 72: pulse.v1.ListTargetsResponse.targets:type_name -> pulse.v1.TargetStatus
+	16,  // 73: pulse.v1.ListTargetsResponse.groups:type_name -> pulse.v1.GroupStatus
+	17,  // 74: pulse.v1.ListTargetsResponse.checker:type_name -> pulse.v1.CheckerStatus
+	40,  // 75: pulse.v1.ListDiscoveryResponse.groups:type_name -> pulse.v1.DiscoveryGroup
+	66,  // 76: pulse.v1.DiscoveryGroup.last_apply:type_name -> google.protobuf.Timestamp
+	66,  // 77: pulse.v1.DiscoveryGroup.error_since:type_name -> google.protobuf.Timestamp
+	41,  // 78: pulse.v1.DiscoveryGroup.sources:type_name -> pulse.v1.DiscoverySource
+	66,  // 79: pulse.v1.DiscoverySource.last_refresh:type_name -> google.protobuf.Timestamp
+	66,  // 80: pulse.v1.DiscoverySource.error_since:type_name -> google.protobuf.Timestamp
+	15,  // 81: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
+	16,  // 82: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
+	65,  // 83: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
+	14,  // 84: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
+	11,  // 85: pulse.v1.UpdateTargetRequest.target:type_name -> pulse.v1.Target
+	67,  // 86: pulse.v1.UpdateTargetRequest.update_mask:type_name -> google.protobuf.FieldMask
+	11,  // 87: pulse.v1.UpdateTargetResponse.previous:type_name -> pulse.v1.Target
+	14,  // 88: pulse.v1.UpdateTargetResponse.status:type_name -> pulse.v1.TargetStatus
+	18,  // 89: pulse.v1.ProbeNowResponse.transitions:type_name -> pulse.v1.Transition
+	50,  // 90: pulse.v1.ProbeNowResponse.results:type_name -> pulse.v1.ProbeNowResult
+	13,  // 91: pulse.v1.ProbeNowResult.result:type_name -> pulse.v1.ProbeResult
+	1,   // 92: pulse.v1.ProbeNowResult.state:type_name -> pulse.v1.State
+	3,   // 93: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
+	66,  // 94: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
+	18,  // 95: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
+	14,  // 96: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
+	52,  // 97: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
+	14,  // 98: pulse.v1.WatchTransitionsResponse.added:type_name -> pulse.v1.TargetStatus
+	14,  // 99: pulse.v1.WatchTransitionsResponse.updated:type_name -> pulse.v1.TargetStatus
+	55,  // 100: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
+	53,  // 101: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
+	54,  // 102: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
+	31,  // 103: pulse.v1.WatchTransitionsResponse.mode:type_name -> pulse.v1.ModeChange
+	11,  // 104: pulse.v1.TargetsFile.targets:type_name -> pulse.v1.Target
+	65,  // 105: pulse.v1.HistoryRequest.window:type_name -> google.protobuf.Duration
+	65,  // 106: pulse.v1.HistoryRequest.resolution:type_name -> google.protobuf.Duration
+	65,  // 107: pulse.v1.HistoryResponse.resolution:type_name -> google.protobuf.Duration
+	61,  // 108: pulse.v1.HistoryResponse.points:type_name -> pulse.v1.HistoryPoint
+	65,  // 109: pulse.v1.HistoryResponse.latency_p50:type_name -> google.protobuf.Duration
+	65,  // 110: pulse.v1.HistoryResponse.latency_p95:type_name -> google.protobuf.Duration
+	65,  // 111: pulse.v1.HistoryResponse.latency_p99:type_name -> google.protobuf.Duration
+	62,  // 112: pulse.v1.HistoryResponse.events:type_name -> pulse.v1.HistoryEvent
+	65,  // 113: pulse.v1.HistoryResponse.latency_mean:type_name -> google.protobuf.Duration
+	60,  // 114: pulse.v1.HistoryResponse.slo:type_name -> pulse.v1.GroupSLO
+	65,  // 115: pulse.v1.GroupSLO.window:type_name -> google.protobuf.Duration
+	66,  // 116: pulse.v1.HistoryPoint.start:type_name -> google.protobuf.Timestamp
+	65,  // 117: pulse.v1.HistoryPoint.latency_p50:type_name -> google.protobuf.Duration
+	65,  // 118: pulse.v1.HistoryPoint.latency_p95:type_name -> google.protobuf.Duration
+	65,  // 119: pulse.v1.HistoryPoint.latency_p99:type_name -> google.protobuf.Duration
+	66,  // 120: pulse.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
+	1,   // 121: pulse.v1.HistoryEvent.from:type_name -> pulse.v1.State
+	1,   // 122: pulse.v1.HistoryEvent.to:type_name -> pulse.v1.State
+	0,   // 123: pulse.v1.HistoryEvent.mode:type_name -> pulse.v1.Mode
+	19,  // 124: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
+	23,  // 125: pulse.v1.HealthChecker.AddTargets:input_type -> pulse.v1.AddTargetsRequest
+	20,  // 126: pulse.v1.HealthChecker.Reload:input_type -> pulse.v1.ReloadRequest
+	27,  // 127: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
+	32,  // 128: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
+	34,  // 129: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
+	36,  // 130: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
+	51,  // 131: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
+	42,  // 132: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
+	44,  // 133: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
+	46,  // 134: pulse.v1.HealthChecker.UpdateTarget:input_type -> pulse.v1.UpdateTargetRequest
+	48,  // 135: pulse.v1.HealthChecker.ProbeNow:input_type -> pulse.v1.ProbeNowRequest
+	29,  // 136: pulse.v1.HealthChecker.SetMode:input_type -> pulse.v1.SetModeRequest
+	58,  // 137: pulse.v1.HealthChecker.History:input_type -> pulse.v1.HistoryRequest
+	38,  // 138: pulse.v1.HealthChecker.ListDiscovery:input_type -> pulse.v1.ListDiscoveryRequest
+	26,  // 139: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
+	24,  // 140: pulse.v1.HealthChecker.AddTargets:output_type -> pulse.v1.AddTargetsResponse
+	21,  // 141: pulse.v1.HealthChecker.Reload:output_type -> pulse.v1.ReloadResponse
+	28,  // 142: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
+	33,  // 143: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
+	35,  // 144: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
+	37,  // 145: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
+	56,  // 146: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
+	43,  // 147: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
+	45,  // 148: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
+	47,  // 149: pulse.v1.HealthChecker.UpdateTarget:output_type -> pulse.v1.UpdateTargetResponse
+	49,  // 150: pulse.v1.HealthChecker.ProbeNow:output_type -> pulse.v1.ProbeNowResponse
+	30,  // 151: pulse.v1.HealthChecker.SetMode:output_type -> pulse.v1.SetModeResponse
+	59,  // 152: pulse.v1.HealthChecker.History:output_type -> pulse.v1.HistoryResponse
+	39,  // 153: pulse.v1.HealthChecker.ListDiscovery:output_type -> pulse.v1.ListDiscoveryResponse
+	139, // [139:154] is the sub-list for method output_type
+	124, // [124:139] is the sub-list for method input_type
+	124, // [124:124] is the sub-list for extension type_name
+	124, // [124:124] is the sub-list for extension extendee
+	0,   // [0:124] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_pulse_proto_init() }
@@ -6098,8 +6293,8 @@ func file_pulse_v1_pulse_proto_init() {
 		(*Target_Grpc)(nil),
 		(*Target_Dns)(nil),
 	}
-	file_pulse_v1_pulse_proto_msgTypes[10].OneofWrappers = []any{}
-	file_pulse_v1_pulse_proto_msgTypes[51].OneofWrappers = []any{
+	file_pulse_v1_pulse_proto_msgTypes[11].OneofWrappers = []any{}
+	file_pulse_v1_pulse_proto_msgTypes[52].OneofWrappers = []any{
 		(*WatchTransitionsResponse_Transition)(nil),
 		(*WatchTransitionsResponse_Snapshot)(nil),
 		(*WatchTransitionsResponse_SnapshotComplete)(nil),
@@ -6110,15 +6305,15 @@ func file_pulse_v1_pulse_proto_init() {
 		(*WatchTransitionsResponse_Policy)(nil),
 		(*WatchTransitionsResponse_Mode)(nil),
 	}
-	file_pulse_v1_pulse_proto_msgTypes[54].OneofWrappers = []any{}
 	file_pulse_v1_pulse_proto_msgTypes[55].OneofWrappers = []any{}
+	file_pulse_v1_pulse_proto_msgTypes[56].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_pulse_proto_rawDesc), len(file_pulse_v1_pulse_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   60,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,165 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/probe"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+)
+
+// vantages and quorum through the API: each refused past its bound with
+// the field and the bound named, before it is narrowed (256 is not 0);
+// a single pulsed refuses more than one vantage, saying it needs
+// replicas, and takes one.
+func TestAddTargetVantageBounds(t *testing.T) {
+	e := start(t, checker.Config{})
+	for _, tt := range []struct {
+		vantages, quorum int32
+		want             string
+	}{
+		{-1, 0, "target.vantages: must be between 0 (one: the owner's) and 9, got -1"},
+		{10, 0, "target.vantages: must be between 0 (one: the owner's) and 9, got 10"},
+		{256, 0, "target.vantages: must be between 0 (one: the owner's) and 9, got 256"},
+		{3, -1, "target.quorum: must be between 0 (a majority of vantages) and vantages (3), got -1"},
+		{3, 4, "target.quorum: must be between 0 (a majority of vantages) and vantages (3), got 4"},
+		{3, 259, "target.quorum: must be between 0 (a majority of vantages) and vantages (3), got 259"},
+		{0, 2, "target.quorum: must be between 0 (a majority of vantages) and vantages (1), got 2"},
+		{3, 2, "target.vantages: must be at most 1 here (a single pulsed is one vantage: probing from several needs replicas sharing a registry on etcd (pulsed -etcd)), got 3"},
+	} {
+		tg := tcpTarget("web-1", "")
+		tg.Vantages, tg.Quorum = tt.vantages, tt.quorum
+		_, err := e.client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: tg})
+		wantCode(t, err, codes.InvalidArgument, tt.want)
+	}
+	tg := tcpTarget("web-1", "")
+	tg.Vantages, tg.Quorum = 1, 1
+	resp := e.add(t, tg)
+	if s := resp.GetStatus().GetSpec(); s.GetVantages() != 1 || s.GetQuorum() != 1 {
+		t.Errorf("spec %v, want vantages 1, quorum 1", s)
+	}
+	if v := resp.GetStatus().GetVantages(); v != nil {
+		t.Errorf("vantages %v on a target probed from one", v)
+	}
+
+	// UpdateTarget checks them alike, and AddTargets names the target.
+	_, err := e.client.UpdateTarget(t.Context(), &pb.UpdateTargetRequest{
+		Target:     &pb.Target{Name: "web-1", Quorum: 2},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"quorum"}},
+	})
+	wantCode(t, err, codes.InvalidArgument, "target.quorum: must be between 0 (a majority of vantages) and vantages (1), got 2")
+	bad := tcpTarget("web-2", "")
+	bad.Vantages = 12
+	many, err := e.client.AddTargets(t.Context(), &pb.AddTargetsRequest{Targets: []*pb.Target{bad}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := many.GetResults()[0]; r.GetCode() != "INVALID_ARGUMENT" || r.GetError() != "targets[0].vantages: must be between 0 (one: the owner's) and 9, got 12" {
+		t.Errorf("AddTargets: %v", r)
+	}
+}
+
+// vantageMirror is a shared registry that assigns vantages, in which this
+// replica (r9) neither owns nor probes web-1: r2 owns it, r3 and r4 probe
+// it too. Its checker shows what the test applies as their writes.
+type vantageMirror struct{ mirrorOnly }
+
+var vantageMembers = []checker.Vantage{{Member: "r2", Label: "zone-a"}, {Member: "r3", Label: "zone-b"}, {Member: "r4", Label: "zone-c"}}
+
+func (vantageMirror) Load() ([]checker.SharedTarget, uint64, error) {
+	at := time.Date(2026, 12, 5, 7, 0, 0, 0, time.UTC)
+	st := checker.SharedTarget{
+		Spec:     checker.Spec{Name: "web-1", Vantages: 3, Probe: probe.Spec{TCP: &probe.TCPSpec{Address: "web-1:80"}}},
+		State:    &checker.SharedState{State: checker.StateHealthy, Writer: "r2"},
+		StateRev: 5,
+	}
+	for i, v := range vantageMembers {
+		st.Verdicts = append(st.Verdicts, checker.VantageVerdict{Member: v.Member, Label: v.Label, State: checker.StateHealthy, Time: at, Rev: uint64(6 + i)})
+	}
+	return []checker.SharedTarget{st}, 10, nil
+}
+func (vantageMirror) Vantages(string, int) []checker.Vantage { return vantageMembers }
+func (vantageMirror) Self() checker.Vantage                  { return checker.Vantage{Member: "r9", Label: "zone-d"} }
+func (vantageMirror) ProposeVerdict(context.Context, checker.VerdictProposal) error {
+	return checker.ErrFenced
+}
+
+// A target probed from several vantages: its status lists their
+// verdicts, owner first, and a transition they decide carries them with
+// its reason.
+func TestVantageVerdictsOnTheWire(t *testing.T) {
+	e := start(t, checker.Config{Shared: vantageMirror{}})
+	w := watch(t, t.Context(), e, &pb.WatchTransitionsRequest{StartRevision: 10})
+	at := time.Date(2026, 12, 5, 7, 1, 0, 0, time.UTC)
+	down := func(rev uint64, v checker.Vantage, why string) checker.SharedChange {
+		return checker.SharedChange{Kind: checker.SharedVerdictPut, Rev: rev, Name: "web-1", Verdict: checker.VantageVerdict{
+			Member: v.Member, Label: v.Label, State: checker.StateUnhealthy, Error: why, Time: at, Rev: rev,
+		}}
+	}
+	e.c.ApplyShared([]checker.SharedChange{down(11, vantageMembers[1], "connection refused")}, 11)
+	e.c.ApplyShared([]checker.SharedChange{down(12, vantageMembers[2], "no route to host")}, 12)
+	reason := "vantages: zone-a=healthy zone-b=unhealthy(connection refused) zone-c=unhealthy(no route to host)"
+	e.c.ApplyShared([]checker.SharedChange{{Kind: checker.SharedStatePut, Rev: 13, Name: "web-1", State: checker.SharedState{
+		State: checker.StateUnhealthy, From: checker.StateHealthy, Time: at, Reason: reason, Writer: "r2",
+	}}}, 13)
+
+	ev, err := w.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := timestamppb.New(at)
+	verdicts := []*pb.VantageVerdict{
+		{Member: "r2", Label: "zone-a", State: pb.State_STATE_HEALTHY, Time: timestamppb.New(time.Date(2026, 12, 5, 7, 0, 0, 0, time.UTC))},
+		{Member: "r3", Label: "zone-b", State: pb.State_STATE_UNHEALTHY, Error: "connection refused", Time: ts},
+		{Member: "r4", Label: "zone-c", State: pb.State_STATE_UNHEALTHY, Error: "no route to host", Time: ts},
+	}
+	want := &pb.WatchTransitionsResponse{Revision: 13, Event: &pb.WatchTransitionsResponse_Transition{Transition: &pb.Transition{
+		Target: "web-1", From: pb.State_STATE_HEALTHY, To: pb.State_STATE_UNHEALTHY, Time: ts,
+		Text: "web-1: healthy -> unhealthy", Reason: reason, Mode: pb.Mode_MODE_ACTIVE, Vantages: verdicts,
+	}}}
+	if diff := cmp.Diff(want, ev, protocmp.Transform()); diff != "" {
+		t.Errorf("transition (-want +got):\n%s", diff)
+	}
+
+	resp, err := e.client.State(t.Context(), &pb.StateRequest{Name: "web-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := resp.GetStatus()
+	if diff := cmp.Diff(verdicts, st.GetVantages(), protocmp.Transform()); diff != "" {
+		t.Errorf("status vantages (-want +got):\n%s", diff)
+	}
+	if st.GetSpec().GetVantages() != 3 || st.GetSpec().GetQuorum() != 0 {
+		t.Errorf("spec vantages %d, quorum %d; want 3, 0", st.GetSpec().GetVantages(), st.GetSpec().GetQuorum())
+	}
+	if st.GetVerdict() != pb.State_STATE_UNHEALTHY || st.GetState() != pb.State_STATE_UNHEALTHY {
+		t.Errorf("verdict %v, state %v; want both unhealthy", st.GetVerdict(), st.GetState())
+	}
+}
+
+// A vantage that has stored no verdict yet is listed with no state.
+func TestVantageWithoutVerdict(t *testing.T) {
+	e := start(t, checker.Config{Shared: vantageMirror{}})
+	e.c.ApplyShared([]checker.SharedChange{{Kind: checker.SharedVerdictDeleted, Rev: 11, Name: "web-1", Verdict: checker.VantageVerdict{Member: "r4", Rev: 11}}}, 11)
+	resp, err := e.client.ListTargets(t.Context(), &pb.ListTargetsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, v := range resp.GetTargets()[0].GetVantages() {
+		got = append(got, fmt.Sprintf("%s %s %v %v", v.GetMember(), v.GetLabel(), v.GetState(), v.GetTime() != nil))
+	}
+	want := []string{"r2 zone-a STATE_HEALTHY true", "r3 zone-b STATE_HEALTHY true", "r4 zone-c STATE_UNSPECIFIED false"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("vantages (-want +got):\n%s", diff)
+	}
+}
