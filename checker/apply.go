@@ -28,6 +28,11 @@ func (r *registry) loadVerdicts(targets []SharedTarget) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.clock.Now()
+	for _, rec := range r.vantages.LoadedVantages() {
+		if rec.Suspect { // suspect already: no event
+			r.vstats[rec.Member] = &vantageStats{label: rec.Label, suspect: true, since: rec.Time}
+		}
+	}
 	for _, st := range targets {
 		for _, vd := range st.Verdicts {
 			r.applyVerdictLocked(st.Spec.Name, vd, false, now)
@@ -147,14 +152,14 @@ func (r *registry) ownLocked(t *target, probes, owns bool, now time.Time) {
 		}
 	}
 	if mv := t.multi(); mv != nil {
-		r.judgeLocked(t, mv, now) // the vantages that count may have changed
+		r.judgeLocked(t, mv) // the vantages that count may have changed
 		r.decideVantagesLocked(t, mv, now)
 		if owns && !wasOwner {
 			r.updateLocked(t, now, cause{reason: mv.text()}) // what the previous owner had not stored yet
 		}
 		r.syncVerdictLocked(t, mv, now)
 	} else if v != nil {
-		r.judgeLocked(t, v, now)
+		r.judgeLocked(t, v)
 		r.dropVerdictLocked(t, v) // probed from one vantage again
 	}
 }
@@ -202,6 +207,8 @@ func (r *registry) applySharedLocked(changes []SharedChange, rev uint64) (uint64
 			r.applyRecordLocked(ch.Name, ch.State, ch.Rev)
 		case SharedMembersChanged:
 			r.reownLocked(now)
+		case SharedVantagePut:
+			r.applyVantageLocked(ch.Vantage, now)
 		case SharedVerdictPut, SharedVerdictDeleted:
 			r.applyVerdictLocked(ch.Name, ch.Verdict, ch.Kind == SharedVerdictDeleted, now)
 		case SharedOutcomePut:

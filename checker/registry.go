@@ -154,7 +154,7 @@ func (r *registry) deleteLocked(name string, at time.Time, reason string) *targe
 	r.emitLocked(Event{Kind: EventRemoved, Time: at, Status: r.statusLocked(t, at)})
 	if v := t.vantagesOf(); v != nil {
 		v.assigned = nil
-		r.judgeLocked(t, v, at) // the vantages are judged on it no more
+		r.judgeLocked(t, v) // the vantages are judged on it no more
 	}
 	r.settleLocked(t.spec.Group) // fewer unhealthy targets: room for held ones
 	r.dropPoolLocked(t.spec.Group)

@@ -114,6 +114,8 @@ const (
 	// the member alone).
 	SharedVerdictPut
 	SharedVerdictDeleted
+	// SharedVantagePut: a judge stored its record of a vantage (Vantage).
+	SharedVantagePut
 )
 
 // SharedChange is one change to a shared registry, at its revision.
@@ -143,6 +145,8 @@ type SharedChange struct {
 	// Verdict is a vantage's verdict on the target Name
 	// (SharedVerdictPut, SharedVerdictDeleted).
 	Verdict VantageVerdict
+	// Vantage is a judge's record of a vantage (SharedVantagePut).
+	Vantage VantageRecord
 }
 
 var (
@@ -229,7 +233,8 @@ type replication struct {
 	mu        sync.Mutex // protects proposals
 	proposals []proposal
 
-	ovl overloadPub // this replica's overload state to publish; see overload.go
+	ovl     overloadPub   // this replica's overload state to publish; see overload.go
+	judging chan struct{} // closed when judgeLoop has returned; nil without vantages
 	// events are those of the changes being applied, published together
 	// once they are all applied: several events share a revision (a group
 	// write, a read after a lost history), and a watcher reading between
@@ -267,7 +272,9 @@ func newReplication(shared Shared, reg *registry, logger *slog.Logger, closing c
 		reg.loadGroupsLocked(rp.guard.shared.LoadedGroups())
 		reg.mu.Unlock()
 	}
-	reg.loadVerdicts(targets)
+	if reg.vantages != nil {
+		reg.loadVerdicts(targets)
+	}
 	return rp, nil
 }
 
@@ -285,6 +292,10 @@ func (rp *replication) start(h *hub) {
 		wg.Wait()
 	}()
 	go rp.publishLoop()
+	if rp.reg.vantages != nil {
+		rp.judging = make(chan struct{})
+		go rp.judgeLoop()
+	}
 }
 
 // wait waits for the proposer and the publisher to stop, after the
@@ -292,6 +303,9 @@ func (rp *replication) start(h *hub) {
 func (rp *replication) wait() {
 	<-rp.done
 	<-rp.ovl.done
+	if rp.judging != nil {
+		<-rp.judging
+	}
 }
 
 // owns is Shared.Owns, for the registry.

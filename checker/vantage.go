@@ -79,6 +79,13 @@ type SharedVantages interface {
 	Vantages(name string, k int) []Vantage
 	// Self returns this replica's member ID and label.
 	Self() Vantage
+	// Judges reports whether this replica judges the vantage of member
+	// (one live replica other than member does).
+	Judges(member string) bool
+	// PutVantage stores a judge's record of a vantage.
+	PutVantage(ctx context.Context, rec VantageRecord) error
+	// LoadedVantages returns the records Load read.
+	LoadedVantages() []VantageRecord
 	// ProposeVerdict stores this replica's verdict on a target, or removes
 	// it (p.Delete), if this replica still holds its lease, its view of the
 	// members is current, and its stored verdict is still the one at
@@ -363,7 +370,7 @@ func (r *registry) applyVerdictLocked(name string, vd VantageVerdict, deleted bo
 			v.ownRev = 0
 		}
 	}
-	r.judgeLocked(t, v, cmp.Or(vd.Time, now))
+	r.judgeLocked(t, v)
 	if len(v.assigned) == 0 {
 		if len(v.verdicts) == 0 {
 			t.more.vant = nil // probed from one vantage again, and the last verdict is gone
@@ -399,12 +406,19 @@ type VantagePolicy struct {
 	// SuspectMin is the fewest targets a vantage must be judged on to be
 	// suspect; if 0, DefaultSuspectMin.
 	SuspectMin int
+	// SuspectAfter is how long a vantage must stay over the line before
+	// it is marked suspect: longer than the others take to see a real
+	// outage (about a probe interval). If 0, DefaultSuspectAfter; at most
+	// MaxSuspectAfter.
+	SuspectAfter time.Duration
 }
 
 // The defaults of VantagePolicy.
 const (
 	DefaultSuspectShare = 0.5
 	DefaultSuspectMin   = 3
+	DefaultSuspectAfter = 10 * time.Second
+	MaxSuspectAfter     = time.Hour
 )
 
 // VantageState is a vantage as the checker judges it.
@@ -424,17 +438,39 @@ type VantageState struct {
 // replica keeps, for each vantage, the targets it is judged on (it and
 // another assigned vantage have stored verdicts) and those it disagrees on
 // (it says unhealthy or suspect while most of the others say healthy),
-// from the stored verdicts alone, as each is applied: every replica judges
-// alike, and emits VANTAGE_SUSPECT and VANTAGE_RECOVERED at the same
-// revision. A suspect vantage's verdicts are left out of every quorum, so
-// a target whose only vantages left are suspect keeps its state.
+// from the stored verdicts alone, as each is applied.
+//
+// A vantage is over the line while it disagrees on at least SuspectShare
+// of at least SuspectMin targets, under it below half that share. When a
+// real outage starts, the vantage whose probes see it first disagrees for
+// a probe interval or so, until the others see it too; a broken vantage
+// stays over the line. So one replica, its judge (SharedVantages.Judges),
+// marks it suspect once it has stayed over the line for SuspectAfter, and
+// recovered once it is under it, in a record of the shared registry
+// (SharedVantages.PutVantage): every replica applies the record at the
+// same revision, and emits VANTAGE_SUSPECT or VANTAGE_RECOVERED with its
+// numbers and time. A suspect vantage's verdicts are left out of every
+// quorum, so a target whose only vantages left are suspect keeps its
+// state.
+
+// VantageRecord is a judge's decision on a vantage, as stored.
+type VantageRecord struct {
+	Member, Label    string
+	Suspect          bool
+	Disagree, Judged int
+	// Time is when the judge stored it: the time of its event on every
+	// replica.
+	Time time.Time
+}
 
 // vantageStats is one vantage's counts; guarded by the registry's lock.
 type vantageStats struct {
 	label            string
 	judged, disagree int
-	suspect          bool
-	since            time.Time
+	suspect          bool      // as last stored
+	since            time.Time // when its suspicion, or recovery, was stored
+	overSince        time.Time // this replica's clock: over the line since; zero while not
+	writing          bool      // this replica, its judge, is storing a record of it
 }
 
 // judgement is a target's part in one vantage's counts.
@@ -451,6 +487,11 @@ func (p VantagePolicy) withDefaults() (VantagePolicy, error) {
 		return p, fmt.Errorf("Vantage.SuspectShare must be in (0, 1] (0: %v), got %v", DefaultSuspectShare, p.SuspectShare)
 	case p.SuspectMin < 0:
 		return p, fmt.Errorf("Vantage.SuspectMin must be positive (0: %d), got %d", DefaultSuspectMin, p.SuspectMin)
+	case p.SuspectAfter < 0 || p.SuspectAfter > MaxSuspectAfter:
+		return p, fmt.Errorf("Vantage.SuspectAfter must be between 0 (%v) and %v, got %v", DefaultSuspectAfter, MaxSuspectAfter, p.SuspectAfter)
+	}
+	if p.SuspectAfter == 0 {
+		p.SuspectAfter = DefaultSuspectAfter
 	}
 	if p.SuspectShare == 0 {
 		p.SuspectShare = DefaultSuspectShare
@@ -462,9 +503,9 @@ func (p VantagePolicy) withDefaults() (VantagePolicy, error) {
 }
 
 // judgeLocked replaces t's part in the vantages' counts with what its
-// stored verdicts say now, and judges the vantages whose counts changed;
-// at is the time of the change that led to it.
-func (r *registry) judgeLocked(t *target, v *vantageSet, at time.Time) {
+// stored verdicts say now, and notes which vantages went over the line or
+// under it.
+func (r *registry) judgeLocked(t *target, v *vantageSet) {
 	touched := make([]string, 0, 2*len(v.judged))
 	for _, j := range v.judged {
 		s := r.vstats[j.member]
@@ -503,36 +544,103 @@ func (r *registry) judgeLocked(t *target, v *vantageSet, at time.Time) {
 		}
 	}
 	for _, m := range touched {
-		r.judgeVantageLocked(m, at)
+		r.judgeVantageLocked(m, r.clock.Now())
 	}
 }
 
-// judgeVantageLocked makes member suspect, or recovered, as its counts say.
-func (r *registry) judgeVantageLocked(member string, at time.Time) {
+// judgeVantageLocked notes when member went over the line, or under it.
+func (r *registry) judgeVantageLocked(member string, now time.Time) {
 	s := r.vstats[member]
 	if s == nil {
 		return
 	}
-	share, least := r.vpolicy.SuspectShare, r.vpolicy.SuspectMin
-	switch {
-	case !s.suspect && s.judged >= least && float64(s.disagree) >= share*float64(s.judged):
-		s.suspect, s.since = true, at
-		r.emitLocked(Event{Kind: EventVantageSuspect, Time: at, Policy: PolicyChange{
-			Replica: member, Vantage: s.label, Disagree: s.disagree, Judged: s.judged,
-			Text: fmt.Sprintf("vantage %s (replica %s) suspect: unhealthy from it, healthy from the others, for %d of the %d targets it is judged on; its verdicts are left out of every quorum", s.label, member, s.disagree, s.judged),
-		}})
-		r.redecideLocked(member, at)
-	case s.suspect && (s.judged < least || float64(s.disagree) < share/2*float64(s.judged)):
-		s.suspect, s.since = false, at
-		r.emitLocked(Event{Kind: EventVantageRecovered, Time: at, Policy: PolicyChange{
-			Replica: member, Vantage: s.label, Disagree: s.disagree, Judged: s.judged,
-			Text: fmt.Sprintf("vantage %s (replica %s) recovered: it disagrees with the others on %d of the %d targets it is judged on", s.label, member, s.disagree, s.judged),
-		}})
-		r.redecideLocked(member, at)
+	if r.overLocked(s) {
+		if s.overSince.IsZero() {
+			s.overSince = now
+		}
+	} else {
+		s.overSince = time.Time{}
 	}
-	if !s.suspect && s.judged == 0 {
+	if !s.suspect && !s.writing && s.judged == 0 {
 		delete(r.vstats, member)
 	}
+}
+
+// overLocked reports whether s is over the line: it disagrees on at least
+// SuspectShare of at least SuspectMin targets.
+func (r *registry) overLocked(s *vantageStats) bool {
+	return s.judged >= r.vpolicy.SuspectMin && float64(s.disagree) >= r.vpolicy.SuspectShare*float64(s.judged)
+}
+
+// underLocked reports whether s is under the line: below half the share,
+// or judged on too few targets.
+func (r *registry) underLocked(s *vantageStats) bool {
+	return s.judged < r.vpolicy.SuspectMin || float64(s.disagree) < r.vpolicy.SuspectShare/2*float64(s.judged)
+}
+
+// judgeDue returns the records this replica, as the judge of the vantages
+// it judges, is to store now: suspect for one over the line for
+// SuspectAfter, recovered for a suspect one under it.
+func (r *registry) judgeDue(now time.Time) []VantageRecord {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []VantageRecord
+	for m, s := range r.vstats {
+		if s.writing || !r.vantages.Judges(m) {
+			continue
+		}
+		rec := VantageRecord{Member: m, Label: s.label, Disagree: s.disagree, Judged: s.judged, Time: now}
+		switch {
+		case !s.suspect && !s.overSince.IsZero() && now.Sub(s.overSince) >= r.vpolicy.SuspectAfter:
+			rec.Suspect = true
+		case s.suspect && r.underLocked(s):
+		default:
+			continue
+		}
+		s.writing = true
+		out = append(out, rec)
+	}
+	slices.SortFunc(out, func(a, b VantageRecord) int { return strings.Compare(a.Member, b.Member) })
+	return out
+}
+
+// judged notes that storing rec failed: it is judged again.
+func (r *registry) judgeFailed(rec VantageRecord) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := r.vstats[rec.Member]; s != nil {
+		s.writing = false
+	}
+}
+
+// applyVantageLocked applies a judge's stored record: the vantage becomes
+// suspect or recovers, its event at the record's revision, and the targets
+// it probes are decided again.
+func (r *registry) applyVantageLocked(rec VantageRecord, now time.Time) {
+	s := r.vstats[rec.Member]
+	if s == nil {
+		s = &vantageStats{label: rec.Label}
+		r.vstats[rec.Member] = s
+	}
+	s.writing = false
+	if s.suspect == rec.Suspect {
+		return
+	}
+	s.suspect, s.since = rec.Suspect, rec.Time
+	at := cmp.Or(rec.Time, now)
+	if rec.Suspect {
+		r.emitLocked(Event{Kind: EventVantageSuspect, Time: at, Policy: PolicyChange{
+			Replica: rec.Member, Vantage: rec.Label, Disagree: rec.Disagree, Judged: rec.Judged,
+			Text: fmt.Sprintf("vantage %s (replica %s) suspect: unhealthy from it, healthy from the others, for %d of the %d targets it is judged on; its verdicts are left out of every quorum", rec.Label, rec.Member, rec.Disagree, rec.Judged),
+		}})
+	} else {
+		r.emitLocked(Event{Kind: EventVantageRecovered, Time: at, Policy: PolicyChange{
+			Replica: rec.Member, Vantage: rec.Label, Disagree: rec.Disagree, Judged: rec.Judged,
+			Text: fmt.Sprintf("vantage %s (replica %s) recovered: it disagrees with the others on %d of the %d targets it is judged on", rec.Label, rec.Member, rec.Disagree, rec.Judged),
+		}})
+	}
+	r.redecideLocked(rec.Member, now)
+	r.judgeVantageLocked(rec.Member, now)
 }
 
 // redecideLocked derives again the verdict of every target member probes
@@ -568,3 +676,28 @@ func (r *registry) vantageStates() []VantageState {
 // checker judges them (every replica judges alike), by member; empty
 // without them.
 func (c *Checker) Vantages() []VantageState { return c.reg.vantageStates() }
+
+// judgeLoop stores this replica's records of the vantages it judges (see
+// judgeDue), a few times per SuspectAfter, until the checker closes.
+func (rp *replication) judgeLoop() {
+	defer close(rp.judging)
+	every := min(time.Second, max(rp.reg.vpolicy.SuspectAfter/4, 10*time.Millisecond))
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+		case <-rp.closing.Done():
+			return
+		}
+		for _, rec := range rp.reg.judgeDue(rp.reg.clock.Now()) {
+			ctx, cancel := context.WithTimeout(rp.closing, sharedWait)
+			err := rp.reg.vantages.PutVantage(ctx, rec)
+			cancel()
+			if err != nil {
+				rp.logger.Warn("storing a vantage's judgement failed; judging it again", "vantage", rec.Label, "replica", rec.Member, "error", err)
+				rp.reg.judgeFailed(rec)
+			}
+		}
+	}
+}

@@ -104,6 +104,7 @@ type Registry struct {
 	loadedOverloads []checker.ReplicaOverload      // the degraded replicas Load read
 	degraded        map[string]bool                // the replicas whose overload key says degraded, as applied
 	groups          map[string]checker.SharedGroup // the guards and policies Load read
+	loadedVantages  []checker.VantageRecord        // the judges' records Load read
 
 	rmMu      sync.Mutex       // protects rmLease and rmLeaseAt
 	rmLease   clientv3.LeaseID // the lease of the removal marks; see removalLease
@@ -254,6 +255,7 @@ func (r *Registry) Load() ([]checker.SharedTarget, uint64, error) {
 	specs := map[string]checker.SharedTarget{}
 	states := map[string]*mvccpb.KeyValue{}
 	verdicts := map[string][]checker.VantageVerdict{}
+	var vantages []checker.VantageRecord
 	labels := map[string]string{}
 	var members []string
 	var joined int64
@@ -294,6 +296,12 @@ func (r *Registry) Load() ([]checker.SharedTarget, uint64, error) {
 				return nil, 0, fmt.Errorf("verdict %q in etcd: %w", name, err)
 			}
 			verdicts[target] = append(verdicts[target], vd)
+		case "vantages":
+			rec, err := decodeVantage(name, kv.Value)
+			if err != nil {
+				return nil, 0, fmt.Errorf("vantage %q in etcd: %w", name, err)
+			}
+			vantages = append(vantages, rec)
 		default:
 			r.loadPolicy(kind, name, kv.Value)
 		}
@@ -316,6 +324,7 @@ func (r *Registry) Load() ([]checker.SharedTarget, uint64, error) {
 	r.mu.Lock()
 	r.members = members
 	r.labels = labels
+	r.loadedVantages = vantages
 	r.joinedRev = joined
 	r.loadRev = resp.Header.Revision
 	r.mu.Unlock()

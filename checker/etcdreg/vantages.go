@@ -25,7 +25,11 @@ import (
 //
 //	verdicts/<target>/<member>  a vantage's verdict (JSON), on its lease
 //
-// so the verdicts of a member that is gone go with it.
+// so the verdicts of a member that is gone go with it; and its judge (the
+// live member other than it ranked first for it) stores its judgement
+// (checker.VantageRecord) under
+//
+//	vantages/<member>  suspect, or recovered, with the numbers
 
 // MaxLabelLen bounds a vantage label.
 const MaxLabelLen = 64
@@ -170,4 +174,69 @@ func memberLabel(v []byte) string {
 		return ""
 	}
 	return m.Vantage
+}
+
+type vantageRecord struct {
+	V        int       `json:"v"`
+	Label    string    `json:"label"`
+	Suspect  bool      `json:"suspect"`
+	Disagree int       `json:"disagree"`
+	Judged   int       `json:"judged"`
+	Time     time.Time `json:"time"`
+}
+
+func (r *Registry) vantageKey(member string) string { return r.prefix + "vantages/" + member }
+
+func decodeVantage(member string, v []byte) (checker.VantageRecord, error) {
+	var rec vantageRecord
+	if err := json.Unmarshal(v, &rec); err != nil {
+		return checker.VantageRecord{}, err
+	}
+	return checker.VantageRecord{Member: member, Label: rec.Label, Suspect: rec.Suspect, Disagree: rec.Disagree, Judged: rec.Judged, Time: rec.Time}, nil
+}
+
+// Judges implements checker.SharedVantages: of the live members other
+// than member, the one ranked first for it judges it.
+func (r *Registry) Judges(member string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	others := make([]string, 0, len(r.members))
+	for _, m := range r.members {
+		if m != member {
+			others = append(others, m)
+		}
+	}
+	return owner(others, "vantage/"+member) == r.id
+}
+
+// PutVantage implements checker.SharedVantages, while this replica holds
+// its lease.
+func (r *Registry) PutVantage(ctx context.Context, rec checker.VantageRecord) error {
+	r.mu.Lock()
+	createRev := r.createRev
+	r.mu.Unlock()
+	if createRev == 0 {
+		return fmt.Errorf("%w: this replica has lost its lease and not yet taken a new one", checker.ErrFenced)
+	}
+	v, err := json.Marshal(vantageRecord{V: 1, Label: rec.Label, Suspect: rec.Suspect, Disagree: rec.Disagree, Judged: rec.Judged, Time: rec.Time})
+	if err != nil {
+		return err
+	}
+	resp, err := r.cli.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(r.memberKey(r.id)), "=", createRev),
+	).Then(clientv3.OpPut(r.vantageKey(rec.Member), string(v))).Commit()
+	if err != nil {
+		return fmt.Errorf("etcd: %w", err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("%w: %s's lease is out of date", checker.ErrFenced, r.id)
+	}
+	return nil
+}
+
+// LoadedVantages implements checker.SharedVantages.
+func (r *Registry) LoadedVantages() []checker.VantageRecord {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.loadedVantages)
 }

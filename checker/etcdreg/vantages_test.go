@@ -73,7 +73,14 @@ func (pp pathProber) Probe(context.Context) error {
 	return nil
 }
 
+// startVantage starts a replica that judges vantages 300ms over the line
+// suspect.
 func startVantage(t *testing.T, endpoint, id, label string, p *paths) *replica {
+	t.Helper()
+	return startVantagePolicy(t, endpoint, id, label, p, checker.VantagePolicy{SuspectAfter: 300 * time.Millisecond})
+}
+
+func startVantagePolicy(t *testing.T, endpoint, id, label string, p *paths, vp checker.VantagePolicy) *replica {
 	t.Helper()
 	reg, err := etcdreg.Open(context.Background(), etcdreg.Options{
 		Endpoints: []string{endpoint}, Prefix: prefix, ID: id, Vantage: label, LeaseTTL: 2 * time.Second, Logger: testLogger(t),
@@ -84,6 +91,7 @@ func startVantage(t *testing.T, endpoint, id, label string, p *paths) *replica {
 	c, err := checker.New(checker.Config{
 		Shared:   reg,
 		Logger:   testLogger(t),
+		Vantage:  vp,
 		Defaults: checker.Defaults{Interval: 50 * time.Millisecond, Timeout: 40 * time.Millisecond, Rise: 1, Fall: 2},
 		NewProber: func(s probe.Spec) (checker.Prober, error) {
 			return pathProber{p: p, replica: id, name: s.HTTP.URL[strings.LastIndex(s.HTTP.URL, "/")+1:]}, nil
@@ -482,5 +490,107 @@ func TestGroupPolicyVantages(t *testing.T) {
 	var fe *checker.FieldError
 	if _, err := c.SetGroupPolicy("edge", checker.GroupPolicy{Vantages: 3}); !errors.As(err, &fe) || fe.Field != "vantages" {
 		t.Errorf("a single checker's group policy with 3 vantages: %v; want a FieldError on vantages", err)
+	}
+}
+
+// A real outage of every target: the vantage whose probes see it first
+// (here r1, which sees every target fail before the others do) disagrees
+// with the others only until they see it too, far less than SuspectAfter,
+// so no vantage is marked suspect, and the outage is published.
+func TestFleetOutageMarksNoVantageSuspect(t *testing.T) {
+	etcd := etcdtest.Start(t, 0)
+	p := newPaths()
+	const after = 10 * time.Second
+	var rs []*replica
+	for i := range 3 {
+		rs = append(rs, startVantagePolicy(t, etcd.Endpoint, fmt.Sprintf("r%d", i+1), "", p, checker.VantagePolicy{SuspectAfter: after}))
+	}
+	eventually(t, "every replica sees every member", func() bool {
+		for _, r := range rs {
+			if len(r.reg.Members()) != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	var names []string
+	for i := range 8 {
+		spec := target(fmt.Sprintf("t%d", i))
+		spec.Vantages = 3
+		names = append(names, spec.Name)
+		if _, _, err := rs[0].c.Add(spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range rs {
+		eventually(t, r.id+" sees every target healthy from every vantage", func() bool {
+			for _, n := range names {
+				st, _ := r.c.Status(n)
+				if st.State != checker.StateHealthy || strings.Count(vantagesText(st), "=healthy") != 3 {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	w, err := rs[0].c.Watch(checker.Filter{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	down := time.Now()
+	for _, n := range names {
+		p.setCut("r1", n, true)
+	}
+	eventually(t, "r1 sees the outage first: every one of its verdicts stored", func() bool {
+		for _, n := range names {
+			st, _ := rs[1].c.Status(n)
+			if !strings.Contains(vantagesText(st), "r1=unhealthy") || st.State != checker.StateHealthy {
+				return false
+			}
+		}
+		return true
+	})
+	for _, n := range names {
+		p.setDown(n, true)
+	}
+	// Every target published down, and every vantage agreeing: from here
+	// on no vantage is over the line, so no judge can mark one.
+	for _, r := range rs {
+		eventually(t, r.id+" sees the outage, every vantage agreeing", func() bool {
+			for _, n := range names {
+				if state(r, n) != checker.StateUnhealthy {
+					return false
+				}
+			}
+			for _, v := range r.c.Vantages() {
+				if v.Disagree != 0 {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	if took := time.Since(down); took >= after {
+		t.Fatalf("the outage took %v to be seen by every vantage, not under SuspectAfter (%v): the test says nothing", took, after)
+	}
+	evs, err := w.Next(10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if e.Kind == checker.EventVantageSuspect {
+			t.Errorf("a real outage marked a vantage suspect: %s", e.Policy.Text)
+		}
+	}
+	if got := len(transitions(evs, "t0")); got != 1 {
+		t.Errorf("t0: %d transitions, want 1 (down)", got)
+	}
+	for _, r := range rs {
+		for _, v := range r.c.Vantages() {
+			if v.Suspect {
+				t.Errorf("%s: vantage %s suspect after a real outage", r.id, v.Member)
+			}
+		}
 	}
 }

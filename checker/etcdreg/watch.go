@@ -191,6 +191,16 @@ func (r *Registry) changes(evs []*clientv3.Event) ([]checker.SharedChange, int64
 				continue
 			}
 			out = append(out, checker.SharedChange{Kind: kind, Rev: rev, Name: target, Verdict: vd})
+		case "vantages":
+			if !put {
+				continue
+			}
+			rec, err := decodeVantage(name, ev.Kv.Value)
+			if err != nil {
+				r.logger.Error("ignoring a vantage's record in etcd that does not decode", "key", string(ev.Kv.Key), "error", err)
+				continue
+			}
+			out = append(out, checker.SharedChange{Kind: checker.SharedVantagePut, Rev: rev, Vantage: rec})
 		case "members":
 			if put {
 				r.joinedRev = max(r.joinedRev, ev.Kv.ModRevision)
@@ -271,6 +281,8 @@ func (r *Registry) resync(c Applier) (int64, error) {
 			if stale {
 				evs = append(evs, &clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
 			}
+		case "vantages":
+			evs = append(evs, &clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
 		case "verdicts":
 			// A verdict keeps its own revision: the one its vantage's next
 			// write compares.
