@@ -234,7 +234,7 @@ func (r *registry) putSpecLocked(spec Spec, p Prober, st *SharedState, stateRev 
 	}
 	prevVantages, prevQuorum := t.spec.Vantages, t.spec.Quorum
 	prevGroup := r.setSpecLocked(t, spec)
-	if spec.Vantages != prevVantages || spec.Quorum != prevQuorum {
+	if spec.Vantages != prevVantages || spec.Quorum != prevQuorum || prevGroup != spec.Group {
 		r.reassignLocked(t, now)
 	}
 	r.emitLocked(Event{Kind: EventUpdated, Time: at, Status: r.statusLocked(t, now), prevGroup: prevGroup})

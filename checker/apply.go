@@ -18,11 +18,21 @@ func (r *registry) loadShared(targets []SharedTarget, rev uint64) {
 	now := r.clock.Now()
 	for _, st := range targets {
 		r.putSharedLocked(st.Spec, st.State, st.StateRev, now, time.Time{})
+	}
+	r.rev = rev
+}
+
+// loadVerdicts applies the vantages' verdicts the shared registry's
+// targets were loaded with, once their groups' policies are loaded too.
+func (r *registry) loadVerdicts(targets []SharedTarget) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock.Now()
+	for _, st := range targets {
 		for _, vd := range st.Verdicts {
 			r.applyVerdictLocked(st.Spec.Name, vd, false, now)
 		}
 	}
-	r.rev = rev
 }
 
 // putSharedLocked adds a target, or replaces its spec, as the shared
@@ -137,12 +147,14 @@ func (r *registry) ownLocked(t *target, probes, owns bool, now time.Time) {
 		}
 	}
 	if mv := t.multi(); mv != nil {
-		r.decideVantagesLocked(t, mv, now) // the vantages that count may have changed
+		r.judgeLocked(t, mv, now) // the vantages that count may have changed
+		r.decideVantagesLocked(t, mv, now)
 		if owns && !wasOwner {
 			r.updateLocked(t, now, cause{reason: mv.text()}) // what the previous owner had not stored yet
 		}
 		r.syncVerdictLocked(t, mv, now)
 	} else if v != nil {
+		r.judgeLocked(t, v, now)
 		r.dropVerdictLocked(t, v) // probed from one vantage again
 	}
 }

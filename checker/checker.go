@@ -117,7 +117,12 @@ func New(cfg Config) (*Checker, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	vpolicy, err := cfg.Vantage.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	reg := newRegistry(cfg, clock, defaults, logger, policyDflt)
+	reg.vpolicy = vpolicy
 	sched, err := newScheduler(reg, cfg, clock)
 	if err != nil {
 		return nil, err
@@ -191,12 +196,18 @@ func (c *Checker) validate(spec Spec) error {
 	if err := spec.Validate(); err != nil {
 		return err
 	}
-	if spec.Vantages > 1 && c.reg.vantages == nil {
-		why := "a single pulsed is one vantage: probing from several needs replicas sharing a registry on etcd (pulsed -etcd)"
+	return c.checkVantages(int(spec.Vantages))
+}
+
+// checkVantages refuses more than one vantage without a shared registry
+// that assigns them.
+func (c *Checker) checkVantages(k int) error {
+	if k > 1 && c.reg.vantages == nil {
+		why := "a single pulsed is one vantage: probing from several needs replicas sharing a registry on etcd (pulsed -registry etcd)"
 		if c.repl != nil {
 			why = "this shared registry does not assign vantages"
 		}
-		return &FieldError{"vantages", fmt.Sprintf("must be at most 1 here (%s), got %d", why, spec.Vantages)}
+		return &FieldError{"vantages", fmt.Sprintf("must be at most 1 here (%s), got %d", why, k)}
 	}
 	return nil
 }
@@ -368,6 +379,9 @@ func (c *Checker) ReportOutcome(name string, o Outcome) (st Status, counted bool
 // (ErrNotShared).
 func (c *Checker) SetGroupPolicy(group string, p GroupPolicy) (GroupStatus, error) {
 	if err := checkGroupPolicy(group, p); err != nil {
+		return GroupStatus{}, err
+	}
+	if err := c.checkVantages(p.Vantages); err != nil {
 		return GroupStatus{}, err
 	}
 	if p.Objective > 0 && p.ObjectiveWindow == 0 {

@@ -141,11 +141,16 @@ func (r *registry) guardChangedLocked(group string, rev uint64, at time.Time) {
 // start applies from the next recovery. With a shared registry the guard's
 // change of the same write follows.
 func (r *registry) policyPutLocked(group string, p GroupPolicy) {
-	r.poolLocked(group).policy = p
+	pl := r.poolLocked(group)
+	vantages := pl.policy.Vantages != p.Vantages || pl.policy.Quorum != p.Quorum
+	pl.policy = p
 	now := r.clock.Now()
 	for _, t := range r.targets {
 		if t.spec.Group == group && t.quarantined() == "" {
 			r.unhealthySinceLocked(t, now)
+			if vantages && t.spec.Vantages == 0 {
+				r.reassignLocked(t, now) // probed from the group's vantages
+			}
 		}
 	}
 	r.settleLocked(group)
@@ -165,6 +170,12 @@ func (r *registry) loadGroupsLocked(groups []SharedGroup) {
 	for name, p := range r.pools {
 		if name != "" {
 			p.panic = len(p.held) > 0
+		}
+	}
+	now := r.clock.Now()
+	for _, t := range r.targets {
+		if p := r.pools[t.spec.Group]; p != nil && p.policy.Vantages > 1 && t.spec.Vantages == 0 {
+			r.reassignLocked(t, now) // probed from the group's vantages
 		}
 	}
 }

@@ -50,6 +50,9 @@ type GroupPolicy struct {
 	// ObjectiveWindow is the window Objective is measured over: whole
 	// hours, at most MaxObjectiveWindow. 0 with an Objective: the most.
 	ObjectiveWindow time.Duration
+	// Vantages and Quorum are those of the group's targets that set none
+	// of their own (Spec.Vantages, Spec.Quorum). 0: one vantage.
+	Vantages, Quorum int
 }
 
 // MaxObjectiveWindow is the longest window of an availability objective:
@@ -288,6 +291,12 @@ func checkGroupPolicy(group string, p GroupPolicy) error {
 		return &FieldError{"max_unhealthy_fraction", err.Error()}
 	}
 	if err := checkObjective(p); err != nil {
+		return err
+	}
+	if p.Vantages < 0 || p.Quorum < 0 || p.Vantages > MaxVantages {
+		return &FieldError{"vantages", fmt.Sprintf("must be between 0 (one: the owner's) and %d, with quorum at least 0, got %d and %d", MaxVantages, p.Vantages, p.Quorum)}
+	}
+	if err := (Spec{Vantages: uint8(p.Vantages), Quorum: uint8(min(p.Quorum, 255))}).validateVantages(); err != nil {
 		return err
 	}
 	return (Spec{Lifecycle: &Lifecycle{SlowStart: p.SlowStart, RemoveAfterUnhealthy: p.RemoveAfterUnhealthy}}).validateLifecycle()

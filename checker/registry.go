@@ -42,6 +42,7 @@ type registry struct {
 	remote     bool           // link is a shared registry's: events are numbered by its revisions
 	vantages   SharedVantages // nil unless the shared registry assigns vantages (see vantage.go)
 	self       Vantage        // this replica, with vantages
+	vpolicy    VantagePolicy  // when a vantage is suspect, with its defaults
 
 	mu       sync.Mutex // protects everything below, every *target and the scheduler's state
 	targets  map[string]*target
@@ -53,6 +54,7 @@ type registry struct {
 	timed    map[*target]struct{}       // targets with a lifecycle deadline; see lifecycle.go
 	lifeWake func()                     // wakes the lifecycle's loop; nil before it exists
 	replicas map[string]ReplicaOverload // the degraded replicas, as published; see overload.go
+	vstats   map[string]*vantageStats   // the vantages' counts, by member; see vantage.go
 }
 
 // newRegistry returns an empty registry; the caller calls use, then
@@ -69,6 +71,7 @@ func newRegistry(cfg Config, clock Clock, defaults Defaults, logger *slog.Logger
 		targets:    make(map[string]*target),
 		pools:      make(map[string]*pool),
 		timed:      make(map[*target]struct{}),
+		vstats:     make(map[string]*vantageStats),
 		rev:        cfg.StartRevision,
 	}
 	r.link = newLocalLink(r)
@@ -149,6 +152,10 @@ func (r *registry) deleteLocked(name string, at time.Time, reason string) *targe
 		r.leavePoolLocked(t)
 	}
 	r.emitLocked(Event{Kind: EventRemoved, Time: at, Status: r.statusLocked(t, at)})
+	if v := t.vantagesOf(); v != nil {
+		v.assigned = nil
+		r.judgeLocked(t, v, at) // the vantages are judged on it no more
+	}
 	r.settleLocked(t.spec.Group) // fewer unhealthy targets: room for held ones
 	r.dropPoolLocked(t.spec.Group)
 	return t

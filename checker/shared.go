@@ -267,6 +267,7 @@ func newReplication(shared Shared, reg *registry, logger *slog.Logger, closing c
 		reg.loadGroupsLocked(rp.guard.shared.LoadedGroups())
 		reg.mu.Unlock()
 	}
+	reg.loadVerdicts(targets)
 	return rp, nil
 }
 

@@ -1,8 +1,10 @@
 package checker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -104,6 +106,8 @@ type vantageSet struct {
 	// decided is the vantages' verdict: what the owner's policies turn
 	// into the published state.
 	decided State
+	// judged is the target's part in the vantages' counts (judgeLocked).
+	judged []judgement
 }
 
 // vantagesOf returns t's vantageSet: nil unless several replicas probe it.
@@ -133,13 +137,20 @@ func (t *target) verdict() State {
 	return t.m.State
 }
 
-// quorum returns the verdicts Spec.Quorum asks for: a majority of Vantages
-// unless set.
-func (s Spec) quorum() int {
-	if s.Quorum > 0 {
-		return int(s.Quorum)
+// vantagesLocked returns how many vantages probe t and how many must
+// agree: its spec's, or, where it sets none, its group policy's; the
+// quorum a majority unless set.
+func (r *registry) vantagesLocked(t *target) (k, q int) {
+	k, q = int(t.spec.Vantages), int(t.spec.Quorum)
+	if k == 0 && t.spec.Group != "" {
+		if p := r.pools[t.spec.Group]; p != nil {
+			k, q = p.policy.Vantages, p.policy.Quorum
+		}
 	}
-	return int(s.Vantages)/2 + 1
+	if q == 0 {
+		q = k/2 + 1
+	}
+	return k, q
 }
 
 // stored returns member's stored verdict.
@@ -181,18 +192,21 @@ func (v *vantageSet) counted() []VantageVerdict {
 }
 
 // decide returns the vantages' verdict, a pure function of the stored
-// verdicts and the members: unhealthy once q of the assigned vantages say
-// so, healthy once q say healthy; while neither, suspect if the model has
+// verdicts and the members: unhealthy once q of the assigned vantages not
+// suspect say so, healthy once q say healthy; while neither, suspect if the model has
 // it and some disagree, else cur. q is at most the vantages assigned: a
 // fleet with fewer members than the target asks for decides with those it
 // has.
-func (v *vantageSet) decide(q int, model Model, cur State) State {
+func (v *vantageSet) decide(q int, model Model, cur State, suspect func(member string) bool) State {
 	q = min(q, len(v.assigned))
 	if q < 1 {
 		return cur
 	}
 	var up, down, other int
 	for _, vd := range v.counted() {
+		if suspect(vd.Member) {
+			continue
+		}
 		switch vd.State {
 		case StateHealthy:
 			up++
@@ -245,7 +259,8 @@ func (v *vantageSet) statusVantages() []VantageVerdict {
 func (r *registry) assignLocked(t *target) (probes, owns bool) {
 	owns = r.link.owns(t.spec.Name)
 	v := t.vantagesOf()
-	if r.vantages == nil || t.spec.Vantages < 2 {
+	k, _ := r.vantagesLocked(t)
+	if r.vantages == nil || k < 2 || t.quarantined() != "" {
 		if v != nil {
 			v.assigned = nil
 			if len(v.verdicts) == 0 {
@@ -258,7 +273,7 @@ func (r *registry) assignLocked(t *target) (probes, owns bool) {
 		v = &vantageSet{decided: t.state}
 		t.moreLocked().vant = v
 	}
-	v.assigned = r.vantages.Vantages(t.spec.Name, int(t.spec.Vantages))
+	v.assigned = r.vantages.Vantages(t.spec.Name, k)
 	owns = len(v.assigned) > 0 && v.assigned[0].Member == r.self.Member
 	probes = slices.ContainsFunc(v.assigned, func(a Vantage) bool { return a.Member == r.self.Member })
 	return probes, owns
@@ -283,7 +298,8 @@ func (r *registry) startVantageLocked(t *target, v *vantageSet) {
 // decideVantagesLocked derives t's vantages' verdict again; on the owner, a
 // change goes through the policies to the published state.
 func (r *registry) decideVantagesLocked(t *target, v *vantageSet, now time.Time) {
-	to := v.decide(t.spec.quorum(), t.spec.Model, v.decided)
+	_, q := r.vantagesLocked(t)
+	to := v.decide(q, t.spec.Model, v.decided, r.suspectLocked)
 	if to == v.decided {
 		return
 	}
@@ -347,6 +363,7 @@ func (r *registry) applyVerdictLocked(name string, vd VantageVerdict, deleted bo
 			v.ownRev = 0
 		}
 	}
+	r.judgeLocked(t, v, cmp.Or(vd.Time, now))
 	if len(v.assigned) == 0 {
 		if len(v.verdicts) == 0 {
 			t.more.vant = nil // probed from one vantage again, and the last verdict is gone
@@ -401,3 +418,153 @@ type VantageState struct {
 	Suspect bool
 	Since   time.Time
 }
+
+// Judging the vantages. A vantage whose own path is broken says unhealthy
+// of the targets it probes while the others see them healthy. Every
+// replica keeps, for each vantage, the targets it is judged on (it and
+// another assigned vantage have stored verdicts) and those it disagrees on
+// (it says unhealthy or suspect while most of the others say healthy),
+// from the stored verdicts alone, as each is applied: every replica judges
+// alike, and emits VANTAGE_SUSPECT and VANTAGE_RECOVERED at the same
+// revision. A suspect vantage's verdicts are left out of every quorum, so
+// a target whose only vantages left are suspect keeps its state.
+
+// vantageStats is one vantage's counts; guarded by the registry's lock.
+type vantageStats struct {
+	label            string
+	judged, disagree int
+	suspect          bool
+	since            time.Time
+}
+
+// judgement is a target's part in one vantage's counts.
+type judgement struct {
+	member   string
+	disagree bool
+}
+
+// withDefaults returns p with its defaults, or an error naming the bad
+// field.
+func (p VantagePolicy) withDefaults() (VantagePolicy, error) {
+	switch {
+	case math.IsNaN(p.SuspectShare) || p.SuspectShare < 0 || p.SuspectShare > 1:
+		return p, fmt.Errorf("Vantage.SuspectShare must be in (0, 1] (0: %v), got %v", DefaultSuspectShare, p.SuspectShare)
+	case p.SuspectMin < 0:
+		return p, fmt.Errorf("Vantage.SuspectMin must be positive (0: %d), got %d", DefaultSuspectMin, p.SuspectMin)
+	}
+	if p.SuspectShare == 0 {
+		p.SuspectShare = DefaultSuspectShare
+	}
+	if p.SuspectMin == 0 {
+		p.SuspectMin = DefaultSuspectMin
+	}
+	return p, nil
+}
+
+// judgeLocked replaces t's part in the vantages' counts with what its
+// stored verdicts say now, and judges the vantages whose counts changed;
+// at is the time of the change that led to it.
+func (r *registry) judgeLocked(t *target, v *vantageSet, at time.Time) {
+	touched := make([]string, 0, 2*len(v.judged))
+	for _, j := range v.judged {
+		s := r.vstats[j.member]
+		s.judged--
+		if j.disagree {
+			s.disagree--
+		}
+		touched = append(touched, j.member)
+	}
+	v.judged = v.judged[:0]
+	counted := v.counted()
+	if len(v.assigned) > 0 && len(counted) >= 2 {
+		for i, vd := range counted {
+			up, others := 0, 0
+			for k, o := range counted {
+				if k != i {
+					others++
+					if o.State == StateHealthy {
+						up++
+					}
+				}
+			}
+			j := judgement{member: vd.Member, disagree: vd.State != StateHealthy && 2*up > others}
+			s := r.vstats[vd.Member]
+			if s == nil {
+				s = &vantageStats{}
+				r.vstats[vd.Member] = s
+			}
+			s.label = vd.Label
+			s.judged++
+			if j.disagree {
+				s.disagree++
+			}
+			v.judged = append(v.judged, j)
+			touched = append(touched, vd.Member)
+		}
+	}
+	for _, m := range touched {
+		r.judgeVantageLocked(m, at)
+	}
+}
+
+// judgeVantageLocked makes member suspect, or recovered, as its counts say.
+func (r *registry) judgeVantageLocked(member string, at time.Time) {
+	s := r.vstats[member]
+	if s == nil {
+		return
+	}
+	share, least := r.vpolicy.SuspectShare, r.vpolicy.SuspectMin
+	switch {
+	case !s.suspect && s.judged >= least && float64(s.disagree) >= share*float64(s.judged):
+		s.suspect, s.since = true, at
+		r.emitLocked(Event{Kind: EventVantageSuspect, Time: at, Policy: PolicyChange{
+			Replica: member, Vantage: s.label, Disagree: s.disagree, Judged: s.judged,
+			Text: fmt.Sprintf("vantage %s (replica %s) suspect: unhealthy from it, healthy from the others, for %d of the %d targets it is judged on; its verdicts are left out of every quorum", s.label, member, s.disagree, s.judged),
+		}})
+		r.redecideLocked(member, at)
+	case s.suspect && (s.judged < least || float64(s.disagree) < share/2*float64(s.judged)):
+		s.suspect, s.since = false, at
+		r.emitLocked(Event{Kind: EventVantageRecovered, Time: at, Policy: PolicyChange{
+			Replica: member, Vantage: s.label, Disagree: s.disagree, Judged: s.judged,
+			Text: fmt.Sprintf("vantage %s (replica %s) recovered: it disagrees with the others on %d of the %d targets it is judged on", s.label, member, s.disagree, s.judged),
+		}})
+		r.redecideLocked(member, at)
+	}
+	if !s.suspect && s.judged == 0 {
+		delete(r.vstats, member)
+	}
+}
+
+// redecideLocked derives again the verdict of every target member probes
+// with others, after it became suspect or recovered.
+func (r *registry) redecideLocked(member string, at time.Time) {
+	for _, t := range r.targets {
+		if v := t.multi(); v != nil && slices.ContainsFunc(v.assigned, func(a Vantage) bool { return a.Member == member }) {
+			r.decideVantagesLocked(t, v, at)
+		}
+	}
+}
+
+// suspectLocked reports whether member's verdicts are left out.
+func (r *registry) suspectLocked(member string) bool {
+	s := r.vstats[member]
+	return s != nil && s.suspect
+}
+
+// vantageStates returns the vantages as the checker judges them, by
+// member.
+func (r *registry) vantageStates() []VantageState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]VantageState, 0, len(r.vstats))
+	for m, s := range r.vstats {
+		out = append(out, VantageState{Member: m, Label: s.label, Judged: s.judged, Disagree: s.disagree, Suspect: s.suspect, Since: s.since})
+	}
+	slices.SortFunc(out, func(a, b VantageState) int { return strings.Compare(a.Member, b.Member) })
+	return out
+}
+
+// Vantages returns the vantages that probe targets with others, as this
+// checker judges them (every replica judges alike), by member; empty
+// without them.
+func (c *Checker) Vantages() []VantageState { return c.reg.vantageStates() }

@@ -43,11 +43,13 @@ type policyRecord struct {
 	RemoveAfterUnhealthy time.Duration `json:"remove_after_unhealthy,omitempty"`
 	Objective            float64       `json:"objective,omitempty"`
 	ObjectiveWindow      time.Duration `json:"objective_window,omitempty"`
+	Vantages             int           `json:"vantages,omitempty"`
+	Quorum               int           `json:"quorum,omitempty"`
 }
 
 func (pr policyRecord) policy() checker.GroupPolicy {
 	return checker.GroupPolicy{MaxUnhealthyFraction: pr.MaxUnhealthyFraction, SlowStart: pr.SlowStart, RemoveAfterUnhealthy: pr.RemoveAfterUnhealthy,
-		Objective: pr.Objective, ObjectiveWindow: pr.ObjectiveWindow}
+		Objective: pr.Objective, ObjectiveWindow: pr.ObjectiveWindow, Vantages: pr.Vantages, Quorum: pr.Quorum}
 }
 
 func (r *Registry) guardKey(group string) string  { return r.prefix + "guards/" + group }
@@ -112,7 +114,7 @@ func (r *Registry) ProposeGroup(ctx context.Context, g checker.GroupProposal) (u
 // PutGroupPolicy implements checker.SharedGroups.
 func (r *Registry) PutGroupPolicy(ctx context.Context, group string, p checker.GroupPolicy) (uint64, error) {
 	v, err := json.Marshal(policyRecord{V: 1, MaxUnhealthyFraction: p.MaxUnhealthyFraction, SlowStart: p.SlowStart, RemoveAfterUnhealthy: p.RemoveAfterUnhealthy,
-		Objective: p.Objective, ObjectiveWindow: p.ObjectiveWindow})
+		Objective: p.Objective, ObjectiveWindow: p.ObjectiveWindow, Vantages: p.Vantages, Quorum: p.Quorum})
 	if err != nil {
 		return 0, err
 	}

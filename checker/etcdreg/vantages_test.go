@@ -311,3 +311,176 @@ func TestSingleCheckerRefusesVantages(t *testing.T) {
 		t.Errorf("quorum above vantages: %v; want a FieldError on quorum", err)
 	}
 }
+
+// A replica whose path to every target breaks (its link to etcd up) is
+// marked suspect on every replica at the same revision, and nothing is
+// published; while it is suspect the other two still publish a target
+// that really goes down; healed, it recovers.
+func TestBrokenVantageIsSuspect(t *testing.T) {
+	etcd := etcdtest.Start(t, 0)
+	p := newPaths()
+	rs := []*replica{
+		startVantage(t, etcd.Endpoint, "r1", "zone-a", p),
+		startVantage(t, etcd.Endpoint, "r2", "zone-b", p),
+		startVantage(t, etcd.Endpoint, "r3", "zone-c", p),
+	}
+	eventually(t, "every replica sees every member", func() bool {
+		for _, r := range rs {
+			if len(r.reg.Members()) != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	names := []string{"t1", "t2", "t3", "t4", "t5"}
+	for _, n := range names {
+		spec := target(n)
+		spec.Vantages = 3
+		if _, _, err := rs[0].c.Add(spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range rs {
+		eventually(t, r.id+" sees every target healthy from every vantage", func() bool {
+			for _, n := range names {
+				st, _ := r.c.Status(n)
+				if st.State != checker.StateHealthy || strings.Count(vantagesText(st), "=healthy") != 3 {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	var ws []*checker.Watcher
+	for _, r := range rs {
+		w, err := r.c.Watch(checker.Filter{}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		ws = append(ws, w)
+	}
+
+	for _, n := range names {
+		p.setCut("r2", n, true)
+	}
+	var suspect []string
+	for i, w := range ws {
+		evs := drain(t, w, func(evs []checker.Event) bool {
+			return slices.ContainsFunc(evs, func(e checker.Event) bool { return e.Kind == checker.EventVantageSuspect })
+		})
+		for _, e := range evs {
+			switch e.Kind {
+			case checker.EventTransition:
+				t.Errorf("%s: a broken vantage published %v", rs[i].id, e.Transition)
+			case checker.EventVantageSuspect:
+				pc := e.Policy
+				suspect = append(suspect, fmt.Sprintf("%d %s %s %d/%d", e.Revision, pc.Replica, pc.Vantage, pc.Disagree, pc.Judged))
+			}
+		}
+	}
+	for _, s := range suspect[1:] {
+		if s != suspect[0] {
+			t.Errorf("replicas disagree on the suspect vantage: %q", suspect)
+		}
+	}
+	if !strings.Contains(suspect[0], " r2 zone-b ") {
+		t.Errorf("suspect %q, want r2 (zone-b)", suspect[0])
+	}
+	for _, r := range rs {
+		vs := r.c.Vantages()
+		i := slices.IndexFunc(vs, func(v checker.VantageState) bool { return v.Member == "r2" })
+		if i < 0 || !vs[i].Suspect || vs[i].Label != "zone-b" {
+			t.Errorf("%s: Vantages() = %+v; want r2 suspect", r.id, vs)
+		}
+	}
+
+	// A target really down: the two vantages left publish it.
+	p.setDown("t1", true)
+	for _, r := range rs {
+		eventually(t, r.id+" sees t1 unhealthy", func() bool { return state(r, "t1") == checker.StateUnhealthy })
+	}
+	p.setDown("t1", false)
+
+	// Healed: r2 agrees again and recovers.
+	for _, n := range names {
+		p.setCut("r2", n, false)
+	}
+	for i, w := range ws {
+		drain(t, w, func(evs []checker.Event) bool {
+			return slices.ContainsFunc(evs, func(e checker.Event) bool {
+				return e.Kind == checker.EventVantageRecovered && e.Policy.Replica == "r2"
+			})
+		})
+		eventually(t, rs[i].id+" sees t1 healthy again", func() bool { return state(rs[i], "t1") == checker.StateHealthy })
+	}
+}
+
+// A group's policy gives its targets their vantages; a replica restarted
+// loads the stored verdicts with the policy, and shows what the others
+// show. A single checker refuses the policy.
+func TestGroupPolicyVantages(t *testing.T) {
+	etcd := etcdtest.Start(t, 0)
+	p := newPaths()
+	rs := []*replica{
+		startVantage(t, etcd.Endpoint, "r1", "", p),
+		startVantage(t, etcd.Endpoint, "r2", "", p),
+		startVantage(t, etcd.Endpoint, "r3", "", p),
+	}
+	eventually(t, "every replica sees every member", func() bool {
+		for _, r := range rs {
+			if len(r.reg.Members()) != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	if _, err := rs[0].c.SetGroupPolicy("edge", checker.GroupPolicy{MaxUnhealthyFraction: 1, Vantages: 3, Quorum: 3}); err != nil {
+		t.Fatal(err)
+	}
+	spec := target("gw")
+	spec.Group = "edge"
+	if _, _, err := rs[1].c.Add(spec); err != nil {
+		t.Fatal(err)
+	}
+	want := "r1=healthy r2=healthy r3=healthy"
+	for _, r := range rs {
+		eventually(t, r.id+" sees gw healthy from the group's three vantages", func() bool {
+			st, _ := r.c.Status("gw")
+			return st.State == checker.StateHealthy && vantagesText(st) == want
+		})
+	}
+	// Quorum 3: two vantages that cannot reach it do not make it down.
+	p.setCut("r1", "gw", true)
+	p.setCut("r2", "gw", true)
+	eventually(t, "two vantages' verdicts stored", func() bool {
+		st, _ := rs[2].c.Status("gw")
+		return strings.Count(vantagesText(st), "unhealthy") == 2
+	})
+	if s := state(rs[2], "gw"); s != checker.StateHealthy {
+		t.Errorf("gw is %v with two of three vantages down and a quorum of 3; want healthy", s)
+	}
+
+	// r3 crashes and restarts at once: it loads the verdicts and the
+	// group's policy. (A replica that leaves for good would leave the
+	// other two to decide alone: the quorum is at most the vantages
+	// there are.)
+	rs[2].c.Close()
+	rs[2].reg.Abandon()
+	rs[2].c = nil
+	rs[2] = startVantage(t, etcd.Endpoint, "r3", "", p)
+	eventually(t, "the restarted replica shows the stored verdicts", func() bool {
+		st, err := rs[2].c.Status("gw")
+		return err == nil && len(st.Vantages) == 3 && strings.Count(vantagesText(st), "unhealthy") == 2 && st.State == checker.StateHealthy
+	})
+
+	c, err := checker.New(checker.Config{NewProber: func(probe.Spec) (checker.Prober, error) { return pathProber{p: newPaths()}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var fe *checker.FieldError
+	if _, err := c.SetGroupPolicy("edge", checker.GroupPolicy{Vantages: 3}); !errors.As(err, &fe) || fe.Field != "vantages" {
+		t.Errorf("a single checker's group policy with 3 vantages: %v; want a FieldError on vantages", err)
+	}
+}

@@ -77,14 +77,47 @@ func (r *Registry) watch(c Applier, from int64) (int64, error) {
 			}
 			continue
 		}
-		changes, last := r.changes(resp.Events)
-		if last == 0 {
-			continue
+		for _, evs := range r.byMembers(resp.Events) {
+			changes, last := r.changes(evs)
+			if last == 0 {
+				continue
+			}
+			c.ApplyShared(changes, uint64(last))
+			from = last + 1
 		}
-		c.ApplyShared(changes, uint64(last))
-		from = last + 1
 	}
 	return from, r.ctx.Err()
+}
+
+// byMembers cuts a watch response's events before and after each revision
+// that changes the members: the changes before it are applied with the
+// members as they were, and those after it with the new ones, however
+// etcd grouped the events into responses. So every replica assigns
+// targets and vantages alike at every revision. (A revision's events stay
+// together: they were one transaction.)
+func (r *Registry) byMembers(evs []*clientv3.Event) [][]*clientv3.Event {
+	var out [][]*clientv3.Event
+	start := 0
+	for i := 0; i < len(evs); {
+		j, members := i, false
+		for ; j < len(evs) && evs[j].Kv.ModRevision == evs[i].Kv.ModRevision; j++ {
+			if kind, _, ok := r.split(string(evs[j].Kv.Key)); ok && kind == "members" {
+				members = true
+			}
+		}
+		if members {
+			if i > start {
+				out = append(out, evs[start:i])
+			}
+			out = append(out, evs[i:j])
+			start = j
+		}
+		i = j
+	}
+	if start < len(evs) {
+		out = append(out, evs[start:])
+	}
+	return out
 }
 
 // changes turns etcd events into the checker's changes. A target's removal
