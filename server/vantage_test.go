@@ -34,7 +34,7 @@ func TestAddTargetVantageBounds(t *testing.T) {
 		{3, 4, "target.quorum: must be between 0 (a majority of vantages) and vantages (3), got 4"},
 		{3, 259, "target.quorum: must be between 0 (a majority of vantages) and vantages (3), got 259"},
 		{0, 2, "target.quorum: must be between 0 (a majority of vantages) and vantages (1), got 2"},
-		{3, 2, "target.vantages: must be at most 1 here (a single pulsed is one vantage: probing from several needs replicas sharing a registry on etcd (pulsed -etcd)), got 3"},
+		{3, 2, "target.vantages: must be at most 1 here (a single pulsed is one vantage: probing from several needs replicas sharing a registry on etcd"},
 	} {
 		tg := tcpTarget("web-1", "")
 		tg.Vantages, tg.Quorum = tt.vantages, tt.quorum

@@ -334,6 +334,7 @@ func run(args []string, stderr io.Writer) error {
 	if shared != nil {
 		cc.Shared = shared
 		cc.StartRevision = 0 // revisions are etcd's
+		cc.Vantage = cfg.registry.suspect
 	}
 	c, err := checker.New(cc)
 	if err != nil {

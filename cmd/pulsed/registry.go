@@ -26,6 +26,10 @@ type registryFlags struct {
 	replicaID string
 	ca        string
 	cert, key string
+	// vantage labels where this replica probes from; suspect says when a
+	// vantage is left out of the quorums (every replica must use the same).
+	vantage string
+	suspect checker.VantagePolicy
 }
 
 func (r *registryFlags) register(fs *flag.FlagSet) {
@@ -37,6 +41,9 @@ func (r *registryFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.cert, "etcd-cert", "", "with -registry etcd: PEM `file` of this replica's client certificate, for an etcd that requires one (with -etcd-key)")
 	fs.StringVar(&r.key, "etcd-key", "", "with -registry etcd: PEM `file` of the key of -etcd-cert")
 	fs.StringVar(&r.replicaID, "replica-id", "", "with -registry etcd: this replica's member `ID` (default: host name, process ID and a random suffix)")
+	fs.StringVar(&r.vantage, "vantage", "", "with -registry etcd: this replica's vantage `label`, e.g. its zone: a target with vantages k is probed from k distinct labels while there are enough; 1 to 64 of [A-Za-z0-9._:-] (default: the replica's ID)")
+	fs.Float64Var(&r.suspect.SuspectShare, "vantage-suspect-share", checker.DefaultSuspectShare, "with -registry etcd: a vantage that says unhealthy of at least this share of the targets it probes with others, while most of the others see them healthy, is suspect and left out of every quorum until below half of it; in (0, 1], the same on every replica")
+	fs.IntVar(&r.suspect.SuspectMin, "vantage-suspect-min", checker.DefaultSuspectMin, "with -registry etcd: the fewest targets a vantage must probe with others to be judged suspect; at least 1, the same on every replica")
 }
 
 // check validates the registry flags against the others; set holds the
@@ -44,7 +51,7 @@ func (r *registryFlags) register(fs *flag.FlagSet) {
 func (r *registryFlags) check(set map[string]bool, cfg *config) error {
 	switch r.kind {
 	case "embedded":
-		for _, f := range []string{"etcd-endpoints", "etcd-prefix", "etcd-lease-ttl", "replica-id", "etcd-ca", "etcd-cert", "etcd-key"} {
+		for _, f := range []string{"etcd-endpoints", "etcd-prefix", "etcd-lease-ttl", "replica-id", "etcd-ca", "etcd-cert", "etcd-key", "vantage", "vantage-suspect-share", "vantage-suspect-min"} {
 			if set[f] {
 				return fmt.Errorf("-%s needs -registry etcd", f)
 			}
@@ -62,6 +69,9 @@ func (r *registryFlags) check(set map[string]bool, cfg *config) error {
 		if set["data-dir"] {
 			return fmt.Errorf("-data-dir is the embedded registry's; with -registry etcd the registry is in etcd")
 		}
+		if err := r.checkVantage(set); err != nil {
+			return err
+		}
 		cfg.dataDir = ""
 	default:
 		return fmt.Errorf("-registry must be embedded or etcd, got %q", r.kind)
@@ -70,6 +80,22 @@ func (r *registryFlags) check(set map[string]bool, cfg *config) error {
 }
 
 func (r *registryFlags) etcd() bool { return r.kind == "etcd" }
+
+// checkVantage validates -vantage and the suspect policy.
+func (r *registryFlags) checkVantage(set map[string]bool) error {
+	if set["vantage"] {
+		if err := etcdreg.ValidateLabel(r.vantage); err != nil {
+			return fmt.Errorf("-vantage: %w", err)
+		}
+	}
+	if s := r.suspect.SuspectShare; !(s > 0 && s <= 1) { // NaN too
+		return fmt.Errorf("-vantage-suspect-share must be in (0, 1], got %v", s)
+	}
+	if r.suspect.SuspectMin < 1 {
+		return fmt.Errorf("-vantage-suspect-min must be at least 1, got %d", r.suspect.SuspectMin)
+	}
+	return nil
+}
 
 // openEtcd connects to etcd and announces this replica.
 func (r *registryFlags) openEtcd(logger *slog.Logger) (*etcdreg.Registry, error) {
@@ -83,6 +109,7 @@ func (r *registryFlags) openEtcd(logger *slog.Logger) (*etcdreg.Registry, error)
 		Endpoints: eps,
 		Prefix:    r.prefix,
 		ID:        r.replicaID,
+		Vantage:   r.vantage,
 		LeaseTTL:  r.leaseTTL,
 		Logger:    logger.With("component", "etcd"),
 	})
