@@ -293,11 +293,11 @@ func checkGroupPolicy(group string, p GroupPolicy) error {
 	if err := checkObjective(p); err != nil {
 		return err
 	}
-	if p.Vantages < 0 || p.Quorum < 0 || p.Vantages > MaxVantages {
-		return &FieldError{"vantages", fmt.Sprintf("must be between 0 (one: the owner's) and %d, with quorum at least 0, got %d and %d", MaxVantages, p.Vantages, p.Quorum)}
-	}
-	if err := (Spec{Vantages: uint8(p.Vantages), Quorum: uint8(min(p.Quorum, 255))}).validateVantages(); err != nil {
-		return err
+	switch {
+	case p.Vantages < 0 || p.Vantages > MaxVantages:
+		return &FieldError{"vantages", fmt.Sprintf("must be between 0 (one: the owner's) and %d, got %d", MaxVantages, p.Vantages)}
+	case p.Quorum < 0 || p.Quorum > max(p.Vantages, 1):
+		return &FieldError{"quorum", fmt.Sprintf("must be between 0 (a majority) and vantages (%d), got %d", max(p.Vantages, 1), p.Quorum)}
 	}
 	return (Spec{Lifecycle: &Lifecycle{SlowStart: p.SlowStart, RemoveAfterUnhealthy: p.RemoveAfterUnhealthy}}).validateLifecycle()
 }

@@ -67,6 +67,11 @@ func (threeVantages) Self() checker.Vantage                  { return checker.Va
 func (threeVantages) ProposeVerdict(context.Context, checker.VerdictProposal) error {
 	return checker.ErrFenced
 }
+func (threeVantages) Judges(string) bool { return false }
+func (threeVantages) PutVantage(context.Context, checker.VantageRecord) error {
+	return checker.ErrFenced
+}
+func (threeVantages) LoadedVantages() []checker.VantageRecord { return nil }
 
 // A target probed from three vantages: the client reads its spec's
 // vantages and quorum, each vantage's verdict in its status, and the

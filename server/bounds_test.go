@@ -138,3 +138,25 @@ func TestReportOutcomeLatencyBound(t *testing.T) {
 		t.Errorf("at the bound: %v, %v; want counted, the only passive result", resp, err)
 	}
 }
+
+// SetGroupPolicy bounds vantages and quorum, and a single pulsed refuses
+// more than one vantage: each names its field and the bound, and changes
+// nothing.
+func TestSetGroupPolicyVantagesBounds(t *testing.T) {
+	e := start(t, checker.Config{})
+	for _, tt := range []struct {
+		p    *pb.GroupPolicy
+		want string
+	}{
+		{&pb.GroupPolicy{Vantages: 10}, "policy.vantages: must be between 0 (one: the owner's) and 9, got 10"},
+		{&pb.GroupPolicy{Vantages: -1}, "policy.vantages: must be between 0 (one: the owner's) and 9, got -1"},
+		{&pb.GroupPolicy{Vantages: 3, Quorum: 4}, "policy.quorum: must be between 0 (a majority) and vantages (3), got 4"},
+		{&pb.GroupPolicy{Vantages: 3}, "policy.vantages: must be at most 1 here (a single pulsed is one vantage"},
+	} {
+		_, err := e.client.SetGroupPolicy(t.Context(), &pb.SetGroupPolicyRequest{Group: "edge", Policy: tt.p})
+		wantCode(t, err, codes.InvalidArgument, tt.want)
+	}
+	if g := e.c.Groups("edge"); len(g) != 0 {
+		t.Errorf("refused policies left a group: %+v", g)
+	}
+}

@@ -92,6 +92,11 @@ func (vantageMirror) Self() checker.Vantage                  { return checker.Va
 func (vantageMirror) ProposeVerdict(context.Context, checker.VerdictProposal) error {
 	return checker.ErrFenced
 }
+func (vantageMirror) Judges(string) bool { return false }
+func (vantageMirror) PutVantage(context.Context, checker.VantageRecord) error {
+	return checker.ErrFenced
+}
+func (vantageMirror) LoadedVantages() []checker.VantageRecord { return nil }
 
 // A target probed from several vantages: its status lists their
 // verdicts, owner first, and a transition they decide carries them with

@@ -32,11 +32,16 @@ the others stay routable, held. F is in (0, 1]; 1 disables the threshold.
 probes that should pass (0.999 or 99.9%), over --objective-window (whole
 hours, at most 720h, the default); 'pulsectl history --group GROUP' then shows
 the error budget left and its burn rate, and --objective 0 removes it.
+--vantages K probes the group's targets that set none of their own from K
+replicas in distinct zones (pulsed -vantage), and --quorum Q (default a
+majority) of them must agree to change a target's state; it needs replicas on
+etcd.
 --default clears the group's whole policy, so pulsed's defaults apply.`,
 		example: `
 pulsectl policy get edge
 pulsectl policy set edge --max-unhealthy-fraction 0.3
 pulsectl policy set edge --objective 99.9% --objective-window 168h
+pulsectl policy set edge --vantages 3
 pulsectl policy set edge --default`,
 		run: runPolicy,
 	}
@@ -50,6 +55,8 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 	objective := fs.String("objective", "", "with set: the availability objective, the share of probes that should pass: 0.999 or 99.9% (0 removes it)")
 	var objWindow secondsFlag
 	fs.Var(&objWindow, "objective-window", "with set: the `duration` the objective is measured over, whole hours up to 720h (the default)")
+	vantages := fs.Int("vantages", 0, "with set: how many replicas, in distinct zones, probe the group's targets that set none of their own (0 or 1: one; needs replicas on etcd)")
+	quorum := fs.Int("quorum", 0, "with set: how many of the vantages must agree to change a target's state (0: a majority)")
 	out := addOutputFlag(fs, "the GroupStatus", "yaml")
 	pos, code, ok := c.parse(e, fs, args)
 	if !ok {
@@ -65,12 +72,12 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 	verb, group := pos[0], pos[1]
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	changes := set["max-unhealthy-fraction"] || set["objective"] || set["objective-window"]
+	changes := set["max-unhealthy-fraction"] || set["objective"] || set["objective-window"] || set["vantages"] || set["quorum"]
 	switch {
 	case verb == "get" && (changes || set["default"]):
-		return c.usageError(e, "--max-unhealthy-fraction, --objective, --objective-window and --default go with set")
+		return c.usageError(e, "--max-unhealthy-fraction, --objective, --objective-window, --vantages, --quorum and --default go with set")
 	case verb == "set" && changes == *dflt:
-		return c.usageError(e, "set takes --max-unhealthy-fraction F, --objective O or --objective-window D, or --default alone")
+		return c.usageError(e, "set takes --max-unhealthy-fraction F, --objective O, --objective-window D, --vantages K or --quorum Q, or --default alone")
 	}
 	var obj float64
 	if set["objective"] {
@@ -118,6 +125,12 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 		if set["objective-window"] {
 			p.ObjectiveWindow = durationpb.New(time.Duration(objWindow))
 		}
+		if set["vantages"] {
+			p.Vantages = int32(*vantages)
+		}
+		if set["quorum"] {
+			p.Quorum = int32(*quorum)
+		}
 		resp, err := cl.SetGroupPolicy(cctx, &pb.SetGroupPolicyRequest{Group: group, Policy: p})
 		if err != nil {
 			return cl.fail(e, err, "")
@@ -140,6 +153,13 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 	}
 	if o := g.GetPolicy().AvailabilityObjective; o != nil {
 		fmt.Fprintf(e.stdout, "; objective %s over %s", objectiveText(*o), windowText(g.GetPolicy().GetObjectiveWindow().AsDuration()))
+	}
+	if k := g.GetPolicy().GetVantages(); k > 1 {
+		q := g.GetPolicy().GetQuorum()
+		if q == 0 {
+			q = k/2 + 1
+		}
+		fmt.Fprintf(e.stdout, "; %d vantages, quorum %d", k, q)
 	}
 	fmt.Fprintln(e.stdout)
 	return exitOK
