@@ -285,7 +285,9 @@ func (r *registry) limitedOutcome(name string) (Status, error) {
 }
 
 // applyOutcomeLocked applies an outcome stored at rev: every replica keeps
-// the bucket and counts it; the owner feeds it to the target's machine.
+// the bucket and counts it; the owner feeds it to the target's machine,
+// and so does each of its vantages, probed from several, to its own: an
+// outcome is the client's word, not one vantage's.
 func (r *registry) applyOutcomeLocked(name string, so SharedOutcome, rev uint64, now time.Time) {
 	t, ok := r.targets[name]
 	if !ok {
@@ -296,8 +298,8 @@ func (r *registry) applyOutcomeLocked(name string, so SharedOutcome, rev uint64,
 		return
 	}
 	t.passive++
-	if !t.owned {
-		return
+	if !t.owned && !t.vantage {
+		return // its owner, and each of its vantages, count it
 	}
 	res := so.Result
 	res.Passive = true

@@ -594,3 +594,116 @@ func TestFleetOutageMarksNoVantageSuspect(t *testing.T) {
 		}
 	}
 }
+
+// The pool policies hold as they do for a target probed from one place:
+// the panic threshold holds a group's second target that the vantages
+// judge down, flap damping holds a target whose vantages' verdict flaps,
+// a drain makes it unhealthy at once, and passive outcomes count on its
+// owner's vantage.
+func TestVantagesWithPoolPolicies(t *testing.T) {
+	etcd := etcdtest.Start(t, 0)
+	p := newPaths()
+	rs := []*replica{
+		startVantage(t, etcd.Endpoint, "r1", "", p),
+		startVantage(t, etcd.Endpoint, "r2", "", p),
+		startVantage(t, etcd.Endpoint, "r3", "", p),
+	}
+	eventually(t, "every replica sees every member", func() bool {
+		for _, r := range rs {
+			if len(r.reg.Members()) != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	if _, err := rs[0].c.SetGroupPolicy("edge", checker.GroupPolicy{MaxUnhealthyFraction: 0.5, Vantages: 3}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"e1", "e2"} {
+		s := target(n)
+		s.Group = "edge"
+		if _, _, err := rs[0].c.Add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flappy := target("flappy")
+	flappy.Vantages, flappy.FlapThreshold, flappy.FlapWindow = 3, 2, time.Minute
+	if _, _, err := rs[0].c.Add(flappy); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		eventually(t, r.id+" sees every target healthy from three vantages", func() bool {
+			for _, n := range []string{"e1", "e2", "flappy"} {
+				st, _ := r.c.Status(n)
+				if st.State != checker.StateHealthy || strings.Count(vantagesText(st), "=healthy") != 3 {
+					return false
+				}
+			}
+			return true
+		})
+	}
+
+	// Both of the group down: one of two may be unhealthy; the other is
+	// held, routable.
+	p.setDown("e1", true)
+	p.setDown("e2", true)
+	for _, r := range rs {
+		eventually(t, r.id+" holds one of edge", func() bool {
+			s1, _ := r.c.Status("e1")
+			s2, _ := r.c.Status("e2")
+			return s1.Verdict == checker.StateUnhealthy && s2.Verdict == checker.StateUnhealthy &&
+				(s1.PanicHeld != s2.PanicHeld) && (s1.Routable != s2.Routable)
+		})
+	}
+
+	// The vantages' verdict on flappy goes down and up: flap damping
+	// holds it unhealthy.
+	p.setDown("flappy", true)
+	eventually(t, "flappy down", func() bool { return state(rs[1], "flappy") == checker.StateUnhealthy })
+	p.setDown("flappy", false)
+	for _, r := range rs {
+		eventually(t, r.id+" sees flappy held by flap damping", func() bool {
+			st, _ := r.c.Status("flappy")
+			return st.Flapping && st.State == checker.StateUnhealthy && st.Verdict == checker.StateHealthy
+		})
+	}
+
+	// Passive outcomes count on every vantage: two failures make the
+	// quorum, and the target, unhealthy.
+	passive := target("passive")
+	passive.Vantages, passive.PassiveOutcomes, passive.Interval = 3, true, time.Hour
+	passive.InitialState = checker.StateHealthy
+	if _, _, err := rs[0].c.Add(passive); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "r2 sees passive", func() bool { return state(rs[1], "passive") == checker.StateHealthy })
+	for range 2 {
+		if _, _, err := rs[1].c.ReportOutcome("passive", checker.Outcome{Pass: false, Err: "503 from the client"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range rs {
+		eventually(t, r.id+" sees passive down by its outcomes", func() bool {
+			st, _ := r.c.Status("passive")
+			return st.State == checker.StateUnhealthy && strings.Count(vantagesText(st), "unhealthy(503 from the client)") >= 2
+		})
+	}
+
+	// A drain makes a target probed from three vantages unhealthy at once.
+	p.setDown("e1", false)
+	p.setDown("e2", false)
+	for _, r := range rs {
+		eventually(t, r.id+" sees edge healthy again", func() bool {
+			return state(r, "e1") == checker.StateHealthy && state(r, "e2") == checker.StateHealthy
+		})
+	}
+	if _, err := rs[2].c.SetMode(checker.ModeRequest{Target: "e1", Mode: checker.ModeDraining, Reason: "deploy"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		eventually(t, r.id+" sees e1 drained", func() bool {
+			st, _ := r.c.Status("e1")
+			return !st.Routable && st.Verdict == checker.StateHealthy
+		})
+	}
+}
