@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/history"
 	"github.com/pulsehealth/pulse/checker/probe"
@@ -130,5 +133,45 @@ func TestPageVantages(t *testing.T) {
 	ev.decode(t, &tr)
 	if got := chips(tr.vantageRow); tr.Target != "web-1" || tr.To != "unhealthy" || got != "zone-a=healthy zone-b=unhealthy(connection refused) zone-c=unhealthy(no route to host)" {
 		t.Errorf("transition %+v (vantages %q)", tr, got)
+	}
+}
+
+// Each vantage that probes targets with others has its standing: zone-c
+// disagrees on the three targets it is judged on and is suspect. The
+// series pass promlint.
+func TestVantageMetrics(t *testing.T) {
+	e := newEnv(t, checker.Config{Shared: zoneFleet{}}, web.Config{})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(web.NewCollector(e.c, false, e.obs))
+	want := `
+# HELP pulse_vantage_disagree_targets Targets the vantage says unhealthy (or suspect) while most of their other vantages say healthy.
+# TYPE pulse_vantage_disagree_targets gauge
+pulse_vantage_disagree_targets{replica="r2",vantage="zone-a"} 0
+pulse_vantage_disagree_targets{replica="r3",vantage="zone-b"} 0
+pulse_vantage_disagree_targets{replica="r4",vantage="zone-c"} 3
+# HELP pulse_vantage_judged_targets Targets on which the vantage and another vantage both have a verdict: those it is judged on.
+# TYPE pulse_vantage_judged_targets gauge
+pulse_vantage_judged_targets{replica="r2",vantage="zone-a"} 3
+pulse_vantage_judged_targets{replica="r3",vantage="zone-b"} 3
+pulse_vantage_judged_targets{replica="r4",vantage="zone-c"} 3
+# HELP pulse_vantage_suspect 1 while the vantage is suspect (it says unhealthy of targets the other vantages see healthy) and its verdicts are left out of every quorum, 0 if not; with -registry etcd, for the vantages that probe targets with others.
+# TYPE pulse_vantage_suspect gauge
+pulse_vantage_suspect{replica="r2",vantage="zone-a"} 0
+pulse_vantage_suspect{replica="r3",vantage="zone-b"} 0
+pulse_vantage_suspect{replica="r4",vantage="zone-c"} 1
+`
+	if got := gatherText(t, reg, "pulse_vantage_suspect", "pulse_vantage_disagree_targets", "pulse_vantage_judged_targets"); got != strings.TrimPrefix(want, "\n") {
+		t.Errorf("metrics:\n%s\nwant:\n%s", got, want)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
 	}
 }
