@@ -160,6 +160,7 @@ func groupPolicyToProto(p GroupPolicy) *pb.GroupPolicy {
 		out.AvailabilityObjective = proto.Float64(p.Objective)
 	}
 	out.ObjectiveWindow = optDuration(p.ObjectiveWindow)
+	out.Vantages, out.Quorum = int32(p.Vantages), int32(p.Quorum)
 	return out
 }
 
@@ -170,6 +171,8 @@ func groupPolicyFromProto(p *pb.GroupPolicy) GroupPolicy {
 		RemoveAfterUnhealthy: p.GetRemoveAfterUnhealthy().AsDuration(),
 		Objective:            p.GetAvailabilityObjective(),
 		ObjectiveWindow:      p.GetObjectiveWindow().AsDuration(),
+		Vantages:             int(p.GetVantages()),
+		Quorum:               int(p.GetQuorum()),
 	}
 }
 

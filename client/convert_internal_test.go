@@ -207,6 +207,7 @@ func TestGroupPolicyRoundTrip(t *testing.T) {
 		MaxUnhealthyFraction: proto.Float64(0.25),
 		SlowStart:            durationpb.New(time.Minute), RemoveAfterUnhealthy: durationpb.New(time.Hour),
 		AvailabilityObjective: proto.Float64(0.999), ObjectiveWindow: durationpb.New(24 * time.Hour),
+		Vantages: 3, Quorum: 2,
 	}
 	requireSet(t, want)
 	if diff := cmp.Diff(want, groupPolicyToProto(groupPolicyFromProto(want)), protocmp.Transform()); diff != "" {
@@ -235,7 +236,7 @@ func TestReadOnlyConversions(t *testing.T) {
 	}
 	gs := &pb.GroupStatus{
 		Group: "edge", Policy: &pb.GroupPolicy{MaxUnhealthyFraction: proto.Float64(0.25), SlowStart: durationpb.New(time.Minute), RemoveAfterUnhealthy: durationpb.New(time.Hour),
-			AvailabilityObjective: proto.Float64(0.999), ObjectiveWindow: durationpb.New(24 * time.Hour)},
+			AvailabilityObjective: proto.Float64(0.999), ObjectiveWindow: durationpb.New(24 * time.Hour), Vantages: 3, Quorum: 2},
 		MaxUnhealthyFraction: 0.25, Targets: 4, Unhealthy: 1, MaxUnhealthy: 1, Panic: true, Held: []string{"web-3"},
 	}
 	pr := &pb.ProbeNowResult{Name: "web-1", Result: res, Skipped: "in flight", State: pb.State_STATE_HEALTHY}

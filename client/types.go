@@ -271,6 +271,9 @@ type GroupPolicy struct {
 	// of the group then says where it stands (HistorySummary.SLO).
 	Objective       float64
 	ObjectiveWindow time.Duration
+	// Vantages and Quorum are those of the group's targets that set none
+	// of their own (Target.Vantages, Target.Quorum); 0 is one vantage.
+	Vantages, Quorum int
 }
 
 // GroupStatus is a group's policy and its pool state.

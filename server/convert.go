@@ -484,6 +484,7 @@ func groupStatusToProto(g checker.GroupStatus) *pb.GroupStatus {
 		out.Policy.AvailabilityObjective = &o
 		out.Policy.ObjectiveWindow = durationpb.New(g.Policy.ObjectiveWindow)
 	}
+	out.Policy.Vantages, out.Policy.Quorum = int32(g.Policy.Vantages), int32(g.Policy.Quorum)
 	return out
 }
 
@@ -521,7 +522,8 @@ func eventToProto(e checker.Event) *pb.WatchTransitionsResponse {
 }
 
 func groupPolicyFromProto(p *pb.GroupPolicy) (checker.GroupPolicy, error) {
-	gp := checker.GroupPolicy{MaxUnhealthyFraction: p.GetMaxUnhealthyFraction(), Objective: p.GetAvailabilityObjective()}
+	gp := checker.GroupPolicy{MaxUnhealthyFraction: p.GetMaxUnhealthyFraction(), Objective: p.GetAvailabilityObjective(),
+		Vantages: int(p.GetVantages()), Quorum: int(p.GetQuorum())}
 	if p != nil && p.AvailabilityObjective != nil && gp.Objective == 0 {
 		return gp, &checker.FieldError{Field: "availability_objective", Reason: "must be in (0, 1), e.g. 0.999 for 99.9%, got 0; leave it unset for none"}
 	}

@@ -163,3 +163,28 @@ func TestVantageWithoutVerdict(t *testing.T) {
 		t.Errorf("vantages (-want +got):\n%s", diff)
 	}
 }
+
+// A group's vantages and quorum, for its targets that set none: checked
+// as a target's, refused above 1 on a single pulsed, and shown back.
+func TestGroupPolicyVantages(t *testing.T) {
+	e := start(t, checker.Config{})
+	for _, tt := range []struct {
+		vantages, quorum int32
+		want             string
+	}{
+		{10, 0, "policy.vantages: must be between 0 (one: the owner's) and 9"},
+		{-1, 0, "policy.vantages: must be between 0 (one: the owner's) and 9"},
+		{1, 2, "policy.quorum: must be at most vantages (1), got 2"},
+		{3, 0, "policy.vantages: must be at most 1 here (a single pulsed is one vantage"},
+	} {
+		_, err := e.client.SetGroupPolicy(t.Context(), &pb.SetGroupPolicyRequest{Group: "edge", Policy: &pb.GroupPolicy{Vantages: tt.vantages, Quorum: tt.quorum}})
+		wantCode(t, err, codes.InvalidArgument, tt.want)
+	}
+	resp, err := e.client.SetGroupPolicy(t.Context(), &pb.SetGroupPolicyRequest{Group: "edge", Policy: &pb.GroupPolicy{Vantages: 1, Quorum: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := resp.GetGroup().GetPolicy(); p.GetVantages() != 1 || p.GetQuorum() != 1 {
+		t.Errorf("policy %v, want vantages 1, quorum 1", p)
+	}
+}

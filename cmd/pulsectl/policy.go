@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -17,7 +18,7 @@ func policyCommand() *command {
 	return &command{
 		name:    "policy",
 		args:    "get|set [flags] GROUP",
-		summary: "show or set a group's pool policy (its panic threshold, its availability objective)",
+		summary: "show or set a group's pool policy (its panic threshold, its availability objective, its vantages)",
 		about: `
 policy get GROUP shows a group's policy and pool state: the panic threshold in
 force (max_unhealthy_fraction, the group's own or pulsed's default), how many
@@ -32,11 +33,15 @@ the others stay routable, held. F is in (0, 1]; 1 disables the threshold.
 probes that should pass (0.999 or 99.9%), over --objective-window (whole
 hours, at most 720h, the default); 'pulsectl history --group GROUP' then shows
 the error budget left and its burn rate, and --objective 0 removes it.
+--vantages K and --quorum Q are those of the group's targets that set none of
+their own (add --vantages): probed from K replicas on etcd, their state a
+quorum of Q verdicts (0: a majority); --vantages 0 goes back to one.
 --default clears the group's whole policy, so pulsed's defaults apply.`,
 		example: `
 pulsectl policy get edge
 pulsectl policy set edge --max-unhealthy-fraction 0.3
 pulsectl policy set edge --objective 99.9% --objective-window 168h
+pulsectl policy set edge --vantages 3
 pulsectl policy set edge --default`,
 		run: runPolicy,
 	}
@@ -50,6 +55,8 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 	objective := fs.String("objective", "", "with set: the availability objective, the share of probes that should pass: 0.999 or 99.9% (0 removes it)")
 	var objWindow secondsFlag
 	fs.Var(&objWindow, "objective-window", "with set: the `duration` the objective is measured over, whole hours up to 720h (the default)")
+	vantages := fs.Int("vantages", 0, "with set: replicas that probe each of the group's targets that sets none of its own, 0 to 9 (needs replicas on etcd above 1)")
+	quorum := fs.Int("quorum", 0, "with set: vantages that must agree to change those targets' state, at most --vantages (0: a majority)")
 	out := addOutputFlag(fs, "the GroupStatus", "yaml")
 	pos, code, ok := c.parse(e, fs, args)
 	if !ok {
@@ -65,12 +72,20 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 	verb, group := pos[0], pos[1]
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	changes := set["max-unhealthy-fraction"] || set["objective"] || set["objective-window"]
+	changes := set["max-unhealthy-fraction"] || set["objective"] || set["objective-window"] || set["vantages"] || set["quorum"]
 	switch {
 	case verb == "get" && (changes || set["default"]):
-		return c.usageError(e, "--max-unhealthy-fraction, --objective, --objective-window and --default go with set")
+		return c.usageError(e, "--max-unhealthy-fraction, --objective, --objective-window, --vantages, --quorum and --default go with set")
 	case verb == "set" && changes == *dflt:
-		return c.usageError(e, "set takes --max-unhealthy-fraction F, --objective O or --objective-window D, or --default alone")
+		return c.usageError(e, "set takes --max-unhealthy-fraction F, --objective O, --objective-window D, --vantages K or --quorum Q, or --default alone")
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"vantages", *vantages}, {"quorum", *quorum}} {
+		if f.v < 0 || f.v > math.MaxInt32 {
+			return c.usageError(e, "--%s %d is out of range", f.name, f.v)
+		}
 	}
 	var obj float64
 	if set["objective"] {
@@ -118,6 +133,12 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 		if set["objective-window"] {
 			p.ObjectiveWindow = durationpb.New(time.Duration(objWindow))
 		}
+		if set["vantages"] {
+			p.Vantages = int32(*vantages)
+		}
+		if set["quorum"] {
+			p.Quorum = int32(*quorum)
+		}
 		resp, err := cl.SetGroupPolicy(cctx, &pb.SetGroupPolicyRequest{Group: group, Policy: p})
 		if err != nil {
 			return cl.fail(e, err, "")
@@ -140,6 +161,9 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 	}
 	if o := g.GetPolicy().AvailabilityObjective; o != nil {
 		fmt.Fprintf(e.stdout, "; objective %s over %s", objectiveText(*o), windowText(g.GetPolicy().GetObjectiveWindow().AsDuration()))
+	}
+	if k := g.GetPolicy().GetVantages(); k > 1 {
+		fmt.Fprintf(e.stdout, "; %s", vantagesText(k, g.GetPolicy().GetQuorum()))
 	}
 	fmt.Fprintln(e.stdout)
 	return exitOK

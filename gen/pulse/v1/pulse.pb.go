@@ -249,7 +249,8 @@ const (
 	// judged; pulsed -vantage-suspect-share, of at least
 	// -vantage-suspect-min targets) while most of the others see them
 	// healthy: its own path is likely broken. Its verdicts are left out of
-	// every quorum until it recovers.
+	// every quorum until it recovers. Every replica streams it at the same
+	// revision, to watchers without a filter.
 	PolicyEvent_KIND_VANTAGE_SUSPECT PolicyEvent_Kind = 50
 	// VANTAGE_RECOVERED: the vantage disagrees on fewer than half that
 	// share again, or left.
@@ -1967,8 +1968,14 @@ type GroupPolicy struct {
 	// objective_window is the window the objective is measured over: whole
 	// hours, at most 720h (30 days). Unset with an objective: 720h.
 	ObjectiveWindow *durationpb.Duration `protobuf:"bytes,23,opt,name=objective_window,json=objectiveWindow,proto3" json:"objective_window,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// vantages and quorum are those of the group's targets that set none of
+	// their own (Target.vantages, Target.quorum): 0 to 9, and 0 to vantages
+	// (0: a majority). Unset: one vantage. Above 1 needs replicas on etcd: a
+	// single pulsed refuses it (INVALID_ARGUMENT on policy.vantages).
+	Vantages      int32 `protobuf:"varint,24,opt,name=vantages,proto3" json:"vantages,omitempty"`
+	Quorum        int32 `protobuf:"varint,25,opt,name=quorum,proto3" json:"quorum,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GroupPolicy) Reset() {
@@ -2034,6 +2041,20 @@ func (x *GroupPolicy) GetObjectiveWindow() *durationpb.Duration {
 		return x.ObjectiveWindow
 	}
 	return nil
+}
+
+func (x *GroupPolicy) GetVantages() int32 {
+	if x != nil {
+		return x.Vantages
+	}
+	return 0
+}
+
+func (x *GroupPolicy) GetQuorum() int32 {
+	if x != nil {
+		return x.Quorum
+	}
+	return 0
 }
 
 // GroupStatus is a group's policy and its pool state.
@@ -5723,14 +5744,16 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x06weight\x18- \x01(\rR\x06weight\x12@\n" +
 	"\x0eslow_start_end\x18. \x01(\v2\x1a.google.protobuf.TimestampR\fslowStartEnd\x12C\n" +
 	"\x0funhealthy_since\x18/ \x01(\v2\x1a.google.protobuf.TimestampR\x0eunhealthySince\x124\n" +
-	"\bvantages\x182 \x03(\v2\x18.pulse.v1.VantageVerdictR\bvantages\"\x8b\x03\n" +
+	"\bvantages\x182 \x03(\v2\x18.pulse.v1.VantageVerdictR\bvantages\"\xbf\x03\n" +
 	"\vGroupPolicy\x129\n" +
 	"\x16max_unhealthy_fraction\x18\x01 \x01(\x01H\x00R\x14maxUnhealthyFraction\x88\x01\x01\x128\n" +
 	"\n" +
 	"slow_start\x18\x14 \x01(\v2\x19.google.protobuf.DurationR\tslowStart\x12O\n" +
 	"\x16remove_after_unhealthy\x18\x15 \x01(\v2\x19.google.protobuf.DurationR\x14removeAfterUnhealthy\x12:\n" +
 	"\x16availability_objective\x18\x16 \x01(\x01H\x01R\x15availabilityObjective\x88\x01\x01\x12D\n" +
-	"\x10objective_window\x18\x17 \x01(\v2\x19.google.protobuf.DurationR\x0fobjectiveWindowB\x19\n" +
+	"\x10objective_window\x18\x17 \x01(\v2\x19.google.protobuf.DurationR\x0fobjectiveWindow\x12\x1a\n" +
+	"\bvantages\x18\x18 \x01(\x05R\bvantages\x12\x16\n" +
+	"\x06quorum\x18\x19 \x01(\x05R\x06quorumB\x19\n" +
 	"\x17_max_unhealthy_fractionB\x19\n" +
 	"\x17_availability_objective\"\x8f\x02\n" +
 	"\vGroupStatus\x12\x14\n" +
