@@ -1152,8 +1152,8 @@ type Target struct {
 	// their verdicts (TargetStatus.vantages).
 	Vantages int32 `protobuf:"varint,50,opt,name=vantages,proto3" json:"vantages,omitempty"`
 	// quorum is how many vantages must agree to change the verdict: UNHEALTHY
-	// once quorum say so, HEALTHY once quorum say healthy. 0 to vantages;
-	// unset or 0: a majority (vantages / 2 + 1). With fewer live replicas
+	// once quorum say so, HEALTHY once quorum say healthy. 0 to vantages (1
+	// when vantages is 0); unset or 0: a majority (vantages / 2 + 1). With fewer live replicas
 	// than vantages, it is capped at those probing.
 	Quorum        int32 `protobuf:"varint,51,opt,name=quorum,proto3" json:"quorum,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -4955,9 +4955,10 @@ type WatchTransitionsResponse_Progress struct {
 
 type WatchTransitionsResponse_Policy struct {
 	// policy is a change of a group's panic state, a target's flapping,
-	// or the checker's overload. A stream filtered by group gets its
-	// group's PANIC events (whatever its names) and its targets' FLAPPING
-	// events; every stream gets the CHECKER events.
+	// the checker's overload, or a vantage's standing. A stream filtered by
+	// group gets its group's PANIC events (whatever its names) and its
+	// targets' FLAPPING events; every stream gets the CHECKER events, and
+	// streams without a filter the VANTAGE events.
 	Policy *PolicyEvent `protobuf:"bytes,9,opt,name=policy,proto3,oneof"`
 }
 
