@@ -271,8 +271,8 @@ type GroupPolicy struct {
 	// of the group then says where it stands (HistorySummary.SLO).
 	Objective       float64
 	ObjectiveWindow time.Duration
-	// Vantages and Quorum apply to the group's targets that set no
-	// vantages of their own (Target.Vantages); 0 is one vantage.
+	// Vantages and Quorum are those of the group's targets that set none
+	// of their own (Target.Vantages, Target.Quorum); 0 is one vantage.
 	Vantages, Quorum int
 }
 

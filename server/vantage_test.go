@@ -168,3 +168,86 @@ func TestVantageWithoutVerdict(t *testing.T) {
 		t.Errorf("vantages (-want +got):\n%s", diff)
 	}
 }
+
+// A group's vantages and quorum, for its targets that set none: checked
+// as a target's, refused above 1 on a single pulsed, and shown back.
+func TestGroupPolicyVantages(t *testing.T) {
+	e := start(t, checker.Config{})
+	for _, tt := range []struct {
+		vantages, quorum int32
+		want             string
+	}{
+		{10, 0, "policy.vantages: must be between 0 (one: the owner's) and 9"},
+		{-1, 0, "policy.vantages: must be between 0 (one: the owner's) and 9"},
+		{1, 2, "policy.quorum: must be at most vantages (1), got 2"},
+		{3, 0, "policy.vantages: must be at most 1 here (a single pulsed is one vantage"},
+	} {
+		_, err := e.client.SetGroupPolicy(t.Context(), &pb.SetGroupPolicyRequest{Group: "edge", Policy: &pb.GroupPolicy{Vantages: tt.vantages, Quorum: tt.quorum}})
+		wantCode(t, err, codes.InvalidArgument, tt.want)
+	}
+	resp, err := e.client.SetGroupPolicy(t.Context(), &pb.SetGroupPolicyRequest{Group: "edge", Policy: &pb.GroupPolicy{Vantages: 1, Quorum: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := resp.GetGroup().GetPolicy(); p.GetVantages() != 1 || p.GetQuorum() != 1 {
+		t.Errorf("policy %v, want vantages 1, quorum 1", p)
+	}
+}
+
+// threeTargets is vantageMirror with web-1 to web-3 in group edge, every
+// vantage healthy at first.
+type threeTargets struct{ vantageMirror }
+
+func (threeTargets) Load() ([]checker.SharedTarget, uint64, error) {
+	var out []checker.SharedTarget
+	for i := range 3 {
+		name := fmt.Sprintf("web-%d", i+1)
+		st := checker.SharedTarget{
+			Spec:     checker.Spec{Name: name, Group: "edge", Vantages: 3, Probe: probe.Spec{TCP: &probe.TCPSpec{Address: name + ":80"}}},
+			State:    &checker.SharedState{State: checker.StateHealthy, Writer: "r2"},
+			StateRev: uint64(1 + i),
+		}
+		for j, v := range vantageMembers {
+			st.Verdicts = append(st.Verdicts, checker.VantageVerdict{Member: v.Member, Label: v.Label, State: checker.StateHealthy, Rev: uint64(4 + 3*i + j)})
+		}
+		out = append(out, st)
+	}
+	return out, 20, nil
+}
+
+// zone-c (r4) says unhealthy of the targets the others see healthy: at
+// the second of three (half, the default share) it is suspect, and
+// VANTAGE_SUSPECT reaches a stream without a filter with its replica,
+// label and numbers, but not a stream filtered by group.
+func TestVantageSuspectOnTheStream(t *testing.T) {
+	e := start(t, checker.Config{Shared: threeTargets{}})
+	all := watch(t, t.Context(), e, &pb.WatchTransitionsRequest{StartRevision: 20})
+	edge := watch(t, t.Context(), e, &pb.WatchTransitionsRequest{Group: "edge", StartRevision: 20})
+	for i := range 3 {
+		rev := uint64(21 + i)
+		e.c.ApplyShared([]checker.SharedChange{{Kind: checker.SharedVerdictPut, Rev: rev, Name: fmt.Sprintf("web-%d", i+1), Verdict: checker.VantageVerdict{
+			Member: "r4", Label: "zone-c", State: checker.StateUnhealthy, Error: "no route to host", Rev: rev,
+		}}}, rev)
+	}
+	e.c.ApplyShared([]checker.SharedChange{{Kind: checker.SharedStatePut, Rev: 24, Name: "web-1", State: checker.SharedState{
+		State: checker.StateUnhealthy, From: checker.StateHealthy, Reason: "test", Writer: "r2",
+	}}}, 24)
+
+	ev, err := all.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := ev.GetPolicy()
+	if p.GetKind() != pb.PolicyEvent_KIND_VANTAGE_SUSPECT || ev.GetRevision() != 22 || p.GetReplica() != "r4" || p.GetVantage() != "zone-c" || p.GetDisagree() != 2 || p.GetJudged() != 3 || p.GetText() == "" {
+		t.Errorf("first event %v, want zone-c (r4) suspect at 22, 2 of 3", ev)
+	}
+	// The filtered stream's first event is web-1's transition: no vantage
+	// event before it.
+	ev, err = edge.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.GetTransition().GetTarget() != "web-1" {
+		t.Errorf("the stream of group edge got %v first, want web-1's transition", ev)
+	}
+}

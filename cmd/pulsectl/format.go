@@ -150,13 +150,18 @@ func scheduleSummary(t *pb.Target) string {
 		s += fmt.Sprintf(", max latency %v", t.GetMaxLatency().AsDuration())
 	}
 	if k := t.GetVantages(); k > 1 {
-		q := fmt.Sprintf("quorum %d", t.GetQuorum())
-		if t.GetQuorum() == 0 {
-			q = fmt.Sprintf("quorum %d (majority)", k/2+1)
-		}
-		s += fmt.Sprintf(", %d vantages, %s", k, q)
+		s += ", " + vantagesText(k, t.GetQuorum())
 	}
 	return s
+}
+
+// vantagesText is a number of vantages and their quorum: "3 vantages,
+// quorum 2 (majority)".
+func vantagesText(k, q int32) string {
+	if q == 0 {
+		return fmt.Sprintf("%d vantages, quorum %d (majority)", k, k/2+1)
+	}
+	return fmt.Sprintf("%d vantages, quorum %d", k, q)
 }
 
 // verdictsText lists the vantages' verdicts as the checker's reasons do:

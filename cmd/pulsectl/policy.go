@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -17,7 +18,7 @@ func policyCommand() *command {
 	return &command{
 		name:    "policy",
 		args:    "get|set [flags] GROUP",
-		summary: "show or set a group's pool policy (its panic threshold, its availability objective)",
+		summary: "show or set a group's pool policy (its panic threshold, its availability objective, its vantages)",
 		about: `
 policy get GROUP shows a group's policy and pool state: the panic threshold in
 force (max_unhealthy_fraction, the group's own or pulsed's default), how many
@@ -32,10 +33,9 @@ the others stay routable, held. F is in (0, 1]; 1 disables the threshold.
 probes that should pass (0.999 or 99.9%), over --objective-window (whole
 hours, at most 720h, the default); 'pulsectl history --group GROUP' then shows
 the error budget left and its burn rate, and --objective 0 removes it.
---vantages K probes the group's targets that set none of their own from K
-replicas in distinct zones (pulsed -vantage), and --quorum Q (default a
-majority) of them must agree to change a target's state; it needs replicas on
-etcd.
+--vantages K and --quorum Q are those of the group's targets that set none of
+their own (add --vantages): probed from K replicas on etcd, their state a
+quorum of Q verdicts (0: a majority); --vantages 0 goes back to one.
 --default clears the group's whole policy, so pulsed's defaults apply.`,
 		example: `
 pulsectl policy get edge
@@ -55,8 +55,8 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 	objective := fs.String("objective", "", "with set: the availability objective, the share of probes that should pass: 0.999 or 99.9% (0 removes it)")
 	var objWindow secondsFlag
 	fs.Var(&objWindow, "objective-window", "with set: the `duration` the objective is measured over, whole hours up to 720h (the default)")
-	vantages := fs.Int("vantages", 0, "with set: how many replicas, in distinct zones, probe the group's targets that set none of their own (0 or 1: one; needs replicas on etcd)")
-	quorum := fs.Int("quorum", 0, "with set: how many of the vantages must agree to change a target's state (0: a majority)")
+	vantages := fs.Int("vantages", 0, "with set: replicas that probe each of the group's targets that sets none of its own, 0 to 9 (needs replicas on etcd above 1)")
+	quorum := fs.Int("quorum", 0, "with set: vantages that must agree to change those targets' state, at most --vantages (0: a majority)")
 	out := addOutputFlag(fs, "the GroupStatus", "yaml")
 	pos, code, ok := c.parse(e, fs, args)
 	if !ok {
@@ -78,6 +78,14 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 		return c.usageError(e, "--max-unhealthy-fraction, --objective, --objective-window, --vantages, --quorum and --default go with set")
 	case verb == "set" && changes == *dflt:
 		return c.usageError(e, "set takes --max-unhealthy-fraction F, --objective O, --objective-window D, --vantages K or --quorum Q, or --default alone")
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"vantages", *vantages}, {"quorum", *quorum}} {
+		if f.v < 0 || f.v > math.MaxInt32 {
+			return c.usageError(e, "--%s %d is out of range", f.name, f.v)
+		}
 	}
 	var obj float64
 	if set["objective"] {
@@ -155,11 +163,7 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 		fmt.Fprintf(e.stdout, "; objective %s over %s", objectiveText(*o), windowText(g.GetPolicy().GetObjectiveWindow().AsDuration()))
 	}
 	if k := g.GetPolicy().GetVantages(); k > 1 {
-		q := g.GetPolicy().GetQuorum()
-		if q == 0 {
-			q = k/2 + 1
-		}
-		fmt.Fprintf(e.stdout, "; %d vantages, quorum %d", k, q)
+		fmt.Fprintf(e.stdout, "; %s", vantagesText(k, g.GetPolicy().GetQuorum()))
 	}
 	fmt.Fprintln(e.stdout)
 	return exitOK

@@ -8,7 +8,7 @@ import (
 // policy set --vantages and --quorum reach pulsed: a single pulsed keeps
 // one vantage, refuses more, naming the field and that it needs replicas,
 // and bounds the quorum.
-func TestPolicyVantageFlags(t *testing.T) {
+func TestPolicyVantageBounds(t *testing.T) {
 	p := startPulsed(t)
 	addr := "--addr=" + p.Addr
 	if out := mustRun(t, "policy", "set", "edge", "--vantages", "1", addr); !strings.HasPrefix(out, "edge: ") {

@@ -40,6 +40,26 @@ func TestVantageFlags(t *testing.T) {
 	}
 }
 
+// policy set --vantages and --quorum: pulsed checks them as a target's,
+// refusing more than one vantage on a single pulsed; get shows them.
+func TestPolicyVantageFlags(t *testing.T) {
+	p := startPulsed(t)
+	addr := "--addr=" + p.Addr
+	mustRun(t, "add", addr, "--name", "db-1", "--group", "edge", "--tcp", closedAddr(t), "--interval", "24h")
+	r := pulsectl(t, "policy", "set", "edge", addr, "--vantages", "3")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "policy.vantages: must be at most 1 here") {
+		t.Errorf("policy set --vantages 3: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := pulsectl(t, "policy", "get", "edge", addr, "--quorum", "1"); r.code != exitUsage {
+		t.Errorf("policy get --quorum: exit %d, want %d", r.code, exitUsage)
+	}
+	mustRun(t, "policy", "set", "edge", addr, "--vantages", "1", "--quorum", "1")
+	out := mustRun(t, "policy", "get", "edge", addr, "-o", "json")
+	if !strings.Contains(out, `"vantages": 1`) || !strings.Contains(out, `"quorum": 1`) {
+		t.Errorf("policy get -o json:\n%s", out)
+	}
+}
+
 // replicaPulse answers State as a pulsed replica does for a target
 // probed from three vantages.
 type replicaPulse struct {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -96,11 +97,12 @@ func TestThreeVantagesOnEtcd(t *testing.T) {
 	etcd := etcdtest.Start(t, time.Second)
 	bin := buildPulsed(t)
 	var clients [3]pb.HealthCheckerClient
+	var reps [3]*pulsed
 	for i := range clients {
 		p := startPulsed(t, bin, "-registry", "etcd", "-etcd-endpoints", etcd.Endpoint, "-etcd-prefix", e2ePrefix,
 			"-etcd-lease-ttl", "3s", "-replica-id", fmt.Sprintf("r%d", i+1), "-vantage", fmt.Sprintf("zone-%c", 'a'+i),
 			"-interval", "200ms", "-timeout", "150ms", "-rise", "1", "-fall", "1")
-		clients[i] = dial(t, p.Addr)
+		clients[i], reps[i] = dial(t, p.Addr), p
 	}
 	eventually(t, "three replicas", func() bool {
 		return len(listTargets(t, clients[2]).GetChecker().GetReplicas()) == 3
@@ -125,6 +127,22 @@ func TestThreeVantagesOnEtcd(t *testing.T) {
 			return len(ts) == 1 && verdicts(ts[0]) == "zone-a=STATE_HEALTHY zone-b=STATE_HEALTHY zone-c=STATE_HEALTHY" &&
 				ts[0].GetState() == pb.State_STATE_HEALTHY
 		})
+	}
+
+	// r2's metrics and status page: each vantage judged on web-1, none
+	// suspect; the row lists the three verdicts.
+	base := "http://" + regexp.MustCompile(`msg="http listening" .*addr=(\S+)`).FindStringSubmatch(reps[1].Logs())[1]
+	eventually(t, "r2's vantage metrics", func() bool {
+		_, body := httpGet(t, base+"/metrics")
+		for _, z := range []string{`replica="r1",vantage="zone-a"`, `replica="r2",vantage="zone-b"`, `replica="r3",vantage="zone-c"`} {
+			if !strings.Contains(body, "pulse_vantage_judged_targets{"+z+"} 1") || !strings.Contains(body, "pulse_vantage_suspect{"+z+"} 0") {
+				return false
+			}
+		}
+		return true
+	})
+	if _, body := httpGet(t, base+"/api/targets"); !strings.Contains(body, `"label":"zone-a","state":"healthy"`) || !strings.Contains(body, `"label":"zone-c","state":"healthy"`) {
+		t.Errorf("r2's /api/targets lacks the vantages:\n%s", body)
 	}
 
 	s := openStream(t, clients[1], listTargets(t, clients[1]).GetRevision())

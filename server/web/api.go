@@ -67,6 +67,9 @@ type row struct {
 	// Source says who registered the target: "api", "file", or
 	// "discovery:GROUP" for a target a discovery group found.
 	Source string `json:"source,omitempty"`
+	// Vantages are, for a target probed from several vantages, their
+	// verdicts, its owner's first; Verdict is then their quorum's.
+	Vantages []vantageJSON `json:"vantages,omitempty"`
 }
 
 type resultJSON struct {
@@ -124,7 +127,13 @@ func toRow(st checker.Status, recent []checker.Result) row {
 	return r
 }
 
-func (h *Handler) row(st checker.Status) row { return toRow(st, h.recent(st.Spec.Name)) }
+func (h *Handler) row(st checker.Status) row {
+	r := toRow(st, h.recent(st.Spec.Name))
+	if len(st.Vantages) > 0 { // only then ask which vantages are suspect
+		r.Vantages = vantagesJSON(st.Vantages, suspectSet(h.suspectVantages()))
+	}
+	return r
+}
 
 // recent returns a target's recent results; none without an Observer.
 func (h *Handler) recent(name string) []checker.Result {
@@ -316,6 +325,9 @@ type checkerJSON struct {
 	// DiscoveryFailing lists the discovery groups and sources that fail
 	// now, each keeping its last good set of targets.
 	DiscoveryFailing []discoveryFailure `json:"discoveryFailing,omitempty"`
+	// SuspectVantages lists, with replicas on etcd, the vantages whose
+	// verdicts are left out of every quorum, by member.
+	SuspectVantages []suspectVantageJSON `json:"suspectVantages,omitempty"`
 }
 
 // discoveryFailure is a discovery source (or a whole group's answer)
@@ -338,6 +350,9 @@ func (h *Handler) checkerNow() checkerJSON {
 	out.Replica, _ = h.c.Replica()
 	for _, r := range h.c.DegradedReplicas() {
 		out.DegradedReplicas = append(out.DegradedReplicas, r.Replica)
+	}
+	for _, v := range h.suspectVantages() {
+		out.SuspectVantages = append(out.SuspectVantages, suspectVantageJSON{Member: v.Member, Label: v.Label, Disagree: v.Disagree, Judged: v.Judged, Since: stamp(v.Since)})
 	}
 	if h.discovery != nil {
 		for _, g := range h.discovery.DiscoveryGroups() {

@@ -11,7 +11,7 @@ import (
 
 // Collector is a prometheus.Collector of the checker's current state, read
 // at scrape time: targets by group and state, subscribers, each group's
-// panic flag and its held and flapping targets, the checker's degraded flag and schedule tick, its reprobes, and (unless dropped) each
+// panic flag and its held and flapping targets, the checker's degraded flag and schedule tick, its reprobes, the vantages as it judges them, and (unless dropped) each
 // target's up gauge and last latency. Its methods
 // are safe for concurrent use. Create it with NewCollector.
 type Collector struct {
@@ -33,6 +33,10 @@ type Collector struct {
 	replicas *prometheus.Desc
 	reprobes *prometheus.Desc
 	skips    *prometheus.Desc
+
+	vSuspect  *prometheus.Desc
+	vDisagree *prometheus.Desc
+	vJudged   *prometheus.Desc
 }
 
 // states lists every state a target can be in, so pulse_targets shows a
@@ -90,6 +94,15 @@ func NewCollector(c *checker.Checker, perTarget bool, recent *Observer) *Collect
 		skips: prometheus.NewDesc("pulse_reprobe_skips_total",
 			"Lost connections that brought no probe forward, their target having been reprobed less than one interval before.",
 			nil, nil),
+		vSuspect: prometheus.NewDesc("pulse_vantage_suspect",
+			"1 while the vantage is suspect (it says unhealthy of targets the other vantages see healthy) and its verdicts are left out of every quorum, 0 if not; with -registry etcd, for the vantages that probe targets with others.",
+			[]string{"replica", "vantage"}, nil),
+		vDisagree: prometheus.NewDesc("pulse_vantage_disagree_targets",
+			"Targets the vantage says unhealthy (or suspect) while most of their other vantages say healthy.",
+			[]string{"replica", "vantage"}, nil),
+		vJudged: prometheus.NewDesc("pulse_vantage_judged_targets",
+			"Targets on which the vantage and another vantage both have a verdict: those it is judged on.",
+			[]string{"replica", "vantage"}, nil),
 	}
 }
 
@@ -115,6 +128,9 @@ func (m *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.replicas
 	ch <- m.reprobes
 	ch <- m.skips
+	ch <- m.vSuspect
+	ch <- m.vDisagree
+	ch <- m.vJudged
 }
 
 // Collect implements prometheus.Collector.
@@ -174,6 +190,11 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.reprobes, prometheus.CounterValue, float64(n), reason)
 	}
 	ch <- prometheus.MustNewConstMetric(m.skips, prometheus.CounterValue, float64(rp.Skipped))
+	for _, v := range m.c.Vantages() {
+		ch <- prometheus.MustNewConstMetric(m.vSuspect, prometheus.GaugeValue, flag(v.Suspect), v.Member, v.Label)
+		ch <- prometheus.MustNewConstMetric(m.vDisagree, prometheus.GaugeValue, float64(v.Disagree), v.Member, v.Label)
+		ch <- prometheus.MustNewConstMetric(m.vJudged, prometheus.GaugeValue, float64(v.Judged), v.Member, v.Label)
+	}
 	if m.recent != nil {
 		m.recent.sweep(seq, liveSet(list))
 	}

@@ -33,6 +33,9 @@ type transitionJSON struct {
 	// Mode is the target's mode after the transition, absent while active:
 	// the page counts such a target in its mode, not in its state.
 	Mode string `json:"mode,omitempty"`
+	// Vantages are, for a target probed from several vantages, their
+	// verdicts when the transition was applied.
+	Vantages []vantageJSON `json:"vantages,omitempty"`
 }
 
 // registryJSON is the data of an "added", "updated" or "removed" event.
@@ -216,7 +219,8 @@ func (h *Handler) rowsNow(names []string) rowsJSON {
 }
 
 // policyJSON is the data of a "policy" event: a group's panic, a
-// target's flapping or the checker's overload changed.
+// target's flapping, the checker's overload or a vantage's standing
+// changed.
 type policyJSON struct {
 	Revision uint64 `json:"revision"`
 	Time     string `json:"time"`
@@ -224,6 +228,12 @@ type policyJSON struct {
 	Group    string `json:"group,omitempty"`
 	Target   string `json:"target,omitempty"`
 	Text     string `json:"text"`
+	// Replica and Vantage name the replica of a CHECKER or VANTAGE event
+	// and the vantage's label; Disagree of Judged targets its numbers.
+	Replica  string `json:"replica,omitempty"`
+	Vantage  string `json:"vantage,omitempty"`
+	Disagree int    `json:"disagree,omitempty"`
+	Judged   int    `json:"judged,omitempty"`
 }
 
 // eventName names the kinds of events the feed carries; "" for the others,
@@ -248,7 +258,9 @@ func eventName(k checker.EventKind) string {
 
 func (h *Handler) eventData(e checker.Event) any {
 	if e.Kind.IsPolicy() {
-		return policyJSON{Revision: e.Revision, Time: stamp(e.Time), Kind: e.Kind.String(), Group: e.Policy.Group, Target: e.Policy.Target, Text: e.Policy.Text}
+		p := e.Policy
+		return policyJSON{Revision: e.Revision, Time: stamp(e.Time), Kind: e.Kind.String(), Group: p.Group, Target: p.Target, Text: p.Text,
+			Replica: p.Replica, Vantage: p.Vantage, Disagree: p.Disagree, Judged: p.Judged}
 	}
 	if e.Kind == checker.EventTransition {
 		tr := e.Transition
@@ -267,6 +279,7 @@ func (h *Handler) eventData(e checker.Event) any {
 			Streak:   Streak(checker.Status{State: tr.To, Spec: checker.Spec{}.WithAdmin(checker.Admin{Mode: tr.Mode})}),
 			Error:    tr.Result.Err,
 			Reason:   tr.Reason,
+			Vantages: vantagesJSON(tr.Vantages, nil),
 		}
 	}
 	return registryJSON{Revision: e.Revision, Time: stamp(e.Time), Target: h.row(e.Status)}

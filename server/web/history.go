@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/pulsehealth/pulse/checker"
@@ -27,7 +28,9 @@ type historyJSON struct {
 	// Latency is the last 24 hours by the hour.
 	Latency []latencyJSON `json:"latency"`
 	// Events are the transitions of the last 30 days, oldest first, at
-	// most maxPageEvents (the newest).
+	// most maxPageEvents (the newest); for a target probed from several
+	// vantages, with a VANTAGE_SUSPECT event for each of its vantages
+	// suspect now, at the time it became so.
 	Events []eventJSON `json:"events"`
 }
 
@@ -112,5 +115,30 @@ func (h *Handler) serveHistory(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	out.Events = h.withSuspectVantages(name, out.Events)
 	writeJSON(w, out)
+}
+
+// withSuspectVantages adds to a target's events, oldest first, one for
+// each of its vantages that is suspect now, at the time it became so:
+// the history keeps no event that is about no target.
+func (h *Handler) withSuspectVantages(name string, evs []eventJSON) []eventJSON {
+	st, err := h.c.Status(name)
+	if err != nil || len(st.Vantages) == 0 {
+		return evs
+	}
+	for _, v := range h.suspectVantages() {
+		if !slices.ContainsFunc(st.Vantages, func(vd checker.VantageVerdict) bool { return vd.Member == v.Member }) {
+			continue
+		}
+		e := eventJSON{Time: stamp(v.Since), Kind: checker.EventVantageSuspect.String(), Text: fmt.Sprintf(
+			"vantage %s (replica %s) suspect: unhealthy from it, healthy from the others, for %d of the %d targets it is judged on; its verdict on %s is left out of the quorum",
+			v.Label, v.Member, v.Disagree, v.Judged, name)}
+		i, _ := slices.BinarySearchFunc(evs, v.Since, func(e eventJSON, t time.Time) int {
+			at, _ := time.Parse(time.RFC3339Nano, e.Time)
+			return at.Compare(t)
+		})
+		evs = slices.Insert(evs, i, e)
+	}
+	return evs
 }

@@ -249,7 +249,8 @@ const (
 	// judged; pulsed -vantage-suspect-share, of at least
 	// -vantage-suspect-min targets) while most of the others see them
 	// healthy: its own path is likely broken. Its verdicts are left out of
-	// every quorum until it recovers.
+	// every quorum until it recovers. Every replica streams it at the same
+	// revision, to watchers without a filter.
 	PolicyEvent_KIND_VANTAGE_SUSPECT PolicyEvent_Kind = 50
 	// VANTAGE_RECOVERED: the vantage disagrees on fewer than half that
 	// share again, or left.
@@ -1151,8 +1152,8 @@ type Target struct {
 	// their verdicts (TargetStatus.vantages).
 	Vantages int32 `protobuf:"varint,50,opt,name=vantages,proto3" json:"vantages,omitempty"`
 	// quorum is how many vantages must agree to change the verdict: UNHEALTHY
-	// once quorum say so, HEALTHY once quorum say healthy. 0 to vantages;
-	// unset or 0: a majority (vantages / 2 + 1). With fewer live replicas
+	// once quorum say so, HEALTHY once quorum say healthy. 0 to vantages (1
+	// when vantages is 0); unset or 0: a majority (vantages / 2 + 1). With fewer live replicas
 	// than vantages, it is capped at those probing.
 	Quorum        int32 `protobuf:"varint,51,opt,name=quorum,proto3" json:"quorum,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1967,10 +1968,10 @@ type GroupPolicy struct {
 	// objective_window is the window the objective is measured over: whole
 	// hours, at most 720h (30 days). Unset with an objective: 720h.
 	ObjectiveWindow *durationpb.Duration `protobuf:"bytes,23,opt,name=objective_window,json=objectiveWindow,proto3" json:"objective_window,omitempty"`
-	// vantages and quorum are those of the group's targets that set no
-	// vantages of their own (Target.vantages, Target.quorum): 0 to 9, and 0
-	// to vantages. Unset or 0: one vantage. Above 1 needs replicas sharing a
-	// registry on etcd: a single pulsed refuses it.
+	// vantages and quorum are those of the group's targets that set none of
+	// their own (Target.vantages, Target.quorum): 0 to 9, and 0 to vantages
+	// (0: a majority). Unset: one vantage. Above 1 needs replicas on etcd: a
+	// single pulsed refuses it (INVALID_ARGUMENT on policy.vantages).
 	Vantages      int32 `protobuf:"varint,24,opt,name=vantages,proto3" json:"vantages,omitempty"`
 	Quorum        int32 `protobuf:"varint,25,opt,name=quorum,proto3" json:"quorum,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -4954,9 +4955,10 @@ type WatchTransitionsResponse_Progress struct {
 
 type WatchTransitionsResponse_Policy struct {
 	// policy is a change of a group's panic state, a target's flapping,
-	// or the checker's overload. A stream filtered by group gets its
-	// group's PANIC events (whatever its names) and its targets' FLAPPING
-	// events; every stream gets the CHECKER events.
+	// the checker's overload, or a vantage's standing. A stream filtered by
+	// group gets its group's PANIC events (whatever its names) and its
+	// targets' FLAPPING events; every stream gets the CHECKER events, and
+	// streams without a filter the VANTAGE events.
 	Policy *PolicyEvent `protobuf:"bytes,9,opt,name=policy,proto3,oneof"`
 }
 

@@ -101,7 +101,7 @@ type HealthCheckerClient interface {
 	//     the server's progress interval (pulsed -watch-progress), so a client
 	//     can advance its resume point and notice a dead link.
 	//   - `policy` events (a group's panic, a target's flapping, the checker's
-	//     overload) share the revision counter; they change no state by
+	//     overload, a suspect vantage) share the revision counter; they change no state by
 	//     themselves. A client that does not know them skips them. Like the
 	//     streaks, a status's verdict, panic_held, counters and weight are
 	//     not kept up to date by events: read them with State or
@@ -435,7 +435,7 @@ type HealthCheckerServer interface {
 	//     the server's progress interval (pulsed -watch-progress), so a client
 	//     can advance its resume point and notice a dead link.
 	//   - `policy` events (a group's panic, a target's flapping, the checker's
-	//     overload) share the revision counter; they change no state by
+	//     overload, a suspect vantage) share the revision counter; they change no state by
 	//     themselves. A client that does not know them skips them. Like the
 	//     streaks, a status's verdict, panic_held, counters and weight are
 	//     not kept up to date by events: read them with State or

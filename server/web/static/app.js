@@ -241,14 +241,20 @@ function connect(names) {
     if (r && d.revision > r.rev) {
       Object.assign(r.data, { state: d.to, streak: d.streak, lastTransitionTime: d.time });
       if (d.error) r.data.lastError = d.error;
+      if (d.vantages) r.data.vantages = d.vantages;
       r.rev = d.revision;
       paintRow(r, true);
     }
     if (view.sort === "severity" || view.sort === "since") scheduleReload(1000); // the order changed
   });
-  // A group's panic, a target's flapping or the checker's overload changed:
-  // what holds which row comes with the page's data.
-  on("policy", () => scheduleReload(300));
+  // A group's panic, a target's flapping, the checker's overload or a
+  // vantage's standing changed: what holds which row comes with the page's
+  // data; a vantage event also goes to the open history of a target it
+  // probes.
+  on("policy", (d) => {
+    scheduleReload(300);
+    if (d.kind && d.kind.startsWith("VANTAGE_")) vantageEvent(d);
+  });
   const registry = (sign) => (d) => {
     if (sign && d.revision > view.countsRev) {
       const t = d.target;
@@ -437,7 +443,9 @@ function newRow(name) {
   badge.className = "badge";
   const tags = document.createElement("span");
   tags.className = "tags";
-  state.append(badge, tags);
+  const vantages = document.createElement("span");
+  vantages.className = "vantages";
+  state.append(badge, tags, vantages);
   tr.cells[3].append(state);
   const strip = document.createElement("span");
   strip.className = "strip";
@@ -473,7 +481,7 @@ function paintRow(r, flash) {
   c[1].textContent = t.group;
   c[2].textContent = t.kind + " " + (t.probe || "");
   c[2].title = c[2].textContent + (t.model === "three_state" ? " (three_state model)" : "");
-  const [badge, tags] = c[3].firstChild.children;
+  const [badge, tags, vantages] = c[3].firstChild.children;
   badge.textContent = t.streak;
   tags.replaceChildren(...tagsOf(t).map(([cls, text]) => {
     const s = document.createElement("span");
@@ -481,9 +489,11 @@ function paintRow(r, flash) {
     s.textContent = text;
     return s;
   }));
+  vantages.replaceChildren(...(t.vantages || []).map(vantageChip));
   c[3].title = `${t.state}` + (t.verdict && t.verdict !== t.state ? ` (its results say ${t.verdict})` : "") +
     `; rise ${t.rise}, fall ${t.fall}; ${t.passStreak} passes, ${t.failStreak} failures in a row` +
-    (t.model === "three_state" ? "; three_state model" : "");
+    (t.model === "three_state" ? "; three_state model" : "") +
+    (t.vantages ? "; " + vantagesText(t.vantages) : "");
   c[4].textContent = t.lastLatencySeconds == null ? "—" : fmtLatency(t.lastLatencySeconds);
   c[5].textContent = t.lastError || "";
   c[5].title = t.lastError || "";
@@ -504,6 +514,29 @@ function paintRow(r, flash) {
     void tr.offsetWidth; // restart the animation
     tr.classList.add("changed");
   }
+}
+
+// vantageText is one vantage's verdict as pulsed writes it:
+// "zone-b=unhealthy(connection refused)".
+function vantageText(v) {
+  return `${v.label}=${v.state}` + (v.error ? `(${v.error})` : "");
+}
+
+function vantagesText(vs) {
+  return "vantages: " + vs.map(vantageText).join(" ");
+}
+
+// vantageChip is one vantage of a target probed from several: its label,
+// coloured by its verdict, struck through while the vantage is suspect.
+function vantageChip(v) {
+  const s = document.createElement("span");
+  s.className = "vt";
+  s.dataset.state = v.state;
+  if (v.suspect) s.dataset.suspect = "1";
+  s.textContent = v.label;
+  s.title = `${v.label} (replica ${v.member}): ${v.state}` + (v.error ? `: ${v.error}` : "") +
+    (v.suspect ? "; the vantage is suspect: its verdict is left out of the quorum" : "");
+  return s;
 }
 
 function cell(text, cls) {
@@ -530,6 +563,11 @@ function renderAlerts(ck) {
   if (others.length) {
     out.push(`${others.length === 1 ? "replica" : "replicas"} ${others.join(", ")} degraded` +
       ` (${others.length === 1 ? "its" : "their"} own probe timeouts do not count toward fall until ${others.length === 1 ? "it recovers" : "they recover"})`);
+  }
+  for (const v of ck.suspectVantages || []) {
+    out.push(`vantage ${v.label} (replica ${v.member}) suspect${v.since ? " since " + new Date(v.since).toLocaleTimeString() : ""}:` +
+      ` unhealthy from it, healthy from the others, for ${v.disagree} of the ${v.judged} targets it is judged on` +
+      " (its verdicts are left out of every quorum)");
   }
   for (const d of ck.discoveryFailing || []) {
     out.push(`discovery source ${d.source} failing${d.since ? " since " + new Date(d.since).toLocaleTimeString() : ""}: ${d.error}` +
@@ -598,6 +636,7 @@ async function openDetail(name) {
   $("detail-chart").replaceChildren();
   $("detail-events").replaceChildren();
   $("detail-top").textContent = "";
+  showDetailVantages(name);
   let res, h;
   try {
     res = await fetch("/api/history?target=" + encodeURIComponent(name), { headers: authHeaders(), cache: "no-store" });
@@ -619,10 +658,46 @@ function closeDetail() {
   d.hidden = true;
   d.dataset.name = "";
   d.dataset.loaded = "";
-  for (const id of ["detail-name", "detail-msg", "detail-top"]) $(id).textContent = "";
+  for (const id of ["detail-name", "detail-msg", "detail-top", "detail-vantages"]) $(id).textContent = "";
   $("detail-uptime").replaceChildren();
   $("detail-chart").replaceChildren();
   $("detail-events").replaceChildren();
+}
+
+// showDetailVantages shows the verdicts of the open target's vantages, as
+// its row has them.
+function showDetailVantages(name) {
+  const r = view.rows.get(name), p = $("detail-vantages");
+  const vs = r && r.data.vantages;
+  p.hidden = !vs;
+  p.replaceChildren(...(vs ? ["vantages: ", ...vs.flatMap((v, i) => {
+    const s = vantageChip(v);
+    s.textContent = vantageText(v);
+    return i ? [" ", s] : [s];
+  })] : []));
+}
+
+// vantageEvent adds a VANTAGE_SUSPECT or VANTAGE_RECOVERED event to the
+// open history when the vantage probes its target: the history keeps no
+// event that is about no target.
+function vantageEvent(d) {
+  const det = $("detail"), r = view.rows.get(det.dataset.name);
+  if (det.hidden || !det.dataset.loaded || !r || !(r.data.vantages || []).some((v) => v.member === d.replica)) return;
+  const list = $("detail-events");
+  if (list.firstChild && list.firstChild.classList.contains("muted")) list.replaceChildren(); // "none"
+  list.prepend(eventItem(d));
+}
+
+// eventItem is a policy event of a history's list.
+function eventItem(e) {
+  const li = document.createElement("li");
+  const time = document.createElement("time");
+  time.dateTime = e.time;
+  time.textContent = new Date(e.time).toLocaleString();
+  li.className = "policy";
+  li.dataset.kind = e.kind;
+  li.append(time, " " + e.text);
+  return li;
 }
 
 function renderDetail(h) {
@@ -645,11 +720,7 @@ function renderDetail(h) {
     const time = document.createElement("time");
     time.dateTime = e.time;
     time.textContent = new Date(e.time).toLocaleString();
-    if (e.kind) { // a policy event: a panic, flapping
-      li.className = "policy";
-      li.append(time, " " + e.text);
-      return li;
-    }
+    if (e.kind) return eventItem(e); // a policy event: a panic, flapping, a suspect vantage
     li.dataset.to = e.to;
     const to = document.createElement("span");
     to.className = "to";

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/pulsehealth/pulse/checker/etcdreg/etcdtest"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+)
+
+// The status page of a replica shows a target probed from three zones
+// with one chip per vantage, coloured by its verdict; the chips follow
+// the target down without a reload, and its history lists the verdicts
+// with their errors. Skips without chromium, as TestStatusPageInBrowser.
+func TestStatusPageVantagesInBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs pulsed, etcd and chromium")
+	}
+	chromium := findChromium()
+	if chromium == "" {
+		if os.Getenv("PULSE_BROWSER_TEST") == "require" {
+			t.Fatal("chromium is not installed; run scripts/browser-test")
+		}
+		t.Skip("chromium is not installed; run scripts/browser-test")
+	}
+	artifacts, err := filepath.Abs(filepath.Join("..", "..", "test-artifacts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(artifacts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	etcd := etcdtest.Start(t, time.Second)
+	bin := buildPulsed(t)
+	var reps [3]*pulsed
+	for i := range reps {
+		reps[i] = startPulsed(t, bin, "-registry", "etcd", "-etcd-endpoints", etcd.Endpoint, "-etcd-prefix", e2ePrefix,
+			"-etcd-lease-ttl", "3s", "-replica-id", fmt.Sprintf("r%d", i+1), "-vantage", fmt.Sprintf("zone-%c", 'a'+i),
+			"-interval", "200ms", "-timeout", "150ms", "-rise", "1", "-fall", "1")
+	}
+	client := dial(t, reps[0].Addr)
+	eventually(t, "three replicas", func() bool { return len(listTargets(t, client).GetChecker().GetReplicas()) == 3 })
+	backend := newSwitchServer(t)
+	if _, err := client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: &pb.Target{
+		Name: "web-1", Vantages: 3, Probe: &pb.Target_Http{Http: &pb.HttpProbe{Url: backend.URL}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + regexp.MustCompile(`msg="http listening" .*addr=(\S+)`).FindStringSubmatch(reps[1].Logs())[1]
+
+	b := startChromium(t, chromium)
+	page := b.newPage(t)
+	page.call(t, "Page.enable", nil, nil)
+	page.call(t, "Runtime.enable", nil, nil)
+	page.call(t, "Emulation.setDeviceMetricsOverride", map[string]any{"width": 1280, "height": 720, "deviceScaleFactor": 1, "mobile": false}, nil)
+	page.call(t, "Page.navigate", map[string]any{"url": base + "/"}, nil)
+	page.waitFor(t, `document.getElementById("conn").dataset.conn`, "live")
+	chips := `[...document.querySelectorAll('tr[data-name="web-1"] .vt')].map((s) => s.textContent + "=" + s.dataset.state).sort().join(" ")`
+	page.waitFor(t, chips, "zone-a=healthy zone-b=healthy zone-c=healthy")
+	page.screenshot(t, filepath.Join(artifacts, "status-page-vantages.png"))
+
+	backend.down.Store(true)
+	page.waitFor(t, `document.querySelector('tr[data-name="web-1"]').dataset.state`, "unhealthy")
+	page.waitFor(t, chips, "zone-a=unhealthy zone-b=unhealthy zone-c=unhealthy")
+	page.evaluate(t, `document.querySelector('tr[data-name="web-1"] td.name').click(); ""`)
+	page.waitFor(t, `document.getElementById("detail").dataset.loaded`, "1")
+	page.waitFor(t, `String(document.getElementById("detail-vantages").textContent.includes("zone-b=unhealthy(status 503)"))`, "true")
+	page.screenshot(t, filepath.Join(artifacts, "status-page-vantages-down.png"))
+	if n := page.navigations(); n != 1 {
+		t.Errorf("%d navigations of the page, want the first only", n)
+	}
+	if errs := page.exceptions(); len(errs) > 0 {
+		t.Errorf("the page threw: %v", errs)
+	}
+	b.close(t)
+}
