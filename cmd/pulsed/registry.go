@@ -44,6 +44,7 @@ func (r *registryFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.vantage, "vantage", "", "with -registry etcd: this replica's vantage `label`, e.g. its zone: a target with vantages k is probed from k distinct labels while there are enough; 1 to 64 of [A-Za-z0-9._:-] (default: the replica's ID)")
 	fs.Float64Var(&r.suspect.SuspectShare, "vantage-suspect-share", checker.DefaultSuspectShare, "with -registry etcd: a vantage that says unhealthy of at least this share of the targets it probes with others, while most of the others see them healthy, is suspect and left out of every quorum until below half of it; in (0, 1], the same on every replica")
 	fs.IntVar(&r.suspect.SuspectMin, "vantage-suspect-min", checker.DefaultSuspectMin, "with -registry etcd: the fewest targets a vantage must probe with others to be judged suspect; at least 1, the same on every replica")
+	fs.DurationVar(&r.suspect.SuspectAfter, "vantage-suspect-after", checker.DefaultSuspectAfter, "with -registry etcd: how long a vantage must stay over -vantage-suspect-share before it is marked suspect; longer than the others take to see a real outage (about a probe interval), at most 1h")
 }
 
 // check validates the registry flags against the others; set holds the
@@ -51,7 +52,7 @@ func (r *registryFlags) register(fs *flag.FlagSet) {
 func (r *registryFlags) check(set map[string]bool, cfg *config) error {
 	switch r.kind {
 	case "embedded":
-		for _, f := range []string{"etcd-endpoints", "etcd-prefix", "etcd-lease-ttl", "replica-id", "etcd-ca", "etcd-cert", "etcd-key", "vantage", "vantage-suspect-share", "vantage-suspect-min"} {
+		for _, f := range []string{"etcd-endpoints", "etcd-prefix", "etcd-lease-ttl", "replica-id", "etcd-ca", "etcd-cert", "etcd-key", "vantage", "vantage-suspect-share", "vantage-suspect-min", "vantage-suspect-after"} {
 			if set[f] {
 				return fmt.Errorf("-%s needs -registry etcd", f)
 			}
@@ -93,6 +94,9 @@ func (r *registryFlags) checkVantage(set map[string]bool) error {
 	}
 	if r.suspect.SuspectMin < 1 {
 		return fmt.Errorf("-vantage-suspect-min must be at least 1, got %d", r.suspect.SuspectMin)
+	}
+	if a := r.suspect.SuspectAfter; a <= 0 || a > checker.MaxSuspectAfter {
+		return fmt.Errorf("-vantage-suspect-after must be above 0 and at most %v, got %v", checker.MaxSuspectAfter, a)
 	}
 	return nil
 }

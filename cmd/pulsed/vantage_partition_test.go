@@ -85,7 +85,7 @@ func TestVantagesAcrossRealPartitions(t *testing.T) {
 		defer cancel()
 		proc, err := pulsedproc.Start(ctx, "ip", []string{"netns", "exec", h.NS, bin,
 			"-registry", "etcd", "-etcd-endpoints", etcdURL, "-etcd-prefix", "/pulse-vantages/", "-etcd-lease-ttl", "3s",
-			"-replica-id", id, "-vantage", "zone-" + id, "-listen", "127.0.0.1:0", "-http-listen", "",
+			"-replica-id", id, "-vantage", "zone-" + id, "-vantage-suspect-after", "2s", "-listen", "127.0.0.1:0", "-http-listen", "",
 			"-interval", "300ms", "-timeout", "200ms", "-rise", "1", "-fall", "2"}, nil)
 		if err != nil {
 			t.Fatal(err)

@@ -25,7 +25,7 @@ func TestVantageFlags(t *testing.T) {
 		args []string
 		want string // "" means accepted
 	}{
-		{append(etcd, "-vantage", "zone-a", "-vantage-suspect-share", "1", "-vantage-suspect-min", "1"), ""},
+		{append(etcd, "-vantage", "zone-a", "-vantage-suspect-share", "1", "-vantage-suspect-min", "1", "-vantage-suspect-after", "3s"), ""},
 		{append(etcd, "-vantage", "eu-west-1a:rack.7"), ""},
 		{append(etcd, "-vantage", "zone a"), `-vantage: vantage label "zone a": only letters, digits and ._:- are allowed`},
 		{append(etcd, "-vantage", ""), `-vantage: vantage label "": must be 1 to 64 characters`},
@@ -34,6 +34,9 @@ func TestVantageFlags(t *testing.T) {
 		{append(etcd, "-vantage-suspect-share", "1.5"), "-vantage-suspect-share must be in (0, 1], got 1.5"},
 		{append(etcd, "-vantage-suspect-share", "NaN"), "-vantage-suspect-share must be in (0, 1], got NaN"},
 		{append(etcd, "-vantage-suspect-min", "0"), "-vantage-suspect-min must be at least 1, got 0"},
+		{append(etcd, "-vantage-suspect-after", "0s"), "-vantage-suspect-after must be above 0 and at most 1h0m0s, got 0s"},
+		{append(etcd, "-vantage-suspect-after", "2h"), "-vantage-suspect-after must be above 0 and at most 1h0m0s, got 2h0m0s"},
+		{[]string{"-vantage-suspect-after", "5s"}, "-vantage-suspect-after needs -registry etcd"},
 		{[]string{"-vantage", "zone-a"}, "-vantage needs -registry etcd"},
 		{[]string{"-vantage-suspect-share", "0.3"}, "-vantage-suspect-share needs -registry etcd"},
 		{[]string{"-vantage-suspect-min", "5"}, "-vantage-suspect-min needs -registry etcd"},
@@ -45,13 +48,13 @@ func TestVantageFlags(t *testing.T) {
 			t.Errorf("%q: %v, want accepted", tt.args, err)
 		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
 			t.Errorf("%q: %v, want an error containing %q", tt.args, err, tt.want)
-		case tt.want == "" && slices.Contains(tt.args, "-vantage-suspect-min") && (cfg.registry.suspect != checker.VantagePolicy{SuspectShare: 1, SuspectMin: 1}):
+		case tt.want == "" && slices.Contains(tt.args, "-vantage-suspect-min") && (cfg.registry.suspect != checker.VantagePolicy{SuspectShare: 1, SuspectMin: 1, SuspectAfter: 3 * time.Second}):
 			t.Errorf("%q: policy %+v", tt.args, cfg.registry.suspect)
 		}
 	}
 	var stderr bytes.Buffer
 	cfg, err := parseFlags(etcd, &stderr)
-	if err != nil || cfg.registry.vantage != "" || (cfg.registry.suspect != checker.VantagePolicy{SuspectShare: checker.DefaultSuspectShare, SuspectMin: checker.DefaultSuspectMin}) {
+	if err != nil || cfg.registry.vantage != "" || (cfg.registry.suspect != checker.VantagePolicy{SuspectShare: checker.DefaultSuspectShare, SuspectMin: checker.DefaultSuspectMin, SuspectAfter: checker.DefaultSuspectAfter}) {
 		t.Errorf("defaults: %q, %+v, %v; want no label (the replica ID) and the checker's defaults", cfg.registry.vantage, cfg.registry.suspect, err)
 	}
 }
