@@ -24,11 +24,12 @@ import (
 // any state: every replica publishes the same transition at the same
 // revision.
 //
-// A replica taking a vantage over starts from its own stored verdict, or
-// from the published state; until its own results change its verdict it
-// stores nothing. A vantage that stops probing the target (the members
-// changed) removes its verdict; one that leaves the fleet loses it with
-// its lease.
+// A vantage stores its first verdict once it has a result of its own, and
+// then each change. A replica taking a vantage over starts its machine
+// from its own stored verdict, or from the published state. A vantage
+// that stops probing the target (the members changed) removes its
+// verdict; one that leaves the fleet loses it with its lease. A vantage
+// whose verdicts contradict the others' is judged below (judgeLocked).
 
 // MaxVantages bounds Spec.Vantages.
 const MaxVantages = 9
