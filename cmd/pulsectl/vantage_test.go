@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"strings"
 	"testing"
@@ -55,8 +56,11 @@ func TestPolicyVantageFlags(t *testing.T) {
 	}
 	mustRun(t, "policy", "set", "edge", addr, "--vantages", "1", "--quorum", "1")
 	out := mustRun(t, "policy", "get", "edge", addr, "-o", "json")
-	if !strings.Contains(out, `"vantages": 1`) || !strings.Contains(out, `"quorum": 1`) {
-		t.Errorf("policy get -o json:\n%s", out)
+	var got struct {
+		Policy struct{ Vantages, Quorum int }
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil || got.Policy.Vantages != 1 || got.Policy.Quorum != 1 {
+		t.Errorf("policy get -o json (%v):\n%s", err, out)
 	}
 }
 
