@@ -179,7 +179,7 @@ func TestGroupPolicyVantages(t *testing.T) {
 	}{
 		{10, 0, "policy.vantages: must be between 0 (one: the owner's) and 9"},
 		{-1, 0, "policy.vantages: must be between 0 (one: the owner's) and 9"},
-		{1, 2, "policy.quorum: must be at most vantages (1), got 2"},
+		{1, 2, "policy.quorum: must be between 0 (a majority) and vantages (1), got 2"},
 		{3, 0, "policy.vantages: must be at most 1 here (a single pulsed is one vantage"},
 	} {
 		_, err := e.client.SetGroupPolicy(t.Context(), &pb.SetGroupPolicyRequest{Group: "edge", Policy: &pb.GroupPolicy{Vantages: tt.vantages, Quorum: tt.quorum}})
@@ -215,10 +215,10 @@ func (threeTargets) Load() ([]checker.SharedTarget, uint64, error) {
 	return out, 20, nil
 }
 
-// zone-c (r4) says unhealthy of the targets the others see healthy: at
-// the second of three (half, the default share) it is suspect, and
-// VANTAGE_SUSPECT reaches a stream without a filter with its replica,
-// label and numbers, but not a stream filtered by group.
+// zone-c (r4) says unhealthy of the targets the others see healthy, and
+// its judge stores it as suspect: VANTAGE_SUSPECT reaches a stream without
+// a filter with its replica, label and numbers, at the record's revision,
+// but not a stream filtered by group.
 func TestVantageSuspectOnTheStream(t *testing.T) {
 	e := start(t, checker.Config{Shared: threeTargets{}})
 	all := watch(t, t.Context(), e, &pb.WatchTransitionsRequest{StartRevision: 20})
@@ -229,17 +229,20 @@ func TestVantageSuspectOnTheStream(t *testing.T) {
 			Member: "r4", Label: "zone-c", State: checker.StateUnhealthy, Error: "no route to host", Rev: rev,
 		}}}, rev)
 	}
-	e.c.ApplyShared([]checker.SharedChange{{Kind: checker.SharedStatePut, Rev: 24, Name: "web-1", State: checker.SharedState{
-		State: checker.StateUnhealthy, From: checker.StateHealthy, Reason: "test", Writer: "r2",
+	e.c.ApplyShared([]checker.SharedChange{{Kind: checker.SharedVantagePut, Rev: 24, Vantage: checker.VantageRecord{
+		Member: "r4", Label: "zone-c", Suspect: true, Disagree: 3, Judged: 3, Time: time.Date(2026, 12, 5, 7, 0, 0, 0, time.UTC),
 	}}}, 24)
+	e.c.ApplyShared([]checker.SharedChange{{Kind: checker.SharedStatePut, Rev: 25, Name: "web-1", State: checker.SharedState{
+		State: checker.StateUnhealthy, From: checker.StateHealthy, Reason: "test", Writer: "r2",
+	}}}, 25)
 
 	ev, err := all.Recv()
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := ev.GetPolicy()
-	if p.GetKind() != pb.PolicyEvent_KIND_VANTAGE_SUSPECT || ev.GetRevision() != 22 || p.GetReplica() != "r4" || p.GetVantage() != "zone-c" || p.GetDisagree() != 2 || p.GetJudged() != 3 || p.GetText() == "" {
-		t.Errorf("first event %v, want zone-c (r4) suspect at 22, 2 of 3", ev)
+	if p.GetKind() != pb.PolicyEvent_KIND_VANTAGE_SUSPECT || ev.GetRevision() != 24 || p.GetReplica() != "r4" || p.GetVantage() != "zone-c" || p.GetDisagree() != 3 || p.GetJudged() != 3 || p.GetText() == "" {
+		t.Errorf("first event %v, want zone-c (r4) suspect at 24, 3 of 3", ev)
 	}
 	// The filtered stream's first event is web-1's transition: no vantage
 	// event before it.

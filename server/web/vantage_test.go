@@ -18,7 +18,7 @@ import (
 // zoneFleet is a shared registry that assigns vantages: r2 owns web-1 to
 // web-3, r3 and r4 probe them too, and this replica (r9) none. zone-c
 // (r4) says unhealthy of all three while the others say healthy: its own
-// path is broken, and the checker judges it suspect.
+// path is broken, and its judge has stored it as suspect.
 type zoneFleet struct{}
 
 var fleetZones = []checker.Vantage{{Member: "r2", Label: "zone-a"}, {Member: "r3", Label: "zone-b"}, {Member: "r4", Label: "zone-c"}}
@@ -55,6 +55,13 @@ func (zoneFleet) Vantages(string, int) []checker.Vantage                    { re
 func (zoneFleet) Self() checker.Vantage                                     { return checker.Vantage{Member: "r9", Label: "zone-d"} }
 func (zoneFleet) ProposeVerdict(context.Context, checker.VerdictProposal) error {
 	return checker.ErrFenced
+}
+func (zoneFleet) Judges(string) bool                                      { return false }
+func (zoneFleet) PutVantage(context.Context, checker.VantageRecord) error { return checker.ErrFenced }
+
+// LoadedVantages: zone-c's judge has stored it as suspect.
+func (zoneFleet) LoadedVantages() []checker.VantageRecord {
+	return []checker.VantageRecord{{Member: "r4", Label: "zone-c", Suspect: true, Disagree: 3, Judged: 3, Time: epoch}}
 }
 
 type vantageRow struct {
