@@ -99,6 +99,7 @@ type Registry struct {
 	loadRev   int64            // the revision Load read at
 	joinedRev int64            // the newest member key put this replica has applied
 	known     map[string]int64 // every target's state revision (0: none yet), for resync
+	verdicts  map[string]bool  // every stored verdict, "<target>/<member>", for resync
 
 	overload        *checker.ReplicaOverload       // this replica's, as last published; see policies.go
 	loadedOverloads []checker.ReplicaOverload      // the degraded replicas Load read
@@ -191,7 +192,7 @@ func Open(ctx context.Context, o Options) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to etcd at %s: %w", strings.Join(o.Endpoints, ","), err)
 	}
-	r := &Registry{cli: cli, prefix: o.Prefix, id: o.ID, label: o.Vantage, ttl: o.LeaseTTL, logger: o.Logger, known: make(map[string]int64), groups: make(map[string]checker.SharedGroup), labels: make(map[string]string)}
+	r := &Registry{cli: cli, prefix: o.Prefix, id: o.ID, label: o.Vantage, ttl: o.LeaseTTL, logger: o.Logger, known: make(map[string]int64), verdicts: make(map[string]bool), groups: make(map[string]checker.SharedGroup), labels: make(map[string]string)}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	cctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
 	defer cancel()
@@ -296,6 +297,9 @@ func (r *Registry) Load() ([]checker.SharedTarget, uint64, error) {
 				return nil, 0, fmt.Errorf("verdict %q in etcd: %w", name, err)
 			}
 			verdicts[target] = append(verdicts[target], vd)
+			r.mu.Lock()
+			r.verdicts[name] = true
+			r.mu.Unlock()
 		case "vantages":
 			rec, err := decodeVantage(name, kv.Value)
 			if err != nil {

@@ -190,6 +190,11 @@ func (r *Registry) changes(evs []*clientv3.Event) ([]checker.SharedChange, int64
 				r.logger.Error("ignoring a verdict in etcd that does not decode", "key", string(ev.Kv.Key), "error", err)
 				continue
 			}
+			if put {
+				r.verdicts[name] = true
+			} else {
+				delete(r.verdicts, name)
+			}
 			out = append(out, checker.SharedChange{Kind: kind, Rev: rev, Name: target, Verdict: vd})
 		case "vantages":
 			if !put {
@@ -263,6 +268,7 @@ func (r *Registry) resync(c Applier) (int64, error) {
 	var joined int64
 	var overloads []*mvccpb.KeyValue
 	var guards, verdicts []checker.SharedChange
+	seenVerdicts := map[string]bool{}
 	for _, kv := range resp.Kvs {
 		kind, name, ok := r.split(string(kv.Key))
 		if !ok {
@@ -288,6 +294,7 @@ func (r *Registry) resync(c Applier) (int64, error) {
 			// write compares.
 			if target, vd, err := decodeVerdict(name, kv.Value, orig); err == nil {
 				verdicts = append(verdicts, checker.SharedChange{Kind: checker.SharedVerdictPut, Rev: uint64(rev), Name: target, Verdict: vd})
+				seenVerdicts[name] = true
 			}
 		case "members":
 			members = append(members, name)
@@ -319,6 +326,16 @@ func (r *Registry) resync(c Applier) (int64, error) {
 			delete(r.known, name)
 		}
 	}
+	// The verdicts removed meanwhile (a vantage's lease expired, a
+	// vantage moved) are removed here too.
+	for name := range r.verdicts {
+		if !seenVerdicts[name] {
+			if target, vd, err := decodeVerdict(name, nil, rev); err == nil {
+				verdicts = append(verdicts, checker.SharedChange{Kind: checker.SharedVerdictDeleted, Rev: uint64(rev), Name: target, Verdict: vd})
+			}
+		}
+	}
+	r.verdicts = seenVerdicts
 	slices.Sort(members)
 	changed := !slices.Equal(members, r.members)
 	r.members = members

@@ -1,12 +1,16 @@
 package etcdreg
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/etcdreg/etcdtest"
 )
 
 // A response is cut around each revision that changes the members, never
@@ -39,5 +43,64 @@ func TestByMembersCutsAroundMemberRevisions(t *testing.T) {
 	}
 	if segs := r.byMembers(evs[:2]); len(segs) != 1 || len(segs[0]) != 2 {
 		t.Errorf("no member change: %d segments, want the response whole", len(segs))
+	}
+}
+
+type applied struct {
+	changes []checker.SharedChange
+	rev     uint64
+}
+
+func (a *applied) ApplyShared(ch []checker.SharedChange, rev uint64) {
+	a.changes = append(a.changes, ch...)
+	a.rev = rev
+}
+func (*applied) SetSharedErr(error) {}
+
+// A replica that reads the registry again (etcd compacted the history it
+// needed) applies the verdicts stored meanwhile with their own revisions,
+// and removes those removed meanwhile.
+func TestResyncRemovesVerdictsGoneMeanwhile(t *testing.T) {
+	etcd := etcdtest.Start(t, 0)
+	r, err := Open(context.Background(), Options{Endpoints: []string{etcd.Endpoint}, Prefix: "/resync/", ID: "r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx := context.Background()
+	put := func(key, val string) int64 {
+		resp, err := r.cli.Put(ctx, "/resync/"+key, val)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	put("targets/web", `{"v":1,"spec":{"Name":"web"}}`)
+	r2 := put("verdicts/web/r2", `{"v":1,"label":"zone-b","state":1}`)
+	put("verdicts/web/r3", `{"v":1,"label":"zone-c","state":2}`)
+	if _, _, err := r.Load(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.cli.Delete(ctx, "/resync/verdicts/web/r3"); err != nil {
+		t.Fatal(err)
+	}
+	r4 := put("verdicts/web/r4", `{"v":1,"label":"zone-d","state":1}`)
+	var a applied
+	if _, err := r.resync(&a); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ch := range a.changes {
+		switch ch.Kind {
+		case checker.SharedVerdictPut:
+			got = append(got, fmt.Sprintf("put %s/%s@%d", ch.Name, ch.Verdict.Member, ch.Verdict.Rev))
+		case checker.SharedVerdictDeleted:
+			got = append(got, fmt.Sprintf("deleted %s/%s", ch.Name, ch.Verdict.Member))
+		}
+	}
+	slices.Sort(got)
+	want := []string{"deleted web/r3", fmt.Sprintf("put web/r2@%d", r2), fmt.Sprintf("put web/r4@%d", r4)}
+	if !slices.Equal(got, want) {
+		t.Errorf("resync's verdict changes %q, want %q", got, want)
 	}
 }
