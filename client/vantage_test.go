@@ -81,6 +81,11 @@ func TestVantagesThroughTheClient(t *testing.T) {
 	c := e.client(t)
 	ctx := within(t)
 	ch := c.Watch(ctx, client.Filter{})
+	view := c.View(ctx, client.Filter{})
+	defer view.Close()
+	if err := view.WaitSynced(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if snap := next(t, ch); snap.Kind != client.EventSnapshot || len(snap.Snapshot) != 1 || snap.Snapshot[0].Target.Vantages != 3 || len(snap.Snapshot[0].Vantages) != 3 {
 		t.Fatalf("first event %+v; want the snapshot of web-1 with 3 vantages", snap)
 	}
@@ -106,6 +111,16 @@ func TestVantagesThroughTheClient(t *testing.T) {
 	}
 	if want := []string{"zone-a=healthy", "zone-b=unhealthy(connection refused)", "zone-c=unhealthy(no route to host)"}; !cmp.Equal(got, want) {
 		t.Errorf("transition vantages %q; want %q", got, want)
+	}
+
+	// A View keeps the verdicts the transition carried.
+	var vst client.Status
+	waitFor(t, "the view's web-1 unhealthy", func() bool {
+		vst, _ = view.Get("web-1")
+		return vst.State == client.StateUnhealthy
+	})
+	if len(vst.Vantages) != 3 || vst.Vantages[1].Error != "connection refused" {
+		t.Errorf("the view's web-1 after the transition: %v, vantages %+v; want unhealthy with the transition's verdicts", vst.State, vst.Vantages)
 	}
 
 	st, err := c.State(ctx, "web-1")

@@ -272,6 +272,9 @@ func (v *View) apply(ev Event) {
 		if st, ok := v.targets[tr.Target]; ok {
 			st.State, st.Routable = tr.To, tr.To.Routable()
 			st.LastTransition, st.Mode, st.SlowStartEnd = tr.Time, tr.Mode, tr.SlowStartEnd
+			if len(tr.Vantages) > 0 {
+				st.Vantages = tr.Vantages // the verdicts that decided it
+			}
 			v.staleLocked(st.Target.Group)
 			c := Change{Revision: ev.Revision, Name: tr.Target, Group: st.Target.Group, From: tr.From, To: tr.To, Status: *st, Reason: tr.Reason}
 			if c.Reason == "" {
