@@ -217,11 +217,14 @@ func TestVantagesAcrossRealPartitions(t *testing.T) {
 	})
 
 	// 3. t1 really dies: published down by the quorum, alike everywhere.
+	killed := time.Now()
 	servers["t1"].Close()
 	var downs []string
 	for _, r := range reps {
 		downs = append(downs, r.stream.waitFor(t, "t1", "healthy -> unhealthy", 0))
 	}
+	t.Logf("t1 killed: published down on every replica %v later (fall 2 x interval 300ms, then the verdicts and the state through etcd): %s",
+		time.Since(killed).Round(10*time.Millisecond), downs[0])
 	if downs[1] != downs[0] || downs[2] != downs[0] {
 		t.Errorf("replicas published t1 going down differently: %q", downs)
 	}
