@@ -99,6 +99,12 @@ func benchTransitions(b *testing.B, group string, flips int) {
 // benchReplica is a replica that probes only when the benchmark runs a
 // round: its interval is an hour.
 func benchReplica(b *testing.B, endpoint, id string, be *backend) *replica {
+	return benchReplicaProbing(b, endpoint, id, func(name string) checker.Prober { return fakeProber{b: be, replica: id, name: name} })
+}
+
+// benchReplicaProbing is benchReplica with the prober newProber makes for
+// each target, by name.
+func benchReplicaProbing(b *testing.B, endpoint, id string, newProber func(name string) checker.Prober) *replica {
 	reg, err := etcdreg.Open(context.Background(), etcdreg.Options{Endpoints: []string{endpoint}, Prefix: prefix, ID: id, LeaseTTL: 10 * time.Second})
 	if err != nil {
 		b.Fatal(err)
@@ -107,7 +113,7 @@ func benchReplica(b *testing.B, endpoint, id string, be *backend) *replica {
 		Shared:   reg,
 		Defaults: checker.Defaults{Interval: time.Hour, Timeout: time.Second, Rise: 1, Fall: 1},
 		NewProber: func(s probe.Spec) (checker.Prober, error) {
-			return fakeProber{b: be, replica: id, name: s.HTTP.URL[strings.LastIndex(s.HTTP.URL, "/")+1:]}, nil
+			return newProber(s.HTTP.URL[strings.LastIndex(s.HTTP.URL, "/")+1:]), nil
 		},
 	})
 	if err != nil {

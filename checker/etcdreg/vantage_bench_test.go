@@ -3,17 +3,13 @@ package etcdreg_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/pulsehealth/pulse/checker"
-	"github.com/pulsehealth/pulse/checker/etcdreg"
 	"github.com/pulsehealth/pulse/checker/etcdreg/etcdtest"
-	"github.com/pulsehealth/pulse/checker/probe"
 )
 
 // BenchmarkVantages measures what probing from k vantages costs, three
@@ -118,26 +114,8 @@ func benchVantages(b *testing.B, k uint8) {
 	b.ReportMetric(0, "ns/op")
 }
 
-// benchVantage is a replica that probes only when the benchmark runs a
-// round: its interval is an hour.
+// benchVantage is a replica that probes p's paths only when the
+// benchmark runs a round.
 func benchVantage(b *testing.B, endpoint, id string, p *paths) *replica {
-	reg, err := etcdreg.Open(context.Background(), etcdreg.Options{Endpoints: []string{endpoint}, Prefix: prefix, ID: id, LeaseTTL: 10 * time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
-	c, err := checker.New(checker.Config{
-		Shared:   reg,
-		Defaults: checker.Defaults{Interval: time.Hour, Timeout: time.Second, Rise: 1, Fall: 1},
-		NewProber: func(s probe.Spec) (checker.Prober, error) {
-			return pathProber{p: p, replica: id, name: s.HTTP.URL[strings.LastIndex(s.HTTP.URL, "/")+1:]}, nil
-		},
-	})
-	if err != nil {
-		reg.Close()
-		b.Fatal(err)
-	}
-	reg.Run(c)
-	r := &replica{id: id, reg: reg, c: c}
-	b.Cleanup(r.stop)
-	return r
+	return benchReplicaProbing(b, endpoint, id, func(name string) checker.Prober { return pathProber{p: p, replica: id, name: name} })
 }

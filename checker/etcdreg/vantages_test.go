@@ -77,8 +77,56 @@ func (pp pathProber) Probe(context.Context) error {
 // suspect.
 func startVantage(t *testing.T, endpoint, id, label string, p *paths) *replica {
 	t.Helper()
-	return startVantagePolicy(t, endpoint, id, label, p, checker.VantagePolicy{SuspectAfter: 300 * time.Millisecond})
+	return startVantagePolicy(t, endpoint, id, label, p, quick)
 }
+
+// startFleet starts a replica for each label (r1, r2, ...; "" labels a
+// replica by its ID) with the vantage policy vp, and waits until each
+// sees them all.
+func startFleet(t *testing.T, endpoint string, p *paths, vp checker.VantagePolicy, labels ...string) []*replica {
+	t.Helper()
+	var rs []*replica
+	for i, l := range labels {
+		rs = append(rs, startVantagePolicy(t, endpoint, fmt.Sprintf("r%d", i+1), l, p, vp))
+	}
+	eventually(t, "every replica sees every member", func() bool {
+		for _, r := range rs {
+			if len(r.reg.Members()) != len(rs) {
+				return false
+			}
+		}
+		return true
+	})
+	return rs
+}
+
+// addHealthy adds names, each probed from k vantages, through rs[0], and
+// waits until every replica sees each healthy by all k.
+func addHealthy(t *testing.T, rs []*replica, k uint8, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		spec := target(n)
+		spec.Vantages = k
+		if _, _, err := rs[0].c.Add(spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range rs {
+		eventually(t, r.id+" sees every target healthy from every vantage", func() bool {
+			for _, n := range names {
+				st, _ := r.c.Status(n)
+				if st.State != checker.StateHealthy || strings.Count(vantagesText(st), "=healthy") != int(k) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+}
+
+// quick is the vantage policy of the tests: 300ms over the line is
+// suspect.
+var quick = checker.VantagePolicy{SuspectAfter: 300 * time.Millisecond}
 
 func startVantagePolicy(t *testing.T, endpoint, id, label string, p *paths, vp checker.VantagePolicy) *replica {
 	t.Helper()
@@ -126,19 +174,7 @@ func vantagesText(st checker.Status) string {
 func TestVantagesDecideByQuorum(t *testing.T) {
 	etcd := etcdtest.Start(t, 0)
 	p := newPaths()
-	rs := []*replica{
-		startVantage(t, etcd.Endpoint, "r1", "zone-a", p),
-		startVantage(t, etcd.Endpoint, "r2", "zone-b", p),
-		startVantage(t, etcd.Endpoint, "r3", "zone-c", p),
-	}
-	eventually(t, "every replica sees every member", func() bool {
-		for _, r := range rs {
-			if len(r.reg.Members()) != 3 {
-				return false
-			}
-		}
-		return true
-	})
+	rs := startFleet(t, etcd.Endpoint, p, quick, "zone-a", "zone-b", "zone-c")
 	var ws []*checker.Watcher
 	for _, r := range rs {
 		w, err := r.c.Watch(checker.Filter{}, 0)
@@ -225,20 +261,7 @@ func TestVantagesDecideByQuorum(t *testing.T) {
 func TestVantageMovesWhenItsReplicaDies(t *testing.T) {
 	etcd := etcdtest.Start(t, 0)
 	p := newPaths()
-	rs := []*replica{
-		startVantage(t, etcd.Endpoint, "r1", "", p),
-		startVantage(t, etcd.Endpoint, "r2", "", p),
-		startVantage(t, etcd.Endpoint, "r3", "", p),
-		startVantage(t, etcd.Endpoint, "r4", "", p),
-	}
-	eventually(t, "every replica sees every member", func() bool {
-		for _, r := range rs {
-			if len(r.reg.Members()) != 4 {
-				return false
-			}
-		}
-		return true
-	})
+	rs := startFleet(t, etcd.Endpoint, p, quick, "", "", "", "")
 	spec := target("api")
 	spec.Vantages = 3
 	if _, _, err := rs[0].c.Add(spec); err != nil {
@@ -327,38 +350,9 @@ func TestSingleCheckerRefusesVantages(t *testing.T) {
 func TestBrokenVantageIsSuspect(t *testing.T) {
 	etcd := etcdtest.Start(t, 0)
 	p := newPaths()
-	rs := []*replica{
-		startVantage(t, etcd.Endpoint, "r1", "zone-a", p),
-		startVantage(t, etcd.Endpoint, "r2", "zone-b", p),
-		startVantage(t, etcd.Endpoint, "r3", "zone-c", p),
-	}
-	eventually(t, "every replica sees every member", func() bool {
-		for _, r := range rs {
-			if len(r.reg.Members()) != 3 {
-				return false
-			}
-		}
-		return true
-	})
+	rs := startFleet(t, etcd.Endpoint, p, quick, "zone-a", "zone-b", "zone-c")
 	names := []string{"t1", "t2", "t3", "t4", "t5"}
-	for _, n := range names {
-		spec := target(n)
-		spec.Vantages = 3
-		if _, _, err := rs[0].c.Add(spec); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, r := range rs {
-		eventually(t, r.id+" sees every target healthy from every vantage", func() bool {
-			for _, n := range names {
-				st, _ := r.c.Status(n)
-				if st.State != checker.StateHealthy || strings.Count(vantagesText(st), "=healthy") != 3 {
-					return false
-				}
-			}
-			return true
-		})
-	}
+	addHealthy(t, rs, 3, names...)
 	var ws []*checker.Watcher
 	for _, r := range rs {
 		w, err := r.c.Watch(checker.Filter{}, 0)
@@ -430,19 +424,7 @@ func TestBrokenVantageIsSuspect(t *testing.T) {
 func TestGroupPolicyVantages(t *testing.T) {
 	etcd := etcdtest.Start(t, 0)
 	p := newPaths()
-	rs := []*replica{
-		startVantage(t, etcd.Endpoint, "r1", "", p),
-		startVantage(t, etcd.Endpoint, "r2", "", p),
-		startVantage(t, etcd.Endpoint, "r3", "", p),
-	}
-	eventually(t, "every replica sees every member", func() bool {
-		for _, r := range rs {
-			if len(r.reg.Members()) != 3 {
-				return false
-			}
-		}
-		return true
-	})
+	rs := startFleet(t, etcd.Endpoint, p, quick, "", "", "")
 	if _, err := rs[0].c.SetGroupPolicy("edge", checker.GroupPolicy{MaxUnhealthyFraction: 1, Vantages: 3, Quorum: 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -501,38 +483,12 @@ func TestFleetOutageMarksNoVantageSuspect(t *testing.T) {
 	etcd := etcdtest.Start(t, 0)
 	p := newPaths()
 	const after = 10 * time.Second
-	var rs []*replica
-	for i := range 3 {
-		rs = append(rs, startVantagePolicy(t, etcd.Endpoint, fmt.Sprintf("r%d", i+1), "", p, checker.VantagePolicy{SuspectAfter: after}))
-	}
-	eventually(t, "every replica sees every member", func() bool {
-		for _, r := range rs {
-			if len(r.reg.Members()) != 3 {
-				return false
-			}
-		}
-		return true
-	})
+	rs := startFleet(t, etcd.Endpoint, p, checker.VantagePolicy{SuspectAfter: after}, "", "", "")
 	var names []string
 	for i := range 8 {
-		spec := target(fmt.Sprintf("t%d", i))
-		spec.Vantages = 3
-		names = append(names, spec.Name)
-		if _, _, err := rs[0].c.Add(spec); err != nil {
-			t.Fatal(err)
-		}
+		names = append(names, fmt.Sprintf("t%d", i))
 	}
-	for _, r := range rs {
-		eventually(t, r.id+" sees every target healthy from every vantage", func() bool {
-			for _, n := range names {
-				st, _ := r.c.Status(n)
-				if st.State != checker.StateHealthy || strings.Count(vantagesText(st), "=healthy") != 3 {
-					return false
-				}
-			}
-			return true
-		})
-	}
+	addHealthy(t, rs, 3, names...)
 	w, err := rs[0].c.Watch(checker.Filter{}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -603,19 +559,7 @@ func TestFleetOutageMarksNoVantageSuspect(t *testing.T) {
 func TestVantagesWithPoolPolicies(t *testing.T) {
 	etcd := etcdtest.Start(t, 0)
 	p := newPaths()
-	rs := []*replica{
-		startVantage(t, etcd.Endpoint, "r1", "", p),
-		startVantage(t, etcd.Endpoint, "r2", "", p),
-		startVantage(t, etcd.Endpoint, "r3", "", p),
-	}
-	eventually(t, "every replica sees every member", func() bool {
-		for _, r := range rs {
-			if len(r.reg.Members()) != 3 {
-				return false
-			}
-		}
-		return true
-	})
+	rs := startFleet(t, etcd.Endpoint, p, quick, "", "", "")
 	if _, err := rs[0].c.SetGroupPolicy("edge", checker.GroupPolicy{MaxUnhealthyFraction: 0.5, Vantages: 3}); err != nil {
 		t.Fatal(err)
 	}
