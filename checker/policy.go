@@ -53,6 +53,9 @@ type GroupPolicy struct {
 	// Vantages and Quorum are those of the group's targets that set none
 	// of their own (Spec.Vantages, Spec.Quorum). 0: one vantage.
 	Vantages, Quorum int
+	// Outlier is the group's outlier detection (see outlier.go); the zero
+	// value is off.
+	Outlier OutlierPolicy
 }
 
 // MaxObjectiveWindow is the longest window of an availability objective:
@@ -291,6 +294,9 @@ func checkGroupPolicy(group string, p GroupPolicy) error {
 		return &FieldError{"max_unhealthy_fraction", err.Error()}
 	}
 	if err := checkObjective(p); err != nil {
+		return err
+	}
+	if err := p.Outlier.validate(); err != nil {
 		return err
 	}
 	switch {

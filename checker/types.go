@@ -193,6 +193,9 @@ type Status struct {
 	// stored verdicts, its owner's first (State zero: none stored yet);
 	// Verdict is then theirs (see Spec.Vantages).
 	Vantages []VantageVerdict
+	// Outlier, while its group's outlier detection has caught the target,
+	// says how and why (GroupPolicy.Outlier); nil otherwise.
+	Outlier *OutlierState
 }
 
 // Config configures a Checker. Every field is optional.

@@ -62,6 +62,12 @@ const (
 	// EventVantageRecovered: the vantage agrees with the others again, or
 	// left.
 	EventVantageRecovered
+	// EventOutlierStarted: a target became an outlier of its group
+	// (GroupPolicy.Outlier): Policy.Outlier says how and why.
+	EventOutlierStarted
+	// EventOutlierEnded: it is no longer one (it caught up, its ejection
+	// ended, or the policy was turned off).
+	EventOutlierEnded
 )
 
 // String returns the kind's name as the API spells it, e.g.
@@ -102,6 +108,10 @@ func (k EventKind) String() string {
 		return "VANTAGE_SUSPECT"
 	case EventVantageRecovered:
 		return "VANTAGE_RECOVERED"
+	case EventOutlierStarted:
+		return "OUTLIER_STARTED"
+	case EventOutlierEnded:
+		return "OUTLIER_ENDED"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }
@@ -111,7 +121,7 @@ func (k EventKind) String() string {
 // source failed or recovered, a vantage suspect or recovered), whose
 // details are in Event.Policy.
 func (k EventKind) IsPolicy() bool {
-	return k >= EventPanicEntered && k <= EventTargetExpired || k >= EventDiscoveryFailed && k <= EventVantageRecovered
+	return k >= EventPanicEntered && k <= EventTargetExpired || k >= EventDiscoveryFailed && k <= EventOutlierEnded
 }
 
 // PolicyChange details a policy event. Policy events change no target's
@@ -143,6 +153,9 @@ type PolicyChange struct {
 	// while most of the others say healthy.
 	Vantage          string
 	Disagree, Judged int
+	// Outlier is the target's outlier state of an OUTLIER_STARTED event,
+	// and the one that ended of an OUTLIER_ENDED.
+	Outlier *OutlierState
 	// Source is the target source a discovery event is about, as its
 	// targets' Spec.Source says it (e.g. "discovery:api"), and SDConfig
 	// the source within it (e.g. "http_sd 0"; empty when the group's

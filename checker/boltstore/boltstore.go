@@ -141,6 +141,8 @@ type policyRecord struct {
 	RemoveAfterUnhealthy time.Duration `json:"remove_after_unhealthy,omitempty"`
 	Objective            float64       `json:"objective,omitempty"`
 	ObjectiveWindow      time.Duration `json:"objective_window,omitempty"`
+	// Outlier is stored as the checker's type: its fields are plain.
+	Outlier checker.OutlierPolicy `json:"outlier,omitzero"`
 }
 
 // LoadGroupPolicies returns every stored group policy.
@@ -158,7 +160,7 @@ func (s *Store) LoadGroupPolicies() (_ map[string]checker.GroupPolicy, err error
 				return fmt.Errorf("stored policy of group %q: %w", k, err)
 			}
 			out[string(k)] = checker.GroupPolicy{MaxUnhealthyFraction: pr.MaxUnhealthyFraction, SlowStart: pr.SlowStart, RemoveAfterUnhealthy: pr.RemoveAfterUnhealthy,
-				Objective: pr.Objective, ObjectiveWindow: pr.ObjectiveWindow}
+				Objective: pr.Objective, ObjectiveWindow: pr.ObjectiveWindow, Outlier: pr.Outlier}
 			return nil
 		})
 	})
@@ -177,7 +179,7 @@ func (s *Store) PutGroupPolicy(group string, p checker.GroupPolicy) (err error) 
 			return b.Delete([]byte(group))
 		}
 		v, err := json.Marshal(policyRecord{V: 1, MaxUnhealthyFraction: p.MaxUnhealthyFraction, SlowStart: p.SlowStart, RemoveAfterUnhealthy: p.RemoveAfterUnhealthy,
-			Objective: p.Objective, ObjectiveWindow: p.ObjectiveWindow})
+			Objective: p.Objective, ObjectiveWindow: p.ObjectiveWindow, Outlier: p.Outlier})
 		if err != nil {
 			return err
 		}

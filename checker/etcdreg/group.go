@@ -37,19 +37,20 @@ type guardRecord struct {
 }
 
 type policyRecord struct {
-	V                    int           `json:"v"`
-	MaxUnhealthyFraction float64       `json:"max_unhealthy_fraction"`
-	SlowStart            time.Duration `json:"slow_start,omitempty"`
-	RemoveAfterUnhealthy time.Duration `json:"remove_after_unhealthy,omitempty"`
-	Objective            float64       `json:"objective,omitempty"`
-	ObjectiveWindow      time.Duration `json:"objective_window,omitempty"`
-	Vantages             int           `json:"vantages,omitempty"`
-	Quorum               int           `json:"quorum,omitempty"`
+	V                    int                   `json:"v"`
+	MaxUnhealthyFraction float64               `json:"max_unhealthy_fraction"`
+	SlowStart            time.Duration         `json:"slow_start,omitempty"`
+	RemoveAfterUnhealthy time.Duration         `json:"remove_after_unhealthy,omitempty"`
+	Objective            float64               `json:"objective,omitempty"`
+	ObjectiveWindow      time.Duration         `json:"objective_window,omitempty"`
+	Vantages             int                   `json:"vantages,omitempty"`
+	Quorum               int                   `json:"quorum,omitempty"`
+	Outlier              checker.OutlierPolicy `json:"outlier,omitzero"`
 }
 
 func (pr policyRecord) policy() checker.GroupPolicy {
 	return checker.GroupPolicy{MaxUnhealthyFraction: pr.MaxUnhealthyFraction, SlowStart: pr.SlowStart, RemoveAfterUnhealthy: pr.RemoveAfterUnhealthy,
-		Objective: pr.Objective, ObjectiveWindow: pr.ObjectiveWindow, Vantages: pr.Vantages, Quorum: pr.Quorum}
+		Objective: pr.Objective, ObjectiveWindow: pr.ObjectiveWindow, Vantages: pr.Vantages, Quorum: pr.Quorum, Outlier: pr.Outlier}
 }
 
 func (r *Registry) guardKey(group string) string  { return r.prefix + "guards/" + group }
@@ -114,7 +115,7 @@ func (r *Registry) ProposeGroup(ctx context.Context, g checker.GroupProposal) (u
 // PutGroupPolicy implements checker.SharedGroups.
 func (r *Registry) PutGroupPolicy(ctx context.Context, group string, p checker.GroupPolicy) (uint64, error) {
 	v, err := json.Marshal(policyRecord{V: 1, MaxUnhealthyFraction: p.MaxUnhealthyFraction, SlowStart: p.SlowStart, RemoveAfterUnhealthy: p.RemoveAfterUnhealthy,
-		Objective: p.Objective, ObjectiveWindow: p.ObjectiveWindow, Vantages: p.Vantages, Quorum: p.Quorum})
+		Objective: p.Objective, ObjectiveWindow: p.ObjectiveWindow, Vantages: p.Vantages, Quorum: p.Quorum, Outlier: p.Outlier})
 	if err != nil {
 		return 0, err
 	}
