@@ -68,6 +68,8 @@ type targetMore struct {
 	life     lifeState
 	shared   *sharedPolicy // with a shared registry; see flap.go
 	vant     *vantageSet   // probed from several vantages; see vantage.go
+	samp     *outlierSampler // its group's outlier detection samples it; see outlier.go
+	outlier  *OutlierState   // an outlier of its group, as the judge's record says
 	reprobed time.Time     // the last probe a lost connection brought forward
 }
 
