@@ -88,7 +88,7 @@ func TestSlowMemberIsAnOutlier(t *testing.T) {
 	e.probes.set("d", pass)
 	rounds(3)
 	for range 3 {
-			e.clock.Advance(10 * time.Second)
+		e.clock.Advance(10 * time.Second)
 	}
 	waitFor(t, "d back", func() bool { st, _ := e.c.Status("d"); return st.Outlier == nil && st.Routable })
 	if st, _ := e.c.Status("d"); st.Weight != 100 || st.State != checker.StateHealthy {
