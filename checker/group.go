@@ -147,7 +147,9 @@ func (r *registry) policyPutLocked(group string, p GroupPolicy) {
 		if p.Outlier.On() { // judged one interval of the new policy from now
 			r.outlierGroupLocked(group).next = r.clock.Now().Add(p.Outlier.withDefaults().Interval)
 		}
-		r.lifeWakeLocked()
+		if r.lifeWake != nil {
+			r.lifeWake() // the outliers' turns are the lifecycle loop's
+		}
 	}
 	pl.policy = p
 	now := r.clock.Now()

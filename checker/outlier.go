@@ -368,8 +368,12 @@ func (r *registry) dueOutliers(now time.Time) (jobs []outlierJob, next time.Time
 			continue
 		}
 		job.members = append(job.members, t.spec.Name)
-		if t.owned {
-			job.samples = append(job.samples, takeSampleLocked(t, now))
+		if !t.owned {
+			continue
+		}
+		s := takeSampleLocked(t, now)
+		if old, ok := r.outliers[t.spec.Group].samples[s.Target]; !r.remote || !ok || samplesDiffer(old, s) {
+			job.samples = append(job.samples, s)
 		}
 	}
 	for _, job := range due {
@@ -379,6 +383,17 @@ func (r *registry) dueOutliers(now time.Time) (jobs []outlierJob, next time.Time
 	}
 	slices.SortFunc(jobs, func(a, b outlierJob) int { return cmp.Compare(a.group, b.group) })
 	return jobs, next
+}
+
+// samplesDiffer reports whether a new sample says more than the stored one:
+// a latency changed by more than a tenth (or got or lost enough probes),
+// or other passive outcomes. Replicas store only those.
+func samplesDiffer(old, s OutlierSample) bool {
+	if (old.Probes >= minLatencyProbes) != (s.Probes >= minLatencyProbes) || old.Passes != s.Passes || old.Failures != s.Failures {
+		return true
+	}
+	d := old.Latency - s.Latency
+	return 10*max(d, -d) > old.Latency
 }
 
 // applySamplesLocked applies samples stored for group.
