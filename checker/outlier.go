@@ -256,13 +256,17 @@ func (r *registry) outlierPolicyLocked(group string) (OutlierPolicy, bool) {
 // sampleResultLocked keeps a result of an owned target for its group's
 // outlier detection: a passing probe's latency, or a passive outcome.
 func (r *registry) sampleResultLocked(t *target, res Result) {
-	p, on := r.outlierPolicyLocked(t.spec.Group)
-	if !on || !t.owned || res.Ignored {
+	if t.spec.Group == "" || !t.owned || res.Ignored {
 		return
 	}
+	pl := r.pools[t.spec.Group]
+	if pl == nil || !pl.policy.Outlier.On() {
+		return
+	}
+	n := cmp.Or(pl.policy.Outlier.Samples, DefaultOutlierSamples)
 	m := t.moreLocked()
 	if m.samp == nil {
-		m.samp = &outlierSampler{}
+		m.samp = &outlierSampler{lat: make([]time.Duration, 0, n)}
 	}
 	s := m.samp
 	switch {
@@ -271,15 +275,15 @@ func (r *registry) sampleResultLocked(t *target, res Result) {
 	case res.Passive:
 		s.failures++
 	case res.Pass:
-		if len(s.lat) > p.Samples {
+		if len(s.lat) > n { // the policy asks for fewer now
 			s.lat, s.at = s.lat[:0], 0
 		}
-		if len(s.lat) < p.Samples {
+		if len(s.lat) < n {
 			s.lat = append(s.lat, res.Latency)
 		} else {
 			s.lat[s.at] = res.Latency
 		}
-		s.at = (s.at + 1) % p.Samples
+		s.at = (s.at + 1) % n
 	}
 }
 

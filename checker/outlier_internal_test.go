@@ -1,6 +1,7 @@
 package checker
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -188,5 +189,29 @@ func TestOutlierPolicyBounds(t *testing.T) {
 	}
 	if err := (OutlierPolicy{LatencyFactor: 3, Enforce: true}).validate(); err != nil {
 		t.Errorf("a valid policy: %v", err)
+	}
+}
+
+// BenchmarkPerfJudgeOutliers10k: one judgement of a group of 10,000, one
+// member slow, once per interval (10s by default).
+func BenchmarkPerfJudgeOutliers10k(b *testing.B) {
+	p := OutlierPolicy{LatencyFactor: 3, SuccessRateStdevFactor: 1.9, FailurePercentage: 85}.withDefaults()
+	samples := map[string]OutlierSample{}
+	var names []string
+	for i := range 10000 {
+		n := fmt.Sprintf("t%05d", i)
+		names = append(names, n)
+		samples[n] = OutlierSample{Target: n, Latency: time.Duration(4000+i%100) * time.Microsecond, Probes: 10, Passes: 200}
+	}
+	samples["t00042"] = OutlierSample{Target: "t00042", Latency: 900 * time.Millisecond, Probes: 10, Passes: 200}
+	now := time.Unix(1_800_000_000, 0)
+	var rec OutlierRecord
+	b.ReportAllocs()
+	for b.Loop() {
+		rec = judge(p, names, samples, rec, now)
+		now = now.Add(10 * time.Second)
+	}
+	if len(rec.Members) != 1 {
+		b.Fatalf("%d members in the record, want 1", len(rec.Members))
 	}
 }
