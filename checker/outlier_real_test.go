@@ -118,3 +118,68 @@ func TestOutliersAgainstRealSlowBackends(t *testing.T) {
 		t.Errorf("%d OUTLIER_STARTED events, want at least 2", started)
 	}
 }
+
+// Real HTTP backends, one failing two requests in five: a client sends
+// each 150 requests and reports every outcome (passive checks); at the
+// next judgement the failing one is an outlier by its failure percentage,
+// the others not.
+func TestOutliersAgainstARealFailingBackend(t *testing.T) {
+	urls := map[string]string{}
+	for _, n := range []string{"f1", "f2", "f3", "bad"} {
+		var count atomic.Int64
+		bad := n == "bad"
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			if bad && count.Add(1)%5 < 2 {
+				http.Error(w, "overloaded", http.StatusServiceUnavailable)
+				return
+			}
+			io.WriteString(w, "ok")
+		}))
+		t.Cleanup(srv.Close)
+		urls[n] = srv.URL + "/"
+	}
+	c, err := checker.New(checker.Config{MaxUnhealthyFraction: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.SetGroupPolicy("api", checker.GroupPolicy{Outlier: checker.OutlierPolicy{
+		FailurePercentage: 30, FailurePercentageRequestVolume: 100, Interval: time.Second,
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	for n, u := range urls {
+		s := checker.Spec{Name: n, Group: "api", Probe: probe.Spec{HTTP: &probe.HTTPSpec{URL: u + "healthz"}},
+			Interval: time.Hour, Rise: 1, Fall: 1000, InitialState: checker.StateHealthy, PassiveOutcomes: true, PassiveRate: 10000}
+		if _, _, err := c.Add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Start()
+	// The client's requests, and their outcomes reported as they come.
+	for range 150 {
+		for n, u := range urls {
+			resp, err := http.Get(u)
+			o := checker.Outcome{Pass: err == nil && resp.StatusCode == http.StatusOK}
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if !o.Pass {
+					o.Err = resp.Status
+				}
+			}
+			if _, _, err := c.ReportOutcome(n, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitFor(t, "bad an outlier", func() bool { st, _ := c.Status("bad"); return st.Outlier != nil })
+	if st, _ := c.Status("bad"); !strings.Contains(st.Outlier.Reason, "outcomes failed (40%)") || st.Outlier.Ejected {
+		t.Errorf("bad: %+v; want degraded, 40%% of its outcomes failed", st.Outlier)
+	}
+	for _, n := range []string{"f1", "f2", "f3"} {
+		if st, _ := c.Status(n); st.Outlier != nil {
+			t.Errorf("%s is an outlier: %+v", n, st.Outlier)
+		}
+	}
+}
