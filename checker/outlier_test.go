@@ -107,3 +107,42 @@ func outlierEvents(evs []checker.Event) []checker.Event {
 	}
 	return out
 }
+
+// An ejection is a hold like flap damping's: the group's panic threshold
+// has the last word. With one of four down already and at most one
+// unhealthy, the ejected outlier stays routable, held, until there is
+// room.
+func TestOutlierEjectionUnderThePanicThreshold(t *testing.T) {
+	e := newEnv(t, checker.Config{MaxConcurrentProbes: 1})
+	for _, n := range []string{"a", "b", "c", "d"} {
+		s := spec(n)
+		s.Group, s.Interval, s.Timeout, s.Rise, s.Fall, s.InitialState = "edge", time.Hour, time.Second, 1, 1, checker.StateHealthy
+		e.add(t, s)
+	}
+	if _, err := e.c.SetGroupPolicy("edge", checker.GroupPolicy{MaxUnhealthyFraction: 0.25, Outlier: checker.OutlierPolicy{
+		LatencyFactor: 3, Consecutive: 1, Samples: 3, Interval: 10 * time.Second, Enforce: true, MaxEjectionPercent: 100}}); err != nil {
+		t.Fatal(err)
+	}
+	e.c.Start()
+	e.probes.set("d", outcome{advance: 40 * time.Millisecond})
+	for range 3 {
+		e.c.RunRound(context.Background())
+	}
+	e.probes.set("c", fail)
+	e.c.RunRound(context.Background()) // c down: the one the threshold allows
+	if st, _ := e.c.Status("c"); st.State != checker.StateUnhealthy {
+		t.Fatalf("c: %v, want unhealthy", st.State)
+	}
+	e.clock.Advance(10 * time.Second)
+	waitFor(t, "d ejected", func() bool { st, _ := e.c.Status("d"); return st.Outlier != nil && st.Outlier.Ejected })
+	if st, _ := e.c.Status("d"); !st.Routable || !st.PanicHeld {
+		t.Errorf("d ejected with c down: routable %v, held %v; want routable, held by the panic threshold", st.Routable, st.PanicHeld)
+	}
+	// c comes back: room for d's ejection.
+	e.probes.set("c", pass)
+	e.c.RunRound(context.Background())
+	waitFor(t, "d out", func() bool { st, _ := e.c.Status("d"); return !st.Routable })
+	if st, _ := e.c.Status("c"); !st.Routable {
+		t.Errorf("c back: %v", st.State)
+	}
+}
