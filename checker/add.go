@@ -234,6 +234,9 @@ func (r *registry) putSpecLocked(spec Spec, p Prober, st *SharedState, stateRev 
 	}
 	prevVantages, prevQuorum := t.spec.Vantages, t.spec.Quorum
 	prevGroup := r.setSpecLocked(t, spec)
+	if prevGroup != spec.Group {
+		r.leaveOutliersLocked(t, prevGroup, at)
+	}
 	if spec.Vantages != prevVantages || spec.Quorum != prevQuorum || prevGroup != spec.Group {
 		r.reassignLocked(t, now)
 	}

@@ -207,6 +207,10 @@ func (r *registry) applySharedLocked(changes []SharedChange, rev uint64) (uint64
 			r.applyRecordLocked(ch.Name, ch.State, ch.Rev)
 		case SharedMembersChanged:
 			r.reownLocked(now)
+		case SharedSamplesPut:
+			r.applySamplesLocked(ch.Name, ch.Samples)
+		case SharedOutliersPut:
+			r.applyOutliersLocked(ch.Outliers, now, true)
 		case SharedVantagePut:
 			r.applyVantageLocked(ch.Vantage, now)
 		case SharedVerdictPut, SharedVerdictDeleted:

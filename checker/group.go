@@ -143,6 +143,14 @@ func (r *registry) guardChangedLocked(group string, rev uint64, at time.Time) {
 func (r *registry) policyPutLocked(group string, p GroupPolicy) {
 	pl := r.poolLocked(group)
 	vantages := pl.policy.Vantages != p.Vantages || pl.policy.Quorum != p.Quorum
+	if pl.policy.Outlier != p.Outlier {
+		if p.Outlier.On() { // judged one interval of the new policy from now
+			r.outlierGroupLocked(group).next = r.clock.Now().Add(p.Outlier.withDefaults().Interval)
+		}
+		if r.lifeWake != nil {
+			r.lifeWake() // the outliers' turns are the lifecycle loop's
+		}
+	}
 	pl.policy = p
 	now := r.clock.Now()
 	for _, t := range r.targets {
@@ -477,6 +485,9 @@ func (g *guardWriter) send(gp GroupProposal) {
 // only a policy that needs none is taken: no threshold, no slow start, no
 // automatic removal (ErrNotShared).
 func (rp *replication) putPolicy(group string, p GroupPolicy) error {
+	if _, ok := rp.outliers(); !ok && p.Outlier.On() {
+		return fmt.Errorf("%w: outlier detection needs a shared registry that keeps samples and judgements", ErrNotShared)
+	}
 	if rp.guard == nil {
 		if f := p.MaxUnhealthyFraction; f != 0 && f != 1 {
 			return fmt.Errorf("%w: a panic threshold needs a shared registry that keeps group guards; only max_unhealthy_fraction 1 (no threshold) is accepted", ErrNotShared)

@@ -116,6 +116,9 @@ func (l *lifecycle) run(ctx context.Context) {
 		if failed {
 			next = l.clock.Now().Add(time.Second)
 		}
+		if at := l.outliers(l.clock.Now()); !at.IsZero() && (next.IsZero() || at.Before(next)) {
+			next = at
+		}
 		var tick <-chan time.Time
 		var timer Timer
 		if !next.IsZero() {
@@ -217,12 +220,16 @@ func weightLocked(t *target, now time.Time) (uint32, time.Time) {
 	if !t.state.routable() {
 		return 0, time.Time{}
 	}
+	top := uint32(100)
+	if o := t.outlierState(); o != nil && !o.Ejected {
+		top = OutlierWeight // a degraded outlier
+	}
 	lf := t.lifeOrNil()
 	if lf == nil || !now.Before(lf.rampEnd) {
-		return 100, time.Time{}
+		return top, time.Time{}
 	}
 	w := uint32(100 * now.Sub(lf.rampStart) / lf.rampEnd.Sub(lf.rampStart))
-	return min(w, 100), lf.rampEnd
+	return min(w, top), lf.rampEnd
 }
 
 // unhealthySinceLocked starts or ends t's unhealthy streak after its

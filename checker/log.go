@@ -56,6 +56,15 @@ type link interface {
 	// err returns the last error writing to the log, nil once a write
 	// succeeds again.
 	err() error
+
+	// Outlier detection (outlier.go), without the registry's lock:
+
+	// judgesGroup reports whether this member judges group's outliers.
+	judgesGroup(group string) bool
+	// putSamples stores this member's samples of group's targets.
+	putSamples(group string, samples []OutlierSample) error
+	// putOutliers stores a judge's record of a group.
+	putOutliers(rec OutlierRecord) error
 }
 
 // localLink is the log of a checker that shares its registry with no one:
@@ -235,6 +244,31 @@ func (l *localLink) reportOutcome(name string, o Outcome) (Status, bool, error) 
 
 // announce applies the event at once.
 func (l *localLink) announce(a Announcement) error { return l.reg.announceLocal(a) }
+
+// judgesGroup: the only member judges every group.
+func (*localLink) judgesGroup(string) bool { return true }
+
+// putSamples applies the samples at once: they are not stored, as a
+// restart starts sampling afresh.
+func (l *localLink) putSamples(group string, samples []OutlierSample) error {
+	l.reg.mu.Lock()
+	defer l.reg.mu.Unlock()
+	l.reg.applySamplesLocked(group, samples)
+	return nil
+}
+
+// putOutliers applies the record at once. It is not stored: after a
+// restart the group is judged afresh, and its outliers found again.
+func (l *localLink) putOutliers(rec OutlierRecord) error {
+	r := l.reg
+	r.mu.Lock()
+	defer r.unlockAndReport()
+	if r.closed {
+		return ErrClosed
+	}
+	r.applyOutliersLocked(rec, r.clock.Now(), true)
+	return nil
+}
 
 // err is the committer's.
 func (l *localLink) err() error {

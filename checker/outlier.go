@@ -1,8 +1,11 @@
 package checker
 
 import (
+	"cmp"
+	"context"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -159,4 +162,587 @@ type OutlierState struct {
 	Until  time.Time
 	// Ejections counts its ejections in a row.
 	Ejections int
+}
+
+// minLatencyProbes is the fewest passing probes a member's latency is
+// taken from.
+const minLatencyProbes = 3
+
+// OutlierSample is a target as its owner samples it for its group's
+// outlier detection.
+type OutlierSample struct {
+	Target string
+	// Latency is the median of its last passing probes (at most
+	// OutlierPolicy.Samples); Probes how many: with fewer than three it
+	// has no latency.
+	Latency time.Duration
+	Probes  int
+	// Passes and Failures count its passive outcomes since its previous
+	// sample.
+	Passes, Failures int
+	// Time is when it was taken.
+	Time time.Time
+}
+
+// OutlierRecord is a judge's decision on a group: its members that are
+// outliers, or on their way to be one, or were ejected lately.
+type OutlierRecord struct {
+	Group   string
+	Time    time.Time // when the judge made it: the time of its events
+	Members []OutlierMember
+}
+
+// OutlierMember is one member's part in an OutlierRecord.
+type OutlierMember struct {
+	Target string
+	// Over counts the judgements in a row its latency was over the line.
+	Over int
+	// Ejections counts its ejections in a row: each lasts one
+	// BaseEjectionTime more; a judgement it passes unejected takes one off.
+	Ejections int
+	// State is set while it is an outlier.
+	State *OutlierState
+}
+
+// SharedOutliers is a Shared registry that keeps the outlier samples and
+// the judges' records (package etcdreg does).
+type SharedOutliers interface {
+	// JudgesGroup reports whether this replica judges the group.
+	JudgesGroup(group string) bool
+	// PutSamples stores this replica's samples of a group's targets.
+	PutSamples(ctx context.Context, group string, samples []OutlierSample) error
+	// PutOutliers stores a judge's record, while it holds its lease and
+	// its view of the members is current.
+	PutOutliers(ctx context.Context, rec OutlierRecord) error
+	// LoadedOutliers returns the records and samples Load read.
+	LoadedOutliers() ([]OutlierRecord, []OutlierSample)
+}
+
+// outlierGroup is what the registry knows of a group's outlier detection;
+// guarded by its lock.
+type outlierGroup struct {
+	samples map[string]OutlierSample // by target, as stored
+	rec     OutlierRecord            // the last record applied
+	next    time.Time                // this member's next sampling and judgement
+}
+
+// outlierSampler is a target's samples, on its owner.
+type outlierSampler struct {
+	lat              []time.Duration // its last passing probes' latencies, a ring
+	at               int             // the next slot of lat
+	passes, failures int             // passive outcomes since the last sample
+}
+
+// outlierGroupLocked returns group's outlierGroup, making it.
+func (r *registry) outlierGroupLocked(group string) *outlierGroup {
+	g := r.outliers[group]
+	if g == nil {
+		g = &outlierGroup{samples: map[string]OutlierSample{}}
+		r.outliers[group] = g
+	}
+	return g
+}
+
+// outlierPolicyLocked returns the outlier policy of t's group, with its
+// defaults, and whether it is on.
+func (r *registry) outlierPolicyLocked(group string) (OutlierPolicy, bool) {
+	p := r.pools[group]
+	if group == "" || p == nil || !p.policy.Outlier.On() {
+		return OutlierPolicy{}, false
+	}
+	return p.policy.Outlier.withDefaults(), true
+}
+
+// sampleResultLocked keeps a result of an owned target for its group's
+// outlier detection: a passing probe's latency, or a passive outcome.
+func (r *registry) sampleResultLocked(t *target, res Result) {
+	if t.spec.Group == "" || !t.owned || res.Ignored {
+		return
+	}
+	pl := r.pools[t.spec.Group]
+	if pl == nil || !pl.policy.Outlier.On() {
+		return
+	}
+	n := cmp.Or(pl.policy.Outlier.Samples, DefaultOutlierSamples)
+	m := t.moreLocked()
+	if m.samp == nil {
+		m.samp = &outlierSampler{lat: make([]time.Duration, 0, n)}
+	}
+	s := m.samp
+	switch {
+	case res.Passive && res.Pass:
+		s.passes++
+	case res.Passive:
+		s.failures++
+	case res.Pass:
+		if len(s.lat) > n { // the policy asks for fewer now
+			s.lat, s.at = s.lat[:0], 0
+		}
+		if len(s.lat) < n {
+			s.lat = append(s.lat, res.Latency)
+		} else {
+			s.lat[s.at] = res.Latency
+		}
+		s.at = (s.at + 1) % n
+	}
+}
+
+// takeSampleLocked returns t's sample at now and starts counting its
+// passive outcomes afresh.
+func takeSampleLocked(t *target, now time.Time) OutlierSample {
+	smp := OutlierSample{Target: t.spec.Name, Time: now}
+	if t.more == nil || t.more.samp == nil {
+		return smp
+	}
+	s := t.more.samp
+	smp.Probes, smp.Passes, smp.Failures = len(s.lat), s.passes, s.failures
+	if len(s.lat) >= minLatencyProbes {
+		smp.Latency = median(s.lat)
+	}
+	s.passes, s.failures = 0, 0
+	return smp
+}
+
+// median returns the median of ds (the mean of the middle two of an even
+// count), leaving ds as it was.
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// outlierJob is one group's turn: the samples this member stores, and
+// whether it judges the group, and its members (sorted).
+type outlierJob struct {
+	group   string
+	samples []OutlierSample
+	judge   bool
+	members []string
+}
+
+// dueOutliers returns the groups whose turn it is at now, with this
+// member's samples of its targets in each, and when the next turn is
+// (zero if none).
+func (r *registry) dueOutliers(now time.Time) (jobs []outlierJob, next time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, time.Time{}
+	}
+	soonest := func(at time.Time) {
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	due := map[string]*outlierJob{}
+	for group := range r.pools {
+		p, on := r.outlierPolicyLocked(group)
+		if !on {
+			continue
+		}
+		g := r.outlierGroupLocked(group)
+		if g.next.IsZero() {
+			g.next = now.Add(p.Interval)
+		}
+		if !now.Before(g.next) {
+			g.next = now.Add(p.Interval)
+			due[group] = &outlierJob{group: group, judge: r.link.judgesGroup(group)}
+		}
+		soonest(g.next)
+	}
+	for group, g := range r.outliers {
+		if _, on := r.outlierPolicyLocked(group); !on {
+			if len(g.rec.Members) > 0 && r.link.judgesGroup(group) {
+				due[group] = &outlierJob{group: group, judge: true} // the policy is off: its outliers end
+			} else if len(g.rec.Members) == 0 {
+				delete(r.outliers, group)
+			}
+		}
+	}
+	if len(due) == 0 {
+		return nil, next
+	}
+	for _, t := range r.targets {
+		job := due[t.spec.Group]
+		if job == nil || t.quarantined() != "" {
+			continue
+		}
+		job.members = append(job.members, t.spec.Name)
+		if !t.owned {
+			continue
+		}
+		s := takeSampleLocked(t, now)
+		if old, ok := r.outliers[t.spec.Group].samples[s.Target]; !r.remote || !ok || samplesDiffer(old, s) {
+			job.samples = append(job.samples, s)
+		}
+	}
+	for _, job := range due {
+		slices.Sort(job.members)
+		slices.SortFunc(job.samples, func(a, b OutlierSample) int { return cmp.Compare(a.Target, b.Target) })
+		jobs = append(jobs, *job)
+	}
+	slices.SortFunc(jobs, func(a, b outlierJob) int { return cmp.Compare(a.group, b.group) })
+	return jobs, next
+}
+
+// samplesDiffer reports whether a new sample says more than the stored one:
+// a latency changed by more than a tenth (or got or lost enough probes),
+// or other passive outcomes. Replicas store only those.
+func samplesDiffer(old, s OutlierSample) bool {
+	if (old.Probes >= minLatencyProbes) != (s.Probes >= minLatencyProbes) || old.Passes != s.Passes || old.Failures != s.Failures {
+		return true
+	}
+	d := old.Latency - s.Latency
+	return 10*max(d, -d) > old.Latency
+}
+
+// applySamplesLocked applies samples stored for group.
+func (r *registry) applySamplesLocked(group string, samples []OutlierSample) {
+	g := r.outlierGroupLocked(group)
+	for _, s := range samples {
+		g.samples[s.Target] = s
+	}
+}
+
+// judgeOutliers makes group's record at now, of its members (sorted),
+// from the stored samples and the last record; ok is false when nothing
+// changed.
+func (r *registry) judgeOutliers(group string, members []string, now time.Time) (rec OutlierRecord, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g := r.outliers[group]
+	if g == nil {
+		return OutlierRecord{}, false
+	}
+	p, on := r.outlierPolicyLocked(group)
+	if !on {
+		members = nil
+	}
+	rec = judge(p, members, g.samples, g.rec, now)
+	rec.Group = group
+	return rec, !sameMembers(rec.Members, g.rec.Members)
+}
+
+// sameMembers reports whether two records say the same of every member.
+func sameMembers(a, b []OutlierMember) bool {
+	return slices.EqualFunc(a, b, func(x, y OutlierMember) bool {
+		if x.Target != y.Target || x.Over != y.Over || x.Ejections != y.Ejections || (x.State == nil) != (y.State == nil) {
+			return false
+		}
+		return x.State == nil || *x.State == *y.State
+	})
+}
+
+// judge is the judgement of a group: a pure function of its policy (with
+// its defaults), its members (sorted), their stored samples and the last
+// record.
+func judge(p OutlierPolicy, names []string, samples map[string]OutlierSample, prev OutlierRecord, now time.Time) OutlierRecord {
+	before := map[string]OutlierMember{}
+	for _, m := range prev.Members {
+		before[m.Target] = m
+	}
+	reasons := map[string]string{}
+	over := map[string]bool{}
+
+	// The latency rule.
+	var lats []time.Duration
+	for _, n := range names {
+		if s, ok := samples[n]; ok && s.Probes >= minLatencyProbes {
+			lats = append(lats, s.Latency)
+		}
+	}
+	if p.LatencyFactor > 0 && len(lats) >= p.MinMembers {
+		gm := median(lats)
+		for _, n := range names {
+			s := samples[n]
+			if s.Probes >= minLatencyProbes && float64(s.Latency) > p.LatencyFactor*float64(gm) && s.Latency > gm+p.LatencyMinDelta {
+				over[n] = true
+				if before[n].Over+1 >= p.Consecutive {
+					reasons[n] = fmt.Sprintf("p50 %v vs group %v", roundLatency(s.Latency), roundLatency(gm))
+				}
+			}
+		}
+	}
+	// The success-rate rule (Envoy's).
+	if p.SuccessRateStdevFactor > 0 {
+		var rates []float64
+		for _, n := range names {
+			if s := samples[n]; s.Passes+s.Failures >= p.SuccessRateRequestVolume {
+				rates = append(rates, float64(s.Passes)/float64(s.Passes+s.Failures))
+			}
+		}
+		if len(rates) >= p.MinMembers {
+			mean, sd := meanStdev(rates)
+			for _, n := range names {
+				s := samples[n]
+				if s.Passes+s.Failures < p.SuccessRateRequestVolume || reasons[n] != "" {
+					continue
+				}
+				if rate := float64(s.Passes) / float64(s.Passes+s.Failures); rate < mean-p.SuccessRateStdevFactor*sd {
+					reasons[n] = fmt.Sprintf("success rate %.1f%% vs group %.1f%% (stdev %.1f%%)", 100*rate, 100*mean, 100*sd)
+				}
+			}
+		}
+	}
+	// The failure-percentage rule (Envoy's).
+	if p.FailurePercentage > 0 {
+		for _, n := range names {
+			s := samples[n]
+			total := s.Passes + s.Failures
+			if total >= p.FailurePercentageRequestVolume && reasons[n] == "" && 100*s.Failures >= p.FailurePercentage*total {
+				reasons[n] = fmt.Sprintf("%d of %d outcomes failed (%d%%)", s.Failures, total, 100*s.Failures/total)
+			}
+		}
+	}
+
+	// Who is ejected, degraded, or neither, now.
+	ejected := 0
+	for _, n := range names {
+		if m := before[n]; m.State != nil && m.State.Ejected && now.Before(m.State.Until) {
+			ejected++
+		}
+	}
+	limit := max(1, p.MaxEjectionPercent*len(names)/100)
+	out := OutlierRecord{Time: now}
+	for _, n := range names {
+		m := before[n]
+		m.Target = n
+		if over[n] {
+			m.Over++
+		} else {
+			m.Over = 0
+		}
+		reason := reasons[n]
+		switch st := m.State; {
+		case st != nil && st.Ejected && now.Before(st.Until):
+			// Ejected: it stays out until its time is up.
+		case p.Enforce && reason != "" && ejected < limit:
+			m.Ejections++
+			ejected++
+			m.State = &OutlierState{Ejected: true, Reason: reason, Since: now, Until: now.Add(time.Duration(m.Ejections) * p.BaseEjectionTime), Ejections: m.Ejections}
+		case reason != "":
+			if p.Enforce {
+				reason += fmt.Sprintf(" (not ejected: %d of %d ejected already, at most %d%%)", ejected, len(names), p.MaxEjectionPercent)
+			}
+			if st == nil || st.Ejected || st.Reason != reason {
+				since := now
+				if st != nil && !st.Ejected {
+					since = st.Since
+				}
+				m.State = &OutlierState{Reason: reason, Since: since, Ejections: m.Ejections}
+			}
+		default:
+			if st == nil || !st.Ejected {
+				m.Ejections = max(0, m.Ejections-1) // a judgement passed unejected
+			}
+			m.State = nil
+		}
+		if m.Over > 0 || m.Ejections > 0 || m.State != nil {
+			out.Members = append(out.Members, m)
+		}
+	}
+	return out
+}
+
+// roundLatency rounds a latency for a reason: to 0.1ms below 10ms, to the
+// millisecond above.
+func roundLatency(d time.Duration) time.Duration {
+	if d < 10*time.Millisecond {
+		return d.Round(100 * time.Microsecond)
+	}
+	return d.Round(time.Millisecond)
+}
+
+// meanStdev returns the mean and the population standard deviation of xs.
+func meanStdev(xs []float64) (mean, sd float64) {
+	for _, x := range xs {
+		mean += x
+	}
+	mean /= float64(len(xs))
+	for _, x := range xs {
+		sd += (x - mean) * (x - mean)
+	}
+	return mean, math.Sqrt(sd / float64(len(xs)))
+}
+
+// applyOutliersLocked applies a judge's record: each member's outlier
+// state, its events at the record's revision, and, for a target ejected
+// or back, its published state, which its owner writes.
+func (r *registry) applyOutliersLocked(rec OutlierRecord, now time.Time, events bool) {
+	g := r.outlierGroupLocked(rec.Group)
+	at := cmp.Or(rec.Time, now)
+	states := map[string]*OutlierState{}
+	var names []string // the members the record, or the one before, speaks of
+	for _, m := range g.rec.Members {
+		names = append(names, m.Target)
+	}
+	for _, m := range rec.Members {
+		names = append(names, m.Target)
+		if m.State != nil {
+			states[m.Target] = m.State
+		}
+	}
+	g.rec = rec
+	slices.Sort(names)
+	for _, name := range slices.Compact(names) {
+		t := r.targets[name]
+		if t == nil || t.spec.Group != rec.Group {
+			continue
+		}
+		was, now2 := t.outlierState(), states[t.spec.Name]
+		if was == nil && now2 == nil || was != nil && now2 != nil && *was == *now2 {
+			continue
+		}
+		if events && was != nil && (now2 == nil || was.Ejected != now2.Ejected) {
+			text := fmt.Sprintf("%s: no longer an outlier", t.spec.Name)
+			if was.Ejected {
+				text = fmt.Sprintf("%s: ejection over", t.spec.Name)
+			}
+			r.emitLocked(Event{Kind: EventOutlierEnded, Time: at, Policy: PolicyChange{Group: rec.Group, Target: t.spec.Name, Text: text, Outlier: was}})
+		}
+		if events && now2 != nil && (was == nil || was.Ejected != now2.Ejected) {
+			text := fmt.Sprintf("%s: outlier, degraded (routable at %d%%): %s", t.spec.Name, OutlierWeight, now2.Reason)
+			if now2.Ejected {
+				text = fmt.Sprintf("%s: outlier, ejected until %s (%s in a row): %s", t.spec.Name, now2.Until.UTC().Format(time.RFC3339), ordinal(now2.Ejections), now2.Reason)
+			}
+			r.emitLocked(Event{Kind: EventOutlierStarted, Time: at, Policy: PolicyChange{Group: rec.Group, Target: t.spec.Name, Text: text, Outlier: now2}})
+		}
+		ejectedBefore := was != nil && was.Ejected
+		if now2 == nil {
+			if t.more != nil {
+				t.more.outlier = nil
+			}
+		} else {
+			t.moreLocked().outlier = now2
+		}
+		if ejectedBefore != (now2 != nil && now2.Ejected) && t.owned {
+			why := cause{reason: "outlier ejection over"}
+			if now2 != nil && now2.Ejected {
+				why = cause{reason: "outlier ejected: " + now2.Reason}
+			}
+			r.updateLocked(t, now, why)
+		}
+	}
+}
+
+// outlierState returns t's outlier state, nil if it is none.
+func (t *target) outlierState() *OutlierState {
+	if t.more == nil {
+		return nil
+	}
+	return t.more.outlier
+}
+
+// ordinal returns "1st", "2nd", "3rd", "4th", ...
+func ordinal(n int) string {
+	suffix := "th"
+	switch {
+	case n%100 >= 11 && n%100 <= 13:
+	case n%10 == 1:
+		suffix = "st"
+	case n%10 == 2:
+		suffix = "nd"
+	case n%10 == 3:
+		suffix = "rd"
+	}
+	return fmt.Sprintf("%d%s", n, suffix)
+}
+
+// The replication's side: a Shared registry that is a SharedOutliers keeps
+// the samples and records; without one, outlier policies are refused
+// (putPolicy).
+
+func (rp *replication) outliers() (SharedOutliers, bool) {
+	so, ok := rp.shared.(SharedOutliers)
+	return so, ok
+}
+
+// judgesGroup is SharedOutliers.JudgesGroup.
+func (rp *replication) judgesGroup(group string) bool {
+	so, ok := rp.outliers()
+	return ok && so.JudgesGroup(group)
+}
+
+// putSamples stores this replica's samples through the shared registry;
+// every replica applies them as they come back.
+func (rp *replication) putSamples(group string, samples []OutlierSample) error {
+	so, ok := rp.outliers()
+	if !ok || len(samples) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(rp.closing, sharedWait)
+	defer cancel()
+	return so.PutSamples(ctx, group, samples)
+}
+
+// putOutliers stores the judge's record through the shared registry.
+func (rp *replication) putOutliers(rec OutlierRecord) error {
+	so, ok := rp.outliers()
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(rp.closing, sharedWait)
+	defer cancel()
+	return so.PutOutliers(ctx, rec)
+}
+
+// loadOutliers applies the records and samples the shared registry was
+// loaded with, without events.
+func (rp *replication) loadOutliers() {
+	so, ok := rp.outliers()
+	if !ok {
+		return
+	}
+	recs, samples := so.LoadedOutliers()
+	r := rp.reg
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock.Now()
+	for _, s := range samples {
+		if t := r.targets[s.Target]; t != nil {
+			r.applySamplesLocked(t.spec.Group, []OutlierSample{s})
+		}
+	}
+	for _, rec := range recs {
+		r.applyOutliersLocked(rec, now, false)
+	}
+}
+
+// outliers runs the outlier detection's turns due at now: this member's
+// samples stored, then the groups it judges judged. It returns when the
+// next turn is due (zero if none).
+func (l *lifecycle) outliers(now time.Time) time.Time {
+	jobs, next := l.reg.dueOutliers(now)
+	for _, job := range jobs {
+		if err := l.reg.link.putSamples(job.group, job.samples); err != nil {
+			l.logger.Warn("storing outlier samples failed; they are taken again at the next turn", "group", job.group, "error", err)
+		}
+		if !job.judge {
+			continue
+		}
+		if rec, ok := l.reg.judgeOutliers(job.group, job.members, now); ok {
+			if err := l.reg.link.putOutliers(rec); err != nil {
+				l.logger.Warn("storing a group's outliers failed; it is judged again at its next turn", "group", job.group, "error", err)
+			}
+		}
+	}
+	return next
+}
+
+// leaveOutliersLocked ends t's outlier state and samples when it leaves
+// group: it is judged with its new group's.
+func (r *registry) leaveOutliersLocked(t *target, group string, at time.Time) {
+	if t.more == nil {
+		return
+	}
+	t.more.samp = nil
+	if o := t.more.outlier; o != nil {
+		t.more.outlier = nil
+		r.emitLocked(Event{Kind: EventOutlierEnded, Time: at, Policy: PolicyChange{Group: group, Target: t.spec.Name,
+			Text: fmt.Sprintf("%s: no longer an outlier of %s: it left the group", t.spec.Name, group), Outlier: o}})
+	}
 }

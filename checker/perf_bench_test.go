@@ -154,16 +154,32 @@ func BenchmarkPerfRunRound10k(b *testing.B) {
 // waits until all 10,000 probes ran and their results were applied (a
 // List of the 10,000 statuses confirms it, and is part of the op: compare
 // with BenchmarkPerfList10k from the same run).
+//
+// "outliers" puts the targets in one group with outlier detection on
+// (judged every hour, so never within the run: the cost per probe is the
+// sampling; BenchmarkPerfJudgeOutliers10k is a judgement's):
+//
+//	go test -run '^$' -bench 'PerfScheduleRound10k' -count 6 ./checker/
 func BenchmarkPerfScheduleRound10k(b *testing.B) {
+	b.Run("plain", func(b *testing.B) { benchScheduleRound(b, "", 1) })
+	b.Run("outliers", func(b *testing.B) { benchScheduleRound(b, "edge", 2) })
+}
+
+func benchScheduleRound(b *testing.B, group string, waiters int) {
 	const n = 10000
 	clock := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	s := checker.Spec{Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 3, InitialState: checker.StateHealthy}
+	s := checker.Spec{Group: group, Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 3, InitialState: checker.StateHealthy}
 	f := newPerfFleet(b, n, checker.Config{Clock: clock, MaxUnhealthyFraction: 1}, s)
+	if group != "" {
+		if _, err := f.c.SetGroupPolicy(group, checker.GroupPolicy{Outlier: checker.OutlierPolicy{LatencyFactor: 3, Interval: time.Hour}}); err != nil {
+			b.Fatal(err)
+		}
+	}
 	f.c.Start()
 	var want int64
 	round := func() {
 		want += n
-		waitPerf(b, "the scheduler's timer", func() bool { return clock.Waiters() == 1 })
+		waitPerf(b, "the scheduler's timer", func() bool { return clock.Waiters() == waiters })
 		clock.Advance(time.Second)
 		waitPerf(b, "the round's probes", func() bool { return f.calls.Load() >= want })
 		waitPerf(b, "the round's results", func() bool {

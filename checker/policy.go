@@ -226,6 +226,10 @@ func (r *registry) desiredLocked(t *target, now time.Time, why cause) (want Stat
 		want = StateUnhealthy
 		why = cause{reason: fmt.Sprintf("flapping: %d transitions in %v", t.flaps.count(now, t.spec.flapWindow()), t.spec.flapWindow())}
 	}
+	if o := t.outlierState(); o != nil && o.Ejected && want != StateUnhealthy {
+		want = StateUnhealthy
+		why = cause{reason: "outlier ejected: " + o.Reason}
+	}
 	reason, admin := modeHold(t)
 	if admin && want != StateUnhealthy {
 		want = StateUnhealthy

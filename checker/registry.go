@@ -55,6 +55,7 @@ type registry struct {
 	lifeWake func()                     // wakes the lifecycle's loop; nil before it exists
 	replicas map[string]ReplicaOverload // the degraded replicas, as published; see overload.go
 	vstats   map[string]*vantageStats   // the vantages' counts, by member; see vantage.go
+	outliers map[string]*outlierGroup   // the groups' outlier detection; see outlier.go
 }
 
 // newRegistry returns an empty registry; the caller calls use, then
@@ -72,6 +73,7 @@ func newRegistry(cfg Config, clock Clock, defaults Defaults, logger *slog.Logger
 		pools:      make(map[string]*pool),
 		timed:      make(map[*target]struct{}),
 		vstats:     make(map[string]*vantageStats),
+		outliers:   make(map[string]*outlierGroup),
 		rev:        cfg.StartRevision,
 	}
 	r.link = newLocalLink(r)
@@ -255,6 +257,10 @@ func (r *registry) statusLocked(t *target, now time.Time) Status {
 		st.Vantages = v.statusVantages()
 		st.Verdict = v.decided
 	}
+	if o := t.outlierState(); o != nil {
+		oc := *o
+		st.Outlier = &oc
+	}
 	return st
 }
 
@@ -263,6 +269,7 @@ func (r *registry) statusLocked(t *target, now time.Time) Status {
 func (r *registry) observeLocked(t *target, res Result, now time.Time) {
 	t.last, t.hasLast = res, true
 	t.carried = false
+	r.sampleResultLocked(t, res)
 	_, changed := t.m.Observe(res.Pass)
 	if v := t.vantagesOf(); v != nil && len(v.assigned) > 0 {
 		// One vantage's result: its verdict is stored, and the

@@ -116,6 +116,11 @@ const (
 	SharedVerdictDeleted
 	// SharedVantagePut: a judge stored its record of a vantage (Vantage).
 	SharedVantagePut
+	// SharedSamplesPut: a replica stored outlier samples of the group
+	// Name (Samples); SharedOutliersPut: a judge stored a group's record
+	// (Outliers). See SharedOutliers.
+	SharedSamplesPut
+	SharedOutliersPut
 )
 
 // SharedChange is one change to a shared registry, at its revision.
@@ -147,6 +152,9 @@ type SharedChange struct {
 	Verdict VantageVerdict
 	// Vantage is a judge's record of a vantage (SharedVantagePut).
 	Vantage VantageRecord
+	// Samples and Outliers: SharedSamplesPut, SharedOutliersPut.
+	Samples  []OutlierSample
+	Outliers OutlierRecord
 }
 
 var (
@@ -275,6 +283,7 @@ func newReplication(shared Shared, reg *registry, logger *slog.Logger, closing c
 	if reg.vantages != nil {
 		reg.loadVerdicts(targets)
 	}
+	rp.loadOutliers()
 	return rp, nil
 }
 

@@ -66,9 +66,11 @@ func newTarget(spec Spec, p Prober, state State) *target {
 // reprobe.go).
 type targetMore struct {
 	life     lifeState
-	shared   *sharedPolicy // with a shared registry; see flap.go
-	vant     *vantageSet   // probed from several vantages; see vantage.go
-	reprobed time.Time     // the last probe a lost connection brought forward
+	shared   *sharedPolicy   // with a shared registry; see flap.go
+	vant     *vantageSet     // probed from several vantages; see vantage.go
+	samp     *outlierSampler // its group's outlier detection samples it; see outlier.go
+	outlier  *OutlierState   // an outlier of its group, as the judge's record says
+	reprobed time.Time       // the last probe a lost connection brought forward
 }
 
 // moreLocked returns t's targetMore, making it.

@@ -106,6 +106,8 @@ type Registry struct {
 	degraded        map[string]bool                // the replicas whose overload key says degraded, as applied
 	groups          map[string]checker.SharedGroup // the guards and policies Load read
 	loadedVantages  []checker.VantageRecord        // the judges' records Load read
+	loadedRecords   []checker.OutlierRecord        // the outlier records Load read
+	loadedSamples   []checker.OutlierSample        // the outlier samples Load read
 
 	rmMu      sync.Mutex       // protects rmLease and rmLeaseAt
 	rmLease   clientv3.LeaseID // the lease of the removal marks; see removalLease
@@ -257,6 +259,8 @@ func (r *Registry) Load() ([]checker.SharedTarget, uint64, error) {
 	states := map[string]*mvccpb.KeyValue{}
 	verdicts := map[string][]checker.VantageVerdict{}
 	var vantages []checker.VantageRecord
+	var records []checker.OutlierRecord
+	var samples []checker.OutlierSample
 	labels := map[string]string{}
 	var members []string
 	var joined int64
@@ -306,6 +310,12 @@ func (r *Registry) Load() ([]checker.SharedTarget, uint64, error) {
 				return nil, 0, fmt.Errorf("vantage %q in etcd: %w", name, err)
 			}
 			vantages = append(vantages, rec)
+		case "samples", "outliers":
+			ch, err := outlierChange(kind, name, kv.Value, uint64(kv.ModRevision))
+			if err != nil {
+				return nil, 0, fmt.Errorf("%s %q in etcd: %w", kind, name, err)
+			}
+			records, samples = append(records, ch.Outliers), append(samples, ch.Samples...)
 		default:
 			r.loadPolicy(kind, name, kv.Value)
 		}
@@ -329,6 +339,8 @@ func (r *Registry) Load() ([]checker.SharedTarget, uint64, error) {
 	r.members = members
 	r.labels = labels
 	r.loadedVantages = vantages
+	r.loadedRecords = slices.DeleteFunc(records, func(rec checker.OutlierRecord) bool { return rec.Group == "" })
+	r.loadedSamples = samples
 	r.joinedRev = joined
 	r.loadRev = resp.Header.Revision
 	r.mu.Unlock()

@@ -295,7 +295,7 @@ func (r *Registry) DeleteTarget(ctx context.Context, name string) (uint64, bool,
 		ops := []clientv3.Op{mark, clientv3.OpDelete(key), clientv3.OpDelete(r.stateKey(name)), clientv3.OpDelete(r.outcomeKey(name)),
 			clientv3.OpDelete(r.verdictKey(name, ""), clientv3.WithPrefix())}
 		if group != "" {
-			ops = append(ops, r.putGuard(group, "target left"))
+			ops = append(ops, r.putGuard(group, "target left"), clientv3.OpDelete(r.sampleKey(group, name)))
 		}
 		resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", modRev)).Then(ops...).Commit()
 		if err != nil {

@@ -196,6 +196,16 @@ func (r *Registry) changes(evs []*clientv3.Event) ([]checker.SharedChange, int64
 				delete(r.verdicts, name)
 			}
 			out = append(out, checker.SharedChange{Kind: kind, Rev: rev, Name: target, Verdict: vd})
+		case "samples", "outliers":
+			if !put {
+				continue // gone with its target or group
+			}
+			ch, err := outlierChange(kind, name, ev.Kv.Value, rev)
+			if err != nil {
+				r.logger.Error("ignoring an outlier key in etcd that does not decode", "key", string(ev.Kv.Key), "error", err)
+				continue
+			}
+			out = append(out, ch)
 		case "vantages":
 			if !put {
 				continue
@@ -287,7 +297,7 @@ func (r *Registry) resync(c Applier) (int64, error) {
 			if stale {
 				evs = append(evs, &clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
 			}
-		case "vantages":
+		case "vantages", "samples", "outliers":
 			evs = append(evs, &clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
 		case "verdicts":
 			// A verdict keeps its own revision: the one its vantage's next

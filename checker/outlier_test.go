@@ -1,0 +1,109 @@
+package checker_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pulsehealth/pulse/checker"
+)
+
+// A group's slow member, on a single checker: with the fake clock, its
+// probes take 40ms while the others' take none. At the group's next
+// judgement it is a degraded outlier (routable, weight 10%) with an
+// OUTLIER_STARTED event that gives the numbers; enforced, it is ejected
+// (unhealthy, the transition says why) and, once it answers fast again,
+// back on its own when its ejection time is up.
+func TestSlowMemberIsAnOutlier(t *testing.T) {
+	e := newEnv(t, checker.Config{MaxConcurrentProbes: 1})
+	for _, n := range []string{"a", "b", "c", "d"} {
+		s := spec(n)
+		s.Group, s.Interval, s.Timeout, s.Rise, s.Fall, s.InitialState = "edge", time.Hour, time.Second, 1, 1, checker.StateHealthy
+		e.add(t, s)
+	}
+	policy := checker.GroupPolicy{MaxUnhealthyFraction: 1, Outlier: checker.OutlierPolicy{
+		LatencyFactor: 3, Consecutive: 1, Samples: 3, Interval: 10 * time.Second, BaseEjectionTime: 30 * time.Second}}
+	if _, err := e.c.SetGroupPolicy("edge", policy); err != nil {
+		t.Fatal(err)
+	}
+	w := watchNow(t, e.c, checker.Filter{})
+	e.c.Start()
+	rounds := func(n int) {
+		for range n {
+			e.c.RunRound(context.Background())
+		}
+	}
+	e.probes.set("d", outcome{advance: 40 * time.Millisecond})
+	rounds(3)
+	e.clock.Advance(10 * time.Second)
+	waitFor(t, "d an outlier", func() bool { st, _ := e.c.Status("d"); return st.Outlier != nil })
+	st, _ := e.c.Status("d")
+	if st.Outlier.Ejected || st.Outlier.Reason != "p50 40ms vs group 0s" || !st.Routable || st.Weight != checker.OutlierWeight {
+		t.Errorf("d: outlier %+v, routable %v, weight %d; want degraded, p50 40ms vs group 0s, routable at %d%%", st.Outlier, st.Routable, st.Weight, checker.OutlierWeight)
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		if st, _ := e.c.Status(n); st.Outlier != nil || st.Weight != 100 {
+			t.Errorf("%s: outlier %+v, weight %d", n, st.Outlier, st.Weight)
+		}
+	}
+	evs := outlierEvents(next(t, w))
+	if len(evs) != 1 || evs[0].Kind != checker.EventOutlierStarted || evs[0].Policy.Target != "d" ||
+		evs[0].Policy.Text != "d: outlier, degraded (routable at 10%): p50 40ms vs group 0s" {
+		t.Fatalf("events %+v; want d's OUTLIER_STARTED", evs)
+	}
+
+	// Enforced: ejected at the next judgement.
+	policy.Outlier.Enforce = true
+	if _, err := e.c.SetGroupPolicy("edge", policy); err != nil {
+		t.Fatal(err)
+	}
+	rounds(1)
+	e.clock.Advance(10 * time.Second)
+	waitFor(t, "d ejected", func() bool { st, _ := e.c.Status("d"); return st.Outlier != nil && st.Outlier.Ejected })
+	st, _ = e.c.Status("d")
+	if st.Routable || st.State != checker.StateUnhealthy || st.Verdict != checker.StateHealthy {
+		t.Errorf("d ejected: %v (verdict %v), routable %v; want unhealthy with a healthy verdict", st.State, st.Verdict, st.Routable)
+	}
+	evs = outlierEvents(next(t, w))
+	var got []string
+	for _, ev := range evs {
+		switch {
+		case ev.Kind == checker.EventTransition:
+			got = append(got, ev.Transition.String()+" ("+ev.Transition.Reason+")")
+		case ev.Kind.IsPolicy():
+			got = append(got, ev.Kind.String()+" "+ev.Policy.Text)
+		}
+	}
+	want := []string{
+		"OUTLIER_ENDED d: no longer an outlier",
+		"OUTLIER_STARTED d: outlier, ejected until 2026-01-01T00:00:50Z (1st in a row): p50 40ms vs group 0s",
+		"d: healthy -> unhealthy (outlier ejected: p50 40ms vs group 0s)",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	// Fast again; its ejection time up: back, routable at 100%.
+	e.probes.set("d", pass)
+	rounds(3)
+	for range 3 {
+		e.clock.Advance(10 * time.Second)
+	}
+	waitFor(t, "d back", func() bool { st, _ := e.c.Status("d"); return st.Outlier == nil && st.Routable })
+	if st, _ := e.c.Status("d"); st.Weight != 100 || st.State != checker.StateHealthy {
+		t.Errorf("d back: %v, weight %d", st.State, st.Weight)
+	}
+}
+
+// outlierEvents keeps the outlier events and the transitions: one
+// probe at a time, the checker calls itself overloaded, and says so.
+func outlierEvents(evs []checker.Event) []checker.Event {
+	var out []checker.Event
+	for _, e := range evs {
+		if e.Kind == checker.EventTransition || e.Kind == checker.EventOutlierStarted || e.Kind == checker.EventOutlierEnded {
+			out = append(out, e)
+		}
+	}
+	return out
+}
