@@ -1,6 +1,7 @@
 package client
 
 import (
+	"math"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -106,6 +107,46 @@ func statusFromProto(st *pb.TargetStatus) Status {
 		CertExpiryWarning:   st.GetCertExpiryWarning(),
 		CertNotAfter:        optTime(st.GetCertNotAfter()),
 		Vantages:            verdictsFromProto(st.GetVantages()),
+		Outlier:             outlierStateFromProto(st.GetOutlier()),
+	}
+}
+
+func outlierStateFromProto(o *pb.OutlierState) *OutlierState {
+	if o == nil {
+		return nil
+	}
+	return &OutlierState{Ejected: o.GetEjected(), Reason: o.GetReason(), Since: optTime(o.GetSince()),
+		Until: optTime(o.GetUntil()), Ejections: int(o.GetEjections())}
+}
+
+func outlierPolicyToProto(p OutlierPolicy) *pb.OutlierPolicy {
+	if p == (OutlierPolicy{}) {
+		return nil
+	}
+	return &pb.OutlierPolicy{
+		Interval: optDuration(p.Interval), Samples: sat32(p.Samples),
+		LatencyFactor: p.LatencyFactor, LatencyMinDelta: optDuration(p.LatencyMinDelta), Consecutive: sat32(p.Consecutive),
+		SuccessRateStdevFactor: p.SuccessRateStdevFactor, SuccessRateRequestVolume: sat32(p.SuccessRateRequestVolume),
+		FailurePercentage: sat32(p.FailurePercentage), FailurePercentageRequestVolume: sat32(p.FailurePercentageRequestVolume),
+		MinMembers: sat32(p.MinMembers), Enforce: p.Enforce, MaxEjectionPercent: sat32(p.MaxEjectionPercent),
+		BaseEjectionTime: optDuration(p.BaseEjectionTime),
+	}
+}
+
+// sat32 narrows n for the wire, saturating so that pulsed refuses a value
+// past its bound rather than reading a wrapped one.
+func sat32(n int) int32 {
+	return int32(max(min(n, math.MaxInt32), math.MinInt32))
+}
+
+func outlierPolicyFromProto(p *pb.OutlierPolicy) OutlierPolicy {
+	return OutlierPolicy{
+		Interval: p.GetInterval().AsDuration(), Samples: int(p.GetSamples()),
+		LatencyFactor: p.GetLatencyFactor(), LatencyMinDelta: p.GetLatencyMinDelta().AsDuration(), Consecutive: int(p.GetConsecutive()),
+		SuccessRateStdevFactor: p.GetSuccessRateStdevFactor(), SuccessRateRequestVolume: int(p.GetSuccessRateRequestVolume()),
+		FailurePercentage: int(p.GetFailurePercentage()), FailurePercentageRequestVolume: int(p.GetFailurePercentageRequestVolume()),
+		MinMembers: int(p.GetMinMembers()), Enforce: p.GetEnforce(), MaxEjectionPercent: int(p.GetMaxEjectionPercent()),
+		BaseEjectionTime: p.GetBaseEjectionTime().AsDuration(),
 	}
 }
 
@@ -161,6 +202,7 @@ func groupPolicyToProto(p GroupPolicy) *pb.GroupPolicy {
 	}
 	out.ObjectiveWindow = optDuration(p.ObjectiveWindow)
 	out.Vantages, out.Quorum = int32(p.Vantages), int32(p.Quorum)
+	out.Outlier = outlierPolicyToProto(p.Outlier)
 	return out
 }
 
@@ -173,6 +215,7 @@ func groupPolicyFromProto(p *pb.GroupPolicy) GroupPolicy {
 		ObjectiveWindow:      p.GetObjectiveWindow().AsDuration(),
 		Vantages:             int(p.GetVantages()),
 		Quorum:               int(p.GetQuorum()),
+		Outlier:              outlierPolicyFromProto(p.GetOutlier()),
 	}
 }
 
@@ -227,6 +270,7 @@ func policyFromProto(p *pb.PolicyEvent) PolicyEvent {
 		Vantage:  p.GetVantage(),
 		Disagree: int(p.GetDisagree()),
 		Judged:   int(p.GetJudged()),
+		Outlier:  outlierStateFromProto(p.GetOutlier()),
 	}
 }
 

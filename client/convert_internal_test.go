@@ -1,6 +1,7 @@
 package client
 
 import (
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -156,6 +157,7 @@ func TestStatusFromProto(t *testing.T) {
 			{Member: "r2", Label: "zone-b", State: pb.State_STATE_UNHEALTHY, Error: "connection refused", Time: ts(11)},
 			{Member: "r3", Label: "zone-c"},
 		},
+		Outlier: &pb.OutlierState{Ejected: true, Reason: "p50 38ms vs group 4ms", Since: ts(12), Until: ts(13), Ejections: 2},
 	}
 	seen := map[string]bool{}
 	setPaths(st.ProtoReflect(), "", seen)
@@ -179,6 +181,7 @@ func TestStatusFromProto(t *testing.T) {
 			{Member: "r2", Label: "zone-b", State: StateUnhealthy, Error: "connection refused", Time: at(11)},
 			{Member: "r3", Label: "zone-c"},
 		},
+		Outlier: &OutlierState{Ejected: true, Reason: "p50 38ms vs group 4ms", Since: at(12), Until: at(13), Ejections: 2},
 	}
 	// weight is Status.Weight(now), computed from LastTransition and
 	// SlowStartEnd at any time rather than as of the read.
@@ -207,7 +210,7 @@ func TestGroupPolicyRoundTrip(t *testing.T) {
 		MaxUnhealthyFraction: proto.Float64(0.25),
 		SlowStart:            durationpb.New(time.Minute), RemoveAfterUnhealthy: durationpb.New(time.Hour),
 		AvailabilityObjective: proto.Float64(0.999), ObjectiveWindow: durationpb.New(24 * time.Hour),
-		Vantages: 3, Quorum: 2,
+		Vantages: 3, Quorum: 2, Outlier: fullOutlierPolicy(),
 	}
 	requireSet(t, want)
 	if diff := cmp.Diff(want, groupPolicyToProto(groupPolicyFromProto(want)), protocmp.Transform()); diff != "" {
@@ -229,14 +232,14 @@ func TestReadOnlyConversions(t *testing.T) {
 	}
 	mc := &pb.ModeChange{Target: "web-1", Group: "edge", From: pb.Mode_MODE_ACTIVE, Mode: pb.Mode_MODE_DRAINING, Reason: "deploy", Time: ts, Until: ts, RemoveTime: ts}
 	pe := &pb.PolicyEvent{Kind: pb.PolicyEvent_KIND_PANIC_ENTERED, Group: "edge", Target: "web-1", Time: ts, Text: "panic", Held: []string{"web-3"}, Replica: "r2", Source: "discovery:api", SdConfig: "http_sd 0", Error: "status 500",
-		Vantage: "zone-b", Disagree: 4, Judged: 6}
+		Vantage: "zone-b", Disagree: 4, Judged: 6, Outlier: &pb.OutlierState{Ejected: true, Reason: "p50 38ms vs group 4ms", Since: ts, Until: ts, Ejections: 1}}
 	cs := &pb.CheckerStatus{
 		Degraded: true, DegradedSince: ts, Reason: "slow", Lag: durationpb.New(time.Second), WaitingProbes: 1, InFlightProbes: 2,
 		MaxConcurrentProbes: 3, IgnoredTimeouts: 4, RegistryError: "disk full", Replica: "r1", Replicas: []string{"r1", "r2"}, DegradedReplicas: []string{"r2"},
 	}
 	gs := &pb.GroupStatus{
 		Group: "edge", Policy: &pb.GroupPolicy{MaxUnhealthyFraction: proto.Float64(0.25), SlowStart: durationpb.New(time.Minute), RemoveAfterUnhealthy: durationpb.New(time.Hour),
-			AvailabilityObjective: proto.Float64(0.999), ObjectiveWindow: durationpb.New(24 * time.Hour), Vantages: 3, Quorum: 2},
+			AvailabilityObjective: proto.Float64(0.999), ObjectiveWindow: durationpb.New(24 * time.Hour), Vantages: 3, Quorum: 2, Outlier: fullOutlierPolicy()},
 		MaxUnhealthyFraction: 0.25, Targets: 4, Unhealthy: 1, MaxUnhealthy: 1, Panic: true, Held: []string{"web-3"},
 	}
 	pr := &pb.ProbeNowResult{Name: "web-1", Result: res, Skipped: "in flight", State: pb.State_STATE_HEALTHY}
@@ -293,5 +296,44 @@ func TestAddress(t *testing.T) {
 		if got, ok := tc.t.Address(); !ok || got != tc.want {
 			t.Errorf("Address of %+v: %q, %v; want %q", tc.t, got, ok, tc.want)
 		}
+	}
+}
+
+// fullOutlierPolicy sets every field of OutlierPolicy.
+func fullOutlierPolicy() *pb.OutlierPolicy {
+	return &pb.OutlierPolicy{
+		Interval: durationpb.New(5 * time.Second), Samples: 7, LatencyFactor: 3, LatencyMinDelta: durationpb.New(20 * time.Millisecond),
+		Consecutive: 2, SuccessRateStdevFactor: 1.9, SuccessRateRequestVolume: 40, FailurePercentage: 50,
+		FailurePercentageRequestVolume: 20, MinMembers: 4, Enforce: true, MaxEjectionPercent: 25,
+		BaseEjectionTime: durationpb.New(time.Minute),
+	}
+}
+
+// An outlier policy off is unset on the wire, and a count past int32
+// saturates rather than wrapping into range.
+func TestOutlierPolicyToProto(t *testing.T) {
+	if p := groupPolicyToProto(GroupPolicy{}); p.Outlier != nil {
+		t.Errorf("off: %v", p.Outlier)
+	}
+	if got := outlierPolicyToProto(OutlierPolicy{LatencyFactor: 2, Samples: 1<<32 + 5}).GetSamples(); got != math.MaxInt32 {
+		t.Errorf("samples 1<<32+5 sent as %d", got)
+	}
+}
+
+// A degraded outlier's weight is at most OutlierWeight; an ejected one,
+// not routable, has none.
+func TestOutlierWeight(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	st := Status{Routable: true, Outlier: &OutlierState{Reason: "p50 38ms vs group 4ms"}}
+	if w := st.Weight(now); w != OutlierWeight {
+		t.Errorf("degraded: weight %d, want %d", w, OutlierWeight)
+	}
+	// In a slow start below it, the slow start's.
+	st.LastTransition, st.SlowStartEnd = now.Add(-time.Second), now.Add(99*time.Second)
+	if w := st.Weight(now); w != 1 {
+		t.Errorf("degraded in slow start: weight %d, want 1", w)
+	}
+	if w := (Status{Routable: false, Outlier: &OutlierState{Ejected: true}}).Weight(now); w != 0 {
+		t.Errorf("ejected: weight %d", w)
 	}
 }

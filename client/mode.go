@@ -65,9 +65,17 @@ func modeChangeFromProto(m *pb.ModeChange) ModeChange {
 // Weight returns the target's share of traffic in percent at now, from
 // its slow start: 100 outside one, rising linearly from 0 at the
 // transition to routable (LastTransition) to 100 at SlowStartEnd; 0 when
-// not routable. A View keeps both up to date from the stream's
-// transitions.
+// not routable. A degraded outlier's weight is at most OutlierWeight. A
+// View keeps all of them up to date from the stream's events.
 func (s Status) Weight(now time.Time) uint32 {
+	w := s.slowStartWeight(now)
+	if s.Outlier != nil && !s.Outlier.Ejected {
+		w = min(w, OutlierWeight)
+	}
+	return w
+}
+
+func (s Status) slowStartWeight(now time.Time) uint32 {
 	if !s.Routable {
 		return 0
 	}

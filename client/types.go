@@ -224,7 +224,26 @@ type Status struct {
 	// (Target.Vantages), their verdicts, its owner's first; Verdict is
 	// then their quorum's. Nil otherwise.
 	Vantages []VantageVerdict
+	// Outlier, when set, says the target is an outlier of its group
+	// (GroupPolicy.Outlier): degraded (Weight at most OutlierWeight) or
+	// ejected (not routable).
+	Outlier *OutlierState
 }
+
+// OutlierState is a target its group's outlier detection caught.
+type OutlierState struct {
+	// Ejected: not routable until Until; else degraded: routable, its
+	// weight at most OutlierWeight.
+	Ejected bool
+	// Reason gives the numbers, e.g. "p50 38ms vs group 4ms".
+	Reason       string
+	Since, Until time.Time
+	// Ejections counts its ejections in a row.
+	Ejections int
+}
+
+// OutlierWeight is a degraded outlier's weight, in percent.
+const OutlierWeight = 10
 
 // VantageVerdict is one vantage's verdict on a target probed from several.
 type VantageVerdict struct {
@@ -274,6 +293,34 @@ type GroupPolicy struct {
 	// Vantages and Quorum are those of the group's targets that set none
 	// of their own (Target.Vantages, Target.Quorum); 0 is one vantage.
 	Vantages, Quorum int
+	// Outlier is the group's outlier detection; the zero value is off.
+	Outlier OutlierPolicy
+}
+
+// OutlierPolicy is a group's outlier detection (see the API's
+// OutlierPolicy for bounds and defaults). A rule is on when its threshold
+// is set: LatencyFactor, SuccessRateStdevFactor or FailurePercentage. An
+// outlier is degraded, or with Enforce ejected for BaseEjectionTime x its
+// ejections in a row. Zero fields take the defaults.
+type OutlierPolicy struct {
+	Interval time.Duration
+	Samples  int
+	// LatencyFactor: a member slower than LatencyFactor x the group's
+	// median and than the median + LatencyMinDelta, Consecutive times in
+	// a row, is an outlier.
+	LatencyFactor   float64
+	LatencyMinDelta time.Duration
+	Consecutive     int
+	// SuccessRateStdevFactor and FailurePercentage are Envoy's rules over
+	// passive outcomes.
+	SuccessRateStdevFactor         float64
+	SuccessRateRequestVolume       int
+	FailurePercentage              int
+	FailurePercentageRequestVolume int
+	MinMembers                     int
+	Enforce                        bool
+	MaxEjectionPercent             int
+	BaseEjectionTime               time.Duration
 }
 
 // GroupStatus is a group's policy and its pool state.
@@ -384,6 +431,12 @@ const (
 	// PolicyVantageRecovered: the vantage agrees with the others again, or
 	// left.
 	PolicyVantageRecovered PolicyKind = 51
+	// PolicyOutlierStarted: a target became an outlier of its group;
+	// Outlier says how and why.
+	PolicyOutlierStarted PolicyKind = 52
+	// PolicyOutlierEnded: it is no longer one; Outlier is the state that
+	// ended.
+	PolicyOutlierEnded PolicyKind = 53
 )
 
 // String returns the kind's name in lower case, e.g. "panic_entered"; a
@@ -416,6 +469,10 @@ func (k PolicyKind) String() string {
 		return "vantage_suspect"
 	case PolicyVantageRecovered:
 		return "vantage_recovered"
+	case PolicyOutlierStarted:
+		return "outlier_started"
+	case PolicyOutlierEnded:
+		return "outlier_ended"
 	}
 	return fmt.Sprintf("PolicyKind(%d)", int(k))
 }
@@ -442,6 +499,9 @@ type PolicyEvent struct {
 	// unhealthy while most of the others say healthy.
 	Vantage          string
 	Disagree, Judged int
+	// Outlier is the state of an outlier event (the one that ended, for
+	// PolicyOutlierEnded).
+	Outlier *OutlierState
 }
 
 // DiscoveryGroup is one discovery group pulsed runs and its sources.

@@ -55,7 +55,7 @@ type viewGroup struct {
 
 // Change is one change of a View: a target that entered it (From is
 // StateUnknown), left it (To is StateUnknown), changed state, or changed
-// spec (From equals To).
+// spec or outlier state (From equals To).
 type Change struct {
 	Revision uint64
 	Name     string
@@ -66,8 +66,8 @@ type Change struct {
 	// Status is the target after the change; zero when it left.
 	Status Status
 	// Reason says why: "snapshot", "added", "updated", "removed", "moved
-	// to group g", "transition", or pulsed's own reason for a transition no
-	// probe made.
+	// to group g", "transition", "outlier_started", "outlier_ended", or
+	// pulsed's own reason for a transition no probe made.
 	Reason string
 	// Err is the probe error that tipped a transition, if any.
 	Err string
@@ -285,6 +285,8 @@ func (v *View) apply(ev Event) {
 			}
 			ch = append(ch, c)
 		}
+	case EventPolicy:
+		ch = v.outlierLocked(ev, ch)
 	case EventMode:
 		if st, ok := v.targets[ev.Mode.Target]; ok { // its routability follows as a transition
 			st.Mode, st.ModeReason = ev.Mode.To, ev.Mode.Reason
@@ -316,6 +318,26 @@ func (v *View) apply(ev Event) {
 		}
 	}
 	clear(ch) // drop the references to Statuses until the next event
+}
+
+// outlierLocked applies an OUTLIER event to its target's Status.Outlier,
+// as a change with From equal to To.
+func (v *View) outlierLocked(ev Event, ch []Change) []Change {
+	p := ev.Policy
+	if p.Kind != PolicyOutlierStarted && p.Kind != PolicyOutlierEnded {
+		return ch
+	}
+	st, ok := v.targets[p.Target]
+	if !ok {
+		return ch
+	}
+	st.Outlier = nil
+	if o := p.Outlier; p.Kind == PolicyOutlierStarted && o != nil {
+		o := *o
+		st.Outlier = &o
+	}
+	v.staleLocked(st.Target.Group)
+	return append(ch, Change{Revision: ev.Revision, Name: p.Target, Group: st.Target.Group, From: st.State, To: st.State, Status: *st, Reason: p.Kind.String()})
 }
 
 // putLocked applies an added or updated target. One that no longer
@@ -357,7 +379,7 @@ func (v *View) replaceLocked(ev Event, ch []Change) []Change {
 	for _, name := range slices.Sorted(maps.Keys(next)) {
 		st := next[name]
 		old, had := v.targets[name]
-		if had && old.State == st.State && old.Routable == st.Routable && reflect.DeepEqual(old.Target, st.Target) {
+		if had && old.State == st.State && old.Routable == st.Routable && reflect.DeepEqual(old.Target, st.Target) && reflect.DeepEqual(old.Outlier, st.Outlier) {
 			continue
 		}
 		c := Change{Revision: ev.Revision, Name: name, Group: st.Target.Group, To: st.State, Status: *st, Reason: "snapshot"}

@@ -390,6 +390,7 @@ func statusToProto(st checker.Status) *pb.TargetStatus {
 		CertExpiryWarning:   st.CertWarning,
 		CertNotAfter:        timestamp(st.CertNotAfter),
 		Vantages:            verdictsToProto(st.Vantages),
+		Outlier:             outlierStateToProto(st.Outlier),
 	}
 	if st.ProbeInterval > 0 {
 		out.ProbeInterval = durationpb.New(st.ProbeInterval)
@@ -440,6 +441,8 @@ var policyKinds = map[checker.EventKind]pb.PolicyEvent_Kind{
 	checker.EventDiscoveryRecovered: pb.PolicyEvent_KIND_DISCOVERY_RECOVERED,
 	checker.EventVantageSuspect:     pb.PolicyEvent_KIND_VANTAGE_SUSPECT,
 	checker.EventVantageRecovered:   pb.PolicyEvent_KIND_VANTAGE_RECOVERED,
+	checker.EventOutlierStarted:     pb.PolicyEvent_KIND_OUTLIER_STARTED,
+	checker.EventOutlierEnded:       pb.PolicyEvent_KIND_OUTLIER_ENDED,
 }
 
 func policyEventToProto(e checker.Event) *pb.WatchTransitionsResponse {
@@ -457,6 +460,7 @@ func policyEventToProto(e checker.Event) *pb.WatchTransitionsResponse {
 		Vantage:  e.Policy.Vantage,
 		Disagree: int32(e.Policy.Disagree),
 		Judged:   int32(e.Policy.Judged),
+		Outlier:  outlierStateToProto(e.Policy.Outlier),
 	}}}
 }
 
@@ -485,6 +489,7 @@ func groupStatusToProto(g checker.GroupStatus) *pb.GroupStatus {
 		out.Policy.ObjectiveWindow = durationpb.New(g.Policy.ObjectiveWindow)
 	}
 	out.Policy.Vantages, out.Policy.Quorum = int32(g.Policy.Vantages), int32(g.Policy.Quorum)
+	out.Policy.Outlier = outlierPolicyToProto(g.Policy.Outlier)
 	return out
 }
 
@@ -529,6 +534,9 @@ func groupPolicyFromProto(p *pb.GroupPolicy) (checker.GroupPolicy, error) {
 	}
 	var err error
 	if gp.ObjectiveWindow, err = positiveDuration("objective_window", p.GetObjectiveWindow()); err != nil {
+		return gp, err
+	}
+	if gp.Outlier, err = outlierPolicyFromProto(p.GetOutlier()); err != nil {
 		return gp, err
 	}
 	return gp, groupLifecycleFromProto(p, &gp)

@@ -20,7 +20,9 @@
 // a tcp or grpc probe, the host:port of an http URL (the scheme's port when
 // it has none). A target without one is left out, and of two targets with
 // the same address the first by name is kept. Each address carries the
-// target's name, group and state (Info reads them). A new list is sent to
+// target's name, group and state (Info reads them); the address of a
+// degraded outlier (client.Status.Outlier) also carries, as a balancer
+// attribute, its reason and lowered weight (OutlierOf reads them). A new list is sent to
 // gRPC after every change of the group that changes it (a transition in or
 // out of rotation or between healthy and suspect, a routable target added,
 // updated, moved or removed, a snapshot), once per revision. While pulsed
@@ -61,6 +63,26 @@ type infoKey struct{}
 func InfoOf(addr grpcresolver.Address) (Info, bool) {
 	info, ok := addr.Attributes.Value(infoKey{}).(Info)
 	return info, ok
+}
+
+// Outlier marks the address of a degraded outlier of its group: routable,
+// but a balancer that weighs its addresses should give it Weight percent
+// of a healthy address's share. An ejected outlier is not routable, so not
+// in the list.
+type Outlier struct {
+	Reason string
+	Weight uint32
+}
+
+// outlierKey is the balancer attribute key of an address's Outlier.
+type outlierKey struct{}
+
+// OutlierOf returns the Outlier of an address the resolver made, and
+// whether it is one. It is a balancer attribute (BalancerAttributes): a
+// target that becomes or stops being an outlier keeps its connection.
+func OutlierOf(addr grpcresolver.Address) (Outlier, bool) {
+	o, ok := addr.BalancerAttributes.Value(outlierKey{}).(Outlier)
+	return o, ok
 }
 
 // Builder builds resolvers for the "pulse" scheme. It is safe for
@@ -296,5 +318,9 @@ func addressOf(st client.Status) (grpcresolver.Address, bool) {
 		return grpcresolver.Address{}, false
 	}
 	info := Info{Name: st.Target.Name, Group: st.Target.Group, State: st.State}
-	return grpcresolver.Address{Addr: addr, Attributes: attributes.New(infoKey{}, info)}, true
+	out := grpcresolver.Address{Addr: addr, Attributes: attributes.New(infoKey{}, info)}
+	if o := st.Outlier; o != nil && !o.Ejected {
+		out.BalancerAttributes = attributes.New(outlierKey{}, Outlier{Reason: o.Reason, Weight: client.OutlierWeight})
+	}
+	return out, true
 }

@@ -428,13 +428,20 @@ func TestAddresses(t *testing.T) {
 		{Target: client.Target{Name: "g", GRPC: &client.GRPCProbe{Address: "10.0.0.3:50051"}}, State: client.StateHealthy},
 		{Target: client.Target{Name: "same", TCP: &client.TCPProbe{Address: "10.0.0.2:5432"}}, State: client.StateHealthy},
 		{Target: client.Target{Name: "noport", HTTP: &client.HTTPProbe{URL: "ftp://10.0.0.4/"}}, State: client.StateHealthy},
+		{Target: client.Target{Name: "slow", TCP: &client.TCPProbe{Address: "10.0.0.5:80"}}, State: client.StateHealthy,
+			Outlier: &client.OutlierState{Reason: "p50 38ms vs group 4ms"}},
 	}
 	var got []string
 	for _, a := range resolver.Addresses(sts) {
 		info, _ := resolver.InfoOf(a)
-		got = append(got, a.Addr+" "+info.Name+" "+info.State.String())
+		s := a.Addr + " " + info.Name + " " + info.State.String()
+		if o, ok := resolver.OutlierOf(a); ok {
+			s += fmt.Sprintf(" outlier %d%% (%s)", o.Weight, o.Reason)
+		}
+		got = append(got, s)
 	}
-	want := []string{"10.0.0.1:80 h healthy", "[::1]:8443 hs suspect", "10.0.0.2:5432 t healthy", "10.0.0.3:50051 g healthy"}
+	want := []string{"10.0.0.1:80 h healthy", "[::1]:8443 hs suspect", "10.0.0.2:5432 t healthy", "10.0.0.3:50051 g healthy",
+		"10.0.0.5:80 slow healthy outlier 10% (p50 38ms vs group 4ms)"}
 	if !slices.Equal(got, want) {
 		t.Errorf("Addresses = %q; want %q", got, want)
 	}

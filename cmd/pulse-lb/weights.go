@@ -14,7 +14,8 @@ import (
 // weights. A backend at 25% takes one turn in four, the others fill in.
 // When no routable backend has the credit for a turn, the first routable
 // one takes it: a weight slows a backend down, it never makes pulse-lb
-// answer 503.
+// answer 503. A degraded outlier of its group (GroupPolicy.outlier) is
+// weighed the same way, at 10%.
 
 // weightSource is a healthSource that knows each routable backend's
 // weight in percent at a time: 100 outside a slow start.
@@ -61,8 +62,9 @@ func (b *balancer) pick(healthy []string) (int, bool) {
 	return b.rotor.next(len(b.backends), up)
 }
 
-// Weight returns a backend's slow-start weight at now, from the view of
-// pulsed's stream (the transition to routable and its slow_start_end).
+// Weight returns a backend's weight at now, from the view of pulsed's
+// stream: its slow start's, at most client.OutlierWeight while it is a
+// degraded outlier.
 func (s *remoteSource) Weight(name string, now time.Time) uint32 {
 	st, ok := s.view.Get(name)
 	if !ok {
@@ -71,8 +73,8 @@ func (s *remoteSource) Weight(name string, now time.Time) uint32 {
 	return st.Weight(now)
 }
 
-// Weight returns a backend's slow-start weight, as the checker computes
-// it.
+// Weight returns a backend's weight (slow start, degraded outlier), as
+// the checker computes it.
 func (s *checkerSource) Weight(name string, _ time.Time) uint32 {
 	st, err := s.c.Status(name)
 	if err != nil {

@@ -3,6 +3,9 @@ package main
 import (
 	"testing"
 	"time"
+
+	"github.com/pulsehealth/pulse/client"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
 // weighted is a healthSource with fixed weights.
@@ -56,5 +59,33 @@ func TestWeightsShareTheTurns(t *testing.T) {
 				t.Errorf("%d picks failed", got["503"])
 			}
 		})
+	}
+}
+
+// A degraded outlier of pulsed's stream is weighed at its lowered weight:
+// one request in eleven beside a backend at 100%; once it ends, its full
+// share again.
+func TestDegradedOutlierWeight(t *testing.T) {
+	f := &fakePulse{}
+	out := &pb.OutlierState{Reason: "p50 38ms vs group 4ms"}
+	policy := func(rev uint64, kind pb.PolicyEvent_Kind) *pb.WatchTransitionsResponse {
+		return &pb.WatchTransitionsResponse{Revision: rev, Event: &pb.WatchTransitionsResponse_Policy{Policy: &pb.PolicyEvent{
+			Kind: kind, Group: "lb", Target: "b", Outlier: out}}}
+	}
+	f.scripts = []watchScript{{events: []*pb.WatchTransitionsResponse{
+		evSnapshot(10, "a", "lb", healthy), evSnapshot(10, "b", "lb", healthy), evComplete(10),
+		policy(11, pb.PolicyEvent_KIND_OUTLIER_STARTED),
+	}}}
+	s, _ := startFake(t, f, 0)
+	waitUntil(t, func() bool { return s.view.Revision() >= 11 })
+	if w := s.Weight("b", time.Now()); w != client.OutlierWeight {
+		t.Fatalf("b's weight %d, want %d", w, client.OutlierWeight)
+	}
+	b := &balancer{backends: []*backend{{name: "a"}, {name: "b"}}, health: s}
+	if got := pickNames(b, 110); got["a"] != 100 || got["b"] != 10 {
+		t.Errorf("picks %v, want a 100, b 10", got)
+	}
+	if w := s.Weight("a", time.Now()); w != 100 {
+		t.Errorf("a's weight %d", w)
 	}
 }

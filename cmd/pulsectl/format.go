@@ -42,6 +42,9 @@ func stateText(st *pb.TargetStatus) string {
 	if st.GetCarriedOver() {
 		why = append(why, "carried over")
 	}
+	if o := st.GetOutlier(); o != nil {
+		why = append(why, map[bool]string{false: "outlier: degraded", true: "outlier: ejected"}[o.GetEjected()])
+	}
 	if len(why) == 0 {
 		return stateName(st.GetState())
 	}
@@ -59,6 +62,7 @@ var stateFilters = map[string]func(*pb.TargetStatus) bool{
 	"flapping":     func(st *pb.TargetStatus) bool { return st.GetFlapping() },
 	"carried-over": func(st *pb.TargetStatus) bool { return st.GetCarriedOver() },
 	"quarantined":  func(st *pb.TargetStatus) bool { return st.GetQuarantined() != "" },
+	"outlier":      func(st *pb.TargetStatus) bool { return st.GetOutlier() != nil },
 }
 
 // modelName is a model as the add flag takes it.

@@ -18,7 +18,7 @@ func policyCommand() *command {
 	return &command{
 		name:    "policy",
 		args:    "get|set [flags] GROUP",
-		summary: "show or set a group's pool policy (its panic threshold, its availability objective, its vantages)",
+		summary: "show or set a group's pool policy (its panic threshold, its availability objective, its vantages, its outlier detection)",
 		about: `
 policy get GROUP shows a group's policy and pool state: the panic threshold in
 force (max_unhealthy_fraction, the group's own or pulsed's default), how many
@@ -36,12 +36,23 @@ the error budget left and its burn rate, and --objective 0 removes it.
 --vantages K and --quorum Q are those of the group's targets that set none of
 their own (add --vantages): probed from K replicas on etcd, their state a
 quorum of Q verdicts (0: a majority); --vantages 0 goes back to one.
+--outlier-* set the group's outlier detection (gray failures): a member much
+slower than the group (--outlier-latency-factor F: above F x the group's median
+latency and the median + --outlier-min-delta, --outlier-consecutive times in a
+row), or failing more of its passive outcomes (Envoy's rules:
+--outlier-success-rate-stdev-factor, --outlier-failure-percentage), is
+degraded: routable at 10% weight. With --outlier-enforce it is ejected (not
+routable) for --outlier-base-ejection-time x its ejections in a row, at most
+--outlier-max-ejection-percent of the group at once. Setting every rule to 0
+turns it off.
 --default clears the group's whole policy, so pulsed's defaults apply.`,
 		example: `
 pulsectl policy get edge
 pulsectl policy set edge --max-unhealthy-fraction 0.3
 pulsectl policy set edge --objective 99.9% --objective-window 168h
 pulsectl policy set edge --vantages 3
+pulsectl policy set edge --outlier-latency-factor 3 --outlier-min-delta 20ms
+pulsectl policy set edge --outlier-failure-percentage 50 --outlier-enforce
 pulsectl policy set edge --default`,
 		run: runPolicy,
 	}
@@ -57,6 +68,7 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 	fs.Var(&objWindow, "objective-window", "with set: the `duration` the objective is measured over, whole hours up to 720h (the default)")
 	vantages := fs.Int("vantages", 0, "with set: replicas that probe each of the group's targets that sets none of its own, 0 to 9 (needs replicas on etcd above 1)")
 	quorum := fs.Int("quorum", 0, "with set: vantages that must agree to change those targets' state, at most --vantages (0: a majority)")
+	of := addOutlierFlags(fs)
 	out := addOutputFlag(fs, "the GroupStatus", "yaml")
 	pos, code, ok := c.parse(e, fs, args)
 	if !ok {
@@ -72,12 +84,15 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 	verb, group := pos[0], pos[1]
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	changes := set["max-unhealthy-fraction"] || set["objective"] || set["objective-window"] || set["vantages"] || set["quorum"]
+	changes := set["max-unhealthy-fraction"] || set["objective"] || set["objective-window"] || set["vantages"] || set["quorum"] || of.any(set)
 	switch {
 	case verb == "get" && (changes || set["default"]):
-		return c.usageError(e, "--max-unhealthy-fraction, --objective, --objective-window, --vantages, --quorum and --default go with set")
+		return c.usageError(e, "--max-unhealthy-fraction, --objective, --objective-window, --vantages, --quorum, --outlier-* and --default go with set")
 	case verb == "set" && changes == *dflt:
-		return c.usageError(e, "set takes --max-unhealthy-fraction F, --objective O, --objective-window D, --vantages K or --quorum Q, or --default alone")
+		return c.usageError(e, "set takes --max-unhealthy-fraction F, --objective O, --objective-window D, --vantages K, --quorum Q or --outlier-*, or --default alone")
+	}
+	if err := of.apply(set, &pb.GroupPolicy{}); err != nil {
+		return c.usageError(e, "%v", err)
 	}
 	for _, f := range []struct {
 		name string
@@ -139,6 +154,7 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 		if set["quorum"] {
 			p.Quorum = int32(*quorum)
 		}
+		of.apply(set, p) // checked above
 		resp, err := cl.SetGroupPolicy(cctx, &pb.SetGroupPolicyRequest{Group: group, Policy: p})
 		if err != nil {
 			return cl.fail(e, err, "")
@@ -164,6 +180,9 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 	}
 	if k := g.GetPolicy().GetVantages(); k > 1 {
 		fmt.Fprintf(e.stdout, "; %s", vantagesText(k, g.GetPolicy().GetQuorum()))
+	}
+	if t := outlierPolicyText(g.GetPolicy().GetOutlier()); t != "" {
+		fmt.Fprintf(e.stdout, "; %s", t)
 	}
 	fmt.Fprintln(e.stdout)
 	return exitOK

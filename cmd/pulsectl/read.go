@@ -141,8 +141,18 @@ func runState(ctx context.Context, e *env, c *command, args []string) int {
 	}
 	fmt.Fprintf(tw, "streak:\t%s\n", streak(st))
 	fmt.Fprintf(tw, "mode:\t%s\n", modeSummary(st))
+	if o := st.GetOutlier(); o != nil {
+		fmt.Fprintf(tw, "outlier:\t%s\n", outlierText(o))
+	}
 	if st.GetRoutable() && st.GetWeight() < 100 {
-		fmt.Fprintf(tw, "weight:\t%d%% (slow start until %s)\n", st.GetWeight(), timeText(st.GetSlowStartEnd().AsTime()))
+		var why []string
+		if st.GetOutlier() != nil {
+			why = append(why, "degraded outlier")
+		}
+		if t := st.GetSlowStartEnd(); t != nil || len(why) == 0 {
+			why = append(why, "slow start until "+timeText(t.AsTime()))
+		}
+		fmt.Fprintf(tw, "weight:\t%d%% (%s)\n", st.GetWeight(), strings.Join(why, "; "))
 	}
 	if q := st.GetQuarantined(); q != "" {
 		fmt.Fprintf(tw, "quarantined:\t%s (not probed: fix it with pulsectl add, or remove it with pulsectl rm)\n", q)
@@ -203,7 +213,7 @@ ls lists every target, sorted by name:
 probed at now), PROBE and SOURCE (who registered it: api, file, or
 discovery:GROUP), and shows errors whole. --state keeps the targets
 in one state: healthy, unhealthy, suspect, routable, not-routable, held,
-flapping, carried-over or quarantined.`,
+flapping, carried-over, quarantined or outlier.`,
 		example: `
 pulsectl ls
 pulsectl ls --group edge --state unhealthy

@@ -307,6 +307,10 @@ func (p *watchPrinter) line(ev *pb.WatchTransitionsResponse) string {
 // policyText is a policy event's text; a vantage event without one says
 // which vantage and its numbers.
 func policyText(pe *pb.PolicyEvent) string {
+	switch pe.GetKind() {
+	case pb.PolicyEvent_KIND_OUTLIER_STARTED, pb.PolicyEvent_KIND_OUTLIER_ENDED:
+		return outlierEventText(pe)
+	}
 	if t := pe.GetText(); t != "" {
 		return t
 	}

@@ -27,7 +27,12 @@ import (
 // when several targets share the address), "state" (healthy, suspect or
 // unhealthy, as Pulse publishes it), "mode" when a target is draining or
 // in maintenance, and, while the group's panic threshold holds the target,
-// "panic_held": true and "reason".
+// "panic_held": true and "reason", and for an outlier of its group
+// "outlier": its reason, e.g. "degraded: p50 38ms vs group 4ms".
+//
+// A degraded outlier (GroupPolicy.outlier without enforce) is sent with
+// HealthStatus DEGRADED and its lowered load_balancing_weight
+// (checker.OutlierWeight); an ejected one follows its state, UNHEALTHY.
 //
 // A DRAINING target is sent with HealthStatus DRAINING (Envoy sends it no
 // new requests and lets those in flight finish), one in MAINTENANCE as
@@ -46,11 +51,16 @@ type endpoint struct {
 	// The slow start in progress: the weight rises linearly from 0 at
 	// rampStart to 100% at rampEnd; zero when none (see weight).
 	rampStart, rampEnd time.Time
+	// outlier is the target's outlier state; nil when it is not one.
+	outlier *checker.OutlierState
 }
+
+// degraded reports whether the endpoint is a degraded outlier.
+func (e *endpoint) degraded() bool { return e.outlier != nil && !e.outlier.Ejected }
 
 // newEndpoint derives a target's endpoint from its status.
 func newEndpoint(st checker.Status) *endpoint {
-	e := &endpoint{name: st.Spec.Name, group: st.Spec.Group, state: st.State, held: st.PanicHeld, mode: st.Spec.Admin().Mode}
+	e := &endpoint{name: st.Spec.Name, group: st.Spec.Group, state: st.State, held: st.PanicHeld, mode: st.Spec.Admin().Mode, outlier: st.Outlier}
 	if !st.SlowStartEnd.IsZero() {
 		e.rampStart, e.rampEnd = st.LastTransition, st.SlowStartEnd
 	}
@@ -61,11 +71,14 @@ func newEndpoint(st checker.Status) *endpoint {
 }
 
 // healthStatus maps Pulse's published state to xDS's: a target the panic
-// threshold holds is HEALTHY, since Pulse decided to keep it in rotation.
+// threshold holds is HEALTHY, since Pulse decided to keep it in rotation,
+// and a routable degraded outlier DEGRADED.
 func (e *endpoint) healthStatus() corev3.HealthStatus {
 	switch {
 	case e.mode == checker.ModeDraining:
 		return corev3.HealthStatus_DRAINING
+	case e.degraded() && (e.held || e.state != checker.StateUnhealthy):
+		return corev3.HealthStatus_DEGRADED
 	case e.held:
 		return corev3.HealthStatus_HEALTHY
 	case e.state == checker.StateHealthy:
@@ -77,12 +90,17 @@ func (e *endpoint) healthStatus() corev3.HealthStatus {
 }
 
 // weight returns the endpoint's load_balancing_weight at now: 1 to 100,
-// its slow start's share, at least 1 (xDS refuses 0).
+// its slow start's share, at most checker.OutlierWeight for a degraded
+// outlier, at least 1 (xDS refuses 0).
 func (e *endpoint) weight(now time.Time) uint32 {
-	if e.rampEnd.IsZero() || !now.Before(e.rampEnd) || !e.rampEnd.After(e.rampStart) {
-		return 100
+	w := uint32(100)
+	if !e.rampEnd.IsZero() && now.Before(e.rampEnd) && e.rampEnd.After(e.rampStart) {
+		w = max(1, uint32(100*max(0, now.Sub(e.rampStart))/e.rampEnd.Sub(e.rampStart)))
 	}
-	return max(1, uint32(100*max(0, now.Sub(e.rampStart))/e.rampEnd.Sub(e.rampStart)))
+	if e.degraded() {
+		w = min(w, checker.OutlierWeight)
+	}
+	return w
 }
 
 // rank orders health statuses from best to worst, for endpoints that share
@@ -106,10 +124,10 @@ func rank(h corev3.HealthStatus) int {
 // worst of theirs: xDS clients reject an assignment that lists an address
 // twice, and any of the checks failing says something is wrong there.
 //
-// While a target of the group is in its slow start, every endpoint has a
-// load_balancing_weight: 100, or its slow start's share at now (the
-// lowest of those sharing an address); otherwise none has one, and clients
-// weigh them equally.
+// While a target of the group is in its slow start or a degraded outlier,
+// every endpoint has a load_balancing_weight: 100, or its lowered weight
+// at now (the lowest of those sharing an address); otherwise none has one,
+// and clients weigh them equally.
 func loadAssignment(group string, eps []*endpoint, now time.Time) *endpointv3.ClusterLoadAssignment {
 	type merged struct {
 		host    string
@@ -120,6 +138,7 @@ func loadAssignment(group string, eps []*endpoint, now time.Time) *endpointv3.Cl
 		modes   []string
 		held    bool
 		reasons []string
+		outlier []string
 		weight  uint32
 	}
 	ramping := false
@@ -146,6 +165,13 @@ func loadAssignment(group string, eps []*endpoint, now time.Time) *endpointv3.Cl
 		if e.mode != checker.ModeActive {
 			m.modes = append(m.modes, e.name+": "+e.mode.String())
 		}
+		if o := e.outlier; o != nil {
+			how := "degraded: "
+			if o.Ejected {
+				how = "ejected: "
+			}
+			m.outlier = append(m.outlier, e.name+" "+how+o.Reason)
+		}
 		if e.held {
 			m.held = true
 			m.reasons = append(m.reasons, "group "+group+"'s panic threshold holds "+e.name+" routable: its verdict is unhealthy, but marking it so would take more of the group out than the threshold allows")
@@ -167,6 +193,9 @@ func loadAssignment(group string, eps []*endpoint, now time.Time) *endpointv3.Cl
 		}
 		if len(m.modes) > 0 {
 			md["mode"] = strings.Join(m.modes, ",")
+		}
+		if len(m.outlier) > 0 {
+			md["outlier"] = strings.Join(m.outlier, "; ")
 		}
 		if m.held {
 			md["panic_held"] = true

@@ -73,6 +73,15 @@ func (v *view) apply(evs []checker.Event) {
 				ep.held = false
 				v.dirty[e.Transition.Group] = true
 			}
+		case checker.EventOutlierStarted, checker.EventOutlierEnded:
+			if ep := v.byName[e.Policy.Target]; ep != nil {
+				ep.outlier = nil
+				if o := e.Policy.Outlier; e.Kind == checker.EventOutlierStarted && o != nil {
+					o := *o
+					ep.outlier = &o
+				}
+				v.dirty[ep.group] = true
+			}
 		case checker.EventPanicEntered:
 			v.panicking[e.Policy.Group] = true
 			v.setHeld(e.Policy.Group, e.Policy.Held)

@@ -255,6 +255,14 @@ const (
 	// VANTAGE_RECOVERED: the vantage disagrees on fewer than half that
 	// share again, or left.
 	PolicyEvent_KIND_VANTAGE_RECOVERED PolicyEvent_Kind = 51
+	// OUTLIER_STARTED: a target became an outlier of its group
+	// (GroupPolicy.outlier); outlier says how and why. Goes to watchers of
+	// the target; every replica streams it at the same revision.
+	PolicyEvent_KIND_OUTLIER_STARTED PolicyEvent_Kind = 52
+	// OUTLIER_ENDED: it is no longer one (it caught up, its ejection
+	// ended, or the policy was turned off); outlier is the state that
+	// ended.
+	PolicyEvent_KIND_OUTLIER_ENDED PolicyEvent_Kind = 53
 )
 
 // Enum value maps for PolicyEvent_Kind.
@@ -273,6 +281,8 @@ var (
 		41: "KIND_DISCOVERY_RECOVERED",
 		50: "KIND_VANTAGE_SUSPECT",
 		51: "KIND_VANTAGE_RECOVERED",
+		52: "KIND_OUTLIER_STARTED",
+		53: "KIND_OUTLIER_ENDED",
 	}
 	PolicyEvent_Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED":         0,
@@ -288,6 +298,8 @@ var (
 		"KIND_DISCOVERY_RECOVERED": 41,
 		"KIND_VANTAGE_SUSPECT":     50,
 		"KIND_VANTAGE_RECOVERED":   51,
+		"KIND_OUTLIER_STARTED":     52,
+		"KIND_OUTLIER_ENDED":       53,
 	}
 )
 
@@ -315,7 +327,7 @@ func (x PolicyEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PolicyEvent_Kind.Descriptor instead.
 func (PolicyEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{50, 0}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{52, 0}
 }
 
 // HttpProbe passes when GET (or HEAD, or POST) on url answers with an
@@ -1683,7 +1695,10 @@ type TargetStatus struct {
 	// vantages are, for a target probed from several vantages
 	// (Target.vantages), their verdicts, its owner's first; verdict is then
 	// their quorum's. Empty otherwise.
-	Vantages      []*VantageVerdict `protobuf:"bytes,50,rep,name=vantages,proto3" json:"vantages,omitempty"`
+	Vantages []*VantageVerdict `protobuf:"bytes,50,rep,name=vantages,proto3" json:"vantages,omitempty"`
+	// outlier, when set, says the target is an outlier of its group
+	// (GroupPolicy.outlier): degraded (weight at most 10%) or ejected.
+	Outlier       *OutlierState `protobuf:"bytes,51,opt,name=outlier,proto3" json:"outlier,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1942,6 +1957,13 @@ func (x *TargetStatus) GetVantages() []*VantageVerdict {
 	return nil
 }
 
+func (x *TargetStatus) GetOutlier() *OutlierState {
+	if x != nil {
+		return x.Outlier
+	}
+	return nil
+}
+
 // GroupPolicy is a group's pool policy.
 type GroupPolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1972,8 +1994,13 @@ type GroupPolicy struct {
 	// their own (Target.vantages, Target.quorum): 0 to 9, and 0 to vantages
 	// (0: a majority). Unset: one vantage. Above 1 needs replicas on etcd: a
 	// single pulsed refuses it (INVALID_ARGUMENT on policy.vantages).
-	Vantages      int32 `protobuf:"varint,24,opt,name=vantages,proto3" json:"vantages,omitempty"`
-	Quorum        int32 `protobuf:"varint,25,opt,name=quorum,proto3" json:"quorum,omitempty"`
+	Vantages int32 `protobuf:"varint,24,opt,name=vantages,proto3" json:"vantages,omitempty"`
+	Quorum   int32 `protobuf:"varint,25,opt,name=quorum,proto3" json:"quorum,omitempty"`
+	// outlier is the group's outlier detection (gray failures): a member
+	// much slower than the group, or failing more of its passive outcomes
+	// than the others, becomes an outlier (TargetStatus.outlier). Unset, or
+	// no rule on: off.
+	Outlier       *OutlierPolicy `protobuf:"bytes,26,opt,name=outlier,proto3" json:"outlier,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2057,6 +2084,274 @@ func (x *GroupPolicy) GetQuorum() int32 {
 	return 0
 }
 
+func (x *GroupPolicy) GetOutlier() *OutlierPolicy {
+	if x != nil {
+		return x.Outlier
+	}
+	return nil
+}
+
+// OutlierPolicy is a group's outlier detection. A rule is on when its
+// threshold is set (latency_factor, success_rate_stdev_factor,
+// failure_percentage). An outlier is degraded (routable, weight 10%), or
+// with enforce ejected (not routable) for a while. A value past a bound is
+// refused with INVALID_ARGUMENT on policy.outlier.FIELD.
+type OutlierPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// interval is how often the group is judged: 1s to 1h. Unset: 10s
+	// (Envoy's interval).
+	Interval *durationpb.Duration `protobuf:"bytes,1,opt,name=interval,proto3" json:"interval,omitempty"`
+	// samples is how many of a member's latest passing probes its latency
+	// is the median of: 3 to 100. 0: 10.
+	Samples int32 `protobuf:"varint,2,opt,name=samples,proto3" json:"samples,omitempty"`
+	// latency_factor turns the latency rule on: a member whose latency is
+	// above latency_factor x the group's median and above the median +
+	// latency_min_delta, at consecutive judgements in a row, is an outlier.
+	// 0: off; else 1 to 1000.
+	LatencyFactor float64 `protobuf:"fixed64,3,opt,name=latency_factor,json=latencyFactor,proto3" json:"latency_factor,omitempty"`
+	// latency_min_delta: at most 1h. Unset: 10ms.
+	LatencyMinDelta *durationpb.Duration `protobuf:"bytes,4,opt,name=latency_min_delta,json=latencyMinDelta,proto3" json:"latency_min_delta,omitempty"`
+	// consecutive is how many judgements in a row the latency rule must
+	// hold: 1 to 100. 0: 3.
+	Consecutive int32 `protobuf:"varint,5,opt,name=consecutive,proto3" json:"consecutive,omitempty"`
+	// success_rate_stdev_factor turns Envoy's success-rate rule on: among
+	// the members with at least success_rate_request_volume passive outcomes
+	// since the last judgement (at least min_members of them), one whose
+	// success rate is below their mean minus this x their standard
+	// deviation is an outlier. 0: off; else in (0, 100] (Envoy: 1.9).
+	SuccessRateStdevFactor float64 `protobuf:"fixed64,6,opt,name=success_rate_stdev_factor,json=successRateStdevFactor,proto3" json:"success_rate_stdev_factor,omitempty"`
+	// success_rate_request_volume (Envoy's): 0: 100.
+	SuccessRateRequestVolume int32 `protobuf:"varint,7,opt,name=success_rate_request_volume,json=successRateRequestVolume,proto3" json:"success_rate_request_volume,omitempty"`
+	// failure_percentage turns Envoy's failure-percentage rule on (Envoy's
+	// failure_percentage_threshold): a member with at least
+	// failure_percentage_request_volume passive outcomes since the last
+	// judgement, at least this percent of them failed, is an outlier. 0:
+	// off; else 1 to 100.
+	FailurePercentage int32 `protobuf:"varint,8,opt,name=failure_percentage,json=failurePercentage,proto3" json:"failure_percentage,omitempty"`
+	// failure_percentage_request_volume (Envoy's): 0: 50.
+	FailurePercentageRequestVolume int32 `protobuf:"varint,9,opt,name=failure_percentage_request_volume,json=failurePercentageRequestVolume,proto3" json:"failure_percentage_request_volume,omitempty"`
+	// min_members: with fewer members that have a latency (or, for the
+	// success rate, enough outcomes), nothing is judged. 0: 3; else at
+	// least 2 (Envoy's success_rate_minimum_hosts).
+	MinMembers int32 `protobuf:"varint,10,opt,name=min_members,json=minMembers,proto3" json:"min_members,omitempty"`
+	// enforce ejects an outlier: not routable for base_ejection_time x its
+	// ejections in a row, then back by itself. Off: an outlier is degraded,
+	// routable with weight 10%.
+	Enforce bool `protobuf:"varint,11,opt,name=enforce,proto3" json:"enforce,omitempty"`
+	// max_ejection_percent (Envoy's) bounds the share of the group ejected
+	// at once, always allowing one: 1 to 100. 0: 10.
+	MaxEjectionPercent int32 `protobuf:"varint,12,opt,name=max_ejection_percent,json=maxEjectionPercent,proto3" json:"max_ejection_percent,omitempty"`
+	// base_ejection_time (Envoy's): 1s to 1h. Unset: 30s.
+	BaseEjectionTime *durationpb.Duration `protobuf:"bytes,13,opt,name=base_ejection_time,json=baseEjectionTime,proto3" json:"base_ejection_time,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *OutlierPolicy) Reset() {
+	*x = OutlierPolicy{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OutlierPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutlierPolicy) ProtoMessage() {}
+
+func (x *OutlierPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutlierPolicy.ProtoReflect.Descriptor instead.
+func (*OutlierPolicy) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *OutlierPolicy) GetInterval() *durationpb.Duration {
+	if x != nil {
+		return x.Interval
+	}
+	return nil
+}
+
+func (x *OutlierPolicy) GetSamples() int32 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+func (x *OutlierPolicy) GetLatencyFactor() float64 {
+	if x != nil {
+		return x.LatencyFactor
+	}
+	return 0
+}
+
+func (x *OutlierPolicy) GetLatencyMinDelta() *durationpb.Duration {
+	if x != nil {
+		return x.LatencyMinDelta
+	}
+	return nil
+}
+
+func (x *OutlierPolicy) GetConsecutive() int32 {
+	if x != nil {
+		return x.Consecutive
+	}
+	return 0
+}
+
+func (x *OutlierPolicy) GetSuccessRateStdevFactor() float64 {
+	if x != nil {
+		return x.SuccessRateStdevFactor
+	}
+	return 0
+}
+
+func (x *OutlierPolicy) GetSuccessRateRequestVolume() int32 {
+	if x != nil {
+		return x.SuccessRateRequestVolume
+	}
+	return 0
+}
+
+func (x *OutlierPolicy) GetFailurePercentage() int32 {
+	if x != nil {
+		return x.FailurePercentage
+	}
+	return 0
+}
+
+func (x *OutlierPolicy) GetFailurePercentageRequestVolume() int32 {
+	if x != nil {
+		return x.FailurePercentageRequestVolume
+	}
+	return 0
+}
+
+func (x *OutlierPolicy) GetMinMembers() int32 {
+	if x != nil {
+		return x.MinMembers
+	}
+	return 0
+}
+
+func (x *OutlierPolicy) GetEnforce() bool {
+	if x != nil {
+		return x.Enforce
+	}
+	return false
+}
+
+func (x *OutlierPolicy) GetMaxEjectionPercent() int32 {
+	if x != nil {
+		return x.MaxEjectionPercent
+	}
+	return 0
+}
+
+func (x *OutlierPolicy) GetBaseEjectionTime() *durationpb.Duration {
+	if x != nil {
+		return x.BaseEjectionTime
+	}
+	return nil
+}
+
+// OutlierState is a target its group's outlier detection caught.
+type OutlierState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ejected: not routable until `until` (state UNHEALTHY); else degraded:
+	// routable, weight at most 10%.
+	Ejected bool `protobuf:"varint,1,opt,name=ejected,proto3" json:"ejected,omitempty"`
+	// reason gives the numbers that made it one, e.g. "p50 38ms vs group
+	// 4ms".
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// since is when it became an outlier.
+	Since *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
+	// until is when an ejection ends; unset when degraded.
+	Until *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=until,proto3" json:"until,omitempty"`
+	// ejections counts its ejections in a row.
+	Ejections     int32 `protobuf:"varint,5,opt,name=ejections,proto3" json:"ejections,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OutlierState) Reset() {
+	*x = OutlierState{}
+	mi := &file_pulse_v1_pulse_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OutlierState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutlierState) ProtoMessage() {}
+
+func (x *OutlierState) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_pulse_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutlierState.ProtoReflect.Descriptor instead.
+func (*OutlierState) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *OutlierState) GetEjected() bool {
+	if x != nil {
+		return x.Ejected
+	}
+	return false
+}
+
+func (x *OutlierState) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *OutlierState) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *OutlierState) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *OutlierState) GetEjections() int32 {
+	if x != nil {
+		return x.Ejections
+	}
+	return 0
+}
+
 // GroupStatus is a group's policy and its pool state.
 type GroupStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2085,7 +2380,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[12]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2097,7 +2392,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[12]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2110,7 +2405,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{12}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GroupStatus) GetGroup() string {
@@ -2217,7 +2512,7 @@ type CheckerStatus struct {
 
 func (x *CheckerStatus) Reset() {
 	*x = CheckerStatus{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[13]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2524,7 @@ func (x *CheckerStatus) String() string {
 func (*CheckerStatus) ProtoMessage() {}
 
 func (x *CheckerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[13]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2537,7 @@ func (x *CheckerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckerStatus.ProtoReflect.Descriptor instead.
 func (*CheckerStatus) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{13}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CheckerStatus) GetDegraded() bool {
@@ -2371,7 +2666,7 @@ type Transition struct {
 
 func (x *Transition) Reset() {
 	*x = Transition{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[14]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2383,7 +2678,7 @@ func (x *Transition) String() string {
 func (*Transition) ProtoMessage() {}
 
 func (x *Transition) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[14]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2396,7 +2691,7 @@ func (x *Transition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transition.ProtoReflect.Descriptor instead.
 func (*Transition) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{14}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Transition) GetTarget() string {
@@ -2487,7 +2782,7 @@ type AddTargetRequest struct {
 
 func (x *AddTargetRequest) Reset() {
 	*x = AddTargetRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2499,7 +2794,7 @@ func (x *AddTargetRequest) String() string {
 func (*AddTargetRequest) ProtoMessage() {}
 
 func (x *AddTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[15]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2512,7 +2807,7 @@ func (x *AddTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddTargetRequest.ProtoReflect.Descriptor instead.
 func (*AddTargetRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{15}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AddTargetRequest) GetTarget() *Target {
@@ -2531,7 +2826,7 @@ type ReloadRequest struct {
 
 func (x *ReloadRequest) Reset() {
 	*x = ReloadRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2543,7 +2838,7 @@ func (x *ReloadRequest) String() string {
 func (*ReloadRequest) ProtoMessage() {}
 
 func (x *ReloadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[16]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2556,7 +2851,7 @@ func (x *ReloadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadRequest.ProtoReflect.Descriptor instead.
 func (*ReloadRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{16}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{18}
 }
 
 // ReloadResponse says what Reload did with each file.
@@ -2570,7 +2865,7 @@ type ReloadResponse struct {
 
 func (x *ReloadResponse) Reset() {
 	*x = ReloadResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2582,7 +2877,7 @@ func (x *ReloadResponse) String() string {
 func (*ReloadResponse) ProtoMessage() {}
 
 func (x *ReloadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[17]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2595,7 +2890,7 @@ func (x *ReloadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadResponse.ProtoReflect.Descriptor instead.
 func (*ReloadResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{17}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReloadResponse) GetFiles() []*ReloadedFile {
@@ -2621,7 +2916,7 @@ type ReloadedFile struct {
 
 func (x *ReloadedFile) Reset() {
 	*x = ReloadedFile{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2633,7 +2928,7 @@ func (x *ReloadedFile) String() string {
 func (*ReloadedFile) ProtoMessage() {}
 
 func (x *ReloadedFile) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[18]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2646,7 +2941,7 @@ func (x *ReloadedFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadedFile.ProtoReflect.Descriptor instead.
 func (*ReloadedFile) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{18}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReloadedFile) GetKind() string {
@@ -2681,7 +2976,7 @@ type AddTargetsRequest struct {
 
 func (x *AddTargetsRequest) Reset() {
 	*x = AddTargetsRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2693,7 +2988,7 @@ func (x *AddTargetsRequest) String() string {
 func (*AddTargetsRequest) ProtoMessage() {}
 
 func (x *AddTargetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[19]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2706,7 +3001,7 @@ func (x *AddTargetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddTargetsRequest.ProtoReflect.Descriptor instead.
 func (*AddTargetsRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{19}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AddTargetsRequest) GetTargets() []*Target {
@@ -2730,7 +3025,7 @@ type AddTargetsResponse struct {
 
 func (x *AddTargetsResponse) Reset() {
 	*x = AddTargetsResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2742,7 +3037,7 @@ func (x *AddTargetsResponse) String() string {
 func (*AddTargetsResponse) ProtoMessage() {}
 
 func (x *AddTargetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[20]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2755,7 +3050,7 @@ func (x *AddTargetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddTargetsResponse.ProtoReflect.Descriptor instead.
 func (*AddTargetsResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{20}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AddTargetsResponse) GetResults() []*AddTargetResult {
@@ -2800,7 +3095,7 @@ type AddTargetResult struct {
 
 func (x *AddTargetResult) Reset() {
 	*x = AddTargetResult{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2812,7 +3107,7 @@ func (x *AddTargetResult) String() string {
 func (*AddTargetResult) ProtoMessage() {}
 
 func (x *AddTargetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[21]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2825,7 +3120,7 @@ func (x *AddTargetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddTargetResult.ProtoReflect.Descriptor instead.
 func (*AddTargetResult) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{21}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AddTargetResult) GetName() string {
@@ -2869,7 +3164,7 @@ type AddTargetResponse struct {
 
 func (x *AddTargetResponse) Reset() {
 	*x = AddTargetResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2881,7 +3176,7 @@ func (x *AddTargetResponse) String() string {
 func (*AddTargetResponse) ProtoMessage() {}
 
 func (x *AddTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[22]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2894,7 +3189,7 @@ func (x *AddTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddTargetResponse.ProtoReflect.Descriptor instead.
 func (*AddTargetResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{22}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AddTargetResponse) GetCreated() bool {
@@ -2926,7 +3221,7 @@ type RemoveTargetRequest struct {
 
 func (x *RemoveTargetRequest) Reset() {
 	*x = RemoveTargetRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2938,7 +3233,7 @@ func (x *RemoveTargetRequest) String() string {
 func (*RemoveTargetRequest) ProtoMessage() {}
 
 func (x *RemoveTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[23]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2951,7 +3246,7 @@ func (x *RemoveTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveTargetRequest.ProtoReflect.Descriptor instead.
 func (*RemoveTargetRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{23}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RemoveTargetRequest) GetName() string {
@@ -2984,7 +3279,7 @@ type RemoveTargetResponse struct {
 
 func (x *RemoveTargetResponse) Reset() {
 	*x = RemoveTargetResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2996,7 +3291,7 @@ func (x *RemoveTargetResponse) String() string {
 func (*RemoveTargetResponse) ProtoMessage() {}
 
 func (x *RemoveTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[24]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3009,7 +3304,7 @@ func (x *RemoveTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveTargetResponse.ProtoReflect.Descriptor instead.
 func (*RemoveTargetResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{24}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RemoveTargetResponse) GetRemoved() bool {
@@ -3049,7 +3344,7 @@ type SetModeRequest struct {
 
 func (x *SetModeRequest) Reset() {
 	*x = SetModeRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3061,7 +3356,7 @@ func (x *SetModeRequest) String() string {
 func (*SetModeRequest) ProtoMessage() {}
 
 func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[25]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3074,7 +3369,7 @@ func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeRequest.ProtoReflect.Descriptor instead.
 func (*SetModeRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{25}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SetModeRequest) GetTarget() string {
@@ -3123,7 +3418,7 @@ type SetModeResponse struct {
 
 func (x *SetModeResponse) Reset() {
 	*x = SetModeResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3135,7 +3430,7 @@ func (x *SetModeResponse) String() string {
 func (*SetModeResponse) ProtoMessage() {}
 
 func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[26]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3148,7 +3443,7 @@ func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeResponse.ProtoReflect.Descriptor instead.
 func (*SetModeResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{26}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetModeResponse) GetTargets() []*TargetStatus {
@@ -3183,7 +3478,7 @@ type ModeChange struct {
 
 func (x *ModeChange) Reset() {
 	*x = ModeChange{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3195,7 +3490,7 @@ func (x *ModeChange) String() string {
 func (*ModeChange) ProtoMessage() {}
 
 func (x *ModeChange) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[27]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3208,7 +3503,7 @@ func (x *ModeChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModeChange.ProtoReflect.Descriptor instead.
 func (*ModeChange) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{27}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ModeChange) GetTarget() string {
@@ -3278,7 +3573,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3290,7 +3585,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[28]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3303,7 +3598,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{28}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StateRequest) GetName() string {
@@ -3324,7 +3619,7 @@ type StateResponse struct {
 
 func (x *StateResponse) Reset() {
 	*x = StateResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3336,7 +3631,7 @@ func (x *StateResponse) String() string {
 func (*StateResponse) ProtoMessage() {}
 
 func (x *StateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[29]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3349,7 +3644,7 @@ func (x *StateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateResponse.ProtoReflect.Descriptor instead.
 func (*StateResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{29}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StateResponse) GetStatus() *TargetStatus {
@@ -3370,7 +3665,7 @@ type HealthyRequest struct {
 
 func (x *HealthyRequest) Reset() {
 	*x = HealthyRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3382,7 +3677,7 @@ func (x *HealthyRequest) String() string {
 func (*HealthyRequest) ProtoMessage() {}
 
 func (x *HealthyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[30]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3395,7 +3690,7 @@ func (x *HealthyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthyRequest.ProtoReflect.Descriptor instead.
 func (*HealthyRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{30}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *HealthyRequest) GetGroup() string {
@@ -3416,7 +3711,7 @@ type HealthyResponse struct {
 
 func (x *HealthyResponse) Reset() {
 	*x = HealthyResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3428,7 +3723,7 @@ func (x *HealthyResponse) String() string {
 func (*HealthyResponse) ProtoMessage() {}
 
 func (x *HealthyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[31]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3441,7 +3736,7 @@ func (x *HealthyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthyResponse.ProtoReflect.Descriptor instead.
 func (*HealthyResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{31}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *HealthyResponse) GetNames() []string {
@@ -3462,7 +3757,7 @@ type ListTargetsRequest struct {
 
 func (x *ListTargetsRequest) Reset() {
 	*x = ListTargetsRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3474,7 +3769,7 @@ func (x *ListTargetsRequest) String() string {
 func (*ListTargetsRequest) ProtoMessage() {}
 
 func (x *ListTargetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[32]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3487,7 +3782,7 @@ func (x *ListTargetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTargetsRequest.ProtoReflect.Descriptor instead.
 func (*ListTargetsRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{32}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListTargetsRequest) GetGroup() string {
@@ -3516,7 +3811,7 @@ type ListTargetsResponse struct {
 
 func (x *ListTargetsResponse) Reset() {
 	*x = ListTargetsResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3528,7 +3823,7 @@ func (x *ListTargetsResponse) String() string {
 func (*ListTargetsResponse) ProtoMessage() {}
 
 func (x *ListTargetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[33]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3541,7 +3836,7 @@ func (x *ListTargetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTargetsResponse.ProtoReflect.Descriptor instead.
 func (*ListTargetsResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{33}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListTargetsResponse) GetTargets() []*TargetStatus {
@@ -3581,7 +3876,7 @@ type ListDiscoveryRequest struct {
 
 func (x *ListDiscoveryRequest) Reset() {
 	*x = ListDiscoveryRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3593,7 +3888,7 @@ func (x *ListDiscoveryRequest) String() string {
 func (*ListDiscoveryRequest) ProtoMessage() {}
 
 func (x *ListDiscoveryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[34]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3606,7 +3901,7 @@ func (x *ListDiscoveryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDiscoveryRequest.ProtoReflect.Descriptor instead.
 func (*ListDiscoveryRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{34}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{36}
 }
 
 // ListDiscoveryResponse lists the discovery groups.
@@ -3620,7 +3915,7 @@ type ListDiscoveryResponse struct {
 
 func (x *ListDiscoveryResponse) Reset() {
 	*x = ListDiscoveryResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3632,7 +3927,7 @@ func (x *ListDiscoveryResponse) String() string {
 func (*ListDiscoveryResponse) ProtoMessage() {}
 
 func (x *ListDiscoveryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[35]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3645,7 +3940,7 @@ func (x *ListDiscoveryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDiscoveryResponse.ProtoReflect.Descriptor instead.
 func (*ListDiscoveryResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{35}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListDiscoveryResponse) GetGroups() []*DiscoveryGroup {
@@ -3687,7 +3982,7 @@ type DiscoveryGroup struct {
 
 func (x *DiscoveryGroup) Reset() {
 	*x = DiscoveryGroup{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3699,7 +3994,7 @@ func (x *DiscoveryGroup) String() string {
 func (*DiscoveryGroup) ProtoMessage() {}
 
 func (x *DiscoveryGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[36]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3712,7 +4007,7 @@ func (x *DiscoveryGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoveryGroup.ProtoReflect.Descriptor instead.
 func (*DiscoveryGroup) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{36}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DiscoveryGroup) GetName() string {
@@ -3796,7 +4091,7 @@ type DiscoverySource struct {
 
 func (x *DiscoverySource) Reset() {
 	*x = DiscoverySource{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3808,7 +4103,7 @@ func (x *DiscoverySource) String() string {
 func (*DiscoverySource) ProtoMessage() {}
 
 func (x *DiscoverySource) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[37]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3821,7 +4116,7 @@ func (x *DiscoverySource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoverySource.ProtoReflect.Descriptor instead.
 func (*DiscoverySource) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{37}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DiscoverySource) GetName() string {
@@ -3880,7 +4175,7 @@ type SetGroupPolicyRequest struct {
 
 func (x *SetGroupPolicyRequest) Reset() {
 	*x = SetGroupPolicyRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[38]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3892,7 +4187,7 @@ func (x *SetGroupPolicyRequest) String() string {
 func (*SetGroupPolicyRequest) ProtoMessage() {}
 
 func (x *SetGroupPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[38]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3905,7 +4200,7 @@ func (x *SetGroupPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGroupPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetGroupPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{38}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SetGroupPolicyRequest) GetGroup() string {
@@ -3933,7 +4228,7 @@ type SetGroupPolicyResponse struct {
 
 func (x *SetGroupPolicyResponse) Reset() {
 	*x = SetGroupPolicyResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[39]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3945,7 +4240,7 @@ func (x *SetGroupPolicyResponse) String() string {
 func (*SetGroupPolicyResponse) ProtoMessage() {}
 
 func (x *SetGroupPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[39]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3958,7 +4253,7 @@ func (x *SetGroupPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGroupPolicyResponse.ProtoReflect.Descriptor instead.
 func (*SetGroupPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{39}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SetGroupPolicyResponse) GetGroup() *GroupStatus {
@@ -3986,7 +4281,7 @@ type ReportOutcomeRequest struct {
 
 func (x *ReportOutcomeRequest) Reset() {
 	*x = ReportOutcomeRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[40]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3998,7 +4293,7 @@ func (x *ReportOutcomeRequest) String() string {
 func (*ReportOutcomeRequest) ProtoMessage() {}
 
 func (x *ReportOutcomeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[40]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4011,7 +4306,7 @@ func (x *ReportOutcomeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportOutcomeRequest.ProtoReflect.Descriptor instead.
 func (*ReportOutcomeRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{40}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReportOutcomeRequest) GetTarget() string {
@@ -4055,7 +4350,7 @@ type ReportOutcomeResponse struct {
 
 func (x *ReportOutcomeResponse) Reset() {
 	*x = ReportOutcomeResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[41]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4067,7 +4362,7 @@ func (x *ReportOutcomeResponse) String() string {
 func (*ReportOutcomeResponse) ProtoMessage() {}
 
 func (x *ReportOutcomeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[41]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4080,7 +4375,7 @@ func (x *ReportOutcomeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportOutcomeResponse.ProtoReflect.Descriptor instead.
 func (*ReportOutcomeResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{41}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReportOutcomeResponse) GetCounted() bool {
@@ -4115,7 +4410,7 @@ type UpdateTargetRequest struct {
 
 func (x *UpdateTargetRequest) Reset() {
 	*x = UpdateTargetRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[42]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4127,7 +4422,7 @@ func (x *UpdateTargetRequest) String() string {
 func (*UpdateTargetRequest) ProtoMessage() {}
 
 func (x *UpdateTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[42]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4140,7 +4435,7 @@ func (x *UpdateTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTargetRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTargetRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{42}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *UpdateTargetRequest) GetTarget() *Target {
@@ -4170,7 +4465,7 @@ type UpdateTargetResponse struct {
 
 func (x *UpdateTargetResponse) Reset() {
 	*x = UpdateTargetResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[43]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4182,7 +4477,7 @@ func (x *UpdateTargetResponse) String() string {
 func (*UpdateTargetResponse) ProtoMessage() {}
 
 func (x *UpdateTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[43]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4195,7 +4490,7 @@ func (x *UpdateTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTargetResponse.ProtoReflect.Descriptor instead.
 func (*UpdateTargetResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{43}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *UpdateTargetResponse) GetPrevious() *Target {
@@ -4226,7 +4521,7 @@ type ProbeNowRequest struct {
 
 func (x *ProbeNowRequest) Reset() {
 	*x = ProbeNowRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[44]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4238,7 +4533,7 @@ func (x *ProbeNowRequest) String() string {
 func (*ProbeNowRequest) ProtoMessage() {}
 
 func (x *ProbeNowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[44]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4251,7 +4546,7 @@ func (x *ProbeNowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeNowRequest.ProtoReflect.Descriptor instead.
 func (*ProbeNowRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{44}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ProbeNowRequest) GetGroup() string {
@@ -4282,7 +4577,7 @@ type ProbeNowResponse struct {
 
 func (x *ProbeNowResponse) Reset() {
 	*x = ProbeNowResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[45]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4294,7 +4589,7 @@ func (x *ProbeNowResponse) String() string {
 func (*ProbeNowResponse) ProtoMessage() {}
 
 func (x *ProbeNowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[45]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4307,7 +4602,7 @@ func (x *ProbeNowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeNowResponse.ProtoReflect.Descriptor instead.
 func (*ProbeNowResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{45}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ProbeNowResponse) GetTransitions() []*Transition {
@@ -4342,7 +4637,7 @@ type ProbeNowResult struct {
 
 func (x *ProbeNowResult) Reset() {
 	*x = ProbeNowResult{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[46]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4354,7 +4649,7 @@ func (x *ProbeNowResult) String() string {
 func (*ProbeNowResult) ProtoMessage() {}
 
 func (x *ProbeNowResult) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[46]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4367,7 +4662,7 @@ func (x *ProbeNowResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeNowResult.ProtoReflect.Descriptor instead.
 func (*ProbeNowResult) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{46}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ProbeNowResult) GetName() string {
@@ -4417,7 +4712,7 @@ type WatchTransitionsRequest struct {
 
 func (x *WatchTransitionsRequest) Reset() {
 	*x = WatchTransitionsRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[47]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4429,7 +4724,7 @@ func (x *WatchTransitionsRequest) String() string {
 func (*WatchTransitionsRequest) ProtoMessage() {}
 
 func (x *WatchTransitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[47]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4442,7 +4737,7 @@ func (x *WatchTransitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTransitionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchTransitionsRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{47}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WatchTransitionsRequest) GetGroup() string {
@@ -4476,7 +4771,7 @@ type SnapshotComplete struct {
 
 func (x *SnapshotComplete) Reset() {
 	*x = SnapshotComplete{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[48]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4488,7 +4783,7 @@ func (x *SnapshotComplete) String() string {
 func (*SnapshotComplete) ProtoMessage() {}
 
 func (x *SnapshotComplete) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[48]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4501,7 +4796,7 @@ func (x *SnapshotComplete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotComplete.ProtoReflect.Descriptor instead.
 func (*SnapshotComplete) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{48}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{50}
 }
 
 // Progress says the stream has delivered every matching event up to its
@@ -4514,7 +4809,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[49]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4526,7 +4821,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[49]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4539,7 +4834,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{49}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{51}
 }
 
 // PolicyEvent is a change in a pool policy's or the checker's state. It
@@ -4580,15 +4875,18 @@ type PolicyEvent struct {
 	// disagree and judged are, for a VANTAGE event, of the targets the
 	// vantage and another both judge (judged), how many it says UNHEALTHY
 	// (or SUSPECT) while most of the others say HEALTHY (disagree).
-	Disagree      int32 `protobuf:"varint,60,opt,name=disagree,proto3" json:"disagree,omitempty"`
-	Judged        int32 `protobuf:"varint,61,opt,name=judged,proto3" json:"judged,omitempty"`
+	Disagree int32 `protobuf:"varint,60,opt,name=disagree,proto3" json:"disagree,omitempty"`
+	Judged   int32 `protobuf:"varint,61,opt,name=judged,proto3" json:"judged,omitempty"`
+	// outlier is the outlier state of an OUTLIER_STARTED event, and the one
+	// that ended of an OUTLIER_ENDED.
+	Outlier       *OutlierState `protobuf:"bytes,62,opt,name=outlier,proto3" json:"outlier,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PolicyEvent) Reset() {
 	*x = PolicyEvent{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[50]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4600,7 +4898,7 @@ func (x *PolicyEvent) String() string {
 func (*PolicyEvent) ProtoMessage() {}
 
 func (x *PolicyEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[50]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4613,7 +4911,7 @@ func (x *PolicyEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyEvent.ProtoReflect.Descriptor instead.
 func (*PolicyEvent) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{50}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PolicyEvent) GetKind() PolicyEvent_Kind {
@@ -4707,6 +5005,13 @@ func (x *PolicyEvent) GetJudged() int32 {
 	return 0
 }
 
+func (x *PolicyEvent) GetOutlier() *OutlierState {
+	if x != nil {
+		return x.Outlier
+	}
+	return nil
+}
+
 // TargetRemoved says a target is gone.
 type TargetRemoved struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4720,7 +5025,7 @@ type TargetRemoved struct {
 
 func (x *TargetRemoved) Reset() {
 	*x = TargetRemoved{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[51]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4732,7 +5037,7 @@ func (x *TargetRemoved) String() string {
 func (*TargetRemoved) ProtoMessage() {}
 
 func (x *TargetRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[51]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4745,7 +5050,7 @@ func (x *TargetRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetRemoved.ProtoReflect.Descriptor instead.
 func (*TargetRemoved) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{51}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TargetRemoved) GetName() string {
@@ -4791,7 +5096,7 @@ type WatchTransitionsResponse struct {
 
 func (x *WatchTransitionsResponse) Reset() {
 	*x = WatchTransitionsResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[52]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4803,7 +5108,7 @@ func (x *WatchTransitionsResponse) String() string {
 func (*WatchTransitionsResponse) ProtoMessage() {}
 
 func (x *WatchTransitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[52]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4816,7 +5121,7 @@ func (x *WatchTransitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTransitionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchTransitionsResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{52}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *WatchTransitionsResponse) GetRevision() uint64 {
@@ -5001,7 +5306,7 @@ type TargetsFile struct {
 
 func (x *TargetsFile) Reset() {
 	*x = TargetsFile{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[53]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5013,7 +5318,7 @@ func (x *TargetsFile) String() string {
 func (*TargetsFile) ProtoMessage() {}
 
 func (x *TargetsFile) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[53]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5026,7 +5331,7 @@ func (x *TargetsFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetsFile.ProtoReflect.Descriptor instead.
 func (*TargetsFile) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{53}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *TargetsFile) GetTargets() []*Target {
@@ -5057,7 +5362,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[54]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5069,7 +5374,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[54]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5082,7 +5387,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{54}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *HistoryRequest) GetTarget() string {
@@ -5160,7 +5465,7 @@ type HistoryResponse struct {
 
 func (x *HistoryResponse) Reset() {
 	*x = HistoryResponse{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[55]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5172,7 +5477,7 @@ func (x *HistoryResponse) String() string {
 func (*HistoryResponse) ProtoMessage() {}
 
 func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[55]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5185,7 +5490,7 @@ func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
 func (*HistoryResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{55}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *HistoryResponse) GetTarget() string {
@@ -5311,7 +5616,7 @@ type GroupSLO struct {
 
 func (x *GroupSLO) Reset() {
 	*x = GroupSLO{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[56]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5323,7 +5628,7 @@ func (x *GroupSLO) String() string {
 func (*GroupSLO) ProtoMessage() {}
 
 func (x *GroupSLO) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[56]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5336,7 +5641,7 @@ func (x *GroupSLO) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupSLO.ProtoReflect.Descriptor instead.
 func (*GroupSLO) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{56}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GroupSLO) GetObjective() float64 {
@@ -5392,7 +5697,7 @@ type HistoryPoint struct {
 
 func (x *HistoryPoint) Reset() {
 	*x = HistoryPoint{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[57]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5404,7 +5709,7 @@ func (x *HistoryPoint) String() string {
 func (*HistoryPoint) ProtoMessage() {}
 
 func (x *HistoryPoint) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[57]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5417,7 +5722,7 @@ func (x *HistoryPoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryPoint.ProtoReflect.Descriptor instead.
 func (*HistoryPoint) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{57}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *HistoryPoint) GetStart() *timestamppb.Timestamp {
@@ -5491,7 +5796,7 @@ type HistoryEvent struct {
 
 func (x *HistoryEvent) Reset() {
 	*x = HistoryEvent{}
-	mi := &file_pulse_v1_pulse_proto_msgTypes[58]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5503,7 +5808,7 @@ func (x *HistoryEvent) String() string {
 func (*HistoryEvent) ProtoMessage() {}
 
 func (x *HistoryEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_pulse_proto_msgTypes[58]
+	mi := &file_pulse_v1_pulse_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5516,7 +5821,7 @@ func (x *HistoryEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryEvent.ProtoReflect.Descriptor instead.
 func (*HistoryEvent) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{58}
+	return file_pulse_v1_pulse_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *HistoryEvent) GetTime() *timestamppb.Timestamp {
@@ -5703,7 +6008,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12.\n" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x18\n" +
 	"\apassive\x18\x05 \x01(\bR\apassive\x12\x18\n" +
-	"\aignored\x18\x06 \x01(\bR\aignored\"\xc4\v\n" +
+	"\aignored\x18\x06 \x01(\bR\aignored\"\xf6\v\n" +
 	"\fTargetStatus\x12$\n" +
 	"\x04spec\x18\x01 \x01(\v2\x10.pulse.v1.TargetR\x04spec\x12%\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x0f.pulse.v1.StateR\x05state\x12\x1a\n" +
@@ -5745,7 +6050,8 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x06weight\x18- \x01(\rR\x06weight\x12@\n" +
 	"\x0eslow_start_end\x18. \x01(\v2\x1a.google.protobuf.TimestampR\fslowStartEnd\x12C\n" +
 	"\x0funhealthy_since\x18/ \x01(\v2\x1a.google.protobuf.TimestampR\x0eunhealthySince\x124\n" +
-	"\bvantages\x182 \x03(\v2\x18.pulse.v1.VantageVerdictR\bvantages\"\xbf\x03\n" +
+	"\bvantages\x182 \x03(\v2\x18.pulse.v1.VantageVerdictR\bvantages\x120\n" +
+	"\aoutlier\x183 \x01(\v2\x16.pulse.v1.OutlierStateR\aoutlier\"\xf2\x03\n" +
 	"\vGroupPolicy\x129\n" +
 	"\x16max_unhealthy_fraction\x18\x01 \x01(\x01H\x00R\x14maxUnhealthyFraction\x88\x01\x01\x128\n" +
 	"\n" +
@@ -5754,9 +6060,32 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x16availability_objective\x18\x16 \x01(\x01H\x01R\x15availabilityObjective\x88\x01\x01\x12D\n" +
 	"\x10objective_window\x18\x17 \x01(\v2\x19.google.protobuf.DurationR\x0fobjectiveWindow\x12\x1a\n" +
 	"\bvantages\x18\x18 \x01(\x05R\bvantages\x12\x16\n" +
-	"\x06quorum\x18\x19 \x01(\x05R\x06quorumB\x19\n" +
+	"\x06quorum\x18\x19 \x01(\x05R\x06quorum\x121\n" +
+	"\aoutlier\x18\x1a \x01(\v2\x17.pulse.v1.OutlierPolicyR\aoutlierB\x19\n" +
 	"\x17_max_unhealthy_fractionB\x19\n" +
-	"\x17_availability_objective\"\x8f\x02\n" +
+	"\x17_availability_objective\"\x9a\x05\n" +
+	"\rOutlierPolicy\x125\n" +
+	"\binterval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\binterval\x12\x18\n" +
+	"\asamples\x18\x02 \x01(\x05R\asamples\x12%\n" +
+	"\x0elatency_factor\x18\x03 \x01(\x01R\rlatencyFactor\x12E\n" +
+	"\x11latency_min_delta\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x0flatencyMinDelta\x12 \n" +
+	"\vconsecutive\x18\x05 \x01(\x05R\vconsecutive\x129\n" +
+	"\x19success_rate_stdev_factor\x18\x06 \x01(\x01R\x16successRateStdevFactor\x12=\n" +
+	"\x1bsuccess_rate_request_volume\x18\a \x01(\x05R\x18successRateRequestVolume\x12-\n" +
+	"\x12failure_percentage\x18\b \x01(\x05R\x11failurePercentage\x12I\n" +
+	"!failure_percentage_request_volume\x18\t \x01(\x05R\x1efailurePercentageRequestVolume\x12\x1f\n" +
+	"\vmin_members\x18\n" +
+	" \x01(\x05R\n" +
+	"minMembers\x12\x18\n" +
+	"\aenforce\x18\v \x01(\bR\aenforce\x120\n" +
+	"\x14max_ejection_percent\x18\f \x01(\x05R\x12maxEjectionPercent\x12G\n" +
+	"\x12base_ejection_time\x18\r \x01(\v2\x19.google.protobuf.DurationR\x10baseEjectionTime\"\xc2\x01\n" +
+	"\fOutlierState\x12\x18\n" +
+	"\aejected\x18\x01 \x01(\bR\aejected\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x120\n" +
+	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
+	"\x05until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x1c\n" +
+	"\tejections\x18\x05 \x01(\x05R\tejections\"\x8f\x02\n" +
 	"\vGroupStatus\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12-\n" +
 	"\x06policy\x18\x02 \x01(\v2\x15.pulse.v1.GroupPolicyR\x06policy\x124\n" +
@@ -5918,7 +6247,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x0estart_revision\x18\x03 \x01(\x04R\rstartRevision\"\x12\n" +
 	"\x10SnapshotComplete\"\n" +
 	"\n" +
-	"\bProgress\"\xcf\x05\n" +
+	"\bProgress\"\xb3\x06\n" +
 	"\vPolicyEvent\x12.\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1a.pulse.v1.PolicyEvent.KindR\x04kind\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x16\n" +
@@ -5932,7 +6261,8 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x05error\x18: \x01(\tR\x05error\x12\x18\n" +
 	"\avantage\x18; \x01(\tR\avantage\x12\x1a\n" +
 	"\bdisagree\x18< \x01(\x05R\bdisagree\x12\x16\n" +
-	"\x06judged\x18= \x01(\x05R\x06judged\"\xd6\x02\n" +
+	"\x06judged\x18= \x01(\x05R\x06judged\x120\n" +
+	"\aoutlier\x18> \x01(\v2\x16.pulse.v1.OutlierStateR\aoutlier\"\x88\x03\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12KIND_PANIC_ENTERED\x10\x01\x12\x15\n" +
@@ -5946,7 +6276,9 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x15KIND_DISCOVERY_FAILED\x10(\x12\x1c\n" +
 	"\x18KIND_DISCOVERY_RECOVERED\x10)\x12\x18\n" +
 	"\x14KIND_VANTAGE_SUSPECT\x102\x12\x1a\n" +
-	"\x16KIND_VANTAGE_RECOVERED\x103\"9\n" +
+	"\x16KIND_VANTAGE_RECOVERED\x103\x12\x18\n" +
+	"\x14KIND_OUTLIER_STARTED\x104\x12\x16\n" +
+	"\x12KIND_OUTLIER_ENDED\x105\"9\n" +
 	"\rTargetRemoved\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\"\xa0\x04\n" +
@@ -6073,7 +6405,7 @@ func file_pulse_v1_pulse_proto_rawDescGZIP() []byte {
 }
 
 var file_pulse_v1_pulse_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_pulse_v1_pulse_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_pulse_v1_pulse_proto_goTypes = []any{
 	(Mode)(0),                        // 0: pulse.v1.Mode
 	(State)(0),                       // 1: pulse.v1.State
@@ -6091,219 +6423,229 @@ var file_pulse_v1_pulse_proto_goTypes = []any{
 	(*ProbeResult)(nil),              // 13: pulse.v1.ProbeResult
 	(*TargetStatus)(nil),             // 14: pulse.v1.TargetStatus
 	(*GroupPolicy)(nil),              // 15: pulse.v1.GroupPolicy
-	(*GroupStatus)(nil),              // 16: pulse.v1.GroupStatus
-	(*CheckerStatus)(nil),            // 17: pulse.v1.CheckerStatus
-	(*Transition)(nil),               // 18: pulse.v1.Transition
-	(*AddTargetRequest)(nil),         // 19: pulse.v1.AddTargetRequest
-	(*ReloadRequest)(nil),            // 20: pulse.v1.ReloadRequest
-	(*ReloadResponse)(nil),           // 21: pulse.v1.ReloadResponse
-	(*ReloadedFile)(nil),             // 22: pulse.v1.ReloadedFile
-	(*AddTargetsRequest)(nil),        // 23: pulse.v1.AddTargetsRequest
-	(*AddTargetsResponse)(nil),       // 24: pulse.v1.AddTargetsResponse
-	(*AddTargetResult)(nil),          // 25: pulse.v1.AddTargetResult
-	(*AddTargetResponse)(nil),        // 26: pulse.v1.AddTargetResponse
-	(*RemoveTargetRequest)(nil),      // 27: pulse.v1.RemoveTargetRequest
-	(*RemoveTargetResponse)(nil),     // 28: pulse.v1.RemoveTargetResponse
-	(*SetModeRequest)(nil),           // 29: pulse.v1.SetModeRequest
-	(*SetModeResponse)(nil),          // 30: pulse.v1.SetModeResponse
-	(*ModeChange)(nil),               // 31: pulse.v1.ModeChange
-	(*StateRequest)(nil),             // 32: pulse.v1.StateRequest
-	(*StateResponse)(nil),            // 33: pulse.v1.StateResponse
-	(*HealthyRequest)(nil),           // 34: pulse.v1.HealthyRequest
-	(*HealthyResponse)(nil),          // 35: pulse.v1.HealthyResponse
-	(*ListTargetsRequest)(nil),       // 36: pulse.v1.ListTargetsRequest
-	(*ListTargetsResponse)(nil),      // 37: pulse.v1.ListTargetsResponse
-	(*ListDiscoveryRequest)(nil),     // 38: pulse.v1.ListDiscoveryRequest
-	(*ListDiscoveryResponse)(nil),    // 39: pulse.v1.ListDiscoveryResponse
-	(*DiscoveryGroup)(nil),           // 40: pulse.v1.DiscoveryGroup
-	(*DiscoverySource)(nil),          // 41: pulse.v1.DiscoverySource
-	(*SetGroupPolicyRequest)(nil),    // 42: pulse.v1.SetGroupPolicyRequest
-	(*SetGroupPolicyResponse)(nil),   // 43: pulse.v1.SetGroupPolicyResponse
-	(*ReportOutcomeRequest)(nil),     // 44: pulse.v1.ReportOutcomeRequest
-	(*ReportOutcomeResponse)(nil),    // 45: pulse.v1.ReportOutcomeResponse
-	(*UpdateTargetRequest)(nil),      // 46: pulse.v1.UpdateTargetRequest
-	(*UpdateTargetResponse)(nil),     // 47: pulse.v1.UpdateTargetResponse
-	(*ProbeNowRequest)(nil),          // 48: pulse.v1.ProbeNowRequest
-	(*ProbeNowResponse)(nil),         // 49: pulse.v1.ProbeNowResponse
-	(*ProbeNowResult)(nil),           // 50: pulse.v1.ProbeNowResult
-	(*WatchTransitionsRequest)(nil),  // 51: pulse.v1.WatchTransitionsRequest
-	(*SnapshotComplete)(nil),         // 52: pulse.v1.SnapshotComplete
-	(*Progress)(nil),                 // 53: pulse.v1.Progress
-	(*PolicyEvent)(nil),              // 54: pulse.v1.PolicyEvent
-	(*TargetRemoved)(nil),            // 55: pulse.v1.TargetRemoved
-	(*WatchTransitionsResponse)(nil), // 56: pulse.v1.WatchTransitionsResponse
-	(*TargetsFile)(nil),              // 57: pulse.v1.TargetsFile
-	(*HistoryRequest)(nil),           // 58: pulse.v1.HistoryRequest
-	(*HistoryResponse)(nil),          // 59: pulse.v1.HistoryResponse
-	(*GroupSLO)(nil),                 // 60: pulse.v1.GroupSLO
-	(*HistoryPoint)(nil),             // 61: pulse.v1.HistoryPoint
-	(*HistoryEvent)(nil),             // 62: pulse.v1.HistoryEvent
-	nil,                              // 63: pulse.v1.HttpProbe.HeadersEntry
-	nil,                              // 64: pulse.v1.GrpcProbe.MetadataEntry
-	(*durationpb.Duration)(nil),      // 65: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 66: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),    // 67: google.protobuf.FieldMask
+	(*OutlierPolicy)(nil),            // 16: pulse.v1.OutlierPolicy
+	(*OutlierState)(nil),             // 17: pulse.v1.OutlierState
+	(*GroupStatus)(nil),              // 18: pulse.v1.GroupStatus
+	(*CheckerStatus)(nil),            // 19: pulse.v1.CheckerStatus
+	(*Transition)(nil),               // 20: pulse.v1.Transition
+	(*AddTargetRequest)(nil),         // 21: pulse.v1.AddTargetRequest
+	(*ReloadRequest)(nil),            // 22: pulse.v1.ReloadRequest
+	(*ReloadResponse)(nil),           // 23: pulse.v1.ReloadResponse
+	(*ReloadedFile)(nil),             // 24: pulse.v1.ReloadedFile
+	(*AddTargetsRequest)(nil),        // 25: pulse.v1.AddTargetsRequest
+	(*AddTargetsResponse)(nil),       // 26: pulse.v1.AddTargetsResponse
+	(*AddTargetResult)(nil),          // 27: pulse.v1.AddTargetResult
+	(*AddTargetResponse)(nil),        // 28: pulse.v1.AddTargetResponse
+	(*RemoveTargetRequest)(nil),      // 29: pulse.v1.RemoveTargetRequest
+	(*RemoveTargetResponse)(nil),     // 30: pulse.v1.RemoveTargetResponse
+	(*SetModeRequest)(nil),           // 31: pulse.v1.SetModeRequest
+	(*SetModeResponse)(nil),          // 32: pulse.v1.SetModeResponse
+	(*ModeChange)(nil),               // 33: pulse.v1.ModeChange
+	(*StateRequest)(nil),             // 34: pulse.v1.StateRequest
+	(*StateResponse)(nil),            // 35: pulse.v1.StateResponse
+	(*HealthyRequest)(nil),           // 36: pulse.v1.HealthyRequest
+	(*HealthyResponse)(nil),          // 37: pulse.v1.HealthyResponse
+	(*ListTargetsRequest)(nil),       // 38: pulse.v1.ListTargetsRequest
+	(*ListTargetsResponse)(nil),      // 39: pulse.v1.ListTargetsResponse
+	(*ListDiscoveryRequest)(nil),     // 40: pulse.v1.ListDiscoveryRequest
+	(*ListDiscoveryResponse)(nil),    // 41: pulse.v1.ListDiscoveryResponse
+	(*DiscoveryGroup)(nil),           // 42: pulse.v1.DiscoveryGroup
+	(*DiscoverySource)(nil),          // 43: pulse.v1.DiscoverySource
+	(*SetGroupPolicyRequest)(nil),    // 44: pulse.v1.SetGroupPolicyRequest
+	(*SetGroupPolicyResponse)(nil),   // 45: pulse.v1.SetGroupPolicyResponse
+	(*ReportOutcomeRequest)(nil),     // 46: pulse.v1.ReportOutcomeRequest
+	(*ReportOutcomeResponse)(nil),    // 47: pulse.v1.ReportOutcomeResponse
+	(*UpdateTargetRequest)(nil),      // 48: pulse.v1.UpdateTargetRequest
+	(*UpdateTargetResponse)(nil),     // 49: pulse.v1.UpdateTargetResponse
+	(*ProbeNowRequest)(nil),          // 50: pulse.v1.ProbeNowRequest
+	(*ProbeNowResponse)(nil),         // 51: pulse.v1.ProbeNowResponse
+	(*ProbeNowResult)(nil),           // 52: pulse.v1.ProbeNowResult
+	(*WatchTransitionsRequest)(nil),  // 53: pulse.v1.WatchTransitionsRequest
+	(*SnapshotComplete)(nil),         // 54: pulse.v1.SnapshotComplete
+	(*Progress)(nil),                 // 55: pulse.v1.Progress
+	(*PolicyEvent)(nil),              // 56: pulse.v1.PolicyEvent
+	(*TargetRemoved)(nil),            // 57: pulse.v1.TargetRemoved
+	(*WatchTransitionsResponse)(nil), // 58: pulse.v1.WatchTransitionsResponse
+	(*TargetsFile)(nil),              // 59: pulse.v1.TargetsFile
+	(*HistoryRequest)(nil),           // 60: pulse.v1.HistoryRequest
+	(*HistoryResponse)(nil),          // 61: pulse.v1.HistoryResponse
+	(*GroupSLO)(nil),                 // 62: pulse.v1.GroupSLO
+	(*HistoryPoint)(nil),             // 63: pulse.v1.HistoryPoint
+	(*HistoryEvent)(nil),             // 64: pulse.v1.HistoryEvent
+	nil,                              // 65: pulse.v1.HttpProbe.HeadersEntry
+	nil,                              // 66: pulse.v1.GrpcProbe.MetadataEntry
+	(*durationpb.Duration)(nil),      // 67: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 68: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),    // 69: google.protobuf.FieldMask
 }
 var file_pulse_v1_pulse_proto_depIdxs = []int32{
-	63,  // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
+	65,  // 0: pulse.v1.HttpProbe.headers:type_name -> pulse.v1.HttpProbe.HeadersEntry
 	5,   // 1: pulse.v1.HttpProbe.header_matches:type_name -> pulse.v1.HeaderMatch
 	6,   // 2: pulse.v1.HttpProbe.tls:type_name -> pulse.v1.TlsOptions
-	65,  // 3: pulse.v1.TlsOptions.cert_expiry_warn:type_name -> google.protobuf.Duration
-	65,  // 4: pulse.v1.TlsOptions.cert_expiry_fail:type_name -> google.protobuf.Duration
+	67,  // 3: pulse.v1.TlsOptions.cert_expiry_warn:type_name -> google.protobuf.Duration
+	67,  // 4: pulse.v1.TlsOptions.cert_expiry_fail:type_name -> google.protobuf.Duration
 	8,   // 5: pulse.v1.TcpProbe.steps:type_name -> pulse.v1.TcpStep
 	6,   // 6: pulse.v1.TcpProbe.tls:type_name -> pulse.v1.TlsOptions
 	6,   // 7: pulse.v1.GrpcProbe.tls_options:type_name -> pulse.v1.TlsOptions
-	64,  // 8: pulse.v1.GrpcProbe.metadata:type_name -> pulse.v1.GrpcProbe.MetadataEntry
+	66,  // 8: pulse.v1.GrpcProbe.metadata:type_name -> pulse.v1.GrpcProbe.MetadataEntry
 	4,   // 9: pulse.v1.Target.http:type_name -> pulse.v1.HttpProbe
 	7,   // 10: pulse.v1.Target.tcp:type_name -> pulse.v1.TcpProbe
 	9,   // 11: pulse.v1.Target.grpc:type_name -> pulse.v1.GrpcProbe
 	10,  // 12: pulse.v1.Target.dns:type_name -> pulse.v1.DnsProbe
-	65,  // 13: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
-	65,  // 14: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
+	67,  // 13: pulse.v1.Target.interval:type_name -> google.protobuf.Duration
+	67,  // 14: pulse.v1.Target.timeout:type_name -> google.protobuf.Duration
 	1,   // 15: pulse.v1.Target.initial_state:type_name -> pulse.v1.State
 	2,   // 16: pulse.v1.Target.model:type_name -> pulse.v1.Model
-	65,  // 17: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
-	65,  // 18: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
-	65,  // 19: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
-	65,  // 20: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
-	65,  // 21: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
-	65,  // 22: pulse.v1.Target.slow_start:type_name -> google.protobuf.Duration
-	65,  // 23: pulse.v1.Target.remove_after_unhealthy:type_name -> google.protobuf.Duration
+	67,  // 17: pulse.v1.Target.max_latency:type_name -> google.protobuf.Duration
+	67,  // 18: pulse.v1.Target.fast_interval:type_name -> google.protobuf.Duration
+	67,  // 19: pulse.v1.Target.down_interval:type_name -> google.protobuf.Duration
+	67,  // 20: pulse.v1.Target.flap_window:type_name -> google.protobuf.Duration
+	67,  // 21: pulse.v1.Target.flap_stable_for:type_name -> google.protobuf.Duration
+	67,  // 22: pulse.v1.Target.slow_start:type_name -> google.protobuf.Duration
+	67,  // 23: pulse.v1.Target.remove_after_unhealthy:type_name -> google.protobuf.Duration
 	1,   // 24: pulse.v1.VantageVerdict.state:type_name -> pulse.v1.State
-	66,  // 25: pulse.v1.VantageVerdict.time:type_name -> google.protobuf.Timestamp
-	65,  // 26: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
-	66,  // 27: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
+	68,  // 25: pulse.v1.VantageVerdict.time:type_name -> google.protobuf.Timestamp
+	67,  // 26: pulse.v1.ProbeResult.latency:type_name -> google.protobuf.Duration
+	68,  // 27: pulse.v1.ProbeResult.time:type_name -> google.protobuf.Timestamp
 	11,  // 28: pulse.v1.TargetStatus.spec:type_name -> pulse.v1.Target
 	1,   // 29: pulse.v1.TargetStatus.state:type_name -> pulse.v1.State
 	13,  // 30: pulse.v1.TargetStatus.last_result:type_name -> pulse.v1.ProbeResult
-	66,  // 31: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
+	68,  // 31: pulse.v1.TargetStatus.last_transition_time:type_name -> google.protobuf.Timestamp
 	1,   // 32: pulse.v1.TargetStatus.verdict:type_name -> pulse.v1.State
-	65,  // 33: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
-	66,  // 34: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
-	66,  // 35: pulse.v1.TargetStatus.cert_not_after:type_name -> google.protobuf.Timestamp
+	67,  // 33: pulse.v1.TargetStatus.probe_interval:type_name -> google.protobuf.Duration
+	68,  // 34: pulse.v1.TargetStatus.next_probe_time:type_name -> google.protobuf.Timestamp
+	68,  // 35: pulse.v1.TargetStatus.cert_not_after:type_name -> google.protobuf.Timestamp
 	0,   // 36: pulse.v1.TargetStatus.mode:type_name -> pulse.v1.Mode
-	66,  // 37: pulse.v1.TargetStatus.mode_since:type_name -> google.protobuf.Timestamp
-	66,  // 38: pulse.v1.TargetStatus.mode_until:type_name -> google.protobuf.Timestamp
-	66,  // 39: pulse.v1.TargetStatus.remove_time:type_name -> google.protobuf.Timestamp
-	66,  // 40: pulse.v1.TargetStatus.slow_start_end:type_name -> google.protobuf.Timestamp
-	66,  // 41: pulse.v1.TargetStatus.unhealthy_since:type_name -> google.protobuf.Timestamp
+	68,  // 37: pulse.v1.TargetStatus.mode_since:type_name -> google.protobuf.Timestamp
+	68,  // 38: pulse.v1.TargetStatus.mode_until:type_name -> google.protobuf.Timestamp
+	68,  // 39: pulse.v1.TargetStatus.remove_time:type_name -> google.protobuf.Timestamp
+	68,  // 40: pulse.v1.TargetStatus.slow_start_end:type_name -> google.protobuf.Timestamp
+	68,  // 41: pulse.v1.TargetStatus.unhealthy_since:type_name -> google.protobuf.Timestamp
 	12,  // 42: pulse.v1.TargetStatus.vantages:type_name -> pulse.v1.VantageVerdict
-	65,  // 43: pulse.v1.GroupPolicy.slow_start:type_name -> google.protobuf.Duration
-	65,  // 44: pulse.v1.GroupPolicy.remove_after_unhealthy:type_name -> google.protobuf.Duration
-	65,  // 45: pulse.v1.GroupPolicy.objective_window:type_name -> google.protobuf.Duration
-	15,  // 46: pulse.v1.GroupStatus.policy:type_name -> pulse.v1.GroupPolicy
-	66,  // 47: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
-	65,  // 48: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
-	1,   // 49: pulse.v1.Transition.from:type_name -> pulse.v1.State
-	1,   // 50: pulse.v1.Transition.to:type_name -> pulse.v1.State
-	66,  // 51: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
-	13,  // 52: pulse.v1.Transition.result:type_name -> pulse.v1.ProbeResult
-	0,   // 53: pulse.v1.Transition.mode:type_name -> pulse.v1.Mode
-	66,  // 54: pulse.v1.Transition.slow_start_end:type_name -> google.protobuf.Timestamp
-	12,  // 55: pulse.v1.Transition.vantages:type_name -> pulse.v1.VantageVerdict
-	11,  // 56: pulse.v1.AddTargetRequest.target:type_name -> pulse.v1.Target
-	22,  // 57: pulse.v1.ReloadResponse.files:type_name -> pulse.v1.ReloadedFile
-	11,  // 58: pulse.v1.AddTargetsRequest.targets:type_name -> pulse.v1.Target
-	25,  // 59: pulse.v1.AddTargetsResponse.results:type_name -> pulse.v1.AddTargetResult
-	14,  // 60: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
-	65,  // 61: pulse.v1.RemoveTargetRequest.drain_for:type_name -> google.protobuf.Duration
-	66,  // 62: pulse.v1.RemoveTargetResponse.remove_time:type_name -> google.protobuf.Timestamp
-	0,   // 63: pulse.v1.SetModeRequest.mode:type_name -> pulse.v1.Mode
-	66,  // 64: pulse.v1.SetModeRequest.until:type_name -> google.protobuf.Timestamp
-	14,  // 65: pulse.v1.SetModeResponse.targets:type_name -> pulse.v1.TargetStatus
-	0,   // 66: pulse.v1.ModeChange.from:type_name -> pulse.v1.Mode
-	0,   // 67: pulse.v1.ModeChange.mode:type_name -> pulse.v1.Mode
-	66,  // 68: pulse.v1.ModeChange.time:type_name -> google.protobuf.Timestamp
-	66,  // 69: pulse.v1.ModeChange.until:type_name -> google.protobuf.Timestamp
-	66,  // 70: pulse.v1.ModeChange.remove_time:type_name -> google.protobuf.Timestamp
-	14,  // 71: pulse.v1.StateResponse.status:type_name -> pulse.v1.TargetStatus
-	14,  // 72: pulse.v1.ListTargetsResponse.targets:type_name -> pulse.v1.TargetStatus
-	16,  // 73: pulse.v1.ListTargetsResponse.groups:type_name -> pulse.v1.GroupStatus
-	17,  // 74: pulse.v1.ListTargetsResponse.checker:type_name -> pulse.v1.CheckerStatus
-	40,  // 75: pulse.v1.ListDiscoveryResponse.groups:type_name -> pulse.v1.DiscoveryGroup
-	66,  // 76: pulse.v1.DiscoveryGroup.last_apply:type_name -> google.protobuf.Timestamp
-	66,  // 77: pulse.v1.DiscoveryGroup.error_since:type_name -> google.protobuf.Timestamp
-	41,  // 78: pulse.v1.DiscoveryGroup.sources:type_name -> pulse.v1.DiscoverySource
-	66,  // 79: pulse.v1.DiscoverySource.last_refresh:type_name -> google.protobuf.Timestamp
-	66,  // 80: pulse.v1.DiscoverySource.error_since:type_name -> google.protobuf.Timestamp
-	15,  // 81: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
-	16,  // 82: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
-	65,  // 83: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
-	14,  // 84: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
-	11,  // 85: pulse.v1.UpdateTargetRequest.target:type_name -> pulse.v1.Target
-	67,  // 86: pulse.v1.UpdateTargetRequest.update_mask:type_name -> google.protobuf.FieldMask
-	11,  // 87: pulse.v1.UpdateTargetResponse.previous:type_name -> pulse.v1.Target
-	14,  // 88: pulse.v1.UpdateTargetResponse.status:type_name -> pulse.v1.TargetStatus
-	18,  // 89: pulse.v1.ProbeNowResponse.transitions:type_name -> pulse.v1.Transition
-	50,  // 90: pulse.v1.ProbeNowResponse.results:type_name -> pulse.v1.ProbeNowResult
-	13,  // 91: pulse.v1.ProbeNowResult.result:type_name -> pulse.v1.ProbeResult
-	1,   // 92: pulse.v1.ProbeNowResult.state:type_name -> pulse.v1.State
-	3,   // 93: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
-	66,  // 94: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
-	18,  // 95: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
-	14,  // 96: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
-	52,  // 97: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
-	14,  // 98: pulse.v1.WatchTransitionsResponse.added:type_name -> pulse.v1.TargetStatus
-	14,  // 99: pulse.v1.WatchTransitionsResponse.updated:type_name -> pulse.v1.TargetStatus
-	55,  // 100: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
-	53,  // 101: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
-	54,  // 102: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
-	31,  // 103: pulse.v1.WatchTransitionsResponse.mode:type_name -> pulse.v1.ModeChange
-	11,  // 104: pulse.v1.TargetsFile.targets:type_name -> pulse.v1.Target
-	65,  // 105: pulse.v1.HistoryRequest.window:type_name -> google.protobuf.Duration
-	65,  // 106: pulse.v1.HistoryRequest.resolution:type_name -> google.protobuf.Duration
-	65,  // 107: pulse.v1.HistoryResponse.resolution:type_name -> google.protobuf.Duration
-	61,  // 108: pulse.v1.HistoryResponse.points:type_name -> pulse.v1.HistoryPoint
-	65,  // 109: pulse.v1.HistoryResponse.latency_p50:type_name -> google.protobuf.Duration
-	65,  // 110: pulse.v1.HistoryResponse.latency_p95:type_name -> google.protobuf.Duration
-	65,  // 111: pulse.v1.HistoryResponse.latency_p99:type_name -> google.protobuf.Duration
-	62,  // 112: pulse.v1.HistoryResponse.events:type_name -> pulse.v1.HistoryEvent
-	65,  // 113: pulse.v1.HistoryResponse.latency_mean:type_name -> google.protobuf.Duration
-	60,  // 114: pulse.v1.HistoryResponse.slo:type_name -> pulse.v1.GroupSLO
-	65,  // 115: pulse.v1.GroupSLO.window:type_name -> google.protobuf.Duration
-	66,  // 116: pulse.v1.HistoryPoint.start:type_name -> google.protobuf.Timestamp
-	65,  // 117: pulse.v1.HistoryPoint.latency_p50:type_name -> google.protobuf.Duration
-	65,  // 118: pulse.v1.HistoryPoint.latency_p95:type_name -> google.protobuf.Duration
-	65,  // 119: pulse.v1.HistoryPoint.latency_p99:type_name -> google.protobuf.Duration
-	66,  // 120: pulse.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
-	1,   // 121: pulse.v1.HistoryEvent.from:type_name -> pulse.v1.State
-	1,   // 122: pulse.v1.HistoryEvent.to:type_name -> pulse.v1.State
-	0,   // 123: pulse.v1.HistoryEvent.mode:type_name -> pulse.v1.Mode
-	19,  // 124: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
-	23,  // 125: pulse.v1.HealthChecker.AddTargets:input_type -> pulse.v1.AddTargetsRequest
-	20,  // 126: pulse.v1.HealthChecker.Reload:input_type -> pulse.v1.ReloadRequest
-	27,  // 127: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
-	32,  // 128: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
-	34,  // 129: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
-	36,  // 130: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
-	51,  // 131: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
-	42,  // 132: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
-	44,  // 133: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
-	46,  // 134: pulse.v1.HealthChecker.UpdateTarget:input_type -> pulse.v1.UpdateTargetRequest
-	48,  // 135: pulse.v1.HealthChecker.ProbeNow:input_type -> pulse.v1.ProbeNowRequest
-	29,  // 136: pulse.v1.HealthChecker.SetMode:input_type -> pulse.v1.SetModeRequest
-	58,  // 137: pulse.v1.HealthChecker.History:input_type -> pulse.v1.HistoryRequest
-	38,  // 138: pulse.v1.HealthChecker.ListDiscovery:input_type -> pulse.v1.ListDiscoveryRequest
-	26,  // 139: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
-	24,  // 140: pulse.v1.HealthChecker.AddTargets:output_type -> pulse.v1.AddTargetsResponse
-	21,  // 141: pulse.v1.HealthChecker.Reload:output_type -> pulse.v1.ReloadResponse
-	28,  // 142: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
-	33,  // 143: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
-	35,  // 144: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
-	37,  // 145: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
-	56,  // 146: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
-	43,  // 147: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
-	45,  // 148: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
-	47,  // 149: pulse.v1.HealthChecker.UpdateTarget:output_type -> pulse.v1.UpdateTargetResponse
-	49,  // 150: pulse.v1.HealthChecker.ProbeNow:output_type -> pulse.v1.ProbeNowResponse
-	30,  // 151: pulse.v1.HealthChecker.SetMode:output_type -> pulse.v1.SetModeResponse
-	59,  // 152: pulse.v1.HealthChecker.History:output_type -> pulse.v1.HistoryResponse
-	39,  // 153: pulse.v1.HealthChecker.ListDiscovery:output_type -> pulse.v1.ListDiscoveryResponse
-	139, // [139:154] is the sub-list for method output_type
-	124, // [124:139] is the sub-list for method input_type
-	124, // [124:124] is the sub-list for extension type_name
-	124, // [124:124] is the sub-list for extension extendee
-	0,   // [0:124] is the sub-list for field type_name
+	17,  // 43: pulse.v1.TargetStatus.outlier:type_name -> pulse.v1.OutlierState
+	67,  // 44: pulse.v1.GroupPolicy.slow_start:type_name -> google.protobuf.Duration
+	67,  // 45: pulse.v1.GroupPolicy.remove_after_unhealthy:type_name -> google.protobuf.Duration
+	67,  // 46: pulse.v1.GroupPolicy.objective_window:type_name -> google.protobuf.Duration
+	16,  // 47: pulse.v1.GroupPolicy.outlier:type_name -> pulse.v1.OutlierPolicy
+	67,  // 48: pulse.v1.OutlierPolicy.interval:type_name -> google.protobuf.Duration
+	67,  // 49: pulse.v1.OutlierPolicy.latency_min_delta:type_name -> google.protobuf.Duration
+	67,  // 50: pulse.v1.OutlierPolicy.base_ejection_time:type_name -> google.protobuf.Duration
+	68,  // 51: pulse.v1.OutlierState.since:type_name -> google.protobuf.Timestamp
+	68,  // 52: pulse.v1.OutlierState.until:type_name -> google.protobuf.Timestamp
+	15,  // 53: pulse.v1.GroupStatus.policy:type_name -> pulse.v1.GroupPolicy
+	68,  // 54: pulse.v1.CheckerStatus.degraded_since:type_name -> google.protobuf.Timestamp
+	67,  // 55: pulse.v1.CheckerStatus.lag:type_name -> google.protobuf.Duration
+	1,   // 56: pulse.v1.Transition.from:type_name -> pulse.v1.State
+	1,   // 57: pulse.v1.Transition.to:type_name -> pulse.v1.State
+	68,  // 58: pulse.v1.Transition.time:type_name -> google.protobuf.Timestamp
+	13,  // 59: pulse.v1.Transition.result:type_name -> pulse.v1.ProbeResult
+	0,   // 60: pulse.v1.Transition.mode:type_name -> pulse.v1.Mode
+	68,  // 61: pulse.v1.Transition.slow_start_end:type_name -> google.protobuf.Timestamp
+	12,  // 62: pulse.v1.Transition.vantages:type_name -> pulse.v1.VantageVerdict
+	11,  // 63: pulse.v1.AddTargetRequest.target:type_name -> pulse.v1.Target
+	24,  // 64: pulse.v1.ReloadResponse.files:type_name -> pulse.v1.ReloadedFile
+	11,  // 65: pulse.v1.AddTargetsRequest.targets:type_name -> pulse.v1.Target
+	27,  // 66: pulse.v1.AddTargetsResponse.results:type_name -> pulse.v1.AddTargetResult
+	14,  // 67: pulse.v1.AddTargetResponse.status:type_name -> pulse.v1.TargetStatus
+	67,  // 68: pulse.v1.RemoveTargetRequest.drain_for:type_name -> google.protobuf.Duration
+	68,  // 69: pulse.v1.RemoveTargetResponse.remove_time:type_name -> google.protobuf.Timestamp
+	0,   // 70: pulse.v1.SetModeRequest.mode:type_name -> pulse.v1.Mode
+	68,  // 71: pulse.v1.SetModeRequest.until:type_name -> google.protobuf.Timestamp
+	14,  // 72: pulse.v1.SetModeResponse.targets:type_name -> pulse.v1.TargetStatus
+	0,   // 73: pulse.v1.ModeChange.from:type_name -> pulse.v1.Mode
+	0,   // 74: pulse.v1.ModeChange.mode:type_name -> pulse.v1.Mode
+	68,  // 75: pulse.v1.ModeChange.time:type_name -> google.protobuf.Timestamp
+	68,  // 76: pulse.v1.ModeChange.until:type_name -> google.protobuf.Timestamp
+	68,  // 77: pulse.v1.ModeChange.remove_time:type_name -> google.protobuf.Timestamp
+	14,  // 78: pulse.v1.StateResponse.status:type_name -> pulse.v1.TargetStatus
+	14,  // 79: pulse.v1.ListTargetsResponse.targets:type_name -> pulse.v1.TargetStatus
+	18,  // 80: pulse.v1.ListTargetsResponse.groups:type_name -> pulse.v1.GroupStatus
+	19,  // 81: pulse.v1.ListTargetsResponse.checker:type_name -> pulse.v1.CheckerStatus
+	42,  // 82: pulse.v1.ListDiscoveryResponse.groups:type_name -> pulse.v1.DiscoveryGroup
+	68,  // 83: pulse.v1.DiscoveryGroup.last_apply:type_name -> google.protobuf.Timestamp
+	68,  // 84: pulse.v1.DiscoveryGroup.error_since:type_name -> google.protobuf.Timestamp
+	43,  // 85: pulse.v1.DiscoveryGroup.sources:type_name -> pulse.v1.DiscoverySource
+	68,  // 86: pulse.v1.DiscoverySource.last_refresh:type_name -> google.protobuf.Timestamp
+	68,  // 87: pulse.v1.DiscoverySource.error_since:type_name -> google.protobuf.Timestamp
+	15,  // 88: pulse.v1.SetGroupPolicyRequest.policy:type_name -> pulse.v1.GroupPolicy
+	18,  // 89: pulse.v1.SetGroupPolicyResponse.group:type_name -> pulse.v1.GroupStatus
+	67,  // 90: pulse.v1.ReportOutcomeRequest.latency:type_name -> google.protobuf.Duration
+	14,  // 91: pulse.v1.ReportOutcomeResponse.status:type_name -> pulse.v1.TargetStatus
+	11,  // 92: pulse.v1.UpdateTargetRequest.target:type_name -> pulse.v1.Target
+	69,  // 93: pulse.v1.UpdateTargetRequest.update_mask:type_name -> google.protobuf.FieldMask
+	11,  // 94: pulse.v1.UpdateTargetResponse.previous:type_name -> pulse.v1.Target
+	14,  // 95: pulse.v1.UpdateTargetResponse.status:type_name -> pulse.v1.TargetStatus
+	20,  // 96: pulse.v1.ProbeNowResponse.transitions:type_name -> pulse.v1.Transition
+	52,  // 97: pulse.v1.ProbeNowResponse.results:type_name -> pulse.v1.ProbeNowResult
+	13,  // 98: pulse.v1.ProbeNowResult.result:type_name -> pulse.v1.ProbeResult
+	1,   // 99: pulse.v1.ProbeNowResult.state:type_name -> pulse.v1.State
+	3,   // 100: pulse.v1.PolicyEvent.kind:type_name -> pulse.v1.PolicyEvent.Kind
+	68,  // 101: pulse.v1.PolicyEvent.time:type_name -> google.protobuf.Timestamp
+	17,  // 102: pulse.v1.PolicyEvent.outlier:type_name -> pulse.v1.OutlierState
+	20,  // 103: pulse.v1.WatchTransitionsResponse.transition:type_name -> pulse.v1.Transition
+	14,  // 104: pulse.v1.WatchTransitionsResponse.snapshot:type_name -> pulse.v1.TargetStatus
+	54,  // 105: pulse.v1.WatchTransitionsResponse.snapshot_complete:type_name -> pulse.v1.SnapshotComplete
+	14,  // 106: pulse.v1.WatchTransitionsResponse.added:type_name -> pulse.v1.TargetStatus
+	14,  // 107: pulse.v1.WatchTransitionsResponse.updated:type_name -> pulse.v1.TargetStatus
+	57,  // 108: pulse.v1.WatchTransitionsResponse.removed:type_name -> pulse.v1.TargetRemoved
+	55,  // 109: pulse.v1.WatchTransitionsResponse.progress:type_name -> pulse.v1.Progress
+	56,  // 110: pulse.v1.WatchTransitionsResponse.policy:type_name -> pulse.v1.PolicyEvent
+	33,  // 111: pulse.v1.WatchTransitionsResponse.mode:type_name -> pulse.v1.ModeChange
+	11,  // 112: pulse.v1.TargetsFile.targets:type_name -> pulse.v1.Target
+	67,  // 113: pulse.v1.HistoryRequest.window:type_name -> google.protobuf.Duration
+	67,  // 114: pulse.v1.HistoryRequest.resolution:type_name -> google.protobuf.Duration
+	67,  // 115: pulse.v1.HistoryResponse.resolution:type_name -> google.protobuf.Duration
+	63,  // 116: pulse.v1.HistoryResponse.points:type_name -> pulse.v1.HistoryPoint
+	67,  // 117: pulse.v1.HistoryResponse.latency_p50:type_name -> google.protobuf.Duration
+	67,  // 118: pulse.v1.HistoryResponse.latency_p95:type_name -> google.protobuf.Duration
+	67,  // 119: pulse.v1.HistoryResponse.latency_p99:type_name -> google.protobuf.Duration
+	64,  // 120: pulse.v1.HistoryResponse.events:type_name -> pulse.v1.HistoryEvent
+	67,  // 121: pulse.v1.HistoryResponse.latency_mean:type_name -> google.protobuf.Duration
+	62,  // 122: pulse.v1.HistoryResponse.slo:type_name -> pulse.v1.GroupSLO
+	67,  // 123: pulse.v1.GroupSLO.window:type_name -> google.protobuf.Duration
+	68,  // 124: pulse.v1.HistoryPoint.start:type_name -> google.protobuf.Timestamp
+	67,  // 125: pulse.v1.HistoryPoint.latency_p50:type_name -> google.protobuf.Duration
+	67,  // 126: pulse.v1.HistoryPoint.latency_p95:type_name -> google.protobuf.Duration
+	67,  // 127: pulse.v1.HistoryPoint.latency_p99:type_name -> google.protobuf.Duration
+	68,  // 128: pulse.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
+	1,   // 129: pulse.v1.HistoryEvent.from:type_name -> pulse.v1.State
+	1,   // 130: pulse.v1.HistoryEvent.to:type_name -> pulse.v1.State
+	0,   // 131: pulse.v1.HistoryEvent.mode:type_name -> pulse.v1.Mode
+	21,  // 132: pulse.v1.HealthChecker.AddTarget:input_type -> pulse.v1.AddTargetRequest
+	25,  // 133: pulse.v1.HealthChecker.AddTargets:input_type -> pulse.v1.AddTargetsRequest
+	22,  // 134: pulse.v1.HealthChecker.Reload:input_type -> pulse.v1.ReloadRequest
+	29,  // 135: pulse.v1.HealthChecker.RemoveTarget:input_type -> pulse.v1.RemoveTargetRequest
+	34,  // 136: pulse.v1.HealthChecker.State:input_type -> pulse.v1.StateRequest
+	36,  // 137: pulse.v1.HealthChecker.Healthy:input_type -> pulse.v1.HealthyRequest
+	38,  // 138: pulse.v1.HealthChecker.ListTargets:input_type -> pulse.v1.ListTargetsRequest
+	53,  // 139: pulse.v1.HealthChecker.WatchTransitions:input_type -> pulse.v1.WatchTransitionsRequest
+	44,  // 140: pulse.v1.HealthChecker.SetGroupPolicy:input_type -> pulse.v1.SetGroupPolicyRequest
+	46,  // 141: pulse.v1.HealthChecker.ReportOutcome:input_type -> pulse.v1.ReportOutcomeRequest
+	48,  // 142: pulse.v1.HealthChecker.UpdateTarget:input_type -> pulse.v1.UpdateTargetRequest
+	50,  // 143: pulse.v1.HealthChecker.ProbeNow:input_type -> pulse.v1.ProbeNowRequest
+	31,  // 144: pulse.v1.HealthChecker.SetMode:input_type -> pulse.v1.SetModeRequest
+	60,  // 145: pulse.v1.HealthChecker.History:input_type -> pulse.v1.HistoryRequest
+	40,  // 146: pulse.v1.HealthChecker.ListDiscovery:input_type -> pulse.v1.ListDiscoveryRequest
+	28,  // 147: pulse.v1.HealthChecker.AddTarget:output_type -> pulse.v1.AddTargetResponse
+	26,  // 148: pulse.v1.HealthChecker.AddTargets:output_type -> pulse.v1.AddTargetsResponse
+	23,  // 149: pulse.v1.HealthChecker.Reload:output_type -> pulse.v1.ReloadResponse
+	30,  // 150: pulse.v1.HealthChecker.RemoveTarget:output_type -> pulse.v1.RemoveTargetResponse
+	35,  // 151: pulse.v1.HealthChecker.State:output_type -> pulse.v1.StateResponse
+	37,  // 152: pulse.v1.HealthChecker.Healthy:output_type -> pulse.v1.HealthyResponse
+	39,  // 153: pulse.v1.HealthChecker.ListTargets:output_type -> pulse.v1.ListTargetsResponse
+	58,  // 154: pulse.v1.HealthChecker.WatchTransitions:output_type -> pulse.v1.WatchTransitionsResponse
+	45,  // 155: pulse.v1.HealthChecker.SetGroupPolicy:output_type -> pulse.v1.SetGroupPolicyResponse
+	47,  // 156: pulse.v1.HealthChecker.ReportOutcome:output_type -> pulse.v1.ReportOutcomeResponse
+	49,  // 157: pulse.v1.HealthChecker.UpdateTarget:output_type -> pulse.v1.UpdateTargetResponse
+	51,  // 158: pulse.v1.HealthChecker.ProbeNow:output_type -> pulse.v1.ProbeNowResponse
+	32,  // 159: pulse.v1.HealthChecker.SetMode:output_type -> pulse.v1.SetModeResponse
+	61,  // 160: pulse.v1.HealthChecker.History:output_type -> pulse.v1.HistoryResponse
+	41,  // 161: pulse.v1.HealthChecker.ListDiscovery:output_type -> pulse.v1.ListDiscoveryResponse
+	147, // [147:162] is the sub-list for method output_type
+	132, // [132:147] is the sub-list for method input_type
+	132, // [132:132] is the sub-list for extension type_name
+	132, // [132:132] is the sub-list for extension extendee
+	0,   // [0:132] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_pulse_proto_init() }
@@ -6318,7 +6660,7 @@ func file_pulse_v1_pulse_proto_init() {
 		(*Target_Dns)(nil),
 	}
 	file_pulse_v1_pulse_proto_msgTypes[11].OneofWrappers = []any{}
-	file_pulse_v1_pulse_proto_msgTypes[52].OneofWrappers = []any{
+	file_pulse_v1_pulse_proto_msgTypes[54].OneofWrappers = []any{
 		(*WatchTransitionsResponse_Transition)(nil),
 		(*WatchTransitionsResponse_Snapshot)(nil),
 		(*WatchTransitionsResponse_SnapshotComplete)(nil),
@@ -6329,15 +6671,15 @@ func file_pulse_v1_pulse_proto_init() {
 		(*WatchTransitionsResponse_Policy)(nil),
 		(*WatchTransitionsResponse_Mode)(nil),
 	}
-	file_pulse_v1_pulse_proto_msgTypes[55].OneofWrappers = []any{}
-	file_pulse_v1_pulse_proto_msgTypes[56].OneofWrappers = []any{}
+	file_pulse_v1_pulse_proto_msgTypes[57].OneofWrappers = []any{}
+	file_pulse_v1_pulse_proto_msgTypes[58].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_pulse_proto_rawDesc), len(file_pulse_v1_pulse_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   61,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
