@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -323,10 +325,20 @@ func TestManagerRetiresARemovedGroup(t *testing.T) {
 // taking the group over finds registered.
 func TestManagerWaitsForASourcesFirstAnswer(t *testing.T) {
 	dir := t.TempDir()
-	file := filepath.Join(dir, "api.json")
-	writeAtomic(t, file, `[{"targets": ["127.0.0.1:8001"]}]`)
+	// An HTTP source that does not answer until the test ends: the test
+	// says when it answered.
+	release := make(chan struct{})
+	sd := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		http.Error(w, "gone", http.StatusServiceUnavailable)
+	}))
+	defer sd.Close()
+	defer close(release)
 	cfgPath := filepath.Join(dir, "discovery.yaml")
-	yaml := fmt.Sprintf("groups:\n  - name: api\n    file_sd_configs: [{files: [%q]}]\n    template: {tcp: {}}\n    on_disappear: drain 5s\n", file)
+	yaml := fmt.Sprintf("groups:\n  - name: api\n    http_sd_configs: [{url: %q}]\n    template: {tcp: {}}\n    on_disappear: drain 5s\n", sd.URL)
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
