@@ -1,13 +1,19 @@
 package checker_test
 
 import (
+	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/probe"
@@ -178,6 +184,59 @@ func TestOutliersAgainstARealFailingBackend(t *testing.T) {
 		t.Errorf("bad: %+v; want degraded, 40%% of its outcomes failed", st.Outlier)
 	}
 	for _, n := range []string{"f1", "f2", "f3"} {
+		if st, _ := c.Status(n); st.Outlier != nil {
+			t.Errorf("%s is an outlier: %+v", n, st.Outlier)
+		}
+	}
+}
+
+// Real gRPC health servers on loopback, one answering 300ms late: it is
+// the group's outlier, the others not.
+func TestOutliersAgainstRealSlowGRPCBackends(t *testing.T) {
+	addrs := map[string]string{}
+	for _, n := range []string{"g1", "g2", "g3", "g4"} {
+		delay := time.Duration(0)
+		if n == "g4" {
+			delay = 300 * time.Millisecond
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			select {
+			case <-time.After(delay):
+			case <-ctx.Done():
+			}
+			return h(ctx, req)
+		}))
+		healthpb.RegisterHealthServer(gs, health.NewServer())
+		go gs.Serve(l)
+		t.Cleanup(gs.Stop)
+		addrs[n] = l.Addr().String()
+	}
+	c, err := checker.New(checker.Config{MaxUnhealthyFraction: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.SetGroupPolicy("rpc", checker.GroupPolicy{Outlier: checker.OutlierPolicy{
+		LatencyFactor: 3, Consecutive: 1, Samples: 3, Interval: time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	for n, a := range addrs {
+		s := checker.Spec{Name: n, Group: "rpc", Probe: probe.Spec{GRPC: &probe.GRPCSpec{Address: a}},
+			Interval: 400 * time.Millisecond, Timeout: 400 * time.Millisecond, Rise: 1, Fall: 1, InitialState: checker.StateHealthy}
+		if _, _, err := c.Add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Start()
+	waitFor(t, "g4 an outlier", func() bool { st, _ := c.Status("g4"); return st.Outlier != nil })
+	if st, _ := c.Status("g4"); !strings.HasPrefix(st.Outlier.Reason, "p50 3") || !st.Routable {
+		t.Errorf("g4: %+v, routable %v; want degraded, p50 about 300ms", st.Outlier, st.Routable)
+	}
+	for _, n := range []string{"g1", "g2", "g3"} {
 		if st, _ := c.Status(n); st.Outlier != nil {
 			t.Errorf("%s is an outlier: %+v", n, st.Outlier)
 		}
