@@ -70,6 +70,20 @@ type row struct {
 	// Vantages are, for a target probed from several vantages, their
 	// verdicts, its owner's first; Verdict is then their quorum's.
 	Vantages []vantageJSON `json:"vantages,omitempty"`
+	// Outlier is set while its group's outlier detection holds it
+	// degraded or ejected.
+	Outlier *outlierJSON `json:"outlier,omitempty"`
+}
+
+// outlierJSON is a target's outlier standing (checker.OutlierState).
+type outlierJSON struct {
+	Ejected bool `json:"ejected"`
+	// Reason gives the numbers that made it one: "p50 38ms vs group 4ms".
+	Reason string `json:"reason"`
+	Since  string `json:"since"`
+	// Until is when an ejection ends; absent while degraded.
+	Until     string `json:"until,omitempty"`
+	Ejections int    `json:"ejections,omitempty"`
 }
 
 type resultJSON struct {
@@ -120,6 +134,12 @@ func toRow(st checker.Status, recent []checker.Result) row {
 	}
 	r.Probe, r.Verdict, r.Severity = probeText(st.Spec), st.Verdict.String(), severity(st)
 	r.PanicHeld, r.Flapping, r.CarriedOver = st.PanicHeld, st.Flapping, st.CarriedOver
+	if o := st.Outlier; o != nil {
+		r.Outlier = &outlierJSON{Ejected: o.Ejected, Reason: o.Reason, Since: stamp(o.Since), Ejections: o.Ejections}
+		if o.Ejected {
+			r.Outlier.Until = stamp(o.Until)
+		}
+	}
 	if len(recent) > 0 {
 		u := uptime(recent)
 		r.Uptime = &u
@@ -201,9 +221,11 @@ type groupSummary struct {
 	Maintenance int    `json:"maintenance"`
 	// Held counts the targets its panic threshold holds routable (the
 	// group is in panic while it is not 0); Flapping those flap damping
-	// holds unhealthy.
+	// holds unhealthy; Outliers those its outlier detection holds
+	// degraded or ejected.
 	Held     int `json:"held"`
 	Flapping int `json:"flapping"`
+	Outliers int `json:"outliers"`
 	// SLO is where the group stands against its availability objective,
 	// when it has one.
 	SLO *sloJSON `json:"slo,omitempty"`
@@ -280,6 +302,9 @@ func summarize(list []checker.Status) []groupSummary {
 		}
 		if st.Flapping {
 			g.Flapping++
+		}
+		if st.Outlier != nil {
+			g.Outliers++
 		}
 	}
 	slices.SortFunc(out, func(a, b groupSummary) int { return strings.Compare(a.Name, b.Name) })
@@ -452,6 +477,7 @@ var stateFilters = map[string]func(checker.Status) bool{
 	"held":         func(st checker.Status) bool { return st.PanicHeld },
 	"flapping":     func(st checker.Status) bool { return st.Flapping },
 	"carried-over": func(st checker.Status) bool { return st.CarriedOver },
+	"outlier":      func(st checker.Status) bool { return st.Outlier != nil },
 	"quarantined":  func(st checker.Status) bool { return st.Quarantined != "" },
 	"draining":     func(st checker.Status) bool { return st.Spec.Admin().Mode == checker.ModeDraining },
 	"maintenance":  func(st checker.Status) bool { return st.Spec.Admin().Mode == checker.ModeMaintenance },

@@ -62,7 +62,7 @@ type page struct {
 	Groups   []struct {
 		Name                               string
 		Total, Healthy, Suspect, Unhealthy int
-		Held, Flapping                     int
+		Held, Flapping, Outliers           int
 	} `json:"groups"`
 	Targets []rowJSON `json:"targets"`
 }
@@ -78,7 +78,13 @@ type rowJSON struct {
 	PanicHeld, Flapping, CarriedOver        bool
 	Uptime                                  *float64
 	Mode, ModeReason                        string
-	Results                                 []struct {
+	Outlier                                 *struct {
+		Ejected      bool
+		Reason       string
+		Since, Until string
+		Ejections    int
+	}
+	Results []struct {
 		Time           string
 		Pass           bool
 		LatencySeconds float64

@@ -11,7 +11,7 @@ import (
 
 // Collector is a prometheus.Collector of the checker's current state, read
 // at scrape time: targets by group and state, subscribers, each group's
-// panic flag and its held and flapping targets, the checker's degraded flag and schedule tick, its reprobes, the vantages as it judges them, and (unless dropped) each
+// panic flag and its held, flapping and outlier targets, the checker's degraded flag and schedule tick, its reprobes, the vantages as it judges them, and (unless dropped) each
 // target's up gauge and last latency. Its methods
 // are safe for concurrent use. Create it with NewCollector.
 type Collector struct {
@@ -27,6 +27,7 @@ type Collector struct {
 	panic    *prometheus.Desc
 	held     *prometheus.Desc
 	flapping *prometheus.Desc
+	outliers *prometheus.Desc
 	degraded *prometheus.Desc
 	tick     *prometheus.Desc
 	registry *prometheus.Desc
@@ -76,6 +77,9 @@ func NewCollector(c *checker.Checker, perTarget bool, recent *Observer) *Collect
 		flapping: prometheus.NewDesc("pulse_group_flapping_targets",
 			"Targets of the group flap damping holds unhealthy.",
 			[]string{"group"}, nil),
+		outliers: prometheus.NewDesc("pulse_outlier_targets",
+			"Targets of the group its outlier detection caught, by state: degraded (routable at a lowered weight) or ejected (not routable).",
+			[]string{"group", "state"}, nil),
 		degraded: prometheus.NewDesc("pulse_checker_degraded",
 			"1 while the checker is overloaded (degraded), 0 if not.",
 			nil, nil),
@@ -122,6 +126,7 @@ func (m *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.panic
 	ch <- m.held
 	ch <- m.flapping
+	ch <- m.outliers
 	ch <- m.degraded
 	ch <- m.tick
 	ch <- m.registry
@@ -142,9 +147,15 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 	list, _ := m.c.ListNow("") // a scrape must answer, pulse_registry_error included, while the store fails
 	byGroup := map[string]map[checker.State]int{}
 	flapping := map[string]int{}
+	degraded, ejected := map[string]int{}, map[string]int{}
 	for _, st := range list {
 		if st.Flapping {
 			flapping[st.Spec.Group]++
+		}
+		if o := st.Outlier; o != nil && o.Ejected {
+			ejected[st.Spec.Group]++
+		} else if o != nil {
+			degraded[st.Spec.Group]++
 		}
 		g := byGroup[st.Spec.Group]
 		if g == nil {
@@ -173,6 +184,8 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.panic, prometheus.GaugeValue, flag(g.Panic), g.Group)
 		ch <- prometheus.MustNewConstMetric(m.held, prometheus.GaugeValue, float64(len(g.Held)), g.Group)
 		ch <- prometheus.MustNewConstMetric(m.flapping, prometheus.GaugeValue, float64(flapping[g.Group]), g.Group)
+		ch <- prometheus.MustNewConstMetric(m.outliers, prometheus.GaugeValue, float64(degraded[g.Group]), g.Group, "degraded")
+		ch <- prometheus.MustNewConstMetric(m.outliers, prometheus.GaugeValue, float64(ejected[g.Group]), g.Group, "ejected")
 	}
 	ov := m.c.Overload()
 	ch <- prometheus.MustNewConstMetric(m.degraded, prometheus.GaugeValue, flag(ov.Degraded))

@@ -17,7 +17,7 @@ const (
 	sevFlapping           // held unhealthy by flap damping
 	sevUnhealthy          // not routable
 	sevHeld               // unhealthy by its results, held routable by its group's panic
-	sevSuspect            // three_state, between the two
+	sevSuspect            // three_state, between the two, or a degraded outlier
 	sevFalling            // healthy with failures on its way down
 	sevTakenOut           // draining or in maintenance: out on purpose
 	sevCarried            // the state from before a restart, no fresh result yet
@@ -39,7 +39,7 @@ func severity(st checker.Status) int {
 		return sevUnhealthy
 	case st.PanicHeld:
 		return sevHeld
-	case st.State == checker.StateSuspect:
+	case st.State == checker.StateSuspect, st.Outlier != nil:
 		return sevSuspect
 	case st.FailStreak > 0:
 		return sevFalling

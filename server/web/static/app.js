@@ -130,7 +130,7 @@ const view = {
   group: "", state: "", q: "", offset: 0, limit: 100,
   sort: "severity", desc: false, // the server sorts: the worst first by default
   rows: new Map(),    // name -> {data, rev, tr}
-  groups: new Map(),  // name -> {total, healthy, suspect, unhealthy, draining, maintenance, held, flapping}
+  groups: new Map(),  // name -> {total, healthy, suspect, unhealthy, draining, maintenance, held, flapping, outliers}
   countsRev: 0,       // the revision the group counts reflect
   matched: 0,
   skew: 0,            // server clock minus browser clock, ms
@@ -320,7 +320,7 @@ function setConn(kind, text) {
 }
 
 function emptyGroup() {
-  return { total: 0, healthy: 0, suspect: 0, unhealthy: 0, draining: 0, maintenance: 0, held: 0, flapping: 0 };
+  return { total: 0, healthy: 0, suspect: 0, unhealthy: 0, draining: 0, maintenance: 0, held: 0, flapping: 0, outliers: 0 };
 }
 
 function setGroups(list, rev) {
@@ -354,7 +354,8 @@ function renderGroups() {
     const tr = document.createElement("tr");
     tr.dataset.group = name;
     if (name === view.group) tr.className = "selected";
-    const policy = [g.held ? `panic: ${g.held} held` : "", g.flapping ? `${g.flapping} flapping` : "", sloText(g.slo)].filter((x) => x).join(", ");
+    const policy = [g.held ? `panic: ${g.held} held` : "", g.flapping ? `${g.flapping} flapping` : "",
+      g.outliers ? `${g.outliers} ${g.outliers === 1 ? "outlier" : "outliers"}` : "", sloText(g.slo)].filter((x) => x).join(", ");
     tr.append(
       cell(name || "(no group)"), cell(g.total),
       cell(g.healthy, "n-healthy"), cell(g.suspect, "n-suspect"), cell(g.unhealthy, "n-unhealthy"),
@@ -379,6 +380,7 @@ function renderSummary(sum, panics) {
   if (sum.unhealthy) needs.push(plural(sum.unhealthy, "target down", "targets down"));
   if (panics) needs.push(plural(panics, "group in panic", "groups in panic"));
   if (sum.flapping) needs.push(plural(sum.flapping, "target flapping", "targets flapping"));
+  if (sum.outliers) needs.push(plural(sum.outliers, "outlier", "outliers"));
   const planned = [];
   if (sum.draining) planned.push(`${sum.draining} draining`);
   if (sum.maintenance) planned.push(`${sum.maintenance} in maintenance`);
@@ -458,6 +460,7 @@ function tagsOf(t) {
   const tags = [];
   if (t.panicHeld) tags.push(["held", `held: panic in ${t.group || "(no group)"}`]);
   if (t.flapping) tags.push(["flapping", "flapping"]);
+  if (t.outlier) tags.push([t.outlier.ejected ? "outlier ejected" : "outlier", outlierText(t.outlier)]);
   if (t.carriedOver) tags.push(["carried", "carried over"]);
   if (t.mode) tags.push(["mode", t.modeReason ? `${t.mode}: ${t.modeReason}` : t.mode]);
   return tags;
@@ -514,6 +517,13 @@ function paintRow(r, flash) {
     void tr.offsetWidth; // restart the animation
     tr.classList.add("changed");
   }
+}
+
+// outlierText says why its group's outlier detection holds a target:
+// "outlier: p50 38ms vs group 4ms", or "ejected: ..." when it is not
+// routable.
+function outlierText(o) {
+  return `${o.ejected ? "ejected" : "outlier"}: ${o.reason}`;
 }
 
 // vantageText is one vantage's verdict as pulsed writes it:
