@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -125,6 +126,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	browserHistory(t, page, artifacts)
 
 	browserStates(t, page, client, other, newSwitchServer(t), artifacts)
+	browserOutlier(t, page, client, artifacts)
 
 	// A discovered target: its row names the discovery group.
 	writeFile(t, sdFile+".tmp", `[{"targets": ["127.0.0.1:9"]}]`)
@@ -360,14 +362,21 @@ func (p *page) evaluate(t *testing.T, expr string) string {
 // waitFor polls expr until it evaluates to want, within 30s.
 func (p *page) waitFor(t *testing.T, expr, want string) {
 	t.Helper()
+	p.waitForFunc(t, expr, func(got string) bool { return got == want }, "want %q", want)
+}
+
+// waitForFunc polls expr until ok says yes to its value, within 30s; what
+// it wants is said by the format and args that follow.
+func (p *page) waitForFunc(t *testing.T, expr string, ok func(string) bool, wantFormat string, args ...any) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	var got string
 	for {
-		if got = p.evaluate(t, expr); got == want {
+		if got = p.evaluate(t, expr); ok(got) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s is %q after 30s, want %q", expr, got, want)
+			t.Fatalf("%s is %q after 30s, %s", expr, got, fmt.Sprintf(wantFormat, args...))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
