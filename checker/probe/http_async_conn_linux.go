@@ -3,7 +3,6 @@
 package probe
 
 import (
-	"bufio"
 	"container/heap"
 	"errors"
 	"net"
@@ -252,7 +251,6 @@ func (ac *asyncConn) leanConn() *leanConn {
 		return nil
 	}
 	c := &leanConn{conn: conn, readLimit: maxResponseHeaderBytes}
-	c.br = bufio.NewReaderSize(c, leanBufferSize)
 	c.expire = func() { _ = conn.SetDeadline(aLongTimeAgo) }
 	return c
 }

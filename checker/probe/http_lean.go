@@ -181,9 +181,14 @@ func (p *leanProber) readRequest() *http.Request {
 	return &http.Request{Method: http.MethodGet}
 }
 
-// leanConn is one connection of a leanProber, with its read buffer.
+// leanConn is one connection of a leanProber, with its read buffer while
+// a probe reads through it.
 type leanConn struct {
-	conn      net.Conn
+	conn net.Conn
+	// br is the read buffer of Probe's code, taken from leanReaders for
+	// the probe and given back when the connection is kept with nothing
+	// buffered: a kept connection's probes are read by the asynchronous
+	// loop, into buffers of its own, so between probes it holds none.
 	br        *bufio.Reader
 	readLimit int64     // bytes Read may still return; bounds the head
 	idleSince time.Time // when it was last put back
@@ -241,6 +246,29 @@ func (c *leanConn) reset() {
 		_ = l.SetLinger(0)
 	}
 	c.close()
+}
+
+// leanReaders are the read buffers of leanConns, shared: only a probe in
+// Probe's code holds one.
+var leanReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, leanBufferSize) }}
+
+// reader returns c's read buffer, taking one when it has none.
+func (c *leanConn) reader() *bufio.Reader {
+	if c.br == nil {
+		c.br = leanReaders.Get().(*bufio.Reader)
+		c.br.Reset(c)
+	}
+	return c.br
+}
+
+// dropReader gives c's read buffer back when it holds no byte; one that
+// holds some stays, so that the next probe's take sees them.
+func (c *leanConn) dropReader() {
+	if c.br != nil && c.br.Buffered() == 0 {
+		c.br.Reset(nil)
+		leanReaders.Put(c.br)
+		c.br = nil
+	}
 }
 
 // aLongTimeAgo is a deadline that has passed: setting it makes blocked
@@ -358,7 +386,7 @@ func (p *leanProber) take() *leanConn {
 	}
 	// Bytes that arrived on the idle connection are no answer to the next
 	// request: net/http drops such a connection too.
-	if c != nil && (c.br.Buffered() > 0 || time.Since(c.idleSince) > leanIdleTimeout) {
+	if c != nil && (c.br != nil && c.br.Buffered() > 0 || time.Since(c.idleSince) > leanIdleTimeout) {
 		c.close()
 		return nil
 	}
@@ -368,6 +396,7 @@ func (p *leanProber) take() *leanConn {
 // putBack keeps c for the next probe, or closes it when the prober is
 // closed, already keeps one, or the Factory keeps as many as it may.
 func (p *leanProber) putBack(c *leanConn) {
+	c.dropReader()
 	c.idleSince = time.Now()
 	if p.lost.Load() != nil {
 		p.watchIdle(c) // before it is shared: register sets c.async
@@ -390,7 +419,6 @@ func (p *leanProber) dial(ctx context.Context) (*leanConn, error) {
 		return nil, err
 	}
 	c := &leanConn{conn: conn}
-	c.br = bufio.NewReaderSize(c, leanBufferSize)
 	c.expire = func() { _ = conn.SetDeadline(aLongTimeAgo) }
 	return c, nil
 }
@@ -419,6 +447,7 @@ func (p *leanProber) roundTrip(ctx context.Context, c *leanConn, written bool) (
 		}
 		c.readLimit = maxResponseHeaderBytes
 	}
+	c.reader() // slowResponse, brokenHead and readBody read through c.br too
 	for {
 		head, complete, n, err := peekHead(c.br)
 		if err != nil {

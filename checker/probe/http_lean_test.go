@@ -621,3 +621,33 @@ func TestHTTPLeanConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// A kept connection holds no read buffer between probes: a probe read
+// through Probe's code takes one from the shared pool and gives it back
+// when the connection is kept with nothing buffered, so that thousands of
+// idle kept connections hold no buffers. Each way of ending a response
+// that keeps the connection, the slow path's included.
+func TestHTTPLeanKeptConnectionHoldsNoBuffer(t *testing.T) {
+	for _, tt := range leanConnectionCases {
+		if tt.want != 1 {
+			continue // not kept
+		}
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newRawServer(t, tt.answer)
+			lean, _ := leanAndNetHTTP(t, newTestFactory(t), &HTTPSpec{URL: srv.url(), Method: tt.method})
+			probeN(t, lean, 3)
+			lean.mu.Lock()
+			c := lean.idle
+			lean.mu.Unlock()
+			if c == nil {
+				t.Fatal("no kept connection after 3 probes")
+			}
+			if c.br != nil {
+				t.Errorf("the kept connection holds a %d-byte read buffer between probes", c.br.Size())
+			}
+			if n := srv.accepted.Load(); n != 1 {
+				t.Errorf("3 probes opened %d connections, want 1", n)
+			}
+		})
+	}
+}
