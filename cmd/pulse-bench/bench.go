@@ -107,6 +107,10 @@ type Options struct {
 	// the http.body_contains of pulsed's targets.
 	BodyBytes    int
 	BodyContains string
+	// OutlierFactor, when positive, turns on the outlier detection of
+	// group bench (every Pulse target) with this latency factor and the
+	// policy's other defaults, before the targets are registered.
+	OutlierFactor float64
 	// WorkDir holds the generated HAProxy files, and etcd's and the
 	// baseline pulsed's data with -replicas.
 	WorkDir string
@@ -389,6 +393,12 @@ func runPulse(ctx context.Context, o Options, farm *Farm, p ScalePoint, flipped 
 	}
 	defer unwatch()
 
+	if o.OutlierFactor > 0 {
+		if err := proc.setOutliers(ctx, o.OutlierFactor); err != nil {
+			return nil, err
+		}
+		o.logf("  Pulse: group bench's outlier detection on, latency factor %g", o.OutlierFactor)
+	}
 	start := time.Now()
 	if err := proc.register(ctx, farm, o.RegisterWorkers, o.BodyContains); err != nil {
 		return nil, err

@@ -118,6 +118,7 @@ func parseFlags(args []string, stderr io.Writer) (cliFlags, error) {
 	fs.StringVar(&f.opts.PerfDir, "perf-dir", "", "record a profile (perf record -g) of each checker's steady window into this `directory`; needs perf, whose own CPU shows as other processes'")
 	fs.IntVar(&f.opts.BodyBytes, "body-bytes", 0, "healthy targets answer a body of this many `bytes` ending in \"ready\"; 0: \"ok\\n\"")
 	fs.StringVar(&f.opts.BodyContains, "body-contains", "", "pulsed's probes expect the body to contain this `text` (http.body_contains)")
+	fs.Float64Var(&f.opts.OutlierFactor, "outlier-latency-factor", 0, "turn on the outlier detection of pulsed's group bench (every target) with this latency `factor` and the policy's other defaults (judged every 10s); 0: off")
 	fs.IntVar(&f.xdsStreams, "xds-streams", 0, "measure pulsed's RSS with this many xDS (EDS) `streams` open and after they close, instead of Pulse and HAProxy; 0: off")
 	fs.IntVar(&f.xdsPerConn, "xds-streams-per-conn", 1000, "xDS streams per client connection, with -xds-streams")
 	fs.StringVar(&f.xdsAfter, "xds-after", "1s,10s,30s,60s", "comma-separated `durations` after the streams close at which to read the RSS, with -xds-streams")

@@ -96,6 +96,18 @@ func (p *pulsedProc) Close() {
 	p.Stop(20 * time.Second)
 }
 
+// setOutliers turns on group bench's outlier detection, its latency rule
+// at factor and every other setting at the policy's default.
+func (p *pulsedProc) setOutliers(ctx context.Context, factor float64) error {
+	_, err := p.api.SetGroupPolicy(ctx, &pb.SetGroupPolicyRequest{Group: "bench", Policy: &pb.GroupPolicy{
+		Outlier: &pb.OutlierPolicy{LatencyFactor: factor},
+	}})
+	if err != nil {
+		return fmt.Errorf("SetGroupPolicy(bench): %w", err)
+	}
+	return nil
+}
+
 // register adds every farm target to pulsed, workers at a time.
 func (p *pulsedProc) register(ctx context.Context, farm *Farm, workers int, bodyContains string) error {
 	next := atomic.Int64{}
