@@ -288,13 +288,19 @@ func (r *registry) sampleResultLocked(t *target, res Result) {
 }
 
 // takeSampleLocked returns t's sample at now and starts counting its
-// passive outcomes afresh.
+// passive outcomes afresh. A target in maintenance (not probed) or that
+// its own probes find unhealthy has no latency: its last passing probes
+// say nothing of it now, and would weigh on its group's median. It starts
+// afresh, from three new passing probes.
 func takeSampleLocked(t *target, now time.Time) OutlierSample {
 	smp := OutlierSample{Target: t.spec.Name, Time: now}
 	if t.more == nil || t.more.samp == nil {
 		return smp
 	}
 	s := t.more.samp
+	if t.spec.Admin().Mode == ModeMaintenance || t.m.State == StateUnhealthy {
+		s.lat, s.at = s.lat[:0], 0
+	}
 	smp.Probes, smp.Passes, smp.Failures = len(s.lat), s.passes, s.failures
 	if len(s.lat) >= minLatencyProbes {
 		smp.Latency = median(s.lat)

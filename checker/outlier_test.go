@@ -146,3 +146,42 @@ func TestOutlierEjectionUnderThePanicThreshold(t *testing.T) {
 		t.Errorf("c back: %v", st.State)
 	}
 }
+
+// A member in maintenance is not probed: the latency of its last probes
+// says nothing of it now, so it is not judged, and neither is its
+// latency part of its group's median; nor is a member its own probes find
+// down. Here d and e answered slowly; e is then put in maintenance. At
+// the next judgement d is an outlier and e is not.
+func TestOutlierLeavesOutMembersNotProbed(t *testing.T) {
+	e := newEnv(t, checker.Config{MaxConcurrentProbes: 1})
+	for _, n := range []string{"a", "b", "c", "d", "e", "f"} {
+		s := spec(n)
+		s.Group, s.Interval, s.Timeout, s.Rise, s.Fall, s.InitialState = "edge", time.Hour, time.Second, 1, 1, checker.StateHealthy
+		e.add(t, s)
+	}
+	if _, err := e.c.SetGroupPolicy("edge", checker.GroupPolicy{MaxUnhealthyFraction: 1, Outlier: checker.OutlierPolicy{
+		LatencyFactor: 3, Consecutive: 1, Samples: 3, Interval: 10 * time.Second, MinMembers: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	e.c.Start()
+	e.probes.set("d", outcome{advance: 40 * time.Millisecond})
+	e.probes.set("e", outcome{advance: 40 * time.Millisecond})
+	for range 3 {
+		e.c.RunRound(context.Background())
+	}
+	if _, err := e.c.SetMode(checker.ModeRequest{Target: "e", Mode: checker.ModeMaintenance, Reason: "disk swap"}); err != nil {
+		t.Fatal(err)
+	}
+	e.probes.set("f", fail)
+	e.c.RunRound(context.Background()) // f down; e in maintenance is not probed
+	e.clock.Advance(10 * time.Second)
+	waitFor(t, "d an outlier", func() bool { st, _ := e.c.Status("d"); return st.Outlier != nil })
+	if st, _ := e.c.Status("d"); st.Outlier.Reason != "p50 40ms vs group 0s" {
+		t.Errorf("d: %q, want p50 40ms vs group 0s (a, b, c and d compared)", st.Outlier.Reason)
+	}
+	for _, n := range []string{"e", "f"} {
+		if st, _ := e.c.Status(n); st.Outlier != nil {
+			t.Errorf("%s, not probed or down, is an outlier: %+v", n, st.Outlier)
+		}
+	}
+}
