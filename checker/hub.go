@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 	"sync"
+	"time"
 )
 
 // hub is the watch hub: the history of published events and the watchers,
@@ -155,18 +156,19 @@ func (w *Watcher) NextAppend(buf []Event, max int) ([]Event, error) {
 	n := 0 // events taken
 	i := h.hist.after(w.cursor)
 	for ; i < h.hist.n; i++ {
-		e := h.hist.get(i)
+		rev := h.hist.rev(i)
 		// With a shared registry one revision can carry several events (a
 		// transaction that changed several targets, a transition and the
 		// policy event it caused). A batch ends between revisions, never
 		// inside one: the position is a revision, and a batch cut inside
 		// one would skip the rest of it.
-		if n >= max && e.Revision != w.cursor {
+		if n >= max && rev != w.cursor {
 			break
 		}
-		w.cursor = e.Revision
-		if w.matches(e) {
-			out = append(out, *e)
+		w.cursor = rev
+		if k := h.hist.at(i); w.matches(&k.about) {
+			out = append(out, Event{})
+			k.fill(&out[len(out)-1])
 			n++
 		}
 	}
@@ -190,14 +192,13 @@ func (w *Watcher) Progress() (rev uint64, ok bool) {
 	}
 	w.skipEvictedLocked()
 	for i := h.hist.after(w.cursor); i < h.hist.n; i++ {
-		e := h.hist.get(i)
-		if w.matches(e) {
+		if w.matches(&h.hist.at(i).about) {
 			return w.cursor, false
 		}
 		// The position moves past a revision only once every event of
 		// it is seen: a later event of the same revision may match.
-		if i+1 == h.hist.n || h.hist.get(i+1).Revision != e.Revision {
-			w.cursor = e.Revision
+		if rev := h.hist.rev(i); i+1 == h.hist.n || h.hist.rev(i+1) != rev {
+			w.cursor = rev
 		}
 	}
 	w.cursor = h.hist.last
@@ -228,7 +229,7 @@ func (w *Watcher) skipEvictedLocked() {
 		return
 	}
 	skip := h.hist.floor
-	if h.hist.n > 0 && h.hist.get(0).Revision == skip {
+	if h.hist.n > 0 && h.hist.rev(0) == skip {
 		skip-- // floor > cursor >= 0
 	}
 	w.cursor = max(w.cursor, skip)
@@ -245,17 +246,29 @@ func (w *Watcher) matchesTarget(name, group string) bool {
 	return (w.group == "" || w.group == group) && (w.names == nil || w.names[name])
 }
 
-func (w *Watcher) matches(e *Event) bool {
-	switch e.Kind {
+func (w *Watcher) matches(a *about) bool {
+	switch a.kind {
 	case EventCheckerDegraded, EventCheckerRecovered:
 		return true
 	case EventPanicEntered, EventPanicExited:
-		return w.group == "" || w.group == e.Policy.Group
+		return w.group == "" || w.group == a.group
 	}
-	if w.matchesTarget(e.Target(), e.Group()) {
+	if w.matchesTarget(a.target, a.group) {
 		return true
 	}
-	return e.Kind == EventUpdated && w.matchesTarget(e.Target(), e.prevGroup)
+	return a.kind == EventUpdated && w.matchesTarget(a.target, a.prevGroup)
+}
+
+// about is what a watcher's filter reads of an event.
+type about struct {
+	kind      EventKind
+	target    string // Target
+	group     string // Group
+	prevGroup string // EventUpdated: the group the target left
+}
+
+func aboutOf(e *Event) about {
+	return about{kind: e.Kind, target: e.Target(), group: e.Group(), prevGroup: e.prevGroup}
 }
 
 // endLocked ends w with err; h.mu must be held.
@@ -276,13 +289,13 @@ func (h *hub) endLocked(w *Watcher, err error) {
 // eachCandidateLocked calls f for every watcher whose group filter may
 // match e: watchers of every group, of e's group, and, for an update, of
 // the group the target left. Each watcher is visited once.
-func (h *hub) eachCandidateLocked(e *Event, f func(*Watcher)) {
+func (h *hub) eachCandidateLocked(e *about, f func(*Watcher)) {
 	visit := func(group string) {
 		for w := range h.watchers[group] {
 			f(w)
 		}
 	}
-	if e.Kind == EventCheckerDegraded || e.Kind == EventCheckerRecovered {
+	if e.kind == EventCheckerDegraded || e.kind == EventCheckerRecovered {
 		for _, set := range h.watchers { // rare: every watcher
 			for w := range set {
 				f(w)
@@ -291,10 +304,10 @@ func (h *hub) eachCandidateLocked(e *Event, f func(*Watcher)) {
 		return
 	}
 	visit("")
-	if g := e.Group(); g != "" {
-		visit(g)
+	if e.group != "" {
+		visit(e.group)
 	}
-	if e.Kind == EventUpdated && e.prevGroup != "" && e.prevGroup != e.Group() {
+	if e.kind == EventUpdated && e.prevGroup != "" && e.prevGroup != e.group {
 		visit(e.prevGroup)
 	}
 }
@@ -309,12 +322,12 @@ func (h *hub) publish(evs ...Event) {
 	var wake []*Watcher
 	h.mu.Lock()
 	for i := range evs {
-		e := &evs[i]
-		if evicted := h.hist.push(*e); evicted != nil {
-			h.evictedLocked(evicted)
+		if evicted, ok := h.hist.push(&evs[i]); ok {
+			h.evictedLocked(&evicted)
 		}
-		h.eachCandidateLocked(e, func(w *Watcher) {
-			if w.matches(e) {
+		a := &h.hist.at(h.hist.n - 1).about
+		h.eachCandidateLocked(a, func(w *Watcher) {
+			if w.matches(a) {
 				wake = append(wake, w)
 			}
 		})
@@ -349,9 +362,9 @@ func (h *hub) advancedLocked() {
 // evictedLocked ends every watcher that had not yet been handed an event
 // it matches that just left the history. Watchers it does not match skip it
 // lazily (skipEvictedLocked), so the cost is that of the matching watchers.
-func (h *hub) evictedLocked(e *Event) {
-	h.eachCandidateLocked(e, func(w *Watcher) {
-		if w.cursor < e.Revision && w.matches(e) {
+func (h *hub) evictedLocked(e *keptEvent) {
+	h.eachCandidateLocked(&e.about, func(w *Watcher) {
+		if w.cursor < e.rev && w.matches(&e.about) {
 			h.endLocked(w, &BehindError{LastDelivered: w.cursor})
 		}
 	})
@@ -430,47 +443,116 @@ func (h *hub) revision() uint64 {
 // increase but need not be dense: with a shared registry they are the
 // registry's revisions, and some of those are not events (see advance).
 type history struct {
-	buf   []Event
+	buf   []keptEvent
 	start int    // index of the oldest event
 	n     int    // events held
 	last  uint64 // the newest revision: the newest event's, or a later one without an event
 	floor uint64 // every event before floor, and perhaps some of floor, has left the history: a resume needs start >= floor
+
+	// The payloads, allocated a slab at a time: the collector marks a
+	// slab as one object, not each event's payload.
+	trs  slab[Transition]
+	pols slab[PolicyChange]
+	sts  slab[Status]
+}
+
+// slab hands out pointers to values copied into shared arrays of slabSize.
+// An array lives while any event that points into it is held; the history
+// evicts its oldest events first, so at most one array of each kind is
+// held in part.
+type slab[T any] struct{ buf []T }
+
+const slabSize = 64
+
+func (s *slab[T]) put(v *T) *T {
+	if len(s.buf) == cap(s.buf) {
+		s.buf = make([]T, 0, slabSize)
+	}
+	s.buf = append(s.buf, *v)
+	return &s.buf[len(s.buf)-1]
+}
+
+// keptEvent is an event as the history keeps it: what watchers' filters
+// read, the fields every event has, and the one payload its kind carries
+// (see Event) behind a pointer. An Event has room for every kind's
+// payload, a whole Status among them (992 bytes in all); kept so, a
+// transition costs about 300 bytes, and a history of 10,000 events a third
+// of the memory. A watcher's filter reads the event without rebuilding it,
+// and a matching event is rebuilt once, into the watcher's batch.
+type keptEvent struct {
+	about
+	rev  uint64
+	time time.Time
+	mode ModeChange
+	tr   *Transition   // EventTransition
+	pol  *PolicyChange // the policy kinds
+	st   *Status       // the others
+}
+
+// keep returns e as the history keeps it.
+func (h *history) keep(e *Event) keptEvent {
+	k := keptEvent{about: aboutOf(e), rev: e.Revision, time: e.Time, mode: e.Mode}
+	switch {
+	case e.Kind == EventTransition:
+		k.tr = h.trs.put(&e.Transition)
+	case e.Kind.IsPolicy():
+		k.pol = h.pols.put(&e.Policy)
+	default:
+		k.st = h.sts.put(&e.Status)
+	}
+	return k
+}
+
+// fill sets e, a zero Event, to the event as it was published.
+func (k *keptEvent) fill(e *Event) {
+	e.Revision, e.Kind, e.Time, e.Mode, e.prevGroup = k.rev, k.kind, k.time, k.mode, k.prevGroup
+	switch {
+	case k.tr != nil:
+		e.Transition = *k.tr
+	case k.pol != nil:
+		e.Policy = *k.pol
+	case k.st != nil:
+		e.Status = *k.st
+	}
 }
 
 func newHistory(size int, rev uint64) history {
-	return history{buf: make([]Event, size), last: rev, floor: rev}
+	return history{buf: make([]keptEvent, size), last: rev, floor: rev}
 }
 
-// get returns the i-th event held, oldest first.
-func (h *history) get(i int) *Event {
+// rev returns the revision of the i-th event held, oldest first.
+func (h *history) rev(i int) uint64 {
+	return h.buf[(h.start+i)%len(h.buf)].rev
+}
+
+// at returns the i-th event held, oldest first.
+func (h *history) at(i int) *keptEvent {
 	return &h.buf[(h.start+i)%len(h.buf)]
 }
 
 // after returns the index of the oldest event held whose revision is after
 // rev, or h.n if there is none.
 func (h *history) after(rev uint64) int {
-	if h.n == 0 || h.get(h.n-1).Revision <= rev {
+	if h.n == 0 || h.rev(h.n-1) <= rev {
 		return h.n // the common case: nothing new
 	}
-	return sort.Search(h.n, func(i int) bool { return h.get(i).Revision > rev })
+	return sort.Search(h.n, func(i int) bool { return h.rev(i) > rev })
 }
 
-// push appends e, whose revision is after last, and returns a copy of the
-// event it evicted, if any.
-func (h *history) push(e Event) *Event {
-	var evicted *Event
+// push appends e, whose revision is after last, and returns the event it
+// evicted, if any.
+func (h *history) push(e *Event) (evicted keptEvent, ok bool) {
 	if h.n == len(h.buf) {
-		old := h.buf[h.start]
-		evicted = &old
-		h.floor = old.Revision
-		h.buf[h.start] = e
+		evicted, ok = h.buf[h.start], true
+		h.floor = evicted.rev
+		h.buf[h.start] = h.keep(e)
 		h.start = (h.start + 1) % len(h.buf)
 	} else {
-		h.buf[(h.start+h.n)%len(h.buf)] = e
+		h.buf[(h.start+h.n)%len(h.buf)] = h.keep(e)
 		h.n++
 	}
 	h.last = e.Revision
-	return evicted
+	return evicted, ok
 }
 
 // advance moves the newest revision to rev, a revision without an event.

@@ -167,7 +167,10 @@ type PolicyChange struct {
 
 // Event is one change to the registry. The checker numbers events with one
 // revision counter: each event's Revision is one more than the previous
-// event's.
+// event's. An event carries the one payload its kind names: Transition for
+// EventTransition, Policy for a policy kind, Status (and, for
+// EventModeChanged, Mode) for the others; the watch history keeps that
+// one alone.
 type Event struct {
 	Revision uint64
 	Kind     EventKind
