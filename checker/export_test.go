@@ -89,3 +89,23 @@ func (c *committer) Due() (due time.Time, ok bool) {
 func (c *Checker) GroupWritesIdle() bool {
 	return c.repl == nil || c.repl.guard == nil || c.repl.guard.idle()
 }
+
+// SchedulerIdle reports whether the scheduler waits for a wake-up it has
+// armed no later than the first start due, with no change of the schedule
+// pending: a test that advances a fake clock then cannot step past a start
+// the scheduler has not seen. While a pass runs, or a wake-up is pending or
+// being taken, it is false.
+func (c *Checker) SchedulerIdle() bool {
+	s := c.sched
+	s.reg.lock()
+	defer s.reg.unlock()
+	if len(s.wake) > 0 {
+		return false
+	}
+	armed := s.stamp.due.Load() // see progress.set
+	if len(s.due) == 0 {
+		return armed == 0
+	}
+	head := max(int64(time.Unix(0, s.due[0].startNs).Sub(s.stamp.base)), 0) + 1
+	return armed != 0 && armed <= head
+}
