@@ -164,6 +164,7 @@ func (r *registry) putSpecLocked(spec Spec, p Prober, st *SharedState, stateRev 
 	var fixed *target // the quarantined target this spec replaces
 	if t != nil && t.quarantined() != "" {
 		fixed, t = t, nil
+		fixed.gone = true
 	}
 	if t == nil {
 		if p == nil {

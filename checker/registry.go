@@ -147,6 +147,7 @@ func (r *registry) deleteLocked(name string, at time.Time, reason string) *targe
 		}})
 	}
 	delete(r.targets, name)
+	t.gone = true
 	delete(r.timed, t)
 	if t.quarantined() == "" { // a quarantined target is in no heap and no pool
 		r.sched.removeLocked(t)
@@ -427,7 +428,7 @@ func (r *registry) eachLocked(f func(*target)) {
 
 // currentLocked reports whether t is still registered (not removed, nor
 // replaced by a target of the same name).
-func (r *registry) currentLocked(t *target) bool { return r.targets[t.spec.Name] == t }
+func (r *registry) currentLocked(t *target) bool { return !t.gone }
 
 // probedLocked reports whether this checker probes t: it is not
 // quarantined nor in maintenance and, with a shared registry, this replica

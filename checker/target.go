@@ -30,6 +30,7 @@ type target struct {
 	proposing bool // with a shared registry: a state write is on its way
 	reprobing bool // a lost connection brought a probe forward, and its results lead down; see reprobe.go
 	flapShown bool // flapping, as the last state record applied said (FLAPPING events follow it)
+	gone      bool // removed, or replaced by a target of its name: a job for it is stale
 
 	slot time.Time // the scheduled start of the last scheduled probe; zero before the first
 	next time.Time // when the next probe is due
