@@ -31,20 +31,36 @@ func BenchmarkObserveProbe(b *testing.B) {
 }
 
 // BenchmarkMemoryPerTarget reports the heap a probed target's history
-// takes with a history file, bbolt's own heap included, as bytes/target,
-// and the file's size after one Flush as file-bytes/target;
-// -benchtime=Nx sets the number of targets.
+// takes, as bytes/target: with a history file (bbolt's own heap included,
+// and the file's size after one Flush as file-bytes/target) and in memory
+// only, as pulsed keeps it without a data directory. -benchtime=Nx sets
+// the number of targets.
 func BenchmarkMemoryPerTarget(b *testing.B) {
+	b.Run("file", func(b *testing.B) {
+		path := filepath.Join(b.TempDir(), "history.db")
+		memoryPerTarget(b, func() *history.Recorder {
+			db := openDB(b, path)
+			b.Cleanup(func() { db.Close() })
+			r, err := history.Open(db, history.Options{Clock: fakeclock.New(t0)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return r
+		})
+		if fi, err := os.Stat(path); err == nil {
+			b.ReportMetric(float64(fi.Size())/float64(b.N), "file-bytes/target")
+		}
+	})
+	b.Run("memory", func(b *testing.B) {
+		memoryPerTarget(b, func() *history.Recorder { return history.New(history.Options{Clock: fakeclock.New(t0)}) })
+	})
+}
+
+func memoryPerTarget(b *testing.B, open func() *history.Recorder) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	path := filepath.Join(b.TempDir(), "history.db")
-	db := openDB(b, path)
-	defer db.Close()
-	r, err := history.Open(db, history.Options{Clock: fakeclock.New(t0)})
-	if err != nil {
-		b.Fatal(err)
-	}
+	r := open()
 	for i := 0; i < b.N; i++ {
 		s := checker.Spec{Name: fmt.Sprintf("target-%07d", i), Group: "g"}
 		r.ObserveProbe(s, checker.Result{Pass: true, Latency: time.Millisecond, Time: t0})
@@ -68,9 +84,6 @@ func BenchmarkMemoryPerTarget(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(time.Since(start).Milliseconds()), "flush-ms")
-	if fi, err := os.Stat(path); err == nil {
-		b.ReportMetric(float64(fi.Size())/float64(b.N), "file-bytes/target")
-	}
 }
 
 // BenchmarkFileBytes30Days reports the size of a history file holding 30
@@ -103,6 +116,37 @@ func BenchmarkFileBytes30Days(b *testing.B) {
 	if fi, err := os.Stat(path); err == nil {
 		b.ReportMetric(float64(fi.Size())/float64(b.N), "file-bytes/target")
 	}
+}
+
+// BenchmarkMemory30Days reports the heap that 30 days of history of b.N
+// targets probed every 10 minutes take in memory only (history.New), as
+// bytes/target.
+func BenchmarkMemory30Days(b *testing.B) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	clock := fakeclock.New(t0)
+	r := history.New(history.Options{Clock: clock, MaxEvents: 100})
+	for h := 0; h < history.HourSlots; h++ {
+		at := t0.Add(time.Duration(h) * time.Hour)
+		for i := 0; i < b.N; i++ {
+			s := checker.Spec{Name: fmt.Sprintf("target-%07d", i), Group: "g"}
+			for m := 0; m < 60; m += 10 {
+				r.ObserveProbe(s, checker.Result{Pass: (h+m)%7 != 0, Latency: time.Duration(h%300) * time.Millisecond, Time: at.Add(time.Duration(m) * time.Minute)})
+			}
+			if h%7 == 0 {
+				r.ObserveTransition(checker.Transition{Target: s.Name, Group: "g", Time: at, Reason: "a transition with a reason of some length"})
+			}
+		}
+		clock.Advance(time.Hour)
+		if err := r.Flush(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(b.N), "bytes/target")
+	runtime.KeepAlive(r)
 }
 
 // BenchmarkQuery30Days is one target's History over 30 days by the hour,

@@ -12,9 +12,9 @@
 // and failures only; latency percentiles have an hour's resolution.
 //
 // Memory holds, per target, only what was recorded since the last Flush:
-// the current hour's counts, latency buckets and minutes (1.1 KiB a target
-// at 100,000 targets, with the target's name and the file's own memory;
-// BENCHMARKS.md). Flush adds it to a store: a bbolt file of the history's
+// the current hour's counts, latency buckets and minutes (about 870 bytes
+// a target at 100,000 targets, with the target's name and the file's own
+// memory; BENCHMARKS.md). Flush adds it to a store: a bbolt file of the history's
 // own (Open), or memory (New), which keeps 30 days of hours, 24 hours of
 // minutes and the last MaxEvents events of a target, prunes what is older
 // (Flush, once an hour) and deletes a removed target's history. A query
@@ -115,15 +115,85 @@ type hourDelta struct {
 }
 
 func (d *hourDelta) record(minuteOfHour int, pass bool, bucket int, lat time.Duration) {
-	d.sum.count++
-	d.sum.lat[bucket]++
-	d.sum.latSum += uint64(max(lat, 0) / time.Microsecond)
-	m := &d.min[minuteOfHour]
+	d.sum.record(pass, bucket, lat)
+	d.min[minuteOfHour].record(pass)
+}
+
+func (h *hourSum) record(pass bool, bucket int, lat time.Duration) {
+	h.count++
+	h.lat[bucket]++
+	h.latSum += uint64(max(lat, 0) / time.Microsecond)
+	if !pass {
+		h.fails++
+	}
+}
+
+func (m *minute) record(pass bool) {
 	m.count = sat16(m.count)
 	if !pass {
-		d.sum.fails++
 		m.fails = sat16(m.fails)
 	}
+}
+
+// curHour is the unflushed part of a target's newest hour. Flush runs
+// about once a minute, so between two a target touches one or two minutes
+// of the hour: those are kept in few, and a third spills them into a whole
+// hour of minutes (as when the store cannot be written for a while). That
+// keeps a target's series at 112 bytes, not 352.
+type curHour struct {
+	hr   int64 // -1 before the first probe
+	sum  hourSum
+	few  [2]minuteAt
+	nFew uint8
+	all  *[60]minute // nil until a third minute is recorded
+}
+
+// minuteAt is one minute of a curHour.
+type minuteAt struct {
+	at uint8 // minute of the hour
+	minute
+}
+
+func (c *curHour) record(minuteOfHour int, pass bool, bucket int, lat time.Duration) {
+	c.sum.record(pass, bucket, lat)
+	c.minute(minuteOfHour).record(pass)
+}
+
+// minute returns the counts of the given minute of the hour, making room
+// for them.
+func (c *curHour) minute(minuteOfHour int) *minute {
+	if c.all != nil {
+		return &c.all[minuteOfHour]
+	}
+	for i := range c.few[:c.nFew] {
+		if int(c.few[i].at) == minuteOfHour {
+			return &c.few[i].minute
+		}
+	}
+	if int(c.nFew) < len(c.few) {
+		f := &c.few[c.nFew]
+		*f = minuteAt{at: uint8(minuteOfHour)}
+		c.nFew++
+		return &f.minute
+	}
+	c.all = new([60]minute)
+	for _, f := range c.few {
+		c.all[f.at] = f.minute
+	}
+	return &c.all[minuteOfHour]
+}
+
+// delta returns what c holds as an hourDelta.
+func (c *curHour) delta() hourDelta {
+	d := hourDelta{hr: c.hr, sum: c.sum}
+	if c.all != nil {
+		d.min = *c.all
+		return d
+	}
+	for _, f := range c.few[:c.nFew] {
+		d.min[f.at] = f.minute
+	}
+	return d
 }
 
 // series is what memory holds of a target.
@@ -131,9 +201,8 @@ type series struct {
 	group string
 	// stored is false until the store knows the target's group (Flush).
 	stored bool
-	// cur is the unflushed part of the newest hour recorded; cur.hr is -1
-	// before the first probe.
-	cur hourDelta
+	// cur is the unflushed part of the newest hour recorded.
+	cur curHour
 }
 
 // Recorder keeps the history of every observed target. Its methods are
@@ -175,7 +244,7 @@ type Recorder struct {
 var _ checker.RemovalObserver = (*Recorder)(nil)
 
 // New returns an empty Recorder that keeps its history in memory only:
-// up to about 50 KiB per target with 30 days recorded.
+// up to about 76 KiB per target with 30 days recorded.
 func New(o Options) *Recorder {
 	return newRecorder(o, newMemStore())
 }
@@ -230,9 +299,9 @@ func (r *Recorder) ObserveProbe(spec checker.Spec, res checker.Result) {
 	case h == s.cur.hr:
 	case h > s.cur.hr:
 		if s.cur.sum.count > 0 {
-			r.pendLocked(spec.Name, s.cur)
+			r.pendLocked(spec.Name, s.cur.delta())
 		}
-		s.cur = hourDelta{hr: h}
+		s.cur = curHour{hr: h}
 	case h <= s.cur.hr-HourSlots:
 		return // older than is kept
 	default:

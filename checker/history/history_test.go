@@ -3,7 +3,6 @@ package history_test
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"testing"
 	"time"
 
@@ -42,6 +41,42 @@ func TestMinutesCountProbesAndFailures(t *testing.T) {
 	}
 	if want := 55.0 / 61; s.Availability != want {
 		t.Errorf("availability = %v, want %v", s.Availability, want)
+	}
+}
+
+// Each minute keeps its own counts whether Flush runs every minute, every
+// few minutes or not at all within the hour, and whether the query comes
+// before or after it.
+func TestMinutesWhateverTheFlushes(t *testing.T) {
+	for _, every := range []int{1, 2, 3, 7, 60} {
+		t.Run(fmt.Sprintf("flush every %d min", every), func(t *testing.T) {
+			clk := fakeclock.New(t0)
+			r := history.New(history.Options{Clock: clk})
+			// Minute m has m+1 probes, of which the first m%3 fail.
+			for m := 0; m < 10; m++ {
+				for i := 0; i <= m; i++ {
+					probe(r, "a", t0.Add(time.Duration(m)*time.Minute+time.Duration(i)*time.Second), i >= m%3, time.Millisecond)
+				}
+				if (m+1)%every == 0 {
+					clk.Advance(t0.Add(time.Duration(m+1) * time.Minute).Sub(clk.Now()))
+					if err := r.Flush(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			s, err := r.Query("a", t0.Add(10*time.Minute-time.Second), 10*time.Minute, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(s.Points) != 10 {
+				t.Fatalf("points = %d, want 10", len(s.Points))
+			}
+			for m, p := range s.Points {
+				if p.Probes != uint64(m+1) || p.Fails != uint64(m%3) {
+					t.Errorf("minute %d = %d probes, %d fails; want %d, %d", m, p.Probes, p.Fails, m+1, m%3)
+				}
+			}
+		})
 	}
 }
 
@@ -140,23 +175,6 @@ func TestQueryBounds(t *testing.T) {
 			t.Errorf("Query(%v, %v) err = %v, want a RangeError on %s", c.window, c.res, err, c.field)
 		}
 	}
-}
-
-// TestMemoryPerTarget measures the memory a probed target's history takes.
-func TestMemoryPerTarget(t *testing.T) {
-	const n = 1000
-	r := history.New(history.Options{})
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for i := 0; i < n; i++ {
-		probe(r, fmt.Sprint("t", i), t0, true, time.Millisecond)
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	per := (after.HeapAlloc - before.HeapAlloc) / n
-	t.Logf("history memory per probed target: %d bytes", per)
-	runtime.KeepAlive(r)
 }
 
 func TestProbeInFlightAtRemovalDoesNotBringHistoryBack(t *testing.T) {

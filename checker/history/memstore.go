@@ -6,8 +6,8 @@ import (
 )
 
 // memStore keeps the flushed history in memory, for a pulsed without a
-// data directory: per target the hours recorded (56 bytes each with their
-// number), 24 hours of minutes (240 bytes an hour) and the last events.
+// data directory: per target the hours recorded (64 bytes each with their
+// number), 24 hours of minutes (256 bytes an hour) and the last events.
 // Its user holds the recorder's flushMu.
 type memStore struct {
 	series map[string]*memSeries
@@ -15,8 +15,8 @@ type memStore struct {
 
 type memSeries struct {
 	group   string
-	hours   []memHour // by hour number
-	minutes map[int64]*[60]minute
+	hours   []memHour    // by hour number
+	minutes []memMinutes // by hour number, the last 24 hours at most
 	events  []Event
 }
 
@@ -25,12 +25,17 @@ type memHour struct {
 	sum hourSum
 }
 
+type memMinutes struct {
+	hr  int64
+	min *[60]minute
+}
+
 func newMemStore() *memStore { return &memStore{series: make(map[string]*memSeries)} }
 
 func (m *memStore) get(name string) *memSeries {
 	s := m.series[name]
 	if s == nil {
-		s = &memSeries{minutes: make(map[int64]*[60]minute)}
+		s = &memSeries{}
 		m.series[name] = s
 	}
 	return s
@@ -63,10 +68,9 @@ func (m *memStore) apply(b *batch) error {
 			if i > 0 {
 				s.hours = append([]memHour(nil), s.hours[i:]...)
 			}
-			for hr := range s.minutes {
-				if hr < b.pruneMinutes {
-					delete(s.minutes, hr)
-				}
+			k := sort.Search(len(s.minutes), func(i int) bool { return s.minutes[i].hr >= b.pruneMinutes })
+			if k > 0 {
+				s.minutes = append([]memMinutes(nil), s.minutes[k:]...)
 			}
 			j := sort.Search(len(s.events), func(i int) bool { return !s.events[i].Time.Before(b.pruneEvents) })
 			if j > 0 {
@@ -89,15 +93,27 @@ func (s *memSeries) addHour(d *hourDelta) {
 	if d.min == zero {
 		return
 	}
-	mm := s.minutes[d.hr]
+	mm := s.minutesOf(d.hr)
 	if mm == nil {
 		mm = new([60]minute)
-		s.minutes[d.hr] = mm
+		k := sort.Search(len(s.minutes), func(i int) bool { return s.minutes[i].hr >= d.hr })
+		s.minutes = append(s.minutes, memMinutes{})
+		copy(s.minutes[k+1:], s.minutes[k:])
+		s.minutes[k] = memMinutes{hr: d.hr, min: mm}
 	}
 	for j, v := range d.min {
 		mm[j].count = satAdd16(mm[j].count, v.count)
 		mm[j].fails = satAdd16(mm[j].fails, v.fails)
 	}
+}
+
+// minutesOf returns the minutes kept of hour hr, or nil.
+func (s *memSeries) minutesOf(hr int64) *[60]minute {
+	k := sort.Search(len(s.minutes), func(i int) bool { return s.minutes[i].hr >= hr })
+	if k < len(s.minutes) && s.minutes[k].hr == hr {
+		return s.minutes[k].min
+	}
+	return nil
 }
 
 func (m *memStore) read(name string, sp *span, from, to time.Time) ([]Event, error) {
@@ -108,7 +124,7 @@ func (m *memStore) read(name string, sp *span, from, to time.Time) ([]Event, err
 	toHr := sp.fromHr + int64(len(sp.hours)) - 1
 	for i := sort.Search(len(s.hours), func(i int) bool { return s.hours[i].hr >= sp.fromHr }); i < len(s.hours) && s.hours[i].hr <= toHr; i++ {
 		h := &s.hours[i]
-		sp.addHour(h.hr, &h.sum, s.minutes[h.hr])
+		sp.addHour(h.hr, &h.sum, s.minutesOf(h.hr))
 	}
 	var evs []Event
 	for _, ev := range s.events {

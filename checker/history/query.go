@@ -153,7 +153,8 @@ func (r *Recorder) queryRLocked(name string, now time.Time, window, resolution t
 	}
 	sum := Summary{Target: name, Group: s.group, Availability: -1, TimeAvailability: -1}
 	if s.cur.hr >= 0 {
-		sp.addHour(s.cur.hr, &s.cur.sum, &s.cur.min)
+		d := s.cur.delta()
+		sp.addHour(d.hr, &d.sum, &d.min)
 	}
 	for _, d := range r.pending[name] {
 		sp.addHour(d.hr, &d.sum, &d.min)

@@ -73,9 +73,9 @@ func (r *Recorder) Flush() error {
 			s.stored = true
 		}
 		if s.cur.sum.count > 0 {
-			d := s.cur
+			d := s.cur.delta()
 			b.hours[name] = append(b.hours[name], &d)
-			s.cur = hourDelta{hr: s.cur.hr}
+			s.cur = curHour{hr: s.cur.hr}
 		}
 	}
 	r.mu.Unlock()
