@@ -225,7 +225,7 @@ func steady(ctx context.Context, o Options, farm *Farm, pids []int, etcdPid int,
 			return fmt.Errorf("perf record: %w", err)
 		}
 	}
-	if err := sleepCtx(ctx, r.Window); err != nil {
+	if err := sampleRSS(ctx, r, pids, r.Window); err != nil {
 		return err
 	}
 	if perf != nil {
@@ -267,8 +267,8 @@ func steady(ctx context.Context, o Options, farm *Farm, pids []int, etcdPid int,
 	if etcdPid != 0 {
 		etcd = fmt.Sprintf(", etcd %.1f µs CPU/probe (%.2f cores), etcd RSS %s MiB", r.EtcdCPUPerProbe(), perWindow(r.EtcdCPU, r.Window), fmtMiB(r.EtcdRSS))
 	}
-	o.logf("  %s: window %s: %d probes (%.1f%% of scheduled, %.2f%% late), %.2f new connections/probe, %.1f µs CPU/probe (%.2f cores), RSS %s MiB%s, farm %.2f cores, other processes %.2f cores",
-		r.System, r.Window, r.Probes, 100*r.DoneFraction(), 100*r.LateFraction(), r.ConnsPerProbe(), r.CPUPerProbe(), r.Cores(), fmtMiB(r.RSS), etcd, r.FarmCPU.Seconds()/r.Window.Seconds(), r.OtherCPU.Seconds()/r.Window.Seconds())
+	o.logf("  %s: window %s: %d probes (%.1f%% of scheduled, %.2f%% late), %.2f new connections/probe, %.1f µs CPU/probe (%.2f cores), RSS %s MiB (window mean %s, max %s)%s, farm %.2f cores, other processes %.2f cores",
+		r.System, r.Window, r.Probes, 100*r.DoneFraction(), 100*r.LateFraction(), r.ConnsPerProbe(), r.CPUPerProbe(), r.Cores(), fmtMiB(r.RSS), fmtMiB(r.MeanRSS), fmtMiB(r.MaxRSS), etcd, r.FarmCPU.Seconds()/r.Window.Seconds(), r.OtherCPU.Seconds()/r.Window.Seconds())
 	return nil
 }
 
@@ -361,6 +361,34 @@ func waitUntil(ctx context.Context, deadline time.Time, cond func() bool) (bool,
 		}
 	}
 	return true, nil
+}
+
+// sampleRSS waits d, reading the VmRSS of pids (summed) every half
+// second, and sets r's MeanRSS and MaxRSS from the readings.
+func sampleRSS(ctx context.Context, r *SystemResult, pids []int, d time.Duration) error {
+	end := time.Now().Add(d)
+	var sum, n uint64
+	r.MeanRSS, r.MaxRSS = 0, 0
+	for {
+		var rss uint64
+		for _, pid := range pids {
+			v, _, err := procMem(pid)
+			if err != nil {
+				return err
+			}
+			rss += v
+		}
+		sum, n = sum+rss, n+1
+		r.MaxRSS = max(r.MaxRSS, rss)
+		r.MeanRSS = sum / n
+		left := time.Until(end)
+		if left <= 0 {
+			return nil
+		}
+		if err := sleepCtx(ctx, min(left, 500*time.Millisecond)); err != nil {
+			return err
+		}
+	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

@@ -79,6 +79,10 @@ type SystemResult struct {
 	// over the replicas; BaseRSS is VmRSS before any target was registered
 	// (Pulse only).
 	RSS, PeakRSS, BaseRSS uint64
+	// MeanRSS and MaxRSS are VmRSS read every half second through the
+	// window (summed over the replicas): RSS at one instant depends on
+	// where the garbage collector's cycle is, and these do not.
+	MeanRSS, MaxRSS uint64
 	// ProcRSS is each replica's VmRSS at the end of the window, with more
 	// than one; EtcdRSS etcd's (replica runs only).
 	ProcRSS []uint64
