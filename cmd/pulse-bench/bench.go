@@ -96,7 +96,7 @@ type Options struct {
 	// instead of Pulse and HAProxy; EtcdBin is the etcd binary.
 	Replicas []int
 	EtcdBin  string
-	// RegisterWorkers AddTarget calls run at once.
+	// RegisterWorkers AddTarget calls run at once, with -register.
 	RegisterWorkers int
 	// NoFile, when positive, is the open-file limit (soft and hard) both
 	// checkers run under: pulsed through prlimit(1), HAProxy by its
@@ -428,7 +428,7 @@ func runPulse(ctx context.Context, o Options, farm *Farm, p ScalePoint, flipped 
 		o.logf("  Pulse: group bench's outlier detection on, latency factor %g", o.OutlierFactor)
 	}
 	start := time.Now()
-	if err := proc.register(ctx, farm, o.RegisterWorkers, o.BodyContains); err != nil {
+	if err := proc.register(ctx, farm, o.BodyContains); err != nil {
 		return nil, err
 	}
 	o.logf("  Pulse: registered %d targets in %s", p.Targets, time.Since(start).Round(time.Millisecond))
@@ -443,7 +443,11 @@ func runPulse(ctx context.Context, o Options, farm *Farm, p ScalePoint, flipped 
 		r.Notes = append(r.Notes, fmt.Sprintf("only %d of %d targets became healthy before the window", r.Healthy, p.Targets))
 	}
 	o.logf("  Pulse: %d of %d healthy after %s", r.Healthy, p.Targets, time.Since(start).Round(time.Millisecond))
-	if err := sleepCtx(ctx, p.Interval); err != nil { // the warm-up's transitions are logged and delivered
+	// Two intervals more: the warm-up's transitions are logged and
+	// delivered, and the first probes, due within an interval of the
+	// registration, which a large fleet registers within seconds, are
+	// caught up with before the window.
+	if err := sleepCtx(ctx, 2*p.Interval); err != nil {
 		return nil, err
 	}
 	if err := steady(ctx, o, farm, []int{pid}, 0, r); err != nil {

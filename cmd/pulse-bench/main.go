@@ -10,7 +10,8 @@
 //     `go build ./cmd/pulsed` from the module root), starts pulsed with
 //     -data-dir "" -http-listen "" -rate-limit 0 -max-targets 0
 //     -max-targets-per-group 0 -listen 127.0.0.1:0, registers the N targets
-//     through the gRPC API and waits until all are healthy;
+//     through the gRPC API (AddTargets batches) and waits until all are
+//     healthy;
 //  2. over a steady window, measures pulsed's CPU (utime+stime from
 //     /proc/<pid>/stat) per probe the farm answered, its VmRSS, and the
 //     probes done against the probes scheduled, with the late ones;
@@ -114,7 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (cliFlags, error) {
 	fs.StringVar(&f.replicas, "replicas", "", "measure these `counts` of pulsed replicas sharing the fleet on etcd (e.g. 1,2,3), each against one pulsed on the embedded registry, instead of Pulse and HAProxy: steady window only, no detection or delivery")
 	fs.StringVar(&f.opts.EtcdBin, "etcd", "", "etcd `binary` for -replicas; empty builds go.etcd.io/etcd/server/v3 (pinned in go.mod) from the module root")
 	fs.IntVar(&f.opts.NoFile, "nofile", 0, "run pulsed (through prlimit) and HAProxy (ulimit-n) under this open-file `limit`, soft and hard, e.g. below the number of targets; 0: the harness's own")
-	fs.IntVar(&f.opts.RegisterWorkers, "register-workers", 32, "AddTarget calls in flight at once")
+	fs.IntVar(&f.opts.RegisterWorkers, "register-workers", 32, "AddTarget calls in flight at once, with -register (the other measurements register their targets with AddTargets)")
 	fs.StringVar(&f.opts.PerfDir, "perf-dir", "", "record a profile (perf record -g) of each checker's steady window into this `directory`; needs perf, whose own CPU shows as other processes'")
 	fs.IntVar(&f.opts.BodyBytes, "body-bytes", 0, "healthy targets answer a body of this many `bytes` ending in \"ready\"; 0: \"ok\\n\"")
 	fs.StringVar(&f.opts.BodyContains, "body-contains", "", "pulsed's probes expect the body to contain this `text` (http.body_contains)")

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os/exec"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -108,35 +107,22 @@ func (p *pulsedProc) setOutliers(ctx context.Context, factor float64) error {
 	return nil
 }
 
-// register adds every farm target to pulsed, workers at a time.
-func (p *pulsedProc) register(ctx context.Context, farm *Farm, workers int, bodyContains string) error {
-	next := atomic.Int64{}
-	var firstErr error
-	var once sync.Once
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= farm.Len() || ctx.Err() != nil {
-					return
-				}
-				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				_, err := p.api.AddTarget(cctx, &pb.AddTargetRequest{Target: &pb.Target{
-					Name:  targetName(i),
-					Group: "bench",
-					Probe: &pb.Target_Http{Http: &pb.HttpProbe{Url: farm.URL(i), BodyContains: bodyContains}},
-				}})
-				cancel()
-				if err != nil {
-					once.Do(func() { firstErr = fmt.Errorf("AddTarget %s: %w", targetName(i), err) })
-					return
-				}
-			}
-		})
+// register adds every farm target to pulsed in AddTargets batches, as the
+// Go client's AddMany sends them; the checker spreads their first probes
+// over the interval.
+func (p *pulsedProc) register(ctx context.Context, farm *Farm, bodyContains string) error {
+	targets := make([]*pb.Target, farm.Len())
+	for i := range targets {
+		targets[i] = &pb.Target{
+			Name:  targetName(i),
+			Group: "bench",
+			Probe: &pb.Target_Http{Http: &pb.HttpProbe{Url: farm.URL(i), BodyContains: bodyContains}},
+		}
 	}
-	wg.Wait()
-	return firstErr
+	if _, err := addInBatches(ctx, p.api, targets); err != nil {
+		return fmt.Errorf("AddTargets: %w", err)
+	}
+	return nil
 }
 
 // tracker follows one WatchTransitions stream from the start of the

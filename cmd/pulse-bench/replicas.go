@@ -334,7 +334,7 @@ func runReplicas(ctx context.Context, o Options, farm *Farm, p ScalePoint, k int
 	if err != nil {
 		return nil, err
 	}
-	if err := procs[0].register(ctx, farm, o.RegisterWorkers, o.BodyContains); err != nil {
+	if err := procs[0].register(ctx, farm, o.BodyContains); err != nil {
 		return nil, err
 	}
 	o.logf("  %s: registered %d targets in %s", r.System, p.Targets, time.Since(start).Round(time.Millisecond))
