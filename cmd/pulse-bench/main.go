@@ -13,7 +13,8 @@
 //     through the gRPC API (AddTargets batches) and waits until all are
 //     healthy;
 //  2. over a steady window, measures pulsed's CPU (utime+stime from
-//     /proc/<pid>/stat) per probe the farm answered, its VmRSS, and the
+//     /proc/<pid>/stat) per probe the farm answered, its VmRSS (the mean
+//     of readings every half second through the window), and the
 //     probes done against the probes scheduled, with the late ones;
 //  3. flips -flip-fraction of the targets to failing (or hanging) and
 //     times each transition's arrival on WatchTransitions, from the flip

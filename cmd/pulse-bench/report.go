@@ -174,21 +174,31 @@ func perWindow(d, w time.Duration) float64 {
 	return d.Seconds() / w.Seconds()
 }
 
-// RSSPerTarget is VmRSS over the targets, in KiB.
+// WindowRSS is the RSS the report gives: the mean over the window, or
+// the RSS at its end where there was no reading through it.
+func (r *SystemResult) WindowRSS() uint64 {
+	if r.MeanRSS > 0 {
+		return r.MeanRSS
+	}
+	return r.RSS
+}
+
+// RSSPerTarget is WindowRSS over the targets, in KiB.
 func (r *SystemResult) RSSPerTarget() float64 {
 	if r.Targets == 0 {
 		return 0
 	}
-	return float64(r.RSS) / 1024 / float64(r.Targets)
+	return float64(r.WindowRSS()) / 1024 / float64(r.Targets)
 }
 
-// MarginalRSSPerTarget is (VmRSS - BaseRSS) over the targets, in KiB; 0
-// without a base.
+// MarginalRSSPerTarget is (WindowRSS - BaseRSS) over the targets, in KiB;
+// 0 without a base.
 func (r *SystemResult) MarginalRSSPerTarget() float64 {
-	if r.Targets == 0 || r.BaseRSS == 0 || r.RSS < r.BaseRSS {
+	rss := r.WindowRSS()
+	if r.Targets == 0 || r.BaseRSS == 0 || rss < r.BaseRSS {
 		return 0
 	}
-	return float64(r.RSS-r.BaseRSS) / 1024 / float64(r.Targets)
+	return float64(rss-r.BaseRSS) / 1024 / float64(r.Targets)
 }
 
 // Point is one scale point, both checkers against the same farm.
@@ -301,7 +311,7 @@ func (r Report) Markdown() string {
 		fmt.Fprintf(&b, "Source: %s.\n\n", r.Source)
 	}
 	if len(r.Points) > 0 {
-		b.WriteString("| targets | interval | checker | healthy | probes done / scheduled | late | gap p50 / p99 / max | new conns/probe | CPU µs/probe | cores (farm, other) | RSS MiB | RSS KiB/target | detect p50 / p99 (from flip) | detect p50 / p99 (from 1st failed probe) | delivery p50 / p99 / max |\n")
+		b.WriteString("| targets | interval | checker | healthy | probes done / scheduled | late | gap p50 / p99 / max | new conns/probe | CPU µs/probe | cores (farm, other) | RSS MiB (window mean) | RSS KiB/target | detect p50 / p99 (from flip) | detect p50 / p99 (from 1st failed probe) | delivery p50 / p99 / max |\n")
 		b.WriteString("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, p := range r.Points {
 			for _, s := range p.systems() {
@@ -324,7 +334,7 @@ func (r Report) Markdown() string {
 					fmtCount(p.Targets), p.Interval, s.System, s.Healthy,
 					s.Probes, s.Scheduled(), 100*s.DoneFraction(), 100*s.LateFraction(),
 					fmtDur(s.GapP50), fmtDur(s.GapP99), fmtDur(s.GapMax),
-					s.ConnsPerProbe(), s.CPUPerProbe(), s.Cores(), s.FarmCores(), s.OtherCores(), fmtMiB(s.RSS), rss,
+					s.ConnsPerProbe(), s.CPUPerProbe(), s.Cores(), s.FarmCores(), s.OtherCores(), fmtMiB(s.WindowRSS()), rss,
 					fmtLat(s.Detect), fmtLat(s.DetectFirstFail), delivery)
 			}
 		}
@@ -336,7 +346,7 @@ func (r Report) Markdown() string {
 			}
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s vs %s |\n", fmtCount(p.Targets), p.Interval,
 				fmtRatio(p.Pulse.CPUPerProbe(), p.HAProxy.CPUPerProbe()),
-				fmtRatio(float64(p.Pulse.RSS), float64(p.HAProxy.RSS)),
+				fmtRatio(float64(p.Pulse.WindowRSS()), float64(p.HAProxy.WindowRSS())),
 				fmtDur(p.Pulse.DetectFirstFail.P99), fmtDur(p.HAProxy.DetectFirstFail.P99))
 		}
 		if v := r.Verdicts(); len(v) > 0 {

@@ -87,6 +87,14 @@ func TestSystemResultDerivedNumbers(t *testing.T) {
 			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
 		}
 	}
+	// Read through the window, the mean is what the report gives.
+	r.MeanRSS = 60 << 20
+	if got, want := r.RSSPerTarget(), 6.144; math.Abs(got-want) > 1e-9 {
+		t.Errorf("RSSPerTarget with a window mean = %v, want %v", got, want)
+	}
+	if got, want := r.MarginalRSSPerTarget(), 4.096; math.Abs(got-want) > 1e-9 {
+		t.Errorf("MarginalRSSPerTarget with a window mean = %v, want %v", got, want)
+	}
 	var zero SystemResult
 	for name, v := range map[string]float64{
 		"Scheduled": zero.Scheduled(), "DoneFraction": zero.DoneFraction(), "LateFraction": zero.LateFraction(),
