@@ -247,16 +247,13 @@ func steady(ctx context.Context, o Options, farm *Farm, pids []int, etcdPid int,
 	r.OtherCPU = max(host1-host0-r.CPU-r.EtcdCPU-r.FarmCPU, 0)
 	r.Probes, r.Late, r.Conns = d.Probes, d.Late, d.Conns
 	r.GapP50, r.GapP99, r.GapMax = d.GapQuantile(0.5), d.GapQuantile(0.99), d.GapQuantile(1)
-	r.RSS, r.PeakRSS, r.ProcRSS = 0, 0, nil
+	r.RSS, r.PeakRSS = 0, 0
 	for _, pid := range pids {
 		rss, peak, err := procMem(pid)
 		if err != nil {
 			return err
 		}
 		r.RSS, r.PeakRSS = r.RSS+rss, r.PeakRSS+peak
-		if len(pids) > 1 {
-			r.ProcRSS = append(r.ProcRSS, rss)
-		}
 	}
 	if etcdPid != 0 {
 		if r.EtcdRSS, _, err = procMem(etcdPid); err != nil {
@@ -363,24 +360,33 @@ func waitUntil(ctx context.Context, deadline time.Time, cond func() bool) (bool,
 	return true, nil
 }
 
-// sampleRSS waits d, reading the VmRSS of pids (summed) every half
-// second, and sets r's MeanRSS and MaxRSS from the readings.
+// sampleRSS waits d, reading the VmRSS of pids every half second, and
+// sets r's MeanRSS and MaxRSS (of their sum) and, with more than one pid,
+// ProcRSS (each one's mean) from the readings.
 func sampleRSS(ctx context.Context, r *SystemResult, pids []int, d time.Duration) error {
 	end := time.Now().Add(d)
 	var sum, n uint64
-	r.MeanRSS, r.MaxRSS = 0, 0
+	each := make([]uint64, len(pids))
+	r.MeanRSS, r.MaxRSS, r.ProcRSS = 0, 0, nil
 	for {
 		var rss uint64
-		for _, pid := range pids {
+		for i, pid := range pids {
 			v, _, err := procMem(pid)
 			if err != nil {
 				return err
 			}
 			rss += v
+			each[i] += v
 		}
 		sum, n = sum+rss, n+1
 		r.MaxRSS = max(r.MaxRSS, rss)
 		r.MeanRSS = sum / n
+		if len(pids) > 1 {
+			r.ProcRSS = r.ProcRSS[:0]
+			for _, v := range each {
+				r.ProcRSS = append(r.ProcRSS, v/n)
+			}
+		}
 		left := time.Until(end)
 		if left <= 0 {
 			return nil

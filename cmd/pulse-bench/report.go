@@ -83,8 +83,9 @@ type SystemResult struct {
 	// window (summed over the replicas): RSS at one instant depends on
 	// where the garbage collector's cycle is, and these do not.
 	MeanRSS, MaxRSS uint64
-	// ProcRSS is each replica's VmRSS at the end of the window, with more
-	// than one; EtcdRSS etcd's (replica runs only).
+	// ProcRSS is each replica's VmRSS, its mean over the window, with more
+	// than one; EtcdRSS etcd's at the end of the window (replica runs
+	// only).
 	ProcRSS []uint64
 	EtcdRSS uint64
 	// Flipped is how many targets the farm switched to failing.
@@ -507,7 +508,7 @@ func (r Report) replicaMarkdown() string {
 		b.WriteString("\n")
 	}
 	b.WriteString("Replicas on etcd against the embedded registry (one pulsed with a fresh `-data-dir`); every run against the same farm, one after the other. CPU of the replicas is summed over them; etcd's is apart.\n\n")
-	b.WriteString("| targets | interval | registry | healthy | probes done / scheduled | probes/s | late | gap p50 / p99 / max | CPU µs/probe: pulsed + etcd = total | total / embedded | cores: pulsed + etcd (farm, other) | RSS MiB: each pulsed (etcd) | states written per replica | register → all healthy: time, CPU µs/target pulsed + etcd |\n")
+	b.WriteString("| targets | interval | registry | healthy | probes done / scheduled | probes/s | late | gap p50 / p99 / max | CPU µs/probe: pulsed + etcd = total | total / embedded | cores: pulsed + etcd (farm, other) | RSS MiB: each pulsed, window mean (etcd, at its end) | states written per replica | register → all healthy: time, CPU µs/target pulsed + etcd |\n")
 	b.WriteString("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n")
 	for _, p := range r.ReplicaPoints {
 		base := p.embedded()
@@ -516,7 +517,7 @@ func (r Report) replicaMarkdown() string {
 			if s != base && base != nil {
 				vs = fmtRatio(s.TotalCPUPerProbe(), base.TotalCPUPerProbe())
 			}
-			rss := fmtMiB(s.RSS)
+			rss := fmtMiB(s.WindowRSS())
 			if len(s.ProcRSS) > 0 {
 				var each []string
 				for _, x := range s.ProcRSS {
