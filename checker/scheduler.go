@@ -1,7 +1,6 @@
 package checker
 
 import (
-	"container/heap"
 	"context"
 	"hash/fnv"
 	"math"
@@ -172,7 +171,7 @@ func (s *scheduler) dueLocked(now time.Time) {
 	var stuck []*target
 	n, adaptive := 0, s.tuner.adaptive()
 	for nowNs := now.UnixNano(); len(s.due) > 0 && s.due[0].startNs <= nowNs; {
-		t := s.due[0]
+		t := s.due[0].t
 		if adaptive {
 			n += s.tuner.weight(t)
 		}
@@ -305,39 +304,92 @@ func (s *scheduler) wakeUp() {
 }
 
 // dueHeap orders targets by the start of their next probe, then by age.
-type dueHeap []*target
+// Each entry carries its target's keys, so that ordering reads the heap's
+// own array and not every target it compares; fix takes a target's new
+// start into its entry. It is a binary heap as container/heap's, without
+// its calls through an interface.
+type dueHeap []dueEntry
 
-func (h dueHeap) Len() int { return len(h) }
-func (h dueHeap) Less(i, j int) bool {
-	if h[i].startNs != h[j].startNs {
-		return h[i].startNs < h[j].startNs
-	}
-	return h[i].seq < h[j].seq
+type dueEntry struct {
+	startNs int64 // the target's startNs when last pushed or fixed
+	seq     uint64
+	t       *target
 }
-func (h dueHeap) Swap(i, j int) {
+
+func (e *dueEntry) before(o *dueEntry) bool {
+	if e.startNs != o.startNs {
+		return e.startNs < o.startNs
+	}
+	return e.seq < o.seq
+}
+
+func (h dueHeap) swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
-}
-func (h *dueHeap) Push(x any) {
-	t := x.(*target)
-	t.index = len(*h)
-	*h = append(*h, t)
-}
-func (h *dueHeap) Pop() any {
-	old := *h
-	t := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	t.index = -1
-	return t
+	h[i].t.index, h[j].t.index = i, j
 }
 
-func (h *dueHeap) push(t *target) { heap.Push(h, t) }
-func (h *dueHeap) fix(t *target)  { heap.Fix(h, t.index) }
-func (h *dueHeap) remove(t *target) {
-	if t.index >= 0 {
-		heap.Remove(h, t.index)
+func (h dueHeap) up(j int) {
+	for j > 0 {
+		i := (j - 1) / 2 // parent
+		if i == j || !h[j].before(&h[i]) {
+			break
+		}
+		h.swap(i, j)
+		j = i
 	}
+}
+
+// down sifts the entry at i0 down among the first n; it reports whether it
+// moved.
+func (h dueHeap) down(i0, n int) bool {
+	i := i0
+	for {
+		j1 := 2*i + 1
+		if j1 >= n || j1 < 0 { // j1 < 0 after int overflow
+			break
+		}
+		j := j1 // left child
+		if j2 := j1 + 1; j2 < n && h[j2].before(&h[j1]) {
+			j = j2 // right child
+		}
+		if !h[j].before(&h[i]) {
+			break
+		}
+		h.swap(i, j)
+		i = j
+	}
+	return i > i0
+}
+
+func (h *dueHeap) push(t *target) {
+	t.index = len(*h)
+	*h = append(*h, dueEntry{startNs: t.startNs, seq: t.seq, t: t})
+	h.up(t.index)
+}
+
+func (h dueHeap) fix(t *target) {
+	i := t.index
+	h[i].startNs = t.startNs
+	if !h.down(i, len(h)) {
+		h.up(i)
+	}
+}
+
+func (h *dueHeap) remove(t *target) {
+	i := t.index
+	if i < 0 {
+		return
+	}
+	n := len(*h) - 1
+	if n != i {
+		h.swap(i, n)
+		if !h.down(i, n) {
+			h.up(i)
+		}
+	}
+	(*h)[n] = dueEntry{}
+	*h = (*h)[:n]
+	t.index = -1
 }
 
 // addLocked schedules a new target's first probe at first.

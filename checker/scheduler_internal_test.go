@@ -1,9 +1,12 @@
 package checker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -171,5 +174,61 @@ func TestJobQueueBuffer(t *testing.T) {
 	}
 	if _, ok := q.pop(); ok || cap(q.buf) != 0 {
 		t.Errorf("after a burst of 5000: buffer %d, want it let go", cap(q.buf))
+	}
+}
+
+// The due heap keeps its order through pushes, fixes to earlier and later
+// starts, and removals from anywhere, with every target's index its place:
+// checked against a sort of the same targets after each step.
+func TestDueHeapOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var h dueHeap
+	var in []*target
+	check := func(step int) {
+		t.Helper()
+		for i, e := range h {
+			if e.t.index != i || e.startNs != e.t.startNs || e.seq != e.t.seq {
+				t.Fatalf("step %d: entry %d is %+v for a target at index %d, start %d", step, i, e, e.t.index, e.t.startNs)
+			}
+			if p := (i - 1) / 2; i > 0 && h[i].before(&h[p]) {
+				t.Fatalf("step %d: entry %d comes before its parent %d", step, i, p)
+			}
+		}
+		if len(h) != len(in) {
+			t.Fatalf("step %d: heap holds %d, want %d", step, len(h), len(in))
+		}
+		if len(in) > 0 {
+			first := slices.MinFunc(in, func(a, b *target) int {
+				return cmp.Or(cmp.Compare(a.startNs, b.startNs), cmp.Compare(a.seq, b.seq))
+			})
+			if h[0].t != first {
+				t.Fatalf("step %d: head is seq %d, want seq %d", step, h[0].t.seq, first.seq)
+			}
+		}
+	}
+	for step := range 5000 {
+		switch op := rng.IntN(4); {
+		case op == 0 || len(in) == 0:
+			tg := &target{seq: uint64(step), startNs: rng.Int64N(100), index: -1}
+			h.push(tg)
+			in = append(in, tg)
+		case op == 1:
+			tg := in[rng.IntN(len(in))]
+			tg.startNs = rng.Int64N(100)
+			h.fix(tg)
+		case op == 2:
+			i := rng.IntN(len(in))
+			h.remove(in[i])
+			if in[i].index != -1 {
+				t.Fatalf("step %d: a removed target's index is %d", step, in[i].index)
+			}
+			in = slices.Delete(in, i, i+1)
+		default:
+			// What dueLocked does: take the head, move it on, fix it.
+			tg := h[0].t
+			tg.startNs += 1 + rng.Int64N(50)
+			h.fix(tg)
+		}
+		check(step)
 	}
 }
