@@ -162,11 +162,20 @@ type GRPCSpec struct {
 // "" when none or more than one is set, that is, whenever Validate would
 // report a "probe" error.
 func (s Spec) Kind() string {
-	kinds := s.kinds()
-	if len(kinds) != 1 {
+	// Called for every probe result (the metrics' label): no slice.
+	kind, n := "", 0
+	for _, k := range [...]struct {
+		set  bool
+		name string
+	}{{s.HTTP != nil, "http"}, {s.TCP != nil, "tcp"}, {s.GRPC != nil, "grpc"}, {s.DNS != nil, "dns"}} {
+		if k.set {
+			kind, n = k.name, n+1
+		}
+	}
+	if n != 1 {
 		return ""
 	}
-	return kinds[0]
+	return kind
 }
 
 // HostPort returns the host and port the probe connects to: the TCP or

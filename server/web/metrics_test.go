@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -233,5 +234,59 @@ pulse_group_held_targets{group="other"} 0
 `
 	if got := gatherText(t, reg, "pulse_group_held_targets", "pulse_group_flapping_targets"); got != strings.TrimPrefix(want, "\n") {
 		t.Errorf("metrics:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// Probes of every kind, and of a spec of none, counted from many
+// goroutines at once, the first of each kind and result among them, are
+// each counted once under their own labels.
+func TestObserverCountsConcurrentFirstProbes(t *testing.T) {
+	o := web.NewObserver(web.ObserverOptions{RecentResults: -1})
+	specs := []probe.Spec{
+		{HTTP: &probe.HTTPSpec{URL: "http://a/"}}, {TCP: &probe.TCPSpec{Address: "a:1"}},
+		{GRPC: &probe.GRPCSpec{Address: "a:1"}}, {DNS: &probe.DNSSpec{Name: "a."}}, {},
+	}
+	const workers, each = 8, 50
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				for _, sp := range specs {
+					o.ObserveProbe(checker.Spec{Name: "t", Probe: sp}, checker.Result{Pass: (i+w)%2 == 0, Latency: time.Millisecond})
+				}
+			}
+		})
+	}
+	wg.Wait()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(o)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "pulse_probes_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var kind, result string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "kind":
+					kind = l.GetValue()
+				case "result":
+					result = l.GetValue()
+				}
+			}
+			got[kind+"/"+result] = m.GetCounter().GetValue()
+		}
+	}
+	want := map[string]float64{}
+	for _, k := range []string{"http", "tcp", "grpc", "dns", ""} {
+		want[k+"/pass"], want[k+"/fail"] = workers*each/2, workers*each/2
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("pulse_probes_total (-want +got):\n%s", diff)
 	}
 }
