@@ -97,22 +97,7 @@ func BenchmarkFileBytes30Days(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for h := 0; h < history.HourSlots; h++ {
-		at := t0.Add(time.Duration(h) * time.Hour)
-		for i := 0; i < b.N; i++ {
-			s := checker.Spec{Name: fmt.Sprintf("target-%07d", i), Group: "g"}
-			for m := 0; m < 60; m += 10 {
-				r.ObserveProbe(s, checker.Result{Pass: (h+m)%7 != 0, Latency: time.Duration(h%300) * time.Millisecond, Time: at.Add(time.Duration(m) * time.Minute)})
-			}
-			if h%7 == 0 {
-				r.ObserveTransition(checker.Transition{Target: s.Name, Group: "g", Time: at, Reason: "a transition with a reason of some length"})
-			}
-		}
-		clock.Advance(time.Hour)
-		if err := r.Flush(); err != nil {
-			b.Fatal(err)
-		}
-	}
+	record30Days(b, r, clock)
 	if fi, err := os.Stat(path); err == nil {
 		b.ReportMetric(float64(fi.Size())/float64(b.N), "file-bytes/target")
 	}
@@ -127,6 +112,16 @@ func BenchmarkMemory30Days(b *testing.B) {
 	runtime.ReadMemStats(&before)
 	clock := fakeclock.New(t0)
 	r := history.New(history.Options{Clock: clock, MaxEvents: 100})
+	record30Days(b, r, clock)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(b.N), "bytes/target")
+	runtime.KeepAlive(r)
+}
+
+// record30Days records 30 days of b.N targets into r, probed every 10
+// minutes with a transition every 7 hours, flushing each hour of clock.
+func record30Days(b *testing.B, r *history.Recorder, clock *fakeclock.Clock) {
 	for h := 0; h < history.HourSlots; h++ {
 		at := t0.Add(time.Duration(h) * time.Hour)
 		for i := 0; i < b.N; i++ {
@@ -143,10 +138,6 @@ func BenchmarkMemory30Days(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(b.N), "bytes/target")
-	runtime.KeepAlive(r)
 }
 
 // BenchmarkQuery30Days is one target's History over 30 days by the hour,
