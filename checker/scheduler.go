@@ -331,7 +331,7 @@ func (h dueHeap) swap(i, j int) {
 func (h dueHeap) up(j int) {
 	for j > 0 {
 		i := (j - 1) / 2 // parent
-		if i == j || !h[j].before(&h[i]) {
+		if !h[j].before(&h[i]) {
 			break
 		}
 		h.swap(i, j)

@@ -93,24 +93,29 @@ func (s *memSeries) addHour(d *hourDelta) {
 	if d.min == zero {
 		return
 	}
-	mm := s.minutesOf(d.hr)
-	if mm == nil {
-		mm = new([60]minute)
-		k := sort.Search(len(s.minutes), func(i int) bool { return s.minutes[i].hr >= d.hr })
+	k, ok := s.minutesAt(d.hr)
+	if !ok {
 		s.minutes = append(s.minutes, memMinutes{})
 		copy(s.minutes[k+1:], s.minutes[k:])
-		s.minutes[k] = memMinutes{hr: d.hr, min: mm}
+		s.minutes[k] = memMinutes{hr: d.hr, min: new([60]minute)}
 	}
+	mm := s.minutes[k].min
 	for j, v := range d.min {
 		mm[j].count = satAdd16(mm[j].count, v.count)
 		mm[j].fails = satAdd16(mm[j].fails, v.fails)
 	}
 }
 
+// minutesAt returns where the minutes of hour hr are in s.minutes, and
+// whether they are there (if not, where they would go).
+func (s *memSeries) minutesAt(hr int64) (int, bool) {
+	k := sort.Search(len(s.minutes), func(i int) bool { return s.minutes[i].hr >= hr })
+	return k, k < len(s.minutes) && s.minutes[k].hr == hr
+}
+
 // minutesOf returns the minutes kept of hour hr, or nil.
 func (s *memSeries) minutesOf(hr int64) *[60]minute {
-	k := sort.Search(len(s.minutes), func(i int) bool { return s.minutes[i].hr >= hr })
-	if k < len(s.minutes) && s.minutes[k].hr == hr {
+	if k, ok := s.minutesAt(hr); ok {
 		return s.minutes[k].min
 	}
 	return nil

@@ -162,20 +162,11 @@ type GRPCSpec struct {
 // "" when none or more than one is set, that is, whenever Validate would
 // report a "probe" error.
 func (s Spec) Kind() string {
-	// Called for every probe result (the metrics' label): no slice.
-	kind, n := "", 0
-	for _, k := range [...]struct {
-		set  bool
-		name string
-	}{{s.HTTP != nil, "http"}, {s.TCP != nil, "tcp"}, {s.GRPC != nil, "grpc"}, {s.DNS != nil, "dns"}} {
-		if k.set {
-			kind, n = k.name, n+1
-		}
-	}
+	kinds, n := s.kinds()
 	if n != 1 {
 		return ""
 	}
-	return kind
+	return kinds[0]
 }
 
 // HostPort returns the host and port the probe connects to: the TCP or
@@ -214,22 +205,20 @@ func (s Spec) HostPort() (host string, port uint16, ok bool) {
 	return h, uint16(n), true
 }
 
-// kinds lists the kinds that are set, in a fixed order.
-func (s Spec) kinds() []string {
-	var kinds []string
-	if s.HTTP != nil {
-		kinds = append(kinds, "http")
+// kinds lists the kinds that are set, in a fixed order, in kinds[:n]. It
+// makes no slice: Kind is asked for every probe result (the metrics'
+// label).
+func (s Spec) kinds() (kinds [4]string, n int) {
+	for _, k := range [...]struct {
+		set  bool
+		name string
+	}{{s.HTTP != nil, "http"}, {s.TCP != nil, "tcp"}, {s.GRPC != nil, "grpc"}, {s.DNS != nil, "dns"}} {
+		if k.set {
+			kinds[n] = k.name
+			n++
+		}
 	}
-	if s.TCP != nil {
-		kinds = append(kinds, "tcp")
-	}
-	if s.GRPC != nil {
-		kinds = append(kinds, "grpc")
-	}
-	if s.DNS != nil {
-		kinds = append(kinds, "dns")
-	}
-	return kinds
+	return kinds, n
 }
 
 // Validate reports the first problem with s as a *FieldError, or nil when it
@@ -237,12 +226,12 @@ func (s Spec) kinds() []string {
 // Factory also refuses a Spec whose host is an address its EgressPolicy
 // denies (see EgressPolicy.CheckSpec).
 func (s Spec) Validate() error {
-	switch kinds := s.kinds(); len(kinds) {
+	switch kinds, n := s.kinds(); n {
 	case 0:
 		return &FieldError{Field: "probe", Reason: "set exactly one of http, tcp, grpc or dns; none is set"}
 	case 1:
 	default:
-		return &FieldError{Field: "probe", Reason: "set exactly one of http, tcp, grpc or dns; got " + strings.Join(kinds, " and ")}
+		return &FieldError{Field: "probe", Reason: "set exactly one of http, tcp, grpc or dns; got " + strings.Join(kinds[:n], " and ")}
 	}
 	switch {
 	case s.HTTP != nil:

@@ -238,9 +238,9 @@ pulse_group_held_targets{group="other"} 0
 }
 
 // Probes of every kind, and of a spec of none, counted from many
-// goroutines at once, the first of each kind and result among them, are
-// each counted once under their own labels.
-func TestObserverCountsConcurrentFirstProbes(t *testing.T) {
+// goroutines at once, are each counted once under their own kind and
+// result.
+func TestObserverCountsProbesByKind(t *testing.T) {
 	o := web.NewObserver(web.ObserverOptions{RecentResults: -1})
 	specs := []probe.Spec{
 		{HTTP: &probe.HTTPSpec{URL: "http://a/"}}, {TCP: &probe.TCPSpec{Address: "a:1"}},
