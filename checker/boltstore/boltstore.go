@@ -17,7 +17,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -245,16 +247,22 @@ func (s *Store) PutSpec(spec checker.Spec) (err error) {
 // PutSpecs stores specs in one transaction: all of them or none.
 func (s *Store) PutSpecs(specs []checker.Spec) (err error) {
 	defer recoverDamaged(s.db.Path(), &err, debug.SetPanicOnFault(true))
-	vs := make([][]byte, len(specs))
+	type record struct {
+		name string
+		v    []byte
+	}
+	rs := make([]record, len(specs))
 	for i, spec := range specs {
-		if vs[i], err = json.Marshal(specRecord{V: specVersion(spec), Spec: spec}); err != nil {
+		rs[i].name = spec.Name
+		if rs[i].v, err = json.Marshal(specRecord{V: specVersion(spec), Spec: spec}); err != nil {
 			return err
 		}
 	}
+	rs = byName(rs, func(r record) string { return r.name })
 	return s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(specsBucket)
-		for i, spec := range specs {
-			if err := b.Put([]byte(spec.Name), vs[i]); err != nil {
+		for _, r := range rs {
+			if err := b.Put([]byte(r.name), r.v); err != nil {
 				return err
 			}
 		}
@@ -278,6 +286,7 @@ func (s *Store) DeleteTarget(name string) (err error) {
 // (removed meanwhile) are not stored.
 func (s *Store) CommitStates(states []checker.StoredState, deleted []string, rev uint64) (err error) {
 	defer recoverDamaged(s.db.Path(), &err, debug.SetPanicOnFault(true))
+	states = byName(states, func(st checker.StoredState) string { return st.Name })
 	return s.db.Update(func(tx *bolt.Tx) error {
 		specs, b := tx.Bucket(specsBucket), tx.Bucket(statesBucket)
 		for _, st := range states {
@@ -299,6 +308,17 @@ func (s *Store) CommitStates(states []checker.StoredState, deleted []string, rev
 		}
 		return tx.Bucket(metaBucket).Put(revisionKey, []byte(strconv.FormatUint(rev, 10)))
 	})
+}
+
+// byName returns a copy of xs sorted by name, stably (of two records of
+// one name the later stays later, and so is written last). bbolt puts a
+// new key into its page by shifting the keys after it, so a transaction
+// of many new keys in random order spends its time copying; in key order
+// each goes at the end.
+func byName[T any](xs []T, name func(T) string) []T {
+	out := slices.Clone(xs)
+	slices.SortStableFunc(out, func(a, b T) int { return strings.Compare(name(a), name(b)) })
+	return out
 }
 
 // Backup writes a consistent copy of the store file to w while the store

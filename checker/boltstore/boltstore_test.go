@@ -2,8 +2,10 @@ package boltstore_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -283,5 +285,43 @@ func TestLifecycleRoundTrip(t *testing.T) {
 	pols, err := s.LoadGroupPolicies()
 	if err != nil || pols["edge"] != (checker.GroupPolicy{SlowStart: time.Minute, RemoveAfterUnhealthy: 2 * time.Hour, Objective: 0.995, ObjectiveWindow: 168 * time.Hour}) {
 		t.Errorf("policies %+v, %v", pols, err)
+	}
+}
+
+// PutSpecs and CommitStates write their records in key order whatever
+// order they are given in; a name given twice in one batch keeps the
+// last one given, as writing them one by one would.
+func TestBatchesInAnyOrder(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	defer s.Close()
+	spec := func(name string, port int) checker.Spec {
+		return checker.Spec{Name: name, Probe: probe.Spec{TCP: &probe.TCPSpec{Address: fmt.Sprintf("127.0.0.1:%d", port)}}}
+	}
+	batch := []checker.Spec{spec("c", 1), spec("b", 2), spec("c", 3), spec("a", 4), spec("b", 5)}
+	if err := s.PutSpecs(batch); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	states := []checker.StoredState{{Name: "b", State: checker.StateHealthy, LastTransition: at},
+		{Name: "a", State: checker.StateUnhealthy, LastTransition: at}, {Name: "c", State: checker.StateHealthy, LastTransition: at}}
+	given := slices.Clone(states)
+	if err := s.CommitStates(states, nil, 9); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(states, given) {
+		t.Errorf("CommitStates reordered its caller's slice: %v", states)
+	}
+	got, rev, err := s.Load()
+	if err != nil || rev != 9 {
+		t.Fatalf("Load: rev %d, %v", rev, err)
+	}
+	want := []checker.StoredTarget{
+		{Spec: spec("a", 4), State: checker.StateUnhealthy, LastTransition: at},
+		{Spec: spec("b", 5), State: checker.StateHealthy, LastTransition: at},
+		{Spec: spec("c", 3), State: checker.StateHealthy, LastTransition: at},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Load (-want +got):\n%s", diff)
 	}
 }

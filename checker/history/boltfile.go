@@ -105,53 +105,94 @@ func (st *boltStore) load() (_ map[string]string, err error) {
 	return out, nil
 }
 
+// flushChunk is how many targets one transaction of a Flush writes.
+// bbolt holds in memory every page a transaction changes, decoded, and
+// each target's bucket is a record of the root bucket's pages: written in
+// one transaction, the 100,000 targets of a minute's Flush took some 300
+// MB of heap at once. A chunk of them takes a few MB.
+const flushChunk = 4096
+
+// apply writes b in several transactions (see flushChunk): the removals,
+// then the targets' records by chunks of names in key order, then the
+// prune, each by chunks of targets. What each transaction wrote is taken out of b, so on an error b
+// holds what was not written.
 func (st *boltStore) apply(b *batch) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer guard(&err)
+	for len(b.removed) > 0 {
+		chunk := b.removed[:min(len(b.removed), flushChunk)]
+		if err := st.update(func(root *bolt.Bucket) error {
+			for _, name := range chunk {
+				if err := root.DeleteBucket([]byte(name)); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		b.removed = b.removed[len(chunk):]
+	}
+	// In key order: bbolt inserts a new key into its page by shifting the
+	// keys after it, so 100,000 new targets in random order cost seconds
+	// of copying where in order they cost none.
+	for names := b.names(); len(names) > 0; {
+		chunk := names[:min(len(names), flushChunk)]
+		names = names[len(chunk):]
+		if err := st.update(func(root *bolt.Bucket) error {
+			for _, name := range chunk {
+				if err := st.putTarget(root, name, b); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		for _, name := range chunk {
+			delete(b.groups, name)
+			delete(b.hours, name)
+			delete(b.events, name)
+		}
+	}
+	if b.prune {
+		return st.prune(b)
+	}
+	return nil
+}
+
+// update runs fn in a write transaction on the root bucket.
+func (st *boltStore) update(fn func(root *bolt.Bucket) error) error {
 	return st.db.Update(func(tx *bolt.Tx) error {
 		root, err := tx.CreateBucketIfNotExists(seriesBucket)
 		if err != nil {
 			return err
 		}
-		for _, name := range b.removed {
-			if err := root.DeleteBucket([]byte(name)); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
-				return err
-			}
-		}
-		for name, g := range b.groups {
-			tb, err := targetBucket(root, name)
-			if err != nil {
-				return err
-			}
-			if err := tb.Put(groupKey, []byte(g)); err != nil {
-				return err
-			}
-		}
-		for name, ds := range b.hours {
-			tb, err := targetBucket(root, name)
-			if err != nil {
-				return err
-			}
-			for _, d := range ds {
-				if err := putHour(tb, d); err != nil {
-					return err
-				}
-			}
-		}
-		for name, evs := range b.events {
-			tb, err := targetBucket(root, name)
-			if err != nil {
-				return err
-			}
-			if err := st.putEvents(tb, evs, b.maxEvents); err != nil {
-				return err
-			}
-		}
-		if b.prune {
-			return prune(root, b)
-		}
-		return nil
+		return fn(root)
 	})
+}
+
+// putTarget writes what b holds of the target called name: its group,
+// hours and events.
+func (st *boltStore) putTarget(root *bolt.Bucket, name string, b *batch) error {
+	tb, err := targetBucket(root, name)
+	if err != nil {
+		return err
+	}
+	if g, ok := b.groups[name]; ok {
+		if err := tb.Put(groupKey, []byte(g)); err != nil {
+			return err
+		}
+	}
+	for _, d := range b.hours[name] {
+		if err := putHour(tb, d); err != nil {
+			return err
+		}
+	}
+	if evs := b.events[name]; len(evs) > 0 {
+		return st.putEvents(tb, evs, b.maxEvents)
+	}
+	return nil
 }
 
 // targetBucket returns the bucket of the target called name, created if
@@ -228,31 +269,56 @@ func (st *boltStore) putEvents(tb *bolt.Bucket, evs []Event, maxEvents int) erro
 }
 
 // prune deletes, in every target's bucket, the hours, minutes and events
-// older than b says.
-func prune(root *bolt.Bucket, b *batch) error {
+// older than b says, by chunks of targets (see flushChunk).
+func (st *boltStore) prune(b *batch) error {
 	var names [][]byte
-	if err := root.ForEachBucket(func(k []byte) error {
-		names = append(names, bytes.Clone(k))
-		return nil
+	if err := st.db.View(func(tx *bolt.Tx) error {
+		root := tx.Bucket(seriesBucket)
+		if root == nil {
+			return nil
+		}
+		return root.ForEachBucket(func(k []byte) error {
+			names = append(names, bytes.Clone(k))
+			return nil
+		})
 	}); err != nil {
 		return err
 	}
 	evKey := make([]byte, 9)
 	evKey[0] = eventPrefix
 	binary.BigEndian.PutUint64(evKey[1:], uint64(b.pruneEvents.UnixNano()))
-	for _, name := range names {
-		tb := root.Bucket(name)
-		// A day goes once all its hours are older than kept.
-		for _, cut := range [][]byte{hourKey(dayPrefix, floorDiv(b.pruneHours, 24)), hourKey(minutePrefix, b.pruneMinutes), evKey} {
-			var old [][]byte
-			c := tb.Cursor()
-			for k, _ := c.Seek(cut[:1]); k != nil && k[0] == cut[0] && bytes.Compare(k, cut) < 0; k, _ = c.Next() {
-				old = append(old, bytes.Clone(k))
-			}
-			for _, k := range old {
-				if err := tb.Delete(k); err != nil {
-					return err
+	cuts := [][]byte{hourKey(dayPrefix, floorDiv(b.pruneHours, 24)), hourKey(minutePrefix, b.pruneMinutes), evKey}
+	for len(names) > 0 {
+		chunk := names[:min(len(names), flushChunk)]
+		names = names[len(chunk):]
+		if err := st.update(func(root *bolt.Bucket) error {
+			for _, name := range chunk {
+				if tb := root.Bucket(name); tb != nil {
+					if err := pruneTarget(tb, cuts); err != nil {
+						return err
+					}
 				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pruneTarget deletes tb's keys before each cut of their prefix (a day
+// goes once all its hours are older than kept).
+func pruneTarget(tb *bolt.Bucket, cuts [][]byte) error {
+	for _, cut := range cuts {
+		var old [][]byte
+		c := tb.Cursor()
+		for k, _ := c.Seek(cut[:1]); k != nil && k[0] == cut[0] && bytes.Compare(k, cut) < 0; k, _ = c.Next() {
+			old = append(old, bytes.Clone(k))
+		}
+		for _, k := range old {
+			if err := tb.Delete(k); err != nil {
+				return err
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package history
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/pulsehealth/pulse/checker"
@@ -11,13 +12,16 @@ import (
 // History is derived, loss-tolerant data: Flush adds what memory holds to
 // a store in one batch, so that recording never waits on a disk. With a
 // bbolt file (Open) what was recorded since the last Flush is lost in a
-// crash.
+// crash, and a crash during a Flush keeps what its transactions committed
+// before it (see flushChunk), each target's records whole.
 
 // store keeps the flushed history. The Recorder calls it with flushMu
 // held: apply with it held for writing, read for reading.
 type store interface {
 	// apply writes a batch: first the removals, then the groups, the
-	// hours (added to what is stored) and the events; then it prunes.
+	// hours (added to what is stored) and the events; then it prunes. It
+	// may write in several transactions; on an error, b holds what was
+	// not written (what Recorder.restore puts back).
 	apply(b *batch) error
 	// read adds the stored hours of name within sp to sp and returns its
 	// stored events in (from, to], oldest first.
@@ -42,11 +46,34 @@ type batch struct {
 	pruneEvents  time.Time
 }
 
+// names returns, sorted, the names of the targets b writes to.
+func (b *batch) names() []string {
+	names := make([]string, 0, max(len(b.groups), len(b.hours), len(b.events)))
+	for name := range b.groups {
+		names = append(names, name)
+	}
+	for name := range b.hours {
+		if _, ok := b.groups[name]; !ok {
+			names = append(names, name)
+		}
+	}
+	for name := range b.events {
+		_, g := b.groups[name]
+		_, h := b.hours[name]
+		if !g && !h {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
 // Flush adds what was recorded since the last Flush to the store, deletes
 // the removed targets' history, and once an hour prunes what is older than
 // is kept. It takes what it writes under the recorder's lock and writes it
-// after releasing it. If the write fails, what it took is put back (as far
-// as the bound on pending hours allows) and the next Flush tries again.
+// after releasing it. If the write fails, what it took and did not write
+// is put back (as far as the bound on pending hours allows) and the next
+// Flush tries again.
 func (r *Recorder) Flush() error {
 	r.flushMu.Lock()
 	defer r.flushMu.Unlock()
