@@ -87,6 +87,10 @@ type Options struct {
 	// PulsedBin is the pulsed binary; PulsedArgs more flags for it.
 	PulsedBin  string
 	PulsedArgs []string
+	// DataDir runs pulsed with a fresh data directory at each point, as
+	// pulsed runs by default (its store and history file); otherwise in
+	// memory only.
+	DataDir bool
 	// HAProxyBin is the haproxy binary; "" runs Pulse alone.
 	HAProxyBin string
 	// HAProxyFastInter, when positive, is HAProxy's fastinter.
@@ -410,7 +414,17 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 func runPulse(ctx context.Context, o Options, farm *Farm, p ScalePoint, flipped []int) (*SystemResult, error) {
 	r := &SystemResult{System: "Pulse", Targets: p.Targets, Interval: p.Interval}
-	bin, args := withFileLimit(o.NoFile, o.PulsedBin, pulsedArgs(o, p.Interval))
+	var registry []string
+	if o.DataDir {
+		dir, err := os.MkdirTemp(o.WorkDir, "pulsed-data-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+		registry = []string{"-data-dir", dir}
+		o.logf("  Pulse: data directory %s", dir)
+	}
+	bin, args := withFileLimit(o.NoFile, o.PulsedBin, pulsedArgs(o, p.Interval, registry...))
 	proc, err := startPulsed(ctx, bin, args)
 	if err != nil {
 		return nil, err

@@ -109,6 +109,7 @@ func parseFlags(args []string, stderr io.Writer) (cliFlags, error) {
 	fs.IntVar(&f.opts.Subscribers, "subscribers", 1000, "WatchTransitions streams for the delivery measurement; 0 skips it")
 	fs.IntVar(&f.opts.SubsPerConn, "subscribers-per-conn", 100, "streams per client connection")
 	fs.IntVar(&f.opts.DeliveryFlips, "delivery-flips", 100, "recoveries delivered to every subscriber (at most the flipped targets)")
+	fs.BoolVar(&f.opts.DataDir, "data-dir", false, "run pulsed with a fresh data directory at each point, as pulsed runs by default (its store, pulse.db, and its history file); off: in memory only (-data-dir \"\")")
 	fs.BoolVar(&f.opts.DeliverySerial, "delivery-serial", false, "heal the -delivery-flips targets one at a time, each once every subscriber received the one before, so each transition is delivered alone")
 	fs.StringVar(&f.opts.PulsedBin, "pulsed", "", "pulsed `binary`; empty builds ./cmd/pulsed from the module root")
 	fs.StringVar(&f.pulsedArgs, "pulsed-args", "", "more flags for pulsed, space-separated (e.g. \"-max-concurrent-probes 512\")")

@@ -140,6 +140,12 @@ func TestParseFlags(t *testing.T) {
 	if f.opts.FlipMode != ModeHang || !slices.Equal(f.opts.PulsedArgs, []string{"-a", "1", "-b"}) || f.opts.Points[0].Targets != 10000 {
 		t.Errorf("parsed %+v", f.opts)
 	}
+	if f.opts.DataDir {
+		t.Error("pulsed runs with a data directory without -data-dir")
+	}
+	if f, err := parseFlags([]string{"-data-dir"}, &stderr); err != nil || !f.opts.DataDir {
+		t.Errorf("-data-dir: DataDir %v, %v", f.opts.DataDir, err)
+	}
 	for _, bad := range [][]string{
 		{"-flip-mode", "ok"}, {"-flip-fraction", "0.9"}, {"-rise", "0"}, {"-points", "x"}, {"extra"},
 	} {
