@@ -8,7 +8,8 @@
 //
 //  1. builds nothing itself unless -pulsed is empty (then it runs
 //     `go build ./cmd/pulsed` from the module root), starts pulsed with
-//     -data-dir "" -http-listen "" -rate-limit 0 -max-targets 0
+//     -data-dir "" (with -data-dir, a fresh data directory, as pulsed runs
+//     by default) -http-listen "" -rate-limit 0 -max-targets 0
 //     -max-targets-per-group 0 -listen 127.0.0.1:0, registers the N targets
 //     through the gRPC API (AddTargets batches) and waits until all are
 //     healthy;
