@@ -113,63 +113,66 @@ func (st *boltStore) load() (_ map[string]string, err error) {
 const flushChunk = 4096
 
 // apply writes b in several transactions (see flushChunk): the removals,
-// then the targets' records by chunks of names in key order, then the
-// prune, each by chunks of targets. What each transaction wrote is taken out of b, so on an error b
-// holds what was not written.
+// then the targets' records in key order, then the prune, each by chunks
+// of targets. What each transaction wrote is taken out of b, so on an
+// error b holds what was not written.
 func (st *boltStore) apply(b *batch) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer guard(&err)
-	for len(b.removed) > 0 {
-		chunk := b.removed[:min(len(b.removed), flushChunk)]
-		if err := st.update(func(root *bolt.Bucket) error {
-			for _, name := range chunk {
-				if err := root.DeleteBucket([]byte(name)); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
-					return err
-				}
-			}
-			return nil
-		}); err != nil {
+	err = inChunks(st, b.removed, func(root *bolt.Bucket, name string) error {
+		if err := root.DeleteBucket([]byte(name)); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
 			return err
 		}
-		b.removed = b.removed[len(chunk):]
+		return nil
+	}, func(chunk []string) { b.removed = b.removed[len(chunk):] })
+	if err != nil {
+		return err
 	}
 	// In key order: bbolt inserts a new key into its page by shifting the
 	// keys after it, so 100,000 new targets in random order cost seconds
 	// of copying where in order they cost none.
-	for names := b.names(); len(names) > 0; {
-		chunk := names[:min(len(names), flushChunk)]
-		names = names[len(chunk):]
-		if err := st.update(func(root *bolt.Bucket) error {
-			for _, name := range chunk {
-				if err := st.putTarget(root, name, b); err != nil {
-					return err
-				}
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
+	err = inChunks(st, b.names(), func(root *bolt.Bucket, name string) error {
+		return st.putTarget(root, name, b)
+	}, func(chunk []string) {
 		for _, name := range chunk {
 			delete(b.groups, name)
 			delete(b.hours, name)
 			delete(b.events, name)
 		}
+	})
+	if err != nil || !b.prune {
+		return err
 	}
-	if b.prune {
-		return st.prune(b)
-	}
-	return nil
+	return st.prune(b)
 }
 
-// update runs fn in a write transaction on the root bucket.
-func (st *boltStore) update(fn func(root *bolt.Bucket) error) error {
-	return st.db.Update(func(tx *bolt.Tx) error {
-		root, err := tx.CreateBucketIfNotExists(seriesBucket)
+// inChunks calls write for each of xs, flushChunk of them to a write
+// transaction on the root bucket, and written (if not nil) with each
+// chunk once its transaction has committed. It stops at the first error.
+func inChunks[T any](st *boltStore, xs []T, write func(root *bolt.Bucket, x T) error, written func(chunk []T)) error {
+	for len(xs) > 0 {
+		chunk := xs[:min(len(xs), flushChunk)]
+		xs = xs[len(chunk):]
+		err := st.db.Update(func(tx *bolt.Tx) error {
+			root, err := tx.CreateBucketIfNotExists(seriesBucket)
+			if err != nil {
+				return err
+			}
+			for _, x := range chunk {
+				if err := write(root, x); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 		if err != nil {
 			return err
 		}
-		return fn(root)
-	})
+		if written != nil {
+			written(chunk)
+		}
+	}
+	return nil
 }
 
 // putTarget writes what b holds of the target called name: its group,
@@ -288,23 +291,12 @@ func (st *boltStore) prune(b *batch) error {
 	evKey[0] = eventPrefix
 	binary.BigEndian.PutUint64(evKey[1:], uint64(b.pruneEvents.UnixNano()))
 	cuts := [][]byte{hourKey(dayPrefix, floorDiv(b.pruneHours, 24)), hourKey(minutePrefix, b.pruneMinutes), evKey}
-	for len(names) > 0 {
-		chunk := names[:min(len(names), flushChunk)]
-		names = names[len(chunk):]
-		if err := st.update(func(root *bolt.Bucket) error {
-			for _, name := range chunk {
-				if tb := root.Bucket(name); tb != nil {
-					if err := pruneTarget(tb, cuts); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
-		}); err != nil {
-			return err
+	return inChunks(st, names, func(root *bolt.Bucket, name []byte) error {
+		if tb := root.Bucket(name); tb != nil {
+			return pruneTarget(tb, cuts)
 		}
-	}
-	return nil
+		return nil
+	}, nil)
 }
 
 // pruneTarget deletes tb's keys before each cut of their prefix (a day

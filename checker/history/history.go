@@ -14,11 +14,11 @@
 // Memory holds, per target, only what was recorded since the last Flush:
 // the current hour's counts, latency buckets and minutes (about 160 bytes
 // a target at 100,000 targets, with the target's name and the file's own
-// memory between two Flushes; BENCHMARKS.md). Flush adds it to a store: a bbolt file of the
-// history's own (Open), or memory (New), which keeps 30 days of hours, 24
-// hours of minutes and the last MaxEvents events of a target, prunes what
-// is older (Flush, once an hour) and deletes a removed target's history. A
-// query reads the store and adds what memory holds.
+// memory between two Flushes; BENCHMARKS.md). Flush adds it to a store: a
+// bbolt file of the history's own (Open), or memory (New), which keeps 30
+// days of hours, 24 hours of minutes and the last MaxEvents events of a
+// target, prunes what is older (Flush, once an hour) and deletes a removed
+// target's history. A query reads the store and adds what memory holds.
 package history
 
 import (

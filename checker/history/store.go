@@ -46,26 +46,20 @@ type batch struct {
 	pruneEvents  time.Time
 }
 
-// names returns, sorted, the names of the targets b writes to.
+// names returns, sorted, the names of the targets b writes to, once each.
 func (b *batch) names() []string {
-	names := make([]string, 0, max(len(b.groups), len(b.hours), len(b.events)))
+	names := make([]string, 0, len(b.groups)+len(b.hours)+len(b.events))
 	for name := range b.groups {
 		names = append(names, name)
 	}
 	for name := range b.hours {
-		if _, ok := b.groups[name]; !ok {
-			names = append(names, name)
-		}
+		names = append(names, name)
 	}
 	for name := range b.events {
-		_, g := b.groups[name]
-		_, h := b.hours[name]
-		if !g && !h {
-			names = append(names, name)
-		}
+		names = append(names, name)
 	}
 	slices.Sort(names)
-	return names
+	return slices.Compact(names)
 }
 
 // Flush adds what was recorded since the last Flush to the store, deletes
