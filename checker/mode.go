@@ -69,16 +69,16 @@ const (
 // Admin is a target's administrative state. The zero value is ACTIVE for
 // good. It is a value: copy it, never share a pointer to one.
 type Admin struct {
-	Mode Mode
+	Mode Mode `json:",omitzero"`
 	// Reason is the operator's reason ("deploy 4711"), or why the mode
 	// changed by itself ("until 2026-12-01T18:00:00Z reached").
-	Reason string
+	Reason string `json:",omitzero"`
 	// Since is when the mode was set.
-	Since time.Time
+	Since time.Time `json:",omitzero"`
 	// Until, when set, returns the target to ACTIVE by itself.
-	Until time.Time
+	Until time.Time `json:",omitzero"`
 	// RemoveAt, when set, removes the target (a drain started by Drain).
-	RemoveAt time.Time
+	RemoveAt time.Time `json:",omitzero"`
 }
 
 // holdReason is the reason of the transition the mode makes, e.g.
@@ -100,15 +100,15 @@ type Lifecycle struct {
 	// SlowStart, when positive, ramps the weight of the target linearly
 	// from 0 to 100% over this window after it becomes routable. If 0, its
 	// group's GroupPolicy.SlowStart. At most MaxSlowStart.
-	SlowStart time.Duration
+	SlowStart time.Duration `json:",omitzero"`
 	// RemoveAfterUnhealthy, when positive, removes the target once its
 	// verdict has been unhealthy this long without a break; never while
 	// the checker is degraded, its group is in panic or it is in
 	// maintenance. If 0, its group's GroupPolicy.RemoveAfterUnhealthy. In
 	// [MinRemoveAfterUnhealthy, MaxRemoveAfterUnhealthy].
-	RemoveAfterUnhealthy time.Duration
+	RemoveAfterUnhealthy time.Duration `json:",omitzero"`
 	// Admin is the target's administrative mode.
-	Admin Admin
+	Admin Admin `json:",omitzero"`
 }
 
 // Bounds of a Lifecycle's durations.

@@ -22,59 +22,63 @@ const (
 // InitialState means unhealthy and the zero Model is ModelRiseFall. The
 // policy fields (FastInterval and after) stay zero when unset, and the
 // checker applies the default each one states.
+//
+// Every field's JSON tag leaves out a zero value (here and in the probe
+// specs): the store and a shared registry keep a spec as JSON, and most
+// fields of most specs are zero.
 type Spec struct {
-	Name  string
-	Group string
-	Probe probe.Spec
+	Name  string     `json:",omitzero"`
+	Group string     `json:",omitzero"`
+	Probe probe.Spec `json:",omitzero"`
 	// Interval is the time between the starts of two probes, in
 	// [MinInterval, MaxInterval].
-	Interval time.Duration
+	Interval time.Duration `json:",omitzero"`
 	// Timeout bounds one probe: in [MinTimeout, MaxTimeout] and at most
 	// Interval.
-	Timeout time.Duration
+	Timeout time.Duration `json:",omitzero"`
 	// Rise is the consecutive passes that make a target healthy, in
 	// [1, MaxRise].
-	Rise int
+	Rise int `json:",omitzero"`
 	// Fall is the consecutive failures that make a target unhealthy, in
 	// [1, MaxFall].
-	Fall int
+	Fall int `json:",omitzero"`
 	// InitialState is a new target's state: StateUnhealthy or StateHealthy.
-	InitialState State
-	Model        Model
+	InitialState State `json:",omitzero"`
+	Model        Model `json:",omitzero"`
 	// MaxLatency, when positive, fails a probe that passed but took longer.
 	// At most Timeout.
-	MaxLatency time.Duration
+	MaxLatency time.Duration `json:",omitzero"`
 	// Source says who registered the target: "" for the API, "file" for a
 	// targets file. It is kept with the spec and shown in its status.
-	Source string
+	Source string `json:",omitzero"`
 
 	// FastInterval is the interval while the target is on its way to a
 	// transition (Machine.Transitioning): a dead target is detected in its
 	// first failure plus (Fall-1) x FastInterval. If 0, Interval. At least
 	// Timeout, at most MaxInterval.
-	FastInterval time.Duration
+	FastInterval time.Duration `json:",omitzero"`
 	// DownInterval is the interval while the target's verdict is unhealthy
 	// with no pass streak. If 0, Interval. At least Timeout, at most
 	// MaxInterval.
-	DownInterval time.Duration
+	DownInterval time.Duration `json:",omitzero"`
 
 	// FlapWindow is the sliding window over which transitions are counted
 	// (Status.Transitions) and flapping is judged. If 0, DefaultFlapWindow.
 	// At most MaxFlapWindow.
-	FlapWindow time.Duration
+	FlapWindow time.Duration `json:",omitzero"`
 	// FlapThreshold, when at least 2, turns flap damping on: a target whose
 	// verdict changes FlapThreshold times within FlapWindow is flapping and
 	// held unhealthy until its verdict has not changed for FlapStableFor.
 	// 0 means no damping. At most MaxFlapThreshold.
-	FlapThreshold int
+	FlapThreshold int `json:",omitzero"`
 	// FlapStableFor is how long a flapping target's verdict must stay
 	// unchanged before it is released. If 0, FlapWindow. Only with
 	// FlapThreshold; at most MaxFlapStableFor.
-	FlapStableFor time.Duration
+	FlapStableFor time.Duration `json:",omitzero"`
 
 	// PassiveOutcomes lets ReportOutcome feed the target's machine. Off by
 	// default.
-	PassiveOutcomes bool
+	PassiveOutcomes bool `json:",omitzero"`
 
 	// Vantages is how many replicas probe the target, each with its own
 	// machine, in distinct vantages where there are enough (see
@@ -82,19 +86,19 @@ type Spec struct {
 	// registry that assigns vantages; at most MaxVantages. (Small counts,
 	// in the padding after PassiveOutcomes: a target stays within 512
 	// bytes.)
-	Vantages uint8
+	Vantages uint8 `json:",omitzero"`
 	// Quorum is how many vantages must agree to change the target's
 	// verdict; 0: a majority of Vantages. At most Vantages.
-	Quorum uint8
+	Quorum uint8 `json:",omitzero"`
 
 	// PassiveRate is how many passive outcomes a second are counted at
 	// most, with a burst of as many. If 0, DefaultPassiveRate. Only with
 	// PassiveOutcomes; at most MaxPassiveRate.
-	PassiveRate int
+	PassiveRate int `json:",omitzero"`
 
 	// Lifecycle is the target's slow start, automatic removal and
 	// administrative mode; nil for none (see Lifecycle).
-	Lifecycle *Lifecycle
+	Lifecycle *Lifecycle `json:",omitzero"`
 }
 
 // Bounds of a Spec's durations and counts, checked by Validate (the

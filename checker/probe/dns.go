@@ -21,23 +21,23 @@ var dnsTypes = []string{"A", "AAAA", "CAA", "CNAME", "MX", "NS", "PTR", "SOA", "
 type DNSSpec struct {
 	// Name is the name asked about, e.g. "api.internal"; at most 253
 	// bytes. A final dot is added when missing.
-	Name string
+	Name string `json:",omitzero"`
 	// Type is the record type: "A", "AAAA", "CAA", "CNAME", "MX", "NS",
 	// "PTR", "SOA", "SRV" or "TXT". Empty means "A".
-	Type string
+	Type string `json:",omitzero"`
 	// Server is the DNS server's host:port, e.g. "10.0.0.2:53"; at most
 	// MaxAddressLen bytes. Its address is checked by the egress policy.
-	Server string
+	Server string `json:",omitzero"`
 	// Rcode is the response code that passes, e.g. "NOERROR" (the
 	// default when empty) or "NXDOMAIN".
-	Rcode string
+	Rcode string `json:",omitzero"`
 	// AnswerContains, when set, must occur in the data of one of the
 	// answer's records of Type (as the zone file writes it: "10.0.0.7",
 	// "10 20 5432 db-1.internal.", "\"v=spf1 ...\""). AnswerRegex, when
 	// set, must match the data of one of them (RE2). Each at most
 	// MaxPatternLen bytes.
-	AnswerContains string
-	AnswerRegex    string
+	AnswerContains string `json:",omitzero"`
+	AnswerRegex    string `json:",omitzero"`
 }
 
 // validate checks a DNS spec.

@@ -36,8 +36,8 @@ const (
 // values of header Name matches Regex (RE2 syntax, unanchored: write
 // "^...$" to match a whole value).
 type HeaderMatch struct {
-	Name  string
-	Regex string
+	Name  string `json:",omitzero"`
+	Regex string `json:",omitzero"`
 }
 
 // ExpectError is a probe's failure because the answer was not the one

@@ -58,10 +58,10 @@ const (
 // goroutines, but the pointed-to specs must not be modified while a Factory
 // is building a Prober from them.
 type Spec struct {
-	HTTP *HTTPSpec
-	TCP  *TCPSpec
-	GRPC *GRPCSpec
-	DNS  *DNSSpec
+	HTTP *HTTPSpec `json:",omitzero"`
+	TCP  *TCPSpec  `json:",omitzero"`
+	GRPC *GRPCSpec `json:",omitzero"`
+	DNS  *DNSSpec  `json:",omitzero"`
 }
 
 // HTTPSpec describes an HTTP or HTTPS probe. The probe passes when the
@@ -73,47 +73,47 @@ type Spec struct {
 type HTTPSpec struct {
 	// URL is the absolute http:// or https:// URL to request; its host is a
 	// host name or an IP address. Required; at most MaxURLLen bytes.
-	URL string
+	URL string `json:",omitzero"`
 	// Method is the request method: "GET", "HEAD" or "POST". Empty means
 	// "GET".
-	Method string
+	Method string `json:",omitzero"`
 	// ExpectedStatus lists the status codes that pass, each in 100..599,
 	// at most MaxExpectedStatus of them. Empty (or nil) means any 2xx
 	// passes.
-	ExpectedStatus []int
+	ExpectedStatus []int `json:",omitzero"`
 	// Headers are extra request headers. Names are HTTP tokens and values
 	// hold no control characters (so no CR or LF). A "Host" entry sets the
 	// request's Host (the virtual host asked for) instead of a header line,
 	// and must be a host with an optional port; a "User-Agent" entry
 	// replaces the default "pulse-probe/1". At most MaxHeaders, each at
 	// most MaxHeaderLen bytes (name and value). Nil means none.
-	Headers map[string]string
+	Headers map[string]string `json:",omitzero"`
 	// ExpectedStatusRanges lists ranges of status codes that pass,
 	// "LOW-HIGH" such as "200-399", at most MaxStatusRanges.
-	ExpectedStatusRanges []string
+	ExpectedStatusRanges []string `json:",omitzero"`
 	// BodyContains must occur in the first BodyLimit bytes of the body,
 	// BodyNotContains must not, and BodyRegex (RE2, compiled once) must
 	// match them. Empty means no check; each at most MaxPatternLen bytes.
 	// A HEAD probe, whose answer has no body, sets none.
-	BodyContains    string
-	BodyNotContains string
-	BodyRegex       string
+	BodyContains    string `json:",omitzero"`
+	BodyNotContains string `json:",omitzero"`
+	BodyRegex       string `json:",omitzero"`
 	// BodyLimit is how many bytes of the body the body checks read, at
 	// most MaxBodyLimit. Zero means DefaultBodyLimit (64 KiB).
-	BodyLimit int
+	BodyLimit int `json:",omitzero"`
 	// HeaderMatches are response headers the answer must have, at most
 	// MaxHeaderMatches.
-	HeaderMatches []HeaderMatch
+	HeaderMatches []HeaderMatch `json:",omitzero"`
 	// Body is sent as the request body; only with Method "POST", at most
 	// MaxRequestBodyLen bytes.
-	Body string
+	Body string `json:",omitzero"`
 	// FollowRedirects follows up to MaxRedirects redirects and judges the
 	// last answer; every address reached is checked by the egress policy.
 	// False (the default) judges the redirect itself.
-	FollowRedirects bool
+	FollowRedirects bool `json:",omitzero"`
 	// TLS configures https:// probes; nil means the system roots and the
 	// URL's host. Only for https:// URLs.
-	TLS *TLSSpec
+	TLS *TLSSpec `json:",omitzero"`
 }
 
 // TCPSpec describes a TCP probe: it passes when a connection to Address can
@@ -122,11 +122,11 @@ type HTTPSpec struct {
 type TCPSpec struct {
 	// Address is host:port: a host name or IP address (an IPv6 one in
 	// brackets) and a port in 1..65535; at most MaxAddressLen bytes.
-	Address string
+	Address string `json:",omitzero"`
 	// Steps are sent and awaited in order, at most MaxTCPSteps.
-	Steps []TCPStep
+	Steps []TCPStep `json:",omitzero"`
 	// TLS, when not nil, speaks TLS on the connection.
-	TLS *TLSSpec
+	TLS *TLSSpec `json:",omitzero"`
 }
 
 // GRPCSpec describes a grpc.health.v1 Health/Check probe: it passes when the
@@ -135,27 +135,27 @@ type GRPCSpec struct {
 	// Address is host:port: a host name or IP address (an IPv6 one in
 	// brackets) and a port in 1..65535; at most MaxAddressLen bytes. It is
 	// never read as a gRPC target URI: "unix:80" is host "unix", port 80.
-	Address string
+	Address string `json:",omitzero"`
 	// Service is the service name sent in the HealthCheckRequest, at most
 	// MaxServiceLen bytes. Empty asks about the server as a whole.
-	Service string
+	Service string `json:",omitzero"`
 	// TLS, when true, connects with TLS and verifies the server against the
 	// system roots. False (the default) connects in plaintext, unless
 	// TLSOptions is set.
-	TLS bool
+	TLS bool `json:",omitzero"`
 	// TLSOptions, when not nil, connects with TLS configured by it.
-	TLSOptions *TLSSpec
+	TLSOptions *TLSSpec `json:",omitzero"`
 	// Authority is the :authority the calls carry (and, with TLS, the
 	// name verified when TLSOptions.ServerName is empty). Empty means
 	// Address. At most MaxAddressLen bytes.
-	Authority string
+	Authority string `json:",omitzero"`
 	// Metadata are sent with every call, at most MaxHeaders, each at most
 	// MaxHeaderLen bytes; keys are lower-case gRPC header names.
-	Metadata map[string]string
+	Metadata map[string]string `json:",omitzero"`
 	// ExpectedStatuses are the serving statuses that pass: "SERVING",
 	// "NOT_SERVING", "SERVICE_UNKNOWN" or "UNKNOWN". Empty means
 	// "SERVING".
-	ExpectedStatuses []string
+	ExpectedStatuses []string `json:",omitzero"`
 }
 
 // Kind reports which probe s describes: "http", "tcp", "grpc" or "dns". It returns

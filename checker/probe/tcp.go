@@ -31,21 +31,21 @@ const (
 type TCPStep struct {
 	// Send writes this text; SendHex writes the bytes these hex digits
 	// spell ("2a310d0a" or "2a 31 0d 0a").
-	Send    string
-	SendHex string
+	Send    string `json:",omitzero"`
+	SendHex string `json:",omitzero"`
 	// Expect awaits exactly these bytes next, and ExpectHex the bytes
 	// these hex digits spell (a binary greeting such as MySQL's);
 	// ExpectContains awaits bytes that contain this text; ExpectRegex
 	// awaits bytes that match this RE2 regular expression. What they
 	// match, and what came before it, is consumed; later bytes are left to
 	// the next step.
-	Expect         string
-	ExpectHex      string
-	ExpectContains string
-	ExpectRegex    string
+	Expect         string `json:",omitzero"`
+	ExpectHex      string `json:",omitzero"`
+	ExpectContains string `json:",omitzero"`
+	ExpectRegex    string `json:",omitzero"`
 	// ReadLimit bounds the bytes an expect step reads looking for its
 	// match, at most MaxTCPReadLimit. Zero means DefaultTCPReadLimit.
-	ReadLimit int
+	ReadLimit int `json:",omitzero"`
 }
 
 // validate checks a TCP spec.

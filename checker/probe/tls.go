@@ -41,34 +41,34 @@ type TLSSpec struct {
 	// CAFile names a PEM file of the certificates that sign trusted
 	// servers, in place of the system roots; CAPEM holds such
 	// certificates inline. At most one of them.
-	CAFile string
-	CAPEM  string
+	CAFile string `json:",omitzero"`
+	CAPEM  string `json:",omitzero"`
 	// CertFile and KeyFile name the PEM files of a client certificate and
 	// its private key, for servers that require one (mutual TLS); CertPEM
 	// and KeyPEM hold them inline. A certificate needs its key. KeyPEM is
 	// a secret: the API never shows it.
-	CertFile string
-	KeyFile  string
-	CertPEM  string
-	KeyPEM   string
+	CertFile string `json:",omitzero"`
+	KeyFile  string `json:",omitzero"`
+	CertPEM  string `json:",omitzero"`
+	KeyPEM   string `json:",omitzero"`
 	// ServerName is the name sent in SNI and verified against the
 	// server's certificate. Empty means the host the probe connects to.
-	ServerName string
+	ServerName string `json:",omitzero"`
 	// InsecureSkipVerify accepts any certificate the server shows. The
 	// connection is encrypted but not authenticated; a target's status
 	// warns about it.
-	InsecureSkipVerify bool
+	InsecureSkipVerify bool `json:",omitzero"`
 	// MinVersion is the oldest TLS version accepted: "1.0", "1.1", "1.2"
 	// or "1.3". Empty means "1.2".
-	MinVersion string
+	MinVersion string `json:",omitzero"`
 	// CertExpiryFail fails a probe whose server shows a certificate (the
 	// leaf or another in its chain) that expires within it, e.g.
 	// "certificate expires in 3d12h (2026-12-05)". CertExpiryWarn lets
 	// such a probe pass with a warning instead. Zero means no check; each
 	// at most MaxCertExpiry, and a warning only makes sense longer than
 	// the failure.
-	CertExpiryWarn time.Duration
-	CertExpiryFail time.Duration
+	CertExpiryWarn time.Duration `json:",omitzero"`
+	CertExpiryFail time.Duration `json:",omitzero"`
 }
 
 // tlsVersions are the versions MinVersion names.
