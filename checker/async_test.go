@@ -228,3 +228,49 @@ func TestAsyncProbesAreObserved(t *testing.T) {
 		t.Errorf("observed probes (-want +got):\n%s", diff)
 	}
 }
+
+// Each asynchronous result reaches its own target, however the probes in
+// flight end: round after round, ended in the reverse of the order they
+// started, each with an error naming its target. (The checker reuses what
+// it keeps of a probe in flight once its result is applied.)
+func TestAsyncResultsReachTheirTargets(t *testing.T) {
+	fp := newAsyncProbers()
+	clock := fakeclock.New(epoch)
+	c, err := checker.New(checker.Config{Clock: clock, NewProber: fp.New})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const n = 8
+	for i := range n {
+		s := spec(fmt.Sprintf("r%d", i))
+		s.Interval, s.Timeout, s.Rise, s.Fall = time.Second, time.Second, 1, 1
+		if _, _, err := c.Add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Start()
+	for round := 1; round <= 3; round++ {
+		clock.Advance(time.Second)
+		waitFor(t, "every probe in flight", func() bool { return fp.inFlight() == n })
+		for i := n - 1; i >= 0; i-- {
+			if !fp.end(fmt.Sprintf("r%d:80", i), fmt.Errorf("r%d round %d", i, round)) {
+				t.Fatalf("round %d: no probe of r%d in flight", round, i)
+			}
+		}
+		waitFor(t, "every result", func() bool {
+			for i := range n {
+				if st, _ := c.Status(fmt.Sprintf("r%d", i)); st.ActiveResults != uint64(round) {
+					return false
+				}
+			}
+			return true
+		})
+		for i := range n {
+			st, _ := c.Status(fmt.Sprintf("r%d", i))
+			if want := fmt.Sprintf("r%d round %d", i, round); st.LastResult.Err != want {
+				t.Errorf("round %d: r%d's last result %q, want %q", round, i, st.LastResult.Err, want)
+			}
+		}
+	}
+}

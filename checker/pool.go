@@ -303,11 +303,52 @@ func (s *scheduler) startAsync(j job, a probeArgs, ap AsyncProber) bool {
 	start := s.clock.Now()
 	deadline := addDur(start, a.timeout)
 	s.wg.Add(1) // this worker's own count is held: Close is not past wg.Wait
-	if ap.ProbeAsync(deadline, func(err error) { s.asyncDone(j, a, start, deadline, err) }) {
+	c := newAsyncCall()
+	c.s, c.j, c.a, c.start, c.deadline = s, j, a, start, deadline
+	// c is not touched after a true return: done may have run already.
+	if ap.ProbeAsync(deadline, c.done) {
 		return true
 	}
+	c.release()
 	s.wg.Done()
 	return false
+}
+
+// asyncCall is a probe startAsync started: what asyncDone needs, and done,
+// its finish bound once. Calls are pooled, so that starting a probe
+// allocates no closure (one of 192 bytes a probe, at 10,000 probes a
+// second a fifth of pulsed's garbage); ProbeAsync calls done exactly once,
+// after which the call is free for the next probe.
+type asyncCall struct {
+	s               *scheduler
+	j               job
+	a               probeArgs
+	start, deadline time.Time
+	done            func(error)
+}
+
+var asyncCalls sync.Pool // of *asyncCall
+
+func newAsyncCall() *asyncCall {
+	if c, ok := asyncCalls.Get().(*asyncCall); ok {
+		return c
+	}
+	c := new(asyncCall)
+	c.done = c.finish
+	return c
+}
+
+// finish takes what c holds, frees c and applies the result.
+func (c *asyncCall) finish(err error) {
+	s, j, a, start, deadline := c.s, c.j, c.a, c.start, c.deadline
+	c.release()
+	s.asyncDone(j, a, start, deadline, err)
+}
+
+// release clears c, holding on to no target or scheduler, and pools it.
+func (c *asyncCall) release() {
+	*c = asyncCall{done: c.done}
+	asyncCalls.Put(c)
 }
 
 // asyncDone applies the result of a probe startAsync started, as a worker
