@@ -128,7 +128,7 @@ func TestEverySpecFieldSurvivesTheStore(t *testing.T) {
 }
 
 // TestAPlainSpecRecordIsSmall: an HTTP target with the API's defaults is
-// stored in about a fifth of what writing every field took (634 bytes).
+// stored in about a quarter of what writing every field took (634 bytes).
 func TestAPlainSpecRecordIsSmall(t *testing.T) {
 	spec := checker.Spec{Name: "web-000123", Probe: probe.Spec{HTTP: &probe.HTTPSpec{URL: "http://127.0.0.1:40123/healthz"}},
 		Interval: 10 * time.Second, Timeout: time.Second, Rise: 2, Fall: 3}
