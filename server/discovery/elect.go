@@ -77,6 +77,13 @@ type Elector struct {
 	leaders map[string]string    // the replica leading each group, as observed
 	leading map[string]bool      // the groups this replica runs
 	closed  bool
+
+	// closing ends at Close: a removed group's retirement (retireIfLast)
+	// stops waiting. retiring counts the retirements under way; added to
+	// under mu while not closed, so that Close waits for every one.
+	closing  context.Context
+	stop     context.CancelFunc
+	retiring sync.WaitGroup
 }
 
 // campaign is one group's election loop.
@@ -112,8 +119,9 @@ func NewElector(m *Manager, cfg *Config, o ElectOptions) (*Elector, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	closing, stop := context.WithCancel(context.Background())
 	e := &Elector{
-		m: m, o: o, logger: o.Logger,
+		m: m, o: o, logger: o.Logger, closing: closing, stop: stop,
 		leader: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "pulse_discovery_leader",
 			Help: "1 when this replica leads the discovery group and runs its sources, 0 when another replica does (or none yet).",
@@ -140,9 +148,11 @@ func ElectionKey(prefix, group string) string { return prefix + "discovery/" + g
 // campaign, a removed group stops its sources (when this replica led it)
 // and resigns, and a changed group this replica leads restarts its
 // sources with the new configuration. It waits for the removed groups'
-// campaigns to end.
+// campaigns to end; a removed group that no replica campaigns for any
+// more then leaves, in the background (retireIfLast).
 func (e *Elector) ApplyConfig(cfg *Config) {
 	var ended []*campaign
+	removed := map[string]*Group{}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -157,6 +167,7 @@ func (e *Elector) ApplyConfig(cfg *Config) {
 		if _, ok := want[name]; !ok {
 			c.cancel()
 			ended = append(ended, c)
+			removed[name] = c.group
 			delete(e.camps, name)
 			delete(e.leaders, name)
 			e.leader.DeleteLabelValues(name)
@@ -176,15 +187,50 @@ func (e *Elector) ApplyConfig(cfg *Config) {
 			e.campaign(ctx, name)
 		}()
 	}
+	e.retiring.Add(len(removed))
 	e.mu.Unlock()
 	for _, c := range ended {
 		<-c.done
 	}
 	e.sync()
+	for name, g := range removed {
+		go e.retireIfLast(name, g)
+	}
+}
+
+// retireIfLast makes a group just removed from this replica's
+// configuration leave as its on_disappear says, once no replica campaigns
+// for it: every replica whose configuration has the group keeps a key in
+// its election, and this one's is gone, so whichever replica removes the
+// group last finds none. A replica killed or cut off keeps its key until
+// its lease expires, so this waits up to twice the TTL for the keys to
+// go; past that, a replica that still has the group runs it and its
+// targets stay. Several replicas retiring a group at once is
+// harmless: a target already leaving is left as it is.
+func (e *Elector) retireIfLast(group string, g *Group) {
+	defer e.retiring.Done()
+	ctx, cancel := context.WithTimeout(e.closing, 2*e.o.TTL)
+	defer cancel()
+	key := ElectionKey(e.o.Prefix, group) + "/"
+	for {
+		resp, err := e.o.Client.Get(ctx, key, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err == nil && resp.Count == 0 {
+			e.m.retire(group, g)
+			return
+		}
+		e.wait(ctx)
+		if ctx.Err() != nil {
+			if e.closing.Err() == nil {
+				e.logger.Info("discovery group removed from this replica's configuration; another replica still has it, and its targets stay", "group", group)
+			}
+			return
+		}
+	}
 }
 
 // Close stops every group this replica runs, resigns from every election
-// and waits for the campaigns to end. It is idempotent.
+// and waits for the campaigns to end; a stopping replica retires no group.
+// It is idempotent.
 func (e *Elector) Close() {
 	e.mu.Lock()
 	e.closed = true
@@ -194,9 +240,11 @@ func (e *Elector) Close() {
 		c.cancel()
 	}
 	e.mu.Unlock()
+	e.stop()
 	for _, c := range camps {
 		<-c.done
 	}
+	e.retiring.Wait()
 }
 
 // Leaders returns the replica leading each configured group, as this

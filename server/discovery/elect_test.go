@@ -186,3 +186,70 @@ groups:
 	waitFor(t, "r2's status", r2.leaders, "api=r2")
 	waitFor(t, "r3's status", r3.leaders, "api=r2 web=r3")
 }
+
+// TestElectorRetiresAGroupNoReplicaHas: a group removed from the leader's
+// configuration moves to a replica that still has it, and its targets
+// stay; removed from the last replica's, its targets leave as
+// on_disappear says: when the replicas remove it one after the other, at
+// once, or while the other is cut off from etcd (its key goes with its
+// lease). A replica that stops retires nothing.
+func TestElectorRetiresAGroupNoReplicaHas(t *testing.T) {
+	etcd := etcdtest.Start(t, 0)
+	proxy := etcd.Proxy(t)
+	file := filepath.Join(t.TempDir(), "hosts.json")
+	writeAtomic(t, file, `[{"targets": ["127.0.0.1:8001"]}]`)
+	group := func(name, onDisappear string) string {
+		return fmt.Sprintf("  - name: %s\n    file_sd_configs: [{files: [%q], refresh_interval: 50ms}]\n    template: {tcp: {}}\n    on_disappear: %s\n", name, file, onDisappear)
+	}
+	api, db, web := group("api", "drain 5m"), group("db", "remove"), group("web", "remove")
+	config := func(groups ...string) *Config {
+		return loadTestConfig(t, "groups:\n"+strings.Join(groups, ""))
+	}
+	reg := newFakeRegistry()
+	r1 := startReplica(t, "r1", etcd.Endpoint, config(api, db, web), reg)
+	waitFor(t, "r1 leads", r1.leading, "api,db,web")
+	all := "api-127.0.0.1:8001=active db-127.0.0.1:8001=active web-127.0.0.1:8001=active"
+	waitFor(t, "r1's targets", reg.modes, all)
+	r2 := startReplica(t, "r2", proxy.Endpoint, config(api, db, web), reg)
+	waitFor(t, "r2 sees r1 lead", r2.leaders, "api=r1 db=r1 web=r1")
+
+	// The leader drops web; r2 still has it: r2 runs it, and once r1 has
+	// waited its longest for the election's keys to go, web's target is
+	// still there.
+	r1.e.ApplyConfig(config(api, db))
+	waitFor(t, "r2 takes web", r2.leading, "web")
+	r1.e.retiring.Wait()
+	if got := reg.modes(); got != all {
+		t.Fatalf("after the leader alone dropped web: %q, want %q", got, all)
+	}
+
+	// r2 drops it too: the last one, so web's target is removed.
+	r2.e.ApplyConfig(config(api, db))
+	waitFor(t, "web retired", reg.modes, "api-127.0.0.1:8001=active db-127.0.0.1:8001=active")
+
+	// Both drop api at once: its target drains.
+	done := make(chan struct{})
+	go func() { defer close(done); r1.e.ApplyConfig(config(db)) }()
+	r2.e.ApplyConfig(config(db))
+	<-done
+	waitFor(t, "api retired", reg.modes, "api-127.0.0.1:8001=draining db-127.0.0.1:8001=active")
+
+	// r2 is cut off from etcd, as a killed replica, with db still in its
+	// configuration; r1, which leads db, drops it: r2's key goes when its
+	// lease expires (2s), and then db's target is removed.
+	proxy.Cut()
+	r1.e.ApplyConfig(config())
+	waitFor(t, "db retired after r2's lease", reg.modes, "api-127.0.0.1:8001=draining")
+	// A campaign cut off from etcd ends by resigning, which waits for
+	// etcd (concurrency.Election.Campaign): heal first so that r2 stops.
+	proxy.Heal()
+	r2.stop()
+
+	// A replica that stops retires nothing.
+	r3 := startReplica(t, "r3", etcd.Endpoint, config(web), reg)
+	waitFor(t, "r3's target", reg.modes, "api-127.0.0.1:8001=draining web-127.0.0.1:8001=active")
+	r3.stop()
+	if got := reg.modes(); got != "api-127.0.0.1:8001=draining web-127.0.0.1:8001=active" {
+		t.Fatalf("after r3 stopped: %q", got)
+	}
+}
