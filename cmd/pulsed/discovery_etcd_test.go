@@ -219,6 +219,14 @@ func TestDiscoveryReplicasOnEtcd(t *testing.T) {
 			t.Errorf("after the group moved: %s", ev)
 		}
 	}
+
+	// A SIGHUP on the other replica drops the group from the last
+	// configuration that had it: its targets leave as on_disappear says.
+	reps[other].Signal(syscall.SIGHUP)
+	eventually(t, "the group no replica has drains its targets", func() bool {
+		evs := held.events()
+		return slices.Contains(evs, "mode "+a+" MODE_DRAINING") && slices.Contains(evs, "mode "+b+" MODE_DRAINING") && slices.Contains(evs, "mode "+d+" MODE_DRAINING")
+	})
 }
 
 // metricsOf returns p's /metrics.
