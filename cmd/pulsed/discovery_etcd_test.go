@@ -246,3 +246,37 @@ func metricsOf(t *testing.T, p *pulsed) string {
 	_, body := httpGet(t, "http://"+addr+"/metrics")
 	return body
 }
+
+// TestDiscoveryReplicaCutOffStops: a replica cut off from etcd while it
+// campaigns for a discovery group another replica leads stops cleanly at
+// SIGTERM within about the lease's TTL, rather than waiting for etcd
+// until the shutdown timeout forces it out with status 1.
+func TestDiscoveryReplicaCutOffStops(t *testing.T) {
+	etcd := etcdtest.Start(t, time.Second)
+	proxy := etcd.Proxy(t)
+	dir := t.TempDir()
+	sd := filepath.Join(dir, "api.json")
+	writeFile(t, sd, `[]`)
+	cfgPath := filepath.Join(dir, "discovery.yaml")
+	writeFile(t, cfgPath, fmt.Sprintf("groups:\n  - name: api\n    file_sd_configs: [{files: [%q], refresh_interval: 100ms}]\n    template: {tcp: {}}\n", sd))
+	bin := buildPulsed(t)
+	replica := func(id, endpoint string) *pulsed {
+		return startPulsed(t, bin, "-registry", "etcd", "-etcd-endpoints", endpoint, "-etcd-prefix", "/pulse-cut/",
+			"-etcd-lease-ttl", "2s", "-replica-id", id, "-discovery-config", cfgPath, "-shutdown-timeout", "20s")
+	}
+	r1 := replica("r1", etcd.Endpoint)
+	eventually(t, "r1 leads the group", func() bool { return leadsGroup(r1, "api") })
+	r2 := replica("r2", proxy.Endpoint)
+	eventually(t, "r2 sees r1 lead", func() bool { return strings.Contains(r2.Logs(), "discovery group led by another replica") })
+
+	proxy.Cut()
+	start := time.Now()
+	if err := r2.Stop(testscale.D(30 * time.Second)); err != nil {
+		t.Fatalf("r2 cut off from etcd, at SIGTERM: %v\n%s", err, r2.Logs())
+	}
+	took := time.Since(start)
+	t.Logf("r2, cut off from etcd, exited %v after SIGTERM (lease TTL 2s)", took.Round(time.Millisecond))
+	if took > 2*time.Second+testscale.D(5*time.Second) {
+		t.Errorf("r2 took %v to stop, far more than the 2s lease TTL\n%s", took, r2.Logs())
+	}
+}
