@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -27,6 +28,7 @@ type discoveryRunner struct {
 	m      atomic.Pointer[discovery.Manager] // set once by start
 	elect  atomic.Pointer[discovery.Elector] // set once by start, with -registry etcd
 	cli    *clientv3.Client                  // the elector's
+	ttl    time.Duration                     // the elections' lease TTL
 	logger *slog.Logger
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -109,7 +111,7 @@ func (r *discoveryRunner) startElector(rf registryFlags, id string, dcfg *discov
 		cli.Close()
 		return err
 	}
-	r.cli = cli
+	r.cli, r.ttl = cli, rf.leaseTTL
 	r.elect.Store(e)
 	return nil
 }
@@ -150,13 +152,34 @@ func (r *discoveryRunner) reload() error {
 	return nil
 }
 
+// resignWait bounds how long stop waits for etcd to take the elections'
+// resignations, as the registry bounds its own lease's revocation: a
+// replica cut off from etcd still stops within its shutdown timeout.
+const resignWait = 2 * time.Second
+
 // stop stops the sources and waits for them; it is idempotent.
 func (r *discoveryRunner) stop() {
 	if r.m.Load() == nil {
 		return
 	}
 	if e := r.elect.Swap(nil); e != nil {
-		e.Close() // stops the groups it runs, then resigns
+		// Close stops the groups it runs, then resigns. A campaign cut off
+		// from etcd resigns through the client, which waits for etcd for
+		// as long as the client is open. Past resignWait, closing the
+		// client ends the wait: the other replicas then take the groups
+		// over when this replica's lease expires instead of at once.
+		closed := make(chan struct{})
+		go func() {
+			defer close(closed)
+			e.Close()
+		}()
+		select {
+		case <-closed:
+		case <-time.After(resignWait):
+			r.logger.Warn("discovery elections: etcd did not answer the resignation; closing its client: the other replicas take the groups over when the lease expires", "waited", resignWait.String(), "lease_ttl", r.ttl.String())
+			r.cli.Close()
+			<-closed
+		}
 		r.cli.Close()
 	}
 	r.cancel()

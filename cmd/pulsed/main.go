@@ -434,6 +434,7 @@ wait:
 	wd.Close()
 	// Closing the checker stops probing and ends watch streams, which would
 	// otherwise keep GracefulStop waiting forever.
+	sigs.waitingFor("discovery to stop (its sources, and its elections on etcd)")
 	disc.stop() // no discovered target is written once the checker closes
 	sigs.shutdownStep("the checker to close (probes in flight, state changes to store, watch streams to end)")
 	c.Close()
