@@ -203,13 +203,14 @@ func (e *Elector) ApplyConfig(cfg *Config) {
 // for it: every replica whose configuration has the group keeps a key in
 // its election, and this one's is gone, so whichever replica removes the
 // group last finds none. A replica killed or cut off keeps its key until
-// its lease expires, so this waits up to twice the TTL for the keys to
-// go; past that, a replica that still has the group runs it and its
-// targets stay. Several replicas retiring a group at once is
-// harmless: a target already leaving is left as it is.
+// its lease expires (etcd notices within a second or so of the TTL), so
+// this waits up to three times the TTL for the keys to go; past that, a
+// replica that still has the group runs it and its targets stay. Several
+// replicas retiring a group at once is harmless: a target already leaving
+// is left as it is.
 func (e *Elector) retireIfLast(group string, g *Group) {
 	defer e.retiring.Done()
-	ctx, cancel := context.WithTimeout(e.closing, 2*e.o.TTL)
+	ctx, cancel := context.WithTimeout(e.closing, 3*e.o.TTL)
 	defer cancel()
 	key := ElectionKey(e.o.Prefix, group) + "/"
 	for {
