@@ -28,7 +28,6 @@ type discoveryRunner struct {
 	m      atomic.Pointer[discovery.Manager] // set once by start
 	elect  atomic.Pointer[discovery.Elector] // set once by start, with -registry etcd
 	cli    *clientv3.Client                  // the elector's
-	ttl    time.Duration                     // the elections' lease TTL
 	logger *slog.Logger
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -111,7 +110,7 @@ func (r *discoveryRunner) startElector(rf registryFlags, id string, dcfg *discov
 		cli.Close()
 		return err
 	}
-	r.cli, r.ttl = cli, rf.leaseTTL
+	r.cli = cli
 	r.elect.Store(e)
 	return nil
 }
@@ -176,7 +175,7 @@ func (r *discoveryRunner) stop() {
 		select {
 		case <-closed:
 		case <-time.After(resignWait):
-			r.logger.Warn("discovery elections: etcd did not answer the resignation; closing its client: the other replicas take the groups over when the lease expires", "waited", resignWait.String(), "lease_ttl", r.ttl.String())
+			r.logger.Warn("discovery elections: etcd did not answer the resignation; closing its client: the other replicas take the groups over when the lease expires", "waited", resignWait.String())
 			r.cli.Close()
 			<-closed
 		}

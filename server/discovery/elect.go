@@ -220,10 +220,15 @@ func (e *Elector) retireIfLast(group string, g *Group) {
 			return
 		}
 		e.wait(ctx)
-		if ctx.Err() != nil {
-			if e.closing.Err() == nil {
-				e.logger.Info("discovery group removed from this replica's configuration; another replica still has it, and its targets stay", "group", group)
-			}
+		switch {
+		case ctx.Err() == nil:
+		case e.closing.Err() != nil:
+			return
+		case err != nil:
+			e.logger.Warn("discovery group removed from this replica's configuration; etcd could not say whether another replica still has it, so its targets stay", "group", group, "error", err)
+			return
+		default:
+			e.logger.Info("discovery group removed from this replica's configuration; another replica still has it, and its targets stay", "group", group)
 			return
 		}
 	}
