@@ -90,22 +90,35 @@ func (c *Checker) GroupWritesIdle() bool {
 	return c.repl == nil || c.repl.guard == nil || c.repl.guard.idle()
 }
 
-// SchedulerIdle reports whether the scheduler waits for a wake-up it has
-// armed no later than the first start due, with no change of the schedule
-// pending: a test that advances a fake clock then cannot step past a start
-// the scheduler has not seen. While a pass runs, or a wake-up is pending or
-// being taken, it is false.
-func (c *Checker) SchedulerIdle() bool {
+// SchedulerAtRest reports, in one look under the registry's lock, whether
+// no probe is queued, running or in flight for any target, and the
+// scheduler waits for a wake-up it has armed no later than the first start
+// due, with no change of the schedule pending: a test that advances a fake
+// clock then cannot step past a start the scheduler has not seen, nor past
+// a probe a worker has yet to start. Looking at the targets and at the
+// scheduler under separate locks would not do: a pass between the two
+// looks queues probes the first look did not see.
+//
+// While a pass runs, or a wake-up is pending or being taken, it is false: a
+// pass stamps the time it runs at (see scheduler.schedule), which is no
+// later than the clock, where an armed wake-up is always after it.
+func (c *Checker) SchedulerAtRest() bool {
 	s := c.sched
 	s.reg.lock()
 	defer s.reg.unlock()
-	if len(s.wake) > 0 {
+	if len(s.wake) > 0 || s.pool.queued() > 0 || s.pool.running > 0 {
 		return false
 	}
-	armed := s.stamp.due.Load() // see progress.set
+	busy := false
+	s.reg.eachLocked(func(t *target) { busy = busy || t.inFlight })
+	if busy {
+		return false
+	}
+	stamp := func(at time.Time) int64 { return max(int64(at.Sub(s.stamp.base)), 0) + 1 } // see progress.set
+	armed := s.stamp.due.Load()
 	if len(s.due) == 0 {
 		return armed == 0
 	}
-	head := max(int64(time.Unix(0, s.due[0].startNs).Sub(s.stamp.base)), 0) + 1
-	return armed != 0 && armed <= head
+	head := stamp(time.Unix(0, s.due[0].startNs))
+	return armed > stamp(s.clock.Now()) && armed <= head
 }

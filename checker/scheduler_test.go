@@ -378,14 +378,10 @@ func TestAdaptiveTickWidensOnAQuietSchedule(t *testing.T) {
 }
 
 // schedulerAtRest reports whether no probe is queued or running and the
-// scheduler's timer is armed for the first start due. A result that moves
-// a start earlier wakes the scheduler to arm its timer again; until it
-// has, the timer still armed is the old one.
+// scheduler's timer, the clock's one waiter, is armed for the first start
+// due (see Checker.SchedulerAtRest). A result that moves a start earlier
+// wakes the scheduler to arm its timer again; until it has, the timer
+// still armed is the old one.
 func schedulerAtRest(e *testEnv) bool {
-	for _, st := range list(e.c) {
-		if st.Probing {
-			return false
-		}
-	}
-	return e.clock.Waiters() == 1 && e.c.SchedulerIdle()
+	return e.c.SchedulerAtRest() && e.clock.Waiters() == 1
 }
