@@ -36,11 +36,20 @@ import (
 // DefaultOverloadRecovery is OverloadPolicy.RecoverAfter's default.
 const DefaultOverloadRecovery = 10 * time.Second
 
+// DefaultOverloadLagFloor bounds from below the lag that is a sign of
+// overload when OverloadPolicy.MaxLag is 0 (a probe's interval). A probe
+// that starts a few milliseconds late is the machine's scheduling jitter,
+// not a checker that cannot keep up; without the floor, one target probed
+// every millisecond would keep the checker degraded, so that no target's
+// own timeouts counted toward fall.
+const DefaultOverloadLagFloor = 100 * time.Millisecond
+
 // OverloadPolicy tunes overload detection. The zero value is the defaults.
 type OverloadPolicy struct {
 	// MaxLag: a probe that starts more than this after its scheduled time
 	// is a sign of overload. If 0, the interval the probe was scheduled at
-	// (the probe missed a whole slot). Negative: lag is no sign.
+	// (the probe missed a whole slot), and never less than
+	// DefaultOverloadLagFloor. Negative: lag is no sign.
 	MaxLag time.Duration
 	// MaxWaiting: this many probes waiting for a concurrency slot at once
 	// is a sign of overload. If 0, Config.MaxConcurrentProbes (a second

@@ -375,3 +375,41 @@ func TestOwnFaultNeverCounts(t *testing.T) {
 		})
 	}
 }
+
+// A target probed every millisecond starts a few milliseconds late
+// whenever the machine is busy. With the default MaxLag (the interval)
+// that is no sign of overload under DefaultOverloadLagFloor: otherwise
+// one such target would keep the checker degraded, and no other target's
+// own timeout would count. Past the floor, lag is a sign again.
+func TestDefaultLagThresholdHasAFloor(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	fast := spec("fast")
+	fast.Interval, fast.Timeout = time.Millisecond, time.Millisecond
+	e.add(t, fast)
+	e.probes.set("fast", pass)
+	hung := spec("hung")
+	hung.Interval, hung.Timeout, hung.Fall, hung.InitialState = time.Second, 500*time.Millisecond, 1, checker.StateHealthy
+	e.add(t, hung)
+	e.probes.set("hung", outcome{hang: true})
+	e.c.Start()
+	const late = 50 * time.Millisecond // under the floor, 50 of fast's intervals
+	for range 40 {                     // 2s: hung's probe times out at least once
+		step(t, e, late)
+	}
+	ov := e.c.Overload()
+	if ov.Degraded {
+		t.Fatalf("degraded by probes at most %v late, under the floor %v: %+v", late, checker.DefaultOverloadLagFloor, ov)
+	}
+	if ov.Lag <= fast.Interval {
+		t.Fatalf("last lag %v, want more than fast's interval %v (what the threshold would be without the floor)", ov.Lag, fast.Interval)
+	}
+	if st, _ := e.c.Status("hung"); st.State != checker.StateUnhealthy || st.IgnoredTimeouts != 0 {
+		t.Errorf("hung: %v with %d ignored timeouts, want unhealthy by its own timeout (fall 1), none ignored", st.State, st.IgnoredTimeouts)
+	}
+
+	step(t, e, checker.DefaultOverloadLagFloor+late)
+	ov = e.c.Overload()
+	if want := "late (threshold " + checker.DefaultOverloadLagFloor.String() + ")"; !ov.Degraded || !strings.Contains(ov.Reason, want) {
+		t.Errorf("after a probe %v late: %+v, want degraded, %q", checker.DefaultOverloadLagFloor+late, ov, want)
+	}
+}

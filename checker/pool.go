@@ -391,7 +391,7 @@ func (s *scheduler) startLocked(j job, a *probeArgs) {
 	s.lastLag.Store(int64(lag))
 	maxLag := s.overload.MaxLag
 	if maxLag == 0 {
-		maxLag = j.interval
+		maxLag = max(j.interval, DefaultOverloadLagFloor)
 	}
 	if !s.overload.Disabled && !j.reprobe && maxLag > 0 && lag > maxLag {
 		s.signLocked(now, fmt.Sprintf("a probe of %s started %v late (threshold %v)", t.spec.Name, lag, maxLag))

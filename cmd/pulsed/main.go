@@ -102,7 +102,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.defaults.DownInterval, "down-interval", 0, "default interval while a target is unhealthy; 0: the target's interval")
 	fs.Float64Var(&cfg.maxUnhealthy, "max-unhealthy-fraction", 0.5, "panic threshold of groups without a policy of their own (SetGroupPolicy): at most this fraction of a group, and always at least one target, is marked unhealthy at once; the rest stay routable, held; 1 disables")
 	overloadDetection := fs.Bool("overload-detection", true, "when pulsed cannot keep up with its probes (see -overload-lag, -overload-waiting), its own probe timeouts do not count toward fall")
-	fs.DurationVar(&cfg.overload.MaxLag, "overload-lag", 0, "a probe starting later than this after its slot is a sign of overload; 0: the probe's interval")
+	fs.DurationVar(&cfg.overload.MaxLag, "overload-lag", 0, fmt.Sprintf("a probe starting later than this after its slot is a sign of overload; 0: the probe's interval, and at least %v", checker.DefaultOverloadLagFloor))
 	fs.IntVar(&cfg.overload.MaxWaiting, "overload-waiting", 0, "this many probes waiting for a slot at once is a sign of overload; 0: -max-concurrent-probes")
 	fs.DurationVar(&cfg.overload.RecoverAfter, "overload-recovery", checker.DefaultOverloadRecovery, "pulsed is no longer overloaded after this long without a sign")
 	reprobeOnClose := fs.Bool("reprobe-on-close", true, "when a target's peer closes or resets the connection pulsed keeps to it (http://, gRPC) while no probe uses it, probe the target at once (at most once per interval) and, while those probes fail, every -reprobe-fast-interval: a killed backend is down in (fall-1) x that")
