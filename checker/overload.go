@@ -5,20 +5,33 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
+	"runtime/metrics"
 	"slices"
 	"sync"
 	"time"
 )
 
-// Stale is not down. A checker that cannot keep up with its schedule times
-// out its own probes and would mark healthy targets down by the hundred
-// (Envoy's main thread at ~20k endpoints). So the scheduler watches two
-// signs of its own overload:
+// Stale is not down. A checker that cannot keep up with its own work
+// hears answers too late, times out its own probes and would mark healthy
+// targets down by the hundred (Envoy's main thread at ~20k endpoints). So
+// the scheduler watches for signs that the checker itself is slow:
 //
 //   - lag: how late a probe starts (a worker takes it) against its
-//     scheduled time; a sign when above OverloadPolicy.MaxLag;
-//   - saturation: how many probes wait for a slot (queued beyond the free
-//     workers); a sign when at least OverloadPolicy.MaxWaiting.
+//     scheduled time, counted from when a slot was free for it; a sign
+//     when above OverloadPolicy.MaxLag;
+//   - stall: how long the Go scheduler kept runnable goroutines waiting
+//     (the 99th percentile over a quarter of a second); a sign when above
+//     OverloadPolicy.MaxStall;
+//   - a probe that found no file descriptor free;
+//   - saturation, only when OverloadPolicy.MaxWaiting is set: how many
+//     probes wait for a slot.
+//
+// Waiting for a slot is not itself a sign: a probe's timeout starts when it
+// gets its slot, so a probe that waited does not time out for it. Hung
+// targets fill the slots (each holds one for its whole timeout) and make
+// the others wait; had that been a sign, a blackholed rack would keep the
+// checker degraded and never be marked down.
 //
 // At the first sign the checker is degraded (EventCheckerDegraded, and
 // Overload().Degraded). While degraded, and for a probe that was scheduled
@@ -30,7 +43,7 @@ import (
 // no sign for OverloadPolicy.RecoverAfter, checked as results come in.
 //
 // The cost: while degraded, a target that really died by hanging is not
-// marked down until the checker recovers. Raise -max-concurrent-probes (or
+// marked down until the checker recovers. Give the checker more CPU (or
 // lower the probe load) rather than turn detection off.
 
 // DefaultOverloadRecovery is OverloadPolicy.RecoverAfter's default.
@@ -44,18 +57,38 @@ const DefaultOverloadRecovery = 10 * time.Second
 // own timeouts counted toward fall.
 const DefaultOverloadLagFloor = 100 * time.Millisecond
 
+// DefaultOverloadStall is OverloadPolicy.MaxStall's value in pulsed
+// (-overload-stall): runnable goroutines kept waiting longer than this
+// leave a probe with the default 1s timeout half its time to hear its
+// answer. A process that runs out of CPU for good goes far past it; a
+// brief stall below it cannot fail a probe fall times in a row.
+const DefaultOverloadStall = 500 * time.Millisecond
+
+// stallEvery is how often the stall sampler reads the Go scheduler's
+// latencies.
+const stallEvery = 250 * time.Millisecond
+
 // OverloadPolicy tunes overload detection. The zero value is the defaults.
 type OverloadPolicy struct {
 	// MaxLag: a probe that starts more than this after its scheduled time
-	// is a sign of overload. If 0, the interval the probe was scheduled at
-	// (the probe missed a whole slot), and never less than
+	// (or, when it waited for a slot, after a slot was free for it) is a
+	// sign of overload. If 0, the interval the probe was scheduled at (the
+	// probe missed a whole slot), and never less than
 	// DefaultOverloadLagFloor. Negative: lag is no sign.
 	MaxLag time.Duration
 	// MaxWaiting: this many probes waiting for a concurrency slot at once
-	// is a sign of overload. If 0, Config.MaxConcurrentProbes (a second
-	// full set of probes queued behind the running one). Negative:
-	// saturation is no sign.
+	// is a sign of overload. If 0 or negative, saturation is no sign: a
+	// probe's timeout starts when it gets its slot, and hung targets that
+	// fill every slot must still be marked down. Setting it brings that
+	// blind spot back: while the slots stay full, no timeout counts.
 	MaxWaiting int
+	// MaxStall: the Go scheduler keeping runnable goroutines waiting longer
+	// than this (the 99th percentile over each quarter of a second, from
+	// runtime/metrics /sched/latencies:seconds) is a sign of overload: the
+	// checker may hear an answer only after its probe's deadline. If 0 or
+	// negative, no sampling (a Checker's default: the measure is of the
+	// whole process; pulsed sets DefaultOverloadStall).
+	MaxStall time.Duration
 	// RecoverAfter is how long without a sign ends the overload. If 0,
 	// DefaultOverloadRecovery.
 	RecoverAfter time.Duration
@@ -76,9 +109,9 @@ type OverloadStatus struct {
 	Degraded bool
 	// Since is when it became degraded; zero when not degraded.
 	Since time.Time
-	// Reason says what made it degraded, e.g. "12 probes waiting for a
-	// slot (threshold 8)" or "a probe of web-1 started 2.1s late (threshold
-	// 2s)".
+	// Reason says what made it degraded, e.g. "a probe of web-1 started
+	// 2.1s late (threshold 2s)" or "runnable goroutines waited 310ms to run
+	// (threshold 200ms)".
 	Reason string
 	// Lag is how late the most recent probe started against its schedule.
 	Lag time.Duration
@@ -155,6 +188,71 @@ func (s *scheduler) checkRecoveryLocked(now time.Time) {
 // time since due: it is now, or it recovered after due.
 func (s *scheduler) overloadedSinceLocked(due time.Time) bool {
 	return s.ov.degraded || (!s.ov.recovered.IsZero() && !s.ov.recovered.Before(due))
+}
+
+// NoteStall tells the checker that the process kept runnable goroutines
+// waiting d to run (see SampleStalls): more than OverloadPolicy.MaxStall is
+// a sign of overload.
+func (c *Checker) NoteStall(d time.Duration) { c.sched.noteStall(d) }
+
+func (s *scheduler) noteStall(d time.Duration) {
+	if s.overload.Disabled || s.overload.MaxStall <= 0 || d <= s.overload.MaxStall {
+		return
+	}
+	s.reg.lock()
+	s.signLocked(s.clock.Now(), fmt.Sprintf("runnable goroutines waited %v to run (threshold %v)", d, s.overload.MaxStall))
+	s.reg.unlockAndReport()
+}
+
+// SampleStalls reads the Go scheduler's latencies (runtime/metrics
+// /sched/latencies:seconds) every quarter of a second until ctx ends, and
+// calls note with the 99th percentile of the latencies of that quarter: how
+// long runnable goroutines waited to run. A process short of CPU (a
+// throttled container, a busy host, more probes than its cores can handle)
+// shows it there before its probes time out.
+func SampleStalls(ctx context.Context, note func(time.Duration)) {
+	samples := [2][]metrics.Sample{{{Name: schedLatencies}}, {{Name: schedLatencies}}}
+	metrics.Read(samples[0])
+	tick := time.NewTicker(stallEvery)
+	defer tick.Stop()
+	for i := 1; ; i ^= 1 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		metrics.Read(samples[i]) // reuses the histogram read two quarters ago
+		note(stallQuantile(samples[i^1][0].Value.Float64Histogram(), samples[i][0].Value.Float64Histogram(), 0.99))
+	}
+}
+
+const schedLatencies = "/sched/latencies:seconds"
+
+// stallQuantile returns the q-quantile of the latencies counted between
+// prev and cur, two readings of one cumulative histogram: the lower bound
+// of the bucket it falls in, so that it never overstates. 0 if none.
+func stallQuantile(prev, cur *metrics.Float64Histogram, q float64) time.Duration {
+	if prev == nil || cur == nil || len(prev.Counts) != len(cur.Counts) {
+		return 0
+	}
+	var total uint64
+	for i, n := range cur.Counts {
+		total += n - prev.Counts[i]
+	}
+	if total == 0 {
+		return 0
+	}
+	rank := uint64(math.Ceil(q * float64(total)))
+	var seen uint64
+	for i, n := range cur.Counts {
+		if seen += n - prev.Counts[i]; seen >= rank {
+			if lo := cur.Buckets[i]; lo > 0 {
+				return time.Duration(lo * float64(time.Second))
+			}
+			return 0
+		}
+	}
+	return 0
 }
 
 func plural(n int, word string) string {

@@ -58,17 +58,18 @@ func step(t *testing.T, e *testEnv, d time.Duration) {
 	waitFor(t, "the checker at rest", func() bool { return quiet(e) })
 }
 
-// The prober is saturated: twelve healthy targets whose probes hang share
-// four slots, so probes wait in line and every probe times out. A checker
-// that counted its own timeouts marks the whole fleet down (the control,
-// with detection off); an overloaded one says so (CHECKER_DEGRADED,
-// Overload().Degraded) and marks nobody down. Once it keeps up again it
-// recovers (CHECKER_RECOVERED), and timeouts count again.
+// The checker stalls: twelve healthy targets' probes time out while the
+// process keeps its runnable goroutines waiting longer than MaxStall (as
+// SampleStalls reports it), so it may not have heard their answers. A
+// checker that counted its own timeouts marks the whole fleet down (the
+// control, with detection off); an overloaded one says so
+// (CHECKER_DEGRADED, Overload().Degraded) and marks nobody down. Once it
+// keeps up again it recovers (CHECKER_RECOVERED), and timeouts count again.
 func TestOverloadedCheckerMarksNoMassTransition(t *testing.T) {
-	const targets, slots, steps = 12, 4, 12
+	const targets, steps = 12, 12
 	for _, detect := range []bool{true, false} {
 		t.Run(fmt.Sprintf("detection %v", detect), func(t *testing.T) {
-			e := newEnv(t, checker.Config{MaxConcurrentProbes: slots, Overload: checker.OverloadPolicy{Disabled: !detect, RecoverAfter: 3 * time.Second}})
+			e := newEnv(t, checker.Config{Overload: checker.OverloadPolicy{Disabled: !detect, MaxStall: 200 * time.Millisecond, RecoverAfter: 3 * time.Second}})
 			for i := range targets {
 				s := spec(fmt.Sprintf("t%02d", i))
 				s.Interval, s.Timeout, s.Fall, s.InitialState = time.Second, time.Second, 2, checker.StateHealthy
@@ -81,7 +82,8 @@ func TestOverloadedCheckerMarksNoMassTransition(t *testing.T) {
 			wg := watchNow(t, e.c, checker.Filter{Group: "edge"})
 			e.c.Start()
 			for range steps {
-				step(t, e, time.Second) // times out the running probes; waiting ones start
+				e.c.NoteStall(300 * time.Millisecond)
+				step(t, e, time.Second) // times out the running probes; the next ones start
 			}
 			evs := policyKinds(next(t, w))
 			ov := e.c.Overload()
@@ -97,7 +99,8 @@ func TestOverloadedCheckerMarksNoMassTransition(t *testing.T) {
 			if got := policyKinds(next(t, wg)); len(got) != 1 || !strings.HasPrefix(got[0], "checker degraded: ") {
 				t.Errorf("a group's watcher got %v, want CHECKER_DEGRADED", got)
 			}
-			if !ov.Degraded || ov.Waiting == 0 || ov.InFlight != slots || ov.IgnoredTimeouts != slots*(steps-1) || !strings.Contains(ov.Reason, "probes waiting for a slot") {
+			active, ignored := totals(e.c)
+			if !ov.Degraded || active != 0 || ov.IgnoredTimeouts != ignored || ignored < targets*(steps/2-1) || ov.Reason != "runnable goroutines waited 300ms to run (threshold 200ms)" {
 				t.Errorf("overload %+v", ov)
 			}
 			if got := e.c.Healthy(""); len(got) != targets {
@@ -108,9 +111,8 @@ func TestOverloadedCheckerMarksNoMassTransition(t *testing.T) {
 				t.Errorf("t00 %+v: want ignored timeouts, none counted", st)
 			}
 
-			// The targets answer again: the line drains, and with no sign for
-			// RecoverAfter the checker recovers. Steps of 100ms let the
-			// targets' staggered slots come one by one.
+			// The targets answer again and the process keeps up: with no
+			// sign for RecoverAfter the checker recovers.
 			for i := range targets {
 				e.probes.set(fmt.Sprintf("t%02d", i), pass)
 			}
@@ -151,6 +153,48 @@ func TestOverloadedCheckerMarksNoMassTransition(t *testing.T) {
 				t.Errorf("events %v, want t00 down", got)
 			}
 		})
+	}
+}
+
+// Hung targets fill every slot: twelve healthy targets whose probes hang
+// share four slots, each holding one for its whole timeout, so the others
+// wait in line. That is the targets' doing, not the checker's: a probe's
+// timeout starts when it gets its slot. The checker is not degraded, and
+// every target is marked down (a blackholed rack must not stay routable).
+func TestHungTargetsThatFillTheSlotsGoDown(t *testing.T) {
+	const targets, slots = 12, 4
+	e := newEnv(t, checker.Config{MaxConcurrentProbes: slots, Overload: checker.OverloadPolicy{MaxStall: 200 * time.Millisecond}})
+	for i := range targets {
+		s := spec(fmt.Sprintf("t%02d", i))
+		s.Interval, s.Timeout, s.Fall, s.InitialState = time.Second, time.Second, 2, checker.StateHealthy
+		e.add(t, s)
+		e.probes.set(s.Name, outcome{hang: true})
+	}
+	w := watchNow(t, e.c, checker.Filter{})
+	e.c.Start()
+	waited := 0
+	for i := 0; len(e.c.Healthy("")) > 0; i++ {
+		if i == 20 {
+			t.Fatalf("after 20s, %d of %d hung targets still routable: %+v", len(e.c.Healthy("")), targets, e.c.Overload())
+		}
+		e.c.NoteStall(200 * time.Millisecond) // at the threshold: no sign
+		step(t, e, time.Second)
+		waited = max(waited, e.c.Overload().Waiting)
+	}
+	if waited == 0 {
+		t.Error("no probe ever waited for a slot: the test saturates nothing")
+	}
+	evs := policyKinds(next(t, w))
+	if len(evs) != targets {
+		t.Errorf("events %v, want the %d targets down and nothing else", evs, targets)
+	}
+	for _, ev := range evs {
+		if !strings.HasSuffix(ev, ": healthy -> unhealthy") {
+			t.Errorf("event %q, want only targets going down", ev)
+		}
+	}
+	if ov := e.c.Overload(); ov.Degraded || ov.IgnoredTimeouts != 0 {
+		t.Errorf("overload %+v, want not degraded and no timeout ignored", ov)
 	}
 }
 
@@ -294,43 +338,93 @@ func TestQueuedProbeOfAnUpdatedTargetIsReplaced(t *testing.T) {
 }
 
 // A probe that starts exactly MaxLag late is no sign of overload; one
-// nanosecond later is. Two targets share one slot: a's probe hangs until
-// its timeout, so b, due while a runs, starts when a's probe times out.
+// nanosecond later is. The fake clock jumps past the probe's due time, as
+// a checker too slow to start it would.
 func TestOverloadLagThresholdIsExclusive(t *testing.T) {
-	// The first probes are spread by a hash of the name: the lag b starts
-	// with is fixed by the names, and measured with detection off.
-	run := func(maxLag time.Duration) (checker.OverloadStatus, time.Duration) {
-		e := newEnv(t, checker.Config{MaxConcurrentProbes: 1, Overload: checker.OverloadPolicy{MaxLag: maxLag, MaxWaiting: -1}})
-		for _, n := range []string{"a", "b"} {
-			s := spec(n)
-			s.Interval, s.Timeout, s.InitialState = 10*time.Second, 10*time.Second, checker.StateHealthy
-			e.add(t, s)
-		}
-		e.probes.set("a", outcome{hang: true})
+	// The lag is fixed by the jump and the tick, and measured with
+	// detection off.
+	run := func(maxLag time.Duration) checker.OverloadStatus {
+		e := newEnv(t, checker.Config{Overload: checker.OverloadPolicy{MaxLag: maxLag}})
+		s := spec("b")
+		s.Interval, s.Timeout, s.InitialState = 10*time.Second, time.Second, checker.StateHealthy
+		e.add(t, s)
 		e.probes.set("b", pass)
-		a, _ := e.c.Status("a")
 		b, _ := e.c.Status("b")
-		if !a.NextProbe.Before(b.NextProbe) || !b.NextProbe.Before(a.NextProbe.Add(10*time.Second)) {
-			t.Fatalf("first probes at a %v, b %v: b must be due while a's probe runs", a.NextProbe.Sub(epoch), b.NextProbe.Sub(epoch))
-		}
-		want := a.NextProbe.Add(10 * time.Second).Sub(b.NextProbe)
 		e.c.Start()
-		step(t, e, a.NextProbe.Sub(e.clock.Now()))
-		step(t, e, 10*time.Second) // a times out, b starts
+		step(t, e, b.NextProbe.Add(1500*time.Millisecond).Sub(e.clock.Now()))
 		if st, _ := e.c.Status("b"); st.ActiveResults != 1 {
 			t.Fatalf("b probed %d times, want 1", st.ActiveResults)
 		}
-		return e.c.Overload(), want
+		return e.c.Overload()
 	}
-	ov, lag := run(-1)
-	if ov.Lag != lag || ov.Degraded {
-		t.Fatalf("with lag no sign: %+v, want lag %v and not degraded", ov, lag)
+	ov := run(-1)
+	lag := ov.Lag
+	if lag <= 0 || ov.Degraded {
+		t.Fatalf("with lag no sign: %+v, want a lag and not degraded", ov)
 	}
-	if ov, _ := run(lag); ov.Degraded {
+	if ov := run(lag); ov.Degraded {
 		t.Errorf("a probe exactly MaxLag (%v) late: %+v, want not degraded", lag, ov)
 	}
-	if ov, _ := run(lag - time.Nanosecond); !ov.Degraded || !strings.Contains(ov.Reason, "a probe of b started "+lag.String()+" late") {
+	if ov := run(lag - time.Nanosecond); !ov.Degraded || !strings.Contains(ov.Reason, "a probe of b started "+lag.String()+" late") {
 		t.Errorf("a probe 1ns more than MaxLag late: %+v, want degraded", ov)
+	}
+}
+
+// Waiting for a slot is not lateness: two targets share one slot, a's
+// probe hangs until its timeout, so b, due while a runs, starts when a's
+// probe times out. Its lag is reported, but even with MaxLag 1ns it is no
+// sign, since a slot was free for b only then.
+func TestWaitingForASlotIsNotLate(t *testing.T) {
+	e := newEnv(t, checker.Config{MaxConcurrentProbes: 1, Overload: checker.OverloadPolicy{MaxLag: time.Nanosecond}})
+	for _, n := range []string{"a", "b"} {
+		s := spec(n)
+		s.Interval, s.Timeout, s.InitialState = 10*time.Second, 10*time.Second, checker.StateHealthy
+		e.add(t, s)
+	}
+	e.probes.set("a", outcome{hang: true})
+	e.probes.set("b", pass)
+	a, _ := e.c.Status("a")
+	b, _ := e.c.Status("b")
+	if !a.NextProbe.Before(b.NextProbe) || !b.NextProbe.Before(a.NextProbe.Add(10*time.Second)) {
+		t.Fatalf("first probes at a %v, b %v: b must be due while a's probe runs", a.NextProbe.Sub(epoch), b.NextProbe.Sub(epoch))
+	}
+	want := a.NextProbe.Add(10 * time.Second).Sub(b.NextProbe)
+	e.c.Start()
+	step(t, e, a.NextProbe.Sub(e.clock.Now()))
+	step(t, e, b.NextProbe.Sub(e.clock.Now()))
+	if ov := e.c.Overload(); ov.Waiting != 1 || ov.InFlight != 1 {
+		t.Fatalf("b is not waiting for a's slot: %+v", ov)
+	}
+	step(t, e, a.NextProbe.Add(10*time.Second).Sub(e.clock.Now())) // a times out, b starts
+	if st, _ := e.c.Status("b"); st.ActiveResults != 1 {
+		t.Fatalf("b probed %d times, want 1", st.ActiveResults)
+	}
+	if ov := e.c.Overload(); ov.Lag != want || ov.Degraded {
+		t.Errorf("overload %+v, want lag %v reported and not degraded", ov, want)
+	}
+}
+
+// A stall of the process longer than MaxStall is a sign; one of exactly
+// MaxStall is not, and nothing is with MaxStall unset or detection off.
+func TestOverloadStallThresholdIsExclusive(t *testing.T) {
+	for _, c := range []struct {
+		policy   checker.OverloadPolicy
+		stall    time.Duration
+		degraded bool
+	}{
+		{checker.OverloadPolicy{MaxStall: 200 * time.Millisecond}, 200 * time.Millisecond, false},
+		{checker.OverloadPolicy{MaxStall: 200 * time.Millisecond}, 200*time.Millisecond + 1, true},
+		{checker.OverloadPolicy{}, time.Hour, false},
+		{checker.OverloadPolicy{MaxStall: 200 * time.Millisecond, Disabled: true}, time.Hour, false},
+	} {
+		e := newEnv(t, checker.Config{Overload: c.policy})
+		e.c.Start()
+		e.c.NoteStall(c.stall)
+		if ov := e.c.Overload(); ov.Degraded != c.degraded {
+			t.Errorf("policy %+v, stall %v: %+v, want degraded %v", c.policy, c.stall, ov, c.degraded)
+		} else if c.degraded && ov.Reason != "runnable goroutines waited 200.000001ms to run (threshold 200ms)" {
+			t.Errorf("reason %q", ov.Reason)
+		}
 	}
 }
 

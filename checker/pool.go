@@ -34,6 +34,7 @@ type probePool struct {
 	workers int        // workers started and not yet stopped
 	idle    int        // workers waiting for a job
 	running int        // jobs taken by a worker and not yet applied
+	fullEnd int64      // when running last fell from max (UnixNano): a job that waited got its slot then
 	cond    *sync.Cond // on the registry's lock: signalled when a job is queued or the pool stops
 }
 
@@ -50,6 +51,14 @@ func (p *probePool) waiting() int {
 
 // queued counts the jobs waiting for a worker.
 func (p *probePool) queued() int { return p.queue.len() + p.urgent.len() }
+
+// release frees the slot of a probe that ended, at now.
+func (p *probePool) release(now time.Time) {
+	if p.running == p.max {
+		p.fullEnd = now.UnixNano()
+	}
+	p.running--
+}
 
 // push queues j: a reprobe's job in the urgent queue, which workers take
 // from first. A reprobe is of a target that most likely just died; behind
@@ -285,7 +294,7 @@ func (s *scheduler) work() {
 		r, timedOut := s.probe(ctx, a)
 
 		s.reg.lock()
-		s.pool.running--
+		s.pool.release(s.clock.Now())
 		s.waiting.Store(int64(s.pool.waiting()))
 		if j.round != nil {
 			j.round.out[j.i] = outcome{r: r, timedOut: timedOut, skipped: ctx.Err() != nil} // cut short: says nothing of the target
@@ -358,7 +367,7 @@ func (s *scheduler) asyncDone(j job, a probeArgs, start, deadline time.Time, err
 	end := s.clock.Now()
 	r, timedOut := s.result(a, start, end, err, !end.Before(deadline))
 	s.reg.lock()
-	s.pool.running--
+	s.pool.release(end)
 	s.waiting.Store(int64(s.pool.waiting()))
 	if s.pool.queued() > 0 && s.pool.idle > 0 {
 		s.pool.cond.Signal() // a job may have waited for this slot
@@ -377,7 +386,7 @@ func (s *scheduler) asyncDone(j job, a probeArgs, start, deadline time.Time, err
 
 // startLocked starts j's probe: it fills a with what the probe needs,
 // counts it running and notes how late it starts (a sign of overload when
-// later than the policy allows).
+// later than the policy allows, counted from when a slot was free for it).
 func (s *scheduler) startLocked(j job, a *probeArgs) {
 	t := j.t
 	*a = probeArgs{prober: t.prober, timeout: t.spec.Timeout, maxLatency: t.spec.MaxLatency}
@@ -389,6 +398,12 @@ func (s *scheduler) startLocked(j job, a *probeArgs) {
 	}
 	lag := max(now.Sub(planned), 0)
 	s.lastLag.Store(int64(lag))
+	if s.pool.fullEnd > planned.UnixNano() {
+		// Waiting for a slot is not the checker's slowness: the probe's
+		// timeout starts now, and hung targets holding every slot must
+		// not keep the checker degraded.
+		lag = max(now.Sub(time.Unix(0, s.pool.fullEnd)), 0)
+	}
 	maxLag := s.overload.MaxLag
 	if maxLag == 0 {
 		maxLag = max(j.interval, DefaultOverloadLagFloor)

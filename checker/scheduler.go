@@ -81,9 +81,6 @@ func newScheduler(reg *registry, cfg Config, clock Clock) (*scheduler, error) {
 		n = 256
 	}
 	s.pool.init(reg.locker(), n)
-	if s.overload.MaxWaiting == 0 {
-		s.overload.MaxWaiting = n
-	}
 	if s.overload.RecoverAfter == 0 {
 		s.overload.RecoverAfter = DefaultOverloadRecovery
 	}

@@ -230,13 +230,14 @@ func serve(t *testing.T, c *checker.Checker) pb.HealthCheckerClient {
 	return pb.NewHealthCheckerClient(conn)
 }
 
-// Stale is not down, through the API: a saturated checker reports itself
+// Stale is not down, through the API: a checker saturated past its waiting
+// threshold (set here: by default waiting is no sign) reports itself
 // degraded in ListTargets and on the stream, and its timeouts mark nobody
 // down.
 func TestOverloadThroughTheAPI(t *testing.T) {
 	clock := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	hp := &hangProbers{}
-	c, err := checker.New(checker.Config{Clock: clock, NewProber: hp.New, MaxConcurrentProbes: 1,
+	c, err := checker.New(checker.Config{Clock: clock, NewProber: hp.New, MaxConcurrentProbes: 1, Overload: checker.OverloadPolicy{MaxWaiting: 1},
 		Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}})
 	if err != nil {
 		t.Fatal(err)

@@ -127,6 +127,7 @@ func TestFlagErrors(t *testing.T) {
 		{"-interval", "1s", "-timeout", "2s"},
 		{"-max-concurrent-probes", "0"},
 		{"-schedule-tick", "-1ms"},
+		{"-overload-stall", "-1ms"},
 		{"-reprobe-fast-interval", "0s"},
 		{"-reprobe-fast-interval", "2m"},
 		{"-max-unhealthy-fraction", "NaN"},

@@ -12,6 +12,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -101,9 +102,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.defaults.FastInterval, "fast-interval", 0, "default interval while a target is on its way to a transition (failing while healthy, passing while unhealthy); 0: the target's interval")
 	fs.DurationVar(&cfg.defaults.DownInterval, "down-interval", 0, "default interval while a target is unhealthy; 0: the target's interval")
 	fs.Float64Var(&cfg.maxUnhealthy, "max-unhealthy-fraction", 0.5, "panic threshold of groups without a policy of their own (SetGroupPolicy): at most this fraction of a group, and always at least one target, is marked unhealthy at once; the rest stay routable, held; 1 disables")
-	overloadDetection := fs.Bool("overload-detection", true, "when pulsed cannot keep up with its probes (see -overload-lag, -overload-waiting), its own probe timeouts do not count toward fall")
-	fs.DurationVar(&cfg.overload.MaxLag, "overload-lag", 0, fmt.Sprintf("a probe starting later than this after its slot is a sign of overload; 0: the probe's interval, and at least %v", checker.DefaultOverloadLagFloor))
-	fs.IntVar(&cfg.overload.MaxWaiting, "overload-waiting", 0, "this many probes waiting for a slot at once is a sign of overload; 0: -max-concurrent-probes")
+	overloadDetection := fs.Bool("overload-detection", true, "when pulsed is too slow to hear its probes' answers (see -overload-lag, -overload-stall), its own probe timeouts do not count toward fall")
+	fs.DurationVar(&cfg.overload.MaxLag, "overload-lag", 0, fmt.Sprintf("a probe starting later than this after its due time (after a free slot, if it waited for one) is a sign of overload; 0: the probe's interval, and at least %v", checker.DefaultOverloadLagFloor))
+	fs.IntVar(&cfg.overload.MaxWaiting, "overload-waiting", 0, "this many probes waiting for a slot at once is a sign of overload; 0: waiting is no sign (a probe's timeout starts when it gets its slot; set, hung targets that fill every slot are never marked down while they do)")
+	fs.DurationVar(&cfg.overload.MaxStall, "overload-stall", checker.DefaultOverloadStall, "runnable goroutines waiting longer than this to run (the 99th percentile of each quarter second) is a sign of overload; 0: not sampled")
 	fs.DurationVar(&cfg.overload.RecoverAfter, "overload-recovery", checker.DefaultOverloadRecovery, "pulsed is no longer overloaded after this long without a sign")
 	reprobeOnClose := fs.Bool("reprobe-on-close", true, "when a target's peer closes or resets the connection pulsed keeps to it (http://, gRPC) while no probe uses it, probe the target at once (at most once per interval) and, while those probes fail, every -reprobe-fast-interval: a killed backend is down in (fall-1) x that")
 	fs.DurationVar(&cfg.reprobe.FastInterval, "reprobe-fast-interval", checker.DefaultReprobeFastInterval, "interval of a target after a failed reprobe (see -reprobe-on-close), while it stays on its way down, unless its spec sets fast_interval; at most "+checker.MaxReprobeFastInterval.String())
@@ -161,8 +163,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("-reprobe-fast-interval must be between %v and %v, got %v", checker.MinInterval, checker.MaxReprobeFastInterval, cfg.reprobe.FastInterval)
 	case cfg.maxUnhealthy <= 0 || cfg.maxUnhealthy > 1 || math.IsNaN(cfg.maxUnhealthy):
 		return cfg, fmt.Errorf("-max-unhealthy-fraction must be in (0, 1] (1 disables the panic threshold), got %v", cfg.maxUnhealthy)
-	case cfg.overload.MaxLag < 0 || cfg.overload.MaxWaiting < 0 || cfg.overload.RecoverAfter <= 0:
-		return cfg, fmt.Errorf("-overload-lag and -overload-waiting must not be negative, -overload-recovery must be positive; got %v, %d, %v", cfg.overload.MaxLag, cfg.overload.MaxWaiting, cfg.overload.RecoverAfter)
+	case cfg.overload.MaxLag < 0 || cfg.overload.MaxWaiting < 0 || cfg.overload.MaxStall < 0 || cfg.overload.RecoverAfter <= 0:
+		return cfg, fmt.Errorf("-overload-lag, -overload-waiting and -overload-stall must not be negative, -overload-recovery must be positive; got %v, %d, %v, %v", cfg.overload.MaxLag, cfg.overload.MaxWaiting, cfg.overload.MaxStall, cfg.overload.RecoverAfter)
 	case cfg.scheduleTick < 0 || cfg.scheduleTick > checker.MaxScheduleTick:
 		return cfg, fmt.Errorf("-schedule-tick must be between 0 and %v, got %v", checker.MaxScheduleTick, cfg.scheduleTick)
 	case cfg.scheduleTickMax < 0 || cfg.scheduleTickMax > checker.MaxScheduleTick:
@@ -341,6 +343,15 @@ func run(args []string, stderr io.Writer) error {
 		return err
 	}
 	defer c.Close()
+	if cfg.overload.MaxStall > 0 && !cfg.overload.Disabled {
+		ctx, stop := context.WithCancel(context.Background())
+		sampled := make(chan struct{})
+		go func() {
+			defer close(sampled)
+			checker.SampleStalls(ctx, c.NoteStall)
+		}()
+		defer func() { stop(); <-sampled }()
+	}
 	if shared != nil {
 		shared.Run(c)
 	}

@@ -2469,17 +2469,19 @@ func (x *GroupStatus) GetHeld() []string {
 type CheckerStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// degraded is true while the checker is overloaded: a probe started
-	// later than its overload lag threshold, or more probes wait for a slot
-	// than its waiting threshold (see pulsed -overload-lag and
+	// later than its overload lag threshold, runnable goroutines waited to
+	// run longer than the stall threshold, a probe found no file descriptor
+	// free, or (when set) more probes wait for a slot than the waiting
+	// threshold (see pulsed -overload-lag, -overload-stall and
 	// -overload-waiting). While degraded, the checker's own probe timeouts
 	// do not count toward fall. It recovers after -overload-recovery without
-	// either sign.
+	// a sign.
 	Degraded bool `protobuf:"varint,1,opt,name=degraded,proto3" json:"degraded,omitempty"`
 	// degraded_since is when the checker became degraded; unset when not
 	// degraded.
 	DegradedSince *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=degraded_since,json=degradedSince,proto3" json:"degraded_since,omitempty"`
-	// reason says what made the checker degraded, e.g. "12 probes waiting
-	// for a slot (threshold 8)".
+	// reason says what made the checker degraded, e.g. "runnable goroutines
+	// waited 310ms to run (threshold 200ms)".
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// lag is how late the most recent probe started against its schedule.
 	Lag *durationpb.Duration `protobuf:"bytes,4,opt,name=lag,proto3" json:"lag,omitempty"`
