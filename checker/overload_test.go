@@ -58,6 +58,18 @@ func step(t *testing.T, e *testEnv, d time.Duration) {
 	waitFor(t, "the checker at rest", func() bool { return quiet(e) })
 }
 
+// addHung adds n healthy targets, t00 on, whose probes hang: interval and
+// timeout 1s, fall 2.
+func addHung(t *testing.T, e *testEnv, n int) {
+	t.Helper()
+	for i := range n {
+		s := spec(fmt.Sprintf("t%02d", i))
+		s.Interval, s.Timeout, s.Fall, s.InitialState = time.Second, time.Second, 2, checker.StateHealthy
+		e.add(t, s)
+		e.probes.set(s.Name, outcome{hang: true})
+	}
+}
+
 // The checker stalls: twelve healthy targets' probes time out while the
 // process keeps its runnable goroutines waiting longer than MaxStall (as
 // SampleStalls reports it), so it may not have heard their answers. A
@@ -70,12 +82,7 @@ func TestOverloadedCheckerMarksNoMassTransition(t *testing.T) {
 	for _, detect := range []bool{true, false} {
 		t.Run(fmt.Sprintf("detection %v", detect), func(t *testing.T) {
 			e := newEnv(t, checker.Config{Overload: checker.OverloadPolicy{Disabled: !detect, MaxStall: 200 * time.Millisecond, RecoverAfter: 3 * time.Second}})
-			for i := range targets {
-				s := spec(fmt.Sprintf("t%02d", i))
-				s.Interval, s.Timeout, s.Fall, s.InitialState = time.Second, time.Second, 2, checker.StateHealthy
-				e.add(t, s)
-				e.probes.set(s.Name, outcome{hang: true})
-			}
+			addHung(t, e, targets)
 			w := watchNow(t, e.c, checker.Filter{})
 			// The checker's own events go to every watcher, whatever its
 			// filter: one of a group with no targets here too.
@@ -164,12 +171,7 @@ func TestOverloadedCheckerMarksNoMassTransition(t *testing.T) {
 func TestHungTargetsThatFillTheSlotsGoDown(t *testing.T) {
 	const targets, slots = 12, 4
 	e := newEnv(t, checker.Config{MaxConcurrentProbes: slots, Overload: checker.OverloadPolicy{MaxStall: 200 * time.Millisecond}})
-	for i := range targets {
-		s := spec(fmt.Sprintf("t%02d", i))
-		s.Interval, s.Timeout, s.Fall, s.InitialState = time.Second, time.Second, 2, checker.StateHealthy
-		e.add(t, s)
-		e.probes.set(s.Name, outcome{hang: true})
-	}
+	addHung(t, e, targets)
 	w := watchNow(t, e.c, checker.Filter{})
 	e.c.Start()
 	waited := 0
