@@ -231,6 +231,7 @@ func (r *registry) putSpecLocked(spec Spec, p Prober, st *SharedState, stateRev 
 		}
 		unused, t.prober = t.prober, p // a probe in flight keeps its own prober value
 		t.gen++
+		t.timedOut = false // a new probe has not hung yet
 		r.sched.watchLocked(t)
 	}
 	prevVantages, prevQuorum := t.spec.Vantages, t.spec.Quorum

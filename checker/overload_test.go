@@ -200,6 +200,46 @@ func TestHungTargetsThatFillTheSlotsGoDown(t *testing.T) {
 	}
 }
 
+// Hung targets hold at most half the slots while other probes wait:
+// eight targets whose probes hang and four that answer share four slots.
+// Once the hung ones have timed out, the answering ones are probed every
+// interval, as if the rack were not there, and the hung ones still go down
+// on the other half. In one queue the answering targets' probes waited
+// behind the hung ones' and were probed about every other interval.
+func TestHungTargetsLeaveSlotsToTheOthers(t *testing.T) {
+	const hung, answering, slots, steps = 8, 4, 4, 12
+	e := newEnv(t, checker.Config{MaxConcurrentProbes: slots})
+	addHung(t, e, hung)
+	for i := range answering {
+		s := spec(fmt.Sprintf("ok%d", i))
+		s.Interval, s.Timeout, s.InitialState = time.Second, time.Second, checker.StateHealthy
+		e.add(t, s)
+		e.probes.set(s.Name, pass)
+	}
+	e.c.Start()
+	for range 3 { // every hung target's first probe times out
+		step(t, e, time.Second)
+	}
+	before := make([]int, answering)
+	for i := range answering {
+		before[i] = e.probes.callCount(fmt.Sprintf("ok%d", i))
+	}
+	for range steps {
+		step(t, e, time.Second)
+	}
+	for i := range answering {
+		if n := e.probes.callCount(fmt.Sprintf("ok%d", i)) - before[i]; n < steps-1 {
+			t.Errorf("ok%d probed %d times in %d intervals, want one an interval", i, n, steps)
+		}
+	}
+	if got := e.c.Healthy(""); len(got) != answering {
+		t.Errorf("routable %v, want only the %d answering targets", got, answering)
+	}
+	if ov := e.c.Overload(); ov.Degraded {
+		t.Errorf("overload %+v, want not degraded", ov)
+	}
+}
+
 // An explicit failure is the target's answer, not the checker's slowness:
 // it counts even while the checker is degraded. Here the sign is lag: with
 // MaxLag 1ns, probes that start after their slot (the fake clock jumps past

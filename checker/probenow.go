@@ -210,7 +210,7 @@ func (s *scheduler) round(ctx context.Context, pick func() ([]*target, error), d
 			skipped[i] = "a probe was already in flight; its result comes as scheduled"
 		default:
 			j := s.jobLocked(t, now)
-			j.i = i
+			j.i, j.hung = i, false // a round waits for all its probes: none waits in the hung queue
 			jobs = append(jobs, j)
 			longest = max(longest, t.spec.Timeout)
 		}

@@ -31,6 +31,7 @@ type target struct {
 	reprobing bool // a lost connection brought a probe forward, and its results lead down; see reprobe.go
 	flapShown bool // flapping, as the last state record applied said (FLAPPING events follow it)
 	gone      bool // removed, or replaced by a target of its name: a job for it is stale
+	timedOut  bool // its last scheduled probe ran into its timeout: its next waits in the hung queue (see probePool.pop)
 
 	slot time.Time // the scheduled start of the last scheduled probe; zero before the first
 	next time.Time // when the next probe is due
