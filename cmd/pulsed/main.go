@@ -95,7 +95,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.defaults.Timeout, "timeout", d.Timeout, "default timeout of one probe (at most -interval)")
 	fs.IntVar(&cfg.defaults.Rise, "rise", d.Rise, "default consecutive passes that make a target healthy")
 	fs.IntVar(&cfg.defaults.Fall, "fall", d.Fall, "default consecutive failures that make a target unhealthy")
-	fs.IntVar(&cfg.maxProbes, "max-concurrent-probes", 256, "most probes in flight at once; others wait for a slot")
+	fs.IntVar(&cfg.maxProbes, "max-concurrent-probes", 256, "most probes in flight at once; others wait for a slot. Probes of targets whose last probe timed out take at most half of them while other probes wait")
 	fs.DurationVar(&cfg.scheduleTick, "schedule-tick", 10*time.Millisecond, "probes due within one tick start together, at most one tick after their due time (fewer wake-ups, less CPU per probe); the tick, or the narrowest of an adaptive one (see -schedule-tick-max); 0 starts each probe at its own due time; at most 1s")
 	fs.DurationVar(&cfg.scheduleTickMax, "schedule-tick-max", 25*time.Millisecond, "the widest the tick grows to while few probes fall due: the tick is the time in which -schedule-burst probes fall due, between -schedule-tick and this; at most -schedule-tick (0 too) keeps the tick at -schedule-tick; at most 1s")
 	fs.IntVar(&cfg.scheduleBurst, "schedule-burst", checker.DefaultScheduleBurst, "how many probes an adaptive tick aims to start at once, a probe that dials a new connection counting twice (see -schedule-tick-max); 1 to 100000")
