@@ -125,7 +125,7 @@ func TestFlagErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"-rise", "0"},
 		{"-interval", "1s", "-timeout", "2s"},
-		{"-max-concurrent-probes", "0"},
+		{"-max-concurrent-probes", "-1"},
 		{"-schedule-tick", "-1ms"},
 		{"-overload-stall", "-1ms"},
 		{"-reprobe-fast-interval", "0s"},

@@ -95,7 +95,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.defaults.Timeout, "timeout", d.Timeout, "default timeout of one probe (at most -interval)")
 	fs.IntVar(&cfg.defaults.Rise, "rise", d.Rise, "default consecutive passes that make a target healthy")
 	fs.IntVar(&cfg.defaults.Fall, "fall", d.Fall, "default consecutive failures that make a target unhealthy")
-	fs.IntVar(&cfg.maxProbes, "max-concurrent-probes", 256, "most probes in flight at once; others wait for a slot. Probes of targets whose last probe timed out take at most half of them while other probes wait")
+	fs.IntVar(&cfg.maxProbes, "max-concurrent-probes", 0, fmt.Sprintf("most probes in flight at once; others wait for a slot. Probes of targets whose last probe timed out take at most half of them while other probes wait. 0: an eighth of the open-file limit, from %d to %d (logged at start)", minDefaultProbes, maxDefaultProbes))
 	fs.DurationVar(&cfg.scheduleTick, "schedule-tick", 10*time.Millisecond, "probes due within one tick start together, at most one tick after their due time (fewer wake-ups, less CPU per probe); the tick, or the narrowest of an adaptive one (see -schedule-tick-max); 0 starts each probe at its own due time; at most 1s")
 	fs.DurationVar(&cfg.scheduleTickMax, "schedule-tick-max", 25*time.Millisecond, "the widest the tick grows to while few probes fall due: the tick is the time in which -schedule-burst probes fall due, between -schedule-tick and this; at most -schedule-tick (0 too) keeps the tick at -schedule-tick; at most 1s")
 	fs.IntVar(&cfg.scheduleBurst, "schedule-burst", checker.DefaultScheduleBurst, "how many probes an adaptive tick aims to start at once, a probe that dials a new connection counting twice (see -schedule-tick-max); 1 to 100000")
@@ -171,8 +171,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("-schedule-tick-max must be between 0 and %v, got %v", checker.MaxScheduleTick, cfg.scheduleTickMax)
 	case cfg.scheduleBurst < 1 || cfg.scheduleBurst > checker.MaxScheduleBurst:
 		return cfg, fmt.Errorf("-schedule-burst must be between 1 and %d, got %d", checker.MaxScheduleBurst, cfg.scheduleBurst)
-	case cfg.maxProbes < 1:
-		return cfg, fmt.Errorf("-max-concurrent-probes must be at least 1, got %d", cfg.maxProbes)
+	case cfg.maxProbes < 0:
+		return cfg, fmt.Errorf("-max-concurrent-probes must not be negative (0: from the open-file limit), got %d", cfg.maxProbes)
 	case cfg.watchHistory < 1:
 		return cfg, fmt.Errorf("-watch-history must be at least 1, got %d", cfg.watchHistory)
 	case cfg.watchProgress <= 0:
@@ -293,6 +293,7 @@ func run(args []string, stderr io.Writer) error {
 		return err
 	}
 	logger.Info("probe egress policy", "policy", egress.String())
+	cfg.maxProbes = concurrentProbes(probe.OpenFileLimit(), cfg.maxProbes)
 	probes := probe.NewFactoryWith(probe.FactoryOptions{Egress: egress, MaxIdleConns: keptConnections(probe.OpenFileLimit(), cfg.maxProbes)})
 	defer probes.Close() // after the checker's Close, deferred below
 	_, keptMost, fileLimit := probes.KeptConns()
@@ -467,6 +468,23 @@ wait:
 	sigs.shutdownStep("the store and the registry to close")
 	logger.Info("pulsed stopped")
 	return nil
+}
+
+// The bounds of -max-concurrent-probes 0.
+const minDefaultProbes, maxDefaultProbes = 256, 4096
+
+// concurrentProbes is the bound on probes in flight: n, or when 0 an eighth
+// of the open-file limit between minDefaultProbes and maxDefaultProbes
+// (minDefaultProbes when the limit is unknown). Slots are what a rack that
+// goes dark takes: each of its targets holds one for its whole timeout,
+// and 1,500 hung targets on 256 slots took twice as long to be marked down
+// as on 2,500. An eighth keeps as many connections open as 256 slots did
+// (see keptConnections: three quarters of the limit at most).
+func concurrentProbes(limit uint64, n int) int {
+	if n > 0 {
+		return n
+	}
+	return int(min(max(limit/8, minDefaultProbes), maxDefaultProbes))
 }
 
 // keptConnections is how many probe connections pulsed keeps open between

@@ -26,3 +26,29 @@ func TestKeptConnections(t *testing.T) {
 		}
 	}
 }
+
+// The default bound on probes in flight follows the open-file limit: an
+// eighth of it, from 256 to 4096; a bound that is set is used as it is.
+func TestConcurrentProbes(t *testing.T) {
+	for _, tc := range []struct {
+		limit uint64
+		n     int
+		want  int
+	}{
+		{0, 0, 256},        // unknown limit
+		{1024, 0, 256},     // systemd's default soft limit
+		{20000, 0, 2500},   // an eighth
+		{65536, 0, 4096},   // at most 4096
+		{1 << 30, 0, 4096}, // however high the limit
+		{20000, 64, 64},    // set
+	} {
+		if got := concurrentProbes(tc.limit, tc.n); got != tc.want {
+			t.Errorf("concurrentProbes(%d, %d) = %d, want %d", tc.limit, tc.n, got, tc.want)
+		}
+		// The slots take nothing from the kept connections: as many are
+		// kept as with a fixed 256.
+		if kept, was := keptConnections(tc.limit, concurrentProbes(tc.limit, tc.n)), keptConnections(tc.limit, 256); tc.n == 0 && kept != was {
+			t.Errorf("limit %d: %d connections kept, want %d as with 256 slots", tc.limit, kept, was)
+		}
+	}
+}
