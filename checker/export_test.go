@@ -122,3 +122,14 @@ func (c *Checker) SchedulerAtRest() bool {
 	head := stamp(time.Unix(0, s.due[0].startNs))
 	return armed > stamp(s.clock.Now()) && armed <= head
 }
+
+// Workers returns how many probe workers run, and how many of them wait
+// for a job.
+func (c *Checker) Workers() (workers, idle int) {
+	c.sched.reg.lock()
+	defer c.sched.reg.unlock()
+	return c.sched.pool.workers, c.sched.pool.idle
+}
+
+// MaxIdleWorkers is maxIdleWorkers.
+const MaxIdleWorkers = maxIdleWorkers

@@ -240,6 +240,34 @@ func TestHungTargetsLeaveSlotsToTheOthers(t *testing.T) {
 	}
 }
 
+// A burst of probes that each hold a worker (synchronous probes, here
+// hanging until their timeout) starts a worker for each, up to the slots;
+// once the burst is over, all but MaxIdleWorkers of them end rather than
+// keep their stacks until Close.
+func TestABurstsWorkersEnd(t *testing.T) {
+	const n = 40
+	e := newEnv(t, checker.Config{MaxConcurrentProbes: 64})
+	addHung(t, e, n)
+	e.c.Start()
+	for i := 0; e.probes.inFlight() < n; i++ {
+		if i == 100 {
+			t.Fatalf("%d probes in flight, want %d", e.probes.inFlight(), n)
+		}
+		step(t, e, 100*time.Millisecond)
+	}
+	if w, _ := e.c.Workers(); w < n {
+		t.Fatalf("%d workers for %d hanging probes", w, n)
+	}
+	for i := range n {
+		e.probes.set(fmt.Sprintf("t%02d", i), pass)
+	}
+	step(t, e, time.Second) // every hung probe times out; the next ones pass at once
+	waitFor(t, "the burst's workers ended", func() bool {
+		w, idle := e.c.Workers()
+		return w <= checker.MaxIdleWorkers && idle == w
+	})
+}
+
 // An explicit failure is the target's answer, not the checker's slowness:
 // it counts even while the checker is degraded. Here the sign is lag: with
 // MaxLag 1ns, probes that start after their slot (the fake clock jumps past

@@ -16,8 +16,9 @@ import (
 // checker that falls behind holds its backlog in a slice (about 64 bytes a
 // target) rather than in goroutine stacks. Workers wake one another, or
 // start, one at a time as jobs need them (see spreadLocked), up to the
-// bound, and stay until Close; an idle worker waits on a condition of the
-// registry's lock, which guards the pool.
+// bound; up to maxIdleWorkers of them stay until Close once idle, the
+// others end. An idle worker waits on a condition of the registry's lock,
+// which guards the pool.
 //
 // A worker takes the registry's lock once per probe: to apply the result of the probe it
 // just ran and, in the same critical section, to take its next job. An
@@ -210,6 +211,13 @@ func (s *scheduler) dispatchLocked() {
 	}
 }
 
+// maxIdleWorkers is how many idle workers wait for jobs; a worker that
+// finds no job when as many wait ends. Synchronous probes (and dials to
+// keep a connection) hold a worker each, so a burst of them (the first
+// probes of a fleet, a rack that goes dark) starts workers up to
+// MaxConcurrentProbes; kept for good, their stacks cost 25 MiB at 2,500.
+const maxIdleWorkers = 16
+
 // spreadLocked wakes one idle worker, or starts one up to the bound, when
 // jobs are queued. Workers wake one another in a chain: one takes a job
 // and, before it blocks on a probe, calls spreadLocked for the rest; an
@@ -281,6 +289,11 @@ func (s *scheduler) work() {
 				s.reg.unlockAndReport()
 				s.reg.lock()
 				continue
+			}
+			if s.pool.idle >= maxIdleWorkers { // enough wait already: a burst's extra workers end
+				s.pool.workers--
+				s.reg.unlockAndReport()
+				return
 			}
 			s.pool.idle++
 			s.pool.cond.Wait()
