@@ -240,6 +240,33 @@ func TestHungTargetsLeaveSlotsToTheOthers(t *testing.T) {
 	}
 }
 
+// With a single slot a hung target cannot have half of it: its probes take
+// the slot only when no other probe waits, and the target that answers is
+// probed every interval.
+func TestHungTargetOnOneSlotLeavesItToTheOther(t *testing.T) {
+	const steps = 10
+	e := newEnv(t, checker.Config{MaxConcurrentProbes: 1})
+	addHung(t, e, 1)
+	s := spec("ok0")
+	s.Interval, s.Timeout, s.InitialState = time.Second, time.Second, checker.StateHealthy
+	e.add(t, s)
+	e.probes.set("ok0", pass)
+	e.c.Start()
+	for range 3 {
+		step(t, e, time.Second)
+	}
+	before := e.probes.callCount("ok0")
+	for range steps {
+		step(t, e, time.Second)
+	}
+	if n := e.probes.callCount("ok0") - before; n < steps-1 {
+		t.Errorf("ok0 probed %d times in %d intervals, want one an interval", n, steps)
+	}
+	if st, _ := e.c.Status("t00"); st.State != checker.StateUnhealthy {
+		t.Errorf("t00 %v, want unhealthy: its probes still run", st.State)
+	}
+}
+
 // A burst of probes that each hold a worker (synchronous probes, here
 // hanging until their timeout) starts a worker for each, up to the slots;
 // once the burst is over, all but MaxIdleWorkers of them end rather than

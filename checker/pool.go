@@ -83,7 +83,8 @@ func (p *probePool) push(j job) {
 }
 
 // pop takes the next job: an urgent one first; then one of a target whose
-// last probe timed out while such probes hold less than half the slots;
+// last probe timed out while such probes hold fewer than half the slots
+// (rounded down: none of a single slot);
 // then any other; then one of a timed-out target's anyway. A hung target
 // holds its slot for its whole timeout, so a rack of them that went dark
 // would fill every slot, and the probes of the targets that answer would
@@ -95,7 +96,7 @@ func (p *probePool) pop() (job, bool) {
 	if j, ok := p.urgent.pop(); ok {
 		return j, true
 	}
-	if p.hungRun < max(p.max/2, 1) {
+	if p.hungRun < p.max/2 {
 		if j, ok := p.hung.pop(); ok {
 			return j, true
 		}
