@@ -110,8 +110,8 @@ type OverloadStatus struct {
 	// Since is when it became degraded; zero when not degraded.
 	Since time.Time
 	// Reason says what made it degraded, e.g. "a probe of web-1 started
-	// 2.1s late (threshold 2s)" or "runnable goroutines waited 310ms to run
-	// (threshold 200ms)".
+	// 2.1s late (threshold 2s)" or "runnable goroutines waited 610ms to run
+	// (threshold 500ms)".
 	Reason string
 	// Lag is how late the most recent probe started against its schedule.
 	Lag time.Duration

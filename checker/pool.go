@@ -84,8 +84,8 @@ func (p *probePool) push(j job) {
 
 // pop takes the next job: an urgent one first; then one of a target whose
 // last probe timed out while such probes hold fewer than half the slots
-// (rounded down: none of a single slot);
-// then any other; then one of a timed-out target's anyway. A hung target
+// (rounded down: none of a single slot); then any other; then one of a
+// timed-out target's anyway. A hung target
 // holds its slot for its whole timeout, so a rack of them that went dark
 // would fill every slot, and the probes of the targets that answer would
 // wait behind theirs: 1,500 hung targets on 256 slots had 500 answering

@@ -293,8 +293,9 @@ func run(args []string, stderr io.Writer) error {
 		return err
 	}
 	logger.Info("probe egress policy", "policy", egress.String())
-	cfg.maxProbes = concurrentProbes(probe.OpenFileLimit(), cfg.maxProbes)
-	probes := probe.NewFactoryWith(probe.FactoryOptions{Egress: egress, MaxIdleConns: keptConnections(probe.OpenFileLimit(), cfg.maxProbes)})
+	limit := probe.OpenFileLimit()
+	cfg.maxProbes = concurrentProbes(limit, cfg.maxProbes)
+	probes := probe.NewFactoryWith(probe.FactoryOptions{Egress: egress, MaxIdleConns: keptConnections(limit, cfg.maxProbes)})
 	defer probes.Close() // after the checker's Close, deferred below
 	_, keptMost, fileLimit := probes.KeptConns()
 	logger.Info("probe connections: each http:// target keeps one open between probes, up to kept_max; past it a probe dials and closes",

@@ -2481,7 +2481,7 @@ type CheckerStatus struct {
 	// degraded.
 	DegradedSince *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=degraded_since,json=degradedSince,proto3" json:"degraded_since,omitempty"`
 	// reason says what made the checker degraded, e.g. "runnable goroutines
-	// waited 310ms to run (threshold 200ms)".
+	// waited 610ms to run (threshold 500ms)".
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// lag is how late the most recent probe started against its schedule.
 	Lag *durationpb.Duration `protobuf:"bytes,4,opt,name=lag,proto3" json:"lag,omitempty"`
