@@ -10,7 +10,7 @@ import (
 func TestBatchNames(t *testing.T) {
 	b := &batch{
 		groups: map[string]string{"m": "g", "c": "g"},
-		hours:  map[string][]*hourDelta{"c": {{}}, "z": {{}}, "a": {{}}},
+		hours:  map[string][]hourDelta{"c": {{}}, "z": {{}}, "a": {{}}},
 		events: map[string][]Event{"m": {{}}, "b": {{}}, "z": {{}}},
 	}
 	if got, want := b.names(), []string{"a", "b", "c", "m", "z"}; !slices.Equal(got, want) {

@@ -34,7 +34,8 @@ func BenchmarkObserveProbe(b *testing.B) {
 // takes, as bytes/target: with a history file (bbolt's own heap included,
 // and the file's size after one Flush as file-bytes/target) and in memory
 // only, as pulsed keeps it without a data directory; and how long the
-// first Flush (every target new) and the next take. -benchtime=Nx sets
+// first Flush (every target new) and the next take, and what the next
+// allocates. -benchtime=Nx sets
 // the number of targets.
 func BenchmarkMemoryPerTarget(b *testing.B) {
 	b.Run("file", func(b *testing.B) {
@@ -82,12 +83,16 @@ func memoryPerTarget(b *testing.B, open func() *history.Recorder) {
 	runtime.ReadMemStats(&after)
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(b.N), "bytes/target")
 	runtime.KeepAlive(r)
-	// A Flush of every target, as pulsed makes each minute.
+	// A Flush of every target, as pulsed makes each minute, and what it
+	// allocates: garbage once written.
+	runtime.ReadMemStats(&before)
 	start = time.Now()
 	if err := r.Flush(); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(time.Since(start).Milliseconds()), "flush-ms")
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(b.N), "flush-alloc-bytes/target")
 }
 
 // BenchmarkFileBytes30Days reports the size of a history file holding 30

@@ -187,8 +187,8 @@ func (st *boltStore) putTarget(root *bolt.Bucket, name string, b *batch) error {
 			return err
 		}
 	}
-	for _, d := range b.hours[name] {
-		if err := putHour(tb, d); err != nil {
+	for i := range b.hours[name] {
+		if err := putHour(tb, &b.hours[name][i]); err != nil {
 			return err
 		}
 	}
@@ -218,11 +218,10 @@ func putHour(tb *bolt.Bucket, d *hourDelta) error {
 	if err := tb.Put(k, encodeDay(&hours)); err != nil {
 		return err
 	}
-	var zero [60]minute
-	if d.min == zero {
+	if !d.hasMinutes() {
 		return nil
 	}
-	mins := d.min
+	mins := d.minutes()
 	k = hourKey(minutePrefix, d.hr)
 	if v := tb.Get(k); v != nil {
 		var old [60]minute

@@ -106,19 +106,6 @@ func (h *hourSum) add(o *hourSum) {
 	}
 }
 
-// hourDelta is what was recorded of one hour of a target since the last
-// Flush: Flush adds it to the store.
-type hourDelta struct {
-	hr  int64 // hour number (Unix hours)
-	sum hourSum
-	min [60]minute
-}
-
-func (d *hourDelta) record(minuteOfHour int, pass bool, bucket int, lat time.Duration) {
-	d.sum.record(pass, bucket, lat)
-	d.min[minuteOfHour].record(pass)
-}
-
 func (h *hourSum) record(pass bool, bucket int, lat time.Duration) {
 	h.count++
 	h.lat[bucket]++
@@ -135,65 +122,70 @@ func (m *minute) record(pass bool) {
 	}
 }
 
-// curHour is the unflushed part of a target's newest hour. Flush runs
-// about once a minute, so between two a target touches one or two minutes
-// of the hour: those are kept in few, and a third spills them into a whole
-// hour of minutes (as when the store cannot be written for a while). That
-// keeps a target's series at 112 bytes, not 352.
-type curHour struct {
-	hr   int64 // -1 before the first probe
+// hourDelta is what was recorded of one hour of a target since the last
+// Flush: a target's unflushed newest hour, or a closed one waiting for
+// Flush, which adds it to the store. Flush runs about once a minute, so
+// between two a target touches one or two minutes of the hour: those are
+// kept in few, and a third spills them into a whole hour of minutes (as
+// when the store cannot be written for a while). That keeps a target's
+// series at 112 bytes, not 352, and what a Flush takes of each target, to
+// write and drop, at 88 bytes, not 304.
+type hourDelta struct {
+	hr   int64 // hour number (Unix hours); -1 in a series before its first probe
 	sum  hourSum
 	few  [2]minuteAt
 	nFew uint8
 	all  *[60]minute // nil until a third minute is recorded
 }
 
-// minuteAt is one minute of a curHour.
+// minuteAt is one minute of an hourDelta.
 type minuteAt struct {
 	at uint8 // minute of the hour
 	minute
 }
 
-func (c *curHour) record(minuteOfHour int, pass bool, bucket int, lat time.Duration) {
-	c.sum.record(pass, bucket, lat)
-	c.minute(minuteOfHour).record(pass)
+func (d *hourDelta) record(minuteOfHour int, pass bool, bucket int, lat time.Duration) {
+	d.sum.record(pass, bucket, lat)
+	d.minute(minuteOfHour).record(pass)
 }
 
 // minute returns the counts of the given minute of the hour, making room
 // for them.
-func (c *curHour) minute(minuteOfHour int) *minute {
-	if c.all != nil {
-		return &c.all[minuteOfHour]
+func (d *hourDelta) minute(minuteOfHour int) *minute {
+	if d.all != nil {
+		return &d.all[minuteOfHour]
 	}
-	for i := range c.few[:c.nFew] {
-		if int(c.few[i].at) == minuteOfHour {
-			return &c.few[i].minute
+	for i := range d.few[:d.nFew] {
+		if int(d.few[i].at) == minuteOfHour {
+			return &d.few[i].minute
 		}
 	}
-	if int(c.nFew) < len(c.few) {
-		f := &c.few[c.nFew]
+	if int(d.nFew) < len(d.few) {
+		f := &d.few[d.nFew]
 		*f = minuteAt{at: uint8(minuteOfHour)}
-		c.nFew++
+		d.nFew++
 		return &f.minute
 	}
-	c.all = new([60]minute)
-	for _, f := range c.few {
-		c.all[f.at] = f.minute
+	d.all = new([60]minute)
+	for _, f := range d.few {
+		d.all[f.at] = f.minute
 	}
-	return &c.all[minuteOfHour]
+	return &d.all[minuteOfHour]
 }
 
-// delta returns what c holds as an hourDelta.
-func (c *curHour) delta() hourDelta {
-	d := hourDelta{hr: c.hr, sum: c.sum}
-	if c.all != nil {
-		d.min = *c.all
-		return d
+// hasMinutes says whether any minute of d was recorded.
+func (d *hourDelta) hasMinutes() bool { return d.nFew > 0 || d.all != nil }
+
+// minutes returns d's minutes as a whole hour.
+func (d *hourDelta) minutes() [60]minute {
+	if d.all != nil {
+		return *d.all
 	}
-	for _, f := range c.few[:c.nFew] {
-		d.min[f.at] = f.minute
+	var m [60]minute
+	for _, f := range d.few[:d.nFew] {
+		m[f.at] = f.minute
 	}
-	return d
+	return m
 }
 
 // series is what memory holds of a target.
@@ -202,7 +194,7 @@ type series struct {
 	// stored is false until the store knows the target's group (Flush).
 	stored bool
 	// cur is the unflushed part of the newest hour recorded.
-	cur curHour
+	cur hourDelta
 }
 
 // Recorder keeps the history of every observed target. Its methods are
@@ -223,7 +215,7 @@ type Recorder struct {
 	// yet flushed, removed the targets whose stored history Flush
 	// deletes. nPending counts pending's entries, dropped what was dropped
 	// for want of room while the store could not be written.
-	pending  map[string][]*hourDelta
+	pending  map[string][]hourDelta
 	nPending int
 	events   map[string][]Event
 	removed  map[string]struct{}
@@ -257,7 +249,7 @@ func newRecorder(o Options, st store) *Recorder {
 		o.Clock = checker.RealClock{}
 	}
 	return &Recorder{maxEvents: o.MaxEvents, clock: o.Clock, store: st, targets: make(map[string]*series),
-		pending: make(map[string][]*hourDelta), events: make(map[string][]Event),
+		pending: make(map[string][]hourDelta), events: make(map[string][]Event),
 		removed: make(map[string]struct{}), tombs: make(map[string]time.Time), nextPrune: 64,
 		panics: make(map[string]*groupPanics)}
 }
@@ -299,9 +291,9 @@ func (r *Recorder) ObserveProbe(spec checker.Spec, res checker.Result) {
 	case h == s.cur.hr:
 	case h > s.cur.hr:
 		if s.cur.sum.count > 0 {
-			r.pendLocked(spec.Name, s.cur.delta())
+			r.pendLocked(spec.Name, s.cur)
 		}
-		s.cur = curHour{hr: h}
+		s.cur = hourDelta{hr: h}
 	case h <= s.cur.hr-HourSlots:
 		return // older than is kept
 	default:
@@ -320,13 +312,13 @@ func (r *Recorder) pendLocked(name string, d hourDelta) {
 		r.dropped++
 		return
 	}
-	r.pending[name] = append(r.pending[name], &d)
+	r.pending[name] = append(r.pending[name], d)
 	r.nPending++
 }
 
 func (r *Recorder) pendOldLocked(name string, h int64, minuteOfHour int, pass bool, bucket int, lat time.Duration) {
-	for _, d := range r.pending[name] {
-		if d.hr == h {
+	for i := range r.pending[name] {
+		if d := &r.pending[name][i]; d.hr == h {
 			d.record(minuteOfHour, pass, bucket, lat)
 			return
 		}

@@ -50,8 +50,8 @@ func (m *memStore) apply(b *batch) error {
 	}
 	for name, ds := range b.hours {
 		s := m.get(name)
-		for _, d := range ds {
-			s.addHour(d)
+		for i := range ds {
+			s.addHour(&ds[i])
 		}
 	}
 	for name, evs := range b.events {
@@ -89,8 +89,7 @@ func (s *memSeries) addHour(d *hourDelta) {
 		s.hours[i] = memHour{hr: d.hr}
 	}
 	s.hours[i].sum.add(&d.sum)
-	var zero [60]minute
-	if d.min == zero {
+	if !d.hasMinutes() {
 		return
 	}
 	k, ok := s.minutesAt(d.hr)
@@ -100,7 +99,7 @@ func (s *memSeries) addHour(d *hourDelta) {
 		s.minutes[k] = memMinutes{hr: d.hr, min: new([60]minute)}
 	}
 	mm := s.minutes[k].min
-	for j, v := range d.min {
+	for j, v := range d.minutes() {
 		mm[j].count = satAdd16(mm[j].count, v.count)
 		mm[j].fails = satAdd16(mm[j].fails, v.fails)
 	}

@@ -119,6 +119,12 @@ func (sp *span) addHour(hr int64, h *hourSum, min *[60]minute) {
 	}
 }
 
+// addDelta adds what d holds of its hour to sp.
+func (sp *span) addDelta(d *hourDelta) {
+	m := d.minutes()
+	sp.addHour(d.hr, &d.sum, &m)
+}
+
 func satAdd16(a, b uint16) uint16 {
 	if s := uint32(a) + uint32(b); s < 1<<16 {
 		return uint16(s)
@@ -153,11 +159,10 @@ func (r *Recorder) queryRLocked(name string, now time.Time, window, resolution t
 	}
 	sum := Summary{Target: name, Group: s.group, Availability: -1, TimeAvailability: -1}
 	if s.cur.hr >= 0 {
-		d := s.cur.delta()
-		sp.addHour(d.hr, &d.sum, &d.min)
+		sp.addDelta(&s.cur)
 	}
-	for _, d := range r.pending[name] {
-		sp.addHour(d.hr, &d.sum, &d.min)
+	for i := range r.pending[name] {
+		sp.addDelta(&r.pending[name][i])
 	}
 	for _, ev := range r.events[name] {
 		if ev.Time.After(from) && !ev.Time.After(now) {

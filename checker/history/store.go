@@ -34,7 +34,7 @@ type store interface {
 type batch struct {
 	removed []string
 	groups  map[string]string
-	hours   map[string][]*hourDelta
+	hours   map[string][]hourDelta
 	events  map[string][]Event
 	// maxEvents bounds the events kept per target.
 	maxEvents int
@@ -84,9 +84,15 @@ func (r *Recorder) Flush() error {
 	for name := range r.removed {
 		b.removed = append(b.removed, name)
 	}
-	b.hours, b.events = r.pending, r.events
+	// Every target probed since the last Flush has a delta: the map is
+	// made for them at once, not grown through them.
+	b.hours = make(map[string][]hourDelta, len(r.pending)+len(r.targets))
+	for name, ds := range r.pending {
+		b.hours[name] = ds
+	}
+	b.events = r.events
 	r.removed = make(map[string]struct{})
-	r.pending, r.nPending = make(map[string][]*hourDelta), 0
+	r.pending, r.nPending = make(map[string][]hourDelta), 0
 	r.events = make(map[string][]Event)
 	for name, s := range r.targets {
 		if !s.stored {
@@ -94,9 +100,8 @@ func (r *Recorder) Flush() error {
 			s.stored = true
 		}
 		if s.cur.sum.count > 0 {
-			d := s.cur.delta()
-			b.hours[name] = append(b.hours[name], &d)
-			s.cur = curHour{hr: s.cur.hr}
+			b.hours[name] = append(b.hours[name], s.cur)
+			s.cur = hourDelta{hr: s.cur.hr}
 		}
 	}
 	r.mu.Unlock()
@@ -130,7 +135,7 @@ func (r *Recorder) restore(b *batch) {
 			continue // removed meanwhile
 		}
 		for _, d := range ds {
-			r.pendLocked(name, *d)
+			r.pendLocked(name, d)
 		}
 	}
 	for name, evs := range b.events {
