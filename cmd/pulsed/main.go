@@ -30,6 +30,7 @@ import (
 	"github.com/pulsehealth/pulse/checker/boltstore"
 	"github.com/pulsehealth/pulse/checker/etcdreg"
 	"github.com/pulsehealth/pulse/checker/probe"
+	"github.com/pulsehealth/pulse/internal/gcheadroom"
 	"github.com/pulsehealth/pulse/internal/version"
 	"github.com/pulsehealth/pulse/server"
 )
@@ -293,6 +294,20 @@ func run(args []string, stderr io.Writer) error {
 		return err
 	}
 	logger.Info("probe egress policy", "policy", egress.String())
+	if gcheadroom.Chosen() {
+		logger.Info("garbage collector: GOGC is set; pulsed leaves the collector's headroom to it", "GOGC", os.Getenv("GOGC"))
+	} else {
+		logger.Info("garbage collector: headroom a quarter of the live heap and at least 8 MiB; set GOGC to choose it instead",
+			"share_percent", gcheadroom.Share, "floor_bytes", gcheadroom.Floor)
+		ctx, stop := context.WithCancel(context.Background())
+		ticker := time.NewTicker(gcheadroom.Every)
+		paced := make(chan struct{})
+		go func() {
+			defer close(paced)
+			gcheadroom.Run(ctx, ticker.C, gcheadroom.Live, gcheadroom.Set)
+		}()
+		defer func() { stop(); ticker.Stop(); <-paced }()
+	}
 	limit := probe.OpenFileLimit()
 	cfg.maxProbes = concurrentProbes(limit, cfg.maxProbes)
 	probes := probe.NewFactoryWith(probe.FactoryOptions{Egress: egress, MaxIdleConns: keptConnections(limit, cfg.maxProbes)})
