@@ -137,20 +137,15 @@ func (p *leanProber) dialAsync(l *asyncLoop, deadline time.Time, done func(error
 	if err != nil || addr.Addr().Zone() != "" || f.dialer.policy.Check(addr.Addr()) != nil {
 		return false
 	}
-	var (
-		domain int
-		sa     syscall.Sockaddr
-	)
-	if ip := addr.Addr(); ip.Is4() {
-		domain, sa = syscall.AF_INET, &syscall.SockaddrInet4{Port: int(addr.Port()), Addr: ip.As4()}
-	} else {
-		domain, sa = syscall.AF_INET6, &syscall.SockaddrInet6{Port: int(addr.Port()), Addr: ip.As16()}
+	domain := syscall.AF_INET6
+	if addr.Addr().Is4() {
+		domain = syscall.AF_INET
 	}
 	fd, err := syscall.Socket(domain, syscall.SOCK_STREAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return false
 	}
-	if err := syscall.Connect(fd, sa); err != nil && err != syscall.EINPROGRESS {
+	if err := rawConnect(fd, addr); err != nil && err != syscall.EINPROGRESS {
 		_ = syscall.Close(fd)
 		return false // refused at once: Probe dials and says so in its words
 	}
@@ -169,21 +164,23 @@ func (p *leanProber) dialAsync(l *asyncLoop, deadline time.Time, done func(error
 		_ = syscall.Close(fd)
 		return false
 	}
-	ap := &asyncProbe{p: p, deadline: deadline, done: done, buf: asyncBufs.Get().(*[leanBufferSize]byte), index: -1, connecting: connecting}
+	ap := newAsyncProbe(p, nil, deadline, done)
+	ap.connecting = connecting
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed || p.async != nil {
 		_ = syscall.Close(fd)
-		asyncBufs.Put(ap.buf)
+		ap.free(false)
 		return false
 	}
 	l.nextID++
-	ac := &asyncConn{loop: l, id: l.nextID, fd: fd, probe: ap}
+	ac := dialConns.Get().(*asyncConn)
+	*ac = asyncConn{loop: l, id: l.nextID, fd: fd, probe: ap}
 	ap.ac = ac
 	ev := epollEvent(ac.id, events)
 	if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		_ = syscall.Close(fd)
-		asyncBufs.Put(ap.buf)
+		ap.free(true)
 		return false
 	}
 	l.conns[ac.id] = ac

@@ -110,6 +110,38 @@ type asyncEnd struct {
 
 var asyncBufs = sync.Pool{New: func() any { return new([leanBufferSize]byte) }}
 
+// asyncProbes and dialConns recycle what a probe on the loop is: past the
+// open-file limit a fleet dials thousands of times a second, and each dial
+// made both anew, most of the probe path's garbage.
+var (
+	asyncProbes = sync.Pool{New: func() any { return new(asyncProbe) }}
+	dialConns   = sync.Pool{New: func() any { return new(asyncConn) }}
+)
+
+// newAsyncProbe returns a probe of p's on ac (nil for dialAsync's, which
+// sets it), with a buffer.
+func newAsyncProbe(p *leanProber, ac *asyncConn, deadline time.Time, done func(error)) *asyncProbe {
+	ap := asyncProbes.Get().(*asyncProbe)
+	*ap = asyncProbe{p: p, ac: ac, deadline: deadline, done: done, buf: asyncBufs.Get().(*[leanBufferSize]byte), index: -1}
+	return ap
+}
+
+// free gives back ap, and its connection when it was dialAsync's and is
+// closed. Only finish calls it, after ap's callback: by then the loop has
+// let go of ap (endLocked: out of the heap, its connection and its prober),
+// and of a closed dialAsync connection (forget).
+func (ap *asyncProbe) free(dialConnClosed bool) {
+	if dialConnClosed {
+		*ap.ac = asyncConn{}
+		dialConns.Put(ap.ac)
+	}
+	if ap.buf != nil {
+		asyncBufs.Put(ap.buf)
+	}
+	*ap = asyncProbe{}
+	asyncProbes.Put(ap)
+}
+
 // epollET is EPOLLET as the uint32 the event mask is.
 const epollET = 1 << 31
 
@@ -287,7 +319,8 @@ func (p *leanProber) ProbeAsync(deadline time.Time, done func(error)) bool {
 		p.putBack(c)
 		return false
 	}
-	ap := &asyncProbe{p: p, ac: ac, deadline: deadline, done: done, buf: asyncBufs.Get().(*[leanBufferSize]byte), index: -1, writing: true}
+	ap := newAsyncProbe(p, ac, deadline, done)
+	ap.writing = true
 	l.mu.Lock()
 	if l.closed || ac.dead || p.async != nil {
 		lost := ""
@@ -295,7 +328,7 @@ func (p *leanProber) ProbeAsync(deadline time.Time, done func(error)) bool {
 			lost = ac.lost
 		}
 		l.mu.Unlock()
-		asyncBufs.Put(ap.buf)
+		ap.free(false)
 		c.close()
 		// The loop saw the peer end the connection, but this probe took
 		// it before the loop could tell (lostIdle leaves a connection a
@@ -508,10 +541,9 @@ func (l *asyncLoop) finish(ends []asyncEnd) {
 			go l.finishHandedOver(ap)
 			continue
 		}
-		asyncBufs.Put(ap.buf)
-		ap.buf = nil
+		raw := ap.ac.c == nil
 		switch {
-		case ap.ac.c == nil:
+		case raw:
 			ap.ac.closeRaw()
 		case e.keep:
 			ap.p.putBack(ap.ac.c)
@@ -519,6 +551,7 @@ func (l *asyncLoop) finish(ends []asyncEnd) {
 			ap.ac.c.close()
 		}
 		ap.done(e.err)
+		ap.free(raw)
 	}
 }
 

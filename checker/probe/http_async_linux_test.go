@@ -5,6 +5,7 @@ package probe
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -292,5 +293,81 @@ func TestHTTPAsyncCloseUnderCallbackLock(t *testing.T) {
 		}
 	case <-time.After(hungBound):
 		t.Fatal("the cancelled probe's callback never ran")
+	}
+}
+
+// The loop recycles its probes and the connections it dials: under many
+// probes at once, dialled and on kept connections, ending by an answer or
+// by their deadline, each result still reaches its own prober's callback,
+// once. A probe given back while the loop still held it would hand one
+// prober's answer to another.
+func TestHTTPAsyncRecycledProbesKeepTheirResults(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		kept int // the Factory's budget of kept connections; -1: none, every probe dials
+	}{{"dialled", -1}, {"kept", 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			f := NewFactoryWith(FactoryOptions{MaxIdleConns: c.kept})
+			defer f.Close()
+			up := newRawServer(t, reply("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
+			down := newRawServer(t, reply("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n"))
+			silent := newRawServer(t, replyAndHold(""))
+			type kind int
+			const (
+				isUp kind = iota
+				isDown
+				isSilent
+			)
+			const perKind, rounds = 12, 20
+			var wg sync.WaitGroup
+			errs := make(chan string, 3*perKind*rounds)
+			for k, srv := range []*rawServer{up, down, silent} {
+				for range perKind {
+					lean, _ := leanAndNetHTTP(t, f, &HTTPSpec{URL: srv.url()})
+					wg.Go(func() {
+						timeout := testscale.D(time.Second)
+						if kind(k) == isSilent {
+							timeout = 20 * time.Millisecond
+						}
+						for i := range rounds {
+							calls := make(chan error, 2)
+							if !lean.ProbeAsync(time.Now().Add(timeout), func(err error) { calls <- err }) {
+								calls <- probeWithin(t, timeoutCtx(t, timeout), lean)
+							}
+							var err error
+							select {
+							case err = <-calls:
+							case <-time.After(hungBound):
+								errs <- fmt.Sprintf("%s probe %d did not end", srv.url(), i)
+								return
+							}
+							var st *StatusError
+							switch kind(k) {
+							case isUp:
+								if err != nil {
+									errs <- fmt.Sprintf("%s probe %d: %v, want a pass", srv.url(), i, err)
+								}
+							case isDown:
+								if !errors.As(err, &st) || st.Code != 503 {
+									errs <- fmt.Sprintf("%s probe %d: %v, want status 503", srv.url(), i, err)
+								}
+							case isSilent:
+								if !errors.Is(err, context.DeadlineExceeded) {
+									errs <- fmt.Sprintf("%s probe %d: %v, want the deadline", srv.url(), i, err)
+								}
+							}
+							if len(calls) != 0 {
+								errs <- fmt.Sprintf("%s probe %d: its callback ran twice", srv.url(), i)
+							}
+						}
+					})
+				}
+			}
+			wg.Wait()
+			close(errs)
+			for e := range errs {
+				t.Error(e)
+			}
+		})
 	}
 }

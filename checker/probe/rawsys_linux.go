@@ -3,6 +3,7 @@
 package probe
 
 import (
+	"net/netip"
 	"syscall"
 	"unsafe"
 )
@@ -43,6 +44,32 @@ func rawEpollPoll(epfd int, events []syscall.EpollEvent) (int, error) {
 		return 0, e
 	}
 	return int(n), nil
+}
+
+// rawConnect starts connecting the non-blocking socket fd to addr (its
+// family's), as syscall.Connect does but with the address on the stack.
+func rawConnect(fd int, addr netip.AddrPort) error {
+	var (
+		ptr  unsafe.Pointer
+		size uintptr
+		sa4  syscall.RawSockaddrInet4
+		sa6  syscall.RawSockaddrInet6
+	)
+	port := (*[2]byte)(unsafe.Pointer(&sa4.Port))
+	if ip := addr.Addr(); ip.Is4() {
+		sa4.Family, sa4.Addr = syscall.AF_INET, ip.As4()
+		ptr, size = unsafe.Pointer(&sa4), syscall.SizeofSockaddrInet4
+	} else {
+		sa6.Family, sa6.Addr = syscall.AF_INET6, ip.As16()
+		port = (*[2]byte)(unsafe.Pointer(&sa6.Port))
+		ptr, size = unsafe.Pointer(&sa6), syscall.SizeofSockaddrInet6
+	}
+	port[0], port[1] = byte(addr.Port()>>8), byte(addr.Port()) // network order
+	_, _, e := syscall.RawSyscall(syscall.SYS_CONNECT, uintptr(fd), uintptr(ptr), size)
+	if e != 0 {
+		return e
+	}
+	return nil
 }
 
 // rawPeek peeks at one byte of fd without waiting.
