@@ -385,9 +385,13 @@ func (st *boltStore) read(name string, sp *span, from, to time.Time) (_ []Event,
 var errBadRecord = errors.New("unreadable history record")
 
 // encodeDay writes a day's hours: an hour's probes, and when not 0 its
-// failures, latency buckets and latency sum.
+// failures, latency buckets and latency sum. The slice is of the size the
+// day takes (bbolt holds a value until its transaction commits, and a
+// flush writes a day for each target): a day of one or two hours takes a
+// few dozen bytes, not the most a day can take.
 func encodeDay(hours *[24]hourSum) []byte {
-	buf := make([]byte, 0, 24*(8+nBuckets))
+	var tmp [24 * ((2+nBuckets)*binary.MaxVarintLen32 + binary.MaxVarintLen64)]byte
+	buf := tmp[:0]
 	for i := range hours {
 		h := &hours[i]
 		buf = binary.AppendUvarint(buf, uint64(h.count))
@@ -400,7 +404,7 @@ func encodeDay(hours *[24]hourSum) []byte {
 		}
 		buf = binary.AppendUvarint(buf, h.latSum)
 	}
-	return buf
+	return append([]byte(nil), buf...)
 }
 
 func decodeDay(v []byte, hours *[24]hourSum) error {
@@ -512,29 +516,26 @@ func encodeMinutes(m *[60]minute) []byte {
 	return buf
 }
 
+// decodeMinutes reads what encodeMinutes wrote into m; a record that is
+// not exactly 120 values leaves m as it was and says so.
 func decodeMinutes(v []byte, m *[60]minute) error {
-	vals, err := uvarints(v, 120)
-	if err != nil {
-		return err
-	}
-	for i := range m {
-		m[i] = minute{uint16(min(vals[2*i], 0xffff)), uint16(min(vals[2*i+1], 0xffff))}
-	}
-	return nil
-}
-
-func uvarints(v []byte, n int) ([]uint64, error) {
-	out := make([]uint64, 0, n)
-	for len(v) > 0 && len(out) < n {
+	var out [60]minute
+	for i := range 2 * len(out) {
 		x, k := binary.Uvarint(v)
 		if k <= 0 {
-			return nil, errBadRecord
+			return errBadRecord
 		}
-		out = append(out, x)
 		v = v[k:]
+		c := uint16(min(x, 0xffff))
+		if i%2 == 0 {
+			out[i/2].count = c
+		} else {
+			out[i/2].fails = c
+		}
 	}
-	if len(out) != n || len(v) != 0 {
-		return nil, errBadRecord
+	if len(v) != 0 {
+		return errBadRecord
 	}
-	return out, nil
+	*m = out
+	return nil
 }

@@ -1,0 +1,62 @@
+package history
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"testing"
+)
+
+// TestRecordsRoundTrip: a day's hours and an hour's minutes read back as
+// written, at the largest values they can hold and when sparse.
+func TestRecordsRoundTrip(t *testing.T) {
+	var day [24]hourSum
+	day[3] = hourSum{count: 7, fails: 2, latSum: 12345}
+	day[3].lat[1] = 7
+	full := day
+	for i := range full {
+		h := &full[i]
+		h.count, h.fails, h.latSum = ^uint32(0), ^uint32(0), ^uint64(0)
+		for j := range h.lat {
+			h.lat[j] = ^uint32(0)
+		}
+	}
+	for _, d := range []*[24]hourSum{&day, &full} {
+		var got [24]hourSum
+		if err := decodeDay(encodeDay(d), &got); err != nil || got != *d {
+			t.Errorf("day read back as %v (%v), want %v", got, err, *d)
+		}
+	}
+	var mins [60]minute
+	mins[0] = minute{count: 5, fails: 1}
+	mins[59] = minute{count: 0xffff, fails: 0xffff}
+	var got [60]minute
+	if err := decodeMinutes(encodeMinutes(&mins), &got); err != nil || got != mins {
+		t.Errorf("minutes read back as %v (%v), want %v", got, err, mins)
+	}
+}
+
+// TestBadMinutesRecord: a minutes record with a value missing, one too
+// many, a value cut short or nothing at all is refused, and leaves what it
+// was read into as it was.
+func TestBadMinutesRecord(t *testing.T) {
+	var mins [60]minute
+	mins[10] = minute{count: 3}
+	good := encodeMinutes(&mins)
+	big := binary.AppendUvarint(nil, 1<<20) // a multi-byte value, to cut
+	for name, v := range map[string][]byte{
+		"empty":      nil,
+		"one short":  good[:len(good)-1],
+		"one extra":  append(bytes.Clone(good), 0),
+		"cut varint": append(bytes.Clone(good[:len(good)-1]), big[:len(big)-1]...),
+	} {
+		kept := [60]minute{{count: 9, fails: 9}}
+		got := kept
+		if err := decodeMinutes(v, &got); !errors.Is(err, errBadRecord) {
+			t.Errorf("%s: err %v, want errBadRecord", name, err)
+		}
+		if got != kept {
+			t.Errorf("%s: the minutes read into changed", name)
+		}
+	}
+}
