@@ -127,9 +127,11 @@ func newAsyncProbe(p *leanProber, ac *asyncConn, deadline time.Time, done func(e
 }
 
 // free gives back ap, and its connection when it was dialAsync's and is
-// closed. Only finish calls it, after ap's callback: by then the loop has
-// let go of ap (endLocked: out of the heap, its connection and its prober),
-// and of a closed dialAsync connection (forget).
+// closed. It is called once the loop has let go of ap (endLocked: out of
+// the heap, its connection and its prober) or never held it, and, for a
+// probe that ends on the loop, after its callback (finish); a closed
+// dialAsync connection is forgotten by then. A probe handed over to
+// Probe's code is not given back.
 func (ap *asyncProbe) free(dialConnClosed bool) {
 	if dialConnClosed {
 		*ap.ac = asyncConn{}
@@ -358,7 +360,7 @@ func (p *leanProber) ProbeAsync(deadline time.Time, done func(error)) bool {
 		// on a kept one.
 		l.endLocked(ap)
 		l.mu.Unlock()
-		asyncBufs.Put(ap.buf)
+		ap.free(false)
 		c.close()
 		// A write fails on a kept connection its peer ended (reset, or
 		// closed and then reset by the write) before the loop saw it: a
