@@ -459,6 +459,15 @@ type proposal struct {
 	verdict *VerdictProposal
 }
 
+// name is the proposal's target. It is read off the proposal, not the
+// target, whose spec the registry may replace while a write is in flight.
+func (pr proposal) name() string {
+	if pr.verdict != nil {
+		return pr.verdict.Target
+	}
+	return pr.p.Name
+}
+
 // write stores the proposal in the shared registry.
 func (pr proposal) write(ctx context.Context, rp *replication) error {
 	if pr.verdict != nil {
@@ -494,7 +503,7 @@ func (rp *replication) proposeBatch(batch []proposal) (retry []proposal, lastErr
 			switch {
 			case err == nil:
 			case errors.Is(err, ErrFenced):
-				rp.logger.Debug("state write fenced: this replica no longer owns the target or its view was stale", "target", pr.t.spec.Name, "error", err)
+				rp.logger.Debug("state write fenced: this replica no longer owns the target or its view was stale", "target", pr.name(), "error", err)
 				rp.reg.fenced(pr)
 			default:
 				mu.Lock()
