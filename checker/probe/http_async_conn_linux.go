@@ -146,7 +146,7 @@ func (p *leanProber) dialAsync(l *asyncLoop, deadline time.Time, done func(error
 		return false
 	}
 	if err := rawConnect(fd, addr); err != nil && err != syscall.EINPROGRESS {
-		_ = syscall.Close(fd)
+		rawClose(fd)
 		return false // refused at once: Probe dials and says so in its words
 	}
 	// The handshake is often done by the time connect returns (always on
@@ -155,13 +155,13 @@ func (p *leanProber) dialAsync(l *asyncLoop, deadline time.Time, done func(error
 	// EAGAIN, and the loop sends it once connected.
 	events := uint32(syscall.EPOLLIN | syscall.EPOLLRDHUP | epollET)
 	connecting := false
-	switch n, err := syscall.Write(fd, p.req); {
+	switch n, err := rawWrite(fd, p.req); {
 	case err == nil && n == len(p.req):
 	case err == syscall.EAGAIN:
 		connecting = true
 		events |= syscall.EPOLLOUT
 	default: // refused, reset, or a part written: Probe dials and says what it meets
-		_ = syscall.Close(fd)
+		rawClose(fd)
 		return false
 	}
 	ap := newAsyncProbe(p, nil, deadline, done)
@@ -169,7 +169,7 @@ func (p *leanProber) dialAsync(l *asyncLoop, deadline time.Time, done func(error
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed || p.async != nil {
-		_ = syscall.Close(fd)
+		rawClose(fd)
 		ap.free(false)
 		return false
 	}
@@ -179,7 +179,7 @@ func (p *leanProber) dialAsync(l *asyncLoop, deadline time.Time, done func(error
 	ap.ac = ac
 	ev := epollEvent(ac.id, events)
 	if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
-		_ = syscall.Close(fd)
+		rawClose(fd)
 		ap.free(true)
 		return false
 	}
@@ -227,8 +227,7 @@ func (l *asyncLoop) connectedLocked(ap *asyncProbe, events uint32) (asyncEnd, bo
 // free.
 func (ac *asyncConn) closeRaw() {
 	ac.forget()
-	_ = syscall.SetsockoptLinger(ac.fd, syscall.SOL_SOCKET, syscall.SO_LINGER, &syscall.Linger{Onoff: 1, Linger: 0})
-	_ = syscall.Close(ac.fd)
+	rawCloseReset(ac.fd)
 }
 
 // leanConn makes a connection of dialAsync's into a leanConn for Probe's

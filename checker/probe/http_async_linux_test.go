@@ -3,11 +3,15 @@
 package probe
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -254,6 +258,44 @@ func TestHTTPAsyncDialled(t *testing.T) {
 		defer l.mu.Unlock()
 		return len(l.conns) == 0
 	}, "the loop to forget every closed connection")
+}
+
+// A connection dialAsync made is closed with a reset once its answer is
+// read, as Probe closes one it does not keep (TestConnectionNotKeptIsReset):
+// the server reads "connection reset", and nothing is left in TIME_WAIT.
+func TestHTTPAsyncDialledIsReset(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	after := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			after <- err
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
+			after <- err
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		c.SetReadDeadline(time.Now().Add(hungBound))
+		_, err = br.ReadByte() // what the checker does with the connection next
+		after <- err
+	}()
+	f := NewFactoryWith(FactoryOptions{MaxIdleConns: -1}) // keeps none
+	defer f.Close()
+	lean, _ := leanAndNetHTTP(t, f, &HTTPSpec{URL: "http://" + ln.Addr().String() + "/healthz"})
+	if err, async := probeAsync(t, lean, testscale.D(time.Second)); err != nil || !async {
+		t.Fatalf("probe: %v, asynchronous %v; want a passing asynchronous probe", err, async)
+	}
+	if err := <-after; !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("the server read %v after the answer, want a reset", err)
+	}
 }
 
 // Closing a prober while holding a lock its probe's callback takes does

@@ -46,6 +46,17 @@ func rawEpollPoll(epfd int, events []syscall.EpollEvent) (int, error) {
 	return int(n), nil
 }
 
+// rawCloseReset closes the socket fd with a reset (SO_LINGER 0): the
+// close sends RST and returns without waiting for anything.
+func rawCloseReset(fd int) {
+	l := syscall.Linger{Onoff: 1, Linger: 0}
+	_, _, _ = syscall.RawSyscall6(syscall.SYS_SETSOCKOPT, uintptr(fd), syscall.SOL_SOCKET, syscall.SO_LINGER, uintptr(unsafe.Pointer(&l)), unsafe.Sizeof(l), 0)
+	rawClose(fd)
+}
+
+// rawClose closes fd, a socket of the loop's that no call waits on.
+func rawClose(fd int) { _, _, _ = syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(fd), 0, 0) }
+
 // rawConnect starts connecting the non-blocking socket fd to addr (its
 // family's), as syscall.Connect does but with the address on the stack.
 func rawConnect(fd int, addr netip.AddrPort) error {

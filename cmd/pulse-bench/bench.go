@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -217,14 +218,21 @@ func steady(ctx context.Context, o Options, farm *Farm, pids []int, etcdPid int,
 		return err
 	}
 	start := time.Now()
-	var perf *exec.Cmd
+	var (
+		perf       *exec.Cmd
+		perfStderr bytes.Buffer
+	)
 	if o.PerfDir != "" {
+		if err := os.MkdirAll(o.PerfDir, 0o755); err != nil {
+			return fmt.Errorf("-perf-dir: %w", err)
+		}
 		out := filepath.Join(o.PerfDir, fmt.Sprintf("%s-%d.perf.data", fileSafe(r.System), r.Targets))
 		var ps []string
 		for _, pid := range pids {
 			ps = append(ps, strconv.Itoa(pid))
 		}
 		perf = exec.CommandContext(ctx, "perf", "record", "-F", "499", "-g", "-p", strings.Join(ps, ","), "-o", out, "--", "sleep", strconv.Itoa(int(r.Window.Seconds())))
+		perf.Stderr = &perfStderr
 		if err := perf.Start(); err != nil {
 			return fmt.Errorf("perf record: %w", err)
 		}
@@ -233,7 +241,11 @@ func steady(ctx context.Context, o Options, farm *Farm, pids []int, etcdPid int,
 		return err
 	}
 	if perf != nil {
-		defer func() { _ = perf.Wait() }()
+		defer func() {
+			if err := perf.Wait(); err != nil {
+				o.logf("  %s: perf record failed, no profile: %v: %s", r.System, err, bytes.TrimSpace(perfStderr.Bytes()))
+			}
+		}()
 	}
 	cpu1, err := sumCPU(pids)
 	if err != nil {
