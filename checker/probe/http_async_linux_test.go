@@ -3,13 +3,10 @@
 package probe
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"sync"
 	"syscall"
 	"testing"
@@ -264,32 +261,10 @@ func TestHTTPAsyncDialled(t *testing.T) {
 // read, as Probe closes one it does not keep (TestConnectionNotKeptIsReset):
 // the server reads "connection reset", and nothing is left in TIME_WAIT.
 func TestHTTPAsyncDialledIsReset(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	after := make(chan error, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			after <- err
-			return
-		}
-		defer c.Close()
-		br := bufio.NewReader(c)
-		if _, err := http.ReadRequest(br); err != nil {
-			after <- err
-			return
-		}
-		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-		c.SetReadDeadline(time.Now().Add(hungBound))
-		_, err = br.ReadByte() // what the checker does with the connection next
-		after <- err
-	}()
+	addr, after := answerOnceThenRead(t)
 	f := NewFactoryWith(FactoryOptions{MaxIdleConns: -1}) // keeps none
 	defer f.Close()
-	lean, _ := leanAndNetHTTP(t, f, &HTTPSpec{URL: "http://" + ln.Addr().String() + "/healthz"})
+	lean, _ := leanAndNetHTTP(t, f, &HTTPSpec{URL: "http://" + addr + "/healthz"})
 	if err, async := probeAsync(t, lean, testscale.D(time.Second)); err != nil || !async {
 		t.Fatalf("probe: %v, asynchronous %v; want a passing asynchronous probe", err, async)
 	}

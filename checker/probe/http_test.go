@@ -391,36 +391,45 @@ func TestHTTPAtGRPCPort(t *testing.T) {
 // ends its checks: the server reads "connection reset", and nothing is
 // left in TIME_WAIT on the checker's side.
 func TestConnectionNotKeptIsReset(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	after := make(chan error, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			after <- err
-			return
-		}
-		defer c.Close()
-		br := bufio.NewReader(c)
-		if _, err := http.ReadRequest(br); err != nil {
-			after <- err
-			return
-		}
-		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-		c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		_, err = br.ReadByte() // what the checker does with the connection next
-		after <- err
-	}()
+	addr, after := answerOnceThenRead(t)
 	f := NewFactoryWith(FactoryOptions{MaxIdleConns: -1}) // keeps none
 	t.Cleanup(f.Close)
-	p := newProber(t, f, Spec{HTTP: &HTTPSpec{URL: "http://" + ln.Addr().String() + "/healthz"}})
+	p := newProber(t, f, Spec{HTTP: &HTTPSpec{URL: "http://" + addr + "/healthz"}})
 	if err := p.Probe(timeoutCtx(t, 10*time.Second)); err != nil {
 		t.Fatalf("probe: %v", err)
 	}
 	if err := <-after; !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("the server read %v after the answer, want a reset", err)
 	}
+}
+
+// answerOnceThenRead serves one connection on a loopback listener: it
+// answers one request with a 200 and then reads on, and sends what that
+// read met (a reset, EOF, or the error that stopped it sooner).
+func answerOnceThenRead(t *testing.T) (addr string, after <-chan error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	res := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			res <- err
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
+			res <- err
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err = br.ReadByte() // what the checker does with the connection next
+		res <- err
+	}()
+	return ln.Addr().String(), res
 }
