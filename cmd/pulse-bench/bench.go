@@ -223,9 +223,6 @@ func steady(ctx context.Context, o Options, farm *Farm, pids []int, etcdPid int,
 		perfStderr bytes.Buffer
 	)
 	if o.PerfDir != "" {
-		if err := os.MkdirAll(o.PerfDir, 0o755); err != nil {
-			return fmt.Errorf("-perf-dir: %w", err)
-		}
 		out := filepath.Join(o.PerfDir, fmt.Sprintf("%s-%d.perf.data", fileSafe(r.System), r.Targets))
 		var ps []string
 		for _, pid := range pids {

@@ -199,6 +199,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	o := f.opts
 	o.Log = stderr
+	if o.PerfDir != "" {
+		if err := os.MkdirAll(o.PerfDir, 0o755); err != nil {
+			return fmt.Errorf("-perf-dir: %w", err)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
