@@ -204,35 +204,75 @@ func targetBucket(root *bolt.Bucket, name string) (*bolt.Bucket, error) {
 	return root.CreateBucketIfNotExists([]byte(name))
 }
 
-// putHour adds d to its stored day and minutes.
+// putHour adds d to its stored day and minutes, each a new slice of the
+// size the record takes: bbolt holds a value until its transaction
+// commits, and a flush writes a day for each target.
 func putHour(tb *bolt.Bucket, d *hourDelta) error {
-	day := floorDiv(d.hr, 24)
-	k := hourKey(dayPrefix, day)
-	var hours [24]hourSum
-	if v := tb.Get(k); v != nil {
-		if decodeDay(v, &hours) != nil {
-			hours = [24]hourSum{} // an unreadable record is replaced
-		}
-	}
-	hours[d.hr-24*day].add(&d.sum)
-	if err := tb.Put(k, encodeDay(&hours)); err != nil {
+	k := hourKey(dayPrefix, floorDiv(d.hr, 24))
+	if err := tb.Put(k, addDay(nil, tb.Get(k), d)); err != nil {
 		return err
 	}
 	if !d.hasMinutes() {
 		return nil
 	}
-	mins := d.minutes()
 	k = hourKey(minutePrefix, d.hr)
-	if v := tb.Get(k); v != nil {
-		var old [60]minute
-		if decodeMinutes(v, &old) == nil {
-			for i, o := range old {
-				mins[i].count = satAdd16(mins[i].count, o.count)
-				mins[i].fails = satAdd16(mins[i].fails, o.fails)
-			}
+	return tb.Put(k, addMinutes(nil, tb.Get(k), d))
+}
+
+// addDay returns the record of d's day: v (nil if there is none; an
+// unreadable v is replaced) with d's hour added, written over buf's array
+// if it has room. buf may be v: v is read first.
+func addDay(buf, v []byte, d *hourDelta) []byte {
+	var hours [24]hourSum
+	if v != nil && decodeDay(v, &hours) != nil {
+		hours = [24]hourSum{}
+	}
+	hours[d.hr-24*floorDiv(d.hr, 24)].add(&d.sum)
+	var tmp [maxDayLen]byte
+	return reuse(buf, appendDay(tmp[:0], &hours))
+}
+
+// addMinutes returns the record of the minutes of d's hour: v (nil if
+// there is none; an unreadable v is replaced) with d's minutes added,
+// written over buf's array if it has room. buf may be v.
+func addMinutes(buf, v []byte, d *hourDelta) []byte {
+	mins := d.minutes()
+	var old [60]minute
+	if v != nil && decodeMinutes(v, &old) == nil {
+		for i, o := range old {
+			mins[i].count = satAdd16(mins[i].count, o.count)
+			mins[i].fails = satAdd16(mins[i].fails, o.fails)
 		}
 	}
-	return tb.Put(k, encodeMinutes(&mins))
+	var tmp [maxMinutesLen]byte
+	return reuse(buf, appendMinutes(tmp[:0], &mins))
+}
+
+// reuse returns a copy of rec in buf's array if it has room. Else it is
+// in a new array: of rec's size if buf is nil, with room for a little
+// more if not, since a day's record kept in memory grows by a few bytes
+// an hour and should not be made anew every hour.
+func reuse(buf, rec []byte) []byte {
+	if cap(buf) < len(rec) {
+		n := len(rec)
+		if buf != nil {
+			n += 16
+		}
+		buf = make([]byte, 0, n)
+	}
+	return append(buf[:0], rec...)
+}
+
+// eventKeyLen is the length of an event's key: its prefix, time and
+// number.
+const eventKeyLen = 13
+
+// eventKey appends to dst the key of an event at at, numbered seq: they
+// sort by time, then by the order they were written in.
+func eventKey(dst []byte, at time.Time, seq uint32) []byte {
+	dst = append(dst, eventPrefix)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(at.UnixNano()))
+	return binary.BigEndian.AppendUint32(dst, seq)
 }
 
 // floorDiv is a / b rounded down (hour numbers before 1970 are negative).
@@ -246,13 +286,8 @@ func floorDiv(a, b int64) int64 {
 
 func (st *boltStore) putEvents(tb *bolt.Bucket, evs []Event, maxEvents int) error {
 	for _, ev := range evs {
-		v := encodeEvent(&ev)
 		st.seq++
-		k := make([]byte, 13)
-		k[0] = eventPrefix
-		binary.BigEndian.PutUint64(k[1:], uint64(ev.Time.UnixNano()))
-		binary.BigEndian.PutUint32(k[9:], st.seq)
-		if err := tb.Put(k, v); err != nil {
+		if err := tb.Put(eventKey(nil, ev.Time, st.seq), encodeEvent(&ev)); err != nil {
 			return err
 		}
 	}
@@ -332,29 +367,16 @@ func (st *boltStore) read(name string, sp *span, from, to time.Time) (_ []Event,
 		toHr := sp.fromHr + int64(len(sp.hours)) - 1
 		end := hourKey(dayPrefix, floorDiv(toHr, 24))
 		c := tb.Cursor()
-		var hours [24]hourSum
 		for k, v := c.Seek(hourKey(dayPrefix, floorDiv(sp.fromHr, 24))); k != nil && bytes.Compare(k, end) <= 0; k, v = c.Next() {
-			if len(k) != 9 || decodeDay(v, &hours) != nil {
-				continue // unreadable: loss-tolerant
-			}
-			day := int64(binary.BigEndian.Uint64(k[1:]))
-			for i := range hours {
-				if hours[i].count > 0 {
-					sp.addHour(24*day+int64(i), &hours[i], nil)
-				}
+			if len(k) == 9 {
+				sp.addDay(int64(binary.BigEndian.Uint64(k[1:])), v)
 			}
 		}
 		if sp.minutes != nil {
 			end := hourKey(minutePrefix, toHr)
 			for k, v := c.Seek(hourKey(minutePrefix, sp.fromHr)); k != nil && bytes.Compare(k, end) <= 0; k, v = c.Next() {
-				var m [60]minute
-				if len(k) != 9 || decodeMinutes(v, &m) != nil {
-					continue
-				}
-				i := int64(binary.BigEndian.Uint64(k[1:])) - sp.fromHr
-				for j, o := range m {
-					sp.minutes[i][j].count = satAdd16(sp.minutes[i][j].count, o.count)
-					sp.minutes[i][j].fails = satAdd16(sp.minutes[i][j].fails, o.fails)
+				if len(k) == 9 {
+					sp.addMinutes(int64(binary.BigEndian.Uint64(k[1:])), v)
 				}
 			}
 		}
@@ -384,14 +406,13 @@ func (st *boltStore) read(name string, sp *span, from, to time.Time) (_ []Event,
 
 var errBadRecord = errors.New("unreadable history record")
 
-// encodeDay writes a day's hours: an hour's probes, and when not 0 its
-// failures, latency buckets and latency sum. The slice is of the size the
-// day takes (bbolt holds a value until its transaction commits, and a
-// flush writes a day for each target): a day of one or two hours takes a
-// few dozen bytes, not the most a day can take.
-func encodeDay(hours *[24]hourSum) []byte {
-	var tmp [24 * ((2+nBuckets)*binary.MaxVarintLen32 + binary.MaxVarintLen64)]byte
-	buf := tmp[:0]
+// maxDayLen is the most bytes a day's record takes.
+const maxDayLen = 24 * ((2+nBuckets)*binary.MaxVarintLen32 + binary.MaxVarintLen64)
+
+// appendDay appends a day's record to buf: each hour's probes, and when
+// not 0 its failures, latency buckets and latency sum. A day of one or
+// two hours takes a few dozen bytes, not the most a day can take.
+func appendDay(buf []byte, hours *[24]hourSum) []byte {
 	for i := range hours {
 		h := &hours[i]
 		buf = binary.AppendUvarint(buf, uint64(h.count))
@@ -404,7 +425,7 @@ func encodeDay(hours *[24]hourSum) []byte {
 		}
 		buf = binary.AppendUvarint(buf, h.latSum)
 	}
-	return append([]byte(nil), buf...)
+	return buf
 }
 
 func decodeDay(v []byte, hours *[24]hourSum) error {
@@ -507,8 +528,11 @@ func decodeEvent(k, v []byte) (Event, error) {
 	return ev, nil
 }
 
-func encodeMinutes(m *[60]minute) []byte {
-	buf := make([]byte, 0, 120)
+// maxMinutesLen is the most bytes an hour's minutes record takes.
+const maxMinutesLen = 120 * binary.MaxVarintLen16
+
+// appendMinutes appends an hour's minutes record to buf.
+func appendMinutes(buf []byte, m *[60]minute) []byte {
 	for _, e := range m {
 		buf = binary.AppendUvarint(buf, uint64(e.count))
 		buf = binary.AppendUvarint(buf, uint64(e.fails))
@@ -516,7 +540,7 @@ func encodeMinutes(m *[60]minute) []byte {
 	return buf
 }
 
-// decodeMinutes reads what encodeMinutes wrote into m; a record that is
+// decodeMinutes reads what appendMinutes wrote into m; a record that is
 // not exactly 120 values leaves m as it was and says so.
 func decodeMinutes(v []byte, m *[60]minute) error {
 	var out [60]minute

@@ -236,7 +236,7 @@ type Recorder struct {
 var _ checker.RemovalObserver = (*Recorder)(nil)
 
 // New returns an empty Recorder that keeps its history in memory only:
-// up to about 76 KiB per target with 30 days recorded.
+// up to about 26 KiB per target with 30 days recorded.
 func New(o Options) *Recorder {
 	return newRecorder(o, newMemStore())
 }

@@ -1,33 +1,33 @@
 package history
 
 import (
+	"bytes"
+	"slices"
 	"sort"
 	"time"
 )
 
 // memStore keeps the flushed history in memory, for a pulsed without a
-// data directory: per target the hours recorded (64 bytes each with their
-// number), 24 hours of minutes (256 bytes an hour) and the last events.
-// Its user holds the recorder's flushMu.
+// data directory, as the records a history file holds (boltfile.go): per
+// target a record a day of its hours, a record an hour of its minutes
+// (the last 24 hours) and its last events, each in a few bytes. Its user
+// holds the recorder's flushMu.
 type memStore struct {
 	series map[string]*memSeries
+	seq    uint32 // tells apart events of one target at one instant
 }
 
 type memSeries struct {
 	group   string
-	hours   []memHour    // by hour number
-	minutes []memMinutes // by hour number, the last 24 hours at most
-	events  []Event
+	days    []memRecord // by day number
+	minutes []memRecord // by hour number
+	events  [][]byte    // each its key and its record (eventKey, encodeEvent), in key order
 }
 
-type memHour struct {
-	hr  int64
-	sum hourSum
-}
-
-type memMinutes struct {
-	hr  int64
-	min *[60]minute
+// memRecord is a record of a day or an hour, and its number.
+type memRecord struct {
+	n int64
+	v []byte
 }
 
 func newMemStore() *memStore { return &memStore{series: make(map[string]*memSeries)} }
@@ -41,6 +41,32 @@ func (m *memStore) get(name string) *memSeries {
 	return s
 }
 
+// find returns where the record numbered n is in rs, or would go, and
+// whether it is there.
+func find(rs []memRecord, n int64) (int, bool) {
+	i := sort.Search(len(rs), func(i int) bool { return rs[i].n >= n })
+	return i, i < len(rs) && rs[i].n == n
+}
+
+// update sets the record numbered n to what add makes of it (nil if
+// there is none) and its array.
+func update(rs []memRecord, n int64, add func(buf, v []byte) []byte) []memRecord {
+	i, ok := find(rs, n)
+	if ok {
+		rs[i].v = add(rs[i].v, rs[i].v)
+		return rs
+	}
+	return slices.Insert(rs, i, memRecord{n: n, v: add(nil, nil)})
+}
+
+// dropBefore returns rs without the records numbered before n.
+func dropBefore(rs []memRecord, n int64) []memRecord {
+	if i, _ := find(rs, n); i > 0 {
+		return slices.Clone(rs[i:])
+	}
+	return rs
+}
+
 func (m *memStore) apply(b *batch) error {
 	for _, name := range b.removed {
 		delete(m.series, name)
@@ -51,71 +77,34 @@ func (m *memStore) apply(b *batch) error {
 	for name, ds := range b.hours {
 		s := m.get(name)
 		for i := range ds {
-			s.addHour(&ds[i])
+			d := &ds[i]
+			s.days = update(s.days, floorDiv(d.hr, 24), func(buf, v []byte) []byte { return addDay(buf, v, d) })
+			if d.hasMinutes() {
+				s.minutes = update(s.minutes, d.hr, func(buf, v []byte) []byte { return addMinutes(buf, v, d) })
+			}
 		}
 	}
 	for name, evs := range b.events {
 		s := m.get(name)
-		s.events = append(s.events, evs...)
-		sort.SliceStable(s.events, func(i, j int) bool { return s.events[i].Time.Before(s.events[j].Time) })
-		if len(s.events) > b.maxEvents {
-			s.events = append([]Event(nil), s.events[len(s.events)-b.maxEvents:]...)
+		for i := range evs {
+			m.seq++
+			s.events = append(s.events, append(eventKey(nil, evs[i].Time, m.seq), encodeEvent(&evs[i])...))
+		}
+		slices.SortStableFunc(s.events, func(a, b []byte) int { return bytes.Compare(a[:eventKeyLen], b[:eventKeyLen]) })
+		if n := len(s.events) - b.maxEvents; n > 0 {
+			s.events = slices.Clone(s.events[n:])
 		}
 	}
 	if b.prune {
+		cut := eventKey(nil, b.pruneEvents, 0)
 		for _, s := range m.series {
-			i := sort.Search(len(s.hours), func(i int) bool { return s.hours[i].hr >= b.pruneHours })
-			if i > 0 {
-				s.hours = append([]memHour(nil), s.hours[i:]...)
-			}
-			k := sort.Search(len(s.minutes), func(i int) bool { return s.minutes[i].hr >= b.pruneMinutes })
-			if k > 0 {
-				s.minutes = append([]memMinutes(nil), s.minutes[k:]...)
-			}
-			j := sort.Search(len(s.events), func(i int) bool { return !s.events[i].Time.Before(b.pruneEvents) })
+			s.days = dropBefore(s.days, floorDiv(b.pruneHours, 24))
+			s.minutes = dropBefore(s.minutes, b.pruneMinutes)
+			j := sort.Search(len(s.events), func(i int) bool { return bytes.Compare(s.events[i], cut) >= 0 })
 			if j > 0 {
-				s.events = append([]Event(nil), s.events[j:]...)
+				s.events = slices.Clone(s.events[j:])
 			}
 		}
-	}
-	return nil
-}
-
-func (s *memSeries) addHour(d *hourDelta) {
-	i := sort.Search(len(s.hours), func(i int) bool { return s.hours[i].hr >= d.hr })
-	if i == len(s.hours) || s.hours[i].hr != d.hr {
-		s.hours = append(s.hours, memHour{})
-		copy(s.hours[i+1:], s.hours[i:])
-		s.hours[i] = memHour{hr: d.hr}
-	}
-	s.hours[i].sum.add(&d.sum)
-	if !d.hasMinutes() {
-		return
-	}
-	k, ok := s.minutesAt(d.hr)
-	if !ok {
-		s.minutes = append(s.minutes, memMinutes{})
-		copy(s.minutes[k+1:], s.minutes[k:])
-		s.minutes[k] = memMinutes{hr: d.hr, min: new([60]minute)}
-	}
-	mm := s.minutes[k].min
-	for j, v := range d.minutes() {
-		mm[j].count = satAdd16(mm[j].count, v.count)
-		mm[j].fails = satAdd16(mm[j].fails, v.fails)
-	}
-}
-
-// minutesAt returns where the minutes of hour hr are in s.minutes, and
-// whether they are there (if not, where they would go).
-func (s *memSeries) minutesAt(hr int64) (int, bool) {
-	k := sort.Search(len(s.minutes), func(i int) bool { return s.minutes[i].hr >= hr })
-	return k, k < len(s.minutes) && s.minutes[k].hr == hr
-}
-
-// minutesOf returns the minutes kept of hour hr, or nil.
-func (s *memSeries) minutesOf(hr int64) *[60]minute {
-	if k, ok := s.minutesAt(hr); ok {
-		return s.minutes[k].min
 	}
 	return nil
 }
@@ -126,13 +115,21 @@ func (m *memStore) read(name string, sp *span, from, to time.Time) ([]Event, err
 		return nil, nil
 	}
 	toHr := sp.fromHr + int64(len(sp.hours)) - 1
-	for i := sort.Search(len(s.hours), func(i int) bool { return s.hours[i].hr >= sp.fromHr }); i < len(s.hours) && s.hours[i].hr <= toHr; i++ {
-		h := &s.hours[i]
-		sp.addHour(h.hr, &h.sum, s.minutesOf(h.hr))
+	for i, _ := find(s.days, floorDiv(sp.fromHr, 24)); i < len(s.days) && s.days[i].n <= floorDiv(toHr, 24); i++ {
+		sp.addDay(s.days[i].n, s.days[i].v)
+	}
+	if sp.minutes != nil {
+		for i, _ := find(s.minutes, sp.fromHr); i < len(s.minutes) && s.minutes[i].n <= toHr; i++ {
+			sp.addMinutes(s.minutes[i].n, s.minutes[i].v)
+		}
 	}
 	var evs []Event
-	for _, ev := range s.events {
-		if ev.Time.After(from) && !ev.Time.After(to) {
+	for _, rec := range s.events {
+		ev, err := decodeEvent(rec[:eventKeyLen], rec[eventKeyLen:])
+		if err != nil {
+			continue
+		}
+		if ev.Target = name; ev.Time.After(from) && !ev.Time.After(to) {
 			evs = append(evs, ev)
 		}
 	}

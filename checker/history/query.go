@@ -119,6 +119,29 @@ func (sp *span) addHour(hr int64, h *hourSum, min *[60]minute) {
 	}
 }
 
+// addDay adds the hours of day's record v (appendDay) to sp; an
+// unreadable record adds nothing (history is loss-tolerant).
+func (sp *span) addDay(day int64, v []byte) {
+	var hours [24]hourSum
+	if decodeDay(v, &hours) != nil {
+		return
+	}
+	for i := range hours {
+		if hours[i].count > 0 {
+			sp.addHour(24*day+int64(i), &hours[i], nil)
+		}
+	}
+}
+
+// addMinutes adds hour hr's minutes record v (appendMinutes) to sp; an
+// unreadable record adds nothing.
+func (sp *span) addMinutes(hr int64, v []byte) {
+	var m [60]minute
+	if decodeMinutes(v, &m) == nil {
+		sp.addHour(hr, &hourSum{}, &m)
+	}
+}
+
 // addDelta adds what d holds of its hour to sp.
 func (sp *span) addDelta(d *hourDelta) {
 	m := d.minutes()

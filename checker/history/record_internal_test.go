@@ -5,6 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+	"time"
+
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/fakeclock"
 )
 
 // TestRecordsRoundTrip: a day's hours and an hour's minutes read back as
@@ -23,7 +27,7 @@ func TestRecordsRoundTrip(t *testing.T) {
 	}
 	for _, d := range []*[24]hourSum{&day, &full} {
 		var got [24]hourSum
-		if err := decodeDay(encodeDay(d), &got); err != nil || got != *d {
+		if err := decodeDay(appendDay(nil, d), &got); err != nil || got != *d {
 			t.Errorf("day read back as %v (%v), want %v", got, err, *d)
 		}
 	}
@@ -31,7 +35,7 @@ func TestRecordsRoundTrip(t *testing.T) {
 	mins[0] = minute{count: 5, fails: 1}
 	mins[59] = minute{count: 0xffff, fails: 0xffff}
 	var got [60]minute
-	if err := decodeMinutes(encodeMinutes(&mins), &got); err != nil || got != mins {
+	if err := decodeMinutes(appendMinutes(nil, &mins), &got); err != nil || got != mins {
 		t.Errorf("minutes read back as %v (%v), want %v", got, err, mins)
 	}
 }
@@ -42,7 +46,7 @@ func TestRecordsRoundTrip(t *testing.T) {
 func TestBadMinutesRecord(t *testing.T) {
 	var mins [60]minute
 	mins[10] = minute{count: 3}
-	good := encodeMinutes(&mins)
+	good := appendMinutes(nil, &mins)
 	big := binary.AppendUvarint(nil, 1<<20) // a multi-byte value, to cut
 	for name, v := range map[string][]byte{
 		"empty":      nil,
@@ -58,5 +62,31 @@ func TestBadMinutesRecord(t *testing.T) {
 		if got != kept {
 			t.Errorf("%s: the minutes read into changed", name)
 		}
+	}
+}
+
+// TestMemStoreKeepsWhatTheFileKeeps: in memory, as in a history file,
+// the hourly prune leaves 30 days of day records, 24 hours of minutes and
+// the last events, however long pulsed runs.
+func TestMemStoreKeepsWhatTheFileKeeps(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	clock := fakeclock.New(t0)
+	st := newMemStore()
+	r := newRecorder(Options{Clock: clock, MaxEvents: 4}, st)
+	for h := range 40 * 24 {
+		at := t0.Add(time.Duration(h) * time.Hour)
+		r.ObserveProbe(checker.Spec{Name: "a", Group: "g"}, checker.Result{Pass: true, Latency: time.Millisecond, Time: at})
+		r.ObserveTransition(checker.Transition{Target: "a", Group: "g", Time: at, Reason: "r"})
+		clock.Advance(time.Hour)
+		if err := r.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := st.series["a"]
+	if s == nil || len(s.days) != HourSlots/24 || len(s.minutes) != MinuteSlots/60 || len(s.events) != 4 {
+		t.Fatalf("kept %d days, %d hours of minutes, %d events", len(s.days), len(s.minutes), len(s.events))
+	}
+	if first, want := s.days[0].n, (t0.Unix()/3600+40*24-HourSlots)/24; first != want {
+		t.Errorf("oldest day kept is %d, want %d", first, want)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"slices"
 	"strings"
@@ -429,4 +430,95 @@ func TestGroupTimeAvailabilityFromPanics(t *testing.T) {
 	// later, 20 of 90 minutes.
 	at = t0.Add(90 * time.Minute)
 	check(openRecorder(t, db, history.Options{Clock: clock}), 1-20.0/90)
+}
+
+// TestMemoryAndFileKeepTheSameHistory records the same 32 days into a
+// Recorder in memory and one on a history file, flushing every hour and
+// pruning as pulsed does, and asks both the same queries: the two stores
+// keep the same records, so they must answer alike, to the probe.
+func TestMemoryAndFileKeepTheSameHistory(t *testing.T) {
+	db := openDB(t, filepath.Join(t.TempDir(), "history.db"))
+	defer db.Close()
+	memClock, fileClock := fakeclock.New(t0), fakeclock.New(t0)
+	o := history.Options{MaxEvents: 5}
+	o.Clock = memClock
+	mem := history.New(o)
+	o.Clock = fileClock
+	file := openRecorder(t, db, o)
+	both := func(f func(r *history.Recorder)) { f(mem); f(file) }
+
+	const hours = 32 * 24
+	for h := range hours {
+		at := t0.Add(time.Duration(h) * time.Hour)
+		for i, name := range []string{"a", "b", "c"} {
+			if name == "c" && h >= hours-30 {
+				continue // removed below, after its last probe
+			}
+			for m := 0; m < 60; m += 7 + i {
+				pass := (h*60+m)%(11+i) != 0
+				lat := time.Duration((h+m)%900) * time.Millisecond
+				both(func(r *history.Recorder) { probe(r, name, at.Add(time.Duration(m)*time.Minute), pass, lat) })
+			}
+		}
+		if h%5 == 0 {
+			tr := checker.Transition{Target: "a", Group: "g", Time: at.Add(3 * time.Minute), From: checker.StateHealthy,
+				To: checker.StateUnhealthy, Reason: fmt.Sprint("reason ", h), Result: checker.Result{Err: "refused"}}
+			both(func(r *history.Recorder) { r.ObserveTransition(tr) })
+		}
+		if h%9 == 0 {
+			both(func(r *history.Recorder) {
+				r.ObservePolicy(checker.EventPanicEntered, at.Add(5*time.Minute), checker.PolicyChange{Group: "g", Text: fmt.Sprint("panic ", h)})
+			})
+		}
+		if h == hours-29 {
+			both(func(r *history.Recorder) { r.ObserveRemoval(checker.Spec{Name: "c", Group: "g"}) })
+		}
+		memClock.Advance(time.Hour)
+		fileClock.Advance(time.Hour)
+		for _, r := range []*history.Recorder{mem, file} {
+			if err := r.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Half an hour flushed, then probes not yet flushed: both count.
+	both(func(r *history.Recorder) { probe(r, "a", memClock.Now().Add(10*time.Minute), false, time.Second) })
+	memClock.Advance(30 * time.Minute)
+	fileClock.Advance(30 * time.Minute)
+	for _, r := range []*history.Recorder{mem, file} {
+		if err := r.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	both(func(r *history.Recorder) { probe(r, "a", memClock.Now(), false, time.Second) })
+
+	now := memClock.Now()
+	queries := []struct{ window, res time.Duration }{
+		{time.Hour, time.Minute}, {24 * time.Hour, time.Minute}, {90 * time.Minute, time.Minute},
+		{time.Hour, time.Hour}, {48 * time.Hour, time.Hour}, {history.HourSlots * time.Hour, time.Hour},
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		for _, q := range queries {
+			want, werr := file.Query(name, now, q.window, q.res)
+			got, gerr := mem.Query(name, now, q.window, q.res)
+			if !reflect.DeepEqual(got, want) || !errors.Is(gerr, werr) && (gerr == nil || werr == nil || gerr.Error() != werr.Error()) {
+				t.Errorf("%s over %v by %v: memory answers\n%+v, %v\nthe file\n%+v, %v", name, q.window, q.res, got, gerr, want, werr)
+			}
+		}
+	}
+	for _, q := range queries {
+		want, werr := file.QueryGroup("g", now, q.window, q.res)
+		got, gerr := mem.QueryGroup("g", now, q.window, q.res)
+		if !reflect.DeepEqual(got, want) || (gerr == nil) != (werr == nil) {
+			t.Errorf("group over %v by %v: memory answers\n%+v, %v\nthe file\n%+v, %v", q.window, q.res, got, gerr, want, werr)
+		}
+	}
+	// The answers are not empty: 30 days of a, its last events, no c.
+	s, err := mem.Query("a", now, history.HourSlots*time.Hour, time.Hour)
+	if err != nil || s.Probes < 30*24*8 || len(s.Events) != 5 || s.Events[3].Reason != fmt.Sprint("reason ", hours-3) || s.Events[4].Text != fmt.Sprint("panic ", hours-3) {
+		t.Errorf("a over 30 days: %d probes, events %+v, %v", s.Probes, s.Events, err)
+	}
+	if _, err := mem.Query("c", now, time.Hour, time.Hour); !errors.Is(err, history.ErrUnknownTarget) {
+		t.Errorf("removed c: %v, want ErrUnknownTarget", err)
+	}
 }
