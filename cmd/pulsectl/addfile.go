@@ -7,10 +7,10 @@ import (
 	"os"
 	"strings"
 
-	"buf.build/go/protoyaml"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/internal/yamlpb"
 )
 
 // addBatchTargets and addBatchBytes bound one AddTargets call: pulsed takes
@@ -41,7 +41,7 @@ func (a *addFlags) addFile(ctx context.Context, e *env, c *command) int {
 		return c.usageError(e, "--file: %v", err)
 	}
 	var file pb.TargetsFile
-	if err := (protoyaml.UnmarshalOptions{Path: a.file}).Unmarshal(data, &file); err != nil {
+	if err := yamlpb.Unmarshal(a.file, data, &file); err != nil {
 		return c.usageError(e, "%s", strings.TrimRight(err.Error(), "\n"))
 	}
 	cl, code, ok := a.client.dial(e)

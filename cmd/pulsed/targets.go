@@ -10,11 +10,11 @@ import (
 	"slices"
 	"strings"
 
-	"buf.build/go/protoyaml"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/pulsehealth/pulse/checker"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/internal/yamlpb"
 	"github.com/pulsehealth/pulse/server"
 )
 
@@ -37,7 +37,7 @@ import (
 // loadTargets parses and validates a targets file. Any error names the file
 // and line, and nothing is returned with it: a bad file changes nothing.
 //
-// The YAML is decoded by protoyaml into pulse.v1.TargetsFile, whose errors
+// The YAML is decoded by yamlpb into pulse.v1.TargetsFile, whose errors
 // name the file, line and column; the file is also read as a YAML tree to
 // know each target's line for the checks that follow decoding (bounds,
 // duplicate names).
@@ -58,13 +58,13 @@ func loadTargets(path string, d checker.Defaults) ([]checker.Spec, error) {
 		return nil, fmt.Errorf("%s:%w", path, err)
 	}
 	var file pb.TargetsFile
-	if err := (protoyaml.UnmarshalOptions{Path: path}).Unmarshal(data, &file); err != nil {
+	if err := yamlpb.Unmarshal(path, data, &file); err != nil {
 		// Its message is "file:line:column what", then the line quoted
 		// with a marker under the column.
 		return nil, errors.New(strings.TrimRight(err.Error(), "\n"))
 	}
 	if len(file.GetTargets()) != len(lines) {
-		// Cannot happen for a file protoyaml decoded; refuse rather than
+		// Cannot happen for a file yamlpb decoded; refuse rather than
 		// report a wrong line.
 		return nil, fmt.Errorf("%s: %d targets decoded from %d entries", path, len(file.GetTargets()), len(lines))
 	}

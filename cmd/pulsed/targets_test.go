@@ -131,6 +131,28 @@ func TestLoadTargetsErrorsNameTheLine(t *testing.T) {
 	}
 }
 
+// TestLoadTargetsWithOtherLineEndings: a file written with CR LF or CR
+// alone ending its lines reads as with LF, and an error in it names and
+// quotes its line (a decoder that split the text at LF alone quoted the
+// wrong line, or panicked past the last one).
+func TestLoadTargetsWithOtherLineEndings(t *testing.T) {
+	for _, eol := range []string{"\r\n", "\r"} {
+		good := strings.ReplaceAll("targets:\n  - name: a\n    tcp: {address: \"127.0.0.1:1\"}\n    rise: 3\n", "\n", eol)
+		path := filepath.Join(t.TempDir(), "targets.yaml")
+		writeFile(t, path, good)
+		specs, err := loadTargets(path, checker.StandardDefaults())
+		if err != nil || len(specs) != 1 || specs[0].Rise != 3 {
+			t.Errorf("%q: %+v, %v", good, specs, err)
+		}
+		bad := strings.ReplaceAll("targets:\n  - name: a\n    tcp: {address: \"127.0.0.1:1\"}\n    rise: many\n", "\n", eol)
+		writeFile(t, path, bad)
+		_, err = loadTargets(path, checker.StandardDefaults())
+		if want := path + ":4:11 invalid integer"; err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "   4 |     rise: many\n") {
+			t.Errorf("%q: error %v, want one starting %q and quoting line 4", bad, err, want)
+		}
+	}
+}
+
 func TestApplyTargetsOwnsOnlyFileTargets(t *testing.T) {
 	c, err := checker.New(checker.Config{NewProber: func(probe.Spec) (checker.Prober, error) { return nopProber{}, nil }})
 	if err != nil {

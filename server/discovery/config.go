@@ -21,7 +21,6 @@ import (
 	"strings"
 	"time"
 
-	"buf.build/go/protoyaml"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/discovery"
 	_ "github.com/prometheus/prometheus/discovery/dns"  // registers dns_sd_configs
@@ -35,6 +34,7 @@ import (
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/probe"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/internal/yamlpb"
 )
 
 // DefaultDrain is how long a target that left its source stays, drained,
@@ -207,7 +207,7 @@ func decodeTemplate(m map[string]any) (*pb.Target, error) {
 		return nil, fmt.Errorf("template: %w", err)
 	}
 	var t pb.Target
-	if err := (protoyaml.UnmarshalOptions{Path: "template"}).Unmarshal(data, &t); err != nil {
+	if err := yamlpb.Unmarshal("template", data, &t); err != nil {
 		return nil, errors.New(strings.TrimRight(scrub(err.Error()), "\n"))
 	}
 	switch {
@@ -255,7 +255,7 @@ func parseOnDisappear(s string) (time.Duration, error) {
 var secretLine = regexp.MustCompile(`(?i)((?:password|credentials|bearer_token|client_secret|secret)\s*[:=]\s*)("[^"]*"|'[^']*'|[^\s,}]+)`)
 
 // scrub removes secret values from a decoding error's message: yaml and
-// protoyaml errors can quote the line at fault.
+// yamlpb errors can quote the line at fault.
 func scrub(msg string) string {
 	return secretLine.ReplaceAllString(msg, "${1}<secret>")
 }
