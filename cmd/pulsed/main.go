@@ -297,7 +297,7 @@ func run(args []string, stderr io.Writer) error {
 	if gcheadroom.Chosen() {
 		logger.Info("garbage collector: GOGC is set; pulsed leaves the collector's headroom to it", "GOGC", os.Getenv("GOGC"))
 	} else {
-		logger.Info("garbage collector: headroom a quarter of the live heap and at least 8 MiB; set GOGC to choose it instead",
+		logger.Info("garbage collector: headroom a quarter of the live heap and at least 2 MiB; set GOGC to choose it instead",
 			"share_percent", gcheadroom.Share, "floor_bytes", gcheadroom.Floor)
 		ctx, stop := context.WithCancel(context.Background())
 		ticker := time.NewTicker(gcheadroom.Every)

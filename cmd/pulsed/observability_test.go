@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -238,5 +239,52 @@ func TestRecentResultsOnlyWithAStatusPage(t *testing.T) {
 				t.Errorf("%d recent results kept, want %d", got, want)
 			}
 		})
+	}
+}
+
+// metricValue returns the value of the unlabelled metric name in a
+// /metrics body, and whether it is there.
+func metricValue(body, name string) (float64, bool) {
+	for _, l := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
+}
+
+// TestCollectorHeadroomFromTheLiveHeap: unless GOGC is set in its
+// environment, pulsed sets the collector's pace from its live heap (a
+// quarter of it as headroom, at least 2 MiB): an idle pulsed, a few MiB
+// live, runs below Go's default of 100, as /metrics shows. With GOGC set,
+// pulsed says so and leaves it.
+func TestCollectorHeadroomFromTheLiveHeap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs pulsed")
+	}
+	bin := buildPulsed(t)
+	t.Setenv("GOGC", "")
+	p, base := startPulsedJSON(t, bin)
+	var gogc float64
+	eventually(t, "go_gc_gogc_percent below 100", func() bool {
+		_, body := httpGet(t, base+"/metrics")
+		v, ok := metricValue(body, "go_gc_gogc_percent")
+		gogc = v
+		return ok && v > 0 && v < 100
+	})
+	if !strings.Contains(p.Logs(), "headroom a quarter of the live heap and at least 2 MiB") {
+		t.Errorf("pulsed does not say how it sizes the headroom:\n%s", p.Logs())
+	}
+	t.Logf("idle pulsed: GOGC %v", gogc)
+
+	t.Setenv("GOGC", "100")
+	p, base = startPulsedJSON(t, bin)
+	if !strings.Contains(p.Logs(), "GOGC is set; pulsed leaves the collector's headroom to it") {
+		t.Errorf("pulsed with GOGC set does not say it leaves it:\n%s", p.Logs())
+	}
+	_, body := httpGet(t, base+"/metrics")
+	if v, ok := metricValue(body, "go_gc_gogc_percent"); !ok || v != 100 {
+		t.Errorf("with GOGC=100: go_gc_gogc_percent %v (present %v), want 100", v, ok)
 	}
 }

@@ -22,8 +22,10 @@ const (
 	// Share is the headroom, in percent of the live heap, once the
 	// floor is less than it: the GOGC of a large heap.
 	Share = 25
-	// Floor is the least headroom, in bytes.
-	Floor = 8 << 20
+	// Floor is the least headroom, in bytes. pulsed makes next to no
+	// garbage between its minute's history flushes (none per probe on a
+	// kept connection, little per dial), so a small heap needs little.
+	Floor = 2 << 20
 	// Every is how often Run looks at the live heap.
 	Every = time.Second
 )

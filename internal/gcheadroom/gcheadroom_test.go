@@ -18,13 +18,14 @@ func TestPercent(t *testing.T) {
 	}{
 		{0, 100},            // nothing measured yet: Go's default
 		{1 * mib, 100},      // the floor is more than the heap: no more than the default
-		{8 * mib, 100},      // the floor is the heap
-		{16 * mib, 50},      // the floor is half the heap
-		{20 * mib, 40},      // 5,000 targets
-		{32 * mib, Share},   // the floor is the share
+		{2 * mib, 100},      // the floor is the heap
+		{4 * mib, 50},       // the floor is half the heap
+		{5 * mib, 40},       // an idle pulsed
+		{8 * mib, Share},    // the floor is the share
+		{20 * mib, Share},   // 5,000 targets
 		{200 * mib, Share},  // 100,000 targets
 		{2000 * mib, Share}, // a million
-		{30 * mib, 27},      // rounded up: the headroom is never below the floor
+		{15 * mib / 2, 27},  // rounded up: the headroom is never below the floor
 	} {
 		got := Percent(c.live)
 		if got != c.want {
@@ -62,15 +63,15 @@ func TestRunSetsOnlyWhatMoves(t *testing.T) {
 	}
 	step(200 * mib)
 	expect(Share)
-	for _, live := range []uint64{300 * mib, 40 * mib, 30 * mib} { // 25, 25, 27: within a tenth of 25
+	for _, live := range []uint64{300 * mib, 20 * mib, 15 * mib / 2} { // 25, 25, 27: within a tenth of 25
 		ticks <- time.Time{}
 		step(live)
 	}
 	ticks <- time.Time{}
-	step(20 * mib) // 40
+	step(5 * mib) // 40
 	expect(40)
 	ticks <- time.Time{}
-	step(16 * mib) // 50
+	step(4 * mib) // 50
 	expect(50)
 	cancel()
 	<-done
