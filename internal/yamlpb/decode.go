@@ -6,7 +6,7 @@
 //	    http: {url: "http://127.0.0.1:8080/healthz", headers: {Host: example.com}}
 //	    interval: 1m30s
 //	    rise: 2
-//	    model: THREE_STATE
+//	    model: MODEL_THREE_STATE
 //
 // A field is named as in the .proto file or by its JSON name (flap_threshold
 // or flapThreshold). A duration is a string of numbers with units (h, m, s,
