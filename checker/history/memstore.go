@@ -48,8 +48,8 @@ func find(rs []memRecord, n int64) (int, bool) {
 	return i, i < len(rs) && rs[i].n == n
 }
 
-// update sets the record numbered n to what add makes of it (nil if
-// there is none) and its array.
+// update sets the record numbered n to add(buf, v): v is the record, nil
+// if there is none, and buf the array add may write the new one over.
 func update(rs []memRecord, n int64, add func(buf, v []byte) []byte) []memRecord {
 	i, ok := find(rs, n)
 	if ok {

@@ -375,7 +375,7 @@ func parseUint(s string, bytes bool) (uint64, error) {
 		return 0, uerr
 	}
 	n := new(big.Int)
-	rest, err := addUnits(s, n, byteUnits, "invalid bytes", true)
+	rest, err := byteUnits.add(s, n)
 	switch {
 	case err != nil:
 		return 0, err
@@ -387,25 +387,38 @@ func parseUint(s string, bytes bool) (uint64, error) {
 	return n.Uint64(), nil
 }
 
-// A unit of a duration or a byte size, and what it is worth.
-type unit struct {
-	name string
-	n    *big.Int
+// A unitSet is the units of a duration or of a byte size, each with what
+// it is worth.
+type unitSet struct {
+	what   string   // what a wrong number is called in errors
+	names  []string // the units, as errors list them
+	values map[string]*big.Int
+	// exact, for a duration: the unit is required, and a fraction must
+	// come to a whole number of the smallest unit (a byte size's is
+	// rounded down).
+	exact bool
 }
 
 var (
-	durationUnits = []unit{
-		{"h", big.NewInt(int64(time.Hour))}, {"m", big.NewInt(int64(time.Minute))}, {"s", big.NewInt(int64(time.Second))},
-		{"ms", big.NewInt(int64(time.Millisecond))}, {"us", big.NewInt(int64(time.Microsecond))},
-		{"µs", big.NewInt(int64(time.Microsecond))}, {"μs", big.NewInt(int64(time.Microsecond))}, {"ns", big.NewInt(1)},
+	durationUnits = unitSet{
+		what:  "invalid duration",
+		names: []string{"h", "m", "s", "ms", "us", "ns"},
+		values: map[string]*big.Int{
+			"h": big.NewInt(int64(time.Hour)), "m": big.NewInt(int64(time.Minute)), "s": big.NewInt(int64(time.Second)),
+			"ms": big.NewInt(int64(time.Millisecond)), "us": big.NewInt(int64(time.Microsecond)),
+			"µs": big.NewInt(int64(time.Microsecond)), "μs": big.NewInt(int64(time.Microsecond)), "ns": big.NewInt(1),
+		},
+		exact: true,
 	}
-	durationUnitNames = []string{"h", "m", "s", "ms", "us", "ns"}
-	byteUnits         = []unit{
-		{"k", big.NewInt(1e3)}, {"M", big.NewInt(1e6)}, {"G", big.NewInt(1e9)}, {"T", big.NewInt(1e12)},
-		{"P", big.NewInt(1e15)}, {"E", big.NewInt(1e18)}, {"Ki", big.NewInt(1 << 10)}, {"Mi", big.NewInt(1 << 20)},
-		{"Gi", big.NewInt(1 << 30)}, {"Ti", big.NewInt(1 << 40)}, {"Pi", big.NewInt(1 << 50)}, {"Ei", big.NewInt(1 << 60)},
+	byteUnits = unitSet{
+		what:  "invalid bytes",
+		names: []string{"k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"},
+		values: map[string]*big.Int{
+			"k": big.NewInt(1e3), "M": big.NewInt(1e6), "G": big.NewInt(1e9), "T": big.NewInt(1e12),
+			"P": big.NewInt(1e15), "E": big.NewInt(1e18), "Ki": big.NewInt(1 << 10), "Mi": big.NewInt(1 << 20),
+			"Gi": big.NewInt(1 << 30), "Ti": big.NewInt(1 << 40), "Pi": big.NewInt(1 << 50), "Ei": big.NewInt(1 << 60),
+		},
 	}
-	byteUnitNames = []string{"k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"}
 )
 
 // parseDuration parses a duration: an optional sign, then numbers each with
@@ -424,7 +437,7 @@ func parseDuration(s string) (*durationpb.Duration, error) {
 	nanos := new(big.Int)
 	for s != "" {
 		var err error
-		if s, err = addUnits(s, nanos, durationUnits, "invalid duration", false); err != nil {
+		if s, err = durationUnits.add(s, nanos); err != nil {
 			return nil, err
 		}
 	}
@@ -438,37 +451,27 @@ func parseDuration(s string) (*durationpb.Duration, error) {
 	return &durationpb.Duration{Seconds: secs.Int64(), Nanos: int32(rem.Int64())}, nil
 }
 
-// addUnits adds to total one number and its unit from the start of s and
-// returns the rest. A fraction that leaves a part of the smallest unit is
-// an error for a duration and rounded down for a byte size (roundFrac).
-func addUnits(s string, total *big.Int, units []unit, what string, roundFrac bool) (string, error) {
+// add adds to total one number and its unit from the start of s and
+// returns the rest.
+func (us unitSet) add(s string, total *big.Int) (string, error) {
 	whole, frac, scale, name, rest, err := numberWithUnit(s)
 	if err != nil {
 		return "", err
 	}
-	names := byteUnitNames
-	if !roundFrac {
-		names = durationUnitNames
-		if name == "" {
-			return "", fmt.Errorf("%s: missing unit, expected one of %v", what, names)
-		}
+	if us.exact && name == "" {
+		return "", fmt.Errorf("%s: missing unit, expected one of %v", us.what, us.names)
 	}
-	var per *big.Int
-	for _, u := range units {
-		if u.name == name {
-			per = u.n
-		}
-	}
-	if per == nil {
-		return "", fmt.Errorf("%s: unknown unit, expected one of %v", what, names)
+	per, ok := us.values[name]
+	if !ok {
+		return "", fmt.Errorf("%s: unknown unit, expected one of %v", us.what, us.names)
 	}
 	if whole > 0 {
 		total.Add(total, new(big.Int).Mul(new(big.Int).SetUint64(whole), per))
 	}
 	if frac > 0 {
 		q, r := new(big.Int).QuoRem(new(big.Int).Mul(new(big.Int).SetUint64(frac), per), scale, new(big.Int))
-		if r.Sign() > 0 && !roundFrac {
-			return "", fmt.Errorf("%s: fractional nanos", what)
+		if r.Sign() > 0 && us.exact {
+			return "", fmt.Errorf("%s: fractional nanos", us.what)
 		}
 		total.Add(total, q)
 	}

@@ -150,7 +150,7 @@ var documents = []string{
 	"---\ntargets: []\n---\ntargets: []\n",
 	"targets:\n  - name: a\n    rise: [1\n",
 	"targets:\n  - name: \"a\n",
-	strings.Repeat("targets:\n  - name: a\n    rise: x\n    fall: y\n    interval: z\n    model: w\n", 1),
+	"targets:\n  - name: a\n    rise: x\n    fall: y\n    interval: z\n    model: w\n",
 }
 
 // FuzzSameAsProtoyaml holds the decoder to protoyaml's answers for any
