@@ -190,7 +190,7 @@ func TestDueHeapOrder(t *testing.T) {
 			if e.t.index != i || e.startNs != e.t.startNs || e.seq != e.t.seq {
 				t.Fatalf("step %d: entry %d is %+v for a target at index %d, start %d", step, i, e, e.t.index, e.t.startNs)
 			}
-			if p := (i - 1) / 2; i > 0 && h[i].before(&h[p]) {
+			if p := dueParent(i); i > 0 && h[i].before(&h[p]) {
 				t.Fatalf("step %d: entry %d comes before its parent %d", step, i, p)
 			}
 		}
