@@ -82,8 +82,8 @@ func (l *asyncLoop) register(p *leanProber, c *leanConn) (*asyncConn, error) {
 	if l.closed {
 		return nil, net.ErrClosed
 	}
-	l.nextID++
-	ac := &asyncConn{loop: l, id: l.nextID, p: p, c: c, rc: rc}
+	ac := &asyncConn{loop: l, p: p, c: c, rc: rc}
+	ac.id = l.conns.put(ac)
 	var cerr error
 	err = rc.Control(func(fd uintptr) {
 		ac.fd = int(fd)
@@ -94,9 +94,9 @@ func (l *asyncLoop) register(p *leanProber, c *leanConn) (*asyncConn, error) {
 		err = cerr
 	}
 	if err != nil {
+		l.conns.drop(ac.id)
 		return nil, err
 	}
-	l.conns[ac.id] = ac
 	c.async = ac
 	return ac, nil
 }
@@ -106,7 +106,7 @@ func (l *asyncLoop) register(p *leanProber, c *leanConn) (*asyncConn, error) {
 func (ac *asyncConn) forget() {
 	l := ac.loop
 	l.mu.Lock()
-	delete(l.conns, ac.id)
+	l.conns.drop(ac.id)
 	l.mu.Unlock()
 }
 
@@ -173,17 +173,17 @@ func (p *leanProber) dialAsync(l *asyncLoop, deadline time.Time, done func(error
 		ap.free(false)
 		return false
 	}
-	l.nextID++
 	ac := dialConns.Get().(*asyncConn)
-	*ac = asyncConn{loop: l, id: l.nextID, fd: fd, probe: ap}
+	*ac = asyncConn{loop: l, fd: fd, probe: ap}
+	ac.id = l.conns.put(ac)
 	ap.ac = ac
 	ev := epollEvent(ac.id, events)
 	if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		l.conns.drop(ac.id)
 		rawClose(fd)
 		ap.free(true)
 		return false
 	}
-	l.conns[ac.id] = ac
 	p.async = ap
 	heap.Push(&l.waiting, ap)
 	l.armLocked()

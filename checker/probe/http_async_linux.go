@@ -61,8 +61,7 @@ type asyncLoop struct {
 	mu      sync.Mutex
 	epfd    int
 	closed  bool
-	conns   map[uint64]*asyncConn // registered connections by id
-	nextID  uint64
+	conns   connTable   // registered connections, by id
 	waiting probeHeap   // probes waiting for an answer, by deadline
 	timer   *time.Timer // fires at waiting's first deadline
 	timerAt time.Time   // when timer fires; zero when it is stopped
@@ -155,6 +154,53 @@ func epollEvent(id uint64, events uint32) syscall.EpollEvent {
 	return syscall.EpollEvent{Events: events, Fd: int32(uint32(id)), Pad: int32(uint32(id >> 32))}
 }
 
+// connTable holds the registered connections, each in a slot its id
+// names: an epoll event carries the id, and finding its connection is an
+// index into an array where a map would hash. The id's high half counts
+// the uses of its slot, so that an event for a connection since dropped
+// never finds the one that took its slot.
+type connTable struct {
+	slots []*asyncConn
+	uses  []uint32 // by slot
+	free  []uint32 // empty slots
+}
+
+// put holds ac in a free slot and returns its id.
+func (t *connTable) put(ac *asyncConn) uint64 {
+	var i uint32
+	if n := len(t.free); n > 0 {
+		i, t.free = t.free[n-1], t.free[:n-1]
+	} else {
+		i = uint32(len(t.slots))
+		t.slots, t.uses = append(t.slots, nil), append(t.uses, 0)
+	}
+	t.slots[i] = ac
+	t.uses[i]++
+	return uint64(t.uses[i])<<32 | uint64(i)
+}
+
+// get returns the connection of id, or nil when it was dropped.
+func (t *connTable) get(id uint64) *asyncConn {
+	i := uint32(id)
+	if int(i) >= len(t.slots) || t.uses[i] != uint32(id>>32) {
+		return nil
+	}
+	return t.slots[i]
+}
+
+// len returns how many connections are held.
+func (t *connTable) len() int { return len(t.slots) - len(t.free) }
+
+// drop frees id's slot; an id already dropped is left alone.
+func (t *connTable) drop(id uint64) {
+	if t.get(id) == nil {
+		return
+	}
+	i := uint32(id)
+	t.slots[i] = nil
+	t.free = append(t.free, i)
+}
+
 // eventID returns the connection number epollEvent put in ev.
 func eventID(ev syscall.EpollEvent) uint64 {
 	return uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
@@ -210,7 +256,7 @@ func newAsyncLoop() (*asyncLoop, error) {
 		_ = file.Close()
 		return nil, err
 	}
-	l := &asyncLoop{file: file, rc: rc, epfd: epfd, done: make(chan struct{}), conns: make(map[uint64]*asyncConn)}
+	l := &asyncLoop{file: file, rc: rc, epfd: epfd, done: make(chan struct{})}
 	go l.run()
 	return l, nil
 }
@@ -245,7 +291,7 @@ func (l *asyncLoop) handle(events []syscall.EpollEvent) {
 	ends, lost := l.ends[:0], l.lost[:0]
 	l.mu.Lock()
 	for _, ev := range events {
-		ac := l.conns[eventID(ev)]
+		ac := l.conns.get(eventID(ev))
 		if ac == nil {
 			continue
 		}
@@ -647,7 +693,10 @@ func (l *asyncLoop) close() {
 		}
 		ends = append(ends, asyncEnd{ap: ap, err: err})
 	}
-	for _, ac := range l.conns {
+	for _, ac := range l.conns.slots {
+		if ac == nil {
+			continue
+		}
 		if ap := ac.probe; ap != nil && ap.cancel != nil {
 			cancels = append(cancels, ap.cancel)
 		}
