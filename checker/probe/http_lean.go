@@ -56,8 +56,9 @@ type leanProber struct {
 	expect   *httpExpect // nil: the status alone decides
 
 	mu     sync.Mutex // protects idle and closed
-	idle   *leanConn  // the kept connection, nil when none is idle
+	idle   *leanConn  // the kept connection, nil when none is idle; set with setIdle
 	closed bool
+	kept   atomic.Bool // idle != nil, for KeepsConn to read without mu
 
 	async *asyncProbe // the probe ProbeAsync started, while it runs; guarded by the async loop's mutex
 
@@ -368,10 +369,12 @@ func (p *leanProber) headerValues(head []byte) func(string) []string {
 // (which it may still find too old to use): the checker counts a probe
 // that dials as a heavier one when it batches probe starts. It is safe
 // for concurrent use and does not block.
-func (p *leanProber) KeepsConn() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.idle != nil
+func (p *leanProber) KeepsConn() bool { return p.kept.Load() }
+
+// setIdle sets the kept connection, nil for none; p.mu must be held.
+func (p *leanProber) setIdle(c *leanConn) {
+	p.idle = c
+	p.kept.Store(c != nil)
 }
 
 // take returns the kept connection, or nil when there is none (or it has
@@ -379,7 +382,7 @@ func (p *leanProber) KeepsConn() bool {
 func (p *leanProber) take() *leanConn {
 	p.mu.Lock()
 	c := p.idle
-	p.idle = nil
+	p.setIdle(nil)
 	p.mu.Unlock()
 	if c != nil {
 		p.factory.unkeep()
@@ -408,7 +411,7 @@ func (p *leanProber) putBack(c *leanConn) {
 		c.reset()
 		return
 	}
-	p.idle = c
+	p.setIdle(c)
 	p.mu.Unlock()
 }
 
@@ -633,7 +636,7 @@ func (p *leanProber) Close() error {
 	p.mu.Lock()
 	p.closed = true
 	c := p.idle
-	p.idle = nil
+	p.setIdle(nil)
 	p.mu.Unlock()
 	p.factory.forget(p)
 	if c != nil {
@@ -647,7 +650,7 @@ func (p *leanProber) Close() error {
 func (p *leanProber) closeIdle() {
 	p.mu.Lock()
 	c := p.idle
-	p.idle = nil
+	p.setIdle(nil)
 	p.mu.Unlock()
 	if c != nil {
 		p.factory.unkeep()

@@ -58,7 +58,7 @@ func (p *leanProber) lostIdle(c *leanConn, reason string) {
 	p.mu.Lock()
 	idle := p.idle == c && c != nil
 	if idle {
-		p.idle = nil
+		p.setIdle(nil)
 	}
 	p.mu.Unlock()
 	if !idle {
