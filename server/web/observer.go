@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -48,6 +49,9 @@ type Observer struct {
 	probes      *prometheus.CounterVec
 	durations   *prometheus.HistogramVec
 	transitions *prometheus.CounterVec
+	// series holds the probes' series of each kind in seriesKinds, so that
+	// a probe finds its own without hashing its labels.
+	series [len(seriesKinds)][2]probeSeries // by kind, then pass (0) or fail (1)
 
 	mu     sync.Mutex // protects recent and seq
 	recent map[string]*ring
@@ -78,6 +82,17 @@ func (r *ring) results() []checker.Result {
 		out[i] = r.buf[(r.start+i)%len(r.buf)]
 	}
 	return out
+}
+
+// seriesKinds are the probe kinds whose series exist from the first
+// scrape, so that rate() works from the first failure on; a DNS probe's
+// appear with the first.
+var seriesKinds = [...]string{"http", "tcp", "grpc"}
+
+// probeSeries are a probe kind's and result's counter and histogram.
+type probeSeries struct {
+	count    prometheus.Counter
+	duration prometheus.Observer
 }
 
 // probeBuckets spans a fast loopback answer (1ms) to the longest sensible
@@ -111,12 +126,9 @@ func NewObserver(opts ObserverOptions) *Observer {
 		keep = DefaultRecentResults
 	}
 	o.keep.Store(int64(keep))
-	// Show every kind and result from the first scrape, so rate() works
-	// from the first failure on.
-	for _, kind := range []string{"http", "tcp", "grpc"} {
-		for _, res := range []string{"pass", "fail"} {
-			o.probes.WithLabelValues(kind, res)
-			o.durations.WithLabelValues(kind, res)
+	for i, kind := range seriesKinds {
+		for j, res := range []string{"pass", "fail"} {
+			o.series[i][j] = probeSeries{o.probes.WithLabelValues(kind, res), o.durations.WithLabelValues(kind, res)}
 		}
 	}
 	return o
@@ -134,12 +146,18 @@ func (o *Observer) ObserveRemoval(spec checker.Spec) {
 // ObserveProbe counts r, keeps it in the target's recent results and logs it
 // at debug if it failed.
 func (o *Observer) ObserveProbe(spec checker.Spec, r checker.Result) {
-	kind, result := spec.Probe.Kind(), "pass"
+	kind, result, j := spec.Probe.Kind(), "pass", 0
 	if !r.Pass {
-		result = "fail"
+		result, j = "fail", 1
 	}
-	o.probes.WithLabelValues(kind, result).Inc()
-	o.durations.WithLabelValues(kind, result).Observe(r.Latency.Seconds())
+	var ps probeSeries
+	if i := slices.Index(seriesKinds[:], kind); i >= 0 {
+		ps = o.series[i][j]
+	} else {
+		ps = probeSeries{o.probes.WithLabelValues(kind, result), o.durations.WithLabelValues(kind, result)}
+	}
+	ps.count.Inc()
+	ps.duration.Observe(r.Latency.Seconds())
 
 	if o.keep.Load() > 0 {
 		o.mu.Lock()
