@@ -205,6 +205,10 @@ func steady(ctx context.Context, o Options, farm *Farm, pids []int, etcdPid int,
 	if err != nil {
 		return err
 	}
+	user0, err := sumUserCPU(pids)
+	if err != nil {
+		return err
+	}
 	etcd0, err := sumCPU(nonzero(etcdPid))
 	if err != nil {
 		return err
@@ -248,6 +252,10 @@ func steady(ctx context.Context, o Options, farm *Farm, pids []int, etcdPid int,
 	if err != nil {
 		return err
 	}
+	user1, err := sumUserCPU(pids)
+	if err != nil {
+		return err
+	}
 	etcd1, err := sumCPU(nonzero(etcdPid))
 	if err != nil {
 		return err
@@ -256,7 +264,7 @@ func steady(ctx context.Context, o Options, farm *Farm, pids []int, etcdPid int,
 	host1, _ := hostBusy()
 	d := farm.Snapshot().Sub(s0)
 	r.Window = time.Since(start).Round(time.Millisecond)
-	r.CPU, r.EtcdCPU, r.FarmCPU = cpu1-cpu0, etcd1-etcd0, self1-self0
+	r.CPU, r.UserCPU, r.EtcdCPU, r.FarmCPU = cpu1-cpu0, user1-user0, etcd1-etcd0, self1-self0
 	r.OtherCPU = max(host1-host0-r.CPU-r.EtcdCPU-r.FarmCPU, 0)
 	r.Probes, r.Late, r.Conns = d.Probes, d.Late, d.Conns
 	r.GapP50, r.GapP99, r.GapMax = d.GapQuantile(0.5), d.GapQuantile(0.99), d.GapQuantile(1)
@@ -277,8 +285,8 @@ func steady(ctx context.Context, o Options, farm *Farm, pids []int, etcdPid int,
 	if etcdPid != 0 {
 		etcd = fmt.Sprintf(", etcd %.1f µs CPU/probe (%.2f cores), etcd RSS %s MiB", r.EtcdCPUPerProbe(), perWindow(r.EtcdCPU, r.Window), fmtMiB(r.EtcdRSS))
 	}
-	o.logf("  %s: window %s: %d probes (%.1f%% of scheduled, %.2f%% late), %.2f new connections/probe, %.1f µs CPU/probe (%.2f cores), RSS %s MiB (window mean %s, max %s)%s, farm %.2f cores, other processes %.2f cores",
-		r.System, r.Window, r.Probes, 100*r.DoneFraction(), 100*r.LateFraction(), r.ConnsPerProbe(), r.CPUPerProbe(), r.Cores(), fmtMiB(r.RSS), fmtMiB(r.MeanRSS), fmtMiB(r.MaxRSS), etcd, r.FarmCPU.Seconds()/r.Window.Seconds(), r.OtherCPU.Seconds()/r.Window.Seconds())
+	o.logf("  %s: window %s: %d probes (%.1f%% of scheduled, %.2f%% late), %.2f new connections/probe, %.1f µs CPU/probe (%.1f in user mode; %.2f cores), RSS %s MiB (window mean %s, max %s)%s, farm %.2f cores, other processes %.2f cores",
+		r.System, r.Window, r.Probes, 100*r.DoneFraction(), 100*r.LateFraction(), r.ConnsPerProbe(), r.CPUPerProbe(), r.UserCPUPerProbe(), r.Cores(), fmtMiB(r.RSS), fmtMiB(r.MeanRSS), fmtMiB(r.MaxRSS), etcd, r.FarmCPU.Seconds()/r.Window.Seconds(), r.OtherCPU.Seconds()/r.Window.Seconds())
 	return nil
 }
 
@@ -288,6 +296,20 @@ func fileSafe(name string) string {
 	return strings.Join(strings.FieldsFunc(strings.ToLower(name), func(c rune) bool {
 		return (c < 'a' || c > 'z') && (c < '0' || c > '9')
 	}), "-")
+}
+
+// sumUserCPU returns the CPU time the processes have used in user mode,
+// together.
+func sumUserCPU(pids []int) (time.Duration, error) {
+	var sum time.Duration
+	for _, pid := range pids {
+		user, _, err := procTimes(pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += user
+	}
+	return sum, nil
 }
 
 // sumCPU returns the CPU time the processes have used, together.

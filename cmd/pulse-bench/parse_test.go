@@ -17,6 +17,9 @@ func TestParseStatCPU(t *testing.T) {
 	if want := 18 * time.Second; got != want { // (1234+566) ticks at 100 a second
 		t.Errorf("parseStatCPU = %v, want %v", got, want)
 	}
+	if user, sys, err := parseStatTimes(stat); err != nil || user != 12340*time.Millisecond || sys != 5660*time.Millisecond {
+		t.Errorf("parseStatTimes = %v, %v, %v; want 12.34s, 5.66s", user, sys, err)
+	}
 	for _, bad := range []string{"", "4242 pulsed S 1", "1 (x) S 1 2 3", "1 (x) S 1 2 3 4 5 6 7 8 9 10 x 5 0"} {
 		if _, err := parseStatCPU(bad); err == nil {
 			t.Errorf("parseStatCPU(%q) succeeded", bad)

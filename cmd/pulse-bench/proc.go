@@ -17,36 +17,48 @@ const clockTicks = 100
 // procCPU returns the CPU time (user + system, every thread) the process
 // has used, from /proc/<pid>/stat.
 func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	return parseStatCPU(string(b))
+	user, sys, err := procTimes(pid)
+	return user + sys, err
 }
 
-// parseStatCPU reads utime and stime (fields 14 and 15) from the text of
+// procTimes returns the CPU time the process has used in user mode and in
+// the kernel, every thread, from /proc/<pid>/stat.
+func procTimes(pid int) (user, sys time.Duration, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	return parseStatTimes(string(b))
+}
+
+// parseStatCPU reads utime and stime from the text of /proc/<pid>/stat
+// and returns their sum.
+func parseStatCPU(stat string) (time.Duration, error) {
+	user, sys, err := parseStatTimes(stat)
+	return user + sys, err
+}
+
+// parseStatTimes reads utime and stime (fields 14 and 15) from the text of
 // /proc/<pid>/stat. The command name, field 2, is in parentheses and may
 // hold spaces and parentheses itself, so fields are counted from the last
 // ')'.
-func parseStatCPU(stat string) (time.Duration, error) {
+func parseStatTimes(stat string) (user, sys time.Duration, err error) {
 	end := strings.LastIndexByte(stat, ')')
 	if end < 0 {
-		return 0, fmt.Errorf("malformed stat: no ')' in %q", stat)
+		return 0, 0, fmt.Errorf("malformed stat: no ')' in %q", stat)
 	}
 	fields := strings.Fields(stat[end+1:])
 	// fields[0] is field 3 (state), so field k is fields[k-3].
 	if len(fields) < 13 {
-		return 0, fmt.Errorf("malformed stat: %d fields after the command", len(fields))
+		return 0, 0, fmt.Errorf("malformed stat: %d fields after the command", len(fields))
 	}
-	var ticks uint64
-	for _, f := range fields[11:13] {
-		n, err := strconv.ParseUint(f, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("malformed stat: utime/stime %q: %v", f, err)
+	var ticks [2]uint64
+	for i, f := range fields[11:13] {
+		if ticks[i], err = strconv.ParseUint(f, 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("malformed stat: utime/stime %q: %v", f, err)
 		}
-		ticks += n
 	}
-	return time.Duration(ticks) * time.Second / clockTicks, nil
+	return time.Duration(ticks[0]) * time.Second / clockTicks, time.Duration(ticks[1]) * time.Second / clockTicks, nil
 }
 
 // procMem returns the resident set size and its peak (VmRSS, VmHWM) of the

@@ -72,6 +72,10 @@ type SystemResult struct {
 	// rest of the host's busy time, other processes (and kernel work not
 	// charged to a process): what disturbed the measurement.
 	CPU, FarmCPU, OtherCPU time.Duration
+	// UserCPU is the part of CPU the checker spent in user mode: its own
+	// code, where CPU less UserCPU is the kernel's work for it (system
+	// calls, the network stack).
+	UserCPU time.Duration
 	// EtcdCPU is etcd's user+system time in the window (replica runs only),
 	// in neither CPU nor OtherCPU.
 	EtcdCPU time.Duration
@@ -138,6 +142,15 @@ func (r *SystemResult) CPUPerProbe() float64 {
 		return 0
 	}
 	return float64(r.CPU.Microseconds()) / float64(r.Probes)
+}
+
+// UserCPUPerProbe is user-mode CPU time per probe answered, in
+// microseconds.
+func (r *SystemResult) UserCPUPerProbe() float64 {
+	if r.Probes == 0 {
+		return 0
+	}
+	return float64(r.UserCPU.Microseconds()) / float64(r.Probes)
 }
 
 // EtcdCPUPerProbe is etcd's CPU time per probe answered, in microseconds.
