@@ -6,7 +6,6 @@ import (
 	"container/heap"
 	"errors"
 	"net"
-	"net/netip"
 	"os"
 	"syscall"
 	"time"
@@ -133,8 +132,8 @@ func (p *leanProber) dialAsync(l *asyncLoop, deadline time.Time, done func(error
 	if f.dial != nil {
 		return false
 	}
-	addr, err := netip.ParseAddrPort(p.addr)
-	if err != nil || addr.Addr().Zone() != "" || f.dialer.policy.Check(addr.Addr()) != nil {
+	addr, ok := p.dialAddr()
+	if !ok || f.dialer.policy.Check(addr.Addr()) != nil {
 		return false
 	}
 	domain := syscall.AF_INET6

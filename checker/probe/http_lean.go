@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"os"
 	"strings"
@@ -47,9 +48,11 @@ import (
 // readRequest), and strings shared with the spec where they are equal.
 type leanProber struct {
 	factory  *Factory
-	addr     string      // host:port to dial, as net/http's canonicalAddr
-	req      []byte      // the request, as net/http writes it
-	head     bool        // a HEAD request (else GET): responses have no body
+	addr     string  // host:port to dial, as net/http's canonicalAddr
+	req      []byte  // the request, as net/http writes it
+	head     bool    // a HEAD request (else GET): responses have no body
+	ip4      [4]byte // addr's IPv4 address and port, parsed once (in head's padding); port 0 when addr is none
+	port     uint16
 	urlText  string      // the URL in errors, as net/http's client shows it
 	op       string      // "Get" or "Head", as net/http's client shows it
 	expected []int       // statuses that pass, with expect's ranges; both empty means any 2xx
@@ -158,7 +161,7 @@ func newLeanProber(f *Factory, p *httpProber) *leanProber {
 	if urlText == p.url {
 		urlText = p.url // the spec's string, which its target keeps anyway
 	}
-	return &leanProber{
+	lp := &leanProber{
 		factory:  f,
 		addr:     addr,
 		req:      bytes.Clone(buf.Bytes()), // not the buffer's spare capacity
@@ -168,6 +171,22 @@ func newLeanProber(f *Factory, p *httpProber) *leanProber {
 		expected: p.expected,
 		expect:   p.expect,
 	}
+	if ap, err := netip.ParseAddrPort(addr); err == nil && ap.Addr().Is4() && ap.Port() != 0 {
+		lp.ip4, lp.port = ap.Addr().As4(), ap.Port()
+	}
+	return lp
+}
+
+// dialAddr returns the IP address and port a dial connects to, with no
+// zone; ok is false when addr is a host name, or has a zone. An IPv4
+// address is parsed once, when the prober is made: every dialled probe
+// asks.
+func (p *leanProber) dialAddr() (addr netip.AddrPort, ok bool) {
+	if p.port != 0 {
+		return netip.AddrPortFrom(netip.AddrFrom4(p.ip4), p.port), true
+	}
+	addr, err := netip.ParseAddrPort(p.addr)
+	return addr, err == nil && addr.Addr().Zone() == ""
 }
 
 // readRequest returns the request http.ReadResponse is given on the slow

@@ -651,3 +651,30 @@ func TestHTTPLeanKeptConnectionHoldsNoBuffer(t *testing.T) {
 		})
 	}
 }
+
+// A dial connects to the address the URL names: an IPv4 address and port
+// parsed once, when the prober is made, another address parsed at the
+// dial, and a host name not at all (the blocking dial resolves it).
+func TestLeanDialAddr(t *testing.T) {
+	f := newTestFactory(t)
+	for _, c := range []struct {
+		url    string
+		want   string // "" when ok is false
+		parsed bool   // parsed when the prober was made
+	}{
+		{"http://127.0.0.7:8080/healthz", "127.0.0.7:8080", true},
+		{"http://10.1.2.3/healthz", "10.1.2.3:80", true},
+		{"http://[::1]:9000/healthz", "[::1]:9000", false},
+		{"http://[::ffff:127.0.0.1]:80/", "[::ffff:127.0.0.1]:80", false},
+		{"http://localhost:8080/healthz", "", false},
+	} {
+		lean, _ := leanAndNetHTTP(t, f, &HTTPSpec{URL: c.url})
+		addr, ok := lean.dialAddr()
+		if got := addr.String(); ok != (c.want != "") || ok && got != c.want {
+			t.Errorf("%s: dialAddr = %s, %v; want %q", c.url, got, ok, c.want)
+		}
+		if parsed := lean.port != 0; parsed != c.parsed {
+			t.Errorf("%s: parsed when made %v, want %v", c.url, parsed, c.parsed)
+		}
+	}
+}
