@@ -6,6 +6,7 @@ import (
 	"container/heap"
 	"errors"
 	"net"
+	"net/netip"
 	"os"
 	"syscall"
 	"time"
@@ -21,41 +22,43 @@ import (
 //
 // Its reads and writes use the socket's descriptor directly, without
 // net's reference counting: an asynchronous probe owns its connection
-// from take to its end, and only the code that ends it (under the loop's
-// mutex, then in finish) closes it, so the descriptor stays open while
-// the probe reads or writes. An idle connection is only peeked at through
-// rc.Control, which holds it open.
+// from take to its end, and only the code that ends it closes it, after
+// dropping it from the loop's table under the loop's mutex, so the
+// descriptor stays open while the probe reads or writes and while the
+// loop peeks at an idle one.
+//
+// A kept connection registered with the loop is no longer a net.Conn: its
+// descriptor is taken out of Go's poller (see register), so that the
+// kernel wakes one poller per answer, not two, and the connection holds
+// none of net's per-connection state. Probe's code makes it a net.Conn
+// again when it needs one (attach).
 type asyncConn struct {
 	loop  *asyncLoop
 	id    uint64
 	p     *leanProber // whose connection it is; nil for dialAsync's
 	c     *leanConn
-	rc    syscall.RawConn
 	fd    int
 	probe *asyncProbe // the probe in flight on it; guarded by loop.mu
 	dead  bool        // bytes or the end arrived while idle; guarded by loop.mu
 	lost  string      // when dead, how the peer ended it (a Lost* reason), "" if it did not; guarded by loop.mu
+
+	// The two ends of a kept connection, as net named them when it was
+	// dialled: a reset connection no longer tells its peer.
+	local, remote netip.AddrPort
 }
 
 // unasked reports whether bytes, or the end of the connection, wait on an
 // idle connection (an event without either is a late one for an answer
 // already read), and, when the peer has ended the connection, how: a
-// LostClosed or LostReset reason, "" while it has not (bytes came).
+// LostClosed or LostReset reason, "" while it has not (bytes came). The
+// loop's mutex is held: the descriptor is open.
 func (ac *asyncConn) unasked() (unasked bool, lost string) {
 	var b [1]byte
-	var (
-		n    int
-		rerr error
-	)
-	err := ac.rc.Control(func(fd uintptr) {
-		n, rerr = rawPeek(int(fd), b[:])
-	})
+	n, err := rawPeek(ac.fd, b[:])
 	switch {
-	case err != nil:
-		return true, ""
-	case rerr == syscall.EAGAIN:
+	case err == syscall.EAGAIN:
 		return false, ""
-	case rerr != nil:
+	case err != nil:
 		return true, LostReset
 	case n == 0:
 		return true, LostClosed
@@ -63,7 +66,10 @@ func (ac *asyncConn) unasked() (unasked bool, lost string) {
 	return true, ""
 }
 
-// register registers p's connection c with the loop, once.
+// register registers p's connection c with the loop, once, and takes its
+// descriptor out of Go's poller: a duplicate of it is registered, and the
+// net.Conn closed, which leaves the socket open on the duplicate. On an
+// error c is left as it was.
 func (l *asyncLoop) register(p *leanProber, c *leanConn) (*asyncConn, error) {
 	if c.async != nil {
 		return c.async, nil
@@ -76,28 +82,94 @@ func (l *asyncLoop) register(p *leanProber, c *leanConn) (*asyncConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return nil, net.ErrClosed
-	}
-	ac := &asyncConn{loop: l, p: p, c: c, rc: rc}
-	ac.id = l.conns.put(ac)
-	var cerr error
-	err = rc.Control(func(fd uintptr) {
-		ac.fd = int(fd)
-		ev := epollEvent(ac.id, syscall.EPOLLIN|syscall.EPOLLRDHUP|epollET)
-		cerr = syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, int(fd), &ev)
-	})
-	if err == nil {
-		err = cerr
-	}
-	if err != nil {
-		l.conns.drop(ac.id)
+	fd := -1
+	var derr error
+	if err := rc.Control(func(s uintptr) {
+		fd, derr = dupCloexec(int(s))
+	}); err != nil {
 		return nil, err
 	}
-	c.async = ac
+	if derr != nil {
+		return nil, derr
+	}
+	ac := &asyncConn{loop: l, p: p, c: c, fd: fd}
+	if a, ok := c.conn.LocalAddr().(*net.TCPAddr); ok {
+		ac.local = a.AddrPort()
+	}
+	if a, ok := c.conn.RemoteAddr().(*net.TCPAddr); ok {
+		ac.remote = a.AddrPort()
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		rawClose(fd)
+		return nil, net.ErrClosed
+	}
+	ac.id = l.conns.put(ac)
+	ev := epollEvent(ac.id, syscall.EPOLLIN|syscall.EPOLLRDHUP|epollET)
+	if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		l.conns.drop(ac.id)
+		l.mu.Unlock()
+		rawClose(fd)
+		return nil, err
+	}
+	l.mu.Unlock()
+	_ = c.conn.Close() // out of Go's poller; the socket stays open on fd
+	c.conn, c.expire, c.async = nil, nil, ac
 	return ac, nil
+}
+
+// dupCloexec duplicates fd, close-on-exec.
+func dupCloexec(fd int) (int, error) {
+	for {
+		nfd, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, 0)
+		switch errno {
+		case 0:
+			return int(nfd), nil
+		case syscall.EINTR:
+			continue
+		}
+		return -1, errno
+	}
+}
+
+// attach makes c, a kept connection registered with the loop, a net.Conn
+// again for Probe's code, and ends its registration. When it cannot, the
+// connection is closed and the error returned.
+func (c *leanConn) attach() error {
+	ac := c.async
+	if c.conn != nil || ac == nil {
+		return nil
+	}
+	l := ac.loop
+	l.mu.Lock()
+	if !l.closed {
+		_ = syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_DEL, ac.fd, nil)
+	}
+	l.conns.drop(ac.id)
+	l.mu.Unlock()
+	c.async = nil
+	f := os.NewFile(uintptr(ac.fd), "")
+	conn, err := net.FileConn(f) // a duplicate of the descriptor, in Go's poller
+	_ = f.Close()
+	if err != nil {
+		return err
+	}
+	c.conn = conn
+	c.expire = func() { _ = conn.SetDeadline(aLongTimeAgo) }
+	return nil
+}
+
+// closeKept closes c, a kept connection registered with the loop, with a
+// reset when reset is set.
+func (c *leanConn) closeKept(reset bool) {
+	ac := c.async
+	ac.forget()
+	if reset {
+		rawCloseReset(ac.fd)
+	} else {
+		rawClose(ac.fd)
+	}
 }
 
 // forget drops the registration of a connection about to be closed;
@@ -253,7 +325,7 @@ func (ac *asyncConn) leanConn() *leanConn {
 // addrs returns the connection's two ends, as net's errors name them.
 func (ac *asyncConn) addrs() (local, remote net.Addr) {
 	if ac.c != nil {
-		return ac.c.conn.LocalAddr(), ac.c.conn.RemoteAddr()
+		return net.TCPAddrFromAddrPort(ac.local), net.TCPAddrFromAddrPort(ac.remote)
 	}
 	tcp := func(sa syscall.Sockaddr, err error) net.Addr {
 		switch sa := sa.(type) {

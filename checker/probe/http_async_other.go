@@ -15,6 +15,12 @@ type (
 func (*asyncConn) forget()     {}
 func (f *Factory) closeAsync() {}
 
+// attach has nothing to do here: a kept connection stays a net.Conn.
+func (*leanConn) attach() error { return nil }
+
+// closeKept is never called here: conn is never nil.
+func (*leanConn) closeKept(bool) {}
+
 // ProbeAsync never starts a probe here: Probe does.
 func (p *leanProber) ProbeAsync(time.Time, func(error)) bool { return false }
 

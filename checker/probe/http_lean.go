@@ -204,7 +204,7 @@ func (p *leanProber) readRequest() *http.Request {
 // leanConn is one connection of a leanProber, with its read buffer while
 // a probe reads through it.
 type leanConn struct {
-	conn net.Conn
+	conn net.Conn // nil while registered with the async loop (see asyncConn)
 	// br is the read buffer of Probe's code, taken from leanReaders for
 	// the probe and given back when the connection is kept with nothing
 	// buffered: a kept connection's probes are read by the asynchronous
@@ -252,6 +252,10 @@ func (c *leanConn) Read(p []byte) (int, error) {
 // close closes the connection and ends its registration with the async
 // loop.
 func (c *leanConn) close() {
+	if c.conn == nil {
+		c.closeKept(false)
+		return
+	}
 	if c.async != nil {
 		c.async.forget()
 	}
@@ -262,6 +266,10 @@ func (c *leanConn) close() {
 // with a reset (SO_LINGER 0), as HAProxy ends its checks, so that it
 // leaves nothing in TIME_WAIT (see asyncConn.closeRaw).
 func (c *leanConn) reset() {
+	if c.conn == nil {
+		c.closeKept(true)
+		return
+	}
 	if l, ok := c.conn.(interface{ SetLinger(int) error }); ok {
 		_ = l.SetLinger(0)
 	}
@@ -313,6 +321,12 @@ func (p *leanProber) Probe(ctx context.Context) error {
 // one, once.
 func (p *leanProber) probeOn(ctx context.Context, c *leanConn, written, reused bool) error {
 	for {
+		if c != nil && c.attach() != nil {
+			// The kept connection could not be made a net.Conn again
+			// (it is closed): the probe dials, as it would after a
+			// failed write on it.
+			c, written, reused = nil, false, false
+		}
 		if c == nil {
 			var err error
 			if c, err = p.dial(ctx); err != nil {
