@@ -30,6 +30,10 @@ func TestDefaultFlagBounds(t *testing.T) {
 		{[]string{"-schedule-tick-max", "2s"}, "-schedule-tick-max must be between 0 and 1s, got 2s"},
 		{[]string{"-schedule-burst", "0"}, "-schedule-burst must be between 1 and 100000, got 0"},
 		{[]string{"-schedule-burst", "100001"}, "-schedule-burst must be between 1 and 100000, got 100001"},
+		{[]string{"-page-out-after", "0"}, ""},
+		{[]string{"-page-out-after", "24h"}, ""},
+		{[]string{"-page-out-after", "-1s"}, "-page-out-after must be between 0 and 24h0m0s, got -1s"},
+		{[]string{"-page-out-after", "25h"}, "-page-out-after must be between 0 and 24h0m0s, got 25h0m0s"},
 	} {
 		var stderr bytes.Buffer
 		_, err := parseFlags(tt.args, &stderr)

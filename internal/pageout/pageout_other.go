@@ -1,0 +1,9 @@
+//go:build !linux
+
+package pageout
+
+// Binary pages out nothing here: it needs Linux's madvise(MADV_PAGEOUT).
+func Binary() (Result, error) { return Result{}, ErrUnsupported }
+
+// ResidentFile is not known here.
+func ResidentFile() (uint64, bool) { return 0, false }
