@@ -28,7 +28,7 @@ func pageOutAfter(d time.Duration, logger *slog.Logger) (stop func()) {
 			return
 		case <-t.C:
 		}
-		before, _ := pageout.ResidentFile()
+		before, _ := pageout.ResidentFile(0)
 		res, err := pageout.Binary()
 		switch {
 		case errors.Is(err, pageout.ErrUnsupported):
@@ -36,7 +36,7 @@ func pageOutAfter(d time.Duration, logger *slog.Logger) (stop func()) {
 		case err != nil:
 			logger.Warn("could not page out pulsed's binary", "err", err)
 		default:
-			after, _ := pageout.ResidentFile()
+			after, _ := pageout.ResidentFile(0)
 			logger.Info("paged out pulsed's binary: the pages it uses from now on are read back as it runs (-page-out-after)",
 				"mapped_bytes", res.Bytes, "resident_file_bytes_before", before, "resident_file_bytes_after", after)
 		}

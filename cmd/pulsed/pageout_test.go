@@ -3,7 +3,6 @@ package main
 import (
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -11,30 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pulsehealth/pulse/internal/pageout"
 	"github.com/pulsehealth/pulse/internal/testscale"
 )
 
 var pagedOut = regexp.MustCompile(`paged out pulsed's binary.* resident_file_bytes_before=(\d+) resident_file_bytes_after=(\d+)`)
-
-// residentFileOf returns the RssFile of process pid, in bytes.
-func residentFileOf(t *testing.T, pid int) uint64 {
-	t.Helper()
-	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(string(status)) {
-		if rest, ok := strings.CutPrefix(line, "RssFile:"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				t.Fatalf("RssFile: %q: %v", rest, err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatalf("no RssFile in /proc/%d/status", pid)
-	return 0
-}
 
 // pulsed gives back its binary's resident pages -page-out-after its start,
 // says so, and goes on serving from the pages it reads back.
@@ -56,7 +36,10 @@ func TestPageOutAfter(t *testing.T) {
 		t.Fatalf("pulsed did not say it paged out its binary:\n%s", p.Logs())
 	}
 	before, _ := strconv.ParseUint(m[1], 10, 64)
-	now := residentFileOf(t, p.PID())
+	now, ok := pageout.ResidentFile(p.PID())
+	if !ok {
+		t.Fatalf("no RssFile in /proc/%d/status", p.PID())
+	}
 	t.Logf("resident file pages: %d KiB before, %d KiB after, %d KiB now", before>>10, mustUint(m[2])>>10, now>>10)
 	if now >= before/2 {
 		t.Errorf("pulsed's resident file pages are %d KiB, %d before it paged out: want less than half", now>>10, before>>10)

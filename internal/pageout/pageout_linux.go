@@ -97,10 +97,15 @@ func binarySpans(maps []byte, exe string) []span {
 	return spans
 }
 
-// ResidentFile returns how much of the process's resident memory is
-// pages of files, its binary's among them (RssFile in /proc/self/status).
-func ResidentFile() (uint64, bool) {
-	status, err := os.ReadFile("/proc/self/status")
+// ResidentFile returns how much of process pid's resident memory (0: this
+// process's) is pages of files, its binary's among them (RssFile in
+// /proc/PID/status).
+func ResidentFile(pid int) (uint64, bool) {
+	path := "/proc/self/status"
+	if pid != 0 {
+		path = "/proc/" + strconv.Itoa(pid) + "/status"
+	}
+	status, err := os.ReadFile(path)
 	if err != nil {
 		return 0, false
 	}

@@ -31,7 +31,7 @@ c000000000-c004000000 rw-p 00000000 00:00 0
 // Binary gives back the test binary's pages: what of them is resident
 // falls.
 func TestBinary(t *testing.T) {
-	before, ok := ResidentFile()
+	before, ok := ResidentFile(0)
 	if !ok {
 		t.Skip("RssFile is not in /proc/self/status")
 	}
@@ -42,7 +42,7 @@ func TestBinary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	after, _ := ResidentFile()
+	after, _ := ResidentFile(0)
 	t.Logf("paged out %d mappings, %d bytes: resident file pages %d -> %d KiB", res.Mappings, res.Bytes, before>>10, after>>10)
 	if res.Mappings < 2 || res.Bytes == 0 {
 		t.Errorf("Binary() = %+v, want at least the code and read-only data", res)

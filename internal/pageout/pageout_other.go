@@ -6,4 +6,4 @@ package pageout
 func Binary() (Result, error) { return Result{}, ErrUnsupported }
 
 // ResidentFile is not known here.
-func ResidentFile() (uint64, bool) { return 0, false }
+func ResidentFile(int) (uint64, bool) { return 0, false }
