@@ -119,6 +119,15 @@ func (l *asyncLoop) register(p *leanProber, c *leanConn) (*asyncConn, error) {
 	return ac, nil
 }
 
+// tcpAddr returns ap as net names a TCP end, or nil when it is none (a
+// connection that could not tell its peer when it was registered).
+func tcpAddr(ap netip.AddrPort) net.Addr {
+	if !ap.IsValid() {
+		return nil
+	}
+	return net.TCPAddrFromAddrPort(ap)
+}
+
 // dupCloexec duplicates fd, close-on-exec.
 func dupCloexec(fd int) (int, error) {
 	for {
@@ -325,7 +334,7 @@ func (ac *asyncConn) leanConn() *leanConn {
 // addrs returns the connection's two ends, as net's errors name them.
 func (ac *asyncConn) addrs() (local, remote net.Addr) {
 	if ac.c != nil {
-		return net.TCPAddrFromAddrPort(ac.local), net.TCPAddrFromAddrPort(ac.remote)
+		return tcpAddr(ac.local), tcpAddr(ac.remote)
 	}
 	tcp := func(sa syscall.Sockaddr, err error) net.Addr {
 		switch sa := sa.(type) {

@@ -3,6 +3,7 @@
 package probe
 
 import (
+	"net/netip"
 	"os"
 	"testing"
 	"time"
@@ -88,5 +89,19 @@ func TestHTTPAsyncKeptConnectionLeavesGoPoller(t *testing.T) {
 	}
 	if n := openFiles(t); n != before {
 		t.Errorf("after Close, %d files open, want %d as before", n, before)
+	}
+}
+
+// A registered connection's ends name themselves as net names them, and
+// one it could not tell is no address at all, not ":0".
+func TestAsyncConnAddrs(t *testing.T) {
+	ac := &asyncConn{c: &leanConn{}, local: netip.MustParseAddrPort("127.0.0.1:40000"), remote: netip.MustParseAddrPort("[::1]:8080")}
+	local, remote := ac.addrs()
+	if local.String() != "127.0.0.1:40000" || remote.String() != "[::1]:8080" {
+		t.Errorf("addrs() = %v, %v, want 127.0.0.1:40000, [::1]:8080", local, remote)
+	}
+	ac.remote = netip.AddrPort{}
+	if _, remote := ac.addrs(); remote != nil {
+		t.Errorf("addrs() without a remote end = %#v, want nil", remote)
 	}
 }
