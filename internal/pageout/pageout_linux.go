@@ -8,13 +8,8 @@ import (
 	"os"
 	"strconv"
 	"syscall"
-)
 
-// The madvise advice values Binary gives; MADV_PAGEOUT is not in package
-// syscall.
-const (
-	madvRandom  = 1  // MADV_RANDOM: no read-ahead around a fault
-	madvPageout = 21 // MADV_PAGEOUT (Linux 5.4): reclaim the range now
+	"golang.org/x/sys/unix"
 )
 
 // Binary pages out the code and read-only data of the running binary
@@ -32,10 +27,10 @@ func Binary() (Result, error) {
 	}
 	var res Result
 	for _, s := range binarySpans(maps, exe) {
-		if err := madvise(s, madvRandom); err != nil {
+		if err := madvise(s, unix.MADV_RANDOM); err != nil {
 			return res, err
 		}
-		if err := madvise(s, madvPageout); err != nil {
+		if err := madvise(s, unix.MADV_PAGEOUT); err != nil {
 			if errors.Is(err, syscall.EINVAL) {
 				return res, ErrUnsupported
 			}
