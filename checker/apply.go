@@ -137,7 +137,7 @@ func (r *registry) ownLocked(t *target, probes, owns bool, now time.Time) {
 			t.m.State = StateUnhealthy
 		}
 		t.carried = true
-		t.slot = time.Time{}
+		t.slot = noTime
 		if r.probedLocked(t) {
 			r.sched.addLocked(t, now.Add(firstDelay(t.spec.Name, t.spec.Interval)))
 		}

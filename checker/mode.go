@@ -94,7 +94,7 @@ func (a Admin) holdReason() string {
 // automatic removal (from its spec) and its administrative mode (set by
 // SetMode and Drain, kept by Add). A nil *Lifecycle in a Spec means none of
 // them. It sits behind a pointer because most targets use none and a
-// target must stay within its 512-byte allocation; a Spec's Lifecycle is
+// target must stay within its size class (448 bytes); a Spec's Lifecycle is
 // never changed in place, only replaced.
 type Lifecycle struct {
 	// SlowStart, when positive, ramps the weight of the target linearly
@@ -304,7 +304,7 @@ func (r *registry) modeEffectLocked(t *target, from Mode, now time.Time) {
 		}
 		r.unhealthySinceLocked(t, now)
 		if r.probedLocked(t) && t.index < 0 {
-			t.slot = time.Time{}
+			t.slot = noTime
 			r.sched.addLocked(t, now)
 		}
 	}

@@ -266,7 +266,7 @@ func (r *registry) takeOutcomeLocked(name string, o Outcome, cur *outcomeBucket)
 	}
 	nb, ok := b.take(now, t.spec.passiveRate())
 	if !ok {
-		t.limited++
+		t.moreLocked().limited++
 		return SharedOutcome{}, 0, r.statusLocked(t, now), false, nil
 	}
 	return SharedOutcome{Result: outcomeResult(t.spec, o, now), Tokens: nb.tokens}, b.rev, Status{}, true, nil
@@ -280,7 +280,7 @@ func (r *registry) limitedOutcome(name string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	t.limited++
+	t.moreLocked().limited++
 	return r.statusLocked(t, r.clock.Now()), nil
 }
 
@@ -297,7 +297,7 @@ func (r *registry) applyOutcomeLocked(name string, so SharedOutcome, rev uint64,
 	if !t.spec.PassiveOutcomes || t.quarantined() != "" {
 		return
 	}
-	t.passive++
+	t.moreLocked().passive++
 	if !t.owned && !t.vantage {
 		return // its owner, and each of its vantages, count it
 	}

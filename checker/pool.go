@@ -112,7 +112,7 @@ func (p *probePool) pop() (job, bool) {
 // under the registry's lock when it takes the job.
 type job struct {
 	t        *target
-	gen      uint64        // t.gen when the probe was scheduled: a job outlived by its probe spec (or, shared, its ownership) is not run
+	gen      uint32        // t.gen when the probe was scheduled: a job outlived by its probe spec (or, shared, its ownership) is not run
 	due      time.Time     // when the probe should start
 	startNs  int64         // when the scheduler meant to start it, batched by the tick (UnixNano); 0: at due
 	interval time.Duration // the interval it was scheduled at
@@ -556,7 +556,7 @@ func (e *panicError) Error() string { return fmt.Sprintf("probe panicked: %v", e
 // a probe that overlapped an overload is kept as the last result but does
 // not count (stale is not down). A probe that failed for want of the
 // checker's own file descriptors never counts, and is a sign of overload.
-func (s *scheduler) applyLocked(ctx context.Context, t *target, gen uint64, due time.Time, r Result, timedOut bool) {
+func (s *scheduler) applyLocked(ctx context.Context, t *target, gen uint32, due time.Time, r Result, timedOut bool) {
 	if !s.reg.currentLocked(t) {
 		return
 	}

@@ -264,7 +264,7 @@ func (s *scheduler) round(ctx context.Context, pick func() ([]*target, error), d
 	if demand {
 		out.Results = make([]RoundResult, len(picked))
 		probed := make([]bool, len(picked))
-		gens := make([]uint64, len(picked))
+		gens := make([]uint32, len(picked))
 		for _, j := range jobs {
 			probed[j.i], gens[j.i] = true, j.gen
 		}

@@ -236,13 +236,14 @@ func (r *registry) statusLocked(t *target, now time.Time) Status {
 		Flapping:        t.flapping,
 		Transitions:     t.flaps.count(now, t.spec.flapWindow()),
 		ProbeInterval:   r.sched.intervalLocked(t),
-		NextProbe:       t.next,
+		NextProbe:       unixTime(t.next),
 		Probing:         t.inFlight,
 		ActiveResults:   t.active,
-		PassiveResults:  t.passive,
-		PassiveLimited:  t.limited,
 		IgnoredTimeouts: t.ignored,
 		Quarantined:     t.quarantined(),
+	}
+	if t.more != nil {
+		st.PassiveResults, st.PassiveLimited = t.more.passive, t.more.limited
 	}
 	st.CertNotAfter, st.CertWarning = certExpiry(t.prober)
 	if t.hasLast {

@@ -88,7 +88,7 @@ type lostConns struct {
 
 // lostConn is the prober generation whose connection was lost, and why.
 type lostConn struct {
-	gen    uint64
+	gen    uint32
 	reason string
 }
 
@@ -106,7 +106,7 @@ func (s *scheduler) watchLocked(t *target) {
 
 // connLost records that the connection of t's prober of generation gen
 // was lost, and wakes the schedule loop. It takes no lock but the inbox's.
-func (s *scheduler) connLost(t *target, gen uint64, reason string) {
+func (s *scheduler) connLost(t *target, gen uint32, reason string) {
 	s.lost.mu.Lock()
 	if s.lost.m == nil {
 		s.lost.m = make(map[*target]lostConn)
@@ -149,7 +149,7 @@ func (s *scheduler) reprobeLocked(t *target, l lostConn, now time.Time) {
 		s.reprobes = make(map[string]uint64)
 	}
 	s.reprobes[l.reason]++
-	if !t.inFlight && now.Before(t.next) {
+	if !t.inFlight && now.UnixNano() < t.next {
 		// Due now and started now: a reprobe is not batched on the
 		// schedule tick (see startBy), whose end may be up to
 		// ScheduleTickMax away, since the loss is news to act on.

@@ -173,12 +173,12 @@ func (s *scheduler) dueLocked(now time.Time) {
 			n += s.tuner.weight(t)
 		}
 		if !t.inFlight {
-			j := s.jobLocked(t, t.next)
+			j := s.jobLocked(t, unixTime(t.next))
 			j.startNs = t.startNs
 			s.enqueueLocked(j)
 		}
 		t.slot = t.next
-		s.setNextLocked(t, nextSlot(t.next, s.intervalLocked(t), now))
+		s.setNextLocked(t, nextSlot(unixTime(t.next), s.intervalLocked(t), now))
 		if t.startNs <= nowNs {
 			s.due.remove(t)
 			stuck = append(stuck, t)
@@ -196,13 +196,14 @@ func (s *scheduler) dueLocked(now time.Time) {
 // the interval of its state now, after a result changed it. A target with a
 // probe in flight is left alone: that probe's result reschedules it.
 func (s *scheduler) rescheduleLocked(t *target, now time.Time) {
-	if t.inFlight || t.slot.IsZero() || t.index < 0 {
+	if t.inFlight || t.slot == noTime || t.index < 0 {
 		return
 	}
 	iv := s.intervalLocked(t)
-	next := addDur(t.slot, iv)
+	slot := unixTime(t.slot)
+	next := addDur(slot, iv)
 	if !next.After(now) {
-		next = nextSlot(t.slot, iv, now)
+		next = nextSlot(slot, iv, now)
 	}
 	start := t.startNs
 	s.setNextLocked(t, next)
@@ -237,8 +238,9 @@ func (s *scheduler) startBy(due time.Time, interval time.Duration) time.Time {
 // caller pushes or fixes t in the due heap. Both are clamped to the times
 // UnixNano can hold, whatever the caller computed.
 func (s *scheduler) setNextLocked(t *target, next time.Time) {
-	t.next = addDur(next, 0)
-	t.startNs = s.startBy(t.next, s.intervalLocked(t)).UnixNano()
+	next = addDur(next, 0)
+	t.next = next.UnixNano()
+	t.startNs = s.startBy(next, s.intervalLocked(t)).UnixNano()
 }
 
 // nextSlot returns the first time after now on prev's fixed-rate grid. A
@@ -319,7 +321,7 @@ func dueParent(i int) int { return (i - 1) / dueArity }
 
 type dueEntry struct {
 	startNs int64 // the target's startNs when last pushed or fixed
-	seq     uint64
+	seq     uint32
 	t       *target
 }
 
@@ -333,7 +335,7 @@ func (e *dueEntry) before(o *dueEntry) bool {
 // set puts e at i.
 func (h dueHeap) set(i int, e dueEntry) {
 	h[i] = e
-	e.t.index = i
+	e.t.index = int32(i)
 }
 
 // up sifts the entry at j0 up; it reports whether it moved.
@@ -381,13 +383,13 @@ func (h dueHeap) down(i0, n int) bool {
 }
 
 func (h *dueHeap) push(t *target) {
-	t.index = len(*h)
+	t.index = int32(len(*h))
 	*h = append(*h, dueEntry{startNs: t.startNs, seq: t.seq, t: t})
-	h.up(t.index)
+	h.up(len(*h) - 1)
 }
 
 func (h dueHeap) fix(t *target) {
-	i := t.index
+	i := int(t.index)
 	h[i].startNs = t.startNs
 	if !h.down(i, len(h)) {
 		h.up(i)
@@ -395,7 +397,7 @@ func (h dueHeap) fix(t *target) {
 }
 
 func (h *dueHeap) remove(t *target) {
-	i := t.index
+	i := int(t.index)
 	if i < 0 {
 		return
 	}
@@ -431,7 +433,7 @@ func (s *scheduler) hurryLocked(t *target, now time.Time) {
 	if t.index < 0 {
 		return
 	}
-	if want := now.Add(s.intervalLocked(t)); want.Before(t.next) {
+	if want := now.Add(s.intervalLocked(t)); want.Before(unixTime(t.next)) {
 		s.setNextLocked(t, want)
 		s.due.fix(t)
 		s.wakeUp()

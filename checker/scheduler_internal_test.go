@@ -187,7 +187,7 @@ func TestDueHeapOrder(t *testing.T) {
 	check := func(step int) {
 		t.Helper()
 		for i, e := range h {
-			if e.t.index != i || e.startNs != e.t.startNs || e.seq != e.t.seq {
+			if int(e.t.index) != i || e.startNs != e.t.startNs || e.seq != e.t.seq {
 				t.Fatalf("step %d: entry %d is %+v for a target at index %d, start %d", step, i, e, e.t.index, e.t.startNs)
 			}
 			if p := dueParent(i); i > 0 && h[i].before(&h[p]) {
@@ -209,7 +209,7 @@ func TestDueHeapOrder(t *testing.T) {
 	for step := range 5000 {
 		switch op := rng.IntN(4); {
 		case op == 0 || len(in) == 0:
-			tg := &target{seq: uint64(step), startNs: rng.Int64N(100), index: -1}
+			tg := &target{seq: uint32(step), startNs: rng.Int64N(100), index: -1}
 			h.push(tg)
 			in = append(in, tg)
 		case op == 1:
@@ -241,7 +241,7 @@ func BenchmarkDueHeapNext100k(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	var h dueHeap
 	for i := range n {
-		h.push(&target{seq: uint64(i), startNs: rng.Int64N(interval), index: -1})
+		h.push(&target{seq: uint32(i), startNs: rng.Int64N(interval), index: -1})
 	}
 	b.ResetTimer()
 	for range b.N {

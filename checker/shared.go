@@ -452,7 +452,7 @@ func (rp *replication) queueEvent(e Event) { rp.events = append(rp.events, e) }
 
 type proposal struct {
 	t   *target
-	gen uint64 // t.gen when proposed: a target given up since is not written
+	gen uint32 // t.gen when proposed: a target given up since is not written
 	p   StateProposal
 	// verdict, when set, is this replica's verdict to store instead of a
 	// state (see vantage.go).

@@ -84,7 +84,7 @@ type Spec struct {
 	// machine, in distinct vantages where there are enough (see
 	// vantage.go); 0 or 1: its owner alone. Above 1 only with a shared
 	// registry that assigns vantages; at most MaxVantages. (Small counts,
-	// in the padding after PassiveOutcomes: a target stays within 512
+	// in the padding after PassiveOutcomes: a target stays within 448
 	// bytes.)
 	Vantages uint8 `json:",omitzero"`
 	// Quorum is how many vantages must agree to change the target's
