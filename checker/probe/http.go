@@ -25,14 +25,13 @@ const maxBodyBytes = 64 << 10
 // TLS options. Its fields are set once by newHTTPProber and only read
 // afterwards, so Probe is safe for concurrent use.
 type httpProber struct {
-	client   *http.Client
-	method   string
-	url      string
-	host     string      // request Host when the spec sets one, else ""
-	header   http.Header // never modified after construction
-	body     string      // request body; POST only
-	expected []int       // with expect's ranges; both empty means any 2xx
-	expect   *httpExpect // nil: the status alone decides
+	client *http.Client
+	method string
+	url    string
+	host   string      // request Host when the spec sets one, else ""
+	header http.Header // never modified after construction
+	body   string      // request body; POST only
+	expect *httpExpect // nil: any 2xx passes
 
 	own    *http.Transport // the prober's own transport, closed by Close; nil when shared
 	expiry expiryWatch
@@ -100,13 +99,12 @@ func (f *Factory) sourceTransport(src *tlsSource) *http.Transport {
 // newNetHTTPProber builds a prober that sends its requests through client.
 func newNetHTTPProber(client *http.Client, s *HTTPSpec) *httpProber {
 	p := &httpProber{
-		client:   client,
-		method:   s.Method,
-		url:      s.URL,
-		header:   make(http.Header, len(s.Headers)+1),
-		body:     s.Body,
-		expected: slices.Clone(s.ExpectedStatus),
-		expect:   newHTTPExpect(s),
+		client: client,
+		method: s.Method,
+		url:    s.URL,
+		header: make(http.Header, len(s.Headers)+1),
+		body:   s.Body,
+		expect: newHTTPExpect(s),
 	}
 	if p.method == "" {
 		p.method = http.MethodGet
@@ -150,7 +148,7 @@ func (p *httpProber) Probe(ctx context.Context) error {
 	// EOF and its connection reused.
 	_, rerr := io.Copy(sinkWriter(sink), io.LimitReader(resp.Body, readCap(p.expect)+1))
 	_ = resp.Body.Close()
-	if !statusPasses(p.expected, p.expect, resp.StatusCode) {
+	if !p.expect.statusPasses(resp.StatusCode) {
 		return &StatusError{Code: resp.StatusCode}
 	}
 	if rerr != nil && sink != nil && len(sink.buf) < sink.limit {

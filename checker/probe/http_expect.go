@@ -77,6 +77,7 @@ func parseStatusRange(s string) (statusRange, bool) {
 // prober without status ranges, body or header expectations has none (a
 // nil *httpExpect). It is read-only once built.
 type httpExpect struct {
+	statuses    []int // status codes that pass, with ranges'; both empty means any 2xx
 	ranges      []statusRange
 	contains    string
 	notContains string
@@ -152,12 +153,12 @@ func (h *HTTPSpec) readsBody() bool {
 }
 
 // newHTTPExpect compiles the expectations of a validated spec, or returns
-// nil when it has none beyond status codes.
+// nil when it has none: any 2xx passes.
 func newHTTPExpect(h *HTTPSpec) *httpExpect {
-	if len(h.ExpectedStatusRanges) == 0 && !h.readsBody() && len(h.HeaderMatches) == 0 {
+	if len(h.ExpectedStatus) == 0 && len(h.ExpectedStatusRanges) == 0 && !h.readsBody() && len(h.HeaderMatches) == 0 {
 		return nil
 	}
-	x := &httpExpect{contains: h.BodyContains, notContains: h.BodyNotContains}
+	x := &httpExpect{statuses: slices.Clone(h.ExpectedStatus), contains: h.BodyContains, notContains: h.BodyNotContains}
 	for _, r := range h.ExpectedStatusRanges {
 		sr, _ := parseStatusRange(r)
 		x.ranges = append(x.ranges, sr)
@@ -177,20 +178,18 @@ func newHTTPExpect(h *HTTPSpec) *httpExpect {
 	return x
 }
 
-// statusPasses reports whether code is one of expected or in one of x's
-// ranges, or a 2xx when neither lists any.
-func statusPasses(expected []int, x *httpExpect, code int) bool {
-	if len(expected) == 0 && (x == nil || len(x.ranges) == 0) {
+// statusPasses reports whether code is one of x's statuses or in one of
+// its ranges, or a 2xx when neither lists any (or x is nil).
+func (x *httpExpect) statusPasses(code int) bool {
+	if x == nil || len(x.statuses) == 0 && len(x.ranges) == 0 {
 		return code >= 200 && code <= 299
 	}
-	if slices.Contains(expected, code) {
+	if slices.Contains(x.statuses, code) {
 		return true
 	}
-	if x != nil {
-		for _, r := range x.ranges {
-			if code >= r.lo && code <= r.hi {
-				return true
-			}
+	for _, r := range x.ranges {
+		if code >= r.lo && code <= r.hi {
+			return true
 		}
 	}
 	return false

@@ -47,16 +47,14 @@ import (
 // were formatted from (the slow path builds the little it needs, see
 // readRequest), and strings shared with the spec where they are equal.
 type leanProber struct {
-	factory  *Factory
-	addr     string  // host:port to dial, as net/http's canonicalAddr
-	req      []byte  // the request, as net/http writes it
-	head     bool    // a HEAD request (else GET): responses have no body
-	ip4      [4]byte // addr's IPv4 address and port, parsed once (in head's padding); port 0 when addr is none
-	port     uint16
-	urlText  string      // the URL in errors, as net/http's client shows it
-	op       string      // "Get" or "Head", as net/http's client shows it
-	expected []int       // statuses that pass, with expect's ranges; both empty means any 2xx
-	expect   *httpExpect // nil: the status alone decides
+	factory *Factory
+	addr    string  // host:port to dial, as net/http's canonicalAddr
+	req     []byte  // the request, as net/http writes it
+	head    bool    // a HEAD request (else GET): responses have no body
+	ip4     [4]byte // addr's IPv4 address and port, parsed once (in head's padding); port 0 when addr is none
+	port    uint16
+	urlText string      // the URL in errors, as net/http's client shows it
+	expect  *httpExpect // nil: any 2xx passes
 
 	mu     sync.Mutex // protects idle and closed
 	idle   *leanConn  // the kept connection, nil when none is idle; set with setIdle
@@ -109,13 +107,7 @@ func newLeanProber(f *Factory, p *httpProber) *leanProber {
 	if err != nil || u.Scheme != "http" {
 		return nil
 	}
-	var op string
-	switch p.method {
-	case http.MethodGet:
-		op = "Get"
-	case http.MethodHead:
-		op = "Head"
-	default:
+	if p.method != http.MethodGet && p.method != http.MethodHead {
 		return nil // readRequest knows only these two
 	}
 	host := u.Hostname()
@@ -162,14 +154,12 @@ func newLeanProber(f *Factory, p *httpProber) *leanProber {
 		urlText = p.url // the spec's string, which its target keeps anyway
 	}
 	lp := &leanProber{
-		factory:  f,
-		addr:     addr,
-		req:      bytes.Clone(buf.Bytes()), // not the buffer's spare capacity
-		head:     p.method == http.MethodHead,
-		urlText:  urlText,
-		op:       op,
-		expected: p.expected,
-		expect:   p.expect,
+		factory: f,
+		addr:    addr,
+		req:     bytes.Clone(buf.Bytes()), // not the buffer's spare capacity
+		head:    p.method == http.MethodHead,
+		urlText: urlText,
+		expect:  p.expect,
 	}
 	if ap, err := netip.ParseAddrPort(addr); err == nil && ap.Addr().Is4() && ap.Port() != 0 {
 		lp.ip4, lp.port = ap.Addr().As4(), ap.Port()
@@ -187,6 +177,15 @@ func (p *leanProber) dialAddr() (addr netip.AddrPort, ok bool) {
 	}
 	addr, err := netip.ParseAddrPort(p.addr)
 	return addr, err == nil && addr.Addr().Zone() == ""
+}
+
+// op is the operation errors name, as net/http's client does: "Get" or
+// "Head".
+func (p *leanProber) op() string {
+	if p.head {
+		return "Head"
+	}
+	return "Get"
 }
 
 // readRequest returns the request http.ReadResponse is given on the slow
@@ -363,7 +362,7 @@ func (p *leanProber) probeOn(ctx context.Context, c *leanConn, written, reused b
 // answer, when its expectations read neither head nor body (or the body
 // never came: then a status that passes leaves the timeout, err).
 func (p *leanProber) statusResult(code int, err error) error {
-	if !statusPasses(p.expected, p.expect, code) {
+	if !p.expect.statusPasses(code) {
 		return &StatusError{Code: code}
 	}
 	if p.expect != nil && (p.expect.readsBody() || len(p.expect.headers) > 0) {
@@ -377,7 +376,7 @@ func (p *leanProber) statusResult(code int, err error) error {
 // its body (when an expectation reads it) and the error that cut the body
 // short before the expectations' limit, if any.
 func (p *leanProber) verdict(code int, values func(string) []string, body []byte, bodyErr error) error {
-	if !statusPasses(p.expected, p.expect, code) {
+	if !p.expect.statusPasses(code) {
 		return &StatusError{Code: code}
 	}
 	if p.expect == nil {
@@ -608,7 +607,7 @@ func ctxError(ctx context.Context, err error) error {
 
 // urlError wraps err as http.Client does.
 func (p *leanProber) urlError(err error) error {
-	return &url.Error{Op: p.op, URL: p.urlText, Err: err}
+	return &url.Error{Op: p.op(), URL: p.urlText, Err: err}
 }
 
 // readBody reads the body as framed by resp, up to the cap (maxBodyBytes,
