@@ -2,6 +2,7 @@ package history
 
 import (
 	"bytes"
+	"math"
 	"slices"
 	"sort"
 	"time"
@@ -11,24 +12,33 @@ import (
 // data directory, as the records a history file holds (boltfile.go): per
 // target a record a day of its hours, a record an hour of its minutes
 // (the last 24 hours) and its last events, each in a few bytes. Its user
-// holds the recorder's flushMu.
+// holds the recorder's flushMu. The targets' groups are the recorder's to
+// keep: a memory store starts empty, and load has nothing to find.
 type memStore struct {
 	series map[string]*memSeries
 	seq    uint32 // tells apart events of one target at one instant
 }
 
+// memSeries is one target's history: one slice for its days and its
+// hours of minutes (see dayKey and minutesKey), as there is one per target.
 type memSeries struct {
-	group   string
-	days    []memRecord // by day number
-	minutes []memRecord // by hour number
-	events  [][]byte    // each its key and its record (eventKey, encodeEvent), in key order
+	recs   []memRecord // by key: the days, then the hours of minutes
+	events [][]byte    // each its key and its record (eventKey, encodeEvent), in key order
 }
 
-// memRecord is a record of a day or an hour, and its number.
+// memRecord is a record of a day or an hour of minutes, and its key.
 type memRecord struct {
-	n int64
-	v []byte
+	key int64
+	v   []byte
 }
+
+// minutesBase puts the hours of minutes after the days in a series'
+// records: day and hour numbers of the times UnixNano holds are within
+// +-2^22, far from it.
+const minutesBase = 1 << 40
+
+func dayKey(day int64) int64    { return day }
+func minutesKey(hr int64) int64 { return minutesBase + hr }
 
 func newMemStore() *memStore { return &memStore{series: make(map[string]*memSeries)} }
 
@@ -41,46 +51,46 @@ func (m *memStore) get(name string) *memSeries {
 	return s
 }
 
-// find returns where the record numbered n is in rs, or would go, and
+// find returns where the record keyed key is in rs, or would go, and
 // whether it is there.
-func find(rs []memRecord, n int64) (int, bool) {
-	i := sort.Search(len(rs), func(i int) bool { return rs[i].n >= n })
-	return i, i < len(rs) && rs[i].n == n
+func find(rs []memRecord, key int64) (int, bool) {
+	i := sort.Search(len(rs), func(i int) bool { return rs[i].key >= key })
+	return i, i < len(rs) && rs[i].key == key
 }
 
-// update sets the record numbered n to add(buf, v): v is the record, nil
+// update sets the record keyed key to add(buf, v): v is the record, nil
 // if there is none, and buf the array add may write the new one over.
-func update(rs []memRecord, n int64, add func(buf, v []byte) []byte) []memRecord {
-	i, ok := find(rs, n)
+func update(rs []memRecord, key int64, add func(buf, v []byte) []byte) []memRecord {
+	i, ok := find(rs, key)
 	if ok {
 		rs[i].v = add(rs[i].v, rs[i].v)
 		return rs
 	}
-	return slices.Insert(rs, i, memRecord{n: n, v: add(nil, nil)})
+	return slices.Insert(rs, i, memRecord{key: key, v: add(nil, nil)})
 }
 
-// dropBefore returns rs without the records numbered before n.
-func dropBefore(rs []memRecord, n int64) []memRecord {
-	if i, _ := find(rs, n); i > 0 {
-		return slices.Clone(rs[i:])
+// dropRange returns rs without the records keyed from lo up to, not
+// including, cut.
+func dropRange(rs []memRecord, lo, cut int64) []memRecord {
+	i, _ := find(rs, lo)
+	j, _ := find(rs, cut)
+	if j <= i {
+		return rs
 	}
-	return rs
+	return append(slices.Clip(slices.Clone(rs[:i])), rs[j:]...)
 }
 
 func (m *memStore) apply(b *batch) error {
 	for _, name := range b.removed {
 		delete(m.series, name)
 	}
-	for name, g := range b.groups {
-		m.get(name).group = g
-	}
 	for name, ds := range b.hours {
 		s := m.get(name)
 		for i := range ds {
 			d := &ds[i]
-			s.days = update(s.days, floorDiv(d.hr, 24), func(buf, v []byte) []byte { return addDay(buf, v, d) })
+			s.recs = update(s.recs, dayKey(floorDiv(d.hr, 24)), func(buf, v []byte) []byte { return addDay(buf, v, d) })
 			if d.hasMinutes() {
-				s.minutes = update(s.minutes, d.hr, func(buf, v []byte) []byte { return addMinutes(buf, v, d) })
+				s.recs = update(s.recs, minutesKey(d.hr), func(buf, v []byte) []byte { return addMinutes(buf, v, d) })
 			}
 		}
 	}
@@ -98,8 +108,8 @@ func (m *memStore) apply(b *batch) error {
 	if b.prune {
 		cut := eventKey(nil, b.pruneEvents, 0)
 		for _, s := range m.series {
-			s.days = dropBefore(s.days, floorDiv(b.pruneHours, 24))
-			s.minutes = dropBefore(s.minutes, b.pruneMinutes)
+			s.recs = dropRange(s.recs, math.MinInt64, dayKey(floorDiv(b.pruneHours, 24)))
+			s.recs = dropRange(s.recs, minutesKey(-minutesBase/2), minutesKey(b.pruneMinutes))
 			j := sort.Search(len(s.events), func(i int) bool { return bytes.Compare(s.events[i], cut) >= 0 })
 			if j > 0 {
 				s.events = slices.Clone(s.events[j:])
@@ -115,12 +125,12 @@ func (m *memStore) read(name string, sp *span, from, to time.Time) ([]Event, err
 		return nil, nil
 	}
 	toHr := sp.fromHr + int64(len(sp.hours)) - 1
-	for i, _ := find(s.days, floorDiv(sp.fromHr, 24)); i < len(s.days) && s.days[i].n <= floorDiv(toHr, 24); i++ {
-		sp.addDay(s.days[i].n, s.days[i].v)
+	for i, _ := find(s.recs, dayKey(floorDiv(sp.fromHr, 24))); i < len(s.recs) && s.recs[i].key <= dayKey(floorDiv(toHr, 24)); i++ {
+		sp.addDay(s.recs[i].key, s.recs[i].v)
 	}
 	if sp.minutes != nil {
-		for i, _ := find(s.minutes, sp.fromHr); i < len(s.minutes) && s.minutes[i].n <= toHr; i++ {
-			sp.addMinutes(s.minutes[i].n, s.minutes[i].v)
+		for i, _ := find(s.recs, minutesKey(sp.fromHr)); i < len(s.recs) && s.recs[i].key <= minutesKey(toHr); i++ {
+			sp.addMinutes(s.recs[i].key-minutesBase, s.recs[i].v)
 		}
 	}
 	var evs []Event
@@ -136,10 +146,4 @@ func (m *memStore) read(name string, sp *span, from, to time.Time) ([]Event, err
 	return evs, nil
 }
 
-func (m *memStore) load() (map[string]string, error) {
-	out := make(map[string]string, len(m.series))
-	for name, s := range m.series {
-		out[name] = s.group
-	}
-	return out, nil
-}
+func (m *memStore) load() (map[string]string, error) { return nil, nil }

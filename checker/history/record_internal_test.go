@@ -83,10 +83,18 @@ func TestMemStoreKeepsWhatTheFileKeeps(t *testing.T) {
 		}
 	}
 	s := st.series["a"]
-	if s == nil || len(s.days) != HourSlots/24 || len(s.minutes) != MinuteSlots/60 || len(s.events) != 4 {
-		t.Fatalf("kept %d days, %d hours of minutes, %d events", len(s.days), len(s.minutes), len(s.events))
+	if s == nil {
+		t.Fatal("no series kept")
 	}
-	if first, want := s.days[0].n, (t0.Unix()/3600+40*24-HourSlots)/24; first != want {
+	days, _ := find(s.recs, minutesBase/2)
+	hours := len(s.recs) - days
+	if days != HourSlots/24 || hours != MinuteSlots/60 || len(s.events) != 4 {
+		t.Fatalf("kept %d days, %d hours of minutes, %d events", days, hours, len(s.events))
+	}
+	if first, want := s.recs[0].key, dayKey((t0.Unix()/3600+40*24-HourSlots)/24); first != want {
 		t.Errorf("oldest day kept is %d, want %d", first, want)
+	}
+	if first, want := s.recs[days].key, minutesKey(t0.Unix()/3600+40*24-MinuteSlots/60); first != want {
+		t.Errorf("oldest hour of minutes kept is %d, want %d", first-minutesBase, want-minutesBase)
 	}
 }
