@@ -190,11 +190,11 @@ func (ac *asyncConn) forget() {
 	l.mu.Unlock()
 }
 
-// write writes b on the connection without waiting: the request of a
-// probe fits in an idle connection's send buffer.
-func (ac *asyncConn) write(b []byte) (n int, err error) {
+// writeRequest writes p's request on the connection without waiting: the
+// request of a probe fits in an idle connection's send buffer.
+func (ac *asyncConn) writeRequest(p *leanProber) (n int, err error) {
 	for {
-		n, err = rawWrite(ac.fd, b)
+		n, err = rawWriteRequest(ac.fd, p)
 		if err != syscall.EINTR {
 			return max(n, 0), err
 		}
@@ -235,8 +235,8 @@ func (p *leanProber) dialAsync(l *asyncLoop, deadline time.Time, done func(error
 	// EAGAIN, and the loop sends it once connected.
 	events := uint32(syscall.EPOLLIN | syscall.EPOLLRDHUP | epollET)
 	connecting := false
-	switch n, err := rawWrite(fd, p.req); {
-	case err == nil && n == len(p.req):
+	switch n, err := rawWriteRequest(fd, p); {
+	case err == nil && n == p.requestLen():
 	case err == syscall.EAGAIN:
 		connecting = true
 		events |= syscall.EPOLLOUT
@@ -287,8 +287,8 @@ func (l *asyncLoop) connectedLocked(ap *asyncProbe, events uint32) (asyncEnd, bo
 	}
 	ap.connecting = false
 	if err == nil && soerr == 0 {
-		n, werr := ap.ac.write(ap.p.req)
-		if werr == nil && n == len(ap.p.req) {
+		n, werr := ap.ac.writeRequest(ap.p)
+		if werr == nil && n == ap.p.requestLen() {
 			return asyncEnd{}, false // the answer is on its way
 		}
 	}

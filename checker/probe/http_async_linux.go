@@ -345,7 +345,7 @@ func (p *leanProber) ProbeAsync(deadline time.Time, done func(error)) bool {
 	l.mu.Unlock()
 
 	c.readLimit = maxResponseHeaderBytes
-	n, err := ac.write(p.req)
+	n, err := ac.writeRequest(p)
 
 	l.mu.Lock()
 	ap.writing = false
@@ -353,7 +353,7 @@ func (p *leanProber) ProbeAsync(deadline time.Time, done func(error)) bool {
 	switch {
 	case ap.ended: // timed out, or the loop closed, during the write
 		end = asyncEnd{ap: ap, err: ap.endErr}
-	case err != nil || n < len(p.req):
+	case err != nil || n < p.requestLen():
 		// Nothing, or part of the request, went out: Probe sends it
 		// afresh on a new connection, as it would after a failed write
 		// on a kept one.

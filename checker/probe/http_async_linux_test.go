@@ -393,3 +393,39 @@ func TestHTTPAsyncRecycledProbesKeepTheirResults(t *testing.T) {
 		})
 	}
 }
+
+// TestHTTPAsyncRequestBytes: the asynchronous paths send the bytes
+// net/http sends for the same spec, a plain request's pieces in one
+// writev: on a kept connection (probes after the first), and on
+// connections dialAsync makes with the budget of kept connections spent.
+func TestHTTPAsyncRequestBytes(t *testing.T) {
+	for _, budget := range []int{0, -1} {
+		f := NewFactoryWith(FactoryOptions{MaxIdleConns: budget})
+		defer f.Close()
+		srv := newRawServer(t, reply("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
+		for _, tt := range leanRequestCases(srv) {
+			s := tt.spec
+			lean, std := leanAndNetHTTP(t, f, &s)
+			if err := std.Probe(timeoutCtx(t, 10*time.Second)); err != nil {
+				t.Fatalf("%+v: %v", s, err)
+			}
+			want := srv.requestHeads()[len(srv.requestHeads())-1]
+			asyncs := 0
+			for range 3 {
+				err, async := probeAsync(t, lean, testscale.D(10*time.Second))
+				if err != nil {
+					t.Fatalf("%+v: %v", s, err)
+				}
+				if async {
+					asyncs++
+				}
+				if heads := srv.requestHeads(); heads[len(heads)-1] != want {
+					t.Errorf("budget %d, %+v: asynchronous request\n%q\nnet/http request\n%q", budget, s, heads[len(heads)-1], want)
+				}
+			}
+			if asyncs < 2 {
+				t.Errorf("budget %d, %+v: %d of 3 probes asynchronous, want at least 2", budget, s, asyncs)
+			}
+		}
+	}
+}

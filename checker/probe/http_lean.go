@@ -45,21 +45,24 @@ import (
 // A fleet has one leanProber per target, so it keeps only what a probe
 // reads: the request's bytes, not the *http.Request and header map they
 // were formatted from (the slow path builds the little it needs, see
-// readRequest), and strings shared with the spec where they are equal.
+// readRequest), or for a plain request where its pieces are in the URL
+// (see http_request.go), and strings shared with the spec where they are
+// equal.
 type leanProber struct {
 	factory *Factory
 	addr    string  // host:port to dial, as net/http's canonicalAddr
-	req     []byte  // the request, as net/http writes it
+	req     []byte  // the request, as net/http writes it; nil when plain
 	head    bool    // a HEAD request (else GET): responses have no body
+	closed  bool    // guarded by mu (here in head's padding)
 	ip4     [4]byte // addr's IPv4 address and port, parsed once (in head's padding); port 0 when addr is none
 	port    uint16
 	urlText string      // the URL in errors, as net/http's client shows it
 	expect  *httpExpect // nil: any 2xx passes
 
-	mu     sync.Mutex // protects idle and closed
-	idle   *leanConn  // the kept connection, nil when none is idle; set with setIdle
-	closed bool
-	kept   atomic.Bool // idle != nil, for KeepsConn to read without mu
+	mu    sync.Mutex   // protects idle and closed
+	idle  *leanConn    // the kept connection, nil when none is idle; set with setIdle
+	kept  atomic.Bool  // idle != nil, for KeepsConn to read without mu
+	plain plainRequest // where a plain request's pieces are in urlText; zero when req holds it (in kept's padding)
 
 	async *asyncProbe // the probe ProbeAsync started, while it runs; guarded by the async loop's mutex
 
@@ -156,10 +159,14 @@ func newLeanProber(f *Factory, p *httpProber) *leanProber {
 	lp := &leanProber{
 		factory: f,
 		addr:    addr,
-		req:     bytes.Clone(buf.Bytes()), // not the buffer's spare capacity
 		head:    p.method == http.MethodHead,
 		urlText: urlText,
 		expect:  p.expect,
+	}
+	if pr, ok := splitPlain(urlText, lp.head, buf.Bytes()); ok {
+		lp.plain = pr
+	} else {
+		lp.req = bytes.Clone(buf.Bytes()) // not the buffer's spare capacity
 	}
 	if ap, err := netip.ParseAddrPort(addr); err == nil && ap.Addr().Is4() && ap.Port() != 0 {
 		lp.ip4, lp.port = ap.Addr().As4(), ap.Port()
@@ -477,7 +484,7 @@ func (p *leanProber) roundTrip(ctx context.Context, c *leanConn, written bool) (
 	}()
 
 	if !written {
-		if _, err := c.conn.Write(p.req); err != nil {
+		if _, err := c.conn.Write(p.request()); err != nil {
 			return nil, false, false, p.ioError(ctx, err)
 		}
 		c.readLimit = maxResponseHeaderBytes

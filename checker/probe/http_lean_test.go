@@ -270,21 +270,40 @@ func sameProbeError(t *testing.T, gotName string, got error, wantName string, wa
 	}
 }
 
+// leanRequestCases are specs whose requests the lean prober sends, and
+// whether each is plain: kept as pieces of its URL, not as bytes.
+func leanRequestCases(srv *rawServer) []struct {
+	spec  HTTPSpec
+	plain bool
+} {
+	addr := srv.ln.Addr().String()
+	return []struct {
+		spec  HTTPSpec
+		plain bool
+	}{
+		{HTTPSpec{URL: srv.url()}, false}, // net/http sends "/", which the URL does not hold
+		{HTTPSpec{URL: srv.url() + "/healthz"}, true},
+		{HTTPSpec{URL: srv.url() + "/healthz?full=1&x=%20y#frag", Method: "HEAD"}, true},
+		{HTTPSpec{URL: srv.url() + "/a%2Fb/ü"}, true}, // the URL the prober keeps is escaped, as sent
+		{HTTPSpec{URL: "HTTP://" + addr + "/Up"}, true},
+		{HTTPSpec{URL: srv.url() + "/a%2Fb/ü", Headers: map[string]string{"host": "svc.example:8080", "x-token": " s3cret\t", "X-Token": "two", "Accept": "*/*"}}, false},
+		{HTTPSpec{URL: srv.url() + "/x", Headers: map[string]string{"User-Agent": "lb-check", "Authorization": "Bearer x"}}, false},
+		{HTTPSpec{URL: "http://user:pa%20ss@" + addr + "/private"}, false},
+		{HTTPSpec{URL: "http://user@" + addr + "/private"}, false},
+	}
+}
+
 // TestHTTPLeanRequestBytes: the lean prober sends the bytes net/http sends
-// for the same spec.
+// for the same spec, whether it keeps them or their pieces in the URL.
 func TestHTTPLeanRequestBytes(t *testing.T) {
 	srv := newRawServer(t, reply("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
-	addr := srv.ln.Addr().String()
 	f := newTestFactory(t)
-	for _, s := range []HTTPSpec{
-		{URL: srv.url()},
-		{URL: srv.url() + "/healthz?full=1&x=%20y#frag", Method: "HEAD"},
-		{URL: srv.url() + "/a%2Fb/ü", Headers: map[string]string{"host": "svc.example:8080", "x-token": " s3cret\t", "X-Token": "two", "Accept": "*/*"}},
-		{URL: srv.url(), Headers: map[string]string{"User-Agent": "lb-check", "Authorization": "Bearer x"}},
-		{URL: "http://user:pa%20ss@" + addr + "/private"},
-		{URL: "http://user@" + addr + "/private"},
-	} {
+	for _, tt := range leanRequestCases(srv) {
+		s := tt.spec
 		lean, std := leanAndNetHTTP(t, f, &s)
+		if plain := lean.plain != (plainRequest{}); plain != tt.plain || plain == (lean.req != nil) {
+			t.Errorf("%+v: plain %v with %d bytes kept, want plain %v", s, plain, len(lean.req), tt.plain)
+		}
 		for _, p := range []Prober{std, lean} {
 			if err := p.Probe(timeoutCtx(t, 10*time.Second)); err != nil {
 				t.Fatalf("%+v: %v", s, err)
