@@ -26,6 +26,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/internal/pageout"
 )
 
 // FileName is the store's file inside the data dir.
@@ -123,6 +124,20 @@ func Open(dir string, lockWait time.Duration) (_ *Store, err error) {
 		return nil, &damagedError{path: path, cause: "initialise: " + err.Error()}
 	}
 	return &Store{db: db}, nil
+}
+
+// PageOut gives back the resident pages of the store's file that bbolt
+// has mapped (see pageout.Mapping): the pages registration read stay
+// resident though little reads them again. It returns the mapping's size.
+// A read transaction keeps bbolt from mapping the file anew meanwhile.
+func (s *Store) PageOut() (uint64, error) {
+	var n uint64
+	err := s.db.View(func(*bolt.Tx) error {
+		res, err := pageout.Mapping(s.db.Info().Data)
+		n = res.Bytes
+		return err
+	})
+	return n, err
 }
 
 // Close closes the file. It is idempotent.

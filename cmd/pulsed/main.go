@@ -113,7 +113,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.reprobe.FastInterval, "reprobe-fast-interval", checker.DefaultReprobeFastInterval, "interval of a target after a failed reprobe (see -reprobe-on-close), while it stays on its way down, unless its spec sets fast_interval; at most "+checker.MaxReprobeFastInterval.String())
 	fs.IntVar(&cfg.watchHistory, "watch-history", 10000, "events kept for WatchTransitions streams to resume from; a stream further behind is ended with RESOURCE_EXHAUSTED")
 	fs.DurationVar(&cfg.watchProgress, "watch-progress", 30*time.Second, "how long a WatchTransitions stream may stay idle before it gets a progress event with the current revision")
-	fs.DurationVar(&cfg.pageOutAfter, "page-out-after", 10*time.Second, fmt.Sprintf("this long after start, pulsed gives back the pages of its own binary that are resident, most of them touched only by its start-up (Linux 5.4 or later: madvise MADV_PAGEOUT), and again at twice, four times, ... that time, at most an hour apart, for what a later registration or reload touched once; the code it runs from then on is read back from the binary as it runs; 0 keeps them; at most %v", maxPageOutAfter))
+	fs.DurationVar(&cfg.pageOutAfter, "page-out-after", 10*time.Second, fmt.Sprintf("this long after start, pulsed gives back the pages of its own binary that are resident, most of them touched only by its start-up (Linux 5.4 or later: madvise MADV_PAGEOUT), and again at twice, four times, ... that time, at most an hour apart, for what a later registration or reload touched once; with them the pages of the data dir's store (pulse.db) that were read; the code it runs from then on is read back from the binary as it runs; 0 keeps them; at most %v", maxPageOutAfter))
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long to let calls in progress finish before closing them; past it and a grace of 5s, or at a second signal, pulsed exits at once with status 1")
 	fs.DurationVar(&cfg.livenessTimeout, "liveness-timeout", checker.DefaultLivenessTimeout, "how long a part of pulsed (scheduler, committer, a write to the store, the watch hub, each lock a write needs) may make no progress before pulsed is not live: /healthz answers 503 and grpc.health.v1 NOT_SERVING for pulsed itself")
 	fs.StringVar(&cfg.httpListen, "http-listen", "127.0.0.1:9090", "`address` to serve /metrics, the status page at /, /healthz and /readyz on (host:port; port 0 picks a free one; empty disables)")
@@ -432,7 +432,7 @@ func run(args []string, stderr io.Writer) error {
 	defer stopDNS()
 	c.Start()
 	logger.Info("pulsed listening", "addr", lis.Addr().String())
-	defer pageOutAfter(cfg.pageOutAfter, logger)()
+	defer pageOutAfter(cfg.pageOutAfter, logger, bolt)()
 
 	ctx := sigs.ctx
 	serveErr := make(chan error, 1)

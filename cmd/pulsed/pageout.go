@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/pulsehealth/pulse/checker/boltstore"
 	"github.com/pulsehealth/pulse/internal/pageout"
 )
 
@@ -25,10 +26,11 @@ func nextPageOut(elapsed time.Duration) time.Duration { return min(elapsed, page
 
 // pageOutAfter gives back the resident pages of pulsed's binary once d
 // has passed, and again on nextPageOut's schedule (see package pageout),
-// unless d is 0 or the returned stop is called first. stop waits for a
-// page-out in progress. The first page-out is logged at info, the later
-// ones at debug.
-func pageOutAfter(d time.Duration, logger *slog.Logger) (stop func()) {
+// unless d is 0 or the returned stop is called first; with them, those of
+// the store's file (nil: none), which registration read and little reads
+// again. stop waits for a page-out in progress. The first page-out is
+// logged at info, the later ones at debug.
+func pageOutAfter(d time.Duration, logger *slog.Logger, store *boltstore.Store) (stop func()) {
 	if d == 0 {
 		return func() {}
 	}
@@ -53,10 +55,18 @@ func pageOutAfter(d time.Duration, logger *slog.Logger) (stop func()) {
 			case err != nil:
 				logger.Warn("could not page out pulsed's binary", "err", err)
 			default:
+				attrs := []any{"mapped_bytes", res.Bytes}
+				if store != nil {
+					n, err := store.PageOut()
+					if err != nil {
+						logger.Warn("could not page out the store's file", "path", store.Path(), "err", err)
+					}
+					attrs = append(attrs, "store_mapped_bytes", n)
+				}
 				after, _ := pageout.ResidentFile(0)
-				logger.Log(context.Background(), level, "paged out pulsed's binary: the pages it uses from now on are read back as it runs (-page-out-after)",
-					"mapped_bytes", res.Bytes, "resident_file_bytes_before", before, "resident_file_bytes_after", after,
+				attrs = append(attrs, "resident_file_bytes_before", before, "resident_file_bytes_after", after,
 					"next_in", nextPageOut(elapsed).String())
+				logger.Log(context.Background(), level, "paged out pulsed's binary: the pages it uses from now on are read back as it runs (-page-out-after)", attrs...)
 			}
 			level = slog.LevelDebug
 			t.Reset(nextPageOut(elapsed))

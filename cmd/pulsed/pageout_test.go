@@ -57,6 +57,10 @@ func TestPageOutAfter(t *testing.T) {
 	if m == nil {
 		t.Fatalf("pulsed did not say it paged out its binary:\n%s", p.Logs())
 	}
+	// Its data dir's store (startPulsed gives it one) is paged out with it.
+	if !regexp.MustCompile(`paged out pulsed's binary.* store_mapped_bytes=[1-9]`).MatchString(p.Logs()) {
+		t.Errorf("the page-out does not name the store's mapping:\n%s", p.Logs())
+	}
 	before, _ := strconv.ParseUint(m[1], 10, 64)
 	now, ok := pageout.ResidentFile(p.PID())
 	if !ok {

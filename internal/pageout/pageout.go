@@ -1,5 +1,5 @@
 // Package pageout gives back the resident pages of the running program's
-// own binary.
+// own binary, or of a file it maps to read (Mapping).
 //
 // A Go program's start-up touches pages all over its binary: every
 // package's initialisation, the registration of every generated

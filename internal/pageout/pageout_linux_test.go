@@ -28,6 +28,35 @@ c000000000-c004000000 rw-p 00000000 00:00 0
 	}
 }
 
+// fileSpanAt finds the read-only file mapping that holds an address, and
+// nothing for a writable, anonymous or unmapped one.
+func TestFileSpanAt(t *testing.T) {
+	maps := `00400000-010a6000 r-xp 00000000 fd:01 1234 /opt/pulse/pulsed
+7f0000000000-7f0000400000 r--s 00000000 fd:01 77 /var/lib/pulse/pulse db
+7f0000400000-7f0000401000 rw-s 00000000 fd:01 78 /var/lib/pulse/other.db
+7f0000401000-7f0000402000 r--p 00000000 00:00 0 
+7ffd00000000-7ffd00021000 r--p 00000000 00:00 0                          [vvar]
+`
+	for _, tt := range []struct {
+		addr uintptr
+		want span
+		ok   bool
+	}{
+		{0x7f0000000000, span{0x7f0000000000, 0x7f0000400000}, true},
+		{0x7f00003fffff, span{0x7f0000000000, 0x7f0000400000}, true},
+		{0x500000, span{0x400000, 0x10a6000}, true},
+		{0x7f0000400000, span{}, false}, // writable
+		{0x7f0000401800, span{}, false}, // anonymous
+		{0x7ffd00000010, span{}, false}, // no file
+		{0x10a6000, span{}, false},      // past the end
+	} {
+		got, ok := fileSpanAt([]byte(maps), tt.addr)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("fileSpanAt(%#x) = %#x, %v; want %#x, %v", tt.addr, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
 // Binary gives back the test binary's pages: what of them is resident
 // falls.
 func TestBinary(t *testing.T) {
