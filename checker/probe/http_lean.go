@@ -490,10 +490,13 @@ func (p *leanProber) roundTrip(ctx context.Context, c *leanConn, written bool) (
 		c.readLimit = maxResponseHeaderBytes
 	}
 	c.reader() // slowResponse, brokenHead and readBody read through c.br too
+	// Once an informational response came, the answer has begun: its end
+	// is a broken head, not a connection that failed before any answer.
+	answered := false
 	for {
 		head, complete, n, err := peekHead(c.br)
 		if err != nil {
-			if n == 0 && c.readLimit > 0 {
+			if n == 0 && !answered && c.readLimit > 0 {
 				if errors.Is(err, io.EOF) {
 					return nil, false, false, p.urlError(io.EOF)
 				}
@@ -508,6 +511,7 @@ func (p *leanProber) roundTrip(ctx context.Context, c *leanConn, written bool) (
 		}
 		if resp.code >= 100 && resp.code <= 199 && resp.code != http.StatusSwitchingProtocols {
 			_, _ = c.br.Discard(len(head))
+			answered = true
 			continue // informational: the final response follows
 		}
 		values := p.headerValues(head)
@@ -555,10 +559,7 @@ func (p *leanProber) slowResponse(ctx context.Context, c *leanConn) (verdict err
 
 // brokenHead returns the error for a response head cut short by err
 // after some bytes of it arrived: what http.ReadResponse makes of those
-// bytes followed by err, as net/http reads them. Bytes that cannot begin a
-// status line at all (a server speaking another protocol, such as a gRPC
-// server's HTTP/2 settings) make a malformed response, as they do in
-// net/http whenever the line they start has ended.
+// bytes followed by err, as net/http reads them.
 func (p *leanProber) brokenHead(ctx context.Context, c *leanConn, err error) error {
 	got, _ := c.br.Peek(c.br.Buffered())
 	got = bytes.Clone(got)
@@ -566,10 +567,6 @@ func (p *leanProber) brokenHead(ctx context.Context, c *leanConn, err error) err
 	_, rerr := http.ReadResponse(replay, p.readRequest())
 	if rerr == nil {
 		rerr = io.ErrUnexpectedEOF // not reached: the head had no end
-	}
-	if ctxError(ctx, rerr) == nil && c.readLimit > 0 && !mayStartStatusLine(got) {
-		line, _, _ := bytes.Cut(got, []byte("\n"))
-		rerr = fmt.Errorf("malformed HTTP response %q", bytes.TrimSuffix(line, []byte("\r")))
 	}
 	return p.readError(ctx, c, rerr)
 }

@@ -10,13 +10,6 @@ import (
 // header), the chunked body's trailer, and the header values the fast path
 // accepts. What it does not take, net/http parses (see parseHead).
 
-// mayStartStatusLine reports whether b could be the start of an HTTP/1
-// status line.
-func mayStartStatusLine(b []byte) bool {
-	n := min(len(b), len("HTTP/"))
-	return string(b[:n]) == "HTTP/"[:n]
-}
-
 // readTrailer reads the trailer section after a chunked body, through its
 // final blank line, and reports whether it was read whole.
 func readTrailer(br *bufio.Reader) bool {

@@ -30,7 +30,7 @@ type rawServer struct {
 	wg       sync.WaitGroup
 }
 
-func newRawServer(t *testing.T, answer func(c net.Conn) bool) *rawServer {
+func newRawServer(t testing.TB, answer func(c net.Conn) bool) *rawServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -198,6 +198,8 @@ var leanAnswerCases = func() []leanAnswerCase {
 		{name: "body held open", holds: true, answer: replyAndHold("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nab")},
 		{name: "head cut short", answer: replyAndClose("HTTP/1.1 200 OK\r\nX-A: 1")},
 		{name: "head held open", holds: true, answer: replyAndHold("HTTP/1.1 200 OK\r\nX-A: 1")},
+		{name: "100 then close", answer: replyAndClose("HTTP/1.1 100 Continue\r\n\r\n")},
+		{name: "space and short code then close", answer: replyAndClose(" 0")},
 		{name: "nothing", answer: replyAndClose("")},
 		{name: "reset", answer: replyAndReset("")},
 		{name: "silence", holds: true, answer: replyAndHold("")},
