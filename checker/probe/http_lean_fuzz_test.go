@@ -4,6 +4,7 @@ package probe
 
 import (
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,10 +14,12 @@ import (
 
 // FuzzLeanAnswer holds the lean prober's contract (TestHTTPLeanMatchesNetHTTP,
 // TestHTTPAsyncMatchesProbe) for any bytes a target answers before it
-// closes the connection: the lean prober, blocking and asynchronous (on a
-// connection of its own, as past the kept-connection budget), passes or
-// fails as the net/http prober does, with the same error text, Describe,
-// errors.Is answers and StatusError.
+// closes the connection: the lean prober, blocking and asynchronous,
+// passes or fails as the net/http prober does, with the same error text,
+// Describe, errors.Is answers and StatusError. The answer comes whole or
+// in two writes (split), on a new connection or (reuse) on one that
+// already served a probe, where a connection that ends before any byte of
+// an answer is retried on a new one.
 func FuzzLeanAnswer(f *testing.F) {
 	for _, s := range []string{
 		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
@@ -49,10 +52,11 @@ func FuzzLeanAnswer(f *testing.F) {
 		"garbage\r\n\r\n",
 		"",
 	} {
-		f.Add([]byte(s), false, uint16(0))
+		f.Add([]byte(s), false, uint16(0), uint16(0), false)
+		f.Add([]byte(s), false, uint16(0), uint16(len(s)/2), true)
 	}
-	f.Add([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"), true, uint16(0))
-	f.Add([]byte("HTTP/1.1 503 No\r\nContent-Length: 0\r\n\r\n"), false, uint16(503))
+	f.Add([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"), true, uint16(0), uint16(20), false)
+	f.Add([]byte("HTTP/1.1 503 No\r\nContent-Length: 0\r\n\r\n"), false, uint16(503), uint16(0), true)
 
 	kept := NewFactory()
 	dialled := NewFactoryWith(FactoryOptions{MaxIdleConns: -1})
@@ -60,12 +64,32 @@ func FuzzLeanAnswer(f *testing.F) {
 	// One server for every input, answering the input at hand: a server
 	// an input would take a port each, held for a minute (TIME_WAIT) once
 	// it closes its connections.
-	var answer atomic.Pointer[string]
-	srv := newRawServer(f, func(c net.Conn) bool { return replyAndClose(*answer.Load())(c) })
+	type input struct {
+		answer string
+		split  int  // the first write's length, when within the answer
+		reuse  bool // the first request of a connection is answered 200
+	}
+	var in atomic.Pointer[input]
+	var served sync.Map // connections that answered their first request
+	srv := newRawServer(f, func(c net.Conn) bool {
+		in := in.Load()
+		if _, again := served.LoadOrStore(c, true); in.reuse && !again {
+			return reply("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")(c) // no body: right for HEAD too
+		}
+		if in.split > 0 && in.split < len(in.answer) {
+			if _, err := c.Write([]byte(in.answer[:in.split])); err != nil {
+				return false
+			}
+			time.Sleep(time.Millisecond) // so that the prober reads the first write alone
+			c.Write([]byte(in.answer[in.split:]))
+			return false
+		}
+		return replyAndClose(in.answer)(c)
+	})
 	timeout := testscale.D(10 * time.Second)
-	f.Fuzz(func(t *testing.T, b []byte, head bool, expected uint16) {
-		a := string(b)
-		answer.Store(&a)
+	f.Fuzz(func(t *testing.T, b []byte, head bool, expected, split uint16, reuse bool) {
+		served.Clear()
+		in.Store(&input{answer: string(b), split: int(split), reuse: reuse})
 		s := &HTTPSpec{URL: srv.url() + "/healthz"}
 		if head {
 			s.Method = "HEAD"
@@ -76,15 +100,25 @@ func FuzzLeanAnswer(f *testing.F) {
 		if (Spec{HTTP: s}).Validate() != nil {
 			t.Skip("an expected status the spec refuses")
 		}
+		probe := func(p Prober) error { return probeWithin(t, timeoutCtx(t, timeout), p) }
 		lean, std := leanAndNetHTTP(t, kept, s)
+		asyncFactory := dialled
+		if reuse {
+			asyncFactory = kept
+		}
+		async, _ := leanAndNetHTTP(t, asyncFactory, s)
 		// The net/http prober's connection of the input before must not
 		// serve this one: it may hold bytes of its answer.
 		kept.client.CloseIdleConnections()
-		want := probeWithin(t, timeoutCtx(t, timeout), std)
-		sameProbeError(t, "lean", probeWithin(t, timeoutCtx(t, timeout), lean), "net/http", want)
-
-		async, _ := leanAndNetHTTP(t, dialled, s)
-		got, _ := probeAsync(t, async, timeout)
+		if reuse { // results do not matter: each keeps its connection
+			_, _, _ = probe(std), probe(lean), probe(async)
+		}
+		want := probe(std)
+		sameProbeError(t, "lean", probe(lean), "net/http", want)
+		got, wasAsync := probeAsync(t, async, timeout)
+		if reuse && !wasAsync {
+			t.Errorf("ProbeAsync declined the probe on the kept connection")
+		}
 		sameProbeError(t, "async", got, "net/http", want)
 	})
 }
