@@ -5,6 +5,7 @@ package probe
 import (
 	"container/heap"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -472,7 +473,7 @@ func (l *asyncLoop) answerLocked(ap *asyncProbe) (end asyncEnd, over bool) {
 	}
 	l.endLocked(ap)
 	if p.expect == nil {
-		return asyncEnd{ap: ap, keep: keep, err: p.statusResult(resp.code, nil)}, true
+		return asyncEnd{ap: ap, keep: keep, err: p.verdict(resp.code, nil, nil, nil)}, true
 	}
 	// Checked here, on the loop: copying is needless, the buffer stays
 	// ap's until finish.
@@ -609,10 +610,8 @@ func (l *asyncLoop) expire() {
 		ap := l.waiting[0]
 		l.endLocked(ap)
 		err := ap.p.urlError(context.DeadlineExceeded)
-		if resp, _, _, ok := ap.head(); ok {
-			// The head arrived, the body did not: Probe's result too,
-			// once reading the body ran into the deadline.
-			err = ap.p.statusResult(resp.code, err)
+		if resp, body, _, ok := ap.head(); ok {
+			err = ap.p.bodyTimedOut(resp.code, ap.buf[:ap.n-int(body)])
 		}
 		if ap.writing {
 			ap.endErr = err // ProbeAsync delivers it once written
@@ -625,6 +624,22 @@ func (l *asyncLoop) expire() {
 	}
 	l.mu.Unlock()
 	l.finish(ends)
+}
+
+// bodyTimedOut is the result of a probe whose head arrived, with code,
+// and whose body did not by its deadline: Probe's, once reading the body
+// ran into the deadline. A probe that checks the body fails; one that
+// checks only the status or the header has its verdict.
+func (p *leanProber) bodyTimedOut(code int, head []byte) error {
+	var values func(string) []string
+	if p.expect != nil && len(p.expect.headers) > 0 {
+		values = headValues(head)
+	}
+	var bodyErr error
+	if p.expect.readsBody() {
+		bodyErr = fmt.Errorf("reading the body: %w", context.DeadlineExceeded)
+	}
+	return p.verdict(code, values, nil, bodyErr)
 }
 
 // close ends every probe in flight with a cancellation and stops the

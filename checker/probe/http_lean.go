@@ -365,19 +365,6 @@ func (p *leanProber) probeOn(ctx context.Context, c *leanConn, written, reused b
 	}
 }
 
-// statusResult is a probe's result for the final status code of its
-// answer, when its expectations read neither head nor body (or the body
-// never came: then a status that passes leaves the timeout, err).
-func (p *leanProber) statusResult(code int, err error) error {
-	if !p.expect.statusPasses(code) {
-		return &StatusError{Code: code}
-	}
-	if p.expect != nil && (p.expect.readsBody() || len(p.expect.headers) > 0) {
-		return err
-	}
-	return nil
-}
-
 // verdict is a probe's result for an answer: its final status code, its
 // header's values (nil when no expectation reads them), what was read of
 // its body (when an expectation reads it) and the error that cut the body
@@ -520,7 +507,7 @@ func (p *leanProber) roundTrip(ctx context.Context, c *leanConn, written bool) (
 		sink := newBodySink(p.expect)
 		keep, bodyErr := p.readBody(c, resp, sink)
 		if bodyErr != nil {
-			bodyErr = p.ioError(ctx, bodyErr)
+			bodyErr = bodyError(ctx, bodyErr)
 		}
 		return p.verdict(resp.code, values, sink.bytes(), bodyErr), keep, true, nil
 	}
@@ -552,7 +539,7 @@ func (p *leanProber) slowResponse(ctx context.Context, c *leanConn) (verdict err
 	keep = err == nil && n <= bodyCap && !resp.Close && resp.StatusCode >= 200
 	var bodyErr error
 	if err != nil && sink != nil && len(sink.buf) < sink.limit {
-		bodyErr = p.ioError(ctx, err)
+		bodyErr = bodyError(ctx, err)
 	}
 	return p.verdict(resp.StatusCode, resp.Header.Values, sink.bytes(), bodyErr), keep, nil
 }
@@ -585,6 +572,15 @@ func (p *leanProber) readError(ctx context.Context, c *leanConn, err error) erro
 		return p.urlError(fmt.Errorf("net/http: server response headers exceeded %d bytes; aborted", maxResponseHeaderBytes))
 	}
 	return p.urlError(fmt.Errorf("net/http: HTTP/1.x transport connection broken: %w", err))
+}
+
+// bodyError turns an error reading the body, which fails a probe that
+// checks the body, into the net/http prober's.
+func bodyError(ctx context.Context, err error) error {
+	if cerr := ctxError(ctx, err); cerr != nil {
+		err = cerr
+	}
+	return withContext(ctx, fmt.Errorf("reading the body: %w", err))
 }
 
 // ioError turns an error writing the request, or reading before any byte

@@ -19,7 +19,9 @@ import (
 // Describe, errors.Is answers and StatusError. The answer comes whole or
 // in two writes (split), on a new connection or (reuse) on one that
 // already served a probe, where a connection that ends before any byte of
-// an answer is retried on a new one.
+// an answer is retried on a new one. The probe may check the body
+// (contains, within limit bytes) and a header (X-A against headerRegex),
+// which the epoll loop does itself for a small answer.
 func FuzzLeanAnswer(f *testing.F) {
 	for _, s := range []string{
 		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
@@ -52,11 +54,17 @@ func FuzzLeanAnswer(f *testing.F) {
 		"garbage\r\n\r\n",
 		"",
 	} {
-		f.Add([]byte(s), false, uint16(0), uint16(0), false)
-		f.Add([]byte(s), false, uint16(0), uint16(len(s)/2), true)
+		f.Add([]byte(s), false, uint16(0), uint16(0), false, "", uint16(0), "")
+		f.Add([]byte(s), false, uint16(0), uint16(len(s)/2), true, "", uint16(0), "")
+		f.Add([]byte(s), false, uint16(0), uint16(0), false, "ok", uint16(1), "^1$")
 	}
-	f.Add([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"), true, uint16(0), uint16(20), false)
-	f.Add([]byte("HTTP/1.1 503 No\r\nContent-Length: 0\r\n\r\n"), false, uint16(503), uint16(0), true)
+	f.Add([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"), true, uint16(0), uint16(20), false, "", uint16(0), "")
+	f.Add([]byte("HTTP/1.1 503 No\r\nContent-Length: 0\r\n\r\n"), false, uint16(503), uint16(0), true, "", uint16(0), "")
+	ready := "HTTP/1.1 200 OK\r\nX-A: v1\r\nx-a: v2\r\nContent-Length: 5\r\n\r\nready"
+	f.Add([]byte(ready), false, uint16(0), uint16(0), false, "ready", uint16(0), "^v2$")
+	f.Add([]byte(ready), false, uint16(0), uint16(40), true, "rea", uint16(3), "v[0-9]")
+	f.Add([]byte(ready), false, uint16(0), uint16(0), false, "dy", uint16(4), "^v3$")
+	f.Add([]byte("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nre\r\n3\r\nady\r\n0\r\n\r\n"), false, uint16(0), uint16(0), false, "ready", uint16(0), "")
 
 	kept := NewFactory()
 	dialled := NewFactoryWith(FactoryOptions{MaxIdleConns: -1})
@@ -87,7 +95,7 @@ func FuzzLeanAnswer(f *testing.F) {
 		return replyAndClose(in.answer)(c)
 	})
 	timeout := testscale.D(10 * time.Second)
-	f.Fuzz(func(t *testing.T, b []byte, head bool, expected, split uint16, reuse bool) {
+	f.Fuzz(func(t *testing.T, b []byte, head bool, expected, split uint16, reuse bool, contains string, limit uint16, headerRegex string) {
 		served.Clear()
 		in.Store(&input{answer: string(b), split: int(split), reuse: reuse})
 		s := &HTTPSpec{URL: srv.url() + "/healthz"}
@@ -97,8 +105,12 @@ func FuzzLeanAnswer(f *testing.F) {
 		if expected != 0 {
 			s.ExpectedStatus = []int{int(expected)}
 		}
+		s.BodyContains, s.BodyLimit = contains, int(limit)
+		if headerRegex != "" {
+			s.HeaderMatches = []HeaderMatch{{Name: "X-A", Regex: headerRegex}}
+		}
 		if (Spec{HTTP: s}).Validate() != nil {
-			t.Skip("an expected status the spec refuses")
+			t.Skip("a spec Validate refuses")
 		}
 		probe := func(p Prober) error { return probeWithin(t, timeoutCtx(t, timeout), p) }
 		lean, std := leanAndNetHTTP(t, kept, s)
