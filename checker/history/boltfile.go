@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"runtime/debug"
 	"time"
 
@@ -287,6 +288,20 @@ func floorDiv(a, b int64) int64 {
 func (st *boltStore) putEvents(tb *bolt.Bucket, evs []Event, maxEvents int) error {
 	for _, ev := range evs {
 		st.seq++
+		// The numbers start again with each Open: an event must neither
+		// replace nor sort before one the file keeps at the same instant.
+		last := eventKey(nil, ev.Time, math.MaxUint32)
+		c := tb.Cursor() // a Put may move what a cursor points at
+		k, _ := c.Seek(last)
+		switch {
+		case k == nil:
+			k, _ = c.Last()
+		case !bytes.Equal(k, last):
+			k, _ = c.Prev()
+		}
+		if len(k) == eventKeyLen && bytes.Equal(k[:eventKeyLen-4], last[:eventKeyLen-4]) {
+			st.seq = max(st.seq, binary.BigEndian.Uint32(k[eventKeyLen-4:])+1)
+		}
 		if err := tb.Put(eventKey(nil, ev.Time, st.seq), encodeEvent(&ev)); err != nil {
 			return err
 		}

@@ -284,6 +284,34 @@ func TestEventsKeptBoundedInTheFile(t *testing.T) {
 	}
 }
 
+// Events of one target at one instant, written before and after a
+// restart, are all kept, in the order they came: the numbers that tell
+// them apart start again with each Open.
+func TestEventsAtOneInstantAcrossRestarts(t *testing.T) {
+	db := openDB(t, filepath.Join(t.TempDir(), "history.db"))
+	defer db.Close()
+	clock := fakeclock.New(t0.Add(time.Hour))
+	at := t0.Add(time.Minute)
+	for i := range 3 {
+		r := openRecorder(t, db, history.Options{Clock: clock})
+		r.ObserveTransition(checker.Transition{Target: "a", Group: "g", Time: at, Reason: fmt.Sprint("r", i)})
+		if err := r.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := openRecorder(t, db, history.Options{Clock: clock}).Query("a", t0.Add(time.Hour), 2*time.Hour, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reasons []string
+	for _, ev := range s.Events {
+		reasons = append(reasons, ev.Reason)
+	}
+	if !slices.Equal(reasons, []string{"r0", "r1", "r2"}) {
+		t.Fatalf("events kept: %q, want r0, r1, r2", reasons)
+	}
+}
+
 // TestMemoryPerTarget holds the goal: at most 1 KiB of memory per probed
 // target, its history in a file or in memory, between two Flushes.
 func TestMemoryPerTarget(t *testing.T) {
