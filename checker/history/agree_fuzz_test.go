@@ -166,3 +166,104 @@ func summaryDiff(got history.Summary, gerr error, want history.Summary, werr err
 	}
 	return ""
 }
+
+// FuzzHistoryCounts checks the counts the history answers against every
+// probe it was given, over any sequence of probes of two targets (some
+// ending late, in an earlier minute, hour or day), the clock moving on
+// and flushes: each minute of the last 22 hours and each hour of the
+// last 28 days holds the probes and failures that ended in it, in memory
+// and in the file alike. (The edges of what is kept, 24 hours of minutes
+// and 30 days of hours, move with the hourly prune and are left out.)
+func FuzzHistoryCounts(f *testing.F) {
+	f.Add([]byte{0, 0, 1, 0, 1, 4, 1, 10, 2, 0, 1, 2, 1, 200, 0, 0, 0, 3, 2, 0, 2, 4})
+	f.Add([]byte{0, 1, 2, 2, 1, 255, 0, 0, 1, 4, 2, 1, 3, 0, 1, 0, 2, 1, 1, 2})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		if len(ops) > 300 {
+			t.Skip("long sequences add little and take long")
+		}
+		db, err := bolt.Open(filepath.Join(t.TempDir(), "history.db"), 0o600, &bolt.Options{Timeout: time.Second, NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		clock := fakeclock.New(t0)
+		o := history.Options{Clock: clock}
+		recorders := map[string]*history.Recorder{"memory": history.New(o), "file": openRecorder(t, db, o)}
+		next := func() int {
+			if len(ops) == 0 {
+				return 0
+			}
+			b := ops[0]
+			ops = ops[1:]
+			return int(b)
+		}
+		type count struct{ probes, fails uint64 }
+		minutes := map[string]map[int64]count{"a": {}, "b": {}} // by minute since 1970
+		lateness := []time.Duration{0, 20 * time.Second, 50 * time.Minute, 3 * time.Hour, 26 * time.Hour}
+		for len(ops) > 0 {
+			switch next() % 3 {
+			case 0:
+				name, v, late := []string{"a", "b"}[next()%2], next(), lateness[next()%len(lateness)]
+				at := clock.Now().Add(-late)
+				if at.Before(t0) {
+					at = t0 // nothing before the recorders started
+				}
+				pass := v%3 != 0
+				for _, r := range recorders {
+					probe(r, name, at, pass, time.Duration(v)*time.Millisecond)
+				}
+				c := minutes[name][at.Unix()/60]
+				c.probes++
+				if !pass {
+					c.fails++
+				}
+				minutes[name][at.Unix()/60] = c
+			case 1:
+				clock.Advance(time.Duration(next()+1) * 7 * time.Minute)
+			case 2:
+				for _, r := range recorders {
+					if err := r.Flush(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		now := clock.Now()
+		nowMin := now.Unix() / 60
+		for where, r := range recorders {
+			for name, byMinute := range minutes {
+				if len(byMinute) == 0 {
+					continue
+				}
+				s, err := r.Query(name, now, 24*time.Hour, time.Minute)
+				if err != nil {
+					t.Fatalf("%s: %s by the minute: %v", where, name, err)
+				}
+				for _, p := range s.Points {
+					m := p.Start.Unix() / 60
+					if want := byMinute[m]; m > nowMin-22*60 && (p.Probes != want.probes || p.Fails != want.fails) {
+						t.Fatalf("%s: %s's minute %v: %d probes, %d failed; want %d, %d", where, name, p.Start, p.Probes, p.Fails, want.probes, want.fails)
+					}
+				}
+				s, err = r.Query(name, now, history.HourSlots*time.Hour, time.Hour)
+				if err != nil {
+					t.Fatalf("%s: %s by the hour: %v", where, name, err)
+				}
+				for _, p := range s.Points {
+					h := p.Start.Unix() / 3600
+					if h <= now.Unix()/3600-28*24 {
+						continue
+					}
+					var want count
+					for m := h * 60; m < (h+1)*60; m++ {
+						want.probes += byMinute[m].probes
+						want.fails += byMinute[m].fails
+					}
+					if p.Probes != want.probes || p.Fails != want.fails {
+						t.Fatalf("%s: %s's hour %v: %d probes, %d failed; want %d, %d", where, name, p.Start, p.Probes, p.Fails, want.probes, want.fails)
+					}
+				}
+			}
+		}
+	})
+}
