@@ -4,6 +4,7 @@ package probe
 
 import (
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -65,6 +66,14 @@ func FuzzLeanAnswer(f *testing.F) {
 	f.Add([]byte(ready), false, uint16(0), uint16(40), true, "rea", uint16(3), "v[0-9]")
 	f.Add([]byte(ready), false, uint16(0), uint16(0), false, "dy", uint16(4), "^v3$")
 	f.Add([]byte("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nre\r\n3\r\nady\r\n0\r\n\r\n"), false, uint16(0), uint16(0), false, "ready", uint16(0), "")
+	// Over the read buffer: a long head, a body past the body checks' limit.
+	long := "HTTP/1.1 200 OK\r\nX-A: 1\r\nX-Pad: " + strings.Repeat("p", 1100) + "\r\nContent-Length: 5\r\n\r\nready"
+	f.Add([]byte(long), false, uint16(0), uint16(600), false, "ready", uint16(0), "^1$")
+	f.Add([]byte(long), false, uint16(0), uint16(0), true, "", uint16(0), "")
+	big := "HTTP/1.1 200 OK\r\nContent-Length: 3000\r\n\r\n" + strings.Repeat("b", 2995) + "ready"
+	f.Add([]byte(big), false, uint16(0), uint16(1500), false, "ready", uint16(2000), "")
+	f.Add([]byte(big), false, uint16(0), uint16(0), true, "bbb", uint16(3), "")
+	f.Add([]byte(ready), false, uint16(0), uint16(0), false, "dy", uint16(4), "")
 
 	kept := NewFactory()
 	dialled := NewFactoryWith(FactoryOptions{MaxIdleConns: -1})
