@@ -29,27 +29,17 @@ func FuzzMemoryAndFileAgree(f *testing.F) {
 		if len(ops) > 200 {
 			t.Skip("long sequences add little and take long")
 		}
-		db, err := bolt.Open(filepath.Join(t.TempDir(), "history.db"), 0o600, &bolt.Options{Timeout: time.Second, NoSync: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer db.Close()
+		db := unsyncedDB(t)
 		clock := fakeclock.New(t0)
 		started := t0 // the file's recorder's last start
 		o := history.Options{MaxEvents: 3, Clock: clock}
 		mem := history.New(o)
 		file := openRecorder(t, db, o)
-		next := func() int {
-			if len(ops) == 0 {
-				return 0
-			}
-			b := ops[0]
-			ops = ops[1:]
-			return int(b)
-		}
+		in := &opBytes{ops}
+		next := in.next
 		names := []string{"a", "b", "c"}
 		lateness := []time.Duration{0, 30 * time.Second, 50 * time.Minute, 3 * time.Hour, 26 * time.Hour}
-		for step := 0; len(ops) > 0; step++ {
+		for step := 0; in.more(); step++ {
 			var what string
 			switch op := next() % 7; op {
 			case 0:
@@ -122,6 +112,35 @@ func FuzzMemoryAndFileAgree(f *testing.F) {
 	})
 }
 
+// unsyncedDB opens a history file in t's temporary directory, closed when
+// t ends, that commits without syncing to disk: a fuzz target opens
+// thousands.
+func unsyncedDB(t *testing.T) *bolt.DB {
+	t.Helper()
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "history.db"), 0o600, &bolt.Options{Timeout: time.Second, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// opBytes hands out a fuzz input's bytes one at a time: what to do next
+// and its arguments.
+type opBytes struct{ b []byte }
+
+// next returns the next byte, or 0 once they are spent.
+func (o *opBytes) next() int {
+	if len(o.b) == 0 {
+		return 0
+	}
+	b := o.b[0]
+	o.b = o.b[1:]
+	return int(b)
+}
+
+func (o *opBytes) more() bool { return len(o.b) > 0 }
+
 // sameAnswers fails t unless mem and file answer every query at now alike.
 func sameAnswers(t *testing.T, after string, mem, file *history.Recorder, now time.Time) {
 	t.Helper()
@@ -181,26 +200,16 @@ func FuzzHistoryCounts(f *testing.F) {
 		if len(ops) > 300 {
 			t.Skip("long sequences add little and take long")
 		}
-		db, err := bolt.Open(filepath.Join(t.TempDir(), "history.db"), 0o600, &bolt.Options{Timeout: time.Second, NoSync: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer db.Close()
+		db := unsyncedDB(t)
 		clock := fakeclock.New(t0)
 		o := history.Options{Clock: clock}
 		recorders := map[string]*history.Recorder{"memory": history.New(o), "file": openRecorder(t, db, o)}
-		next := func() int {
-			if len(ops) == 0 {
-				return 0
-			}
-			b := ops[0]
-			ops = ops[1:]
-			return int(b)
-		}
+		in := &opBytes{ops}
+		next := in.next
 		type count struct{ probes, fails uint64 }
 		minutes := map[string]map[int64]count{"a": {}, "b": {}} // by minute since 1970
 		lateness := []time.Duration{0, 20 * time.Second, 50 * time.Minute, 3 * time.Hour, 26 * time.Hour}
-		for len(ops) > 0 {
+		for in.more() {
 			switch next() % 3 {
 			case 0:
 				name, v, late := []string{"a", "b"}[next()%2], next(), lateness[next()%len(lateness)]
