@@ -70,6 +70,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pulsehealth/pulse/checker/liveness"
 	"github.com/pulsehealth/pulse/checker/probe"
 )
 
@@ -79,8 +80,8 @@ import (
 type Checker struct {
 	clock     Clock
 	defaults  Defaults
-	factory   *probe.Factory // owned, closed on Close; nil if NewProber was given
-	wmu       writeLock      // serialises spec and policy writes (to the store, if any); watched (liveness.go)
+	factory   *probe.Factory     // owned, closed on Close; nil if NewProber was given
+	wmu       liveness.WriteLock // serialises spec and policy writes (to the store, if any); watched (package liveness)
 	reg       *registry
 	sched     *scheduler
 	commit    *committer   // nil without a store
@@ -128,7 +129,7 @@ func New(cfg Config) (*Checker, error) {
 		return nil, err
 	}
 	c := &Checker{clock: clock, defaults: defaults, reg: reg, sched: sched}
-	c.wmu.init(clock)
+	c.wmu.Init(clock.Now)
 	newProber := cfg.NewProber
 	if newProber == nil {
 		c.factory = probe.NewFactory()

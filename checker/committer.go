@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/pulsehealth/pulse/checker/liveness"
 )
 
 // committer stores the registry's state changes and only then publishes
@@ -22,7 +24,7 @@ type committer struct {
 	hub    *hub
 	clock  Clock
 	logger *slog.Logger
-	stamp  progress // see liveness.go
+	stamp  liveness.Stamp // see package liveness
 	// after is the backoff's timer: time.After. The backoff is on the
 	// wall's time, not the Clock's: a store that fails is retried while a
 	// test's fake clock stands still.
@@ -60,7 +62,7 @@ func newCommitter(store Store, h *hub, clock Clock, logger *slog.Logger, after f
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
-	c.stamp.base = clock.Now()
+	c.stamp.Start(clock.Now())
 	go c.run()
 	return c
 }
@@ -80,19 +82,19 @@ func (c *committer) queue(e Event) {
 // run stores and publishes what is queued until close.
 func (c *committer) run() {
 	defer close(c.done)
-	defer c.stamp.set(time.Time{})
+	defer c.stamp.Set(time.Time{})
 	backoff := committerMinBackoff
 	for {
-		c.stamp.set(time.Time{}) // idle: see liveness.go
+		c.stamp.Set(time.Time{}) // idle: see package liveness
 		select {
 		case <-c.wake:
 		case <-c.stop:
 			c.commitOnce() // flush what the last probes queued
 			return
 		}
-		c.stamp.set(c.clock.Now())
+		c.stamp.Set(c.clock.Now())
 		for c.commitOnce() != nil {
-			c.stamp.set(c.clock.Now().Add(backoff)) // due again after the backoff
+			c.stamp.Set(c.clock.Now().Add(backoff)) // due again after the backoff
 			select {
 			case <-c.after(backoff):
 				backoff = min(2*backoff, committerMaxBackoff)
@@ -150,7 +152,7 @@ func (c *committer) commitOnce() error {
 }
 
 // progress returns the committer's progress stamp, for a Watchdog.
-func (c *committer) progress() *progress { return &c.stamp }
+func (c *committer) progress() *liveness.Stamp { return &c.stamp }
 
 // err returns the last error storing state changes, or nil once a commit
 // succeeded again.

@@ -79,10 +79,7 @@ func (c *committer) Close() { c.close() }
 
 // Due returns when the committer was due to make progress; ok is false
 // while it owes none.
-func (c *committer) Due() (due time.Time, ok bool) {
-	ns := c.stamp.due.Load()
-	return c.stamp.base.Add(time.Duration(ns - 1)), ns != 0
-}
+func (c *committer) Due() (due time.Time, ok bool) { return c.stamp.Due() }
 
 // GroupWritesIdle reports whether the checker's group writer has no group
 // marked nor a write in flight (always, without group guards).
@@ -114,13 +111,11 @@ func (c *Checker) SchedulerAtRest() bool {
 	if busy {
 		return false
 	}
-	stamp := func(at time.Time) int64 { return max(int64(at.Sub(s.stamp.base)), 0) + 1 } // see progress.set
-	armed := s.stamp.due.Load()
+	armed, ok := s.stamp.Due()
 	if len(s.due) == 0 {
-		return armed == 0
+		return !ok
 	}
-	head := stamp(time.Unix(0, s.due[0].startNs))
-	return armed > stamp(s.clock.Now()) && armed <= head
+	return ok && armed.After(s.clock.Now()) && !armed.After(time.Unix(0, s.due[0].startNs))
 }
 
 // Workers returns how many probe workers run, and how many of them wait

@@ -1,6 +1,10 @@
 package checker
 
-import "time"
+import (
+	"time"
+
+	"github.com/pulsehealth/pulse/checker/liveness"
+)
 
 // HoldLock takes c's lock, as a wedged component would, and returns what
 // releases it.
@@ -32,24 +36,11 @@ func HoldCommitQueue(c *Checker) (release func()) {
 // ProgressDue returns when the scheduler, the committer or the write
 // lock's holder was due to make progress; ok is false while it owes none.
 func ProgressDue(c *Checker, component string) (due time.Time, ok bool) {
-	p, commit := c.stamps()
 	switch component {
-	case ComponentCommitter:
-		p = commit
-	case ComponentWriteLock:
-		p = &c.wmu.held
+	case liveness.ComponentCommitter:
+		return c.commit.progress().Due()
+	case liveness.ComponentWriteLock:
+		return c.wmu.Held().Due()
 	}
-	ns := p.due.Load()
-	return p.base.Add(time.Duration(ns - 1)), ns != 0
-}
-
-// Probing reports whether w's probe of a lock (ComponentWatchHub or
-// ComponentLock) is still waiting for it.
-func Probing(w *Watchdog, component string) bool {
-	for i := range w.locks {
-		if w.locks[i].component == component {
-			return w.locks[i].waiting.due.Load() != 0
-		}
-	}
-	return false
+	return c.sched.progress().Due()
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/liveness"
 )
 
 const liveTimeout = 30 * time.Second
@@ -20,7 +21,7 @@ const liveTimeout = 30 * time.Second
 // what it told OnChange.
 type watchdogEnv struct {
 	*testEnv
-	w    *checker.Watchdog
+	w    *liveness.Watchdog
 	logs *lockedBuffer
 
 	mu      sync.Mutex
@@ -30,10 +31,10 @@ type watchdogEnv struct {
 func newWatchdogEnv(t *testing.T, e *testEnv) *watchdogEnv {
 	t.Helper()
 	we := &watchdogEnv{testEnv: e, logs: &lockedBuffer{}}
-	w, err := checker.NewWatchdog(e.c, checker.WatchdogConfig{
+	w, err := checker.NewWatchdog(e.c, liveness.Config{
 		Timeout: liveTimeout,
 		Logger:  slog.New(slog.NewTextHandler(we.logs, nil)),
-		OnChange: func(stalls []checker.Stall) {
+		OnChange: func(stalls []liveness.Stall) {
 			we.mu.Lock()
 			defer we.mu.Unlock()
 			we.changes = append(we.changes, components(stalls))
@@ -58,7 +59,7 @@ func (we *watchdogEnv) settleProbes(t *testing.T, held ...string) {
 	we.check()
 	for _, comp := range we.w.Components() { // Probing is false for a component that is not a probed lock
 		if !slices.Contains(held, comp) {
-			waitFor(t, comp+"'s probe to get its lock", func() bool { return !checker.Probing(we.w, comp) })
+			waitFor(t, comp+"'s probe to get its lock", func() bool { return !we.w.Probing(comp) })
 		}
 	}
 }
@@ -75,7 +76,7 @@ func (we *watchdogEnv) changeLog() [][]string {
 	return slices.Clone(we.changes)
 }
 
-func components(stalls []checker.Stall) []string {
+func components(stalls []liveness.Stall) []string {
 	var out []string
 	for _, s := range stalls {
 		out = append(out, s.Component)
@@ -88,7 +89,7 @@ func components(stalls []checker.Stall) []string {
 func waitPassStarted(t *testing.T, e *testEnv) {
 	t.Helper()
 	waitFor(t, "the scheduler to start a pass", func() bool {
-		due, ok := checker.ProgressDue(e.c, checker.ComponentScheduler)
+		due, ok := checker.ProgressDue(e.c, liveness.ComponentScheduler)
 		return ok && due.Equal(e.clock.Now())
 	})
 }
@@ -101,7 +102,7 @@ func TestLivenessIdleIsNotStalled(t *testing.T) {
 	e.c.Start()
 	<-e.c.Scheduled()
 	waitFor(t, "the scheduler to go idle", func() bool {
-		_, owing := checker.ProgressDue(e.c, checker.ComponentScheduler)
+		_, owing := checker.ProgressDue(e.c, liveness.ComponentScheduler)
 		return !owing
 	})
 	we.settleProbes(t)
@@ -130,7 +131,7 @@ func TestLivenessSchedulerAndLockStall(t *testing.T) {
 	// first probe: taken earlier, it can hold the scheduler before the timer
 	// exists, and advancing the clock then wakes nothing.
 	waitFor(t, "the scheduler to arm its wake-up", func() bool {
-		due, ok := checker.ProgressDue(e.c, checker.ComponentScheduler)
+		due, ok := checker.ProgressDue(e.c, liveness.ComponentScheduler)
 		return ok && due.After(e.clock.Now())
 	})
 
@@ -138,13 +139,13 @@ func TestLivenessSchedulerAndLockStall(t *testing.T) {
 	defer func() { release() }()
 	e.clock.Advance(checker.StandardDefaults().Interval) // a's first probe is due: the scheduler wakes and waits for the lock
 	waitPassStarted(t, e)
-	we.settleProbes(t, checker.ComponentLock)
+	we.settleProbes(t, liveness.ComponentLock)
 
 	e.clock.Advance(liveTimeout + time.Second)
 	stalls := we.w.Check(e.clock.Now())
-	want := []checker.Stall{
-		{Component: checker.ComponentScheduler, For: liveTimeout + time.Second},
-		{Component: checker.ComponentLock, For: liveTimeout + time.Second},
+	want := []liveness.Stall{
+		{Component: liveness.ComponentScheduler, For: liveTimeout + time.Second},
+		{Component: liveness.ComponentLock, For: liveTimeout + time.Second},
 	}
 	if diff := cmp.Diff(want, stalls); diff != "" {
 		t.Fatalf("stalls (-want +got):\n%s", diff)
@@ -199,7 +200,7 @@ func TestLivenessCommitterStall(t *testing.T) {
 	we := newWatchdogEnv(t, e)
 	e.add(t, spec("a")) // its ADDED event waits for the store
 	waitFor(t, "the committer to take the batch", func() bool {
-		_, owing := checker.ProgressDue(e.c, checker.ComponentCommitter)
+		_, owing := checker.ProgressDue(e.c, liveness.ComponentCommitter)
 		return owing
 	})
 	we.settleProbes(t)
@@ -209,7 +210,7 @@ func TestLivenessCommitterStall(t *testing.T) {
 		t.Fatalf("at the timeout itself: stalled %q", got)
 	}
 	e.clock.Advance(time.Millisecond)
-	want := []checker.Stall{{Component: checker.ComponentCommitter, For: liveTimeout + time.Millisecond}}
+	want := []liveness.Stall{{Component: liveness.ComponentCommitter, For: liveTimeout + time.Millisecond}}
 	if diff := cmp.Diff(want, we.w.Check(e.clock.Now())); diff != "" {
 		t.Fatalf("stalls (-want +got):\n%s", diff)
 	}
@@ -239,7 +240,7 @@ func TestLivenessStuckSpecWriteStallsTheWriteLock(t *testing.T) {
 	added := make(chan error, 2)
 	go func() { _, _, err := e.c.Add(spec("a")); added <- err }()
 	waitFor(t, "the write to hold the write lock", func() bool {
-		due, ok := checker.ProgressDue(e.c, checker.ComponentWriteLock)
+		due, ok := checker.ProgressDue(e.c, liveness.ComponentWriteLock)
 		return ok && due.Equal(e.clock.Now())
 	})
 	go func() { _, _, err := e.c.Add(spec("b")); added <- err }() // queues behind a
@@ -249,7 +250,7 @@ func TestLivenessStuckSpecWriteStallsTheWriteLock(t *testing.T) {
 		t.Fatalf("at the timeout itself: stalled %q", got)
 	}
 	e.clock.Advance(time.Millisecond)
-	want := []checker.Stall{{Component: checker.ComponentWriteLock, For: liveTimeout + time.Millisecond}}
+	want := []liveness.Stall{{Component: liveness.ComponentWriteLock, For: liveTimeout + time.Millisecond}}
 	stalls := we.w.Check(e.clock.Now())
 	if diff := cmp.Diff(want, stalls); diff != "" {
 		t.Fatalf("stalls (-want +got):\n%s", diff)
@@ -302,10 +303,10 @@ func TestLivenessCommitQueueStall(t *testing.T) {
 	we := newWatchdogEnv(t, e)
 	release := checker.HoldCommitQueue(e.c)
 	defer func() { release() }()
-	we.settleProbes(t, checker.ComponentCommitQueue)
+	we.settleProbes(t, liveness.ComponentCommitQueue)
 
 	e.clock.Advance(liveTimeout + time.Second)
-	want := []checker.Stall{{Component: checker.ComponentCommitQueue, For: liveTimeout + time.Second}}
+	want := []liveness.Stall{{Component: liveness.ComponentCommitQueue, For: liveTimeout + time.Second}}
 	if diff := cmp.Diff(want, we.w.Check(e.clock.Now())); diff != "" {
 		t.Fatalf("stalls (-want +got):\n%s", diff)
 	}
@@ -326,10 +327,10 @@ func TestLivenessWatchHubStall(t *testing.T) {
 	we := newWatchdogEnv(t, e)
 	release := checker.HoldHubLock(e.c)
 	defer func() { release() }()
-	we.settleProbes(t, checker.ComponentWatchHub)
+	we.settleProbes(t, liveness.ComponentWatchHub)
 
 	e.clock.Advance(liveTimeout + 5*time.Second)
-	want := []checker.Stall{{Component: checker.ComponentWatchHub, For: liveTimeout + 5*time.Second}}
+	want := []liveness.Stall{{Component: liveness.ComponentWatchHub, For: liveTimeout + 5*time.Second}}
 	if diff := cmp.Diff(want, we.w.Check(e.clock.Now())); diff != "" {
 		t.Fatalf("stalls (-want +got):\n%s", diff)
 	}
@@ -374,15 +375,15 @@ func TestWatchdogLoopOnTheClock(t *testing.T) {
 
 func TestNewWatchdogRejectsNegative(t *testing.T) {
 	e := newEnv(t, checker.Config{})
-	if _, err := checker.NewWatchdog(e.c, checker.WatchdogConfig{Timeout: -time.Second}); err == nil {
+	if _, err := checker.NewWatchdog(e.c, liveness.Config{Timeout: -time.Second}); err == nil {
 		t.Error("a negative Timeout was accepted")
 	}
-	w, err := checker.NewWatchdog(e.c, checker.WatchdogConfig{})
+	w, err := checker.NewWatchdog(e.c, liveness.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.Timeout() != checker.DefaultLivenessTimeout {
-		t.Errorf("NewWatchdog with no timeout: timeout %v, want %v", w.Timeout(), checker.DefaultLivenessTimeout)
+	if w.Timeout() != liveness.DefaultTimeout {
+		t.Errorf("NewWatchdog with no timeout: timeout %v, want %v", w.Timeout(), liveness.DefaultTimeout)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pulsehealth/pulse/checker/liveness"
 )
 
 // scheduler starts the registry's probes on time and applies their
@@ -30,9 +32,9 @@ type scheduler struct {
 	tick     time.Duration // the tick in force; see tick.go
 	overload OverloadPolicy
 	reprobe  ReprobePolicy
-	stamp    progress     // see liveness.go
-	waiting  atomic.Int64 // probes waiting for a slot
-	lastLag  atomic.Int64 // how late the last probe started, in ns
+	stamp    liveness.Stamp // see package liveness
+	waiting  atomic.Int64   // probes waiting for a slot
+	lastLag  atomic.Int64   // how late the last probe started, in ns
 
 	ctx           context.Context // ends when the checker closes
 	cancel        context.CancelFunc
@@ -84,7 +86,7 @@ func newScheduler(reg *registry, cfg Config, clock Clock) (*scheduler, error) {
 	if s.overload.RecoverAfter == 0 {
 		s.overload.RecoverAfter = DefaultOverloadRecovery
 	}
-	s.stamp.base = clock.Now()
+	s.stamp.Start(clock.Now())
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -118,7 +120,7 @@ func (s *scheduler) start() {
 func (s *scheduler) schedule() {
 	for {
 		now := s.clock.Now()
-		s.stamp.set(now) // a pass is due: see liveness.go
+		s.stamp.Set(now) // a pass is due: see package liveness
 		s.reg.lock()
 		s.testHookLocked()
 		s.reprobesLocked(now)
@@ -143,7 +145,7 @@ func (s *scheduler) schedule() {
 			timer = s.clock.TimerAt(wake)
 			tick = timer.C()
 		}
-		s.stamp.set(wake) // the next pass is due at wake; none if zero
+		s.stamp.Set(wake) // the next pass is due at wake; none if zero
 		select {
 		case <-s.ctx.Done():
 		case <-s.wake:
@@ -153,7 +155,7 @@ func (s *scheduler) schedule() {
 			timer.Stop()
 		}
 		if s.ctx.Err() != nil {
-			s.stamp.set(time.Time{})
+			s.stamp.Set(time.Time{})
 			return
 		}
 	}
@@ -444,7 +446,7 @@ func (s *scheduler) hurryLocked(t *target, now time.Time) {
 func (s *scheduler) degradedLocked() bool { return s.ov.degraded }
 
 // progress returns the scheduler's progress stamp, for a Watchdog.
-func (s *scheduler) progress() *progress { return &s.stamp }
+func (s *scheduler) progress() *liveness.Stamp { return &s.stamp }
 
 // scheduledCh is closed after the first pass; see Checker.Scheduled.
 func (s *scheduler) scheduledCh() <-chan struct{} { return s.scheduled }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/boltstore"
+	"github.com/pulsehealth/pulse/checker/liveness"
 	"github.com/pulsehealth/pulse/checker/probe"
 )
 
@@ -151,7 +152,7 @@ func TestWatchdogSeesWritesHeldByAReader(t *testing.T) {
 	}
 	defer c.Close()
 	const timeout = 2 * time.Second // on the real clock: a write takes milliseconds
-	w, err := checker.NewWatchdog(c, checker.WatchdogConfig{Timeout: timeout})
+	w, err := checker.NewWatchdog(c, liveness.Config{Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +177,7 @@ func TestWatchdogSeesWritesHeldByAReader(t *testing.T) {
 	}()
 
 	stalled := func() bool {
-		return slices.ContainsFunc(w.Check(time.Now()), func(s checker.Stall) bool { return s.Component == checker.ComponentWriteLock })
+		return slices.ContainsFunc(w.Check(time.Now()), func(s liveness.Stall) bool { return s.Component == liveness.ComponentWriteLock })
 	}
 	start := time.Now()
 	pollUntil(t, "the write lock to be reported", stalled)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/fakeclock"
+	"github.com/pulsehealth/pulse/checker/liveness"
 	"github.com/pulsehealth/pulse/checker/probe"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 	"github.com/pulsehealth/pulse/server"
@@ -413,7 +414,7 @@ func (l *lockedLog) String() string {
 func TestLivenessTimeoutFlag(t *testing.T) {
 	var stderr bytes.Buffer
 	cfg, err := parseFlags(nil, &stderr)
-	if err != nil || cfg.livenessTimeout != checker.DefaultLivenessTimeout || checker.DefaultLivenessTimeout != 30*time.Second {
+	if err != nil || cfg.livenessTimeout != liveness.DefaultTimeout || liveness.DefaultTimeout != 30*time.Second {
 		t.Errorf("default -liveness-timeout: %v, %v", cfg.livenessTimeout, err)
 	}
 	for _, v := range []string{"0", "-1s"} {

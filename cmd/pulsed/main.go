@@ -29,6 +29,7 @@ import (
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/boltstore"
 	"github.com/pulsehealth/pulse/checker/etcdreg"
+	"github.com/pulsehealth/pulse/checker/liveness"
 	"github.com/pulsehealth/pulse/checker/probe"
 	"github.com/pulsehealth/pulse/internal/gcheadroom"
 	"github.com/pulsehealth/pulse/internal/version"
@@ -115,7 +116,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.watchProgress, "watch-progress", 30*time.Second, "how long a WatchTransitions stream may stay idle before it gets a progress event with the current revision")
 	fs.DurationVar(&cfg.pageOutAfter, "page-out-after", 10*time.Second, fmt.Sprintf("this long after start, pulsed gives back the pages of its own binary that are resident, most of them touched only by its start-up (Linux 5.4 or later: madvise MADV_PAGEOUT), and again at twice, four times, ... that time, at most an hour apart, for what a later registration or reload touched once; with them the pages of the data dir's store (pulse.db) that were read; the code it runs from then on is read back from the binary as it runs; 0 keeps them; at most %v", maxPageOutAfter))
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long to let calls in progress finish before closing them; past it and a grace of 5s, or at a second signal, pulsed exits at once with status 1")
-	fs.DurationVar(&cfg.livenessTimeout, "liveness-timeout", checker.DefaultLivenessTimeout, "how long a part of pulsed (scheduler, committer, a write to the store, the watch hub, each lock a write needs) may make no progress before pulsed is not live: /healthz answers 503 and grpc.health.v1 NOT_SERVING for pulsed itself")
+	fs.DurationVar(&cfg.livenessTimeout, "liveness-timeout", liveness.DefaultTimeout, "how long a part of pulsed (scheduler, committer, a write to the store, the watch hub, each lock a write needs) may make no progress before pulsed is not live: /healthz answers 503 and grpc.health.v1 NOT_SERVING for pulsed itself")
 	fs.StringVar(&cfg.httpListen, "http-listen", "127.0.0.1:9090", "`address` to serve /metrics, the status page at /, /healthz and /readyz on (host:port; port 0 picks a free one; empty disables)")
 	fs.BoolVar(&cfg.metricsPerTarget, "metrics-per-target", true, "export pulse_target_up and pulse_target_last_latency_seconds, two series per target; false drops them for very large fleets")
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn or error")
