@@ -140,10 +140,6 @@ func redactURL(u string) string {
 	return pu.String()
 }
 
-// RedactURL returns u with the password of its user info, if it has one,
-// replaced by Redacted, as every answer of the API shows a probe's URL.
-func RedactURL(u string) string { return redactURL(u) }
-
 // urlHasRedacted reports whether u's password is Redacted.
 func urlHasRedacted(u string) bool {
 	pu, err := url.Parse(u)

@@ -30,7 +30,7 @@ func readOnly(ctx context.Context) bool {
 // ReadURL returns u as the read role and the status page show it: its
 // password and the values of its query parameters of secret names
 // Redacted. A URL that does not parse is returned with its password
-// redacted only, as RedactURL does.
+// redacted only, as every answer of the API shows a probe's URL.
 func ReadURL(u string) string {
 	u = redactURL(u)
 	base, query, ok := strings.Cut(u, "?")
