@@ -72,7 +72,7 @@ func addHung(t *testing.T, e *testEnv, n int) {
 
 // The checker stalls: twelve healthy targets' probes time out while the
 // process keeps its runnable goroutines waiting longer than MaxStall (as
-// SampleStalls reports it), so it may not have heard their answers. A
+// liveness.SampleStalls reports it), so it may not have heard their answers. A
 // checker that counted its own timeouts marks the whole fleet down (the
 // control, with detection off); an overloaded one says so
 // (CHECKER_DEGRADED, Overload().Degraded) and marks nobody down. Once it

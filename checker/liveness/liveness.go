@@ -22,6 +22,10 @@
 // A component whose stamp is older than the timeout is stalled. The stamps
 // are on the checker's clock, so a fake clock drives them in tests.
 // Package checker builds a Watchdog of a Checker (checker.NewWatchdog).
+//
+// SampleStalls measures the process rather than a part: how long the Go
+// scheduler kept runnable goroutines waiting, which the checker's overload
+// detection takes as a sign that it cannot keep up (Checker.NoteStall).
 package liveness
 
 import (

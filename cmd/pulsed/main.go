@@ -370,7 +370,7 @@ func run(args []string, stderr io.Writer) error {
 		sampled := make(chan struct{})
 		go func() {
 			defer close(sampled)
-			checker.SampleStalls(ctx, c.NoteStall)
+			liveness.SampleStalls(ctx, c.NoteStall)
 		}()
 		defer func() { stop(); <-sampled }()
 	}
