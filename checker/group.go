@@ -145,7 +145,7 @@ func (r *registry) policyPutLocked(group string, p GroupPolicy) {
 	vantages := pl.policy.Vantages != p.Vantages || pl.policy.Quorum != p.Quorum
 	if pl.policy.Outlier != p.Outlier {
 		if p.Outlier.On() { // judged one interval of the new policy from now
-			r.outlierGroupLocked(group).next = r.clock.Now().Add(p.Outlier.withDefaults().Interval)
+			r.outlierGroupLocked(group).next = r.clock.Now().Add(p.Outlier.WithDefaults().Interval)
 		}
 		if r.lifeWake != nil {
 			r.lifeWake() // the outliers' turns are the lifecycle loop's

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/pulsehealth/pulse/checker/outlier"
 )
 
 // The watch history keeps each event's own payload alone, and gives back
@@ -22,7 +24,7 @@ func TestHistoryKeepsEventsWhole(t *testing.T) {
 				Reason: "vantages: a=healthy b=healthy", Vantages: []VantageVerdict{{Member: "r1", Label: "a", State: StateHealthy}}}
 		case k.IsPolicy():
 			e.Policy = PolicyChange{Group: "edge", Target: "web-1", Text: k.String(), Held: []string{"web-2"},
-				Outlier: &OutlierState{Reason: "p50 38ms vs group 4ms", Since: at}}
+				Outlier: &outlier.State{Reason: "p50 38ms vs group 4ms", Since: at}}
 		default:
 			e.Status = st
 			if k == EventModeChanged {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pulsehealth/pulse/checker/outlier"
 )
 
 // lifecycle is the component that writes administrative modes and
@@ -222,7 +224,7 @@ func weightLocked(t *target, now time.Time) (uint32, time.Time) {
 	}
 	top := uint32(100)
 	if o := t.outlierState(); o != nil && !o.Ejected {
-		top = OutlierWeight // a degraded outlier
+		top = outlier.Weight // a degraded outlier
 	}
 	lf := t.lifeOrNil()
 	if lf == nil || !now.Before(lf.rampEnd) {

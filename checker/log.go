@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/pulsehealth/pulse/checker/outlier"
 )
 
 // link is the log every change of the registry is written through, and
@@ -62,9 +64,9 @@ type link interface {
 	// judgesGroup reports whether this member judges group's outliers.
 	judgesGroup(group string) bool
 	// putSamples stores this member's samples of group's targets.
-	putSamples(group string, samples []OutlierSample) error
+	putSamples(group string, samples []outlier.Sample) error
 	// putOutliers stores a judge's record of a group.
-	putOutliers(rec OutlierRecord) error
+	putOutliers(rec outlier.Record) error
 }
 
 // localLink is the log of a checker that shares its registry with no one:
@@ -250,7 +252,7 @@ func (*localLink) judgesGroup(string) bool { return true }
 
 // putSamples applies the samples at once: they are not stored, as a
 // restart starts sampling afresh.
-func (l *localLink) putSamples(group string, samples []OutlierSample) error {
+func (l *localLink) putSamples(group string, samples []outlier.Sample) error {
 	l.reg.mu.Lock()
 	defer l.reg.mu.Unlock()
 	l.reg.applySamplesLocked(group, samples)
@@ -259,7 +261,7 @@ func (l *localLink) putSamples(group string, samples []OutlierSample) error {
 
 // putOutliers applies the record at once. It is not stored: after a
 // restart the group is judged afresh, and its outliers found again.
-func (l *localLink) putOutliers(rec OutlierRecord) error {
+func (l *localLink) putOutliers(rec outlier.Record) error {
 	r := l.reg
 	r.mu.Lock()
 	defer r.unlockAndReport()

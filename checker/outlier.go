@@ -4,205 +4,28 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"math"
 	"slices"
 	"time"
+
+	"github.com/pulsehealth/pulse/checker/outlier"
 )
 
 // Outlier detection: a member of a group much slower than the group, or
 // failing more of its passive outcomes than the others, is caught before
-// it is down (GroupPolicy.Outlier).
+// it is down (GroupPolicy.Outlier). Its policy, the samples and the
+// judgement are package outlier's, pure; this file is the registry's side.
 //
 // Every interval each target's owner stores a sample of it (the median
 // latency of its last passing probes, its passive outcomes since the last
-// sample: OutlierSample), through the link. One member judges each group
+// sample: outlier.Sample), through the link. One member judges each group
 // (alone, the checker itself; on replicas, one picked by rendezvous
-// hashing): it compares the stored samples and stores the group's
-// outliers (OutlierRecord), through the link, with what it counts from
-// one judgement to the next (windows in a row, ejections in a row), so
-// that another judge carries on from it. Every member applies the record
+// hashing): it judges the stored samples (outlier.Judge) and stores the
+// group's outliers (outlier.Record), through the link, with what it
+// counts from one judgement to the next (windows in a row, ejections in a
+// row), so that another judge carries on from it. Every member applies the record
 // alike: OUTLIER_STARTED and OUTLIER_ENDED at its revision, the target's
 // Status.Outlier, and for an ejected target its published state, which
 // its owner writes as for any hold.
-
-// OutlierPolicy is a group's outlier detection. The zero value is off; a
-// rule is on when its threshold is set.
-type OutlierPolicy struct {
-	// Interval is how often the group is judged. If 0,
-	// DefaultOutlierInterval; in [MinOutlierInterval, MaxOutlierInterval].
-	Interval time.Duration
-	// Samples is how many of a member's latest passing probes its latency
-	// is the median of. If 0, DefaultOutlierSamples; in [3, 100].
-	Samples int
-	// LatencyFactor turns the latency rule on: a member whose latency is
-	// above LatencyFactor x the group's median latency and above the
-	// median + LatencyMinDelta, at Consecutive judgements in a row, is an
-	// outlier. 0: off; else in [1, 1000].
-	LatencyFactor float64
-	// LatencyMinDelta: if 0, DefaultOutlierMinDelta; at most 1h.
-	LatencyMinDelta time.Duration
-	// Consecutive is how many judgements in a row the latency rule must
-	// hold. If 0, 3; in [1, 100].
-	Consecutive int
-	// SuccessRateStdevFactor turns the success-rate rule on (Envoy's):
-	// among the members with at least SuccessRateRequestVolume passive
-	// outcomes since the last judgement (at least MinMembers of them), one
-	// whose success rate is below their mean minus SuccessRateStdevFactor
-	// x their standard deviation is an outlier. 0: off; else in (0, 100]
-	// (Envoy's default is 1.9).
-	SuccessRateStdevFactor float64
-	// SuccessRateRequestVolume: if 0, 100.
-	SuccessRateRequestVolume int
-	// FailurePercentage turns the failure-percentage rule on (Envoy's): a
-	// member with at least FailurePercentageRequestVolume passive outcomes
-	// since the last judgement, at least FailurePercentage% of them
-	// failed, is an outlier. 0: off; else in [1, 100].
-	FailurePercentage int
-	// FailurePercentageRequestVolume: if 0, 50.
-	FailurePercentageRequestVolume int
-	// MinMembers: with fewer members that have a latency (or, for the
-	// success rate, enough outcomes), nothing is judged. If 0, 3; at
-	// least 2.
-	MinMembers int
-	// Enforce ejects an outlier (not routable) for BaseEjectionTime x its
-	// ejections in a row; without it an outlier is degraded (routable, its
-	// weight OutlierWeight%).
-	Enforce bool
-	// MaxEjectionPercent bounds the share of the group ejected at once,
-	// and always allows one. If 0, 10; in [1, 100].
-	MaxEjectionPercent int
-	// BaseEjectionTime: if 0, 30s; in [1s, 1h].
-	BaseEjectionTime time.Duration
-}
-
-// Bounds and defaults of OutlierPolicy.
-const (
-	DefaultOutlierInterval = 10 * time.Second
-	MinOutlierInterval     = time.Second
-	MaxOutlierInterval     = time.Hour
-	DefaultOutlierSamples  = 10
-	DefaultOutlierMinDelta = 10 * time.Millisecond
-	// OutlierWeight is a degraded outlier's weight, in percent.
-	OutlierWeight = 10
-)
-
-// On reports whether any rule is on.
-func (p OutlierPolicy) On() bool {
-	return p.LatencyFactor > 0 || p.SuccessRateStdevFactor > 0 || p.FailurePercentage > 0
-}
-
-// withDefaults returns p with its zero fields filled in.
-func (p OutlierPolicy) withDefaults() OutlierPolicy {
-	def := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	if p.Interval == 0 {
-		p.Interval = DefaultOutlierInterval
-	}
-	if p.LatencyMinDelta == 0 {
-		p.LatencyMinDelta = DefaultOutlierMinDelta
-	}
-	if p.BaseEjectionTime == 0 {
-		p.BaseEjectionTime = 30 * time.Second
-	}
-	def(&p.Samples, DefaultOutlierSamples)
-	def(&p.Consecutive, 3)
-	def(&p.SuccessRateRequestVolume, 100)
-	def(&p.FailurePercentageRequestVolume, 50)
-	def(&p.MinMembers, 3)
-	def(&p.MaxEjectionPercent, 10)
-	return p
-}
-
-// validate returns a *FieldError naming the first field out of bounds.
-func (p OutlierPolicy) validate() error {
-	f := func(field, reason string, args ...any) error {
-		return &FieldError{"outlier." + field, fmt.Sprintf(reason, args...)}
-	}
-	switch {
-	case p.Interval != 0 && (p.Interval < MinOutlierInterval || p.Interval > MaxOutlierInterval):
-		return f("interval", "must be between %v and %v (0: %v), got %v", MinOutlierInterval, MaxOutlierInterval, DefaultOutlierInterval, p.Interval)
-	case p.Samples != 0 && (p.Samples < 3 || p.Samples > 100):
-		return f("samples", "must be between 3 and 100 (0: %d), got %d", DefaultOutlierSamples, p.Samples)
-	case math.IsNaN(p.LatencyFactor) || p.LatencyFactor != 0 && (p.LatencyFactor < 1 || p.LatencyFactor > 1000):
-		return f("latency_factor", "must be 0 (off) or between 1 and 1000, got %v", p.LatencyFactor)
-	case p.LatencyMinDelta < 0 || p.LatencyMinDelta > time.Hour:
-		return f("latency_min_delta", "must be between 0 (%v) and 1h, got %v", DefaultOutlierMinDelta, p.LatencyMinDelta)
-	case p.Consecutive < 0 || p.Consecutive > 100:
-		return f("consecutive", "must be between 0 (3) and 100, got %d", p.Consecutive)
-	case math.IsNaN(p.SuccessRateStdevFactor) || p.SuccessRateStdevFactor < 0 || p.SuccessRateStdevFactor > 100:
-		return f("success_rate_stdev_factor", "must be 0 (off) or in (0, 100], got %v", p.SuccessRateStdevFactor)
-	case p.SuccessRateRequestVolume < 0:
-		return f("success_rate_request_volume", "must not be negative (0: 100), got %d", p.SuccessRateRequestVolume)
-	case p.FailurePercentage < 0 || p.FailurePercentage > 100:
-		return f("failure_percentage", "must be 0 (off) or between 1 and 100, got %d", p.FailurePercentage)
-	case p.FailurePercentageRequestVolume < 0:
-		return f("failure_percentage_request_volume", "must not be negative (0: 50), got %d", p.FailurePercentageRequestVolume)
-	case p.MinMembers < 0 || p.MinMembers == 1:
-		return f("min_members", "must be 0 (3) or at least 2, got %d", p.MinMembers)
-	case p.MaxEjectionPercent < 0 || p.MaxEjectionPercent > 100:
-		return f("max_ejection_percent", "must be between 0 (10) and 100, got %d", p.MaxEjectionPercent)
-	case p.BaseEjectionTime != 0 && (p.BaseEjectionTime < time.Second || p.BaseEjectionTime > time.Hour):
-		return f("base_ejection_time", "must be between 1s and 1h (0: 30s), got %v", p.BaseEjectionTime)
-	}
-	return nil
-}
-
-// OutlierState is a target that its group's outlier detection caught.
-type OutlierState struct {
-	// Ejected: not routable until Until; else degraded: routable, its
-	// weight OutlierWeight%.
-	Ejected bool
-	// Reason gives the numbers that made it one, e.g. "p50 38ms vs group
-	// 4ms" or "success rate 62% vs group 99% (stdev 1%)".
-	Reason string
-	Since  time.Time
-	Until  time.Time
-	// Ejections counts its ejections in a row.
-	Ejections int
-}
-
-// minLatencyProbes is the fewest passing probes a member's latency is
-// taken from.
-const minLatencyProbes = 3
-
-// OutlierSample is a target as its owner samples it for its group's
-// outlier detection.
-type OutlierSample struct {
-	Target string
-	// Latency is the median of its last passing probes (at most
-	// OutlierPolicy.Samples); Probes how many: with fewer than three it
-	// has no latency.
-	Latency time.Duration
-	Probes  int
-	// Passes and Failures count its passive outcomes since its previous
-	// sample.
-	Passes, Failures int
-	// Time is when it was taken.
-	Time time.Time
-}
-
-// OutlierRecord is a judge's decision on a group: its members that are
-// outliers, or on their way to be one, or were ejected lately.
-type OutlierRecord struct {
-	Group   string
-	Time    time.Time // when the judge made it: the time of its events
-	Members []OutlierMember
-}
-
-// OutlierMember is one member's part in an OutlierRecord.
-type OutlierMember struct {
-	Target string
-	// Over counts the judgements in a row its latency was over the line.
-	Over int
-	// Ejections counts its ejections in a row: each lasts one
-	// BaseEjectionTime more; a judgement it passes unejected takes one off.
-	Ejections int
-	// State is set while it is an outlier.
-	State *OutlierState
-}
 
 // SharedOutliers is a Shared registry that keeps the outlier samples and
 // the judges' records (package etcdreg does).
@@ -210,34 +33,27 @@ type SharedOutliers interface {
 	// JudgesGroup reports whether this replica judges the group.
 	JudgesGroup(group string) bool
 	// PutSamples stores this replica's samples of a group's targets.
-	PutSamples(ctx context.Context, group string, samples []OutlierSample) error
+	PutSamples(ctx context.Context, group string, samples []outlier.Sample) error
 	// PutOutliers stores a judge's record, while it holds its lease and
 	// its view of the members is current.
-	PutOutliers(ctx context.Context, rec OutlierRecord) error
+	PutOutliers(ctx context.Context, rec outlier.Record) error
 	// LoadedOutliers returns the records and samples Load read.
-	LoadedOutliers() ([]OutlierRecord, []OutlierSample)
+	LoadedOutliers() ([]outlier.Record, []outlier.Sample)
 }
 
 // outlierGroup is what the registry knows of a group's outlier detection;
 // guarded by its lock.
 type outlierGroup struct {
-	samples map[string]OutlierSample // by target, as stored
-	rec     OutlierRecord            // the last record applied
-	next    time.Time                // this member's next sampling and judgement
-}
-
-// outlierSampler is a target's samples, on its owner.
-type outlierSampler struct {
-	lat              []time.Duration // its last passing probes' latencies, a ring
-	at               int             // the next slot of lat
-	passes, failures int             // passive outcomes since the last sample
+	samples map[string]outlier.Sample // by target, as stored
+	rec     outlier.Record            // the last record applied
+	next    time.Time                 // this member's next sampling and judgement
 }
 
 // outlierGroupLocked returns group's outlierGroup, making it.
 func (r *registry) outlierGroupLocked(group string) *outlierGroup {
 	g := r.outliers[group]
 	if g == nil {
-		g = &outlierGroup{samples: map[string]OutlierSample{}}
+		g = &outlierGroup{samples: map[string]outlier.Sample{}}
 		r.outliers[group] = g
 	}
 	return g
@@ -245,12 +61,12 @@ func (r *registry) outlierGroupLocked(group string) *outlierGroup {
 
 // outlierPolicyLocked returns the outlier policy of t's group, with its
 // defaults, and whether it is on.
-func (r *registry) outlierPolicyLocked(group string) (OutlierPolicy, bool) {
+func (r *registry) outlierPolicyLocked(group string) (outlier.Policy, bool) {
 	p := r.pools[group]
 	if group == "" || p == nil || !p.policy.Outlier.On() {
-		return OutlierPolicy{}, false
+		return outlier.Policy{}, false
 	}
-	return p.policy.Outlier.withDefaults(), true
+	return p.policy.Outlier.WithDefaults(), true
 }
 
 // sampleResultLocked keeps a result of an owned target for its group's
@@ -263,57 +79,34 @@ func (r *registry) sampleResultLocked(t *target, res Result) {
 	if pl == nil || !pl.policy.Outlier.On() {
 		return
 	}
-	n := cmp.Or(pl.policy.Outlier.Samples, DefaultOutlierSamples)
 	m := t.moreLocked()
 	if m.samp == nil {
-		m.samp = &outlierSampler{lat: make([]time.Duration, 0, n)}
+		m.samp = &outlier.Sampler{}
 	}
-	s := m.samp
 	switch {
-	case res.Passive && res.Pass:
-		s.passes++
 	case res.Passive:
-		s.failures++
+		m.samp.Outcome(res.Pass)
 	case res.Pass:
-		if len(s.lat) > n { // the policy asks for fewer now
-			s.lat, s.at = s.lat[:0], 0
-		}
-		if len(s.lat) < n {
-			s.lat = append(s.lat, res.Latency)
-		} else {
-			s.lat[s.at] = res.Latency
-		}
-		s.at = (s.at + 1) % n
+		m.samp.Latency(res.Latency, cmp.Or(pl.policy.Outlier.Samples, outlier.DefaultSamples))
 	}
 }
 
 // takeSampleLocked returns t's sample at now and starts counting its
 // passive outcomes afresh. A target in maintenance (not probed) or that
-// its own probes find unhealthy has no latency: its last passing probes
-// say nothing of it now, and would weigh on its group's median. It starts
-// afresh, from three new passing probes.
-func takeSampleLocked(t *target, now time.Time) OutlierSample {
-	smp := OutlierSample{Target: t.spec.Name, Time: now}
+// its own probes find unhealthy has no latency (Sampler.Take).
+func takeSampleLocked(t *target, now time.Time) outlier.Sample {
 	if t.more == nil || t.more.samp == nil {
-		return smp
+		return outlier.Sample{Target: t.spec.Name, Time: now}
 	}
-	s := t.more.samp
-	if t.spec.Admin().Mode == ModeMaintenance || t.m.State == StateUnhealthy {
-		s.lat, s.at = s.lat[:0], 0
-	}
-	smp.Probes, smp.Passes, smp.Failures = len(s.lat), s.passes, s.failures
-	if len(s.lat) >= minLatencyProbes {
-		smp.Latency = median(s.lat)
-	}
-	s.passes, s.failures = 0, 0
-	return smp
+	reset := t.spec.Admin().Mode == ModeMaintenance || t.m.State == StateUnhealthy
+	return t.more.samp.Take(t.spec.Name, now, reset)
 }
 
 // outlierJob is one group's turn: the samples this member stores, and
 // whether it judges the group, and its members (sorted).
 type outlierJob struct {
 	group   string
-	samples []OutlierSample
+	samples []outlier.Sample
 	judge   bool
 	members []string
 }
@@ -370,32 +163,21 @@ func (r *registry) dueOutliers(now time.Time) (jobs []outlierJob, next time.Time
 			continue
 		}
 		s := takeSampleLocked(t, now)
-		if old, ok := r.outliers[t.spec.Group].samples[s.Target]; !r.remote || !ok || samplesDiffer(old, s) {
+		if old, ok := r.outliers[t.spec.Group].samples[s.Target]; !r.remote || !ok || s.Differs(old) {
 			job.samples = append(job.samples, s)
 		}
 	}
 	for _, job := range due {
 		slices.Sort(job.members)
-		slices.SortFunc(job.samples, func(a, b OutlierSample) int { return cmp.Compare(a.Target, b.Target) })
+		slices.SortFunc(job.samples, func(a, b outlier.Sample) int { return cmp.Compare(a.Target, b.Target) })
 		jobs = append(jobs, *job)
 	}
 	slices.SortFunc(jobs, func(a, b outlierJob) int { return cmp.Compare(a.group, b.group) })
 	return jobs, next
 }
 
-// samplesDiffer reports whether a new sample says more than the stored one:
-// a latency changed by more than a tenth (or got or lost enough probes),
-// or other passive outcomes. Replicas store only those.
-func samplesDiffer(old, s OutlierSample) bool {
-	if (old.Probes >= minLatencyProbes) != (s.Probes >= minLatencyProbes) || old.Passes != s.Passes || old.Failures != s.Failures {
-		return true
-	}
-	d := old.Latency - s.Latency
-	return 10*max(d, -d) > old.Latency
-}
-
 // applySamplesLocked applies samples stored for group.
-func (r *registry) applySamplesLocked(group string, samples []OutlierSample) {
+func (r *registry) applySamplesLocked(group string, samples []outlier.Sample) {
 	g := r.outlierGroupLocked(group)
 	for _, s := range samples {
 		g.samples[s.Target] = s
@@ -405,29 +187,29 @@ func (r *registry) applySamplesLocked(group string, samples []OutlierSample) {
 // judgeOutliers makes group's record at now, of its members (sorted),
 // from the stored samples and the last record; ok is false when nothing
 // changed.
-func (r *registry) judgeOutliers(group string, members []string, now time.Time) (rec OutlierRecord, ok bool) {
+func (r *registry) judgeOutliers(group string, members []string, now time.Time) (rec outlier.Record, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	g := r.outliers[group]
 	if g == nil {
-		return OutlierRecord{}, false
+		return outlier.Record{}, false
 	}
 	p, on := r.outlierPolicyLocked(group)
 	if !on {
 		members = nil
 	}
-	rec = judge(p, members, g.samples, g.rec, now)
+	rec = outlier.Judge(p, members, g.samples, g.rec, now)
 	rec.Group = group
-	return rec, !sameMembers(rec.Members, g.rec.Members)
+	return rec, !outlier.SameMembers(rec.Members, g.rec.Members)
 }
 
 // applyOutliersLocked applies a judge's record: each member's outlier
 // state, its events at the record's revision, and, for a target ejected
 // or back, its published state, which its owner writes.
-func (r *registry) applyOutliersLocked(rec OutlierRecord, now time.Time, events bool) {
+func (r *registry) applyOutliersLocked(rec outlier.Record, now time.Time, events bool) {
 	g := r.outlierGroupLocked(rec.Group)
 	at := cmp.Or(rec.Time, now)
-	states := map[string]*OutlierState{}
+	states := map[string]*outlier.State{}
 	var names []string // the members the record, or the one before, speaks of
 	for _, m := range g.rec.Members {
 		names = append(names, m.Target)
@@ -457,7 +239,7 @@ func (r *registry) applyOutliersLocked(rec OutlierRecord, now time.Time, events 
 			r.emitLocked(Event{Kind: EventOutlierEnded, Time: at, Policy: PolicyChange{Group: rec.Group, Target: t.spec.Name, Text: text, Outlier: was}})
 		}
 		if events && now2 != nil && (was == nil || was.Ejected != now2.Ejected) {
-			text := fmt.Sprintf("%s: outlier, degraded (routable at %d%%): %s", t.spec.Name, OutlierWeight, now2.Reason)
+			text := fmt.Sprintf("%s: outlier, degraded (routable at %d%%): %s", t.spec.Name, outlier.Weight, now2.Reason)
 			if now2.Ejected {
 				text = fmt.Sprintf("%s: outlier, ejected until %s (%s in a row): %s", t.spec.Name, now2.Until.UTC().Format(time.RFC3339), ordinal(now2.Ejections), now2.Reason)
 			}
@@ -482,7 +264,7 @@ func (r *registry) applyOutliersLocked(rec OutlierRecord, now time.Time, events 
 }
 
 // outlierState returns t's outlier state, nil if it is none.
-func (t *target) outlierState() *OutlierState {
+func (t *target) outlierState() *outlier.State {
 	if t.more == nil {
 		return nil
 	}
@@ -521,7 +303,7 @@ func (rp *replication) judgesGroup(group string) bool {
 
 // putSamples stores this replica's samples through the shared registry;
 // every replica applies them as they come back.
-func (rp *replication) putSamples(group string, samples []OutlierSample) error {
+func (rp *replication) putSamples(group string, samples []outlier.Sample) error {
 	so, ok := rp.outliers()
 	if !ok || len(samples) == 0 {
 		return nil
@@ -532,7 +314,7 @@ func (rp *replication) putSamples(group string, samples []OutlierSample) error {
 }
 
 // putOutliers stores the judge's record through the shared registry.
-func (rp *replication) putOutliers(rec OutlierRecord) error {
+func (rp *replication) putOutliers(rec outlier.Record) error {
 	so, ok := rp.outliers()
 	if !ok {
 		return nil
@@ -556,7 +338,7 @@ func (rp *replication) loadOutliers() {
 	now := r.clock.Now()
 	for _, s := range samples {
 		if t := r.targets[s.Target]; t != nil {
-			r.applySamplesLocked(t.spec.Group, []OutlierSample{s})
+			r.applySamplesLocked(t.spec.Group, []outlier.Sample{s})
 		}
 	}
 	for _, rec := range recs {

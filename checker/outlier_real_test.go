@@ -16,6 +16,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/outlier"
 	"github.com/pulsehealth/pulse/checker/probe"
 )
 
@@ -48,7 +49,7 @@ func TestOutliersAgainstRealSlowBackends(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.SetGroupPolicy("edge", checker.GroupPolicy{Outlier: checker.OutlierPolicy{
+	if _, err := c.SetGroupPolicy("edge", checker.GroupPolicy{Outlier: outlier.Policy{
 		LatencyFactor: 3, Consecutive: 2, Samples: 5, Interval: time.Second, Enforce: true, MaxEjectionPercent: 10, BaseEjectionTime: 2 * time.Second,
 	}}); err != nil {
 		t.Fatal(err)
@@ -82,8 +83,8 @@ func TestOutliersAgainstRealSlowBackends(t *testing.T) {
 			if st.Routable || !strings.HasPrefix(st.Outlier.Reason, "p50 ") {
 				t.Errorf("%s ejected but routable %v, reason %q", n, st.Routable, st.Outlier.Reason)
 			}
-		} else if !strings.Contains(st.Outlier.Reason, "not ejected") || st.Weight != checker.OutlierWeight {
-			t.Errorf("%s degraded: %+v, weight %d; want the cap named and weight %d", n, st.Outlier, st.Weight, checker.OutlierWeight)
+		} else if !strings.Contains(st.Outlier.Reason, "not ejected") || st.Weight != outlier.Weight {
+			t.Errorf("%s degraded: %+v, weight %d; want the cap named and weight %d", n, st.Outlier, st.Weight, outlier.Weight)
 		}
 	}
 	if ejected != 1 {
@@ -149,7 +150,7 @@ func TestOutliersAgainstARealFailingBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.SetGroupPolicy("api", checker.GroupPolicy{Outlier: checker.OutlierPolicy{
+	if _, err := c.SetGroupPolicy("api", checker.GroupPolicy{Outlier: outlier.Policy{
 		FailurePercentage: 30, FailurePercentageRequestVolume: 100, Interval: time.Second,
 	}}); err != nil {
 		t.Fatal(err)
@@ -220,7 +221,7 @@ func TestOutliersAgainstRealSlowGRPCBackends(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.SetGroupPolicy("rpc", checker.GroupPolicy{Outlier: checker.OutlierPolicy{
+	if _, err := c.SetGroupPolicy("rpc", checker.GroupPolicy{Outlier: outlier.Policy{
 		LatencyFactor: 3, Consecutive: 1, Samples: 3, Interval: time.Second}}); err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,13 @@ package checker_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/outlier"
 )
 
 // A group's slow member, on a single checker: with the fake clock, its
@@ -22,7 +24,7 @@ func TestSlowMemberIsAnOutlier(t *testing.T) {
 		s.Group, s.Interval, s.Timeout, s.Rise, s.Fall, s.InitialState = "edge", time.Hour, time.Second, 1, 1, checker.StateHealthy
 		e.add(t, s)
 	}
-	policy := checker.GroupPolicy{MaxUnhealthyFraction: 1, Outlier: checker.OutlierPolicy{
+	policy := checker.GroupPolicy{MaxUnhealthyFraction: 1, Outlier: outlier.Policy{
 		LatencyFactor: 3, Consecutive: 1, Samples: 3, Interval: 10 * time.Second, BaseEjectionTime: 30 * time.Second}}
 	if _, err := e.c.SetGroupPolicy("edge", policy); err != nil {
 		t.Fatal(err)
@@ -39,8 +41,8 @@ func TestSlowMemberIsAnOutlier(t *testing.T) {
 	e.clock.Advance(10 * time.Second)
 	waitFor(t, "d an outlier", func() bool { st, _ := e.c.Status("d"); return st.Outlier != nil })
 	st, _ := e.c.Status("d")
-	if st.Outlier.Ejected || st.Outlier.Reason != "p50 40ms vs group 0s" || !st.Routable || st.Weight != checker.OutlierWeight {
-		t.Errorf("d: outlier %+v, routable %v, weight %d; want degraded, p50 40ms vs group 0s, routable at %d%%", st.Outlier, st.Routable, st.Weight, checker.OutlierWeight)
+	if st.Outlier.Ejected || st.Outlier.Reason != "p50 40ms vs group 0s" || !st.Routable || st.Weight != outlier.Weight {
+		t.Errorf("d: outlier %+v, routable %v, weight %d; want degraded, p50 40ms vs group 0s, routable at %d%%", st.Outlier, st.Routable, st.Weight, outlier.Weight)
 	}
 	for _, n := range []string{"a", "b", "c"} {
 		if st, _ := e.c.Status(n); st.Outlier != nil || st.Weight != 100 {
@@ -119,7 +121,7 @@ func TestOutlierEjectionUnderThePanicThreshold(t *testing.T) {
 		s.Group, s.Interval, s.Timeout, s.Rise, s.Fall, s.InitialState = "edge", time.Hour, time.Second, 1, 1, checker.StateHealthy
 		e.add(t, s)
 	}
-	if _, err := e.c.SetGroupPolicy("edge", checker.GroupPolicy{MaxUnhealthyFraction: 0.25, Outlier: checker.OutlierPolicy{
+	if _, err := e.c.SetGroupPolicy("edge", checker.GroupPolicy{MaxUnhealthyFraction: 0.25, Outlier: outlier.Policy{
 		LatencyFactor: 3, Consecutive: 1, Samples: 3, Interval: 10 * time.Second, Enforce: true, MaxEjectionPercent: 100}}); err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +161,7 @@ func TestOutlierLeavesOutMembersNotProbed(t *testing.T) {
 		s.Group, s.Interval, s.Timeout, s.Rise, s.Fall, s.InitialState = "edge", time.Hour, time.Second, 1, 1, checker.StateHealthy
 		e.add(t, s)
 	}
-	if _, err := e.c.SetGroupPolicy("edge", checker.GroupPolicy{MaxUnhealthyFraction: 1, Outlier: checker.OutlierPolicy{
+	if _, err := e.c.SetGroupPolicy("edge", checker.GroupPolicy{MaxUnhealthyFraction: 1, Outlier: outlier.Policy{
 		LatencyFactor: 3, Consecutive: 1, Samples: 3, Interval: 10 * time.Second, MinMembers: 2}}); err != nil {
 		t.Fatal(err)
 	}
@@ -183,5 +185,19 @@ func TestOutlierLeavesOutMembersNotProbed(t *testing.T) {
 		if st, _ := e.c.Status(n); st.Outlier != nil {
 			t.Errorf("%s, not probed or down, is an outlier: %+v", n, st.Outlier)
 		}
+	}
+}
+
+// A policy out of its bounds is refused with a *FieldError that names the
+// field under "outlier.", as the API reports it; the group keeps none.
+func TestOutlierPolicyBounds(t *testing.T) {
+	e := newEnv(t, checker.Config{})
+	_, err := e.c.SetGroupPolicy("edge", checker.GroupPolicy{Outlier: outlier.Policy{LatencyFactor: 3, MinMembers: 1}})
+	var fe *checker.FieldError
+	if !errors.As(err, &fe) || err.Error() != "outlier.min_members: must be 0 (3) or at least 2, got 1" {
+		t.Errorf("min_members 1: %v, want a FieldError on outlier.min_members", err)
+	}
+	if g := e.c.Groups("edge"); len(g) != 0 {
+		t.Errorf("after a refused policy: %+v, want no group", g)
 	}
 }

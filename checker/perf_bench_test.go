@@ -25,6 +25,7 @@ import (
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/boltstore"
 	"github.com/pulsehealth/pulse/checker/fakeclock"
+	"github.com/pulsehealth/pulse/checker/outlier"
 	"github.com/pulsehealth/pulse/checker/probe"
 )
 
@@ -171,7 +172,7 @@ func benchScheduleRound(b *testing.B, group string, waiters int) {
 	s := checker.Spec{Group: group, Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 3, InitialState: checker.StateHealthy}
 	f := newPerfFleet(b, n, checker.Config{Clock: clock, MaxUnhealthyFraction: 1}, s)
 	if group != "" {
-		if _, err := f.c.SetGroupPolicy(group, checker.GroupPolicy{Outlier: checker.OutlierPolicy{LatencyFactor: 3, Interval: time.Hour}}); err != nil {
+		if _, err := f.c.SetGroupPolicy(group, checker.GroupPolicy{Outlier: outlier.Policy{LatencyFactor: 3, Interval: time.Hour}}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,11 +1,14 @@
 package checker
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/pulsehealth/pulse/checker/outlier"
 )
 
 // Pool policies. They decide a target's published state from its verdict
@@ -53,9 +56,9 @@ type GroupPolicy struct {
 	// Vantages and Quorum are those of the group's targets that set none
 	// of their own (Spec.Vantages, Spec.Quorum). 0: one vantage.
 	Vantages, Quorum int
-	// Outlier is the group's outlier detection (see outlier.go); the zero
-	// value is off.
-	Outlier OutlierPolicy
+	// Outlier is the group's outlier detection (package outlier; the
+	// registry's side in outlier.go); the zero value is off.
+	Outlier outlier.Policy
 }
 
 // MaxObjectiveWindow is the longest window of an availability objective:
@@ -300,7 +303,11 @@ func checkGroupPolicy(group string, p GroupPolicy) error {
 	if err := checkObjective(p); err != nil {
 		return err
 	}
-	if err := p.Outlier.validate(); err != nil {
+	if err := p.Outlier.Validate(); err != nil {
+		var fe *outlier.FieldError
+		if errors.As(err, &fe) {
+			return &FieldError{"outlier." + fe.Field, fe.Reason}
+		}
 		return err
 	}
 	switch {

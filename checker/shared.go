@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/pulsehealth/pulse/checker/outlier"
 )
 
 // Shared is a registry that several checkers, one per pulsed replica, share
@@ -153,8 +155,8 @@ type SharedChange struct {
 	// Vantage is a judge's record of a vantage (SharedVantagePut).
 	Vantage VantageRecord
 	// Samples and Outliers: SharedSamplesPut, SharedOutliersPut.
-	Samples  []OutlierSample
-	Outliers OutlierRecord
+	Samples  []outlier.Sample
+	Outliers outlier.Record
 }
 
 var (

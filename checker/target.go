@@ -4,6 +4,8 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+
+	"github.com/pulsehealth/pulse/checker/outlier"
 )
 
 // target is one registered target; the fields are guarded by the
@@ -90,11 +92,11 @@ func newTarget(spec Spec, p Prober, state State) *target {
 // passive outcomes' counts.
 type targetMore struct {
 	life     lifeState
-	shared   *sharedPolicy   // with a shared registry; see flap.go
-	vant     *vantageSet     // probed from several vantages; see vantage.go
-	samp     *outlierSampler // its group's outlier detection samples it; see outlier.go
-	outlier  *OutlierState   // an outlier of its group, as the judge's record says
-	reprobed time.Time       // the last probe a lost connection brought forward
+	shared   *sharedPolicy    // with a shared registry; see flap.go
+	vant     *vantageSet      // probed from several vantages; see vantage.go
+	samp     *outlier.Sampler // its group's outlier detection samples it; see outlier.go
+	outlier  *outlier.State   // an outlier of its group, as the judge's record says
+	reprobed time.Time        // the last probe a lost connection brought forward
 
 	passive, limited uint64 // passive outcomes counted and refused over the rate, see Status
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/pulsehealth/pulse/checker/outlier"
 	"github.com/pulsehealth/pulse/checker/probe"
 )
 
@@ -195,7 +196,7 @@ type Status struct {
 	Vantages []VantageVerdict
 	// Outlier, while its group's outlier detection has caught the target,
 	// says how and why (GroupPolicy.Outlier); nil otherwise.
-	Outlier *OutlierState
+	Outlier *outlier.State
 }
 
 // Config configures a Checker. Every field is optional.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/pulsehealth/pulse/checker/outlier"
 )
 
 // EventKind says what an Event records.
@@ -155,7 +157,7 @@ type PolicyChange struct {
 	Disagree, Judged int
 	// Outlier is the target's outlier state of an OUTLIER_STARTED event,
 	// and the one that ended of an OUTLIER_ENDED.
-	Outlier *OutlierState
+	Outlier *outlier.State
 	// Source is the target source a discovery event is about, as its
 	// targets' Spec.Source says it (e.g. "discovery:api"), and SDConfig
 	// the source within it (e.g. "http_sd 0"; empty when the group's

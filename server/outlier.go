@@ -8,14 +8,15 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/outlier"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
 // outlierPolicyFromProto converts GroupPolicy.outlier. Durations are
 // checked before they are narrowed to time.Duration; the checker checks
 // the bounds (outlier.FIELD).
-func outlierPolicyFromProto(o *pb.OutlierPolicy) (checker.OutlierPolicy, error) {
-	p := checker.OutlierPolicy{
+func outlierPolicyFromProto(o *pb.OutlierPolicy) (outlier.Policy, error) {
+	p := outlier.Policy{
 		Samples:                        int(o.GetSamples()),
 		LatencyFactor:                  o.GetLatencyFactor(),
 		Consecutive:                    int(o.GetConsecutive()),
@@ -60,8 +61,8 @@ func outlierDuration(field string, d *durationpb.Duration) (time.Duration, error
 	return d.AsDuration(), nil
 }
 
-func outlierPolicyToProto(p checker.OutlierPolicy) *pb.OutlierPolicy {
-	if p == (checker.OutlierPolicy{}) {
+func outlierPolicyToProto(p outlier.Policy) *pb.OutlierPolicy {
+	if p == (outlier.Policy{}) {
 		return nil
 	}
 	return &pb.OutlierPolicy{
@@ -81,7 +82,7 @@ func outlierPolicyToProto(p checker.OutlierPolicy) *pb.OutlierPolicy {
 	}
 }
 
-func outlierStateToProto(o *checker.OutlierState) *pb.OutlierState {
+func outlierStateToProto(o *outlier.State) *pb.OutlierState {
 	if o == nil {
 		return nil
 	}

@@ -9,13 +9,14 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/outlier"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
 // A target's outlier state and the OUTLIER events reach the wire whole.
 func TestOutlierToProto(t *testing.T) {
 	at := time.Date(2026, 12, 5, 7, 0, 0, 0, time.UTC)
-	o := &checker.OutlierState{Ejected: true, Reason: "p50 38ms vs group 4ms", Since: at, Until: at.Add(time.Minute), Ejections: 2}
+	o := &outlier.State{Ejected: true, Reason: "p50 38ms vs group 4ms", Since: at, Until: at.Add(time.Minute), Ejections: 2}
 	want := &pb.OutlierState{Ejected: true, Reason: "p50 38ms vs group 4ms", Since: timestamppb.New(at),
 		Until: timestamppb.New(at.Add(time.Minute)), Ejections: 2}
 
@@ -27,7 +28,7 @@ func TestOutlierToProto(t *testing.T) {
 		t.Errorf("not an outlier: %v", st.Outlier)
 	}
 	// Degraded: no until.
-	deg := outlierStateToProto(&checker.OutlierState{Reason: "r", Since: at})
+	deg := outlierStateToProto(&outlier.State{Reason: "r", Since: at})
 	if deg.Until != nil || deg.GetEjected() {
 		t.Errorf("degraded: %v", deg)
 	}

@@ -26,6 +26,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/outlier"
 	"github.com/pulsehealth/pulse/internal/pageout"
 )
 
@@ -159,7 +160,7 @@ type policyRecord struct {
 	Objective            float64       `json:"objective,omitempty"`
 	ObjectiveWindow      time.Duration `json:"objective_window,omitempty"`
 	// Outlier is stored as the checker's type: its fields are plain.
-	Outlier checker.OutlierPolicy `json:"outlier,omitzero"`
+	Outlier outlier.Policy `json:"outlier,omitzero"`
 }
 
 // LoadGroupPolicies returns every stored group policy.

@@ -49,6 +49,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/outlier"
 )
 
 // Options configures Open.
@@ -106,8 +107,8 @@ type Registry struct {
 	degraded        map[string]bool                // the replicas whose overload key says degraded, as applied
 	groups          map[string]checker.SharedGroup // the guards and policies Load read
 	loadedVantages  []checker.VantageRecord        // the judges' records Load read
-	loadedRecords   []checker.OutlierRecord        // the outlier records Load read
-	loadedSamples   []checker.OutlierSample        // the outlier samples Load read
+	loadedRecords   []outlier.Record               // the outlier records Load read
+	loadedSamples   []outlier.Sample               // the outlier samples Load read
 
 	rmMu      sync.Mutex       // protects rmLease and rmLeaseAt
 	rmLease   clientv3.LeaseID // the lease of the removal marks; see removalLease
@@ -259,8 +260,8 @@ func (r *Registry) Load() ([]checker.SharedTarget, uint64, error) {
 	states := map[string]*mvccpb.KeyValue{}
 	verdicts := map[string][]checker.VantageVerdict{}
 	var vantages []checker.VantageRecord
-	var records []checker.OutlierRecord
-	var samples []checker.OutlierSample
+	var records []outlier.Record
+	var samples []outlier.Sample
 	labels := map[string]string{}
 	var members []string
 	var joined int64
@@ -339,7 +340,7 @@ func (r *Registry) Load() ([]checker.SharedTarget, uint64, error) {
 	r.members = members
 	r.labels = labels
 	r.loadedVantages = vantages
-	r.loadedRecords = slices.DeleteFunc(records, func(rec checker.OutlierRecord) bool { return rec.Group == "" })
+	r.loadedRecords = slices.DeleteFunc(records, func(rec outlier.Record) bool { return rec.Group == "" })
 	r.loadedSamples = samples
 	r.joinedRev = joined
 	r.loadRev = resp.Header.Revision

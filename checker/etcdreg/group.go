@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/outlier"
 )
 
 // Group guards: the panic threshold across replicas (checker.SharedGroups).
@@ -37,15 +38,15 @@ type guardRecord struct {
 }
 
 type policyRecord struct {
-	V                    int                   `json:"v"`
-	MaxUnhealthyFraction float64               `json:"max_unhealthy_fraction"`
-	SlowStart            time.Duration         `json:"slow_start,omitempty"`
-	RemoveAfterUnhealthy time.Duration         `json:"remove_after_unhealthy,omitempty"`
-	Objective            float64               `json:"objective,omitempty"`
-	ObjectiveWindow      time.Duration         `json:"objective_window,omitempty"`
-	Vantages             int                   `json:"vantages,omitempty"`
-	Quorum               int                   `json:"quorum,omitempty"`
-	Outlier              checker.OutlierPolicy `json:"outlier,omitzero"`
+	V                    int            `json:"v"`
+	MaxUnhealthyFraction float64        `json:"max_unhealthy_fraction"`
+	SlowStart            time.Duration  `json:"slow_start,omitempty"`
+	RemoveAfterUnhealthy time.Duration  `json:"remove_after_unhealthy,omitempty"`
+	Objective            float64        `json:"objective,omitempty"`
+	ObjectiveWindow      time.Duration  `json:"objective_window,omitempty"`
+	Vantages             int            `json:"vantages,omitempty"`
+	Quorum               int            `json:"quorum,omitempty"`
+	Outlier              outlier.Policy `json:"outlier,omitzero"`
 }
 
 func (pr policyRecord) policy() checker.GroupPolicy {

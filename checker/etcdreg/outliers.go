@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/outlier"
 )
 
 // Outlier detection (checker.SharedOutliers), beside the registry's keys:
@@ -36,7 +37,7 @@ const samplesPerTxn = 100
 
 // PutSamples implements checker.SharedOutliers: while this replica holds
 // its lease, a hundred to a transaction.
-func (r *Registry) PutSamples(ctx context.Context, group string, samples []checker.OutlierSample) error {
+func (r *Registry) PutSamples(ctx context.Context, group string, samples []outlier.Sample) error {
 	r.mu.Lock()
 	createRev := r.createRev
 	r.mu.Unlock()
@@ -65,7 +66,7 @@ func (r *Registry) PutSamples(ctx context.Context, group string, samples []check
 
 // PutOutliers implements checker.SharedOutliers: fenced as a state is, by
 // the judge's lease and its view of the members.
-func (r *Registry) PutOutliers(ctx context.Context, rec checker.OutlierRecord) error {
+func (r *Registry) PutOutliers(ctx context.Context, rec outlier.Record) error {
 	r.mu.Lock()
 	createRev, joined := r.createRev, r.joinedRev
 	r.mu.Unlock()
@@ -90,7 +91,7 @@ func (r *Registry) PutOutliers(ctx context.Context, rec checker.OutlierRecord) e
 }
 
 // LoadedOutliers implements checker.SharedOutliers.
-func (r *Registry) LoadedOutliers() ([]checker.OutlierRecord, []checker.OutlierSample) {
+func (r *Registry) LoadedOutliers() ([]outlier.Record, []outlier.Sample) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.loadedRecords), slices.Clone(r.loadedSamples)
@@ -104,13 +105,13 @@ func outlierChange(kind, name string, v []byte, rev uint64) (checker.SharedChang
 		if !ok {
 			return checker.SharedChange{}, fmt.Errorf("sample key %q is not <group>/<target>", name)
 		}
-		var s checker.OutlierSample
+		var s outlier.Sample
 		if err := json.Unmarshal(v, &s); err != nil {
 			return checker.SharedChange{}, err
 		}
-		return checker.SharedChange{Kind: checker.SharedSamplesPut, Rev: rev, Name: group, Samples: []checker.OutlierSample{s}}, nil
+		return checker.SharedChange{Kind: checker.SharedSamplesPut, Rev: rev, Name: group, Samples: []outlier.Sample{s}}, nil
 	default:
-		var rec checker.OutlierRecord
+		var rec outlier.Record
 		if err := json.Unmarshal(v, &rec); err != nil {
 			return checker.SharedChange{}, err
 		}

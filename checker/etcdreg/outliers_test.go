@@ -11,6 +11,7 @@ import (
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/etcdreg"
 	"github.com/pulsehealth/pulse/checker/etcdreg/etcdtest"
+	"github.com/pulsehealth/pulse/checker/outlier"
 	"github.com/pulsehealth/pulse/checker/probe"
 )
 
@@ -87,7 +88,7 @@ func TestOutliersAcrossReplicas(t *testing.T) {
 		}
 		return true
 	})
-	policy := checker.GroupPolicy{MaxUnhealthyFraction: 1, Outlier: checker.OutlierPolicy{
+	policy := checker.GroupPolicy{MaxUnhealthyFraction: 1, Outlier: outlier.Policy{
 		LatencyFactor: 3, Consecutive: 1, Samples: 3, Interval: time.Second, BaseEjectionTime: time.Hour}}
 	if _, err := rs[0].c.SetGroupPolicy("edge", policy); err != nil {
 		t.Fatal(err)
@@ -139,7 +140,7 @@ func TestOutliersAcrossReplicas(t *testing.T) {
 	}
 	for _, r := range rs {
 		st, _ := r.c.Status("m5")
-		if st.Outlier == nil || st.Weight != checker.OutlierWeight || !st.Routable {
+		if st.Outlier == nil || st.Weight != outlier.Weight || !st.Routable {
 			t.Errorf("%s: m5 outlier %+v, weight %d", r.id, st.Outlier, st.Weight)
 		}
 	}

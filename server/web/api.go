@@ -75,7 +75,7 @@ type row struct {
 	Outlier *outlierJSON `json:"outlier,omitempty"`
 }
 
-// outlierJSON is a target's outlier standing (checker.OutlierState).
+// outlierJSON is a target's outlier standing (outlier.State).
 type outlierJSON struct {
 	Ejected bool `json:"ejected"`
 	// Reason gives the numbers that made it one: "p50 38ms vs group 4ms".

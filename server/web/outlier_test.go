@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/outlier"
 	"github.com/pulsehealth/pulse/server/web"
 )
 
@@ -24,7 +25,7 @@ func outlierFleet(t *testing.T, e *env, enforce bool) {
 		e.set(n+":80", outcome{})
 	}
 	e.set("d:80", outcome{latency: 40 * time.Millisecond})
-	policy := checker.GroupPolicy{MaxUnhealthyFraction: 1, Outlier: checker.OutlierPolicy{
+	policy := checker.GroupPolicy{MaxUnhealthyFraction: 1, Outlier: outlier.Policy{
 		LatencyFactor: 3, Consecutive: 1, Samples: 3, Interval: 10 * time.Second, Enforce: enforce}}
 	if _, err := e.c.SetGroupPolicy("edge", policy); err != nil {
 		t.Fatal(err)

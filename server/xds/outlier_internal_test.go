@@ -7,6 +7,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/outlier"
 	"github.com/pulsehealth/pulse/checker/probe"
 )
 
@@ -22,9 +23,9 @@ func TestOutlierAsHealthStatusAndWeight(t *testing.T) {
 		{Spec: spec("a", "127.0.0.1:81"), State: checker.StateHealthy},
 		{Spec: spec("b", "127.0.0.1:82"), State: checker.StateHealthy},
 		{Spec: spec("c", "127.0.0.1:83"), State: checker.StateUnhealthy,
-			Outlier: &checker.OutlierState{Ejected: true, Reason: "failed 80% of 50 outcomes", Ejections: 1}},
+			Outlier: &outlier.State{Ejected: true, Reason: "failed 80% of 50 outcomes", Ejections: 1}},
 	}, 10)
-	deg := &checker.OutlierState{Reason: "p50 38ms vs group 4ms"}
+	deg := &outlier.State{Reason: "p50 38ms vs group 4ms"}
 	v.apply([]checker.Event{{Kind: checker.EventOutlierStarted, Revision: 11, Policy: checker.PolicyChange{Target: "b", Group: "edge", Outlier: deg}}})
 
 	type row struct {
@@ -47,7 +48,7 @@ func TestOutlierAsHealthStatusAndWeight(t *testing.T) {
 	}
 	check([]row{
 		{corev3.HealthStatus_HEALTHY, 100, ""},
-		{corev3.HealthStatus_DEGRADED, checker.OutlierWeight, "b degraded: p50 38ms vs group 4ms"},
+		{corev3.HealthStatus_DEGRADED, outlier.Weight, "b degraded: p50 38ms vs group 4ms"},
 		{corev3.HealthStatus_UNHEALTHY, 100, "c ejected: failed 80% of 50 outcomes"},
 	})
 	v.apply([]checker.Event{{Kind: checker.EventOutlierEnded, Revision: 12, Policy: checker.PolicyChange{Target: "b", Group: "edge", Outlier: deg}}})

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/outlier"
 )
 
 // MetadataKey is the filter_metadata key under which each endpoint carries
@@ -32,7 +33,7 @@ import (
 //
 // A degraded outlier (GroupPolicy.outlier without enforce) is sent with
 // HealthStatus DEGRADED and its lowered load_balancing_weight
-// (checker.OutlierWeight); an ejected one follows its state, UNHEALTHY.
+// (outlier.Weight); an ejected one follows its state, UNHEALTHY.
 //
 // A DRAINING target is sent with HealthStatus DRAINING (Envoy sends it no
 // new requests and lets those in flight finish), one in MAINTENANCE as
@@ -52,7 +53,7 @@ type endpoint struct {
 	// rampStart to 100% at rampEnd; zero when none (see weight).
 	rampStart, rampEnd time.Time
 	// outlier is the target's outlier state; nil when it is not one.
-	outlier *checker.OutlierState
+	outlier *outlier.State
 }
 
 // degraded reports whether the endpoint is a degraded outlier.
@@ -90,7 +91,7 @@ func (e *endpoint) healthStatus() corev3.HealthStatus {
 }
 
 // weight returns the endpoint's load_balancing_weight at now: 1 to 100,
-// its slow start's share, at most checker.OutlierWeight for a degraded
+// its slow start's share, at most outlier.Weight for a degraded
 // outlier, at least 1 (xDS refuses 0).
 func (e *endpoint) weight(now time.Time) uint32 {
 	w := uint32(100)
@@ -98,7 +99,7 @@ func (e *endpoint) weight(now time.Time) uint32 {
 		w = max(1, uint32(100*max(0, now.Sub(e.rampStart))/e.rampEnd.Sub(e.rampStart)))
 	}
 	if e.degraded() {
-		w = min(w, checker.OutlierWeight)
+		w = min(w, outlier.Weight)
 	}
 	return w
 }

@@ -1,4 +1,4 @@
-package checker
+package outlier
 
 import (
 	"fmt"
@@ -6,9 +6,6 @@ import (
 	"slices"
 	"time"
 )
-
-// The judgement of a group's outliers: a pure function of its policy, its
-// members, their samples and the last record (see outlier.go).
 
 // median returns the median of ds (the mean of the middle two of an even
 // count), leaving ds as it was.
@@ -22,9 +19,10 @@ func median(ds []time.Duration) time.Duration {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
-// sameMembers reports whether two records say the same of every member.
-func sameMembers(a, b []OutlierMember) bool {
-	return slices.EqualFunc(a, b, func(x, y OutlierMember) bool {
+// SameMembers reports whether two records' members say the same of each
+// member.
+func SameMembers(a, b []Member) bool {
+	return slices.EqualFunc(a, b, func(x, y Member) bool {
 		if x.Target != y.Target || x.Over != y.Over || x.Ejections != y.Ejections || (x.State == nil) != (y.State == nil) {
 			return false
 		}
@@ -32,11 +30,12 @@ func sameMembers(a, b []OutlierMember) bool {
 	})
 }
 
-// judge is the judgement of a group: a pure function of its policy (with
-// its defaults), its members (sorted), their stored samples and the last
-// record.
-func judge(p OutlierPolicy, names []string, samples map[string]OutlierSample, prev OutlierRecord, now time.Time) OutlierRecord {
-	before := map[string]OutlierMember{}
+// Judge is the judgement of a group at now: a pure function of its policy
+// (with its defaults: Policy.WithDefaults), its members (sorted), their
+// stored samples and the last record. The record it returns has no Group:
+// the caller names it.
+func Judge(p Policy, names []string, samples map[string]Sample, prev Record, now time.Time) Record {
+	before := map[string]Member{}
 	for _, m := range prev.Members {
 		before[m.Target] = m
 	}
@@ -46,7 +45,7 @@ func judge(p OutlierPolicy, names []string, samples map[string]OutlierSample, pr
 	// The latency rule.
 	var lats []time.Duration
 	for _, n := range names {
-		if s, ok := samples[n]; ok && s.Probes >= minLatencyProbes {
+		if s, ok := samples[n]; ok && s.Probes >= MinLatencyProbes {
 			lats = append(lats, s.Latency)
 		}
 	}
@@ -54,7 +53,7 @@ func judge(p OutlierPolicy, names []string, samples map[string]OutlierSample, pr
 		gm := median(lats)
 		for _, n := range names {
 			s := samples[n]
-			if s.Probes >= minLatencyProbes && float64(s.Latency) > p.LatencyFactor*float64(gm) && s.Latency > gm+p.LatencyMinDelta {
+			if s.Probes >= MinLatencyProbes && float64(s.Latency) > p.LatencyFactor*float64(gm) && s.Latency > gm+p.LatencyMinDelta {
 				over[n] = true
 				if before[n].Over+1 >= p.Consecutive {
 					reasons[n] = fmt.Sprintf("p50 %v vs group %v", roundLatency(s.Latency), roundLatency(gm))
@@ -102,7 +101,7 @@ func judge(p OutlierPolicy, names []string, samples map[string]OutlierSample, pr
 		}
 	}
 	limit := max(1, p.MaxEjectionPercent*len(names)/100)
-	out := OutlierRecord{Time: now}
+	out := Record{Time: now}
 	for _, n := range names {
 		m := before[n]
 		m.Target = n
@@ -118,7 +117,7 @@ func judge(p OutlierPolicy, names []string, samples map[string]OutlierSample, pr
 		case p.Enforce && reason != "" && ejected < limit:
 			m.Ejections++
 			ejected++
-			m.State = &OutlierState{Ejected: true, Reason: reason, Since: now, Until: now.Add(time.Duration(m.Ejections) * p.BaseEjectionTime), Ejections: m.Ejections}
+			m.State = &State{Ejected: true, Reason: reason, Since: now, Until: now.Add(time.Duration(m.Ejections) * p.BaseEjectionTime), Ejections: m.Ejections}
 		case reason != "":
 			if p.Enforce {
 				reason += fmt.Sprintf(" (not ejected: %d of %d ejected already, at most %d%%)", ejected, len(names), p.MaxEjectionPercent)
@@ -128,7 +127,7 @@ func judge(p OutlierPolicy, names []string, samples map[string]OutlierSample, pr
 				if st != nil && !st.Ejected {
 					since = st.Since
 				}
-				m.State = &OutlierState{Reason: reason, Since: since, Ejections: m.Ejections}
+				m.State = &State{Reason: reason, Since: since, Ejections: m.Ejections}
 			}
 		default:
 			if st == nil || !st.Ejected {
