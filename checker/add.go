@@ -183,7 +183,7 @@ func (r *registry) putSpecLocked(spec Spec, p Prober, st *SharedState, stateRev 
 			t.lastTr = st.Time
 			r.loadFlapLocked(t, st.Flap)
 		}
-		held := st != nil && st.Held && spec.Group != "" && r.link.guarded()
+		held := st != nil && st.Held && spec.Group != ""
 		if held {
 			t.m.State = StateUnhealthy // the verdict its owner stored the hold for
 		}

@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// SharedAnnouncements is a Shared registry that carries announced events
-// (Announce) to every replica; package etcdreg's does. With one, every
-// replica streams an announced event at the same revision.
+// SharedAnnouncements is the part of Shared that carries announced events
+// (Announce) to every replica: every replica streams one at the same
+// revision.
 type SharedAnnouncements interface {
 	// PutAnnouncement stores a and returns the revision of the write.
 	PutAnnouncement(ctx context.Context, a Announcement) (rev uint64, err error)
@@ -64,16 +64,12 @@ func (r *registry) announceLocal(a Announcement) error {
 	return nil
 }
 
-// announce is Announce on replicas: written through a SharedAnnouncements
-// registry, for every replica, or else this replica's alone.
+// announce is Announce on replicas: written through the shared registry,
+// for every replica.
 func (rp *replication) announce(a Announcement) error {
-	sa, ok := rp.shared.(SharedAnnouncements)
-	if !ok {
-		return rp.reg.announceLocal(a)
-	}
 	ctx, cancel := context.WithTimeout(rp.closing, sharedWait)
 	defer cancel()
-	rev, err := sa.PutAnnouncement(ctx, a)
+	rev, err := rp.shared.PutAnnouncement(ctx, a)
 	if err != nil {
 		return sharedWriteErr(err)
 	}

@@ -69,7 +69,7 @@ func (r *registry) applyRecordLocked(name string, st SharedState, rev uint64) {
 	now := r.clock.Now()
 	r.applyFlapLocked(t, st, now) // its events come before the transition the record makes
 	r.applyStateLocked(t, st.State, st.Time, why)
-	held := st.Held && r.guardedLocked(t)
+	held := st.Held && t.spec.Group != ""
 	r.applyHeldLocked(t, held)
 	if !t.owned {
 		if v := t.multi(); v != nil {

@@ -111,9 +111,6 @@ func New(cfg Config) (*Checker, error) {
 	case f == 0:
 		policyDflt = 1
 	}
-	if _, guarded := cfg.Shared.(SharedGroups); cfg.Shared != nil && !guarded {
-		policyDflt = 1 // panic thresholds need a guard per group: see Shared
-	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -200,14 +197,10 @@ func (c *Checker) validate(spec Spec) error {
 	return c.checkVantages(int(spec.Vantages))
 }
 
-// checkVantages refuses more than one vantage without a shared registry
-// that assigns them.
+// checkVantages refuses more than one vantage without a shared registry.
 func (c *Checker) checkVantages(k int) error {
 	if k > 1 && c.reg.vantages == nil {
 		why := "a single pulsed is one vantage: probing from several needs replicas sharing a registry on etcd (pulsed -registry etcd)"
-		if c.repl != nil {
-			why = "this shared registry does not assign vantages"
-		}
 		return &FieldError{"vantages", fmt.Sprintf("must be at most 1 here (%s), got %d", why, k)}
 	}
 	return nil
@@ -226,9 +219,8 @@ const MaxAddMany = 10000
 //
 // A name given twice is refused the second time, with a *FieldError on
 // "name"; more than MaxAddMany specs return a *FieldError and change
-// nothing. With a shared registry that is a SharedSpecBatch the specs are
-// written several to a transaction (one revision each), else one at a
-// time.
+// nothing. With a shared registry the specs are written several to a
+// transaction (one revision each).
 func (c *Checker) AddMany(specs []Spec) ([]AddResult, error) {
 	if len(specs) > MaxAddMany {
 		return nil, &FieldError{"targets", fmt.Sprintf("must be at most %d per call, got %d: send them in several calls", MaxAddMany, len(specs))}
@@ -374,10 +366,8 @@ func (c *Checker) ReportOutcome(name string, o Outcome) (st Status, counted bool
 // With a Store that is a PolicyStore the policy is durable when
 // SetGroupPolicy returns (an error wrapping ErrStore changes nothing);
 // with another Store, or none, policies live in memory only. With a
-// shared registry that is a SharedGroups the policy is stored there, for
-// every replica, and applied when SetGroupPolicy returns; without one, a
-// threshold below 1, a SlowStart and a RemoveAfterUnhealthy are refused
-// (ErrNotShared).
+// shared registry the policy is stored there, for every replica, and
+// applied when SetGroupPolicy returns.
 func (c *Checker) SetGroupPolicy(group string, p GroupPolicy) (GroupStatus, error) {
 	if err := checkGroupPolicy(group, p); err != nil {
 		return GroupStatus{}, err

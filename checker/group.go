@@ -55,10 +55,9 @@ import (
 // Config.MaxUnhealthyFraction, which must then be the same on every
 // replica for them to agree on the bound.
 
-// SharedGroups is implemented by a Shared registry that keeps group guards
-// and policies (package etcdreg does); with one, a shared checker enforces
-// the panic threshold across replicas. Its methods are called without the
-// checker's locks.
+// SharedGroups is the part of Shared that keeps group guards and
+// policies, with which replicas enforce the panic threshold together. Its
+// methods are called without the checker's locks.
 type SharedGroups interface {
 	// ProposeGroup writes a group's states in one transaction that also
 	// rewrites the group's guard, if the guard is still at g.GuardRev, this
@@ -98,12 +97,6 @@ type GroupProposal struct {
 // default limit of 128 operations (and comparisons) per transaction: each
 // state takes two comparisons. The rest are written by the next round.
 const maxGroupWrites = 50
-
-// guardedLocked reports whether t's routability is decided by its group's
-// guard.
-func (r *registry) guardedLocked(t *target) bool {
-	return t.spec.Group != "" && r.link.guarded()
-}
 
 // applyHeldLocked applies the hold stored with t's state.
 func (r *registry) applyHeldLocked(t *target, held bool) {
@@ -481,25 +474,11 @@ func (g *guardWriter) send(gp GroupProposal) {
 }
 
 // putPolicy stores a group's policy through the shared registry, for
-// every replica, and waits until it has come back. Without group guards
-// only a policy that needs none is taken: no threshold, no slow start, no
-// automatic removal (ErrNotShared).
+// every replica, and waits until it has come back.
 func (rp *replication) putPolicy(group string, p GroupPolicy) error {
-	if _, ok := rp.outliers(); !ok && p.Outlier.On() {
-		return fmt.Errorf("%w: outlier detection needs a shared registry that keeps samples and judgements", ErrNotShared)
-	}
-	if rp.guard == nil {
-		if f := p.MaxUnhealthyFraction; f != 0 && f != 1 {
-			return fmt.Errorf("%w: a panic threshold needs a shared registry that keeps group guards; only max_unhealthy_fraction 1 (no threshold) is accepted", ErrNotShared)
-		}
-		if p.SlowStart != 0 || p.RemoveAfterUnhealthy != 0 {
-			return fmt.Errorf("%w: group policies need a shared registry that keeps group guards; set slow_start and remove_after_unhealthy on each target", ErrNotShared)
-		}
-		return nil
-	}
 	ctx, cancel := context.WithTimeout(rp.closing, sharedWait)
 	defer cancel()
-	rev, err := rp.guard.shared.PutGroupPolicy(ctx, group, p)
+	rev, err := rp.shared.PutGroupPolicy(ctx, group, p)
 	if err != nil {
 		return sharedWriteErr(err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/fakeclock"
+	"github.com/pulsehealth/pulse/checker/fakeshared"
 )
 
 // fleet is a shared registry in memory for several replicas, with etcd's
@@ -174,9 +175,10 @@ func (f *fleet) leave(id string) {
 	f.commitLocked(fleetEntry{members: f.liveLocked(), gone: id})
 }
 
-// fleetReplica is one replica's view of the fleet: a checker.Shared and
-// checker.SharedGroups.
+// fleetReplica is one replica's view of the fleet: a checker.Shared that
+// keeps group guards.
 type fleetReplica struct {
+	fakeshared.Mirror
 	f      *fleet
 	id     string
 	c      *checker.Checker
@@ -222,8 +224,8 @@ func (r *fleetReplica) LoadedGroups() []checker.SharedGroup {
 	return r.loaded
 }
 
-func (r *fleetReplica) PutSpec(context.Context, checker.Spec) (uint64, error) {
-	return 0, fmt.Errorf("the fleet's specs are the test's to write")
+func (r *fleetReplica) PutSpecs(context.Context, []checker.Spec) (uint64, int, error) {
+	return 0, 0, fmt.Errorf("the fleet's specs are the test's to write")
 }
 
 func (r *fleetReplica) DeleteTarget(context.Context, string) (uint64, bool, error) {

@@ -28,9 +28,6 @@ type link interface {
 
 	// owns reports whether this member probes the named target.
 	owns(name string) bool
-	// guarded reports whether a group's states are decided in group
-	// writes (buildGroupLocked), where the panic threshold holds.
-	guarded() bool
 	// propose writes a target's state record.
 	propose(p proposal)
 	// markGroup asks for a group's decisions to be written again.
@@ -95,10 +92,6 @@ func newLocalLink(reg *registry) *localLink {
 
 // owns: the only member probes every target.
 func (*localLink) owns(string) bool { return true }
-
-// guarded: the panic threshold decides a group's states in group writes,
-// as on replicas.
-func (*localLink) guarded() bool { return true }
 
 // propose applies a state record at once.
 func (l *localLink) propose(p proposal) {

@@ -400,9 +400,6 @@ func TestModeShared(t *testing.T) {
 	if n := f.proposed(); n != 1 {
 		t.Errorf("%d states proposed, want 1", n)
 	}
-	if _, err := e.c.SetGroupPolicy("edge", checker.GroupPolicy{SlowStart: time.Second}); !errors.Is(err, checker.ErrNotShared) {
-		t.Errorf("a group's slow start with a shared registry: %v, want ErrNotShared (set it per target)", err)
-	}
 
 	drained := s.WithAdmin(checker.Admin{Mode: checker.ModeDraining, Reason: "deploy 4711", Since: epoch})
 	other := newSharedEnv(t, &fakeShared{loadRev: 5, loaded: []checker.SharedTarget{{

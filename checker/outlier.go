@@ -27,8 +27,8 @@ import (
 // Status.Outlier, and for an ejected target its published state, which
 // its owner writes as for any hold.
 
-// SharedOutliers is a Shared registry that keeps the outlier samples and
-// the judges' records (package etcdreg does).
+// SharedOutliers is the part of Shared that keeps the outlier samples and
+// the judges' records.
 type SharedOutliers interface {
 	// JudgesGroup reports whether this replica judges the group.
 	JudgesGroup(group string) bool
@@ -286,52 +286,34 @@ func ordinal(n int) string {
 	return fmt.Sprintf("%d%s", n, suffix)
 }
 
-// The replication's side: a Shared registry that is a SharedOutliers keeps
-// the samples and records; without one, outlier policies are refused
-// (putPolicy).
-
-func (rp *replication) outliers() (SharedOutliers, bool) {
-	so, ok := rp.shared.(SharedOutliers)
-	return so, ok
-}
+// The replication's side: the shared registry keeps the samples and
+// records.
 
 // judgesGroup is SharedOutliers.JudgesGroup.
-func (rp *replication) judgesGroup(group string) bool {
-	so, ok := rp.outliers()
-	return ok && so.JudgesGroup(group)
-}
+func (rp *replication) judgesGroup(group string) bool { return rp.shared.JudgesGroup(group) }
 
 // putSamples stores this replica's samples through the shared registry;
 // every replica applies them as they come back.
 func (rp *replication) putSamples(group string, samples []outlier.Sample) error {
-	so, ok := rp.outliers()
-	if !ok || len(samples) == 0 {
+	if len(samples) == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(rp.closing, sharedWait)
 	defer cancel()
-	return so.PutSamples(ctx, group, samples)
+	return rp.shared.PutSamples(ctx, group, samples)
 }
 
 // putOutliers stores the judge's record through the shared registry.
 func (rp *replication) putOutliers(rec outlier.Record) error {
-	so, ok := rp.outliers()
-	if !ok {
-		return nil
-	}
 	ctx, cancel := context.WithTimeout(rp.closing, sharedWait)
 	defer cancel()
-	return so.PutOutliers(ctx, rec)
+	return rp.shared.PutOutliers(ctx, rec)
 }
 
 // loadOutliers applies the records and samples the shared registry was
 // loaded with, without events.
 func (rp *replication) loadOutliers() {
-	so, ok := rp.outliers()
-	if !ok {
-		return
-	}
-	recs, samples := so.LoadedOutliers()
+	recs, samples := rp.shared.LoadedOutliers()
 	r := rp.reg
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -216,9 +215,8 @@ func plural(n int, word string) string {
 // and DegradedReplicas lists the same replicas everywhere. A replica that
 // leaves while degraded is published as recovered.
 
-// SharedOverloads is implemented by a Shared registry that publishes each
-// replica's overload state. With a registry that does not, a replica's
-// overload is only logged.
+// SharedOverloads is the part of Shared that publishes each replica's
+// overload state.
 type SharedOverloads interface {
 	// PutOverload publishes this replica's overload state; it lasts while
 	// the replica is a member.
@@ -270,7 +268,6 @@ func (rp *replication) publishOverload(o ReplicaOverload) {
 // closes.
 func (rp *replication) publishLoop() {
 	defer close(rp.ovl.done)
-	so, ok := rp.shared.(SharedOverloads)
 	for {
 		select {
 		case <-rp.ovl.wake:
@@ -285,16 +282,8 @@ func (rp *replication) publishLoop() {
 			if o == nil {
 				break
 			}
-			if !ok { // logged, as its event would have been
-				level := slog.LevelInfo
-				if o.Degraded {
-					level = slog.LevelWarn
-				}
-				rp.logger.Log(rp.closing, level, o.Reason)
-				continue
-			}
 			ctx, cancel := context.WithTimeout(rp.closing, sharedWait)
-			err := so.PutOverload(ctx, *o)
+			err := rp.shared.PutOverload(ctx, *o)
 			cancel()
 			if err == nil {
 				continue
@@ -317,13 +306,9 @@ func (rp *replication) publishLoop() {
 // loadOverloads registers the degraded replicas the shared registry
 // loaded, without events.
 func (rp *replication) loadOverloads() {
-	so, ok := rp.shared.(SharedOverloads)
-	if !ok {
-		return
-	}
 	rp.reg.mu.Lock()
 	defer rp.reg.mu.Unlock()
-	for _, o := range so.Overloads() {
+	for _, o := range rp.shared.Overloads() {
 		if o.Degraded {
 			rp.reg.replicasLocked()[o.Replica] = o
 		}

@@ -137,9 +137,8 @@ func outcomeResult(spec Spec, o Outcome, now time.Time) Result {
 // passive_rate_limited counts the outcomes the replica asked refused: it
 // is that replica's own count.
 
-// SharedOutcomes is implemented by a Shared registry that forwards passive
-// outcomes to the targets' owners. A shared checker whose registry does
-// not refuses ReportOutcome (ErrNotShared).
+// SharedOutcomes is the part of Shared that forwards passive outcomes to
+// the targets' owners.
 type SharedOutcomes interface {
 	// PutOutcome stores o as the named target's latest outcome if the one
 	// stored is still the one stored at prevRev (0: none), and returns the
@@ -212,10 +211,6 @@ func later(a, b time.Time) time.Time {
 
 // reportOutcome is ReportOutcome with a shared registry.
 func (rp *replication) reportOutcome(name string, o Outcome) (Status, bool, error) {
-	so, ok := rp.shared.(SharedOutcomes)
-	if !ok {
-		return Status{}, false, fmt.Errorf("%w: this shared registry does not forward passive outcomes", ErrNotShared)
-	}
 	ctx, cancel := context.WithTimeout(rp.closing, sharedWait)
 	defer cancel()
 	var cur *outcomeBucket // the stored bucket a lost race returned
@@ -224,7 +219,7 @@ func (rp *replication) reportOutcome(name string, o Outcome) (Status, bool, erro
 		if err != nil || !counted {
 			return st, false, err
 		}
-		rev, stored, err := so.PutOutcome(ctx, name, out, prevRev)
+		rev, stored, err := rp.shared.PutOutcome(ctx, name, out, prevRev)
 		switch {
 		case errors.Is(err, ErrUnknownTarget):
 			return Status{}, false, err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/fakeclock"
+	"github.com/pulsehealth/pulse/checker/fakeshared"
 )
 
 // fakeCluster is a shared registry in memory for several replicas, as
@@ -39,6 +40,7 @@ type storedOutcome struct {
 
 // fakeReplica is one replica's view of a fakeCluster: its checker.Shared.
 type fakeReplica struct {
+	fakeshared.Mirror
 	cl *fakeCluster
 	id string
 	c  *checker.Checker
@@ -103,8 +105,11 @@ func (cl *fakeCluster) replica(t *testing.T, id string, clock *fakeclock.Clock, 
 
 func (r *fakeReplica) Load() ([]checker.SharedTarget, uint64, error) { return nil, 0, nil }
 
-func (r *fakeReplica) PutSpec(_ context.Context, spec checker.Spec) (uint64, error) {
-	return r.cl.commit(checker.SharedChange{Kind: checker.SharedSpecPut, Spec: spec}), nil
+func (r *fakeReplica) PutSpecs(_ context.Context, specs []checker.Spec) (rev uint64, stored int, _ error) {
+	for _, s := range specs {
+		rev = r.cl.commit(checker.SharedChange{Kind: checker.SharedSpecPut, Spec: s})
+	}
+	return rev, len(specs), nil
 }
 
 func (r *fakeReplica) DeleteTarget(_ context.Context, name string) (uint64, bool, error) {

@@ -203,7 +203,7 @@ func (r *registry) verdictLocked(t *target, changed bool, now time.Time, why cau
 // target's state is decided with its group's (see buildGroupLocked), where
 // the panic threshold may hold a move to unhealthy.
 func (r *registry) updateLocked(t *target, now time.Time, why cause) {
-	if r.guardedLocked(t) {
+	if t.spec.Group != "" {
 		if !t.owned {
 			return
 		}

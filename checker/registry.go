@@ -40,7 +40,7 @@ type registry struct {
 	sink       func(Event)    // takes the events emitted, with mu held
 	link       link           // the log changes go through; see log.go
 	remote     bool           // link is a shared registry's: events are numbered by its revisions
-	vantages   SharedVantages // nil unless the shared registry assigns vantages (see vantage.go)
+	vantages   SharedVantages // the shared registry's; nil alone, as one checker is one vantage (see vantage.go)
 	self       Vantage        // this replica, with vantages
 	vpolicy    VantagePolicy  // when a vantage is suspect, with its defaults
 

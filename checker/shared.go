@@ -24,21 +24,18 @@ import (
 //     ApplyShared, and numbers its events with the shared registry's
 //     revisions, so a watcher can resume on any replica.
 //
-// Flap damping travels with the states (flap.go), passive outcomes
-// are forwarded to the owner through the shared registry
-// (passive.go) and each replica's overload is published through it
-// (overload.go), when the registry implements SharedOutcomes and
-// SharedOverloads. A Shared registry that is also a SharedGroups keeps a
-// guard per group, and the panic threshold holds across replicas (see
-// group.go); without one, a shared checker refuses thresholds below
-// 1 (ErrNotShared).
+// Every policy takes the same path as on a single checker, through the
+// parts Shared is made of: specs in batches (SharedSpecBatch), a guard per
+// group that holds the panic threshold, slow starts and automatic removals
+// across replicas (SharedGroups, group.go), several vantages
+// (SharedVantages), passive outcomes forwarded to the owner
+// (SharedOutcomes), each replica's overload (SharedOverloads), outlier
+// samples and judgements (SharedOutliers) and announced events
+// (SharedAnnouncements). Flap damping travels with the states (flap.go).
 type Shared interface {
 	// Load returns every target and its last state, and the revision they
 	// were read at.
 	Load() ([]SharedTarget, uint64, error)
-	// PutSpec stores a target's spec and returns the revision it was
-	// committed at.
-	PutSpec(ctx context.Context, spec Spec) (rev uint64, err error)
 	// DeleteTarget removes a target's spec and state; existed reports
 	// whether it was there.
 	DeleteTarget(ctx context.Context, name string) (rev uint64, existed bool, err error)
@@ -49,10 +46,22 @@ type Shared interface {
 	// Owns reports whether this replica probes the named target. It is
 	// called with the checker's lock held and must not call the checker.
 	Owns(name string) bool
+	// ID returns this replica's member ID; Members every live replica's,
+	// sorted.
+	ID() string
+	Members() []string
+
+	SharedSpecBatch
+	SharedGroups
+	SharedVantages
+	SharedOutcomes
+	SharedOverloads
+	SharedOutliers
+	SharedAnnouncements
 }
 
-// SharedSpecBatch is a Shared registry that stores many specs in few
-// transactions (package etcdreg does); AddMany uses it.
+// SharedSpecBatch is the part of Shared that stores many specs in few
+// transactions; AddMany and a group's mode change use it.
 type SharedSpecBatch interface {
 	// PutSpecs stores specs in order, several in each transaction, and
 	// returns the revision of the last and how many specs, from the first,
@@ -163,9 +172,6 @@ var (
 	// ErrFenced: a shared registry refused a write from a replica that no
 	// longer holds its lease, or whose view of the state was stale.
 	ErrFenced = errors.New("write fenced")
-	// ErrNotShared: the call needs a view that only one replica has, and the
-	// registry is shared.
-	ErrNotShared = errors.New("not supported with a shared registry")
 	// ErrUncertain: a write to the shared registry timed out; it may have
 	// been committed or not.
 	ErrUncertain = errors.New("the shared registry did not confirm the change in time; it may or may not be stored")
@@ -235,7 +241,7 @@ type replication struct {
 	closing context.Context // ends when the checker closes
 	lastErr errBox          // the shared registry cannot be reached; see SetSharedErr
 
-	guard *guardWriter // nil unless shared is a SharedGroups
+	guard *guardWriter // writes the groups' decisions
 
 	wake chan struct{} // there are proposals
 	done chan struct{} // closed when proposeLoop (and the guard's writer) have returned
@@ -244,7 +250,7 @@ type replication struct {
 	proposals []proposal
 
 	ovl     overloadPub   // this replica's overload state to publish; see overload.go
-	judging chan struct{} // closed when judgeLoop has returned; nil without vantages
+	judging chan struct{} // closed when judgeLoop has returned
 	// events are those of the changes being applied, published together
 	// once they are all applied: several events share a revision (a group
 	// write, a read after a lost history), and a watcher reading between
@@ -268,23 +274,15 @@ func newReplication(shared Shared, reg *registry, logger *slog.Logger, closing c
 		done:    make(chan struct{}),
 		ovl:     overloadPub{wake: make(chan struct{}, 1), done: make(chan struct{})},
 	}
-	if sg, ok := shared.(SharedGroups); ok {
-		rp.guard = newGuardWriter(sg, rp)
-	}
-	if sv, ok := shared.(SharedVantages); ok {
-		reg.vantages, reg.self = sv, sv.Self()
-	}
+	rp.guard = newGuardWriter(shared, rp)
+	reg.vantages, reg.self = shared, shared.Self()
 	reg.link, reg.remote = rp, true
 	reg.loadShared(targets, rev)
 	rp.loadOverloads()
-	if rp.guard != nil {
-		reg.mu.Lock()
-		reg.loadGroupsLocked(rp.guard.shared.LoadedGroups())
-		reg.mu.Unlock()
-	}
-	if reg.vantages != nil {
-		reg.loadVerdicts(targets)
-	}
+	reg.mu.Lock()
+	reg.loadGroupsLocked(shared.LoadedGroups())
+	reg.mu.Unlock()
+	reg.loadVerdicts(targets)
 	rp.loadOutliers()
 	return rp, nil
 }
@@ -296,17 +294,13 @@ func (rp *replication) start(h *hub) {
 	go func() {
 		defer close(rp.done)
 		var wg sync.WaitGroup
-		if rp.guard != nil {
-			wg.Go(rp.guard.run)
-		}
+		wg.Go(rp.guard.run)
 		rp.proposeLoop()
 		wg.Wait()
 	}()
 	go rp.publishLoop()
-	if rp.reg.vantages != nil {
-		rp.judging = make(chan struct{})
-		go rp.judgeLoop()
-	}
+	rp.judging = make(chan struct{})
+	go rp.judgeLoop()
 }
 
 // wait waits for the proposer and the publisher to stop, after the
@@ -314,23 +308,14 @@ func (rp *replication) start(h *hub) {
 func (rp *replication) wait() {
 	<-rp.done
 	<-rp.ovl.done
-	if rp.judging != nil {
-		<-rp.judging
-	}
+	<-rp.judging
 }
 
 // owns is Shared.Owns, for the registry.
 func (rp *replication) owns(name string) bool { return rp.shared.Owns(name) }
 
-// guarded reports whether group guards decide grouped targets' states.
-func (rp *replication) guarded() bool { return rp.guard != nil }
-
 // markGroup asks the guard's writer to look at group again.
-func (rp *replication) markGroup(group string) {
-	if rp.guard != nil {
-		rp.guard.mark(group)
-	}
-}
+func (rp *replication) markGroup(group string) { rp.guard.mark(group) }
 
 // propose queues a state to write; the registry calls it with its lock
 // held.
@@ -345,8 +330,7 @@ func (rp *replication) propose(p proposal) {
 }
 
 // putSpecs writes specs through the shared registry, in few transactions
-// with a SharedSpecBatch (a group's mode change of up to 128 targets in
-// one), else one at a time, and waits until they have come back through
+// (a group's mode change of up to 128 targets in one), and waits until they have come back through
 // ApplyShared. Every replica builds the probers when the specs come back:
 // the ones built to check the specs are closed.
 func (rp *replication) putSpecs(specs []Spec, probers []Prober) (int, error) {
@@ -359,22 +343,7 @@ func (rp *replication) putSpecs(specs []Spec, probers []Prober) (int, error) {
 	// Each transaction carries a few dozen specs: allow for a large batch.
 	ctx, cancel := context.WithTimeout(rp.closing, sharedWait+time.Duration(len(specs))*time.Millisecond)
 	defer cancel()
-	var (
-		rev    uint64
-		stored int
-		err    error
-	)
-	if sb, ok := rp.shared.(SharedSpecBatch); ok {
-		rev, stored, err = sb.PutSpecs(ctx, specs)
-	} else {
-		for _, s := range specs {
-			var r uint64
-			if r, err = rp.shared.PutSpec(ctx, s); err != nil {
-				break
-			}
-			rev, stored = r, stored+1
-		}
-	}
+	rev, stored, err := rp.shared.PutSpecs(ctx, specs)
 	if err != nil {
 		err = sharedWriteErr(err)
 	}
@@ -568,14 +537,7 @@ func (rp *replication) setErr(err error) { rp.lastErr.set(err) }
 
 // replica is Replica.
 func (rp *replication) replica() (id string, members []string) {
-	type membership interface {
-		ID() string
-		Members() []string
-	}
-	if m, ok := rp.shared.(membership); ok {
-		return m.ID(), m.Members()
-	}
-	return "", nil
+	return rp.shared.ID(), rp.shared.Members()
 }
 
 // refusedProber stands for a shared target whose probe this replica's rules

@@ -9,12 +9,14 @@ import (
 	"testing"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/fakeshared"
 )
 
 // fakeShared is a shared registry in memory: it numbers changes with
 // revisions that skip (as etcd's do, for writes that are not events) and
 // applies them to the checker at once, as a watch would.
 type fakeShared struct {
+	fakeshared.Mirror
 	mu        sync.Mutex
 	c         *checker.Checker
 	rev       uint64
@@ -41,8 +43,11 @@ func (f *fakeShared) commit(ch checker.SharedChange) uint64 {
 	return ch.Rev
 }
 
-func (f *fakeShared) PutSpec(_ context.Context, spec checker.Spec) (uint64, error) {
-	return f.commit(checker.SharedChange{Kind: checker.SharedSpecPut, Spec: spec}), nil
+func (f *fakeShared) PutSpecs(_ context.Context, specs []checker.Spec) (rev uint64, stored int, _ error) {
+	for _, s := range specs {
+		rev = f.commit(checker.SharedChange{Kind: checker.SharedSpecPut, Spec: s})
+	}
+	return rev, len(specs), nil
 }
 
 func (f *fakeShared) DeleteTarget(_ context.Context, name string) (uint64, bool, error) {
@@ -264,16 +269,5 @@ func TestSharedOwnershipAndFencing(t *testing.T) {
 	e.c.RunRound(t.Context())
 	if e.probes.callCount("theirs") != before {
 		t.Fatal("probed a target given away")
-	}
-}
-
-// What needs one view of a target's results is refused, not ignored.
-func TestSharedRefusals(t *testing.T) {
-	e := newSharedEnv(t, &fakeShared{}, checker.Config{})
-	if _, err := e.c.SetGroupPolicy("g", checker.GroupPolicy{MaxUnhealthyFraction: 0.5}); !errors.Is(err, checker.ErrNotShared) {
-		t.Fatalf("panic threshold: %v", err)
-	}
-	if _, err := e.c.SetGroupPolicy("g", checker.GroupPolicy{MaxUnhealthyFraction: 1}); err != nil {
-		t.Fatalf("no threshold: %v", err)
 	}
 }

@@ -68,8 +68,8 @@ func (v VantageVerdict) String() string {
 	return s
 }
 
-// SharedVantages is a Shared registry that lets several replicas probe a
-// target (Spec.Vantages) and keeps their verdicts: package etcdreg does.
+// SharedVantages is the part of Shared that lets several replicas probe a
+// target (Spec.Vantages) and keeps their verdicts.
 type SharedVantages interface {
 	// Vantages returns the members that probe the named target from k
 	// vantages: k of them while there are, in distinct labels while there

@@ -1,9 +1,7 @@
 package client_test
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/fakeshared"
 	"github.com/pulsehealth/pulse/checker/probe"
 	"github.com/pulsehealth/pulse/client"
 )
@@ -37,7 +36,7 @@ func TestAddVantagesOnASinglePulsed(t *testing.T) {
 // threeVantages is a shared registry that assigns vantages: r2 owns
 // web-1, r3 and r4 probe it too, and this replica (r9) neither; the test
 // applies their writes.
-type threeVantages struct{}
+type threeVantages struct{ fakeshared.Mirror }
 
 var zones = []checker.Vantage{{Member: "r2", Label: "zone-a"}, {Member: "r3", Label: "zone-b"}, {Member: "r4", Label: "zone-c"}}
 
@@ -52,26 +51,8 @@ func (threeVantages) Load() ([]checker.SharedTarget, uint64, error) {
 	}
 	return []checker.SharedTarget{st}, 10, nil
 }
-func (threeVantages) PutSpec(context.Context, checker.Spec) (uint64, error) {
-	return 0, fmt.Errorf("read only")
-}
-func (threeVantages) DeleteTarget(context.Context, string) (uint64, bool, error) {
-	return 0, false, fmt.Errorf("read only")
-}
-func (threeVantages) ProposeState(context.Context, checker.StateProposal) error {
-	return checker.ErrFenced
-}
-func (threeVantages) Owns(string) bool                       { return false }
 func (threeVantages) Vantages(string, int) []checker.Vantage { return zones }
 func (threeVantages) Self() checker.Vantage                  { return checker.Vantage{Member: "r9", Label: "zone-d"} }
-func (threeVantages) ProposeVerdict(context.Context, checker.VerdictProposal) error {
-	return checker.ErrFenced
-}
-func (threeVantages) Judges(string) bool { return false }
-func (threeVantages) PutVantage(context.Context, checker.VantageRecord) error {
-	return checker.ErrFenced
-}
-func (threeVantages) LoadedVantages() []checker.VantageRecord { return nil }
 
 // A target probed from three vantages: the client reads its spec's
 // vantages and quorum, each vantage's verdict in its status, and the

@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -9,13 +8,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/fakeshared"
 	"github.com/pulsehealth/pulse/checker/probe"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
 // mirrorOnly is a shared registry in which this replica owns nothing: its
 // checker shows only what the test applies, as another replica's writes.
-type mirrorOnly struct{}
+type mirrorOnly struct{ fakeshared.Mirror }
 
 func (mirrorOnly) Load() ([]checker.SharedTarget, uint64, error) {
 	return []checker.SharedTarget{{
@@ -24,16 +24,6 @@ func (mirrorOnly) Load() ([]checker.SharedTarget, uint64, error) {
 		StateRev: 5,
 	}}, 10, nil
 }
-func (mirrorOnly) PutSpec(context.Context, checker.Spec) (uint64, error) {
-	return 0, fmt.Errorf("read only")
-}
-func (mirrorOnly) DeleteTarget(context.Context, string) (uint64, bool, error) {
-	return 0, false, fmt.Errorf("read only")
-}
-func (mirrorOnly) ProposeState(context.Context, checker.StateProposal) error {
-	return checker.ErrFenced
-}
-func (mirrorOnly) Owns(string) bool { return false }
 
 // With replicas one revision can carry two events: the transition another
 // replica stored and the FLAPPING_STARTED its flap log says. Every stream

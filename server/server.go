@@ -395,8 +395,6 @@ func toStatus(err error, prefix string) error {
 		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, checker.ErrLimit):
 		return status.Errorf(codes.ResourceExhausted, "%v; remove some, or raise pulsed's -max-targets, -max-targets-per-group or -max-watchers", err)
-	case errors.Is(err, checker.ErrNotShared):
-		return status.Errorf(codes.FailedPrecondition, "%v (pulsed runs with -registry etcd)", err)
 	case errors.Is(err, checker.ErrStore):
 		return status.Errorf(codes.Unavailable, "%v; nothing was changed: check pulsed's registry (its data dir: disk full or read-only? or etcd with -registry etcd) and retry", err)
 	case errors.Is(err, checker.ErrUncertain):

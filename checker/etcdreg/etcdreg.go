@@ -78,6 +78,8 @@ type Options struct {
 	TLS *tls.Config
 }
 
+var _ checker.Shared = (*Registry)(nil)
+
 // Registry is a checker.Shared on etcd. Open connects and registers the
 // replica; Run feeds the checker; Close leaves.
 type Registry struct {

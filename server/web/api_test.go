@@ -1,7 +1,6 @@
 package web_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/fakeshared"
 	"github.com/pulsehealth/pulse/internal/testscale"
 	"github.com/pulsehealth/pulse/server/web"
 )
@@ -459,19 +459,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // noTargets is a shared registry, as replicas on etcd use, that holds no
 // targets and in which this replica owns nothing.
-type noTargets struct{}
+type noTargets struct{ fakeshared.Mirror }
 
 func (noTargets) Load() ([]checker.SharedTarget, uint64, error) { return nil, 10, nil }
-func (noTargets) PutSpec(context.Context, checker.Spec) (uint64, error) {
-	return 0, errors.New("read only")
-}
-func (noTargets) DeleteTarget(context.Context, string) (uint64, bool, error) {
-	return 0, false, errors.New("read only")
-}
-func (noTargets) ProposeState(context.Context, checker.StateProposal) error {
-	return checker.ErrFenced
-}
-func (noTargets) Owns(string) bool { return false }
 
 // Another replica's overload reaches the page's data, as it reaches every
 // stream and ListTargets, and leaves it when that replica recovers.

@@ -1,8 +1,6 @@
 package web_test
 
 import (
-	"context"
-	"errors"
 	"net/http"
 	"slices"
 	"strconv"
@@ -10,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/fakeshared"
 	"github.com/pulsehealth/pulse/server/web"
 )
 
@@ -178,17 +177,9 @@ func TestFeedEndsWhenCheckerCloses(t *testing.T) {
 
 // mirror is a shared registry in which this replica owns nothing: the
 // checker shows only what the test applies, as other replicas' writes.
-type mirror struct{}
+type mirror struct{ fakeshared.Mirror }
 
 func (mirror) Load() ([]checker.SharedTarget, uint64, error) { return nil, 10, nil }
-func (mirror) PutSpec(context.Context, checker.Spec) (uint64, error) {
-	return 0, errors.New("read only")
-}
-func (mirror) DeleteTarget(context.Context, string) (uint64, bool, error) {
-	return 0, false, errors.New("read only")
-}
-func (mirror) ProposeState(context.Context, checker.StateProposal) error { return checker.ErrFenced }
-func (mirror) Owns(string) bool                                          { return false }
 
 // With replicas one revision can carry several events. Only its last
 // carries the id, so a browser that drops inside the revision resumes

@@ -1,7 +1,6 @@
 package web_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/fakeshared"
 	"github.com/pulsehealth/pulse/checker/history"
 	"github.com/pulsehealth/pulse/checker/probe"
 	"github.com/pulsehealth/pulse/server/web"
@@ -19,7 +19,7 @@ import (
 // web-3, r3 and r4 probe them too, and this replica (r9) none. zone-c
 // (r4) says unhealthy of all three while the others say healthy: its own
 // path is broken, and its judge has stored it as suspect.
-type zoneFleet struct{}
+type zoneFleet struct{ fakeshared.Mirror }
 
 var fleetZones = []checker.Vantage{{Member: "r2", Label: "zone-a"}, {Member: "r3", Label: "zone-b"}, {Member: "r4", Label: "zone-c"}}
 
@@ -43,21 +43,8 @@ func (zoneFleet) Load() ([]checker.SharedTarget, uint64, error) {
 	}
 	return out, 30, nil
 }
-func (zoneFleet) PutSpec(context.Context, checker.Spec) (uint64, error) {
-	return 0, fmt.Errorf("read only")
-}
-func (zoneFleet) DeleteTarget(context.Context, string) (uint64, bool, error) {
-	return 0, false, fmt.Errorf("read only")
-}
-func (zoneFleet) ProposeState(context.Context, checker.StateProposal) error { return checker.ErrFenced }
-func (zoneFleet) Owns(string) bool                                          { return false }
-func (zoneFleet) Vantages(string, int) []checker.Vantage                    { return fleetZones }
-func (zoneFleet) Self() checker.Vantage                                     { return checker.Vantage{Member: "r9", Label: "zone-d"} }
-func (zoneFleet) ProposeVerdict(context.Context, checker.VerdictProposal) error {
-	return checker.ErrFenced
-}
-func (zoneFleet) Judges(string) bool                                      { return false }
-func (zoneFleet) PutVantage(context.Context, checker.VantageRecord) error { return checker.ErrFenced }
+func (zoneFleet) Vantages(string, int) []checker.Vantage { return fleetZones }
+func (zoneFleet) Self() checker.Vantage                  { return checker.Vantage{Member: "r9", Label: "zone-d"} }
 
 // LoadedVantages: zone-c's judge has stored it as suspect.
 func (zoneFleet) LoadedVantages() []checker.VantageRecord {
