@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/pulsehealth/pulse/cmd/internal/suggest"
 	"github.com/pulsehealth/pulse/internal/version"
 )
 
@@ -127,7 +128,7 @@ func unknownCommand(e *env, name string) int {
 		}
 		return n
 	}
-	e.errorf("unknown command %q; run 'pulsectl --help' for the list%s", name, didYouMean(suggest(name, names, canonical)))
+	e.errorf("unknown command %q; run 'pulsectl --help' for the list%s", name, didYouMean(suggest.Closest(name, names, canonical)))
 	return exitUsage
 }
 
@@ -240,7 +241,7 @@ func flagError(fs *flag.FlagSet, err error) string {
 	if name, ok := strings.CutPrefix(msg, undefinedFlag); ok {
 		var names []string
 		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
-		return "unknown flag " + flagName(name) + didYouMean(suggest(name, names, flagName))
+		return "unknown flag " + flagName(name) + didYouMean(suggest.Closest(name, names, flagName))
 	}
 	return flagDash.ReplaceAllString(msg, "${1}--$2")
 }

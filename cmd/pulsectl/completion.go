@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pulsehealth/pulse/cmd/internal/suggest"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
@@ -43,7 +44,7 @@ func runCompletion(ctx context.Context, e *env, c *command, args []string) int {
 		return code
 	}
 	if len(pos) != 1 || !slices.Contains(shells, pos[0]) {
-		return c.usageError(e, "want %s, got %q%s", orList(shells), strings.Join(pos, " "), didYouMean(suggest(strings.Join(pos, " "), shells, nil)))
+		return c.usageError(e, "want %s, got %q%s", orList(shells), strings.Join(pos, " "), didYouMean(suggest.Closest(strings.Join(pos, " "), shells, nil)))
 	}
 	spec := completionSpecs(ctx)
 	switch pos[0] {

@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	pulse "github.com/pulsehealth/pulse/client"
+	"github.com/pulsehealth/pulse/cmd/internal/suggest"
 )
 
 // The connection settings of a client command come, each on its own, from
@@ -326,7 +327,7 @@ func runConfig(_ context.Context, e *env, c *command, args []string) int {
 	case len(pos) == 0:
 		return c.usageError(e, "name one of %s", orList(verbs))
 	case !slices.Contains(verbs, pos[0]):
-		return c.usageError(e, "unknown config command %q: want %s%s", pos[0], orList(verbs), didYouMean(suggest(pos[0], verbs, nil)))
+		return c.usageError(e, "unknown config command %q: want %s%s", pos[0], orList(verbs), didYouMean(suggest.Closest(pos[0], verbs, nil)))
 	case pos[0] == "use-context" && len(pos) != 2:
 		return c.usageError(e, "usage: pulsectl config use-context NAME")
 	case pos[0] != "use-context" && len(pos) != 1:
@@ -389,7 +390,7 @@ func hoistGlobalFlags(args []string) ([]string, error) {
 		name, _, hasValue := strings.Cut(name, "=")
 		takesValue, ok := globalFlags[name]
 		if !ok {
-			hint := didYouMean(suggest(name, slices.Collect(maps.Keys(globalFlags)), flagName))
+			hint := didYouMean(suggest.Closest(name, slices.Collect(maps.Keys(globalFlags)), flagName))
 			return nil, fmt.Errorf("flag %s is not a global flag; put it after the command%s", args[i], hint)
 		}
 		global = append(global, args[i])

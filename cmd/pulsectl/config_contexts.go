@@ -11,6 +11,8 @@ import (
 	"text/tabwriter"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/pulsehealth/pulse/cmd/internal/suggest"
 )
 
 // getContexts lists the config file's contexts, kubectl-style, "*"
@@ -63,7 +65,7 @@ func useContext(e *env, cf *clientFlags, name string) int {
 		if len(names) == 0 {
 			e.errorf("config %s: no context %q (the file has no contexts)", path, name)
 		} else {
-			e.errorf("config %s: no context %q (it has %s)%s", path, name, orList(names), didYouMean(suggest(name, names, nil)))
+			e.errorf("config %s: no context %q (it has %s)%s", path, name, orList(names), didYouMean(suggest.Closest(name, names, nil)))
 		}
 		return exitUsage
 	}

@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/pulsehealth/pulse/cmd/internal/suggest"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
@@ -77,7 +78,7 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 	if len(pos) != 2 || pos[0] != "get" && pos[0] != "set" {
 		hint := ""
 		if len(pos) > 0 {
-			hint = didYouMean(suggest(pos[0], []string{"get", "set"}, nil))
+			hint = didYouMean(suggest.Closest(pos[0], []string{"get", "set"}, nil))
 		}
 		return c.usageError(e, "want get GROUP or set GROUP, got %q%s", strings.Join(pos, " "), hint)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/pulsehealth/pulse/cmd/internal/suggest"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
@@ -240,7 +241,7 @@ func runLs(ctx context.Context, e *env, c *command, args []string) int {
 	keep := stateFilters[*state]
 	if *state != "" && keep == nil {
 		return c.usageError(e, "--state must be %s, got %q%s", orList(slices.Sorted(maps.Keys(stateFilters))), *state,
-			didYouMean(suggest(*state, slices.Collect(maps.Keys(stateFilters)), nil)))
+			didYouMean(suggest.Closest(*state, slices.Collect(maps.Keys(stateFilters)), nil)))
 	}
 	cl, code, ok := cf.dial(e)
 	if !ok {

@@ -6,20 +6,6 @@ import (
 	"testing"
 )
 
-func TestEditDistance(t *testing.T) {
-	for _, tc := range []struct {
-		a, b string
-		want int
-	}{
-		{"", "", 0}, {"ls", "ls", 0}, {"lst", "ls", 1}, {"drian", "drain", 1},
-		{"intervl", "interval", 1}, {"x", "ls", 2}, {"ca", "abc", 3}, {"", "abc", 3},
-	} {
-		if got := editDistance(tc.a, tc.b); got != tc.want {
-			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
-		}
-	}
-}
-
 // A mistyped command or flag is a usage error that names the closest
 // commands or flags; one too far from any names none.
 func TestDidYouMean(t *testing.T) {

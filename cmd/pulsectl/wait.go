@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pulse "github.com/pulsehealth/pulse/client"
+	"github.com/pulsehealth/pulse/cmd/internal/suggest"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
@@ -71,7 +72,7 @@ func runWait(ctx context.Context, e *env, c *command, args []string) int {
 		return c.usageError(e, "--for is required: %s", orList(slices.Sorted(maps.Keys(waitConditions))))
 	case holds == nil:
 		return c.usageError(e, "--for must be %s, got %q%s", orList(slices.Sorted(maps.Keys(waitConditions))), *cond,
-			didYouMean(suggest(*cond, slices.Collect(maps.Keys(waitConditions)), nil)))
+			didYouMean(suggest.Closest(*cond, slices.Collect(maps.Keys(waitConditions)), nil)))
 	case *timeout < 0 || *timeout > maxWait:
 		return c.usageError(e, "--timeout must be from 0 to %v, got %v", maxWait, *timeout)
 	}

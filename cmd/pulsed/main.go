@@ -22,6 +22,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -31,6 +32,7 @@ import (
 	"github.com/pulsehealth/pulse/checker/etcdreg"
 	"github.com/pulsehealth/pulse/checker/liveness"
 	"github.com/pulsehealth/pulse/checker/probe"
+	"github.com/pulsehealth/pulse/cmd/internal/suggest"
 	"github.com/pulsehealth/pulse/internal/gcheadroom"
 	"github.com/pulsehealth/pulse/internal/version"
 	"github.com/pulsehealth/pulse/server"
@@ -80,11 +82,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	d := checker.StandardDefaults()
 	cfg := config{defaults: d}
 	fs := flag.NewFlagSet("pulsed", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: pulsed [flags]\n\npulsed serves pulse.v1.HealthChecker over gRPC and probes the targets registered with it.\nTargets' unset fields take the defaults below.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
+	// The usage is printed for -h alone: a mistyped flag gets one line that
+	// names it, and the closest flag (see parseError).
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:50051", "`address` to serve gRPC on (host:port; port 0 picks a free one)")
 	cfg.security.register(fs)
 	cfg.conns.register(fs)
@@ -124,7 +125,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&cfg.accessLog, "access-log", false, "log every finished API call at info; without it, calls that end OK or with the client's own mistake (NOT_FOUND, INVALID_ARGUMENT, ...) are logged at debug, and only calls pulsed could not serve at warn or error")
 	showVersion := version.Flag(fs)
 	if err := fs.Parse(args); err != nil {
-		return cfg, err
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stderr, "Usage: pulsed [flags]\n\npulsed serves pulse.v1.HealthChecker over gRPC and probes the targets registered with it.\nTargets' unset fields take the defaults below.\n\nFlags:\n")
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
+			return cfg, err
+		}
+		return cfg, parseError(fs, err)
 	}
 	if *showVersion {
 		fmt.Fprintln(os.Stdout, version.Line("pulsed"))
@@ -531,4 +538,47 @@ func keptConnections(limit uint64, maxProbes int) int {
 		return -1
 	}
 	return int(kept)
+}
+
+// parseError is a flag's parse error, with what the flag takes when its
+// value did not parse, the closest flag's name when the flag is not
+// pulsed's, and where to find them all.
+func parseError(fs *flag.FlagSet, err error) error {
+	msg := err.Error()
+	if rest, ok := strings.CutPrefix(msg, "invalid value "); ok {
+		// invalid value "x" for flag -interval: parse error
+		if _, name, ok := strings.Cut(rest, " for flag -"); ok {
+			name, _, _ = strings.Cut(name, ":")
+			if f := fs.Lookup(name); f != nil {
+				msg += ": want " + valueKind(f)
+			}
+		}
+	}
+	if typed, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		var names []string
+		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+		if near := suggest.Closest(strings.TrimPrefix(typed, "-"), names, nil); len(near) > 0 {
+			msg += "; did you mean -" + strings.Join(near, " or -") + "?"
+		}
+	}
+	return errors.New(msg + " (pulsed -h lists the flags)")
+}
+
+// valueKind says what a flag takes, as its default's type shows.
+func valueKind(f *flag.Flag) string {
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return "a value such as " + f.DefValue
+	}
+	switch g.Get().(type) {
+	case time.Duration:
+		return "a duration such as 5s, 250ms or 1m30s"
+	case bool:
+		return "true or false"
+	case int, int64, uint, uint64:
+		return "a whole number"
+	case float64:
+		return "a number"
+	}
+	return "a value such as " + f.DefValue
 }
