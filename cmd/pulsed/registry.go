@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -169,11 +171,20 @@ func openStore(dataDir string, logger *slog.Logger) (*boltstore.Store, error) {
 		logger.Warn("no -data-dir: targets live in memory only and are lost when pulsed stops")
 		return nil, nil
 	}
+	_, statErr := os.Stat(filepath.Join(dataDir, boltstore.FileName))
 	st, err := boltstore.Open(dataDir, time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("-data-dir: %w", err)
 	}
-	logger.Info("store opened", "path", st.Path())
+	path := st.Path()
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs // a relative -data-dir depends on where pulsed starts: say which
+	}
+	if errors.Is(statErr, os.ErrNotExist) {
+		logger.Info("store created: no targets yet; pulsed finds them here again when it starts with the same -data-dir", "path", path)
+		return st, nil
+	}
+	logger.Info("store opened", "path", path)
 	return st, nil
 }
 
