@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -310,7 +311,7 @@ func (s *Server) WatchTransitions(req *pb.WatchTransitionsRequest, stream grpc.S
 			if rev, _ := w.Progress(); rev > last {
 				last = rev
 			}
-			return status.Errorf(codes.Unavailable, "pulsed is shutting down; reconnect and resume with start_revision %d", last)
+			return status.Errorf(codes.Unavailable, shutdownMsg+"; reconnect and resume with start_revision %d", last)
 		}
 		if err != nil {
 			return toStatus(err, "")
@@ -402,7 +403,7 @@ func toStatus(err error, prefix string) error {
 	case errors.Is(err, checker.ErrLagging):
 		return status.Errorf(codes.Unavailable, "%v; it will show once this replica catches up with etcd (a retry is harmless)", err)
 	case errors.Is(err, checker.ErrClosed):
-		return status.Error(codes.Unavailable, "pulsed is shutting down; retry against a running instance")
+		return status.Error(codes.Unavailable, shutdownMsg+"; retry against a running instance")
 	default:
 		return status.Errorf(codes.Internal, "internal error: %v", err)
 	}
@@ -487,6 +488,9 @@ func Interceptors(logger *slog.Logger, defaults checker.Defaults) ([]grpc.UnaryS
 
 func chains(logger *slog.Logger, defaults checker.Defaults, accessLog bool) ([]grpc.UnaryServerInterceptor, []grpc.StreamServerInterceptor) {
 	logFn := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
+		if lvl > logging.LevelInfo && endedByShutdown(fields) {
+			lvl = logging.LevelInfo // a stream pulsed ended as it stopped, as it should
+		}
 		logger.Log(ctx, slog.Level(lvl), msg, fields...)
 	})
 	onPanic := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
@@ -509,6 +513,22 @@ func chains(logger *slog.Logger, defaults checker.Defaults, accessLog bool) ([]g
 			v.stream,
 		}
 }
+
+// endedByShutdown reports whether a finished call's log fields say that
+// pulsed ended it as it shut down (a watch stream: see
+// WatchTransitions), which is no failure to warn of.
+func endedByShutdown(fields []any) bool {
+	for i := 0; i+1 < len(fields); i += 2 {
+		if fields[i] == "grpc.error" {
+			s, _ := fields[i+1].(string)
+			return strings.Contains(s, shutdownMsg)
+		}
+	}
+	return false
+}
+
+// shutdownMsg starts the error of a call pulsed ended as it shut down.
+const shutdownMsg = "pulsed is shutting down"
 
 // callLevel returns the level a finished call is logged at. With
 // accessLog, every call is logged at INFO or above, as go-grpc-middleware

@@ -290,6 +290,17 @@ func TestShutdownEndsWatchersWithUnavailable(t *testing.T) {
 	e.c.Close()
 	_, err := w.Recv()
 	wantCode(t, err, codes.Unavailable, fmt.Sprintf("pulsed is shutting down; reconnect and resume with start_revision %d", rev))
+	// A normal stop is no failure: the stream's end is logged at INFO.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(e.logs.String(), "grpc.method=WatchTransitions"); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the watch's end was not logged")
+		}
+	}
+	for _, line := range strings.Split(e.logs.String(), "\n") {
+		if strings.Contains(line, "grpc.method=WatchTransitions") && !strings.Contains(line, "level=INFO") {
+			t.Errorf("the stream pulsed ended as it stopped is logged as %q, want level=INFO", line)
+		}
+	}
 }
 
 // A filtered stream ended by the shutdown names the last published
