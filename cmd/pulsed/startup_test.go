@@ -1,0 +1,59 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A mistyped flag or a value that does not parse gets one line that names
+// the flag, what it takes or the closest flag, and where the list is; the
+// usage is printed for -h alone.
+func TestParseFlagErrors(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-grpc-listen", "127.0.0.1:1"}, "flag provided but not defined: -grpc-listen; did you mean -listen? (pulsed -h lists the flags)"},
+		{[]string{"-intervl", "5s"}, "flag provided but not defined: -intervl; did you mean -interval? (pulsed -h lists the flags)"},
+		{[]string{"-xyzzy"}, "flag provided but not defined: -xyzzy (pulsed -h lists the flags)"},
+		{[]string{"-interval", "soon"}, `invalid value "soon" for flag -interval: parse error: want a duration such as 5s, 250ms or 1m30s (pulsed -h lists the flags)`},
+		{[]string{"-rise", "many"}, `invalid value "many" for flag -rise: parse error: want a whole number (pulsed -h lists the flags)`},
+	} {
+		var stderr bytes.Buffer
+		_, err := parseFlags(tt.args, &stderr)
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("%q: %v, want %q", tt.args, err, tt.want)
+		}
+		if stderr.Len() != 0 {
+			t.Errorf("%q: printed %q, want nothing (main prints the error)", tt.args, stderr.String())
+		}
+	}
+	var stderr bytes.Buffer
+	if _, err := parseFlags([]string{"-h"}, &stderr); !errors.Is(err, flag.ErrHelp) || !strings.HasPrefix(stderr.String(), "Usage: pulsed [flags]") || !strings.Contains(stderr.String(), "-data-dir directory") {
+		t.Errorf("-h: %v, printed %.80q, want the usage", err, stderr.String())
+	}
+}
+
+// A relative -data-dir depends on where pulsed starts: the log names the
+// store by its absolute path, and says when it was created empty.
+func TestStoreLoggedByAbsolutePath(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	for i, want := range []string{"store created: no targets yet", "store opened"} {
+		var logs bytes.Buffer
+		st, err := openStore("pulse-data", slog.New(slog.NewTextHandler(&logs, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Close()
+		abs := filepath.Join(dir, "pulse-data", "pulse.db")
+		if !strings.Contains(logs.String(), want) || !strings.Contains(logs.String(), "path="+abs) {
+			t.Errorf("open %d logged %q, want %q and path=%s", i+1, logs.String(), want, abs)
+		}
+	}
+}
