@@ -115,7 +115,7 @@ func (h *Handler) serveResponseBadge(w http.ResponseWriter, r *http.Request) {
 	}
 	value, color := "no data", badgeGrey
 	if sum.Probes > 0 {
-		value, color = strconv.FormatInt(sum.Mean.Milliseconds(), 10)+"ms", badgeColors[len(responseCeilings)]
+		value, color = latencyText(sum.Mean), badgeColors[len(responseCeilings)]
 		for i, ceiling := range responseCeilings {
 			if sum.Mean <= ceiling {
 				color = badgeColors[i]
@@ -124,6 +124,16 @@ func (h *Handler) serveResponseBadge(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeBadge(w, "response time "+win, value, color)
+}
+
+// latencyText is a mean latency as a badge shows it: whole milliseconds,
+// with a tenth below 10ms, so that a fast target's 0.8ms does not read
+// "0ms".
+func latencyText(d time.Duration) string {
+	if d < 10*time.Millisecond {
+		return strconv.FormatFloat(float64(d.Round(100*time.Microsecond))/float64(time.Millisecond), 'f', 1, 64) + "ms"
+	}
+	return strconv.FormatInt(d.Round(time.Millisecond).Milliseconds(), 10) + "ms"
 }
 
 // uptimeText is an uptime as a badge shows it: "99.95%", "100%", never

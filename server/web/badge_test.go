@@ -29,6 +29,7 @@ func historyEnv(t *testing.T, wcfg web.Config) (*env, *history.Recorder) {
 		at := now.Add(-time.Duration(i) * time.Second)
 		rec.ObserveProbe(checker.Spec{Name: "web-1", Group: "edge"}, checker.Result{Pass: i != 0, Latency: 30 * time.Millisecond, Time: at})
 		rec.ObserveProbe(checker.Spec{Name: "web-2", Group: "edge"}, checker.Result{Latency: 900 * time.Millisecond, Time: at})
+		rec.ObserveProbe(checker.Spec{Name: "fast"}, checker.Result{Pass: true, Latency: 800 * time.Microsecond, Time: at})
 	}
 	wcfg.History = rec
 	return newEnv(t, checker.Config{}, wcfg), rec
@@ -44,6 +45,7 @@ func TestBadges(t *testing.T) {
 		{"/badge/edge/uptime/24h.svg", "uptime 24h", "49.5%", "#c7130a"},
 		{"/badge/web-1/response-time/30d.svg", "response time 30d", "30ms", "#40cc11"},
 		{"/badge/web-2/response-time/1h.svg", "response time 1h", "900ms", "#c7130a"},
+		{"/badge/fast/response-time/1h.svg", "response time 1h", "0.8ms", "#40cc11"},
 	} {
 		resp, body := do(t, e, c.path, "")
 		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "image/svg+xml" {
