@@ -197,18 +197,22 @@ func joinInts(v []int32) string {
 // a transition, how far it has got: "pass 1/2" is one pass of the two
 // (rise) an unhealthy or suspect target needs to become healthy, "fail 2/3"
 // two failures of the three (fall) that make a healthy or suspect target
-// unhealthy. A streak that changes nothing has no denominator ("pass 7" on
-// a healthy target). "-" before the first probe.
+// unhealthy. A streak that changes nothing has no denominator: "pass 7" on
+// a healthy target, "pass 3" on a draining one whose streak has reached
+// rise without moving its state, "fail 1" on one the panic threshold or
+// flap damping holds.
+// "-" before the first probe.
 func streak(st *pb.TargetStatus) string {
 	spec := st.GetSpec()
+	moving := !st.GetPanicHeld() && !st.GetFlapping() // a held target's streak moves nothing
 	switch {
 	case st.GetQuarantined() != "":
 		return "quarantined"
-	case st.GetPassStreak() > 0 && st.GetState() != pb.State_STATE_HEALTHY:
+	case st.GetPassStreak() > 0 && st.GetState() != pb.State_STATE_HEALTHY && st.GetPassStreak() < spec.GetRise() && moving:
 		return fmt.Sprintf("pass %d/%d", st.GetPassStreak(), spec.GetRise())
 	case st.GetPassStreak() > 0:
 		return fmt.Sprintf("pass %d", st.GetPassStreak())
-	case st.GetFailStreak() > 0 && st.GetState() != pb.State_STATE_UNHEALTHY:
+	case st.GetFailStreak() > 0 && st.GetState() != pb.State_STATE_UNHEALTHY && st.GetFailStreak() < spec.GetFall() && moving:
 		return fmt.Sprintf("fail %d/%d", st.GetFailStreak(), spec.GetFall())
 	case st.GetFailStreak() > 0:
 		return fmt.Sprintf("fail %d", st.GetFailStreak())

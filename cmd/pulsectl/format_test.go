@@ -26,12 +26,18 @@ func TestStreak(t *testing.T) {
 		{pb.State_STATE_HEALTHY, 0, 2, "fail 2/3"},
 		{pb.State_STATE_SUSPECT, 1, 0, "pass 1/2"},
 		{pb.State_STATE_SUSPECT, 0, 1, "fail 1/3"},
+		{pb.State_STATE_UNHEALTHY, 3, 0, "pass 3"}, // draining: its streak moves nothing
+		{pb.State_STATE_HEALTHY, 0, 4, "fail 4"},   // held by the panic threshold
 	}
 	for _, tt := range tests {
 		st := &pb.TargetStatus{Spec: spec, State: tt.state, PassStreak: tt.pass, FailStreak: tt.fail}
 		if got := streak(st); got != tt.want {
 			t.Errorf("streak(%v, pass %d, fail %d) = %q, want %q", tt.state, tt.pass, tt.fail, got, tt.want)
 		}
+	}
+	held := &pb.TargetStatus{Spec: spec, State: pb.State_STATE_HEALTHY, FailStreak: 1, PanicHeld: true}
+	if got := streak(held); got != "fail 1" {
+		t.Errorf("streak of a held target = %q, want fail 1", got)
 	}
 	q := &pb.TargetStatus{Spec: spec, State: pb.State_STATE_UNHEALTHY, Quarantined: "interval: must be at most 24h0m0s"}
 	if got := streak(q); got != "quarantined" {
