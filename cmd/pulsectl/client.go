@@ -4,12 +4,15 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
+	"net/url"
 	"regexp"
 	"strings"
 	"time"
 
 	"buf.build/go/protoyaml"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -41,7 +44,7 @@ type clientFlags struct {
 
 func addClientFlags(fs *flag.FlagSet) *clientFlags {
 	cf := &clientFlags{fs: fs}
-	fs.StringVar(&cf.addr, "addr", defaultAddr, "`host:port` of pulsed, or several replicas, comma-separated (env PULSE_ADDR)")
+	fs.StringVar(&cf.addr, "addr", defaultAddr, "`host:port` of pulsed (or a gRPC target such as unix:PATH), or several replicas, comma-separated (env PULSE_ADDR)")
 	fs.StringVar(&cf.configPath, "config", "", "config `file` with named contexts (env PULSE_CONFIG; default: pulse/pulsectl.yaml in the user's config directory)")
 	fs.StringVar(&cf.context, "context", "", "the config file's context to use (env PULSE_CONTEXT; default: its current-context)")
 	cf.conn.Register(fs)
@@ -61,21 +64,91 @@ type client struct {
 // another replica when --addr names several. It fails only for settings
 // that cannot be used, a usage error.
 func (cf *clientFlags) dial(e *env) (*client, int, bool) {
+	pc, ok := cf.newClient(context.Background(), e)
+	if !ok {
+		return nil, exitUsage, false
+	}
+	return &client{addr: cf.addr, addrSource: cf.sources["addr"], pc: pc, HealthCheckerClient: pc.API()}, exitOK, true
+}
+
+// newClient returns a client of pulsed for the settings in force; ctx
+// bounds pulse.New's wait. It fails, said on stderr, only for settings
+// that cannot be used.
+func (cf *clientFlags) newClient(ctx context.Context, e *env) (*pulse.Client, bool) {
 	if err := cf.resolve(); err != nil {
 		e.errorf("%v", err)
-		return nil, exitUsage, false
+		return nil, false
+	}
+	if err := cf.checkAddrs(); err != nil {
+		e.errorf("%v", err)
+		return nil, false
 	}
 	opts, err := cf.conn.ClientOptions()
 	if err != nil {
 		e.errorf("%v", err)
-		return nil, exitUsage, false
+		return nil, false
 	}
-	pc, err := pulse.New(context.Background(), cf.addrs(), opts...)
+	pc, err := pulse.New(ctx, cf.addrs(), opts...)
 	if err != nil {
 		e.errorf("--addr %q: %v", cf.addr, err)
-		return nil, exitUsage, false
+		return nil, false
 	}
-	return &client{addr: cf.addr, addrSource: cf.sources["addr"], pc: pc, HealthCheckerClient: pc.API()}, exitOK, true
+	return pc, true
+}
+
+// checkAddrs refuses an address in force that names no port, where gRPC
+// would dial port 443 and find no pulsed: the error names where the
+// address came from. An address with a scheme gRPC resolves is gRPC's to
+// read (unix:PATH, unix:///PATH), but for the port of dns:///HOST:PORT and
+// passthrough:///HOST:PORT.
+func (cf *clientFlags) checkAddrs() error {
+	addrs := cf.addrs()
+	for _, a := range addrs {
+		problem := addrProblem(a)
+		if problem == "" {
+			continue
+		}
+		var from string
+		switch src := cf.sources["addr"]; {
+		case strings.HasPrefix(src, "env "):
+			from = strings.TrimPrefix(src, "env ")
+		case strings.HasPrefix(src, "config "):
+			from = src + ": addr"
+		default:
+			from = "--addr"
+		}
+		if len(addrs) > 1 {
+			from += " " + cf.addr + ":"
+		}
+		return fmt.Errorf("%s %s %s", from, a, problem)
+	}
+	return nil
+}
+
+// addrProblem says what is wrong with a, one address of pulsed: "has no
+// port: want ...", or "" when nothing is.
+func addrProblem(a string) string {
+	hostPort, want := a, "host:port, e.g. "+defaultAddr
+	if u, err := url.Parse(a); err == nil && u.Scheme != "" && resolver.Get(u.Scheme) != nil {
+		if u.Scheme != "dns" && u.Scheme != "passthrough" {
+			return "" // unix:PATH and the like: no port
+		}
+		hostPort, want = u.Opaque, u.Scheme+":///host:port, e.g. "+u.Scheme+":///"+defaultAddr
+		if hostPort == "" {
+			hostPort = strings.TrimPrefix(u.Path, "/")
+		}
+	}
+	if ip := net.ParseIP(strings.Trim(hostPort, "[]")); ip != nil && ip.To4() == nil {
+		want = strings.Replace(want, "127.0.0.1", "[::1]", 1) // an IPv6 address goes in brackets
+	}
+	_, port, err := net.SplitHostPort(hostPort)
+	switch {
+	case err == nil && port != "":
+		return ""
+	case err == nil, strings.Contains(err.Error(), "missing port"), net.ParseIP(hostPort) != nil:
+		return "has no port: want " + want
+	}
+	return "is not host:port: want " + want
 }
 
 func (c *client) Close() { c.pc.Close() }

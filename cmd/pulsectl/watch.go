@@ -86,18 +86,8 @@ func runWatch(ctx context.Context, e *env, c *command, args []string) int {
 	if *reconnect < 0 || *reconnect > maxReconnect {
 		return c.usageError(e, "--reconnect must be from 0 to %v, got %v", maxReconnect, *reconnect)
 	}
-	if err := cf.resolve(); err != nil {
-		e.errorf("%v", err)
-		return exitUsage
-	}
-	opts, err := cf.conn.ClientOptions()
-	if err != nil {
-		e.errorf("%v", err)
-		return exitUsage
-	}
-	pc, err := pulse.New(ctx, cf.addrs(), opts...)
-	if err != nil {
-		e.errorf("--addr %q: %v", cf.addr, err)
+	pc, ok := cf.newClient(ctx, e)
+	if !ok {
 		return exitUsage
 	}
 	defer pc.Close()
