@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -83,8 +82,8 @@ func (c *command) addFlagSet(e *env) *addFlags {
 	fs.BoolVar(&a.grpcTLS, "grpc-tls", false, "connect to the gRPC target with TLS")
 	fs.Var(&a.interval, "interval", "time between the starts of two probes: a `duration` (5s) or seconds (5)")
 	fs.Var(&a.timeout, "timeout", "bound on one probe (at most --interval): a `duration` or seconds")
-	fs.IntVar(&a.rise, "rise", 0, "consecutive passes to become healthy")
-	fs.IntVar(&a.fall, "fall", 0, "consecutive failures to become unhealthy")
+	fs.Var(int32Flag(&a.rise), "rise", "consecutive `passes` to become healthy")
+	fs.Var(int32Flag(&a.fall), "fall", "consecutive `failures` to become unhealthy")
 	fs.StringVar(&a.initialState, "initial-state", "", "`state` of a new target: healthy or unhealthy")
 	fs.StringVar(&a.model, "model", "", "state `model`: rise_fall or three_state")
 	fs.Var(&a.maxLat, "max-latency", "fail probes that pass slower than this `duration` (or seconds)")
@@ -228,13 +227,9 @@ func (a *addFlags) setCommon(t *pb.Target, is func(string) bool) error {
 		v    int
 		dst  **int32
 	}{{"rise", a.rise, &t.Rise}, {"fall", a.fall, &t.Fall}} {
-		if !is(f.name) {
-			continue
+		if is(f.name) {
+			*f.dst = proto.Int32(int32(f.v)) // int32Flag took only what fits
 		}
-		if f.v < math.MinInt32 || f.v > math.MaxInt32 {
-			return fmt.Errorf("--%s %d is out of range", f.name, f.v)
-		}
-		*f.dst = proto.Int32(int32(f.v))
 	}
 	if is("initial-state") {
 		switch normalize(a.initialState, "state_") {
@@ -256,7 +251,8 @@ func (a *addFlags) setCommon(t *pb.Target, is func(string) bool) error {
 			return fmt.Errorf("--model must be rise_fall or three_state, got %q", a.model)
 		}
 	}
-	return a.policy.apply(t, is)
+	a.policy.apply(t, is)
+	return nil
 }
 
 // normalize lower-cases an enum flag value, turns dashes into underscores

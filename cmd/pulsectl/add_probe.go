@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -51,7 +50,7 @@ func addProbeFlags(fs *flag.FlagSet) *probeFlags {
 	fs.StringVar(&p.bodyContains, "body-contains", "", "HTTP: the first --body-limit bytes of the body must contain `text`")
 	fs.StringVar(&p.bodyNotContains, "body-not-contains", "", "HTTP: the body must not contain `text`")
 	fs.StringVar(&p.bodyRegex, "body-regex", "", "HTTP: the body must match this RE2 `regex`")
-	fs.IntVar(&p.bodyLimit, "body-limit", 0, "HTTP: `bytes` of the body the body checks read (pulsed's default: 65536, at most 1 MiB)")
+	fs.Var(int32Flag(&p.bodyLimit).within(0, 1<<20), "body-limit", "HTTP: `bytes` of the body the body checks read (pulsed's default: 65536, at most 1 MiB)")
 	fs.Var(&p.headerMatches, "header-match", "HTTP: a response header `NAME=REGEX` must match, repeatable")
 	fs.StringVar(&p.body, "body", "", "HTTP: request `body`, sent with --method POST")
 	fs.BoolVar(&p.followRedirects, "follow-redirects", false, "HTTP: follow up to 10 redirects and judge the last answer")
@@ -69,7 +68,7 @@ func addProbeFlags(fs *flag.FlagSet) *probeFlags {
 	fs.Var(stepFlag{&p.steps, "expect-hex"}, "expect-hex", "TCP: await exactly the bytes these `hex` digits spell next, a step")
 	fs.Var(stepFlag{&p.steps, "expect-contains"}, "expect-contains", "TCP: await bytes containing `text`, a step")
 	fs.Var(stepFlag{&p.steps, "expect-regex"}, "expect-regex", "TCP: await bytes matching this RE2 `regex`, a step")
-	fs.IntVar(&p.readLimit, "read-limit", 0, "TCP: `bytes` each expect step reads at most (pulsed's default: 4096)")
+	fs.Var(int32Flag(&p.readLimit), "read-limit", "TCP: `bytes` each expect step reads at most (pulsed's default: 4096)")
 	fs.StringVar(&p.grpcAuthority, "grpc-authority", "", "gRPC: the calls' :authority `host[:port]`")
 	fs.Var(&p.grpcMetadata, "grpc-metadata", "gRPC: metadata `key=value` sent with each call, repeatable")
 	fs.Var(&p.grpcExpect, "grpc-expect-status", "gRPC: serving `statuses` that pass, comma-separated (pulsed's default: SERVING)")
@@ -105,14 +104,6 @@ func (p *probeFlags) check(set map[string]bool) error {
 	} {
 		if err != nil {
 			return err
-		}
-	}
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"body-limit", p.bodyLimit}, {"read-limit", p.readLimit}} {
-		if f.v < 0 || f.v > math.MaxInt32 {
-			return fmt.Errorf("--%s %d is out of range", f.name, f.v)
 		}
 	}
 	return nil

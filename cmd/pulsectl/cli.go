@@ -234,10 +234,14 @@ const undefinedFlag = "flag provided but not defined: -"
 var flagDash = regexp.MustCompile(`(\bflag |argument: )-([A-Za-z0-9][A-Za-z0-9-]+)`)
 
 // flagError rewrites a parse error of fs for a person: flags named with
-// the dashes they are typed with (--interval, -o), and an unknown flag
-// followed by the closest flags fs has.
+// the dashes they are typed with (--interval, -o), a value a numeric flag
+// cannot read followed by what it takes, and an unknown flag followed by
+// the closest flags fs has.
 func flagError(fs *flag.FlagSet, err error) string {
 	msg := err.Error()
+	if said, ok := numericValueError(fs, msg); ok {
+		return said
+	}
 	if name, ok := strings.CutPrefix(msg, undefinedFlag); ok {
 		var names []string
 		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })

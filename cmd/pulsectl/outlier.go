@@ -30,13 +30,13 @@ func addOutlierFlags(fs *flag.FlagSet) *outlierFlags {
 	f := &outlierFlags{}
 	fs.Float64Var(&f.latencyFactor, "outlier-latency-factor", 0, "with set: a member slower than F x the group's median latency is an outlier, 1 to 1000 (0: off)")
 	fs.Var(&f.minDelta, "outlier-min-delta", "with set: and slower than the median by at least this `duration` (default 10ms)")
-	fs.IntVar(&f.consecutive, "outlier-consecutive", 0, "with set: judgements in a row the latency rule must hold, 1 to 100 (default 3)")
+	fs.Var(int32Flag(&f.consecutive).within(0, 100), "outlier-consecutive", "with set: `judgements` in a row the latency rule must hold, 1 to 100 (default 3)")
 	fs.Float64Var(&f.stdevFactor, "outlier-success-rate-stdev-factor", 0, "with set: Envoy's success-rate rule: below the mean by F standard deviations, e.g. 1.9 (0: off)")
-	fs.IntVar(&f.failurePct, "outlier-failure-percentage", 0, "with set: Envoy's failure-percentage rule: at least P% of passive outcomes failed, 1 to 100 (0: off)")
-	fs.IntVar(&f.minMembers, "outlier-min-members", 0, "with set: members needed to judge the group, at least 2 (default 3)")
+	fs.Var(int32Flag(&f.failurePct).within(0, 100), "outlier-failure-percentage", "with set: Envoy's failure-percentage rule: at least `P`% of passive outcomes failed, 1 to 100 (0: off)")
+	fs.Var(int32Flag(&f.minMembers).within(0, math.MaxInt32), "outlier-min-members", "with set: `members` needed to judge the group, at least 2 (default 3)")
 	fs.Var(&f.interval, "outlier-interval", "with set: how often the group is judged, a `duration` from 1s to 1h (default 10s)")
 	fs.BoolVar(&f.enforce, "outlier-enforce", false, "with set: eject outliers (not routable) rather than lower their weight")
-	fs.IntVar(&f.maxEjectPct, "outlier-max-ejection-percent", 0, "with set: at most this share of the group ejected at once, 1 to 100 (default 10)")
+	fs.Var(int32Flag(&f.maxEjectPct).within(0, 100), "outlier-max-ejection-percent", "with set: at most this `percent` of the group ejected at once, 1 to 100 (default 10)")
 	fs.Var(&f.baseEject, "outlier-base-ejection-time", "with set: an ejection lasts this `duration` x its ejections in a row, 1s to 1h (default 30s)")
 	return f
 }
@@ -52,17 +52,9 @@ func (f *outlierFlags) any(set map[string]bool) bool {
 }
 
 // apply sets the given flags on p's outlier policy, keeping the others.
-func (f *outlierFlags) apply(set map[string]bool, p *pb.GroupPolicy) error {
-	for _, n := range []struct {
-		name string
-		v    int
-	}{{"consecutive", f.consecutive}, {"failure-percentage", f.failurePct}, {"min-members", f.minMembers}, {"max-ejection-percent", f.maxEjectPct}} {
-		if set["outlier-"+n.name] && (n.v < 0 || n.v > math.MaxInt32) {
-			return fmt.Errorf("--outlier-%s %d is out of range", n.name, n.v)
-		}
-	}
+func (f *outlierFlags) apply(set map[string]bool, p *pb.GroupPolicy) {
 	if !f.any(set) {
-		return nil
+		return
 	}
 	o := p.GetOutlier()
 	if o == nil {
@@ -91,7 +83,6 @@ func (f *outlierFlags) apply(set map[string]bool, p *pb.GroupPolicy) error {
 		}
 	}
 	p.Outlier = o
-	return nil
 }
 
 // zeroSecondsFlag is a duration flag as secondsFlag that also takes 0: the

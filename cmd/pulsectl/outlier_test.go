@@ -57,8 +57,8 @@ func TestPolicyOutlierFlags(t *testing.T) {
 		{[]string{"--outlier-latency-factor", "0.5"}, exitUsage, "policy.outlier.latency_factor: must be 0 (off) or between 1 and 1000"},
 		{[]string{"--outlier-min-members", "1"}, exitUsage, "policy.outlier.min_members:"},
 		{[]string{"--outlier-interval", "2h"}, exitUsage, "policy.outlier.interval:"},
-		{[]string{"--outlier-consecutive", "-1"}, exitUsage, "--outlier-consecutive -1 is out of range"},
-		{[]string{"--outlier-max-ejection-percent", "4294967296"}, exitUsage, "--outlier-max-ejection-percent 4294967296 is out of range"},
+		{[]string{"--outlier-consecutive", "-1"}, exitUsage, "policy.outlier.consecutive: must be between 0 (3) and 100, got -1"},
+		{[]string{"--outlier-max-ejection-percent", "4294967296"}, exitUsage, `invalid value "4294967296" for flag --outlier-max-ejection-percent: too large: want a whole number up to 100`},
 	} {
 		r := pulsectl(t, append([]string{"policy", "set", "edge", addr}, tc.args...)...)
 		if r.code != tc.code || !strings.Contains(r.stderr, tc.msg) {

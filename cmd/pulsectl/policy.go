@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -67,8 +66,9 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 	objective := fs.String("objective", "", "with set: the availability objective, the share of probes that should pass: 0.999 or 99.9% (0 removes it)")
 	var objWindow secondsFlag
 	fs.Var(&objWindow, "objective-window", "with set: the `duration` the objective is measured over, whole hours up to 720h (the default)")
-	vantages := fs.Int("vantages", 0, "with set: replicas that probe each of the group's targets that sets none of its own, 0 to 9 (needs replicas on etcd above 1)")
-	quorum := fs.Int("quorum", 0, "with set: vantages that must agree to change those targets' state, at most --vantages (0: a majority)")
+	var vantages, quorum int
+	fs.Var(int32Flag(&vantages).within(0, 9), "vantages", "with set: `replicas` that probe each of the group's targets that sets none of its own, 0 to 9 (needs replicas on etcd above 1)")
+	fs.Var(int32Flag(&quorum), "quorum", "with set: `vantages` that must agree to change those targets' state, at most --vantages (0: a majority)")
 	of := addOutlierFlags(fs)
 	out := addOutputFlag(fs, "the GroupStatus", "yaml")
 	pos, code, ok := c.parse(e, fs, args)
@@ -91,17 +91,6 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 		return c.usageError(e, "--max-unhealthy-fraction, --objective, --objective-window, --vantages, --quorum, --outlier-* and --default go with set")
 	case verb == "set" && changes == *dflt:
 		return c.usageError(e, "set takes --max-unhealthy-fraction F, --objective O, --objective-window D, --vantages K, --quorum Q or --outlier-*, or --default alone")
-	}
-	if err := of.apply(set, &pb.GroupPolicy{}); err != nil {
-		return c.usageError(e, "%v", err)
-	}
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"vantages", *vantages}, {"quorum", *quorum}} {
-		if f.v < 0 || f.v > math.MaxInt32 {
-			return c.usageError(e, "--%s %d is out of range", f.name, f.v)
-		}
 	}
 	var obj float64
 	if set["objective"] {
@@ -150,12 +139,12 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 			p.ObjectiveWindow = durationpb.New(time.Duration(objWindow))
 		}
 		if set["vantages"] {
-			p.Vantages = int32(*vantages)
+			p.Vantages = int32(vantages) // int32Flag took only what fits
 		}
 		if set["quorum"] {
-			p.Quorum = int32(*quorum)
+			p.Quorum = int32(quorum)
 		}
-		of.apply(set, p) // checked above
+		of.apply(set, p)
 		resp, err := cl.SetGroupPolicy(cctx, &pb.SetGroupPolicyRequest{Group: group, Policy: p})
 		if err != nil {
 			return cl.fail(e, err, "")

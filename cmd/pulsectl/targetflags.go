@@ -2,8 +2,6 @@ package main
 
 import (
 	"flag"
-	"fmt"
-	"math"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -26,19 +24,19 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.Var(&p.fastInterval, "fast-interval", "interval while a target is on its way to a transition: a `duration` or seconds (default: --interval)")
 	fs.Var(&p.downInterval, "down-interval", "interval while a target is unhealthy with no pass streak: a `duration` or seconds (default: --interval)")
 	fs.Var(&p.flapWindow, "flap-window", "window over which transitions are counted and flapping judged: a `duration` or seconds (default: 60s)")
-	fs.IntVar(&p.flapThreshold, "flap-threshold", 0, "transitions within --flap-window that make a target flapping, held unhealthy: 2 to 256 (default: no damping)")
+	fs.Var(int32Flag(&p.flapThreshold).within(0, 256), "flap-threshold", "`transitions` within --flap-window that make a target flapping, held unhealthy: 2 to 256 (default: no damping)")
 	fs.Var(&p.flapStableFor, "flap-stable-for", "how long a flapping target must stay stable to be released: a `duration` or seconds (default: --flap-window)")
 	fs.BoolVar(&p.passive, "passive", false, "accept passive outcomes (pulsectl outcome, ReportOutcome) for the target")
-	fs.IntVar(&p.passiveRate, "passive-rate", 0, "passive outcomes counted a second at most (default: 10)")
+	fs.Var(int32Flag(&p.passiveRate), "passive-rate", "passive `outcomes` counted a second at most (default: 10)")
 	fs.Var(&p.slowStart, "slow-start", "ramp the target's weight from 0 to 100% over this `duration` (or seconds) after it becomes routable, at most 1h (default: the group's, else none)")
 	fs.Var(&p.removeAfterUnhealthy, "remove-after-unhealthy", "remove the target once unhealthy this long without a break: a `duration` or seconds, 1s to 30 days (default: the group's, else never)")
-	fs.IntVar(&p.vantages, "vantages", 0, "replicas that probe the target, each from its own vantage (pulsed -vantage), 0 to 9; above 1 needs replicas on etcd (default: its owner alone)")
-	fs.IntVar(&p.quorum, "quorum", 0, "vantages that must agree to change the target's state, at most --vantages (default: a majority)")
+	fs.Var(int32Flag(&p.vantages).within(0, 9), "vantages", "`replicas` that probe the target, each from its own vantage (pulsed -vantage), 0 to 9; above 1 needs replicas on etcd (default: its owner alone)")
+	fs.Var(int32Flag(&p.quorum), "quorum", "`vantages` that must agree to change the target's state, at most --vantages (default: a majority)")
 }
 
 // apply sets t's policy fields from the flags that were set (is reports
 // which).
-func (p *policyFlags) apply(t *pb.Target, is func(string) bool) error {
+func (p *policyFlags) apply(t *pb.Target, is func(string) bool) {
 	for _, f := range []struct {
 		name string
 		v    secondsFlag
@@ -63,16 +61,11 @@ func (p *policyFlags) apply(t *pb.Target, is func(string) bool) error {
 		{"flap-threshold", p.flapThreshold, &t.FlapThreshold}, {"passive-rate", p.passiveRate, &t.PassiveRate},
 		{"vantages", p.vantages, &t.Vantages}, {"quorum", p.quorum, &t.Quorum},
 	} {
-		if !is(f.name) {
-			continue
+		if is(f.name) {
+			*f.dst = int32(f.v) // int32Flag took only what fits
 		}
-		if f.v < 0 || f.v > math.MaxInt32 {
-			return fmt.Errorf("--%s %d is out of range", f.name, f.v)
-		}
-		*f.dst = int32(f.v)
 	}
 	if is("passive") {
 		t.PassiveOutcomes = p.passive
 	}
-	return nil
 }

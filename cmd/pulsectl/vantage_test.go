@@ -32,7 +32,7 @@ func TestVantageFlags(t *testing.T) {
 		{[]string{"add", addr, "--name", "db-2", "--tcp", closedAddr(t), "--vantages", "3"}, "target.vantages: must be at most 1 here (a single pulsed is one vantage: probing from several needs replicas"},
 		{[]string{"add", addr, "--name", "db-2", "--tcp", closedAddr(t), "--vantages", "10"}, "target.vantages: must be between 0 (one: the owner's) and 9, got 10"},
 		{[]string{"set", "db-1", addr, "--quorum", "2"}, "target.quorum: must be between 0 (a majority of vantages) and vantages (1), got 2"},
-		{[]string{"add", addr, "--name", "db-2", "--tcp", closedAddr(t), "--quorum", "-1"}, "--quorum -1 is out of range"},
+		{[]string{"add", addr, "--name", "db-2", "--tcp", closedAddr(t), "--quorum", "-1"}, "target.quorum: must be between 0 (a majority of vantages) and vantages (1), got -1"},
 	} {
 		r := pulsectl(t, tc.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, tc.msg) {

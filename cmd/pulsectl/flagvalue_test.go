@@ -1,0 +1,39 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// A numeric flag's value that does not parse says what the flag takes,
+// and one too large to send says the flag's bound where its help states
+// one, else the limit of its type; never a bare "parse error". Nothing is
+// sent: no pulsed listens at the default address here.
+func TestNumericFlagErrors(t *testing.T) {
+	tcp := []string{"add", "--name", "x", "--tcp", "127.0.0.1:1"}
+	for _, tc := range []struct {
+		args []string
+		want string // stderr's first line
+	}{
+		{append(tcp, "--rise", "abc"), `invalid value "abc" for flag --rise: want a whole number`},
+		{append(tcp, "--rise", "99999999999"), `invalid value "99999999999" for flag --rise: too large: want a whole number up to 2147483647`},
+		{append(tcp, "--fall", "-99999999999999999999"), `invalid value "-99999999999999999999" for flag --fall: too small: want a whole number from -2147483648`},
+		{append(tcp, "--vantages", "99999999999"), `invalid value "99999999999" for flag --vantages: too large: want a whole number up to 9`},
+		{append(tcp, "--flap-threshold", "many"), `invalid value "many" for flag --flap-threshold: want a whole number from 0 to 256`},
+		{[]string{"set", "x", "--passive-rate", "1.5"}, `invalid value "1.5" for flag --passive-rate: want a whole number`},
+		{[]string{"policy", "set", "edge", "--vantages", "-99999999999"}, `invalid value "-99999999999" for flag --vantages: too small: want a whole number from 0`},
+		{[]string{"policy", "set", "edge", "--outlier-max-ejection-percent", "4294967296"}, `invalid value "4294967296" for flag --outlier-max-ejection-percent: too large: want a whole number up to 100`},
+		{[]string{"policy", "set", "edge", "--max-unhealthy-fraction", "half"}, `invalid value "half" for flag --max-unhealthy-fraction: want a number such as 0.5`},
+		{[]string{"watch", "--since", "abc"}, `invalid value "abc" for flag --since: want a revision`},
+		{[]string{"watch", "--since", "-1"}, `invalid value "-1" for flag --since: want a revision`},
+		{[]string{"watch", "--since", "99999999999999999999"}, `invalid value "99999999999999999999" for flag --since: too large: want a revision up to 18446744073709551615`},
+		{[]string{"check", "--workers", "abc", "t.yaml"}, `invalid value "abc" for flag --workers: want a whole number`},
+		{[]string{"check", "--retries", "99999999999999999999", "t.yaml"}, `invalid value "99999999999999999999" for flag --retries: too large: want a whole number up to 9223372036854775807`},
+	} {
+		r := pulsectl(t, tc.args...)
+		first, _, _ := strings.Cut(r.stderr, "\n")
+		if r.code != exitUsage || first != "pulsectl: "+tc.want || r.stdout != "" {
+			t.Errorf("pulsectl %q: exit %d\nstdout: %s\nstderr: %s\nwant exit %d and %q", tc.args, r.code, r.stdout, r.stderr, exitUsage, tc.want)
+		}
+	}
+}
