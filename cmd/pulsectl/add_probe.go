@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/pulsehealth/pulse/checker/probe"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
@@ -60,8 +61,8 @@ func addProbeFlags(fs *flag.FlagSet) *probeFlags {
 	fs.StringVar(&p.tlsServerName, "probe-tls-server-name", "", "https, gRPC, TCP: `name` sent in SNI and verified (default: the host probed)")
 	fs.StringVar(&p.tlsMinVersion, "probe-tls-min-version", "", "https, gRPC, TCP: oldest TLS `version`: 1.0, 1.1, 1.2 or 1.3 (pulsed's default: 1.2)")
 	fs.BoolVar(&p.tlsInsecure, "probe-tls-insecure-skip-verify", false, "https, gRPC, TCP: accept any server certificate (the status warns)")
-	fs.Var(&p.certExpiryWarn, "probe-cert-expiry-warn", "https, gRPC, TCP: warn when a server certificate expires within this `duration` (or seconds)")
-	fs.Var(&p.certExpiryFail, "probe-cert-expiry-fail", "https, gRPC, TCP: fail when a server certificate expires within this `duration` (or seconds)")
+	fs.Var(atMost(&p.certExpiryWarn, probe.MaxCertExpiry), "probe-cert-expiry-warn", "https, gRPC, TCP: warn when a server certificate expires within this `duration` (or seconds), at most 5 years")
+	fs.Var(atMost(&p.certExpiryFail, probe.MaxCertExpiry), "probe-cert-expiry-fail", "https, gRPC, TCP: fail when a server certificate expires within this `duration` (or seconds), at most 5 years")
 	fs.Var(stepFlag{&p.steps, "send"}, "send", "TCP: send `text` (Go escapes such as \\r\\n are read), a step; steps run in flag order")
 	fs.Var(stepFlag{&p.steps, "send-hex"}, "send-hex", "TCP: send the bytes these `hex` digits spell, a step")
 	fs.Var(stepFlag{&p.steps, "expect"}, "expect", "TCP: await exactly `text` next, a step")

@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -112,31 +111,6 @@ pulsectl check --deadline 10s --retries 2 --metrics /var/lib/node_exporter/textf
 pulsectl check -o json targets.yaml | jq '.summary'`,
 		run: runCheck,
 	}
-}
-
-// secondsFlag is a duration given as a Go duration ("20s", "1m") or as
-// seconds ("20", "2.5"), as --deadline takes it.
-type secondsFlag time.Duration
-
-func (s *secondsFlag) String() string { return time.Duration(*s).String() }
-
-func (s *secondsFlag) Set(v string) error {
-	if f, err := strconv.ParseFloat(v, 64); err == nil {
-		if !(f > 0) || f > math.MaxInt64/float64(time.Second) {
-			return fmt.Errorf("must be positive, got %v", v)
-		}
-		*s = secondsFlag(f * float64(time.Second))
-		return nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		return fmt.Errorf("want a duration such as 20s or a number of seconds, got %q", v)
-	}
-	if d <= 0 {
-		return fmt.Errorf("must be positive, got %v", d)
-	}
-	*s = secondsFlag(d)
-	return nil
 }
 
 func runCheck(ctx context.Context, e *env, c *command, args []string) int {

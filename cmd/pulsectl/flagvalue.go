@@ -120,3 +120,100 @@ func article(word string) string {
 	}
 	return "a"
 }
+
+// secondsFlag is a positive duration given as a Go duration ("20s", "1m")
+// or as seconds ("20", "2.5").
+type secondsFlag time.Duration
+
+func (s *secondsFlag) String() string { return time.Duration(*s).String() }
+
+func (s *secondsFlag) Set(v string) error { return setSeconds((*time.Duration)(s), v, false) }
+
+// zeroSecondsFlag is a duration flag as secondsFlag that also takes 0: the
+// default, or none.
+type zeroSecondsFlag time.Duration
+
+func (s *zeroSecondsFlag) String() string { return time.Duration(*s).String() }
+
+func (s *zeroSecondsFlag) Set(v string) error { return setSeconds((*time.Duration)(s), v, true) }
+
+// setSeconds sets *d to v read by parseSeconds, which must be positive,
+// or with zeroOK 0 or more.
+func setSeconds(d *time.Duration, v string, zeroOK bool) error {
+	got, err := parseSeconds(v)
+	switch {
+	case err != nil:
+		return err
+	case zeroOK && got < 0:
+		return fmt.Errorf("must be 0 or more, got %v", v)
+	case !zeroOK && got <= 0:
+		return fmt.Errorf("must be positive, got %v", v)
+	}
+	*d = got
+	return nil
+}
+
+// errTooLong is a duration flag's error for a value past the longest
+// duration there is, about 292 years, when the flag states no bound of
+// its own (atMost).
+var errTooLong = fmt.Errorf("too large: must be at most %v", time.Duration(math.MaxInt64))
+
+// durationForm matches what time.ParseDuration reads: a value of this
+// form it refuses is too large for a duration.
+var durationForm = regexp.MustCompile(`^[-+]?(([0-9]+\.?[0-9]*|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
+
+// parseSeconds reads a duration flag's value: a Go duration or a number
+// of seconds. A value too large to be a duration is errTooLong.
+func parseSeconds(v string) (time.Duration, error) {
+	if f, err := strconv.ParseFloat(v, 64); err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) || errors.Is(err, strconv.ErrRange) {
+		if math.Abs(f) < math.MaxInt64/float64(time.Second) {
+			return time.Duration(f * float64(time.Second)), nil
+		}
+		return tooLong(v)
+	}
+	d, err := time.ParseDuration(v)
+	switch {
+	case err == nil:
+		return d, nil
+	case !durationForm.MatchString(v):
+		return 0, fmt.Errorf("want a duration such as 20s or a number of seconds, got %q", v)
+	}
+	return tooLong(v)
+}
+
+// tooLong is parseSeconds's answer for v, a number too large to be a
+// duration: errTooLong, or for a negative one the most negative duration,
+// which the flags refuse as negative.
+func tooLong(v string) (time.Duration, error) {
+	if strings.HasPrefix(v, "-") {
+		return math.MinInt64, nil
+	}
+	return 0, errTooLong
+}
+
+// bounded is a duration flag, a *secondsFlag or *zeroSecondsFlag, whose
+// help states its bound, max (the API's, or pulsectl's own): a value too
+// large to be a duration is refused naming it, as pulsed or pulsectl
+// refuses any value past it.
+type bounded struct {
+	flag.Value
+	max time.Duration
+}
+
+// atMost returns d bounded by max.
+func atMost(d flag.Value, max time.Duration) *bounded { return &bounded{Value: d, max: max} }
+
+func (b *bounded) String() string {
+	if b == nil || b.Value == nil {
+		return time.Duration(0).String() // the zero value, for the help
+	}
+	return b.Value.String()
+}
+
+func (b *bounded) Set(v string) error {
+	err := b.Value.Set(v)
+	if errors.Is(err, errTooLong) {
+		return fmt.Errorf("too large: must be at most %v", b.max)
+	}
+	return err
+}

@@ -37,3 +37,29 @@ func TestNumericFlagErrors(t *testing.T) {
 		}
 	}
 }
+
+// A duration too large to read is refused with the flag's bound, as a
+// value past it is, or with the longest duration there is when the flag
+// states none.
+func TestDurationFlagErrors(t *testing.T) {
+	tcp := []string{"add", "--name", "x", "--tcp", "127.0.0.1:1"}
+	for _, tc := range []struct {
+		args []string
+		want string // stderr's first line
+	}{
+		{append(tcp, "--interval", "99999999h"), `invalid value "99999999h" for flag --interval: too large: must be at most 24h0m0s`},
+		{append(tcp, "--interval", "1e30"), `invalid value "1e30" for flag --interval: too large: must be at most 24h0m0s`},
+		{append(tcp, "--interval", "-1e30"), `invalid value "-1e30" for flag --interval: must be positive, got -1e30`},
+		{append(tcp, "--timeout", "3000000000000000h"), `invalid value "3000000000000000h" for flag --timeout: too large: must be at most 1h0m0s`},
+		{[]string{"set", "x", "--remove-after-unhealthy", "99999999h"}, `invalid value "99999999h" for flag --remove-after-unhealthy: too large: must be at most 720h0m0s`},
+		{[]string{"policy", "set", "edge", "--outlier-interval", "99999999h"}, `invalid value "99999999h" for flag --outlier-interval: too large: must be at most 1h0m0s`},
+		{[]string{"outcome", "x", "--ok", "--latency", "99999999h"}, `invalid value "99999999h" for flag --latency: too large: must be at most 2562047h47m16.854775807s`},
+		{[]string{"drain", "x", "--until", "99999999h"}, `--until: too large: must be at most 720h0m0s ahead`},
+	} {
+		r := pulsectl(t, tc.args...)
+		first, _, _ := strings.Cut(r.stderr, "\n")
+		if r.code != exitUsage || first != "pulsectl: "+tc.want || r.stdout != "" {
+			t.Errorf("pulsectl %q: exit %d\nstdout: %s\nstderr: %s\nwant exit %d and %q", tc.args, r.code, r.stdout, r.stderr, exitUsage, tc.want)
+		}
+	}
+}

@@ -62,7 +62,7 @@ func runMode(ctx context.Context, e *env, c *command, mode pb.Mode, args []strin
 	reason := fs.String("reason", "", "why, shown in statuses and transitions (at most 256 bytes)")
 	var until *string
 	if mode != pb.Mode_MODE_ACTIVE {
-		until = fs.String("until", "", "return to active by itself after this `duration` (30m) or at this RFC 3339 time")
+		until = fs.String("until", "", "return to active by itself after this `duration` (30m) or at this RFC 3339 time, at most 30 days ahead")
 	}
 	names, code, ok := c.parse(e, fs, args)
 	if !ok {
@@ -103,13 +103,19 @@ func runMode(ctx context.Context, e *env, c *command, mode pb.Mode, args []strin
 	return exitOK
 }
 
+// maxUntil is how far ahead --until may be, as the API bounds it.
+const maxUntil = 30 * 24 * time.Hour
+
 // untilTime reads --until: a duration from now, or an RFC 3339 time.
 func untilTime(s string, now time.Time) (time.Time, error) {
-	if d, err := time.ParseDuration(s); err == nil {
-		if d <= 0 {
-			return time.Time{}, fmt.Errorf("must be positive, got %v", d)
-		}
+	d, err := time.ParseDuration(s)
+	switch {
+	case err == nil && d <= 0, err != nil && durationForm.MatchString(s) && strings.HasPrefix(s, "-"):
+		return time.Time{}, fmt.Errorf("must be positive, got %v", s)
+	case err == nil:
 		return now.Add(d), nil
+	case durationForm.MatchString(s): // a duration too large to read
+		return time.Time{}, fmt.Errorf("too large: must be at most %v ahead", maxUntil)
 	}
 	t, err := time.Parse(time.RFC3339, s)
 	if err != nil {

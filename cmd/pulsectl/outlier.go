@@ -29,15 +29,15 @@ var outlierFlagNames = []string{"latency-factor", "min-delta", "interval", "cons
 func addOutlierFlags(fs *flag.FlagSet) *outlierFlags {
 	f := &outlierFlags{}
 	fs.Float64Var(&f.latencyFactor, "outlier-latency-factor", 0, "with set: a member slower than F x the group's median latency is an outlier, 1 to 1000 (0: off)")
-	fs.Var(&f.minDelta, "outlier-min-delta", "with set: and slower than the median by at least this `duration` (default 10ms)")
+	fs.Var(atMost(&f.minDelta, time.Hour), "outlier-min-delta", "with set: and slower than the median by at least this `duration`, at most 1h (default 10ms)")
 	fs.Var(int32Flag(&f.consecutive).within(0, 100), "outlier-consecutive", "with set: `judgements` in a row the latency rule must hold, 1 to 100 (default 3)")
 	fs.Float64Var(&f.stdevFactor, "outlier-success-rate-stdev-factor", 0, "with set: Envoy's success-rate rule: below the mean by F standard deviations, e.g. 1.9 (0: off)")
 	fs.Var(int32Flag(&f.failurePct).within(0, 100), "outlier-failure-percentage", "with set: Envoy's failure-percentage rule: at least `P`% of passive outcomes failed, 1 to 100 (0: off)")
 	fs.Var(int32Flag(&f.minMembers).within(0, math.MaxInt32), "outlier-min-members", "with set: `members` needed to judge the group, at least 2 (default 3)")
-	fs.Var(&f.interval, "outlier-interval", "with set: how often the group is judged, a `duration` from 1s to 1h (default 10s)")
+	fs.Var(atMost(&f.interval, time.Hour), "outlier-interval", "with set: how often the group is judged, a `duration` from 1s to 1h (default 10s)")
 	fs.BoolVar(&f.enforce, "outlier-enforce", false, "with set: eject outliers (not routable) rather than lower their weight")
 	fs.Var(int32Flag(&f.maxEjectPct).within(0, 100), "outlier-max-ejection-percent", "with set: at most this `percent` of the group ejected at once, 1 to 100 (default 10)")
-	fs.Var(&f.baseEject, "outlier-base-ejection-time", "with set: an ejection lasts this `duration` x its ejections in a row, 1s to 1h (default 30s)")
+	fs.Var(atMost(&f.baseEject, time.Hour), "outlier-base-ejection-time", "with set: an ejection lasts this `duration` x its ejections in a row, 1s to 1h (default 30s)")
 	return f
 }
 
@@ -83,25 +83,6 @@ func (f *outlierFlags) apply(set map[string]bool, p *pb.GroupPolicy) {
 		}
 	}
 	p.Outlier = o
-}
-
-// zeroSecondsFlag is a duration flag as secondsFlag that also takes 0: the
-// default.
-type zeroSecondsFlag time.Duration
-
-func (s *zeroSecondsFlag) String() string { return time.Duration(*s).String() }
-
-func (s *zeroSecondsFlag) Set(v string) error {
-	if v == "0" {
-		*s = 0
-		return nil
-	}
-	var d secondsFlag
-	if err := d.Set(v); err != nil {
-		return err
-	}
-	*s = zeroSecondsFlag(d)
-	return nil
 }
 
 // outlierPolicyText is policy get's text of an outlier policy: "outliers:

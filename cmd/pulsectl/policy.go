@@ -65,7 +65,7 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 	dflt := fs.Bool("default", false, "with set: clear the group's own policy, so pulsed's default applies")
 	objective := fs.String("objective", "", "with set: the availability objective, the share of probes that should pass: 0.999 or 99.9% (0 removes it)")
 	var objWindow secondsFlag
-	fs.Var(&objWindow, "objective-window", "with set: the `duration` the objective is measured over, whole hours up to 720h (the default)")
+	fs.Var(atMost(&objWindow, 720*time.Hour), "objective-window", "with set: the `duration` the objective is measured over, whole hours up to 720h (the default)")
 	var vantages, quorum int
 	fs.Var(int32Flag(&vantages).within(0, 9), "vantages", "with set: `replicas` that probe each of the group's targets that sets none of its own, 0 to 9 (needs replicas on etcd above 1)")
 	fs.Var(int32Flag(&quorum), "quorum", "with set: `vantages` that must agree to change those targets' state, at most --vantages (0: a majority)")
