@@ -38,7 +38,8 @@ func runRm(ctx context.Context, e *env, c *command, args []string) int {
 	fs := c.flags(e)
 	cf := addClientFlags(fs)
 	missingOK := fs.Bool("missing-ok", false, "succeed when a name is not registered")
-	drain := fs.Duration("drain", 0, "drain each target for this `duration` (1s to 24h), then remove it")
+	var drain zeroSecondsFlag
+	fs.Var(atMost(&drain, 24*time.Hour), "drain", "drain each target for this `duration` (1s to 24h), then remove it")
 	names, code, ok := c.parse(e, fs, args)
 	if !ok {
 		return code
@@ -54,8 +55,8 @@ func runRm(ctx context.Context, e *env, c *command, args []string) int {
 	code = exitOK
 	for _, name := range names {
 		req := &pb.RemoveTargetRequest{Name: name}
-		if *drain != 0 {
-			req.DrainFor = durationpb.New(*drain)
+		if drain != 0 {
+			req.DrainFor = durationpb.New(time.Duration(drain))
 		}
 		cctx, cancel := callCtx(ctx)
 		resp, err := cl.RemoveTarget(cctx, req)

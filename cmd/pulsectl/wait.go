@@ -59,7 +59,8 @@ func runWait(ctx context.Context, e *env, c *command, args []string) int {
 	fs := c.flags(e)
 	cf := addClientFlags(fs)
 	cond := fs.String("for", "", "the `condition` to wait for: "+orList(slices.Sorted(maps.Keys(waitConditions)))+" (required)")
-	timeout := fs.Duration("timeout", 30*time.Second, "give up after this `long` and exit 6 (0: check once; at most 24h)")
+	timeout := zeroSecondsFlag(30 * time.Second)
+	fs.Var(atMost(&timeout, maxWait), "timeout", "give up after this `duration` and exit 6 (0: check once; at most 24h)")
 	names, code, ok := c.parse(e, fs, args)
 	if !ok {
 		return code
@@ -73,8 +74,8 @@ func runWait(ctx context.Context, e *env, c *command, args []string) int {
 	case holds == nil:
 		return c.usageError(e, "--for must be %s, got %q%s", orList(slices.Sorted(maps.Keys(waitConditions))), *cond,
 			didYouMean(suggest.Closest(*cond, slices.Collect(maps.Keys(waitConditions)), nil)))
-	case *timeout < 0 || *timeout > maxWait:
-		return c.usageError(e, "--timeout must be from 0 to %v, got %v", maxWait, *timeout)
+	case time.Duration(timeout) > maxWait:
+		return c.usageError(e, "--timeout must be from 0 to %v, got %v", maxWait, time.Duration(timeout))
 	}
 	names = slices.Compact(slices.Sorted(slices.Values(names)))
 	cl, code, ok := cf.dial(e)
@@ -82,7 +83,7 @@ func runWait(ctx context.Context, e *env, c *command, args []string) int {
 		return code
 	}
 	defer cl.Close()
-	w := &waiter{e: e, cl: cl, cond: *cond, holds: holds, names: names, timeout: *timeout}
+	w := &waiter{e: e, cl: cl, cond: *cond, holds: holds, names: names, timeout: time.Duration(timeout)}
 	return w.run(ctx)
 }
 

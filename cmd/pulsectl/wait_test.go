@@ -81,7 +81,7 @@ func TestWait(t *testing.T) {
 		{[]string{"wait", "--for", "healthy"}, "name the targets"},
 		{[]string{"wait", "web-1"}, "--for is required"},
 		{[]string{"wait", "web-1", "--for", "helthy"}, `Did you mean "healthy"?`},
-		{[]string{"wait", "web-1", "--for", "healthy", "--timeout", "-1s"}, "--timeout must be from 0 to 24h0m0s, got -1s"},
+		{[]string{"wait", "web-1", "--for", "healthy", "--timeout", "-1s"}, "for flag --timeout: must be 0 or more, got -1s"},
 		{[]string{"wait", "web-1", "--for", "healthy", "--timeout", "25h"}, "--timeout must be from 0 to 24h0m0s, got 25h0m0s"},
 	} {
 		r := pulsectl(t, append(tc.args, addr)...)

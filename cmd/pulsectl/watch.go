@@ -66,7 +66,8 @@ func runWatch(ctx context.Context, e *env, c *command, args []string) int {
 	fs.Var(&names, "name", "watch only this target `name`; repeatable")
 	since := fs.Uint64("since", 0, "resume after this `revision` instead of starting from the current view")
 	snapshot := fs.Bool("snapshot", false, "first print every current target's state")
-	reconnect := fs.Duration("reconnect", 10*time.Second, "after losing pulsed, keep reconnecting this `long` and resume where the watch was (0: exit at once; at most 24h)")
+	reconnect := zeroSecondsFlag(10 * time.Second)
+	fs.Var(atMost(&reconnect, maxReconnect), "reconnect", "after losing pulsed, keep reconnecting for this `duration` and resume where the watch was (0: exit at once; at most 24h)")
 	out := addOutputFlag(fs, "json: every event, progress included, as one protojson object per line; the snapshot's targets with --snapshot only")
 	pos, code, ok := c.parse(e, fs, args)
 	if !ok {
@@ -83,8 +84,8 @@ func runWatch(ctx context.Context, e *env, c *command, args []string) int {
 	if set["since"] && *since == 0 {
 		return c.usageError(e, "--since must be a revision above 0 (leave it out to start from the current view)")
 	}
-	if *reconnect < 0 || *reconnect > maxReconnect {
-		return c.usageError(e, "--reconnect must be from 0 to %v, got %v", maxReconnect, *reconnect)
+	if time.Duration(reconnect) > maxReconnect {
+		return c.usageError(e, "--reconnect must be from 0 to %v, got %v", maxReconnect, time.Duration(reconnect))
 	}
 	pc, ok := cf.newClient(ctx, e)
 	if !ok {
@@ -98,7 +99,7 @@ func runWatch(ctx context.Context, e *env, c *command, args []string) int {
 		wopts = append(wopts, pulse.FromRevision(*since))
 	}
 	w := &watcher{
-		e: e, addr: cf.addr, addrSource: cf.sources["addr"], since: *since, reconnect: *reconnect,
+		e: e, addr: cf.addr, addrSource: cf.sources["addr"], since: *since, reconnect: time.Duration(reconnect),
 		printer: &watchPrinter{w: e.stdout, json: out.json(), snapshot: *snapshot, now: time.Now},
 	}
 	return w.follow(ctx, pc.Watch(ctx, pulse.Filter{Group: *group, Names: names}, wopts...))
