@@ -129,7 +129,14 @@ func runAdd(ctx context.Context, e *env, c *command, args []string) int {
 	if err != nil {
 		return cl.fail(e, err, "")
 	}
+	// pulsed caps its default timeout at the interval: say so when
+	// --interval is what set it.
+	note := ""
+	if spec := resp.GetStatus().GetSpec(); isSet(a.fs, "interval") && !isSet(a.fs, "timeout") && spec.GetTimeout().AsDuration() == spec.GetInterval().AsDuration() {
+		note = fmt.Sprintf("timeout %v: pulsed's default, capped at the interval (give --timeout to choose it)\n", spec.GetTimeout().AsDuration())
+	}
 	if a.output.structured() {
+		fmt.Fprint(e.stderr, note)
 		return e.printAs(a.output, resp)
 	}
 	st := escaped(resp.GetStatus())
@@ -137,8 +144,8 @@ func runAdd(ctx context.Context, e *env, c *command, args []string) int {
 	if resp.GetCreated() {
 		verb = "added"
 	}
-	fmt.Fprintf(e.stdout, "%s %s: %s; %s; state %s\n", verb, st.GetSpec().GetName(),
-		probeSummary(st.GetSpec()), scheduleSummary(st.GetSpec()), stateName(st.GetState()))
+	fmt.Fprintf(e.stdout, "%s %s: %s; %s; state %s\n%s", verb, st.GetSpec().GetName(),
+		probeSummary(st.GetSpec()), scheduleSummary(st.GetSpec()), stateName(st.GetState()), note)
 	if !resp.GetCreated() && prev != nil {
 		if changes := specChanges(prev, st.GetSpec()); len(changes) > 0 {
 			fmt.Fprintf(e.stdout, "replaced the spec of %s: %s\n(to change only some fields, use pulsectl set)\n", st.GetSpec().GetName(), strings.Join(changes, ", "))

@@ -29,8 +29,10 @@ rest of the spec, the state and the streaks stay as they are. It takes add's
 flags but --name and --initial-state. --http, --tcp and --grpc change the
 probe's address; a probe of another kind replaces the probe. --header replaces
 every header. --clear FIELD puts a field back to pulsed's default (repeatable;
-the field's name in the API: group, max_latency, fast_interval, ...). set
-prints what it changed.`,
+the field's name in the API: group, max_latency, fast_interval, ...). An
+--interval below the target's timeout lowers the timeout to it, as add caps
+pulsed's default timeout, unless --timeout is given. set prints what it
+changed.`,
 		example: `
 pulsectl set web-1 --interval 5s --group edge
 pulsectl set web-1 --http http://192.0.2.6:8080/healthz
@@ -125,11 +127,24 @@ func runSet(ctx context.Context, e *env, c *command, args []string) int {
 	defer cl.Close()
 	cctx, cancel := callCtx(ctx)
 	defer cancel()
-	resp, err := cl.UpdateTarget(cctx, req)
+	lowered, err := a.fitTimeout(cctx, cl, req, clear)
 	if err != nil {
 		return cl.fail(e, err, pos[0])
 	}
+	note := ""
+	if lowered {
+		note = fmt.Sprintf("timeout lowered to %v to fit the interval (give --timeout to choose it)\n", time.Duration(a.interval))
+	}
+	resp, err := cl.UpdateTarget(cctx, req)
+	if err != nil {
+		code := cl.fail(e, err, pos[0])
+		if lowered { // pulsed refused what set sent, not only what was typed
+			fmt.Fprintf(e.stderr, "The request had the %s", note)
+		}
+		return code
+	}
 	if a.output.structured() {
+		fmt.Fprint(e.stderr, note)
 		return e.printAs(a.output, resp)
 	}
 	resp = escaped(resp)
@@ -138,8 +153,32 @@ func runSet(ctx context.Context, e *env, c *command, args []string) int {
 		fmt.Fprintf(e.stdout, "%s unchanged\n", pos[0])
 		return exitOK
 	}
-	fmt.Fprintf(e.stdout, "updated %s: %s\n", pos[0], strings.Join(changes, ", "))
+	fmt.Fprintf(e.stdout, "updated %s: %s\n%s", pos[0], strings.Join(changes, ", "), note)
 	return exitOK
+}
+
+// fitTimeout lowers the target's timeout to the new interval in req when
+// --interval shortens the interval below the timeout pulsed holds and
+// --timeout does not say what it should be, as an unset timeout is capped
+// at the interval for add: pulsed would refuse the interval otherwise. It
+// reports whether it did. The timeout is read before the update: a
+// change between the two is overwritten only if it left the timeout
+// above the new interval.
+func (a *addFlags) fitTimeout(ctx context.Context, cl *client, req *pb.UpdateTargetRequest, clear []string) (bool, error) {
+	if !isSet(a.fs, "interval") || isSet(a.fs, "timeout") || slices.Contains(clear, "timeout") {
+		return false, nil
+	}
+	st, err := cl.State(ctx, &pb.StateRequest{Name: req.GetTarget().GetName()})
+	if err != nil {
+		return false, err
+	}
+	interval := time.Duration(a.interval)
+	if st.GetStatus().GetSpec().GetTimeout().AsDuration() <= interval {
+		return false, nil
+	}
+	req.Target.Timeout = durationpb.New(interval)
+	req.UpdateMask.Paths = append(req.UpdateMask.Paths, "timeout")
+	return true, nil
 }
 
 // update builds set's request from the flags that were set and the fields

@@ -264,3 +264,57 @@ func TestLsWarnsOfADegradedChecker(t *testing.T) {
 		return r.code == exitOK && strings.Contains(r.stderr, "pulsectl: warning: pulsed's checker is degraded (") && strings.Contains(r.stdout, "s1 ")
 	})
 }
+
+// A shorter --interval without --timeout fits the timeout to it: add says
+// it capped pulsed's default timeout, set lowers the timeout pulsed holds
+// and says so, and a set pulsed refuses changes nothing and says what was
+// sent. A timeout that fits, or one given, is left as it is.
+func TestIntervalBelowTimeout(t *testing.T) {
+	p := startPulsed(t, "-interval", "2s", "-timeout", "1s") // pulsed's own defaults
+	addr := "--addr=" + p.Addr
+	closed := closedAddr(t)
+	spec := func() (interval, timeout, maxLatency time.Duration) {
+		s := stateOf(t, p.Addr, "web-1").GetSpec()
+		return s.GetInterval().AsDuration(), s.GetTimeout().AsDuration(), s.GetMaxLatency().AsDuration()
+	}
+
+	out := mustRun(t, "add", addr, "--name", "web-1", "--tcp", closed, "--interval", "500ms")
+	if want := "timeout 500ms: pulsed's default, capped at the interval (give --timeout to choose it)\n"; !strings.HasSuffix(out, want) {
+		t.Errorf("add --interval 500ms printed %q, want it to end with %q", out, want)
+	}
+	if out := mustRun(t, "add", addr, "--name", "web-1", "--tcp", closed, "--interval", "4s"); strings.Contains(out, "capped") {
+		t.Errorf("add --interval 4s, the default timeout fitting, printed %q", out)
+	}
+
+	out = mustRun(t, "set", "web-1", addr, "--interval", "500ms")
+	if want := "updated web-1: interval 4s -> 500ms, timeout 1s -> 500ms\ntimeout lowered to 500ms to fit the interval (give --timeout to choose it)\n"; out != want {
+		t.Errorf("set --interval 500ms printed %q, want %q", out, want)
+	}
+	if iv, to, _ := spec(); iv != 500*time.Millisecond || to != 500*time.Millisecond {
+		t.Errorf("after set --interval 500ms: interval %v, timeout %v", iv, to)
+	}
+	if out := mustRun(t, "set", "web-1", addr, "--interval", "300ms", "--timeout", "100ms"); out != "updated web-1: interval 500ms -> 300ms, timeout 500ms -> 100ms\n" {
+		t.Errorf("set --interval 300ms --timeout 100ms printed %q", out)
+	}
+	if out := mustRun(t, "set", "web-1", addr, "--interval", "1s"); out != "updated web-1: interval 300ms -> 1s\n" {
+		t.Errorf("set --interval 1s, the timeout fitting, printed %q", out)
+	}
+
+	// -o json: the note on stderr, the response alone on stdout.
+	mustRun(t, "set", "web-1", addr, "--timeout", "800ms")
+	r := pulsectl(t, "set", "web-1", addr, "--interval", "600ms", "-o", "json")
+	if r.code != exitOK || !strings.HasPrefix(r.stdout, "{") || r.stderr != "timeout lowered to 600ms to fit the interval (give --timeout to choose it)\n" {
+		t.Errorf("set -o json: %+v", r)
+	}
+
+	// A max latency above the lowered timeout: pulsed refuses the set.
+	mustRun(t, "set", "web-1", addr, "--interval", "1s", "--timeout", "800ms", "--max-latency", "700ms")
+	r = pulsectl(t, "set", "web-1", addr, "--interval", "500ms")
+	want := "pulsectl: target.max_latency: must be at most the timeout (500ms), got 700ms\nThe request had the timeout lowered to 500ms to fit the interval (give --timeout to choose it)\n"
+	if r.code != exitUsage || r.stderr != want || r.stdout != "" {
+		t.Errorf("set --interval 500ms under a max latency of 700ms: exit %d\nstdout: %s\nstderr: %s\nwant exit %d and %q", r.code, r.stdout, r.stderr, exitUsage, want)
+	}
+	if iv, to, ml := spec(); iv != time.Second || to != 800*time.Millisecond || ml != 700*time.Millisecond {
+		t.Errorf("a refused set changed the spec: interval %v, timeout %v, max latency %v", iv, to, ml)
+	}
+}
