@@ -1,21 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
-
-	"go.yaml.in/yaml/v3"
 
 	pulse "github.com/pulsehealth/pulse/client"
 	"github.com/pulsehealth/pulse/cmd/internal/suggest"
@@ -76,25 +71,6 @@ func defaultConfigPath() string {
 	return filepath.Join(dir, "pulse", "pulsectl.yaml")
 }
 
-// loadConfig reads the config file at path. A missing file is no error
-// unless named explicitly; unknown keys are, so a typo is not ignored.
-func loadConfig(path string, named bool) (*configFile, error) {
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) && !named {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var cfg configFile
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) { // EOF: an empty file
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return &cfg, nil
-}
-
 // setting is a resolved setting and where it came from.
 type setting struct {
 	name, value, source string
@@ -115,7 +91,7 @@ func (cf *clientFlags) resolve() error {
 	if cfgPath != "" {
 		file, err := loadConfig(cfgPath, named)
 		if err != nil {
-			return fmt.Errorf("config: %w", err)
+			return err
 		}
 		if file != nil {
 			cf.configUsed = cfgPath

@@ -22,7 +22,7 @@ func getContexts(e *env, cf *clientFlags) int {
 	path, named := cf.configFile()
 	file, err := loadConfig(path, named)
 	if err != nil {
-		e.errorf("config: %v", err)
+		e.errorf("%v", err)
 		return exitUsage
 	}
 	if file == nil || len(file.Contexts) == 0 {
@@ -57,7 +57,7 @@ func useContext(e *env, cf *clientFlags, name string) int {
 	}
 	file, err := loadConfig(path, true)
 	if err != nil {
-		e.errorf("config: %v", err)
+		e.errorf("%v", err)
 		return exitUsage
 	}
 	if _, ok := file.Contexts[name]; !ok {

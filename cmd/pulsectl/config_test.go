@@ -114,7 +114,7 @@ func TestConfigErrors(t *testing.T) {
 		want   string
 	}{
 		{"contexts: {a: {addr: x:1}}\n", []string{"--context", "b", "config", "view"}, `no context "b" (it has a)`},
-		{"contexts: {a: {adr: x:1}}\n", []string{"config", "view"}, `field adr not found`},
+		{"contexts: {a: {adr: x:1}}\n", []string{"config", "view"}, `line 1: unknown key "adr"`},
 		{"", []string{"--config", "/nonexistent/pulsectl.yaml", "config", "view"}, `/nonexistent/pulsectl.yaml: no such file`},
 		{"", []string{"--bogus", "ls"}, `flag --bogus is not a global flag; put it after the command`},
 		{"", []string{"--addr"}, `flag --addr needs a value`},
@@ -151,5 +151,38 @@ func TestConfigReachesPulsed(t *testing.T) {
 	t.Setenv("PULSE_ADDR", "")
 	if out := mustRun(t, "--addr", p.Addr, "-o", "json", "state", "web-1"); !regexp.MustCompile(`"name":\s+"web-1"`).MatchString(out) {
 		t.Errorf("global flags before state: %s", out)
+	}
+}
+
+// A config file's mistake is named by its line and key as the file
+// spells them, the closest key suggested, or the keys listed when none is
+// close; never a Go type. Every command that reads the file says so, and
+// use-context leaves such a file as it is.
+func TestConfigFileErrors(t *testing.T) {
+	for _, tc := range []struct {
+		body, want string // want: after "pulsectl: config PATH "
+	}{
+		{"current-context: prod\ncontexts:\n  prod:\n    adr: 127.0.0.1:50051\n", "line 4: unknown key \"adr\"\nDid you mean \"addr\"?\n"},
+		{"current-contxt: prod\n", "line 1: unknown key \"current-contxt\"\nDid you mean \"current-context\"?\n"},
+		{"contexts:\n  prod:\n    colour: blue\n", "line 3: unknown key \"colour\"; a context's keys are: addr, tls, tls-ca, tls-cert, tls-key, tls-server-name, token-file, output\n"},
+		{"servers: []\n", "line 1: unknown key \"servers\"; the file's keys are: current-context, contexts\n"},
+		{"contexts:\n  prod:\n    tls: maybe\n", "line 3: tls: want true or false, got \"maybe\"\n"},
+		{"contexts:\n  prod:\n    addr: [127.0.0.1:50051]\n", "line 3: addr: want a single value\n"},
+		{"contexts:\n  prod: 127.0.0.1:50051\n", "line 2: context \"prod\": want a mapping of its settings (addr, tls, tls-ca, tls-cert, tls-key, tls-server-name, token-file, output)\n"},
+		{"contexts: prod\n", "line 1: contexts: want the contexts by name, each a mapping of its settings\n"},
+		{"- prod\n", "line 1: want a mapping of current-context and contexts\n"},
+		{"contexts:\n  prod:\n    addr: a\n    addr: b\n", "line 4: mapping key \"addr\" already defined at line 3\n"},
+	} {
+		path := writeConfig(t, tc.body)
+		want := "pulsectl: config " + path + " " + tc.want
+		for _, args := range [][]string{{"ls"}, {"config", "view"}, {"config", "get-contexts"}, {"config", "use-context", "prod"}} {
+			r := pulsectl(t, args...)
+			if r.code != exitUsage || r.stderr != want || r.stdout != "" {
+				t.Errorf("%q with\n%s: exit %d\nstdout: %s\nstderr: %q\nwant exit %d and %q", args, tc.body, r.code, r.stdout, r.stderr, exitUsage, want)
+			}
+			if b, err := os.ReadFile(path); err != nil || string(b) != tc.body {
+				t.Errorf("%q rewrote the file: %q, %v", args, b, err)
+			}
+		}
 	}
 }
