@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pulsehealth/pulse/cmd/internal/suggest"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 	"github.com/pulsehealth/pulse/internal/yamlpb"
 )
@@ -42,7 +44,7 @@ func (a *addFlags) addFile(ctx context.Context, e *env, c *command) int {
 	}
 	var file pb.TargetsFile
 	if err := yamlpb.Unmarshal(a.file, data, &file); err != nil {
-		return c.usageError(e, "%s", strings.TrimRight(err.Error(), "\n"))
+		return c.usageError(e, "%s", fileErrors(err))
 	}
 	cl, code, ok := a.client.dial(e)
 	if !ok {
@@ -105,4 +107,22 @@ func (a *addFlags) addFile(ctx context.Context, e *env, c *command) int {
 		return exitUsage
 	}
 	return exitOK
+}
+
+// fileErrors is the text of a targets file's errors, each unknown field
+// followed by the closest fields of its message, if any is close.
+func fileErrors(err error) string {
+	errs := []error{err}
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = joined.Unwrap()
+	}
+	var b strings.Builder
+	for _, err := range errs {
+		b.WriteString(strings.TrimRight(err.Error(), "\n"))
+		if uf := (*yamlpb.UnknownFieldError)(nil); errors.As(err, &uf) {
+			b.WriteString(didYouMean(suggest.Closest(uf.Field, uf.Fields, nil)))
+		}
+		b.WriteString("\n")
+	}
+	return strings.TrimRight(b.String(), "\n")
 }

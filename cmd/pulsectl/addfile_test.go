@@ -46,3 +46,30 @@ func TestAddFile(t *testing.T) {
 		t.Errorf("--file with --name: exit %d, stderr %s", r.code, r.stderr)
 	}
 }
+
+// add --file names a field the file's message lacks with the closest
+// fields of that message, when one is close; nothing is sent.
+func TestAddFileUnknownField(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fleet.yaml")
+	body := "targets:\n  - name: a\n    tcp: {address: \"127.0.0.1:1\", adress: x}\n    intervall: 5s\n    colour: blue\n"
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := pulsectl(t, "add", "--file", path, "--addr", closedAddr(t))
+	want := "pulsectl: " + path + `:3:35 unknown field "adress", expected one of [address steps tls]
+   3 |     tcp: {address: "127.0.0.1:1", adress: x}
+   3 | ..................................^
+Did you mean "address"?
+` + path + `:4:5 unknown field "intervall", expected one of [name group http tcp grpc dns interval ...]
+   4 |     intervall: 5s
+   4 | ....^
+Did you mean "interval"?
+` + path + `:5:5 unknown field "colour", expected one of [name group http tcp grpc dns interval ...]
+   5 |     colour: blue
+   5 | ....^
+Run 'pulsectl add --help' for usage.
+`
+	if r.code != exitUsage || r.stderr != want || r.stdout != "" {
+		t.Errorf("add --file with unknown fields: exit %d\nstdout: %s\nstderr:\n%s\nwant exit %d and:\n%s", r.code, r.stdout, r.stderr, exitUsage, want)
+	}
+}

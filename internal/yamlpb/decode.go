@@ -169,7 +169,7 @@ func (d *decoder) message(node *yaml.Node, m protoreflect.Message) {
 			continue
 		}
 		if f == nil {
-			d.fail(key, "unknown field %#v, expected one of %v", name, firstNames(desc.Fields().Len(), desc.Fields().Get))
+			d.fail(key, "%w", newUnknownFieldError(name, desc))
 			continue
 		}
 		d.field(node.Content[i+1], f, m)
@@ -199,6 +199,28 @@ func findField(key string, desc protoreflect.MessageDescriptor) (protoreflect.Fi
 	}
 	return nil, nil
 }
+
+// UnknownFieldError is the error at a key that names no field of its
+// message, so that a caller can say which field was meant. Its text is
+// protoyaml's, naming the first few fields only.
+type UnknownFieldError struct {
+	// Field is the key as written.
+	Field string
+	// Fields are the names of every field of the message.
+	Fields []string
+	msg    string
+}
+
+func newUnknownFieldError(key string, desc protoreflect.MessageDescriptor) *UnknownFieldError {
+	fields := desc.Fields()
+	e := &UnknownFieldError{Field: key, msg: fmt.Sprintf("unknown field %#v, expected one of %v", key, firstNames(fields.Len(), fields.Get))}
+	for i := range fields.Len() {
+		e.Fields = append(e.Fields, string(fields.Get(i).Name()))
+	}
+	return e
+}
+
+func (e *UnknownFieldError) Error() string { return e.msg }
 
 // firstNames lists the names of the first of n fields or enum values,
 // for an error.

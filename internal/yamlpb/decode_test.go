@@ -1,8 +1,10 @@
 package yamlpb_test
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -165,4 +167,20 @@ func FuzzSameAsProtoyaml(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data string) {
 		sameAsProtoyaml(t, data)
 	})
+}
+
+// An unknown field's error is an UnknownFieldError that names the key and
+// every field of its message, though its text names the first few.
+func TestUnknownFieldError(t *testing.T) {
+	err := yamlpb.Unmarshal("f.yaml", []byte("targets:\n  - {name: a, intervall: 5s}\n"), &pb.TargetsFile{})
+	var uf *yamlpb.UnknownFieldError
+	if !errors.As(err, &uf) {
+		t.Fatalf("error %v: no UnknownFieldError", err)
+	}
+	if uf.Field != "intervall" || !slices.Contains(uf.Fields, "interval") || !slices.Contains(uf.Fields, "remove_after_unhealthy") {
+		t.Errorf("UnknownFieldError{Field: %q, Fields: %q}", uf.Field, uf.Fields)
+	}
+	if want := `unknown field "intervall", expected one of [name group http tcp grpc dns interval ...]`; uf.Error() != want {
+		t.Errorf("text %q, want %q", uf.Error(), want)
+	}
 }
