@@ -133,7 +133,7 @@ func runAdd(ctx context.Context, e *env, c *command, args []string) int {
 	// --interval is what set it.
 	note := ""
 	if spec := resp.GetStatus().GetSpec(); isSet(a.fs, "interval") && !isSet(a.fs, "timeout") && spec.GetTimeout().AsDuration() == spec.GetInterval().AsDuration() {
-		note = fmt.Sprintf("timeout %v: pulsed's default, capped at the interval (give --timeout to choose it)\n", spec.GetTimeout().AsDuration())
+		note = fmt.Sprintf("timeout %v: pulsed's default, at most the interval (give --timeout to choose it)\n", spec.GetTimeout().AsDuration())
 	}
 	if a.output.structured() {
 		fmt.Fprint(e.stderr, note)

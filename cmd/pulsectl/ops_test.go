@@ -279,7 +279,7 @@ func TestIntervalBelowTimeout(t *testing.T) {
 	}
 
 	out := mustRun(t, "add", addr, "--name", "web-1", "--tcp", closed, "--interval", "500ms")
-	if want := "timeout 500ms: pulsed's default, capped at the interval (give --timeout to choose it)\n"; !strings.HasSuffix(out, want) {
+	if want := "timeout 500ms: pulsed's default, at most the interval (give --timeout to choose it)\n"; !strings.HasSuffix(out, want) {
 		t.Errorf("add --interval 500ms printed %q, want it to end with %q", out, want)
 	}
 	if out := mustRun(t, "add", addr, "--name", "web-1", "--tcp", closed, "--interval", "4s"); strings.Contains(out, "capped") {
