@@ -19,6 +19,12 @@ import (
 // the target is routable (see Status for the fields events do not carry).
 // A snapshot replaces it at once, never half-applied.
 //
+// A View follows until its context ends, Close, or pulsed refuses its
+// filter: the context given to Client.View or Start is the view's lifetime,
+// not a bound on its start (bound WaitSynced with a context of its own).
+// Once it has stopped, Done is closed and Err says why; it keeps answering
+// with what it last knew, which no longer changes.
+//
 // A View is safe for concurrent use. Create it with Client.View; Close it
 // (or end its context) when done.
 type View struct {
@@ -39,6 +45,8 @@ type View struct {
 	targets map[string]*Status    // by name
 	groups  map[string]*viewGroup // by group name
 	rev     uint64                // the revision of the last event applied
+	err     error                 // why the view stopped following; nil while it follows
+	lastErr error                 // the stream's last error since it last delivered; nil while it is up
 	subs    map[int]func(Change)  // by subscription number
 	nextSub int                   // the number of the next subscription
 	subList []func(Change)        // subs in number order; nil: to build again
@@ -82,8 +90,9 @@ type Change struct {
 func (c Change) String() string { return fmt.Sprintf("%s: %s -> %s", c.Name, c.From, c.To) }
 
 // View starts following the targets f selects and returns their view,
-// empty until the first snapshot arrives (Synced). It follows until ctx ends
-// or Close. FromRevision does not apply: a view starts from a snapshot.
+// empty until the first snapshot arrives (Synced). It follows until ctx ends,
+// Close, or pulsed refuses f: give it a context that lasts as long as the
+// view is used. FromRevision does not apply: a view starts from a snapshot.
 func (c *Client) View(ctx context.Context, f Filter, opts ...WatchOption) *View {
 	v := c.NewView(f, opts...)
 	v.Start(ctx)
@@ -110,7 +119,8 @@ func (c *Client) NewView(f Filter, opts ...WatchOption) *View {
 	return v
 }
 
-// Start starts following, until ctx ends or Close. It must be called once.
+// Start starts following, until ctx ends, Close, or pulsed refuses the
+// view's filter. It must be called once.
 func (v *View) Start(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	v.mu.Lock()
@@ -119,7 +129,25 @@ func (v *View) Start(ctx context.Context) {
 	go func() {
 		defer close(v.done)
 		v.run(ctx)
+		v.mu.Lock()
+		if v.err == nil {
+			v.err = ctx.Err() // ended by its context or Close
+		}
+		v.mu.Unlock()
 	}()
+}
+
+// Done returns a channel closed once the view has stopped following: its
+// context ended, Close, or pulsed refused its filter (Err says which).
+func (v *View) Done() <-chan struct{} { return v.done }
+
+// Err returns why the view stopped following: the error of a filter pulsed
+// refuses (ErrInvalidArgument), or the context's error after its context
+// ended or Close. It is nil while the view follows.
+func (v *View) Err() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.err
 }
 
 func newView(f Filter) *View {
@@ -150,12 +178,28 @@ func (v *View) Close() {
 // Synced returns a channel closed once the first snapshot is applied.
 func (v *View) Synced() <-chan struct{} { return v.synced }
 
-// WaitSynced waits until the first snapshot is applied, or ctx ends.
+// WaitSynced waits until the first snapshot is applied, the view stops
+// (its error: a filter pulsed refuses fails it at once), or ctx ends (its
+// error, with the stream's last one while pulsed cannot be reached or
+// refuses the client, e.g. for its token).
 func (v *View) WaitSynced(ctx context.Context) error {
 	select {
 	case <-v.synced:
 		return nil
+	case <-v.done:
+		select {
+		case <-v.synced:
+			return nil
+		default:
+		}
+		return fmt.Errorf("the view stopped before its first snapshot: %w", v.Err())
 	case <-ctx.Done():
+		v.mu.Lock()
+		last := v.lastErr
+		v.mu.Unlock()
+		if last != nil {
+			return fmt.Errorf("%w; the stream's last error: %w", ctx.Err(), last)
+		}
 		return ctx.Err()
 	}
 }
@@ -294,9 +338,14 @@ func (v *View) apply(ev Event) {
 		}
 	}
 	switch ev.Kind {
-	case EventDisconnected, EventStopped, EventResumed: // not the registry's events
+	case EventDisconnected:
+		v.lastErr = ev.Err
+	case EventStopped:
+		v.err = ev.Err
+	case EventResumed:
+		v.lastErr = nil
 	default:
-		v.rev = ev.Revision
+		v.rev, v.lastErr = ev.Revision, nil
 	}
 	subs := v.subList
 	if subs == nil && len(v.subs) > 0 {
