@@ -28,7 +28,8 @@
 // updated, moved or removed, a snapshot), once per revision. While pulsed
 // is unreachable the resolver keeps the last list and reports the error to
 // the ClientConn (the balancer keeps using the list); once the stream is
-// back it sends the current list again.
+// back it sends the current list again. A group pulsed refuses to follow
+// (a malformed name) is reported as an error, which fails the RPCs.
 package resolver
 
 import (
@@ -136,12 +137,22 @@ func (b *Builder) Build(target grpcresolver.Target, cc grpcresolver.ClientConn, 
 	r.view.Start(context.Background())
 	r.wg.Add(1)
 	go func() {
+		defer r.wg.Done()
 		// A first snapshot with no routable target changes nothing, yet
 		// gRPC must hear of it.
-		defer r.wg.Done()
 		select {
 		case <-r.view.Synced():
 			r.push()
+		case <-r.view.Done():
+		case <-r.done:
+			return
+		}
+		// A view that stops for good (pulsed refuses the group's name, or
+		// the client was closed) fails the channel's RPCs with its reason,
+		// rather than leaving them waiting for addresses.
+		select {
+		case <-r.view.Done():
+			r.stopped(r.view.Err())
 		case <-r.done:
 		}
 	}()
@@ -271,6 +282,20 @@ func (r *pulseResolver) streamState(err error) {
 	}
 	r.failing = true
 	r.cc.ReportError(fmt.Errorf("pulse resolver: following group %q: %w", r.group, err))
+}
+
+// stopped reports to gRPC that the group is followed no more, and why.
+func (r *pulseResolver) stopped(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	r.failing = true
+	// %v, not %w: gRPC refuses a picker error that carries the status of a
+	// call's own mistake (pulsed's InvalidArgument) and fails RPCs with
+	// Internal; without one they fail with Unavailable and this text.
+	r.cc.ReportError(fmt.Errorf("pulse resolver: stopped following group %q: %v", r.group, err))
 }
 
 // ResolveNow does nothing: the resolver follows a stream, it does not poll.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,10 +15,12 @@ import (
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	grpcresolver "google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/status"
 
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/client"
@@ -416,6 +419,29 @@ func TestAuthority(t *testing.T) {
 	u, _ = target.URL.Parse("pulse:///edge")
 	if _, err := b.Build(grpcresolver.Target{URL: *u}, &fakeCC{}, grpcresolver.BuildOptions{}); err == nil {
 		t.Error("Build(pulse:///edge) without a client succeeded")
+	}
+}
+
+// A group pulsed refuses to follow (a malformed name) fails the channel's
+// RPCs with the reason, rather than leaving them waiting for addresses.
+func TestRefusedGroupFailsRPCs(t *testing.T) {
+	p := startPulsed(t)
+	c, err := client.New(t.Context(), []string{p.addr}, client.WithToken(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	conn, err := grpc.NewClient("pulse:///edge group",
+		grpc.WithResolvers(resolver.NewBuilder(c)),
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"round_robin": {}}]}`),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, err = healthpb.NewHealthClient(conn).Check(within(t), &healthpb.HealthCheckRequest{Service: trafficService})
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), `stopped following group "edge group"`) {
+		t.Fatalf("Check = %v, want Unavailable: the resolver stopped following the group", err)
 	}
 }
 
