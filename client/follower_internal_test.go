@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -11,12 +12,19 @@ import (
 func TestBackoff(t *testing.T) {
 	f := &follower{c: &Client{opts: options{minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff}}}
 	for n := range 40 {
+		seen := map[time.Duration]bool{}
 		for range 20 {
 			d := f.backoff(n)
 			hi := min(DefaultMaxBackoff, DefaultMinBackoff<<min(n, 20))
-			if d < DefaultMinBackoff || d > hi || d < hi/2 {
-				t.Fatalf("backoff(%d) = %v; want in [max(%v, %v), %v]", n, d, DefaultMinBackoff, hi/2, hi)
+			if d > hi || d < hi/2 {
+				t.Fatalf("backoff(%d) = %v; want in [%v, %v]", n, d, hi/2, hi)
 			}
+			seen[d] = true
+		}
+		// Every attempt is jittered, the first included: clients that lost
+		// pulsed together do not come back in step.
+		if len(seen) < 2 {
+			t.Fatalf("backoff(%d) gave %v 20 times: not jittered", n, seen)
 		}
 	}
 }

@@ -506,15 +506,15 @@ func eventFromProto(resp *pb.WatchTransitionsResponse) (Event, bool) {
 
 // backoff returns the delay before reconnection attempt n (from 0): the
 // minimum doubled n times, capped at the maximum, less a random part of up
-// to half, and never below the minimum.
+// to half, so that clients that lost pulsed together (a restart) do not
+// all come back at the same instant, the first time included.
 func (f *follower) backoff(n int) time.Duration {
 	lo, hi := f.c.opts.minBackoff, f.c.opts.maxBackoff
 	d := hi
 	if n < 30 {
 		d = min(hi, lo<<n)
 	}
-	d = d/2 + rand.N(d/2+1)
-	return max(lo, d)
+	return d/2 + rand.N(d/2+1)
 }
 
 // namedRevision reads the revision a RESOURCE_EXHAUSTED status names
