@@ -25,7 +25,7 @@ import (
 func (c *Client) Add(ctx context.Context, t Target) (st Status, created bool, err error) {
 	resp, err := c.api.AddTarget(ctx, &pb.AddTargetRequest{Target: targetToProto(t)})
 	if err != nil {
-		return Status{}, false, wrap("AddTarget", err)
+		return Status{}, false, c.wrap("AddTarget", err)
 	}
 	return statusFromProto(resp.GetStatus()), resp.GetCreated(), nil
 }
@@ -35,7 +35,7 @@ func (c *Client) Add(ctx context.Context, t Target) (st Status, created bool, er
 func (c *Client) Remove(ctx context.Context, name string) (removed bool, err error) {
 	resp, err := c.api.RemoveTarget(ctx, &pb.RemoveTargetRequest{Name: name})
 	if err != nil {
-		return false, wrap("RemoveTarget", err)
+		return false, c.wrap("RemoveTarget", err)
 	}
 	return resp.GetRemoved(), nil
 }
@@ -45,7 +45,7 @@ func (c *Client) Remove(ctx context.Context, name string) (removed bool, err err
 func (c *Client) State(ctx context.Context, name string) (Status, error) {
 	resp, err := c.api.State(ctx, &pb.StateRequest{Name: name})
 	if err != nil {
-		return Status{}, wrap("State", err)
+		return Status{}, c.wrap("State", err)
 	}
 	return statusFromProto(resp.GetStatus()), nil
 }
@@ -55,7 +55,7 @@ func (c *Client) State(ctx context.Context, name string) (Status, error) {
 func (c *Client) Healthy(ctx context.Context, group string) ([]string, error) {
 	resp, err := c.api.Healthy(ctx, &pb.HealthyRequest{Group: group})
 	if err != nil {
-		return nil, wrap("Healthy", err)
+		return nil, c.wrap("Healthy", err)
 	}
 	return resp.GetNames(), nil
 }
@@ -66,7 +66,7 @@ func (c *Client) Healthy(ctx context.Context, group string) ([]string, error) {
 func (c *Client) List(ctx context.Context, group string) (List, error) {
 	resp, err := c.api.ListTargets(ctx, &pb.ListTargetsRequest{Group: group})
 	if err != nil {
-		return List{}, wrap("ListTargets", err)
+		return List{}, c.wrap("ListTargets", err)
 	}
 	l := List{Revision: resp.GetRevision(), Checker: checkerFromProto(resp.GetChecker())}
 	l.Targets = make([]Status, len(resp.GetTargets()))
@@ -84,7 +84,7 @@ func (c *Client) List(ctx context.Context, group string) (List, error) {
 func (c *Client) SetGroupPolicy(ctx context.Context, group string, p GroupPolicy) (GroupStatus, error) {
 	resp, err := c.api.SetGroupPolicy(ctx, &pb.SetGroupPolicyRequest{Group: group, Policy: groupPolicyToProto(p)})
 	if err != nil {
-		return GroupStatus{}, wrap("SetGroupPolicy", err)
+		return GroupStatus{}, c.wrap("SetGroupPolicy", err)
 	}
 	return groupFromProto(resp.GetGroup()), nil
 }
@@ -99,7 +99,7 @@ func (c *Client) ReportOutcome(ctx context.Context, o Outcome) (counted bool, st
 	}
 	resp, err := c.api.ReportOutcome(ctx, req)
 	if err != nil {
-		return false, Status{}, wrap("ReportOutcome", err)
+		return false, Status{}, c.wrap("ReportOutcome", err)
 	}
 	return resp.GetCounted(), statusFromProto(resp.GetStatus()), nil
 }
@@ -117,7 +117,7 @@ func (c *Client) ReportOutcome(ctx context.Context, o Outcome) (counted bool, st
 func (c *Client) Drain(ctx context.Context, name string, d time.Duration) (removeAt time.Time, ok bool, err error) {
 	resp, err := c.api.RemoveTarget(ctx, &pb.RemoveTargetRequest{Name: name, DrainFor: durationpb.New(d)})
 	if err != nil {
-		return time.Time{}, false, wrap("RemoveTarget", err)
+		return time.Time{}, false, c.wrap("RemoveTarget", err)
 	}
 	return optTime(resp.GetRemoveTime()), resp.GetRemoved(), nil
 }
@@ -146,7 +146,7 @@ func (c *Client) Update(ctx context.Context, t Target, paths ...string) (previou
 	}
 	resp, err := c.api.UpdateTarget(ctx, req)
 	if err != nil {
-		return Target{}, Status{}, wrap("UpdateTarget", err)
+		return Target{}, Status{}, c.wrap("UpdateTarget", err)
 	}
 	return targetFromProto(resp.GetPrevious()), statusFromProto(resp.GetStatus()), nil
 }
@@ -185,7 +185,7 @@ type ProbeNowResult struct {
 func (c *Client) ProbeNow(ctx context.Context, group string, names ...string) (ProbeRound, error) {
 	resp, err := c.api.ProbeNow(ctx, &pb.ProbeNowRequest{Group: group, Names: names})
 	if err != nil {
-		return ProbeRound{}, wrap("ProbeNow", err)
+		return ProbeRound{}, c.wrap("ProbeNow", err)
 	}
 	var r ProbeRound
 	for _, tr := range resp.GetTransitions() {
@@ -231,7 +231,7 @@ func (c *Client) SetMode(ctx context.Context, m ModeRequest) ([]Status, error) {
 	}
 	resp, err := c.api.SetMode(ctx, req)
 	if err != nil {
-		return nil, wrap("SetMode", err)
+		return nil, c.wrap("SetMode", err)
 	}
 	out := make([]Status, len(resp.GetTargets()))
 	for i, st := range resp.GetTargets() {
@@ -275,7 +275,7 @@ func (c *Client) AddMany(ctx context.Context, ts []Target) ([]AddResult, error) 
 		}
 		resp, err := c.api.AddTargets(ctx, req)
 		if err != nil {
-			return wrap("AddTargets", err)
+			return c.wrap("AddTargets", err)
 		}
 		for _, r := range resp.GetResults() {
 			res := AddResult{Name: r.GetName(), Created: r.GetCreated()}
@@ -311,7 +311,7 @@ func (c *Client) AddMany(ctx context.Context, ts []Target) ([]AddResult, error) 
 func (c *Client) Discovery(ctx context.Context) ([]DiscoveryGroup, error) {
 	resp, err := c.api.ListDiscovery(ctx, &pb.ListDiscoveryRequest{})
 	if err != nil {
-		return nil, wrap("ListDiscovery", err)
+		return nil, c.wrap("ListDiscovery", err)
 	}
 	out := make([]DiscoveryGroup, 0, len(resp.GetGroups()))
 	for _, g := range resp.GetGroups() {

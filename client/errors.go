@@ -2,9 +2,11 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 )
 
@@ -76,6 +78,19 @@ func (e *Error) Is(target error) bool {
 // GRPCStatus returns e as a gRPC status, so that status.Code and
 // status.FromError see through it.
 func (e *Error) GRPCStatus() *status.Status { return status.New(e.Code, e.Message) }
+
+// ErrClosed: the client was closed (Client.Close); no call can be made on
+// it any more.
+var ErrClosed = errors.New("pulse: the client is closed")
+
+// wrap is the package's wrap, with ErrClosed for a call the client's own
+// Close ended, rather than the context.Canceled gRPC answers with.
+func (c *Client) wrap(method string, err error) error {
+	if err != nil && status.Code(err) == codes.Canceled && c.conn.GetState() == connectivity.Shutdown {
+		return fmt.Errorf("pulse: %s: %w", method, ErrClosed)
+	}
+	return wrap(method, err)
+}
 
 // wrap turns a gRPC error into an *Error; nil stays nil.
 func wrap(method string, err error) error {

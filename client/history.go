@@ -97,7 +97,7 @@ func (c *Client) History(ctx context.Context, q HistoryQuery) (History, error) {
 		Resolution: optDuration(q.Resolution)}
 	resp, err := c.api.History(ctx, req)
 	if err != nil {
-		return History{}, wrap("History", err)
+		return History{}, c.wrap("History", err)
 	}
 	return historyFromProto(resp), nil
 }

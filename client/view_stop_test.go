@@ -73,3 +73,20 @@ func TestWaitSyncedSaysWhyItWaited(t *testing.T) {
 		t.Errorf("WaitSynced = %v, want the deadline with the stream's last error (unavailable)", err)
 	}
 }
+
+// After Close, calls and views say the client is closed, not that the
+// caller's context was cancelled.
+func TestClosedClient(t *testing.T) {
+	e := newEnv(t, 1, checker.Config{})
+	c := e.client(t)
+	c.Close()
+	_, err := c.State(t.Context(), "web-1")
+	if !errors.Is(err, client.ErrClosed) || errors.Is(err, context.Canceled) {
+		t.Errorf("State after Close = %v, want ErrClosed and not context.Canceled", err)
+	}
+	v := c.View(t.Context(), client.Filter{Group: "edge"})
+	defer v.Close()
+	if err := v.WaitSynced(within(t)); !errors.Is(err, client.ErrClosed) {
+		t.Errorf("WaitSynced of a view of a closed client = %v, want ErrClosed", err)
+	}
+}

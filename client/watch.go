@@ -289,7 +289,7 @@ func (f *follower) run(ctx context.Context, emit func(Event) bool) {
 			named = f.named(shutdownRevision(err))
 		case (code == codes.InvalidArgument || code == codes.Unimplemented) && !errors.As(err, new(beforeError)) ||
 			f.c.conn.GetState() == connectivity.Shutdown:
-			emit(Event{Kind: EventStopped, Revision: f.rev, Err: wrap("WatchTransitions", err)})
+			emit(Event{Kind: EventStopped, Revision: f.rev, Err: f.c.wrap("WatchTransitions", err)})
 			return
 		}
 		delay := f.backoff(attempt)
