@@ -275,27 +275,27 @@ func (r *pulseResolver) streamState(err error) {
 		r.push()
 		return
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return
-	}
-	r.failing = true
-	r.cc.ReportError(fmt.Errorf("pulse resolver: following group %q: %w", r.group, err))
+	r.report(fmt.Errorf("pulse resolver: following group %q: %w", r.group, err))
 }
 
 // stopped reports to gRPC that the group is followed no more, and why.
+// %v, not %w: gRPC refuses a picker error that carries the status of a
+// call's own mistake (pulsed's InvalidArgument) and fails RPCs with
+// Internal; without one they fail with Unavailable and this text.
 func (r *pulseResolver) stopped(err error) {
+	r.report(fmt.Errorf("pulse resolver: stopped following group %q: %v", r.group, err))
+}
+
+// report reports err to gRPC, unless the resolver is closed; the next
+// list is sent even if it is unchanged, which clears the error.
+func (r *pulseResolver) report(err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return
 	}
 	r.failing = true
-	// %v, not %w: gRPC refuses a picker error that carries the status of a
-	// call's own mistake (pulsed's InvalidArgument) and fails RPCs with
-	// Internal; without one they fail with Unavailable and this text.
-	r.cc.ReportError(fmt.Errorf("pulse resolver: stopped following group %q: %v", r.group, err))
+	r.cc.ReportError(err)
 }
 
 // ResolveNow does nothing: the resolver follows a stream, it does not poll.
