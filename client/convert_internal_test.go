@@ -299,6 +299,29 @@ func TestAddress(t *testing.T) {
 	}
 }
 
+// Of a target with several probes, Address reads the one pulsed is sent,
+// whichever two are set.
+func TestAddressOfTheProbeSent(t *testing.T) {
+	probes := []func(*Target){
+		func(t *Target) { t.HTTP = &HTTPProbe{URL: "http://10.0.0.1:8080/healthz"} },
+		func(t *Target) { t.TCP = &TCPProbe{Address: "10.0.0.2:6379"} },
+		func(t *Target) { t.GRPC = &GRPCProbe{Address: "10.0.0.3:50051"} },
+		func(t *Target) { t.DNS = &DNSProbe{Name: "api.internal.", Server: "10.0.0.4:53"} },
+	}
+	for i, a := range probes {
+		for _, b := range probes[i+1:] {
+			tg := Target{Name: "web-1"}
+			a(&tg)
+			b(&tg)
+			got, _ := tg.Address()
+			sent, _ := targetFromProto(targetToProto(tg)).Address()
+			if got != sent {
+				t.Errorf("Address of a target with two probes: %s, but pulsed is sent the probe of %s", got, sent)
+			}
+		}
+	}
+}
+
 // fullOutlierPolicy sets every field of OutlierPolicy.
 func fullOutlierPolicy() *pb.OutlierPolicy {
 	return &pb.OutlierPolicy{

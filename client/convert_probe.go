@@ -9,6 +9,8 @@ import (
 // from pulsed and written back loses nothing (TestTargetRoundTrip walks
 // the messages' descriptors to keep it so).
 
+// probeToProto sends the first probe of t, in the wire's order (pulse.proto's
+// oneof probe), which Target.Address reads too.
 func probeToProto(t Target, out *pb.Target) {
 	switch {
 	case t.HTTP != nil:

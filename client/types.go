@@ -108,19 +108,14 @@ type Target struct {
 	Vantages, Quorum int
 }
 
-// Address returns the host:port the target's probe connects to: the TCP or
-// gRPC address, the DNS server's, or the host of the HTTP URL with its port (or the scheme's,
-// 80 or 443). ok is false when there is none, or it is not host:port with a
-// port from 1 to 65535.
+// Address returns the host:port the target's probe connects to: the host
+// of the HTTP URL with its port (or the scheme's, 80 or 443), the TCP or
+// gRPC address, or the DNS server's. ok is false when there is none, or it
+// is not host:port with a port from 1 to 65535. Of several probes it reads
+// the one pulsed is sent: the first of HTTP, TCP, GRPC and DNS.
 func (t Target) Address() (addr string, ok bool) {
 	var hostPort string
-	switch {
-	case t.TCP != nil:
-		hostPort = t.TCP.Address
-	case t.GRPC != nil:
-		hostPort = t.GRPC.Address
-	case t.DNS != nil:
-		hostPort = t.DNS.Server
+	switch { // in probeToProto's order
 	case t.HTTP != nil:
 		u, err := url.Parse(t.HTTP.URL)
 		if err != nil || u.Hostname() == "" {
@@ -131,6 +126,12 @@ func (t Target) Address() (addr string, ok bool) {
 			port = map[string]string{"http": "80", "https": "443"}[strings.ToLower(u.Scheme)]
 		}
 		hostPort = net.JoinHostPort(u.Hostname(), port)
+	case t.TCP != nil:
+		hostPort = t.TCP.Address
+	case t.GRPC != nil:
+		hostPort = t.GRPC.Address
+	case t.DNS != nil:
+		hostPort = t.DNS.Server
 	default:
 		return "", false
 	}
