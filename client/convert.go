@@ -20,27 +20,27 @@ func targetToProto(t Target) *pb.Target {
 		Group:           t.Group,
 		Interval:        optDuration(t.Interval),
 		Timeout:         optDuration(t.Timeout),
-		InitialState:    pb.State(t.InitialState),
-		Model:           pb.Model(t.Model),
+		InitialState:    pb.State(sat32(int(t.InitialState))),
+		Model:           pb.Model(sat32(int(t.Model))),
 		MaxLatency:      optDuration(t.MaxLatency),
 		FastInterval:    optDuration(t.FastInterval),
 		DownInterval:    optDuration(t.DownInterval),
 		FlapWindow:      optDuration(t.FlapWindow),
-		FlapThreshold:   int32(t.FlapThreshold),
+		FlapThreshold:   sat32(t.FlapThreshold),
 		FlapStableFor:   optDuration(t.FlapStableFor),
 		PassiveOutcomes: t.PassiveOutcomes,
-		PassiveRate:     int32(t.PassiveRate),
+		PassiveRate:     sat32(t.PassiveRate),
 		SlowStart:       optDuration(t.SlowStart),
 
 		RemoveAfterUnhealthy: optDuration(t.RemoveAfterUnhealthy),
-		Vantages:             int32(t.Vantages),
-		Quorum:               int32(t.Quorum),
+		Vantages:             sat32(t.Vantages),
+		Quorum:               sat32(t.Quorum),
 	}
 	if t.Rise != 0 {
-		out.Rise = proto.Int32(int32(t.Rise))
+		out.Rise = proto.Int32(sat32(t.Rise))
 	}
 	if t.Fall != 0 {
-		out.Fall = proto.Int32(int32(t.Fall))
+		out.Fall = proto.Int32(sat32(t.Fall))
 	}
 	probeToProto(t, out)
 	return out
@@ -133,8 +133,11 @@ func outlierPolicyToProto(p OutlierPolicy) *pb.OutlierPolicy {
 	}
 }
 
-// sat32 narrows n for the wire, saturating so that pulsed refuses a value
-// past its bound rather than reading a wrapped one.
+// sat32 narrows a caller's n for the wire, saturating: every int32 field
+// pulsed reads is bounded well inside int32, so a value past int32 reaches
+// it past the field's bound and is refused with ErrInvalidArgument, naming
+// the field and the bound, rather than wrapped into range (1<<32+3 read as
+// 3). The conversions send every int of a caller's through it.
 func sat32(n int) int32 {
 	return int32(max(min(n, math.MaxInt32), math.MinInt32))
 }
@@ -201,7 +204,7 @@ func groupPolicyToProto(p GroupPolicy) *pb.GroupPolicy {
 		out.AvailabilityObjective = proto.Float64(p.Objective)
 	}
 	out.ObjectiveWindow = optDuration(p.ObjectiveWindow)
-	out.Vantages, out.Quorum = int32(p.Vantages), int32(p.Quorum)
+	out.Vantages, out.Quorum = sat32(p.Vantages), sat32(p.Quorum)
 	out.Outlier = outlierPolicyToProto(p.Outlier)
 	return out
 }

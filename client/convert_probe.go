@@ -50,11 +50,11 @@ func httpToProto(h *HTTPProbe) *pb.HttpProbe {
 		Url: h.URL, Method: h.Method, Headers: h.Headers,
 		ExpectedStatusRanges: h.ExpectedStatusRanges,
 		BodyContains:         h.BodyContains, BodyNotContains: h.BodyNotContains, BodyRegex: h.BodyRegex,
-		BodyLimit: int32(h.BodyLimit), Body: h.Body, FollowRedirects: h.FollowRedirects,
+		BodyLimit: sat32(h.BodyLimit), Body: h.Body, FollowRedirects: h.FollowRedirects,
 		Tls: tlsToProto(h.TLS),
 	}
 	for _, c := range h.ExpectedStatus {
-		out.ExpectedStatus = append(out.ExpectedStatus, int32(c))
+		out.ExpectedStatus = append(out.ExpectedStatus, sat32(c))
 	}
 	for _, m := range h.HeaderMatches {
 		out.HeaderMatches = append(out.HeaderMatches, &pb.HeaderMatch{Name: m.Name, Regex: m.Regex})
@@ -84,7 +84,7 @@ func tcpToProto(p *TCPProbe) *pb.TcpProbe {
 	for _, s := range p.Steps {
 		out.Steps = append(out.Steps, &pb.TcpStep{
 			Send: s.Send, SendHex: s.SendHex, Expect: s.Expect, ExpectHex: s.ExpectHex,
-			ExpectContains: s.ExpectContains, ExpectRegex: s.ExpectRegex, ReadLimit: int32(s.ReadLimit),
+			ExpectContains: s.ExpectContains, ExpectRegex: s.ExpectRegex, ReadLimit: sat32(s.ReadLimit),
 		})
 	}
 	return out

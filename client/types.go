@@ -58,8 +58,8 @@ const (
 
 // Target is a target's spec: what to probe, how often, and the thresholds.
 // Exactly one of HTTP, TCP, GRPC and DNS is set. A zero field takes pulsed's
-// default (pulsed --help); a value past a bound is refused with
-// ErrInvalidArgument, whose message names the field and the bound.
+// default (pulsed --help); a value past a bound, or past int32, is refused
+// with ErrInvalidArgument, whose message names the field and the bound.
 //
 // Targets read back from pulsed have the defaults filled in and secrets
 // (URL passwords, header and metadata values, TLS keys) shown as
