@@ -1,9 +1,11 @@
 package client
 
 import (
+	"fmt"
 	"math"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -44,6 +46,13 @@ func targetToProto(t Target) *pb.Target {
 	}
 	probeToProto(t, out)
 	return out
+}
+
+// errInvalid is a request the client refuses itself, before sending it:
+// an *Error of method with code InvalidArgument, worded as pulsed words its
+// own (the field path first), so that a caller handles both alike.
+func errInvalid(method, format string, args ...any) error {
+	return &Error{Code: codes.InvalidArgument, Message: fmt.Sprintf(format, args...), Method: method}
 }
 
 func targetFromProto(t *pb.Target) Target {

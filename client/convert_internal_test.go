@@ -1,6 +1,7 @@
 package client
 
 import (
+	"errors"
 	"math"
 	"reflect"
 	"slices"
@@ -9,12 +10,15 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/pulsehealth/pulse/checker/probe"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
@@ -318,6 +322,34 @@ func TestAddressOfTheProbeSent(t *testing.T) {
 			if got != sent {
 				t.Errorf("Address of a target with two probes: %s, but pulsed is sent the probe of %s", got, sent)
 			}
+		}
+	}
+}
+
+// A target with several probes is refused, naming them in pulsed's words
+// for a spec with several; one with one or none is pulsed's to judge.
+func TestCheckProbes(t *testing.T) {
+	h, tc := &HTTPProbe{URL: "http://10.0.0.1:8080/healthz"}, &TCPProbe{Address: "10.0.0.1:6379"}
+	g, d := &GRPCProbe{Address: "10.0.0.1:50051"}, &DNSProbe{Name: "api.internal.", Server: "10.0.0.53:53"}
+	for _, c := range []struct {
+		t    Target
+		spec probe.Spec
+	}{
+		{Target{HTTP: h, TCP: tc}, probe.Spec{HTTP: &probe.HTTPSpec{}, TCP: &probe.TCPSpec{}}},
+		{Target{HTTP: h, GRPC: g, DNS: d}, probe.Spec{HTTP: &probe.HTTPSpec{}, GRPC: &probe.GRPCSpec{}, DNS: &probe.DNSSpec{}}},
+	} {
+		err := checkProbes("AddTargets", "targets[3]", c.t)
+		var ce *Error
+		if !errors.Is(err, ErrInvalidArgument) || !errors.As(err, &ce) || ce.Method != "AddTargets" || status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("checkProbes: %v; want an INVALID_ARGUMENT *Error of AddTargets", err)
+		}
+		if want := "targets[3]." + c.spec.Validate().Error(); ce.Message != want {
+			t.Errorf("checkProbes: %q; want pulsed's %q", ce.Message, want)
+		}
+	}
+	for _, tg := range []Target{{}, {HTTP: h}, {TCP: tc}, {GRPC: g}, {DNS: d}} {
+		if err := checkProbes("AddTarget", "target", tg); err != nil {
+			t.Errorf("checkProbes of %+v: %v", tg, err)
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package client
 
 import (
+	"strings"
+
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
@@ -8,6 +10,28 @@ import (
 // messages has its place in the client's types, so that a target read
 // from pulsed and written back loses nothing (TestTargetRoundTrip walks
 // the messages' descriptors to keep it so).
+
+// checkProbes refuses, for method, a target with more than one probe: the
+// wire's oneof carries one, and the others would be dropped without a
+// word. path is the target's field path in the request ("target",
+// "targets[3]"); the message is the checker's for a spec with several.
+// A target with none is pulsed's to judge: Add's answer names the field,
+// and Update sends none when it changes no probe.
+func checkProbes(method, path string, t Target) error {
+	var set []string
+	for _, k := range [...]struct {
+		set  bool
+		name string
+	}{{t.HTTP != nil, "http"}, {t.TCP != nil, "tcp"}, {t.GRPC != nil, "grpc"}, {t.DNS != nil, "dns"}} {
+		if k.set {
+			set = append(set, k.name)
+		}
+	}
+	if len(set) < 2 {
+		return nil
+	}
+	return errInvalid(method, "%s.probe: set exactly one of http, tcp, grpc or dns; got %s", path, strings.Join(set, " and "))
+}
 
 // probeToProto sends the first probe of t, in the wire's order (pulse.proto's
 // oneof probe), which Target.Address reads too.
