@@ -16,14 +16,19 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -185,10 +190,15 @@ func ReadTokenFile(path string) (string, error) {
 	return strings.TrimSpace(token), nil
 }
 
-// New returns a client of the pulsed at addrs (host:port each). With
-// several addresses, which must be replicas sharing one registry on etcd,
-// calls and streams go to the first that answers and move to another when
-// it fails; a follower resumes there from the same revision.
+// New returns a client of the pulsed at addrs (host:port each, with a port
+// from 1 to 65535). With several addresses, which must be replicas sharing
+// one registry on etcd, calls and streams go to the first that answers and
+// move to another when it fails; a follower resumes there from the same
+// revision. A single address may also be a gRPC target whose scheme gRPC
+// resolves, read as gRPC reads it: unix:PATH, dns:///HOST:PORT,
+// passthrough:///NAME with a dialer of WithDialOptions. New refuses an
+// address it could not reach pulsed at, naming it: one without a port
+// (gRPC would dial port 443), a URL such as http://host:port, white space.
 //
 // New does not wait for a connection unless WithBlock is given: pulsed may
 // be down, and the first call connects. ctx bounds New's wait.
@@ -243,6 +253,9 @@ func (o *options) validate(addrs []string) error {
 		if strings.TrimSpace(a) == "" {
 			return errors.New("pulse: an empty address of pulsed")
 		}
+		if problem := addrProblem(a); problem != "" {
+			return fmt.Errorf("pulse: address %q %s", a, problem)
+		}
 	}
 	if o.minBackoff <= 0 || o.maxBackoff < o.minBackoff || o.maxBackoff > MaxBackoff {
 		return fmt.Errorf("pulse: backoff must be 0 < min <= max <= %v, got %v and %v", MaxBackoff, o.minBackoff, o.maxBackoff)
@@ -254,6 +267,37 @@ func (o *options) validate(addrs []string) error {
 		return errors.New("pulse: WithTLS and WithTLSFiles exclude each other")
 	}
 	return nil
+}
+
+// addrProblem says what is wrong with a, one address of pulsed ("has no
+// port: want host:port, ..."), or "" when nothing is. An address with a
+// scheme gRPC resolves is gRPC's to read, but for the host:port of
+// dns:///HOST:PORT, whose resolver would take port 443 when it has none.
+func addrProblem(a string) string {
+	hostPort, want := a, "host:port, e.g. 127.0.0.1:50051"
+	if u, err := url.Parse(a); err == nil && u.Scheme != "" && resolver.Get(u.Scheme) != nil {
+		if u.Scheme != "dns" {
+			return ""
+		}
+		hostPort, want = cmp.Or(u.Opaque, strings.TrimPrefix(u.Path, "/")), "dns:///host:port, e.g. dns:///127.0.0.1:50051"
+	}
+	if ip := net.ParseIP(strings.Trim(hostPort, "[]")); ip != nil && ip.To4() == nil {
+		want = strings.Replace(want, "127.0.0.1", "[::1]", 1) // an IPv6 address goes in brackets
+	}
+	if strings.ContainsFunc(hostPort, unicode.IsSpace) {
+		return "holds white space: want " + want
+	}
+	_, port, err := net.SplitHostPort(hostPort)
+	switch {
+	case err == nil && port == "", err != nil && strings.Contains(err.Error(), "missing port"), net.ParseIP(hostPort) != nil:
+		return "has no port: want " + want
+	case err != nil:
+		return "is not host:port: want " + want
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Sprintf("has port %q: want a port from 1 to 65535", port)
+	}
+	return ""
 }
 
 // dialOptions returns the transport, token and backoff options.
