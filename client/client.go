@@ -44,7 +44,8 @@ import (
 )
 
 // TokenEnv is the environment variable New reads the bearer token from when
-// no WithToken or WithTokenFile option gives one.
+// no WithToken or WithTokenFile option gives one, white space around it
+// trimmed (the trailing newline of a secret made from a file).
 const TokenEnv = "PULSE_TOKEN"
 
 // Reconnect bounds of a follower (Watch, View): the first retry comes after
@@ -205,7 +206,8 @@ func ReadTokenFile(path string) (string, error) {
 //
 // The token is PULSE_TOKEN's unless WithToken or WithTokenFile gives one.
 // Over plaintext it is sent too (pulsed on loopback); with TLS it is sent
-// only over TLS.
+// only over TLS. New refuses a token a header cannot carry (it must be
+// printable ASCII), naming where it came from.
 func New(ctx context.Context, addrs []string, opts ...Option) (*Client, error) {
 	o := options{minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff, idleTimeout: DefaultIdleTimeout}
 	for _, opt := range opts {
@@ -315,15 +317,24 @@ func (o *options) dialOptions() ([]grpc.DialOption, error) {
 	} else {
 		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	}
-	token := o.token
+	token, from := o.token, "WithToken's token"
 	switch {
 	case o.tokenFile != "":
 		var err error
 		if token, err = ReadTokenFile(o.tokenFile); err != nil {
 			return nil, fmt.Errorf("pulse: %w", err)
 		}
+		from = "token file " + o.tokenFile
 	case !o.tokenSet:
-		token = os.Getenv(TokenEnv)
+		token, from = strings.TrimSpace(os.Getenv(TokenEnv)), TokenEnv
+	}
+	// gRPC would refuse the header on every call, as an INTERNAL error.
+	if i := strings.IndexFunc(token, func(r rune) bool { return r < 0x20 || r > 0x7e }); i >= 0 {
+		what := "a character past ASCII" // not quoted: a part of the secret
+		if r := token[i]; r < 0x20 || r == 0x7f {
+			what = fmt.Sprintf("%q", r)
+		}
+		return nil, fmt.Errorf("pulse: %s holds %s at byte %d, which a header cannot carry: a token is printable ASCII", from, what, i)
 	}
 	if token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(Bearer(token, tlsCfg != nil)))

@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -67,5 +68,50 @@ func TestNewAddressForms(t *testing.T) {
 			continue
 		}
 		c.Close()
+	}
+}
+
+// PULSE_TOKEN is trimmed of the white space around it, as a token file
+// is; a token a header cannot carry is refused by New, naming where it
+// came from, rather than by gRPC on every call as INTERNAL.
+func TestTokenFromTheEnvironment(t *testing.T) {
+	f := &fakePulse{}
+	addr := f.serve(t)
+	t.Setenv(client.TokenEnv, " s3cret\n")
+	c, err := client.New(t.Context(), []string{addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Healthy(within(t), ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.lastAuth(); got != "Bearer s3cret" {
+		t.Errorf("authorization sent: %q; want %q", got, "Bearer s3cret")
+	}
+
+	file := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(file, []byte("s3\tcret\n"), 0o600)
+	for _, tc := range []struct {
+		env  string
+		opts []client.Option
+		want string
+	}{
+		{"s3\x07cret\n", nil, `PULSE_TOKEN holds '\a' at byte 2, which a header cannot carry`},
+		{"first\nsecond", nil, `PULSE_TOKEN holds '\n' at byte 5`},
+		{"sécret", nil, "PULSE_TOKEN holds a character past ASCII at byte 1"},
+		{"", []client.Option{client.WithTokenFile(file)}, "token file " + file + ` holds '\t' at byte 2`},
+		{"", []client.Option{client.WithToken("s3cret\r\n")}, `WithToken's token holds '\r' at byte 6`},
+	} {
+		t.Setenv(client.TokenEnv, tc.env)
+		c, err := client.New(t.Context(), []string{addr}, tc.opts...)
+		if err == nil {
+			c.Close()
+			t.Errorf("PULSE_TOKEN %q: New succeeded; want %q", tc.env, tc.want)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "cret") {
+			t.Errorf("PULSE_TOKEN %q: New: %v; want %q, and not the token", tc.env, err, tc.want)
+		}
 	}
 }
