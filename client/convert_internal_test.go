@@ -207,6 +207,26 @@ func TestPolicyKinds(t *testing.T) {
 	}
 }
 
+// TestModels wants every model of the wire named as pulsectl names it,
+// the unset one as the rise/fall it stands for.
+func TestModels(t *testing.T) {
+	for n, name := range pb.Model_name {
+		want := strings.ToLower(strings.TrimPrefix(name, "MODEL_"))
+		if n == int32(pb.Model_MODEL_UNSPECIFIED) {
+			want = "rise_fall"
+		}
+		if got := Model(n).String(); got != want {
+			t.Errorf("Model(%d) is %q, want %q", n, got, want)
+		}
+	}
+	if ModelThreeState != Model(pb.Model_MODEL_THREE_STATE) || ModelRiseFall != Model(pb.Model_MODEL_RISE_FALL) {
+		t.Error("the models are not the wire's numbers")
+	}
+	if got := Model(7).String(); got != "Model(7)" {
+		t.Errorf("Model(7) is %q", got)
+	}
+}
+
 // TestGroupPolicyRoundTrip converts a policy that sets every field of
 // GroupPolicy to the client's and back.
 func TestGroupPolicyRoundTrip(t *testing.T) {

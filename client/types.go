@@ -26,7 +26,8 @@ const (
 )
 
 // String returns "healthy", "unhealthy", "suspect", or "absent" for
-// StateUnknown (a target that is not in the view).
+// StateUnknown (a target that is not in the view). A Target's InitialState
+// of StateUnknown, pulsed's default (unhealthy), prints as "absent" too.
 func (s State) String() string {
 	switch s {
 	case StateUnknown:
@@ -49,12 +50,30 @@ func (s State) Routable() bool { return s == StateHealthy || s == StateSuspect }
 // state. The zero value, ModelDefault, is the server's default, rise/fall.
 type Model int
 
-// The state machines of pulsed.
+// The state machines of pulsed. A value this package does not name (from
+// a newer pulsed) keeps its number and prints as "Model(N)".
 const (
-	ModelDefault    Model = 0
-	ModelRiseFall   Model = 1
+	ModelDefault Model = 0
+	// ModelRiseFall: unhealthy to healthy after Rise consecutive passes,
+	// healthy to unhealthy after Fall consecutive failures.
+	ModelRiseFall Model = 1
+	// ModelThreeState: one failure moves healthy to suspect, which falls
+	// to unhealthy at Fall consecutive failures; one pass moves unhealthy
+	// to suspect, which rises to healthy at Rise consecutive passes.
 	ModelThreeState Model = 2
 )
+
+// String returns the model's name as pulsectl writes it: "rise_fall" (for
+// ModelDefault too, which is rise/fall) or "three_state".
+func (m Model) String() string {
+	switch m {
+	case ModelDefault, ModelRiseFall:
+		return "rise_fall"
+	case ModelThreeState:
+		return "three_state"
+	}
+	return fmt.Sprintf("Model(%d)", int(m))
+}
 
 // Target is a target's spec: what to probe, how often, and the thresholds.
 // Exactly one of HTTP, TCP, GRPC and DNS is set. A zero field takes pulsed's
@@ -67,33 +86,69 @@ const (
 // target read with State or List can be written back with Add or Update
 // without losing anything.
 type Target struct {
-	Name  string
+	// Name identifies the target: 1 to 128 characters from
+	// [A-Za-z0-9._:-], starting with a letter or digit.
+	Name string
+	// Group is the pool the target belongs to, 0 to 64 characters from
+	// [A-Za-z0-9._:-]; empty is none.
 	Group string
 
+	// HTTP, TCP, GRPC and DNS are the probe, exactly one of them.
 	HTTP *HTTPProbe
 	TCP  *TCPProbe
 	GRPC *GRPCProbe
 	DNS  *DNSProbe
 
+	// Interval is the time between the starts of two probes, 1ms to 24h;
+	// 0 is pulsed's -interval (2s unless set).
 	Interval time.Duration
-	Timeout  time.Duration
+	// Timeout bounds one probe, 1ms to 1h and at most Interval; 0 is
+	// pulsed's -timeout (1s unless set).
+	Timeout time.Duration
 	// Rise and Fall are the consecutive passes and failures a transition
-	// needs; 0 is the server default.
+	// needs, 1 to 1000; 0 is the server default (pulsed -rise, -fall).
 	Rise, Fall int
 	// InitialState is the state of a new target: StateUnknown (the server
-	// default, unhealthy), StateUnhealthy or StateHealthy.
+	// default, unhealthy), StateUnhealthy or StateHealthy. It is ignored
+	// when the target already exists.
 	InitialState State
-	Model        Model
+	// Model is the state machine; ModelDefault is ModelRiseFall.
+	Model Model
 
-	MaxLatency    time.Duration
-	FastInterval  time.Duration
-	DownInterval  time.Duration
-	FlapWindow    time.Duration
+	// MaxLatency, when set, fails a probe that answered correctly but
+	// slower than this; at most Timeout. 0: no bound.
+	MaxLatency time.Duration
+	// FastInterval is the interval while the target is on its way to a
+	// transition (healthy with a failure streak, unhealthy with a pass
+	// streak, or suspect), from Timeout to 24h: a dead target is down in
+	// its first failure plus (Fall-1) x FastInterval. 0 is pulsed's
+	// -fast-interval, else Interval.
+	FastInterval time.Duration
+	// DownInterval is the interval while the target is unhealthy with no
+	// pass streak, from Timeout to 24h; 0 is pulsed's -down-interval, else
+	// Interval.
+	DownInterval time.Duration
+	// FlapWindow is the sliding window over which the target's
+	// transitions are counted (Status.TransitionsInWindow) and flapping is
+	// judged, at most 24h; 0 is a minute.
+	FlapWindow time.Duration
+	// FlapThreshold, 2 to 256, turns flap damping on: a target whose
+	// results change its state FlapThreshold times within FlapWindow is
+	// flapping, held unhealthy until they have not changed it for
+	// FlapStableFor. 0: no damping.
 	FlapThreshold int
+	// FlapStableFor is how long a flapping target's results must leave
+	// its state unchanged before it is released, at most 24h; 0 is
+	// FlapWindow. Only with FlapThreshold.
 	FlapStableFor time.Duration
 
+	// PassiveOutcomes lets ReportOutcome feed the target's state machine;
+	// off (the default), it is judged by its probes only.
 	PassiveOutcomes bool
-	PassiveRate     int
+	// PassiveRate is how many passive outcomes a second are counted at
+	// most, with a burst of as many (the rest are dropped), at most 10000;
+	// 0 is 10. Only with PassiveOutcomes.
+	PassiveRate int
 
 	// SlowStart ramps the target's weight from 0 to 100% over this window
 	// after it becomes routable; RemoveAfterUnhealthy removes it once
@@ -168,26 +223,52 @@ type Result struct {
 // verdict, the policy flags, the counters or the schedule). Ask State or
 // List for them.
 type Status struct {
-	Target   Target
+	// Target is the spec, with pulsed's defaults filled in but for
+	// FastInterval and the fields after it, which stay zero when they were.
+	Target Target
+	// State is the current state; Routable says whether the target should
+	// receive traffic.
 	State    State
 	Routable bool
 
+	// PassStreak and FailStreak count the consecutive passes and failures
+	// up to now.
 	PassStreak, FailStreak int
 	// LastResult is nil before the first result.
 	LastResult *Result
 	// LastTransition is zero if the state never changed.
 	LastTransition time.Time
-	CarriedOver    bool
-	// Source is "api" or "file" (pulsed -targets).
+	// CarriedOver is true after a restart of pulsed until the target's
+	// first fresh result: State is the one stored before the restart, and
+	// the streaks start again from zero.
+	CarriedOver bool
+	// Source is "api" or "file" (pulsed -targets), or "discovery:GROUP".
 	Source string
 
-	Verdict             State
-	PanicHeld           bool
-	Flapping            bool
+	// Verdict is the state the results alone give. It differs from State
+	// while a policy holds the target: PanicHeld (verdict unhealthy, still
+	// routable) or Flapping (unhealthy whatever the verdict).
+	Verdict State
+	// PanicHeld is true while the target's group is in panic and the
+	// target, unhealthy by its results, is kept routable because marking it
+	// would take more than the group's MaxUnhealthyFraction out.
+	PanicHeld bool
+	// Flapping is true while flap damping holds the target unhealthy.
+	Flapping bool
+	// TransitionsInWindow counts the state changes the target's results
+	// made within Target.FlapWindow up to now (at most 256).
 	TransitionsInWindow int
-	ProbeInterval       time.Duration
-	NextProbe           time.Time
+	// ProbeInterval is the interval the target is probed at now:
+	// Interval, FastInterval or DownInterval. NextProbe is when the next
+	// probe is due.
+	ProbeInterval time.Duration
+	NextProbe     time.Time
 
+	// ActiveResults counts the probe results applied since the target was
+	// added (or pulsed started), PassiveResults the ReportOutcome outcomes
+	// applied, PassiveRateLimited those PassiveRate dropped, and
+	// IgnoredTimeouts the probe timeouts that did not count because
+	// pulsed was overloaded.
 	ActiveResults, PassiveResults       uint64
 	PassiveRateLimited, IgnoredTimeouts uint64
 	// Quarantined, when set, says why pulsed does not probe this stored
@@ -341,14 +422,25 @@ type GroupStatus struct {
 
 // CheckerStatus is pulsed's own health.
 type CheckerStatus struct {
+	// Degraded is true while pulsed's checker is overloaded (pulsed
+	// -overload-lag, -overload-stall, -overload-waiting): its own probe
+	// timeouts then do not count toward Fall. DegradedSince is when it
+	// became so, zero when it is not; Reason says why, e.g. "runnable
+	// goroutines waited 610ms to run (threshold 500ms)".
 	Degraded      bool
 	DegradedSince time.Time
 	Reason        string
-	Lag           time.Duration
+	// Lag is how late the most recent probe started against its schedule.
+	Lag time.Duration
+	// Waiting is how many probes wait for a slot now, InFlight how many
+	// run, and MaxConcurrent the bound on those in flight (pulsed
+	// -max-concurrent-probes).
 	Waiting       int
 	InFlight      int
 	MaxConcurrent int
 
+	// IgnoredTimeouts counts every probe timeout not counted because the
+	// checker was degraded.
 	IgnoredTimeouts uint64
 	// RegistryError says why pulsed cannot store changes; empty while it
 	// can.
