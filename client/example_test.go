@@ -239,3 +239,74 @@ func ExampleClient_ProbeNow() {
 	// Output:
 	// web-1 unhealthy connection refused
 }
+
+func ExampleClient_AddMany() {
+	addr, _, stop := examplePulsed()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.New(ctx, []string{addr})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+
+	ts := []client.Target{
+		{Name: "web-1", Group: "edge", TCP: &client.TCPProbe{Address: "10.0.0.1:80"}},
+		{Name: "web-2", Group: "edge", TCP: &client.TCPProbe{Address: "10.0.0.2:80"}},
+		{Name: "web-3", Group: "edge", TCP: &client.TCPProbe{Address: "10.0.0.3:80"}, Fall: 5000},
+	}
+	res, err := c.AddMany(ctx, ts)
+	if err != nil {
+		panic(err) // a call failed whole; res holds the results of those before it
+	}
+	// A target refused is refused alone: the others are registered.
+	for _, r := range res {
+		if r.Err != nil {
+			fmt.Println(r.Name, "refused:", r.Err)
+			continue
+		}
+		fmt.Println(r.Name, "created:", r.Created)
+	}
+	// Output:
+	// web-1 created: true
+	// web-2 created: true
+	// web-3 refused: pulse: AddTargets: InvalidArgument: targets[2].fall: must be between 1 and 1000, got 5000
+}
+
+func ExampleClient_View() {
+	addr, probe, stop := examplePulsed()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.New(ctx, []string{addr})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	for _, name := range []string{"web-1", "web-2"} {
+		c.Add(ctx, client.Target{Name: name, Group: "edge", TCP: &client.TCPProbe{Address: name + ":80"}})
+	}
+	c.Add(ctx, client.Target{Name: "db-1", Group: "store", TCP: &client.TCPProbe{Address: "db-1:5432"}})
+	probe(true) // all healthy
+
+	// The view follows group edge until ctx ends or Close; once synced,
+	// Get, List and Routable answer from memory, without a call.
+	v := c.View(ctx, client.Filter{Group: "edge"})
+	defer v.Close()
+	if err := v.WaitSynced(ctx); err != nil {
+		panic(err)
+	}
+	st, ok := v.Get("web-1")
+	fmt.Println(st.Target.Name, st.State, ok)
+	_, ok = v.Get("db-1")
+	fmt.Println("db-1 in the view:", ok)
+	for _, st := range v.Routable("edge") {
+		fmt.Println("route to", st.Target.Name)
+	}
+	// Output:
+	// web-1 healthy true
+	// db-1 in the view: false
+	// route to web-1
+	// route to web-2
+}
