@@ -82,3 +82,40 @@ func TestNumbersPastInt32(t *testing.T) {
 	_, err = c.SetGroupPolicy(ctx, "edge", client.GroupPolicy{Quorum: -(1 << 32) + 1})
 	wantField(t, "SetGroupPolicy with quorum past int32", err, "policy.quorum")
 }
+
+// A target with two probes is refused by Add, Update and AddMany before
+// anything is sent, naming the probes; nothing changes. (Sent, the wire's
+// oneof would have kept one of them without a word.)
+func TestTwoProbesRefused(t *testing.T) {
+	e := newEnv(t, 1, checker.Config{})
+	c := e.client(t)
+	ctx := within(t)
+	two := tcpTarget("two", "edge", "127.0.0.1:1")
+	two.HTTP = &client.HTTPProbe{URL: "http://127.0.0.1:2/healthz"}
+	_, _, err := c.Add(ctx, two)
+	wantField(t, "Add", err, "target.probe")
+	if err != nil && !strings.Contains(err.Error(), "got http and tcp") {
+		t.Errorf("Add: %v; want the probes named", err)
+	}
+	if _, err := c.State(ctx, "two"); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("after a refused Add: State = %v, want ErrNotFound", err)
+	}
+	one := tcpTarget("one", "edge", "127.0.0.1:1")
+	if _, _, err := c.Add(ctx, one); err != nil {
+		t.Fatal(err)
+	}
+	one.HTTP = &client.HTTPProbe{URL: "http://127.0.0.1:2/healthz"}
+	_, _, err = c.Update(ctx, one, "http")
+	wantField(t, "Update", err, "target.probe")
+	if st, err := c.State(ctx, "one"); err != nil || st.Target.TCP == nil || st.Target.HTTP != nil {
+		t.Errorf("after a refused Update: %+v, %v; want its TCP probe alone", st.Target, err)
+	}
+	res, err := c.AddMany(ctx, []client.Target{tcpTarget("a", "edge", "127.0.0.1:1"), two})
+	wantField(t, "AddMany", err, "targets[1].probe")
+	if res != nil {
+		t.Errorf("AddMany refused: results %v, want none", res)
+	}
+	if _, err := c.State(ctx, "a"); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("after a refused AddMany: State(a) = %v, want ErrNotFound", err)
+	}
+}

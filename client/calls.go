@@ -23,6 +23,9 @@ import (
 // keeps its state and streaks). It returns the target's status after the
 // call and whether it was created.
 func (c *Client) Add(ctx context.Context, t Target) (st Status, created bool, err error) {
+	if err := checkProbes("AddTarget", "target", t); err != nil {
+		return Status{}, false, err
+	}
 	resp, err := c.api.AddTarget(ctx, &pb.AddTargetRequest{Target: targetToProto(t)})
 	if err != nil {
 		return Status{}, false, c.wrap("AddTarget", err)
@@ -140,6 +143,9 @@ func (c *Client) Drain(ctx context.Context, name string, d time.Duration) (remov
 // paths, or a result Add would refuse; ErrNotFound: no target t.Name.
 // Nothing changes when the call fails.
 func (c *Client) Update(ctx context.Context, t Target, paths ...string) (previous Target, st Status, err error) {
+	if err := checkProbes("UpdateTarget", "target", t); err != nil {
+		return Target{}, Status{}, err
+	}
 	req := &pb.UpdateTargetRequest{Target: targetToProto(t)}
 	if len(paths) > 0 {
 		req.UpdateMask = &fieldmaskpb.FieldMask{Paths: paths}
@@ -264,8 +270,15 @@ const maxAddBatch = 10000
 // call are durable when it returns. It returns one result per target, in
 // order; when a call fails as a whole (pulsed unreachable, ctx done) it
 // returns the error and the results of the calls before it, whose targets
-// are registered.
+// are registered. A target with several probes (ts[i]) refuses the whole
+// AddMany before anything is sent, with ErrInvalidArgument on
+// "targets[i].probe".
 func (c *Client) AddMany(ctx context.Context, ts []Target) ([]AddResult, error) {
+	for i, t := range ts {
+		if err := checkProbes("AddTargets", "targets["+strconv.Itoa(i)+"]", t); err != nil {
+			return nil, err
+		}
+	}
 	out := make([]AddResult, 0, len(ts))
 	req := &pb.AddTargetsRequest{}
 	size := 0
