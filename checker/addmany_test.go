@@ -164,35 +164,3 @@ func nextN(t *testing.T, w *checker.Watcher, n int) []checker.Event {
 	})
 	return evs
 }
-
-// onlyOneStore is a memStore, not a SpecBatchStore, whose second spec
-// write fails.
-type onlyOneStore struct{ *memStore }
-
-func (o *onlyOneStore) PutSpec(spec checker.Spec) error {
-	o.mu.Lock()
-	n := len(o.specs)
-	o.mu.Unlock()
-	if n >= 1 {
-		return errors.New("disk full")
-	}
-	return o.memStore.PutSpec(spec)
-}
-
-// With a store that writes specs one at a time, a write that fails part
-// way registers the specs stored before it and refuses the others: the
-// registry and the store agree.
-func TestAddManyPartWrittenRegistersWhatIsStored(t *testing.T) {
-	st := &onlyOneStore{newMemStore()}
-	e := newEnv(t, checker.Config{Store: st, Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}})
-	res, err := e.c.AddMany([]checker.Spec{spec("a"), spec("b")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res[0].Err != nil || !res[0].Created || !errors.Is(res[1].Err, checker.ErrStore) {
-		t.Errorf("results = %+v, want a created and b refused with ErrStore", res)
-	}
-	if list, _ := e.c.List(""); len(list) != 1 || list[0].Spec.Name != "a" {
-		t.Errorf("registered %v, want a alone, as stored", list)
-	}
-}

@@ -213,8 +213,7 @@ const MaxAddMany = 10000
 // defaults, validated and registered as Add would, and refused alone (its
 // AddResult's Err, as Add returns it) without keeping the others from
 // being registered. The specs registered or changed are made durable
-// together before AddMany returns: with a store that is a SpecBatchStore,
-// in one transaction. Each new target has its own ADDED event, at
+// together before AddMany returns, in one transaction of the store. Each new target has its own ADDED event, at
 // consecutive revisions.
 //
 // A name given twice is refused the second time, with a *FieldError on
@@ -363,9 +362,9 @@ func (c *Checker) ReportOutcome(name string, o Outcome) (st Status, counted bool
 //
 // The empty group is not a pool (a *FieldError on "group"), nor is a
 // fraction outside (0, 1] valid (a *FieldError on "max_unhealthy_fraction").
-// With a Store that is a PolicyStore the policy is durable when
-// SetGroupPolicy returns (an error wrapping ErrStore changes nothing);
-// with another Store, or none, policies live in memory only. With a
+// With a Store the policy is durable when SetGroupPolicy returns (an
+// error wrapping ErrStore changes nothing); without one, policies live in
+// memory only. With a
 // shared registry the policy is stored there, for every replica, and
 // applied when SetGroupPolicy returns.
 func (c *Checker) SetGroupPolicy(group string, p GroupPolicy) (GroupStatus, error) {

@@ -67,19 +67,19 @@ func (l *lifecycle) set(sel modeSel, a Admin, expect *Admin) ([]Status, error) {
 	return l.reg.statuses(specs), nil
 }
 
-// putSpecs stores specs in store: in one transaction with a
-// SpecBatchStore, else one at a time. It returns how many are stored.
+// putSpecs stores specs in store, all or none, and returns how many are
+// stored.
 func putSpecs(store Store, specs []Spec) (int, error) {
-	if bs, ok := store.(SpecBatchStore); ok && len(specs) > 1 {
-		if err := bs.PutSpecs(specs); err != nil {
-			return 0, err
-		}
-		return len(specs), nil
+	var err error
+	switch len(specs) {
+	case 0:
+	case 1:
+		err = store.PutSpec(specs[0])
+	default:
+		err = store.PutSpecs(specs)
 	}
-	for i, s := range specs {
-		if err := store.PutSpec(s); err != nil {
-			return i, err
-		}
+	if err != nil {
+		return 0, err
 	}
 	return len(specs), nil
 }

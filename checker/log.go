@@ -156,9 +156,8 @@ func (l *localLink) decideLocked(group string, now time.Time) {
 	r.announcePanicLocked(group, p, now)
 }
 
-// putSpecs stores specs in the store, in one transaction if it is a
-// SpecBatchStore, then applies those stored, addBatch to a hold of the
-// registry's lock.
+// putSpecs stores specs in the store, in one transaction, then applies
+// them, addBatch to a hold of the registry's lock.
 func (l *localLink) putSpecs(specs []Spec, probers []Prober) (int, error) {
 	n, err := len(specs), error(nil)
 	if l.store != nil {
@@ -213,11 +212,11 @@ func (l *localLink) deleteTarget(name, reason string) (bool, error) {
 	return true, nil
 }
 
-// putPolicy stores the policy if the store keeps policies (else it lives
-// in memory only), then applies it.
+// putPolicy stores the policy (without a store it lives in memory only),
+// then applies it.
 func (l *localLink) putPolicy(group string, p GroupPolicy) error {
-	if ps, ok := l.store.(PolicyStore); ok {
-		if err := ps.PutGroupPolicy(group, p); err != nil {
+	if l.store != nil {
+		if err := l.store.PutGroupPolicy(group, p); err != nil {
 			return fmt.Errorf("%w: %v", ErrStore, err)
 		}
 	}

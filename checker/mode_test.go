@@ -3,6 +3,7 @@ package checker_test
 import (
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -441,39 +442,34 @@ func TestRemoveAfterUnhealthyWaitsForADegradedChecker(t *testing.T) {
 	}
 }
 
-// failingAfter is a memStore whose PutSpec fails once it has stored n
-// more specs.
-type failingAfter struct {
-	*memStore
-	n int
-}
-
-func (f *failingAfter) PutSpec(s checker.Spec) error {
-	if f.n == 0 {
-		return errors.New("disk full")
-	}
-	f.n--
-	return f.memStore.PutSpec(s)
-}
-
-// A group's modes are stored one at a time by a Store that cannot batch
-// them: a failure part way applies what was stored, no more, and says
-// how many changed.
-func TestModeGroupStoreFailurePartWay(t *testing.T) {
-	ms := newMemStore()
-	fs := &failingAfter{memStore: ms, n: 3}
-	e := newEnv(t, checker.Config{Store: fs, Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}})
+// A group's modes are stored in one write: the store gets its targets in
+// one PutSpecs, and a failure changes none of them, in the registry or in
+// the store, and says so.
+func TestModeGroupStoredInOneWrite(t *testing.T) {
+	bs := &batchStore{memStore: newMemStore()}
+	e := newEnv(t, checker.Config{Store: bs, Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}})
 	for _, n := range []string{"a", "b"} {
 		e.add(t, modeSpec(n, "edge"))
 	}
-	_, err := e.c.SetMode(checker.ModeRequest{Group: "edge", Mode: checker.ModeDraining})
-	if !errors.Is(err, checker.ErrStore) || !strings.Contains(err.Error(), "1 of 2 targets changed") {
-		t.Fatalf("SetMode = %v, want a store error saying 1 of 2 changed", err)
+	if _, err := e.c.SetMode(checker.ModeRequest{Group: "edge", Mode: checker.ModeDraining}); err != nil {
+		t.Fatal(err)
 	}
-	for n, want := range map[string]checker.Mode{"a": checker.ModeDraining, "b": checker.ModeActive} {
+	bs.mu.Lock()
+	last := slices.Clone(bs.batches[len(bs.batches)-1])
+	bs.failSpec = errors.New("disk full")
+	bs.mu.Unlock()
+	slices.Sort(last)
+	if !slices.Equal(last, []string{"a", "b"}) {
+		t.Errorf("the group's modes were written as %v, want a and b in one write", bs.batches)
+	}
+	_, err := e.c.SetMode(checker.ModeRequest{Group: "edge", Mode: checker.ModeActive})
+	if !errors.Is(err, checker.ErrStore) || !strings.Contains(err.Error(), "0 of 2 targets changed") {
+		t.Fatalf("SetMode = %v, want a store error saying 0 of 2 changed", err)
+	}
+	for _, n := range []string{"a", "b"} {
 		st, _ := e.c.Status(n)
-		if st.Spec.Admin().Mode != want || ms.specs[n].Admin().Mode != want {
-			t.Errorf("%s: mode %v, stored %v; want %v", n, st.Spec.Admin().Mode, ms.specs[n].Admin().Mode, want)
+		if st.Spec.Admin().Mode != checker.ModeDraining || bs.specs[n].Admin().Mode != checker.ModeDraining {
+			t.Errorf("%s: mode %v, stored %v; want draining still", n, st.Spec.Admin().Mode, bs.specs[n].Admin().Mode)
 		}
 	}
 }

@@ -23,37 +23,22 @@ type Store interface {
 	Load() ([]StoredTarget, uint64, error)
 	// PutSpec stores a target's spec, replacing any earlier one.
 	PutSpec(spec Spec) error
+	// PutSpecs stores specs, replacing earlier ones, all or none, in one
+	// durable transaction: AddMany and SetMode on a group change their
+	// targets together or not at all.
+	PutSpecs(specs []Spec) error
 	// DeleteTarget removes a target's spec and state.
 	DeleteTarget(name string) error
 	// CommitStates stores states, deletes the states of the targets named in
 	// deleted, and records rev as the store's revision, in one transaction.
 	CommitStates(states []StoredState, deleted []string, rev uint64) error
-}
-
-// PolicyStore is a Store that also keeps group policies. If Config.Store
-// implements it, New loads the policies and SetGroupPolicy stores a policy
-// (durably) before it returns; with another Store, group policies live in
-// memory only. Panic holds and flapping are never stored: after a restart
-// they start afresh from the carried-over states.
-type PolicyStore interface {
-	Store
-	// LoadGroupPolicies returns every stored group policy by group.
+	// LoadGroupPolicies returns every stored group policy by group. Panic
+	// holds and flapping are never stored: after a restart they start
+	// afresh from the carried-over states.
 	LoadGroupPolicies() (map[string]GroupPolicy, error)
 	// PutGroupPolicy stores a group's policy; the zero GroupPolicy deletes
 	// it.
 	PutGroupPolicy(group string, p GroupPolicy) error
-}
-
-// SpecBatchStore is a Store that can store several specs in one durable
-// transaction. SetMode on a group uses it when Config.Store implements it,
-// so that the group's targets change together or not at all; with
-// another Store the specs are written one at a time, and a failure part
-// way leaves the targets stored before it in their new mode (SetMode's
-// error says how many).
-type SpecBatchStore interface {
-	Store
-	// PutSpecs stores specs, replacing earlier ones, all or none.
-	PutSpecs(specs []Spec) error
 }
 
 // StoredTarget is a target as a Store keeps it.
@@ -78,7 +63,7 @@ type StoredState struct {
 var ErrStore = errors.New("could not store the change")
 
 // loadStore registers what store holds in reg: the targets, with their
-// stored states carried over, the group policies if it keeps them, and
+// stored states carried over, the group policies, and
 // the revision, from which revisions go on (a client that resumes across
 // the restart gets a correct, empty, replay).
 func loadStore(store Store, reg *registry) error {
@@ -86,11 +71,9 @@ func loadStore(store Store, reg *registry) error {
 	if err != nil {
 		return fmt.Errorf("load the store: %w", err)
 	}
-	var policies map[string]GroupPolicy
-	if ps, ok := store.(PolicyStore); ok {
-		if policies, err = ps.LoadGroupPolicies(); err != nil {
-			return fmt.Errorf("load the group policies: %w", err)
-		}
+	policies, err := store.LoadGroupPolicies()
+	if err != nil {
+		return fmt.Errorf("load the group policies: %w", err)
 	}
 	if err := reg.load(targets, policies); err != nil {
 		return err

@@ -2,6 +2,7 @@ package checker_test
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -19,17 +20,18 @@ type memStore struct {
 	mu         sync.Mutex
 	specs      map[string]checker.Spec
 	states     map[string]checker.StoredState
+	policies   map[string]checker.GroupPolicy
 	rev        uint64
 	failSpec   error
 	failCommit error
 	gate       chan struct{}    // if set, CommitStates waits for it
-	specGate   chan struct{}    // if set, PutSpec waits for it
+	specGate   chan struct{}    // if set, PutSpec and PutSpecs wait for it
 	loadErr    map[string]error // Load returns these targets as unreadable
 	commits    int
 }
 
 func newMemStore() *memStore {
-	return &memStore{specs: map[string]checker.Spec{}, states: map[string]checker.StoredState{}}
+	return &memStore{specs: map[string]checker.Spec{}, states: map[string]checker.StoredState{}, policies: map[string]checker.GroupPolicy{}}
 }
 
 func (m *memStore) Load() ([]checker.StoredTarget, uint64, error) {
@@ -43,7 +45,10 @@ func (m *memStore) Load() ([]checker.StoredTarget, uint64, error) {
 	return out, m.rev, nil
 }
 
-func (m *memStore) PutSpec(spec checker.Spec) error {
+func (m *memStore) PutSpec(spec checker.Spec) error { return m.PutSpecs([]checker.Spec{spec}) }
+
+// PutSpecs stores specs, all or none.
+func (m *memStore) PutSpecs(specs []checker.Spec) error {
 	m.mu.Lock()
 	gate := m.specGate
 	m.mu.Unlock()
@@ -55,7 +60,29 @@ func (m *memStore) PutSpec(spec checker.Spec) error {
 	if m.failSpec != nil {
 		return m.failSpec
 	}
-	m.specs[spec.Name] = spec
+	for _, spec := range specs {
+		m.specs[spec.Name] = spec
+	}
+	return nil
+}
+
+func (m *memStore) LoadGroupPolicies() (map[string]checker.GroupPolicy, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.policies), nil
+}
+
+func (m *memStore) PutGroupPolicy(group string, p checker.GroupPolicy) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failSpec != nil {
+		return m.failSpec
+	}
+	if p == (checker.GroupPolicy{}) {
+		delete(m.policies, group)
+	} else {
+		m.policies[group] = p
+	}
 	return nil
 }
 

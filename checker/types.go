@@ -251,8 +251,7 @@ type Config struct {
 	// Store keeps the registry across restarts: New loads it, Add and Remove
 	// write specs before they return, and state changes are stored before
 	// their events reach a watcher. If nil, the registry lives in memory
-	// only. The caller closes the store after Close. A Store that is also a
-	// PolicyStore keeps group policies too.
+	// only. The caller closes the store after Close.
 	Store Store
 	// MaxUnhealthyFraction is the panic threshold of groups without a
 	// policy of their own (see SetGroupPolicy): at most

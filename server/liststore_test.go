@@ -19,7 +19,12 @@ type stateFailingStore struct{}
 
 func (stateFailingStore) Load() ([]checker.StoredTarget, uint64, error) { return nil, 0, nil }
 func (stateFailingStore) PutSpec(checker.Spec) error                    { return nil }
-func (stateFailingStore) DeleteTarget(string) error                     { return nil }
+func (stateFailingStore) PutSpecs([]checker.Spec) error                 { return nil }
+func (stateFailingStore) LoadGroupPolicies() (map[string]checker.GroupPolicy, error) {
+	return nil, nil
+}
+func (stateFailingStore) PutGroupPolicy(string, checker.GroupPolicy) error { return nil }
+func (stateFailingStore) DeleteTarget(string) error                        { return nil }
 func (stateFailingStore) CommitStates([]checker.StoredState, []string, uint64) error {
 	return errors.New("no space left on device")
 }

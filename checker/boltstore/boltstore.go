@@ -80,7 +80,7 @@ type Store struct {
 	db *bolt.DB
 }
 
-var _ checker.PolicyStore = (*Store)(nil)
+var _ checker.Store = (*Store)(nil)
 
 // Open opens (creating if needed) the store in dir. It fails with an error
 // wrapping ErrLocked when another process has it open, after waiting up to

@@ -240,7 +240,12 @@ func (s *gatedStore) PutSpec(checker.Spec) error {
 	}
 	return nil
 }
-func (*gatedStore) DeleteTarget(string) error { return nil }
+func (s *gatedStore) PutSpecs([]checker.Spec) error { return s.PutSpec(checker.Spec{}) }
+func (*gatedStore) DeleteTarget(string) error       { return nil }
+func (*gatedStore) LoadGroupPolicies() (map[string]checker.GroupPolicy, error) {
+	return nil, nil
+}
+func (*gatedStore) PutGroupPolicy(string, checker.GroupPolicy) error { return nil }
 func (s *gatedStore) CommitStates([]checker.StoredState, []string, uint64) error {
 	if s.gate != nil {
 		<-s.gate

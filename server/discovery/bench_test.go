@@ -36,7 +36,7 @@ func (s *countingStore) PutSpec(spec checker.Spec) error {
 
 func (s *countingStore) PutSpecs(specs []checker.Spec) error {
 	s.specWrites.Add(1)
-	return s.Store.(checker.SpecBatchStore).PutSpecs(specs)
+	return s.Store.PutSpecs(specs)
 }
 
 func (s *countingStore) DeleteTarget(name string) error {

@@ -415,7 +415,12 @@ type failingStore struct{}
 
 func (failingStore) Load() ([]checker.StoredTarget, uint64, error) { return nil, 0, nil }
 func (failingStore) PutSpec(checker.Spec) error                    { return nil }
-func (failingStore) DeleteTarget(string) error                     { return nil }
+func (failingStore) PutSpecs([]checker.Spec) error                 { return nil }
+func (failingStore) LoadGroupPolicies() (map[string]checker.GroupPolicy, error) {
+	return nil, nil
+}
+func (failingStore) PutGroupPolicy(string, checker.GroupPolicy) error { return nil }
+func (failingStore) DeleteTarget(string) error                        { return nil }
 func (failingStore) CommitStates([]checker.StoredState, []string, uint64) error {
 	return errors.New("no space left on device")
 }
