@@ -138,6 +138,21 @@ func TestKubernetesManifests(t *testing.T) {
 				if sc := pod.SecurityContext; sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 65532 {
 					t.Errorf("%s: %s: does not run as user 65532", file, o.Name)
 				}
+				// A secret's files are root's, mode 0440 at most: without
+				// the pod's fsGroup, user 65532 cannot read its TLS key
+				// or tokens, and pulsed exits at start, again and again.
+				for _, v := range pod.Volumes {
+					if v.Secret == nil {
+						continue
+					}
+					if sc := pod.SecurityContext; sc == nil || sc.FSGroup == nil || *sc.FSGroup != 65532 {
+						t.Errorf("%s: %s: mounts secret %s without fsGroup 65532: pulsed cannot read it", file, o.Name, v.Secret.SecretName)
+						break
+					}
+					if m := v.Secret.DefaultMode; m != nil && *m&0o040 == 0 {
+						t.Errorf("%s: %s: secret %s's mode %o is not readable by its group", file, o.Name, v.Secret.SecretName, *m)
+					}
+				}
 				c := pod.Containers[0]
 				if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
 					t.Errorf("%s: %s: liveness probe is not GET /healthz", file, o.Name)
