@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -109,6 +110,8 @@ func Open(dir string, lockWait time.Duration) (_ *Store, err error) {
 		return nil, fmt.Errorf("%w: %s is locked (is another pulsed using data dir %s?)", ErrLocked, path, dir)
 	case errors.Is(err, fs.ErrPermission), errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("open %s: %w", path, err)
+	case errors.Is(err, syscall.EROFS): // not damage: the store may be whole
+		return nil, fmt.Errorf("open %s: %w: pulsed writes its store; give it a data directory it can write", path, err)
 	case err != nil: // the check's errors, bbolt's own: not a bbolt file, a bad checksum, too small
 		return nil, &damagedError{path: path, cause: err.Error()}
 	}
