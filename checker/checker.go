@@ -417,9 +417,11 @@ func (c *Checker) Overload() OverloadStatus { return c.sched.status() }
 // round's probes short; the round then applies nothing.
 func (c *Checker) RunRound(ctx context.Context) []Transition { return c.sched.runRound(ctx) }
 
-// StoreErr returns the last error storing state changes, or nil once a
-// commit succeeds again; with a shared registry, the last error writing
-// to it (see SetSharedErr). Readiness checks report it.
+// StoreErr returns the last error storing a change (a state change, a
+// spec, a removal, a policy), or nil once such a write succeeds again;
+// with a shared registry, the last error writing to it (see
+// SetSharedErr). ListTargets, the status page and pulse_registry_error
+// report it.
 func (c *Checker) StoreErr() error {
 	return c.reg.link.err()
 }

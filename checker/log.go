@@ -84,6 +84,9 @@ type localLink struct {
 	// by the same loop. Both guarded by the registry's lock.
 	dirty    map[string]struct{}
 	flushing bool
+	// writeErr is the last spec, removal or policy write's error, nil once
+	// one is stored again: with the committer's, what err reports.
+	writeErr errBox
 }
 
 func newLocalLink(reg *registry) *localLink {
@@ -161,7 +164,8 @@ func (l *localLink) decideLocked(group string, now time.Time) {
 func (l *localLink) putSpecs(specs []Spec, probers []Prober) (int, error) {
 	n, err := len(specs), error(nil)
 	if l.store != nil {
-		if n, err = putSpecs(l.store, specs); err != nil {
+		n, err = putSpecs(l.store, specs)
+		if err = l.wrote(err); err != nil {
 			err = fmt.Errorf("%w: %v", ErrStore, err)
 		}
 	}
@@ -197,7 +201,7 @@ func proberAt(probers []Prober, i int) Prober {
 // deleteTarget removes the target from the store, then applies it.
 func (l *localLink) deleteTarget(name, reason string) (bool, error) {
 	if l.store != nil {
-		if err := l.store.DeleteTarget(name); err != nil {
+		if err := l.wrote(l.store.DeleteTarget(name)); err != nil {
 			return false, fmt.Errorf("%w: %v", ErrStore, err)
 		}
 	}
@@ -216,7 +220,7 @@ func (l *localLink) deleteTarget(name, reason string) (bool, error) {
 // then applies it.
 func (l *localLink) putPolicy(group string, p GroupPolicy) error {
 	if l.store != nil {
-		if err := l.store.PutGroupPolicy(group, p); err != nil {
+		if err := l.wrote(l.store.PutGroupPolicy(group, p)); err != nil {
 			return fmt.Errorf("%w: %v", ErrStore, err)
 		}
 	}
@@ -264,10 +268,22 @@ func (l *localLink) putOutliers(rec outlier.Record) error {
 	return nil
 }
 
-// err is the committer's.
-func (l *localLink) err() error {
-	if l.commit == nil {
-		return nil
+// wrote records the outcome of a write to the store, and logs a failure:
+// the caller's error alone would leave the operator unaware.
+func (l *localLink) wrote(err error) error {
+	l.writeErr.set(err)
+	if err != nil {
+		l.reg.logger.Warn("the store refused a write; the change was not made", "error", err)
 	}
-	return l.commit.err()
+	return err
+}
+
+// err is the committer's error, or else the last write's.
+func (l *localLink) err() error {
+	if l.commit != nil {
+		if err := l.commit.err(); err != nil {
+			return err
+		}
+	}
+	return l.writeErr.get()
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -159,11 +160,22 @@ func TestStoreAddAndRemoveAreStoredBeforeTheyReturn(t *testing.T) {
 	if _, err := e.c.Status("b"); !errors.Is(err, checker.ErrUnknownTarget) {
 		t.Errorf("a target whose spec could not be stored was registered: %v", err)
 	}
+	// The operator learns of it too (pulse_registry_error, the status
+	// page), not only the caller, until a write goes through again.
+	if err := e.c.StoreErr(); err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Errorf("StoreErr after a refused spec write = %v, want disk full", err)
+	}
 	st.failSpec = nil
 	e.add(t, spec("c"))
+	if err := e.c.StoreErr(); err != nil {
+		t.Errorf("StoreErr after a spec was stored again = %v, want nil", err)
+	}
 	st.failSpec = errors.New("read-only")
 	if ok, err := e.c.Remove("c"); ok || !errors.Is(err, checker.ErrStore) {
 		t.Errorf("Remove with a failing store: %v %v", ok, err)
+	}
+	if err := e.c.StoreErr(); err == nil {
+		t.Error("StoreErr after a refused removal = nil, want its error")
 	}
 	if _, err := e.c.Status("c"); err != nil {
 		t.Errorf("a removal that could not be stored removed the target: %v", err)
