@@ -13,7 +13,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/pulsehealth/pulse/checker"
-	"github.com/pulsehealth/pulse/checker/fakeclock"
 )
 
 // propertySeedOf returns PULSE_PROPERTY_SEED when set, else a seed from
@@ -51,29 +50,7 @@ func TestGroupGuardProperty(t *testing.T) {
 		s.Group, s.InitialState = fleetGroup, checker.StateHealthy
 		f.putSpec(s)
 	}
-	clock := fakeclock.New(epoch)
-	var reps []*fleetReplica
-	for i := range 3 {
-		r := &fleetReplica{f: f, id: fmt.Sprintf("r%d", i+1)}
-		f.join(r)
-		reps = append(reps, r)
-	}
-	for _, r := range reps {
-		r.probes = newFakeProbers(clock)
-		c, err := checker.New(checker.Config{
-			Shared: r, Clock: clock, NewProber: r.probes.New, MaxUnhealthyFraction: f.dflt,
-			Defaults: checker.Defaults{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.c = c
-		defer c.Close()
-		if r.w, err = c.Watch(checker.Filter{Group: fleetGroup}, 0); err != nil {
-			t.Fatal(err)
-		}
-		defer r.w.Close()
-	}
+	reps := startFleet(t, f, 3)
 	names := func() []string {
 		f.mu.Lock()
 		defer f.mu.Unlock()
