@@ -416,13 +416,16 @@ func isToken(s string) bool {
 }
 
 // validHost reports whether h, a host without a port, can be probed: an IP
-// address (an IPv6 one with or without a zone, or an IPv4 one in any form
-// hostAddr reads), or a host name made of ASCII letters, digits, '-', '.'
-// and '_' and of letters, digits and marks beyond ASCII (an international
-// name, which net/http sends in punycode).
+// address (an IPv6 one with or without a zone, the zone free of '[', ']'
+// and '%'; or an IPv4 one in any form hostAddr reads), or a host name made
+// of ASCII letters, digits, '-', '.' and '_' and of letters, digits and
+// marks beyond ASCII (an international name, which net/http sends in
+// punycode).
 func validHost(h string) bool {
-	if _, ok := hostAddr(h); ok {
-		return true
+	if a, ok := hostAddr(h); ok {
+		// A zone with a bracket or a percent sign cannot be written back
+		// as [host]:port, which is how it is dialled.
+		return !strings.ContainsAny(a.Zone(), "[]%")
 	}
 	for _, r := range h {
 		switch {
