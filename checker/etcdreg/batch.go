@@ -20,10 +20,10 @@ const maxTxnOps = 128
 // change of a group of up to 128 targets is one revision).
 const readBatch = maxTxnOps
 
-// PutSpecs implements checker.SharedSpecBatch: it stores specs in order,
-// many in each transaction, each as PutSpec would (a target that joins or
-// leaves a group rewrites the group's guard, one that moves also its
-// state). It returns the revision of the last transaction and how many
+// PutSpecs implements checker.SharedSpecBatch, a part of checker.Shared:
+// it stores specs in order, many in each transaction, each as PutSpec
+// would (a target that joins or leaves a group rewrites the group's guard,
+// one that moves also its state). It returns the revision of the last transaction and how many
 // specs, from the first, are stored: on an error, the specs before stored
 // are stored and the others not.
 func (r *Registry) PutSpecs(ctx context.Context, specs []checker.Spec) (rev uint64, stored int, err error) {

@@ -209,9 +209,10 @@ func (r *Registry) specGroup(ctx context.Context, name string) (group string, mo
 // transaction.
 const maxSpecRetries = 8
 
-// PutSpec implements checker.Shared. A target that joins or leaves a group
-// rewrites the group's guard in the same transaction, and one that moves
-// also its state (see restate).
+// PutSpec stores one spec in a transaction of its own (the checker writes
+// through PutSpecs). A target that joins or leaves a group rewrites the
+// group's guard in the same transaction, and one that moves also its
+// state (see restate).
 func (r *Registry) PutSpec(ctx context.Context, spec checker.Spec) (uint64, error) {
 	v, err := json.Marshal(specRecord{V: 1, Spec: spec, Time: time.Now().UTC()})
 	if err != nil {
