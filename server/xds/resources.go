@@ -26,8 +26,9 @@ import (
 // MetadataKey is the filter_metadata key under which each endpoint carries
 // Pulse's view of it: "target" (the target's name, or names joined by ","
 // when several targets share the address), "state" (healthy, suspect or
-// unhealthy, as Pulse publishes it), "mode" when a target is draining or
-// in maintenance, and, while the group's panic threshold holds the target,
+// unhealthy, as Pulse publishes it, joined like the names), "mode" when a
+// target is not active (active, draining or maintenance, joined like the
+// names), and, while the group's panic threshold holds the target,
 // "panic_held": true and "reason", and for an outlier of its group
 // "outlier": its reason, e.g. "degraded: p50 38ms vs group 4ms".
 //
@@ -137,6 +138,7 @@ func loadAssignment(group string, eps []*endpoint, now time.Time) *endpointv3.Cl
 		names   []string
 		states  []string
 		modes   []string
+		active  bool // every target of modes is active
 		held    bool
 		reasons []string
 		outlier []string
@@ -151,7 +153,7 @@ func loadAssignment(group string, eps []*endpoint, now time.Time) *endpointv3.Cl
 		key := net.JoinHostPort(e.host, strconv.Itoa(int(e.port)))
 		m := byAddr[key]
 		if m == nil {
-			m = &merged{host: e.host, port: e.port, health: e.healthStatus(), weight: 100}
+			m = &merged{host: e.host, port: e.port, health: e.healthStatus(), weight: 100, active: true}
 			byAddr[key] = m
 		}
 		if w := e.weight(now); w < 100 {
@@ -163,9 +165,8 @@ func loadAssignment(group string, eps []*endpoint, now time.Time) *endpointv3.Cl
 		}
 		m.names = append(m.names, e.name)
 		m.states = append(m.states, e.state.String())
-		if e.mode != checker.ModeActive {
-			m.modes = append(m.modes, e.name+": "+e.mode.String())
-		}
+		m.modes = append(m.modes, e.mode.String())
+		m.active = m.active && e.mode == checker.ModeActive
 		if o := e.outlier; o != nil {
 			how := "degraded: "
 			if o.Ejected {
@@ -192,7 +193,7 @@ func loadAssignment(group string, eps []*endpoint, now time.Time) *endpointv3.Cl
 			"target": strings.Join(m.names, ","),
 			"state":  strings.Join(m.states, ","),
 		}
-		if len(m.modes) > 0 {
+		if !m.active {
 			md["mode"] = strings.Join(m.modes, ",")
 		}
 		if len(m.outlier) > 0 {
