@@ -124,10 +124,11 @@ func registerDNSMetrics(reg prometheus.Registerer, s *pulsedns.Server) {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels},
 			func() float64 { return float64(pick(s.Stats())) })
 	}
-	const refusedHelp = "DNS queries REFUSED: reason=\"policy\" for names outside the domain, clients not in -dns-allow and classes other than IN; reason=\"rate_limit\" over -dns-rate-limit."
+	const refusedHelp = "DNS queries REFUSED: reason=\"policy\" for clients not in -dns-allow, reason=\"zone\" for names outside the domain and classes other than IN, reason=\"rate_limit\" over -dns-rate-limit."
 	reg.MustRegister(
 		counter("pulse_dns_queries_total", "DNS queries answered, whatever the answer; malformed messages are counted apart, in pulse_dns_malformed_total.", nil, func(st pulsedns.Stats) uint64 { return st.Queries }),
 		counter("pulse_dns_refused_total", refusedHelp, prometheus.Labels{"reason": "policy"}, func(st pulsedns.Stats) uint64 { return st.Refused }),
+		counter("pulse_dns_refused_total", refusedHelp, prometheus.Labels{"reason": "zone"}, func(st pulsedns.Stats) uint64 { return st.OutOfZone }),
 		counter("pulse_dns_refused_total", refusedHelp, prometheus.Labels{"reason": "rate_limit"}, func(st pulsedns.Stats) uint64 { return st.RateLimited }),
 		counter("pulse_dns_nxdomain_total", "DNS queries answered NXDOMAIN: no such group or target.", nil, func(st pulsedns.Stats) uint64 { return st.NXDomain }),
 		counter("pulse_dns_truncated_total", "DNS answers sent with the TC bit: too large for the client's UDP size; it retries over TCP.", nil, func(st pulsedns.Stats) uint64 { return st.Truncated }),

@@ -258,6 +258,14 @@ func TestDNSWithDig(t *testing.T) {
 	if out := dig(t, digBin, addr, "nothing.pulse", "A"); !strings.Contains(out, "pulse.\t\t\t2\tIN\tSOA\tns.pulse. hostmaster.pulse.") {
 		t.Errorf("NXDOMAIN without the SOA (TTL 2) in the authority section:\n%s", out)
 	}
+	// example.com is outside the zone, not refused by -dns-allow: an alert
+	// on reason="policy" must not fire for a resolver's stray queries.
+	m := metricsOf(t, p)
+	for _, want := range []string{`pulse_dns_refused_total{reason="zone"} 1`, `pulse_dns_refused_total{reason="policy"} 0`} {
+		if !strings.Contains(m, want+"\n") {
+			t.Errorf("/metrics lacks %s:\n%s", want, grep(m, "pulse_dns_refused"))
+		}
+	}
 	p.stop(t)
 }
 

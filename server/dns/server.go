@@ -128,9 +128,12 @@ func (cfg Config) Validate() error {
 type Stats struct {
 	// Queries counts the queries handled (after the message was parsed).
 	Queries uint64
-	// Refused counts queries REFUSED: outside the domain, from a source
-	// not allowed, or not class IN.
+	// Refused counts queries REFUSED because their source is not in
+	// Config.Allow.
 	Refused uint64
+	// OutOfZone counts queries REFUSED because their name is outside the
+	// domain or their class is not IN: not Pulse's to answer.
+	OutOfZone uint64
 	// RateLimited counts queries REFUSED by the rate limit.
 	RateLimited uint64
 	// NXDomain counts NXDOMAIN answers.
@@ -160,8 +163,8 @@ type Server struct {
 	lim    *sourceLimiter // nil: no rate limit
 	logger *slog.Logger
 
-	queries, refused, limited, nxdomain, truncated atomic.Uint64
-	malformed, panics                              atomic.Uint64
+	queries, refused, outOfZone, limited, nxdomain atomic.Uint64
+	truncated, malformed, panics                   atomic.Uint64
 
 	mu        sync.Mutex // protects servers and closed
 	servers   []*mdns.Server
@@ -303,6 +306,7 @@ func (s *Server) Stats() Stats {
 	return Stats{
 		Queries:     s.queries.Load(),
 		Refused:     s.refused.Load(),
+		OutOfZone:   s.outOfZone.Load(),
 		RateLimited: s.limited.Load(),
 		NXDomain:    s.nxdomain.Load(),
 		Truncated:   s.truncated.Load(),
@@ -445,12 +449,12 @@ func (s *Server) resolve(m *mdns.Msg, q mdns.Question) {
 	case strings.HasSuffix(name, "."+s.domain):
 		rest = name[:len(name)-len(s.domain)-1]
 	default:
-		s.refused.Add(1)
+		s.outOfZone.Add(1)
 		m.Rcode = mdns.RcodeRefused
 		return
 	}
 	if q.Qclass != mdns.ClassINET {
-		s.refused.Add(1)
+		s.outOfZone.Add(1)
 		m.Rcode = mdns.RcodeRefused
 		return
 	}

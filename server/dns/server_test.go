@@ -381,8 +381,8 @@ func TestRefused(t *testing.T) {
 	m = new(mdns.Msg)
 	m.SetNotify("edge.svc.example.")
 	checkHeader(t, e.ask(t, "udp", m), mdns.RcodeNotImplemented)
-	if got := e.s.Stats().Refused; got != 4 {
-		t.Errorf("Stats().Refused = %d, want 4", got)
+	if st := e.s.Stats(); st.OutOfZone != 4 || st.Refused != 0 {
+		t.Errorf("Stats(): OutOfZone %d, Refused %d; want 4 and 0 (every client is allowed)", st.OutOfZone, st.Refused)
 	}
 }
 
@@ -405,6 +405,13 @@ func TestAllowList(t *testing.T) {
 			if want := map[int]int{mdns.RcodeRefused: 0, mdns.RcodeSuccess: 1}[tc.rcode]; len(r.Answer) != want {
 				t.Errorf("allow %v over %s: %d answers, want %d", tc.allow, network, len(r.Answer), want)
 			}
+		}
+		want := uint64(0)
+		if tc.rcode == mdns.RcodeRefused {
+			want = 2
+		}
+		if st := e.s.Stats(); st.Refused != want || st.OutOfZone != 0 {
+			t.Errorf("allow %v: Stats(): Refused %d, OutOfZone %d; want %d and 0", tc.allow, st.Refused, st.OutOfZone, want)
 		}
 	}
 }
