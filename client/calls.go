@@ -118,6 +118,9 @@ func (c *Client) ReportOutcome(ctx context.Context, o Outcome) (counted bool, st
 // is not Remove's: the target stays until removeAt, which only a drain
 // has, and Remove's signature stays what its callers compile against.
 func (c *Client) Drain(ctx context.Context, name string, d time.Duration) (removeAt time.Time, ok bool, err error) {
+	if d <= 0 { // on the wire, no drain_for means no drain: Remove
+		return time.Time{}, false, errInvalid("RemoveTarget", "drain_for: must be positive (1s to 24h), got %v; Remove removes a target at once", d)
+	}
 	resp, err := c.api.RemoveTarget(ctx, &pb.RemoveTargetRequest{Name: name, DrainFor: durationpb.New(d)})
 	if err != nil {
 		return time.Time{}, false, c.wrap("RemoveTarget", err)

@@ -246,6 +246,11 @@ func TestSetModeAndDrain(t *testing.T) {
 	}
 	_, _, err = c.Drain(ctx, "web-1", 0)
 	wantErr(t, "a drain of 0", err, client.ErrInvalidArgument, "RemoveTarget", "drain_for")
+	if !strings.Contains(err.Error(), "Remove removes a target at once") {
+		t.Errorf("a drain of 0 does not point at Remove: %v", err)
+	}
+	_, _, err = c.Drain(ctx, "web-1", 25*time.Hour)
+	wantErr(t, "a drain past pulsed's bound", err, client.ErrInvalidArgument, "RemoveTarget", "drain_for")
 	if _, err := c.State(ctx, "web-1"); err != nil {
 		t.Errorf("a refused drain removed the target: %v", err)
 	}
