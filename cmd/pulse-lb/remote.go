@@ -33,6 +33,7 @@ type remoteSource struct {
 	view    *client.View
 	healthy atomic.Pointer[[]string] // sorted names of the routable backends, replaced after each event
 	pending []client.Change          // the changes of the event being applied; only changed touches it
+	down    bool                     // the watch broke and has not come back; only logEvent touches it
 }
 
 // newRemoteSource connects to the pulsed at cfg.pulse (lazily: pulse-lb
@@ -119,12 +120,22 @@ func (s *remoteSource) publish() {
 func (s *remoteSource) logEvent(ev client.Event) {
 	switch ev.Kind {
 	case client.EventDisconnected:
-		s.logger.Warn("pulse watch down; routing with the last known view", "pulse", s.cfg.pulse, "error", ev.Err, "retry_in", ev.RetryIn.Round(time.Millisecond).String())
+		// One warning a break: the retries that fail after it are INFO, so
+		// that an alert on warnings fires once, not once a retry.
+		retry := ev.RetryIn.Round(time.Millisecond).String()
+		if s.down {
+			s.logger.Info("pulse watch still down; routing with the last known view", "pulse", s.cfg.pulse, "error", ev.Err, "retry_in", retry)
+			return
+		}
+		s.down = true
+		s.logger.Warn("pulse watch down; routing with the last known view", "pulse", s.cfg.pulse, "error", ev.Err, "retry_in", retry)
 	case client.EventStopped:
 		s.logger.Error("pulse watch stopped; routing with the last known view until restarted", "pulse", s.cfg.pulse, "error", ev.Err)
 	case client.EventResumed:
+		s.down = false
 		s.logger.Info("pulse watch resumed", "pulse", s.cfg.pulse, "group", s.cfg.group, "start_revision", ev.Revision)
 	case client.EventSnapshot:
+		s.down = false
 		if ev.Resnapshot {
 			s.logger.Warn("pulse watch cannot resume; re-listing from a snapshot", "error", ev.Err)
 		}

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -37,6 +38,7 @@ type fakePulse struct {
 type watchScript struct {
 	events []*pb.WatchTransitionsResponse
 	forget bool // then drop every registered target, as a restarted pulsed would
+	refuse bool // fail with err before the stream's headers: the watch is not accepted
 	err    error
 }
 
@@ -78,6 +80,9 @@ func (f *fakePulse) WatchTransitions(req *pb.WatchTransitionsRequest, stream grp
 		sc, f.scripts = f.scripts[0], f.scripts[1:]
 	}
 	f.mu.Unlock()
+	if sc.refuse {
+		return sc.err
+	}
 	if err := stream.SendHeader(metadata.MD{}); err != nil {
 		return err
 	}
@@ -267,6 +272,40 @@ func TestFollowerReconnects(t *testing.T) {
 	}
 	if line, ok := logs.find(0, `msg="b: unhealthy`); ok {
 		t.Errorf("a duplicate event was applied: %s", line.text)
+	}
+}
+
+// A watch that breaks is one warning, however many retries fail after
+// it; the next break, after the watch came back, is another.
+func TestFollowerWarnsOnceABreak(t *testing.T) {
+	down := grpcstatus.Error(codes.Unavailable, "pulsed is shutting down")
+	f := &fakePulse{}
+	f.scripts = []watchScript{
+		{events: []*pb.WatchTransitionsResponse{evSnapshot(10, "a", "lb", healthy), evSnapshot(10, "b", "lb", healthy), evComplete(10)}, err: down},
+		{refuse: true, err: down},
+		{refuse: true, err: down},
+		{events: []*pb.WatchTransitionsResponse{evTransition(11, "a", "lb", healthy, unhealthy)}, err: down}, // resumed, then broken again
+		{refuse: true, err: down},
+		{},
+	}
+	s, logs := startFake(t, f, 0)
+	waitUntil(t, func() bool { return len(f.startRevs()) == 6 && s.view.Revision() == 11 })
+	waitUntil(t, func() bool { return strings.Count(logs.String(), `msg="pulse watch resumed"`) == 2 })
+	var levels []string
+	for _, line := range strings.Split(logs.String(), "\n") {
+		for _, msg := range []string{`msg="pulse watch down;`, `msg="pulse watch still down;`, `msg="pulse watch resumed"`} {
+			if strings.Contains(line, msg) {
+				levels = append(levels, strings.Fields(line)[1]+" "+msg)
+			}
+		}
+	}
+	want := []string{
+		`level=WARN msg="pulse watch down;`, `level=INFO msg="pulse watch still down;`, `level=INFO msg="pulse watch still down;`,
+		`level=INFO msg="pulse watch resumed"`, `level=WARN msg="pulse watch down;`, `level=INFO msg="pulse watch still down;`,
+		`level=INFO msg="pulse watch resumed"`,
+	}
+	if !slices.Equal(levels, want) {
+		t.Errorf("the stream's log lines:\n%s\nwant\n%s\nthe log:\n%s", strings.Join(levels, "\n"), strings.Join(want, "\n"), logs)
 	}
 }
 
