@@ -39,7 +39,7 @@ func stateText(st *pb.TargetStatus) string {
 	if st.GetFlapping() {
 		why = append(why, "flapping")
 	}
-	if st.GetCarriedOver() {
+	if carriedOver(st) {
 		why = append(why, "carried over")
 	}
 	if o := st.GetOutlier(); o != nil {
@@ -51,6 +51,15 @@ func stateText(st *pb.TargetStatus) string {
 	return stateName(st.GetState()) + " (" + strings.Join(why, "; ") + ")"
 }
 
+// carriedOver reports whether st is shown as carried over: its state is
+// from before pulsed restarted and a probe is due to replace it. A target
+// in maintenance or quarantined is not probed, so it would show "carried
+// over" until it leaves that, as if pulsed were stuck; the API's
+// carried_over still says it.
+func carriedOver(st *pb.TargetStatus) bool {
+	return st.GetCarriedOver() && st.GetQuarantined() == "" && st.GetMode() != pb.Mode_MODE_MAINTENANCE
+}
+
 // stateFilters are what ls --state takes, and whether a status matches.
 var stateFilters = map[string]func(*pb.TargetStatus) bool{
 	"healthy":      func(st *pb.TargetStatus) bool { return st.GetState() == pb.State_STATE_HEALTHY },
@@ -60,7 +69,7 @@ var stateFilters = map[string]func(*pb.TargetStatus) bool{
 	"not-routable": func(st *pb.TargetStatus) bool { return !st.GetRoutable() },
 	"held":         func(st *pb.TargetStatus) bool { return st.GetPanicHeld() },
 	"flapping":     func(st *pb.TargetStatus) bool { return st.GetFlapping() },
-	"carried-over": func(st *pb.TargetStatus) bool { return st.GetCarriedOver() },
+	"carried-over": carriedOver, // as the state shows it
 	"quarantined":  func(st *pb.TargetStatus) bool { return st.GetQuarantined() != "" },
 	"outlier":      func(st *pb.TargetStatus) bool { return st.GetOutlier() != nil },
 }

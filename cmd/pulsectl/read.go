@@ -199,7 +199,8 @@ ls lists every target, sorted by name:
               qualifies it: "healthy (held: panic in edge)" is kept routable
               by its group's panic threshold though its results say
               unhealthy, "unhealthy (flapping)" is held down by flap damping,
-              "(carried over)" is the state from before pulsed restarted
+              "(carried over)" is the state from before pulsed restarted,
+              until the first fresh probe result
   MODE        active, draining or maintenance (pulsectl drain, maint,
               activate); a weight in percent while in its slow start
   STREAK      the current run of passes or failures; "pass 1/2" is 1 of the
