@@ -50,10 +50,12 @@ type row struct {
 	Probe string `json:"probe"`
 	// Verdict is the state the results alone give; it differs from State
 	// while a policy holds the target (PanicHeld, Flapping).
-	Verdict     string `json:"verdict"`
-	PanicHeld   bool   `json:"panicHeld,omitempty"`
-	Flapping    bool   `json:"flapping,omitempty"`
-	CarriedOver bool   `json:"carriedOver,omitempty"`
+	Verdict   string `json:"verdict"`
+	PanicHeld bool   `json:"panicHeld,omitempty"`
+	Flapping  bool   `json:"flapping,omitempty"`
+	// CarriedOver says the state is from before pulsed restarted and a
+	// probe is due to replace it; see carriedOver.
+	CarriedOver bool `json:"carriedOver,omitempty"`
 	// Severity ranks the row for the page's default order, 0 first; see
 	// severity.
 	Severity int `json:"severity"`
@@ -133,7 +135,7 @@ func toRow(st checker.Status, recent []checker.Result) row {
 		r.Results[i] = resultJSON{Time: stamp(res.Time), Pass: res.Pass, LatencySeconds: res.Latency.Seconds(), Error: res.Err}
 	}
 	r.Probe, r.Verdict, r.Severity = probeText(st.Spec), st.Verdict.String(), severity(st)
-	r.PanicHeld, r.Flapping, r.CarriedOver = st.PanicHeld, st.Flapping, st.CarriedOver
+	r.PanicHeld, r.Flapping, r.CarriedOver = st.PanicHeld, st.Flapping, carriedOver(st)
 	if o := st.Outlier; o != nil {
 		r.Outlier = &outlierJSON{Ejected: o.Ejected, Reason: o.Reason, Since: stamp(o.Since), Ejections: o.Ejections}
 		if o.Ejected {
@@ -145,6 +147,16 @@ func toRow(st checker.Status, recent []checker.Result) row {
 		r.Uptime = &u
 	}
 	return r
+}
+
+// carriedOver reports whether the page shows st as carried over: its
+// state is from before pulsed restarted (Status.CarriedOver) and its first
+// fresh result is due to replace it. A target in maintenance or
+// quarantined is not probed, so no result is due: tagged "carried over"
+// it would read as a pulsed stuck waiting for one. The API's carried_over
+// keeps the checker's meaning.
+func carriedOver(st checker.Status) bool {
+	return st.CarriedOver && st.Quarantined == "" && st.Spec.Admin().Mode != checker.ModeMaintenance
 }
 
 func (h *Handler) row(st checker.Status) row {
@@ -476,7 +488,7 @@ var stateFilters = map[string]func(checker.Status) bool{
 	"not-routable": func(st checker.Status) bool { return !st.Routable },
 	"held":         func(st checker.Status) bool { return st.PanicHeld },
 	"flapping":     func(st checker.Status) bool { return st.Flapping },
-	"carried-over": func(st checker.Status) bool { return st.CarriedOver },
+	"carried-over": carriedOver, // as the rows show it
 	"outlier":      func(st checker.Status) bool { return st.Outlier != nil },
 	"quarantined":  func(st checker.Status) bool { return st.Quarantined != "" },
 	"draining":     func(st checker.Status) bool { return st.Spec.Admin().Mode == checker.ModeDraining },
