@@ -238,9 +238,27 @@ type groupSummary struct {
 	Held     int `json:"held"`
 	Flapping int `json:"flapping"`
 	Outliers int `json:"outliers"`
+	// PanicThreshold is the group's panic threshold in force; absent for
+	// the targets with no group, which are not a pool.
+	PanicThreshold *panicThresholdJSON `json:"panicThreshold,omitempty"`
 	// SLO is where the group stands against its availability objective,
 	// when it has one.
 	SLO *sloJSON `json:"slo,omitempty"`
+}
+
+// panicThresholdJSON is a group's panic threshold in force
+// (checker.GroupStatus): the bar past which failing targets are held
+// routable.
+type panicThresholdJSON struct {
+	// MaxUnhealthyFraction is the threshold, in (0, 1]; 1 turns it off.
+	MaxUnhealthyFraction float64 `json:"maxUnhealthyFraction"`
+	// Own is true when the group's policy sets the threshold, false when
+	// it is pulsed's default (-max-unhealthy-fraction).
+	Own bool `json:"own"`
+	// MaxUnhealthy is how many of the group's targets may be unhealthy at
+	// once (draining and maintenance count): floor(MaxUnhealthyFraction x
+	// targets), and at least one.
+	MaxUnhealthy int `json:"maxUnhealthy"`
 }
 
 // sloJSON is a group's objective and where it stands; the measures are
@@ -253,18 +271,24 @@ type sloJSON struct {
 	BurnRate    *float64 `json:"burn_rate,omitempty"`
 }
 
-// addSLOs gives each summarized group with an objective its measure.
-func (h *Handler) addSLOs(groups []groupSummary) {
-	if h.slos == nil {
-		return
-	}
+// addPolicies gives each summarized group its panic threshold and, when
+// it has an objective, its measure.
+func (h *Handler) addPolicies(groups []groupSummary) {
 	idx := make(map[string]int, len(groups))
 	for i, g := range groups {
 		idx[g.Name] = i
 	}
 	for _, gs := range h.c.Groups("") {
 		i, ok := idx[gs.Group]
-		if !ok || gs.Policy.Objective == 0 {
+		if !ok {
+			continue
+		}
+		groups[i].PanicThreshold = &panicThresholdJSON{
+			MaxUnhealthyFraction: gs.MaxUnhealthyFraction,
+			Own:                  gs.Policy.MaxUnhealthyFraction > 0, // 0 takes the default
+			MaxUnhealthy:         gs.MaxUnhealthy,
+		}
+		if h.slos == nil || gs.Policy.Objective == 0 {
 			continue
 		}
 		out := &sloJSON{Objective: gs.Policy.Objective, WindowHours: int(gs.Policy.ObjectiveWindow / time.Hour)}
@@ -461,7 +485,7 @@ func (h *Handler) serveTargets(w http.ResponseWriter, r *http.Request) {
 		Total:    len(list),
 		Offset:   offset,
 		Limit:    limit,
-		Groups:   h.summarizeWithSLOs(list),
+		Groups:   h.summarizeWithPolicies(list),
 		Targets:  []row{},
 	}
 	for _, st := range list {
@@ -517,9 +541,10 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// summarizeWithSLOs is summarize, with the groups' objectives.
-func (h *Handler) summarizeWithSLOs(list []checker.Status) []groupSummary {
+// summarizeWithPolicies is summarize, with the groups' panic thresholds
+// and objectives.
+func (h *Handler) summarizeWithPolicies(list []checker.Status) []groupSummary {
 	groups := summarize(list)
-	h.addSLOs(groups)
+	h.addPolicies(groups)
 	return groups
 }

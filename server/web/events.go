@@ -50,8 +50,10 @@ type rowsJSON struct {
 	// Revision: the rows reflect every event up to it (and maybe later).
 	Revision uint64 `json:"revision"`
 	Now      string `json:"now"`
-	// Groups and Total count every target the feed's group filter matches;
-	// "snapshot" only.
+	// Groups and Total count every target the feed's group filter matches,
+	// the groups with their policies as /api/targets gives them (the page
+	// takes the snapshot's groups in place of the page's); "snapshot"
+	// only.
 	Groups  []groupSummary `json:"groups,omitempty"`
 	Total   *int           `json:"total,omitempty"`
 	Targets []row          `json:"targets"`
@@ -128,7 +130,7 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if start == 0 {
 		snap, rev := wch.Snapshot()
 		total := len(snap)
-		data := rowsJSON{Revision: rev, Now: stamp(time.Now()), Groups: summarize(snap), Total: &total, Targets: []row{}}
+		data := rowsJSON{Revision: rev, Now: stamp(time.Now()), Groups: h.summarizeWithPolicies(snap), Total: &total, Targets: []row{}}
 		for _, st := range snap {
 			if want[st.Spec.Name] {
 				data.Targets = append(data.Targets, h.row(st))
