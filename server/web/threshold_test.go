@@ -1,6 +1,9 @@
 package web_test
 
 import (
+	"maps"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -70,5 +73,30 @@ func TestGroupsShowTheirPanicThreshold(t *testing.T) {
 	getJSON(t, e.srv.URL+"/api/targets", &p)
 	if got := byName(p)["edge"]; got == nil || *got != (threshold{MaxUnhealthyFraction: 0.5, MaxUnhealthy: 2}) {
 		t.Errorf("edge's threshold once its own is unset: %+v, want pulsed's default 0.5, at most 2", got)
+	}
+}
+
+// The page reads a group's panic threshold under the names the endpoint
+// writes (a field renamed on one side alone would leave the column
+// blank), and its groups table has the column.
+func TestPageReadsThePanicThreshold(t *testing.T) {
+	e := newEnv(t, checker.Config{}, web.Config{})
+	e.add(t, tcpSpec("a", "edge"))
+	var p struct {
+		Groups []map[string]any
+	}
+	getJSON(t, e.srv.URL+"/api/targets", &p)
+	th, _ := p.Groups[0]["panicThreshold"].(map[string]any)
+	if len(p.Groups) != 1 || len(th) != 3 {
+		t.Fatalf("groups %v, want edge with a threshold of three fields", p.Groups)
+	}
+	_, js := get(t, e.srv.URL+"/app.js")
+	for _, key := range append([]string{"panicThreshold"}, slices.Collect(maps.Keys(th))...) {
+		if !strings.Contains(js, "."+key) {
+			t.Errorf("app.js never reads .%s", key)
+		}
+	}
+	if _, html := get(t, e.srv.URL+"/"); !strings.Contains(html, ">panic threshold</th>") {
+		t.Error("the groups table has no panic threshold column")
 	}
 }

@@ -130,7 +130,7 @@ const view = {
   group: "", state: "", q: "", offset: 0, limit: 100,
   sort: "severity", desc: false, // the server sorts: the worst first by default
   rows: new Map(),    // name -> {data, rev, tr}
-  groups: new Map(),  // name -> {total, healthy, suspect, unhealthy, draining, maintenance, held, flapping, outliers}
+  groups: new Map(),  // name -> {total, healthy, suspect, unhealthy, draining, maintenance, held, flapping, outliers, panicThreshold, slo}
   countsRev: 0,       // the revision the group counts reflect
   matched: 0,
   skew: 0,            // server clock minus browser clock, ms
@@ -344,6 +344,18 @@ function renderGroups() {
     if (slo.burn_rate !== undefined) s += `, burn ${slo.burn_rate.toFixed(1)}x`;
     return s;
   };
+  // threshold says a group's panic threshold and its bar: "25% (own): at
+  // most 1 down", "off (default)"; the targets with no group are not a
+  // pool, and a group the feed just added has none until the next reload.
+  const threshold = (name, p) => {
+    if (!p) return name ? ["", ""] : ["—", "targets with no group are not a pool: never held"];
+    const src = p.own ? "own" : "default";
+    const title = (p.own ? "the group's own panic threshold" : "pulsed's default panic threshold (-max-unhealthy-fraction)") +
+      (p.maxUnhealthyFraction >= 1 ? ": off, it holds no failing target"
+        : `: at most ${p.maxUnhealthy} of the group's targets out of traffic at once (draining and maintenance count); past that, failing targets are held routable`);
+    if (p.maxUnhealthyFraction >= 1) return [`off (${src})`, title];
+    return [`${+(p.maxUnhealthyFraction * 100).toFixed(1)}% (${src}): at most ${p.maxUnhealthy} down`, title];
+  };
   const names = [...view.groups.keys()].sort();
   const sum = emptyGroup();
   let panics = 0;
@@ -356,10 +368,13 @@ function renderGroups() {
     if (name === view.group) tr.className = "selected";
     const policy = [g.held ? `panic: ${g.held} held` : "", g.flapping ? `${g.flapping} flapping` : "",
       g.outliers ? `${g.outliers} ${g.outliers === 1 ? "outlier" : "outliers"}` : "", sloText(g.slo)].filter((x) => x).join(", ");
+    const [bar, barTitle] = threshold(name, g.panicThreshold);
+    const barCell = cell(bar, "threshold");
+    barCell.title = barTitle;
     tr.append(
       cell(name || "(no group)"), cell(g.total),
       cell(g.healthy, "n-healthy"), cell(g.suspect, "n-suspect"), cell(g.unhealthy, "n-unhealthy"),
-      cell(g.draining, "n-draining"), cell(g.maintenance, "n-maintenance"), cell(policy, "n-held"));
+      cell(g.draining, "n-draining"), cell(g.maintenance, "n-maintenance"), barCell, cell(policy, "n-held"));
     tr.onclick = () => { view.group = view.group === name ? "" : name; view.offset = 0; filtersChanged(); };
     return tr;
   }));
