@@ -369,12 +369,13 @@ function renderGroups() {
     const policy = [g.held ? `panic: ${g.held} held` : "", g.flapping ? `${g.flapping} flapping` : "",
       g.outliers ? `${g.outliers} ${g.outliers === 1 ? "outlier" : "outliers"}` : "", sloText(g.slo)].filter((x) => x).join(", ");
     const [bar, barTitle] = threshold(name, g.panicThreshold);
-    const barCell = cell(bar, "threshold");
+    const barCell = cell(bar, "threshold"), policyCell = cell(policy, "n-held");
     barCell.title = barTitle;
+    if (name && bar) policyCell.dataset.threshold = bar; // a phone shows it there
     tr.append(
       cell(name || "(no group)"), cell(g.total),
       cell(g.healthy, "n-healthy"), cell(g.suspect, "n-suspect"), cell(g.unhealthy, "n-unhealthy"),
-      cell(g.draining, "n-draining"), cell(g.maintenance, "n-maintenance"), barCell, cell(policy, "n-held"));
+      cell(g.draining, "n-draining"), cell(g.maintenance, "n-maintenance"), barCell, policyCell);
     tr.onclick = () => { view.group = view.group === name ? "" : name; view.offset = 0; filtersChanged(); };
     return tr;
   }));
