@@ -12,7 +12,7 @@ import (
 // Collector is a prometheus.Collector of the checker's current state, read
 // at scrape time: targets by group and state, subscribers, each group's
 // panic flag and its held, flapping and outlier targets, the checker's degraded flag and schedule tick, its reprobes, the vantages as it judges them, and (unless dropped) each
-// target's up gauge and last latency. Its methods
+// target's up gauge, last latency, certificate expiry and mode. Its methods
 // are safe for concurrent use. Create it with NewCollector.
 type Collector struct {
 	c         *checker.Checker
@@ -22,6 +22,7 @@ type Collector struct {
 	up       *prometheus.Desc
 	latency  *prometheus.Desc
 	certLeft *prometheus.Desc
+	mode     *prometheus.Desc
 	targets  *prometheus.Desc
 	watchers *prometheus.Desc
 	panic    *prometheus.Desc
@@ -44,9 +45,16 @@ type Collector struct {
 // zero rather than no series for an empty state.
 var states = []checker.State{checker.StateHealthy, checker.StateSuspect, checker.StateUnhealthy}
 
-// NewCollector returns a Collector of c. perTarget false drops
-// pulse_target_up and pulse_target_last_latency_seconds, two series per
-// target, for very large fleets. recent, if not nil, is the Observer whose
+// modes lists every administrative mode, so that pulse_target_mode has one
+// series per mode, 0 for those the target is not in, as an enum gauge
+// should: an alert can then match mode="active" without knowing the
+// other modes.
+var modes = []checker.Mode{checker.ModeActive, checker.ModeDraining, checker.ModeMaintenance}
+
+// NewCollector returns a Collector of c. perTarget false drops the
+// per-target series, pulse_target_up, pulse_target_last_latency_seconds,
+// pulse_target_cert_expiry_seconds and pulse_target_mode (up to six series
+// a target), for very large fleets. recent, if not nil, is the Observer whose
 // recent results of removed targets are dropped at each scrape.
 func NewCollector(c *checker.Checker, perTarget bool, recent *Observer) *Collector {
 	return &Collector{
@@ -62,6 +70,9 @@ func NewCollector(c *checker.Checker, perTarget bool, recent *Observer) *Collect
 		certLeft: prometheus.NewDesc("pulse_target_cert_expiry_seconds",
 			"Seconds until the first-expiring server certificate the target's last probe saw expires (negative once expired); only for TLS probes with cert_expiry_warn or cert_expiry_fail.",
 			[]string{"target", "group"}, nil),
+		mode: prometheus.NewDesc("pulse_target_mode",
+			"1 for the target's administrative mode, 0 for the others: active (routed by its health), draining or maintenance (set by an operator; never routable).",
+			[]string{"target", "group", "mode"}, nil),
 		targets: prometheus.NewDesc("pulse_targets",
 			"Registered targets by group and state.",
 			[]string{"group", "state"}, nil),
@@ -120,6 +131,7 @@ func (m *Collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- m.up
 		ch <- m.latency
 		ch <- m.certLeft
+		ch <- m.mode
 	}
 	ch <- m.targets
 	ch <- m.watchers
@@ -172,6 +184,10 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if !st.CertNotAfter.IsZero() {
 			ch <- prometheus.MustNewConstMetric(m.certLeft, prometheus.GaugeValue, time.Until(st.CertNotAfter).Seconds(), st.Spec.Name, st.Spec.Group)
+		}
+		mode := st.Spec.Admin().Mode
+		for _, md := range modes {
+			ch <- prometheus.MustNewConstMetric(m.mode, prometheus.GaugeValue, flag(md == mode), st.Spec.Name, st.Spec.Group, md.String())
 		}
 	}
 	for group, counts := range byGroup {

@@ -124,7 +124,7 @@ func TestMetricsWithoutPerTargetSeries(t *testing.T) {
 	reg.MustRegister(e.obs, web.NewCollector(e.c, false, e.obs))
 	fleet(t, e)
 	e.rounds(2)
-	if got := gatherText(t, reg, "pulse_target_up", "pulse_target_last_latency_seconds"); got != "" {
+	if got := gatherText(t, reg, "pulse_target_up", "pulse_target_last_latency_seconds", "pulse_target_mode"); got != "" {
 		t.Errorf("per-target series with perTarget false:\n%s", got)
 	}
 	if n := strings.Count(gatherText(t, reg, "pulse_targets"), "pulse_targets{"); n != 6 {
@@ -136,6 +136,72 @@ func TestMetricsWithoutPerTargetSeries(t *testing.T) {
 		!regexp.MustCompile(`(?m)^pulse_schedule_tick_seconds 0$`).MatchString(flags) || // no ScheduleTick: no batching
 		!regexp.MustCompile(`(?m)^pulse_group_panic\{group="edge"\} [01]$`).MatchString(flags) {
 		t.Errorf("no panic or degraded flag or schedule tick in\n%s", flags)
+	}
+}
+
+// pulse_target_mode is an enum gauge: each target has one series per mode,
+// 1 for the mode it is in and 0 for the others, and follows SetMode. Its
+// series tell a draining or maintained target from a dead one, which
+// pulse_target_up cannot.
+func TestTargetModeMetric(t *testing.T) {
+	e := newEnv(t, checker.Config{}, web.Config{})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(web.NewCollector(e.c, true, e.obs))
+	fleet(t, e)
+	e.rounds(2)
+	for _, r := range []checker.ModeRequest{
+		{Target: "web-1", Mode: checker.ModeDraining},
+		{Target: "db-1", Mode: checker.ModeMaintenance},
+	} {
+		if _, err := e.c.SetMode(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := `
+# HELP pulse_target_mode 1 for the target's administrative mode, 0 for the others: active (routed by its health), draining or maintenance (set by an operator; never routable).
+# TYPE pulse_target_mode gauge
+pulse_target_mode{group="data",mode="active",target="db-1"} 0
+pulse_target_mode{group="data",mode="draining",target="db-1"} 0
+pulse_target_mode{group="data",mode="maintenance",target="db-1"} 1
+pulse_target_mode{group="edge",mode="active",target="web-1"} 0
+pulse_target_mode{group="edge",mode="active",target="web-2"} 1
+pulse_target_mode{group="edge",mode="draining",target="web-1"} 1
+pulse_target_mode{group="edge",mode="draining",target="web-2"} 0
+pulse_target_mode{group="edge",mode="maintenance",target="web-1"} 0
+pulse_target_mode{group="edge",mode="maintenance",target="web-2"} 0
+`
+	got := gatherText(t, reg, "pulse_target_mode")
+	if diff := cmp.Diff(strings.TrimPrefix(want, "\n"), got); diff != "" {
+		t.Errorf("pulse_target_mode (-want +got):\n%s", diff)
+	}
+	// Every mode the checker names has its series, so a mode added to the
+	// checker and not to the collector fails here.
+	for m := checker.ModeActive; !strings.HasPrefix(m.String(), "Mode("); m++ {
+		if !strings.Contains(got, `pulse_target_mode{group="edge",mode="`+m.String()+`",target="web-2"} `) {
+			t.Errorf("no pulse_target_mode series for mode %s", m)
+		}
+	}
+	// Both down, told apart by their mode: web-1 drains, web-2 is dead.
+	e.set("http://web-2/healthz", outcome{err: errors.New("status 503")})
+	e.rounds(2)
+	up := gatherText(t, reg, "pulse_target_up")
+	for _, s := range []string{`pulse_target_up{group="edge",target="web-1"} 0`, `pulse_target_up{group="edge",target="web-2"} 0`} {
+		if !strings.Contains(up, s) {
+			t.Errorf("pulse_target_up lacks %s:\n%s", s, up)
+		}
+	}
+	if _, err := e.c.SetMode(checker.ModeRequest{Target: "web-1", Mode: checker.ModeActive}); err != nil {
+		t.Fatal(err)
+	}
+	got = gatherText(t, reg, "pulse_target_mode")
+	for _, s := range []string{
+		`pulse_target_mode{group="edge",mode="active",target="web-1"} 1`,
+		`pulse_target_mode{group="edge",mode="draining",target="web-1"} 0`,
+		`pulse_target_mode{group="edge",mode="active",target="web-2"} 1`,
+	} {
+		if !strings.Contains(got, s) {
+			t.Errorf("after web-1 went back to active, pulse_target_mode lacks %s:\n%s", s, got)
+		}
 	}
 }
 
