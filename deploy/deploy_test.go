@@ -1,7 +1,8 @@
 // Package deploy_test checks the deployment files under deploy/: the
 // systemd units pass systemd-analyze verify, the Kubernetes manifests
-// decode strictly into the real API types, and every flag they pass to
-// pulsed is one pulsed knows.
+// decode strictly into the real API types, every flag they pass to pulsed
+// is one pulsed knows, and the Prometheus alert rules pass promtool's
+// checks and unit tests and use only metrics pulsed exports.
 package deploy_test
 
 import (
