@@ -353,7 +353,7 @@ func runPage(t *testing.T, page, dir string, steps []Step, ns *netns) {
 		}
 	}
 	if len(missing) > 0 {
-		pkgs := map[string]string{"dig": "dnsutils"}
+		pkgs := map[string]string{"dig": "dnsutils", "promtool": "prometheus"}
 		var install []string
 		for _, m := range missing {
 			if p, ok := pkgs[m]; ok {
