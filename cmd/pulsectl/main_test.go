@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
 
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 	"github.com/pulsehealth/pulse/internal/pulsedproc"
 	"github.com/pulsehealth/pulse/internal/testscale"
 )
@@ -102,6 +104,21 @@ func (p *testPulsed) stop(t *testing.T) {
 	if err := p.Stop(testscale.D(30 * time.Second)); errors.Is(err, pulsedproc.ErrStillRunning) {
 		t.Fatal(err)
 	}
+}
+
+// serveAPI serves srv as pulse.v1.HealthChecker on a loopback port until
+// the test ends, and returns its address.
+func serveAPI(t *testing.T, srv pb.HealthCheckerServer) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	pb.RegisterHealthCheckerServer(gs, srv)
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+	return lis.Addr().String()
 }
 
 // closedAddr returns a loopback address nothing listens on.

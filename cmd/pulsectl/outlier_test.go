@@ -3,12 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -99,14 +97,7 @@ func (outlierPulse) State(_ context.Context, req *pb.StateRequest) (*pb.StateRes
 // state shows an outlier's line, and a degraded one's lowered weight.
 func TestStateShowsOutlier(t *testing.T) {
 	t.Setenv("TZ", "UTC")
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	pb.RegisterHealthCheckerServer(gs, outlierPulse{})
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
+	addr := serveAPI(t, outlierPulse{})
 
 	for name, wants := range map[string][]string{
 		"web-1": {
@@ -119,7 +110,7 @@ func TestStateShowsOutlier(t *testing.T) {
 			"outlier:     ejected until " + timeText(outlierAt.Add(time.Minute)) + " (2nd in a row), failed 80% of 50 outcomes\n",
 		},
 	} {
-		out := mustRun(t, "state", name, "--addr", lis.Addr().String())
+		out := mustRun(t, "state", name, "--addr", addr)
 		for _, want := range wants {
 			if !strings.Contains(out, want) {
 				t.Errorf("state %s printed\n%s\nwant a line %q", name, out, want)

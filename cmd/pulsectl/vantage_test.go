@@ -3,12 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -90,16 +88,9 @@ func (replicaPulse) State(context.Context, *pb.StateRequest) (*pb.StateResponse,
 // state shows the vantages' verdicts, and the schedule their number and
 // quorum.
 func TestStateShowsVantages(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	pb.RegisterHealthCheckerServer(gs, replicaPulse{})
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
+	addr := serveAPI(t, replicaPulse{})
 
-	out := mustRun(t, "state", "web-1", "--addr", lis.Addr().String())
+	out := mustRun(t, "state", "web-1", "--addr", addr)
 	for _, want := range []string{
 		"schedule:    every 2s, timeout 1s, rise 2, fall 3, rise_fall, 3 vantages, quorum 2 (majority)\n",
 		"vantages:    zone-a=healthy zone-b=unhealthy(connection refused) zone-c=healthy\n",
