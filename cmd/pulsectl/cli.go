@@ -24,6 +24,7 @@ const (
 	exitServer       = 4
 	exitNoneRoutable = 5
 	exitTimeout      = 6
+	exitRefused      = 7
 )
 
 // defaultAddr is where `make run` serves pulsed.
@@ -155,7 +156,9 @@ each came from. The connection flags (--addr, --config, --context, --tls*,
 Exit codes: 0 success; 1 usage error (bad flags or arguments, an invalid check
 file, a request pulsed rejected as invalid); 2 check found a critical target
 down; 3 unknown target or group; 4 pulsed unreachable or failed; 5 healthy
-found no routable target; 6 wait timed out.
+found no routable target; 6 wait timed out; 7 pulsed refused the token, or the
+TLS handshake failed for a certificate or for TLS on one side only (retrying
+does not help until the settings change).
 
 Run 'pulsectl <command> --help' for a command's flags and examples, and
 'pulsectl --version' for the version.

@@ -11,13 +11,10 @@ import (
 	"time"
 
 	"buf.build/go/protoyaml"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/resolver"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/pulsehealth/pulse/checker/probe"
 	pulse "github.com/pulsehealth/pulse/client"
 	"github.com/pulsehealth/pulse/cmd/internal/dial"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
@@ -54,7 +51,8 @@ func addClientFlags(fs *flag.FlagSet) *clientFlags {
 // client is a connection to pulsed.
 type client struct {
 	addr       string
-	addrSource string // where addr came from, as config view says it: "default", "flag --addr", ...
+	addrSource string       // where addr came from, as config view says it: "default", "flag --addr", ...
+	cf         *clientFlags // the settings in force, for fail's hints; nil: unknown
 	pc         *pulse.Client
 	pb.HealthCheckerClient
 }
@@ -68,7 +66,12 @@ func (cf *clientFlags) dial(e *env) (*client, int, bool) {
 	if !ok {
 		return nil, exitUsage, false
 	}
-	return &client{addr: cf.addr, addrSource: cf.sources["addr"], pc: pc, HealthCheckerClient: pc.API()}, exitOK, true
+	return cf.client(pc), exitOK, true
+}
+
+// client returns the client of pc, made with the settings in force.
+func (cf *clientFlags) client(pc *pulse.Client) *client {
+	return &client{addr: cf.addr, addrSource: cf.sources["addr"], cf: cf, pc: pc, HealthCheckerClient: pc.API()}
 }
 
 // newClient returns a client of pulsed for the settings in force; ctx
@@ -156,55 +159,6 @@ func (c *client) Close() { c.pc.Close() }
 // callCtx returns the context of one unary call.
 func callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, callTimeout)
-}
-
-// fail reports a failed call and returns its exit code. name is the target
-// the call was about, for NOT_FOUND; empty when none.
-func (c *client) fail(e *env, err error, name string) int {
-	st := status.Convert(err)
-	st = status.New(st.Code(), cliHint(escape(st.Message()), name))
-	switch st.Code() {
-	case codes.Unavailable:
-		if strings.Contains(st.Message(), "store") { // pulsed answered: its store cannot write
-			e.errorf("pulsed at %s cannot answer now: %s", c.addr, st.Message())
-			return exitServer
-		}
-		e.errorf("cannot reach pulsed at %s: %s\n%s", c.addr, probe.Describe(err), c.unreachableHint())
-		return exitServer
-	case codes.DeadlineExceeded:
-		e.errorf("no answer from pulsed at %s within %v\n%s", c.addr, callTimeout, c.unreachableHint())
-		return exitServer
-	case codes.Canceled:
-		e.errorf("canceled")
-		return exitServer
-	case codes.NotFound:
-		if name != "" {
-			e.errorf("no target named %q (pulsectl ls lists them)", name)
-		} else {
-			e.errorf("%s", st.Message())
-		}
-		return exitNotFound
-	case codes.Unauthenticated, codes.PermissionDenied:
-		e.errorf("pulsed at %s refused the call: %s\nPass a token with --token-file (or PULSE_TOKEN) that has the role this command needs.", c.addr, st.Message())
-		return exitServer
-	case codes.InvalidArgument, codes.OutOfRange, codes.FailedPrecondition:
-		// The server's message starts with the field to fix.
-		e.errorf("%s", st.Message())
-		return exitUsage
-	default:
-		e.errorf("pulsed at %s answered %s: %s", c.addr, st.Code(), st.Message())
-		return exitServer
-	}
-}
-
-// unreachableHint is what to try when pulsed at c.addr does not answer.
-// 'make run' serves the default address only: an address the user gave
-// (flag, environment, context) is theirs to check.
-func (c *client) unreachableHint() string {
-	if c.addrSource == "" || c.addrSource == "default" {
-		return "Is pulsed running? Start it with 'make run', or point --addr at it."
-	}
-	return fmt.Sprintf("Is pulsed running there? The address came from %s; 'pulsectl config view' shows the settings in force.", c.addrSource)
 }
 
 // rpcCommands are the pulsectl commands that make each RPC, for the hints

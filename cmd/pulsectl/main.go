@@ -15,7 +15,9 @@
 // Exit codes: 0 success; 1 usage error (bad flags or arguments, an invalid
 // check file, a request pulsed rejected as invalid); 2 check found a
 // critical target down; 3 unknown target or group; 4 pulsed unreachable or
-// failed; 5 healthy found no routable target; 6 wait timed out.
+// failed; 5 healthy found no routable target; 6 wait timed out; 7 pulsed
+// refused the token, or the TLS handshake failed for a certificate or for
+// TLS on one side only.
 package main
 
 import (

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/internal/testpki"
+	"github.com/pulsehealth/pulse/internal/testscale"
+)
+
+// settingsClient returns a client with the connection settings of args,
+// resolved as a command resolves them, and no connection.
+func settingsClient(t *testing.T, args ...string) *client {
+	t.Helper()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	cf := addClientFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	if err := cf.resolve(); err != nil {
+		t.Fatal(err)
+	}
+	return &client{addr: cf.addr, addrSource: cf.sources["addr"], cf: cf}
+}
+
+// A token or certificate pulsed refuses, and TLS on one side only, exit 7
+// (exitRefused), not 4, and say what to change rather than ask whether
+// pulsed is running: against a real pulsed with mutual TLS and tokens, and
+// one in plaintext.
+func TestRefusedCredentials(t *testing.T) {
+	pki := testpki.Write(t, t.TempDir())
+	other := testpki.Write(t, t.TempDir())
+	tokens := writeFile(t, "tokens", "read a-read-token-0123456789 reader\n")
+	token := writeFile(t, "token", "a-read-token-0123456789\n")
+	wrong := writeFile(t, "wrong", "not-a-token-of-pulsed-0123\n")
+	mtls := startPulsed(t, "-tls-cert", pki.ServerCert, "-tls-key", pki.ServerKey, "-client-ca", pki.CA, "-token-file", tokens)
+	plain := startPulsed(t)
+
+	good := []string{"--addr", mtls.Addr, "--tls-ca", pki.CA, "--tls-cert", pki.ClientCert, "--tls-key", pki.ClientKey}
+	with := func(args ...string) []string { return append(append([]string{"ls"}, good...), args...) }
+	mustRun(t, with("--token-file", token)...) // the settings that work
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"no client certificate", []string{"ls", "--addr", mtls.Addr, "--tls-ca", pki.CA, "--token-file", token},
+			[]string{"pulsed at " + mtls.Addr + " refused the TLS handshake: remote error: tls: certificate required", "pulsectl sent none: pass one that CA signed with --tls-cert and --tls-key"}},
+		{"a client certificate of another CA", []string{"ls", "--addr", mtls.Addr, "--tls-ca", pki.CA, "--tls-cert", other.ClientCert, "--tls-key", other.ClientKey, "--token-file", token},
+			[]string{"refused the TLS handshake: remote error: tls: ", "pulsed did not accept the client certificate " + other.ClientCert + " (from flag --tls-cert)"}},
+		{"pulsed's CA not given", []string{"ls", "--addr", mtls.Addr, "--tls", "--tls-cert", pki.ClientCert, "--tls-key", pki.ClientKey, "--token-file", token},
+			[]string{"pulsectl does not accept the certificate of pulsed at " + mtls.Addr + ": tls: failed to verify certificate: x509: certificate signed by unknown authority", "checked it against the system's CAs: pass the CA that signed pulsed's -tls-cert with --tls-ca"}},
+		{"another CA", []string{"ls", "--addr", mtls.Addr, "--tls-ca", other.CA, "--tls-cert", pki.ClientCert, "--tls-key", pki.ClientKey, "--token-file", token},
+			[]string{"x509: certificate signed by unknown authority", "The CA file " + other.CA + " (from flag --tls-ca) did not sign it"}},
+		{"a name the certificate does not carry", with("--tls-server-name", "pulse.example", "--token-file", token),
+			[]string{"pulse.example", "set --tls-server-name to a name it carries"}},
+		{"TLS to a plaintext pulsed", []string{"ls", "--addr", plain.Addr, "--tls-ca", pki.CA},
+			[]string{"pulsed at " + plain.Addr + " does not speak TLS, and pulsectl connected with TLS: tls: first record does not look like a TLS handshake", "Connect without --tls, --tls-ca and --tls-cert"}},
+		// gRPC sees only a closed connection: the handshake made to see why
+		// tells.
+		{"plaintext to a TLS pulsed", []string{"ls", "--addr", mtls.Addr, "--token-file", token},
+			[]string{"pulsed at " + mtls.Addr + " speaks TLS, and pulsectl connected without it", "with --tls-ca", "a TLS handshake made to see why"}},
+		{"no token", with(), []string{"refused the call: missing token", "Pass a token with --token-file"}},
+		{"a token pulsed does not know", with("--token-file", wrong), []string{"refused the call: invalid token"}},
+		{"a token without the role", append([]string{"rm", "web-1"}, append(good, "--token-file", token)...), []string{`token "reader" has the read role; 'pulsectl rm' needs write`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := pulsectl(t, tc.args...)
+			if r.code != exitRefused {
+				t.Errorf("exit %d, want %d\n%s", r.code, exitRefused, r.stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(r.stderr, w) {
+					t.Errorf("stderr does not say %q:\n%s", w, r.stderr)
+				}
+			}
+			if strings.Contains(r.stderr, "Is pulsed running") || strings.Contains(r.stderr, "make run") {
+				t.Errorf("stderr asks whether pulsed runs:\n%s", r.stderr)
+			}
+		})
+	}
+
+	// TLS 1.3 refuses a client certificate after the client's side of
+	// the handshake, so a call may see only a broken pipe: the handshake
+	// made to see why tells what pulsed refused.
+	var stderr bytes.Buffer
+	cl := settingsClient(t, "--addr", mtls.Addr, "--tls-ca", pki.CA)
+	code := cl.fail(&env{stderr: &stderr}, status.Error(codes.Unavailable, "write tcp 127.0.0.1:1->"+mtls.Addr+": write: broken pipe"), "")
+	if code != exitRefused || !strings.Contains(stderr.String(), "remote error: tls: certificate required") || !strings.Contains(stderr.String(), `The call saw only "write tcp`) {
+		t.Errorf("a broken pipe from a pulsed that wants a client certificate: exit %d\n%s", code, stderr.String())
+	}
+	// A broken pipe from a pulsed that accepts the handshake is pulsed
+	// gone or failing: exit 4, and the usual question.
+	stderr.Reset()
+	cl = settingsClient(t, good...)
+	code = cl.fail(&env{stderr: &stderr}, status.Error(codes.Unavailable, "write tcp 127.0.0.1:1->"+mtls.Addr+": write: broken pipe"), "")
+	if code != exitServer || !strings.Contains(stderr.String(), "Is pulsed running there?") {
+		t.Errorf("a broken pipe from a pulsed that accepts the handshake: exit %d\n%s", code, stderr.String())
+	}
+}
+
+// stallPulse accepts every call and answers none until the call ends.
+type stallPulse struct {
+	pb.UnimplementedHealthCheckerServer
+}
+
+func (stallPulse) ListTargets(ctx context.Context, _ *pb.ListTargetsRequest) (*pb.ListTargetsResponse, error) {
+	<-ctx.Done()
+	return nil, status.FromContextError(ctx.Err()).Err()
+}
+
+// silentListener accepts connections and never writes to them.
+func silentListener(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex // protects conns
+		conns []net.Conn
+		done  = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// pulsectlWithin runs args with the calls bounded by d instead of the 5s
+// of callTimeout: each call's context is the command's, with its
+// deadline.
+func pulsectlWithin(t *testing.T, d time.Duration, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, args, &stdout, &stderr)
+	return result{stdout.String(), stderr.String(), code}
+}
+
+// A server that accepted the connection and does not answer may be a
+// stalled pulsed: the hint says what tells, not to start it. One that
+// never completes a connection gets the usual question.
+func TestNoAnswer(t *testing.T) {
+	stalled := serveAPI(t, stallPulse{})
+	short := testscale.D(300 * time.Millisecond)
+
+	r := pulsectlWithin(t, short, "ls", "--addr", stalled)
+	for _, w := range []string{"pulsed at " + stalled + " accepted the connection but did not answer within", "stalled or overloaded", "/healthz", `"pulsed is not live: ..."`} {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("ls of a stalled server: stderr does not say %q:\n%s", w, r.stderr)
+		}
+	}
+	if r.code != exitServer || strings.Contains(r.stderr, "Is pulsed running") {
+		t.Errorf("ls of a stalled server: exit %d, want %d, and no doubt that it runs:\n%s", r.code, exitServer, r.stderr)
+	}
+	// At the default address too: no 'make run'.
+	var stderr bytes.Buffer
+	(&client{addr: defaultAddr, addrSource: "default"}).fail(&env{stderr: &stderr}, status.Error(codes.DeadlineExceeded, "context deadline exceeded"), "")
+	if !strings.Contains(stderr.String(), "stalled or overloaded") || strings.Contains(stderr.String(), "make run") {
+		t.Errorf("no answer at the default address:\n%s", stderr.String())
+	}
+
+	// A listener that never speaks: no connection is made (gRPC waits for
+	// the server's HTTP/2 preface).
+	silent := silentListener(t)
+	r = pulsectlWithin(t, short, "ls", "--addr", silent)
+	if r.code != exitServer || !strings.Contains(r.stderr, "no connection to pulsed at "+silent+" within") ||
+		!strings.Contains(r.stderr, "Is pulsed running there?") || strings.Contains(r.stderr, "stalled") {
+		t.Errorf("ls of a listener that never speaks: exit %d\n%s", r.code, r.stderr)
+	}
+}
