@@ -54,6 +54,21 @@ func (c *client) fail(e *env, err error, name string) int {
 	}
 }
 
+// refused reports whether err is one no retry can fix until the settings
+// change: pulsed refused the token, or the TLS handshake failed for a
+// certificate or for TLS on one side only. It reads err's message only;
+// fail may learn more (see unreachable).
+func (c *client) refused(err error) bool {
+	switch st := status.Convert(err); st.Code() {
+	case codes.Unauthenticated, codes.PermissionDenied:
+		return true
+	case codes.Unavailable, codes.DeadlineExceeded:
+		kind, _ := readHandshake(st.Message(), c.tlsOn())
+		return kind != handshakeOK
+	}
+	return false
+}
+
 // unreachable reports a call that found no pulsed to answer it. A TLS
 // handshake that failed for a certificate, or for TLS on one side only,
 // is exitRefused; anything else (a refused connection, a reset) may pass,

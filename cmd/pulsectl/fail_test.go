@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -120,6 +121,11 @@ func (stallPulse) ListTargets(ctx context.Context, _ *pb.ListTargetsRequest) (*p
 	return nil, status.FromContextError(ctx.Err()).Err()
 }
 
+func (stallPulse) WatchTransitions(_ *pb.WatchTransitionsRequest, stream grpc.ServerStreamingServer[pb.WatchTransitionsResponse]) error {
+	<-stream.Context().Done()
+	return status.FromContextError(stream.Context().Err()).Err()
+}
+
 // silentListener accepts connections and never writes to them.
 func silentListener(t *testing.T) string {
 	t.Helper()
@@ -191,6 +197,12 @@ func TestNoAnswer(t *testing.T) {
 		t.Errorf("no answer at the default address:\n%s", stderr.String())
 	}
 
+	// wait: the watch is accepted and sends no snapshot.
+	r = pulsectl(t, "wait", "web-1", "--for", "healthy", "--timeout", short.String(), "--addr", stalled)
+	if r.code != exitTimeout || !strings.Contains(r.stderr, "pulsed at "+stalled+" sent no snapshot within "+short.String()) || !strings.Contains(r.stderr, "/healthz") {
+		t.Errorf("wait on a stalled server: exit %d, want %d, saying it sent no snapshot:\n%s", r.code, exitTimeout, r.stderr)
+	}
+
 	// A listener that never speaks: no connection is made (gRPC waits for
 	// the server's HTTP/2 preface).
 	silent := silentListener(t)
@@ -198,5 +210,40 @@ func TestNoAnswer(t *testing.T) {
 	if r.code != exitServer || !strings.Contains(r.stderr, "no connection to pulsed at "+silent+" within") ||
 		!strings.Contains(r.stderr, "Is pulsed running there?") || strings.Contains(r.stderr, "stalled") {
 		t.Errorf("ls of a listener that never speaks: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// watch and wait reconnect after losing pulsed, but not to a pulsed that
+// refuses their token: one restarted with other tokens. They exit 7 at
+// once, not at --reconnect or --timeout, and watch says where to resume.
+func TestReconnectStopsOnRefusedToken(t *testing.T) {
+	dir := t.TempDir()
+	p := startPulsed(t, "-data-dir", dir, "-token-file", writeFile(t, "tokens", "write old-token-0123456789abcdef\n"))
+	auth := []string{"--addr", p.Addr, "--token-file", writeFile(t, "token", "old-token-0123456789abcdef\n")}
+	mustRun(t, append([]string{"add", "--name", "web-1", "--http", "http://" + closedAddr(t) + "/"}, auth...)...)
+
+	watch := startBackground(t, append([]string{"watch", "--reconnect", "1h"}, auth...)...)
+	wait := startBackground(t, append([]string{"wait", "web-1", "--for", "healthy", "--timeout", "1h"}, auth...)...)
+	eventually(t, "the watch to start", func() bool { return strings.Contains(watch.stderr.String(), "watching pulsed at "+p.Addr) })
+	eventually(t, "the wait to start", func() bool { return strings.Contains(wait.stderr.String(), "waiting up to 1h0m0s") })
+
+	p.stop(t)
+	eventually(t, "the watch to say it lost pulsed", func() bool { return strings.Contains(watch.stderr.String(), "lost pulsed at "+p.Addr) })
+	startPulsed(t, "-listen", p.Addr, "-data-dir", dir, "-token-file", writeFile(t, "tokens", "write new-token-0123456789abcdef\n"))
+
+	for _, b := range []struct {
+		name string
+		b    *background
+		want string
+	}{
+		{"watch", watch, "Once that is fixed, resume with pulsectl watch --since "},
+		{"wait", wait, "Pass a token with --token-file"},
+	} {
+		if code := b.b.wait(t); code != exitRefused {
+			t.Errorf("%s: exit %d, want %d\n%s", b.name, code, exitRefused, b.b.stderr.String())
+		}
+		if s := b.b.stderr.String(); !strings.Contains(s, "pulsed at "+p.Addr+" refused the call: invalid token") || !strings.Contains(s, b.want) {
+			t.Errorf("%s: stderr does not say the token was refused and %q:\n%s", b.name, b.want, s)
+		}
 	}
 }

@@ -34,7 +34,9 @@ stderr.
 Past --timeout (30s; 0 checks once without waiting) it exits 6 and names the
 targets not there yet, with their state. A named target that does not exist
 (or is removed while waited for) is exit 3, unless --for removed. pulsed
-unreachable is exit 4; a lost connection is retried until the timeout.`,
+unreachable is exit 4; a token or certificate it refuses is exit 7. A lost
+connection is retried until the timeout, unless pulsed then refuses the token
+or certificate (exit 7 at once).`,
 		example: `
 pulsectl wait web-1 --for healthy
 pulsectl wait web-1 web-2 --for routable --timeout 2m
@@ -101,19 +103,21 @@ type waiter struct {
 }
 
 func (w *waiter) run(ctx context.Context) int {
-	// A timeout of 0 still reads the snapshot: the bound is on waiting.
-	limit := w.timeout
-	if limit == 0 {
-		limit = callTimeout
-	}
-	wctx, cancel := context.WithTimeout(ctx, limit)
+	wctx, cancel := context.WithTimeout(ctx, w.limit())
 	defer cancel()
 	events := w.cl.pc.Watch(wctx, pulse.Filter{Names: w.names}, pulse.WithMessages())
 	connected := false
 	for ev := range events {
 		switch ev.Kind {
 		case pulse.EventDisconnected:
-			if !connected {
+			if status.Code(ev.Err) == codes.DeadlineExceeded {
+				// The stream's only deadline is the wait's: pulsed saw
+				// it pass first.
+				return w.timedOut(ctx)
+			}
+			// A token or certificate pulsed refuses stays refused:
+			// reconnecting until the timeout cannot help.
+			if !connected || w.cl.refused(ev.Err) {
 				cancel()
 				return w.cl.fail(w.e, ev.Err, "")
 			}
@@ -179,6 +183,15 @@ func (w *waiter) run(ctx context.Context) int {
 		}
 	}
 	return w.timedOut(ctx)
+}
+
+// limit bounds the whole wait. A timeout of 0 still reads the snapshot:
+// the timeout bounds the waiting.
+func (w *waiter) limit() time.Duration {
+	if w.timeout == 0 {
+		return callTimeout
+	}
+	return w.timeout
 }
 
 // missing reports the named targets that do not exist, unless waiting for
@@ -264,6 +277,10 @@ func (w *waiter) timedOut(ctx context.Context) int {
 		why = "interrupted"
 	}
 	w.e.errorf("%s waiting for %s to be %s: %s", why, plural(len(w.names), "the target"), w.cond, strings.Join(late, ", "))
+	if w.statuses == nil && why != "interrupted" {
+		// The watch neither failed nor sent its snapshot.
+		fmt.Fprintf(w.e.stderr, "pulsed at %s sent no snapshot within %v: it may be stalled or overloaded, or the connection did not complete.\n%s\n", w.cl.addr, w.limit(), stalledHint)
+	}
 	return exitTimeout
 }
 

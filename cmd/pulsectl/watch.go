@@ -36,7 +36,8 @@ target). --since REV resumes after revision REV instead: take it from a
 previous watch -o json, or from pulsectl ls -o json's "revision". When pulsed goes
 away, watch says so and reconnects, resuming where it was, for up to
 --reconnect (10s); past that it exits and names the revision to resume
-from.`,
+from. A pulsed that refuses the token or certificate on reconnecting ends it
+at once (exit 7), naming that revision too.`,
 		example: `
 pulsectl watch
 pulsectl watch --group edge --snapshot
@@ -99,7 +100,7 @@ func runWatch(ctx context.Context, e *env, c *command, args []string) int {
 		wopts = append(wopts, pulse.FromRevision(*since))
 	}
 	w := &watcher{
-		e: e, addr: cf.addr, addrSource: cf.sources["addr"], since: *since, reconnect: time.Duration(reconnect),
+		e: e, cl: cf.client(pc), since: *since, reconnect: time.Duration(reconnect),
 		printer: &watchPrinter{w: e.stdout, json: out.json(), snapshot: *snapshot, now: time.Now},
 	}
 	return w.follow(ctx, pc.Watch(ctx, pulse.Filter{Group: *group, Names: names}, wopts...))
@@ -108,12 +109,11 @@ func runWatch(ctx context.Context, e *env, c *command, args []string) int {
 // watcher prints a watch's events, and says on stderr when it loses pulsed
 // and when it is back.
 type watcher struct {
-	e          *env
-	addr       string
-	addrSource string // where addr came from
-	since      uint64
-	reconnect  time.Duration
-	printer    *watchPrinter
+	e         *env
+	cl        *client // for its address, and to report a failure
+	since     uint64
+	reconnect time.Duration
+	printer   *watchPrinter
 
 	connected bool        // a stream was accepted once
 	lost      *time.Timer // running while pulsed is lost; nil otherwise
@@ -131,7 +131,7 @@ func (w *watcher) follow(ctx context.Context, events <-chan pulse.Event) int {
 	for {
 		select {
 		case <-giveUp:
-			w.e.errorf("lost pulsed at %s for %v; resume with pulsectl watch --since %d", w.addr, w.reconnect, resume)
+			w.e.errorf("lost pulsed at %s for %v; resume with pulsectl watch --since %d", w.cl.addr, w.reconnect, resume)
 			return exitServer
 		case ev, ok := <-events:
 			if !ok {
@@ -140,21 +140,28 @@ func (w *watcher) follow(ctx context.Context, events <-chan pulse.Event) int {
 			switch ev.Kind {
 			case pulse.EventDisconnected:
 				if !w.connected {
-					return (&client{addr: w.addr, addrSource: w.addrSource}).fail(w.e, ev.Err, "")
+					return w.cl.fail(w.e, ev.Err, "")
 				}
 				resume = ev.Revision
+				if w.cl.refused(ev.Err) {
+					// A token or certificate pulsed refuses stays refused:
+					// reconnecting cannot help.
+					code := w.cl.fail(w.e, ev.Err, "")
+					fmt.Fprintf(w.e.stderr, "Once that is fixed, resume with pulsectl watch --since %d\n", resume)
+					return code
+				}
 				if w.lost == nil {
 					if w.reconnect == 0 {
-						w.e.errorf("lost pulsed at %s: %s; resume with pulsectl watch --since %d", w.addr, escape(status.Convert(ev.Err).Message()), resume)
+						w.e.errorf("lost pulsed at %s: %s; resume with pulsectl watch --since %d", w.cl.addr, escape(status.Convert(ev.Err).Message()), resume)
 						return exitServer
 					}
-					fmt.Fprintf(w.e.stderr, "lost pulsed at %s (%s); reconnecting for up to %v\n", w.addr, escape(status.Convert(ev.Err).Message()), w.reconnect)
+					fmt.Fprintf(w.e.stderr, "lost pulsed at %s (%s); reconnecting for up to %v\n", w.cl.addr, escape(status.Convert(ev.Err).Message()), w.reconnect)
 					w.lost = time.NewTimer(w.reconnect)
 					giveUp = w.lost.C
 				}
 				continue
 			case pulse.EventStopped:
-				return (&client{addr: w.addr, addrSource: w.addrSource}).fail(w.e, ev.Err, "")
+				return w.cl.fail(w.e, ev.Err, "")
 			case pulse.EventResumed:
 				w.up(fmt.Sprintf("resumed after revision %d", ev.Revision))
 				giveUp = nil
@@ -184,9 +191,9 @@ func (w *watcher) up(how string) {
 	switch {
 	case !w.connected:
 		w.connected = true
-		fmt.Fprintf(w.e.stderr, "watching pulsed at %s (Ctrl-C to stop)\n", w.addr)
+		fmt.Fprintf(w.e.stderr, "watching pulsed at %s (Ctrl-C to stop)\n", w.cl.addr)
 	case w.lost != nil:
-		fmt.Fprintf(w.e.stderr, "reconnected to pulsed at %s; %s\n", w.addr, how)
+		fmt.Fprintf(w.e.stderr, "reconnected to pulsed at %s; %s\n", w.cl.addr, how)
 	}
 	if w.lost != nil {
 		w.lost.Stop()
