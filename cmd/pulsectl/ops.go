@@ -305,6 +305,8 @@ func specChanges(old, cur *pb.Target) []string {
 	var out []string
 	if probeSummary(old) != probeSummary(cur) {
 		out = append(out, fmt.Sprintf("probe %s -> %s", probeSummary(old), probeSummary(cur)))
+	} else if c := probeFieldChanges(old, cur); c != "" {
+		out = append(out, c)
 	}
 	o, c := old.ProtoReflect(), cur.ProtoReflect()
 	fields := o.Descriptor().Fields()
@@ -326,6 +328,31 @@ func specChanges(old, cur *pb.Target) []string {
 		}
 	}
 	return out
+}
+
+// probeFieldChanges names the fields that differ between two probes of
+// one kind whose summaries are the same: "http.headers changed". Their
+// values are not shown: a header or a payload may hold a secret.
+func probeFieldChanges(old, cur *pb.Target) string {
+	o, c := old.ProtoReflect(), cur.ProtoReflect()
+	probe := c.Descriptor().Oneofs().ByName("probe")
+	fd := c.WhichOneof(probe)
+	if fd == nil || o.WhichOneof(probe) != fd {
+		return ""
+	}
+	was, is := o.Get(fd).Message(), c.Get(fd).Message()
+	var paths []string
+	fields := fd.Message().Fields()
+	for i := range fields.Len() {
+		sub := fields.Get(i)
+		if was.Has(sub) != is.Has(sub) || !was.Get(sub).Equal(is.Get(sub)) {
+			paths = append(paths, string(fd.Name())+"."+string(sub.Name()))
+		}
+	}
+	if len(paths) == 0 {
+		return ""
+	}
+	return strings.Join(paths, ", ") + " changed"
 }
 
 // fieldText is a field's value for a person: "" for an unset or empty

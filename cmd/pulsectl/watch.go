@@ -26,11 +26,13 @@ watch prints one line per event until interrupted (Ctrl-C, exit 0):
 
   2026-11-30T10:18:54Z web-1: unhealthy -> healthy     a state transition
   2026-11-30T10:19:02Z web-2: added (http GET ..., unhealthy)
-  2026-11-30T10:19:30Z web-2: updated (tcp 192.0.2.6:80)
+  2026-11-30T10:19:30Z web-2: updated: interval 2s -> 5s, rise 2 -> 3
   2026-11-30T10:20:11Z web-2: removed
 
 A transition shows the time pulsed applied it; added, updated and removed
-lines show when pulsectl received them. By default watch starts from pulsed's
+lines show when pulsectl received them. An update says what it changed, as
+set does (a probe's own fields are named, not shown); after --since, which
+has no snapshot, a target's first update names its probe instead. By default watch starts from pulsed's
 current view (the snapshot is not printed; --snapshot prints it, one line per
 target). --since REV resumes after revision REV instead: take it from a
 previous watch -o json, or from pulsectl ls -o json's "revision". When pulsed goes
@@ -220,6 +222,10 @@ type watchPrinter struct {
 	json     bool
 	snapshot bool
 	now      func() time.Time
+
+	// specs holds each target's last spec, from the snapshot and the
+	// events since, so that an update says what it changed; text only.
+	specs map[string]*pb.Target
 }
 
 // print writes one event. Without --snapshot, snapshot events print
@@ -236,12 +242,36 @@ func (p *watchPrinter) print(ev *pb.WatchTransitionsResponse) error {
 		_, err = fmt.Fprintf(p.w, "%s\n", b)
 		return err
 	}
-	line := p.line(escaped(ev))
+	ev = escaped(ev)
+	line := p.line(ev)
+	p.remember(ev)
 	if line == "" {
 		return nil
 	}
 	_, err := fmt.Fprintln(p.w, line)
 	return err
+}
+
+// remember keeps the spec ev gives a target, or forgets a removed one.
+func (p *watchPrinter) remember(ev *pb.WatchTransitionsResponse) {
+	var spec *pb.Target
+	switch x := ev.GetEvent().(type) {
+	case *pb.WatchTransitionsResponse_Snapshot:
+		spec = x.Snapshot.GetSpec()
+	case *pb.WatchTransitionsResponse_Added:
+		spec = x.Added.GetSpec()
+	case *pb.WatchTransitionsResponse_Updated:
+		spec = x.Updated.GetSpec()
+	case *pb.WatchTransitionsResponse_Removed:
+		delete(p.specs, x.Removed.GetName())
+		return
+	default:
+		return
+	}
+	if p.specs == nil {
+		p.specs = make(map[string]*pb.Target)
+	}
+	p.specs[spec.GetName()] = spec
 }
 
 // line is the text form of ev, "" for events not shown.
@@ -282,7 +312,13 @@ func (p *watchPrinter) line(ev *pb.WatchTransitionsResponse) string {
 	case *pb.WatchTransitionsResponse_Added:
 		return fmt.Sprintf("%s %s: added (%s, %s)", now, x.Added.GetSpec().GetName(), probeSummary(x.Added.GetSpec()), stateName(x.Added.GetState()))
 	case *pb.WatchTransitionsResponse_Updated:
-		return fmt.Sprintf("%s %s: updated (%s)", now, x.Updated.GetSpec().GetName(), probeSummary(x.Updated.GetSpec()))
+		spec := x.Updated.GetSpec()
+		if prev := p.specs[spec.GetName()]; prev != nil {
+			if changes := specChanges(prev, spec); len(changes) > 0 {
+				return fmt.Sprintf("%s %s: updated: %s", now, spec.GetName(), strings.Join(changes, ", "))
+			}
+		}
+		return fmt.Sprintf("%s %s: updated (%s)", now, spec.GetName(), probeSummary(spec))
 	case *pb.WatchTransitionsResponse_Removed:
 		return fmt.Sprintf("%s %s: removed", now, x.Removed.GetName())
 	case *pb.WatchTransitionsResponse_Mode:

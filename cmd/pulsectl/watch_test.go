@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
@@ -59,7 +60,9 @@ func TestWatch(t *testing.T) {
 		t.Errorf("transition line %q: %v", line, err)
 	}
 	mustRun(t, "add", addr, "--name", "web-1", "--tcp", web.Listener.Addr().String())
-	waitLine(t, w, rfc3339+`web-1: updated \(tcp `+regexp.QuoteMeta(web.Listener.Addr().String())+`\)$`)
+	waitLine(t, w, rfc3339+`web-1: updated: probe http GET `+regexp.QuoteMeta(web.URL)+` -> tcp `+regexp.QuoteMeta(web.Listener.Addr().String())+`$`)
+	mustRun(t, "set", addr, "web-1", "--interval", "5s", "--rise", "3")
+	waitLine(t, w, rfc3339+`web-1: updated: interval `+regexp.QuoteMeta(testInterval.String())+` -> 5s, rise 2 -> 3$`)
 	mustRun(t, "rm", addr, "web-1")
 	waitLine(t, w, rfc3339+`web-1: removed$`)
 
@@ -221,6 +224,51 @@ func TestWatchReconnects(t *testing.T) {
 
 // A text line says why: a transition's reason and probe error when its
 // text does not, and policy events as their text.
+// An update says what it changed when the watch knows the target's spec
+// before it (from the snapshot, or an event since), and names the probe
+// when it does not (after a --since resume). A probe's own fields are
+// named, not shown: a header may hold a secret.
+func TestWatchUpdateSaysWhatChanged(t *testing.T) {
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	p := &watchPrinter{now: func() time.Time { return at }}
+	web := func(interval time.Duration, header string) *pb.Target {
+		return &pb.Target{Name: "web-1", Interval: durationpb.New(interval), Probe: &pb.Target_Http{Http: &pb.HttpProbe{
+			Url: "http://127.0.0.1:8080/healthz", Headers: map[string]string{"Authorization": header}}}}
+	}
+	status := func(t *pb.Target) *pb.TargetStatus { return &pb.TargetStatus{Spec: t, State: pb.State_STATE_HEALTHY} }
+	snapshot := func(t *pb.Target) *pb.WatchTransitionsResponse {
+		return &pb.WatchTransitionsResponse{Event: &pb.WatchTransitionsResponse_Snapshot{Snapshot: status(t)}}
+	}
+	updated := func(t *pb.Target) *pb.WatchTransitionsResponse {
+		return &pb.WatchTransitionsResponse{Event: &pb.WatchTransitionsResponse_Updated{Updated: status(t)}}
+	}
+	removed := &pb.WatchTransitionsResponse{Event: &pb.WatchTransitionsResponse_Removed{Removed: &pb.TargetRemoved{Name: "web-1"}}}
+	for i, tt := range []struct {
+		ev   *pb.WatchTransitionsResponse
+		want string
+	}{
+		{updated(web(2*time.Second, "Bearer a")), "2026-12-01T10:00:00Z web-1: updated (http GET http://127.0.0.1:8080/healthz, headers Authorization=<redacted>)"},
+		{updated(web(5*time.Second, "Bearer a")), "2026-12-01T10:00:00Z web-1: updated: interval 2s -> 5s"},
+		{updated(web(5*time.Second, "Bearer b")), "2026-12-01T10:00:00Z web-1: updated: http.headers changed"},
+		{removed, "2026-12-01T10:00:00Z web-1: removed"},
+		{updated(web(time.Second, "Bearer b")), "2026-12-01T10:00:00Z web-1: updated (http GET http://127.0.0.1:8080/healthz, headers Authorization=<redacted>)"},
+		{snapshot(web(time.Second, "Bearer b")), ""},
+		{updated(web(3*time.Second, "Bearer b")), "2026-12-01T10:00:00Z web-1: updated: interval 1s -> 3s"},
+	} {
+		var b strings.Builder
+		p.w = &b
+		if err := p.print(tt.ev); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSuffix(b.String(), "\n"); got != tt.want {
+			t.Errorf("event %d: %q, want %q", i, got, tt.want)
+		}
+		if strings.Contains(b.String(), "Bearer") {
+			t.Errorf("event %d printed a header's value: %q", i, b.String())
+		}
+	}
+}
+
 func TestWatchLineSaysWhy(t *testing.T) {
 	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	p := &watchPrinter{now: func() time.Time { return at }}
