@@ -253,7 +253,10 @@ func TestDiscoveryDNSSource(t *testing.T) {
 	var bad []string
 	defer func() {
 		if len(bad) > 0 {
-			t.Errorf("on the held stream: %v", bad)
+			held.mu.Lock()
+			err := held.err
+			held.mu.Unlock()
+			t.Errorf("on the held stream (ended: %v): %v; its events: %v", err, bad, held.events())
 		}
 	}()
 	eventually(t, "every add on the held stream", func() bool {
