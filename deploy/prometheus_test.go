@@ -155,17 +155,8 @@ func scrapedMetrics(t *testing.T) []string {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	p, err := pulsedproc.Start(ctx, buildPulsed(t), []string{"-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0",
-		"-data-dir", filepath.Join(dir, "data"), "-discovery-config", filepath.Join(dir, "discovery.yaml")}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Kill()
-	m := regexp.MustCompile(`msg="http listening" .*addr=(\S+)`).FindStringSubmatch(p.Logs())
-	if m == nil {
-		t.Fatalf("pulsed did not log its HTTP address:\n%s", p.Logs())
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m[1]+"/metrics", nil)
+	_, httpAddr := startPulsed(ctx, t, buildPulsed(t), "-discovery-config", filepath.Join(dir, "discovery.yaml"))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,4 +177,23 @@ func scrapedMetrics(t *testing.T) []string {
 		t.Fatalf("pulsed's /metrics lacks pulse_stalled or pulse_discovery_source_up:\n%s", body)
 	}
 	return names
+}
+
+// startPulsed starts bin on loopback ports with a temporary -data-dir and
+// args, kills it when the test ends, and returns it and the address of its
+// HTTP server (/metrics).
+func startPulsed(ctx context.Context, t *testing.T, bin string, args ...string) (*pulsedproc.Process, string) {
+	t.Helper()
+	p, err := pulsedproc.Start(ctx, bin, append([]string{"-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0",
+		"-data-dir", filepath.Join(t.TempDir(), "data")}, args...), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	// pulsed logs its HTTP address before its gRPC one, which Start waits for.
+	m := regexp.MustCompile(`msg="http listening" .*addr=(\S+)`).FindStringSubmatch(p.Logs())
+	if m == nil {
+		t.Fatalf("pulsed did not log its HTTP address:\n%s", p.Logs())
+	}
+	return p, m[1]
 }
