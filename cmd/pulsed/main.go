@@ -119,7 +119,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long to let calls in progress finish before closing them; past it and a grace of 5s, or at a second signal, pulsed exits at once with status 1")
 	fs.DurationVar(&cfg.livenessTimeout, "liveness-timeout", liveness.DefaultTimeout, "how long a part of pulsed (scheduler, committer, a write to the store, the watch hub, each lock a write needs) may make no progress before pulsed is not live: /healthz answers 503 and grpc.health.v1 NOT_SERVING for pulsed itself")
 	fs.StringVar(&cfg.httpListen, "http-listen", "127.0.0.1:9090", "`address` to serve /metrics, the status page at /, /healthz and /readyz on (host:port; port 0 picks a free one; empty disables)")
-	fs.BoolVar(&cfg.metricsPerTarget, "metrics-per-target", true, "export pulse_target_up and pulse_target_last_latency_seconds, two series per target; false drops them for very large fleets")
+	fs.BoolVar(&cfg.metricsPerTarget, "metrics-per-target", true, "export the per-target series: pulse_target_up and pulse_target_last_latency_seconds for each target, pulse_target_cert_expiry_seconds and pulse_target_mode for some; false drops them for very large fleets")
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn or error")
 	format := fs.String("log-format", "text", "log `format`: text or json")
 	fs.BoolVar(&cfg.accessLog, "access-log", false, "log every finished API call at info; without it, calls that end OK or with the client's own mistake (NOT_FOUND, INVALID_ARGUMENT, ...) are logged at debug, and only calls pulsed could not serve at warn or error")

@@ -45,16 +45,11 @@ type Collector struct {
 // zero rather than no series for an empty state.
 var states = []checker.State{checker.StateHealthy, checker.StateSuspect, checker.StateUnhealthy}
 
-// modes lists every administrative mode, so that pulse_target_mode has one
-// series per mode, 0 for those the target is not in, as an enum gauge
-// should: an alert can then match mode="active" without knowing the
-// other modes.
-var modes = []checker.Mode{checker.ModeActive, checker.ModeDraining, checker.ModeMaintenance}
-
 // NewCollector returns a Collector of c. perTarget false drops the
 // per-target series, pulse_target_up, pulse_target_last_latency_seconds,
-// pulse_target_cert_expiry_seconds and pulse_target_mode (up to six series
-// a target), for very large fleets. recent, if not nil, is the Observer whose
+// pulse_target_cert_expiry_seconds and pulse_target_mode (two series a
+// target, and one more for a TLS target or one not active), for very
+// large fleets. recent, if not nil, is the Observer whose
 // recent results of removed targets are dropped at each scrape.
 func NewCollector(c *checker.Checker, perTarget bool, recent *Observer) *Collector {
 	return &Collector{
@@ -71,7 +66,7 @@ func NewCollector(c *checker.Checker, perTarget bool, recent *Observer) *Collect
 			"Seconds until the first-expiring server certificate the target's last probe saw expires (negative once expired); only for TLS probes with cert_expiry_warn or cert_expiry_fail.",
 			[]string{"target", "group"}, nil),
 		mode: prometheus.NewDesc("pulse_target_mode",
-			"1 for the target's administrative mode, 0 for the others: active (routed by its health), draining or maintenance (set by an operator; never routable).",
+			"1 for a target an operator took out of traffic, labelled with its mode: draining or maintenance; absent for a target in mode active, routed by its health.",
 			[]string{"target", "group", "mode"}, nil),
 		targets: prometheus.NewDesc("pulse_targets",
 			"Registered targets by group and state.",
@@ -185,9 +180,11 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 		if !st.CertNotAfter.IsZero() {
 			ch <- prometheus.MustNewConstMetric(m.certLeft, prometheus.GaugeValue, time.Until(st.CertNotAfter).Seconds(), st.Spec.Name, st.Spec.Group)
 		}
-		mode := st.Spec.Admin().Mode
-		for _, md := range modes {
-			ch <- prometheus.MustNewConstMetric(m.mode, prometheus.GaugeValue, flag(md == mode), st.Spec.Name, st.Spec.Group, md.String())
+		// Only the targets out of traffic have a series: one per mode for
+		// each target would add three series a target, at 100,000 targets
+		// 300,000, to tell apart the few that are.
+		if mode := st.Spec.Admin().Mode; mode != checker.ModeActive {
+			ch <- prometheus.MustNewConstMetric(m.mode, prometheus.GaugeValue, 1, st.Spec.Name, st.Spec.Group, mode.String())
 		}
 	}
 	for group, counts := range byGroup {
