@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -44,7 +43,7 @@ func (a *addFlags) addFile(ctx context.Context, e *env, c *command) int {
 	}
 	var file pb.TargetsFile
 	if err := yamlpb.Unmarshal(a.file, data, &file); err != nil {
-		return c.usageError(e, "%s", fileErrors(err))
+		return c.usageError(e, "%s", suggest.FileErrors(err))
 	}
 	cl, code, ok := a.client.dial(e)
 	if !ok {
@@ -107,22 +106,4 @@ func (a *addFlags) addFile(ctx context.Context, e *env, c *command) int {
 		return exitUsage
 	}
 	return exitOK
-}
-
-// fileErrors is the text of a targets file's errors, each unknown field
-// followed by the closest fields of its message, if any is close.
-func fileErrors(err error) string {
-	errs := []error{err}
-	if joined, ok := err.(interface{ Unwrap() []error }); ok {
-		errs = joined.Unwrap()
-	}
-	var b strings.Builder
-	for _, err := range errs {
-		b.WriteString(strings.TrimRight(err.Error(), "\n"))
-		if uf := (*yamlpb.UnknownFieldError)(nil); errors.As(err, &uf) {
-			b.WriteString(didYouMean(suggest.Closest(uf.Field, uf.Fields, nil)))
-		}
-		b.WriteString("\n")
-	}
-	return strings.TrimRight(b.String(), "\n")
 }

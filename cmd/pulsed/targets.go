@@ -8,11 +8,11 @@ import (
 	"os"
 	"reflect"
 	"slices"
-	"strings"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/cmd/internal/suggest"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 	"github.com/pulsehealth/pulse/internal/yamlpb"
 	"github.com/pulsehealth/pulse/server"
@@ -60,8 +60,9 @@ func loadTargets(path string, d checker.Defaults) ([]checker.Spec, error) {
 	var file pb.TargetsFile
 	if err := yamlpb.Unmarshal(path, data, &file); err != nil {
 		// Its message is "file:line:column what", then the line quoted
-		// with a marker under the column.
-		return nil, errors.New(strings.TrimRight(err.Error(), "\n"))
+		// with a marker under the column, and for a mistyped field the
+		// closest fields.
+		return nil, errors.New(suggest.FileErrors(err))
 	}
 	if len(file.GetTargets()) != len(lines) {
 		// Cannot happen for a file yamlpb decoded; refuse rather than

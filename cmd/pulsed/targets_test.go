@@ -103,6 +103,8 @@ func TestLoadTargetsErrorsNameTheLine(t *testing.T) {
 		{"targets:\n  - name: a\n    tcp: {address: \"127.0.0.1:1\"}\n  - name: b\n    rise: 0\n    tcp: {address: \"127.0.0.1:1\"}\n", `:4: target "b": rise: must be at least 1, got 0`},
 		{"targets:\n  - name: a\n    tcp: {address: \"127.0.0.1:1\"}\n  - name: a\n    tcp: {address: \"127.0.0.1:2\"}\n", `:4: target "a" is already declared on line 2`},
 		{"targets:\n  - name: a\n    tpc: {address: \"127.0.0.1:1\"}\n", `:3:5 unknown field "tpc", expected one of [name group`},
+		{"targets:\n  - name: a\n    tpc: {address: \"127.0.0.1:1\"}\n", "\nDid you mean \"tcp\"?"},
+		{"targets:\n  - name: a\n    tcp: {adress: \"127.0.0.1:1\"}\n", "\nDid you mean \"address\"?"},
 		{"targets:\n  - name: a\n    tcp: {address: \"127.0.0.1:1\"}\n    rise: many\n", `:4:11 invalid integer`},
 		{"targets:\n  - name: a\n    tcp: {address: \"127.0.0.1:1\"}\n    interval: soon\n", `:4:15 invalid number`},
 		{"- name: a\n  tcp: {address: \"127.0.0.1:1\"}\n", `:1: the file must be a mapping with one key, targets`},

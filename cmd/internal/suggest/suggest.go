@@ -1,4 +1,4 @@
-// Package suggest finds what a mistyped command or flag was meant to be
+// Package suggest finds what a mistyped command, flag or field was meant to be
 // ("Did you mean ...?"), as cobra and kubectl do: the candidates closest to
 // what was typed by Damerau-Levenshtein distance, within a bound that grows
 // with the word. pulsectl and pulsed use it.
