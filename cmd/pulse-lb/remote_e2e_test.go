@@ -33,6 +33,7 @@ func TestRemote(t *testing.T) {
 	dataDir := t.TempDir()
 	p1 := startPulsed(t, bin, "-data-dir", dataDir)
 	fwd := newForwarder(t, p1.Addr)
+	whole := t // a pulsed started in one subtest and killed in the next is the whole test's
 
 	bs := []*testBackend{newTestBackend(t, "web-1"), newTestBackend(t, "web-2"), newTestBackend(t, "web-3")}
 	lb := startLB(t, append(e2eFlags(), "--backends", backendList(bs), "--pulse", fwd.addr(), "--group", "edge")...)
@@ -110,7 +111,7 @@ func TestRemote(t *testing.T) {
 
 		// The restarted pulsed has the targets and their states; pulse-lb
 		// resumes if its revision is still valid there, else re-lists.
-		p2 = startPulsed(t, bin, "-data-dir", dataDir)
+		p2 = startPulsedFor(t, whole, bin, "-data-dir", dataDir)
 		fwd.retarget(p2.Addr)
 		back := lb.logs.waitForAny(t, mark, `msg="pulse snapshot applied"`, `msg="pulse watch resumed"`)
 		t.Logf("after the restart: %s", back.text)
@@ -233,6 +234,14 @@ type pulsed struct {
 // outrun it.
 func startPulsed(t *testing.T, bin string, args ...string) *pulsed {
 	t.Helper()
+	return startPulsedFor(t, t, bin, args...)
+}
+
+// startPulsedFor is startPulsed for a pulsed that outlives the subtest t
+// starting it: owner, its parent, kills it when it ends. Were t to, the
+// next subtest would find its watch already down when it kills pulsed.
+func startPulsedFor(t, owner *testing.T, bin string, args ...string) *pulsed {
+	t.Helper()
 	p := &pulsed{logs: newLogSink()}
 	ctx, cancel := context.WithTimeout(t.Context(), waitBound)
 	defer cancel()
@@ -243,7 +252,7 @@ func startPulsed(t *testing.T, bin string, args ...string) *pulsed {
 		t.Fatal(err)
 	}
 	p.Process = proc
-	t.Cleanup(proc.Kill)
+	owner.Cleanup(proc.Kill)
 	return p
 }
 
