@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -15,14 +17,11 @@ import (
 
 // specChanges describes how a spec changed, field by field: "interval 2s
 // -> 5s", "group set to edge", "group cleared (was edge)", "passive
-// outcomes off -> on", "probe tcp a:80 -> http GET http://b/".
+// outcomes off -> on", "probe tcp a:80 -> http GET http://b/", "header
+// X-Env added". A value pulsed does not show (see hiddenSent) that changed
+// is not among them: both specs show it as <redacted>.
 func specChanges(old, cur *pb.Target) []string {
-	var out []string
-	if probeSummary(old) != probeSummary(cur) {
-		out = append(out, fmt.Sprintf("probe %s -> %s", probeSummary(old), probeSummary(cur)))
-	} else if c := probeFieldChanges(old, cur); c != "" {
-		out = append(out, c)
-	}
+	out := probeChanges(old, cur)
 	o, c := old.ProtoReflect(), cur.ProtoReflect()
 	fields := o.Descriptor().Fields()
 	for i := range fields.Len() {
@@ -45,23 +44,89 @@ func specChanges(old, cur *pb.Target) []string {
 	return out
 }
 
+// probeChanges describes how a target's probe changed. A probe of another
+// kind is "probe tcp a:80 -> http GET http://b/". For one of the same kind,
+// the summaries are compared without their headers, which would repeat
+// the whole probe for one header: "probe A -> B" when they differ, then
+// each header or gRPC metadata key added or removed ("header X-Env
+// added"), and, when the summaries are the same, the probe's other fields
+// that differ ("http.tls changed").
+func probeChanges(old, cur *pb.Target) []string {
+	if probeKind(old) != probeKind(cur) {
+		return []string{fmt.Sprintf("probe %s -> %s", probeSummary(old), probeSummary(cur))}
+	}
+	var out []string
+	was, is := probeCore(old), probeCore(cur)
+	if was != is {
+		out = append(out, fmt.Sprintf("probe %s -> %s", was, is))
+	}
+	var told []string // the probe's fields whose keys were named
+	for _, m := range []struct {
+		word, field string
+		old, cur    map[string]string
+	}{
+		{"header", "http.headers", old.GetHttp().GetHeaders(), cur.GetHttp().GetHeaders()},
+		{"metadata", "grpc.metadata", old.GetGrpc().GetMetadata(), cur.GetGrpc().GetMetadata()},
+	} {
+		if keys := keyChanges(m.word, m.old, m.cur); len(keys) > 0 {
+			out = append(out, keys...)
+			told = append(told, m.field)
+		}
+	}
+	if was == is {
+		if c := probeFieldChanges(old, cur, told); c != "" {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// keyChanges names the keys of a header or metadata map that were added
+// or removed, in key order: "header X-Env added", "header X-Old removed".
+// word names the map's kind.
+func keyChanges(word string, old, cur map[string]string) []string {
+	all := maps.Clone(old)
+	if all == nil {
+		all = map[string]string{}
+	}
+	maps.Copy(all, cur)
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(all)) {
+		_, was := old[k]
+		_, is := cur[k]
+		switch {
+		case is && !was:
+			out = append(out, fmt.Sprintf("%s %s added", word, k))
+		case was && !is:
+			out = append(out, fmt.Sprintf("%s %s removed", word, k))
+		}
+	}
+	return out
+}
+
+// probeKind is the field of t's probe (http, tcp, grpc, dns), nil for
+// none.
+func probeKind(t *pb.Target) protoreflect.FieldDescriptor {
+	m := t.ProtoReflect()
+	return m.WhichOneof(m.Descriptor().Oneofs().ByName("probe"))
+}
+
 // probeFieldChanges names the fields that differ between two probes of
-// one kind whose summaries are the same: "http.headers changed". Their
-// values are not shown: a header or a payload may hold a secret.
-func probeFieldChanges(old, cur *pb.Target) string {
-	o, c := old.ProtoReflect(), cur.ProtoReflect()
-	probe := c.Descriptor().Oneofs().ByName("probe")
-	fd := c.WhichOneof(probe)
-	if fd == nil || o.WhichOneof(probe) != fd {
+// one kind, but those in skip: "http.tls changed". Their values are not
+// shown: a header or a payload may hold a secret.
+func probeFieldChanges(old, cur *pb.Target, skip []string) string {
+	fd := probeKind(cur)
+	if fd == nil || probeKind(old) != fd {
 		return ""
 	}
-	was, is := o.Get(fd).Message(), c.Get(fd).Message()
+	was, is := old.ProtoReflect().Get(fd).Message(), cur.ProtoReflect().Get(fd).Message()
 	var paths []string
 	fields := fd.Message().Fields()
 	for i := range fields.Len() {
 		sub := fields.Get(i)
-		if was.Has(sub) != is.Has(sub) || !was.Get(sub).Equal(is.Get(sub)) {
-			paths = append(paths, string(fd.Name())+"."+string(sub.Name()))
+		path := string(fd.Name()) + "." + string(sub.Name())
+		if (was.Has(sub) != is.Has(sub) || !was.Get(sub).Equal(is.Get(sub))) && !slices.Contains(skip, path) {
+			paths = append(paths, path)
 		}
 	}
 	if len(paths) == 0 {

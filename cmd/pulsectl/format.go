@@ -92,6 +92,22 @@ const redacted = "<redacted>"
 // "grpc 192.0.2.5:50051 service pulse.v1.HealthChecker (tls)",
 // "dns A api.internal at 192.0.2.2:53".
 func probeSummary(t *pb.Target) string {
+	s := probeCore(t)
+	if hs := t.GetHttp().GetHeaders(); len(hs) > 0 {
+		// Names only: values are often credentials. pulsed sends them
+		// redacted; an older one might not.
+		var kv []string
+		for _, k := range slices.Sorted(maps.Keys(hs)) {
+			kv = append(kv, k+"="+redacted)
+		}
+		s += ", headers " + strings.Join(kv, " ")
+	}
+	return s
+}
+
+// probeCore is probeSummary without the headers, which specChanges names
+// one by one when they are added or removed.
+func probeCore(t *pb.Target) string {
 	switch p := t.GetProbe().(type) {
 	case *pb.Target_Http:
 		method := p.Http.GetMethod()
@@ -114,15 +130,6 @@ func probeSummary(t *pb.Target) string {
 		}
 		if p.Http.GetTls() != nil {
 			s += " (tls options)"
-		}
-		if hs := p.Http.GetHeaders(); len(hs) > 0 {
-			// Names only: values are often credentials. pulsed sends
-			// them redacted; an older one might not.
-			var kv []string
-			for _, k := range slices.Sorted(maps.Keys(hs)) {
-				kv = append(kv, k+"="+redacted)
-			}
-			s += ", headers " + strings.Join(kv, " ")
 		}
 		return s
 	case *pb.Target_Tcp:

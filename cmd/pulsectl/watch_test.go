@@ -235,6 +235,23 @@ func TestWatchUpdateSaysWhatChanged(t *testing.T) {
 		return &pb.Target{Name: "web-1", Interval: durationpb.New(interval), Probe: &pb.Target_Http{Http: &pb.HttpProbe{
 			Url: "http://127.0.0.1:8080/healthz", Headers: map[string]string{"Authorization": header}}}}
 	}
+	withHeader := func(t *pb.Target, name string) *pb.Target {
+		t.GetHttp().Headers[name] = redacted
+		return t
+	}
+	withURL := func(t *pb.Target, url string) *pb.Target {
+		t.GetHttp().Url = url
+		return t
+	}
+	withCA := func(t *pb.Target, ca string) *pb.Target {
+		t.GetHttp().Tls = &pb.TlsOptions{CaFile: ca}
+		return t
+	}
+	withTLS := func(t *pb.Target) *pb.Target { return withCA(t, "ca.pem") }
+	grpc := func(md map[string]string) *pb.Target {
+		return &pb.Target{Name: "web-1", Interval: durationpb.New(3 * time.Second), Probe: &pb.Target_Grpc{Grpc: &pb.GrpcProbe{
+			Address: "127.0.0.1:50051", Metadata: md}}}
+	}
 	status := func(t *pb.Target) *pb.TargetStatus { return &pb.TargetStatus{Spec: t, State: pb.State_STATE_HEALTHY} }
 	snapshot := func(t *pb.Target) *pb.WatchTransitionsResponse {
 		return &pb.WatchTransitionsResponse{Event: &pb.WatchTransitionsResponse_Snapshot{Snapshot: status(t)}}
@@ -254,6 +271,21 @@ func TestWatchUpdateSaysWhatChanged(t *testing.T) {
 		{updated(web(time.Second, "Bearer b")), "2026-12-01T10:00:00Z web-1: updated (http GET http://127.0.0.1:8080/healthz, headers Authorization=<redacted>)"},
 		{snapshot(web(time.Second, "Bearer b")), ""},
 		{updated(web(3*time.Second, "Bearer b")), "2026-12-01T10:00:00Z web-1: updated: interval 1s -> 3s"},
+		// A header added or removed is named, not the whole probe twice;
+		// the probe is shown when more of it changed.
+		{updated(withHeader(web(3*time.Second, redacted), "X-Env")), "2026-12-01T10:00:00Z web-1: updated: header X-Env added"},
+		{updated(web(3*time.Second, redacted)), "2026-12-01T10:00:00Z web-1: updated: header X-Env removed"},
+		{updated(withURL(withHeader(web(3*time.Second, redacted), "X-Env"), "http://127.0.0.1:8081/ready")),
+			"2026-12-01T10:00:00Z web-1: updated: probe http GET http://127.0.0.1:8080/healthz -> http GET http://127.0.0.1:8081/ready, header X-Env added"},
+		{updated(withTLS(withURL(web(3*time.Second, redacted), "http://127.0.0.1:8081/ready"))),
+			"2026-12-01T10:00:00Z web-1: updated: probe http GET http://127.0.0.1:8081/ready -> http GET http://127.0.0.1:8081/ready (tls options), header X-Env removed"},
+		{updated(withHeader(withTLS(withURL(web(3*time.Second, redacted), "http://127.0.0.1:8081/ready")), "X-Env")), "2026-12-01T10:00:00Z web-1: updated: header X-Env added"},
+		{updated(withCA(withURL(web(3*time.Second, redacted), "http://127.0.0.1:8081/ready"), "other.pem")),
+			"2026-12-01T10:00:00Z web-1: updated: header X-Env removed, http.tls changed"},
+		{updated(withHeader(withURL(web(3*time.Second, redacted), "http://127.0.0.1:8081/ready"), "X-Env")),
+			"2026-12-01T10:00:00Z web-1: updated: probe http GET http://127.0.0.1:8081/ready (tls options) -> http GET http://127.0.0.1:8081/ready, header X-Env added"},
+		{updated(grpc(map[string]string{"x-api-key": redacted})), "2026-12-01T10:00:00Z web-1: updated: probe http GET http://127.0.0.1:8081/ready, headers Authorization=<redacted> X-Env=<redacted> -> grpc 127.0.0.1:50051"},
+		{updated(grpc(map[string]string{"x-tenant": redacted})), "2026-12-01T10:00:00Z web-1: updated: metadata x-api-key removed, metadata x-tenant added"},
 	} {
 		var b strings.Builder
 		p.w = &b
