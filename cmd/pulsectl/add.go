@@ -147,10 +147,15 @@ func runAdd(ctx context.Context, e *env, c *command, args []string) int {
 	fmt.Fprintf(e.stdout, "%s %s: %s; %s; state %s\n%s", verb, st.GetSpec().GetName(),
 		probeSummary(st.GetSpec()), scheduleSummary(st.GetSpec()), stateName(st.GetState()), note)
 	if !resp.GetCreated() && prev != nil {
-		if changes := specChanges(prev, st.GetSpec()); len(changes) > 0 {
-			fmt.Fprintf(e.stdout, "replaced the spec of %s: %s\n(to change only some fields, use pulsectl set)\n", st.GetSpec().GetName(), strings.Join(changes, ", "))
-		} else {
-			fmt.Fprintf(e.stdout, "the spec of %s was already this one\n", st.GetSpec().GetName())
+		changes := specChanges(prev, st.GetSpec())
+		sent := hiddenSent(target)
+		switch name := st.GetSpec().GetName(); {
+		case len(changes) > 0:
+			fmt.Fprintf(e.stdout, "replaced the spec of %s: %s\n(to change only some fields, use pulsectl set)\n", name, strings.Join(changes, ", "))
+		case len(sent) > 0:
+			fmt.Fprintln(e.stdout, noChangeShown(name, sent))
+		default:
+			fmt.Fprintf(e.stdout, "the spec of %s was already this one\n", name)
 		}
 	}
 	return exitOK

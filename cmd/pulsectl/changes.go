@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"maps"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -167,4 +168,41 @@ func fieldText(m protoreflect.Message, fd protoreflect.FieldDescriptor) string {
 		return fmt.Sprint(v.Interface())
 	}
 	return fmt.Sprint(v.Interface())
+}
+
+// hiddenSent names the fields of t whose values pulsed answers as
+// <redacted> (header values, a URL's password, gRPC metadata values, TLS
+// private keys), when t has them: "http.headers", "the password of
+// http.url", "grpc.metadata", "http.tls.key_pem". A spec read back shows
+// them the same whatever they were, so whether a request that sent them
+// changed them cannot be seen.
+func hiddenSent(t *pb.Target) []string {
+	var out []string
+	if len(t.GetHttp().GetHeaders()) > 0 {
+		out = append(out, "http.headers")
+	}
+	if u, err := url.Parse(t.GetHttp().GetUrl()); err == nil && u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			out = append(out, "the password of http.url")
+		}
+	}
+	if len(t.GetGrpc().GetMetadata()) > 0 {
+		out = append(out, "grpc.metadata")
+	}
+	for _, o := range []struct {
+		field string
+		tls   *pb.TlsOptions
+	}{{"http.tls", t.GetHttp().GetTls()}, {"tcp.tls", t.GetTcp().GetTls()}, {"grpc.tls_options", t.GetGrpc().GetTlsOptions()}} {
+		if o.tls.GetKeyPem() != "" {
+			out = append(out, o.field+".key_pem")
+		}
+	}
+	return out
+}
+
+// noChangeShown is what set and add say of a target whose spec shows no
+// change after a request that sent values pulsed does not show (sent, from
+// hiddenSent): not "unchanged", since those may have changed.
+func noChangeShown(name string, sent []string) string {
+	return fmt.Sprintf("%s: no change shown; sent %s, whose values pulsed does not show", name, andList(sent))
 }

@@ -293,9 +293,14 @@ func addOutputFlag(fs *flag.FlagSet, what string, extra ...string) *outputFlag {
 }
 
 // orList joins words as "a, b or c".
-func orList(words []string) string {
+func orList(words []string) string { return joinWords(words, "or") }
+
+// andList joins words as "a, b and c".
+func andList(words []string) string { return joinWords(words, "and") }
+
+func joinWords(words []string, conj string) string {
 	if len(words) < 2 {
 		return strings.Join(words, "")
 	}
-	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
+	return strings.Join(words[:len(words)-1], ", ") + " " + conj + " " + words[len(words)-1]
 }

@@ -55,8 +55,8 @@ func TestClientCommands(t *testing.T) {
 		t.Errorf("add printed %q, want %q", out, want)
 	}
 	out = mustRun(t, "add", addr, "--name", "web-1", "--group", "edge", "--http", web.URL+"/healthz", "--rise", "1")
-	if !strings.HasPrefix(out, "updated web-1: ") {
-		t.Errorf("second add printed %q, want updated", out)
+	if !strings.HasPrefix(out, "updated web-1: ") || !strings.HasSuffix(out, "\nthe spec of web-1 was already this one\n") {
+		t.Errorf("second add printed %q, want updated, the spec already this one", out)
 	}
 	waitState(t, p.Addr, "web-1", pb.State_STATE_HEALTHY)
 

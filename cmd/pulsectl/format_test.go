@@ -78,6 +78,27 @@ func TestProbeSummaryHidesHeaderValues(t *testing.T) {
 	}
 }
 
+// hiddenSent finds every value pulsed answers as <redacted>: header
+// values, a URL's password, gRPC metadata values and TLS private keys.
+func TestHiddenSent(t *testing.T) {
+	for _, tc := range []struct {
+		target *pb.Target
+		want   []string
+	}{
+		{&pb.Target{Probe: &pb.Target_Http{Http: &pb.HttpProbe{Url: "http://ops@10.0.0.5/", Headers: map[string]string{}}}}, nil},
+		{&pb.Target{Probe: &pb.Target_Http{Http: &pb.HttpProbe{Url: "http://ops:pw@10.0.0.5/", Headers: map[string]string{"X-Env": "a"},
+			Tls: &pb.TlsOptions{KeyPem: "KEY"}}}}, []string{"http.headers", "the password of http.url", "http.tls.key_pem"}},
+		{&pb.Target{Probe: &pb.Target_Grpc{Grpc: &pb.GrpcProbe{Metadata: map[string]string{"x-api-key": "k"}, TlsOptions: &pb.TlsOptions{KeyPem: "KEY"}}}},
+			[]string{"grpc.metadata", "grpc.tls_options.key_pem"}},
+		{&pb.Target{Probe: &pb.Target_Tcp{Tcp: &pb.TcpProbe{Tls: &pb.TlsOptions{KeyPem: "KEY", KeyFile: "k.pem"}}}}, []string{"tcp.tls.key_pem"}},
+		{&pb.Target{Probe: &pb.Target_Tcp{Tcp: &pb.TcpProbe{Tls: &pb.TlsOptions{KeyFile: "k.pem"}}}}, nil},
+	} {
+		if got := hiddenSent(tc.target); !slices.Equal(got, tc.want) {
+			t.Errorf("hiddenSent(%v) = %q, want %q", tc.target, got, tc.want)
+		}
+	}
+}
+
 // A step count reads naturally: "1 step", "2 steps".
 func TestProbeSummarySteps(t *testing.T) {
 	for n, want := range map[int]string{1: "tcp 192.0.2.8:6379, 1 step", 2: "tcp 192.0.2.8:6379, 2 steps"} {

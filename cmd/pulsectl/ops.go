@@ -150,7 +150,11 @@ func runSet(ctx context.Context, e *env, c *command, args []string) int {
 	resp = escaped(resp)
 	changes := specChanges(resp.GetPrevious(), resp.GetStatus().GetSpec())
 	if len(changes) == 0 {
-		fmt.Fprintf(e.stdout, "%s unchanged\n", pos[0])
+		if sent := hiddenSent(req.GetTarget()); len(sent) > 0 {
+			fmt.Fprintln(e.stdout, noChangeShown(pos[0], sent))
+		} else {
+			fmt.Fprintf(e.stdout, "%s unchanged\n", pos[0])
+		}
 		return exitOK
 	}
 	fmt.Fprintf(e.stdout, "updated %s: %s\n%s", pos[0], strings.Join(changes, ", "), note)

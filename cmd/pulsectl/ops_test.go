@@ -86,6 +86,40 @@ func TestProbeAndSet(t *testing.T) {
 	if out := mustRun(t, "set", "web-1", addr, "--timeout", "2s"); out != "web-1 unchanged\n" {
 		t.Errorf("set to the same value printed %q", out)
 	}
+
+	// pulsed answers header values and a URL's password as <redacted>: a
+	// set or add that sends them cannot tell whether they changed, and
+	// says so rather than "unchanged". A header added is named.
+	rec := newHeaderServer(t)
+	quiet(t, p.Addr, []string{"--name", "hdr", "--http", rec.URL + "/"})
+	for _, step := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"set", "hdr", "--header", "X-Env=prod"}, "updated hdr: header X-Env added\n"},
+		{[]string{"set", "hdr", "--header", "X-Env=staging"}, "hdr: no change shown; sent http.headers, whose values pulsed does not show\n"},
+		{[]string{"set", "hdr", "--timeout", "1s"}, "hdr unchanged\n"}, // nothing hidden sent
+		{[]string{"set", "hdr", "--http", "http://ops:one@" + rec.Listener.Addr().String() + "/"},
+			"updated hdr: probe http GET " + rec.URL + "/ -> http GET http://ops:%3Credacted%3E@" + rec.Listener.Addr().String() + "/\n"},
+		{[]string{"set", "hdr", "--http", "http://ops:two@" + rec.Listener.Addr().String() + "/"},
+			"hdr: no change shown; sent the password of http.url, whose values pulsed does not show\n"},
+	} {
+		if out := mustRun(t, append(step.args, addr)...); out != step.want {
+			t.Errorf("%v printed %q, want %q", step.args, out, step.want)
+		}
+	}
+	mustRun(t, "probe", addr, "hdr")
+	if h := rec.last(t); h.Get("X-Env") != "staging" || basicPassword(h) != "two" {
+		t.Errorf("after the sets, the probe sent X-Env %q and password %q; want staging and two: pulsed applied them", h.Get("X-Env"), basicPassword(h))
+	}
+	out = mustRun(t, "add", addr, "--name", "hdr", "--http", "http://ops:two@"+rec.Listener.Addr().String()+"/", "--interval", "24h", "--timeout", "1s", "--header", "X-Env=test")
+	if want := "\nhdr: no change shown; sent http.headers and the password of http.url, whose values pulsed does not show\n"; !strings.HasSuffix(out, want) {
+		t.Errorf("add of hdr with another header value printed\n%s\nwant it to end with %q", out, want)
+	}
+	mustRun(t, "probe", addr, "hdr")
+	if h := rec.last(t); h.Get("X-Env") != "test" {
+		t.Errorf("after the add, the probe sent X-Env %q, want test", h.Get("X-Env"))
+	}
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -113,6 +147,40 @@ func TestProbeAndSet(t *testing.T) {
 			t.Errorf("add over an existing target printed\n%s\nwant it to contain %q", out, want)
 		}
 	}
+}
+
+// headerServer answers 200 and keeps the headers of the last request.
+type headerServer struct {
+	*httptest.Server
+	headers atomic.Pointer[http.Header]
+}
+
+func newHeaderServer(t *testing.T) *headerServer {
+	t.Helper()
+	s := &headerServer{}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		h := r.Header.Clone()
+		s.headers.Store(&h)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// last returns the headers of the last request; it fails the test if
+// there was none.
+func (s *headerServer) last(t *testing.T) http.Header {
+	t.Helper()
+	h := s.headers.Load()
+	if h == nil {
+		t.Fatal("the server got no request")
+	}
+	return *h
+}
+
+// basicPassword is the password of h's basic authorization.
+func basicPassword(h http.Header) string {
+	_, pw, _ := (&http.Request{Header: h}).BasicAuth()
+	return pw
 }
 
 // switchServer answers 200 until down is set, then 503.

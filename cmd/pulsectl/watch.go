@@ -31,11 +31,13 @@ watch prints one line per event until interrupted (Ctrl-C, exit 0):
 
 A transition shows the time pulsed applied it; added, updated and removed
 lines show when pulsectl received them. An update says what it changed, as
-set does (a probe's own fields are named, not shown); after --since, which
-has no snapshot, a target's first update names its probe instead. By default watch starts from pulsed's
-current view (the snapshot is not printed; --snapshot prints it, one line per
-target). --since REV resumes after revision REV instead: take it from a
-previous watch -o json, or from pulsectl ls -o json's "revision". When pulsed goes
+set does (a probe's own fields are named, not shown); one that shows no
+change changed a value pulsed does not show (a header's value, a URL's
+password). After --since, which has no snapshot, a target's first update
+names its probe instead. By default watch starts from pulsed's current view
+(the snapshot is not printed; --snapshot prints it, one line per target).
+--since REV resumes after revision REV instead: take it from a previous
+watch -o json, or from pulsectl ls -o json's "revision". When pulsed goes
 away, watch says so and reconnects, resuming where it was, for up to
 --reconnect (10s); past that it exits and names the revision to resume
 from. A pulsed that refuses the token or certificate on reconnecting ends it
@@ -223,9 +225,9 @@ type watchPrinter struct {
 	snapshot bool
 	now      func() time.Time
 
-	// specs holds each target's last spec, from the snapshot and the
+	// known holds each target's last status, from the snapshot and the
 	// events since, so that an update says what it changed; text only.
-	specs map[string]*pb.Target
+	known map[string]*pb.TargetStatus
 }
 
 // print writes one event. Without --snapshot, snapshot events print
@@ -252,26 +254,26 @@ func (p *watchPrinter) print(ev *pb.WatchTransitionsResponse) error {
 	return err
 }
 
-// remember keeps the spec ev gives a target, or forgets a removed one.
+// remember keeps the status ev gives a target, or forgets a removed one.
 func (p *watchPrinter) remember(ev *pb.WatchTransitionsResponse) {
-	var spec *pb.Target
+	var st *pb.TargetStatus
 	switch x := ev.GetEvent().(type) {
 	case *pb.WatchTransitionsResponse_Snapshot:
-		spec = x.Snapshot.GetSpec()
+		st = x.Snapshot
 	case *pb.WatchTransitionsResponse_Added:
-		spec = x.Added.GetSpec()
+		st = x.Added
 	case *pb.WatchTransitionsResponse_Updated:
-		spec = x.Updated.GetSpec()
+		st = x.Updated
 	case *pb.WatchTransitionsResponse_Removed:
-		delete(p.specs, x.Removed.GetName())
+		delete(p.known, x.Removed.GetName())
 		return
 	default:
 		return
 	}
-	if p.specs == nil {
-		p.specs = make(map[string]*pb.Target)
+	if p.known == nil {
+		p.known = make(map[string]*pb.TargetStatus)
 	}
-	p.specs[spec.GetName()] = spec
+	p.known[st.GetSpec().GetName()] = st
 }
 
 // line is the text form of ev, "" for events not shown.
@@ -313,12 +315,18 @@ func (p *watchPrinter) line(ev *pb.WatchTransitionsResponse) string {
 		return fmt.Sprintf("%s %s: added (%s, %s)", now, x.Added.GetSpec().GetName(), probeSummary(x.Added.GetSpec()), stateName(x.Added.GetState()))
 	case *pb.WatchTransitionsResponse_Updated:
 		spec := x.Updated.GetSpec()
-		if prev := p.specs[spec.GetName()]; prev != nil {
-			if changes := specChanges(prev, spec); len(changes) > 0 {
-				return fmt.Sprintf("%s %s: updated: %s", now, spec.GetName(), strings.Join(changes, ", "))
-			}
+		prev := p.known[spec.GetName()]
+		if prev == nil { // after --since: nothing to compare with
+			return fmt.Sprintf("%s %s: updated (%s)", now, spec.GetName(), probeSummary(spec))
 		}
-		return fmt.Sprintf("%s %s: updated (%s)", now, spec.GetName(), probeSummary(spec))
+		changes := append(specChanges(prev.GetSpec(), spec), statusChanges(prev, x.Updated)...)
+		if len(changes) == 0 {
+			// pulsed sends an update only when the spec changed (or the
+			// target's source, or its quarantine ended): what changed is
+			// a value it answers as <redacted>.
+			return fmt.Sprintf("%s %s: updated: a value pulsed does not show changed (a header, a URL password, gRPC metadata or a TLS key)", now, spec.GetName())
+		}
+		return fmt.Sprintf("%s %s: updated: %s", now, spec.GetName(), strings.Join(changes, ", "))
 	case *pb.WatchTransitionsResponse_Removed:
 		return fmt.Sprintf("%s %s: removed", now, x.Removed.GetName())
 	case *pb.WatchTransitionsResponse_Mode:
@@ -336,6 +344,22 @@ func (p *watchPrinter) line(ev *pb.WatchTransitionsResponse) string {
 	default: // snapshot_complete, progress, and events newer than this client
 		return ""
 	}
+}
+
+// statusChanges describes what an update changed besides the spec, which
+// the spec may not show: the source that registered the target ("source
+// api -> file": a targets file took it over), and the end of its
+// quarantine ("out of quarantine": the same spec may fix it, once
+// pulsed's rules allow it).
+func statusChanges(old, cur *pb.TargetStatus) []string {
+	var out []string
+	if was, is := old.GetSource(), cur.GetSource(); was != is {
+		out = append(out, fmt.Sprintf("source %s -> %s", orDash(was), orDash(is)))
+	}
+	if old.GetQuarantined() != "" && cur.GetQuarantined() == "" {
+		out = append(out, "out of quarantine")
+	}
+	return out
 }
 
 // policyText is a policy event's text; a vantage event without one says

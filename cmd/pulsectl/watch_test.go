@@ -252,7 +252,17 @@ func TestWatchUpdateSaysWhatChanged(t *testing.T) {
 		return &pb.Target{Name: "web-1", Interval: durationpb.New(3 * time.Second), Probe: &pb.Target_Grpc{Grpc: &pb.GrpcProbe{
 			Address: "127.0.0.1:50051", Metadata: md}}}
 	}
-	status := func(t *pb.Target) *pb.TargetStatus { return &pb.TargetStatus{Spec: t, State: pb.State_STATE_HEALTHY} }
+	status := func(t *pb.Target) *pb.TargetStatus {
+		return &pb.TargetStatus{Spec: t, State: pb.State_STATE_HEALTHY, Source: "api"}
+	}
+	withStatus := func(ev *pb.WatchTransitionsResponse, source, quarantined string) *pb.WatchTransitionsResponse {
+		st := ev.GetUpdated()
+		if st == nil {
+			st = ev.GetSnapshot()
+		}
+		st.Source, st.Quarantined = source, quarantined
+		return ev
+	}
 	snapshot := func(t *pb.Target) *pb.WatchTransitionsResponse {
 		return &pb.WatchTransitionsResponse{Event: &pb.WatchTransitionsResponse_Snapshot{Snapshot: status(t)}}
 	}
@@ -275,6 +285,13 @@ func TestWatchUpdateSaysWhatChanged(t *testing.T) {
 		// the probe is shown when more of it changed.
 		{updated(withHeader(web(3*time.Second, redacted), "X-Env")), "2026-12-01T10:00:00Z web-1: updated: header X-Env added"},
 		{updated(web(3*time.Second, redacted)), "2026-12-01T10:00:00Z web-1: updated: header X-Env removed"},
+		// pulsed sends an update only for a spec that changed: when none
+		// shows, a value it does not show changed.
+		{updated(web(3*time.Second, redacted)), "2026-12-01T10:00:00Z web-1: updated: a value pulsed does not show changed (a header, a URL password, gRPC metadata or a TLS key)"},
+		// Or the source, or the quarantine, which are not in the spec.
+		{withStatus(updated(web(3*time.Second, redacted)), "file", ""), "2026-12-01T10:00:00Z web-1: updated: source api -> file"},
+		{withStatus(snapshot(web(3*time.Second, redacted)), "api", "stored spec refused: egress policy"), ""},
+		{withStatus(updated(web(3*time.Second, redacted)), "api", ""), "2026-12-01T10:00:00Z web-1: updated: out of quarantine"},
 		{updated(withURL(withHeader(web(3*time.Second, redacted), "X-Env"), "http://127.0.0.1:8081/ready")),
 			"2026-12-01T10:00:00Z web-1: updated: probe http GET http://127.0.0.1:8080/healthz -> http GET http://127.0.0.1:8081/ready, header X-Env added"},
 		{updated(withTLS(withURL(web(3*time.Second, redacted), "http://127.0.0.1:8081/ready"))),
