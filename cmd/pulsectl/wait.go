@@ -278,8 +278,11 @@ func (w *waiter) timedOut(ctx context.Context) int {
 	}
 	w.e.errorf("%s waiting for %s to be %s: %s", why, plural(len(w.names), "the target"), w.cond, strings.Join(late, ", "))
 	if w.statuses == nil && why != "interrupted" {
-		// The watch neither failed nor sent its snapshot.
-		fmt.Fprintf(w.e.stderr, "pulsed at %s sent no snapshot within %v: it may be stalled or overloaded, or the connection did not complete.\n%s\n", w.cl.addr, w.limit(), stalledHint)
+		// The watch neither failed nor sent its snapshot: a stalled pulsed
+		// does that, and so does a listener that is no pulsed and never
+		// answers; the watch cannot tell them apart.
+		fmt.Fprintf(w.e.stderr, "no snapshot from %s within %v: nothing answered the watch there, or pulsed is stalled or overloaded.\n%s\nIf it is: %s\n",
+			w.cl.addr, w.limit(), w.cl.unreachableHint(), stalledHint)
 	}
 	return exitTimeout
 }
