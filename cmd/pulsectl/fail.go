@@ -42,7 +42,7 @@ func (c *client) fail(e *env, err error, name string) int {
 		}
 		return exitNotFound
 	case codes.Unauthenticated, codes.PermissionDenied:
-		e.errorf("pulsed at %s refused the call: %s\nPass a token with --token-file (or PULSE_TOKEN) that has the role this command needs.", c.addr, st.Message())
+		e.errorf("pulsed at %s refused the call: %s\n%s", c.addr, st.Message(), c.tokenHint(st.Code()))
 		return exitRefused
 	case codes.InvalidArgument, codes.OutOfRange, codes.FailedPrecondition:
 		// The server's message starts with the field to fix.
@@ -52,6 +52,45 @@ func (c *client) fail(e *env, err error, name string) int {
 		e.errorf("pulsed at %s answered %s: %s", c.addr, st.Code(), st.Message())
 		return exitServer
 	}
+}
+
+// tokenHint says what to change for a token pulsed refused with code,
+// naming the token by where it came from. UNAUTHENTICATED is no token or
+// one pulsed does not know: another token is the fix. PERMISSION_DENIED
+// is a token pulsed knows whose role does not allow the call: a token
+// with another role is.
+func (c *client) tokenHint(code codes.Code) string {
+	token, known := c.tokenSource()
+	switch {
+	case code == codes.PermissionDenied && token != "":
+		return fmt.Sprintf("pulsed knows %s, but its role does not allow this call: pass a token with the role this command needs.", token)
+	case code == codes.PermissionDenied:
+		return "pulsed knows the token, but its role does not allow this call: pass a token with the role this command needs."
+	case token != "":
+		return fmt.Sprintf("pulsed does not know %s: pass a token listed in pulsed's -token-file.", token)
+	case known:
+		return "pulsectl sent no token: pass one listed in pulsed's -token-file with --token-file, PULSE_TOKEN or a config context's token-file."
+	default:
+		return "Pass a token listed in pulsed's -token-file with --token-file, PULSE_TOKEN or a config context's token-file."
+	}
+}
+
+// tokenSource names the token pulsectl sent by where it came from: "the
+// token from flag --token", "the token from env PULSE_TOKEN", "the token
+// in FILE (from flag --token-file)", "the token in FILE (from config PATH
+// (context prod))"; "" when it sent none. known is false when the
+// settings are not known.
+func (c *client) tokenSource() (token string, known bool) {
+	if c.cf == nil || c.cf.sources == nil {
+		return "", false
+	}
+	if src := c.cf.sources["token"]; src != "" {
+		return "the token from " + src, true
+	}
+	if src := c.cf.sources["token-file"]; src != "" && c.cf.conn.TokenFile != "" {
+		return fmt.Sprintf("the token in %s (from %s)", c.cf.conn.TokenFile, src), true
+	}
+	return "", true
 }
 
 // refused reports whether err is one no retry can fix until the settings

@@ -44,6 +44,7 @@ func TestRefusedCredentials(t *testing.T) {
 	tokens := writeFile(t, "tokens", "read a-read-token-0123456789 reader\n")
 	token := writeFile(t, "token", "a-read-token-0123456789\n")
 	wrong := writeFile(t, "wrong", "not-a-token-of-pulsed-0123\n")
+	config := writeFile(t, "pulsectl.yaml", "current-context: prod\ncontexts:\n  prod:\n    token-file: "+wrong+"\n")
 	mtls := startPulsed(t, "-tls-cert", pki.ServerCert, "-tls-key", pki.ServerKey, "-client-ca", pki.CA, "-token-file", tokens)
 	plain := startPulsed(t)
 
@@ -72,9 +73,20 @@ func TestRefusedCredentials(t *testing.T) {
 		// tells.
 		{"plaintext to a TLS pulsed", []string{"ls", "--addr", mtls.Addr, "--token-file", token},
 			[]string{"pulsed at " + mtls.Addr + " speaks TLS, and pulsectl connected without it", "with --tls-ca", "a TLS handshake made to see why"}},
-		{"no token", with(), []string{"refused the call: missing token", "Pass a token with --token-file"}},
-		{"a token pulsed does not know", with("--token-file", wrong), []string{"refused the call: invalid token"}},
-		{"a token without the role", append([]string{"rm", "web-1"}, append(good, "--token-file", token)...), []string{`token "reader" has the read role; 'pulsectl rm' needs write`}},
+		// A token missing or unknown wants another token; a known one
+		// without the role, a token with the role. Each is named by where
+		// it came from.
+		{"no token", with(), []string{"refused the call: missing token",
+			"\npulsectl sent no token: pass one listed in pulsed's -token-file with --token-file, PULSE_TOKEN or a config context's token-file.\n"}},
+		{"a token pulsed does not know", with("--token-file", wrong), []string{"refused the call: invalid token\n" +
+			"pulsed does not know the token in " + wrong + " (from flag --token-file): pass a token listed in pulsed's -token-file.\n"}},
+		{"a token given with --token pulsed does not know", with("--token", "not-a-token-of-pulsed-0123"), []string{"refused the call: invalid token\n" +
+			"pulsed does not know the token from flag --token: pass a token listed in pulsed's -token-file.\n"}},
+		{"a token of a config context pulsed does not know", with("--config", config), []string{"refused the call: invalid token\n" +
+			"pulsed does not know the token in " + wrong + " (from config " + config + " (context prod)): pass a token listed in pulsed's -token-file.\n"}},
+		{"a token without the role", append([]string{"rm", "web-1"}, append(good, "--token-file", token)...), []string{
+			`refused the call: token "reader" has the read role; 'pulsectl rm' needs write` + "\n" +
+				"pulsed knows the token in " + token + " (from flag --token-file), but its role does not allow this call: pass a token with the role this command needs.\n"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := pulsectl(t, tc.args...)
@@ -90,6 +102,13 @@ func TestRefusedCredentials(t *testing.T) {
 				t.Errorf("stderr asks whether pulsed runs:\n%s", r.stderr)
 			}
 		})
+	}
+
+	// PULSE_TOKEN comes before a config context's token file.
+	t.Setenv("PULSE_TOKEN", "not-a-token-of-pulsed-0123")
+	r := pulsectl(t, with("--config", config)...)
+	if want := "pulsed does not know the token from env PULSE_TOKEN: pass a token listed in pulsed's -token-file.\n"; r.code != exitRefused || !strings.HasSuffix(r.stderr, want) {
+		t.Errorf("a token of PULSE_TOKEN pulsed does not know: exit %d, stderr\n%s\nwant it to end with %q", r.code, r.stderr, want)
 	}
 
 	// TLS 1.3 refuses a client certificate after the client's side of
@@ -227,7 +246,8 @@ func TestNoAnswer(t *testing.T) {
 func TestReconnectStopsOnRefusedToken(t *testing.T) {
 	dir := t.TempDir()
 	p := startPulsed(t, "-data-dir", dir, "-token-file", writeFile(t, "tokens", "write old-token-0123456789abcdef\n"))
-	auth := []string{"--addr", p.Addr, "--token-file", writeFile(t, "token", "old-token-0123456789abcdef\n")}
+	tokenFile := writeFile(t, "token", "old-token-0123456789abcdef\n")
+	auth := []string{"--addr", p.Addr, "--token-file", tokenFile}
 	mustRun(t, append([]string{"add", "--name", "web-1", "--http", "http://" + closedAddr(t) + "/"}, auth...)...)
 
 	watch := startBackground(t, append([]string{"watch", "--reconnect", "1h"}, auth...)...)
@@ -245,7 +265,7 @@ func TestReconnectStopsOnRefusedToken(t *testing.T) {
 		want string
 	}{
 		{"watch", watch, "Once that is fixed, resume with pulsectl watch --since "},
-		{"wait", wait, "Pass a token with --token-file"},
+		{"wait", wait, "pulsed does not know the token in " + tokenFile + " (from flag --token-file): pass a token listed in pulsed's -token-file.\n"},
 	} {
 		if code := b.b.wait(t); code != exitRefused {
 			t.Errorf("%s: exit %d, want %d\n%s", b.name, code, exitRefused, b.b.stderr.String())
