@@ -351,7 +351,9 @@ func (r *registry) expiryLocked(t *target, now time.Time, a Admin) string {
 		if now.Before(a.RemoveAt) {
 			return ""
 		}
-		return fmt.Sprintf("drained for %v (RemoveTarget drain_for)", a.RemoveAt.Sub(a.Since))
+		// The time since the drain began, which a second drain_for does
+		// not move: in whole seconds, as it was asked for.
+		return fmt.Sprintf("drained for %v (RemoveTarget drain_for)", roundDur(a.RemoveAt.Sub(a.Since)))
 	}
 	at, ok := r.deadAtLocked(t)
 	if !ok || now.Before(at) || r.sched.degradedLocked() {
@@ -395,4 +397,14 @@ func (r *registry) statuses(specs []Spec) []Status {
 
 func sortSpecs(specs []Spec) {
 	slices.SortFunc(specs, func(a, b Spec) int { return strings.Compare(a.Name, b.Name) })
+}
+
+// roundDur rounds d to whole seconds from a second on, as drains are asked
+// for, and to milliseconds below: a reason reads "drained for 34s", not
+// "34.017056604s".
+func roundDur(d time.Duration) time.Duration {
+	if d >= time.Second {
+		return d.Round(time.Second)
+	}
+	return d.Round(time.Millisecond)
 }

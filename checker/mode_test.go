@@ -274,6 +274,36 @@ func TestModeUntilAndDrainThenRemove(t *testing.T) {
 	}
 }
 
+// A second drain of a draining target moves its removal, not the drain's
+// start: the reason gives the whole drain, in whole seconds.
+func TestDrainAgainSaysTheWholeDrain(t *testing.T) {
+	e := storeEnv(t, newMemStore(), checker.Config{})
+	e.add(t, modeSpec("web-1", ""))
+	w := watchNow(t, e.c, checker.Filter{})
+	e.c.Start()
+	if _, err := e.c.Drain("web-1", 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(4*time.Second + 17*time.Millisecond)
+	if _, err := e.c.Drain("web-1", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(5 * time.Second)
+	want := "TARGET_EXPIRED web-1: removed, drained for 9s (RemoveTarget drain_for)"
+	var got []string
+	waitFor(t, "web-1 removed", func() bool {
+		for _, ev := range events(next(t, w)) {
+			if strings.HasPrefix(ev, "TARGET_EXPIRED") {
+				got = append(got, ev)
+			}
+		}
+		return len(got) > 0
+	})
+	if got[0] != want {
+		t.Errorf("%q, want %q", got[0], want)
+	}
+}
+
 // The mode is stored with the spec: after a restart a drained target is
 // still draining and not routable, whatever state was stored.
 func TestModeSurvivesRestart(t *testing.T) {
