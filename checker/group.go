@@ -267,7 +267,7 @@ func (r *registry) buildGroupLocked(group string, now time.Time, most int) (Grou
 			break
 		}
 		w.to = StateUnhealthy
-		w.why = cause{reason: fmt.Sprintf("released from group %s's panic hold (%d of %d unhealthy, at most %d)", group, allowed-room+1, p.n, allowed)}
+		w.why = cause{reason: fmt.Sprintf("released from group %s's panic hold (%d of %d down, at most %d)", group, allowed-room+1, p.n, allowed)}
 		writes = append(writes, w)
 		room--
 	}

@@ -91,7 +91,7 @@ func TestPanicAllBackendsFailAtOnce(t *testing.T) {
 	evs := next(t, w)
 	if diff := cmp.Diff([]string{
 		"a: healthy -> unhealthy", "b: healthy -> unhealthy",
-		"edge: panic entered, holding c (2 of 4 unhealthy, at most 2)",
+		"edge: panic entered, holding c (2 of 4 down, at most 2)",
 	}, policyKinds(evs)); diff != "" {
 		t.Fatalf("stream (-want +got):\n%s", diff)
 	}
@@ -105,7 +105,7 @@ func TestPanicAllBackendsFailAtOnce(t *testing.T) {
 		t.Errorf("a watcher of another group got %v", policyKinds(got))
 	}
 	// The line names the group and, as the event has no target, no target.
-	if !regexp.MustCompile(`level=WARN msg="edge: panic entered, holding c \(2 of 4 unhealthy, at most 2\)" event=PANIC_ENTERED revision=\d+ group=edge\n`).MatchString(logs.String()) {
+	if !regexp.MustCompile(`level=WARN msg="edge: panic entered, holding c \(2 of 4 down, at most 2\)" event=PANIC_ENTERED revision=\d+ group=edge\n`).MatchString(logs.String()) {
 		t.Errorf("log lacks the panic with its group:\n%s", logs.String())
 	}
 
@@ -169,14 +169,14 @@ func TestPanicRecoveryReleasesHeldTargetsInNameOrder(t *testing.T) {
 	}
 	evs := next(t, w)
 	if diff := cmp.Diff([]string{
-		"edge: panic entered, holding b (2 of 4 unhealthy, at most 2)",
+		"edge: panic entered, holding b (2 of 4 down, at most 2)",
 		"d: unhealthy -> healthy", "a: healthy -> unhealthy",
 		"c: unhealthy -> healthy", "b: healthy -> unhealthy",
-		"edge: panic exited (2 of 4 unhealthy, at most 2)",
+		"edge: panic exited (2 of 4 down, at most 2)",
 	}, policyKinds(evs)); diff != "" {
 		t.Fatalf("stream (-want +got):\n%s", diff)
 	}
-	if r := evs[2].Transition.Reason; r != "released from group edge's panic hold (2 of 4 unhealthy, at most 2)" {
+	if r := evs[2].Transition.Reason; r != "released from group edge's panic hold (2 of 4 down, at most 2)" {
 		t.Errorf("release reason %q", r)
 	}
 	if g := group(t, e.c, "edge"); g.Panic || len(g.Held) != 0 {
@@ -193,7 +193,7 @@ func TestPanicHeldTargetRecoversInPlace(t *testing.T) {
 	if got := round(t, e, map[string]outcome{"a": fail, "b": pass}); len(got) != 0 {
 		t.Errorf("b recovers while held: %v, want no transition", got)
 	}
-	if got := policyKinds(next(t, w)); !cmp.Equal(got, []string{"edge: panic exited (1 of 2 unhealthy, at most 1)"}) {
+	if got := policyKinds(next(t, w)); !cmp.Equal(got, []string{"edge: panic exited (1 of 2 down, at most 1)"}) {
 		t.Errorf("stream %v", got)
 	}
 	if st, _ := e.c.Status("b"); st.PanicHeld || st.State != checker.StateHealthy || st.Verdict != checker.StateHealthy {
@@ -317,7 +317,7 @@ func TestPolicyObserverSeesThePanic(t *testing.T) {
 	round(t, e, map[string]outcome{"a": fail, "b": fail, "c": fail, "d": fail})
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	want := []string{"PANIC_ENTERED " + e.clock.Now().Format(time.RFC3339) + " edge: panic entered, holding c (2 of 4 unhealthy, at most 2)"}
+	want := []string{"PANIC_ENTERED " + e.clock.Now().Format(time.RFC3339) + " edge: panic entered, holding c (2 of 4 down, at most 2)"}
 	if diff := cmp.Diff(want, rec.policies); diff != "" {
 		t.Errorf("policy events observed (-want +got):\n%s", diff)
 	}

@@ -262,10 +262,10 @@ func (r *registry) announcePanicLocked(group string, p *pool, now time.Time) {
 	pc := PolicyChange{Group: group, Held: sortedKeys(p.held), Targets: p.n, Unhealthy: p.down, MaxUnhealthy: allowed}
 	kind := EventPanicExited
 	r.lifeWakeLocked() // an automatic removal may have waited for the panic to end
-	pc.Text = fmt.Sprintf("%s: panic exited (%d of %d unhealthy, at most %d)", group, p.down, p.n, allowed)
+	pc.Text = fmt.Sprintf("%s: panic exited (%d of %d down, at most %d)", group, p.down, p.n, allowed)
 	if panicNow {
 		kind = EventPanicEntered
-		pc.Text = fmt.Sprintf("%s: panic entered, holding %s (%d of %d unhealthy, at most %d)", group, strings.Join(pc.Held, ", "), p.down, p.n, allowed)
+		pc.Text = fmt.Sprintf("%s: panic entered, holding %s (%d of %d down, at most %d)", group, strings.Join(pc.Held, ", "), p.down, p.n, allowed)
 	}
 	r.emitLocked(Event{Kind: kind, Time: now, Policy: pc})
 }

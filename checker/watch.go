@@ -136,7 +136,7 @@ type PolicyChange struct {
 	// Target is the target of a flapping event.
 	Target string
 	// Text says what happened, e.g. "edge: panic entered, holding web-3 (2
-	// of 4 unhealthy, at most 2)"; it is the event's log message.
+	// of 4 down, at most 2)"; it is the event's log message.
 	Text string
 	// Held lists the targets a group holds, sorted (panic events).
 	Held []string

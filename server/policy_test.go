@@ -85,7 +85,7 @@ func TestPanicThresholdThroughTheAPI(t *testing.T) {
 
 	if diff := cmp.Diff([]string{
 		"a: healthy -> unhealthy", "b: healthy -> unhealthy",
-		"KIND_PANIC_ENTERED edge: panic entered, holding c (2 of 4 unhealthy, at most 2)",
+		"KIND_PANIC_ENTERED edge: panic entered, holding c (2 of 4 down, at most 2)",
 	}, recvPolicy(t, w, 3)); diff != "" {
 		t.Errorf("stream (-want +got):\n%s", diff)
 	}
@@ -108,7 +108,7 @@ func TestPanicThresholdThroughTheAPI(t *testing.T) {
 	if !cmp.Equal(healthy.GetNames(), []string{"c", "d"}) {
 		t.Errorf("Healthy(edge) = %v", healthy.GetNames())
 	}
-	if !strings.Contains(logs.String(), `msg="edge: panic entered, holding c (2 of 4 unhealthy, at most 2)"`) {
+	if !strings.Contains(logs.String(), `msg="edge: panic entered, holding c (2 of 4 down, at most 2)"`) {
 		t.Errorf("log lacks the panic:\n%s", logs.String())
 	}
 
@@ -120,7 +120,7 @@ func TestPanicThresholdThroughTheAPI(t *testing.T) {
 	if diff := cmp.Diff([]string{
 		"a: unhealthy -> healthy", "c: healthy -> unhealthy",
 		"b: unhealthy -> healthy", "d: healthy -> unhealthy",
-		"KIND_PANIC_EXITED edge: panic exited (2 of 4 unhealthy, at most 2)",
+		"KIND_PANIC_EXITED edge: panic exited (2 of 4 down, at most 2)",
 	}, recvPolicy(t, w, 5)); diff != "" {
 		t.Errorf("recovery (-want +got):\n%s", diff)
 	}

@@ -212,7 +212,7 @@ func TestPoliciesOutcomesAndStates(t *testing.T) {
 	mustRun(t, "add", addr, "--name", "b", "--group", "edge", "--http", b.URL)
 	waitState(t, p.Addr, "a", pb.State_STATE_HEALTHY)
 	waitState(t, p.Addr, "b", pb.State_STATE_HEALTHY)
-	if out := mustRun(t, "policy", "get", "edge", addr); out != "edge: max_unhealthy_fraction 0.5 (pulsed's default); 2 targets, 0 unhealthy, at most 1 at once\n" {
+	if out := mustRun(t, "policy", "get", "edge", addr); out != "edge: max_unhealthy_fraction 0.5 (pulsed's default); 2 targets, 0 down, at most 1 at once\n" {
 		t.Errorf("policy get: %q", out)
 	}
 
@@ -248,7 +248,7 @@ func TestPoliciesOutcomesAndStates(t *testing.T) {
 		t.Errorf("healthy edge with %s held: %q", held, out)
 	}
 	out = mustRun(t, "policy", "set", "edge", "--max-unhealthy-fraction", "1", addr)
-	if !strings.HasPrefix(out, "edge: max_unhealthy_fraction 1 (the group's own); 2 targets, 2 unhealthy") {
+	if !strings.HasPrefix(out, "edge: max_unhealthy_fraction 1 (the group's own); 2 targets, 2 down") {
 		t.Errorf("policy set: %q", out)
 	}
 	if r := pulsectl(t, "healthy", "edge", addr); r.code != exitNoneRoutable {

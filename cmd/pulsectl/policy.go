@@ -159,7 +159,7 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 	if g.GetPolicy().MaxUnhealthyFraction != nil {
 		source = "the group's own"
 	}
-	fmt.Fprintf(e.stdout, "%s: max_unhealthy_fraction %s (%s); %d %s, %d unhealthy, at most %d at once",
+	fmt.Fprintf(e.stdout, "%s: max_unhealthy_fraction %s (%s); %d %s, %d down, at most %d at once",
 		g.GetGroup(), strconv.FormatFloat(g.GetMaxUnhealthyFraction(), 'g', -1, 64), source,
 		g.GetTargets(), plural(int(g.GetTargets()), "target"), g.GetUnhealthy(), g.GetMaxUnhealthy())
 	if g.GetPanic() {

@@ -336,8 +336,8 @@ func TestWatchLineSaysWhy(t *testing.T) {
 			Target: "web-3", Time: ts, Text: "web-3: healthy -> unhealthy (connection refused)", Result: &pb.ProbeResult{Error: "connection refused"},
 		}}}, "2026-12-01T10:00:00Z web-3: healthy -> unhealthy (connection refused)"},
 		{&pb.WatchTransitionsResponse{Event: &pb.WatchTransitionsResponse_Policy{Policy: &pb.PolicyEvent{
-			Kind: pb.PolicyEvent_KIND_PANIC_ENTERED, Group: "edge", Time: ts, Text: "edge: panic entered, holding web-3 (2 of 4 unhealthy, at most 2)",
-		}}}, "2026-12-01T10:00:00Z edge: panic entered, holding web-3 (2 of 4 unhealthy, at most 2)"},
+			Kind: pb.PolicyEvent_KIND_PANIC_ENTERED, Group: "edge", Time: ts, Text: "edge: panic entered, holding web-3 (2 of 4 down, at most 2)",
+		}}}, "2026-12-01T10:00:00Z edge: panic entered, holding web-3 (2 of 4 down, at most 2)"},
 		// Vantages: their verdicts when they decided the transition (its
 		// reason), else after it; their events as their text, or, without
 		// one, which vantage and its numbers.

@@ -2365,7 +2365,8 @@ type GroupStatus struct {
 	MaxUnhealthyFraction float64 `protobuf:"fixed64,3,opt,name=max_unhealthy_fraction,json=maxUnhealthyFraction,proto3" json:"max_unhealthy_fraction,omitempty"`
 	// targets is how many targets the group has.
 	Targets int32 `protobuf:"varint,4,opt,name=targets,proto3" json:"targets,omitempty"`
-	// unhealthy is how many of them are not routable.
+	// unhealthy is how many of them are not routable: unhealthy, draining
+	// or in maintenance.
 	Unhealthy int32 `protobuf:"varint,5,opt,name=unhealthy,proto3" json:"unhealthy,omitempty"`
 	// max_unhealthy is how many may be unhealthy at once under the
 	// threshold.
@@ -4854,7 +4855,7 @@ type PolicyEvent struct {
 	// time is when it changed.
 	Time *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=time,proto3" json:"time,omitempty"`
 	// text says what happened, e.g. "edge: panic entered, holding web-3 (2
-	// of 4 unhealthy, at most 2)".
+	// of 4 down, at most 2)".
 	Text string `protobuf:"bytes,5,opt,name=text,proto3" json:"text,omitempty"`
 	// held lists a PANIC_ENTERED group's held targets.
 	Held []string `protobuf:"bytes,6,rep,name=held,proto3" json:"held,omitempty"`
