@@ -225,8 +225,9 @@ type watchPrinter struct {
 	snapshot bool
 	now      func() time.Time
 
-	// known holds each target's last status, from the snapshot and the
-	// events since, so that an update says what it changed; text only.
+	// known holds what an update is compared with of each target (its
+	// spec, source and quarantine), from the snapshot and the events
+	// since; text only.
 	known map[string]*pb.TargetStatus
 }
 
@@ -254,7 +255,8 @@ func (p *watchPrinter) print(ev *pb.WatchTransitionsResponse) error {
 	return err
 }
 
-// remember keeps the status ev gives a target, or forgets a removed one.
+// remember keeps what an update is compared with of the status ev gives a
+// target, not its results or vantages, or forgets a removed target.
 func (p *watchPrinter) remember(ev *pb.WatchTransitionsResponse) {
 	var st *pb.TargetStatus
 	switch x := ev.GetEvent().(type) {
@@ -273,7 +275,7 @@ func (p *watchPrinter) remember(ev *pb.WatchTransitionsResponse) {
 	if p.known == nil {
 		p.known = make(map[string]*pb.TargetStatus)
 	}
-	p.known[st.GetSpec().GetName()] = st
+	p.known[st.GetSpec().GetName()] = &pb.TargetStatus{Spec: st.GetSpec(), Source: st.GetSource(), Quarantined: st.GetQuarantined()}
 }
 
 // line is the text form of ev, "" for events not shown.
