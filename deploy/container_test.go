@@ -3,7 +3,10 @@ package deploy_test
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -21,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/internal/testpki"
 )
 
 // podman runs podman with a deadline and returns what it printed.
@@ -231,4 +235,119 @@ func TestImageRunsInPodman(t *testing.T) {
 	if _, err := podman(ctx, "stop", "-t", "30", id); err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
+	if _, err := podman(ctx, "rm", id); err != nil {
+		t.Fatal(err)
+	}
+
+	// The image's own arguments: TLS and tokens from /etc/pulse. Only the
+	// listeners move to free loopback ports, since the container shares
+	// the host's network.
+	out, err := podman(ctx, "image", "inspect", "--format", "{{json .Config.Cmd}}", image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmd []string
+	if err := json.Unmarshal([]byte(out), &cmd); err != nil {
+		t.Fatalf("the image's Cmd %q: %v", out, err)
+	}
+	for i := range cmd[:len(cmd)-1] {
+		switch cmd[i] {
+		case "-listen":
+			cmd[i+1] = "127.0.0.1:" + strconv.Itoa(grpcPort)
+		case "-http-listen":
+			cmd[i+1] = "127.0.0.1:" + strconv.Itoa(httpPort)
+		}
+	}
+	etc := t.TempDir()
+	pki := testpki.Write(t, etc)
+	const token = "container-test-token-0123456789"
+	for _, f := range [][2]string{{pki.ServerCert, "tls.crt"}, {pki.ServerKey, "tls.key"}} {
+		if err := os.Rename(f[0], filepath.Join(etc, f[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(etc, "tokens"), []byte("write "+token+" ops\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tlsArgs := append([]string{}, rt...)
+	tlsArgs = append(tlsArgs, "run", "-d", "--name", id, "--network", "host", "-v", id+":/data", "-v", etc+":/etc/pulse:ro")
+	tlsArgs = append(tlsArgs, limits...)
+	tlsArgs = append(tlsArgs, image)
+	tlsArgs = append(tlsArgs, cmd...)
+
+	// Files only root may read (as root writes them): pulsed, run as
+	// 65532, stops at once and names the file.
+	if os.Geteuid() == 0 {
+		if _, err := podman(ctx, tlsArgs...); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, time.Minute, "pulsed stopped over unreadable files", func() error {
+			if st, _ := podman(ctx, "inspect", "--format", "{{.State.Status}}", id); st != "exited" {
+				return fmt.Errorf("container %s", st)
+			}
+			return nil
+		})
+		if l := logs(); !strings.Contains(l, "/etc/pulse/") || !strings.Contains(l, "permission denied") {
+			t.Fatalf("pulsed with unreadable files: want a log naming the file and permission denied, got\n%s", l)
+		}
+		if _, err := podman(ctx, "rm", id); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"tls.crt", "tls.key", "tokens"} {
+			if err := os.Chown(filepath.Join(etc, f), imageUID, -1); err != nil {
+				t.Fatal(err)
+			}
+		}
+	} else {
+		for _, f := range []string{"tls.crt", "tls.key", "tokens"} {
+			if err := os.Chmod(filepath.Join(etc, f), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := podman(ctx, tlsArgs...); err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if ca, err := os.ReadFile(pki.CA); err != nil || !roots.AppendCertsFromPEM(ca) {
+		t.Fatalf("reading the test CA: %v", err)
+	}
+	web := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	poll(t, time.Minute, "pulsed answering /readyz over TLS", func() error {
+		resp, err := web.Get(fmt.Sprintf("https://127.0.0.1:%d/readyz", httpPort))
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz: %s", resp.Status)
+		}
+		return nil
+	})
+	// pulsectl inside the container, as the deployment guide runs it:
+	// trusting pulsed's own certificate, with a token from the
+	// environment.
+	var ls string
+	poll(t, time.Minute, "pulsectl in the container listing the stored target", func() error {
+		ls, err = podman(ctx, "exec", "-e", "PULSE_TOKEN="+token, id,
+			"/pulsectl", "--addr", "127.0.0.1:"+strconv.Itoa(grpcPort), "--tls-ca", "/etc/pulse/tls.crt", "ls")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(ls, "host-backend") {
+			return fmt.Errorf("pulsectl ls printed %q", ls)
+		}
+		return nil
+	})
+	// Without the token the call is refused: the token file is in force.
+	if out, err := podman(ctx, "exec", id, "/pulsectl", "--addr", "127.0.0.1:"+strconv.Itoa(grpcPort),
+		"--tls-ca", "/etc/pulse/tls.crt", "ls"); err == nil || !strings.Contains(out, "token") {
+		t.Fatalf("pulsectl without a token: want a refusal naming the token, got %v\n%s", err, out)
+	}
+	if _, err := podman(ctx, "stop", "-t", "30", id); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
 }
+
+// imageUID is the user the image runs pulsed as.
+const imageUID = 65532
