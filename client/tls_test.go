@@ -1,10 +1,12 @@
 package client_test
 
 import (
+	"context"
 	"errors"
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -64,4 +66,60 @@ func TestMutualTLS(t *testing.T) {
 	if err := list(client.WithTLS(nil), client.WithToken("a-read-token-0123456789")); !errors.Is(err, client.ErrUnavailable) {
 		t.Errorf("a server certificate from an unknown CA was accepted: %v", err)
 	}
+}
+
+// TestWatchRetriesRefusedToken: a watch whose token pulsed refuses keeps
+// retrying, each EventDisconnected carrying ErrUnauthenticated, and follows
+// once a pulsed on the same address accepts the token (pulsed reads its
+// token file as it starts).
+func TestWatchRetriesRefusedToken(t *testing.T) {
+	serve := func(tokenFile, addr string) (stop func(), bound string) {
+		tokens, err := server.ParseTokens(strings.NewReader(tokenFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := checker.New(checker.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs, _ := server.NewGRPCServer(server.New(c), server.Options{Tokens: tokens})
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { gs.Serve(lis); close(done) }()
+		return func() { gs.Stop(); c.Close(); <-done }, lis.Addr().String()
+	}
+	stop, addr := serve("read another-token-0123456789\n", "127.0.0.1:0")
+	cl, err := client.New(t.Context(), []string{addr}, client.WithToken("the-watch-token-0123456789"),
+		client.WithBackoff(time.Millisecond, 20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	evs := cl.Watch(ctx, client.Filter{})
+	for i := 0; i < 2; i++ {
+		ev := <-evs
+		if ev.Kind != client.EventDisconnected || !errors.Is(ev.Err, client.ErrUnauthenticated) {
+			t.Fatalf("event %d with a refused token: %v (%v); want EventDisconnected with ErrUnauthenticated", i, ev.Kind, ev.Err)
+		}
+	}
+	stop()
+	stop, _ = serve("read the-watch-token-0123456789\n", addr)
+	defer stop()
+	for ev := range evs {
+		if ev.Kind == client.EventSnapshot {
+			cancel()
+			for range evs { // until the watch ends, so that no goroutine is left
+			}
+			return
+		}
+		if ev.Kind != client.EventDisconnected {
+			t.Fatalf("before the snapshot: %v (%v)", ev.Kind, ev.Err)
+		}
+	}
+	t.Fatal("the watch ended before a pulsed that accepts its token sent a snapshot")
 }

@@ -183,6 +183,11 @@ func OnEvent(fn func(Event)) WatchOption { return func(o *watchOptions) { o.onEv
 //     the client has several; after RESOURCE_EXHAUSTED, or UNAVAILABLE as
 //     pulsed shuts down, it resumes from exactly the revision pulsed names,
 //     so a pulsed restarted on its store resumes the stream, no snapshot;
+//   - a refused token (UNAUTHENTICATED, PERMISSION_DENIED) is retried
+//     with the backoff too, each EventDisconnected carrying
+//     ErrUnauthenticated or ErrPermissionDenied: pulsed reads its token
+//     file as it starts, so a pulsed restarted with the token is followed
+//     again. A caller that takes the refusal as final cancels ctx;
 //   - when pulsed cannot resume (OUT_OF_RANGE: too old; FAILED_PRECONDITION:
 //     another server's revision) it starts over at once with a snapshot,
 //     delivered with Resnapshot set;
