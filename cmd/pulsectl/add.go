@@ -151,7 +151,7 @@ func runAdd(ctx context.Context, e *env, c *command, args []string) int {
 		sent := hiddenSent(target)
 		switch name := st.GetSpec().GetName(); {
 		case len(changes) > 0:
-			fmt.Fprintf(e.stdout, "replaced the spec of %s: %s\n(to change only some fields, use pulsectl set)\n", name, strings.Join(changes, ", "))
+			fmt.Fprintf(e.stdout, "replaced the spec of %s: %s%s\n(to change only some fields, use pulsectl set)\n", name, strings.Join(changes, ", "), alsoSent(sent))
 		case len(sent) > 0:
 			fmt.Fprintln(e.stdout, noChangeShown(name, sent))
 		default:

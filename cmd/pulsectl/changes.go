@@ -206,3 +206,12 @@ func hiddenSent(t *pb.Target) []string {
 func noChangeShown(name string, sent []string) string {
 	return fmt.Sprintf("%s: no change shown; sent %s, whose values pulsed does not show", name, andList(sent))
 }
+
+// alsoSent is what set and add append to the changes they show when the
+// request also sent values pulsed does not show, and "" when it did not.
+func alsoSent(sent []string) string {
+	if len(sent) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; also sent %s, whose values pulsed does not show", andList(sent))
+}

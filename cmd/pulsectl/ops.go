@@ -149,15 +149,15 @@ func runSet(ctx context.Context, e *env, c *command, args []string) int {
 	}
 	resp = escaped(resp)
 	changes := specChanges(resp.GetPrevious(), resp.GetStatus().GetSpec())
-	if len(changes) == 0 {
-		if sent := hiddenSent(req.GetTarget()); len(sent) > 0 {
-			fmt.Fprintln(e.stdout, noChangeShown(pos[0], sent))
-		} else {
-			fmt.Fprintf(e.stdout, "%s unchanged\n", pos[0])
-		}
-		return exitOK
+	sent := hiddenSent(req.GetTarget())
+	switch {
+	case len(changes) == 0 && len(sent) > 0:
+		fmt.Fprintln(e.stdout, noChangeShown(pos[0], sent))
+	case len(changes) == 0:
+		fmt.Fprintf(e.stdout, "%s unchanged\n", pos[0])
+	default:
+		fmt.Fprintf(e.stdout, "updated %s: %s%s\n%s", pos[0], strings.Join(changes, ", "), alsoSent(sent), note)
 	}
-	fmt.Fprintf(e.stdout, "updated %s: %s\n%s", pos[0], strings.Join(changes, ", "), note)
 	return exitOK
 }
 

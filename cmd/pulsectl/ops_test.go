@@ -96,11 +96,14 @@ func TestProbeAndSet(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"set", "hdr", "--header", "X-Env=prod"}, "updated hdr: header X-Env added\n"},
-		{[]string{"set", "hdr", "--header", "X-Env=staging"}, "hdr: no change shown; sent http.headers, whose values pulsed does not show\n"},
+		{[]string{"set", "hdr", "--header", "X-Env=prod"}, "updated hdr: header X-Env added; also sent http.headers, whose values pulsed does not show\n"},
+		{[]string{"set", "hdr", "--header", "X-Env=test"}, "hdr: no change shown; sent http.headers, whose values pulsed does not show\n"},
 		{[]string{"set", "hdr", "--timeout", "1s"}, "hdr unchanged\n"}, // nothing hidden sent
+		{[]string{"set", "hdr", "--header", "X-Env=staging", "--timeout", "2s"},
+			"updated hdr: timeout 1s -> 2s; also sent http.headers, whose values pulsed does not show\n"},
+		{[]string{"set", "hdr", "--timeout", "1s"}, "updated hdr: timeout 2s -> 1s\n"},
 		{[]string{"set", "hdr", "--http", "http://ops:one@" + rec.Listener.Addr().String() + "/"},
-			"updated hdr: probe http GET " + rec.URL + "/ -> http GET http://ops:%3Credacted%3E@" + rec.Listener.Addr().String() + "/\n"},
+			"updated hdr: probe http GET " + rec.URL + "/ -> http GET http://ops:%3Credacted%3E@" + rec.Listener.Addr().String() + "/; also sent the password of http.url, whose values pulsed does not show\n"},
 		{[]string{"set", "hdr", "--http", "http://ops:two@" + rec.Listener.Addr().String() + "/"},
 			"hdr: no change shown; sent the password of http.url, whose values pulsed does not show\n"},
 	} {
@@ -119,6 +122,10 @@ func TestProbeAndSet(t *testing.T) {
 	mustRun(t, "probe", addr, "hdr")
 	if h := rec.last(t); h.Get("X-Env") != "test" {
 		t.Errorf("after the add, the probe sent X-Env %q, want test", h.Get("X-Env"))
+	}
+	out = mustRun(t, "add", addr, "--name", "hdr", "--http", rec.URL+"/", "--interval", "24h", "--timeout", "2s", "--header", "X-Env=test")
+	if want := "\nreplaced the spec of hdr: probe http GET http://ops:%3Credacted%3E@" + rec.Listener.Addr().String() + "/ -> http GET " + rec.URL + "/, timeout 1s -> 2s; also sent http.headers, whose values pulsed does not show\n"; !strings.Contains(out, want) {
+		t.Errorf("add of hdr with a new timeout and a header printed\n%s\nwant it to hold %q", out, want)
 	}
 	for _, tc := range []struct {
 		args []string
