@@ -271,6 +271,23 @@ func run(args []string, stderr io.Writer) error {
 	sigs := watchSignals(cfg.shutdownTimeout+shutdownGrace, logger, os.Exit)
 	defer sigs.stop()
 
+	// TLS, tokens and the egress policy are read before the store is
+	// opened: a start they refuse (a mistyped token file, a key pulsed
+	// may not read) creates no store and connects to no etcd.
+	sopts, err := cfg.security.serverOptions(cfg.listen)
+	if err != nil {
+		return err
+	}
+	egress, err := cfg.security.egress(logger)
+	if err != nil {
+		return err
+	}
+	logger.Info("probe egress policy", "policy", egress.String())
+	obs := newObservability(cfg.metricsPerTarget, logger)
+	if err := obs.secure(&cfg.security, cfg.httpListen, sopts.Tokens); err != nil {
+		return err
+	}
+
 	var (
 		store  checker.Store
 		bolt   *boltstore.Store
@@ -297,15 +314,6 @@ func run(args []string, stderr io.Writer) error {
 	hist := startHistory(cfg.dataDir, logger)
 	defer hist.stop()
 
-	sopts, err := cfg.security.serverOptions(cfg.listen)
-	if err != nil {
-		return err
-	}
-	egress, err := cfg.security.egress(logger)
-	if err != nil {
-		return err
-	}
-	logger.Info("probe egress policy", "policy", egress.String())
 	if gcheadroom.Chosen() {
 		logger.Info("garbage collector: GOGC is set; pulsed leaves the collector's headroom to it", "GOGC", os.Getenv("GOGC"))
 	} else {
@@ -328,12 +336,8 @@ func run(args []string, stderr io.Writer) error {
 	logger.Info("probe connections: each http:// target keeps one open between probes, up to kept_max; past it a probe dials and closes",
 		"kept_max", keptMost, "open_file_limit", fileLimit, "max_concurrent_probes", cfg.maxProbes)
 
-	obs := newObservability(cfg.metricsPerTarget, logger)
 	obs.history = hist.rec
 	obs.keptConns(probes)
-	if err := obs.secure(&cfg.security, cfg.httpListen, sopts.Tokens); err != nil {
-		return err
-	}
 	if bolt != nil {
 		obs.backup = backupFrom(bolt)
 	}

@@ -9,8 +9,10 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"flag"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math/big"
 	"net"
@@ -450,5 +452,25 @@ func TestInsecureHTTPListenerWarns(t *testing.T) {
 	logs.Reset()
 	if err := o.secure(f, "127.0.0.1:9090", nil); err != nil || logs.Len() > 0 {
 		t.Errorf("a loopback listener: %v, logged %q", err, logs.String())
+	}
+}
+
+// A start refused over a security file creates no store: the error comes
+// before the data directory is touched.
+func TestRefusedStartCreatesNoStore(t *testing.T) {
+	bin := buildPulsed(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("write short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "data")
+	out, err := exec.CommandContext(ctx, bin, "-listen", "127.0.0.1:0", "-http-listen", "", "-data-dir", dir, "-token-file", tokens).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "-token-file: "+tokens+":1:") {
+		t.Fatalf("pulsed with a token too short: %v, want a refusal naming the file's line\n%s", err, out)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a refused start left the data directory behind (stat: %v)\n%s", err, out)
 	}
 }
