@@ -52,16 +52,12 @@ func (r *discoveryRunner) load() (*discovery.Config, error) {
 	return dcfg, nil
 }
 
-// start loads the file and starts its groups; with shared (-registry etcd)
-// it campaigns for each group and runs the ones this replica leads. A bad
-// file is an error: pulsed does not start.
-func (r *discoveryRunner) start(c *checker.Checker, shared *etcdreg.Registry, rf registryFlags, reg prometheus.Registerer) error {
-	if r.path == "" {
+// start starts the groups of dcfg, the file as load read it (nil: no
+// file); with shared (-registry etcd) it campaigns for each group and runs
+// the ones this replica leads.
+func (r *discoveryRunner) start(c *checker.Checker, dcfg *discovery.Config, shared *etcdreg.Registry, rf registryFlags, reg prometheus.Registerer) error {
+	if dcfg == nil {
 		return nil
-	}
-	dcfg, err := r.load()
-	if err != nil {
-		return fmt.Errorf("-discovery-config: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	run := dcfg

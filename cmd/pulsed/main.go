@@ -36,6 +36,7 @@ import (
 	"github.com/pulsehealth/pulse/internal/gcheadroom"
 	"github.com/pulsehealth/pulse/internal/version"
 	"github.com/pulsehealth/pulse/server"
+	"github.com/pulsehealth/pulse/server/discovery"
 )
 
 func main() {
@@ -271,9 +272,10 @@ func run(args []string, stderr io.Writer) error {
 	sigs := watchSignals(cfg.shutdownTimeout+shutdownGrace, logger, os.Exit)
 	defer sigs.stop()
 
-	// TLS, tokens and the egress policy are read before the store is
-	// opened: a start they refuse (a mistyped token file, a key pulsed
-	// may not read) creates no store and connects to no etcd.
+	// The files pulsed reads at start (TLS, tokens, the targets file, the
+	// discovery config) are read and checked before the store is opened:
+	// a start they refuse (a mistyped token file, a key pulsed may not
+	// read) creates no store and connects to no etcd.
 	sopts, err := cfg.security.serverOptions(cfg.listen)
 	if err != nil {
 		return err
@@ -286,6 +288,19 @@ func run(args []string, stderr io.Writer) error {
 	obs := newObservability(cfg.metricsPerTarget, logger)
 	if err := obs.secure(&cfg.security, cfg.httpListen, sopts.Tokens); err != nil {
 		return err
+	}
+	var fileSpecs []checker.Spec
+	if cfg.targetsFile != "" {
+		if fileSpecs, err = loadTargets(cfg.targetsFile, cfg.defaults); err != nil {
+			return fmt.Errorf("-targets: %w", err)
+		}
+	}
+	disc := newDiscoveryRunner(cfg, egress, logger)
+	var discCfg *discovery.Config
+	if cfg.discoveryConfig != "" {
+		if discCfg, err = disc.load(); err != nil {
+			return fmt.Errorf("-discovery-config: %w", err)
+		}
 	}
 
 	var (
@@ -394,7 +409,6 @@ func run(args []string, stderr io.Writer) error {
 	sopts.UnaryInterceptors = obs.unaryInterceptors()
 	sopts.StreamInterceptors = obs.streamInterceptors()
 	rl := &reloader{c: c, cfg: cfg, logger: logger}
-	disc := newDiscoveryRunner(cfg, egress, logger)
 	obs.discovery = disc
 	gs, hs := server.NewGRPCServer(server.New(c, server.WithProgressInterval(cfg.watchProgress), server.WithHistory(hist.rec),
 		server.WithReload(rl.reload), server.WithDiscovery(disc)), sopts)
@@ -424,15 +438,11 @@ func run(args []string, stderr io.Writer) error {
 		return err
 	}
 	if cfg.targetsFile != "" {
-		specs, err := loadTargets(cfg.targetsFile, cfg.defaults)
-		if err != nil {
-			return fmt.Errorf("-targets: %w", err)
-		}
-		if err := applyTargets(c, specs, logger); err != nil {
+		if err := applyTargets(c, fileSpecs, logger); err != nil {
 			return fmt.Errorf("-targets: %w", err)
 		}
 	}
-	if err := disc.start(c, shared, cfg.registry, obs.reg); err != nil {
+	if err := disc.start(c, discCfg, shared, cfg.registry, obs.reg); err != nil {
 		return err
 	}
 	defer disc.stop()

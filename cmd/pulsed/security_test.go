@@ -455,22 +455,40 @@ func TestInsecureHTTPListenerWarns(t *testing.T) {
 	}
 }
 
-// A start refused over a security file creates no store: the error comes
-// before the data directory is touched.
+// A start refused over a file pulsed reads at start creates no store: the
+// error comes before the data directory is touched.
 func TestRefusedStartCreatesNoStore(t *testing.T) {
 	bin := buildPulsed(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	tokens := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(tokens, []byte("write short\n"), 0o600); err != nil {
-		t.Fatal(err)
+	files := t.TempDir()
+	write := func(name, body string) string {
+		path := filepath.Join(files, name)
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
 	}
-	dir := filepath.Join(t.TempDir(), "data")
-	out, err := exec.CommandContext(ctx, bin, "-listen", "127.0.0.1:0", "-http-listen", "", "-data-dir", dir, "-token-file", tokens).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "-token-file: "+tokens+":1:") {
-		t.Fatalf("pulsed with a token too short: %v, want a refusal naming the file's line\n%s", err, out)
-	}
-	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("a refused start left the data directory behind (stat: %v)\n%s", err, out)
+	tokens := write("tokens", "write short\n")
+	targets := write("targets.yaml", "targets:\n  - name: web-1\n    tpc: {address: 127.0.0.1:1}\n")
+	disc := write("discovery.yaml", "groups:\n  - name: a\n    file_sd_configs: [{files: [x.json]}]\n    on_disappear: sometimes\n")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-token-file", tokens}, "-token-file: " + tokens + ":1:"},
+		{[]string{"-targets", targets}, "-targets: "},
+		{[]string{"-discovery-config", disc}, "-discovery-config: "},
+	} {
+		dir := filepath.Join(t.TempDir(), "data")
+		args := append([]string{"-listen", "127.0.0.1:0", "-http-listen", "", "-data-dir", dir}, tc.args...)
+		out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("pulsed %v: %v, want a refusal with %q\n%s", tc.args, err, tc.want, out)
+			continue
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("pulsed %v: the refused start left the data directory behind (stat: %v)\n%s", tc.args, err, out)
+		}
 	}
 }
