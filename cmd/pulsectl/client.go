@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"net"
@@ -199,7 +201,25 @@ func cliHint(msg, name string) string {
 // names, durations as "1.5s", times as RFC 3339, 64-bit integers
 // (revisions, counters) as strings of digits, with every field present,
 // zeros and empty lists included, so scripts need not guess at defaults.
-var jsonOut = protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}
+var jsonOut = protojson.MarshalOptions{EmitUnpopulated: true}
+
+// stableJSON is m as jsonOut encodes it, with the white space protojson
+// varies on purpose (a space here or there, different from one build to
+// the next) made the same every time: indented by two spaces, or on one
+// line, so that output compared or searched as text stays the same.
+func stableJSON(m proto.Message, indent bool) ([]byte, error) {
+	b, err := jsonOut.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	if indent {
+		err = json.Indent(&out, b, "", "  ")
+	} else {
+		err = json.Compact(&out, b)
+	}
+	return out.Bytes(), err
+}
 
 // printAs writes m as -o asks: JSON, or YAML with the same field names.
 func (e *env) printAs(o *outputFlag, m proto.Message) int {
@@ -217,7 +237,7 @@ func (e *env) printAs(o *outputFlag, m proto.Message) int {
 
 // printJSON writes m as JSON on stdout.
 func (e *env) printJSON(m proto.Message) int {
-	b, err := jsonOut.Marshal(m)
+	b, err := stableJSON(m, true)
 	if err != nil {
 		e.errorf("encoding JSON: %v", err)
 		return exitServer

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"regexp"
 	"slices"
 	"strings"
@@ -69,6 +71,12 @@ func TestJSONOutputsAreProtoJSON(t *testing.T) {
 		if tc.has != "" && !regexp.MustCompile(tc.has).MatchString(out) {
 			t.Errorf("%v -o json lacks %s:\n%s", tc.args, tc.has, out)
 		}
+		// The same text every time: encoding/json's indentation, not
+		// protojson's, which adds a space here and there by build.
+		var want bytes.Buffer
+		if err := json.Indent(&want, []byte(out), "", "  "); err != nil || want.String() != out {
+			t.Errorf("%v -o json is not indented as encoding/json indents it (%v):\n%s", tc.args, err, out)
+		}
 	}
 
 	// watch -o json prints the snapshot with --snapshot only, as in text.
@@ -85,6 +93,10 @@ func TestJSONOutputsAreProtoJSON(t *testing.T) {
 			var ev pb.WatchTransitionsResponse
 			if err := protojson.Unmarshal([]byte(line), &ev); err != nil {
 				t.Errorf("watch -o json line %q: %v", line, err)
+			}
+			var want bytes.Buffer
+			if err := json.Compact(&want, []byte(line)); err != nil || want.String() != line {
+				t.Errorf("watch -o json line is not compact JSON (%v): %q", err, line)
 			}
 		}
 		if m := int64Number.FindString(out); m != "" {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	pulse "github.com/pulsehealth/pulse/client"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
@@ -238,7 +237,7 @@ func (p *watchPrinter) print(ev *pb.WatchTransitionsResponse) error {
 		if ev.GetSnapshot() != nil && !p.snapshot {
 			return nil // the snapshot is printed with --snapshot only, as in text
 		}
-		b, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(ev)
+		b, err := stableJSON(ev, false)
 		if err != nil {
 			return err
 		}
