@@ -80,7 +80,9 @@ type rowsJSON struct {
 // that revision is no longer held (or comes from another pulsed) the feed
 // starts over with a snapshot. A feed that falls further behind than the
 // history holds gets an "end" event and is closed, and the browser's
-// reconnect resumes it.
+// reconnect resumes it. Each feed takes one of the checker's watchers
+// (pulsed -max-watchers, shared with WatchTransitions): past them a new
+// feed gets 503 naming the limit.
 func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var names []string
@@ -105,7 +107,14 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 		start = 0
 		wch, err = h.c.Watch(f, 0)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, checker.ErrLimit):
+		// Every watcher slot is taken (pulsed -max-watchers): say so, not
+		// that pulsed is going away.
+		w.Header().Set("Retry-After", "10")
+		http.Error(w, err.Error()+" at once: try again later, or raise pulsed's -max-watchers", http.StatusServiceUnavailable)
+		return
+	case err != nil:
 		http.Error(w, "pulsed is shutting down", http.StatusServiceUnavailable)
 		return
 	}

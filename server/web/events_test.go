@@ -1,6 +1,7 @@
 package web_test
 
 import (
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -173,6 +174,33 @@ func TestFeedEndsWhenCheckerCloses(t *testing.T) {
 	if code, _ := get(t, e.srv.URL+"/events"); code != http.StatusServiceUnavailable {
 		t.Errorf("a new feed after Close: %d, want 503", code)
 	}
+}
+
+// Past -max-watchers a new feed is refused with 503, saying which limit
+// it ran into, not that pulsed is shutting down; once a feed ends, its slot
+// is free again.
+func TestFeedPastMaxWatchers(t *testing.T) {
+	e := newEnv(t, checker.Config{MaxWatchers: 1}, web.Config{})
+	f := e.openFeed(t, "/events", "")
+	f.next(t) // the snapshot: the first feed holds the one slot
+
+	resp, err := http.Get(e.srv.URL + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "limit reached: at most 1 watchers at once: try again later, or raise pulsed's -max-watchers\n"
+	if resp.StatusCode != http.StatusServiceUnavailable || string(body) != want || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("a feed past the limit: %d %q (Retry-After %q), want 503 %q", resp.StatusCode, body, resp.Header.Get("Retry-After"), want)
+	}
+
+	f.resp.Body.Close()
+	waitUntil(t, "the ended feed's slot to be free", func() bool { return e.c.Watchers() == 0 })
+	e.openFeed(t, "/events", "").next(t)
 }
 
 // mirror is a shared registry in which this replica owns nothing: the
