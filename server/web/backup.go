@@ -4,13 +4,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"time"
 )
-
-// DefaultBackupWriteTimeout is how long a write of a backup may wait for
-// its client to accept bytes before the client is cut off, if
-// Config.BackupWriteTimeout is not set.
-const DefaultBackupWriteTimeout = 30 * time.Second
 
 // Snapshot is a consistent copy of the store that GET /backup streams, as
 // Config.Backup takes it: Read reads it from its start, Size is its length
@@ -53,8 +47,7 @@ func (h *Handler) serveBackup(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Disposition", `attachment; filename="pulse.db"`)
 	w.Header().Set("Content-Length", strconv.FormatInt(snap.Size(), 10))
 	w.Header().Set("Cache-Control", "no-store")
-	dw := &deadlineWriter{w: w, rc: http.NewResponseController(w), timeout: h.backupWrite}
-	n, err := io.Copy(dw, snap)
+	n, err := io.Copy(w, snap) // each write within the handler's write timeout
 	if err == nil && n != snap.Size() {
 		err = io.ErrUnexpectedEOF
 	}
@@ -62,20 +55,4 @@ func (h *Handler) serveBackup(w http.ResponseWriter, r *http.Request) {
 		h.logger.Warn("backup cut off", "error", err, "sent", n, "size", snap.Size(), "remote", r.RemoteAddr)
 		panic(http.ErrAbortHandler) // close the connection: the body stays short
 	}
-	_ = dw.rc.SetWriteDeadline(time.Time{})
-}
-
-// deadlineWriter writes to an http.ResponseWriter, each write within
-// timeout of its start.
-type deadlineWriter struct {
-	w       io.Writer
-	rc      *http.ResponseController
-	timeout time.Duration
-}
-
-func (d *deadlineWriter) Write(p []byte) (int, error) {
-	if err := d.rc.SetWriteDeadline(time.Now().Add(d.timeout)); err != nil {
-		return 0, err
-	}
-	return d.w.Write(p)
 }

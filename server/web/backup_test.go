@@ -104,7 +104,7 @@ func TestBackupStalledClientIsCutOffAndBackupsRunOneAtATime(t *testing.T) {
 			}
 			return newSnapshot("the-store"), nil
 		},
-		BackupWriteTimeout: 300 * time.Millisecond,
+		WriteTimeout: 300 * time.Millisecond,
 	})
 	if _, status := stalledGet(t, e.srv.URL, "/backup"); !strings.HasPrefix(status, "HTTP/1.1 200") {
 		t.Fatalf("/backup answered %q", status)

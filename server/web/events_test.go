@@ -1,15 +1,18 @@
 package web_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/fakeshared"
+	"github.com/pulsehealth/pulse/checker/probe"
 	"github.com/pulsehealth/pulse/server/web"
 )
 
@@ -201,6 +204,32 @@ func TestFeedPastMaxWatchers(t *testing.T) {
 	f.resp.Body.Close()
 	waitUntil(t, "the ended feed's slot to be free", func() bool { return e.c.Watchers() == 0 })
 	e.openFeed(t, "/events", "").next(t)
+}
+
+// A feed whose client stops reading is cut off after the write timeout,
+// and its watcher freed, rather than held for as long as the client keeps
+// its connection open.
+func TestFeedStalledClientIsCutOff(t *testing.T) {
+	e := newEnv(t, checker.Config{HistorySize: 100000}, web.Config{WriteTimeout: 300 * time.Millisecond})
+	_, status := stalledGet(t, e.srv.URL, "/events")
+	if !strings.HasPrefix(status, "HTTP/1.1 200") {
+		t.Fatalf("/events answered %q", status)
+	}
+	if got := e.c.Watchers(); got != 1 {
+		t.Fatalf("%d watchers with the feed open, want 1", got)
+	}
+	// Events of about 2 KB each, 8 MB in all: more than the socket
+	// buffers hold, so the feed's writes block. The history holds them
+	// all: the watcher is never ended for falling behind.
+	path := strings.Repeat("p", probe.MaxURLLen-100)
+	for round := range 4 {
+		for i := range 1000 {
+			s := tcpSpec(fmt.Sprintf("t%d", i), "")
+			s.Probe = probe.Spec{HTTP: &probe.HTTPSpec{URL: fmt.Sprintf("http://10.0.0.1/%s%d", path, round)}}
+			e.add(t, s)
+		}
+	}
+	waitUntil(t, "the stalled feed to be cut off", func() bool { return e.c.Watchers() == 0 })
 }
 
 // mirror is a shared registry in which this replica owns nothing: the

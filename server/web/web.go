@@ -65,11 +65,11 @@ type Config struct {
 	// why. It is called from the request's goroutine. If nil (no store),
 	// /backup answers 404.
 	Backup func() (Snapshot, error)
-	// BackupWriteTimeout bounds each write of a backup to its client: a
-	// client that does not take a write's bytes within it is cut off (its
-	// body stays short of the Content-Length). If not positive,
-	// DefaultBackupWriteTimeout.
-	BackupWriteTimeout time.Duration
+	// WriteTimeout bounds each write of an answer to its client (a backup,
+	// an event feed, any page): a client that does not take a write's
+	// bytes within it is cut off (a backup's body stays short of its
+	// Content-Length). If not positive, DefaultWriteTimeout.
+	WriteTimeout time.Duration
 	// Tokens, if not nil, guard every path but /healthz, /readyz and the
 	// status page's static shell (its HTML, script and style, which hold no
 	// data): a request needs "Authorization: Bearer <token>" of the read
@@ -106,9 +106,9 @@ type Handler struct {
 	slos      *SLOs                  // nil: no objectives on the page
 	discovery server.DiscoveryStatus // nil: no discovery on the page
 
-	backup      func() (Snapshot, error) // nil: no store
-	backupWrite time.Duration
-	backupSlot  chan struct{} // holds a token while a backup runs: one at a time
+	writeTimeout time.Duration            // of each write to a client
+	backup       func() (Snapshot, error) // nil: no store
+	backupSlot   chan struct{}            // holds a token while a backup runs: one at a time
 }
 
 // NewHandler returns the handler serving cfg.Checker.
@@ -127,12 +127,12 @@ func NewHandler(cfg Config) *Handler {
 		slos:      cfg.SLOs,
 		discovery: cfg.Discovery,
 
-		backup:      cfg.Backup,
-		backupWrite: cfg.BackupWriteTimeout,
-		backupSlot:  make(chan struct{}, 1),
+		writeTimeout: cfg.WriteTimeout,
+		backup:       cfg.Backup,
+		backupSlot:   make(chan struct{}, 1),
 	}
-	if h.backupWrite <= 0 {
-		h.backupWrite = DefaultBackupWriteTimeout
+	if h.writeTimeout <= 0 {
+		h.writeTimeout = DefaultWriteTimeout
 	}
 	if h.logger == nil {
 		h.logger = slog.New(slog.DiscardHandler)
@@ -170,8 +170,19 @@ func NewHandler(cfg Config) *Handler {
 	return h
 }
 
+// DefaultWriteTimeout is how long a write of an answer may wait for its
+// client to accept bytes before the client is cut off, if
+// Config.WriteTimeout is not set.
+const DefaultWriteTimeout = 30 * time.Second
+
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Without a deadline a client that stops reading holds its handler's
+	// goroutine and what it was sending for as long as it keeps the
+	// connection open: an event feed's watcher, a page of 1,000 rows.
+	dw := &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: h.writeTimeout}
+	dw.extend() // for what is written at the handler's end: headers alone, a buffered body
+	w = dw
 	setSecurityHeaders(w)
 	if h.authorize(w, r) {
 		h.mux.ServeHTTP(w, r)
@@ -203,3 +214,32 @@ func (h *Handler) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 	}
 	_, _ = w.Write([]byte("ready\n"))
 }
+
+// deadlineWriter is an http.ResponseWriter whose every write, and every
+// flush of what was written, must be accepted by the client within
+// timeout of its start.
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+// extend moves the write deadline to timeout from now. A writer that takes
+// no deadline (a test's recorder) writes without one.
+func (d *deadlineWriter) extend() {
+	_ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
+}
+
+func (d *deadlineWriter) Write(p []byte) (int, error) {
+	d.extend()
+	return d.ResponseWriter.Write(p)
+}
+
+// FlushError is what http.ResponseController.Flush calls.
+func (d *deadlineWriter) FlushError() error {
+	d.extend()
+	return d.rc.Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (d *deadlineWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }
