@@ -45,7 +45,16 @@ type observability struct {
 	live     func() error           // what /healthz says (see startWatchdog); nil: live
 	srv      *http.Server           // nil until start, and when disabled
 	errc     chan error             // Serve's error; nil when disabled
+
+	idleTimeout time.Duration // how long a kept-alive connection may wait for its next request
 }
+
+// httpIdleTimeout is how long the HTTP listener keeps a connection open
+// between requests: longer than Prometheus's default scrape interval (1m),
+// so scrapes keep their connection. Without it a client that sent one
+// request and never closed its connection (a new http.Client per request
+// leaks them) held one of -max-connections-per-source for good.
+const httpIdleTimeout = 2 * time.Minute
 
 func newObservability(perTarget bool, logger *slog.Logger) *observability {
 	o := &observability{
@@ -56,6 +65,8 @@ func newObservability(perTarget bool, logger *slog.Logger) *observability {
 		// flood the log. Transitions are the checker's, at info.
 		observer: web.NewObserver(web.ObserverOptions{Logger: logger.With("component", "probe")}),
 		grpc:     grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram()),
+
+		idleTimeout: httpIdleTimeout,
 	}
 	o.setReady(errors.New("starting"))
 	o.reg.MustRegister(o.observer, o.grpc, buildInfo(),
@@ -170,6 +181,7 @@ func (o *observability) start(addr string, c *checker.Checker, gs *grpc.Server) 
 			Discovery: o.discovery,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       o.idleTimeout,
 		ErrorLog:          slog.NewLogLogger(o.logger.Handler(), slog.LevelWarn),
 	}
 	o.errc = make(chan error, 1)

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -239,6 +241,51 @@ func TestRecentResultsOnlyWithAStatusPage(t *testing.T) {
 				t.Errorf("%d recent results kept, want %d", got, want)
 			}
 		})
+	}
+}
+
+// A kept-alive connection that sends no next request is closed after the
+// idle timeout, so it gives its slot of -max-connections(-per-source)
+// back.
+func TestHTTPIdleConnectionIsClosed(t *testing.T) {
+	c, err := checker.New(checker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	gs := grpc.NewServer()
+	defer gs.Stop()
+	var logs strings.Builder
+	o := newObservability(false, slog.New(slog.NewTextHandler(&logs, nil)))
+	o.idleTimeout = 200 * time.Millisecond
+	if err := o.start("127.0.0.1:0", c, gs); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { <-o.shutdown(5 * time.Second) }()
+	m := regexp.MustCompile(`msg="http listening" .*addr=(\S+)`).FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Fatalf("no http address in the log:\n%s", logs.String())
+	}
+	conn, err := net.Dial("tcp", m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: pulsed\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK || resp.Close {
+		t.Fatalf("GET /healthz: %d %q %v (close %v), want 200 on a kept-alive connection", resp.StatusCode, body, err, resp.Close)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Errorf("reading the idle connection: %v, want EOF (closed by pulsed)", err)
 	}
 }
 
