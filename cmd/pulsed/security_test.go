@@ -27,6 +27,7 @@ import (
 
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/pulsehealth/pulse/checker/probe"
@@ -209,6 +210,15 @@ func TestTransportLimits(t *testing.T) {
 	_, err := client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: big})
 	if st := status.Convert(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "larger than max") {
 		t.Errorf("an oversized AddTarget: %v", err)
+	}
+	// Metadata is bounded too: the client learns the bound from the
+	// server's settings and sends nothing past it.
+	md := metadata.AppendToOutgoingContext(t.Context(), "x-pad", strings.Repeat("x", 32<<10))
+	if _, err := client.Healthy(md, &pb.HealthyRequest{}); !strings.Contains(status.Convert(err).Message(), "violates the maximum size (16384 bytes) set by server") {
+		t.Errorf("a call with 32 KiB of metadata: %v, want it refused naming the bound", err)
+	}
+	if _, err := client.Healthy(t.Context(), &pb.HealthyRequest{}); err != nil {
+		t.Errorf("a call after the refused one: %v", err)
 	}
 
 	ctx, cancel := context.WithCancel(t.Context())
