@@ -246,8 +246,8 @@ func TestRecentResultsOnlyWithAStatusPage(t *testing.T) {
 
 // A kept-alive connection that sends no next request is closed after the
 // idle timeout, so it gives its slot of -max-connections(-per-source)
-// back.
-func TestHTTPIdleConnectionIsClosed(t *testing.T) {
+// back; headers past httpMaxHeaderBytes are refused.
+func TestHTTPIdleConnectionAndHeaderLimits(t *testing.T) {
 	c, err := checker.New(checker.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -286,6 +286,22 @@ func TestHTTPIdleConnectionIsClosed(t *testing.T) {
 	}
 	if _, err := br.ReadByte(); err != io.EOF {
 		t.Errorf("reading the idle connection: %v, want EOF (closed by pulsed)", err)
+	}
+
+	// Headers past the bound are refused, not held. (net/http reads 4 KiB
+	// past it before it refuses.)
+	req, err := http.NewRequest("GET", "http://"+m[1]+"/healthz", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Pad", strings.Repeat("x", httpMaxHeaderBytes+8<<10))
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("a request with %d bytes of headers: %d, want 431", httpMaxHeaderBytes+8<<10, resp.StatusCode)
 	}
 }
 
