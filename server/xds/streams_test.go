@@ -144,6 +144,66 @@ func TestHugeTypeURLIsClipped(t *testing.T) {
 	}
 }
 
+// A Delta stream's subscriptions add up, request after request: past
+// MaxSubscribed names of one type the stream is ended with
+// INVALID_ARGUMENT naming the bound, and so is one that subscribes to a
+// name longer than MaxNameBytes. Unsubscribing makes room; the wildcard
+// counts for nothing.
+func TestDeltaSubscriptionsAreBounded(t *testing.T) {
+	e := start(t, checker.Config{}, xds.Config{}, nil)
+	client := discoverypb.NewAggregatedDiscoveryServiceClient(e.conn)
+	names := func(from, n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf("group-%d", from+i)
+		}
+		return out
+	}
+	// refusal sends reqs on a new Delta stream and returns the error it
+	// ends with.
+	refusal := func(reqs ...*discoverypb.DeltaDiscoveryRequest) error {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		st, err := client.DeltaAggregatedResources(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range reqs {
+			r.Node, r.TypeUrl = &corev3.Node{Id: "n"}, resourcev3.EndpointType
+			if err := st.Send(r); err != nil {
+				break // the stream ended: Recv says why
+			}
+		}
+		for {
+			if _, err := st.Recv(); err != nil {
+				return err
+			}
+		}
+	}
+
+	var reqs []*discoverypb.DeltaDiscoveryRequest
+	for k := range xds.MaxSubscribed / 1000 {
+		reqs = append(reqs, &discoverypb.DeltaDiscoveryRequest{ResourceNamesSubscribe: names(k*1000, 1000)})
+	}
+	// At the bound: one name out, the wildcard and one name in.
+	reqs = append(reqs, &discoverypb.DeltaDiscoveryRequest{ResourceNamesUnsubscribe: names(0, 1), ResourceNamesSubscribe: append([]string{"*"}, names(xds.MaxSubscribed, 1)...)})
+	// Past it.
+	reqs = append(reqs, &discoverypb.DeltaDiscoveryRequest{ResourceNamesSubscribe: names(xds.MaxSubscribed+1, 4)})
+	err := refusal(reqs...)
+	want := fmt.Sprintf(`xds: resource_names_subscribe: a stream may subscribe to at most %d names of %s, got %d; subscribe to the wildcard "*" instead`, xds.MaxSubscribed, resourcev3.EndpointType, xds.MaxSubscribed+4)
+	if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != want {
+		t.Errorf("a stream past the bound: %v, want InvalidArgument %q", err, want)
+	}
+
+	long := strings.Repeat("g", xds.MaxNameBytes+1)
+	err = refusal(&discoverypb.DeltaDiscoveryRequest{ResourceNamesSubscribe: []string{"edge", long}})
+	want = fmt.Sprintf(`xds: resource_names_subscribe[1]: must be at most %d bytes, got "%s... (%d bytes)"`, xds.MaxNameBytes, strings.Repeat("g", 100), len(long))
+	if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != want {
+		t.Errorf("a name of %d bytes: %v, want InvalidArgument %q", len(long), err, want)
+	}
+	e.waitStreams(t, 0)
+}
+
 // open opens a State of the World stream on conn and waits for its first
 // response, so that the server has admitted it.
 func open(t *testing.T, ctx context.Context, conn *grpc.ClientConn) error {
