@@ -223,18 +223,8 @@ func TestHTTPFlags(t *testing.T) {
 func TestRecentResultsOnlyWithAStatusPage(t *testing.T) {
 	for _, addr := range []string{"", "127.0.0.1:0"} {
 		t.Run(fmt.Sprintf("-http-listen %q", addr), func(t *testing.T) {
-			c, err := checker.New(checker.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			gs := grpc.NewServer()
-			defer gs.Stop()
 			o := newObservability(true, slog.New(slog.DiscardHandler))
-			if err := o.start(addr, c, gs); err != nil {
-				t.Fatal(err)
-			}
-			defer func() { <-o.shutdown(5 * time.Second) }()
+			startObservability(t, o, addr)
 			o.observer.ObserveProbe(checker.Spec{Name: "web-1"}, checker.Result{Err: "status 503"})
 			got := len(o.observer.Recent("web-1"))
 			if want := map[string]int{"": 0, "127.0.0.1:0": 1}[addr]; got != want {
@@ -244,24 +234,33 @@ func TestRecentResultsOnlyWithAStatusPage(t *testing.T) {
 	}
 }
 
-// A kept-alive connection that sends no next request is closed after the
-// idle timeout, so it gives its slot of -max-connections(-per-source)
-// back; headers past httpMaxHeaderBytes are refused.
-func TestHTTPIdleConnectionAndHeaderLimits(t *testing.T) {
+// startObservability starts o's HTTP listener on addr ("": none) over a
+// new checker; the test's cleanup stops them.
+func startObservability(t *testing.T, o *observability, addr string) {
+	t.Helper()
 	c, err := checker.New(checker.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
 	gs := grpc.NewServer()
-	defer gs.Stop()
+	t.Cleanup(func() {
+		<-o.shutdown(5 * time.Second)
+		gs.Stop()
+		c.Close()
+	})
+	if err := o.start(addr, c, gs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A kept-alive connection that sends no next request is closed after the
+// idle timeout, so it gives its slot of -max-connections(-per-source)
+// back; headers past httpMaxHeaderBytes are refused.
+func TestHTTPIdleConnectionAndHeaderLimits(t *testing.T) {
 	var logs strings.Builder
 	o := newObservability(false, slog.New(slog.NewTextHandler(&logs, nil)))
 	o.idleTimeout = 200 * time.Millisecond
-	if err := o.start("127.0.0.1:0", c, gs); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { <-o.shutdown(5 * time.Second) }()
+	startObservability(t, o, "127.0.0.1:0")
 	m := regexp.MustCompile(`msg="http listening" .*addr=(\S+)`).FindStringSubmatch(logs.String())
 	if m == nil {
 		t.Fatalf("no http address in the log:\n%s", logs.String())
