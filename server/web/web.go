@@ -183,6 +183,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	dw := &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: h.writeTimeout}
 	dw.extend() // for what is written at the handler's end: headers alone, a buffered body
 	w = dw
+	if r.ProtoMajor == 1 && r.ContentLength != 0 {
+		// No route reads a body. Once a handler returns, net/http reads
+		// what is left of one (up to 256 KB) before it answers, with no
+		// deadline: a client that announced a body and sends none held
+		// the connection for good. With the deadline passed it reads what
+		// has arrived, and closes the connection after the answer if more
+		// was due. (HTTP/2 reads no body after the handler.)
+		_ = dw.rc.SetReadDeadline(time.Now())
+	}
 	setSecurityHeaders(w)
 	if h.authorize(w, r) {
 		h.mux.ServeHTTP(w, r)
