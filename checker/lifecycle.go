@@ -362,7 +362,9 @@ func (r *registry) expiryLocked(t *target, now time.Time, a Admin) string {
 	if p := r.pools[t.spec.Group]; p != nil && t.spec.Group != "" && len(p.held) > 0 {
 		return ""
 	}
-	return fmt.Sprintf("unhealthy for %v (remove_after_unhealthy %v)", now.Sub(t.lifeOrNil().unhealthySince), r.removeAfterLocked(t))
+	// The removal runs a little after the deadline, so the streak is
+	// rounded as the setting is written: "10m0s", not "10m0.00516849s".
+	return fmt.Sprintf("unhealthy for %v (remove_after_unhealthy %v)", roundDur(now.Sub(t.lifeOrNil().unhealthySince)), r.removeAfterLocked(t))
 }
 
 // removable checks a removal's condition for the shared registry's path:
@@ -399,9 +401,9 @@ func sortSpecs(specs []Spec) {
 	slices.SortFunc(specs, func(a, b Spec) int { return strings.Compare(a.Name, b.Name) })
 }
 
-// roundDur rounds d to whole seconds from a second on, as drains are asked
-// for, and to milliseconds below: a reason reads "drained for 34s", not
-// "34.017056604s".
+// roundDur rounds d to whole seconds from a second on, as drains and
+// automatic removals are asked for, and to milliseconds below: a reason
+// reads "drained for 34s", not "34.017056604s".
 func roundDur(d time.Duration) time.Duration {
 	if d >= time.Second {
 		return d.Round(time.Second)
