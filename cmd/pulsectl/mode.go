@@ -135,6 +135,18 @@ func modeName(m pb.Mode) string {
 	return "active"
 }
 
+// reducedWeight returns the weight of a routable target that takes less
+// than its full share of traffic, in a slow start or as a degraded
+// outlier, and whether it does. A pulsed from before weights leaves the
+// field unset: without a slow start or an outlier to explain it, 0 is
+// that, not a target routed at 0%.
+func reducedWeight(st *pb.TargetStatus) (uint32, bool) {
+	if !st.GetRoutable() || st.GetWeight() >= 100 || st.GetSlowStartEnd() == nil && st.GetOutlier() == nil {
+		return 0, false
+	}
+	return st.GetWeight(), true
+}
+
 // modeSummary describes a status's mode in one phrase, e.g. "draining
 // (deploy 4711) until 2026-12-01T18:00:00+01:00, removed at ...".
 func modeSummary(st *pb.TargetStatus) string {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"regexp"
 	"strings"
 	"testing"
@@ -78,5 +79,58 @@ func TestWatchPrintsModeChanges(t *testing.T) {
 	}}})
 	if want := timeText(at) + " web-1: mode active -> draining (deploy 4711)"; got != want {
 		t.Errorf("line = %q, want %q", got, want)
+	}
+}
+
+// weightPulse answers like a pulsed from before weights (old-1: routable,
+// weight unset) beside one in a slow start (ramp-1: weight 40).
+type weightPulse struct {
+	pb.UnimplementedHealthCheckerServer
+}
+
+var weightAt = time.Date(2026, 12, 5, 7, 0, 0, 0, time.UTC)
+
+func (weightPulse) status(name string) *pb.TargetStatus {
+	st := &pb.TargetStatus{
+		Spec:  &pb.Target{Name: name, Probe: &pb.Target_Tcp{Tcp: &pb.TcpProbe{Address: "127.0.0.1:80"}}},
+		State: pb.State_STATE_HEALTHY, Verdict: pb.State_STATE_HEALTHY, Routable: true,
+		LastTransitionTime: timestamppb.New(weightAt),
+	}
+	if name == "ramp-1" {
+		st.Weight, st.SlowStartEnd = 40, timestamppb.New(weightAt.Add(time.Minute))
+	}
+	return st
+}
+
+func (p weightPulse) State(_ context.Context, req *pb.StateRequest) (*pb.StateResponse, error) {
+	return &pb.StateResponse{Status: p.status(req.GetName())}, nil
+}
+
+func (p weightPulse) ListTargets(context.Context, *pb.ListTargetsRequest) (*pb.ListTargetsResponse, error) {
+	return &pb.ListTargetsResponse{Targets: []*pb.TargetStatus{p.status("old-1"), p.status("ramp-1")}}, nil
+}
+
+// A routable target whose weight an older pulsed leaves unset is shown
+// at its full share, not as a slow start at 0%; a slow start still shows.
+func TestUnsetWeightIsNoSlowStart(t *testing.T) {
+	t.Setenv("TZ", "UTC")
+	addr := serveAPI(t, weightPulse{})
+
+	out := mustRun(t, "state", "old-1", "--addr", addr)
+	if strings.Contains(out, "weight:") {
+		t.Errorf("state of a target with no weight printed a weight:\n%s", out)
+	}
+	out = mustRun(t, "state", "ramp-1", "--addr", addr)
+	if want := "weight:      40% (slow start until " + timeText(weightAt.Add(time.Minute)) + ")\n"; !strings.Contains(out, want) {
+		t.Errorf("state ramp-1 printed\n%s\nwant a line %q", out, want)
+	}
+	out = mustRun(t, "ls", "--addr", addr)
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^old-1 +- +healthy +active +-`),
+		regexp.MustCompile(`(?m)^ramp-1 +- +healthy +active 40% +-`),
+	} {
+		if !want.MatchString(out) {
+			t.Errorf("ls printed\n%s\nwant a line matching %v", out, want)
+		}
 	}
 }

@@ -146,15 +146,15 @@ func runState(ctx context.Context, e *env, c *command, args []string) int {
 	if o := st.GetOutlier(); o != nil {
 		fmt.Fprintf(tw, "outlier:\t%s\n", outlierText(o))
 	}
-	if st.GetRoutable() && st.GetWeight() < 100 {
+	if w, ok := reducedWeight(st); ok {
 		var why []string
 		if st.GetOutlier() != nil {
 			why = append(why, "degraded outlier")
 		}
-		if t := st.GetSlowStartEnd(); t != nil || len(why) == 0 {
+		if t := st.GetSlowStartEnd(); t != nil {
 			why = append(why, "slow start until "+timeText(t.AsTime()))
 		}
-		fmt.Fprintf(tw, "weight:\t%d%% (%s)\n", st.GetWeight(), strings.Join(why, "; "))
+		fmt.Fprintf(tw, "weight:\t%d%% (%s)\n", w, strings.Join(why, "; "))
 	}
 	if q := st.GetQuarantined(); q != "" {
 		fmt.Fprintf(tw, "quarantined:\t%s (not probed: fix it with pulsectl add, or remove it with pulsectl rm)\n", q)
@@ -296,8 +296,8 @@ func runLs(ctx context.Context, e *env, c *command, args []string) int {
 			lastErr = truncate("quarantined: "+q, width)
 		}
 		mode := modeName(st.GetMode())
-		if st.GetRoutable() && st.GetWeight() < 100 {
-			mode += fmt.Sprintf(" %d%%", st.GetWeight())
+		if w, ok := reducedWeight(st); ok {
+			mode += fmt.Sprintf(" %d%%", w)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", st.GetSpec().GetName(), orDash(st.GetSpec().GetGroup()),
 			stateText(st), mode, streak(st), lat, lastErr, age(st.GetLastTransitionTime(), now))
