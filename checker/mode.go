@@ -104,7 +104,8 @@ type Lifecycle struct {
 	// RemoveAfterUnhealthy, when positive, removes the target once its
 	// verdict has been unhealthy this long without a break; never while
 	// the checker is degraded, its group is in panic or it is in
-	// maintenance. If 0, its group's GroupPolicy.RemoveAfterUnhealthy. In
+	// maintenance, and leaving maintenance starts the streak again. If 0,
+	// its group's GroupPolicy.RemoveAfterUnhealthy. In
 	// [MinRemoveAfterUnhealthy, MaxRemoveAfterUnhealthy].
 	RemoveAfterUnhealthy time.Duration `json:",omitzero"`
 	// Admin is the target's administrative mode.
@@ -301,6 +302,12 @@ func (r *registry) modeEffectLocked(t *target, from Mode, now time.Time) {
 		} else {
 			t.m.State, t.m.PassStreak, t.m.FailStreak = StateUnhealthy, 0, 0
 			t.carried = false
+		}
+		// No result is seen in maintenance: the unhealthy streak starts
+		// again, or a target repaired while out would be removed
+		// (remove_after_unhealthy) as it comes back, before its first probe.
+		if lf := t.lifeOrNil(); lf != nil {
+			lf.unhealthySince = time.Time{}
 		}
 		r.unhealthySinceLocked(t, now)
 		if r.probedLocked(t) && t.index < 0 {

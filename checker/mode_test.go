@@ -474,6 +474,45 @@ func TestRemoveAfterUnhealthyWaitsForADegradedChecker(t *testing.T) {
 	}
 }
 
+// Maintenance breaks the unhealthy streak: no result is seen in it, so a
+// target repaired while out is not removed the moment it is activated,
+// before a probe can say so; its streak starts again.
+func TestLeavingMaintenanceRestartsTheUnhealthyStreak(t *testing.T) {
+	e := newEnv(t, checker.Config{Overload: checker.OverloadPolicy{Disabled: true}})
+	s := modeSpec("db-1", "")
+	s.Interval = 5 * time.Second
+	s.Lifecycle = &checker.Lifecycle{RemoveAfterUnhealthy: 10 * time.Second}
+	e.add(t, s)
+	w := watchNow(t, e.c, checker.Filter{})
+	e.probes.set("db-1", fail)
+	e.c.RunRound(t.Context())
+	e.c.Start()
+	setMode(t, e.c, checker.ModeRequest{Target: "db-1", Mode: checker.ModeMaintenance, Reason: "disk swap"})
+	e.clock.Advance(30 * time.Second)
+	setMode(t, e.c, checker.ModeRequest{Target: "db-1", Mode: checker.ModeActive})
+	st, err := e.c.Status("db-1")
+	if err != nil {
+		t.Fatalf("db-1 removed on leaving maintenance: %v", err)
+	}
+	if want := epoch.Add(30 * time.Second); !st.UnhealthySince.Equal(want) {
+		t.Errorf("unhealthy since %v, want %v: the streak starts again on leaving maintenance", st.UnhealthySince, want)
+	}
+	e.clock.Advance(10 * time.Second)
+	waitFor(t, "db-1 removed 10s after leaving maintenance", func() bool { _, err := e.c.Status("db-1"); return err != nil })
+	var got []string
+	waitFor(t, "the removal on the stream", func() bool {
+		for _, ev := range events(next(t, w)) {
+			if strings.HasPrefix(ev, "TARGET_EXPIRED") {
+				got = append(got, ev)
+			}
+		}
+		return len(got) > 0
+	})
+	if want := "TARGET_EXPIRED db-1: removed, unhealthy for 10s (remove_after_unhealthy 10s)"; got[0] != want {
+		t.Errorf("%q, want %q", got[0], want)
+	}
+}
+
 // A group's modes are stored in one write: the store gets its targets in
 // one PutSpecs, and a failure changes none of them, in the registry or in
 // the store, and says so.
