@@ -203,6 +203,7 @@ var runnablePages = []string{
 	"README.md",
 	"docs/getting-started.md",
 	"docs/guides/discovery.md",
+	"docs/guides/draining.md",
 	"docs/guides/history.md",
 	"docs/integrations/dns.md",
 	"docs/integrations/go.md",
