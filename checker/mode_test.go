@@ -274,6 +274,22 @@ func TestModeUntilAndDrainThenRemove(t *testing.T) {
 	}
 }
 
+// firstExpiry waits for the first TARGET_EXPIRED event on w and returns
+// it as events describes it.
+func firstExpiry(t *testing.T, w *checker.Watcher) string {
+	t.Helper()
+	var got string
+	waitFor(t, "a TARGET_EXPIRED event", func() bool {
+		for _, ev := range events(next(t, w)) {
+			if got == "" && strings.HasPrefix(ev, "TARGET_EXPIRED") {
+				got = ev
+			}
+		}
+		return got != ""
+	})
+	return got
+}
+
 // A second drain of a draining target moves its removal, not the drain's
 // start: the reason gives the whole drain, in whole seconds.
 func TestDrainAgainSaysTheWholeDrain(t *testing.T) {
@@ -290,17 +306,8 @@ func TestDrainAgainSaysTheWholeDrain(t *testing.T) {
 	}
 	e.clock.Advance(5 * time.Second)
 	want := "TARGET_EXPIRED web-1: removed, drained for 9s (RemoveTarget drain_for)"
-	var got []string
-	waitFor(t, "web-1 removed", func() bool {
-		for _, ev := range events(next(t, w)) {
-			if strings.HasPrefix(ev, "TARGET_EXPIRED") {
-				got = append(got, ev)
-			}
-		}
-		return len(got) > 0
-	})
-	if got[0] != want {
-		t.Errorf("%q, want %q", got[0], want)
+	if got := firstExpiry(t, w); got != want {
+		t.Errorf("%q, want %q", got, want)
 	}
 }
 
@@ -499,17 +506,8 @@ func TestLeavingMaintenanceRestartsTheUnhealthyStreak(t *testing.T) {
 	}
 	e.clock.Advance(10 * time.Second)
 	waitFor(t, "db-1 removed 10s after leaving maintenance", func() bool { _, err := e.c.Status("db-1"); return err != nil })
-	var got []string
-	waitFor(t, "the removal on the stream", func() bool {
-		for _, ev := range events(next(t, w)) {
-			if strings.HasPrefix(ev, "TARGET_EXPIRED") {
-				got = append(got, ev)
-			}
-		}
-		return len(got) > 0
-	})
-	if want := "TARGET_EXPIRED db-1: removed, unhealthy for 10s (remove_after_unhealthy 10s)"; got[0] != want {
-		t.Errorf("%q, want %q", got[0], want)
+	if got, want := firstExpiry(t, w), "TARGET_EXPIRED db-1: removed, unhealthy for 10s (remove_after_unhealthy 10s)"; got != want {
+		t.Errorf("%q, want %q", got, want)
 	}
 }
 
