@@ -37,7 +37,7 @@ type probePool struct {
 	idle    int        // workers waiting for a job
 	running int        // jobs taken by a worker and not yet applied
 	hungRun int        // of running, the jobs taken from hung
-	fullEnd int64      // when running last fell from max (UnixNano): a job that waited got its slot then
+	fullEnd int64      // when running last fell from max (on the scheduler's frame): a job that waited got its slot then
 	cond    *sync.Cond // on the registry's lock: signalled when a job is queued or the pool stops
 }
 
@@ -55,10 +55,11 @@ func (p *probePool) waiting() int {
 // queued counts the jobs waiting for a worker.
 func (p *probePool) queued() int { return p.queue.len() + p.urgent.len() + p.hung.len() }
 
-// release frees the slot of j's probe, which ended at now.
-func (p *probePool) release(j job, now time.Time) {
+// release frees the slot of j's probe, which ended at now (on the
+// scheduler's frame).
+func (p *probePool) release(j job, now int64) {
 	if p.running == p.max {
-		p.fullEnd = now.UnixNano()
+		p.fullEnd = now
 	}
 	p.running--
 	if j.hung {
@@ -114,7 +115,7 @@ type job struct {
 	t        *target
 	gen      uint32        // t.gen when the probe was scheduled: a job outlived by its probe spec (or, shared, its ownership) is not run
 	due      time.Time     // when the probe should start
-	startNs  int64         // when the scheduler meant to start it, batched by the tick (UnixNano); 0: at due
+	startNs  int64         // when the scheduler meant to start it, batched by the tick (on the scheduler's frame); 0: at due
 	interval time.Duration // the interval it was scheduled at
 	round    *round        // the RunRound the job belongs to; nil for a scheduled probe
 	i        int           // the job's index in round.out
@@ -334,7 +335,7 @@ func (s *scheduler) work() {
 		r, timedOut := s.probe(ctx, a)
 
 		s.reg.lock()
-		s.pool.release(j, s.clock.Now())
+		s.pool.release(j, s.frame.ns(s.clock.Now()))
 		s.waiting.Store(int64(s.pool.waiting()))
 		if j.round != nil {
 			j.round.out[j.i] = outcome{r: r, timedOut: timedOut, skipped: ctx.Err() != nil} // cut short: says nothing of the target
@@ -407,7 +408,7 @@ func (s *scheduler) asyncDone(j job, a probeArgs, start, deadline time.Time, err
 	end := s.clock.Now()
 	r, timedOut := s.result(a, start, end, err, !end.Before(deadline))
 	s.reg.lock()
-	s.pool.release(j, end)
+	s.pool.release(j, s.frame.ns(end))
 	s.waiting.Store(int64(s.pool.waiting()))
 	if s.pool.queued() > 0 && s.pool.idle > 0 {
 		s.pool.cond.Signal() // a job may have waited for this slot
@@ -436,16 +437,16 @@ func (s *scheduler) startLocked(j job, a *probeArgs) {
 	}
 	now := s.clock.Now()
 	planned := j.due
-	if j.startNs > planned.UnixNano() {
-		planned = time.Unix(0, j.startNs) // a tick's batching is not lateness, whatever the tick is now
+	if j.startNs > s.frame.ns(planned) {
+		planned = s.frame.at(j.startNs) // a tick's batching is not lateness, whatever the tick is now
 	}
 	lag := max(now.Sub(planned), 0)
 	s.lastLag.Store(int64(lag))
-	if s.pool.fullEnd > planned.UnixNano() {
+	if s.pool.fullEnd > s.frame.ns(planned) {
 		// Waiting for a slot is not the checker's slowness: the probe's
 		// timeout starts now, and hung targets holding every slot must
 		// not keep the checker degraded.
-		lag = max(now.Sub(time.Unix(0, s.pool.fullEnd)), 0)
+		lag = max(now.Sub(s.frame.at(s.pool.fullEnd)), 0)
 	}
 	maxLag := s.overload.MaxLag
 	if maxLag == 0 {

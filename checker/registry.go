@@ -236,7 +236,7 @@ func (r *registry) statusLocked(t *target, now time.Time) Status {
 		Flapping:        t.flapping,
 		Transitions:     t.flaps.count(now, t.spec.flapWindow()),
 		ProbeInterval:   r.sched.intervalLocked(t),
-		NextProbe:       unixTime(t.next),
+		NextProbe:       r.sched.frame.wall(t.next, now),
 		Probing:         t.inFlight,
 		ActiveResults:   t.active,
 		IgnoredTimeouts: t.ignored,

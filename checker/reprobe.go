@@ -149,12 +149,12 @@ func (s *scheduler) reprobeLocked(t *target, l lostConn, now time.Time) {
 		s.reprobes = make(map[string]uint64)
 	}
 	s.reprobes[l.reason]++
-	if !t.inFlight && now.UnixNano() < t.next {
+	if !t.inFlight && s.frame.ns(now) < t.next {
 		// Due now and started now: a reprobe is not batched on the
 		// schedule tick (see startBy), whose end may be up to
 		// ScheduleTickMax away, since the loss is news to act on.
 		s.setNextLocked(t, now)
-		t.startNs = now.UnixNano()
+		t.startNs = s.frame.ns(now)
 		s.due.fix(t)
 	}
 }

@@ -30,6 +30,7 @@ type scheduler struct {
 	clock    Clock
 	observer Observer      // nil if none
 	tick     time.Duration // the tick in force; see tick.go
+	frame    frame         // the clock its times are kept on
 	overload OverloadPolicy
 	reprobe  ReprobePolicy
 	stamp    liveness.Stamp // see package liveness
@@ -86,6 +87,7 @@ func newScheduler(reg *registry, cfg Config, clock Clock) (*scheduler, error) {
 	if s.overload.RecoverAfter == 0 {
 		s.overload.RecoverAfter = DefaultOverloadRecovery
 	}
+	s.frame = newFrame(clock.Now())
 	s.stamp.Start(clock.Now())
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
@@ -128,7 +130,7 @@ func (s *scheduler) schedule() {
 		s.dispatchLocked()
 		var wake time.Time
 		if len(s.due) > 0 {
-			wake = time.Unix(0, s.due[0].startNs)
+			wake = s.frame.at(s.due[0].startNs)
 		}
 		if !wake.After(now) { // no target, or the clock at the end of time
 			wake = time.Time{}
@@ -164,23 +166,23 @@ func (s *scheduler) schedule() {
 // dueLocked takes every target due at now, schedules its next probe and
 // queues the probes to start, then lets the tick adapt to how many fell
 // due (see tick.go). It takes each target once: a next probe is after now
-// (see nextSlot), except at the last time UnixNano holds, where none can
+// (see nextSlot), except at the last time the frame holds, where none can
 // be; such a target is set aside until the pass ends.
 func (s *scheduler) dueLocked(now time.Time) {
 	var stuck []*target
 	n, adaptive := 0, s.tuner.adaptive()
-	for nowNs := now.UnixNano(); len(s.due) > 0 && s.due[0].startNs <= nowNs; {
+	for nowNs := s.frame.ns(now); len(s.due) > 0 && s.due[0].startNs <= nowNs; {
 		t := s.due[0].t
 		if adaptive {
 			n += s.tuner.weight(t)
 		}
 		if !t.inFlight {
-			j := s.jobLocked(t, unixTime(t.next))
+			j := s.jobLocked(t, s.frame.at(t.next))
 			j.startNs = t.startNs
 			s.enqueueLocked(j)
 		}
 		t.slot = t.next
-		s.setNextLocked(t, nextSlot(unixTime(t.next), s.intervalLocked(t), now))
+		s.setNextLocked(t, nextSlot(s.frame.at(t.next), s.intervalLocked(t), now))
 		if t.startNs <= nowNs {
 			s.due.remove(t)
 			stuck = append(stuck, t)
@@ -202,7 +204,7 @@ func (s *scheduler) rescheduleLocked(t *target, now time.Time) {
 		return
 	}
 	iv := s.intervalLocked(t)
-	slot := unixTime(t.slot)
+	slot := s.frame.at(t.slot)
 	next := addDur(slot, iv)
 	if !next.After(now) {
 		next = nextSlot(slot, iv, now)
@@ -233,7 +235,9 @@ func (s *scheduler) startBy(due time.Time, interval time.Duration) time.Time {
 	if w.Before(due) {
 		w = addDur(w, s.tick)
 	}
-	return w
+	// Truncate reads the wall clock and drops the monotonic reading: move
+	// due by as much, which keeps its own.
+	return due.Add(w.Sub(due))
 }
 
 // setNextLocked sets when t's next probe is due and when it starts; the
@@ -241,8 +245,8 @@ func (s *scheduler) startBy(due time.Time, interval time.Duration) time.Time {
 // UnixNano can hold, whatever the caller computed.
 func (s *scheduler) setNextLocked(t *target, next time.Time) {
 	next = addDur(next, 0)
-	t.next = next.UnixNano()
-	t.startNs = s.startBy(next, s.intervalLocked(t)).UnixNano()
+	t.next = s.frame.ns(next)
+	t.startNs = s.frame.ns(s.startBy(next, s.intervalLocked(t)))
 }
 
 // nextSlot returns the first time after now on prev's fixed-rate grid. A
@@ -273,9 +277,66 @@ func firstDelay(name string, interval time.Duration) time.Duration {
 	return time.Duration(h.Sum64() % uint64(interval))
 }
 
+// frame is the clock the scheduler keeps its times on, as int64
+// nanoseconds (a target's slot, next and start, the pool's fullEnd): the
+// Unix time its clock read when the scheduler was made, plus the time
+// since, measured with the monotonic clock when the clock's times carry
+// it, as the real clock's do. A step of the wall clock (NTP, a VM resumed,
+// date -s) then moves no due time: a step back does not stall every
+// probe for its length, and a step forward does not make every probe
+// late. The times the scheduler shows (Status.NextProbe) are read from
+// the wall clock of the moment (see wall). With a fake clock, whose times
+// carry no monotonic reading, a frame's time is the Unix time.
+type frame struct {
+	base   time.Time
+	baseNs int64 // base's UnixNano
+}
+
+func newFrame(base time.Time) frame { return frame{base: base, baseNs: base.UnixNano()} }
+
+// ns returns t on the frame, clamped to the int64 range but never noTime.
+func (f frame) ns(t time.Time) int64 {
+	d := int64(t.Sub(f.base)) // saturates
+	n := f.baseNs + d
+	switch {
+	case d > 0 && n < f.baseNs:
+		return math.MaxInt64
+	case d < 0 && n > f.baseNs, n == noTime:
+		return noTime + 1
+	}
+	return n
+}
+
+// at returns the time ns stands for, carrying the base's monotonic
+// reading; the zero time for noTime.
+func (f frame) at(ns int64) time.Time {
+	if ns == noTime {
+		return time.Time{}
+	}
+	d := ns - f.baseNs
+	switch {
+	case f.baseNs > 0 && d > ns:
+		d = math.MinInt64
+	case f.baseNs < 0 && d < ns:
+		d = math.MaxInt64
+	}
+	return f.base.Add(time.Duration(d))
+}
+
+// wall returns ns as a time on the wall clock at now: now plus the time
+// until ns, so that after a step of the wall clock a time shown is
+// still that far away. The zero time for noTime.
+func (f frame) wall(ns int64, now time.Time) time.Time {
+	if ns == noTime {
+		return time.Time{}
+	}
+	return now.Add(f.at(ns).Sub(now))
+}
+
 // addDur returns t+d clamped to the times whose UnixNano an int64 holds
-// (the years 1678 to 2262): the due heap orders targets by UnixNano, and a
-// time past its range would wrap around into the past and be due forever.
+// (the years 1678 to 2262): the due heap orders targets by their times on
+// the frame, Unix times in nanoseconds, and a time past its range would
+// wrap around into the past and be due forever.
 // Validate keeps every duration of a spec far below that; addDur keeps the
 // scheduler safe whatever it is given.
 func addDur(t time.Time, d time.Duration) time.Time {
@@ -435,7 +496,7 @@ func (s *scheduler) hurryLocked(t *target, now time.Time) {
 	if t.index < 0 {
 		return
 	}
-	if want := now.Add(s.intervalLocked(t)); want.Before(unixTime(t.next)) {
+	if want := now.Add(s.intervalLocked(t)); want.Before(s.frame.at(t.next)) {
 		s.setNextLocked(t, want)
 		s.due.fix(t)
 		s.wakeUp()

@@ -43,10 +43,11 @@ type target struct {
 	timedOut  bool  // its last scheduled probe ran into its timeout: its next waits in the hung queue (see probePool.pop)
 	index     int32 // position in the due heap; -1 in none (in the flags' padding)
 
-	slot int64 // the scheduled start of the last scheduled probe (UnixNano); noTime before the first
-	next int64 // when the next probe is due (UnixNano); noTime before it is scheduled
-	// startNs is when the next probe starts (UnixNano): next, batched by
-	// the schedule tick (see startBy). It and seq order the due heap.
+	slot int64 // the scheduled start of the last scheduled probe (on the scheduler's frame); noTime before the first
+	next int64 // when the next probe is due (on the scheduler's frame); noTime before it is scheduled
+	// startNs is when the next probe starts (on the scheduler's frame):
+	// next, batched by the schedule tick (see startBy). It and seq order
+	// the due heap.
 	startNs int64
 
 	active, ignored uint64 // result counts, see Status (the passive ones are in more)
@@ -56,18 +57,8 @@ type target struct {
 }
 
 // noTime is a target's slot or next when it has none. The scheduler's
-// times are clamped to what UnixNano holds (see addDur), and a time it
-// computes is after now, so none of them is this.
+// frame never gives a time this value (see frame.ns).
 const noTime = math.MinInt64
-
-// unixTime returns the time a slot or next holds; the zero time for
-// noTime.
-func unixTime(ns int64) time.Time {
-	if ns == noTime {
-		return time.Time{}
-	}
-	return time.Unix(0, ns)
-}
 
 // targetSeq numbers targets as they are made: the due heap's order among
 // targets that start at the same time. Past 2^32 targets made it wraps,

@@ -34,12 +34,20 @@ type keepRank struct {
 	// class itself, as the budget allows; above it, none. periodClasses:
 	// every class fits.
 	edge     atomic.Int32
-	computed atomic.Int64 // when edge was last computed, Unix ns
+	computed atomic.Int64 // when edge was last computed (rankNs)
 	unranked atomic.Int64 // probers with no period yet: they may keep, first come
 }
 
 // keepRankEvery is how often the edge is computed again, at most.
 const keepRankEvery = time.Second
+
+// rankEpoch is what the rank measures times from (rankNs), with the
+// monotonic clock when times carry it, as the real clock's do: a step of
+// the wall clock is then neither a probe period of an hour nor an edge
+// left uncomputed for an hour.
+var rankEpoch = time.Now()
+
+func rankNs(t time.Time) int64 { return int64(t.Sub(rankEpoch)) }
 
 // periodClass returns the class of a period.
 func periodClass(d time.Duration) int32 {
@@ -48,7 +56,7 @@ func periodClass(d time.Duration) int32 {
 
 // proberPeriod is one lean prober's place in the rank.
 type proberPeriod struct {
-	lastStart atomic.Int64 // Unix ns of the last probe's start; 0 before the first
+	lastStart atomic.Int64 // the last probe's start (rankNs); 0 before the first
 	smoothed  atomic.Int64 // smoothed period, ns; 0 until two probes
 	class     atomic.Int32 // its class in the rank; -1 while unranked
 }
@@ -56,7 +64,7 @@ type proberPeriod struct {
 // started notes a probe's start at now and moves the prober's class in r
 // when its period changed class.
 func (pp *proberPeriod) started(r *keepRank, now time.Time) {
-	ns := now.UnixNano()
+	ns := rankNs(now)
 	last := pp.lastStart.Swap(ns)
 	gap := time.Duration(ns - last)
 	if last == 0 || gap < minPeriodGap {
@@ -110,7 +118,7 @@ func (r *keepRank) mayKeep(pp *proberPeriod, budget int64, now time.Time) bool {
 // edgeAt returns the edge class for budget, computed again when the last
 // computation is older than keepRankEvery.
 func (r *keepRank) edgeAt(budget int64, now time.Time) int32 {
-	ns := now.UnixNano()
+	ns := rankNs(now)
 	last := r.computed.Load()
 	if last != 0 && ns-last < int64(keepRankEvery) {
 		return r.edge.Load()
