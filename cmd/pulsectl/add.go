@@ -115,7 +115,7 @@ func runAdd(ctx context.Context, e *env, c *command, args []string) int {
 		return code
 	}
 	defer cl.Close()
-	cctx, cancel := callCtx(ctx)
+	cctx, cancel := cl.writeCtx(ctx)
 	defer cancel()
 	// The spec add replaces, if any, to say what changed: add sends the
 	// whole spec, so a flag left out puts its field back to the default.

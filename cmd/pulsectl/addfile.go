@@ -57,7 +57,7 @@ func (a *addFlags) addFile(ctx context.Context, e *env, c *command) int {
 		if len(batch.Targets) == 0 {
 			return true
 		}
-		cctx, cancel := callCtx(ctx)
+		cctx, cancel := cl.writeCtx(ctx)
 		defer cancel()
 		resp, err := cl.AddTargets(cctx, batch)
 		if err != nil {

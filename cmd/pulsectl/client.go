@@ -22,9 +22,17 @@ import (
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
-// callTimeout bounds each unary call, connecting included, so that a
-// server that does not answer is reported in seconds rather than never.
+// callTimeout bounds each unary call that reads, connecting included, so
+// that a server that does not answer is reported in seconds rather than
+// never.
 const callTimeout = 5 * time.Second
+
+// writeTimeout bounds each call that changes the registry. With replicas,
+// pulsed waits up to 10 seconds (a millisecond more a target of a batch)
+// for the shared registry to confirm a write, then answers that it is
+// unavailable or the write uncertain: pulsectl waits longer, so that while
+// etcd is down it shows that answer instead of calling pulsed stalled.
+const writeTimeout = 30 * time.Second
 
 // clientFlags are the flags of every command that talks to pulsed, and,
 // once resolve has run, where each setting came from.
@@ -56,6 +64,7 @@ type client struct {
 	addrSource string       // where addr came from, as config view says it: "default", "flag --addr", ...
 	cf         *clientFlags // the settings in force, for fail's hints; nil: unknown
 	pc         *pulse.Client
+	timeout    time.Duration // the bound of the last call's context (callCtx, writeCtx), for noAnswer
 	pb.HealthCheckerClient
 }
 
@@ -158,9 +167,17 @@ func addrProblem(a string) string {
 
 func (c *client) Close() { c.pc.Close() }
 
-// callCtx returns the context of one unary call.
-func callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+// callCtx returns the context of one unary call that reads.
+func (c *client) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	c.timeout = callTimeout
 	return context.WithTimeout(ctx, callTimeout)
+}
+
+// writeCtx returns the context of one unary call that changes the
+// registry (and of the reads made with it).
+func (c *client) writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	c.timeout = writeTimeout
+	return context.WithTimeout(ctx, writeTimeout)
 }
 
 // rpcCommands are the pulsectl commands that make each RPC, for the hints

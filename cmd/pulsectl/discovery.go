@@ -57,7 +57,7 @@ func runDiscovery(ctx context.Context, e *env, c *command, args []string) int {
 		return code
 	}
 	defer cl.Close()
-	cctx, cancel := callCtx(ctx)
+	cctx, cancel := cl.callCtx(ctx)
 	defer cancel()
 	resp, err := cl.ListDiscovery(cctx, &pb.ListDiscoveryRequest{})
 	if err != nil {

@@ -137,7 +137,7 @@ func (c *client) unreachable(e *env, err error) int {
 	return exitRefused
 }
 
-// noAnswer reports a call that did not end within callTimeout. When no
+// noAnswer reports a call that did not end within its bound. When no
 // connection was made in time (gRPC had not received pulsed's HTTP/2
 // preface), pulsed may not be running there; when one was, pulsed is
 // running, and the hint says what tells whether it is stalled.
@@ -148,11 +148,19 @@ func (c *client) noAnswer(e *env, err error) int {
 		return exitRefused
 	}
 	if strings.Contains(msg, "waiting for connections to become ready") || strings.HasPrefix(msg, "latest balancer error") {
-		e.errorf("no connection to pulsed at %s within %v: nothing answered, or the TLS or HTTP/2 handshake did not finish\n%s", c.addr, callTimeout, c.unreachableHint())
+		e.errorf("no connection to pulsed at %s within %v: nothing answered, or the TLS or HTTP/2 handshake did not finish\n%s", c.addr, c.bound(), c.unreachableHint())
 		return exitServer
 	}
-	e.errorf("pulsed at %s accepted the connection but did not answer within %v: it may be stalled or overloaded\n%s", c.addr, callTimeout, stalledHint)
+	e.errorf("pulsed at %s accepted the connection but did not answer within %v: it may be stalled or overloaded\n%s", c.addr, c.bound(), stalledHint)
 	return exitServer
+}
+
+// bound returns the bound of the last call's context.
+func (c *client) bound() time.Duration {
+	if c.timeout == 0 {
+		return callTimeout
+	}
+	return c.timeout
 }
 
 // stalledHint is what tells whether a pulsed that does not answer calls is

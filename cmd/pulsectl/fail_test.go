@@ -275,3 +275,53 @@ func TestReconnectStopsOnRefusedToken(t *testing.T) {
 		}
 	}
 }
+
+// deadlinePulse answers every call UNAVAILABLE, as a pulsed whose shared
+// registry is down does, and records how long each call was given.
+type deadlinePulse struct {
+	pb.UnimplementedHealthCheckerServer
+	mu    sync.Mutex
+	given map[string]time.Duration
+}
+
+func (d *deadlinePulse) note(ctx context.Context, call string) error {
+	dl, _ := ctx.Deadline()
+	d.mu.Lock()
+	d.given[call] = time.Until(dl)
+	d.mu.Unlock()
+	return status.Error(codes.Unavailable, "registry unavailable")
+}
+
+func (d *deadlinePulse) ListTargets(ctx context.Context, _ *pb.ListTargetsRequest) (*pb.ListTargetsResponse, error) {
+	return nil, d.note(ctx, "ListTargets")
+}
+
+func (d *deadlinePulse) SetMode(ctx context.Context, _ *pb.SetModeRequest) (*pb.SetModeResponse, error) {
+	return nil, d.note(ctx, "SetMode")
+}
+
+func (d *deadlinePulse) RemoveTarget(ctx context.Context, _ *pb.RemoveTargetRequest) (*pb.RemoveTargetResponse, error) {
+	return nil, d.note(ctx, "RemoveTarget")
+}
+
+// A call that changes the registry is given longer than pulsed waits for
+// its shared registry to confirm a write (10s), so that while etcd is
+// down pulsectl shows pulsed's answer rather than calling it stalled; a
+// read keeps the short bound.
+func TestWritesOutwaitTheSharedRegistry(t *testing.T) {
+	d := &deadlinePulse{given: map[string]time.Duration{}}
+	addr := serveAPI(t, d)
+	pulsectl(t, "ls", "--addr", addr)
+	pulsectl(t, "drain", "web-1", "--addr", addr)
+	pulsectl(t, "rm", "web-1", "--addr", addr)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if got := d.given["ListTargets"]; got <= 0 || got > callTimeout {
+		t.Errorf("ls was given %v, want at most %v", got, callTimeout)
+	}
+	for _, call := range []string{"SetMode", "RemoveTarget"} {
+		if got := d.given[call]; got < 15*time.Second {
+			t.Errorf("%s was given %v, want more than pulsed's 10s wait for its shared registry", call, got)
+		}
+	}
+}

@@ -81,7 +81,7 @@ func runHistory(ctx context.Context, e *env, c *command, args []string) int {
 		return code
 	}
 	defer cl.Close()
-	cctx, cancel := callCtx(ctx)
+	cctx, cancel := cl.callCtx(ctx)
 	defer cancel()
 	resp, err := cl.History(cctx, req)
 	if err != nil {

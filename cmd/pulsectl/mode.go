@@ -90,7 +90,7 @@ func runMode(ctx context.Context, e *env, c *command, mode pb.Mode, args []strin
 	}
 	for _, name := range sel {
 		req.Target, req.Group = name, *group
-		cctx, cancel := callCtx(ctx)
+		cctx, cancel := cl.writeCtx(ctx)
 		resp, err := cl.SetMode(cctx, req)
 		cancel()
 		if err != nil {

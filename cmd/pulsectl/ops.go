@@ -125,7 +125,7 @@ func runSet(ctx context.Context, e *env, c *command, args []string) int {
 		return code
 	}
 	defer cl.Close()
-	cctx, cancel := callCtx(ctx)
+	cctx, cancel := cl.writeCtx(ctx)
 	defer cancel()
 	lowered, err := a.fitTimeout(cctx, cl, req, clear)
 	if err != nil {

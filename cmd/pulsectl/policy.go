@@ -104,7 +104,11 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 		return code
 	}
 	defer cl.Close()
-	cctx, cancel := callCtx(ctx)
+	bound := cl.callCtx
+	if pos[0] == "set" {
+		bound = cl.writeCtx
+	}
+	cctx, cancel := bound(ctx)
 	defer cancel()
 	var g *pb.GroupStatus
 	resp, err := cl.ListTargets(cctx, &pb.ListTargetsRequest{Group: group})
@@ -245,7 +249,7 @@ func runOutcome(ctx context.Context, e *env, c *command, args []string) int {
 		return code
 	}
 	defer cl.Close()
-	cctx, cancel := callCtx(ctx)
+	cctx, cancel := cl.writeCtx(ctx)
 	defer cancel()
 	resp, err := cl.ReportOutcome(cctx, req)
 	if err != nil {

@@ -58,7 +58,7 @@ func runRm(ctx context.Context, e *env, c *command, args []string) int {
 		if drain != 0 {
 			req.DrainFor = durationpb.New(time.Duration(drain))
 		}
-		cctx, cancel := callCtx(ctx)
+		cctx, cancel := cl.writeCtx(ctx)
 		resp, err := cl.RemoveTarget(cctx, req)
 		cancel()
 		switch {
@@ -108,7 +108,7 @@ func runState(ctx context.Context, e *env, c *command, args []string) int {
 		return code
 	}
 	defer cl.Close()
-	cctx, cancel := callCtx(ctx)
+	cctx, cancel := cl.callCtx(ctx)
 	defer cancel()
 	resp, err := cl.State(cctx, &pb.StateRequest{Name: pos[0]})
 	if err != nil {
@@ -250,7 +250,7 @@ func runLs(ctx context.Context, e *env, c *command, args []string) int {
 		return code
 	}
 	defer cl.Close()
-	cctx, cancel := callCtx(ctx)
+	cctx, cancel := cl.callCtx(ctx)
 	defer cancel()
 	resp, err := cl.ListTargets(cctx, &pb.ListTargetsRequest{Group: *group})
 	if err != nil {
@@ -349,7 +349,7 @@ func runHealthy(ctx context.Context, e *env, c *command, args []string) int {
 		return code
 	}
 	defer cl.Close()
-	cctx, cancel := callCtx(ctx)
+	cctx, cancel := cl.callCtx(ctx)
 	defer cancel()
 	resp, err := cl.Healthy(cctx, req)
 	if err != nil {

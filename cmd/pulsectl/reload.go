@@ -41,7 +41,7 @@ func runReload(ctx context.Context, e *env, c *command, args []string) int {
 		return code
 	}
 	defer cl.Close()
-	cctx, cancel := callCtx(ctx)
+	cctx, cancel := cl.callCtx(ctx)
 	defer cancel()
 	resp, err := cl.Reload(cctx, &pb.ReloadRequest{})
 	if err != nil {

@@ -227,7 +227,7 @@ func (w *waiter) refresh(ctx context.Context, name string) (int, bool) {
 	if !slices.Contains(w.names, name) || w.statuses == nil {
 		return 0, false
 	}
-	cctx, cancel := callCtx(ctx)
+	cctx, cancel := w.cl.callCtx(ctx)
 	defer cancel()
 	resp, err := w.cl.State(cctx, &pb.StateRequest{Name: name})
 	switch {
