@@ -195,7 +195,11 @@ func (r *registry) putSpecLocked(spec Spec, p Prober, st *SharedState, stateRev 
 		r.joinPoolLocked(t)
 		r.applyHeldLocked(t, held)
 		r.reassignLocked(t, now)
-		t.carried = st != nil // a new target starts afresh
+		// A new target starts afresh. A stored state is carried over where
+		// this replica probes the target, until its first result; where it
+		// does not, the state is its owner's, and no result here would
+		// ever end the tag.
+		t.carried = st != nil && (t.owned || t.vantage)
 		if events {
 			r.unhealthySinceLocked(t, now)
 		}

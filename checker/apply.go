@@ -117,6 +117,7 @@ func (r *registry) ownLocked(t *target, probes, owns bool, now time.Time) {
 		t.index = -1
 		t.gen++ // a result in flight is no longer this replica's to store
 		t.proposing = false
+		t.carried = false // its state is its new owner's now; no result here would end the tag
 		r.flapFromStoreLocked(t)
 		if t.held && t.multi() == nil {
 			t.m.State = StateUnhealthy // the verdict its owner stored the hold for

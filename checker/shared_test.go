@@ -271,3 +271,35 @@ func TestSharedOwnershipAndFencing(t *testing.T) {
 		t.Fatal("probed a target given away")
 	}
 }
+
+// A loaded target another replica owns is not carried over here: this
+// replica shows its owner's stored state and takes no result of it, so the
+// tag would never end. Taken over, it is carried over until its first
+// result, as after a restart.
+func TestSharedNotOwnedIsNotCarriedOver(t *testing.T) {
+	stored := func(name string, rev uint64) checker.SharedTarget {
+		return checker.SharedTarget{Spec: spec(name), StateRev: rev,
+			State: &checker.SharedState{State: checker.StateHealthy, From: checker.StateUnhealthy, Writer: "other"}}
+	}
+	f := &fakeShared{loadRev: 7, loaded: []checker.SharedTarget{stored("theirs", 3), stored("mine", 4)}}
+	f.notOwned = map[string]bool{"theirs": true}
+	e := newSharedEnv(t, f, checker.Config{})
+	if st, _ := e.c.Status("theirs"); st.CarriedOver || st.State != checker.StateHealthy {
+		t.Errorf("a loaded target another replica owns: carried over %v, state %v; want not carried over, healthy", st.CarriedOver, st.State)
+	}
+	if st, _ := e.c.Status("mine"); !st.CarriedOver {
+		t.Errorf("a loaded target this replica owns is not carried over")
+	}
+	f.setOwned("theirs", true)
+	e.c.ApplyShared([]checker.SharedChange{{Kind: checker.SharedMembersChanged, Rev: 100}}, 100)
+	if st, _ := e.c.Status("theirs"); !st.CarriedOver {
+		t.Errorf("taken over, the target is not carried over")
+	}
+	// Given to another replica before its first result here: the tag
+	// goes with it.
+	f.setOwned("theirs", false)
+	e.c.ApplyShared([]checker.SharedChange{{Kind: checker.SharedMembersChanged, Rev: 101}}, 101)
+	if st, _ := e.c.Status("theirs"); st.CarriedOver {
+		t.Errorf("given to another replica, the target is still carried over here")
+	}
+}

@@ -1613,7 +1613,8 @@ type TargetStatus struct {
 	LastTransitionTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=last_transition_time,json=lastTransitionTime,proto3" json:"last_transition_time,omitempty"`
 	// carried_over is true after a restart until the first fresh probe
 	// result: the state is the one stored before the restart, and the streaks
-	// start again from zero.
+	// start again from zero. With replicas, only the replicas that probe the
+	// target carry it over; the others show its owner's stored state.
 	CarriedOver bool `protobuf:"varint,8,opt,name=carried_over,json=carriedOver,proto3" json:"carried_over,omitempty"`
 	// source says who registered the target: "api" (AddTarget) or "file"
 	// (pulsed -targets). A reload of the file adds, updates and removes only
