@@ -50,7 +50,7 @@ func (f *securityFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.allowMetadata, "allow-metadata-targets", false, "DANGEROUS: let probes reach the cloud metadata and link-local ranges that are otherwise always denied (see -deny-targets); anyone who can add targets may then read this machine's cloud credentials. Logs a warning at start")
 	fs.IntVar(&f.maxTargets, "max-targets", 100000, "most targets registered at once; 0: no limit")
 	fs.IntVar(&f.maxTargetsPerGroup, "max-targets-per-group", 10000, "most targets in one group; 0: no limit")
-	fs.IntVar(&f.maxWatchers, "max-watchers", 10000, "most WatchTransitions (and health Watch) streams at once; 0: no limit")
+	fs.IntVar(&f.maxWatchers, "max-watchers", 10000, "most watchers at once: WatchTransitions and grpc.health Watch streams, and the status page's live feeds; 0: no limit")
 	fs.UintVar(&f.maxStreams, "max-streams-per-conn", 1100, "most concurrent calls on one client connection (HTTP/2 MaxConcurrentStreams)")
 	fs.IntVar(&f.maxRequestBytes, "max-request-bytes", 1<<20, "largest request message accepted, in bytes")
 	fs.Float64Var(&f.rateLimit, "rate-limit", 200, "pulse.v1 calls per second allowed per client address; 0: no limit")
