@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"net"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 	"github.com/pulsehealth/pulse/internal/testpki"
@@ -323,5 +326,27 @@ func TestWritesOutwaitTheSharedRegistry(t *testing.T) {
 		if got := d.given[call]; got < 15*time.Second {
 			t.Errorf("%s was given %v, want more than pulsed's 10s wait for its shared registry", call, got)
 		}
+	}
+}
+
+// statePulse answers State with a status whose last result is a passive
+// outcome.
+type statePulse struct {
+	pb.UnimplementedHealthCheckerServer
+}
+
+func (statePulse) State(context.Context, *pb.StateRequest) (*pb.StateResponse, error) {
+	return &pb.StateResponse{Status: &pb.TargetStatus{
+		Spec:       &pb.Target{Name: "web-1", Probe: &pb.Target_Tcp{Tcp: &pb.TcpProbe{Address: "127.0.0.1:1"}}},
+		State:      pb.State_STATE_UNHEALTHY,
+		LastResult: &pb.ProbeResult{Pass: false, Error: "502", Passive: true, Latency: durationpb.New(5 * time.Millisecond), Time: timestamppb.Now()},
+	}}, nil
+}
+
+// state does not call a passive outcome a probe.
+func TestStateNamesAPassiveOutcome(t *testing.T) {
+	out := mustRun(t, "state", "web-1", "--addr", serveAPI(t, statePulse{}))
+	if !regexp.MustCompile(`(?m)^last result:\s+fail in 5ms at \S+: 502 \(passive outcome\)$`).MatchString(out) || strings.Contains(out, "last probe") {
+		t.Errorf("state of a target whose last result is a passive outcome:\n%s", out)
 	}
 }

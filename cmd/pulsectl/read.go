@@ -168,7 +168,13 @@ func runState(ctx context.Context, e *env, c *command, args []string) int {
 		if r.GetError() != "" {
 			line += ": " + r.GetError()
 		}
-		fmt.Fprintf(tw, "last probe:\t%s\n", line)
+		label := "last probe"
+		if r.GetPassive() {
+			// A real request's outcome (pulsectl outcome, ReportOutcome),
+			// not a probe of pulsed's.
+			label, line = "last result", line+" (passive outcome)"
+		}
+		fmt.Fprintf(tw, "%s:\t%s\n", label, line)
 	} else {
 		fmt.Fprintf(tw, "last probe:\tnone yet\n")
 	}
