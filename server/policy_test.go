@@ -325,7 +325,7 @@ func TestReportOutcomeThroughTheAPI(t *testing.T) {
 		{&pb.ReportOutcomeRequest{Target: "web-1", Latency: durationpb.New(-time.Second)}, codes.InvalidArgument, "latency: must not be negative"},
 		{&pb.ReportOutcomeRequest{Target: "web-1", Ok: true, Error: "x"}, codes.InvalidArgument, "error: must be empty when the outcome is ok"},
 		{&pb.ReportOutcomeRequest{Target: "nope", Ok: true}, codes.NotFound, `unknown target "nope"`},
-		{&pb.ReportOutcomeRequest{Target: "probes-only", Ok: true}, codes.FailedPrecondition, `target "probes-only": passive outcomes are off for this target; enable them by adding the target again (AddTarget) with target.passive_outcomes: true`},
+		{&pb.ReportOutcomeRequest{Target: "probes-only", Ok: true}, codes.FailedPrecondition, `target "probes-only": passive outcomes are off for this target; enable them with UpdateTarget setting target.passive_outcomes: true`},
 	} {
 		_, err := e.client.ReportOutcome(t.Context(), tt.req)
 		wantCode(t, err, tt.code, tt.prefix)

@@ -379,7 +379,7 @@ func toStatus(err error, prefix string) error {
 	case errors.Is(err, checker.ErrUnknownTarget):
 		return status.Errorf(codes.NotFound, "%v; list targets with ListTargets or add it with AddTarget", err)
 	case errors.Is(err, checker.ErrPassiveDisabled):
-		return status.Errorf(codes.FailedPrecondition, "%v; enable them by adding the target again (AddTarget) with target.passive_outcomes: true (and optionally target.passive_rate, 10 a second by default)", err)
+		return status.Errorf(codes.FailedPrecondition, "%v; enable them with UpdateTarget setting target.passive_outcomes: true (and optionally target.passive_rate, 10 a second by default)", err)
 	case errors.Is(err, checker.ErrQuarantined):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, checker.ErrSubscriberTooSlow):

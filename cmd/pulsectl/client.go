@@ -198,7 +198,7 @@ var (
 	rpcName = regexp.MustCompile(`\b(AddTarget|UpdateTarget|RemoveTarget|ListTargets|ProbeNow|ReportOutcome|SetGroupPolicy|SetMode|WatchTransitions)\b`)
 	// passiveHint is pulsed's hint for a target that takes no passive
 	// outcomes, said in the API's terms.
-	passiveHint = regexp.MustCompile(`enable them by adding the target again \(AddTarget\) with target\.passive_outcomes: true \(and optionally target\.passive_rate, ([^)]*)\)`)
+	passiveHint = regexp.MustCompile(`enable them with UpdateTarget setting target\.passive_outcomes: true \(and optionally target\.passive_rate, ([^)]*)\)`)
 )
 
 // cliHint rewrites the hints in a message of pulsed's, which name RPCs and
