@@ -161,17 +161,7 @@ func TestImageRunsInPodman(t *testing.T) {
 	}
 	logs := func() string { out, _ := podman(context.Background(), "logs", id); return out }
 
-	ready := func() error {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", httpPort))
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("/readyz: %s", resp.Status)
-		}
-		return nil
-	}
+	ready := readyAt(http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/readyz", httpPort))
 	poll(t, time.Minute, "pulsed in the container answering /readyz", ready)
 
 	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", grpcPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -313,17 +303,7 @@ func TestImageRunsInPodman(t *testing.T) {
 		t.Fatalf("reading the test CA: %v", err)
 	}
 	web := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
-	poll(t, time.Minute, "pulsed answering /readyz over TLS", func() error {
-		resp, err := web.Get(fmt.Sprintf("https://127.0.0.1:%d/readyz", httpPort))
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("/readyz: %s", resp.Status)
-		}
-		return nil
-	})
+	poll(t, time.Minute, "pulsed answering /readyz over TLS", readyAt(web, fmt.Sprintf("https://127.0.0.1:%d/readyz", httpPort)))
 	// pulsectl inside the container, as the deployment guide runs it:
 	// trusting pulsed's own certificate, with a token from the
 	// environment.
@@ -346,6 +326,21 @@ func TestImageRunsInPodman(t *testing.T) {
 	}
 	if _, err := podman(ctx, "stop", "-t", "30", id); err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
+	}
+}
+
+// readyAt returns a check that url, a /readyz, answers 200 through client.
+func readyAt(client *http.Client, url string) func() error {
+	return func() error {
+		resp, err := client.Get(url)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz: %s", resp.Status)
+		}
+		return nil
 	}
 }
 
