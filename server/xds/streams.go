@@ -191,7 +191,14 @@ func (a ads) StreamAggregatedResources(st discoverygrpc.AggregatedDiscoveryServi
 		return err
 	}
 	defer release()
-	return a.AggregatedDiscoveryServiceServer.StreamAggregatedResources(&sotwStream{AggregatedDiscoveryService_StreamAggregatedResourcesServer: st, s: a.s})
+	ss := &sotwStream{AggregatedDiscoveryService_StreamAggregatedResourcesServer: st, s: a.s}
+	err = a.AggregatedDiscoveryServiceServer.StreamAggregatedResources(ss)
+	// go-control-plane ends a stream whose Recv failed with no error:
+	// give the client the one Recv refused it with.
+	if refused := ss.refused(); refused != nil {
+		return refused
+	}
+	return err
 }
 
 func (a ads) DeltaAggregatedResources(st discoverygrpc.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
@@ -202,12 +209,32 @@ func (a ads) DeltaAggregatedResources(st discoverygrpc.AggregatedDiscoveryServic
 	defer release()
 	ds := &deltaStream{AggregatedDiscoveryService_DeltaAggregatedResourcesServer: st, s: a.s}
 	err = a.AggregatedDiscoveryServiceServer.DeltaAggregatedResources(ds)
-	// go-control-plane ends a stream whose Recv failed with no error:
-	// give the client the one Recv refused it with.
-	if refused := ds.refused(); refused != nil {
+	if refused := ds.refused(); refused != nil { // as for State of the World
 		return refused
 	}
 	return err
+}
+
+// refusal is why a stream's Recv ended it, kept for the handler to
+// return: Recv runs on go-control-plane's reader goroutine.
+type refusal struct {
+	mu  sync.Mutex
+	err error // nil while Recv has refused nothing
+}
+
+// refuse records err and returns it, for Recv to end the stream with.
+func (r *refusal) refuse(err error) error {
+	r.mu.Lock()
+	r.err = err
+	r.mu.Unlock()
+	return err
+}
+
+// refused returns the error Recv ended the stream with, if it did.
+func (r *refusal) refused() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
 }
 
 // sent is the last response of a type sent on a stream.
@@ -233,6 +260,7 @@ type sotwStream struct {
 	last [len(served)]sent
 
 	node string // the client's node id, clipped; only Recv uses it
+	refusal
 }
 
 func (st *sotwStream) Send(r *discoverygrpc.DiscoveryResponse) error {
@@ -256,6 +284,16 @@ func (st *sotwStream) Recv() (*discoverygrpc.DiscoveryRequest, error) {
 	if i < 0 {
 		return req, nil // the type mux refuses it
 	}
+	// Each request names the whole set it subscribes to, and the cache
+	// keeps it for the stream's life: Delta's bounds apply to it.
+	if names := req.GetResourceNames(); len(names) > MaxSubscribed {
+		return nil, st.refuse(status.Errorf(codes.InvalidArgument, "xds: resource_names: a stream may subscribe to at most %d names of %s, got %d; subscribe to every resource (no names) instead", MaxSubscribed, served[i], len(names)))
+	}
+	for j, n := range req.GetResourceNames() {
+		if len(n) > MaxNameBytes {
+			return nil, st.refuse(status.Errorf(codes.InvalidArgument, "xds: resource_names[%d]: must be at most %d bytes, got %q", j, MaxNameBytes, clip(n)))
+		}
+	}
 	st.mu.Lock()
 	last := &st.last[i]
 	answers := last.nonce != "" && req.GetResponseNonce() == last.nonce
@@ -277,15 +315,17 @@ func (st *sotwStream) Recv() (*discoverygrpc.DiscoveryRequest, error) {
 	return req, nil
 }
 
-// MaxSubscribed bounds the names a Delta stream subscribes to, of each
-// type. A Delta client's subscriptions add up, request after request, and
-// the server keeps them for the stream's life: one stream that subscribed
-// 1.5 million names held 560 MB of a real pulsed. It is WatchTransitions'
-// bound on names; a client that wants more subscribes to the wildcard.
+// MaxSubscribed bounds the names a stream subscribes to, of each type. A
+// Delta client's subscriptions add up, request after request, and the
+// server keeps them for the stream's life: one stream that subscribed 1.5
+// million names held 560 MB of a real pulsed. A State of the World
+// request names its whole set each time, up to -max-request-bytes. It is
+// WatchTransitions' bound on names; a client that wants more subscribes to
+// every resource.
 const MaxSubscribed = 10000
 
-// MaxNameBytes bounds a name a Delta stream subscribes to: every resource
-// is named after a group, of at most checker.MaxGroupLen characters.
+// MaxNameBytes bounds a name a stream subscribes to: every resource is
+// named after a group, of at most checker.MaxGroupLen characters.
 const MaxNameBytes = 256
 
 // deltaStream is a Delta stream as go-control-plane sees it: its NACKs
@@ -298,9 +338,7 @@ type deltaStream struct {
 	// subs are the names subscribed, by type, the wildcard aside; only
 	// Recv uses them.
 	subs [len(served)]map[string]struct{}
-
-	mu  sync.Mutex // protects err
-	err error      // why Recv ended the stream; nil while it has not
+	refusal
 }
 
 func (st *deltaStream) Recv() (*discoverygrpc.DeltaDiscoveryRequest, error) {
@@ -316,10 +354,7 @@ func (st *deltaStream) Recv() (*discoverygrpc.DeltaDiscoveryRequest, error) {
 		return req, nil // the type mux refuses it
 	}
 	if err := st.subscribe(i, req); err != nil {
-		st.mu.Lock()
-		st.err = err
-		st.mu.Unlock()
-		return nil, err
+		return nil, st.refuse(err)
 	}
 	if req.GetErrorDetail() != nil && req.GetResponseNonce() != "" {
 		st.s.nack(i, st.node, "", req.GetErrorDetail().GetMessage())
@@ -350,13 +385,6 @@ func (st *deltaStream) subscribe(i int, req *discoverygrpc.DeltaDiscoveryRequest
 		return status.Errorf(codes.InvalidArgument, "xds: resource_names_subscribe: a stream may subscribe to at most %d names of %s, got %d; subscribe to the wildcard \"*\" instead", MaxSubscribed, served[i], len(subs))
 	}
 	return nil
-}
-
-// refused returns the error Recv ended the stream with, if it did.
-func (st *deltaStream) refused() error {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.err
 }
 
 // nack counts a client's rejection of a response of served[i] and logs it,

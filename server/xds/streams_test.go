@@ -204,6 +204,51 @@ func TestDeltaSubscriptionsAreBounded(t *testing.T) {
 	e.waitStreams(t, 0)
 }
 
+// A State of the World request names at most MaxSubscribed resources of
+// a type, each at most MaxNameBytes; past either the stream ends with
+// INVALID_ARGUMENT naming the bound. At the bound it is served.
+func TestStateOfTheWorldNamesAreBounded(t *testing.T) {
+	e := start(t, checker.Config{}, xds.Config{}, nil)
+	client := discoverypb.NewAggregatedDiscoveryServiceClient(e.conn)
+	names := func(n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf("group-%d", i)
+		}
+		return out
+	}
+	// ask sends one request on a new stream and returns its first answer
+	// or the error the stream ends with.
+	ask := func(names ...string) error {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		st, err := client.StreamAggregatedResources(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(&discoverypb.DiscoveryRequest{Node: &corev3.Node{Id: "n"}, TypeUrl: resourcev3.EndpointType, ResourceNames: names}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = st.Recv()
+		return err
+	}
+	if err := ask(names(xds.MaxSubscribed)...); err != nil {
+		t.Errorf("a request of %d names: %v, want an answer", xds.MaxSubscribed, err)
+	}
+	err := ask(names(xds.MaxSubscribed + 1)...)
+	want := fmt.Sprintf(`xds: resource_names: a stream may subscribe to at most %d names of %s, got %d; subscribe to every resource (no names) instead`, xds.MaxSubscribed, resourcev3.EndpointType, xds.MaxSubscribed+1)
+	if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != want {
+		t.Errorf("a request past the bound: %v, want InvalidArgument %q", err, want)
+	}
+	long := strings.Repeat("g", xds.MaxNameBytes+1)
+	err = ask("edge", long)
+	want = fmt.Sprintf(`xds: resource_names[1]: must be at most %d bytes, got "%s... (%d bytes)"`, xds.MaxNameBytes, strings.Repeat("g", 100), len(long))
+	if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != want {
+		t.Errorf("a name of %d bytes: %v, want InvalidArgument %q", len(long), err, want)
+	}
+	e.waitStreams(t, 0)
+}
+
 // open opens a State of the World stream on conn and waits for its first
 // response, so that the server has admitted it.
 func open(t *testing.T, ctx context.Context, conn *grpc.ClientConn) error {
