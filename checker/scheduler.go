@@ -176,13 +176,14 @@ func (s *scheduler) dueLocked(now time.Time) {
 		if adaptive {
 			n += s.tuner.weight(t)
 		}
+		due := s.frame.at(t.next)
 		if !t.inFlight {
-			j := s.jobLocked(t, s.frame.at(t.next))
+			j := s.jobLocked(t, due)
 			j.startNs = t.startNs
 			s.enqueueLocked(j)
 		}
 		t.slot = t.next
-		s.setNextLocked(t, nextSlot(s.frame.at(t.next), s.intervalLocked(t), now))
+		s.setNextLocked(t, nextSlot(due, s.intervalLocked(t), now))
 		if t.startNs <= nowNs {
 			s.due.remove(t)
 			stuck = append(stuck, t)
