@@ -61,9 +61,7 @@ func (r *registry) applyRecordLocked(name string, st SharedState, rev uint64) {
 	if !ok {
 		return
 	}
-	if r.remote {
-		t.sharedLocked().stateRev = rev
-	}
+	t.sharedLocked().stateRev = rev
 	t.proposing = false
 	why := cause{result: st.Result, reason: st.Reason}
 	now := r.clock.Now()
@@ -184,7 +182,7 @@ func (r *registry) writeStateLocked(t *target, to State, at, now time.Time, why 
 		StateRev: t.storedRev(),
 		// A record of the same state (the flap log alone) keeps its hold.
 		State: SharedState{State: to, From: t.state, Time: at, Result: why.result, Reason: why.reason,
-			Flap: r.flapRecordLocked(t, now), Held: to == t.state && t.held},
+			Flap: flapRecordLocked(t, now), Held: to == t.state && t.held},
 	}})
 }
 

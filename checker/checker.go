@@ -143,6 +143,7 @@ func New(cfg Config) (*Checker, error) {
 		}
 	}
 	if cfg.Store != nil {
+		reg.link.(*localLink).loading = true // its groups are decided once it is all loaded
 		if err := loadStore(cfg.Store, reg); err != nil {
 			c.closeProbers()
 			return nil, err
@@ -154,10 +155,11 @@ func New(cfg Config) (*Checker, error) {
 	}
 	c.hub = newHub(size, reg.revision(), cfg.MaxWatchers)
 	if cfg.Store != nil {
-		c.commit = newCommitter(cfg.Store, c.hub, clock, logger, nil)
-		reg.emitTo(c.commit.queue) // published once stored
+		c.commit = newCommitter(cfg.Store, c.hub, reg.revision(), clock, logger, nil)
 		ll := reg.link.(*localLink)
 		ll.store, ll.commit = cfg.Store, c.commit
+		reg.emitTo(ll.sink) // published once stored
+		ll.resume()
 	} else {
 		reg.emitTo(func(e Event) { c.hub.publish(e) })
 	}

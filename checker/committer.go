@@ -2,21 +2,24 @@ package checker
 
 import (
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/pulsehealth/pulse/checker/liveness"
 )
 
-// committer stores the registry's state changes and only then publishes
+// committer stores the registry's state records and only then publishes
 // their events to the hub, in revision order, so that no watcher ever sees
 // a change a restart would lose. The registry queues each event as it
-// emits it (queue, with the registry's lock held); one goroutine (run)
-// takes everything queued at once, stores it in one CommitStates
-// transaction, and publishes it. A failing store is retried with backoff;
-// meanwhile the events wait and err reports the failure.
+// emits it, with the record it changes (add, with the registry's lock
+// held), and the records that change without an event (write: a verdict
+// or a hold that changes no state); one goroutine (run) takes everything
+// queued at once, stores it in one CommitStates transaction, and publishes
+// it. A failing store is retried with backoff; meanwhile the events wait
+// and err reports the failure.
 //
-// Its lock, mu, guards only the queue and the last error: it comes after
+// Its lock, mu, guards only the queues and the last error: it comes after
 // the registry's in the lock order and is never held while storing or
 // publishing.
 type committer struct {
@@ -34,10 +37,32 @@ type committer struct {
 	stop chan struct{} // closed by close
 	done chan struct{} // closed when run has returned
 
-	mu      sync.Mutex // protects queued, spare and lastErr
-	queued  []Event    // events waiting to be stored, in revision order
-	spare   []Event    // the last batch's buffer, for the next one
+	mu      sync.Mutex   // protects the fields below
+	queued  []Event      // events waiting to be stored, in revision order
+	spare   []Event      // the last batch's buffer, for the next one
+	writes  []stateWrite // the records to store with them, in the order written
+	rev     uint64       // the revision of the last event queued: a batch of records alone stores it
 	lastErr error
+}
+
+// stateWrite is a target's record to store, or its removal.
+type stateWrite struct {
+	st      StoredState
+	deleted bool
+}
+
+// writeOf returns the record e changes, as the event alone tells it (no
+// flap log, no hold), and whether it changes one.
+func writeOf(e Event) (stateWrite, bool) {
+	switch e.Kind {
+	case EventAdded:
+		return stateWrite{st: StoredState{Name: e.Status.Spec.Name, State: e.Status.State, LastTransition: e.Status.LastTransition}}, true
+	case EventTransition:
+		return stateWrite{st: StoredState{Name: e.Transition.Target, State: e.Transition.To, LastTransition: e.Transition.Time}}, true
+	case EventRemoved:
+		return stateWrite{st: StoredState{Name: e.Status.Spec.Name}, deleted: true}, true
+	}
+	return stateWrite{}, false
 }
 
 // committerBackoff bounds the committer's retries of a failing store.
@@ -47,8 +72,9 @@ const (
 )
 
 // newCommitter returns a committer of store's state changes to h, and
-// starts it. after is the backoff's timer; if nil, time.After.
-func newCommitter(store Store, h *hub, clock Clock, logger *slog.Logger, after func(time.Duration) <-chan time.Time) *committer {
+// starts it; rev is the store's revision. after is the backoff's timer; if
+// nil, time.After.
+func newCommitter(store Store, h *hub, rev uint64, clock Clock, logger *slog.Logger, after func(time.Duration) <-chan time.Time) *committer {
 	if after == nil {
 		after = time.After
 	}
@@ -58,6 +84,7 @@ func newCommitter(store Store, h *hub, clock Clock, logger *slog.Logger, after f
 		clock:  clock,
 		logger: logger,
 		after:  after,
+		rev:    rev,
 		wake:   make(chan struct{}, 1),
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
@@ -68,11 +95,48 @@ func newCommitter(store Store, h *hub, clock Clock, logger *slog.Logger, after f
 }
 
 // queue hands e, numbered after every event queued before, to the
-// committer. The registry calls it with its lock held.
+// committer, with the record it changes as the event tells it.
 func (c *committer) queue(e Event) {
+	w, ok := writeOf(e)
+	c.add(e, w, ok)
+}
+
+// add hands e, numbered after every event queued before, to the
+// committer, and w, if ok, to store with it. The registry calls it with
+// its lock held.
+func (c *committer) add(e Event, w stateWrite, ok bool) {
 	c.mu.Lock()
 	c.queued = append(c.queued, e)
+	c.rev = e.Revision
+	if ok {
+		c.writeMuLocked(w)
+	}
 	c.mu.Unlock()
+	c.poke()
+}
+
+// write hands the committer a target's record that changed without an
+// event, to store with the next batch. The registry calls it with its lock
+// held.
+func (c *committer) write(st StoredState) {
+	c.mu.Lock()
+	c.writeMuLocked(stateWrite{st: st})
+	c.mu.Unlock()
+	c.poke()
+}
+
+// writeMuLocked queues w; one that follows a write of the same target
+// replaces it (an applied record often follows the transition it made).
+func (c *committer) writeMuLocked(w stateWrite) {
+	if n := len(c.writes); n > 0 && c.writes[n-1].st.Name == w.st.Name && !c.writes[n-1].deleted && !w.deleted {
+		c.writes[n-1] = w
+		return
+	}
+	c.writes = append(c.writes, w)
+}
+
+// poke wakes run.
+func (c *committer) poke() {
 	select {
 	case c.wake <- struct{}{}:
 	default:
@@ -109,31 +173,21 @@ func (c *committer) run() {
 // commitOnce stores and publishes everything queued now.
 func (c *committer) commitOnce() error {
 	c.mu.Lock()
-	batch := c.queued
-	c.queued, c.spare = c.spare, nil
+	batch, writes, rev := c.queued, c.writes, c.rev
+	c.queued, c.spare, c.writes = c.spare, nil, nil
 	c.mu.Unlock()
-	if len(batch) == 0 {
+	if len(batch) == 0 && len(writes) == 0 {
 		c.mu.Lock()
 		c.spare = batch
 		c.mu.Unlock()
 		return nil
 	}
-	var states []StoredState
-	var deleted []string
-	for i := range batch {
-		switch e := &batch[i]; e.Kind {
-		case EventAdded:
-			states = append(states, StoredState{Name: e.Status.Spec.Name, State: e.Status.State, LastTransition: e.Status.LastTransition})
-		case EventTransition:
-			states = append(states, StoredState{Name: e.Transition.Target, State: e.Transition.To, LastTransition: e.Transition.Time})
-		case EventRemoved:
-			deleted = append(deleted, e.Status.Spec.Name)
-		}
-	}
-	if err := c.store.CommitStates(states, deleted, batch[len(batch)-1].Revision); err != nil {
+	states, deleted := storedOf(writes)
+	if err := c.store.CommitStates(states, deleted, rev); err != nil {
 		c.logger.Error("storing state changes failed; their events wait until it works", "error", err, "events", len(batch))
 		c.mu.Lock()
 		c.queued = append(batch, c.queued...)
+		c.writes = append(writes, c.writes...)
 		c.lastErr = err
 		c.mu.Unlock()
 		return err
@@ -141,6 +195,9 @@ func (c *committer) commitOnce() error {
 	c.mu.Lock()
 	c.lastErr = nil
 	c.mu.Unlock()
+	if len(batch) == 0 {
+		return nil
+	}
 	c.hub.publish(batch...)
 	clear(batch) // the hub keeps copies
 	c.mu.Lock()
@@ -149,6 +206,31 @@ func (c *committer) commitOnce() error {
 	}
 	c.mu.Unlock()
 	return nil
+}
+
+// storedOf returns the records writes leave stored and the targets they
+// leave removed: a target removed and added again in one batch is stored.
+func storedOf(writes []stateWrite) (states []StoredState, deleted []string) {
+	var last map[string]int // the index of each target's last write; only when one removes
+	if slices.ContainsFunc(writes, func(w stateWrite) bool { return w.deleted }) {
+		last = make(map[string]int, len(writes))
+		for i, w := range writes {
+			last[w.st.Name] = i
+		}
+	}
+	for i, w := range writes {
+		switch {
+		case last == nil:
+			states = append(states, w.st)
+		case w.deleted:
+			if last[w.st.Name] == i {
+				deleted = append(deleted, w.st.Name)
+			}
+		case !writes[last[w.st.Name]].deleted:
+			states = append(states, w.st)
+		}
+	}
+	return states, deleted
 }
 
 // progress returns the committer's progress stamp, for a Watchdog.

@@ -77,6 +77,45 @@ func TestCommitterPublishesOnlyWhatIsStored(t *testing.T) {
 	waitFor(t, "the committer to be idle", func() bool { _, owing := c.Due(); return !owing })
 }
 
+// Of a batch's writes of one target the last counts: a target removed and
+// added again before its removal was stored keeps the state it was added
+// with. A record that changed without an event (a verdict a drain holds)
+// is stored too, at the revision of the last event.
+func TestCommitterStoresTheLastWriteOfEachTarget(t *testing.T) {
+	clock := fakeclock.New(epoch)
+	st := newMemStore()
+	st.specs["a"], st.specs["b"] = checker.Spec{Name: "a"}, checker.Spec{Name: "b"}
+	gate := make(chan struct{})
+	st.gate = gate
+	h := checker.NewHub(10, 0, 0)
+	defer h.Close()
+	c := checker.NewCommitter(st, h, clock, nil)
+	defer c.Close()
+
+	c.Queue(addedEvent(clock, 1, "b", checker.StateHealthy))
+	waitFor(t, "the committer to take a batch", func() bool { _, owing := c.Due(); return owing })
+	c.Queue(removedEvent(clock, 2, "a"))
+	c.Queue(addedEvent(clock, 3, "a", checker.StateUnhealthy)) // the same batch
+	close(gate)
+	waitHub(t, h, 3)
+	if got := st.state("a"); got != checker.StateUnhealthy {
+		t.Errorf("a removed and added again in one batch: stored %v, want unhealthy", got)
+	}
+
+	c.Write(checker.StoredState{Name: "b", State: checker.StateHealthy, Flap: &checker.SharedFlap{Verdict: checker.StateUnhealthy}})
+	waitFor(t, "b's record to be stored", func() bool {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return st.states["b"].Flap != nil
+	})
+	st.mu.Lock()
+	rev, verdict := st.rev, st.states["b"].Flap.Verdict
+	st.mu.Unlock()
+	if rev != 3 || verdict != checker.StateUnhealthy {
+		t.Errorf("a record alone: stored at revision %d with verdict %v; want 3, unhealthy", rev, verdict)
+	}
+}
+
 func TestCommitterRetriesAFailingStoreWithBackoff(t *testing.T) {
 	clock := fakeclock.New(epoch)
 	st := newMemStore()

@@ -65,11 +65,14 @@ type Committer = committer
 // NewCommitter starts a committer of store's state changes to h; after is
 // its backoff's timer.
 func NewCommitter(store Store, h *Hub, clock Clock, after func(time.Duration) <-chan time.Time) *Committer {
-	return newCommitter(store, h, clock, slog.New(slog.DiscardHandler), after)
+	return newCommitter(store, h, 0, clock, slog.New(slog.DiscardHandler), after)
 }
 
 // Queue queues an event, as the registry does.
 func (c *committer) Queue(e Event) { c.queue(e) }
+
+// Write queues a record that changed without an event.
+func (c *committer) Write(st StoredState) { c.write(st) }
 
 // Err returns the last error storing.
 func (c *committer) Err() error { return c.err() }

@@ -6,29 +6,30 @@ import (
 	"time"
 )
 
-// Flap damping with a shared registry. The owner decides, as a single
-// checker does, from its own results (verdictLocked); what it decided
-// travels with the target's state: every state it stores carries its flap
-// log (SharedState.Flap), and a change of the log that changes no state
-// (a verdict change while flap damping holds the target, the start or end
-// of flapping while it is unhealthy) is stored as a state record of the
-// same state. So:
+// Flap damping, written through the log as every change is. The owner
+// decides from its own results (verdictLocked); what it decided travels
+// with the target's state: every state it stores carries its flap log
+// (SharedState.Flap), and a change of the log that changes no state (a
+// verdict change while flap damping, a mode or the panic threshold holds
+// the target, the start or end of flapping while it is unhealthy) is
+// stored as a state record of the same state. So:
 //
-//   - every replica shows the stored flapping status, verdict and
+//   - every member shows the stored flapping status, verdict and
 //     transitions_in_window, and emits FLAPPING_STARTED and
 //     FLAPPING_ENDED when it applies the record that changed them: the
 //     same events at the same revision on every stream;
-//   - a replica taking a target over starts from the stored log and
-//     verdict: a flapping target stays flapping until it has been stable
-//     for flap_stable_for since its last stored change, and the verdict
-//     changes the previous owner counted are not counted again.
+//   - a member that loads the target (a restart) or takes it over starts
+//     from the stored log and verdict: a flapping target stays flapping
+//     until it has been stable for flap_stable_for since its last stored
+//     change, a draining target's verdict is the one it had, and the
+//     verdict changes counted before are not counted again.
 //
 // The log's times are the owner's clock: replicas' clocks must agree to
 // well within flap_window (NTP does).
 
 // SharedFlap is a target's flap damping as its owner stored it with its
-// state. A record without one (nil: written by a replica that stores no
-// flap log) clears the stored log: each replica then shows its own.
+// state. A record without one (nil: written by a pulsed from before flap
+// logs were stored) clears the stored log: each member then shows its own.
 type SharedFlap struct {
 	// Verdict is the state the target's results alone give.
 	Verdict State `json:"verdict"`
@@ -41,11 +42,6 @@ type SharedFlap struct {
 	// event it leads to, the same on every replica. Zero in a record
 	// written before it was kept: the applying replica's clock.
 	Time time.Time `json:"time,omitzero"`
-
-	// A single pulsed's log applies the record to the owner itself: it
-	// carries no Changes, only the latest (last), and the owner's own log
-	// stands for them.
-	last time.Time
 }
 
 // lastChange returns the time of the record's latest change, zero if none.
@@ -53,16 +49,7 @@ func (f *SharedFlap) lastChange() time.Time {
 	if len(f.Changes) > 0 {
 		return f.Changes[len(f.Changes)-1]
 	}
-	return f.last
-}
-
-// changes returns the record's changes: for a single pulsed's record, t's
-// own.
-func (f *SharedFlap) changes(t *target) []time.Time {
-	if f.Changes == nil && !f.last.IsZero() {
-		return t.flaps.times
-	}
-	return f.Changes
+	return time.Time{}
 }
 
 // sharedPolicy is what a replica knows of a target's policies as stored
@@ -98,26 +85,16 @@ func (t *target) storedFlap() *SharedFlap {
 	return t.more.shared.flap
 }
 
-// flapRecordLocked returns t's flap log as its owner stores it: its
-// changes only when the record travels to other replicas.
-func (r *registry) flapRecordLocked(t *target, now time.Time) *SharedFlap {
+// flapRecordLocked returns t's flap log as its owner stores it.
+func flapRecordLocked(t *target, now time.Time) *SharedFlap {
 	t.flaps.trim(now, t.spec.flapWindow())
-	f := &SharedFlap{Verdict: t.verdict(), Flapping: t.flapping, Time: now, last: t.flaps.last()}
-	if r.remote {
-		f.Changes = slices.Clone(t.flaps.times)
-	}
-	return f
+	return &SharedFlap{Verdict: t.verdict(), Flapping: t.flapping, Time: now, Changes: slices.Clone(t.flaps.times)}
 }
 
 // flapStoredLocked reports whether the owner's view of t's flap damping is
 // the one stored: the same verdict, flapping status and latest change
-// (older changes leave the window by themselves, and need no write). A
-// single pulsed shows its own view, and keeps no record: only whether
-// flapping was announced.
-func (r *registry) flapStoredLocked(t *target) bool {
-	if !r.remote {
-		return t.flapping == t.flapShown
-	}
+// (older changes leave the window by themselves, and need no write).
+func flapStoredLocked(t *target) bool {
 	f := t.storedFlap()
 	if f == nil {
 		return t.flaps.last().IsZero() && !t.flapping && t.verdict() == t.state
@@ -134,7 +111,7 @@ func (r *registry) proposeFlapLocked(t *target, now time.Time) {
 	if !t.owned || t.proposing {
 		return
 	}
-	if r.flapStoredLocked(t) {
+	if flapStoredLocked(t) {
 		return
 	}
 	reason := "flap damping"
@@ -156,7 +133,7 @@ func (r *registry) proposeFlapLocked(t *target, now time.Time) {
 func (r *registry) applyFlapLocked(t *target, st SharedState, now time.Time) {
 	f := st.Flap
 	if f == nil {
-		// A replica that stores no flap log wrote it: what was stored
+		// A pulsed that stored no flap log wrote it: what was stored
 		// before is stale.
 		if t.more != nil && t.more.shared != nil {
 			t.more.shared.flap = nil
@@ -169,16 +146,14 @@ func (r *registry) applyFlapLocked(t *target, st SharedState, now time.Time) {
 	if !f.Time.IsZero() {
 		now = f.Time
 	}
-	if r.remote { // a single pulsed's owner is the record
-		t.sharedLocked().flap = f
-		if !t.owned {
-			r.flapFromStoreLocked(t)
-		}
+	t.sharedLocked().flap = f
+	if !t.owned {
+		r.flapFromStoreLocked(t)
 	}
 	if f.Flapping == was {
 		return // no event: most records
 	}
-	n := (flapLog{times: f.changes(t)}).count(now, t.spec.flapWindow())
+	n := (flapLog{times: f.Changes}).count(now, t.spec.flapWindow())
 	switch {
 	case f.Flapping && !was:
 		r.emitLocked(Event{Kind: EventFlappingStarted, Time: now, Policy: PolicyChange{
@@ -232,5 +207,5 @@ func sharedFlapStatusLocked(st *Status, t *target, now time.Time) {
 	}
 	st.Flapping = f.Flapping
 	st.Verdict = f.Verdict
-	st.Transitions = (flapLog{times: f.changes(t)}).count(now, t.spec.flapWindow())
+	st.Transitions = (flapLog{times: f.Changes}).count(now, t.spec.flapWindow())
 }

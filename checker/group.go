@@ -292,7 +292,7 @@ func (r *registry) buildGroupLocked(group string, now time.Time, most int) (Grou
 		// the one stored.
 		flap := w.t.storedFlap()
 		if w.t.owned {
-			flap = r.flapRecordLocked(w.t, now)
+			flap = flapRecordLocked(w.t, now)
 		}
 		st := SharedState{State: w.to, From: w.t.state, Time: now, Reason: w.why.reason, Held: w.held, Flap: flap}
 		if w.to == w.t.state {

@@ -72,9 +72,9 @@ type link interface {
 // state or flap record proposed, a group's decisions written together, an
 // overload published), and it applies each at once, under the registry's
 // lock, as the shared registry's write would come back. The committer
-// makes the states it applied durable, in batches, before their events are
-// published (see committer.go); specs, removals and policies are durable
-// in the store before they are applied.
+// makes the records it applied (state, flap log, hold) durable, in
+// batches, before their events are published (see committer.go); specs,
+// removals and policies are durable in the store before they are applied.
 type localLink struct {
 	reg    *registry
 	store  Store      // nil: memory only
@@ -84,6 +84,9 @@ type localLink struct {
 	// by the same loop. Both guarded by the registry's lock.
 	dirty    map[string]struct{}
 	flushing bool
+	// loading is set while the store is loaded: a group is decided once
+	// all of it is loaded (resume), not from the part loaded so far.
+	loading bool
 	// writeErr is the last spec, removal or policy write's error, nil once
 	// one is stored again: with the committer's, what err reports.
 	writeErr errBox
@@ -96,12 +99,42 @@ func newLocalLink(reg *registry) *localLink {
 // owns: the only member probes every target.
 func (*localLink) owns(string) bool { return true }
 
-// propose applies a state record at once.
+// propose applies a state record at once, and stores it.
 func (l *localLink) propose(p proposal) {
 	if p.verdict != nil {
 		return // one member is one vantage: it stores no verdicts
 	}
 	l.reg.applyRecordLocked(p.p.Name, p.p.State, l.reg.rev)
+	l.storeLocked(p.p.Name)
+}
+
+// sink takes the registry's events, with its lock held: each goes to the
+// committer with the record it changes, to be published once stored.
+func (l *localLink) sink(e Event) {
+	w, ok := writeOf(e)
+	if ok && !w.deleted {
+		w.st = l.recordLocked(w.st)
+	}
+	l.commit.add(e, w, ok)
+}
+
+// storeLocked stores the named target's record as applied: a verdict or a
+// hold can change without an event.
+func (l *localLink) storeLocked(name string) {
+	if l.commit == nil {
+		return
+	}
+	if t := l.reg.targets[name]; t != nil {
+		l.commit.write(l.recordLocked(StoredState{Name: name, State: t.state, LastTransition: t.lastTr}))
+	}
+}
+
+// recordLocked completes st, a target's state, with its flap log and hold.
+func (l *localLink) recordLocked(st StoredState) StoredState {
+	if t := l.reg.targets[st.Name]; t != nil {
+		st.Flap, st.Held = t.storedFlap(), t.held
+	}
+	return st
 }
 
 // publishOverload applies this checker's overload state at once.
@@ -113,7 +146,7 @@ func (l *localLink) publishOverload(o ReplicaOverload) {
 // applied before the call that led to them returns.
 func (l *localLink) markGroup(group string) {
 	l.dirty[group] = struct{}{}
-	if l.flushing {
+	if l.flushing || l.loading {
 		return
 	}
 	l.flushing = true
@@ -140,6 +173,20 @@ func (l *localLink) markGroup(group string) {
 	clear(l.dirty)
 }
 
+// resume decides the groups marked while the store was loading, once the
+// registry holds all of it and its events have a sink: a hold stored with
+// a state is kept if the group still wants it, and released otherwise.
+func (l *localLink) resume() {
+	r := l.reg
+	r.mu.Lock()
+	defer r.unlockAndReport()
+	l.loading = false
+	for g := range l.dirty {
+		l.markGroup(g) // decides every dirty group
+		return
+	}
+}
+
 // maxGroupRounds bounds the rounds of one markGroup.
 const maxGroupRounds = 1000
 
@@ -154,6 +201,7 @@ func (l *localLink) decideLocked(group string, now time.Time) {
 	if gp, ok := r.buildGroupLocked(group, now, math.MaxInt); ok { // no transaction to fit in
 		for _, w := range gp.Writes {
 			r.applyRecordLocked(w.Name, w.State, r.rev)
+			l.storeLocked(w.Name)
 		}
 	}
 	r.announcePanicLocked(group, p, now)

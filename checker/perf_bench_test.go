@@ -408,7 +408,17 @@ func BenchmarkPerfHeapPerTarget(b *testing.B) {
 // probing leaves behind (the probes run through RunRound on the checker's
 // workers). Like BenchmarkPerfHeapPerTarget it includes each target's
 // EventAdded in the history, but not the history's own buffer.
-func BenchmarkPerfHeapPerProbedTarget(b *testing.B) {
+func BenchmarkPerfHeapPerProbedTarget(b *testing.B) { heapPerProbedTarget(b, 0) }
+
+// BenchmarkPerfHeapPerTransitionedTarget is BenchmarkPerfHeapPerProbedTarget
+// with fall 1: every target's first result moves it, so each holds the
+// state record it wrote, flap log and verdict included, as it keeps it to
+// answer Status and to store it again across a restart.
+func BenchmarkPerfHeapPerTransitionedTarget(b *testing.B) { heapPerProbedTarget(b, 1) }
+
+// heapPerProbedTarget reports the live heap per target of 10,000 healthy
+// targets after one round of failed probes; fall 0 is the default.
+func heapPerProbedTarget(b *testing.B, fall int) {
 	const n = 10000
 	for b.Loop() {
 		b.StopTimer()
@@ -430,6 +440,7 @@ func BenchmarkPerfHeapPerProbedTarget(b *testing.B) {
 				Name:         fmt.Sprintf("t%06d", i),
 				Group:        "bench",
 				InitialState: checker.StateHealthy,
+				Fall:         fall,
 				Probe:        probe.Spec{TCP: &probe.TCPSpec{Address: fmt.Sprintf("127.1.%d.%d:41000", i/254, 1+i%254)}},
 			}
 			if _, _, err := c.Add(s); err != nil {

@@ -8,12 +8,21 @@ import (
 // The registry's side of a Store (see store.go): registering what it
 // loaded, as a shared registry's load is (putSpecLocked).
 
-// load registers the stored targets, with their stored states carried
-// over, and the stored group policies.
+// load registers the stored group policies and the stored targets, with
+// their stored states carried over.
 func (r *registry) load(targets []StoredTarget, policies map[string]GroupPolicy) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.clock.Now()
+	for group, p := range policies {
+		if err := ValidateGroup(group); err != nil || group == "" {
+			return fmt.Errorf("stored policy of group %q: bad group name", group)
+		}
+		if err := ValidateFraction(p.MaxUnhealthyFraction); err != nil {
+			return fmt.Errorf("stored policy of group %q: max_unhealthy_fraction %w", group, err)
+		}
+		r.poolLocked(group).policy = p
+	}
 	for _, st := range targets {
 		spec := st.Spec.WithDefaults(r.defaults)
 		err := st.Err
@@ -38,16 +47,12 @@ func (r *registry) load(targets []StoredTarget, policies map[string]GroupPolicy)
 		if state == StateUnknown {
 			state = spec.InitialState
 		}
-		r.putSpecLocked(spec, p, &SharedState{State: state, Time: st.LastTransition}, 0, now, time.Time{})
+		r.putSpecLocked(spec, p, &SharedState{State: state, Time: st.LastTransition, Flap: st.Flap, Held: st.Held}, 0, now, time.Time{})
 	}
-	for group, p := range policies {
-		if err := ValidateGroup(group); err != nil || group == "" {
-			return fmt.Errorf("stored policy of group %q: bad group name", group)
+	for name, p := range r.pools {
+		if name != "" {
+			p.panic = len(p.held) > 0 // held groups are in panic already, without an event
 		}
-		if err := ValidateFraction(p.MaxUnhealthyFraction); err != nil {
-			return fmt.Errorf("stored policy of group %q: max_unhealthy_fraction %w", group, err)
-		}
-		r.poolLocked(group).policy = p
 	}
 	return nil
 }

@@ -32,9 +32,7 @@ type Store interface {
 	// CommitStates stores states, deletes the states of the targets named in
 	// deleted, and records rev as the store's revision, in one transaction.
 	CommitStates(states []StoredState, deleted []string, rev uint64) error
-	// LoadGroupPolicies returns every stored group policy by group. Panic
-	// holds and flapping are never stored: after a restart they start
-	// afresh from the carried-over states.
+	// LoadGroupPolicies returns every stored group policy by group.
 	LoadGroupPolicies() (map[string]GroupPolicy, error)
 	// PutGroupPolicy stores a group's policy; the zero GroupPolicy deletes
 	// it.
@@ -47,16 +45,28 @@ type StoredTarget struct {
 	// State is the last stored state; StateUnknown if none was stored yet.
 	State          State
 	LastTransition time.Time
+	// Flap is the flap log stored with the state, nil if none; Held, the
+	// group's panic threshold hold (see StoredState).
+	Flap *SharedFlap
+	Held bool
 	// Err, when set, says why the record could not be read; Spec then holds
 	// at least the name. The checker quarantines such a target.
 	Err error
 }
 
-// StoredState is a target's state as the committer writes it.
+// StoredState is a target's state record as the committer writes it:
+// what a restart carries over.
 type StoredState struct {
 	Name           string
 	State          State
 	LastTransition time.Time
+	// Flap is the target's flap log and verdict (nil: none yet): a
+	// restarted pulsed keeps flapping targets damped, and a target that a
+	// mode or a hold kept from its verdict takes that verdict again.
+	Flap *SharedFlap
+	// Held is set while the group's panic threshold holds the target
+	// routable against its verdict.
+	Held bool
 }
 
 // ErrStore wraps a failure to store a change: the change was not made.

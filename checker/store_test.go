@@ -41,7 +41,7 @@ func (m *memStore) Load() ([]checker.StoredTarget, uint64, error) {
 	var out []checker.StoredTarget
 	for name, spec := range m.specs {
 		st := m.states[name]
-		out = append(out, checker.StoredTarget{Spec: spec, State: st.State, LastTransition: st.LastTransition, Err: m.loadErr[name]})
+		out = append(out, checker.StoredTarget{Spec: spec, State: st.State, LastTransition: st.LastTransition, Flap: st.Flap, Held: st.Held, Err: m.loadErr[name]})
 	}
 	return out, m.rev, nil
 }

@@ -2,7 +2,7 @@
 // checker.Store that pulsed uses by default.
 //
 // Layout: bucket "specs" maps a target name to its spec, bucket "states" a
-// target name to its last state, bucket "policies" a group to its policy,
+// target name to its last state record (state, flap log, hold), bucket "policies" a group to its policy,
 // and bucket "meta" holds the revision of the last state commit. Values are
 // JSON with a version field. Every write is one bbolt transaction, fsynced
 // before it returns.
@@ -208,10 +208,15 @@ func (s *Store) PutGroupPolicy(group string, p checker.GroupPolicy) (err error) 
 	})
 }
 
+// stateRecord is a target's state record. Its flap log and hold came
+// later, in the same version: a pulsed from before them reads the state
+// and ignores them, and one that finds none starts them afresh.
 type stateRecord struct {
-	V              int           `json:"v"`
-	State          checker.State `json:"state"`
-	LastTransition time.Time     `json:"last_transition"`
+	V              int                 `json:"v"`
+	State          checker.State       `json:"state"`
+	LastTransition time.Time           `json:"last_transition"`
+	Flap           *checker.SharedFlap `json:"flap,omitempty"`
+	Held           bool                `json:"held,omitempty"`
 }
 
 // Load returns every stored target and the stored revision. A record that
@@ -242,7 +247,7 @@ func (s *Store) Load() (_ []checker.StoredTarget, _ uint64, err error) {
 					out = append(out, checker.StoredTarget{Spec: sr.Spec, Err: fmt.Errorf("stored state: %w", err)})
 					return nil
 				}
-				t.State, t.LastTransition = st.State, st.LastTransition
+				t.State, t.LastTransition, t.Flap, t.Held = st.State, st.LastTransition, st.Flap, st.Held
 			}
 			out = append(out, t)
 			return nil
@@ -312,7 +317,7 @@ func (s *Store) CommitStates(states []checker.StoredState, deleted []string, rev
 			if specs.Get([]byte(st.Name)) == nil {
 				continue
 			}
-			v, err := json.Marshal(stateRecord{V: 1, State: st.State, LastTransition: st.LastTransition})
+			v, err := json.Marshal(stateRecord{V: 1, State: st.State, LastTransition: st.LastTransition, Flap: st.Flap, Held: st.Held})
 			if err != nil {
 				return err
 			}
