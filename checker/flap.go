@@ -88,7 +88,7 @@ func (t *target) storedFlap() *SharedFlap {
 // flapRecordLocked returns t's flap log as its owner stores it.
 func flapRecordLocked(t *target, now time.Time) *SharedFlap {
 	t.flaps.trim(now, t.spec.flapWindow())
-	return &SharedFlap{Verdict: t.verdict(), Flapping: t.flapping, Time: now, Changes: slices.Clone(t.flaps.times)}
+	return &SharedFlap{Verdict: t.verdict(), Flapping: t.flapping, Time: now, Changes: t.flaps.snapshot()}
 }
 
 // flapStoredLocked reports whether the owner's view of t's flap damping is

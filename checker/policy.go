@@ -393,6 +393,11 @@ const maxFlaps = MaxFlapThreshold
 
 // flapLog holds the times of a target's recent verdict changes, oldest
 // first. It is a value with no clock: callers pass the times.
+//
+// A change once recorded is never written over: the log forgets old ones
+// by slicing them off and appends past its end, so the state record that
+// stores it (snapshot) shares its array instead of copying it at every
+// transition.
 type flapLog struct {
 	times []time.Time
 }
@@ -401,7 +406,7 @@ type flapLog struct {
 func (f *flapLog) record(now time.Time, window time.Duration) {
 	f.trim(now, window)
 	if len(f.times) == maxFlaps {
-		f.times = slices.Delete(f.times, 0, 1)
+		f.times = f.times[1:]
 	}
 	f.times = append(f.times, now)
 }
@@ -411,9 +416,14 @@ func (f *flapLog) trim(now time.Time, window time.Duration) {
 	for i < len(f.times) && !f.times[i].After(cut) {
 		i++
 	}
-	if i > 0 {
-		f.times = slices.Delete(f.times, 0, i)
-	}
+	f.times = f.times[i:]
+}
+
+// snapshot returns the log's changes as they are now, for a state record:
+// later changes are appended past its end, where it cannot see them, and
+// an append to it copies.
+func (f flapLog) snapshot() []time.Time {
+	return f.times[:len(f.times):len(f.times)]
 }
 
 // count returns the changes within (now-window, now].
