@@ -177,7 +177,7 @@ func (r *registry) putSpecLocked(spec Spec, p Prober, st *SharedState, stateRev 
 		t = newTarget(spec, p, state)
 		t.index = -1
 		if stateRev != 0 {
-			t.sharedLocked().stateRev = stateRev
+			t.flapsLocked().stateRev = stateRev
 		}
 		if st != nil {
 			t.lastTr = st.Time

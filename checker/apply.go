@@ -61,7 +61,7 @@ func (r *registry) applyRecordLocked(name string, st SharedState, rev uint64) {
 	if !ok {
 		return
 	}
-	t.sharedLocked().stateRev = rev
+	t.flapsLocked().stateRev = rev
 	t.proposing = false
 	why := cause{result: st.Result, reason: st.Reason}
 	now := r.clock.Now()

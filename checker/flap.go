@@ -52,20 +52,10 @@ func (f *SharedFlap) lastChange() time.Time {
 	return time.Time{}
 }
 
-// sharedPolicy is what a replica knows of a target's policies as stored
-// in the shared registry; guarded by the registry's lock.
+// sharedPolicy is what a replica knows of a target's passive outcomes as
+// stored in the shared registry; guarded by the registry's lock.
 type sharedPolicy struct {
-	flap     *SharedFlap   // as last stored; nil before
-	bucket   outcomeBucket // the passive outcomes' bucket, as last stored
-	stateRev uint64        // the revision of the target's stored state
-}
-
-// storedRev returns the revision of t's stored state, 0 if none.
-func (t *target) storedRev() uint64 {
-	if t.more == nil || t.more.shared == nil {
-		return 0
-	}
-	return t.more.shared.stateRev
+	bucket outcomeBucket // the passive outcomes' bucket, as last stored
 }
 
 // sharedLocked returns t's sharedPolicy, making it.
@@ -77,18 +67,53 @@ func (t *target) sharedLocked() *sharedPolicy {
 	return m.shared
 }
 
+// flapState is a target's flap damping as it stands and as its state
+// record last stored it; made at its first verdict change or record.
+// Nearly every target has one, so it is small, and apart from targetMore.
+type flapState struct {
+	log      flapLog     // the verdict's recent changes
+	stored   *SharedFlap // the flap log as last stored with its state; nil before
+	stateRev uint64      // the revision of the target's stored state
+}
+
+// flapsLocked returns t's flapState, making it.
+func (t *target) flapsLocked() *flapState {
+	if t.fs == nil {
+		t.fs = &flapState{}
+	}
+	return t.fs
+}
+
+// flaps returns t's flap log; the zero log before its first change.
+func (t *target) flaps() flapLog {
+	if t.fs == nil {
+		return flapLog{}
+	}
+	return t.fs.log
+}
+
+// storedRev returns the revision of t's stored state, 0 if none.
+func (t *target) storedRev() uint64 {
+	if t.fs == nil {
+		return 0
+	}
+	return t.fs.stateRev
+}
+
 // storedFlap returns t's stored flap record, nil if none.
 func (t *target) storedFlap() *SharedFlap {
-	if t.more == nil || t.more.shared == nil {
+	if t.fs == nil {
 		return nil
 	}
-	return t.more.shared.flap
+	return t.fs.stored
 }
 
 // flapRecordLocked returns t's flap log as its owner stores it.
 func flapRecordLocked(t *target, now time.Time) *SharedFlap {
-	t.flaps.trim(now, t.spec.flapWindow())
-	return &SharedFlap{Verdict: t.verdict(), Flapping: t.flapping, Time: now, Changes: t.flaps.snapshot()}
+	if t.fs != nil {
+		t.fs.log.trim(now, t.spec.flapWindow())
+	}
+	return &SharedFlap{Verdict: t.verdict(), Flapping: t.flapping, Time: now, Changes: t.flaps().snapshot()}
 }
 
 // flapStoredLocked reports whether the owner's view of t's flap damping is
@@ -97,10 +122,10 @@ func flapRecordLocked(t *target, now time.Time) *SharedFlap {
 func flapStoredLocked(t *target) bool {
 	f := t.storedFlap()
 	if f == nil {
-		return t.flaps.last().IsZero() && !t.flapping && t.verdict() == t.state
+		return t.flaps().last().IsZero() && !t.flapping && t.verdict() == t.state
 	}
 	last := f.lastChange()
-	return f.Verdict == t.verdict() && f.Flapping == t.flapping && last.Equal(t.flaps.last())
+	return f.Verdict == t.verdict() && f.Flapping == t.flapping && last.Equal(t.flaps().last())
 }
 
 // proposeFlapLocked stores t's flap log when the owner's differs from the
@@ -116,7 +141,7 @@ func (r *registry) proposeFlapLocked(t *target, now time.Time) {
 	}
 	reason := "flap damping"
 	if t.flapping {
-		reason = fmt.Sprintf("flapping: %d transitions in %v", t.flaps.count(now, t.spec.flapWindow()), t.spec.flapWindow())
+		reason = fmt.Sprintf("flapping: %d transitions in %v", t.flaps().count(now, t.spec.flapWindow()), t.spec.flapWindow())
 	} else if t.flapShown {
 		reason = fmt.Sprintf("stable for %v after flapping", t.spec.flapStableFor())
 		if t.spec.FlapThreshold == 0 {
@@ -135,8 +160,8 @@ func (r *registry) applyFlapLocked(t *target, st SharedState, now time.Time) {
 	if f == nil {
 		// A pulsed that stored no flap log wrote it: what was stored
 		// before is stale.
-		if t.more != nil && t.more.shared != nil {
-			t.more.shared.flap = nil
+		if t.fs != nil {
+			t.fs.stored = nil
 		}
 		t.flapShown = false
 		return
@@ -146,7 +171,7 @@ func (r *registry) applyFlapLocked(t *target, st SharedState, now time.Time) {
 	if !f.Time.IsZero() {
 		now = f.Time
 	}
-	t.sharedLocked().flap = f
+	t.flapsLocked().stored = f
 	if !t.owned {
 		r.flapFromStoreLocked(t)
 	}
@@ -180,7 +205,7 @@ func (r *registry) flapFromStoreLocked(t *target) {
 	if f == nil {
 		return
 	}
-	t.flaps = flapLog{times: slices.Clone(f.Changes[max(0, len(f.Changes)-maxFlaps):])}
+	t.flapsLocked().log = flapLog{times: slices.Clone(f.Changes[max(0, len(f.Changes)-maxFlaps):])}
 	t.flapping = f.Flapping
 	if t.vantagesOf() == nil { // else the machine is this replica's vantage's
 		t.m.State = f.Verdict
@@ -193,7 +218,7 @@ func (r *registry) loadFlapLocked(t *target, f *SharedFlap) {
 	if f == nil {
 		return
 	}
-	t.sharedLocked().flap = f
+	t.flapsLocked().stored = f
 	t.flapShown = f.Flapping
 	r.flapFromStoreLocked(t)
 }

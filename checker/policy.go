@@ -186,11 +186,11 @@ func (r *registry) leavePoolLocked(t *target) {
 // record (flap.go), whose application announces it.
 func (r *registry) verdictLocked(t *target, changed bool, now time.Time, why cause) {
 	if changed {
-		t.flaps.record(now, t.spec.flapWindow())
-		if th := t.spec.FlapThreshold; th > 0 && !t.flapping && t.flaps.count(now, t.spec.flapWindow()) >= th {
+		t.flapsLocked().log.record(now, t.spec.flapWindow())
+		if th := t.spec.FlapThreshold; th > 0 && !t.flapping && t.flaps().count(now, t.spec.flapWindow()) >= th {
 			t.flapping = true
 		}
-	} else if t.flapping && now.Sub(t.flaps.last()) >= t.spec.flapStableFor() {
+	} else if t.flapping && now.Sub(t.flaps().last()) >= t.spec.flapStableFor() {
 		t.flapping = false
 		why = cause{reason: fmt.Sprintf("stable for %v after flapping", t.spec.flapStableFor())}
 	}
@@ -227,7 +227,7 @@ func (r *registry) desiredLocked(t *target, now time.Time, why cause) (want Stat
 	want = t.verdict()
 	if t.flapping && want != StateUnhealthy {
 		want = StateUnhealthy
-		why = cause{reason: fmt.Sprintf("flapping: %d transitions in %v", t.flaps.count(now, t.spec.flapWindow()), t.spec.flapWindow())}
+		why = cause{reason: fmt.Sprintf("flapping: %d transitions in %v", t.flaps().count(now, t.spec.flapWindow()), t.spec.flapWindow())}
 	}
 	if o := t.outlierState(); o != nil && o.Ejected && want != StateUnhealthy {
 		want = StateUnhealthy

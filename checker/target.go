@@ -19,12 +19,12 @@ import (
 type target struct {
 	spec   Spec
 	prober Prober
-	gen    uint32  // bumped when the probe spec is replaced
-	seq    uint32  // the target's number (see targetSeq)
-	m      Machine // the verdict
-	state  State   // the published state: the verdict unless a policy holds it
-	flaps  flapLog // the verdict's recent changes
-	last   Result  // the last result, by value: no allocation per result; valid when hasLast
+	gen    uint32     // bumped when the probe spec is replaced
+	seq    uint32     // the target's number (see targetSeq)
+	m      Machine    // the verdict
+	state  State      // the published state: the verdict unless a policy holds it
+	fs     *flapState // its flap log and the state record last stored (flap.go); nil before either
+	last   Result     // the last result, by value: no allocation per result; valid when hasLast
 	lastTr time.Time
 
 	// The flags, together with index so that they take two words: with the
@@ -83,7 +83,7 @@ func newTarget(spec Spec, p Prober, state State) *target {
 // passive outcomes' counts.
 type targetMore struct {
 	life     lifeState
-	shared   *sharedPolicy    // with a shared registry; see flap.go
+	shared   *sharedPolicy    // with a shared registry, its passive outcomes; see flap.go
 	vant     *vantageSet      // probed from several vantages; see vantage.go
 	samp     *outlier.Sampler // its group's outlier detection samples it; see outlier.go
 	outlier  *outlier.State   // an outlier of its group, as the judge's record says
