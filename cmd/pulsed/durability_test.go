@@ -203,6 +203,42 @@ func TestRestartKeepsStateWithoutFlip(t *testing.T) {
 	p2.stop(t)
 }
 
+// A draining target's verdict is stored with its state: after a restart
+// it still says healthy (no probe since could have risen 50 times), and
+// the target activated is healthy at once, as without the restart.
+func TestRestartKeepsADrainedTargetsVerdict(t *testing.T) {
+	bin := buildPulsed(t)
+	dir := t.TempDir()
+	web := okServer(t)
+	args := []string{"-data-dir", dir, "-interval", "100ms", "-timeout", "50ms"}
+	p := startPulsed(t, bin, args...)
+	client := dial(t, p.Addr)
+	tg := &pb.Target{Name: "web-1", Rise: proto.Int32(50), InitialState: pb.State_STATE_HEALTHY, Probe: &pb.Target_Http{Http: &pb.HttpProbe{Url: web.URL}}}
+	if _, err := client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: tg}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "web-1 probed", func() bool {
+		st, err := client.State(t.Context(), &pb.StateRequest{Name: "web-1"})
+		return err == nil && st.GetStatus().GetPassStreak() > 0
+	})
+	if _, err := client.SetMode(t.Context(), &pb.SetModeRequest{Target: "web-1", Mode: pb.Mode_MODE_DRAINING, Reason: "deploy"}); err != nil {
+		t.Fatal(err)
+	}
+	p.stop(t)
+
+	p2 := startPulsed(t, bin, args...)
+	client = dial(t, p2.Addr)
+	st, err := client.State(t.Context(), &pb.StateRequest{Name: "web-1"})
+	if err != nil || st.GetStatus().GetState() != pb.State_STATE_UNHEALTHY || st.GetStatus().GetVerdict() != pb.State_STATE_HEALTHY {
+		t.Fatalf("web-1 after a restart: %v %v; want unhealthy (draining) with verdict healthy", st, err)
+	}
+	resp, err := client.SetMode(t.Context(), &pb.SetModeRequest{Target: "web-1", Mode: pb.Mode_MODE_ACTIVE})
+	if err != nil || len(resp.GetTargets()) != 1 || resp.GetTargets()[0].GetState() != pb.State_STATE_HEALTHY {
+		t.Errorf("web-1 activated after a restart: %v %v; want healthy at once", resp, err)
+	}
+	p2.stop(t)
+}
+
 // SIGTERM with 1,000 open streams: each ends with UNAVAILABLE naming the
 // revision to resume from, and pulsed exits within its bound.
 func TestShutdownWithThousandStreams(t *testing.T) {
