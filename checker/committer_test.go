@@ -34,17 +34,24 @@ func waitHub(t *testing.T, h *checker.Hub, rev uint64) {
 	}
 }
 
-func TestCommitterPublishesOnlyWhatIsStored(t *testing.T) {
-	clock := fakeclock.New(epoch)
-	st := newMemStore()
+// gatedCommitter starts a committer of a store holding targets a and b
+// whose commits wait for gate to close.
+func gatedCommitter(t *testing.T) (c *checker.Committer, h *checker.Hub, st *memStore, clock *fakeclock.Clock, gate chan struct{}) {
+	clock = fakeclock.New(epoch)
+	st = newMemStore()
 	st.specs["a"], st.specs["b"] = checker.Spec{Name: "a"}, checker.Spec{Name: "b"}
-	gate := make(chan struct{})
+	gate = make(chan struct{})
 	st.gate = gate
-	h := checker.NewHub(10, 0, 0)
-	defer h.Close()
+	h = checker.NewHub(10, 0, 0)
+	t.Cleanup(h.Close)
+	c = checker.NewCommitter(st, h, clock, nil)
+	t.Cleanup(c.Close)
+	return c, h, st, clock, gate
+}
+
+func TestCommitterPublishesOnlyWhatIsStored(t *testing.T) {
+	c, h, st, clock, gate := gatedCommitter(t)
 	w, _ := h.Watch(checker.Filter{}, 0, true)
-	c := checker.NewCommitter(st, h, clock, nil)
-	defer c.Close()
 
 	c.Queue(addedEvent(clock, 1, "a", checker.StateUnhealthy))
 	c.Queue(hubEvent(clock, 2, "", "a")) // a: healthy -> unhealthy
@@ -82,15 +89,7 @@ func TestCommitterPublishesOnlyWhatIsStored(t *testing.T) {
 // with. A record that changed without an event (a verdict a drain holds)
 // is stored too, at the revision of the last event.
 func TestCommitterStoresTheLastWriteOfEachTarget(t *testing.T) {
-	clock := fakeclock.New(epoch)
-	st := newMemStore()
-	st.specs["a"], st.specs["b"] = checker.Spec{Name: "a"}, checker.Spec{Name: "b"}
-	gate := make(chan struct{})
-	st.gate = gate
-	h := checker.NewHub(10, 0, 0)
-	defer h.Close()
-	c := checker.NewCommitter(st, h, clock, nil)
-	defer c.Close()
+	c, h, st, clock, gate := gatedCommitter(t)
 
 	c.Queue(addedEvent(clock, 1, "b", checker.StateHealthy))
 	waitFor(t, "the committer to take a batch", func() bool { _, owing := c.Due(); return owing })
