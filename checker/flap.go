@@ -224,10 +224,12 @@ func (r *registry) loadFlapLocked(t *target, f *SharedFlap) {
 }
 
 // sharedFlapStatusLocked fills in st's flap damping from the stored
-// record, so that the owner answers as every other replica does.
+// record, so that the owner answers as every other member does; from t's
+// own log before any record.
 func sharedFlapStatusLocked(st *Status, t *target, now time.Time) {
 	f := t.storedFlap()
 	if f == nil {
+		st.Transitions = t.flaps().count(now, t.spec.flapWindow())
 		return
 	}
 	st.Flapping = f.Flapping

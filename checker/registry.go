@@ -234,7 +234,6 @@ func (r *registry) statusLocked(t *target, now time.Time) Status {
 		Verdict:         t.verdict(),
 		PanicHeld:       t.held,
 		Flapping:        t.flapping,
-		Transitions:     t.flaps().count(now, t.spec.flapWindow()),
 		ProbeInterval:   r.sched.intervalLocked(t),
 		NextProbe:       r.sched.frame.wall(t.next, now),
 		Probing:         t.inFlight,
