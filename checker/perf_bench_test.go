@@ -495,6 +495,57 @@ func BenchmarkPerfAddTargetStored(b *testing.B) {
 	})
 }
 
+// countingStore is a boltstore that counts its commits.
+type countingStore struct {
+	*boltstore.Store
+	commits atomic.Int64
+}
+
+func (s *countingStore) CommitStates(states []checker.StoredState, deleted []string, rev uint64) error {
+	s.commits.Add(1)
+	return s.Store.CommitStates(states, deleted, rev)
+}
+
+// BenchmarkPerfStoredTransition: one target's transition on a single node
+// with the embedded store, from its probe result to its event published
+// (so stored and flushed to disk), one at a time: what a transition's
+// record costs on the way to a subscriber, and how many commits it takes.
+func BenchmarkPerfStoredTransition(b *testing.B) {
+	bs, err := boltstore.Open(b.TempDir(), time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { bs.Close() })
+	store := &countingStore{Store: bs}
+	var fail atomic.Bool
+	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
+	cfg := checker.Config{Store: store, Clock: clock}
+	cfg.NewProber = func(probe.Spec) (checker.Prober, error) {
+		return perfProber{fail: &fail, calls: new(atomic.Int64)}, nil
+	}
+	c, err := checker.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	if _, _, err := c.Add(checker.Spec{Name: "t", Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1, InitialState: checker.StateHealthy,
+		Probe: probe.Spec{TCP: &probe.TCPSpec{Address: "127.0.0.1:9"}}}); err != nil {
+		b.Fatal(err)
+	}
+	c.List("")
+	before := store.commits.Load()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		fail.Store(i%2 == 0)
+		clock.Advance(10 * time.Second) // six changes in the default flap window
+		if trs := c.RunRound(b.Context()); len(trs) != 1 {
+			b.Fatalf("%d transitions", len(trs))
+		}
+		c.List("")
+	}
+	b.ReportMetric(float64(store.commits.Load()-before)/float64(b.N), "commits/op")
+}
+
 // BenchmarkPerfGroupedTransition: one target of a group changes state (a
 // passive outcome tips it, rise and fall 1), in groups of 1,000 and
 // 100,000 targets: a group's decision costs what it decides, not the

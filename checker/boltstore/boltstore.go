@@ -212,11 +212,48 @@ func (s *Store) PutGroupPolicy(group string, p checker.GroupPolicy) (err error) 
 // later, in the same version: a pulsed from before them reads the state
 // and ignores them, and one that finds none starts them afresh.
 type stateRecord struct {
-	V              int                 `json:"v"`
-	State          checker.State       `json:"state"`
-	LastTransition time.Time           `json:"last_transition"`
-	Flap           *checker.SharedFlap `json:"flap,omitempty"`
-	Held           bool                `json:"held,omitempty"`
+	V              int           `json:"v"`
+	State          checker.State `json:"state"`
+	LastTransition time.Time     `json:"last_transition"`
+	Flap           *flapRecord   `json:"flap,omitempty"`
+	Held           bool          `json:"held,omitempty"`
+}
+
+// flapRecord is a flap log as stored: its changes as Unix nanoseconds,
+// which a transition's commit encodes several times faster than text.
+type flapRecord struct {
+	Verdict  checker.State `json:"verdict"`
+	Changes  []int64       `json:"changes,omitempty"`
+	Flapping bool          `json:"flapping,omitempty"`
+	Time     time.Time     `json:"time,omitzero"`
+}
+
+func encodeFlap(f *checker.SharedFlap) *flapRecord {
+	if f == nil {
+		return nil
+	}
+	fr := &flapRecord{Verdict: f.Verdict, Flapping: f.Flapping, Time: f.Time}
+	if len(f.Changes) > 0 {
+		fr.Changes = make([]int64, len(f.Changes))
+		for i, t := range f.Changes {
+			fr.Changes[i] = t.UnixNano()
+		}
+	}
+	return fr
+}
+
+func (fr *flapRecord) decode() *checker.SharedFlap {
+	if fr == nil {
+		return nil
+	}
+	f := &checker.SharedFlap{Verdict: fr.Verdict, Flapping: fr.Flapping, Time: fr.Time}
+	if len(fr.Changes) > 0 {
+		f.Changes = make([]time.Time, len(fr.Changes))
+		for i, ns := range fr.Changes {
+			f.Changes[i] = time.Unix(0, ns)
+		}
+	}
+	return f
 }
 
 // Load returns every stored target and the stored revision. A record that
@@ -247,7 +284,7 @@ func (s *Store) Load() (_ []checker.StoredTarget, _ uint64, err error) {
 					out = append(out, checker.StoredTarget{Spec: sr.Spec, Err: fmt.Errorf("stored state: %w", err)})
 					return nil
 				}
-				t.State, t.LastTransition, t.Flap, t.Held = st.State, st.LastTransition, st.Flap, st.Held
+				t.State, t.LastTransition, t.Flap, t.Held = st.State, st.LastTransition, st.Flap.decode(), st.Held
 			}
 			out = append(out, t)
 			return nil
@@ -317,7 +354,7 @@ func (s *Store) CommitStates(states []checker.StoredState, deleted []string, rev
 			if specs.Get([]byte(st.Name)) == nil {
 				continue
 			}
-			v, err := json.Marshal(stateRecord{V: 1, State: st.State, LastTransition: st.LastTransition, Flap: st.Flap, Held: st.Held})
+			v, err := json.Marshal(stateRecord{V: 1, State: st.State, LastTransition: st.LastTransition, Flap: encodeFlap(st.Flap), Held: st.Held})
 			if err != nil {
 				return err
 			}
