@@ -94,13 +94,6 @@ func newCommitter(store Store, h *hub, rev uint64, clock Clock, logger *slog.Log
 	return c
 }
 
-// queue hands e, numbered after every event queued before, to the
-// committer, with the record it changes as the event tells it.
-func (c *committer) queue(e Event) {
-	w, ok := writeOf(e)
-	c.add(e, w, ok)
-}
-
 // add hands e, numbered after every event queued before, to the
 // committer, and w, if ok, to store with it. The registry calls it with
 // its lock held.

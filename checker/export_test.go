@@ -68,8 +68,12 @@ func NewCommitter(store Store, h *Hub, clock Clock, after func(time.Duration) <-
 	return newCommitter(store, h, 0, clock, slog.New(slog.DiscardHandler), after)
 }
 
-// Queue queues an event, as the registry does.
-func (c *committer) Queue(e Event) { c.queue(e) }
+// Queue queues an event with the record it changes as the event alone
+// tells it, as the registry's sink does.
+func (c *committer) Queue(e Event) {
+	w, ok := writeOf(e)
+	c.add(e, w, ok)
+}
 
 // Write queues a record that changed without an event.
 func (c *committer) Write(st StoredState) { c.write(st) }

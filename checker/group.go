@@ -168,15 +168,21 @@ func (r *registry) loadGroupsLocked(groups []SharedGroup) {
 			p.guardRev = g.GuardRev
 		}
 	}
-	for name, p := range r.pools {
-		if name != "" {
-			p.panic = len(p.held) > 0
-		}
-	}
+	r.panicFromHoldsLocked()
 	now := r.clock.Now()
 	for _, t := range r.targets {
 		if p := r.pools[t.spec.Group]; p != nil && p.policy.Vantages > 1 && t.spec.Vantages == 0 {
 			r.reassignLocked(t, now) // probed from the group's vantages
+		}
+	}
+}
+
+// panicFromHoldsLocked marks the loaded groups with held targets as in
+// panic already: the event was streamed before the load.
+func (r *registry) panicFromHoldsLocked() {
+	for name, p := range r.pools {
+		if name != "" {
+			p.panic = len(p.held) > 0
 		}
 	}
 }

@@ -113,7 +113,7 @@ func (l *localLink) propose(p proposal) {
 func (l *localLink) sink(e Event) {
 	w, ok := writeOf(e)
 	if ok && !w.deleted {
-		w.st = l.recordLocked(w.st)
+		w.st = recordOf(l.reg.targets[w.st.Name], w.st)
 	}
 	l.commit.add(e, w, ok)
 }
@@ -125,13 +125,14 @@ func (l *localLink) storeLocked(name string) {
 		return
 	}
 	if t := l.reg.targets[name]; t != nil {
-		l.commit.write(l.recordLocked(StoredState{Name: name, State: t.state, LastTransition: t.lastTr}))
+		l.commit.write(recordOf(t, StoredState{Name: name, State: t.state, LastTransition: t.lastTr}))
 	}
 }
 
-// recordLocked completes st, a target's state, with its flap log and hold.
-func (l *localLink) recordLocked(st StoredState) StoredState {
-	if t := l.reg.targets[st.Name]; t != nil {
+// recordOf completes st, t's state, with its flap log and hold; t may be
+// nil (removed meanwhile).
+func recordOf(t *target, st StoredState) StoredState {
+	if t != nil {
 		st.Flap, st.Held = t.storedFlap(), t.held
 	}
 	return st

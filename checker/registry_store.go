@@ -49,10 +49,6 @@ func (r *registry) load(targets []StoredTarget, policies map[string]GroupPolicy)
 		}
 		r.putSpecLocked(spec, p, &SharedState{State: state, Time: st.LastTransition, Flap: st.Flap, Held: st.Held}, 0, now, time.Time{})
 	}
-	for name, p := range r.pools {
-		if name != "" {
-			p.panic = len(p.held) > 0 // held groups are in panic already, without an event
-		}
-	}
+	r.panicFromHoldsLocked()
 	return nil
 }
