@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"strings"
 	"time"
@@ -81,12 +82,13 @@ func (f *dnsFlags) check(insecure bool) error {
 	return err
 }
 
-// startDNS serves the DNS interface when -dns-listen is set, and logs
-// "dns listening" with the bound address. The returned stop is never nil
+// startDNS serves the DNS interface on pc (UDP) and l (TCP), bound to
+// -dns-listen, and logs "dns listening" with their address; with both nil
+// (-dns-listen empty) it serves nothing. The returned stop is never nil
 // and may be called more than once.
-func startDNS(cfg config, c *checker.Checker, reg prometheus.Registerer, logger *slog.Logger) (stop func(), err error) {
+func startDNS(cfg config, pc net.PacketConn, l net.Listener, c *checker.Checker, reg prometheus.Registerer, logger *slog.Logger) (stop func(), err error) {
 	f := cfg.dns
-	if f.listen == "" {
+	if pc == nil && l == nil {
 		return func() {}, nil
 	}
 	logger = logger.With("component", "dns")
@@ -97,11 +99,6 @@ func startDNS(cfg config, c *checker.Checker, reg prometheus.Registerer, logger 
 	s, err := pulsedns.New(c, dcfg)
 	if err != nil {
 		return nil, fmt.Errorf("dns: %w", err)
-	}
-	pc, l, err := pulsedns.Listen(f.listen)
-	if err != nil {
-		s.Close()
-		return nil, fmt.Errorf("-dns-listen: %w", err)
 	}
 	// TCP connections count against the same limits as the gRPC
 	// listener's, under their own label.

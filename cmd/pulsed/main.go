@@ -303,6 +303,12 @@ func run(args []string, stderr io.Writer) error {
 		}
 	}
 
+	ls, err := listen(cfg)
+	if err != nil {
+		return err
+	}
+	defer ls.close()
+
 	var (
 		store  checker.Store
 		bolt   *boltstore.Store
@@ -428,15 +434,9 @@ func run(args []string, stderr io.Writer) error {
 	}
 	defer sd.close()
 
-	lis, err := net.Listen("tcp", cfg.listen)
-	if err != nil {
-		return fmt.Errorf("-listen: %w", err)
-	}
-	lis = cfg.conns.limit(lis, "grpc", obs.reg)
+	lis := cfg.conns.limit(ls.grpc, "grpc", obs.reg)
 	obs.limit = func(l net.Listener) net.Listener { return cfg.conns.limit(l, "http", obs.reg) }
-	if err := obs.start(cfg.httpListen, c, gs); err != nil {
-		return err
-	}
+	obs.start(ls.http, c, gs)
 	if cfg.targetsFile != "" {
 		if err := applyTargets(c, fileSpecs, logger); err != nil {
 			return fmt.Errorf("-targets: %w", err)
@@ -447,7 +447,7 @@ func run(args []string, stderr io.Writer) error {
 	}
 	defer disc.stop()
 	rl.setDiscovery(disc)
-	stopDNS, err := startDNS(cfg, c, obs.reg, logger)
+	stopDNS, err := startDNS(cfg, ls.dnsUDP, ls.dnsTCP, c, obs.reg, logger)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -150,9 +149,9 @@ func (o *observability) secure(f *securityFlags, addr string, tokens *server.Tok
 }
 
 // start registers the checker's metrics and the gRPC methods, then serves
-// the HTTP listener on addr in the background and logs its address. An
-// empty addr disables the listener.
-func (o *observability) start(addr string, c *checker.Checker, gs *grpc.Server) error {
+// HTTP on lis in the background and logs its address. A nil lis: no HTTP
+// listener.
+func (o *observability) start(lis net.Listener, c *checker.Checker, gs *grpc.Server) {
 	o.reg.MustRegister(web.NewCollector(c, o.perTarget, o.observer))
 	var slos *web.SLOs
 	if o.history != nil {
@@ -160,15 +159,11 @@ func (o *observability) start(addr string, c *checker.Checker, gs *grpc.Server) 
 		o.reg.MustRegister(slos)
 	}
 	o.grpc.InitializeMetrics(gs)
-	if addr == "" {
+	if lis == nil {
 		// Nothing serves the status page: keep no recent results (its
 		// strip), only the metrics, which the process still counts.
 		o.observer.KeepRecent(0)
-		return nil
-	}
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("-http-listen: %w", err)
+		return
 	}
 	if o.limit != nil {
 		lis = o.limit(lis)
@@ -204,7 +199,6 @@ func (o *observability) start(addr string, c *checker.Checker, gs *grpc.Server) 
 		}
 	}()
 	o.logger.Info("http listening", "addr", lis.Addr().String(), "tls", o.tls != nil, "tokens", o.tokens != nil)
-	return nil
 }
 
 // serveErr delivers an error if the HTTP listener fails; it never delivers

@@ -248,9 +248,13 @@ func startObservability(t *testing.T, o *observability, addr string) {
 		gs.Stop()
 		c.Close()
 	})
-	if err := o.start(addr, c, gs); err != nil {
-		t.Fatal(err)
+	var lis net.Listener
+	if addr != "" {
+		if lis, err = net.Listen("tcp", addr); err != nil {
+			t.Fatal(err)
+		}
 	}
+	o.start(lis, c, gs)
 }
 
 // A kept-alive connection that sends no next request is closed after the

@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"io"
+	"io/fs"
 	"log/slog"
+	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -54,6 +58,36 @@ func TestStoreLoggedByAbsolutePath(t *testing.T) {
 		abs := filepath.Join(dir, "pulse-data", "pulse.db")
 		if !strings.Contains(logs.String(), want) || !strings.Contains(logs.String(), "path="+abs) {
 			t.Errorf("open %d logged %q, want %q and path=%s", i+1, logs.String(), want, abs)
+		}
+	}
+}
+
+// An address in use stops pulsed before it opens anything: the error names
+// the flag, and no store is created.
+func TestAddressInUseStopsBeforeTheStore(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	busyUDP, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busyUDP.Close()
+	for _, tt := range []struct{ flag, addr string }{
+		{"-listen", busy.Addr().String()},
+		{"-http-listen", busy.Addr().String()},
+		{"-dns-listen", busyUDP.LocalAddr().String()},
+	} {
+		dir := filepath.Join(t.TempDir(), "data")
+		args := []string{"-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0", "-data-dir", dir, tt.flag, tt.addr}
+		err := run(args, io.Discard)
+		if err == nil || !strings.HasPrefix(err.Error(), tt.flag+": ") || !strings.Contains(err.Error(), "address already in use") {
+			t.Errorf("%s %s in use: %v, want an error that names the flag", tt.flag, tt.addr, err)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s %s in use: the data directory was made (%v); want nothing opened", tt.flag, tt.addr, err)
 		}
 	}
 }
