@@ -13,8 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -221,10 +221,9 @@ scrape_configs:
 		t.Fatal(err)
 	}
 	defer logs.Close()
-	// Prometheus takes no port 0, so the port is one free a moment ago.
-	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	// Port 0: Prometheus logs the port it was given ("Listening on").
 	cmd := exec.Command(bin, "--config.file="+config, "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr)
+		"--web.listen-address=127.0.0.1:0")
 	cmd.Stdout, cmd.Stderr = logs, logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the test
 	if err := cmd.Start(); err != nil {
@@ -235,7 +234,7 @@ scrape_configs:
 		cmd.Wait()
 		close(done)
 	}()
-	api := &promAPI{base: "http://" + addr, done: done, logs: logs.Name()}
+	api := &promAPI{done: done, logs: logs.Name()}
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -248,6 +247,24 @@ scrape_configs:
 			out, _ := os.ReadFile(api.logs)
 			t.Logf("prometheus's output:\n%s", out)
 		}
+	})
+	listening := regexp.MustCompile(`msg="Listening on" address=(\S+)`)
+	poll(t, 20*time.Second, "prometheus listening", func() error {
+		select {
+		case <-done:
+			t.Fatalf("prometheus exited: %v", cmd.ProcessState)
+		default:
+		}
+		out, err := os.ReadFile(api.logs)
+		if err != nil {
+			return err
+		}
+		m := listening.FindSubmatch(out)
+		if m == nil {
+			return errors.New(`no "Listening on" line in its log yet`)
+		}
+		api.base = "http://" + string(m[1])
+		return nil
 	})
 	poll(t, 20*time.Second, "prometheus ready", func() error {
 		select {
