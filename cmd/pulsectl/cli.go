@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/pulsehealth/pulse/cmd/internal/suggest"
 	"github.com/pulsehealth/pulse/internal/version"
@@ -30,12 +31,19 @@ const (
 // defaultAddr is where `make run` serves pulsed.
 const defaultAddr = "127.0.0.1:50051"
 
-// env is what a command writes to.
+// env is what a command writes to, and the bounds it runs under.
 type env struct {
 	stdout, stderr io.Writer
 	// inspect, when set, receives a command's flags in place of running
 	// it: completion reads them so.
 	inspect func(*flag.FlagSet)
+	// connectTimeout bounds getting a connection to pulsed, in each call;
+	// zero: connectTimeout.
+	connectTimeout time.Duration
+	// limit is the time the command was given, when its context has a
+	// deadline (run sets it, to the millisecond); zero: none. A call cut
+	// short by it names it, not the call's own bound.
+	limit time.Duration
 }
 
 // errorf prints "pulsectl: <message>" on stderr.
@@ -62,22 +70,29 @@ func commands() []*command {
 // exit code. ctx ends watch and cancels check (main cancels it on SIGINT
 // and SIGTERM).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	e := &env{stdout: stdout, stderr: stderr}
+	return (&env{stdout: stdout, stderr: stderr}).run(ctx, args)
+}
+
+// run runs pulsectl with args in e; see run.
+func (e *env) run(ctx context.Context, args []string) int {
+	if dl, ok := ctx.Deadline(); ok {
+		e.limit = time.Until(dl).Round(time.Millisecond)
+	}
 	if len(args) == 0 {
 		e.errorf("name a command; the commands are:\n")
-		usage(stderr)
+		usage(e.stderr)
 		return exitUsage
 	}
 	args, err := hoistGlobalFlags(args)
 	if err != nil {
 		e.errorf("%v", err)
-		fmt.Fprintln(stderr, "Run 'pulsectl --help' for usage.")
+		fmt.Fprintln(e.stderr, "Run 'pulsectl --help' for usage.")
 		return exitUsage
 	}
 	name := args[0]
 	switch name {
 	case "-version", "--version", "version":
-		fmt.Fprintln(stdout, version.Line("pulsectl"))
+		fmt.Fprintln(e.stdout, version.Line("pulsectl"))
 		return exitOK
 	case "-h", "-help", "--help", "help":
 		if len(args) > 1 && name == "help" {
@@ -86,7 +101,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 			return unknownCommand(e, args[1])
 		}
-		usage(stdout)
+		usage(e.stdout)
 		return exitOK
 	}
 	if name == completeCommand.name { // hidden: for the completion scripts

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -13,7 +15,11 @@ import (
 	"time"
 
 	"buf.build/go/protoyaml"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -26,6 +32,12 @@ import (
 // that a server that does not answer is reported in seconds rather than
 // never.
 const callTimeout = 5 * time.Second
+
+// connectTimeout bounds getting a connection to pulsed, within each unary
+// call's bound (see connectFirst): an address that drops packets, or a
+// listener that never finishes the TLS or HTTP/2 handshake, is reported
+// after it, not after a write's 30s.
+const connectTimeout = 5 * time.Second
 
 // writeTimeout bounds each call that changes the registry. With replicas,
 // pulsed waits up to 10 seconds (a millisecond more a target of a batch)
@@ -65,6 +77,8 @@ type client struct {
 	cf         *clientFlags // the settings in force, for fail's hints; nil: unknown
 	pc         *pulse.Client
 	timeout    time.Duration // the bound of the last call's context (callCtx, writeCtx), for noAnswer
+	connect    time.Duration // bounds getting a connection, in each unary call (connectFirst)
+	limit      time.Duration // the command's own bound (env.limit); 0: none
 	pb.HealthCheckerClient
 }
 
@@ -73,22 +87,17 @@ type client struct {
 // another replica when --addr names several. It fails only for settings
 // that cannot be used, a usage error.
 func (cf *clientFlags) dial(e *env) (*client, int, bool) {
-	pc, ok := cf.newClient(context.Background(), e)
+	c, ok := cf.newClient(context.Background(), e)
 	if !ok {
 		return nil, exitUsage, false
 	}
-	return cf.client(pc), exitOK, true
+	return c, exitOK, true
 }
 
-// client returns the client of pc, made with the settings in force.
-func (cf *clientFlags) client(pc *pulse.Client) *client {
-	return &client{addr: cf.addr, addrSource: cf.sources["addr"], cf: cf, pc: pc, HealthCheckerClient: pc.API()}
-}
-
-// newClient returns a client of pulsed for the settings in force; ctx
-// bounds pulse.New's wait. It fails, said on stderr, only for settings
-// that cannot be used.
-func (cf *clientFlags) newClient(ctx context.Context, e *env) (*pulse.Client, bool) {
+// newClient returns a client of pulsed for the settings in force, bounded
+// as e says; ctx bounds pulse.New's wait. It fails, said on stderr, only
+// for settings that cannot be used.
+func (cf *clientFlags) newClient(ctx context.Context, e *env) (*client, bool) {
 	if err := cf.resolve(); err != nil {
 		e.errorf("%v", err)
 		return nil, false
@@ -102,12 +111,15 @@ func (cf *clientFlags) newClient(ctx context.Context, e *env) (*pulse.Client, bo
 		e.errorf("%v", err)
 		return nil, false
 	}
+	c := &client{addr: cf.addr, addrSource: cf.sources["addr"], cf: cf, connect: cmp.Or(e.connectTimeout, connectTimeout), limit: e.limit}
+	opts = append(opts, pulse.WithDialOptions(grpc.WithChainUnaryInterceptor(c.connectFirst)))
 	pc, err := pulse.New(ctx, cf.addrs(), opts...)
 	if err != nil {
 		e.errorf("--addr %q: %v", cf.addr, err)
 		return nil, false
 	}
-	return pc, true
+	c.pc, c.HealthCheckerClient = pc, pc.API()
+	return c, true
 }
 
 // checkAddrs refuses an address in force that names no port, where gRPC
@@ -166,6 +178,51 @@ func addrProblem(a string) string {
 }
 
 func (c *client) Close() { c.pc.Close() }
+
+// connectFirst is a unary interceptor that holds the call until there is
+// a connection, for at most c.connect (or the call's bound, when that ends
+// first), and then fails it with a noConnection that names that bound.
+// Once connected, the call has what is left of its own bound to be
+// answered. A connection attempt that failed (refused, a TLS handshake
+// pulsed or pulsectl refused) lets the call go, to fail at once with
+// gRPC's reason. The client bounds each connection attempt too (5s): one
+// starts after this wait does, so with connectTimeout this wait ends
+// first and names its bound.
+func (c *client) connectFirst(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	within := c.connect
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= within {
+		within = c.bound()
+	}
+	wctx, cancel := context.WithTimeout(ctx, c.connect)
+	defer cancel()
+	for s := cc.GetState(); s != connectivity.Ready && s != connectivity.TransientFailure && s != connectivity.Shutdown; s = cc.GetState() {
+		if s == connectivity.Idle {
+			cc.Connect()
+		}
+		if !cc.WaitForStateChange(wctx, s) {
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return status.FromContextError(ctx.Err()).Err()
+			}
+			return &noConnection{within: within}
+		}
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// noConnection is the error of a call that had no connection to pulsed
+// within its bound: nothing answered, or the TLS or HTTP/2 handshake did
+// not finish.
+type noConnection struct {
+	within time.Duration // the bound that ran out
+}
+
+func (e *noConnection) Error() string { return fmt.Sprintf("no connection within %v", e.within) }
+
+// GRPCStatus makes it DEADLINE_EXCEEDED to code that reads gRPC codes, as
+// wait does to retry.
+func (e *noConnection) GRPCStatus() *status.Status {
+	return status.New(codes.DeadlineExceeded, e.Error())
+}
 
 // callCtx returns the context of one unary call that reads.
 func (c *client) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -358,7 +358,7 @@ var completeCommand = command{
 }
 
 func runComplete(ctx context.Context, e *env, c *command, args []string) int {
-	quiet := &env{stdout: e.stdout, stderr: discard{}, inspect: e.inspect}
+	quiet := &env{stdout: e.stdout, stderr: discard{}, inspect: e.inspect, connectTimeout: e.connectTimeout, limit: e.limit}
 	fs := c.flags(quiet)
 	cf := addClientFlags(fs)
 	pos, code, ok := c.parse(quiet, fs, args)

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -138,29 +140,37 @@ func (c *client) unreachable(e *env, err error) int {
 }
 
 // noAnswer reports a call that did not end within its bound. When no
-// connection was made in time (gRPC had not received pulsed's HTTP/2
-// preface), pulsed may not be running there; when one was, pulsed is
-// running, and the hint says what tells whether it is stalled.
+// connection was made in time (connectFirst's bound ran out, or gRPC had
+// not received pulsed's HTTP/2 preface), pulsed may not be running there;
+// when one was, pulsed is running, and the hint says what tells whether
+// it is stalled.
 func (c *client) noAnswer(e *env, err error) int {
 	msg := status.Convert(err).Message()
 	if kind, said := readHandshake(msg, c.tlsOn()); kind != handshakeOK {
 		c.handshakeFailed(e, kind, said)
 		return exitRefused
 	}
-	if strings.Contains(msg, "waiting for connections to become ready") || strings.HasPrefix(msg, "latest balancer error") {
-		e.errorf("no connection to pulsed at %s within %v: nothing answered, or the TLS or HTTP/2 handshake did not finish\n%s", c.addr, c.bound(), c.unreachableHint())
+	within := c.bound()
+	var nc *noConnection
+	if errors.As(err, &nc) {
+		within = nc.within
+	}
+	if nc != nil || strings.Contains(msg, "waiting for connections to become ready") || strings.HasPrefix(msg, "latest balancer error") {
+		e.errorf("no connection to pulsed at %s within %v: nothing answered, or the TLS or HTTP/2 handshake did not finish\n%s", c.addr, within, c.unreachableHint())
 		return exitServer
 	}
-	e.errorf("pulsed at %s accepted the connection but did not answer within %v: it may be stalled or overloaded\n%s", c.addr, c.bound(), stalledHint)
+	e.errorf("pulsed at %s accepted the connection but did not answer within %v: it may be stalled or overloaded\n%s", c.addr, within, stalledHint)
 	return exitServer
 }
 
-// bound returns the bound of the last call's context.
+// bound returns the time the last call was given: the bound of its
+// context (callCtx, writeCtx), or the command's when that is shorter.
 func (c *client) bound() time.Duration {
-	if c.timeout == 0 {
-		return callTimeout
+	d := cmp.Or(c.timeout, callTimeout)
+	if c.limit > 0 {
+		d = min(d, c.limit)
 	}
-	return c.timeout
+	return d
 }
 
 // stalledHint is what tells whether a pulsed that does not answer calls is

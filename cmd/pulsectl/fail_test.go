@@ -139,8 +139,17 @@ type stallPulse struct {
 }
 
 func (stallPulse) ListTargets(ctx context.Context, _ *pb.ListTargetsRequest) (*pb.ListTargetsResponse, error) {
+	return nil, stall(ctx)
+}
+
+func (stallPulse) RemoveTarget(ctx context.Context, _ *pb.RemoveTargetRequest) (*pb.RemoveTargetResponse, error) {
+	return nil, stall(ctx)
+}
+
+// stall waits for the call to end, and returns how it ended.
+func stall(ctx context.Context) error {
 	<-ctx.Done()
-	return nil, status.FromContextError(ctx.Err()).Err()
+	return status.FromContextError(ctx.Err()).Err()
 }
 
 func (stallPulse) WatchTransitions(_ *pb.WatchTransitionsRequest, stream grpc.ServerStreamingServer[pb.WatchTransitionsResponse]) error {
@@ -191,9 +200,7 @@ func pulsectlWithin(t *testing.T, d time.Duration, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), d)
 	defer cancel()
-	var stdout, stderr bytes.Buffer
-	code := run(ctx, args, &stdout, &stderr)
-	return result{stdout.String(), stderr.String(), code}
+	return pulsectlIn(ctx, &env{}, args...)
 }
 
 // A server that accepted the connection and does not answer may be a
@@ -240,6 +247,46 @@ func TestNoAnswer(t *testing.T) {
 	if r.code != exitServer || !strings.Contains(r.stderr, "no connection to pulsed at "+silent+" within") ||
 		!strings.Contains(r.stderr, "Is pulsed running there?") || strings.Contains(r.stderr, "stalled") {
 		t.Errorf("ls of a listener that never speaks: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// A call that gets no connection fails after the connect bound, not after
+// its own (30s for a write, 2m for probe), and one that gets no answer
+// names the time it was given: the command's, when shorter than the
+// call's bound.
+func TestNoAnswerNamesTheBoundThatRanOut(t *testing.T) {
+	stalled := serveAPI(t, stallPulse{})
+	silent := silentListener(t)
+	short := testscale.D(300 * time.Millisecond)
+	connectWithin := func(args ...string) result { return pulsectlIn(t.Context(), &env{connectTimeout: short}, args...) }
+	within := func(args ...string) result { return pulsectlWithin(t, short, args...) }
+	noConnection := "pulsectl: no connection to pulsed at " + silent + " within " + short.String() + ": nothing answered, or the TLS or HTTP/2 handshake did not finish\n" +
+		"Is pulsed running there?"
+	noAnswer := "pulsectl: pulsed at " + stalled + " accepted the connection but did not answer within " + short.String() + ": it may be stalled or overloaded\n"
+
+	for _, tc := range []struct {
+		name string
+		run  func(args ...string) result
+		args []string
+		want string
+	}{
+		{"a write, connect bound", connectWithin, []string{"rm", "web-1", "--addr", silent}, noConnection},
+		{"a read, connect bound", connectWithin, []string{"ls", "--addr", silent}, noConnection},
+		{"probe, connect bound", connectWithin, []string{"probe", "--addr", silent}, noConnection},
+		{"a write, command deadline", within, []string{"rm", "web-1", "--addr", silent}, noConnection},
+		{"a stalled write, command deadline", within, []string{"rm", "web-1", "--addr", stalled}, noAnswer},
+		{"a stalled read, command deadline", within, []string{"ls", "--addr", stalled}, noAnswer},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			r := tc.run(tc.args...)
+			if took := time.Since(start); took > writeTimeout/2 {
+				t.Errorf("took %v: the call's bound, not %v", took, short)
+			}
+			if r.code != exitServer || !strings.HasPrefix(r.stderr, tc.want) {
+				t.Errorf("exit %d, want %d, and stderr\n%s\nwant it to start with\n%s", r.code, exitServer, r.stderr, tc.want)
+			}
+		})
 	}
 }
 

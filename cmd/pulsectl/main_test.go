@@ -142,8 +142,15 @@ type result struct {
 // pulsectl runs the command line args to completion.
 func pulsectl(t *testing.T, args ...string) result {
 	t.Helper()
+	return pulsectlIn(t.Context(), &env{}, args...)
+}
+
+// pulsectlIn runs args to completion in e, under ctx, with e's output
+// captured.
+func pulsectlIn(ctx context.Context, e *env, args ...string) result {
 	var stdout, stderr bytes.Buffer
-	code := run(t.Context(), args, &stdout, &stderr)
+	e.stdout, e.stderr = &stdout, &stderr
+	code := e.run(ctx, args)
 	return result{stdout.String(), stderr.String(), code}
 }
 

@@ -91,11 +91,11 @@ func runWatch(ctx context.Context, e *env, c *command, args []string) int {
 	if time.Duration(reconnect) > maxReconnect {
 		return c.usageError(e, "--reconnect must be from 0 to %v, got %v", maxReconnect, time.Duration(reconnect))
 	}
-	pc, ok := cf.newClient(ctx, e)
+	cl, ok := cf.newClient(ctx, e)
 	if !ok {
 		return exitUsage
 	}
-	defer pc.Close()
+	defer cl.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wopts := []pulse.WatchOption{pulse.WithMessages()}
@@ -103,10 +103,10 @@ func runWatch(ctx context.Context, e *env, c *command, args []string) int {
 		wopts = append(wopts, pulse.FromRevision(*since))
 	}
 	w := &watcher{
-		e: e, cl: cf.client(pc), since: *since, reconnect: time.Duration(reconnect),
+		e: e, cl: cl, since: *since, reconnect: time.Duration(reconnect),
 		printer: &watchPrinter{w: e.stdout, json: out.json(), snapshot: *snapshot, now: time.Now},
 	}
-	return w.follow(ctx, pc.Watch(ctx, pulse.Filter{Group: *group, Names: names}, wopts...))
+	return w.follow(ctx, cl.pc.Watch(ctx, pulse.Filter{Group: *group, Names: names}, wopts...))
 }
 
 // watcher prints a watch's events, and says on stderr when it loses pulsed
