@@ -101,7 +101,7 @@ func TestCommitterStoresTheLastWriteOfEachTarget(t *testing.T) {
 		t.Errorf("a removed and added again in one batch: stored %v, want unhealthy", got)
 	}
 
-	c.Write(checker.StoredState{Name: "b", State: checker.StateHealthy, Flap: &checker.SharedFlap{Verdict: checker.StateUnhealthy}})
+	c.Write(checker.StoredState{Name: "b", State: checker.StateHealthy, Flap: &checker.FlapRecord{Verdict: checker.StateUnhealthy}})
 	waitFor(t, "b's record to be stored", func() bool {
 		st.mu.Lock()
 		defer st.mu.Unlock()

@@ -27,10 +27,10 @@ import (
 // The log's times are the owner's clock: replicas' clocks must agree to
 // well within flap_window (NTP does).
 
-// SharedFlap is a target's flap damping as its owner stored it with its
+// FlapRecord is a target's flap damping as its owner stored it with its
 // state. A record without one (nil: written by a pulsed from before flap
 // logs were stored) clears the stored log: each member then shows its own.
-type SharedFlap struct {
+type FlapRecord struct {
 	// Verdict is the state the target's results alone give.
 	Verdict State `json:"verdict"`
 	// Changes are the verdict's changes within the flap window, oldest
@@ -45,26 +45,11 @@ type SharedFlap struct {
 }
 
 // lastChange returns the time of the record's latest change, zero if none.
-func (f *SharedFlap) lastChange() time.Time {
+func (f *FlapRecord) lastChange() time.Time {
 	if len(f.Changes) > 0 {
 		return f.Changes[len(f.Changes)-1]
 	}
 	return time.Time{}
-}
-
-// sharedPolicy is what a replica knows of a target's passive outcomes as
-// stored in the shared registry; guarded by the registry's lock.
-type sharedPolicy struct {
-	bucket outcomeBucket // the passive outcomes' bucket, as last stored
-}
-
-// sharedLocked returns t's sharedPolicy, making it.
-func (t *target) sharedLocked() *sharedPolicy {
-	m := t.moreLocked()
-	if m.shared == nil {
-		m.shared = &sharedPolicy{}
-	}
-	return m.shared
 }
 
 // flapState is a target's flap damping as it stands and as its state
@@ -72,7 +57,7 @@ func (t *target) sharedLocked() *sharedPolicy {
 // Nearly every target has one, so it is small, and apart from targetMore.
 type flapState struct {
 	log      flapLog     // the verdict's recent changes
-	stored   *SharedFlap // the flap log as last stored with its state; nil before
+	stored   *FlapRecord // the flap log as last stored with its state; nil before
 	stateRev uint64      // the revision of the target's stored state
 }
 
@@ -101,7 +86,7 @@ func (t *target) storedRev() uint64 {
 }
 
 // storedFlap returns t's stored flap record, nil if none.
-func (t *target) storedFlap() *SharedFlap {
+func (t *target) storedFlap() *FlapRecord {
 	if t.fs == nil {
 		return nil
 	}
@@ -109,11 +94,11 @@ func (t *target) storedFlap() *SharedFlap {
 }
 
 // flapRecordLocked returns t's flap log as its owner stores it.
-func flapRecordLocked(t *target, now time.Time) *SharedFlap {
+func flapRecordLocked(t *target, now time.Time) *FlapRecord {
 	if t.fs != nil {
 		t.fs.log.trim(now, t.spec.flapWindow())
 	}
-	return &SharedFlap{Verdict: t.verdict(), Flapping: t.flapping, Time: now, Changes: t.flaps().snapshot()}
+	return &FlapRecord{Verdict: t.verdict(), Flapping: t.flapping, Time: now, Changes: t.flaps().snapshot()}
 }
 
 // flapStoredLocked reports whether the owner's view of t's flap damping is
@@ -214,7 +199,7 @@ func (r *registry) flapFromStoreLocked(t *target) {
 
 // loadFlapLocked takes the flap log stored with a loaded target's state,
 // without events.
-func (r *registry) loadFlapLocked(t *target, f *SharedFlap) {
+func (r *registry) loadFlapLocked(t *target, f *FlapRecord) {
 	if f == nil {
 		return
 	}
@@ -223,10 +208,10 @@ func (r *registry) loadFlapLocked(t *target, f *SharedFlap) {
 	r.flapFromStoreLocked(t)
 }
 
-// sharedFlapStatusLocked fills in st's flap damping from the stored
+// flapStatusLocked fills in st's flap damping from the stored
 // record, so that the owner answers as every other member does; from t's
 // own log before any record.
-func sharedFlapStatusLocked(st *Status, t *target, now time.Time) {
+func flapStatusLocked(st *Status, t *target, now time.Time) {
 	f := t.storedFlap()
 	if f == nil {
 		st.Transitions = t.flaps().count(now, t.spec.flapWindow())

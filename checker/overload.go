@@ -251,7 +251,7 @@ type overloadPub struct {
 	pending *ReplicaOverload
 }
 
-// publishOverload is sharedLink's: it queues o, replacing any state not
+// publishOverload is the replication's: it queues o, replacing any state not
 // yet published. The registry calls it with its lock held.
 func (rp *replication) publishOverload(o ReplicaOverload) {
 	rp.ovl.mu.Lock()

@@ -209,6 +209,16 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
+// bucketLocked returns t's passive outcomes' bucket as last stored, making
+// it.
+func (t *target) bucketLocked() *outcomeBucket {
+	m := t.moreLocked()
+	if m.bucket == nil {
+		m.bucket = &outcomeBucket{}
+	}
+	return m.bucket
+}
+
 // reportOutcome is ReportOutcome with a shared registry.
 func (rp *replication) reportOutcome(name string, o Outcome) (Status, bool, error) {
 	ctx, cancel := context.WithTimeout(rp.closing, sharedWait)
@@ -255,7 +265,7 @@ func (r *registry) takeOutcomeLocked(name string, o Outcome, cur *outcomeBucket)
 		return SharedOutcome{}, 0, Status{}, false, err
 	}
 	now := r.clock.Now()
-	b := t.sharedLocked().bucket
+	b := *t.bucketLocked()
 	if cur != nil && cur.rev > b.rev {
 		b = *cur
 	}
@@ -288,7 +298,7 @@ func (r *registry) applyOutcomeLocked(name string, so SharedOutcome, rev uint64,
 	if !ok {
 		return
 	}
-	t.sharedLocked().bucket = outcomeBucket{tokens: so.Tokens, at: so.Result.Time, rev: rev}
+	*t.bucketLocked() = outcomeBucket{tokens: so.Tokens, at: so.Result.Time, rev: rev}
 	if !t.spec.PassiveOutcomes || t.quarantined() != "" {
 		return
 	}

@@ -253,7 +253,7 @@ func (r *registry) statusLocked(t *target, now time.Time) Status {
 	if lf := t.lifeOrNil(); lf != nil {
 		st.UnhealthySince = lf.unhealthySince
 	}
-	sharedFlapStatusLocked(&st, t, now)
+	flapStatusLocked(&st, t, now)
 	if v := t.vantagesOf(); v != nil && len(v.assigned) > 0 {
 		st.Vantages = v.statusVantages()
 		st.Verdict = v.decided

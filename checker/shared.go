@@ -89,7 +89,7 @@ type SharedState struct {
 	Writer string // the replica that stored it
 	// Flap is the owner's flap log (see flap.go); nil in a record
 	// that has none.
-	Flap *SharedFlap
+	Flap *FlapRecord
 	// Held: the target's owner wants it unhealthy, but its group's panic
 	// threshold holds it in State, routable (see SharedGroups).
 	Held bool

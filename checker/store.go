@@ -47,7 +47,7 @@ type StoredTarget struct {
 	LastTransition time.Time
 	// Flap is the flap log stored with the state, nil if none; Held, the
 	// group's panic threshold hold (see StoredState).
-	Flap *SharedFlap
+	Flap *FlapRecord
 	Held bool
 	// Err, when set, says why the record could not be read; Spec then holds
 	// at least the name. The checker quarantines such a target.
@@ -63,7 +63,7 @@ type StoredState struct {
 	// Flap is the target's flap log and verdict (nil: none yet): a
 	// restarted pulsed keeps flapping targets damped, and a target that a
 	// mode or a hold kept from its verdict takes that verdict again.
-	Flap *SharedFlap
+	Flap *FlapRecord
 	// Held is set while the group's panic threshold holds the target
 	// routable against its verdict.
 	Held bool

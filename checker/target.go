@@ -78,12 +78,12 @@ func newTarget(spec Spec, p Prober, state State) *target {
 }
 
 // targetMore is a target's state that most targets never need: the slow
-// start and unhealthy streak (see lifecycle.go), the shared policies, the
-// vantages and outlier samples, the last reprobe (see reprobe.go) and the
-// passive outcomes' counts.
+// start and unhealthy streak (see lifecycle.go), the vantages and outlier
+// samples, the last reprobe (see reprobe.go) and the passive outcomes'
+// bucket and counts.
 type targetMore struct {
 	life     lifeState
-	shared   *sharedPolicy    // with a shared registry, its passive outcomes; see flap.go
+	bucket   *outcomeBucket   // its passive outcomes' bucket, as last stored; see passive.go
 	vant     *vantageSet      // probed from several vantages; see vantage.go
 	samp     *outlier.Sampler // its group's outlier detection samples it; see outlier.go
 	outlier  *outlier.State   // an outlier of its group, as the judge's record says

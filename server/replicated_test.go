@@ -36,7 +36,7 @@ func TestReplicatedPolicyEvents(t *testing.T) {
 	now := time.Now()
 	e.c.ApplyShared([]checker.SharedChange{{Kind: checker.SharedStatePut, Rev: 11, Name: "web-1", State: checker.SharedState{
 		State: checker.StateUnhealthy, From: checker.StateHealthy, Time: now, Reason: "flapping: 3 transitions in 1m0s", Writer: "r2",
-		Flap: &checker.SharedFlap{Verdict: checker.StateUnhealthy, Changes: []time.Time{now, now, now}, Flapping: true},
+		Flap: &checker.FlapRecord{Verdict: checker.StateUnhealthy, Changes: []time.Time{now, now, now}, Flapping: true},
 	}}}, 11)
 	e.c.ApplyShared([]checker.SharedChange{{Kind: checker.SharedOverloadPut, Rev: 12, Overload: checker.ReplicaOverload{
 		Replica: "r3", Degraded: true, Since: now, Reason: "checker degraded: 9 probes waiting for a slot (threshold 8)",

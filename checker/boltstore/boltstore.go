@@ -228,7 +228,7 @@ type flapRecord struct {
 	Time     time.Time     `json:"time,omitzero"`
 }
 
-func encodeFlap(f *checker.SharedFlap) *flapRecord {
+func encodeFlap(f *checker.FlapRecord) *flapRecord {
 	if f == nil {
 		return nil
 	}
@@ -242,11 +242,11 @@ func encodeFlap(f *checker.SharedFlap) *flapRecord {
 	return fr
 }
 
-func (fr *flapRecord) decode() *checker.SharedFlap {
+func (fr *flapRecord) decode() *checker.FlapRecord {
 	if fr == nil {
 		return nil
 	}
-	f := &checker.SharedFlap{Verdict: fr.Verdict, Flapping: fr.Flapping, Time: fr.Time}
+	f := &checker.FlapRecord{Verdict: fr.Verdict, Flapping: fr.Flapping, Time: fr.Time}
 	if len(fr.Changes) > 0 {
 		f.Changes = make([]time.Time, len(fr.Changes))
 		for i, ns := range fr.Changes {

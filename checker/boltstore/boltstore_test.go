@@ -47,7 +47,7 @@ func TestRoundTrip(t *testing.T) {
 	at := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	// web-1's flap log and hold are stored with its state: a restart keeps
 	// a flapping target damped and a held one held.
-	flap := &checker.SharedFlap{Verdict: checker.StateUnhealthy, Changes: []time.Time{at.Add(-time.Second), at}, Flapping: true, Time: at}
+	flap := &checker.FlapRecord{Verdict: checker.StateUnhealthy, Changes: []time.Time{at.Add(-time.Second), at}, Flapping: true, Time: at}
 	if err := s.CommitStates([]checker.StoredState{{Name: "web-1", State: checker.StateSuspect, LastTransition: at, Flap: flap, Held: true}, {Name: "gone", State: checker.StateHealthy}, {Name: "never-added", State: checker.StateHealthy}}, nil, 41); err != nil {
 		t.Fatal(err)
 	}

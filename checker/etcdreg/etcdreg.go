@@ -135,8 +135,8 @@ type stateRecord struct {
 	Writer  string         `json:"writer"`
 	Applies uint64         `json:"applies_to"` // the state revision it replaced
 	Held    bool           `json:"held,omitempty"`
-	// Flap is the owner's flap log (checker.SharedFlap).
-	Flap *checker.SharedFlap `json:"flap,omitempty"`
+	// Flap is the owner's flap log (checker.FlapRecord).
+	Flap *checker.FlapRecord `json:"flap,omitempty"`
 }
 
 // stateRecordOf is the record of a proposed state, written by writer.

@@ -120,7 +120,7 @@ func TestFlapLogTravelsWithTheState(t *testing.T) {
 		t.Fatalf("state key: %v, %v", resp, err)
 	}
 	var rec struct {
-		Flap *checker.SharedFlap
+		Flap *checker.FlapRecord
 	}
 	if err := json.Unmarshal(resp.Kvs[0].Value, &rec); err != nil || rec.Flap == nil || !rec.Flap.Flapping || len(rec.Flap.Changes) != 4 {
 		t.Fatalf("stored state %s: want its flap log, flapping, 4 changes", resp.Kvs[0].Value)
