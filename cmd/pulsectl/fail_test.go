@@ -376,24 +376,49 @@ func TestWritesOutwaitTheSharedRegistry(t *testing.T) {
 	}
 }
 
-// statePulse answers State with a status whose last result is a passive
-// outcome.
+// statePulse answers State and ListTargets with a status whose last
+// result is a passive outcome that took latency (nil: reported without
+// one).
 type statePulse struct {
 	pb.UnimplementedHealthCheckerServer
+	latency *durationpb.Duration
 }
 
-func (statePulse) State(context.Context, *pb.StateRequest) (*pb.StateResponse, error) {
-	return &pb.StateResponse{Status: &pb.TargetStatus{
+func (p statePulse) status() *pb.TargetStatus {
+	return &pb.TargetStatus{
 		Spec:       &pb.Target{Name: "web-1", Probe: &pb.Target_Tcp{Tcp: &pb.TcpProbe{Address: "127.0.0.1:1"}}},
 		State:      pb.State_STATE_UNHEALTHY,
-		LastResult: &pb.ProbeResult{Pass: false, Error: "502", Passive: true, Latency: durationpb.New(5 * time.Millisecond), Time: timestamppb.Now()},
-	}}, nil
+		LastResult: &pb.ProbeResult{Pass: false, Error: "502", Passive: true, Latency: p.latency, Time: timestamppb.Now()},
+	}
+}
+
+func (p statePulse) State(context.Context, *pb.StateRequest) (*pb.StateResponse, error) {
+	return &pb.StateResponse{Status: p.status()}, nil
+}
+
+func (p statePulse) ListTargets(context.Context, *pb.ListTargetsRequest) (*pb.ListTargetsResponse, error) {
+	return &pb.ListTargetsResponse{Targets: []*pb.TargetStatus{p.status()}}, nil
 }
 
 // state does not call a passive outcome a probe.
 func TestStateNamesAPassiveOutcome(t *testing.T) {
-	out := mustRun(t, "state", "web-1", "--addr", serveAPI(t, statePulse{}))
+	out := mustRun(t, "state", "web-1", "--addr", serveAPI(t, statePulse{latency: durationpb.New(5 * time.Millisecond)}))
 	if !regexp.MustCompile(`(?m)^last result:\s+fail in 5ms at \S+: 502 \(passive outcome\)$`).MatchString(out) || strings.Contains(out, "last probe") {
 		t.Errorf("state of a target whose last result is a passive outcome:\n%s", out)
+	}
+}
+
+// A passive outcome reported without a latency (ReportOutcome's latency
+// is optional) has none: state and ls do not show it as 0s, as if the
+// request had taken no time.
+func TestPassiveOutcomeWithoutLatency(t *testing.T) {
+	addr := serveAPI(t, statePulse{})
+	out := mustRun(t, "state", "web-1", "--addr", addr)
+	if !regexp.MustCompile(`(?m)^last result:\s+fail at \S+: 502 \(passive outcome\)$`).MatchString(out) {
+		t.Errorf("state of a target whose last result is a passive outcome without a latency:\n%s", out)
+	}
+	out = mustRun(t, "ls", "--addr", addr)
+	if !regexp.MustCompile(`(?m)^web-1\s+-\s+unhealthy\s+active\s+-\s+-\s+502\s`).MatchString(out) {
+		t.Errorf("ls of a target whose last result is a passive outcome without a latency, want LATENCY -:\n%s", out)
 	}
 }

@@ -237,6 +237,17 @@ func streak(st *pb.TargetStatus) string {
 	}
 }
 
+// resultLatency is a last result's latency as latency prints it, and
+// false for a passive outcome reported without one (ReportOutcome's
+// latency is optional, zero when unknown), which has no latency to show.
+func resultLatency(r *pb.ProbeResult) (string, bool) {
+	d := r.GetLatency().AsDuration()
+	if r.GetPassive() && d <= 0 {
+		return "", false
+	}
+	return latency(d), true
+}
+
 // latency rounds d for a person: 850µs, 1.2ms, 612ms, 1.5s.
 func latency(d time.Duration) string {
 	switch {

@@ -164,7 +164,11 @@ func runState(ctx context.Context, e *env, c *command, args []string) int {
 		if !r.GetPass() {
 			verdict = "fail"
 		}
-		line := fmt.Sprintf("%s in %s at %s", verdict, latency(r.GetLatency().AsDuration()), timeText(r.GetTime().AsTime()))
+		line := verdict
+		if lat, ok := resultLatency(r); ok {
+			line += " in " + lat
+		}
+		line += " at " + timeText(r.GetTime().AsTime())
 		if r.GetError() != "" {
 			line += ": " + r.GetError()
 		}
@@ -296,7 +300,10 @@ func runLs(ctx context.Context, e *env, c *command, args []string) int {
 	for _, st := range resp.GetTargets() {
 		lat, lastErr := "-", "-"
 		if r := st.GetLastResult(); r != nil {
-			lat, lastErr = latency(r.GetLatency().AsDuration()), orDash(truncate(r.GetError(), width))
+			lastErr = orDash(truncate(r.GetError(), width))
+			if l, ok := resultLatency(r); ok {
+				lat = l
+			}
 		}
 		if q := st.GetQuarantined(); q != "" {
 			lastErr = truncate("quarantined: "+q, width)
