@@ -205,6 +205,7 @@ var runnablePages = []string{
 	"docs/guides/discovery.md",
 	"docs/guides/draining.md",
 	"docs/guides/history.md",
+	"docs/guides/replicas.md",
 	"docs/guides/targets.md",
 	"docs/integrations/dns.md",
 	"docs/integrations/go.md",
