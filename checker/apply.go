@@ -116,6 +116,12 @@ func (r *registry) ownLocked(t *target, probes, owns bool, now time.Time) {
 		t.gen++ // a result in flight is no longer this replica's to store
 		t.proposing = false
 		t.carried = false // its state is its new owner's now; no result here would end the tag
+		// The streaks, last result and next probe a status shows are the
+		// probing replica's: kept, they would stand still here, the next
+		// probe in the past, as if this replica still probed the target.
+		t.m.PassStreak, t.m.FailStreak = 0, 0
+		t.last, t.hasLast = Result{}, false
+		t.next = noTime
 		r.flapFromStoreLocked(t)
 		if t.held && t.multi() == nil {
 			t.m.State = StateUnhealthy // the verdict its owner stored the hold for

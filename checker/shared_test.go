@@ -303,3 +303,35 @@ func TestSharedNotOwnedIsNotCarriedOver(t *testing.T) {
 		t.Errorf("given to another replica, the target is still carried over here")
 	}
 }
+
+// A replica that gives a target away keeps no streak, last result or next
+// probe of its own for it: only the replica that probes a target fills
+// them in, and a former owner's would stay as they were, a next probe in
+// the past among them, however long ago it stopped probing.
+func TestSharedGivenAwayShowsNoProbeOfItsOwn(t *testing.T) {
+	f := &fakeShared{}
+	e := newSharedEnv(t, f, checker.Config{})
+	e.add(t, spec("web-1"))
+	e.probes.set("web-1", pass)
+	e.c.RunRound(t.Context())
+	waitFor(t, "its owner's write of healthy", func() bool { return e.state(t, "web-1") == checker.StateHealthy })
+	st, err := e.c.Status("web-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.PassStreak == 0 || st.LastResult == nil || st.NextProbe.IsZero() {
+		t.Fatalf("probed here: pass streak %d, last result %v, next probe %v; want all three", st.PassStreak, st.LastResult, st.NextProbe)
+	}
+	f.setOwned("web-1", false)
+	e.c.ApplyShared([]checker.SharedChange{{Kind: checker.SharedMembersChanged, Rev: 100}}, 100)
+	st, err = e.c.Status("web-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.PassStreak != 0 || st.FailStreak != 0 || st.LastResult != nil || !st.NextProbe.IsZero() {
+		t.Errorf("given away: streaks %d/%d, last result %v, next probe %v; want none of this replica's own", st.PassStreak, st.FailStreak, st.LastResult, st.NextProbe)
+	}
+	if st.State != checker.StateHealthy {
+		t.Errorf("given away: state %v; want the stored healthy", st.State)
+	}
+}

@@ -206,6 +206,7 @@ var runnablePages = []string{
 	"docs/guides/draining.md",
 	"docs/guides/history.md",
 	"docs/guides/policies.md",
+	"docs/guides/replicas.md",
 	"docs/guides/targets.md",
 	"docs/integrations/dns.md",
 	"docs/integrations/go.md",
