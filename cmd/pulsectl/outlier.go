@@ -19,20 +19,25 @@ type outlierFlags struct {
 	minDelta, interval, baseEject zeroSecondsFlag
 	consecutive, failurePct       int
 	minMembers, maxEjectPct       int
+	samples, srVolume, fpVolume   int
 	enforce                       bool
 }
 
 // outlierFlagNames are the flags' names, without "--outlier-".
-var outlierFlagNames = []string{"latency-factor", "min-delta", "interval", "consecutive", "success-rate-stdev-factor",
-	"failure-percentage", "min-members", "enforce", "max-ejection-percent", "base-ejection-time"}
+var outlierFlagNames = []string{"latency-factor", "min-delta", "interval", "consecutive", "samples", "success-rate-stdev-factor",
+	"success-rate-request-volume", "failure-percentage", "failure-percentage-request-volume", "min-members", "enforce",
+	"max-ejection-percent", "base-ejection-time"}
 
 func addOutlierFlags(fs *flag.FlagSet) *outlierFlags {
 	f := &outlierFlags{}
 	fs.Float64Var(&f.latencyFactor, "outlier-latency-factor", 0, "with set: a member slower than F x the group's median latency is an outlier, 1 to 1000 (0: off)")
 	fs.Var(atMost(&f.minDelta, time.Hour), "outlier-min-delta", "with set: and slower than the median by at least this `duration`, at most 1h (default 10ms)")
 	fs.Var(int32Flag(&f.consecutive).within(0, 100), "outlier-consecutive", "with set: `judgements` in a row the latency rule must hold, 1 to 100 (default 3)")
+	fs.Var(int32Flag(&f.samples).within(0, 100), "outlier-samples", "with set: a member's latency is the median of its last `N` passing probes, 3 to 100 (default 10)")
 	fs.Float64Var(&f.stdevFactor, "outlier-success-rate-stdev-factor", 0, "with set: Envoy's success-rate rule: below the mean by F standard deviations, e.g. 1.9 (0: off)")
+	fs.Var(int32Flag(&f.srVolume).within(0, math.MaxInt32), "outlier-success-rate-request-volume", "with set: passive `outcomes` a member needs between judgements for the success-rate rule (default 100)")
 	fs.Var(int32Flag(&f.failurePct).within(0, 100), "outlier-failure-percentage", "with set: Envoy's failure-percentage rule: at least `P`% of passive outcomes failed, 1 to 100 (0: off)")
+	fs.Var(int32Flag(&f.fpVolume).within(0, math.MaxInt32), "outlier-failure-percentage-request-volume", "with set: passive `outcomes` a member needs between judgements for the failure-percentage rule (default 50)")
 	fs.Var(int32Flag(&f.minMembers).within(0, math.MaxInt32), "outlier-min-members", "with set: `members` needed to judge the group, at least 2 (default 3)")
 	fs.Var(atMost(&f.interval, time.Hour), "outlier-interval", "with set: how often the group is judged, a `duration` from 1s to 1h (default 10s)")
 	fs.BoolVar(&f.enforce, "outlier-enforce", false, "with set: eject outliers (not routable) rather than lower their weight")
@@ -67,16 +72,19 @@ func (f *outlierFlags) apply(set map[string]bool, p *pb.GroupPolicy) {
 		return durationpb.New(time.Duration(d))
 	}
 	for name, apply := range map[string]func(){
-		"latency-factor":            func() { o.LatencyFactor = f.latencyFactor },
-		"min-delta":                 func() { o.LatencyMinDelta = dur(f.minDelta) },
-		"interval":                  func() { o.Interval = dur(f.interval) },
-		"consecutive":               func() { o.Consecutive = int32(f.consecutive) },
-		"success-rate-stdev-factor": func() { o.SuccessRateStdevFactor = f.stdevFactor },
-		"failure-percentage":        func() { o.FailurePercentage = int32(f.failurePct) },
-		"min-members":               func() { o.MinMembers = int32(f.minMembers) },
-		"enforce":                   func() { o.Enforce = f.enforce },
-		"max-ejection-percent":      func() { o.MaxEjectionPercent = int32(f.maxEjectPct) },
-		"base-ejection-time":        func() { o.BaseEjectionTime = dur(f.baseEject) },
+		"latency-factor":                    func() { o.LatencyFactor = f.latencyFactor },
+		"min-delta":                         func() { o.LatencyMinDelta = dur(f.minDelta) },
+		"interval":                          func() { o.Interval = dur(f.interval) },
+		"consecutive":                       func() { o.Consecutive = int32(f.consecutive) },
+		"samples":                           func() { o.Samples = int32(f.samples) },
+		"success-rate-stdev-factor":         func() { o.SuccessRateStdevFactor = f.stdevFactor },
+		"success-rate-request-volume":       func() { o.SuccessRateRequestVolume = int32(f.srVolume) },
+		"failure-percentage":                func() { o.FailurePercentage = int32(f.failurePct) },
+		"failure-percentage-request-volume": func() { o.FailurePercentageRequestVolume = int32(f.fpVolume) },
+		"min-members":                       func() { o.MinMembers = int32(f.minMembers) },
+		"enforce":                           func() { o.Enforce = f.enforce },
+		"max-ejection-percent":              func() { o.MaxEjectionPercent = int32(f.maxEjectPct) },
+		"base-ejection-time":                func() { o.BaseEjectionTime = dur(f.baseEject) },
 	} {
 		if set["outlier-"+name] {
 			apply()
@@ -86,12 +94,13 @@ func (f *outlierFlags) apply(set map[string]bool, p *pb.GroupPolicy) {
 }
 
 // outlierPolicyText is policy get's text of an outlier policy: "outliers:
-// latency x3 (+10ms, 3 in a row), degraded"; "" when off.
+// latency x3 (median of 10, +10ms, 3 in a row), every 10s, degraded"; ""
+// when off.
 func outlierPolicyText(o *pb.OutlierPolicy) string {
 	var rules []string
 	if f := o.GetLatencyFactor(); f > 0 {
-		rules = append(rules, fmt.Sprintf("latency x%s (+%s, %d in a row)", strconv.FormatFloat(f, 'g', -1, 64),
-			durationOr(o.GetLatencyMinDelta(), 10*time.Millisecond), intOr(o.GetConsecutive(), 3)))
+		rules = append(rules, fmt.Sprintf("latency x%s (median of %d, +%s, %d in a row)", strconv.FormatFloat(f, 'g', -1, 64),
+			intOr(o.GetSamples(), 10), durationOr(o.GetLatencyMinDelta(), 10*time.Millisecond), intOr(o.GetConsecutive(), 3)))
 	}
 	if f := o.GetSuccessRateStdevFactor(); f > 0 {
 		rules = append(rules, fmt.Sprintf("success rate %s stdev (%d outcomes)", strconv.FormatFloat(f, 'g', -1, 64), intOr(o.GetSuccessRateRequestVolume(), 100)))

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +24,7 @@ func TestPolicyOutlierFlags(t *testing.T) {
 	mustRun(t, "policy", "set", "edge", addr, "--outlier-latency-factor", "3", "--outlier-min-delta", "20ms", "--outlier-interval", "5s")
 	mustRun(t, "policy", "set", "edge", addr, "--outlier-enforce", "--outlier-base-ejection-time", "1m", "--outlier-max-ejection-percent", "20")
 	out := mustRun(t, "policy", "get", "edge", addr)
-	if want := "; outliers: latency x3 (+20ms, 3 in a row), every 5s, ejected for 1m0s x ejections in a row, at most 20%\n"; !strings.HasSuffix(out, want) {
+	if want := "; outliers: latency x3 (median of 10, +20ms, 3 in a row), every 5s, ejected for 1m0s x ejections in a row, at most 20%\n"; !strings.HasSuffix(out, want) {
 		t.Errorf("policy get printed %q, want it to end %q", out, want)
 	}
 	out = mustRun(t, "policy", "get", "edge", addr, "-o", "json")
@@ -47,6 +49,30 @@ func TestPolicyOutlierFlags(t *testing.T) {
 	if out := mustRun(t, "policy", "get", "edge", addr); !strings.Contains(out, "; outliers: failures 40% (50 outcomes), every 5s, ejected") {
 		t.Errorf("policy get printed %q", out)
 	}
+	// The samples and the request volumes: every field of the policy has
+	// a flag, so no setting needs a raw API call.
+	mustRun(t, "policy", "set", "edge", addr, "--outlier-latency-factor", "2", "--outlier-samples", "5",
+		"--outlier-success-rate-stdev-factor", "1.9", "--outlier-success-rate-request-volume", "20",
+		"--outlier-failure-percentage-request-volume", "10")
+	if out := mustRun(t, "policy", "get", "edge", addr); !strings.Contains(out, "; outliers: latency x2 (median of 5, +20ms, 3 in a row), success rate 1.9 stdev (20 outcomes), failures 40% (10 outcomes), every 5s, ejected") {
+		t.Errorf("policy get printed %q", out)
+	}
+	out = mustRun(t, "policy", "get", "edge", addr, "-o", "json")
+	var vols struct {
+		Policy struct {
+			Outlier struct {
+				Samples                        int
+				SuccessRateRequestVolume       int
+				FailurePercentageRequestVolume int
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &vols); err != nil {
+		t.Fatal(err)
+	}
+	if o := vols.Policy.Outlier; o.Samples != 5 || o.SuccessRateRequestVolume != 20 || o.FailurePercentageRequestVolume != 10 {
+		t.Errorf("policy get -o json: %+v\n%s", o, out)
+	}
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -56,6 +82,8 @@ func TestPolicyOutlierFlags(t *testing.T) {
 		{[]string{"--outlier-min-members", "1"}, exitUsage, "policy.outlier.min_members:"},
 		{[]string{"--outlier-interval", "2h"}, exitUsage, "policy.outlier.interval:"},
 		{[]string{"--outlier-consecutive", "-1"}, exitUsage, "policy.outlier.consecutive: must be between 0 (3) and 100, got -1"},
+		{[]string{"--outlier-samples", "2"}, exitUsage, "policy.outlier.samples: must be between 3 and 100 (0: 10), got 2"},
+		{[]string{"--outlier-failure-percentage-request-volume", "-1"}, exitUsage, "policy.outlier.failure_percentage_request_volume: must not be negative (0: 50), got -1"},
 		{[]string{"--outlier-max-ejection-percent", "4294967296"}, exitUsage, `invalid value "4294967296" for flag --outlier-max-ejection-percent: too large: want a whole number up to 100`},
 	} {
 		r := pulsectl(t, append([]string{"policy", "set", "edge", addr}, tc.args...)...)
@@ -144,6 +172,28 @@ func TestWatchOutlierLines(t *testing.T) {
 	for n, want := range map[int]string{1: "1st", 2: "2nd", 3: "3rd", 4: "4th", 11: "11th", 12: "12th", 13: "13th", 21: "21st", 102: "102nd"} {
 		if got := ordinal(n); got != want {
 			t.Errorf("ordinal(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+// Every field of the API's OutlierPolicy has a policy set flag, so that
+// no setting needs a raw SetGroupPolicy, which replaces the whole policy.
+func TestPolicyOutlierFlagPerField(t *testing.T) {
+	fs := flag.NewFlagSet("policy set", flag.ContinueOnError)
+	addOutlierFlags(fs)
+	rename := map[string]string{"latency_min_delta": "min-delta"}
+	fields := (&pb.OutlierPolicy{}).ProtoReflect().Descriptor().Fields()
+	for i := range fields.Len() {
+		name := string(fields.Get(i).Name())
+		flagName, ok := rename[name]
+		if !ok {
+			flagName = strings.ReplaceAll(name, "_", "-")
+		}
+		if fs.Lookup("outlier-"+flagName) == nil {
+			t.Errorf("OutlierPolicy.%s has no --outlier-%s flag", name, flagName)
+		}
+		if !slices.Contains(outlierFlagNames, flagName) {
+			t.Errorf("--outlier-%s is not in outlierFlagNames: policy set would not send it", flagName)
 		}
 	}
 }
