@@ -221,6 +221,13 @@ func (r *registry) applyOutliersLocked(rec outlier.Record, now time.Time, events
 		}
 	}
 	g.rec = rec
+	// Every outlier ends when the policy is off; say so, not that an
+	// ejection ran its time. The policy in force is the same on every
+	// replica at the record's revision.
+	ended := ""
+	if _, on := r.outlierPolicyLocked(rec.Group); !on {
+		ended = ": the group's outlier detection is off"
+	}
 	slices.Sort(names)
 	for _, name := range slices.Compact(names) {
 		t := r.targets[name]
@@ -232,9 +239,9 @@ func (r *registry) applyOutliersLocked(rec outlier.Record, now time.Time, events
 			continue
 		}
 		if events && was != nil && (now2 == nil || was.Ejected != now2.Ejected) {
-			text := fmt.Sprintf("%s: no longer an outlier", t.spec.Name)
+			text := fmt.Sprintf("%s: no longer an outlier%s", t.spec.Name, ended)
 			if was.Ejected {
-				text = fmt.Sprintf("%s: ejection over", t.spec.Name)
+				text = fmt.Sprintf("%s: ejection over%s", t.spec.Name, ended)
 			}
 			r.emitLocked(Event{Kind: EventOutlierEnded, Time: at, Policy: PolicyChange{Group: rec.Group, Target: t.spec.Name, Text: text, Outlier: was}})
 		}
@@ -254,7 +261,7 @@ func (r *registry) applyOutliersLocked(rec outlier.Record, now time.Time, events
 			t.moreLocked().outlier = now2
 		}
 		if ejectedBefore != (now2 != nil && now2.Ejected) && t.owned {
-			why := cause{reason: "outlier ejection over"}
+			why := cause{reason: "outlier ejection over" + ended}
 			if now2 != nil && now2.Ejected {
 				why = cause{reason: "outlier ejected: " + now2.Reason}
 			}

@@ -201,3 +201,51 @@ func TestOutlierPolicyBounds(t *testing.T) {
 		t.Errorf("after a refused policy: %+v, want no group", g)
 	}
 }
+
+// Turning a group's outlier detection off ends its ejections at once, and
+// the event and the transition say that is why, not that the ejection
+// time ran out.
+func TestOutlierDetectionOffEndsEjections(t *testing.T) {
+	e := newEnv(t, checker.Config{MaxConcurrentProbes: 1})
+	for _, n := range []string{"a", "b", "c", "d"} {
+		s := spec(n)
+		s.Group, s.Interval, s.Timeout, s.Rise, s.Fall, s.InitialState = "edge", time.Hour, time.Second, 1, 1, checker.StateHealthy
+		e.add(t, s)
+	}
+	policy := checker.GroupPolicy{MaxUnhealthyFraction: 1, Outlier: outlier.Policy{
+		LatencyFactor: 3, Consecutive: 1, Samples: 3, Interval: 10 * time.Second, BaseEjectionTime: time.Hour, Enforce: true}}
+	if _, err := e.c.SetGroupPolicy("edge", policy); err != nil {
+		t.Fatal(err)
+	}
+	w := watchNow(t, e.c, checker.Filter{})
+	e.c.Start()
+	e.probes.set("d", outcome{advance: 40 * time.Millisecond})
+	for range 3 {
+		e.c.RunRound(context.Background())
+	}
+	e.clock.Advance(10 * time.Second)
+	waitFor(t, "d ejected", func() bool { st, _ := e.c.Status("d"); return st.Outlier != nil && st.Outlier.Ejected })
+	next(t, w)
+
+	policy.Outlier = outlier.Policy{}
+	if _, err := e.c.SetGroupPolicy("edge", policy); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "d routable", func() bool { st, _ := e.c.Status("d"); return st.Outlier == nil && st.Routable })
+	var got []string
+	for _, ev := range outlierEvents(next(t, w)) {
+		switch {
+		case ev.Kind == checker.EventTransition:
+			got = append(got, ev.Transition.String()+" ("+ev.Transition.Reason+")")
+		case ev.Kind.IsPolicy():
+			got = append(got, ev.Kind.String()+" "+ev.Policy.Text)
+		}
+	}
+	want := []string{
+		"OUTLIER_ENDED d: ejection over: the group's outlier detection is off",
+		"d: unhealthy -> healthy (outlier ejection over: the group's outlier detection is off)",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
