@@ -151,7 +151,7 @@ func (c *committer) run() {
 		select {
 		case <-c.wake:
 		case <-c.stop:
-			c.commitOnce() // flush what the last probes queued
+			c.final() // flush what the last probes queued
 			return
 		}
 		c.stamp.Set(c.clock.Now())
@@ -161,10 +161,23 @@ func (c *committer) run() {
 			case <-c.after(backoff):
 				backoff = min(2*backoff, committerMaxBackoff)
 			case <-c.stop:
+				c.final() // the store may work again: try before giving up
 				return
 			}
 		}
 		backoff = committerMinBackoff
+	}
+}
+
+// final stores and publishes what is queued, once more, as the committer
+// stops. What the store still refuses is lost, as in a crash, and logged:
+// the next start carries those targets over from their stored states.
+func (c *committer) final() {
+	if err := c.commitOnce(); err != nil {
+		c.mu.Lock()
+		n := len(c.queued)
+		c.mu.Unlock()
+		c.logger.Error("stopping with state changes the store refused: they are lost, and the next start carries their targets over from their stored states", "error", err, "events", n)
 	}
 }
 
