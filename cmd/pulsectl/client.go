@@ -275,13 +275,26 @@ var (
 // cliHint rewrites the hints in a message of pulsed's, which name RPCs and
 // fields, into the pulsectl commands and flags that do the same: "list
 // targets with ListTargets" becomes "list targets with 'pulsectl ls'".
-// name is the target the call was about, if any.
+// name is the target the call was about, if any. A method's path
+// ("/pulse.v1.HealthChecker/ListTargets", in the rate limit's message)
+// names the call and stays as it is.
 func cliHint(msg, name string) string {
 	if name == "" {
 		name = "NAME"
 	}
 	msg = passiveHint.ReplaceAllString(msg, "enable them with 'pulsectl set "+name+" --passive' (and optionally --passive-rate, ${1})")
-	return rpcName.ReplaceAllStringFunc(msg, func(rpc string) string { return rpcCommands[rpc] })
+	var b strings.Builder
+	last := 0
+	for _, m := range rpcName.FindAllStringIndex(msg, -1) {
+		if m[0] > 0 && msg[m[0]-1] == '/' {
+			continue
+		}
+		b.WriteString(msg[last:m[0]])
+		b.WriteString(rpcCommands[msg[m[0]:m[1]]])
+		last = m[1]
+	}
+	b.WriteString(msg[last:])
+	return b.String()
 }
 
 // jsonOut is how -o json prints messages: protojson, proto3's canonical
