@@ -136,9 +136,9 @@ func (r *registry) batchLimitsLocked(specs []Spec, res []AddResult, fail func(in
 		joins := old == nil || old.spec.Group != spec.Group || old.quarantined() != "" // a quarantined target is in no pool
 		switch {
 		case old == nil && r.maxTargets > 0 && len(r.targets)+added >= r.maxTargets:
-			fail(i, &LimitError{What: "targets", Max: r.maxTargets})
+			fail(i, &LimitError{Limit: LimitTargets, What: "targets", Max: r.maxTargets})
 		case joins && r.maxInGroup > 0 && r.pools[spec.Group].size()+joined[spec.Group] >= r.maxInGroup:
-			fail(i, &LimitError{What: fmt.Sprintf("targets in group %q", spec.Group), Max: r.maxInGroup})
+			fail(i, &LimitError{Limit: LimitTargetsPerGroup, What: fmt.Sprintf("targets in group %q", spec.Group), Max: r.maxInGroup})
 		default:
 			if old == nil {
 				added++

@@ -420,7 +420,8 @@ func (c *Checker) Overload() OverloadStatus { return c.sched.status() }
 func (c *Checker) RunRound(ctx context.Context) []Transition { return c.sched.runRound(ctx) }
 
 // StoreErr returns the last error storing a change (a state change, a
-// spec, a removal, a policy), or nil once such a write succeeds again;
+// spec, a removal, a policy), or nil once a write of any kind succeeds
+// again (states stored after a refused spec write clear it);
 // with a shared registry, the last error writing to it (see
 // SetSharedErr). ListTargets, the status page and pulse_registry_error
 // report it.

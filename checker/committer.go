@@ -17,9 +17,11 @@ import (
 // or a hold that changes no state); one goroutine (run) takes everything
 // queued at once, stores it in one CommitStates transaction, and publishes
 // it. A failing store is retried with backoff; meanwhile the events wait
-// and err reports the failure.
+// and err reports the failure. The registry's own writes (specs, removals,
+// policies) report their outcome to it too (wrote), so that err says
+// whether the store's last write of any kind failed.
 //
-// Its lock, mu, guards only the queues and the last error: it comes after
+// Its lock, mu, guards only the queues and the last errors: it comes after
 // the registry's in the lock order and is never held while storing or
 // publishing.
 type committer struct {
@@ -42,7 +44,10 @@ type committer struct {
 	spare   []Event      // the last batch's buffer, for the next one
 	writes  []stateWrite // the records to store with them, in the order written
 	rev     uint64       // the revision of the last event queued: a batch of records alone stores it
-	lastErr error
+	lastErr error        // the last batch's error, nil once one is stored
+	// writeErr is the last spec, removal or policy write's error (see
+	// wrote), nil once any write, a batch of records included, succeeds.
+	writeErr error
 }
 
 // stateWrite is a target's record to store, or its removal.
@@ -146,7 +151,7 @@ func (c *committer) run() {
 		select {
 		case <-c.wake:
 		case <-c.stop:
-			c.commitOnce() // flush what the last probes queued
+			c.final() // flush what the last probes queued
 			return
 		}
 		c.stamp.Set(c.clock.Now())
@@ -156,10 +161,23 @@ func (c *committer) run() {
 			case <-c.after(backoff):
 				backoff = min(2*backoff, committerMaxBackoff)
 			case <-c.stop:
+				c.final() // the store may work again: try before giving up
 				return
 			}
 		}
 		backoff = committerMinBackoff
+	}
+}
+
+// final stores and publishes what is queued, once more, as the committer
+// stops. What the store still refuses is lost, as in a crash, and logged:
+// the next start carries those targets over from their stored states.
+func (c *committer) final() {
+	if err := c.commitOnce(); err != nil {
+		c.mu.Lock()
+		n := len(c.queued)
+		c.mu.Unlock()
+		c.logger.Error("stopping with state changes the store refused: they are lost, and the next start carries their targets over from their stored states", "error", err, "events", n)
 	}
 }
 
@@ -186,7 +204,7 @@ func (c *committer) commitOnce() error {
 		return err
 	}
 	c.mu.Lock()
-	c.lastErr = nil
+	c.lastErr, c.writeErr = nil, nil // the store takes writes again
 	c.mu.Unlock()
 	if len(batch) == 0 {
 		return nil
@@ -229,12 +247,26 @@ func storedOf(writes []stateWrite) (states []StoredState, deleted []string) {
 // progress returns the committer's progress stamp, for a Watchdog.
 func (c *committer) progress() *liveness.Stamp { return &c.stamp }
 
-// err returns the last error storing state changes, or nil once a commit
-// succeeded again.
+// err returns the error of the batch of state changes waiting to be
+// stored, else that of the registry's last write if no write has succeeded
+// since, else nil.
 func (c *committer) err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.lastErr
+	if c.lastErr != nil {
+		return c.lastErr
+	}
+	return c.writeErr
+}
+
+// wrote records the outcome of one of the registry's own writes to the
+// store (a spec, a removal, a policy): a failure is reported by err until
+// a write of any kind succeeds. A batch of state changes stored since
+// shows the store takes writes again, though no spec was written.
+func (c *committer) wrote(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.writeErr = err
 }
 
 // close stores what is queued, once more, and stops; the caller calls it

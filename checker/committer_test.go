@@ -181,3 +181,29 @@ func TestCommitterCloseStoresWhatIsQueued(t *testing.T) {
 		t.Fatalf("after Close: published %d, stored %d; want both 2", h.Revision(), st.rev)
 	}
 }
+
+// A store that recovers while the committer waits out a backoff, and a
+// pulsed stopped then (an operator who freed the disk restarts it), stores
+// what is queued at Close rather than lose it: the backoff is up to 5s.
+func TestCommitterCloseDuringABackoffStoresWhatIsQueued(t *testing.T) {
+	clock := fakeclock.New(epoch)
+	st := newMemStore()
+	st.specs["a"] = checker.Spec{Name: "a"}
+	st.failCommit = errors.New("no space left on device")
+	h := checker.NewHub(10, 0, 0)
+	defer h.Close()
+	backoffs := make(chan time.Duration, 10)
+	c := checker.NewCommitter(st, h, clock, func(d time.Duration) <-chan time.Time {
+		backoffs <- d
+		return nil // the backoff never ends
+	})
+	c.Queue(addedEvent(clock, 1, "a", checker.StateHealthy))
+	<-backoffs
+	st.mu.Lock()
+	st.failCommit = nil
+	st.mu.Unlock()
+	c.Close()
+	if h.Revision() != 1 || st.rev != 1 || st.state("a") != checker.StateHealthy {
+		t.Fatalf("after Close: published %d, stored %d, a=%v; want 1, 1, healthy", h.Revision(), st.rev, st.state("a"))
+	}
+}

@@ -88,7 +88,7 @@ func (h *hub) watch(w *Watcher, snap []Status, start uint64, snapshot bool) erro
 		return &CompactedError{Requested: start, Oldest: h.hist.floor}
 	}
 	if max := h.maxWatchers; max > 0 && h.countLocked() >= max {
-		return &LimitError{What: "watchers", Max: max}
+		return &LimitError{Limit: LimitWatchers, What: "watchers", Max: max}
 	}
 	if snapshot {
 		w.snap, w.snapRev = snap, start

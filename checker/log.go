@@ -87,9 +87,6 @@ type localLink struct {
 	// loading is set while the store is loaded: a group is decided once
 	// all of it is loaded (resume), not from the part loaded so far.
 	loading bool
-	// writeErr is the last spec, removal or policy write's error, nil once
-	// one is stored again: with the committer's, what err reports.
-	writeErr errBox
 }
 
 func newLocalLink(reg *registry) *localLink {
@@ -320,19 +317,19 @@ func (l *localLink) putOutliers(rec outlier.Record) error {
 // wrote records the outcome of a write to the store, and logs a failure:
 // the caller's error alone would leave the operator unaware.
 func (l *localLink) wrote(err error) error {
-	l.writeErr.set(err)
+	l.commit.wrote(err)
 	if err != nil {
 		l.reg.logger.Warn("the store refused a write; the change was not made", "error", err)
 	}
 	return err
 }
 
-// err is the committer's error, or else the last write's.
+// err is the store's last error, as the committer has it: that of the
+// state changes it cannot store, else of the last write if none has
+// succeeded since.
 func (l *localLink) err() error {
-	if l.commit != nil {
-		if err := l.commit.err(); err != nil {
-			return err
-		}
+	if l.commit == nil {
+		return nil // memory only: nothing to fail
 	}
-	return l.writeErr.get()
+	return l.commit.err()
 }

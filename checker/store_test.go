@@ -312,6 +312,39 @@ func TestStoreFailingCommitsHoldEventsUntilItRecovers(t *testing.T) {
 	}
 }
 
+// A refused spec write is reported until any write to the store goes
+// through again, a batch of state changes included: once the disk has
+// room, the probes' transitions are stored, and pulse_registry_error must
+// not go on saying pulsed cannot store changes until someone happens to
+// add, remove or change a target.
+func TestStoreErrClearsWhenStatesAreStoredAgain(t *testing.T) {
+	st := newMemStore()
+	e := storeEnv(t, st, checker.Config{})
+	e.add(t, spec("a"))
+	e.c.List("")
+	st.mu.Lock()
+	st.failSpec = errors.New("no space left on device")
+	st.mu.Unlock()
+	if _, _, err := e.c.Add(spec("b")); !errors.Is(err, checker.ErrStore) {
+		t.Fatalf("Add with a full disk: %v, want ErrStore", err)
+	}
+	if e.c.StoreErr() == nil {
+		t.Fatal("StoreErr after a refused spec write = nil")
+	}
+	st.mu.Lock()
+	st.failSpec = nil
+	commits := st.commits
+	st.mu.Unlock()
+	e.probes.set("a", pass)
+	e.c.RunRound(t.Context()) // a: unhealthy -> healthy, stored
+	waitFor(t, "the transition to be stored", func() bool {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return st.commits > commits
+	})
+	waitFor(t, "StoreErr to clear once a write went through", func() bool { return e.c.StoreErr() == nil })
+}
+
 // After a restart every target is back with its spec and stored state,
 // marked carried over, with no transition; revisions go on from the
 // store's.

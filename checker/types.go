@@ -28,11 +28,26 @@ var (
 
 // LimitError says which limit a call ran into.
 type LimitError struct {
+	// Limit is the Config field whose bound was reached.
+	Limit Limit
 	// What is limited, e.g. "targets", "targets in group \"edge\"",
 	// "watchers".
 	What string
 	Max  int
 }
+
+// Limit names one of Config's bounds, for a LimitError.
+type Limit int
+
+// The limits of a LimitError.
+const (
+	// LimitTargets is Config.MaxTargets.
+	LimitTargets Limit = iota + 1
+	// LimitTargetsPerGroup is Config.MaxTargetsPerGroup.
+	LimitTargetsPerGroup
+	// LimitWatchers is Config.MaxWatchers.
+	LimitWatchers
+)
 
 func (e *LimitError) Error() string {
 	return fmt.Sprintf("%v: at most %d %s", ErrLimit, e.Max, e.What)

@@ -395,7 +395,7 @@ func toStatus(err error, prefix string) error {
 	case errors.Is(err, checker.ErrRateLimited):
 		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, checker.ErrLimit):
-		return status.Errorf(codes.ResourceExhausted, "%v; remove some, or raise pulsed's -max-targets, -max-targets-per-group or -max-watchers", err)
+		return status.Errorf(codes.ResourceExhausted, "%v; %s", err, limitAdvice(err))
 	case errors.Is(err, checker.ErrStore):
 		return status.Errorf(codes.Unavailable, "%v; nothing was changed: check pulsed's registry (its data dir: disk full or read-only? or etcd with -registry etcd) and retry", err)
 	case errors.Is(err, checker.ErrUncertain):
@@ -407,6 +407,23 @@ func toStatus(err error, prefix string) error {
 	default:
 		return status.Errorf(codes.Internal, "internal error: %v", err)
 	}
+}
+
+// limitAdvice says what frees room under the limit err ran into, and
+// which of pulsed's flags raises it.
+func limitAdvice(err error) string {
+	var le *checker.LimitError
+	if errors.As(err, &le) {
+		switch le.Limit {
+		case checker.LimitTargets:
+			return "remove some, or raise pulsed's -max-targets"
+		case checker.LimitTargetsPerGroup:
+			return "remove some from the group, or raise pulsed's -max-targets-per-group"
+		case checker.LimitWatchers:
+			return "end some streams (WatchTransitions, grpc.health Watch, the status page's feeds), or raise pulsed's -max-watchers"
+		}
+	}
+	return "raise pulsed's -max-targets, -max-targets-per-group or -max-watchers"
 }
 
 // Options configures NewGRPCServer.

@@ -46,6 +46,13 @@ const connectTimeout = 5 * time.Second
 // etcd is down it shows that answer instead of calling pulsed stalled.
 const writeTimeout = 30 * time.Second
 
+// listTimeout bounds each ListTargets call. pulsed answers ListTargets
+// only with a revision its store holds, and waits up to 5s for it while
+// the store cannot write (a full disk) before it answers UNAVAILABLE with
+// the store's error: pulsectl waits longer, so that it shows that answer
+// rather than call pulsed stalled while its /healthz says ok.
+const listTimeout = 15 * time.Second
+
 // clientFlags are the flags of every command that talks to pulsed, and,
 // once resolve has run, where each setting came from.
 type clientFlags struct {
@@ -76,7 +83,7 @@ type client struct {
 	addrSource string       // where addr came from, as config view says it: "default", "flag --addr", ...
 	cf         *clientFlags // the settings in force, for fail's hints; nil: unknown
 	pc         *pulse.Client
-	timeout    time.Duration // the bound of the last call's context (callCtx, writeCtx), for noAnswer
+	timeout    time.Duration // the bound of the last call's context (callCtx, listCtx, writeCtx), for noAnswer
 	connect    time.Duration // bounds getting a connection, in each unary call (connectFirst)
 	limit      time.Duration // the command's own bound (env.limit); 0: none
 	pb.HealthCheckerClient
@@ -230,6 +237,13 @@ func (c *client) callCtx(ctx context.Context) (context.Context, context.CancelFu
 	return context.WithTimeout(ctx, callTimeout)
 }
 
+// listCtx returns the context of a command's reads when they include
+// ListTargets (see listTimeout).
+func (c *client) listCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	c.timeout = listTimeout
+	return context.WithTimeout(ctx, listTimeout)
+}
+
 // writeCtx returns the context of one unary call that changes the
 // registry (and of the reads made with it).
 func (c *client) writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -261,13 +275,26 @@ var (
 // cliHint rewrites the hints in a message of pulsed's, which name RPCs and
 // fields, into the pulsectl commands and flags that do the same: "list
 // targets with ListTargets" becomes "list targets with 'pulsectl ls'".
-// name is the target the call was about, if any.
+// name is the target the call was about, if any. A method's path
+// ("/pulse.v1.HealthChecker/ListTargets", in the rate limit's message)
+// names the call and stays as it is.
 func cliHint(msg, name string) string {
 	if name == "" {
 		name = "NAME"
 	}
 	msg = passiveHint.ReplaceAllString(msg, "enable them with 'pulsectl set "+name+" --passive' (and optionally --passive-rate, ${1})")
-	return rpcName.ReplaceAllStringFunc(msg, func(rpc string) string { return rpcCommands[rpc] })
+	var b strings.Builder
+	last := 0
+	for _, m := range rpcName.FindAllStringIndex(msg, -1) {
+		if m[0] > 0 && msg[m[0]-1] == '/' {
+			continue
+		}
+		b.WriteString(msg[last:m[0]])
+		b.WriteString(rpcCommands[msg[m[0]:m[1]]])
+		last = m[1]
+	}
+	b.WriteString(msg[last:])
+	return b.String()
 }
 
 // jsonOut is how -o json prints messages: protojson, proto3's canonical

@@ -164,7 +164,8 @@ func (c *client) noAnswer(e *env, err error) int {
 }
 
 // bound returns the time the last call was given: the bound of its
-// context (callCtx, writeCtx), or the command's when that is shorter.
+// context (callCtx, listCtx, writeCtx), or the command's when that is
+// shorter.
 func (c *client) bound() time.Duration {
 	d := cmp.Or(c.timeout, callTimeout)
 	if c.limit > 0 {

@@ -50,6 +50,12 @@ func TestErrorHintsNameCommands(t *testing.T) {
 	if got, want := cliHint("x; list targets with ListTargets or add it with AddTarget", ""), "x; list targets with 'pulsectl ls' or add it with 'pulsectl add'"; got != want {
 		t.Errorf("cliHint = %q, want %q", got, want)
 	}
+	// A method's path is the call's name, not a hint: the rate limit's
+	// message keeps it whole.
+	limited := "/pulse.v1.HealthChecker/ListTargets is rejected by grpc_ratelimit middleware, please retry later."
+	if got := cliHint(limited, ""); got != limited {
+		t.Errorf("cliHint = %q, want the method's path kept: %q", got, limited)
+	}
 	p := startPulsed(t)
 	web := okServer(t)
 	addr := "--addr=" + p.Addr

@@ -104,7 +104,7 @@ func runPolicy(ctx context.Context, e *env, c *command, args []string) int {
 		return code
 	}
 	defer cl.Close()
-	bound := cl.callCtx
+	bound := cl.listCtx
 	if pos[0] == "set" {
 		bound = cl.writeCtx
 	}

@@ -260,7 +260,7 @@ func runLs(ctx context.Context, e *env, c *command, args []string) int {
 		return code
 	}
 	defer cl.Close()
-	cctx, cancel := cl.callCtx(ctx)
+	cctx, cancel := cl.listCtx(ctx)
 	defer cancel()
 	resp, err := cl.ListTargets(cctx, &pb.ListTargetsRequest{Group: *group})
 	if err != nil {
@@ -362,7 +362,7 @@ func runHealthy(ctx context.Context, e *env, c *command, args []string) int {
 		return code
 	}
 	defer cl.Close()
-	cctx, cancel := cl.callCtx(ctx)
+	cctx, cancel := cl.listCtx(ctx) // Healthy, then ListTargets when nothing is routable
 	defer cancel()
 	resp, err := cl.Healthy(cctx, req)
 	if err != nil {

@@ -215,6 +215,7 @@ var runnablePages = []string{
 	"docs/integrations/pulse-lb.md",
 	"docs/integrations/watch.md",
 	"docs/integrations/xds.md",
+	"docs/operations/security.md",
 }
 
 // TestShellBlocksMarked: every shell block of a page in runnablePages runs
