@@ -207,31 +207,37 @@ func StandardDefaults() Defaults {
 
 // Validate reports whether d can fill a Spec: every field within the
 // bounds of the Spec field it fills, a timeout no longer than the interval,
-// and fast and down intervals, when set, no shorter than the timeout.
+// and fast and down intervals, when set, no shorter than the timeout. It
+// returns a *FieldError naming the first bad field as the Spec field it
+// fills ("interval", "fast_interval").
 func (d Defaults) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	}
 	switch {
 	case d.Interval < MinInterval || d.Interval > MaxInterval:
-		return fmt.Errorf("default interval must be between %v and %v, got %v", MinInterval, MaxInterval, d.Interval)
+		return bad("interval", "default interval must be between %v and %v, got %v", MinInterval, MaxInterval, d.Interval)
 	case d.Timeout < MinTimeout || d.Timeout > MaxTimeout:
-		return fmt.Errorf("default timeout must be between %v and %v, got %v", MinTimeout, MaxTimeout, d.Timeout)
+		return bad("timeout", "default timeout must be between %v and %v, got %v", MinTimeout, MaxTimeout, d.Timeout)
 	case d.Timeout > d.Interval:
-		return fmt.Errorf("default timeout must be at most the default interval %v, got %v", d.Interval, d.Timeout)
+		return bad("timeout", "default timeout must be at most the default interval %v, got %v", d.Interval, d.Timeout)
 	case d.Rise < 1 || d.Rise > MaxRise:
-		return fmt.Errorf("default rise must be between 1 and %d, got %d", MaxRise, d.Rise)
+		return bad("rise", "default rise must be between 1 and %d, got %d", MaxRise, d.Rise)
 	case d.Fall < 1 || d.Fall > MaxFall:
-		return fmt.Errorf("default fall must be between 1 and %d, got %d", MaxFall, d.Fall)
+		return bad("fall", "default fall must be between 1 and %d, got %d", MaxFall, d.Fall)
 	}
 	for _, iv := range []struct {
 		name string
 		d    time.Duration
 	}{{"fast", d.FastInterval}, {"down", d.DownInterval}} {
+		field := iv.name + "_interval"
 		switch {
 		case iv.d < 0:
-			return fmt.Errorf("default %s interval must not be negative (0: each target's interval), got %v", iv.name, iv.d)
+			return bad(field, "default %s interval must not be negative (0: each target's interval), got %v", iv.name, iv.d)
 		case iv.d > 0 && iv.d < d.Timeout:
-			return fmt.Errorf("default %s interval must be at least the default timeout %v (0: each target's interval), got %v", iv.name, d.Timeout, iv.d)
+			return bad(field, "default %s interval must be at least the default timeout %v (0: each target's interval), got %v", iv.name, d.Timeout, iv.d)
 		case iv.d > MaxInterval:
-			return fmt.Errorf("default %s interval must be at most %v, got %v", iv.name, MaxInterval, iv.d)
+			return bad(field, "default %s interval must be at most %v, got %v", iv.name, MaxInterval, iv.d)
 		}
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -94,6 +95,17 @@ func (d *guardedDialer) DialContext(ctx context.Context, network, address string
 		}
 		if len(addrs) == 0 {
 			return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+		}
+		// The go resolver hands an A record back IPv4-mapped
+		// (::ffff:127.0.0.1 for localhost): the address it names, and
+		// what an error shows, is the IPv4 one.
+		// A copy: the slice is the resolver's, which may keep it.
+		if slices.ContainsFunc(addrs, netip.Addr.Is4In6) {
+			unmapped := make([]netip.Addr, len(addrs))
+			for i, a := range addrs {
+				unmapped[i] = a.Unmap()
+			}
+			addrs = unmapped
 		}
 	}
 	var (

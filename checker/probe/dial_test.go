@@ -101,7 +101,7 @@ func TestEgressDeniedName(t *testing.T) {
 		want string
 	}{
 		{"http", Spec{HTTP: &HTTPSpec{URL: "http://metadata.test/latest/meta-data/"}}, "metadata.test resolves to 169.254.169.254, which is denied by egress policy (deny 169.254.0.0/16)"},
-		{"https", Spec{HTTP: &HTTPSpec{URL: "https://mapped.test:8443/"}}, "mapped.test resolves to ::ffff:169.254.169.254, which is denied by egress policy (deny 169.254.0.0/16)"},
+		{"https", Spec{HTTP: &HTTPSpec{URL: "https://mapped.test:8443/"}}, "mapped.test resolves to 169.254.169.254, which is denied by egress policy (deny 169.254.0.0/16)"},
 		{"tcp", Spec{TCP: &TCPSpec{Address: "v6.test:80"}}, "v6.test resolves to fd00:ec2::254, which is denied by egress policy (deny fd00:ec2::254/128)"},
 		{"grpc", Spec{GRPC: &GRPCSpec{Address: "metadata.test:50051"}}, "metadata.test resolves to 169.254.169.254, which is denied by egress policy (deny 169.254.0.0/16)"},
 	}

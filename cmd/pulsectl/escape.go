@@ -47,6 +47,17 @@ func escape(s string) string {
 	return b.String()
 }
 
+// escapeLines is escape for a text of several lines, such as the errors of
+// a file joined one a line: each line is escaped, and every line after the
+// first is indented, so that no line of it can pass for pulsectl's own.
+func escapeLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = escape(l)
+	}
+	return strings.Join(lines, "\n  ")
+}
+
 // printable is unicode.IsPrint with the space, and without the format
 // characters (bidirectional overrides and the like) that IsPrint allows.
 func printable(r rune) bool {

@@ -61,7 +61,7 @@ func runReload(ctx context.Context, e *env, c *command, args []string) int {
 			continue
 		}
 		if f.GetError() != "" {
-			fmt.Fprintf(e.stdout, "%s %s: %s\n", f.GetKind(), escape(f.GetPath()), escape(f.GetError()))
+			fmt.Fprintf(e.stdout, "%s %s: %s\n", f.GetKind(), escape(f.GetPath()), escapeLines(f.GetError()))
 		} else {
 			fmt.Fprintf(e.stdout, "%s %s: reloaded\n", f.GetKind(), escape(f.GetPath()))
 		}

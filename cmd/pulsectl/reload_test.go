@@ -32,4 +32,12 @@ func TestReload(t *testing.T) {
 	if r := pulsectl(t, "state", addr, "c"); r.code != exitNotFound {
 		t.Errorf("state c after the bad file: exit %d, want %d (a bad file changes nothing)", r.code, exitNotFound)
 	}
+	// An unknown field: the error shows the line and points at the
+	// field, on lines of their own after the first, indented.
+	write("targets:\n  - {name: c, bogus: 1, tcp: {address: \"127.0.0.1:9\"}}\n")
+	r = pulsectl(t, "reload", addr)
+	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	if r.code != exitUsage || strings.Contains(r.stdout, `\n`) || len(lines) < 2 || !strings.Contains(r.stdout, "bogus") || !strings.HasPrefix(lines[len(lines)-1], "  ") {
+		t.Errorf("reload of a file with an unknown field: exit %d, stdout %q", r.code, r.stdout)
+	}
 }

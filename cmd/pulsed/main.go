@@ -166,7 +166,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("-log-format must be text or json, got %q", *format)
 	}
 	if err := cfg.defaults.Validate(); err != nil {
-		return cfg, fmt.Errorf("-interval/-timeout/-rise/-fall/-fast-interval/-down-interval: %w", err)
+		// Each default is the flag of the Spec field it fills.
+		var fe *checker.FieldError
+		if errors.As(err, &fe) {
+			return cfg, fmt.Errorf("-%s: %s", strings.ReplaceAll(fe.Field, "_", "-"), fe.Reason)
+		}
+		return cfg, err
 	}
 	cfg.overload.Disabled = !*overloadDetection
 	cfg.reprobe.Disabled = !*reprobeOnClose

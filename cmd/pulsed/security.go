@@ -79,6 +79,14 @@ func (f *securityFlags) serverOptions(listen string) (server.Options, error) {
 	case f.maxStreams < 1:
 		return opts, errors.New("-max-streams-per-conn must be at least 1")
 	}
+	for _, l := range []struct {
+		flag string
+		n    int
+	}{{"-max-targets", f.maxTargets}, {"-max-targets-per-group", f.maxTargetsPerGroup}, {"-max-watchers", f.maxWatchers}} {
+		if l.n < 0 {
+			return opts, fmt.Errorf("%s must not be negative (0: no limit), got %d", l.flag, l.n)
+		}
+	}
 	if f.tlsCert != "" || f.tlsKey != "" {
 		cfg, err := server.TLSConfig(f.tlsCert, f.tlsKey, f.clientCA)
 		if err != nil {
