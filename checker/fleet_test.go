@@ -234,10 +234,12 @@ func (r *fleetReplica) ProposeState(context.Context, checker.StateProposal) erro
 	return fmt.Errorf("%w: every target of the fleet is in a group", checker.ErrFenced)
 }
 
-func (r *fleetReplica) Owns(name string) bool {
+func (r *fleetReplica) Owns(name string) bool { return r.Owner(name) == r.id }
+
+func (r *fleetReplica) Owner(name string) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return fleetOwner(r.members, name) == r.id
+	return fleetOwner(r.members, name)
 }
 
 func fleetOwner(members []string, name string) string {

@@ -28,6 +28,9 @@ type link interface {
 
 	// owns reports whether this member probes the named target.
 	owns(name string) bool
+	// owner names the member that probes the named target, for its
+	// status; "" for the only member.
+	owner(name string) string
 	// propose writes a target's state record.
 	propose(p proposal)
 	// markGroup asks for a group's decisions to be written again.
@@ -95,6 +98,9 @@ func newLocalLink(reg *registry) *localLink {
 
 // owns: the only member probes every target.
 func (*localLink) owns(string) bool { return true }
+
+// owner: the only member is not named.
+func (*localLink) owner(string) string { return "" }
 
 // propose applies a state record at once, and stores it.
 func (l *localLink) propose(p proposal) {

@@ -143,6 +143,8 @@ func (r *fakeReplica) ProposeState(_ context.Context, p checker.StateProposal) e
 
 func (r *fakeReplica) Owns(name string) bool { return r.cl.ownerOf(name) == r.id }
 
+func (r *fakeReplica) Owner(name string) string { return r.cl.ownerOf(name) }
+
 func (r *fakeReplica) PutOutcome(_ context.Context, name string, o checker.SharedOutcome, prevRev uint64) (uint64, *checker.SharedOutcome, error) {
 	cl := r.cl
 	cl.applyMu.Lock()

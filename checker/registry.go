@@ -257,6 +257,9 @@ func (r *registry) statusLocked(t *target, now time.Time) Status {
 	if v := t.vantagesOf(); v != nil && len(v.assigned) > 0 {
 		st.Vantages = v.statusVantages()
 		st.Verdict = v.decided
+		st.Owner = v.assigned[0].Member // whom assignLocked made the owner
+	} else {
+		st.Owner = r.link.owner(t.spec.Name)
 	}
 	if o := t.outlierState(); o != nil {
 		oc := *o

@@ -46,6 +46,10 @@ type Shared interface {
 	// Owns reports whether this replica probes the named target. It is
 	// called with the checker's lock held and must not call the checker.
 	Owns(name string) bool
+	// Owner returns the member that probes the named target, from the
+	// view Owns answers from; "" when there is none. It is called with the
+	// checker's lock held and must not call the checker.
+	Owner(name string) string
 	// ID returns this replica's member ID; Members every live replica's,
 	// sorted.
 	ID() string
@@ -313,6 +317,9 @@ func (rp *replication) wait() {
 
 // owns is Shared.Owns, for the registry.
 func (rp *replication) owns(name string) bool { return rp.shared.Owns(name) }
+
+// owner is Shared.Owner, for the registry.
+func (rp *replication) owner(name string) string { return rp.shared.Owner(name) }
 
 // markGroup asks the guard's writer to look at group again.
 func (rp *replication) markGroup(group string) { rp.guard.mark(group) }

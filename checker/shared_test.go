@@ -73,6 +73,14 @@ func (f *fakeShared) Owns(name string) bool {
 	return !f.notOwned[name]
 }
 
+// Owner names this replica "me", and any other "other".
+func (f *fakeShared) Owner(name string) string {
+	if f.Owns(name) {
+		return "me"
+	}
+	return "other"
+}
+
 func (f *fakeShared) setOwned(name string, own bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -333,5 +341,52 @@ func TestSharedGivenAwayShowsNoProbeOfItsOwn(t *testing.T) {
 	}
 	if st.State != checker.StateHealthy {
 		t.Errorf("given away: state %v; want the stored healthy", st.State)
+	}
+}
+
+// Every status names the target's owner as the shared registry's view of
+// the members has it, and names the new one once the members change; a
+// checker alone names none.
+func TestSharedStatusNamesTheOwner(t *testing.T) {
+	f := &fakeShared{}
+	e := newSharedEnv(t, f, checker.Config{})
+	f.setOwned("theirs", false)
+	e.add(t, spec("mine"))
+	e.add(t, spec("theirs"))
+	owners := func() map[string]string {
+		t.Helper()
+		list, _ := e.c.List("")
+		out := map[string]string{}
+		for _, st := range list {
+			out[st.Spec.Name] = st.Owner
+		}
+		if st, err := e.c.Status("theirs"); err != nil || st.Owner != out["theirs"] {
+			t.Fatalf("Status(theirs).Owner = %q, %v; List says %q", st.Owner, err, out["theirs"])
+		}
+		return out
+	}
+	if got := owners(); got["mine"] != "me" || got["theirs"] != "other" {
+		t.Fatalf("owners %v; want mine: me, theirs: other", got)
+	}
+
+	// The members change: theirs is this replica's now, and mine another's.
+	f.setOwned("theirs", true)
+	f.setOwned("mine", false)
+	e.c.ApplyShared([]checker.SharedChange{{Kind: checker.SharedMembersChanged, Rev: 100}}, 100)
+	if got := owners(); got["mine"] != "other" || got["theirs"] != "me" {
+		t.Fatalf("after the members changed, owners %v; want mine: other, theirs: me", got)
+	}
+	e.probes.set("theirs", pass)
+	e.probes.set("mine", pass)
+	e.c.RunRound(t.Context())
+	if e.probes.callCount("theirs") != 1 || e.probes.callCount("mine") != 0 {
+		t.Fatalf("probes: theirs %d, mine %d; want only the target it names itself the owner of probed",
+			e.probes.callCount("theirs"), e.probes.callCount("mine"))
+	}
+
+	alone := newEnv(t, checker.Config{})
+	alone.add(t, spec("web-1"))
+	if st, _ := alone.c.Status("web-1"); st.Owner != "" {
+		t.Errorf("a checker alone names %q the owner; want none", st.Owner)
 	}
 }

@@ -212,6 +212,11 @@ type Status struct {
 	// Outlier, while its group's outlier detection has caught the target,
 	// says how and why (GroupPolicy.Outlier); nil otherwise.
 	Outlier *outlier.State
+	// Owner is, with a shared registry, the member that probes the target
+	// and stores its state, as this replica's view of the members has it
+	// (Shared.Owner; for a target probed from several vantages, the first
+	// of Vantages); empty without a shared registry.
+	Owner string
 }
 
 // Config configures a Checker. Every field is optional.

@@ -117,6 +117,7 @@ func statusFromProto(st *pb.TargetStatus) Status {
 		CertNotAfter:        optTime(st.GetCertNotAfter()),
 		Vantages:            verdictsFromProto(st.GetVantages()),
 		Outlier:             outlierStateFromProto(st.GetOutlier()),
+		Owner:               st.GetOwner(),
 	}
 }
 

@@ -162,6 +162,7 @@ func TestStatusFromProto(t *testing.T) {
 			{Member: "r3", Label: "zone-c"},
 		},
 		Outlier: &pb.OutlierState{Ejected: true, Reason: "p50 38ms vs group 4ms", Since: ts(12), Until: ts(13), Ejections: 2},
+		Owner:   "r1",
 	}
 	seen := map[string]bool{}
 	setPaths(st.ProtoReflect(), "", seen)
@@ -186,6 +187,7 @@ func TestStatusFromProto(t *testing.T) {
 			{Member: "r3", Label: "zone-c"},
 		},
 		Outlier: &OutlierState{Ejected: true, Reason: "p50 38ms vs group 4ms", Since: at(12), Until: at(13), Ejections: 2},
+		Owner:   "r1",
 	}
 	// weight is Status.Weight(now), computed from LastTransition and
 	// SlowStartEnd at any time rather than as of the read.

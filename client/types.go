@@ -310,6 +310,11 @@ type Status struct {
 	// (GroupPolicy.Outlier): degraded (Weight at most OutlierWeight) or
 	// ejected (not routable).
 	Outlier *OutlierState
+	// Owner is, with replicas on etcd, the replica that probes the target
+	// and stores its state (its -replica-id), as the replica that answered
+	// sees the members; for a target probed from several vantages, the
+	// first of Vantages. Empty from a single pulsed.
+	Owner string
 }
 
 // OutlierState is a target its group's outlier detection caught.

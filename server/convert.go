@@ -387,6 +387,7 @@ func statusToProto(st checker.Status) *pb.TargetStatus {
 		CertNotAfter:        timestamp(st.CertNotAfter),
 		Vantages:            verdictsToProto(st.Vantages),
 		Outlier:             outlierStateToProto(st.Outlier),
+		Owner:               st.Owner,
 	}
 	if st.ProbeInterval > 0 {
 		out.ProbeInterval = durationpb.New(st.ProbeInterval)

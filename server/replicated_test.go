@@ -80,3 +80,35 @@ func TestReplicatedPolicyEvents(t *testing.T) {
 		t.Errorf("web-1 %v: want flapping, 3 transitions, as the owner stored", st)
 	}
 }
+
+// ownedByR2 is mirrorOnly as replica r9 sees it: r2 owns web-1.
+type ownedByR2 struct{ mirrorOnly }
+
+func (ownedByR2) ID() string          { return "r9" }
+func (ownedByR2) Owner(string) string { return "r2" }
+
+// With replicas, State and ListTargets name the replica that probes a
+// target, and ListTargets the one that answered; a single pulsed names no
+// owner.
+func TestStatusNamesTheOwner(t *testing.T) {
+	e := start(t, checker.Config{Shared: ownedByR2{}})
+	st, err := e.client.State(t.Context(), &pb.StateRequest{Name: "web-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.GetStatus().GetOwner(); got != "r2" {
+		t.Errorf("State: owner %q, want r2", got)
+	}
+	list, err := e.client.ListTargets(t.Context(), &pb.ListTargetsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if owner, replica := list.GetTargets()[0].GetOwner(), list.GetChecker().GetReplica(); owner != "r2" || replica != "r9" {
+		t.Errorf("ListTargets: owner %q, answered by %q; want r2, r9", owner, replica)
+	}
+
+	alone := start(t, checker.Config{})
+	if got := alone.add(t, tcpTarget("web-1", "")).GetStatus().GetOwner(); got != "" {
+		t.Errorf("a single pulsed names owner %q, want none", got)
+	}
+}

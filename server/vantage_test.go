@@ -149,6 +149,9 @@ func TestVantageVerdictsOnTheWire(t *testing.T) {
 	if st.GetVerdict() != pb.State_STATE_UNHEALTHY || st.GetState() != pb.State_STATE_UNHEALTHY {
 		t.Errorf("verdict %v, state %v; want both unhealthy", st.GetVerdict(), st.GetState())
 	}
+	if st.GetOwner() != "r2" {
+		t.Errorf("owner %q, want r2, the first vantage", st.GetOwner())
+	}
 }
 
 // A vantage that has stored no verdict yet is listed with no state.

@@ -28,6 +28,7 @@ func (Mirror) DeleteTarget(context.Context, string) (uint64, bool, error) {
 }
 func (Mirror) ProposeState(context.Context, checker.StateProposal) error { return checker.ErrFenced }
 func (Mirror) Owns(string) bool                                          { return false }
+func (Mirror) Owner(string) string                                       { return "" }
 func (Mirror) ID() string                                                { return "" }
 func (Mirror) Members() []string                                         { return nil }
 func (Mirror) PutSpecs(context.Context, []checker.Spec) (uint64, int, error) {

@@ -84,7 +84,10 @@ func stateCommand() *command {
 		about: `
 state shows one target as pulsed sees it: its probe and schedule with pulsed's
 defaults filled in, its state, its streak (see pulsectl ls --help), the last
-probe's result and when the state last changed.`,
+probe's result and when the state last changed. With replicas on etcd, owner
+names the replica that probes the target and stores its state, whichever
+replica answers; only one that probes the target shows a streak and last
+probe.`,
 		example: `
 pulsectl state web-1
 pulsectl state web-1 -o json`,
@@ -140,6 +143,10 @@ func runState(ctx context.Context, e *env, c *command, args []string) int {
 	}
 	if vs := st.GetVantages(); len(vs) > 0 {
 		fmt.Fprintf(tw, "vantages:\t%s\n", verdictsText(vs))
+	}
+	if o := st.GetOwner(); o != "" {
+		// State does not say which replica answered: only the owner's name.
+		fmt.Fprintf(tw, "owner:\t%s\n", o)
 	}
 	fmt.Fprintf(tw, "streak:\t%s\n", streak(st))
 	fmt.Fprintf(tw, "mode:\t%s\n", modeSummary(st))

@@ -15,7 +15,8 @@ import (
 // The status page of a replica shows a target probed from three zones
 // with one chip per vantage, coloured by its verdict; the chips follow
 // the target down without a reload, and its history lists the verdicts
-// with their errors. Skips without chromium, as TestStatusPageInBrowser.
+// with their errors and names its owner. Skips without chromium, as
+// TestStatusPageInBrowser.
 func TestStatusPageVantagesInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs pulsed, etcd and chromium")
@@ -69,6 +70,19 @@ func TestStatusPageVantagesInBrowser(t *testing.T) {
 	page.evaluate(t, `document.querySelector('tr[data-name="web-1"] td.name').click(); ""`)
 	page.waitFor(t, `document.getElementById("detail").dataset.loaded`, "1")
 	page.waitFor(t, `String(document.getElementById("detail-vantages").textContent.includes("zone-b=unhealthy(status 503)"))`, "true")
+	// The details name the owner, the first vantage, and whether it is
+	// the replica serving the page (r2).
+	st, err := client.State(t.Context(), &pb.StateRequest{Name: "web-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := "probed by replica " + st.GetStatus().GetOwner()
+	if o := st.GetStatus().GetOwner(); o != st.GetStatus().GetVantages()[0].GetMember() {
+		t.Errorf("owner %q, vantages %v; want the owner first", o, st.GetStatus().GetVantages())
+	} else if o == "r2" {
+		owner += " (this one)"
+	}
+	page.waitFor(t, `document.getElementById("detail-owner").textContent`, owner)
 	page.screenshot(t, filepath.Join(artifacts, "status-page-vantages-down.png"))
 	if n := page.navigations(); n != 1 {
 		t.Errorf("%d navigations of the page, want the first only", n)

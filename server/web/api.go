@@ -75,6 +75,10 @@ type row struct {
 	// Outlier is set while its group's outlier detection holds it
 	// degraded or ejected.
 	Outlier *outlierJSON `json:"outlier,omitempty"`
+	// Owner is, with replicas on etcd, the replica that probes the target
+	// and stores its state (checker.Status.Owner); absent on a single
+	// pulsed.
+	Owner string `json:"owner,omitempty"`
 }
 
 // outlierJSON is a target's outlier standing (outlier.State).
@@ -113,6 +117,7 @@ func toRow(st checker.Status, recent []checker.Result) row {
 		Streak:     Streak(st),
 		Results:    make([]resultJSON, len(recent)),
 		Source:     st.Spec.Source,
+		Owner:      st.Owner,
 	}
 	if lr := st.LastResult; lr != nil {
 		lat := lr.Latency.Seconds()

@@ -1699,7 +1699,16 @@ type TargetStatus struct {
 	Vantages []*VantageVerdict `protobuf:"bytes,50,rep,name=vantages,proto3" json:"vantages,omitempty"`
 	// outlier, when set, says the target is an outlier of its group
 	// (GroupPolicy.outlier): degraded (weight at most 10%) or ejected.
-	Outlier       *OutlierState `protobuf:"bytes,51,opt,name=outlier,proto3" json:"outlier,omitempty"`
+	Outlier *OutlierState `protobuf:"bytes,51,opt,name=outlier,proto3" json:"outlier,omitempty"`
+	// owner is, with replicas on etcd, the replica that probes the target
+	// and stores its state (its pulsed -replica-id), as the answering
+	// replica sees the live replicas; empty on a single pulsed. The streaks,
+	// last_result and next_probe_time are the answering replica's own: set
+	// only where it probes the target. A target probed from several
+	// vantages is probed by each of them, and its owner is the first of
+	// vantages: every replica derives the same quorum from the stored
+	// verdicts, and the owner turns that quorum into the state it stores.
+	Owner         string `protobuf:"bytes,52,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1963,6 +1972,13 @@ func (x *TargetStatus) GetOutlier() *OutlierState {
 		return x.Outlier
 	}
 	return nil
+}
+
+func (x *TargetStatus) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
 }
 
 // GroupPolicy is a group's pool policy.
@@ -6012,7 +6028,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12.\n" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x18\n" +
 	"\apassive\x18\x05 \x01(\bR\apassive\x12\x18\n" +
-	"\aignored\x18\x06 \x01(\bR\aignored\"\xf6\v\n" +
+	"\aignored\x18\x06 \x01(\bR\aignored\"\x8c\f\n" +
 	"\fTargetStatus\x12$\n" +
 	"\x04spec\x18\x01 \x01(\v2\x10.pulse.v1.TargetR\x04spec\x12%\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x0f.pulse.v1.StateR\x05state\x12\x1a\n" +
@@ -6055,7 +6071,8 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x0eslow_start_end\x18. \x01(\v2\x1a.google.protobuf.TimestampR\fslowStartEnd\x12C\n" +
 	"\x0funhealthy_since\x18/ \x01(\v2\x1a.google.protobuf.TimestampR\x0eunhealthySince\x124\n" +
 	"\bvantages\x182 \x03(\v2\x18.pulse.v1.VantageVerdictR\bvantages\x120\n" +
-	"\aoutlier\x183 \x01(\v2\x16.pulse.v1.OutlierStateR\aoutlier\"\xf2\x03\n" +
+	"\aoutlier\x183 \x01(\v2\x16.pulse.v1.OutlierStateR\aoutlier\x12\x14\n" +
+	"\x05owner\x184 \x01(\tR\x05owner\"\xf2\x03\n" +
 	"\vGroupPolicy\x129\n" +
 	"\x16max_unhealthy_fraction\x18\x01 \x01(\x01H\x00R\x14maxUnhealthyFraction\x88\x01\x01\x128\n" +
 	"\n" +

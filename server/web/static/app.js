@@ -134,6 +134,7 @@ const view = {
   countsRev: 0,       // the revision the group counts reflect
   matched: 0,
   skew: 0,            // server clock minus browser clock, ms
+  replica: "",        // the replica serving the page, with replicas on etcd
   es: null, esNames: null,
   reloadTimer: null, loading: false, again: false,
   gen: 0,             // bumped when the page locks: answers to older requests are dropped
@@ -184,6 +185,7 @@ async function reload() {
     if (gen !== view.gen) return;
     view.skew = Date.parse(page.now) - Date.now();
     view.matched = page.matched;
+    view.replica = (page.checker || {}).replica || "";
     setGroups(page.groups, page.revision);
     renderAlerts(page.checker || {});
     renderRows(page.targets, page.revision);
@@ -512,7 +514,8 @@ function paintRow(r, flash) {
   c[3].title = `${t.state}` + (t.verdict && t.verdict !== t.state ? ` (its results say ${t.verdict})` : "") +
     `; rise ${t.rise}, fall ${t.fall}; ${t.passStreak} passes, ${t.failStreak} failures in a row` +
     (t.model === "three_state" ? "; three_state model" : "") +
-    (t.vantages ? "; " + vantagesText(t.vantages) : "");
+    (t.vantages ? "; " + vantagesText(t.vantages) : "") +
+    (t.owner ? "; " + ownerText(t.owner) : "");
   c[4].textContent = t.lastLatencySeconds == null ? "—" : fmtLatency(t.lastLatencySeconds);
   c[5].textContent = t.lastError || "";
   c[5].title = t.lastError || "";
@@ -540,6 +543,13 @@ function paintRow(r, flash) {
 // routable.
 function outlierText(o) {
   return `${o.ejected ? "ejected" : "outlier"}: ${o.reason}`;
+}
+
+// ownerText names the replica that probes a target and stores its state,
+// with replicas on etcd: "probed by replica r2", "(this one)" when it
+// serves the page.
+function ownerText(owner) {
+  return `probed by replica ${owner}` + (owner === view.replica ? " (this one)" : "");
 }
 
 // vantageText is one vantage's verdict as pulsed writes it:
@@ -663,6 +673,7 @@ async function openDetail(name) {
   $("detail-events").replaceChildren();
   $("detail-top").textContent = "";
   showDetailVantages(name);
+  showDetailOwner(name);
   let res, h;
   try {
     res = await fetch("/api/history?target=" + encodeURIComponent(name), { headers: authHeaders(), cache: "no-store" });
@@ -684,7 +695,7 @@ function closeDetail() {
   d.hidden = true;
   d.dataset.name = "";
   d.dataset.loaded = "";
-  for (const id of ["detail-name", "detail-msg", "detail-top", "detail-vantages"]) $(id).textContent = "";
+  for (const id of ["detail-name", "detail-msg", "detail-top", "detail-vantages", "detail-owner"]) $(id).textContent = "";
   $("detail-uptime").replaceChildren();
   $("detail-chart").replaceChildren();
   $("detail-events").replaceChildren();
@@ -701,6 +712,16 @@ function showDetailVantages(name) {
     s.textContent = vantageText(v);
     return i ? [" ", s] : [s];
   })] : []));
+}
+
+// showDetailOwner says which replica probes the open target, as its row
+// has it: with replicas on etcd, that replica keeps the history of its
+// probes.
+function showDetailOwner(name) {
+  const r = view.rows.get(name), p = $("detail-owner");
+  const owner = r && r.data.owner;
+  p.hidden = !owner;
+  p.textContent = owner ? ownerText(owner) : "";
 }
 
 // vantageEvent adds a VANTAGE_SUSPECT or VANTAGE_RECOVERED event to the
