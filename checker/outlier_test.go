@@ -19,11 +19,7 @@ import (
 // back on its own when its ejection time is up.
 func TestSlowMemberIsAnOutlier(t *testing.T) {
 	e := newEnv(t, checker.Config{MaxConcurrentProbes: 1})
-	for _, n := range []string{"a", "b", "c", "d"} {
-		s := spec(n)
-		s.Group, s.Interval, s.Timeout, s.Rise, s.Fall, s.InitialState = "edge", time.Hour, time.Second, 1, 1, checker.StateHealthy
-		e.add(t, s)
-	}
+	addEdge(t, e)
 	policy := checker.GroupPolicy{MaxUnhealthyFraction: 1, Outlier: outlier.Policy{
 		LatencyFactor: 3, Consecutive: 1, Samples: 3, Interval: 10 * time.Second, BaseEjectionTime: 30 * time.Second}}
 	if _, err := e.c.SetGroupPolicy("edge", policy); err != nil {
@@ -67,16 +63,7 @@ func TestSlowMemberIsAnOutlier(t *testing.T) {
 	if st.Routable || st.State != checker.StateUnhealthy || st.Verdict != checker.StateHealthy {
 		t.Errorf("d ejected: %v (verdict %v), routable %v; want unhealthy with a healthy verdict", st.State, st.Verdict, st.Routable)
 	}
-	evs = outlierEvents(next(t, w))
-	var got []string
-	for _, ev := range evs {
-		switch {
-		case ev.Kind == checker.EventTransition:
-			got = append(got, ev.Transition.String()+" ("+ev.Transition.Reason+")")
-		case ev.Kind.IsPolicy():
-			got = append(got, ev.Kind.String()+" "+ev.Policy.Text)
-		}
-	}
+	got := outlierEventLines(next(t, w))
 	want := []string{
 		"OUTLIER_ENDED d: no longer an outlier",
 		"OUTLIER_STARTED d: outlier, ejected until 2026-01-01T00:00:50Z (1st in a row): p50 40ms vs group 0s",
@@ -110,17 +97,39 @@ func outlierEvents(evs []checker.Event) []checker.Event {
 	return out
 }
 
+// addEdge adds a to d to group edge, healthy from the start, rise and
+// fall 1, probed when a test runs a round.
+func addEdge(t *testing.T, e *testEnv) {
+	t.Helper()
+	for _, n := range []string{"a", "b", "c", "d"} {
+		s := spec(n)
+		s.Group, s.Interval, s.Timeout, s.Rise, s.Fall, s.InitialState = "edge", time.Hour, time.Second, 1, 1, checker.StateHealthy
+		e.add(t, s)
+	}
+}
+
+// outlierEventLines is outlierEvents as lines: a transition with its
+// reason, a policy event with its kind and text.
+func outlierEventLines(evs []checker.Event) []string {
+	var lines []string
+	for _, ev := range outlierEvents(evs) {
+		switch {
+		case ev.Kind == checker.EventTransition:
+			lines = append(lines, ev.Transition.String()+" ("+ev.Transition.Reason+")")
+		case ev.Kind.IsPolicy():
+			lines = append(lines, ev.Kind.String()+" "+ev.Policy.Text)
+		}
+	}
+	return lines
+}
+
 // An ejection is a hold like flap damping's: the group's panic threshold
 // has the last word. With one of four down already and at most one
 // unhealthy, the ejected outlier stays routable, held, until there is
 // room.
 func TestOutlierEjectionUnderThePanicThreshold(t *testing.T) {
 	e := newEnv(t, checker.Config{MaxConcurrentProbes: 1})
-	for _, n := range []string{"a", "b", "c", "d"} {
-		s := spec(n)
-		s.Group, s.Interval, s.Timeout, s.Rise, s.Fall, s.InitialState = "edge", time.Hour, time.Second, 1, 1, checker.StateHealthy
-		e.add(t, s)
-	}
+	addEdge(t, e)
 	if _, err := e.c.SetGroupPolicy("edge", checker.GroupPolicy{MaxUnhealthyFraction: 0.25, Outlier: outlier.Policy{
 		LatencyFactor: 3, Consecutive: 1, Samples: 3, Interval: 10 * time.Second, Enforce: true, MaxEjectionPercent: 100}}); err != nil {
 		t.Fatal(err)
@@ -207,11 +216,7 @@ func TestOutlierPolicyBounds(t *testing.T) {
 // time ran out.
 func TestOutlierDetectionOffEndsEjections(t *testing.T) {
 	e := newEnv(t, checker.Config{MaxConcurrentProbes: 1})
-	for _, n := range []string{"a", "b", "c", "d"} {
-		s := spec(n)
-		s.Group, s.Interval, s.Timeout, s.Rise, s.Fall, s.InitialState = "edge", time.Hour, time.Second, 1, 1, checker.StateHealthy
-		e.add(t, s)
-	}
+	addEdge(t, e)
 	policy := checker.GroupPolicy{MaxUnhealthyFraction: 1, Outlier: outlier.Policy{
 		LatencyFactor: 3, Consecutive: 1, Samples: 3, Interval: 10 * time.Second, BaseEjectionTime: time.Hour, Enforce: true}}
 	if _, err := e.c.SetGroupPolicy("edge", policy); err != nil {
@@ -232,15 +237,7 @@ func TestOutlierDetectionOffEndsEjections(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "d routable", func() bool { st, _ := e.c.Status("d"); return st.Outlier == nil && st.Routable })
-	var got []string
-	for _, ev := range outlierEvents(next(t, w)) {
-		switch {
-		case ev.Kind == checker.EventTransition:
-			got = append(got, ev.Transition.String()+" ("+ev.Transition.Reason+")")
-		case ev.Kind.IsPolicy():
-			got = append(got, ev.Kind.String()+" "+ev.Policy.Text)
-		}
-	}
+	got := outlierEventLines(next(t, w))
 	want := []string{
 		"OUTLIER_ENDED d: ejection over: the group's outlier detection is off",
 		"d: unhealthy -> healthy (outlier ejection over: the group's outlier detection is off)",
