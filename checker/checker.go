@@ -153,7 +153,7 @@ func New(cfg Config) (*Checker, error) {
 	if size <= 0 {
 		size = 10000
 	}
-	c.hub = newHub(size, reg.revision(), cfg.MaxWatchers)
+	c.hub = newHub(size, reg.revision(), cfg.MaxWatchers, cfg.MaxWatchersPerSource)
 	if cfg.Store != nil {
 		c.commit = newCommitter(cfg.Store, c.hub, reg.revision(), clock, logger, nil)
 		ll := reg.link.(*localLink)

@@ -617,3 +617,37 @@ func TestReAddWithAnotherInitialStateChangesNothing(t *testing.T) {
 		t.Errorf("re-Add with initial state healthy: %+v created %v err %v, revision %d -> %d; want no change", st.Spec, created, err, rev, e.c.Revision())
 	}
 }
+
+// One source cannot take every watcher slot: past MaxWatchersPerSource its
+// next watch is refused, naming the source, while another source and
+// pulsed's own watchers (no source) still get one; a watcher that ends,
+// by Close or by falling behind, frees its source's slot.
+func TestWatchersPerSource(t *testing.T) {
+	e := newEnv(t, checker.Config{MaxWatchers: 5, MaxWatchersPerSource: 2, HistorySize: 2})
+	a := checker.Filter{Source: "192.0.2.1"}
+	first := watchNow(t, e.c, a)
+	behind := watchNow(t, e.c, a)
+	var le *checker.LimitError
+	_, err := e.c.Watch(a, 0)
+	if !errors.As(err, &le) || le.Limit != checker.LimitWatchersPerSource || err.Error() != "limit reached: at most 2 watchers from 192.0.2.1" {
+		t.Fatalf("a third watcher from one source: %v", err)
+	}
+	watchNow(t, e.c, checker.Filter{Source: "192.0.2.2"})
+	watchNow(t, e.c, checker.Filter{}) // pulsed's own: the global bound alone
+	watchNow(t, e.c, checker.Filter{})
+	if _, err := e.c.Watch(checker.Filter{Source: "192.0.2.3"}, 0); !errors.As(err, &le) || le.Limit != checker.LimitWatchers {
+		t.Fatalf("past the global bound: %v", err)
+	}
+	first.Close()
+	watchNow(t, e.c, a)
+
+	// behind falls further behind than the history holds: ended, it
+	// frees its slot.
+	for _, n := range []string{"x", "y", "z"} {
+		e.add(t, spec(n))
+	}
+	if _, err := behind.Next(10); !errors.Is(err, checker.ErrSubscriberTooSlow) {
+		t.Fatalf("a watcher past the history: %v", err)
+	}
+	watchNow(t, e.c, a)
+}

@@ -29,7 +29,7 @@ type Hub = hub
 
 // NewHub returns a watch hub on its own: a history of size events after
 // rev, and at most maxWatchers watchers (0: no limit).
-func NewHub(size int, rev uint64, maxWatchers int) *Hub { return newHub(size, rev, maxWatchers) }
+func NewHub(size int, rev uint64, maxWatchers int) *Hub { return newHub(size, rev, maxWatchers, 0) }
 
 // Publish publishes events, in revision order.
 func (h *hub) Publish(evs ...Event) { h.publish(evs...) }

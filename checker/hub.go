@@ -20,20 +20,24 @@ import (
 // registry's revision) and never the other way round.
 type hub struct {
 	maxWatchers int // 0: no limit
+	perSource   int // of one Filter.Source; 0: no limit
 
 	mu       sync.Mutex                       // protects everything below and every *Watcher's position
 	hist     history                          // published events; hist.last is the newest published revision
 	watchers map[string]map[*Watcher]struct{} // by group filter; "" is every group
+	bySource map[string]int                   // live watchers by Filter.Source, pulsed's own ("") aside
 	advanced chan struct{}                    // closed when hist.last moves, if someone waits; nil otherwise
 	done     chan struct{}                    // closed by close
 	closed   bool
 }
 
-func newHub(size int, rev uint64, maxWatchers int) *hub {
+func newHub(size int, rev uint64, maxWatchers, perSource int) *hub {
 	return &hub{
 		maxWatchers: maxWatchers,
+		perSource:   perSource,
 		hist:        newHistory(size, rev),
 		watchers:    make(map[string]map[*Watcher]struct{}),
+		bySource:    make(map[string]int),
 		done:        make(chan struct{}),
 	}
 }
@@ -47,10 +51,11 @@ func newHub(size int, rev uint64, maxWatchers int) *hub {
 // next matching event is about to leave the history is ended with a
 // *BehindError, so it never silently misses an event.
 type Watcher struct {
-	h     *hub
-	group string
-	names map[string]bool // nil means any name
-	ready chan struct{}   // signalled when Next may have something
+	h      *hub
+	group  string
+	names  map[string]bool // nil means any name
+	source string          // Filter.Source
+	ready  chan struct{}   // signalled when Next may have something
 
 	snap    []Status // the snapshot, until taken
 	snapRev uint64
@@ -63,7 +68,7 @@ type Watcher struct {
 
 // newWatcher returns a watcher of f's events, not yet added to h.
 func (h *hub) newWatcher(f Filter) *Watcher {
-	w := &Watcher{h: h, group: f.Group, ready: make(chan struct{}, 1)}
+	w := &Watcher{h: h, group: f.Group, source: f.Source, ready: make(chan struct{}, 1)}
 	if len(f.Names) > 0 {
 		w.names = make(map[string]bool, len(f.Names))
 		for _, n := range f.Names {
@@ -89,6 +94,12 @@ func (h *hub) watch(w *Watcher, snap []Status, start uint64, snapshot bool) erro
 	}
 	if max := h.maxWatchers; max > 0 && h.countLocked() >= max {
 		return &LimitError{Limit: LimitWatchers, What: "watchers", Max: max}
+	}
+	if max := h.perSource; max > 0 && w.source != "" && h.bySource[w.source] >= max {
+		return &LimitError{Limit: LimitWatchersPerSource, What: "watchers from " + w.source, Max: max}
+	}
+	if w.source != "" {
+		h.bySource[w.source]++
 	}
 	if snapshot {
 		w.snap, w.snapRev = snap, start
@@ -278,6 +289,11 @@ func (h *hub) endLocked(w *Watcher, err error) {
 	}
 	w.ended, w.err = true, err
 	w.snap = nil
+	if w.source != "" {
+		if h.bySource[w.source]--; h.bySource[w.source] <= 0 {
+			delete(h.bySource, w.source)
+		}
+	}
 	set := h.watchers[w.group]
 	delete(set, w)
 	if len(set) == 0 {

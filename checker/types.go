@@ -47,6 +47,8 @@ const (
 	LimitTargetsPerGroup
 	// LimitWatchers is Config.MaxWatchers.
 	LimitWatchers
+	// LimitWatchersPerSource is Config.MaxWatchersPerSource.
+	LimitWatchersPerSource
 )
 
 func (e *LimitError) Error() string {
@@ -263,11 +265,12 @@ type Config struct {
 	Observer Observer
 	// MaxTargets bounds the registered targets; MaxTargetsPerGroup bounds
 	// each group's (the empty group included); MaxWatchers bounds the live
-	// watchers. Zero means no limit. Past one, Add or Watch returns a
-	// *LimitError.
-	MaxTargets         int
-	MaxTargetsPerGroup int
-	MaxWatchers        int
+	// watchers, and MaxWatchersPerSource those of one Filter.Source. Zero
+	// means no limit. Past one, Add or Watch returns a *LimitError.
+	MaxTargets           int
+	MaxTargetsPerGroup   int
+	MaxWatchers          int
+	MaxWatchersPerSource int
 	// Store keeps the registry across restarts: New loads it, Add and Remove
 	// write specs before they return, and state changes are stored before
 	// their events reach a watcher. If nil, the registry lives in memory

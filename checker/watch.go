@@ -223,6 +223,10 @@ func (e Event) Group() string {
 type Filter struct {
 	Group string
 	Names []string
+	// Source names the client that asks, for Config.MaxWatchersPerSource:
+	// its IP address. Empty for pulsed's own watchers, which only
+	// Config.MaxWatchers bounds.
+	Source string
 }
 
 // Errors a Watch or a Watcher returns; test for them with errors.Is and read

@@ -115,7 +115,7 @@ func (h *Health) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_
 	var w *checker.Watcher
 	if !isSelf(svc) {
 		var err error
-		if w, err = h.c.Watch(checker.Filter{Group: svc}, h.c.Revision()); err != nil {
+		if w, err = h.c.Watch(checker.Filter{Group: svc, Source: peerHost(stream.Context())}, h.c.Revision()); err != nil {
 			return toStatus(err, "")
 		}
 		defer w.Close()

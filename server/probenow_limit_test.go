@@ -35,36 +35,8 @@ func exhaustProbeNow(t *testing.T, ctx context.Context, c pb.HealthCheckerClient
 // ProbeNow's rate limit is per client address: a client that spends its
 // budget leaves another address on the same machine its own.
 func TestProbeNowRateIsPerClientAddress(t *testing.T) {
-	c, err := checker.New(checker.Config{
-		Clock:     fakeclock.New(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)),
-		NewProber: fakeprobe.NewSwitches().New,
-		Defaults:  checker.Defaults{Interval: 2 * time.Second, Timeout: time.Second, Rise: 1, Fall: 1},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs, _ := server.NewGRPCServer(server.New(c), server.Options{})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go gs.Serve(lis)
-	t.Cleanup(func() {
-		c.Close()
-		gs.Stop()
-	})
-	from := func(ip string) pb.HealthCheckerClient {
-		t.Helper()
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
-		conn, err := grpc.NewClient("passthrough:///"+lis.Addr().String(),
-			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }),
-			grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		return pb.NewHealthCheckerClient(conn)
-	}
+	conns := serveTCP(t, checker.Config{Clock: fakeclock.New(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))})
+	from := func(ip string) pb.HealthCheckerClient { return pb.NewHealthCheckerClient(conns(ip)) }
 	a, b := from("127.0.0.1"), from("127.0.0.2")
 	if _, err := a.AddTarget(t.Context(), &pb.AddTargetRequest{Target: tcpTarget("web-1", "edge")}); err != nil {
 		t.Fatal(err)
@@ -74,7 +46,7 @@ func TestProbeNowRateIsPerClientAddress(t *testing.T) {
 		t.Errorf("another address, after the first spent its budget: %v", err)
 	}
 	// A second connection from the first address shares its budget.
-	_, err = from("127.0.0.1").ProbeNow(t.Context(), &pb.ProbeNowRequest{})
+	_, err := from("127.0.0.1").ProbeNow(t.Context(), &pb.ProbeNowRequest{})
 	wantCode(t, err, codes.ResourceExhausted, "rate limit exceeded: at most 1 probe-now rounds a second per client")
 }
 
@@ -101,5 +73,41 @@ func TestProbeNowRateIsPerToken(t *testing.T) {
 	clock.Advance(time.Second)
 	if _, err := e.client.ProbeNow(ci, &pb.ProbeNowRequest{}); err != nil {
 		t.Errorf("the first token a second later: %v", err)
+	}
+}
+
+// serveTCP serves a checker made of cfg (with fake probes and short
+// defaults) on a loopback TCP listener, and returns a function that opens
+// a client connection from a loopback address of the caller's choice, as
+// a distinct client IP.
+func serveTCP(t *testing.T, cfg checker.Config) func(ip string) *grpc.ClientConn {
+	t.Helper()
+	cfg.NewProber = fakeprobe.NewSwitches().New
+	cfg.Defaults = checker.Defaults{Interval: 2 * time.Second, Timeout: time.Second, Rise: 1, Fall: 1}
+	c, err := checker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs, _ := server.NewGRPCServer(server.New(c), server.Options{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(lis)
+	t.Cleanup(func() {
+		c.Close()
+		gs.Stop()
+	})
+	return func(ip string) *grpc.ClientConn {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		conn, err := grpc.NewClient("passthrough:///"+lis.Addr().String(),
+			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }),
+			grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
 	}
 }

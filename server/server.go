@@ -252,7 +252,7 @@ func (s *Server) WatchTransitions(req *pb.WatchTransitionsRequest, stream grpc.S
 			return toStatus(err, "")
 		}
 	}
-	w, err := s.c.Watch(checker.Filter{Group: req.GetGroup(), Names: req.GetNames()}, req.GetStartRevision())
+	w, err := s.c.Watch(checker.Filter{Group: req.GetGroup(), Names: req.GetNames(), Source: peerHost(stream.Context())}, req.GetStartRevision())
 	if err != nil {
 		return toStatus(err, "")
 	}
@@ -409,21 +409,41 @@ func toStatus(err error, prefix string) error {
 	}
 }
 
+// LimitFlag returns the pulsed flag that sets the limit err ran into (a
+// *checker.LimitError), or "" for another error.
+func LimitFlag(err error) string {
+	var le *checker.LimitError
+	if !errors.As(err, &le) {
+		return ""
+	}
+	switch le.Limit {
+	case checker.LimitTargets:
+		return "-max-targets"
+	case checker.LimitTargetsPerGroup:
+		return "-max-targets-per-group"
+	case checker.LimitWatchers:
+		return "-max-watchers"
+	case checker.LimitWatchersPerSource:
+		return "-max-watchers-per-source"
+	}
+	return ""
+}
+
 // limitAdvice says what frees room under the limit err ran into, and
 // which of pulsed's flags raises it.
 func limitAdvice(err error) string {
-	var le *checker.LimitError
-	if errors.As(err, &le) {
-		switch le.Limit {
-		case checker.LimitTargets:
-			return "remove some, or raise pulsed's -max-targets"
-		case checker.LimitTargetsPerGroup:
-			return "remove some from the group, or raise pulsed's -max-targets-per-group"
-		case checker.LimitWatchers:
-			return "end some streams (WatchTransitions, grpc.health Watch, the status page's feeds), or raise pulsed's -max-watchers"
-		}
+	const streams = "streams (WatchTransitions, grpc.health Watch, the status page's feeds)"
+	switch flag := LimitFlag(err); flag {
+	case "-max-targets":
+		return "remove some, or raise pulsed's " + flag
+	case "-max-targets-per-group":
+		return "remove some from the group, or raise pulsed's " + flag
+	case "-max-watchers":
+		return "end some " + streams + ", or raise pulsed's " + flag
+	case "-max-watchers-per-source":
+		return "end some of this client's " + streams + ", or raise pulsed's " + flag
 	}
-	return "raise pulsed's -max-targets, -max-targets-per-group or -max-watchers"
+	return "raise pulsed's -max-targets, -max-targets-per-group, -max-watchers or -max-watchers-per-source"
 }
 
 // Options configures NewGRPCServer.

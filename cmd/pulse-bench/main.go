@@ -10,9 +10,9 @@
 //     `go build ./cmd/pulsed` from the module root), starts pulsed with
 //     -data-dir "" (with -data-dir, a fresh data directory, as pulsed runs
 //     by default) -http-listen "" -rate-limit 0 -max-targets 0
-//     -max-targets-per-group 0 -listen 127.0.0.1:0, registers the N targets
-//     through the gRPC API (AddTargets batches) and waits until all are
-//     healthy;
+//     -max-targets-per-group 0 -max-watchers-per-source 0
+//     -listen 127.0.0.1:0, registers the N targets through the gRPC API
+//     (AddTargets batches) and waits until all are healthy;
 //  2. over a steady window, measures pulsed's CPU (utime+stime from
 //     /proc/<pid>/stat) per probe the farm answered, its VmRSS (the mean
 //     of readings every half second through the window), and the

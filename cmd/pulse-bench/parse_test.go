@@ -115,7 +115,7 @@ func TestPulsedArgs(t *testing.T) {
 	o := Options{Timeout: time.Second, Rise: 2, Fall: 3, PulsedArgs: []string{"-max-concurrent-probes", "512"}}
 	got := strings.Join(pulsedArgs(o, 500*time.Millisecond), " ")
 	for _, want := range []string{
-		"-listen 127.0.0.1:0", "-data-dir  -http-listen  -rate-limit 0", "-max-targets 0 -max-targets-per-group 0",
+		"-listen 127.0.0.1:0", "-data-dir  -http-listen  -rate-limit 0", "-max-targets 0 -max-targets-per-group 0 -max-watchers-per-source 0",
 		"-interval 500ms -timeout 500ms -rise 2 -fall 3", "-max-concurrent-probes 512",
 	} {
 		if !strings.Contains(got, want) {

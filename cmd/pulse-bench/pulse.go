@@ -31,6 +31,7 @@ func pulsedArgs(o Options, interval time.Duration, registry ...string) []string 
 		"-rate-limit", "0",
 		"-max-targets", "0",
 		"-max-targets-per-group", "0",
+		"-max-watchers-per-source", "0", // every subscriber is on loopback
 		"-interval", interval.String(),
 		"-timeout", min(o.Timeout, interval).String(),
 		"-rise", strconv.Itoa(o.Rise),

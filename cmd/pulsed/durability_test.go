@@ -239,8 +239,9 @@ func TestRestartKeepsADrainedTargetsVerdict(t *testing.T) {
 	p2.stop(t)
 }
 
-// SIGTERM with 1,000 open streams: each ends with UNAVAILABLE naming the
-// revision to resume from, and pulsed exits within its bound.
+// SIGTERM with 1,000 open streams, as many as one address may hold: each
+// ends with UNAVAILABLE naming the revision to resume from, and pulsed
+// exits within its bound.
 func TestShutdownWithThousandStreams(t *testing.T) {
 	bin := buildPulsed(t)
 	p := startPulsed(t, bin, "-shutdown-timeout", "5s", "-rate-limit", "0") // 1,000 streams at once from one client
@@ -259,6 +260,15 @@ func TestShutdownWithThousandStreams(t *testing.T) {
 		}
 		rev = ev.GetRevision()
 		streams[i] = s
+	}
+	// One more from the same address is past -max-watchers-per-source's
+	// default, 1,000.
+	more, err := client.WatchTransitions(t.Context(), &pb.WatchTransitionsRequest{})
+	if err == nil {
+		_, err = more.Recv()
+	}
+	if st := status.Convert(err); st.Code() != codes.ResourceExhausted || !strings.HasPrefix(st.Message(), "limit reached: at most 1000 watchers from 127.0.0.1; ") || !strings.HasSuffix(st.Message(), "raise pulsed's -max-watchers-per-source") {
+		t.Errorf("stream 1,001 from one address: %v", err)
 	}
 	start := time.Now()
 	p.Signal(syscall.SIGTERM)

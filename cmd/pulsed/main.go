@@ -368,16 +368,17 @@ func run(args []string, stderr io.Writer) error {
 		obs.backup = backupFrom(bolt)
 	}
 	cc := checker.Config{
-		NewProber:           func(s probe.Spec) (checker.Prober, error) { return probes.New(s) },
-		MaxTargets:          cfg.security.maxTargets,
-		MaxTargetsPerGroup:  cfg.security.maxTargetsPerGroup,
-		MaxWatchers:         cfg.security.maxWatchers,
-		Defaults:            cfg.defaults,
-		MaxConcurrentProbes: cfg.maxProbes,
-		ScheduleTick:        cfg.scheduleTick,
-		ScheduleTickMax:     cfg.scheduleTickMax,
-		ScheduleBurst:       cfg.scheduleBurst,
-		HistorySize:         cfg.watchHistory,
+		NewProber:            func(s probe.Spec) (checker.Prober, error) { return probes.New(s) },
+		MaxTargets:           cfg.security.maxTargets,
+		MaxTargetsPerGroup:   cfg.security.maxTargetsPerGroup,
+		MaxWatchers:          cfg.security.maxWatchers,
+		MaxWatchersPerSource: cfg.security.maxWatchersPerSource,
+		Defaults:             cfg.defaults,
+		MaxConcurrentProbes:  cfg.maxProbes,
+		ScheduleTick:         cfg.scheduleTick,
+		ScheduleTickMax:      cfg.scheduleTickMax,
+		ScheduleBurst:        cfg.scheduleBurst,
+		HistorySize:          cfg.watchHistory,
 		// A store's revision goes on across restarts. Without one, revisions
 		// start at the start time in microseconds, so a client resuming with
 		// a revision from before a restart is told it is too old instead of

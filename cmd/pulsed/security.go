@@ -31,6 +31,7 @@ type securityFlags struct {
 	allowMetadata             bool
 
 	maxTargets, maxTargetsPerGroup, maxWatchers int
+	maxWatchersPerSource                        int
 	maxStreams                                  uint
 	maxRequestBytes                             int
 	rateLimit                                   float64
@@ -51,6 +52,7 @@ func (f *securityFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxTargets, "max-targets", 100000, "most targets registered at once; 0: no limit")
 	fs.IntVar(&f.maxTargetsPerGroup, "max-targets-per-group", 10000, "most targets in one group; 0: no limit")
 	fs.IntVar(&f.maxWatchers, "max-watchers", 10000, "most watchers at once: WatchTransitions and grpc.health Watch streams, and the status page's live feeds; 0: no limit")
+	fs.IntVar(&f.maxWatchersPerSource, "max-watchers-per-source", 1000, "most watchers one client IP address holds at once (all local clients share 127.0.0.1), so that one client cannot take every -max-watchers slot; 0: no limit")
 	fs.UintVar(&f.maxStreams, "max-streams-per-conn", 1100, "most concurrent calls on one client connection (HTTP/2 MaxConcurrentStreams)")
 	fs.IntVar(&f.maxRequestBytes, "max-request-bytes", 1<<20, "largest request message accepted, in bytes")
 	fs.Float64Var(&f.rateLimit, "rate-limit", 200, "pulse.v1 calls per second allowed per client address; 0: no limit")
@@ -82,7 +84,7 @@ func (f *securityFlags) serverOptions(listen string) (server.Options, error) {
 	for _, l := range []struct {
 		flag string
 		n    int
-	}{{"-max-targets", f.maxTargets}, {"-max-targets-per-group", f.maxTargetsPerGroup}, {"-max-watchers", f.maxWatchers}} {
+	}{{"-max-targets", f.maxTargets}, {"-max-targets-per-group", f.maxTargetsPerGroup}, {"-max-watchers", f.maxWatchers}, {"-max-watchers-per-source", f.maxWatchersPerSource}} {
 		if l.n < 0 {
 			return opts, fmt.Errorf("%s must not be negative (0: no limit), got %d", l.flag, l.n)
 		}

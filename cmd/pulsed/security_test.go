@@ -78,7 +78,8 @@ func TestSecurityFlags(t *testing.T) {
 		{"127.0.0.1:1", []string{"-max-targets", "-1"}, "-max-targets must not be negative (0: no limit), got -1"},
 		{"127.0.0.1:1", []string{"-max-targets-per-group", "-5"}, "-max-targets-per-group must not be negative (0: no limit), got -5"},
 		{"127.0.0.1:1", []string{"-max-watchers", "-1"}, "-max-watchers must not be negative (0: no limit), got -1"},
-		{"127.0.0.1:1", []string{"-max-targets", "0", "-max-targets-per-group", "0", "-max-watchers", "0"}, ""},
+		{"127.0.0.1:1", []string{"-max-watchers-per-source", "-1"}, "-max-watchers-per-source must not be negative (0: no limit), got -1"},
+		{"127.0.0.1:1", []string{"-max-targets", "0", "-max-targets-per-group", "0", "-max-watchers", "0", "-max-watchers-per-source", "0"}, ""},
 	} {
 		opts, err := parse(tt.args...).serverOptions(tt.listen)
 		switch {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/server"
 )
 
 // watchBatch bounds the events the feed takes from its watcher at once.
@@ -81,8 +83,9 @@ type rowsJSON struct {
 // starts over with a snapshot. A feed that falls further behind than the
 // history holds gets an "end" event and is closed, and the browser's
 // reconnect resumes it. Each feed takes one of the checker's watchers
-// (pulsed -max-watchers, shared with WatchTransitions): past them a new
-// feed gets 503 naming the limit.
+// (pulsed -max-watchers, shared with WatchTransitions, and
+// -max-watchers-per-source of its client's address): past them a new feed
+// gets 503 naming the limit.
 func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var names []string
@@ -101,7 +104,7 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	f := checker.Filter{Group: q.Get("group")}
+	f := checker.Filter{Group: q.Get("group"), Source: remoteHost(r)}
 	wch, err := h.c.Watch(f, start)
 	if start > 0 && (errors.Is(err, checker.ErrCompacted) || errors.Is(err, checker.ErrFutureRevision)) {
 		start = 0
@@ -109,10 +112,11 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case errors.Is(err, checker.ErrLimit):
-		// Every watcher slot is taken (pulsed -max-watchers): say so, not
-		// that pulsed is going away.
+		// Every watcher slot is taken (pulsed -max-watchers), or every
+		// one this client may hold (-max-watchers-per-source): say so,
+		// not that pulsed is going away.
 		w.Header().Set("Retry-After", "10")
-		http.Error(w, err.Error()+" at once: try again later, or raise pulsed's -max-watchers", http.StatusServiceUnavailable)
+		http.Error(w, err.Error()+" at once: try again later, or raise pulsed's "+server.LimitFlag(err), http.StatusServiceUnavailable)
 		return
 	case err != nil:
 		http.Error(w, "pulsed is shutting down", http.StatusServiceUnavailable)
@@ -337,4 +341,13 @@ func (s *sseWriter) flush() error {
 		s.err = s.rc.Flush()
 	}
 	return s.err
+}
+
+// remoteHost is the IP address of r's client, for the watchers it may
+// hold (pulsed -max-watchers-per-source).
+func remoteHost(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
 }

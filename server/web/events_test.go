@@ -206,6 +206,18 @@ func TestFeedPastMaxWatchers(t *testing.T) {
 	e.openFeed(t, "/events", "").next(t)
 }
 
+// Past -max-watchers-per-source a feed from the same address is refused
+// with 503 naming that flag, though pulsed has slots left.
+func TestFeedPastMaxWatchersPerSource(t *testing.T) {
+	e := newEnv(t, checker.Config{MaxWatchers: 10, MaxWatchersPerSource: 1}, web.Config{})
+	e.openFeed(t, "/events", "").next(t)
+	code, body := get(t, e.srv.URL+"/events")
+	want := "limit reached: at most 1 watchers from 127.0.0.1 at once: try again later, or raise pulsed's -max-watchers-per-source\n"
+	if code != http.StatusServiceUnavailable || body != want {
+		t.Errorf("a second feed from one address: %d %q, want 503 %q", code, body, want)
+	}
+}
+
 // A feed whose client stops reading is cut off after the write timeout,
 // and its watcher freed, rather than held for as long as the client keeps
 // its connection open.
