@@ -171,3 +171,24 @@ func TestConfigContextsNoFile(t *testing.T) {
 		t.Errorf("use-context made %s", path)
 	}
 }
+
+// A context named by --context or PULSE_CONTEXT with no config file is an
+// error that says so, not the default address: pulsectl --context prod
+// must never answer from the local pulsed.
+func TestContextWithoutConfigFile(t *testing.T) {
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	want := `pulsectl: context "prod": no config file: ` + defaultConfigPath() + " does not exist"
+	for _, tc := range []struct {
+		env  string
+		args []string
+	}{
+		{"", []string{"--context", "prod", "ls"}},
+		{"prod", []string{"ls"}},
+		{"prod", []string{"config", "view"}},
+	} {
+		t.Setenv(envContext, tc.env)
+		if r := pulsectl(t, tc.args...); r.code != exitUsage || !strings.HasPrefix(r.stderr, want) {
+			t.Errorf("%s=%q %q: exit %d, stderr %q; want exit %d, stderr %q...", envContext, tc.env, tc.args, r.code, r.stderr, exitUsage, want)
+		}
+	}
+}
