@@ -158,6 +158,12 @@ func runAdd(ctx context.Context, e *env, c *command, args []string) int {
 			fmt.Fprintf(e.stdout, "the spec of %s was already this one\n", name)
 		}
 	}
+	if m := st.GetMode(); !resp.GetCreated() && m != pb.Mode_MODE_ACTIVE && m != pb.Mode_MODE_UNSPECIFIED {
+		// add replaces the spec, not the mode: a target an earlier rm
+		// --drain is removing would otherwise vanish without a word.
+		name := st.GetSpec().GetName()
+		fmt.Fprintf(e.stdout, "%s is still %s: add keeps a target's mode (pulsectl activate %s makes it active)\n", name, modeSummary(st), name)
+	}
 	return exitOK
 }
 

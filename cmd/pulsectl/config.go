@@ -86,27 +86,35 @@ func (cf *clientFlags) resolve() error {
 	cf.sources = map[string]string{}
 
 	cfgPath, named := cf.configFile()
-	var ctxSettings configSettings
+	var (
+		ctxSettings configSettings
+		file        *configFile
+		err         error
+	)
 	ctxName := cf.contextName()
 	if cfgPath != "" {
-		file, err := loadConfig(cfgPath, named)
-		if err != nil {
+		if file, err = loadConfig(cfgPath, named); err != nil {
 			return err
 		}
-		if file != nil {
-			cf.configUsed = cfgPath
-			if ctxName == "" {
-				ctxName = file.CurrentContext
-			}
-			if ctxName != "" {
-				s, ok := file.Contexts[ctxName]
-				if !ok {
-					return fmt.Errorf("config %s: no context %q (it has %s)", cfgPath, ctxName, orList(slices.Sorted(maps.Keys(file.Contexts))))
-				}
-				ctxSettings = s
-			}
+	}
+	switch {
+	case file != nil:
+		cf.configUsed = cfgPath
+		if ctxName == "" {
+			ctxName = file.CurrentContext
 		}
-	} else if ctxName != "" {
+		if ctxName != "" {
+			s, ok := file.Contexts[ctxName]
+			if !ok {
+				return fmt.Errorf("config %s: no context %q (it has %s)", cfgPath, ctxName, orList(slices.Sorted(maps.Keys(file.Contexts))))
+			}
+			ctxSettings = s
+		}
+	case ctxName != "" && cfgPath != "":
+		// A context named with no file to hold it: never the defaults,
+		// which would answer from another pulsed than the one asked for.
+		return fmt.Errorf("context %q: %s", ctxName, noConfigFile(cfgPath))
+	case ctxName != "":
 		return fmt.Errorf("context %q: no config file (make %s, or name one with --config)", ctxName, defaultConfigPath())
 	}
 	cf.contextUsed = ctxName

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -25,7 +26,11 @@ func getContexts(e *env, cf *clientFlags) int {
 		e.errorf("%v", err)
 		return exitUsage
 	}
-	if file == nil || len(file.Contexts) == 0 {
+	if file == nil {
+		e.errorf("%s", noConfigFile(path))
+		return exitUsage
+	}
+	if len(file.Contexts) == 0 {
 		e.errorf("no contexts: %s has none (pulsectl config --help shows the file's form)", orDash(path))
 		return exitUsage
 	}
@@ -56,6 +61,10 @@ func useContext(e *env, cf *clientFlags, name string) int {
 		return exitUsage
 	}
 	file, err := loadConfig(path, true)
+	if errors.Is(err, fs.ErrNotExist) {
+		e.errorf("%s", noConfigFile(path))
+		return exitUsage
+	}
 	if err != nil {
 		e.errorf("%v", err)
 		return exitUsage
@@ -78,6 +87,12 @@ func useContext(e *env, cf *clientFlags, name string) int {
 		fmt.Fprintf(e.stderr, "note: %s=%s still overrides the file's current-context here\n", envContext, env)
 	}
 	return exitOK
+}
+
+// noConfigFile says that the config file at path, which a command that
+// reads contexts needs, does not exist: not that it has no contexts.
+func noConfigFile(path string) string {
+	return fmt.Sprintf("no config file: %s does not exist; write one with your contexts (pulsectl config --help shows its form)", orDash(path))
 }
 
 // setCurrentContext rewrites the file at path with current-context set to

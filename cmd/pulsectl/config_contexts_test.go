@@ -153,3 +153,42 @@ func TestConfigContexts(t *testing.T) {
 		t.Errorf("use-context made %s", missing)
 	}
 }
+
+// Without a config file, get-contexts and use-context say that the file
+// does not exist, where they look for it, not that it has no contexts or
+// what open(2) said.
+func TestConfigContextsNoFile(t *testing.T) {
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	path := defaultConfigPath()
+	for _, args := range [][]string{{"config", "get-contexts"}, {"config", "use-context", "local"}} {
+		r := pulsectl(t, args...)
+		want := "pulsectl: no config file: " + path + " does not exist; write one with your contexts (pulsectl config --help shows its form)\n"
+		if r.code != exitUsage || r.stderr != want || r.stdout != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit %d, stderr %q", args, r.code, r.stdout, r.stderr, exitUsage, want)
+		}
+	}
+	if _, err := os.Stat(path); err == nil {
+		t.Errorf("use-context made %s", path)
+	}
+}
+
+// A context named by --context or PULSE_CONTEXT with no config file is an
+// error that says so, not the default address: pulsectl --context prod
+// must never answer from the local pulsed.
+func TestContextWithoutConfigFile(t *testing.T) {
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	want := `pulsectl: context "prod": no config file: ` + defaultConfigPath() + " does not exist"
+	for _, tc := range []struct {
+		env  string
+		args []string
+	}{
+		{"", []string{"--context", "prod", "ls"}},
+		{"prod", []string{"ls"}},
+		{"prod", []string{"config", "view"}},
+	} {
+		t.Setenv(envContext, tc.env)
+		if r := pulsectl(t, tc.args...); r.code != exitUsage || !strings.HasPrefix(r.stderr, want) {
+			t.Errorf("%s=%q %q: exit %d, stderr %q; want exit %d, stderr %q...", envContext, tc.env, tc.args, r.code, r.stderr, exitUsage, want)
+		}
+	}
+}

@@ -47,7 +47,7 @@ func TestCommandsReference(t *testing.T) {
 		if !strings.Contains(s, "\nExit codes:") {
 			t.Errorf("the section of pulsectl %s does not give its exit codes", c.name)
 		}
-		if !strings.Contains(s, "```sh\npulsectl "+c.name) && !strings.Contains(s, "\npulsectl "+c.name+" ") {
+		if !regexp.MustCompile(`(?m)^pulsectl ` + regexp.QuoteMeta(c.name) + `( |$)`).MatchString(s) {
 			t.Errorf("the section of pulsectl %s has no example of it", c.name)
 		}
 		delete(sections, c.name)

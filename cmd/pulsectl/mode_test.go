@@ -134,3 +134,24 @@ func TestUnsetWeightIsNoSlowStart(t *testing.T) {
 		}
 	}
 }
+
+// add replaces a target's spec and keeps its mode: re-adding a target an
+// rm --drain is removing says so, since it would otherwise vanish at the
+// removal time though add answered it was updated; an active target's
+// re-add says nothing of its mode.
+func TestAddSaysTheModeItKeeps(t *testing.T) {
+	p := startPulsed(t)
+	web := okServer(t)
+	addr := "--addr=" + p.Addr
+	add := []string{"add", addr, "--name", "web-1", "--group", "edge", "--http", web.URL + "/healthz"}
+	mustRun(t, add...)
+	if out := mustRun(t, add...); strings.Contains(out, "still") {
+		t.Errorf("re-adding an active target:\n%s", out)
+	}
+	mustRun(t, "rm", "--drain", "30s", "web-1", addr)
+	out := mustRun(t, add...)
+	want := regexp.MustCompile(`(?m)^web-1 is still draining \(removal in 30s\), removed at \S+: add keeps a target's mode \(pulsectl activate web-1 makes it active\)$`)
+	if !want.MatchString(out) {
+		t.Errorf("re-adding a target rm --drain is removing:\n%s", out)
+	}
+}

@@ -216,6 +216,8 @@ var runnablePages = []string{
 	"docs/integrations/watch.md",
 	"docs/integrations/xds.md",
 	"docs/operations/security.md",
+	"docs/reference/api.md",
+	"docs/reference/pulsectl.md",
 }
 
 // TestShellBlocksMarked: every shell block of a page in runnablePages runs
