@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
@@ -31,6 +33,20 @@ func (p ownerPulse) State(context.Context, *pb.StateRequest) (*pb.StateResponse,
 		State: pb.State_STATE_HEALTHY, Verdict: pb.State_STATE_HEALTHY, Routable: true, Mode: pb.Mode_MODE_ACTIVE,
 		Owner: p.owner,
 	}}, nil
+}
+
+// History is a replica's answer for a target another replica probes.
+func (p ownerPulse) History(context.Context, *pb.HistoryRequest) (*pb.HistoryResponse, error) {
+	return nil, status.Errorf(codes.NotFound, "no history of target %q here: replica %s probes it; ask it", "web-1", p.owner)
+}
+
+// history on a replica that does not probe the target passes on which
+// replica does, rather than saying there is no such target.
+func TestHistoryNamesTheOwner(t *testing.T) {
+	r := pulsectl(t, "history", "web-1", "--addr", serveAPI(t, ownerPulse{owner: "r2"}))
+	if want := `no history of target "web-1" here: replica r2 probes it; ask it`; r.code != exitNotFound || !strings.Contains(r.stderr, want) {
+		t.Errorf("history: exit %d, %q; want exit %d and %q", r.code, r.stderr, exitNotFound, want)
+	}
 }
 
 // state names the replica that probes the target, before the streak it
