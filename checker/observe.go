@@ -37,6 +37,24 @@ type ModeObserver interface {
 	ObserveMode(spec Spec, from Mode, at time.Time)
 }
 
+// MembersObserver is an Observer that is also told, with a shared
+// registry, when the live replicas changed (one joined or left): targets
+// may have moved to other owners and vantages, which Status now names.
+// ObserveMembers is called once the checker has applied the change,
+// outside its locks; like the Observer's other methods it must not block
+// or call the Checker.
+type MembersObserver interface {
+	Observer
+	ObserveMembers()
+}
+
+// reportMembers tells a MembersObserver that the members changed.
+func (r *registry) reportMembers() {
+	if mo, ok := r.observer.(MembersObserver); ok {
+		mo.ObserveMembers()
+	}
+}
+
 // reportMode tells a ModeObserver of a target's mode change.
 func (r *registry) reportMode(e Event) {
 	if mo, ok := r.observer.(ModeObserver); ok {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -412,7 +413,8 @@ func (rp *replication) await(ctx context.Context, rev uint64) error {
 // never starts between the two.
 func (rp *replication) apply(changes []SharedChange, rev uint64) {
 	rp.reg.lock()
-	if rev, ok := rp.reg.applySharedLocked(changes, rev); ok {
+	rev, ok := rp.reg.applySharedLocked(changes, rev)
+	if ok {
 		if len(rp.events) > 0 {
 			rp.hub.publish(rp.events...)
 			clear(rp.events)
@@ -421,6 +423,9 @@ func (rp *replication) apply(changes []SharedChange, rev uint64) {
 		rp.hub.advance(rev)
 	}
 	rp.reg.unlockAndReport()
+	if ok && slices.ContainsFunc(changes, func(ch SharedChange) bool { return ch.Kind == SharedMembersChanged }) {
+		rp.reg.reportMembers() // the owners moved: no event says so
+	}
 }
 
 // queueEvent is the registry's sink with a shared registry: it keeps the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/pulsehealth/pulse/checker"
@@ -388,5 +389,34 @@ func TestSharedStatusNamesTheOwner(t *testing.T) {
 	alone.add(t, spec("web-1"))
 	if st, _ := alone.c.Status("web-1"); st.Owner != "" {
 		t.Errorf("a checker alone names %q the owner; want none", st.Owner)
+	}
+}
+
+// membersCounter is an Observer that counts the members changes it is
+// told of.
+type membersCounter struct{ n atomic.Int32 }
+
+func (*membersCounter) ObserveProbe(checker.Spec, checker.Result) {}
+func (*membersCounter) ObserveTransition(checker.Transition)      {}
+func (m *membersCounter) ObserveMembers()                         { m.n.Add(1) }
+
+// A MembersObserver is told of each members change, which moves owners
+// with no event of its own (a status page's rows follow it), and of no
+// other change the shared registry applies.
+func TestSharedMembersChangeIsObserved(t *testing.T) {
+	f := &fakeShared{}
+	obs := &membersCounter{}
+	e := newSharedEnv(t, f, checker.Config{Observer: obs})
+	e.add(t, spec("web-1"))
+	if n := obs.n.Load(); n != 0 {
+		t.Fatalf("told of %d members changes before any; want none", n)
+	}
+	f.setOwned("web-1", false)
+	e.c.ApplyShared([]checker.SharedChange{{Kind: checker.SharedMembersChanged, Rev: 100}}, 100)
+	if n := obs.n.Load(); n != 1 {
+		t.Fatalf("told of %d members changes after one; want 1", n)
+	}
+	if st, _ := e.c.Status("web-1"); st.Owner != "other" {
+		t.Errorf("after the members change, web-1's owner is %q; want other", st.Owner)
 	}
 }

@@ -91,7 +91,8 @@ type HistoryPoint struct {
 }
 
 // History returns what pulsed recorded of q's target or group. An unknown
-// target or a group with no history is ErrNotFound.
+// target, a group with no history, or (with replicas) a target another
+// replica probes is ErrNotFound, the last with a message naming it.
 func (c *Client) History(ctx context.Context, q HistoryQuery) (History, error) {
 	req := &pb.HistoryRequest{Target: q.Target, Group: q.Group, Window: durationpb.New(q.Window),
 		Resolution: optDuration(q.Resolution)}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -41,12 +42,7 @@ func (s *Server) History(_ context.Context, req *pb.HistoryRequest) (*pb.History
 	now := time.Now()
 	var sum history.Summary
 	if req.GetTarget() != "" {
-		sum, err = s.history.Query(req.GetTarget(), now, window, res)
-		if errors.Is(err, history.ErrUnknownTarget) {
-			if st, serr := s.c.Status(req.GetTarget()); serr == nil { // registered, not probed yet
-				sum, err = history.Empty(req.GetTarget(), st.Spec.Group, now, window, res), nil
-			}
-		}
+		sum, err = s.targetHistory(req.GetTarget(), now, window, res)
 	} else {
 		sum, err = s.history.QueryGroup(req.GetGroup(), now, window, res)
 	}
@@ -64,6 +60,47 @@ func (s *Server) History(_ context.Context, req *pb.HistoryRequest) (*pb.History
 	}
 	return out, nil
 }
+
+// targetHistory returns what this pulsed recorded of the named target. A
+// target registered but not probed yet has an empty history. With
+// replicas, one that another replica probes, of which this one recorded
+// no probe in the window (what it keeps then is the transitions every
+// replica sees), is a *probedElsewhere naming that replica: the history
+// is there. The checker is asked only when the history has no probe.
+func (s *Server) targetHistory(name string, now time.Time, window, res time.Duration) (history.Summary, error) {
+	sum, err := s.history.Query(name, now, window, res)
+	switch {
+	case err != nil && !errors.Is(err, history.ErrUnknownTarget):
+		return sum, err
+	case err == nil && sum.Probes > 0:
+		return sum, nil
+	}
+	st, serr := s.c.Status(name)
+	if serr != nil {
+		return sum, err // unknown here and to the checker: no such target
+	}
+	if self, _ := s.c.Replica(); !probedBy(st, self) {
+		return sum, &probedElsewhere{owner: st.Owner}
+	}
+	if err != nil { // registered, not probed yet
+		return history.Empty(name, st.Spec.Group, now, window, res), nil
+	}
+	return sum, nil
+}
+
+// probedBy reports whether the replica self probes the target of st: its
+// owner or one of its vantages. Without replicas (no owner) it is the
+// one pulsed, which probes every target.
+func probedBy(st checker.Status, self string) bool {
+	return st.Owner == "" || st.Owner == self ||
+		slices.ContainsFunc(st.Vantages, func(v checker.VantageVerdict) bool { return v.Member == self })
+}
+
+// probedElsewhere is History's answer, on a replica, for a target another
+// replica probes.
+type probedElsewhere struct{ owner string }
+
+func (e *probedElsewhere) Error() string { return "replica " + e.owner + " probes it" }
 
 // groupSLO returns where group stands against its availability objective,
 // nil when it has none.
@@ -137,9 +174,12 @@ func historyRange(req *pb.HistoryRequest) (window, res time.Duration, err error)
 }
 
 func historyStatus(err error, req *pb.HistoryRequest) error {
+	var elsewhere *probedElsewhere
 	switch {
+	case errors.As(err, &elsewhere):
+		return status.Errorf(codes.NotFound, "no history of target %s here: replica %s probes it; ask it", Quote(req.GetTarget()), elsewhere.owner)
 	case errors.Is(err, history.ErrUnknownTarget):
-		return status.Errorf(codes.NotFound, "no history of target %s here: no such target, or (with replicas) another replica probes it", Quote(req.GetTarget()))
+		return status.Errorf(codes.NotFound, "no history of target %s here: no such target", Quote(req.GetTarget()))
 	case errors.Is(err, history.ErrUnknownGroup):
 		return status.Errorf(codes.NotFound, "no history of group %s here: none of its targets was probed by this pulsed", Quote(req.GetGroup()))
 	}

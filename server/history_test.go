@@ -120,7 +120,7 @@ func TestHistoryRefusesBadRequests(t *testing.T) {
 		{&pb.HistoryRequest{Target: "web-1", Window: durationpb.New(31 * 24 * time.Hour)}, codes.InvalidArgument, "window must be a whole number of hours in [1h, 720h] at a resolution of 1h, got 744h0m0s"},
 		{&pb.HistoryRequest{Target: "web-1", Window: durationpb.New(25 * time.Hour), Resolution: durationpb.New(time.Minute)}, codes.InvalidArgument, "window must be a whole number of minutes in [1m, 24h]"},
 		{&pb.HistoryRequest{Target: "web-1", Window: h, Resolution: durationpb.New(time.Second)}, codes.InvalidArgument, "resolution must be 1m or 1h, got 1s"},
-		{&pb.HistoryRequest{Target: "nobody", Window: h}, codes.NotFound, `no history of target "nobody" here`},
+		{&pb.HistoryRequest{Target: "nobody", Window: h}, codes.NotFound, `no history of target "nobody" here: no such target`},
 		{&pb.HistoryRequest{Group: "none", Window: h}, codes.NotFound, `no history of group "none" here`},
 	} {
 		_, err := e.client.History(t.Context(), c.req)

@@ -6,11 +6,15 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/fakeshared"
+	"github.com/pulsehealth/pulse/checker/history"
 	"github.com/pulsehealth/pulse/checker/probe"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
+	"github.com/pulsehealth/pulse/server"
 )
 
 // mirrorOnly is a shared registry in which this replica owns nothing: its
@@ -110,5 +114,49 @@ func TestStatusNamesTheOwner(t *testing.T) {
 	alone := start(t, checker.Config{})
 	if got := alone.add(t, tcpTarget("web-1", "")).GetStatus().GetOwner(); got != "" {
 		t.Errorf("a single pulsed names owner %q, want none", got)
+	}
+}
+
+// ownedByR9 is mirrorOnly as its owner, replica r9, sees it.
+type ownedByR9 struct{ mirrorOnly }
+
+func (ownedByR9) ID() string          { return "r9" }
+func (ownedByR9) Owner(string) string { return "r9" }
+
+// With replicas, History of a target another replica probes names that
+// replica, whose history it is: also when this one keeps the target's
+// transitions, which every replica sees, but no probe of it. The part it
+// probed before the target moved is answered; so is the empty history of
+// a target it owns and has not probed yet. An unknown target is no such
+// target.
+func TestHistoryNamesTheReplicaThatProbes(t *testing.T) {
+	rec := history.New(history.Options{})
+	e := start(t, checker.Config{Shared: ownedByR2{}, Observer: rec}, server.WithHistory(rec))
+	h := durationpb.New(time.Hour)
+	_, err := e.client.History(t.Context(), &pb.HistoryRequest{Target: "web-1", Window: h})
+	wantCode(t, err, codes.NotFound, `no history of target "web-1" here: replica r2 probes it; ask it`)
+
+	now := time.Now()
+	e.c.ApplyShared([]checker.SharedChange{{Kind: checker.SharedStatePut, Rev: 11, Name: "web-1", State: checker.SharedState{
+		State: checker.StateUnhealthy, From: checker.StateHealthy, Time: now, Writer: "r2"}}}, 11)
+	if _, err := rec.Query("web-1", now, time.Hour, time.Minute); err != nil {
+		t.Fatalf("the transition r2 stored is not in this replica's history: %v", err)
+	}
+	_, err = e.client.History(t.Context(), &pb.HistoryRequest{Target: "web-1", Window: h})
+	wantCode(t, err, codes.NotFound, `no history of target "web-1" here: replica r2 probes it; ask it`)
+
+	_, err = e.client.History(t.Context(), &pb.HistoryRequest{Target: "nobody", Window: h})
+	wantCode(t, err, codes.NotFound, `no history of target "nobody" here: no such target`)
+
+	// Probed here before it moved to r2.
+	rec.ObserveProbe(checker.Spec{Name: "web-1"}, checker.Result{Pass: true, Time: now, Latency: time.Millisecond})
+	if got, err := e.client.History(t.Context(), &pb.HistoryRequest{Target: "web-1", Window: h}); err != nil || got.GetProbes() != 1 {
+		t.Errorf("history of web-1 probed here once: %d probes, %v; want 1", got.GetProbes(), err)
+	}
+
+	rec = history.New(history.Options{})
+	own := start(t, checker.Config{Shared: ownedByR9{}, Observer: rec}, server.WithHistory(rec))
+	if got, err := own.client.History(t.Context(), &pb.HistoryRequest{Target: "web-1", Window: h}); err != nil || got.GetProbes() != 0 {
+		t.Errorf("history of web-1 on its owner before a probe: %d probes, %v; want an empty history", got.GetProbes(), err)
 	}
 }

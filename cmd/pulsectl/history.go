@@ -7,6 +7,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
@@ -29,7 +31,8 @@ bound of pulsed's latency bucket that holds them (1ms, 5ms, 10ms, 25ms, 50ms,
 
 pulsed keeps the history in its data directory (in memory with -data-dir ""):
 24 hours by the minute, 30 days by the hour. With replicas on etcd each
-replica keeps what it probed: ask the one that probes the target.`,
+replica keeps what it probed: ask the one that probes the target, which
+another names when asked (and pulsectl state shows as owner).`,
 		example: `
 pulsectl history web-1
 pulsectl history --group edge --window 7d
@@ -85,6 +88,11 @@ func runHistory(ctx context.Context, e *env, c *command, args []string) int {
 	defer cancel()
 	resp, err := cl.History(cctx, req)
 	if err != nil {
+		if st := status.Convert(err); st.Code() == codes.NotFound && !strings.HasSuffix(st.Message(), "no such target") {
+			// With replicas: the target is another replica's, which
+			// pulsed names. Its words, not "no target named".
+			name = ""
+		}
 		return cl.fail(e, err, name)
 	}
 	if out.structured() {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
@@ -33,6 +35,20 @@ func (p ownerPulse) State(context.Context, *pb.StateRequest) (*pb.StateResponse,
 	}}, nil
 }
 
+// History is a replica's answer for a target another replica probes.
+func (p ownerPulse) History(context.Context, *pb.HistoryRequest) (*pb.HistoryResponse, error) {
+	return nil, status.Errorf(codes.NotFound, "no history of target %q here: replica %s probes it; ask it", "web-1", p.owner)
+}
+
+// history on a replica that does not probe the target passes on which
+// replica does, rather than saying there is no such target.
+func TestHistoryNamesTheOwner(t *testing.T) {
+	r := pulsectl(t, "history", "web-1", "--addr", serveAPI(t, ownerPulse{owner: "r2"}))
+	if want := `no history of target "web-1" here: replica r2 probes it; ask it`; r.code != exitNotFound || !strings.Contains(r.stderr, want) {
+		t.Errorf("history: exit %d, %q; want exit %d and %q", r.code, r.stderr, exitNotFound, want)
+	}
+}
+
 // state names the replica that probes the target, before the streak it
 // alone keeps, and -o json has it; a single pulsed's answer names none.
 func TestStateShowsTheOwner(t *testing.T) {
@@ -46,5 +62,55 @@ func TestStateShowsTheOwner(t *testing.T) {
 	}
 	if out := mustRun(t, "state", "web-1", "--addr", serveAPI(t, ownerPulse{})); strings.Contains(out, "owner") {
 		t.Errorf("a single pulsed's state printed\n%s\nwant no owner line", out)
+	}
+}
+
+// fleetPulse answers ListTargets as replica r1 of a fleet does: web-1 is
+// r2's, web-2 its own, and (with owners unset) as a single pulsed does.
+type fleetPulse struct {
+	pb.UnimplementedHealthCheckerServer
+	alone bool
+}
+
+func (p fleetPulse) ListTargets(context.Context, *pb.ListTargetsRequest) (*pb.ListTargetsResponse, error) {
+	resp := &pb.ListTargetsResponse{Checker: &pb.CheckerStatus{Replica: "r1", Replicas: []string{"r1", "r2"}}}
+	for _, t := range []struct{ name, owner string }{{"web-1", "r2"}, {"web-2", "r1"}} {
+		st := &pb.TargetStatus{
+			Spec:  &pb.Target{Name: t.name, Probe: &pb.Target_Tcp{Tcp: &pb.TcpProbe{Address: "192.0.2.1:80"}}},
+			State: pb.State_STATE_HEALTHY, Verdict: pb.State_STATE_HEALTHY, Routable: true, Mode: pb.Mode_MODE_ACTIVE,
+			ProbeInterval: durationpb.New(2 * time.Second), Source: "api",
+			Owner: t.owner,
+		}
+		if p.alone {
+			st.Owner = ""
+		}
+		resp.Targets = append(resp.Targets, st)
+	}
+	if p.alone {
+		resp.Checker = &pb.CheckerStatus{}
+	}
+	return resp, nil
+}
+
+// ls -o wide names each target's owner, and marks the replica that
+// answered; a single pulsed's listing has no OWNER column, and plain ls
+// has none either.
+func TestLsWideShowsTheOwner(t *testing.T) {
+	addr := serveAPI(t, fleetPulse{})
+	out := mustRun(t, "ls", "--addr", addr, "-o", "wide")
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^NAME .* SOURCE +OWNER$`),
+		regexp.MustCompile(`(?m)^web-1 .* api +r2$`),
+		regexp.MustCompile(`(?m)^web-2 .* api +r1 \(this one\)$`),
+	} {
+		if !want.MatchString(out) {
+			t.Errorf("ls -o wide on a replica printed\n%s\nwant a line matching %s", out, want)
+		}
+	}
+	if out := mustRun(t, "ls", "--addr", addr); strings.Contains(out, "OWNER") || strings.Contains(out, "r2") {
+		t.Errorf("ls without -o wide printed\n%s\nwant no owner", out)
+	}
+	if out := mustRun(t, "ls", "--addr", serveAPI(t, fleetPulse{alone: true}), "-o", "wide"); strings.Contains(out, "OWNER") {
+		t.Errorf("ls -o wide on a single pulsed printed\n%s\nwant no OWNER column", out)
 	}
 }

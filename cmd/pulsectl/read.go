@@ -231,7 +231,10 @@ ls lists every target, sorted by name:
 
 -o wide adds VERDICT (what the results alone say), EVERY (the interval it is
 probed at now), PROBE and SOURCE (who registered it: api, file, or
-discovery:GROUP), and shows errors whole. --state keeps the targets
+discovery:GROUP), and shows errors whole. With replicas on etcd it adds OWNER,
+the replica that probes the target and stores its state ("r1 (this one)"
+when it is the replica that answered); a single pulsed has no OWNER column.
+--state keeps the targets
 in one state: healthy, unhealthy, suspect, routable, not-routable, held,
 flapping, carried-over, quarantined or outlier.`,
 		example: `
@@ -249,7 +252,7 @@ func runLs(ctx context.Context, e *env, c *command, args []string) int {
 	cf := addClientFlags(fs)
 	group := fs.String("group", "", "list only this `group`'s targets")
 	state := fs.String("state", "", "list only the targets in this `state`: "+orList(slices.Sorted(maps.Keys(stateFilters))))
-	out := addOutputFlag(fs, "the ListTargetsResponse; wide adds the probe, the interval and the verdict", "yaml", "wide")
+	out := addOutputFlag(fs, "the ListTargetsResponse; wide adds the verdict, the interval, the probe, the source and, with replicas, the owner", "yaml", "wide")
 	pos, code, ok := c.parse(e, fs, args)
 	if !ok {
 		return code
@@ -299,9 +302,15 @@ func runLs(ctx context.Context, e *env, c *command, args []string) int {
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	header := "NAME\tGROUP\tSTATE\tMODE\tSTREAK\tLATENCY\tLAST-ERROR\tSINCE"
 	width := 60 // of an error; -o wide shows it whole
+	// OWNER only with replicas: a single pulsed names no owner, and a
+	// column of dashes would say nothing.
+	owners := out.wide() && slices.ContainsFunc(resp.GetTargets(), func(st *pb.TargetStatus) bool { return st.GetOwner() != "" })
 	if out.wide() {
 		header += "\tVERDICT\tEVERY\tPROBE\tSOURCE"
 		width = 1 << 20
+	}
+	if owners {
+		header += "\tOWNER"
 	}
 	fmt.Fprintln(tw, header)
 	for _, st := range resp.GetTargets() {
@@ -323,6 +332,9 @@ func runLs(ctx context.Context, e *env, c *command, args []string) int {
 			stateText(st), mode, streak(st), lat, lastErr, age(st.GetLastTransitionTime(), now))
 		if out.wide() {
 			fmt.Fprintf(tw, "\t%s\t%v\t%s\t%s", stateName(st.GetVerdict()), st.GetProbeInterval().AsDuration(), probeSummary(st.GetSpec()), orDash(st.GetSource()))
+		}
+		if owners {
+			fmt.Fprintf(tw, "\t%s", ownerText(st.GetOwner(), resp.GetChecker().GetReplica()))
 		}
 		fmt.Fprintln(tw)
 	}
@@ -402,6 +414,15 @@ func runHealthy(ctx context.Context, e *env, c *command, args []string) int {
 		fmt.Fprintln(e.stdout, escape(n))
 	}
 	return code
+}
+
+// ownerText is a row's OWNER: the replica that probes the target, "(this
+// one)" when it is the replica that answered, "-" for none.
+func ownerText(owner, answered string) string {
+	if owner != "" && owner == answered {
+		return owner + " (this one)"
+	}
+	return orDash(owner)
 }
 
 // checkerWarnings says what of pulsed's own state qualifies every row of a

@@ -151,6 +151,16 @@ func (t teeObserver) ObservePolicy(k checker.EventKind, at time.Time, p checker.
 	}
 }
 
+// ObserveMembers tells each observer that wants members changes (the
+// status page's feeds send their rows again: the owners moved).
+func (t teeObserver) ObserveMembers() {
+	for _, o := range []checker.RemovalObserver{t.a, t.b} {
+		if mo, ok := o.(checker.MembersObserver); ok {
+			mo.ObserveMembers()
+		}
+	}
+}
+
 // ObserveMode tells each observer that wants mode changes (the history
 // keeps them in its timeline).
 func (t teeObserver) ObserveMode(s checker.Spec, from checker.Mode, at time.Time) {

@@ -13,6 +13,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/history"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
@@ -99,5 +101,31 @@ func TestDamagedHistoryFileIsMovedAside(t *testing.T) {
 	aside, _ := filepath.Glob(path + ".damaged-*")
 	if len(aside) != 1 || !strings.Contains(logs.String(), "history file damaged: moved aside") {
 		t.Errorf("moved aside: %v; logs:\n%s", aside, logs.String())
+	}
+}
+
+// membersSeen is a RemovalObserver that counts the members changes it is
+// told of.
+type membersSeen struct{ n int }
+
+func (*membersSeen) ObserveProbe(checker.Spec, checker.Result) {}
+func (*membersSeen) ObserveTransition(checker.Transition)      {}
+func (*membersSeen) ObserveRemoval(checker.Spec)               {}
+func (m *membersSeen) ObserveMembers()                         { m.n++ }
+
+// The checker's observer in pulsed, the status page's and the history's
+// in one, passes a members change on to the status page's (which then
+// sends the page's rows again, their owners moved); the history does not
+// want it.
+func TestTeeObserverPassesMembersChangesOn(t *testing.T) {
+	page := &membersSeen{}
+	var o checker.Observer = teeObserver{page, history.New(history.Options{})}
+	mo, ok := o.(checker.MembersObserver)
+	if !ok {
+		t.Fatal("pulsed's observer is no checker.MembersObserver: the checker never tells it of a members change")
+	}
+	mo.ObserveMembers()
+	if page.n != 1 {
+		t.Errorf("the status page's observer was told of %d members changes, want 1", page.n)
 	}
 }

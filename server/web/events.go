@@ -76,16 +76,17 @@ type rowsJSON struct {
 // (a group's panic, a target's flapping, the checker's overload) event with
 // its revision as the event id, "results" events with the fresh rows
 // of the named targets that got probe results (every ResultsInterval, and
-// at once after a named target's transition), and "progress" events (id:
-// the current revision) when idle. A browser that reconnects sends the last
-// id as Last-Event-ID and the feed resumes after it, with no snapshot; if
-// that revision is no longer held (or comes from another pulsed) the feed
-// starts over with a snapshot. A feed that falls further behind than the
-// history holds gets an "end" event and is closed, and the browser's
-// reconnect resumes it. Each feed takes one of the checker's watchers
-// (pulsed -max-watchers, shared with WatchTransitions, and
-// -max-watchers-per-source of its client's address): past them a new feed
-// gets 503 naming the limit.
+// at once after a named target's transition; all of them after the live
+// replicas changed, which moves owners with no event of its own), and
+// "progress" events (id: the current revision) when idle. A browser that
+// reconnects sends the last id as Last-Event-ID and the feed resumes after
+// it, with no snapshot; if that revision is no longer held (or comes from
+// another pulsed) the feed starts over with a snapshot. A feed that falls
+// further behind than the history holds gets an "end" event and is closed,
+// and the browser's reconnect resumes it. Each feed takes one of the
+// checker's watchers (pulsed -max-watchers, shared with WatchTransitions,
+// and -max-watchers-per-source of its client's address): past them a new
+// feed gets 503 naming the limit.
 func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var names []string

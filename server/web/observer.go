@@ -53,9 +53,10 @@ type Observer struct {
 	// a probe finds its own without hashing its labels.
 	series [len(seriesKinds)][2]probeSeries // by kind, then pass (0) or fail (1)
 
-	mu     sync.Mutex // protects recent and seq
+	mu     sync.Mutex // protects recent, seq and moved
 	recent map[string]*ring
-	seq    uint64 // counts results recorded; each ring remembers its last
+	seq    uint64 // counts results recorded and members changes; each ring remembers its last
+	moved  uint64 // seq at the last members change: every row's owner may have moved
 }
 
 // ring holds a target's newest results, oldest first once unrolled.
@@ -134,7 +135,20 @@ func NewObserver(opts ObserverOptions) *Observer {
 	return o
 }
 
-var _ checker.RemovalObserver = (*Observer)(nil)
+var (
+	_ checker.RemovalObserver = (*Observer)(nil)
+	_ checker.MembersObserver = (*Observer)(nil)
+)
+
+// ObserveMembers notes that the live replicas changed: the targets' owners
+// may have moved, which the feeds' next "results" events bring to every
+// row they carry (see changedSince).
+func (o *Observer) ObserveMembers() {
+	o.mu.Lock()
+	o.seq++
+	o.moved = o.seq
+	o.mu.Unlock()
+}
 
 // ObserveRemoval drops the removed target's recent results.
 func (o *Observer) ObserveRemoval(spec checker.Spec) {
@@ -217,11 +231,15 @@ func (o *Observer) seqNow() uint64 {
 	return o.seq
 }
 
-// changedSince returns which of names got a result after seq, and the
-// current seq to ask from next time.
+// changedSince returns which of names got a result after seq, every one
+// of them when the live replicas changed since (their owners may have
+// moved), and the current seq to ask from next time.
 func (o *Observer) changedSince(seq uint64, names []string) ([]string, uint64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.moved > seq {
+		return slices.Clone(names), o.seq
+	}
 	var out []string
 	for _, n := range names {
 		if rg := o.recent[n]; rg != nil && rg.seq > seq {

@@ -2,7 +2,9 @@ package web_test
 
 import (
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/fakeshared"
@@ -49,4 +51,42 @@ func TestPageNamesTheOwner(t *testing.T) {
 	if _, ok := single.Targets[0]["owner"]; ok {
 		t.Errorf("a single pulsed's row %v names an owner", single.Targets[0])
 	}
+}
+
+// movingOwner is ownedByR2 with an owner the test moves, as a replica
+// joining or leaving does.
+type movingOwner struct {
+	ownedByR2
+	owner *atomic.Value // string
+}
+
+func (m movingOwner) Owner(string) string { return m.owner.Load().(string) }
+
+// A members change sends the page no event of its own, yet moves owners:
+// the feed brings the named rows afresh, with the new owner, on a replica
+// that probes none of them (so no result would bring them).
+func TestFeedFollowsTheOwner(t *testing.T) {
+	owner := &atomic.Value{}
+	owner.Store("r2")
+	e := newEnv(t, checker.Config{Shared: movingOwner{owner: owner}}, web.Config{ResultsInterval: 5 * time.Millisecond})
+	f := e.openFeed(t, "/events?names=web-1", "")
+	type ownedRows struct {
+		Targets []struct{ Name, Owner string }
+	}
+	var snap ownedRows
+	if ev := f.next(t); ev.name != "snapshot" {
+		t.Fatalf("first event %s, want the snapshot", ev.name)
+	} else if ev.decode(t, &snap); len(snap.Targets) != 1 || snap.Targets[0].Owner != "r2" {
+		t.Fatalf("snapshot rows %+v, want web-1 owned by r2", snap.Targets)
+	}
+
+	owner.Store("r3") // r2 left
+	e.c.ApplyShared([]checker.SharedChange{{Kind: checker.SharedMembersChanged, Rev: 11}}, 11)
+	f.waitFor(t, "web-1's row owned by r3", func(ev sseEvent) bool {
+		var d ownedRows
+		if ev.name == "results" {
+			ev.decode(t, &d)
+		}
+		return len(d.Targets) == 1 && d.Targets[0].Name == "web-1" && d.Targets[0].Owner == "r3"
+	})
 }

@@ -443,6 +443,11 @@ function updateRow(t, rev) {
   r.data = t;
   r.rev = rev;
   paintRow(r, changed);
+  if ($("detail").dataset.name === t.name) {
+    // The open details follow the row: a members change moves owners.
+    showDetailVantages(t.name);
+    showDetailOwner(t.name);
+  }
 }
 
 // The columns of a target's row: class, and label on a phone's card.
