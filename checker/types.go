@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/pulsehealth/pulse/checker/outlier"
@@ -219,6 +220,14 @@ type Status struct {
 	// (Shared.Owner; for a target probed from several vantages, the first
 	// of Vantages); empty without a shared registry.
 	Owner string
+}
+
+// ProbedBy reports whether the member replica probes the target: it is
+// its owner or one of its vantages. Without a shared registry (no owner)
+// the one checker probes every target.
+func (s *Status) ProbedBy(replica string) bool {
+	return s.Owner == "" || s.Owner == replica ||
+		slices.ContainsFunc(s.Vantages, func(v VantageVerdict) bool { return v.Member == replica })
 }
 
 // Config configures a Checker. Every field is optional.

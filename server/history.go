@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -79,21 +78,13 @@ func (s *Server) targetHistory(name string, now time.Time, window, res time.Dura
 	if serr != nil {
 		return sum, err // unknown here and to the checker: no such target
 	}
-	if self, _ := s.c.Replica(); !probedBy(st, self) {
+	if self, _ := s.c.Replica(); !st.ProbedBy(self) {
 		return sum, &probedElsewhere{owner: st.Owner}
 	}
 	if err != nil { // registered, not probed yet
 		return history.Empty(name, st.Spec.Group, now, window, res), nil
 	}
 	return sum, nil
-}
-
-// probedBy reports whether the replica self probes the target of st: its
-// owner or one of its vantages. Without replicas (no owner) it is the
-// one pulsed, which probes every target.
-func probedBy(st checker.Status, self string) bool {
-	return st.Owner == "" || st.Owner == self ||
-		slices.ContainsFunc(st.Vantages, func(v checker.VantageVerdict) bool { return v.Member == self })
 }
 
 // probedElsewhere is History's answer, on a replica, for a target another

@@ -32,6 +32,12 @@ type historyJSON struct {
 	// vantages, with a VANTAGE_SUSPECT event for each of its vantages
 	// suspect now, at the time it became so.
 	Events []eventJSON `json:"events"`
+	// KeptBy is, with replicas on etcd, the replica that probes the
+	// target and keeps the history of its probes, when it is another and
+	// this one recorded no probe of the target in the last 30 days: the
+	// uptime and latency here are then empty, and the events only those
+	// every replica sees.
+	KeptBy string `json:"keptBy,omitempty"`
 }
 
 type latencyJSON struct {
@@ -68,12 +74,13 @@ func (h *Handler) serveHistory(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := time.Now()
+	st, serr := h.c.Status(name)
 	out := historyJSON{Target: name, Uptime: map[string]*float64{}, Latency: []latencyJSON{}, Events: []eventJSON{}}
 	for _, win := range []string{"1h", "24h", "7d", "30d"} {
 		bw := badgeWindows[win]
 		sum, err := h.history.Query(name, now, bw.window, bw.res)
 		if errors.Is(err, history.ErrUnknownTarget) {
-			if _, serr := h.c.Status(name); serr != nil {
+			if serr != nil {
 				http.Error(w, fmt.Sprintf("no target %q with history here", name), http.StatusNotFound)
 				return
 			}
@@ -101,6 +108,9 @@ func (h *Handler) serveHistory(w http.ResponseWriter, r *http.Request) {
 				out.Latency = append(out.Latency, l)
 			}
 		case "30d":
+			if self, _ := h.c.Replica(); serr == nil && sum.Probes == 0 && !st.ProbedBy(self) {
+				out.KeptBy = st.Owner
+			}
 			evs := sum.Events
 			if len(evs) > maxPageEvents {
 				evs = evs[len(evs)-maxPageEvents:]

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/fakeshared"
+	"github.com/pulsehealth/pulse/checker/history"
 	"github.com/pulsehealth/pulse/server/web"
 )
 
@@ -50,6 +51,36 @@ func TestPageNamesTheOwner(t *testing.T) {
 	getJSON(t, alone.srv.URL+"/api/targets", &single)
 	if _, ok := single.Targets[0]["owner"]; ok {
 		t.Errorf("a single pulsed's row %v names an owner", single.Targets[0])
+	}
+}
+
+// A target's history on a replica that does not probe it says which
+// replica keeps it, rather than show an empty one as the target's; on the
+// owner, and once this replica recorded probes, it does not.
+func TestHistoryNamesTheReplicaThatKeepsIt(t *testing.T) {
+	rec := history.New(history.Options{})
+	e := newEnv(t, checker.Config{Shared: ownedByR2{}}, web.Config{History: rec})
+	var h struct{ KeptBy string }
+	getJSON(t, e.srv.URL+"/api/history?target=web-1", &h)
+	if h.KeptBy != "r2" {
+		t.Errorf("keptBy %q, want r2", h.KeptBy)
+	}
+	if _, js := get(t, e.srv.URL+"/app.js"); !strings.Contains(js, "h.keptBy") {
+		t.Error("app.js never reads keptBy")
+	}
+	// What this replica probed before the target moved is shown as usual.
+	rec.ObserveProbe(checker.Spec{Name: "web-1"}, checker.Result{Pass: true, Latency: time.Millisecond, Time: time.Now().Add(-time.Hour)})
+	h.KeptBy = ""
+	getJSON(t, e.srv.URL+"/api/history?target=web-1", &h)
+	if h.KeptBy != "" {
+		t.Errorf("with probes recorded here, keptBy %q", h.KeptBy)
+	}
+
+	alone := newEnv(t, checker.Config{}, web.Config{History: history.New(history.Options{})})
+	alone.add(t, tcpSpec("web-1", ""))
+	getJSON(t, alone.srv.URL+"/api/history?target=web-1", &h)
+	if h.KeptBy != "" {
+		t.Errorf("a single pulsed's history is kept by %q", h.KeptBy)
 	}
 }
 

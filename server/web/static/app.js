@@ -753,7 +753,10 @@ function eventItem(e) {
 }
 
 function renderDetail(h) {
-  $("detail-msg").textContent = h.group ? "group " + h.group : "";
+  // With replicas, the replica that probes a target keeps its history:
+  // say so rather than show an empty one as if it were the target's.
+  const kept = h.keptBy ? `no probe of it recorded by this replica: replica ${h.keptBy} probes it and keeps its history (open its status page)` : "";
+  $("detail-msg").textContent = [h.group ? "group " + h.group : "", kept].filter(Boolean).join("; ");
   $("detail-uptime").replaceChildren(...["1h", "24h", "7d", "30d"].map((w) => {
     const div = document.createElement("div");
     const dt = document.createElement("dt");
