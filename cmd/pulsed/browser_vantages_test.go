@@ -15,7 +15,8 @@ import (
 // The status page of a replica shows a target probed from three zones
 // with one chip per vantage, coloured by its verdict; the chips follow
 // the target down without a reload, and its history lists the verdicts
-// with their errors and names its owner. Skips without chromium, as
+// with their errors and names its owner; a target another replica probes
+// says which one keeps its history. Skips without chromium, as
 // TestStatusPageInBrowser.
 func TestStatusPageVantagesInBrowser(t *testing.T) {
 	if testing.Short() {
@@ -84,6 +85,30 @@ func TestStatusPageVantagesInBrowser(t *testing.T) {
 	}
 	page.waitFor(t, `document.getElementById("detail-owner").textContent`, owner)
 	page.screenshot(t, filepath.Join(artifacts, "status-page-vantages-down.png"))
+
+	// A target another replica probes alone: r2's page has no probe of
+	// it, and its details say which replica keeps its history.
+	var other, keeper string
+	for i := 1; i <= 8 && other == ""; i++ {
+		name := fmt.Sprintf("solo-%d", i)
+		resp, err := client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: &pb.Target{
+			Name: name, Probe: &pb.Target_Http{Http: &pb.HttpProbe{Url: backend.URL}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := resp.GetStatus().GetOwner(); o != "r2" {
+			other, keeper = name, o
+		}
+	}
+	if other == "" {
+		t.Fatal("r2 owns all of solo-1 to solo-8")
+	}
+	page.waitFor(t, fmt.Sprintf(`String(!!document.querySelector('tr[data-name=%q] td.name'))`, other), "true")
+	page.evaluate(t, fmt.Sprintf(`document.querySelector('tr[data-name=%q] td.name').click(); ""`, other))
+	page.waitFor(t, `document.getElementById("detail").dataset.loaded`, "1")
+	page.waitFor(t, `document.getElementById("detail-msg").textContent`,
+		"no probe of it recorded by this replica: replica "+keeper+" probes it and keeps its history (open its status page)")
 	if n := page.navigations(); n != 1 {
 		t.Errorf("%d navigations of the page, want the first only", n)
 	}
