@@ -215,6 +215,7 @@ var runnablePages = []string{
 	"docs/integrations/pulse-lb.md",
 	"docs/integrations/watch.md",
 	"docs/integrations/xds.md",
+	"docs/operations/durability.md",
 	"docs/operations/security.md",
 	"docs/reference/api.md",
 	"docs/reference/pulsectl.md",
