@@ -216,6 +216,7 @@ var runnablePages = []string{
 	"docs/integrations/watch.md",
 	"docs/integrations/xds.md",
 	"docs/operations/durability.md",
+	"docs/operations/limits.md",
 	"docs/operations/liveness.md",
 	"docs/operations/security.md",
 	"docs/reference/api.md",
