@@ -2,6 +2,7 @@ package checker
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -202,9 +203,21 @@ func (r ModeRequest) admin(now time.Time) (Admin, error) {
 	case !r.Until.IsZero() && !r.Until.After(now):
 		return Admin{}, &FieldError{"until", fmt.Sprintf("must be in the future, got %s (now %s)", r.Until.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))}
 	case r.Until.Sub(now) > MaxModeUntil:
-		return Admin{}, &FieldError{"until", fmt.Sprintf("must be at most %v ahead, got %s", MaxModeUntil, durText(r.Until.Sub(now)))}
+		return Admin{}, &FieldError{"until", fmt.Sprintf("must be at most %v ahead, got %s", MaxModeUntil, durText(ceilSecond(r.Until.Sub(now))))}
 	}
 	return Admin{Mode: r.Mode, Reason: r.Reason, Since: now, Until: r.Until}, nil
+}
+
+// ceilSecond rounds d up to a whole second. An until a client computed
+// from a duration ("--until 800h") reaches pulsed a few milliseconds later,
+// so its distance from now reads 799h59m59.996812513s: rounded up it reads
+// as the client wrote it, and one just past a bound never reads as the
+// bound itself. A d within a second of the largest duration is left as is.
+func ceilSecond(d time.Duration) time.Duration {
+	if t := d.Truncate(time.Second); t != d && d > 0 && d < math.MaxInt64-time.Second {
+		return t + time.Second
+	}
+	return d
 }
 
 // drainAdmin returns the Admin of a drain for drainFor from now, or a

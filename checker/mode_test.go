@@ -194,22 +194,31 @@ func TestModeGroupAndAddKeepsTheMode(t *testing.T) {
 func TestModeBadRequests(t *testing.T) {
 	e := newEnv(t, checker.Config{})
 	e.add(t, modeSpec("web-1", "edge"))
+	// msg, when set, is the whole message. An until past the bound says
+	// how far ahead in whole seconds, rounded up: as the client wrote it,
+	// though it reached pulsed a few milliseconds after the client read
+	// its clock, and never as the bound itself.
 	for _, tc := range []struct {
 		req   checker.ModeRequest
 		field string
+		msg   string
 	}{
-		{checker.ModeRequest{Mode: checker.ModeDraining}, "target"},
-		{checker.ModeRequest{Target: "web-1", Group: "edge", Mode: checker.ModeDraining}, "target"},
-		{checker.ModeRequest{Target: "web-1", Mode: 7}, "mode"},
-		{checker.ModeRequest{Target: "web-1", Mode: checker.ModeDraining, Reason: strings.Repeat("r", 257)}, "reason"},
-		{checker.ModeRequest{Target: "web-1", Mode: checker.ModeDraining, Until: epoch}, "until"},
-		{checker.ModeRequest{Target: "web-1", Mode: checker.ModeDraining, Until: epoch.Add(31 * 24 * time.Hour)}, "until"},
-		{checker.ModeRequest{Target: "web-1", Mode: checker.ModeActive, Until: epoch.Add(time.Hour)}, "until"},
+		{checker.ModeRequest{Mode: checker.ModeDraining}, "target", ""},
+		{checker.ModeRequest{Target: "web-1", Group: "edge", Mode: checker.ModeDraining}, "target", ""},
+		{checker.ModeRequest{Target: "web-1", Mode: 7}, "mode", ""},
+		{checker.ModeRequest{Target: "web-1", Mode: checker.ModeDraining, Reason: strings.Repeat("r", 257)}, "reason", "reason: must be at most 256 bytes, got 257"},
+		{checker.ModeRequest{Target: "web-1", Mode: checker.ModeDraining, Until: epoch}, "until", ""},
+		{checker.ModeRequest{Target: "web-1", Mode: checker.ModeDraining, Until: epoch.Add(31 * 24 * time.Hour)}, "until", "until: must be at most 720h0m0s ahead, got 744h0m0s"},
+		{checker.ModeRequest{Target: "web-1", Mode: checker.ModeDraining, Until: epoch.Add(800*time.Hour - 3187*time.Microsecond)}, "until", "until: must be at most 720h0m0s ahead, got 800h0m0s"},
+		{checker.ModeRequest{Target: "web-1", Mode: checker.ModeDraining, Until: epoch.Add(720*time.Hour + 300*time.Millisecond)}, "until", "until: must be at most 720h0m0s ahead, got 720h0m1s"},
+		{checker.ModeRequest{Target: "web-1", Mode: checker.ModeActive, Until: epoch.Add(time.Hour)}, "until", ""},
 	} {
 		_, err := e.c.SetMode(tc.req)
 		var fe *checker.FieldError
 		if !errors.As(err, &fe) || fe.Field != tc.field {
 			t.Errorf("SetMode(%+v) = %v, want a field error on %s", tc.req, err, tc.field)
+		} else if tc.msg != "" && err.Error() != tc.msg {
+			t.Errorf("SetMode(%+v) = %v, want %q", tc.req, err, tc.msg)
 		}
 	}
 	if _, err := e.c.SetMode(checker.ModeRequest{Target: "nope", Mode: checker.ModeDraining}); !errors.Is(err, checker.ErrUnknownTarget) {
