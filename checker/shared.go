@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pulsehealth/pulse/checker/outlier"
@@ -33,6 +34,8 @@ import (
 // (SharedOutcomes), each replica's overload (SharedOverloads), outlier
 // samples and judgements (SharedOutliers) and announced events
 // (SharedAnnouncements). Flap damping travels with the states (flap.go).
+// Reads follow the writes acknowledged before them on any replica
+// (SharedProgress, catchup.go).
 type Shared interface {
 	// Load returns every target and its last state, and the revision they
 	// were read at.
@@ -63,6 +66,7 @@ type Shared interface {
 	SharedOverloads
 	SharedOutliers
 	SharedAnnouncements
+	SharedProgress
 }
 
 // SharedSpecBatch is the part of Shared that stores many specs in few
@@ -245,6 +249,9 @@ type replication struct {
 	logger  *slog.Logger
 	closing context.Context // ends when the checker closes
 	lastErr errBox          // the shared registry cannot be reached; see SetSharedErr
+	// catchUpPaused is when CatchUp reads the shared registry's revision
+	// again (Unix nanoseconds) after it could not; see catchup.go.
+	catchUpPaused atomic.Int64
 
 	guard *guardWriter // writes the groups' decisions
 

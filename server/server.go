@@ -113,8 +113,12 @@ func (s *Server) RemoveTarget(_ context.Context, req *pb.RemoveTargetRequest) (*
 	return &pb.RemoveTargetResponse{Removed: removed}, nil
 }
 
-// State returns one target's status.
+// State returns one target's status. With replicas it sees every write
+// acknowledged before it, on any replica (catchUp).
 func (s *Server) State(ctx context.Context, req *pb.StateRequest) (*pb.StateResponse, error) {
+	if err := s.catchUp(ctx); err != nil {
+		return nil, err
+	}
 	st, err := s.c.Status(req.GetName())
 	if err != nil {
 		return nil, toStatus(err, "")
@@ -126,9 +130,29 @@ func (s *Server) State(ctx context.Context, req *pb.StateRequest) (*pb.StateResp
 	return &pb.StateResponse{Status: out}, nil
 }
 
-// Healthy lists routable targets by name.
-func (s *Server) Healthy(_ context.Context, req *pb.HealthyRequest) (*pb.HealthyResponse, error) {
+// Healthy lists routable targets by name. With replicas it sees every
+// write acknowledged before it, on any replica (catchUp).
+func (s *Server) Healthy(ctx context.Context, req *pb.HealthyRequest) (*pb.HealthyResponse, error) {
+	if err := s.catchUp(ctx); err != nil {
+		return nil, err
+	}
 	return &pb.HealthyResponse{Names: s.c.Healthy(req.GetGroup())}, nil
+}
+
+// catchUp makes a read see every write acknowledged before it, on any
+// replica (checker.CatchUp): State, Healthy and ListTargets call it first.
+// grpc.health's Check and Watch, which load balancers call often, and
+// WatchTransitions do not. It fails only when ctx ends or the checker
+// closes: while etcd is unreachable the read answers from this replica's
+// view.
+func (s *Server) catchUp(ctx context.Context) error {
+	if err := s.c.CatchUp(ctx); err != nil {
+		if ctx.Err() != nil {
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		return toStatus(err, "")
+	}
+	return nil
 }
 
 // listStoreWait bounds how long ListTargets waits for its revision to be
@@ -138,11 +162,15 @@ const listStoreWait = 5 * time.Second
 // ListTargets returns every target's status, sorted by name, with the
 // groups' pool states and the checker's own.
 //
-// Its revision is one a watch can resume from: it is stored. While the
+// Its revision is one a watch can resume from: it is stored; with replicas
+// it is at least etcd's revision when the call arrived (catchUp). While the
 // store cannot write, ListTargets waits for it at most listStoreWait, then
 // answers UNAVAILABLE with the store's error rather than hang (the status
 // page and /metrics show the targets meanwhile).
 func (s *Server) ListTargets(ctx context.Context, req *pb.ListTargetsRequest) (*pb.ListTargetsResponse, error) {
+	if err := s.catchUp(ctx); err != nil {
+		return nil, err
+	}
 	wctx, cancel := context.WithTimeout(ctx, listStoreWait)
 	defer cancel()
 	list, rev, err := s.c.ListContext(wctx, req.GetGroup())

@@ -370,3 +370,32 @@ func guardLast(ch checker.SharedChange) int {
 	}
 	return 0
 }
+
+// CurrentRevision implements checker.SharedProgress: etcd's revision,
+// read linearizably (etcd's default), so every write acknowledged before
+// the call is at or below it. It reads one key, the prefix itself, which
+// no one writes: the answer's header carries the revision, and the read
+// costs the same however many targets there are (counting the prefix's
+// keys would visit each).
+func (r *Registry) CurrentRevision(ctx context.Context) (uint64, error) {
+	resp, err := r.cli.Get(ctx, r.prefix, clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("etcd: %w", err)
+	}
+	return uint64(resp.Header.Revision), nil
+}
+
+// RequestProgress implements checker.SharedProgress: it asks etcd for a
+// progress notification on the watch's stream, which Run applies as the
+// revision reached. The etcd client picks the stream by the context's
+// metadata: the request's is made as the watch's is (WithRequireLeader on
+// the registry's context), and ends with ctx.
+func (r *Registry) RequestProgress(ctx context.Context) error {
+	pctx, cancel := context.WithCancel(clientv3.WithRequireLeader(r.ctx))
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
+	if err := r.cli.RequestProgress(pctx); err != nil {
+		return fmt.Errorf("etcd: %w", err)
+	}
+	return nil
+}

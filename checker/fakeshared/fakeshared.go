@@ -16,8 +16,8 @@ var ErrReadOnly = errors.New("fake shared registry: read only")
 
 // Mirror is a shared registry in which this replica owns, judges and
 // writes nothing: its checker shows only what the test applies
-// (Checker.ApplyShared), as other replicas' writes. Its zero value is
-// ready to use.
+// (Checker.ApplyShared), as other replicas' writes. Its current revision
+// is 0, so Checker.CatchUp never waits. Its zero value is ready to use.
 type Mirror struct{}
 
 var _ checker.Shared = Mirror{}
@@ -61,3 +61,5 @@ func (Mirror) LoadedOutliers() ([]outlier.Record, []outlier.Sample)       { retu
 func (Mirror) PutAnnouncement(context.Context, checker.Announcement) (uint64, error) {
 	return 0, ErrReadOnly
 }
+func (Mirror) CurrentRevision(context.Context) (uint64, error) { return 0, nil }
+func (Mirror) RequestProgress(context.Context) error           { return nil }
