@@ -55,6 +55,24 @@ func TestReadsFollowWritesAcrossReplicas(t *testing.T) {
 			t.Fatalf("ListTargets on b after %d targets acknowledged on a: %d", i+1, got)
 		}
 	}
+	// A watch's snapshot too: 'pulsectl add' on a, then 'pulsectl wait'
+	// on b.
+	for i := range 20 {
+		name := fmt.Sprintf("snap-%02d", i)
+		if _, err := a.client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: tcpTarget(name, "")}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		w, err := b.client.WatchTransitions(ctx, &pb.WatchTransitionsRequest{Names: []string{name}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, err := w.Recv()
+		cancel()
+		if err != nil || ev.GetSnapshot().GetSpec().GetName() != name {
+			t.Fatalf("b's snapshot of %s right after a acknowledged it: %v %v", name, ev, err)
+		}
+	}
 	// A removal too, and Healthy.
 	a.set("web-000:80", true)
 	if _, err := a.client.RemoveTarget(t.Context(), &pb.RemoveTargetRequest{Name: "web-001"}); err != nil {

@@ -140,9 +140,9 @@ func (s *Server) Healthy(ctx context.Context, req *pb.HealthyRequest) (*pb.Healt
 }
 
 // catchUp makes a read see every write acknowledged before it, on any
-// replica (checker.CatchUp): State, Healthy and ListTargets call it first.
-// grpc.health's Check and Watch, which load balancers call often, and
-// WatchTransitions do not. It fails only when ctx ends or the checker
+// replica (checker.CatchUp): State, Healthy and ListTargets call it first,
+// and WatchTransitions before its snapshot. grpc.health's Check and Watch,
+// which load balancers call often, do not. It fails only when ctx ends or the checker
 // closes: while etcd is unreachable the read answers from this replica's
 // view.
 func (s *Server) catchUp(ctx context.Context) error {
@@ -270,6 +270,14 @@ func (s *Server) ReportOutcome(_ context.Context, req *pb.ReportOutcomeRequest) 
 //
 // Only this goroutine sends on the stream; the checker never waits for it.
 func (s *Server) WatchTransitions(req *pb.WatchTransitionsRequest, stream grpc.ServerStreamingServer[pb.WatchTransitionsResponse]) error {
+	if req.GetStartRevision() == 0 {
+		// A snapshot is a read: with replicas it holds every write
+		// acknowledged before the call, on any replica ('pulsectl add'
+		// on one, then 'pulsectl wait' on another).
+		if err := s.catchUp(stream.Context()); err != nil {
+			return err
+		}
+	}
 	if rev := req.GetStartRevision(); rev > 0 {
 		// With replicas, a client may resume here from a revision another
 		// replica gave it: give this one a moment to catch up with it.
