@@ -475,6 +475,9 @@ func (h *Handler) serveTargets(w http.ResponseWriter, r *http.Request) {
 	if h.obs != nil {
 		seq = h.obs.seqNow()
 	}
+	// With replicas, list every write acknowledged before the request,
+	// on any replica; while etcd is unreachable this replica's view.
+	_ = h.c.CatchUp(r.Context())
 	list, rev := h.c.ListNow("") // List would wait for a store that cannot be written
 	if h.obs != nil {
 		h.obs.sweep(seq, liveSet(list))

@@ -106,6 +106,9 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	f := checker.Filter{Group: q.Get("group"), Source: remoteHost(r)}
+	if start == 0 {
+		_ = h.c.CatchUp(r.Context()) // the snapshot, as /api/targets
+	}
 	wch, err := h.c.Watch(f, start)
 	if start > 0 && (errors.Is(err, checker.ErrCompacted) || errors.Is(err, checker.ErrFutureRevision)) {
 		start = 0

@@ -1,0 +1,64 @@
+package web_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/etcdreg"
+	"github.com/pulsehealth/pulse/checker/etcdreg/etcdtest"
+	"github.com/pulsehealth/pulse/server/web"
+)
+
+// onEtcd opens replica id of a registry on etcd, to be run by the checker
+// given to it.
+func onEtcd(t *testing.T, endpoint, id string) *etcdreg.Registry {
+	t.Helper()
+	reg, err := etcdreg.Open(t.Context(), etcdreg.Options{
+		Endpoints: []string{endpoint}, Prefix: "/pulse-web-catchup/", ID: id, LeaseTTL: 10 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() }) // after the checker closes
+	return reg
+}
+
+// With replicas, the page's list and a feed's snapshot on one replica
+// hold every target added on another before the request.
+func TestPageFollowsWritesOfAnotherReplica(t *testing.T) {
+	etcd := etcdtest.Start(t, 0)
+	regA := onEtcd(t, etcd.Endpoint, "a")
+	a, err := checker.New(checker.Config{Shared: regA, NewProber: (&fakeProbers{}).New})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	regA.Run(a)
+	regB := onEtcd(t, etcd.Endpoint, "b")
+	b := newEnv(t, checker.Config{Shared: regB}, web.Config{})
+	regB.Run(b.c)
+
+	for i := range 30 {
+		name := fmt.Sprintf("web-%02d", i)
+		if _, _, err := a.Add(tcpSpec(name, "")); err != nil {
+			t.Fatal(err)
+		}
+		var p struct{ Targets []struct{ Name string } }
+		getJSON(t, b.srv.URL+"/api/targets?limit=1000", &p)
+		if len(p.Targets) != i+1 {
+			t.Fatalf("b's /api/targets right after a added %s: %d targets, want %d", name, len(p.Targets), i+1)
+		}
+		if i%10 == 9 {
+			f := b.openFeed(t, "/events", "")
+			ev := f.next(t)
+			var snap rowsData
+			ev.decode(t, &snap)
+			if ev.name != "snapshot" || snap.Total == nil || *snap.Total != i+1 {
+				t.Fatalf("b's feed after %d targets: %s with %v targets", i+1, ev.name, snap.Total)
+			}
+			f.resp.Body.Close()
+		}
+	}
+}
