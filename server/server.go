@@ -142,9 +142,9 @@ func (s *Server) Healthy(ctx context.Context, req *pb.HealthyRequest) (*pb.Healt
 // catchUp makes a read see every write acknowledged before it, on any
 // replica (checker.CatchUp): State, Healthy and ListTargets call it first,
 // and WatchTransitions before its snapshot. grpc.health's Check and Watch,
-// which load balancers call often, do not. It fails only when ctx ends or the checker
-// closes: while etcd is unreachable the read answers from this replica's
-// view.
+// which load balancers call often, do not. It fails only when ctx ends or
+// the checker closes: while etcd is unreachable the read answers from this
+// replica's view.
 func (s *Server) catchUp(ctx context.Context) error {
 	if err := s.c.CatchUp(ctx); err != nil {
 		if ctx.Err() != nil {
