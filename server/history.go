@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -22,6 +23,32 @@ type HistorySource interface {
 	Query(name string, now time.Time, window, resolution time.Duration) (history.Summary, error)
 	QueryGroup(group string, now time.Time, window, resolution time.Duration) (history.Summary, error)
 }
+
+// Directory says where clients reach a replica: Addresses returns the gRPC
+// address and the status page's URL the live replica id gives, empty for
+// what it does not give. A *etcdreg.Registry is one. Its methods must be
+// safe for concurrent use.
+type Directory interface {
+	Addresses(id string) (api, page string)
+}
+
+// WithDirectory sets where History finds the address of the replica that
+// keeps a target's history, to name it to the client. Without it, History
+// names the replica only.
+func WithDirectory(d Directory) Option {
+	return func(s *Server) { s.directory = d }
+}
+
+// ProbedElsewhere is the reason of the google.rpc.ErrorInfo a History
+// NOT_FOUND carries, on a replica, for a target another replica probes.
+// Its metadata: "replica", the one that probes it and keeps its history,
+// and where it says it is reached, "address" (host:port of its gRPC API)
+// and "page" (its status page's URL), each when known.
+const ProbedElsewhere = "PROBED_ELSEWHERE"
+
+// ErrorDomain is the domain of the google.rpc.ErrorInfo details pulsed
+// sends.
+const ErrorDomain = "pulse.v1.HealthChecker"
 
 // WithHistory sets what the History call reads. Without it, History
 // answers UNIMPLEMENTED.
@@ -46,7 +73,7 @@ func (s *Server) History(_ context.Context, req *pb.HistoryRequest) (*pb.History
 		sum, err = s.history.QueryGroup(req.GetGroup(), now, window, res)
 	}
 	if err != nil {
-		return nil, historyStatus(err, req)
+		return nil, s.historyStatus(err, req)
 	}
 	out := HistoryToProto(sum, res)
 	if sum.TimeAvailability >= 0 {
@@ -54,7 +81,7 @@ func (s *Server) History(_ context.Context, req *pb.HistoryRequest) (*pb.History
 	}
 	if req.GetGroup() != "" {
 		if out.Slo, err = s.groupSLO(req.GetGroup(), now); err != nil {
-			return nil, historyStatus(err, req)
+			return nil, s.historyStatus(err, req)
 		}
 	}
 	return out, nil
@@ -164,11 +191,12 @@ func historyRange(req *pb.HistoryRequest) (window, res time.Duration, err error)
 	return window, res, nil
 }
 
-func historyStatus(err error, req *pb.HistoryRequest) error {
+// historyStatus is History's error for err.
+func (s *Server) historyStatus(err error, req *pb.HistoryRequest) error {
 	var elsewhere *probedElsewhere
 	switch {
 	case errors.As(err, &elsewhere):
-		return status.Errorf(codes.NotFound, "no history of target %s here: replica %s probes it; ask it", Quote(req.GetTarget()), elsewhere.owner)
+		return s.probedElsewhereStatus(req.GetTarget(), elsewhere.owner)
 	case errors.Is(err, history.ErrUnknownTarget):
 		return status.Errorf(codes.NotFound, "no history of target %s here: no such target", Quote(req.GetTarget()))
 	case errors.Is(err, history.ErrUnknownGroup):
@@ -179,6 +207,32 @@ func historyStatus(err error, req *pb.HistoryRequest) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	return status.Errorf(codes.Unavailable, "reading the history: %v; retry", err)
+}
+
+// probedElsewhereStatus is History's NOT_FOUND for a target replica owner
+// probes: its message names the replica and its address, and an ErrorInfo
+// (ProbedElsewhere) gives them to a client that follows it.
+func (s *Server) probedElsewhereStatus(target, owner string) error {
+	var api, page string
+	if s.directory != nil {
+		api, page = s.directory.Addresses(owner)
+	}
+	where := ""
+	if api != "" {
+		where = " at " + api
+	}
+	st := status.Newf(codes.NotFound, "no history of target %s here: replica %s probes it; ask it%s", Quote(target), owner, where)
+	md := map[string]string{"replica": owner}
+	if api != "" {
+		md["address"] = api
+	}
+	if page != "" {
+		md["page"] = page
+	}
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: ProbedElsewhere, Domain: ErrorDomain, Metadata: md}); err == nil {
+		st = d
+	}
+	return st.Err()
 }
 
 // HistoryToProto returns the wire form of a history at a resolution.

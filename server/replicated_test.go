@@ -2,11 +2,14 @@ package server_test
 
 import (
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/pulsehealth/pulse/checker"
@@ -158,5 +161,42 @@ func TestHistoryNamesTheReplicaThatProbes(t *testing.T) {
 	own := start(t, checker.Config{Shared: ownedByR9{}, Observer: rec}, server.WithHistory(rec))
 	if got, err := own.client.History(t.Context(), &pb.HistoryRequest{Target: "web-1", Window: h}); err != nil || got.GetProbes() != 0 {
 		t.Errorf("history of web-1 on its owner before a probe: %d probes, %v; want an empty history", got.GetProbes(), err)
+	}
+}
+
+// directory is a server.Directory of fixed addresses.
+type directory map[string][2]string
+
+func (d directory) Addresses(id string) (string, string) { return d[id][0], d[id][1] }
+
+// With a directory, History's NOT_FOUND for another replica's target names
+// where that replica is reached, in its message and in an ErrorInfo a
+// client can follow; without the replica's address, the replica alone.
+func TestHistoryGivesTheAddressOfTheReplicaThatProbes(t *testing.T) {
+	rec := history.New(history.Options{})
+	for _, tc := range []struct {
+		dir      directory
+		msg      string
+		metadata map[string]string
+	}{
+		{directory{"r2": {"127.0.0.2:50051", "https://127.0.0.2:9090/"}},
+			`no history of target "web-1" here: replica r2 probes it; ask it at 127.0.0.2:50051`,
+			map[string]string{"replica": "r2", "address": "127.0.0.2:50051", "page": "https://127.0.0.2:9090/"}},
+		{directory{"r3": {"127.0.0.3:50051", ""}},
+			`no history of target "web-1" here: replica r2 probes it; ask it`,
+			map[string]string{"replica": "r2"}},
+	} {
+		e := start(t, checker.Config{Shared: ownedByR2{}, Observer: rec}, server.WithHistory(rec), server.WithDirectory(tc.dir))
+		_, err := e.client.History(t.Context(), &pb.HistoryRequest{Target: "web-1", Window: durationpb.New(time.Hour)})
+		wantCode(t, err, codes.NotFound, tc.msg)
+		var info *errdetails.ErrorInfo
+		for _, d := range status.Convert(err).Details() {
+			if i, ok := d.(*errdetails.ErrorInfo); ok {
+				info = i
+			}
+		}
+		if info == nil || info.GetReason() != server.ProbedElsewhere || info.GetDomain() != server.ErrorDomain || !maps.Equal(info.GetMetadata(), tc.metadata) {
+			t.Errorf("%v: ErrorInfo %v, want %s with %v", tc.dir, info, server.ProbedElsewhere, tc.metadata)
+		}
 	}
 }

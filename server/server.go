@@ -41,6 +41,7 @@ type Server struct {
 	history   HistorySource // nil: History answers UNIMPLEMENTED; see history.go
 	reload    func() []ReloadResult
 	discovery DiscoveryStatus // nil: ListDiscovery answers no group
+	directory Directory       // nil: History names another replica without its address
 }
 
 // Option configures a Server.

@@ -65,6 +65,10 @@ type Options struct {
 	// replicas that see the targets alike, say in one zone, share one. If
 	// empty, its ID.
 	Vantage string
+	// API and Page are where clients reach this replica, as the others
+	// name it to them: its gRPC address (host:port) and its status page's
+	// URL. Empty: not said.
+	API, Page string
 	// LeaseTTL is how long a replica that stops renewing its lease keeps
 	// its targets; if 0, 10s. At least 2s.
 	LeaseTTL time.Duration
@@ -87,6 +91,7 @@ type Registry struct {
 	prefix string
 	id     string
 	label  string // this replica's vantage
+	self   memberAddrs
 	ttl    time.Duration
 	logger *slog.Logger
 
@@ -95,8 +100,9 @@ type Registry struct {
 	wg     sync.WaitGroup
 
 	mu        sync.Mutex
-	members   []string          // live replicas' IDs, sorted
-	labels    map[string]string // their vantage labels, where not their IDs
+	members   []string               // live replicas' IDs, sorted
+	labels    map[string]string      // their vantage labels, where not their IDs
+	addrs     map[string]memberAddrs // their addresses, where they give them
 	lease     clientv3.LeaseID
 	createRev int64            // create revision of this replica's member key; 0 while it has none
 	loadRev   int64            // the revision Load read at
@@ -152,7 +158,12 @@ type memberRecord struct {
 	ID      string    `json:"id"`
 	Started time.Time `json:"started"`
 	Vantage string    `json:"vantage,omitempty"`
+	API     string    `json:"api,omitempty"`
+	Page    string    `json:"page,omitempty"`
 }
+
+// memberAddrs are where a member says its clients reach it.
+type memberAddrs struct{ api, page string }
 
 // Open connects to etcd, takes a lease and announces the replica.
 func Open(ctx context.Context, o Options) (*Registry, error) {
@@ -197,7 +208,7 @@ func Open(ctx context.Context, o Options) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to etcd at %s: %w", strings.Join(o.Endpoints, ","), err)
 	}
-	r := &Registry{cli: cli, prefix: o.Prefix, id: o.ID, label: o.Vantage, ttl: o.LeaseTTL, logger: o.Logger, known: make(map[string]int64), verdicts: make(map[string]bool), groups: make(map[string]checker.SharedGroup), labels: make(map[string]string)}
+	r := &Registry{cli: cli, prefix: o.Prefix, id: o.ID, label: o.Vantage, self: memberAddrs{o.API, o.Page}, ttl: o.LeaseTTL, logger: o.Logger, known: make(map[string]int64), verdicts: make(map[string]bool), groups: make(map[string]checker.SharedGroup), labels: make(map[string]string), addrs: make(map[string]memberAddrs)}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	cctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
 	defer cancel()
@@ -231,7 +242,7 @@ func (r *Registry) register(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	v, _ := json.Marshal(memberRecord{ID: r.id, Started: time.Now().UTC(), Vantage: r.label})
+	v, _ := json.Marshal(memberRecord{ID: r.id, Started: time.Now().UTC(), Vantage: r.label, API: r.self.api, Page: r.self.page})
 	key := r.memberKey(r.id)
 	// A member key of the same ID left by an earlier run of this replica
 	// is replaced: its lease is not ours.
@@ -264,7 +275,7 @@ func (r *Registry) Load() ([]checker.SharedTarget, uint64, error) {
 	var vantages []checker.VantageRecord
 	var records []outlier.Record
 	var samples []outlier.Sample
-	labels := map[string]string{}
+	memberVals := map[string][]byte{}
 	var members []string
 	var joined int64
 	r.mu.Lock()
@@ -295,9 +306,7 @@ func (r *Registry) Load() ([]checker.SharedTarget, uint64, error) {
 		case "members":
 			members = append(members, name)
 			joined = max(joined, kv.ModRevision)
-			if l := memberLabel(kv.Value); l != "" && l != name {
-				labels[name] = l
-			}
+			memberVals[name] = kv.Value
 		case "verdicts":
 			target, vd, err := decodeVerdict(name, kv.Value, kv.ModRevision)
 			if err != nil {
@@ -340,7 +349,10 @@ func (r *Registry) Load() ([]checker.SharedTarget, uint64, error) {
 	slices.Sort(members)
 	r.mu.Lock()
 	r.members = members
-	r.labels = labels
+	r.labels, r.addrs = map[string]string{}, map[string]memberAddrs{}
+	for name, v := range memberVals {
+		r.noteMemberLocked(name, v)
+	}
 	r.loadedVantages = vantages
 	r.loadedRecords = slices.DeleteFunc(records, func(rec outlier.Record) bool { return rec.Group == "" })
 	r.loadedSamples = samples
@@ -419,6 +431,34 @@ func (r *Registry) Members() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.members)
+}
+
+// Addresses returns where clients reach the live member id, as it says:
+// its gRPC address and its status page's URL; empty for what it does not
+// say, and for a member that is not live.
+func (r *Registry) Addresses(id string) (api, page string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, live := slices.BinarySearch(r.members, id); !live {
+		return "", ""
+	}
+	a := r.addrs[id]
+	return a.api, a.page
+}
+
+// noteMemberLocked keeps a live member's label and addresses as its key's
+// value gives them, and reports whether its label changed.
+func (r *Registry) noteMemberLocked(name string, v []byte) (relabeled bool) {
+	var m memberRecord
+	if json.Unmarshal(v, &m) != nil {
+		return false
+	}
+	if m.Vantage != "" && m.Vantage != name {
+		relabeled = r.labels[name] != m.Vantage
+		r.labels[name] = m.Vantage
+	}
+	r.addrs[name] = memberAddrs{m.API, m.Page}
+	return relabeled
 }
 
 // owner picks, for name, the member with the highest hash of (member,

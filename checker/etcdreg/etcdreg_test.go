@@ -83,20 +83,31 @@ func startReplica(t *testing.T, endpoint, id string, b *backend) *replica {
 
 func startReplicaTTL(t *testing.T, endpoint, id string, b *backend, ttl time.Duration) *replica {
 	t.Helper()
-	reg, err := etcdreg.Open(context.Background(), etcdreg.Options{
-		Endpoints: []string{endpoint}, Prefix: prefix, ID: id, LeaseTTL: ttl, Logger: testLogger(t),
-	})
+	return openReplica(t, etcdreg.Options{Endpoints: []string{endpoint}, ID: id, LeaseTTL: ttl}, b, nil)
+}
+
+// openReplica starts a replica with o (its Prefix and Logger set here)
+// and the tests' checker configuration, changed by change if not nil.
+func openReplica(t *testing.T, o etcdreg.Options, b *backend, change func(*checker.Config)) *replica {
+	t.Helper()
+	id := o.ID
+	o.Prefix, o.Logger = prefix, testLogger(t)
+	reg, err := etcdreg.Open(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := checker.New(checker.Config{
+	cfg := checker.Config{
 		Shared:   reg,
 		Logger:   testLogger(t),
 		Defaults: checker.Defaults{Interval: 50 * time.Millisecond, Timeout: 40 * time.Millisecond, Rise: 1, Fall: 1},
 		NewProber: func(s probe.Spec) (checker.Prober, error) {
 			return fakeProber{b: b, replica: id, name: s.HTTP.URL[strings.LastIndex(s.HTTP.URL, "/")+1:]}, nil
 		},
-	})
+	}
+	if change != nil {
+		change(&cfg)
+	}
+	c, err := checker.New(cfg)
 	if err != nil {
 		reg.Close()
 		t.Fatal(err)

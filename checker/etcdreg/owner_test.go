@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/pulsehealth/pulse/checker"
+	"github.com/pulsehealth/pulse/checker/etcdreg"
 	"github.com/pulsehealth/pulse/checker/etcdreg/etcdtest"
 )
 
@@ -104,4 +106,44 @@ func TestEveryReplicaNamesTheOwner(t *testing.T) {
 	}
 	before := b.count(next, "t00")
 	eventually(t, next+" probes t00", func() bool { return b.count(next, "t00") > before })
+}
+
+// Every replica knows where the others say their clients reach them, from
+// its first read of the members (r3) and as they join (r1 of r3); one that
+// leaves has none.
+func TestReplicasKnowEachOthersAddresses(t *testing.T) {
+	etcd := etcdtest.Start(t, 0)
+	b := newBackend()
+	ep := []string{etcd.Endpoint}
+	rs := []*replica{
+		openReplica(t, etcdreg.Options{Endpoints: ep, ID: "r1", LeaseTTL: 2 * time.Second, API: "127.0.0.1:50051", Page: "http://127.0.0.1:9090/"}, b, nil),
+		openReplica(t, etcdreg.Options{Endpoints: ep, ID: "r2", LeaseTTL: 2 * time.Second}, b, nil),
+		openReplica(t, etcdreg.Options{Endpoints: ep, ID: "r3", LeaseTTL: 2 * time.Second, API: "127.0.0.3:50051"}, b, nil),
+	}
+	want := map[string][2]string{"r1": {"127.0.0.1:50051", "http://127.0.0.1:9090/"}, "r2": {}, "r3": {"127.0.0.3:50051", ""}}
+	eventually(t, "every replica knows every one's addresses", func() bool {
+		for _, r := range rs {
+			for id, w := range want {
+				if api, page := r.reg.Addresses(id); api != w[0] || page != w[1] {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	for _, r := range rs {
+		for id, w := range want {
+			if api, page := r.reg.Addresses(id); api != w[0] || page != w[1] {
+				t.Errorf("%s says %s is at %q %q, want %q %q", r.id, id, api, page, w[0], w[1])
+			}
+		}
+	}
+	rs[0].stop()
+	eventually(t, "r1's addresses gone with it", func() bool {
+		api, page := rs[2].reg.Addresses("r1")
+		return api == "" && page == ""
+	})
+	if api, page := rs[2].reg.Addresses("nobody"); api != "" || page != "" {
+		t.Errorf("an unknown member's addresses: %q %q", api, page)
+	}
 }

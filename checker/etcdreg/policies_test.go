@@ -15,38 +15,13 @@ import (
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/etcdreg"
 	"github.com/pulsehealth/pulse/checker/etcdreg/etcdtest"
-	"github.com/pulsehealth/pulse/checker/probe"
 )
 
 // startReplicaWith is startReplica with a change to the checker's
 // configuration.
 func startReplicaWith(t *testing.T, endpoint, id string, b *backend, change func(*checker.Config)) *replica {
 	t.Helper()
-	reg, err := etcdreg.Open(context.Background(), etcdreg.Options{
-		Endpoints: []string{endpoint}, Prefix: prefix, ID: id, LeaseTTL: 2 * time.Second, Logger: testLogger(t),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := checker.Config{
-		Shared:   reg,
-		Logger:   testLogger(t),
-		Defaults: checker.Defaults{Interval: 50 * time.Millisecond, Timeout: 40 * time.Millisecond, Rise: 1, Fall: 1},
-		NewProber: func(s probe.Spec) (checker.Prober, error) {
-			return fakeProber{b: b, replica: id, name: s.HTTP.URL[strings.LastIndex(s.HTTP.URL, "/")+1:]}, nil
-		},
-	}
-	change(&cfg)
-	c, err := checker.New(cfg)
-	if err != nil {
-		reg.Close()
-		t.Fatal(err)
-	}
-	reg.Run(c)
-	c.Start()
-	r := &replica{id: id, reg: reg, c: c}
-	t.Cleanup(r.stop)
-	return r
+	return openReplica(t, etcdreg.Options{Endpoints: []string{endpoint}, ID: id, LeaseTTL: 2 * time.Second}, b, change)
 }
 
 func flapView(r *replica, name string) string {

@@ -167,15 +167,6 @@ func (r *Registry) ProposeVerdict(ctx context.Context, p checker.VerdictProposal
 	return nil
 }
 
-// memberLabel returns the label in a member key's value, "" if none.
-func memberLabel(v []byte) string {
-	var m memberRecord
-	if json.Unmarshal(v, &m) != nil {
-		return ""
-	}
-	return m.Vantage
-}
-
 type vantageRecord struct {
 	V        int       `json:"v"`
 	Label    string    `json:"label"`

@@ -219,14 +219,12 @@ func (r *Registry) changes(evs []*clientv3.Event) ([]checker.SharedChange, int64
 		case "members":
 			if put {
 				r.joinedRev = max(r.joinedRev, ev.Kv.ModRevision)
-				if l := memberLabel(ev.Kv.Value); l != "" && l != name {
-					if r.labels[name] != l {
-						membersChanged = true
-					}
-					r.labels[name] = l
+				if r.noteMemberLocked(name, ev.Kv.Value) {
+					membersChanged = true
 				}
 			} else {
 				delete(r.labels, name)
+				delete(r.addrs, name)
 			}
 			i, found := slices.BinarySearch(r.members, name)
 			switch {
@@ -309,11 +307,9 @@ func (r *Registry) resync(c Applier) (int64, error) {
 		case "members":
 			members = append(members, name)
 			joined = max(joined, orig)
-			if l := memberLabel(kv.Value); l != "" && l != name {
-				r.mu.Lock()
-				r.labels[name] = l
-				r.mu.Unlock()
-			}
+			r.mu.Lock()
+			r.noteMemberLocked(name, kv.Value)
+			r.mu.Unlock()
 		case "overload":
 			overloads = append(overloads, kv)
 		case "policies":

@@ -9,10 +9,7 @@ import (
 // The default flags have the bounds of the target fields they fill, and
 // their errors name the bound.
 func TestDefaultFlagBounds(t *testing.T) {
-	for _, tt := range []struct {
-		args []string
-		want string // "" means accepted
-	}{
+	checkFlags(t, []flagCase{
 		{[]string{"-interval", "24h", "-timeout", "1h", "-rise", "1000", "-fall", "1000", "-fast-interval", "24h", "-down-interval", "24h"}, ""},
 		{[]string{"-interval", "1ms", "-timeout", "1ms", "-fast-interval", "1ms"}, ""},
 		{[]string{"-interval", "24h1s"}, "-interval: default interval must be between 1ms and 24h0m0s, got 24h0m1s"},
@@ -36,7 +33,19 @@ func TestDefaultFlagBounds(t *testing.T) {
 		{[]string{"-page-out-after", "24h"}, ""},
 		{[]string{"-page-out-after", "-1s"}, "-page-out-after must be between 0 and 24h0m0s, got -1s"},
 		{[]string{"-page-out-after", "25h"}, "-page-out-after must be between 0 and 24h0m0s, got 25h0m0s"},
-	} {
+	})
+}
+
+// flagCase is a command line and what parseFlags says of it.
+type flagCase struct {
+	args []string
+	want string // "" means accepted, else a part of the error
+}
+
+// checkFlags checks parseFlags' answer to each case.
+func checkFlags(t *testing.T, cases []flagCase) {
+	t.Helper()
+	for _, tt := range cases {
 		var stderr bytes.Buffer
 		_, err := parseFlags(tt.args, &stderr)
 		switch {

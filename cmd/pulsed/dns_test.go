@@ -27,10 +27,7 @@ import (
 )
 
 func TestDNSFlags(t *testing.T) {
-	for _, tt := range []struct {
-		args []string
-		want string // "" means accepted
-	}{
+	checkFlags(t, []flagCase{
 		{[]string{"-dns-listen", "127.0.0.1:8600"}, ""},
 		{[]string{"-dns-listen", "localhost:8600", "-dns-domain", "consul", "-dns-ttl", "5s", "-dns-max-answers", "3"}, ""},
 		{[]string{"-dns-listen", "0.0.0.0:8600"}, "-dns-listen 0.0.0.0:8600 is reachable from other machines"},
@@ -47,16 +44,7 @@ func TestDNSFlags(t *testing.T) {
 		{[]string{"-dns-ttl", "1500ms"}, "-dns-ttl"}, // checked with DNS off too
 		{[]string{"-dns-allow", "nonsense"}, "-dns-allow"},
 		{[]string{}, ""},
-	} {
-		var stderr bytes.Buffer
-		_, err := parseFlags(tt.args, &stderr)
-		switch {
-		case tt.want == "" && err != nil:
-			t.Errorf("%q: %v, want accepted", tt.args, err)
-		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
-			t.Errorf("%q: %v, want an error containing %q", tt.args, err, tt.want)
-		}
-	}
+	})
 }
 
 var (

@@ -320,7 +320,8 @@ func run(args []string, stderr io.Writer) error {
 		shared *etcdreg.Registry
 	)
 	if cfg.registry.etcd() {
-		if shared, err = cfg.registry.openEtcd(logger); err != nil {
+		api, page := cfg.registry.advertised(ls, obs.tls != nil)
+		if shared, err = cfg.registry.openEtcd(logger, api, page); err != nil {
 			return err
 		}
 		// Closed after the checker (deferred below): leaving gives this
@@ -422,8 +423,13 @@ func run(args []string, stderr io.Writer) error {
 	sopts.StreamInterceptors = obs.streamInterceptors()
 	rl := &reloader{c: c, cfg: cfg, logger: logger}
 	obs.discovery = disc
-	gs, hs := server.NewGRPCServer(server.New(c, server.WithProgressInterval(cfg.watchProgress), server.WithHistory(hist.rec),
-		server.WithReload(rl.reload), server.WithDiscovery(disc)), sopts)
+	srvOpts := []server.Option{server.WithProgressInterval(cfg.watchProgress), server.WithHistory(hist.rec),
+		server.WithReload(rl.reload), server.WithDiscovery(disc)}
+	if shared != nil {
+		srvOpts = append(srvOpts, server.WithDirectory(shared))
+		obs.directory = shared
+	}
+	gs, hs := server.NewGRPCServer(server.New(c, srvOpts...), sopts)
 	stopXDS, err := startXDS(cfg, c, gs, obs.reg, logger)
 	if err != nil {
 		return err

@@ -39,6 +39,7 @@ type observability struct {
 	limit     func(net.Listener) net.Listener // the connection limits; nil: none
 	history   server.HistorySource            // badges; nil: none
 	discovery server.DiscoveryStatus          // the page's failing discovery sources; nil: none
+	directory server.Directory                // the other replicas' pages; nil: none
 
 	notReady atomic.Pointer[string] // why /readyz says 503; nil when ready
 	live     func() error           // what /healthz says (see startWatchdog); nil: live
@@ -181,6 +182,7 @@ func (o *observability) start(lis net.Listener, c *checker.Checker, gs *grpc.Ser
 			History:   o.history,
 			SLOs:      slos,
 			Discovery: o.discovery,
+			Directory: o.directory,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       o.idleTimeout,

@@ -8,8 +8,10 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +34,8 @@ type registryFlags struct {
 	// vantage is left out of the quorums (every replica must use the same).
 	vantage string
 	suspect checker.VantagePolicy
+	// advertiseHost is the host other machines reach this replica at.
+	advertiseHost string
 }
 
 func (r *registryFlags) register(fs *flag.FlagSet) {
@@ -44,6 +48,7 @@ func (r *registryFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.key, "etcd-key", "", "with -registry etcd: PEM `file` of the key of -etcd-cert")
 	fs.StringVar(&r.replicaID, "replica-id", "", "with -registry etcd: this replica's member `ID` (default: host name, process ID and a random suffix)")
 	fs.StringVar(&r.vantage, "vantage", "", "with -registry etcd: this replica's vantage `label`, e.g. its zone: a target with vantages k is probed from k distinct labels while there are enough; 1 to 64 of [A-Za-z0-9._:-] (default: the replica's ID)")
+	fs.StringVar(&r.advertiseHost, "advertise-host", "", "with -registry etcd: the host name or IP address clients on other machines reach this replica at; the other replicas name it, with this one's -listen and -http-listen ports, to whoever asks them for what this one keeps (pulsectl history follows it to a target's history, the status page links to it). Default: the IP address of -listen and of -http-listen, when it is not a wildcard (0.0.0.0, ::)")
 	fs.Float64Var(&r.suspect.SuspectShare, "vantage-suspect-share", checker.DefaultSuspectShare, "with -registry etcd: a vantage that says unhealthy of at least this share of the targets it probes with others, while most of the others see them healthy, is suspect and left out of every quorum until below half of it; in (0, 1], the same on every replica")
 	fs.IntVar(&r.suspect.SuspectMin, "vantage-suspect-min", checker.DefaultSuspectMin, "with -registry etcd: the fewest targets a vantage must probe with others to be judged suspect; at least 1, the same on every replica")
 	fs.DurationVar(&r.suspect.SuspectAfter, "vantage-suspect-after", checker.DefaultSuspectAfter, "with -registry etcd: how long a vantage must stay over -vantage-suspect-share before it is marked suspect; longer than the others take to see a real outage (about a probe interval), at most 1h")
@@ -54,7 +59,7 @@ func (r *registryFlags) register(fs *flag.FlagSet) {
 func (r *registryFlags) check(set map[string]bool, cfg *config) error {
 	switch r.kind {
 	case "embedded":
-		for _, f := range []string{"etcd-endpoints", "etcd-prefix", "etcd-lease-ttl", "replica-id", "etcd-ca", "etcd-cert", "etcd-key", "vantage", "vantage-suspect-share", "vantage-suspect-min", "vantage-suspect-after"} {
+		for _, f := range []string{"etcd-endpoints", "etcd-prefix", "etcd-lease-ttl", "replica-id", "etcd-ca", "etcd-cert", "etcd-key", "vantage", "advertise-host", "vantage-suspect-share", "vantage-suspect-min", "vantage-suspect-after"} {
 			if set[f] {
 				return fmt.Errorf("-%s needs -registry etcd", f)
 			}
@@ -74,6 +79,11 @@ func (r *registryFlags) check(set map[string]bool, cfg *config) error {
 		}
 		if err := r.checkVantage(set); err != nil {
 			return err
+		}
+		if set["advertise-host"] {
+			if err := checkHost(r.advertiseHost); err != nil {
+				return fmt.Errorf("-advertise-host: %w", err)
+			}
 		}
 		cfg.dataDir = ""
 	default:
@@ -103,8 +113,54 @@ func (r *registryFlags) checkVantage(set map[string]bool) error {
 	return nil
 }
 
-// openEtcd connects to etcd and announces this replica.
-func (r *registryFlags) openEtcd(logger *slog.Logger) (*etcdreg.Registry, error) {
+// checkHost accepts a host name or an IP address, without a port.
+func checkHost(h string) error {
+	if net.ParseIP(h) != nil {
+		return nil
+	}
+	if h == "" || len(h) > 253 || strings.Trim(h, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") != "" {
+		return fmt.Errorf("want a host name or an IP address, without a port, got %q", h)
+	}
+	return nil
+}
+
+// advertised returns the addresses this replica gives the others for its
+// clients: host:port of its gRPC listener, and its status page's URL
+// (https when the HTTP listener has TLS), each with -advertise-host or
+// else the listener's own IP address; "" where there is none to give (no
+// HTTP listener, a wildcard address).
+func (r *registryFlags) advertised(ls *listeners, httpTLS bool) (api, page string) {
+	api = advertisedAddr(r.advertiseHost, ls.grpc)
+	if ls.http != nil {
+		if a := advertisedAddr(r.advertiseHost, ls.http); a != "" {
+			page = "http://" + a + "/"
+			if httpTLS {
+				page = "https://" + a + "/"
+			}
+		}
+	}
+	return api, page
+}
+
+// advertisedAddr is host (or l's own IP address when host is "" and l's
+// is not a wildcard) with l's port, or "".
+func advertisedAddr(host string, l net.Listener) string {
+	a, ok := l.Addr().(*net.TCPAddr)
+	if !ok {
+		return ""
+	}
+	if host == "" {
+		if a.IP.IsUnspecified() {
+			return ""
+		}
+		host = a.IP.String()
+	}
+	return net.JoinHostPort(host, strconv.Itoa(a.Port))
+}
+
+// openEtcd connects to etcd and announces this replica, reached at api and
+// page (either may be "").
+func (r *registryFlags) openEtcd(logger *slog.Logger, api, page string) (*etcdreg.Registry, error) {
 	eps := r.endpointList()
 	tlsCfg, err := r.tlsConfig()
 	if err != nil {
@@ -117,12 +173,14 @@ func (r *registryFlags) openEtcd(logger *slog.Logger) (*etcdreg.Registry, error)
 		ID:        r.replicaID,
 		Vantage:   r.vantage,
 		LeaseTTL:  r.leaseTTL,
+		API:       api,
+		Page:      page,
 		Logger:    logger.With("component", "etcd"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("-registry etcd: %w", err)
 	}
-	logger.Info("joined the replicas on etcd", "replica", reg.ID(), "prefix", r.prefix, "endpoints", strings.Join(eps, ","))
+	logger.Info("joined the replicas on etcd", "replica", reg.ID(), "prefix", r.prefix, "endpoints", strings.Join(eps, ","), "advertised_api", api, "advertised_page", page)
 	return reg, nil
 }
 

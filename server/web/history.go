@@ -38,6 +38,8 @@ type historyJSON struct {
 	// uptime and latency here are then empty, and the events only those
 	// every replica sees.
 	KeptBy string `json:"keptBy,omitempty"`
+	// KeptByPage is the URL of KeptBy's status page, when it gives one.
+	KeptByPage string `json:"keptByPage,omitempty"`
 }
 
 type latencyJSON struct {
@@ -110,6 +112,9 @@ func (h *Handler) serveHistory(w http.ResponseWriter, r *http.Request) {
 		case "30d":
 			if self, _ := h.c.Replica(); serr == nil && sum.Probes == 0 && !st.ProbedBy(self) {
 				out.KeptBy = st.Owner
+				if h.dir != nil {
+					_, out.KeptByPage = h.dir.Addresses(st.Owner)
+				}
 			}
 			evs := sum.Events
 			if len(evs) > maxPageEvents {

@@ -121,3 +121,21 @@ func TestFeedFollowsTheOwner(t *testing.T) {
 		return len(d.Targets) == 1 && d.Targets[0].Name == "web-1" && d.Targets[0].Owner == "r3"
 	})
 }
+
+// pages is a server.Directory of the replicas' status pages.
+type pages map[string]string
+
+func (p pages) Addresses(id string) (string, string) { return "", p[id] }
+
+// With the replicas' pages known, a target's history on a replica that
+// does not probe it gives the page of the one that keeps it.
+func TestHistoryGivesThePageOfTheReplicaThatKeepsIt(t *testing.T) {
+	for _, dir := range []pages{{"r2": "https://127.0.0.2:9090/"}, {}} {
+		e := newEnv(t, checker.Config{Shared: ownedByR2{}}, web.Config{History: history.New(history.Options{}), Directory: dir})
+		var h struct{ KeptBy, KeptByPage string }
+		getJSON(t, e.srv.URL+"/api/history?target=web-1", &h)
+		if h.KeptBy != "r2" || h.KeptByPage != dir["r2"] {
+			t.Errorf("directory %v: keptBy %q keptByPage %q, want r2 %q", dir, h.KeptBy, h.KeptByPage, dir["r2"])
+		}
+	}
+}

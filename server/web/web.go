@@ -85,6 +85,9 @@ type Config struct {
 	// SLOs, if not nil, gives the status page each group's standing
 	// against its availability objective.
 	SLOs *SLOs
+	// Directory, if not nil, gives the status pages of the other
+	// replicas, which the page links to for what they keep.
+	Directory server.Directory
 }
 
 // Handler is the http.Handler of pulsed's HTTP listener. It is safe for
@@ -105,6 +108,7 @@ type Handler struct {
 	history   server.HistorySource   // nil: no badges, no /api/history
 	slos      *SLOs                  // nil: no objectives on the page
 	discovery server.DiscoveryStatus // nil: no discovery on the page
+	dir       server.Directory       // nil: no links to the other replicas' pages
 
 	writeTimeout time.Duration            // of each write to a client
 	backup       func() (Snapshot, error) // nil: no store
@@ -126,6 +130,7 @@ func NewHandler(cfg Config) *Handler {
 		history:   cfg.History,
 		slos:      cfg.SLOs,
 		discovery: cfg.Discovery,
+		dir:       cfg.Directory,
 
 		writeTimeout: cfg.WriteTimeout,
 		backup:       cfg.Backup,
