@@ -55,7 +55,22 @@ type Error struct {
 	Message string
 	// Method is the RPC, e.g. "State".
 	Method string
+
+	st *status.Status // as pulsed sent it, with its details; nil: made here
 }
+
+// Details of pulsed's errors: a google.rpc.ErrorInfo of domain ErrorDomain,
+// read with status.Convert(err).Details().
+const (
+	// ErrorDomain is the domain of pulsed's ErrorInfo details.
+	ErrorDomain = "pulse.v1.HealthChecker"
+	// ReasonProbedElsewhere is the reason of History's NOT_FOUND, on a
+	// replica, for a target another replica probes and keeps the history
+	// of. Its metadata: "replica", that replica's ID, and where it says
+	// it is reached, "address" (host:port of its API) and "page" (its
+	// status page's URL), each when it says so (pulsed -advertise-host).
+	ReasonProbedElsewhere = "PROBED_ELSEWHERE"
+)
 
 // Error returns "pulse: <Method>: <Code>: <Message>".
 func (e *Error) Error() string {
@@ -76,8 +91,13 @@ func (e *Error) Is(target error) bool {
 }
 
 // GRPCStatus returns e as a gRPC status, so that status.Code and
-// status.FromError see through it.
-func (e *Error) GRPCStatus() *status.Status { return status.New(e.Code, e.Message) }
+// status.FromError see through it; it has the details pulsed sent.
+func (e *Error) GRPCStatus() *status.Status {
+	if e.st != nil {
+		return e.st
+	}
+	return status.New(e.Code, e.Message)
+}
 
 // ErrClosed: the client was closed (Client.Close); no call can be made on
 // it any more.
@@ -98,5 +118,5 @@ func wrap(method string, err error) error {
 		return nil
 	}
 	st := status.Convert(err)
-	return &Error{Code: st.Code(), Message: st.Message(), Method: method}
+	return &Error{Code: st.Code(), Message: st.Message(), Method: method, st: st}
 }

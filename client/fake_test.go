@@ -14,11 +14,13 @@ import (
 
 // fakePulse is a scripted pulsed, for what a real one does not do on
 // demand: events of a kind this client does not know, a named
-// RESOURCE_EXHAUSTED, the metadata a call carries.
+// RESOURCE_EXHAUSTED, an error with details, the metadata a call carries.
 type fakePulse struct {
 	pb.UnimplementedHealthCheckerServer
 	// watch answers the n-th WatchTransitions call (from 0).
 	watch func(n int, req *pb.WatchTransitionsRequest, stream grpc.ServerStreamingServer[pb.WatchTransitionsResponse]) error
+	// history answers History.
+	history func(*pb.HistoryRequest) (*pb.HistoryResponse, error)
 
 	mu     sync.Mutex // protects the fields below
 	auth   string
@@ -42,6 +44,10 @@ func (f *fakePulse) WatchTransitions(req *pb.WatchTransitionsRequest, stream grp
 	f.starts = append(f.starts, req.GetStartRevision())
 	f.mu.Unlock()
 	return f.watch(n, req, stream)
+}
+
+func (f *fakePulse) History(_ context.Context, req *pb.HistoryRequest) (*pb.HistoryResponse, error) {
+	return f.history(req)
 }
 
 func (f *fakePulse) lastAuth() string {

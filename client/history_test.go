@@ -5,9 +5,15 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/history"
 	"github.com/pulsehealth/pulse/client"
+	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 	"github.com/pulsehealth/pulse/server"
 )
 
@@ -73,5 +79,29 @@ func TestHistory(t *testing.T) {
 	}
 	if _, err := c.History(ctx, client.HistoryQuery{Target: "db-1", Window: time.Hour, Resolution: time.Second}); !errors.Is(err, client.ErrInvalidArgument) {
 		t.Errorf("resolution 1s: %v; want ErrInvalidArgument", err)
+	}
+}
+
+// With replicas, History's NOT_FOUND for a target another replica probes
+// keeps the ErrorInfo that says where that replica is reached.
+func TestHistoryErrorKeepsItsDetails(t *testing.T) {
+	info := &errdetails.ErrorInfo{Reason: client.ReasonProbedElsewhere, Domain: client.ErrorDomain,
+		Metadata: map[string]string{"replica": "r2", "address": "127.0.0.2:50051"}}
+	f := &fakePulse{history: func(*pb.HistoryRequest) (*pb.HistoryResponse, error) {
+		st, err := status.New(codes.NotFound, `no history of target "web-1" here: replica r2 probes it; ask it at 127.0.0.2:50051`).WithDetails(info)
+		if err != nil {
+			return nil, err
+		}
+		return nil, st.Err()
+	}}
+	c, err := client.New(t.Context(), []string{f.serve(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.History(t.Context(), client.HistoryQuery{Target: "web-1", Window: time.Hour})
+	details := status.Convert(err).Details()
+	if !errors.Is(err, client.ErrNotFound) || len(details) != 1 || !proto.Equal(details[0].(proto.Message), info) {
+		t.Errorf("History: %v with details %v, want ErrNotFound with %v", err, details, info)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/history"
+	pulse "github.com/pulsehealth/pulse/client"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
@@ -38,17 +39,6 @@ type Directory interface {
 func WithDirectory(d Directory) Option {
 	return func(s *Server) { s.directory = d }
 }
-
-// ProbedElsewhere is the reason of the google.rpc.ErrorInfo a History
-// NOT_FOUND carries, on a replica, for a target another replica probes.
-// Its metadata: "replica", the one that probes it and keeps its history,
-// and where it says it is reached, "address" (host:port of its gRPC API)
-// and "page" (its status page's URL), each when known.
-const ProbedElsewhere = "PROBED_ELSEWHERE"
-
-// ErrorDomain is the domain of the google.rpc.ErrorInfo details pulsed
-// sends.
-const ErrorDomain = "pulse.v1.HealthChecker"
 
 // WithHistory sets what the History call reads. Without it, History
 // answers UNIMPLEMENTED.
@@ -211,7 +201,7 @@ func (s *Server) historyStatus(err error, req *pb.HistoryRequest) error {
 
 // probedElsewhereStatus is History's NOT_FOUND for a target replica owner
 // probes: its message names the replica and its address, and an ErrorInfo
-// (ProbedElsewhere) gives them to a client that follows it.
+// (client.ReasonProbedElsewhere) gives them to a client that follows it.
 func (s *Server) probedElsewhereStatus(target, owner string) error {
 	var api, page string
 	if s.directory != nil {
@@ -229,7 +219,7 @@ func (s *Server) probedElsewhereStatus(target, owner string) error {
 	if page != "" {
 		md["page"] = page
 	}
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: ProbedElsewhere, Domain: ErrorDomain, Metadata: md}); err == nil {
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: pulse.ReasonProbedElsewhere, Domain: pulse.ErrorDomain, Metadata: md}); err == nil {
 		st = d
 	}
 	return st.Err()

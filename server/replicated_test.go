@@ -16,6 +16,7 @@ import (
 	"github.com/pulsehealth/pulse/checker/fakeshared"
 	"github.com/pulsehealth/pulse/checker/history"
 	"github.com/pulsehealth/pulse/checker/probe"
+	pulse "github.com/pulsehealth/pulse/client"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 	"github.com/pulsehealth/pulse/server"
 )
@@ -195,8 +196,8 @@ func TestHistoryGivesTheAddressOfTheReplicaThatProbes(t *testing.T) {
 				info = i
 			}
 		}
-		if info == nil || info.GetReason() != server.ProbedElsewhere || info.GetDomain() != server.ErrorDomain || !maps.Equal(info.GetMetadata(), tc.metadata) {
-			t.Errorf("%v: ErrorInfo %v, want %s with %v", tc.dir, info, server.ProbedElsewhere, tc.metadata)
+		if info == nil || info.GetReason() != pulse.ReasonProbedElsewhere || info.GetDomain() != pulse.ErrorDomain || !maps.Equal(info.GetMetadata(), tc.metadata) {
+			t.Errorf("%v: ErrorInfo %v, want %s with %v", tc.dir, info, pulse.ReasonProbedElsewhere, tc.metadata)
 		}
 	}
 }

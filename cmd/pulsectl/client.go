@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"regexp"
@@ -113,6 +114,23 @@ func (cf *clientFlags) newClient(ctx context.Context, e *env) (*client, bool) {
 		e.errorf("%v", err)
 		return nil, false
 	}
+	return cf.connect(ctx, e)
+}
+
+// at returns a client of the pulsed at addr, another replica of the one
+// asked, with the settings in force (TLS, token) but the address, which
+// where says the source of.
+func (cf *clientFlags) at(ctx context.Context, e *env, addr, where string) (*client, bool) {
+	other := *cf
+	other.addr = addr
+	other.sources = maps.Clone(cf.sources)
+	other.sources["addr"] = where
+	return other.connect(ctx, e)
+}
+
+// connect returns a client of the pulsed at cf.addr, with the settings
+// resolved.
+func (cf *clientFlags) connect(ctx context.Context, e *env) (*client, bool) {
 	opts, err := cf.conn.ClientOptions()
 	if err != nil {
 		e.errorf("%v", err)

@@ -7,10 +7,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	pulse "github.com/pulsehealth/pulse/client"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
@@ -31,8 +33,11 @@ bound of pulsed's latency bucket that holds them (1ms, 5ms, 10ms, 25ms, 50ms,
 
 pulsed keeps the history in its data directory (in memory with -data-dir ""):
 24 hours by the minute, 30 days by the hour. With replicas on etcd each
-replica keeps what it probed: ask the one that probes the target, which
-another names when asked (and pulsectl state shows as owner).`,
+replica keeps what it probed. Asked of another, history asks the replica
+that probes the target, with the same TLS settings and token, when the one
+asked says where it is reached (pulsed -advertise-host), and says so on
+stderr; otherwise it prints which replica to ask (pulsectl state shows it
+as owner).`,
 		example: `
 pulsectl history web-1
 pulsectl history --group edge --window 7d
@@ -87,6 +92,21 @@ func runHistory(ctx context.Context, e *env, c *command, args []string) int {
 	cctx, cancel := cl.callCtx(ctx)
 	defer cancel()
 	resp, err := cl.History(cctx, req)
+	if owner, addr := probedElsewhere(err); addr != "" {
+		// With replicas: the replica that probes the target keeps its
+		// history, and the one asked says where it is. Once: a target
+		// whose owner moved meanwhile is the next command's.
+		fmt.Fprintf(e.stderr, "replica %s probes %s and keeps its history: asking it at %s\n", owner, name, addr)
+		other, ok := cf.at(ctx, e, addr, "replica "+owner+", as pulsed at "+cl.addr+" named it")
+		if !ok {
+			return exitUsage
+		}
+		defer other.Close()
+		octx, ocancel := other.callCtx(ctx)
+		defer ocancel()
+		resp, err = other.History(octx, req)
+		cl = other
+	}
 	if err != nil {
 		if st := status.Convert(err); st.Code() == codes.NotFound && !strings.HasSuffix(st.Message(), "no such target") {
 			// With replicas: the target is another replica's, which
@@ -100,6 +120,21 @@ func runHistory(ctx context.Context, e *env, c *command, args []string) int {
 	}
 	printHistory(e, escaped(resp), *window)
 	return exitOK
+}
+
+// probedElsewhere returns the replica and its address that a History
+// NOT_FOUND names as probing the target, when it does.
+func probedElsewhere(err error) (replica, addr string) {
+	st := status.Convert(err)
+	if st.Code() != codes.NotFound {
+		return "", ""
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == pulse.ReasonProbedElsewhere && info.GetDomain() == pulse.ErrorDomain {
+			return info.GetMetadata()["replica"], info.GetMetadata()["address"]
+		}
+	}
+	return "", ""
 }
 
 func printHistory(e *env, h *pb.HistoryResponse, window string) {

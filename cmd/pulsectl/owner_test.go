@@ -8,10 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	pulse "github.com/pulsehealth/pulse/client"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
@@ -21,6 +24,7 @@ import (
 type ownerPulse struct {
 	pb.UnimplementedHealthCheckerServer
 	owner string
+	addr  string // where owner is reached, as its History NOT_FOUND says; "": not said
 }
 
 func (p ownerPulse) State(context.Context, *pb.StateRequest) (*pb.StateResponse, error) {
@@ -37,7 +41,55 @@ func (p ownerPulse) State(context.Context, *pb.StateRequest) (*pb.StateResponse,
 
 // History is a replica's answer for a target another replica probes.
 func (p ownerPulse) History(context.Context, *pb.HistoryRequest) (*pb.HistoryResponse, error) {
-	return nil, status.Errorf(codes.NotFound, "no history of target %q here: replica %s probes it; ask it", "web-1", p.owner)
+	st := status.Newf(codes.NotFound, "no history of target %q here: replica %s probes it; ask it", "web-1", p.owner)
+	if p.addr != "" {
+		st, _ = st.WithDetails(&errdetails.ErrorInfo{Reason: pulse.ReasonProbedElsewhere, Domain: pulse.ErrorDomain,
+			Metadata: map[string]string{"replica": p.owner, "address": p.addr}})
+	}
+	return nil, st.Err()
+}
+
+// keeperPulse answers History as the replica that probes web-1 does, and
+// keeps the token each call came with.
+type keeperPulse struct {
+	pb.UnimplementedHealthCheckerServer
+	tokens chan string
+}
+
+func (p keeperPulse) History(ctx context.Context, req *pb.HistoryRequest) (*pb.HistoryResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	p.tokens <- strings.Join(md.Get("authorization"), ",")
+	return &pb.HistoryResponse{Target: req.GetTarget(), Group: "edge", Resolution: durationpb.New(time.Hour), Probes: 10, Failures: 1, Availability: ptr(0.9)}, nil
+}
+
+// history asked of a replica that names where the replica probing the
+// target is reached asks that one, with the same token, says so on
+// stderr, and prints its answer; once only.
+func TestHistoryFollowsTheOwner(t *testing.T) {
+	keeper := keeperPulse{tokens: make(chan string, 2)}
+	keeperAddr := serveAPI(t, keeper)
+	r := pulsectl(t, "history", "web-1", "--token", "s3cret", "--addr", serveAPI(t, ownerPulse{owner: "r2", addr: keeperAddr}))
+	if r.code != exitOK || !strings.Contains(r.stdout, "web-1 (group edge), last 24h") || !strings.Contains(r.stdout, "90.00% (9 of 10 probes passed)") {
+		t.Fatalf("history: exit %d\n%s%s\nwant r2's history of web-1", r.code, r.stdout, r.stderr)
+	}
+	if want := "replica r2 probes web-1 and keeps its history: asking it at " + keeperAddr; !strings.Contains(r.stderr, want) {
+		t.Errorf("stderr %q, want %q", r.stderr, want)
+	}
+	if tok := <-keeper.tokens; tok != "Bearer s3cret" {
+		t.Errorf("r2 was asked with authorization %q, want the token given", tok)
+	}
+
+	// An owner that in turn names another is not followed further.
+	r = pulsectl(t, "history", "web-1", "--addr", serveAPI(t, ownerPulse{owner: "r2", addr: serveAPI(t, ownerPulse{owner: "r3", addr: keeperAddr})}))
+	if want := `replica r3 probes it; ask it`; r.code != exitNotFound || !strings.Contains(r.stderr, want) {
+		t.Errorf("history with the owner moved again: exit %d, %q; want exit %d and %q", r.code, r.stderr, exitNotFound, want)
+	}
+	// An owner that cannot be reached says which address it was.
+	closed := closedAddr(t)
+	r = pulsectl(t, "history", "web-1", "--addr", serveAPI(t, ownerPulse{owner: "r2", addr: closed}))
+	if r.code == exitOK || !strings.Contains(r.stderr, closed) {
+		t.Errorf("history with r2 unreachable: exit %d, %q; want an error naming %s", r.code, r.stderr, closed)
+	}
 }
 
 // history on a replica that does not probe the target passes on which
