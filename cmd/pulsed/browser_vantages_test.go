@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,8 +17,9 @@ import (
 // with one chip per vantage, coloured by its verdict; the chips follow
 // the target down without a reload, and its history lists the verdicts
 // with their errors and names its owner; a target another replica probes
-// says which one keeps its history. Skips without chromium, as
-// TestStatusPageInBrowser.
+// says which one keeps its history and links to that one's page, which
+// the link opens on the target's details, with the history it keeps.
+// Skips without chromium, as TestStatusPageInBrowser.
 func TestStatusPageVantagesInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs pulsed, etcd and chromium")
@@ -52,7 +54,7 @@ func TestStatusPageVantagesInBrowser(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	base := "http://" + regexp.MustCompile(`msg="http listening" .*addr=(\S+)`).FindStringSubmatch(reps[1].Logs())[1]
+	base := httpBase(reps[1])
 
 	b := startChromium(t, chromium)
 	page := b.newPage(t)
@@ -109,11 +111,52 @@ func TestStatusPageVantagesInBrowser(t *testing.T) {
 	page.waitFor(t, `document.getElementById("detail").dataset.loaded`, "1")
 	page.waitFor(t, `document.getElementById("detail-msg").textContent`,
 		"no probe of it recorded by this replica: replica "+keeper+" probes it and keeps its history (open its status page)")
+	// The link opens the keeper's page, as it advertises it, on the same
+	// target; r2's URL names the target while its details are open.
+	var keeperAt *pulsed
+	for i, p := range reps {
+		if fmt.Sprintf("r%d", i+1) == keeper {
+			keeperAt = p
+		}
+	}
+	href := page.evaluate(t, `(() => { const a = document.querySelector("#detail-msg a"); return a ? a.href : ""; })()`)
+	if want := httpBase(keeperAt) + "/?target=" + other; href != want {
+		t.Fatalf("the details of %s link to %q, want %q", other, href, want)
+	}
+	page.waitFor(t, `location.search`, "?target="+other)
+	page.evaluate(t, `document.getElementById("detail-close").click(); ""`)
+	page.waitFor(t, `location.search`, "")
 	if n := page.navigations(); n != 1 {
 		t.Errorf("%d navigations of the page, want the first only", n)
 	}
+
+	owned := b.newPage(t)
+	owned.call(t, "Page.enable", nil, nil)
+	owned.call(t, "Runtime.enable", nil, nil)
+	owned.call(t, "Page.navigate", map[string]any{"url": href}, nil)
+	owned.waitFor(t, `document.getElementById("detail").dataset.loaded`, "1")
+	// The owner comes from the target's row: the details open once the
+	// list is loaded.
+	owned.waitFor(t, `document.getElementById("detail-name").textContent + ": " + document.getElementById("detail-owner").textContent`,
+		other+": probed by replica "+keeper+" (this one)")
+	if msg := owned.evaluate(t, `document.getElementById("detail-msg").textContent`); strings.Contains(msg, "keeps its history") {
+		t.Errorf("on %s's own page, %s's details say %q", keeper, other, msg)
+	}
+	if up := owned.evaluate(t, `document.querySelector('#detail-uptime dd[data-window="1h"]').textContent`); up == "—" {
+		t.Errorf("on %s's own page, %s's uptime over 1h is %q, want the probes it recorded", keeper, other, up)
+	}
+	if got := owned.evaluate(t, `location.search`); got != "?target="+other {
+		t.Errorf("%s's page lost the target from its URL: %q", keeper, got)
+	}
+	owned.screenshot(t, filepath.Join(artifacts, "status-page-keeper.png"))
 	if errs := page.exceptions(); len(errs) > 0 {
-		t.Errorf("the page threw: %v", errs)
+		t.Errorf("the pages threw: %v", errs)
 	}
 	b.close(t)
+}
+
+// httpBase is the URL of p's HTTP listener, as p logs it, without a
+// trailing slash.
+func httpBase(p *pulsed) string {
+	return "http://" + regexp.MustCompile(`msg="http listening" .*addr=(\S+)`).FindStringSubmatch(p.Logs())[1]
 }

@@ -128,7 +128,8 @@ type pages map[string]string
 func (p pages) Addresses(id string) (string, string) { return "", p[id] }
 
 // With the replicas' pages known, a target's history on a replica that
-// does not probe it gives the page of the one that keeps it.
+// does not probe it gives the page of the one that keeps it, which the
+// page links to (TestStatusPageVantagesInBrowser follows the link).
 func TestHistoryGivesThePageOfTheReplicaThatKeepsIt(t *testing.T) {
 	for _, dir := range []pages{{"r2": "https://127.0.0.2:9090/"}, {}} {
 		e := newEnv(t, checker.Config{Shared: ownedByR2{}}, web.Config{History: history.New(history.Options{}), Directory: dir})
@@ -136,6 +137,9 @@ func TestHistoryGivesThePageOfTheReplicaThatKeepsIt(t *testing.T) {
 		getJSON(t, e.srv.URL+"/api/history?target=web-1", &h)
 		if h.KeptBy != "r2" || h.KeptByPage != dir["r2"] {
 			t.Errorf("directory %v: keptBy %q keptByPage %q, want r2 %q", dir, h.KeptBy, h.KeptByPage, dir["r2"])
+		}
+		if _, js := get(t, e.srv.URL+"/app.js"); !strings.Contains(js, "h.keptByPage") {
+			t.Error("app.js never reads keptByPage")
 		}
 	}
 }

@@ -135,6 +135,7 @@ const view = {
   matched: 0,
   skew: 0,            // server clock minus browser clock, ms
   replica: "",        // the replica serving the page, with replicas on etcd
+  detailToOpen: "",   // the target whose details the URL asks for, opened once the list is loaded
   es: null, esNames: null,
   reloadTimer: null, loading: false, again: false,
   gen: 0,             // bumped when the page locks: answers to older requests are dropped
@@ -148,6 +149,7 @@ function readURL() {
   view.offset = Math.max(0, parseInt(p.get("offset") || "0", 10) || 0);
   view.sort = p.get("sort") || "severity";
   view.desc = p.get("desc") === "1";
+  view.detailToOpen = p.get("target") || "";
   $("q").value = view.q;
   $("state").value = view.state;
 }
@@ -160,6 +162,7 @@ function writeURL() {
   if (view.offset) p.set("offset", String(view.offset));
   if (view.sort !== "severity") p.set("sort", view.sort);
   if (view.desc) p.set("desc", "1");
+  if ($("detail").dataset.name) p.set("target", $("detail").dataset.name);
   const s = p.toString();
   history.replaceState(null, "", s ? "?" + s : location.pathname);
 }
@@ -192,6 +195,13 @@ async function reload() {
     renderRange(page);
     const names = page.targets.map((t) => t.name).join(",");
     if (names !== view.esNames || !view.es || view.es.readyState === Feed.CLOSED) connect(names);
+    // Opened after the list, not before: the details take the target's
+    // owner and vantages from its row, and the history needs the token
+    // a locked page is still waiting for.
+    if (view.detailToOpen) {
+      openDetail(view.detailToOpen);
+      view.detailToOpen = "";
+    }
   } catch (err) {
     if (gen !== view.gen) return;
     setConn("disconnected", "cannot load targets: " + err.message);
@@ -671,6 +681,7 @@ async function openDetail(name) {
   d.hidden = false;
   d.dataset.name = name;
   d.dataset.loaded = "";
+  writeURL();
   $("detail-name").textContent = name;
   $("detail-msg").textContent = "loading…";
   $("detail-uptime").replaceChildren();
@@ -700,6 +711,7 @@ function closeDetail() {
   d.hidden = true;
   d.dataset.name = "";
   d.dataset.loaded = "";
+  writeURL();
   for (const id of ["detail-name", "detail-msg", "detail-top", "detail-vantages", "detail-owner"]) $(id).textContent = "";
   $("detail-uptime").replaceChildren();
   $("detail-chart").replaceChildren();
@@ -755,8 +767,12 @@ function eventItem(e) {
 function renderDetail(h) {
   // With replicas, the replica that probes a target keeps its history:
   // say so rather than show an empty one as if it were the target's.
-  const kept = h.keptBy ? `no probe of it recorded by this replica: replica ${h.keptBy} probes it and keeps its history (open its status page)` : "";
-  $("detail-msg").textContent = [h.group ? "group " + h.group : "", kept].filter(Boolean).join("; ");
+  const msg = $("detail-msg");
+  msg.replaceChildren(h.group ? "group " + h.group : "");
+  if (h.keptBy) {
+    msg.append((h.group ? "; " : "") + `no probe of it recorded by this replica: replica ${h.keptBy} probes it and keeps its history (`,
+      keeperPageLink(h), ")");
+  }
   $("detail-uptime").replaceChildren(...["1h", "24h", "7d", "30d"].map((w) => {
     const div = document.createElement("div");
     const dt = document.createElement("dt");
@@ -790,6 +806,27 @@ function renderDetail(h) {
     li.textContent = "none";
     $("detail-events").append(li);
   }
+}
+
+// keeperPageLink is "open its status page", a link to the page of the
+// replica that keeps h's history, opened on the same target, when h gives
+// that page. The URL comes from another replica's member key: only http
+// and https become links, so that a javascript: URL put there runs
+// nothing here.
+function keeperPageLink(h) {
+  const text = "open its status page";
+  let url;
+  try {
+    url = new URL(h.keptByPage);
+  } catch (err) {
+    return text; // none given
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") return text;
+  url.search = "target=" + encodeURIComponent(h.target);
+  const a = document.createElement("a");
+  a.href = url.href;
+  a.textContent = text;
+  return a;
 }
 
 // fmtUptime prints a share as an uptime, never rounded up to 100%.
