@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -25,9 +26,10 @@ func onEtcd(t *testing.T, endpoint, id string) *etcdreg.Registry {
 	return reg
 }
 
-// With replicas, the page's list and a feed's snapshot on one replica
-// hold every target added on another before the request.
-func TestPageFollowsWritesOfAnotherReplica(t *testing.T) {
+// twoReplicas starts replica a, a bare checker, and replica b, serving
+// the page, on one etcd.
+func twoReplicas(t *testing.T) (*checker.Checker, *env) {
+	t.Helper()
 	etcd := etcdtest.Start(t, 0)
 	regA := onEtcd(t, etcd.Endpoint, "a")
 	a, err := checker.New(checker.Config{Shared: regA, NewProber: (&fakeProbers{}).New})
@@ -39,6 +41,13 @@ func TestPageFollowsWritesOfAnotherReplica(t *testing.T) {
 	regB := onEtcd(t, etcd.Endpoint, "b")
 	b := newEnv(t, checker.Config{Shared: regB}, web.Config{})
 	regB.Run(b.c)
+	return a, b
+}
+
+// With replicas, the page's list and a feed's snapshot on one replica
+// hold every target added on another before the request.
+func TestPageFollowsWritesOfAnotherReplica(t *testing.T) {
+	a, b := twoReplicas(t)
 
 	for i := range 30 {
 		name := fmt.Sprintf("web-%02d", i)
@@ -60,5 +69,31 @@ func TestPageFollowsWritesOfAnotherReplica(t *testing.T) {
 			}
 			f.resp.Body.Close()
 		}
+	}
+}
+
+// With replicas behind one address, a feed resumes on one replica from
+// the last id another gave it, with no snapshot, even when this replica
+// has not applied that revision yet.
+func TestFeedResumesFromAnotherReplicasID(t *testing.T) {
+	a, b := twoReplicas(t)
+
+	for i := range 20 {
+		if _, _, err := a.Add(tcpSpec(fmt.Sprintf("web-%02d", i), "")); err != nil {
+			t.Fatal(err)
+		}
+		last := a.Revision() // the id a's feed last sent
+		f := b.openFeed(t, "/events", strconv.FormatUint(last, 10))
+		next := fmt.Sprintf("next-%02d", i)
+		if _, _, err := a.Add(tcpSpec(next, "")); err != nil {
+			t.Fatal(err)
+		}
+		ev := f.next(t, "results", "progress", "transition")
+		var d struct{ Target struct{ Name string } }
+		ev.decode(t, &d)
+		if ev.name != "added" || d.Target.Name != next {
+			t.Fatalf("b's feed resumed from a's revision %d: first event %s (%s), want %s added", last, ev.name, ev.data, next)
+		}
+		f.resp.Body.Close()
 	}
 }

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,6 +48,11 @@ type registryJSON struct {
 	Target   row    `json:"target"`
 }
 
+// resumeWait bounds how long a feed that resumes from a revision this
+// replica has not applied yet waits for it before it starts over with a
+// snapshot.
+const resumeWait = 5 * time.Second
+
 // rowsJSON is the data of a "snapshot" or "results" event.
 type rowsJSON struct {
 	// Revision: the rows reflect every event up to it (and maybe later).
@@ -80,8 +86,9 @@ type rowsJSON struct {
 // replicas changed, which moves owners with no event of its own), and
 // "progress" events (id: the current revision) when idle. A browser that
 // reconnects sends the last id as Last-Event-ID and the feed resumes after
-// it, with no snapshot; if that revision is no longer held (or comes from
-// another pulsed) the feed starts over with a snapshot. A feed that falls
+// it, with no snapshot; with replicas, also from an id another replica gave
+// (once this one has applied it, within 5s). If that revision is no longer
+// held (or comes from another pulsed) the feed starts over with a snapshot. A feed that falls
 // further behind than the history holds gets an "end" event and is closed,
 // and the browser's reconnect resumes it. Each feed takes one of the
 // checker's watchers (pulsed -max-watchers, shared with WatchTransitions,
@@ -106,12 +113,21 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	f := checker.Filter{Group: q.Get("group"), Source: remoteHost(r)}
+	if start > 0 {
+		// With replicas behind one address, a browser may resume here
+		// from a revision another replica gave it: give this one a
+		// moment to catch up with it, as WatchTransitions does.
+		ctx, cancel := context.WithTimeout(r.Context(), resumeWait)
+		_ = h.c.WaitRevision(ctx, start)
+		cancel()
+	}
 	if start == 0 {
 		_ = h.c.CatchUp(r.Context()) // the snapshot, as /api/targets
 	}
 	wch, err := h.c.Watch(f, start)
 	if start > 0 && (errors.Is(err, checker.ErrCompacted) || errors.Is(err, checker.ErrFutureRevision)) {
 		start = 0
+		_ = h.c.CatchUp(r.Context())
 		wch, err = h.c.Watch(f, 0)
 	}
 	switch {
