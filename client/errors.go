@@ -63,7 +63,7 @@ type Error struct {
 // read with status.Convert(err).Details().
 const (
 	// ErrorDomain is the domain of pulsed's ErrorInfo details.
-	ErrorDomain = "pulse.v1.HealthChecker"
+	ErrorDomain = "github.com/pulsehealth/pulse"
 	// ReasonProbedElsewhere is the reason of History's NOT_FOUND, on a
 	// replica, for a target another replica probes and keeps the history
 	// of. Its metadata: "replica", that replica's ID, and where it says

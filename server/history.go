@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -47,7 +49,7 @@ func WithHistory(h HistorySource) Option {
 }
 
 // History returns a target's or a group's recorded history.
-func (s *Server) History(_ context.Context, req *pb.HistoryRequest) (*pb.HistoryResponse, error) {
+func (s *Server) History(ctx context.Context, req *pb.HistoryRequest) (*pb.HistoryResponse, error) {
 	if s.history == nil {
 		return nil, status.Error(codes.Unimplemented, "this pulsed keeps no history")
 	}
@@ -63,7 +65,7 @@ func (s *Server) History(_ context.Context, req *pb.HistoryRequest) (*pb.History
 		sum, err = s.history.QueryGroup(req.GetGroup(), now, window, res)
 	}
 	if err != nil {
-		return nil, s.historyStatus(err, req)
+		return nil, s.historyStatus(err, req, peerHost(ctx))
 	}
 	out := HistoryToProto(sum, res)
 	if sum.TimeAvailability >= 0 {
@@ -71,7 +73,7 @@ func (s *Server) History(_ context.Context, req *pb.HistoryRequest) (*pb.History
 	}
 	if req.GetGroup() != "" {
 		if out.Slo, err = s.groupSLO(req.GetGroup(), now); err != nil {
-			return nil, s.historyStatus(err, req)
+			return nil, s.historyStatus(err, req, peerHost(ctx))
 		}
 	}
 	return out, nil
@@ -181,12 +183,12 @@ func historyRange(req *pb.HistoryRequest) (window, res time.Duration, err error)
 	return window, res, nil
 }
 
-// historyStatus is History's error for err.
-func (s *Server) historyStatus(err error, req *pb.HistoryRequest) error {
+// historyStatus is History's error for err, to a client at peer.
+func (s *Server) historyStatus(err error, req *pb.HistoryRequest, peer string) error {
 	var elsewhere *probedElsewhere
 	switch {
 	case errors.As(err, &elsewhere):
-		return s.probedElsewhereStatus(req.GetTarget(), elsewhere.owner)
+		return s.probedElsewhereStatus(req.GetTarget(), elsewhere.owner, peer)
 	case errors.Is(err, history.ErrUnknownTarget):
 		return status.Errorf(codes.NotFound, "no history of target %s here: no such target", Quote(req.GetTarget()))
 	case errors.Is(err, history.ErrUnknownGroup):
@@ -199,13 +201,20 @@ func (s *Server) historyStatus(err error, req *pb.HistoryRequest) error {
 	return status.Errorf(codes.Unavailable, "reading the history: %v; retry", err)
 }
 
-// probedElsewhereStatus is History's NOT_FOUND for a target replica owner
-// probes: its message names the replica and its address, and an ErrorInfo
-// (client.ReasonProbedElsewhere) gives them to a client that follows it.
-func (s *Server) probedElsewhereStatus(target, owner string) error {
+// probedElsewhereStatus is History's NOT_FOUND, to a client at peer, for a
+// target replica owner probes: its message names the replica and its
+// address, and an ErrorInfo (client.ReasonProbedElsewhere) gives them to a
+// client that follows it.
+func (s *Server) probedElsewhereStatus(target, owner, peer string) error {
 	var api, page string
 	if s.directory != nil {
 		api, page = s.directory.Addresses(owner)
+		if !ReachableFrom(api, peer) {
+			api = ""
+		}
+		if !ReachableFrom(page, peer) {
+			page = ""
+		}
 	}
 	where := ""
 	if api != "" {
@@ -223,6 +232,31 @@ func (s *Server) probedElsewhereStatus(target, owner string) error {
 		st = d
 	}
 	return st.Err()
+}
+
+// ReachableFrom reports whether a replica's address, host:port or a URL,
+// is one to give a client at peer (an IP address): a loopback address
+// names the client's own machine unless the client is on loopback too, as
+// with replicas tried on one machine.
+func ReachableFrom(addr, peer string) bool {
+	if addr == "" {
+		return false
+	}
+	host := addr
+	if u, err := url.Parse(addr); err == nil && u.Host != "" {
+		host = u.Hostname()
+	} else if h, _, err := net.SplitHostPort(addr); err == nil {
+		host = h
+	}
+	return !isLoopback(host) || isLoopback(peer)
+}
+
+// isLoopback reports whether host, an IP address or a name, is loopback.
+func isLoopback(host string) bool {
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback()
+	}
+	return host == "localhost"
 }
 
 // HistoryToProto returns the wire form of a history at a resolution.

@@ -180,10 +180,15 @@ func TestHistoryGivesTheAddressOfTheReplicaThatProbes(t *testing.T) {
 		msg      string
 		metadata map[string]string
 	}{
-		{directory{"r2": {"127.0.0.2:50051", "https://127.0.0.2:9090/"}},
-			`no history of target "web-1" here: replica r2 probes it; ask it at 127.0.0.2:50051`,
-			map[string]string{"replica": "r2", "address": "127.0.0.2:50051", "page": "https://127.0.0.2:9090/"}},
-		{directory{"r3": {"127.0.0.3:50051", ""}},
+		{directory{"r2": {"192.0.2.2:50051", "https://192.0.2.2:9090/"}},
+			`no history of target "web-1" here: replica r2 probes it; ask it at 192.0.2.2:50051`,
+			map[string]string{"replica": "r2", "address": "192.0.2.2:50051", "page": "https://192.0.2.2:9090/"}},
+		{directory{"r3": {"192.0.2.3:50051", ""}},
+			`no history of target "web-1" here: replica r2 probes it; ask it`,
+			map[string]string{"replica": "r2"}},
+		// The test's client is not on loopback (bufconn): r2's loopback
+		// address would name the client's own machine.
+		{directory{"r2": {"127.0.0.2:50051", "http://[::1]:9090/"}},
 			`no history of target "web-1" here: replica r2 probes it; ask it`,
 			map[string]string{"replica": "r2"}},
 	} {
@@ -198,6 +203,33 @@ func TestHistoryGivesTheAddressOfTheReplicaThatProbes(t *testing.T) {
 		}
 		if info == nil || info.GetReason() != pulse.ReasonProbedElsewhere || info.GetDomain() != pulse.ErrorDomain || !maps.Equal(info.GetMetadata(), tc.metadata) {
 			t.Errorf("%v: ErrorInfo %v, want %s with %v", tc.dir, info, pulse.ReasonProbedElsewhere, tc.metadata)
+		}
+	}
+}
+
+// A loopback address of a replica is given to a client on loopback only.
+func TestReachableFrom(t *testing.T) {
+	for _, tt := range []struct {
+		addr, peer string
+		want       bool
+	}{
+		{"127.0.0.2:50051", "127.0.0.1", true},
+		{"127.0.0.2:50051", "192.0.2.9", false},
+		{"127.0.0.2:50051", "", false},
+		{"[::1]:50051", "::1", true},
+		{"[::1]:50051", "2001:db8::9", false},
+		{"localhost:50051", "192.0.2.9", false},
+		{"http://127.0.0.1:9090/", "127.0.0.1", true},
+		{"http://127.0.0.1:9090/", "192.0.2.9", false},
+		{"https://[::1]:9090/", "192.0.2.9", false},
+		{"192.0.2.2:50051", "192.0.2.9", true},
+		{"192.0.2.2:50051", "127.0.0.1", true},
+		{"pulse-2.example:50051", "192.0.2.9", true},
+		{"https://pulse-2.example:9090/", "127.0.0.1", true},
+		{"", "127.0.0.1", false},
+	} {
+		if got := server.ReachableFrom(tt.addr, tt.peer); got != tt.want {
+			t.Errorf("ReachableFrom(%q, %q) = %v, want %v", tt.addr, tt.peer, got, tt.want)
 		}
 	}
 }

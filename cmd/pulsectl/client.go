@@ -140,7 +140,11 @@ func (cf *clientFlags) connect(ctx context.Context, e *env) (*client, bool) {
 	opts = append(opts, pulse.WithDialOptions(grpc.WithChainUnaryInterceptor(c.connectFirst)))
 	pc, err := pulse.New(ctx, cf.addrs(), opts...)
 	if err != nil {
-		e.errorf("--addr %q: %v", cf.addr, err)
+		label := "--addr"
+		if src := cf.sources["addr"]; strings.HasPrefix(src, "replica ") {
+			label = src
+		}
+		e.errorf("%s %q: %v", label, cf.addr, err)
 		return nil, false
 	}
 	c.pc, c.HealthCheckerClient = pc, pc.API()

@@ -272,7 +272,7 @@ func (c *client) handshakeFailed(e *env, kind handshakeKind, said string) {
 
 // tlsOn reports whether pulsectl connects with TLS.
 func (c *client) tlsOn() bool {
-	return c.cf != nil && (c.cf.conn.TLS || c.cf.conn.CA != "" || c.cf.conn.Cert != "")
+	return c.cf != nil && c.cf.conn.TLSOn()
 }
 
 // setting returns the value in force of a TLS setting: "tls-ca",

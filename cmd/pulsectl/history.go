@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pulse "github.com/pulsehealth/pulse/client"
+	"github.com/pulsehealth/pulse/cmd/internal/dial"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
@@ -36,8 +38,9 @@ pulsed keeps the history in its data directory (in memory with -data-dir ""):
 replica keeps what it probed. Asked of another, history asks the replica
 that probes the target, with the same TLS settings and token, when the one
 asked says where it is reached (pulsed -advertise-host), and says so on
-stderr; otherwise it prints which replica to ask (pulsectl state shows it
-as owner).`,
+stderr. It does not send a token to another machine without TLS; when it
+does not ask, or that replica cannot answer, it prints which replica to ask
+(pulsectl state shows it as owner).`,
 		example: `
 pulsectl history web-1
 pulsectl history --group edge --window 7d
@@ -93,19 +96,10 @@ func runHistory(ctx context.Context, e *env, c *command, args []string) int {
 	defer cancel()
 	resp, err := cl.History(cctx, req)
 	if owner, addr := probedElsewhere(err); addr != "" {
-		// With replicas: the replica that probes the target keeps its
-		// history, and the one asked says where it is. Once: a target
-		// whose owner moved meanwhile is the next command's.
-		fmt.Fprintf(e.stderr, "replica %s probes %s and keeps its history: asking it at %s\n", owner, name, addr)
-		other, ok := cf.at(ctx, e, addr, "replica "+owner+", as pulsed at "+cl.addr+" named it")
-		if !ok {
-			return exitUsage
+		if other, oresp, oerr, ok := askOwner(ctx, e, cf, req, owner, addr); ok {
+			defer other.Close()
+			cl, resp, err = other, oresp, oerr
 		}
-		defer other.Close()
-		octx, ocancel := other.callCtx(ctx)
-		defer ocancel()
-		resp, err = other.History(octx, req)
-		cl = other
 	}
 	if err != nil {
 		if st := status.Convert(err); st.Code() == codes.NotFound && !strings.HasSuffix(st.Message(), "no such target") {
@@ -120,6 +114,59 @@ func runHistory(ctx context.Context, e *env, c *command, args []string) int {
 	}
 	printHistory(e, escaped(resp), *window)
 	return exitOK
+}
+
+// askOwner asks replica owner, at addr, for the history of req's target,
+// as the replica asked named it: with replicas, the one that probes a
+// target keeps its history. Once: a target whose owner moved meanwhile is
+// the next command's. ok is false, said on stderr, when it was not asked
+// (addr is not a host:port, or the token would cross the network in clear)
+// or could not answer (unreachable, credentials refused): then the first
+// answer, which names the replica to ask, stands.
+func askOwner(ctx context.Context, e *env, cf *clientFlags, req *pb.HistoryRequest, owner, addr string) (_ *client, _ *pb.HistoryResponse, _ error, ok bool) {
+	who := fmt.Sprintf("replica %s at %s", escape(owner), escape(addr))
+	if why := followRefusal(cf.conn, addr); why != "" {
+		e.errorf("not asking %s: %s", who, why)
+		return nil, nil, nil, false
+	}
+	fmt.Fprintf(e.stderr, "replica %s probes %s and keeps its history: asking it at %s\n", escape(owner), escape(req.GetTarget()), escape(addr))
+	other, ok := cf.at(ctx, e, addr, "replica "+owner+"'s advertised address (its pulsed -advertise-host, or -listen)")
+	if !ok {
+		return nil, nil, nil, false
+	}
+	octx, cancel := other.callCtx(ctx)
+	defer cancel()
+	resp, err := other.History(octx, req)
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Unauthenticated, codes.PermissionDenied:
+		e.errorf("could not ask %s: %s", who, escape(status.Convert(err).Message()))
+		other.Close()
+		return nil, nil, nil, false
+	}
+	return other, resp, err, true
+}
+
+// followRefusal says why pulsectl, connecting with conn, does not follow
+// pulsed to addr; "" when it does. A replica's address is a host:port (a
+// scheme or a list would make pulsectl dial more than one replica), and a
+// token goes to another machine only over TLS.
+func followRefusal(conn dial.Flags, addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	switch {
+	case err != nil || host == "" || strings.ContainsAny(addr, ",/"):
+		return "not a host:port"
+	case !conn.TLSOn() && conn.HasToken() && !isLoopbackHost(host):
+		return "pulsectl sends its token to another machine only over TLS (--tls)"
+	}
+	return ""
+}
+
+// isLoopbackHost reports whether host names this machine only.
+func isLoopbackHost(host string) bool {
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback()
+	}
+	return host == "localhost"
 }
 
 // probedElsewhere returns the replica and its address that a History

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pulse "github.com/pulsehealth/pulse/client"
+	"github.com/pulsehealth/pulse/cmd/internal/dial"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
@@ -84,11 +85,44 @@ func TestHistoryFollowsTheOwner(t *testing.T) {
 	if want := `replica r3 probes it; ask it`; r.code != exitNotFound || !strings.Contains(r.stderr, want) {
 		t.Errorf("history with the owner moved again: exit %d, %q; want exit %d and %q", r.code, r.stderr, exitNotFound, want)
 	}
-	// An owner that cannot be reached says which address it was.
+	// An owner that cannot be reached, or whose address is not one, leaves
+	// the first answer standing, with why it was not asked.
 	closed := closedAddr(t)
-	r = pulsectl(t, "history", "web-1", "--addr", serveAPI(t, ownerPulse{owner: "r2", addr: closed}))
-	if r.code == exitOK || !strings.Contains(r.stderr, closed) {
-		t.Errorf("history with r2 unreachable: exit %d, %q; want an error naming %s", r.code, r.stderr, closed)
+	for addr, why := range map[string]string{
+		closed:                    "pulsectl: could not ask replica r2 at " + closed + ": ",
+		"127.0.0.2:1,127.0.0.3:1": "pulsectl: not asking replica r2 at 127.0.0.2:1,127.0.0.3:1: not a host:port",
+		"dns:///127.0.0.2:1":      "pulsectl: not asking replica r2 at dns:///127.0.0.2:1: not a host:port",
+	} {
+		r = pulsectl(t, "history", "web-1", "--addr", serveAPI(t, ownerPulse{owner: "r2", addr: addr}))
+		if want := `replica r2 probes it; ask it`; r.code != exitNotFound || !strings.Contains(r.stderr, why) || !strings.Contains(r.stderr, want) {
+			t.Errorf("history with r2 at %s: exit %d, %q; want exit %d, %q and %q", addr, r.code, r.stderr, exitNotFound, why, want)
+		}
+	}
+}
+
+// pulsectl follows pulsed to a replica's host:port only, and with a token
+// only over TLS or to this machine.
+func TestFollowRefusal(t *testing.T) {
+	t.Setenv(pulse.TokenEnv, "")
+	for _, tt := range []struct {
+		conn dial.Flags
+		addr string
+		want string
+	}{
+		{dial.Flags{}, "192.0.2.7:50051", ""},
+		{dial.Flags{Token: "s3cret"}, "127.0.0.2:50051", ""},
+		{dial.Flags{Token: "s3cret"}, "[::1]:50051", ""},
+		{dial.Flags{Token: "s3cret"}, "localhost:50051", ""},
+		{dial.Flags{Token: "s3cret", TLS: true}, "192.0.2.7:50051", ""},
+		{dial.Flags{Token: "s3cret"}, "192.0.2.7:50051", "pulsectl sends its token to another machine only over TLS (--tls)"},
+		{dial.Flags{TokenFile: "tokens"}, "pulse-2.example:50051", "pulsectl sends its token to another machine only over TLS (--tls)"},
+		{dial.Flags{}, "192.0.2.7", "not a host:port"},
+		{dial.Flags{}, ":50051", "not a host:port"},
+		{dial.Flags{}, "unix:///run/pulse.sock", "not a host:port"},
+	} {
+		if got := followRefusal(tt.conn, tt.addr); got != tt.want {
+			t.Errorf("%+v to %s: %q, want %q", tt.conn, tt.addr, got, tt.want)
+		}
 	}
 }
 

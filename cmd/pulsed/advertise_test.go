@@ -47,6 +47,7 @@ func TestAdvertisedAddresses(t *testing.T) {
 		{"pulse-1.internal", at("0.0.0.0", 50051), at("127.0.0.1", 9090), false, "pulse-1.internal:50051", "http://pulse-1.internal:9090/"},
 		{"2001:db8::7", at("::", 50051), nil, false, "[2001:db8::7]:50051", ""},
 		{"", at("::1", 50051), nil, false, "[::1]:50051", ""},
+		{"", addrListener{addr: &net.TCPAddr{IP: net.ParseIP("fe80::7"), Port: 50051, Zone: "eth0"}}, nil, false, "", ""},
 	} {
 		r := registryFlags{advertiseHost: tt.host}
 		api, page := r.advertised(&listeners{grpc: tt.grpc, http: tt.http}, tt.tls)

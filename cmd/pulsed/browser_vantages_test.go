@@ -120,7 +120,7 @@ func TestStatusPageVantagesInBrowser(t *testing.T) {
 		}
 	}
 	href := page.evaluate(t, `(() => { const a = document.querySelector("#detail-msg a"); return a ? a.href : ""; })()`)
-	if want := httpBase(keeperAt) + "/?target=" + other; href != want {
+	if want := httpBase(keeperAt) + "/?q=" + other + "&target=" + other; href != want {
 		t.Fatalf("the details of %s link to %q, want %q", other, href, want)
 	}
 	page.waitFor(t, `location.search`, "?target="+other)
@@ -145,7 +145,7 @@ func TestStatusPageVantagesInBrowser(t *testing.T) {
 	if up := owned.evaluate(t, `document.querySelector('#detail-uptime dd[data-window="1h"]').textContent`); up == "—" {
 		t.Errorf("on %s's own page, %s's uptime over 1h is %q, want the probes it recorded", keeper, other, up)
 	}
-	if got := owned.evaluate(t, `location.search`); got != "?target="+other {
+	if got := owned.evaluate(t, `location.search`); got != "?q="+other+"&target="+other {
 		t.Errorf("%s's page lost the target from its URL: %q", keeper, got)
 	}
 	owned.screenshot(t, filepath.Join(artifacts, "status-page-keeper.png"))

@@ -48,7 +48,7 @@ func (r *registryFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.key, "etcd-key", "", "with -registry etcd: PEM `file` of the key of -etcd-cert")
 	fs.StringVar(&r.replicaID, "replica-id", "", "with -registry etcd: this replica's member `ID` (default: host name, process ID and a random suffix)")
 	fs.StringVar(&r.vantage, "vantage", "", "with -registry etcd: this replica's vantage `label`, e.g. its zone: a target with vantages k is probed from k distinct labels while there are enough; 1 to 64 of [A-Za-z0-9._:-] (default: the replica's ID)")
-	fs.StringVar(&r.advertiseHost, "advertise-host", "", "with -registry etcd: the host name or IP address clients on other machines reach this replica at; the other replicas name it, with this one's -listen and -http-listen ports, to whoever asks them for what this one keeps (pulsectl history follows it to a target's history, the status page links to it). Default: the IP address of -listen and of -http-listen, when it is not a wildcard (0.0.0.0, ::)")
+	fs.StringVar(&r.advertiseHost, "advertise-host", "", "with -registry etcd: the host name or IP address clients on other machines reach this replica at; the other replicas name it, with this one's -listen and -http-listen ports, to whoever asks them for what this one keeps (pulsectl history follows it to a target's history, the status page links to it). Default: the IP address of -listen and of -http-listen, when it is not a wildcard (0.0.0.0, ::); a loopback address is given to clients on loopback only")
 	fs.Float64Var(&r.suspect.SuspectShare, "vantage-suspect-share", checker.DefaultSuspectShare, "with -registry etcd: a vantage that says unhealthy of at least this share of the targets it probes with others, while most of the others see them healthy, is suspect and left out of every quorum until below half of it; in (0, 1], the same on every replica")
 	fs.IntVar(&r.suspect.SuspectMin, "vantage-suspect-min", checker.DefaultSuspectMin, "with -registry etcd: the fewest targets a vantage must probe with others to be judged suspect; at least 1, the same on every replica")
 	fs.DurationVar(&r.suspect.SuspectAfter, "vantage-suspect-after", checker.DefaultSuspectAfter, "with -registry etcd: how long a vantage must stay over -vantage-suspect-share before it is marked suspect; longer than the others take to see a real outage (about a probe interval), at most 1h")
@@ -150,7 +150,7 @@ func advertisedAddr(host string, l net.Listener) string {
 		return ""
 	}
 	if host == "" {
-		if a.IP.IsUnspecified() {
+		if a.IP.IsUnspecified() || a.Zone != "" { // a link-local address is of no use without its zone
 			return ""
 		}
 		host = a.IP.String()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/history"
+	"github.com/pulsehealth/pulse/server"
 )
 
 // GET /api/history?target=NAME: what the status page shows of the target
@@ -113,7 +114,9 @@ func (h *Handler) serveHistory(w http.ResponseWriter, r *http.Request) {
 			if self, _ := h.c.Replica(); serr == nil && sum.Probes == 0 && !st.ProbedBy(self) {
 				out.KeptBy = st.Owner
 				if h.dir != nil {
-					_, out.KeptByPage = h.dir.Addresses(st.Owner)
+					if _, page := h.dir.Addresses(st.Owner); server.ReachableFrom(page, remoteHost(r)) {
+						out.KeptByPage = page
+					}
 				}
 			}
 			evs := sum.Events

@@ -38,8 +38,13 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.TokenFile, "token-file", "", "`file` whose first line is the bearer token")
 }
 
-// tlsOn reports whether f asks for TLS.
-func (f *Flags) tlsOn() bool { return f.TLS || f.CA != "" || f.Cert != "" }
+// TLSOn reports whether f asks for TLS.
+func (f *Flags) TLSOn() bool { return f.TLS || f.CA != "" || f.Cert != "" }
+
+// HasToken reports whether calls carry a token: f's, or PULSE_TOKEN's.
+func (f *Flags) HasToken() bool {
+	return f.Token != "" || f.TokenFile != "" || os.Getenv(client.TokenEnv) != ""
+}
 
 func (f *Flags) files() client.TLSFiles {
 	return client.TLSFiles{CA: f.CA, Cert: f.Cert, Key: f.Key, ServerName: f.ServerName}
@@ -53,7 +58,7 @@ func (f *Flags) ClientOptions() ([]client.Option, error) {
 		return nil, errors.New("-tls-cert and -tls-key go together")
 	}
 	var opts []client.Option
-	if f.tlsOn() {
+	if f.TLSOn() {
 		opts = append(opts, client.WithTLSFiles(f.files()))
 	}
 	switch {
@@ -71,7 +76,7 @@ func (f *Flags) Options() ([]grpc.DialOption, error) {
 		return nil, errors.New("-tls-cert and -tls-key go together")
 	}
 	var opts []grpc.DialOption
-	if f.tlsOn() {
+	if f.TLSOn() {
 		cfg, err := f.files().Config()
 		if err != nil {
 			return nil, fmt.Errorf("-tls-ca/-tls-cert/-tls-key: %w", err)
@@ -91,7 +96,7 @@ func (f *Flags) Options() ([]grpc.DialOption, error) {
 		token = os.Getenv(client.TokenEnv)
 	}
 	if token != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(client.Bearer(token, f.tlsOn())))
+		opts = append(opts, grpc.WithPerRPCCredentials(client.Bearer(token, f.TLSOn())))
 	}
 	return opts, nil
 }

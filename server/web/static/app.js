@@ -822,7 +822,9 @@ function keeperPageLink(h) {
     return text; // none given
   }
   if (url.protocol !== "http:" && url.protocol !== "https:") return text;
-  url.search = "target=" + encodeURIComponent(h.target);
+  // The list filtered to the target holds its row, which its details
+  // take the owner from, however large the fleet.
+  url.search = new URLSearchParams({ q: h.target, target: h.target }).toString();
   const a = document.createElement("a");
   a.href = url.href;
   a.textContent = text;
