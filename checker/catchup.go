@@ -1,8 +1,10 @@
 package checker
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"sync"
 	"time"
 )
 
@@ -71,10 +73,10 @@ func (rp *replication) catchUp(ctx context.Context) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, catchUpWait)
 	defer cancel()
-	rev, err := rp.shared.CurrentRevision(wctx)
+	rev, err := rp.revisions.current(wctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
+		if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+			return cmp.Or(ctx.Err(), err)
 		}
 		now := time.Now()
 		if old := rp.catchUpPaused.Load(); old < now.UnixNano() && rp.catchUpPaused.CompareAndSwap(old, now.Add(catchUpPause).UnixNano()) {
@@ -102,4 +104,84 @@ func (rp *replication) catchUp(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// revisionReads batches CatchUp's reads of the shared registry's revision.
+// A read covers the writes acknowledged before it started, so a CatchUp
+// cannot take the answer of a read already in flight when it was called:
+// it waits for the next one, which starts as soon as the one in flight
+// ends and serves every CatchUp that came meanwhile. Under a flood of reads
+// the registry sees one read at a time from each replica, not one a read
+// (BENCHMARKS.md, "Reads that follow writes").
+type revisionReads struct {
+	read    func(context.Context) (uint64, error) // Shared.CurrentRevision
+	closing context.Context                       // ends the reads when the checker closes
+	wg      sync.WaitGroup                        // the goroutine that reads
+
+	mu      sync.Mutex    // protects the fields below
+	reading bool          // a read is in flight
+	next    *revisionRead // the read of the CatchUps that came while one was in flight; nil: none came
+	closed  bool
+}
+
+// revisionRead is one read of the revision, shared by the CatchUps that
+// wait for it.
+type revisionRead struct {
+	done    chan struct{} // closed once rev and err are set
+	rev     uint64
+	err     error
+	waiters int // the CatchUps that wait for it
+}
+
+// current returns the shared registry's revision, read by a read that
+// started after the call; ctx's error if ctx ends first, ErrClosed once
+// the checker closed. It is safe for concurrent use.
+func (b *revisionReads) current(ctx context.Context) (uint64, error) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return 0, ErrClosed
+	}
+	if b.next == nil {
+		b.next = &revisionRead{done: make(chan struct{})}
+	}
+	rd := b.next
+	rd.waiters++
+	if !b.reading {
+		b.reading, b.next = true, nil
+		b.wg.Add(1)
+		go b.run(rd)
+	}
+	b.mu.Unlock()
+	select {
+	case <-rd.done:
+		return rd.rev, rd.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// run does rd's read, then the next one as long as CatchUps came while
+// the last was in flight.
+func (b *revisionReads) run(rd *revisionRead) {
+	defer b.wg.Done()
+	for rd != nil {
+		ctx, cancel := context.WithTimeout(b.closing, catchUpWait)
+		rd.rev, rd.err = b.read(ctx)
+		cancel()
+		close(rd.done)
+		b.mu.Lock()
+		rd, b.next = b.next, nil
+		b.reading = rd != nil
+		b.mu.Unlock()
+	}
+}
+
+// close waits for the read in flight, which the end of closing cuts short;
+// a CatchUp after it returns ErrClosed.
+func (b *revisionReads) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.wg.Wait()
 }

@@ -252,6 +252,7 @@ type replication struct {
 	// catchUpPaused is when CatchUp reads the shared registry's revision
 	// again (Unix nanoseconds) after it could not; see catchup.go.
 	catchUpPaused atomic.Int64
+	revisions     *revisionReads // CatchUp's reads of that revision
 
 	guard *guardWriter // writes the groups' decisions
 
@@ -278,13 +279,14 @@ func newReplication(shared Shared, reg *registry, logger *slog.Logger, closing c
 		return nil, fmt.Errorf("load the shared registry: %w", err)
 	}
 	rp := &replication{
-		shared:  shared,
-		reg:     reg,
-		logger:  logger,
-		closing: closing,
-		wake:    make(chan struct{}, 1),
-		done:    make(chan struct{}),
-		ovl:     overloadPub{wake: make(chan struct{}, 1), done: make(chan struct{})},
+		shared:    shared,
+		reg:       reg,
+		logger:    logger,
+		closing:   closing,
+		revisions: &revisionReads{read: shared.CurrentRevision, closing: closing},
+		wake:      make(chan struct{}, 1),
+		done:      make(chan struct{}),
+		ovl:       overloadPub{wake: make(chan struct{}, 1), done: make(chan struct{})},
 	}
 	rp.guard = newGuardWriter(shared, rp)
 	reg.vantages, reg.self = shared, shared.Self()
@@ -321,6 +323,7 @@ func (rp *replication) wait() {
 	<-rp.done
 	<-rp.ovl.done
 	<-rp.judging
+	rp.revisions.close()
 }
 
 // owns is Shared.Owns, for the registry.

@@ -2,6 +2,7 @@ package etcdreg_test
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -17,7 +18,8 @@ import (
 // this fleet does not watch (the read, a progress request and its
 // notification); "write-on-a", the read on replica b right after an
 // AddTarget acknowledged on a (the read and the wait for b's watch to
-// bring the target). The writes are not timed.
+// bring the target). The writes are not timed. "caught-up-parallel" is
+// "caught-up" with 64 reads at a time.
 //
 //	go test -run '^$' -bench CatchUp -benchtime 2000x -count 3 ./checker/etcdreg/
 func BenchmarkCatchUp(b *testing.B) {
@@ -53,6 +55,24 @@ func BenchmarkCatchUp(b *testing.B) {
 		for b.Loop() {
 			read(b, "web", true)
 		}
+	})
+	// Reads on 64 goroutines at once: what each read costs when they come
+	// together, as from many clients.
+	b.Run("caught-up-parallel", func(b *testing.B) {
+		b.SetParallelism(64 / max(1, runtime.GOMAXPROCS(0)))
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				// b.Fatal is the benchmark goroutine's only.
+				if err := rb.c.CatchUp(b.Context()); err != nil {
+					b.Error(err)
+					return
+				}
+				if _, err := rb.c.Status("web"); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
 	})
 	b.Run("another-prefix", func(b *testing.B) {
 		for i := 0; b.Loop(); i++ {
