@@ -207,17 +207,6 @@ func (c *Checker) ApplyShared(changes []SharedChange, rev uint64) {
 	}
 }
 
-// WaitRevision waits until the checker has applied rev, for a watcher that
-// resumes on this replica from a revision another replica gave it. It
-// returns ctx's error if ctx ends first. Without a shared registry it
-// returns at once.
-func (c *Checker) WaitRevision(ctx context.Context, rev uint64) error {
-	if c.repl == nil {
-		return nil
-	}
-	return c.repl.await(ctx, rev)
-}
-
 // SetSharedErr records that the shared registry cannot be reached (or nil
 // once it can again): readiness and ListTargets report it. Without a
 // shared registry it does nothing.

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/pulsehealth/pulse/checker"
 	"github.com/pulsehealth/pulse/checker/etcdreg"
 	"github.com/pulsehealth/pulse/checker/etcdreg/etcdtest"
@@ -86,6 +89,48 @@ func TestReadsFollowWritesAcrossReplicas(t *testing.T) {
 		if name == "web-001" {
 			t.Fatalf("Healthy on b lists web-001 after a acknowledged its removal")
 		}
+	}
+}
+
+// A watch resumes on one replica from a revision another gave it even
+// when nothing under the fleet's prefix changed up to it: a reached it
+// through a progress notification after another fleet's write moved
+// etcd's revision, and b's watch would bring it only with etcd's next
+// notification, minutes away (ten in these tests' etcd). A revision from
+// another etcd, ahead of this one's, is FAILED_PRECONDITION at once.
+func TestWatchResumesAcrossReplicasFromRevisionOfAnotherPrefix(t *testing.T) {
+	etcd := etcdtest.Start(t, 0)
+	a := startOnEtcd(t, etcd.Endpoint, "a")
+	b := startOnEtcd(t, etcd.Endpoint, "b")
+	etcd.Put(t, "/another-fleet/k", "v")
+	if err := a.c.CatchUp(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	last := a.c.Revision()
+	if b.c.Revision() >= last {
+		t.Fatalf("b applied revision %d already, a %d: the test needs b behind", b.c.Revision(), last)
+	}
+	// watch returns once the stream's headers came: the watch is
+	// registered before the target is added.
+	w := watch(t, t.Context(), b, &pb.WatchTransitionsRequest{StartRevision: last})
+	if _, err := a.client.AddTarget(t.Context(), &pb.AddTargetRequest{Target: tcpTarget("next", "")}); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := w.Recv()
+	if err != nil || describe(ev) != "added next" {
+		t.Fatalf("b's watch from a's revision %d: first event %v, %v; want next added", last, ev, err)
+	}
+
+	// Twice CatchUp's bound (2s) at most: a replica never applies a
+	// revision etcd has not reached, so waiting for it would last as long
+	// as the wait's bound.
+	began := time.Now()
+	future, err := b.client.WatchTransitions(t.Context(), &pb.WatchTransitionsRequest{StartRevision: last + 1_000_000})
+	if err == nil {
+		_, err = future.Recv()
+	}
+	if took := time.Since(began); status.Code(err) != codes.FailedPrecondition || took >= 5*time.Second {
+		t.Fatalf("b's watch from another etcd's revision %d: %v after %v, want FAILED_PRECONDITION within 5s", last+1_000_000, err, took)
 	}
 }
 

@@ -65,11 +65,6 @@ func New(c *checker.Checker, opts ...Option) *Server {
 // watchBatch bounds the events a stream takes from its watcher at once.
 const watchBatch = 256
 
-// resumeWait bounds how long a watch that resumes from a revision this
-// replica has not applied yet waits for it before answering
-// FAILED_PRECONDITION.
-const resumeWait = 5 * time.Second
-
 // keptEvents bounds the buffer a stream keeps for its next batch: a burst's
 // larger one goes.
 const keptEvents = 8
@@ -142,10 +137,11 @@ func (s *Server) Healthy(ctx context.Context, req *pb.HealthyRequest) (*pb.Healt
 
 // catchUp makes a read see every write acknowledged before it, on any
 // replica (checker.CatchUp): State, Healthy and ListTargets call it first,
-// and WatchTransitions before its snapshot. grpc.health's Check and Watch,
-// which load balancers call often, do not. It fails only when ctx ends or
-// the checker closes: while etcd is unreachable the read answers from this
-// replica's view.
+// and WatchTransitions before its snapshot or a resume from a revision
+// this replica has not applied. grpc.health's Check and Watch, which load
+// balancers call often, do not. It fails only when ctx ends or the checker
+// closes: while etcd is unreachable the read answers from this replica's
+// view.
 func (s *Server) catchUp(ctx context.Context) error {
 	if err := s.c.CatchUp(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -271,22 +267,19 @@ func (s *Server) ReportOutcome(_ context.Context, req *pb.ReportOutcomeRequest) 
 //
 // Only this goroutine sends on the stream; the checker never waits for it.
 func (s *Server) WatchTransitions(req *pb.WatchTransitionsRequest, stream grpc.ServerStreamingServer[pb.WatchTransitionsResponse]) error {
-	if req.GetStartRevision() == 0 {
+	if rev := req.GetStartRevision(); rev == 0 || s.c.Revision() < rev {
 		// A snapshot is a read: with replicas it holds every write
 		// acknowledged before the call, on any replica ('pulsectl add'
-		// on one, then 'pulsectl wait' on another).
+		// on one, then 'pulsectl wait' on another). A client may also
+		// resume here from a revision another replica gave it, which
+		// this one may not have applied yet, even when nothing under
+		// the fleet's prefix changed up to it (another replica reached
+		// it through a progress notification): waiting would see it
+		// only on etcd's next notification, minutes away, so ask for
+		// one. A revision still ahead after that is not etcd's (another
+		// fleet's): Watch refuses it.
 		if err := s.catchUp(stream.Context()); err != nil {
 			return err
-		}
-	}
-	if rev := req.GetStartRevision(); rev > 0 {
-		// With replicas, a client may resume here from a revision another
-		// replica gave it: give this one a moment to catch up with it.
-		ctx, cancel := context.WithTimeout(stream.Context(), resumeWait)
-		err := s.c.WaitRevision(ctx, rev)
-		cancel()
-		if errors.Is(err, checker.ErrClosed) {
-			return toStatus(err, "")
 		}
 	}
 	w, err := s.c.Watch(checker.Filter{Group: req.GetGroup(), Names: req.GetNames(), Source: peerHost(stream.Context())}, req.GetStartRevision())

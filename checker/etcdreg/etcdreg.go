@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -276,7 +277,6 @@ func (r *Registry) Load() ([]checker.SharedTarget, uint64, error) {
 	var records []outlier.Record
 	var samples []outlier.Sample
 	memberVals := map[string][]byte{}
-	var members []string
 	var joined int64
 	r.mu.Lock()
 	clear(r.groups)
@@ -304,7 +304,6 @@ func (r *Registry) Load() ([]checker.SharedTarget, uint64, error) {
 		case "states":
 			states[name] = kv
 		case "members":
-			members = append(members, name)
 			joined = max(joined, kv.ModRevision)
 			memberVals[name] = kv.Value
 		case "verdicts":
@@ -346,13 +345,8 @@ func (r *Registry) Load() ([]checker.SharedTarget, uint64, error) {
 		out = append(out, st)
 	}
 	slices.SortFunc(out, func(a, b checker.SharedTarget) int { return cmp.Compare(a.Spec.Name, b.Spec.Name) })
-	slices.Sort(members)
 	r.mu.Lock()
-	r.members = members
-	r.labels, r.addrs = map[string]string{}, map[string]memberAddrs{}
-	for name, v := range memberVals {
-		r.noteMemberLocked(name, v)
-	}
+	r.setMembersLocked(memberVals)
 	r.loadedVantages = vantages
 	r.loadedRecords = slices.DeleteFunc(records, func(rec outlier.Record) bool { return rec.Group == "" })
 	r.loadedSamples = samples
@@ -446,8 +440,27 @@ func (r *Registry) Addresses(id string) (api, page string) {
 	return a.api, a.page
 }
 
+// setMembersLocked makes the live members those whose member keys' values
+// vals holds (by member ID), read whole from etcd, with the labels and
+// addresses the values give: a member that left keeps neither. It reports
+// whether the members or their labels changed.
+func (r *Registry) setMembersLocked(vals map[string][]byte) (changed bool) {
+	members := slices.Sorted(maps.Keys(vals))
+	labels := r.labels
+	changed = !slices.Equal(members, r.members)
+	r.members = members
+	r.labels, r.addrs = map[string]string{}, map[string]memberAddrs{}
+	for name, v := range vals {
+		r.noteMemberLocked(name, v)
+	}
+	return changed || !maps.Equal(labels, r.labels)
+}
+
 // noteMemberLocked keeps a live member's label and addresses as its key's
-// value gives them, and reports whether its label changed.
+// value gives them, and reports whether its label changed. A member key is
+// put again without a delete in between (a replica restarting with the
+// same ID within its lease), so a value with no label, or its ID as label,
+// drops the label an earlier value gave.
 func (r *Registry) noteMemberLocked(name string, v []byte) (relabeled bool) {
 	var m memberRecord
 	if json.Unmarshal(v, &m) != nil {
@@ -456,6 +469,9 @@ func (r *Registry) noteMemberLocked(name string, v []byte) (relabeled bool) {
 	if m.Vantage != "" && m.Vantage != name {
 		relabeled = r.labels[name] != m.Vantage
 		r.labels[name] = m.Vantage
+	} else if _, had := r.labels[name]; had {
+		delete(r.labels, name)
+		relabeled = true
 	}
 	r.addrs[name] = memberAddrs{m.API, m.Page}
 	return relabeled

@@ -255,6 +255,34 @@ func TestVantagesDecideByQuorum(t *testing.T) {
 	}
 }
 
+// A replica that restarts with the same ID within its lease puts its
+// member key again, with no delete in between: the others label it as it
+// says now, by its ID when it gives no label or its ID, not as it said
+// before.
+func TestRestartedReplicaRelabelsItself(t *testing.T) {
+	etcd := etcdtest.Start(t, 0)
+	b := newBackend()
+	ep := []string{etcd.Endpoint}
+	r1 := openReplica(t, etcdreg.Options{Endpoints: ep, ID: "r1", Vantage: "zone-a", LeaseTTL: 10 * time.Second}, b, nil)
+	var r2 *replica
+	for _, step := range []struct{ vantage, want string }{
+		{"zone-b", "zone-b"}, {"", "r2"}, {"zone-c", "zone-c"}, {"r2", "r2"},
+	} {
+		if r2 != nil {
+			r2.crash()
+		}
+		r2 = openReplica(t, etcdreg.Options{Endpoints: ep, ID: "r2", Vantage: step.vantage, LeaseTTL: 10 * time.Second}, b, nil)
+		eventually(t, fmt.Sprintf("r1 labels r2 %s after it restarted with vantage %q", step.want, step.vantage), func() bool {
+			for _, v := range r1.reg.Vantages("web", 2) {
+				if v.Member == "r2" {
+					return v.Label == step.want
+				}
+			}
+			return false
+		})
+	}
+}
+
 // A member of the vantages killed: its verdicts go with its lease, its
 // vantage moves to the replica ranked next, which probes the target from
 // then on, and nothing is published meanwhile.

@@ -272,7 +272,7 @@ func (r *Registry) resync(c Applier) (int64, error) {
 	rev := resp.Header.Revision
 	var evs []*clientv3.Event
 	seen := map[string]bool{}
-	var members []string
+	memberVals := map[string][]byte{}
 	var joined int64
 	var overloads []*mvccpb.KeyValue
 	var guards, verdicts []checker.SharedChange
@@ -305,11 +305,8 @@ func (r *Registry) resync(c Applier) (int64, error) {
 				seenVerdicts[name] = true
 			}
 		case "members":
-			members = append(members, name)
 			joined = max(joined, orig)
-			r.mu.Lock()
-			r.noteMemberLocked(name, kv.Value)
-			r.mu.Unlock()
+			memberVals[name] = kv.Value
 		case "overload":
 			overloads = append(overloads, kv)
 		case "policies":
@@ -342,9 +339,9 @@ func (r *Registry) resync(c Applier) (int64, error) {
 		}
 	}
 	r.verdicts = seenVerdicts
-	slices.Sort(members)
-	changed := !slices.Equal(members, r.members)
-	r.members = members
+	// A member whose label changed meanwhile moves the vantages as one
+	// that joined or left does.
+	changed := r.setMembersLocked(memberVals)
 	r.joinedRev = max(r.joinedRev, joined)
 	r.mu.Unlock()
 	changes, _ := r.changes(evs)

@@ -3,6 +3,7 @@ package etcdreg
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 
@@ -102,5 +103,53 @@ func TestResyncRemovesVerdictsGoneMeanwhile(t *testing.T) {
 	want := []string{"deleted web/r3", fmt.Sprintf("put web/r2@%d", r2), fmt.Sprintf("put web/r4@%d", r4)}
 	if !slices.Equal(got, want) {
 		t.Errorf("resync's verdict changes %q, want %q", got, want)
+	}
+}
+
+// A replica that reads the registry again takes the members' labels and
+// addresses from what it read: a member whose key was put again with no
+// label meanwhile is labelled by its ID, which moves the vantages as a
+// change of members does, and a member that left keeps neither.
+func TestResyncRebuildsMembersLabels(t *testing.T) {
+	etcd := etcdtest.Start(t, 0)
+	r, err := Open(context.Background(), Options{Endpoints: []string{etcd.Endpoint}, Prefix: "/resync/", ID: "r1", Vantage: "zone-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx := context.Background()
+	if _, err := r.cli.Put(ctx, "/resync/members/r2", `{"id":"r2","vantage":"zone-b","api":"127.0.0.2:50051"}`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.cli.Put(ctx, "/resync/members/r3", `{"id":"r3","vantage":"zone-c","api":"127.0.0.3:50051"}`); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.Load(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.cli.Put(ctx, "/resync/members/r2", `{"id":"r2","api":"127.0.0.2:50051"}`); err != nil {
+		t.Fatal(err)
+	}
+	var a applied
+	if _, err := r.resync(&a); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(a.changes, func(ch checker.SharedChange) bool { return ch.Kind == checker.SharedMembersChanged }) {
+		t.Errorf("resync after r2's label went: no members change")
+	}
+	if _, err := r.cli.Delete(ctx, "/resync/members/r3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.resync(&a); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	labels, addrs := fmt.Sprint(r.labels), fmt.Sprint(slices.Sorted(maps.Keys(r.addrs)))
+	r.mu.Unlock()
+	if want := "map[r1:zone-a]"; labels != want {
+		t.Errorf("labels after resync %s, want %s", labels, want)
+	}
+	if want := "[r1 r2]"; addrs != want {
+		t.Errorf("addresses after resync of %s, want of %s", addrs, want)
 	}
 }

@@ -27,10 +27,9 @@ func onEtcd(t *testing.T, endpoint, id string) *etcdreg.Registry {
 }
 
 // twoReplicas starts replica a, a bare checker, and replica b, serving
-// the page, on one etcd.
-func twoReplicas(t *testing.T) (*checker.Checker, *env) {
+// the page, on etcd.
+func twoReplicas(t *testing.T, etcd *etcdtest.Server) (*checker.Checker, *env) {
 	t.Helper()
-	etcd := etcdtest.Start(t, 0)
 	regA := onEtcd(t, etcd.Endpoint, "a")
 	a, err := checker.New(checker.Config{Shared: regA, NewProber: (&fakeProbers{}).New})
 	if err != nil {
@@ -47,7 +46,7 @@ func twoReplicas(t *testing.T) (*checker.Checker, *env) {
 // With replicas, the page's list and a feed's snapshot on one replica
 // hold every target added on another before the request.
 func TestPageFollowsWritesOfAnotherReplica(t *testing.T) {
-	a, b := twoReplicas(t)
+	a, b := twoReplicas(t, etcdtest.Start(t, 0))
 
 	for i := range 30 {
 		name := fmt.Sprintf("web-%02d", i)
@@ -76,7 +75,7 @@ func TestPageFollowsWritesOfAnotherReplica(t *testing.T) {
 // the last id another gave it, with no snapshot, even when this replica
 // has not applied that revision yet.
 func TestFeedResumesFromAnotherReplicasID(t *testing.T) {
-	a, b := twoReplicas(t)
+	a, b := twoReplicas(t, etcdtest.Start(t, 0))
 
 	for i := range 20 {
 		if _, _, err := a.Add(tcpSpec(fmt.Sprintf("web-%02d", i), "")); err != nil {
@@ -95,5 +94,49 @@ func TestFeedResumesFromAnotherReplicasID(t *testing.T) {
 			t.Fatalf("b's feed resumed from a's revision %d: first event %s (%s), want %s added", last, ev.name, ev.data, next)
 		}
 		f.resp.Body.Close()
+	}
+}
+
+// A feed resumes on one replica from an id another gave it even when
+// nothing under the fleet's prefix changed up to that revision: a reached
+// it through a progress notification after another fleet's write moved
+// etcd's revision, and b's watch would bring it only with etcd's next
+// notification, minutes away (ten in these tests' etcd). An id from
+// another etcd, ahead of this one's revision, starts over with a snapshot
+// at once.
+func TestFeedResumesFromRevisionReachedThroughAnotherPrefix(t *testing.T) {
+	etcd := etcdtest.Start(t, 0)
+	a, b := twoReplicas(t, etcd)
+
+	etcd.Put(t, "/another-fleet/k", "v")
+	if err := a.CatchUp(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	last := a.Revision()
+	if b.c.Revision() >= last {
+		t.Fatalf("b applied revision %d already, a %d: the test needs b behind", b.c.Revision(), last)
+	}
+	// openFeed returns once the feed's headers came, so the feed is
+	// resumed (or started over) before the target is added.
+	f := b.openFeed(t, "/events", strconv.FormatUint(last, 10))
+	if _, _, err := a.Add(tcpSpec("next", "")); err != nil {
+		t.Fatal(err)
+	}
+	ev := f.next(t, "results", "progress", "transition")
+	var d struct{ Target struct{ Name string } }
+	ev.decode(t, &d)
+	if ev.name != "added" || d.Target.Name != "next" {
+		t.Fatalf("b's feed resumed from a's revision %d: first event %s (%s), want next added", last, ev.name, ev.data)
+	}
+	f.resp.Body.Close()
+
+	// Twice CatchUp's bound (2s) at most: a replica never applies a
+	// revision etcd has not reached, so waiting for it would last as long
+	// as the wait's bound.
+	began := time.Now()
+	f = b.openFeed(t, "/events", strconv.FormatUint(last+1_000_000, 10))
+	ev = f.next(t)
+	if took := time.Since(began); ev.name != "snapshot" || took >= 5*time.Second {
+		t.Fatalf("b's feed from another etcd's revision %d: first event %s after %v, want a snapshot within 5s", last+1_000_000, ev.name, took)
 	}
 }

@@ -1,7 +1,6 @@
 package web
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,11 +47,6 @@ type registryJSON struct {
 	Target   row    `json:"target"`
 }
 
-// resumeWait bounds how long a feed that resumes from a revision this
-// replica has not applied yet waits for it before it starts over with a
-// snapshot.
-const resumeWait = 5 * time.Second
-
 // rowsJSON is the data of a "snapshot" or "results" event.
 type rowsJSON struct {
 	// Revision: the rows reflect every event up to it (and maybe later).
@@ -87,13 +81,13 @@ type rowsJSON struct {
 // "progress" events (id: the current revision) when idle. A browser that
 // reconnects sends the last id as Last-Event-ID and the feed resumes after
 // it, with no snapshot; with replicas, also from an id another replica gave
-// (once this one has applied it, within 5s). If that revision is no longer
-// held (or comes from another pulsed) the feed starts over with a snapshot. A feed that falls
-// further behind than the history holds gets an "end" event and is closed,
-// and the browser's reconnect resumes it. Each feed takes one of the
-// checker's watchers (pulsed -max-watchers, shared with WatchTransitions,
-// and -max-watchers-per-source of its client's address): past them a new
-// feed gets 503 naming the limit.
+// (this one first catches up with etcd). If that revision is no longer held
+// (or comes from another pulsed) the feed starts over with a snapshot. A
+// feed that falls further behind than the history holds gets an "end"
+// event and is closed, and the browser's reconnect resumes it. Each feed
+// takes one of the checker's watchers (pulsed -max-watchers, shared with
+// WatchTransitions, and -max-watchers-per-source of its client's address):
+// past them a new feed gets 503 naming the limit.
 func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var names []string
@@ -113,16 +107,16 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	f := checker.Filter{Group: q.Get("group"), Source: remoteHost(r)}
-	if start > 0 {
-		// With replicas behind one address, a browser may resume here
-		// from a revision another replica gave it: give this one a
-		// moment to catch up with it, as WatchTransitions does.
-		ctx, cancel := context.WithTimeout(r.Context(), resumeWait)
-		_ = h.c.WaitRevision(ctx, start)
-		cancel()
-	}
-	if start == 0 {
-		_ = h.c.CatchUp(r.Context()) // the snapshot, as /api/targets
+	if start == 0 || h.c.Revision() < start {
+		// The snapshot is a read, as /api/targets. With replicas behind
+		// one address, a browser may also resume here from a revision
+		// another replica gave it, which this one may not have applied
+		// yet even when nothing under the fleet's prefix changed up to
+		// it: catch up with etcd as WatchTransitions does, rather than
+		// wait for etcd's next progress notification. A revision still
+		// ahead after that is not etcd's: Watch refuses it, and the
+		// feed starts over with a snapshot.
+		_ = h.c.CatchUp(r.Context())
 	}
 	wch, err := h.c.Watch(f, start)
 	if start > 0 && (errors.Is(err, checker.ErrCompacted) || errors.Is(err, checker.ErrFutureRevision)) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -183,4 +184,22 @@ func (p *Proxy) Heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = false
+}
+
+// Put stores value at key with a client of its own and returns the
+// revision of the write: with a key outside a fleet's prefix, it moves
+// etcd's revision past what the fleet's replicas have applied, as another
+// fleet sharing the etcd does.
+func (s *Server) Put(t testing.TB, key, value string) uint64 {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{s.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	resp, err := cli.Put(t.Context(), key, value)
+	if err != nil {
+		t.Fatalf("put %s: %v", key, err)
+	}
+	return uint64(resp.Header.Revision)
 }
