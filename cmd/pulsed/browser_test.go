@@ -70,11 +70,15 @@ func TestStatusPageInBrowser(t *testing.T) {
 	page.call(t, "Page.enable", nil, nil)
 	page.call(t, "Runtime.enable", nil, nil)
 	page.call(t, "Emulation.setDeviceMetricsOverride", map[string]any{"width": 1280, "height": 720, "deviceScaleFactor": 1, "mobile": false}, nil)
-	page.call(t, "Page.navigate", map[string]any{"url": base + "/"}, nil)
+	// A link to web-1's details, as another replica's page gives.
+	page.call(t, "Page.navigate", map[string]any{"url": base + "/?target=web-1"}, nil)
 
 	// Without a token: a prompt, and no target data anywhere on the page.
 	page.waitFor(t, `document.getElementById("conn").dataset.conn`, "locked")
 	page.waitFor(t, `String(!document.getElementById("login").hidden && document.getElementById("data").hidden)`, "true")
+	if got := page.evaluate(t, `location.search`); got != "?target=web-1" {
+		t.Errorf("the locked page's URL lost the target it opens after the sign-in: %q", got)
+	}
 	noData := func(when string) {
 		t.Helper()
 		if got := page.evaluate(t, `String(document.querySelectorAll("#targets tbody tr, #groups tbody tr").length)`); got != "0" {
@@ -98,6 +102,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 	// A read token: the page fills in and follows the feed.
 	login(readToken)
 	page.waitFor(t, `document.getElementById("conn").dataset.conn`, "live")
+	// The details the link asked for open once signed in.
+	page.waitFor(t, `document.getElementById("detail-name").textContent + " " + document.getElementById("detail").dataset.loaded`, "web-1 1")
+	page.evaluate(t, `document.getElementById("detail-close").click(); ""`)
+	page.waitFor(t, `location.search`, "")
 	rowState := func(name string) string {
 		return `(() => { const tr = document.querySelector('tr[data-name="` + name + `"]'); return tr ? tr.dataset.state + " " + tr.querySelector(".badge").textContent : ""; })()`
 	}

@@ -162,7 +162,10 @@ function writeURL() {
   if (view.offset) p.set("offset", String(view.offset));
   if (view.sort !== "severity") p.set("sort", view.sort);
   if (view.desc) p.set("desc", "1");
-  if ($("detail").dataset.name) p.set("target", $("detail").dataset.name);
+  // The target whose details are open, or are to open once the list is
+  // loaded (after a sign-in, say).
+  const target = $("detail").dataset.name || view.detailToOpen;
+  if (target) p.set("target", target);
   const s = p.toString();
   history.replaceState(null, "", s ? "?" + s : location.pathname);
 }
@@ -302,6 +305,8 @@ function lock(refused) {
   $("totals").textContent = "";
   $("range").textContent = "";
   $("alerts").replaceChildren(); // pulsed's own health names targets too
+  // Details open now open again after the sign-in; the URL keeps them.
+  view.detailToOpen = view.detailToOpen || $("detail").dataset.name || "";
   closeDetail();
   $("data").hidden = true;
   const had = sessionStorage.getItem(TOKEN_KEY) !== null;
