@@ -233,3 +233,36 @@ func TestReachableFrom(t *testing.T) {
 		}
 	}
 }
+
+// With replicas, State says which replica answered and, for a target
+// another replica probes, where that one is reached (not a loopback address
+// to a client elsewhere); on the owner, no address.
+func TestStateGivesTheOwnersAddress(t *testing.T) {
+	dir := directory{"r2": {"192.0.2.2:50051", ""}, "r9": {"192.0.2.9:50051", ""}}
+	for _, tc := range []struct {
+		shared  checker.Shared
+		dir     directory
+		replica string
+		addr    string
+	}{
+		{ownedByR2{}, dir, "r9", "192.0.2.2:50051"},
+		{ownedByR2{}, directory{"r2": {"127.0.0.2:50051", ""}}, "r9", ""}, // the client is not on loopback (bufconn)
+		{ownedByR2{}, nil, "r9", ""},
+		{ownedByR9{}, dir, "r9", ""},
+	} {
+		opts := []server.Option{}
+		if tc.dir != nil {
+			opts = append(opts, server.WithDirectory(tc.dir))
+		}
+		e := start(t, checker.Config{Shared: tc.shared}, opts...)
+		resp, err := e.client.State(t.Context(), &pb.StateRequest{Name: "web-1"})
+		if err != nil || resp.GetReplica() != tc.replica || resp.GetOwnerAddress() != tc.addr {
+			t.Errorf("%T with %v: replica %q, owner address %q, %v; want %q and %q", tc.shared, tc.dir, resp.GetReplica(), resp.GetOwnerAddress(), err, tc.replica, tc.addr)
+		}
+	}
+	alone := start(t, checker.Config{})
+	alone.add(t, tcpTarget("web-1", ""))
+	if resp, err := alone.client.State(t.Context(), &pb.StateRequest{Name: "web-1"}); err != nil || resp.GetReplica() != "" || resp.GetOwnerAddress() != "" {
+		t.Errorf("a single pulsed: replica %q, owner address %q, %v; want neither", resp.GetReplica(), resp.GetOwnerAddress(), err)
+	}
+}

@@ -123,7 +123,14 @@ func (s *Server) State(ctx context.Context, req *pb.StateRequest) (*pb.StateResp
 	if readOnly(ctx) {
 		readView(out)
 	}
-	return &pb.StateResponse{Status: out}, nil
+	resp := &pb.StateResponse{Status: out}
+	resp.Replica, _ = s.c.Replica()
+	if resp.Replica != "" && !st.ProbedBy(resp.Replica) && s.directory != nil {
+		if api, _ := s.directory.Addresses(st.Owner); ReachableFrom(api, peerHost(ctx)) {
+			resp.OwnerAddress = api
+		}
+	}
+	return resp, nil
 }
 
 // Healthy lists routable targets by name. With replicas it sees every

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,7 +13,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pulse "github.com/pulsehealth/pulse/client"
-	"github.com/pulsehealth/pulse/cmd/internal/dial"
 	pb "github.com/pulsehealth/pulse/gen/pulse/v1"
 )
 
@@ -96,7 +94,8 @@ func runHistory(ctx context.Context, e *env, c *command, args []string) int {
 	defer cancel()
 	resp, err := cl.History(cctx, req)
 	if owner, addr := probedElsewhere(err); addr != "" {
-		if other, oresp, oerr, ok := askOwner(ctx, e, cf, req, owner, addr); ok {
+		ask := func(ctx context.Context, c *client) (*pb.HistoryResponse, error) { return c.History(ctx, req) }
+		if other, oresp, oerr, ok := askOwner(ctx, e, cf, owner, addr, name+" and keeps its history", ask); ok {
 			defer other.Close()
 			cl, resp, err = other, oresp, oerr
 		}
@@ -114,59 +113,6 @@ func runHistory(ctx context.Context, e *env, c *command, args []string) int {
 	}
 	printHistory(e, escaped(resp), *window)
 	return exitOK
-}
-
-// askOwner asks replica owner, at addr, for the history of req's target,
-// as the replica asked named it: with replicas, the one that probes a
-// target keeps its history. Once: a target whose owner moved meanwhile is
-// the next command's. ok is false, said on stderr, when it was not asked
-// (addr is not a host:port, or the token would cross the network in clear)
-// or could not answer (unreachable, credentials refused): then the first
-// answer, which names the replica to ask, stands.
-func askOwner(ctx context.Context, e *env, cf *clientFlags, req *pb.HistoryRequest, owner, addr string) (_ *client, _ *pb.HistoryResponse, _ error, ok bool) {
-	who := fmt.Sprintf("replica %s at %s", escape(owner), escape(addr))
-	if why := followRefusal(cf.conn, addr); why != "" {
-		e.errorf("not asking %s: %s", who, why)
-		return nil, nil, nil, false
-	}
-	fmt.Fprintf(e.stderr, "replica %s probes %s and keeps its history: asking it at %s\n", escape(owner), escape(req.GetTarget()), escape(addr))
-	other, ok := cf.at(ctx, e, addr, "replica "+owner+"'s advertised address (its pulsed -advertise-host, or -listen)")
-	if !ok {
-		return nil, nil, nil, false
-	}
-	octx, cancel := other.callCtx(ctx)
-	defer cancel()
-	resp, err := other.History(octx, req)
-	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Unauthenticated, codes.PermissionDenied:
-		e.errorf("could not ask %s: %s", who, escape(status.Convert(err).Message()))
-		other.Close()
-		return nil, nil, nil, false
-	}
-	return other, resp, err, true
-}
-
-// followRefusal says why pulsectl, connecting with conn, does not follow
-// pulsed to addr; "" when it does. A replica's address is a host:port (a
-// scheme or a list would make pulsectl dial more than one replica), and a
-// token goes to another machine only over TLS.
-func followRefusal(conn dial.Flags, addr string) string {
-	host, _, err := net.SplitHostPort(addr)
-	switch {
-	case err != nil || host == "" || strings.ContainsAny(addr, ",/"):
-		return "not a host:port"
-	case !conn.TLSOn() && conn.HasToken() && !isLoopbackHost(host):
-		return "pulsectl sends its token to another machine only over TLS (--tls)"
-	}
-	return ""
-}
-
-// isLoopbackHost reports whether host names this machine only.
-func isLoopbackHost(host string) bool {
-	if ip := net.ParseIP(host); ip != nil {
-		return ip.IsLoopback()
-	}
-	return host == "localhost"
 }
 
 // probedElsewhere returns the replica and its address that a History

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pulse "github.com/pulsehealth/pulse/client"
 	"github.com/pulsehealth/pulse/cmd/internal/dial"
@@ -24,12 +25,13 @@ import (
 // single pulsed's answer.
 type ownerPulse struct {
 	pb.UnimplementedHealthCheckerServer
-	owner string
-	addr  string // where owner is reached, as its History NOT_FOUND says; "": not said
+	owner   string
+	addr    string // where owner is reached, as its History NOT_FOUND says; "": not said
+	replica string // the replica answering, as State says; "": not said
 }
 
 func (p ownerPulse) State(context.Context, *pb.StateRequest) (*pb.StateResponse, error) {
-	return &pb.StateResponse{Status: &pb.TargetStatus{
+	return &pb.StateResponse{Replica: p.replica, OwnerAddress: p.addr, Status: &pb.TargetStatus{
 		Spec: &pb.Target{
 			Name: "web-1", Probe: &pb.Target_Tcp{Tcp: &pb.TcpProbe{Address: "192.0.2.1:80"}},
 			Interval: durationpb.New(2 * time.Second), Timeout: durationpb.New(time.Second), Rise: ptr[int32](2), Fall: ptr[int32](3),
@@ -57,6 +59,16 @@ type keeperPulse struct {
 	tokens chan string
 }
 
+// State is the owner's answer: its streak and last probe.
+func (p keeperPulse) State(ctx context.Context, req *pb.StateRequest) (*pb.StateResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	p.tokens <- strings.Join(md.Get("authorization"), ",")
+	resp, _ := ownerPulse{owner: "r2", replica: "r2"}.State(ctx, req)
+	resp.Status.PassStreak = 5
+	resp.Status.LastResult = &pb.ProbeResult{Pass: true, Time: timestamppb.Now(), Latency: durationpb.New(3 * time.Millisecond)}
+	return resp, nil
+}
+
 func (p keeperPulse) History(ctx context.Context, req *pb.HistoryRequest) (*pb.HistoryResponse, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	p.tokens <- strings.Join(md.Get("authorization"), ",")
@@ -76,9 +88,7 @@ func TestHistoryFollowsTheOwner(t *testing.T) {
 	if want := "replica r2 probes web-1 and keeps its history: asking it at " + keeperAddr; !strings.Contains(r.stderr, want) {
 		t.Errorf("stderr %q, want %q", r.stderr, want)
 	}
-	if tok := <-keeper.tokens; tok != "Bearer s3cret" {
-		t.Errorf("r2 was asked with authorization %q, want the token given", tok)
-	}
+	checkAsked(t, keeper, "Bearer s3cret")
 
 	// An owner that in turn names another is not followed further.
 	r = pulsectl(t, "history", "web-1", "--addr", serveAPI(t, ownerPulse{owner: "r2", addr: serveAPI(t, ownerPulse{owner: "r3", addr: keeperAddr})}))
@@ -198,5 +208,42 @@ func TestLsWideShowsTheOwner(t *testing.T) {
 	}
 	if out := mustRun(t, "ls", "--addr", serveAPI(t, fleetPulse{alone: true}), "-o", "wide"); strings.Contains(out, "OWNER") {
 		t.Errorf("ls -o wide on a single pulsed printed\n%s\nwant no OWNER column", out)
+	}
+}
+
+// state asked of a replica that does not probe the target asks the one that
+// does for its streak and last probe, when told where it is reached, with
+// the same token; else it says which replica keeps them.
+func TestStateAsksTheOwner(t *testing.T) {
+	keeper := keeperPulse{tokens: make(chan string, 2)}
+	keeperAddr := serveAPI(t, keeper)
+	r := pulsectl(t, "state", "web-1", "--token", "s3cret", "--addr", serveAPI(t, ownerPulse{owner: "r2", replica: "r3", addr: keeperAddr}))
+	if r.code != exitOK || !regexp.MustCompile(`(?m)^owner:\s+r2\nstreak:\s+pass 5\n`).MatchString(r.stdout) || !regexp.MustCompile(`(?m)^last probe:\s+pass in 3ms`).MatchString(r.stdout) {
+		t.Errorf("state on r3: exit %d\n%s%s\nwant r2's streak and last probe", r.code, r.stdout, r.stderr)
+	}
+	if want := "replica r2 probes web-1 and keeps its streak and last probe: asking it at " + keeperAddr; !strings.Contains(r.stderr, want) {
+		t.Errorf("stderr %q, want %q", r.stderr, want)
+	}
+	checkAsked(t, keeper, "Bearer s3cret")
+
+	for _, addr := range []string{"", closedAddr(t)} {
+		r = pulsectl(t, "state", "web-1", "--addr", serveAPI(t, ownerPulse{owner: "r2", replica: "r3", addr: addr}))
+		if r.code != exitOK || !regexp.MustCompile(`(?m)^streak:\s+- \(replica r2 probes it\)\n`).MatchString(r.stdout) || !regexp.MustCompile(`(?m)^last probe:\s+none here \(replica r2 probes it\)\n`).MatchString(r.stdout) {
+			t.Errorf("state on r3, r2 at %q: exit %d\n%s%s\nwant the streak and last probe said to be r2's", addr, r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
+// checkAsked checks that keeper was asked, with authorization want. The
+// call is over once pulsectl returns.
+func checkAsked(t *testing.T, keeper keeperPulse, want string) {
+	t.Helper()
+	select {
+	case tok := <-keeper.tokens:
+		if tok != want {
+			t.Errorf("r2 was asked with authorization %q, want %q", tok, want)
+		}
+	default:
+		t.Error("r2 was not asked")
 	}
 }

@@ -86,8 +86,11 @@ state shows one target as pulsed sees it: its probe and schedule with pulsed's
 defaults filled in, its state, its streak (see pulsectl ls --help), the last
 probe's result and when the state last changed. With replicas on etcd, owner
 names the replica that probes the target and stores its state, whichever
-replica answers; only one that probes the target shows a streak and last
-probe.`,
+replica answers; only one that probes the target knows its streak and last
+probe. Asked of another, state asks the owner, with the same TLS settings
+and token, when the one asked says where it is reached (pulsed
+-advertise-host), and says so on stderr; otherwise the streak and the last
+probe say which replica keeps them.`,
 		example: `
 pulsectl state web-1
 pulsectl state web-1 -o json`,
@@ -113,9 +116,21 @@ func runState(ctx context.Context, e *env, c *command, args []string) int {
 	defer cl.Close()
 	cctx, cancel := cl.callCtx(ctx)
 	defer cancel()
-	resp, err := cl.State(cctx, &pb.StateRequest{Name: pos[0]})
+	req := &pb.StateRequest{Name: pos[0]}
+	resp, err := cl.State(cctx, req)
 	if err != nil {
 		return cl.fail(e, err, pos[0])
+	}
+	if addr := resp.GetOwnerAddress(); addr != "" {
+		// With replicas: the streak and the last probe are the owner's.
+		ask := func(ctx context.Context, c *client) (*pb.StateResponse, error) { return c.State(ctx, req) }
+		if other, oresp, oerr, ok := askOwner(ctx, e, cf, resp.GetStatus().GetOwner(), addr, pos[0]+" and keeps its streak and last probe", ask); ok {
+			defer other.Close()
+			if oerr != nil {
+				return other.fail(e, oerr, pos[0])
+			}
+			resp = oresp
+		}
 	}
 	if out.structured() {
 		return e.printAs(out, resp)
@@ -148,7 +163,17 @@ func runState(ctx context.Context, e *env, c *command, args []string) int {
 		// State does not say which replica answered: only the owner's name.
 		fmt.Fprintf(tw, "owner:\t%s\n", o)
 	}
-	fmt.Fprintf(tw, "streak:\t%s\n", streak(st))
+	// On a replica that does not probe the target, the streak and the
+	// last probe are the owner's: say so rather than "-" and "none yet".
+	elsewhere := ""
+	if r := resp.GetReplica(); r != "" && st.GetOwner() != "" && !probedBy(st, r) {
+		elsewhere = "replica " + st.GetOwner() + " probes it"
+	}
+	if elsewhere != "" {
+		fmt.Fprintf(tw, "streak:\t- (%s)\n", elsewhere)
+	} else {
+		fmt.Fprintf(tw, "streak:\t%s\n", streak(st))
+	}
 	fmt.Fprintf(tw, "mode:\t%s\n", modeSummary(st))
 	if o := st.GetOutlier(); o != nil {
 		fmt.Fprintf(tw, "outlier:\t%s\n", outlierText(o))
@@ -186,6 +211,8 @@ func runState(ctx context.Context, e *env, c *command, args []string) int {
 			label, line = "last result", line+" (passive outcome)"
 		}
 		fmt.Fprintf(tw, "%s:\t%s\n", label, line)
+	} else if elsewhere != "" {
+		fmt.Fprintf(tw, "last probe:\tnone here (%s)\n", elsewhere)
 	} else {
 		fmt.Fprintf(tw, "last probe:\tnone yet\n")
 	}
@@ -450,4 +477,10 @@ func checkerWarnings(ck *pb.CheckerStatus) []string {
 		out = append(out, fmt.Sprintf("warning: pulsed cannot store changes (%s): it keeps probing, and refuses the changes it cannot store", msg))
 	}
 	return out
+}
+
+// probedBy reports whether the member replica probes the target of st: it
+// is its owner or one of its vantages.
+func probedBy(st *pb.TargetStatus, replica string) bool {
+	return st.GetOwner() == replica || slices.ContainsFunc(st.GetVantages(), func(v *pb.VantageVerdict) bool { return v.GetMember() == replica })
 }

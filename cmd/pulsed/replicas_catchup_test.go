@@ -58,6 +58,10 @@ func TestReplicasReadWritesOfOthers(t *testing.T) {
 	if name == "" {
 		t.Fatal("r1 owns none of 200 targets")
 	}
+	// State on r2 names r2 as the replica that answered and r1's address.
+	if st, err := clients[1].State(t.Context(), &pb.StateRequest{Name: name}); err != nil || st.GetReplica() != "r2" || st.GetOwnerAddress() != addrs[0] {
+		t.Errorf("State of %s on r2: replica %q, owner address %q, %v; want r2 and %s", name, st.GetReplica(), st.GetOwnerAddress(), err, addrs[0])
+	}
 	_, err = clients[1].History(t.Context(), &pb.HistoryRequest{Target: name, Window: durationpb.New(time.Hour)})
 	var info *errdetails.ErrorInfo
 	for _, d := range status.Convert(err).Details() {

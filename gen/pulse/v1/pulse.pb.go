@@ -3632,7 +3632,17 @@ func (x *StateRequest) GetName() string {
 type StateResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// status of the target.
-	Status        *TargetStatus `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Status *TargetStatus `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	// replica is, with --registry etcd, the member ID of the replica that
+	// answered; empty on a single pulsed. When it is not status.owner, the
+	// streak and last result are the owner's to tell: this replica shows the
+	// state the owner stores.
+	Replica string `protobuf:"bytes,2,opt,name=replica,proto3" json:"replica,omitempty"`
+	// owner_address is, when another replica probes the target, where that
+	// replica says its clients reach its API (host:port), for a client to
+	// ask it for the streak and last result; empty when it gives none (or
+	// gives a loopback address and the client is not on loopback).
+	OwnerAddress  string `protobuf:"bytes,3,opt,name=owner_address,json=ownerAddress,proto3" json:"owner_address,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3672,6 +3682,20 @@ func (x *StateResponse) GetStatus() *TargetStatus {
 		return x.Status
 	}
 	return nil
+}
+
+func (x *StateResponse) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
+func (x *StateResponse) GetOwnerAddress() string {
+	if x != nil {
+		return x.OwnerAddress
+	}
+	return ""
 }
 
 // HealthyRequest optionally narrows Healthy to one group.
@@ -6193,9 +6217,11 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\vremove_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"removeTime\"\"\n" +
 	"\fStateRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"?\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"~\n" +
 	"\rStateResponse\x12.\n" +
-	"\x06status\x18\x01 \x01(\v2\x16.pulse.v1.TargetStatusR\x06status\"&\n" +
+	"\x06status\x18\x01 \x01(\v2\x16.pulse.v1.TargetStatusR\x06status\x12\x18\n" +
+	"\areplica\x18\x02 \x01(\tR\areplica\x12#\n" +
+	"\rowner_address\x18\x03 \x01(\tR\fownerAddress\"&\n" +
 	"\x0eHealthyRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\"'\n" +
 	"\x0fHealthyResponse\x12\x14\n" +
