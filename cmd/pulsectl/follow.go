@@ -32,7 +32,7 @@ func askOwner[R any](ctx context.Context, e *env, cf *clientFlags, owner, addr, 
 		return nil, zero, nil, false
 	}
 	fmt.Fprintf(e.stderr, "replica %s probes %s: asking it at %s\n", escape(owner), escape(what), escape(addr))
-	other, ok := cf.at(ctx, e, addr, "replica "+owner+"'s advertised address (its pulsed -advertise-host, or -listen)")
+	other, ok := cf.at(ctx, e, addr, "replica "+escape(owner)+"'s advertised address (its pulsed -advertise-host, or -listen)")
 	if !ok {
 		return nil, zero, nil, false
 	}

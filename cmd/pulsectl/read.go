@@ -160,7 +160,6 @@ func runState(ctx context.Context, e *env, c *command, args []string) int {
 		fmt.Fprintf(tw, "vantages:\t%s\n", verdictsText(vs))
 	}
 	if o := st.GetOwner(); o != "" {
-		// State does not say which replica answered: only the owner's name.
 		fmt.Fprintf(tw, "owner:\t%s\n", o)
 	}
 	// On a replica that does not probe the target, the streak and the
