@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -64,10 +66,24 @@ func (s *Server) History(ctx context.Context, req *pb.HistoryRequest) (*pb.Histo
 	} else {
 		sum, err = s.history.QueryGroup(req.GetGroup(), now, window, res)
 	}
+	var split groupSplit
+	if req.GetGroup() != "" {
+		split = s.splitGroup(req.GetGroup())
+	}
 	if err != nil {
+		if errors.Is(err, history.ErrUnknownGroup) && split.elsewhere > 0 {
+			who := "replica " + split.replicas[0] + " probes its targets and keeps their history; ask it"
+			if len(split.replicas) > 1 {
+				who = "replicas " + strings.Join(split.replicas, ", ") + " probe its targets and keep their history; ask them"
+			}
+			return nil, status.Errorf(codes.NotFound, "no history of group %s here: %s", Quote(req.GetGroup()), who)
+		}
 		return nil, s.historyStatus(err, req, peerHost(ctx))
 	}
 	out := HistoryToProto(sum, res)
+	if split.elsewhere > 0 {
+		out.TargetsElsewhere, out.GroupTargets, out.ReplicasElsewhere = uint32(split.elsewhere), uint32(split.total), split.replicas
+	}
 	if sum.TimeAvailability >= 0 {
 		out.TimeAvailability = &sum.TimeAvailability
 	}
@@ -104,6 +120,34 @@ func (s *Server) targetHistory(name string, now time.Time, window, res time.Dura
 		return history.Empty(name, st.Spec.Group, now, window, res), nil
 	}
 	return sum, nil
+}
+
+// groupSplit is how a group's targets divide between this replica and the
+// others, which keep the history of those they probe.
+type groupSplit struct {
+	total, elsewhere int
+	replicas         []string // that probe the targets elsewhere, sorted
+}
+
+// splitGroup returns how group's targets divide between this replica and
+// the others; without replicas, none is elsewhere.
+func (s *Server) splitGroup(group string) groupSplit {
+	self, _ := s.c.Replica()
+	if self == "" {
+		return groupSplit{}
+	}
+	list, _ := s.c.ListNow(group)
+	split := groupSplit{total: len(list)}
+	for i := range list {
+		if !list[i].ProbedBy(self) {
+			split.elsewhere++
+			if !slices.Contains(split.replicas, list[i].Owner) {
+				split.replicas = append(split.replicas, list[i].Owner)
+			}
+		}
+	}
+	slices.Sort(split.replicas)
+	return split
 }
 
 // probedElsewhere is History's answer, on a replica, for a target another

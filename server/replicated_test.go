@@ -3,6 +3,7 @@ package server_test
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -264,5 +265,61 @@ func TestStateGivesTheOwnersAddress(t *testing.T) {
 	alone.add(t, tcpTarget("web-1", ""))
 	if resp, err := alone.client.State(t.Context(), &pb.StateRequest{Name: "web-1"}); err != nil || resp.GetReplica() != "" || resp.GetOwnerAddress() != "" {
 		t.Errorf("a single pulsed: replica %q, owner address %q, %v; want neither", resp.GetReplica(), resp.GetOwnerAddress(), err)
+	}
+}
+
+// splitEdge is a shared registry as replica r9 sees it: of group edge's
+// four targets it probes a-1 and a-2, r2 a-3 and r3 a-4; r2 probes group
+// solo's one target.
+type splitEdge struct{ fakeshared.Mirror }
+
+func (splitEdge) ID() string { return "r9" }
+func (splitEdge) Owner(name string) string {
+	switch name {
+	case "a-3", "solo-1":
+		return "r2"
+	case "a-4":
+		return "r3"
+	}
+	return "r9"
+}
+
+func (splitEdge) Load() ([]checker.SharedTarget, uint64, error) {
+	var out []checker.SharedTarget
+	for _, n := range []string{"a-1", "a-2", "a-3", "a-4", "solo-1"} {
+		group := "edge"
+		if n == "solo-1" {
+			group = "solo"
+		}
+		out = append(out, checker.SharedTarget{
+			Spec:  checker.Spec{Name: n, Group: group, Probe: probe.Spec{TCP: &probe.TCPSpec{Address: n + ":80"}}},
+			State: &checker.SharedState{State: checker.StateHealthy, Writer: "r2"}, StateRev: 5,
+		})
+	}
+	return out, 10, nil
+}
+
+// With replicas, a group's history on one replica says it holds the
+// targets this replica probes only, and which replicas keep the others';
+// a group this replica probes none of names the replicas to ask.
+func TestGroupHistoryOnAReplicaSaysWhatItHolds(t *testing.T) {
+	rec := history.New(history.Options{})
+	e := start(t, checker.Config{Shared: splitEdge{}, Observer: rec}, server.WithHistory(rec))
+	rec.ObserveProbe(checker.Spec{Name: "a-1", Group: "edge"}, checker.Result{Pass: true, Time: time.Now(), Latency: time.Millisecond})
+	h := durationpb.New(time.Hour)
+	got, err := e.client.History(t.Context(), &pb.HistoryRequest{Group: "edge", Window: h})
+	if err != nil || got.GetProbes() != 1 || got.GetTargetsElsewhere() != 2 || got.GetGroupTargets() != 4 || !slices.Equal(got.GetReplicasElsewhere(), []string{"r2", "r3"}) {
+		t.Errorf("edge's history on r9: %d probes, %d of %d targets elsewhere, on %v, %v; want 1 probe, 2 of 4 on [r2 r3]",
+			got.GetProbes(), got.GetTargetsElsewhere(), got.GetGroupTargets(), got.GetReplicasElsewhere(), err)
+	}
+	_, err = e.client.History(t.Context(), &pb.HistoryRequest{Group: "solo", Window: h})
+	wantCode(t, err, codes.NotFound, `no history of group "solo" here: replica r2 probes its targets and keeps their history; ask it`)
+
+	rec = history.New(history.Options{})
+	alone := start(t, checker.Config{Observer: rec}, server.WithHistory(rec))
+	alone.add(t, tcpTarget("web-1", "edge"))
+	rec.ObserveProbe(checker.Spec{Name: "web-1", Group: "edge"}, checker.Result{Pass: true, Time: time.Now(), Latency: time.Millisecond})
+	if got, err := alone.client.History(t.Context(), &pb.HistoryRequest{Group: "edge", Window: h}); err != nil || got.GetTargetsElsewhere() != 0 || got.GetGroupTargets() != 0 || len(got.GetReplicasElsewhere()) != 0 {
+		t.Errorf("a single pulsed's group history: %v, %v; want no targets elsewhere", got, err)
 	}
 }

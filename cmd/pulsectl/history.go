@@ -143,6 +143,11 @@ func printHistory(e *env, h *pb.HistoryResponse, window string) {
 		step = "hour"
 	}
 	fmt.Fprintf(e.stdout, "%s, last %s, by the %s\n", what, window, step)
+	if n := h.GetTargetsElsewhere(); n > 0 {
+		// With replicas each keeps the history of the targets it probes.
+		fmt.Fprintf(e.stdout, "this replica's targets only: %d of the group's %d; %s probe the other %d and keep their history\n",
+			h.GetGroupTargets()-n, h.GetGroupTargets(), strings.Join(h.GetReplicasElsewhere(), ", "), n)
+	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	if h.Availability == nil {
 		fmt.Fprintf(tw, "uptime:\t- (no probe recorded)\n")

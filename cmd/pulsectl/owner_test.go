@@ -247,3 +247,23 @@ func checkAsked(t *testing.T, keeper keeperPulse, want string) {
 		t.Error("r2 was not asked")
 	}
 }
+
+// splitPulse answers a group's History as a replica that probes half of
+// its targets does.
+type splitPulse struct {
+	pb.UnimplementedHealthCheckerServer
+}
+
+func (splitPulse) History(_ context.Context, req *pb.HistoryRequest) (*pb.HistoryResponse, error) {
+	return &pb.HistoryResponse{Group: req.GetGroup(), Resolution: durationpb.New(time.Hour), Probes: 10, Availability: ptr(1.0),
+		TargetsElsewhere: 2, GroupTargets: 4, ReplicasElsewhere: []string{"r2", "r3"}}, nil
+}
+
+// history --group on a replica that probes some of the group's targets
+// says the history is of those only, and who keeps the others'.
+func TestGroupHistorySaysWhatThisReplicaHolds(t *testing.T) {
+	out := mustRun(t, "history", "--group", "edge", "--addr", serveAPI(t, splitPulse{}))
+	if want := "group edge, last 24h, by the hour\nthis replica's targets only: 2 of the group's 4; r2, r3 probe the other 2 and keep their history\n"; !strings.HasPrefix(out, want) {
+		t.Errorf("history --group printed\n%s\nwant it to begin\n%s", out, want)
+	}
+}

@@ -5503,8 +5503,19 @@ type HistoryResponse struct {
 	// out of panic, from the start of the first step with a recorded probe
 	// to now. Unset for a target, and when no probe was recorded.
 	TimeAvailability *float64 `protobuf:"fixed64,14,opt,name=time_availability,json=timeAvailability,proto3,oneof" json:"time_availability,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// targets_elsewhere is, with --registry etcd and for a group, how many of
+	// the group's targets other replicas probe: each replica keeps the
+	// history of the targets it probes, so this history (and slo) holds
+	// group_targets - targets_elsewhere of them; replicas_elsewhere, sorted,
+	// keep the others'. 0 on a single pulsed, and when this replica probes
+	// every target of the group.
+	TargetsElsewhere uint32 `protobuf:"varint,15,opt,name=targets_elsewhere,json=targetsElsewhere,proto3" json:"targets_elsewhere,omitempty"`
+	// group_targets is the group's targets now, with targets_elsewhere set.
+	GroupTargets uint32 `protobuf:"varint,16,opt,name=group_targets,json=groupTargets,proto3" json:"group_targets,omitempty"`
+	// replicas_elsewhere are the replicas that probe the targets_elsewhere.
+	ReplicasElsewhere []string `protobuf:"bytes,17,rep,name=replicas_elsewhere,json=replicasElsewhere,proto3" json:"replicas_elsewhere,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *HistoryResponse) Reset() {
@@ -5633,6 +5644,27 @@ func (x *HistoryResponse) GetTimeAvailability() float64 {
 		return *x.TimeAvailability
 	}
 	return 0
+}
+
+func (x *HistoryResponse) GetTargetsElsewhere() uint32 {
+	if x != nil {
+		return x.TargetsElsewhere
+	}
+	return 0
+}
+
+func (x *HistoryResponse) GetGroupTargets() uint32 {
+	if x != nil {
+		return x.GroupTargets
+	}
+	return 0
+}
+
+func (x *HistoryResponse) GetReplicasElsewhere() []string {
+	if x != nil {
+		return x.ReplicasElsewhere
+	}
+	return nil
 }
 
 // GroupSLO is a group's availability objective and where it stands.
@@ -6351,7 +6383,7 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x06window\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06window\x129\n" +
 	"\n" +
 	"resolution\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"resolution\"\xa8\x05\n" +
+	"resolution\"\xa9\x06\n" +
 	"\x0fHistoryResponse\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x129\n" +
@@ -6372,7 +6404,10 @@ const file_pulse_v1_pulse_proto_rawDesc = "" +
 	"\x06events\x18\v \x03(\v2\x16.pulse.v1.HistoryEventR\x06events\x12<\n" +
 	"\flatency_mean\x18\f \x01(\v2\x19.google.protobuf.DurationR\vlatencyMean\x12$\n" +
 	"\x03slo\x18\r \x01(\v2\x12.pulse.v1.GroupSLOR\x03slo\x120\n" +
-	"\x11time_availability\x18\x0e \x01(\x01H\x01R\x10timeAvailability\x88\x01\x01B\x0f\n" +
+	"\x11time_availability\x18\x0e \x01(\x01H\x01R\x10timeAvailability\x88\x01\x01\x12+\n" +
+	"\x11targets_elsewhere\x18\x0f \x01(\rR\x10targetsElsewhere\x12#\n" +
+	"\rgroup_targets\x18\x10 \x01(\rR\fgroupTargets\x12-\n" +
+	"\x12replicas_elsewhere\x18\x11 \x03(\tR\x11replicasElsewhereB\x0f\n" +
 	"\r_availabilityB\x14\n" +
 	"\x12_time_availability\"\x9b\x02\n" +
 	"\bGroupSLO\x12\x1c\n" +
