@@ -250,16 +250,7 @@ func (s *Server) historyStatus(err error, req *pb.HistoryRequest, peer string) e
 // address, and an ErrorInfo (client.ReasonProbedElsewhere) gives them to a
 // client that follows it.
 func (s *Server) probedElsewhereStatus(target, owner, peer string) error {
-	var api, page string
-	if s.directory != nil {
-		api, page = s.directory.Addresses(owner)
-		if !ReachableFrom(api, peer) {
-			api = ""
-		}
-		if !ReachableFrom(page, peer) {
-			page = ""
-		}
-	}
+	api, page := AddressesFor(s.directory, owner, peer)
 	where := ""
 	if api != "" {
 		where = " at " + api
@@ -276,6 +267,23 @@ func (s *Server) probedElsewhereStatus(target, owner, peer string) error {
 		st = d
 	}
 	return st.Err()
+}
+
+// AddressesFor returns where replica id says its clients reach it, as d
+// gives them, for a client at peer: what ReachableFrom refuses is left
+// out, and both are empty without a directory.
+func AddressesFor(d Directory, id, peer string) (api, page string) {
+	if d == nil {
+		return "", ""
+	}
+	api, page = d.Addresses(id)
+	if !ReachableFrom(api, peer) {
+		api = ""
+	}
+	if !ReachableFrom(page, peer) {
+		page = ""
+	}
+	return api, page
 }
 
 // ReachableFrom reports whether a replica's address, host:port or a URL,

@@ -125,10 +125,8 @@ func (s *Server) State(ctx context.Context, req *pb.StateRequest) (*pb.StateResp
 	}
 	resp := &pb.StateResponse{Status: out}
 	resp.Replica, _ = s.c.Replica()
-	if resp.Replica != "" && !st.ProbedBy(resp.Replica) && s.directory != nil {
-		if api, _ := s.directory.Addresses(st.Owner); ReachableFrom(api, peerHost(ctx)) {
-			resp.OwnerAddress = api
-		}
+	if resp.Replica != "" && !st.ProbedBy(resp.Replica) {
+		resp.OwnerAddress, _ = AddressesFor(s.directory, st.Owner, peerHost(ctx))
 	}
 	return resp, nil
 }

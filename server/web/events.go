@@ -107,7 +107,8 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	f := checker.Filter{Group: q.Get("group"), Source: remoteHost(r)}
-	if start == 0 || h.c.Revision() < start {
+	caughtUp := start == 0 || h.c.Revision() < start
+	if caughtUp {
 		// The snapshot is a read, as /api/targets. With replicas behind
 		// one address, a browser may also resume here from a revision
 		// another replica gave it, which this one may not have applied
@@ -121,7 +122,9 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 	wch, err := h.c.Watch(f, start)
 	if start > 0 && (errors.Is(err, checker.ErrCompacted) || errors.Is(err, checker.ErrFutureRevision)) {
 		start = 0
-		_ = h.c.CatchUp(r.Context())
+		if !caughtUp { // the snapshot is a read too
+			_ = h.c.CatchUp(r.Context())
+		}
 		wch, err = h.c.Watch(f, 0)
 	}
 	switch {

@@ -113,11 +113,7 @@ func (h *Handler) serveHistory(w http.ResponseWriter, r *http.Request) {
 		case "30d":
 			if self, _ := h.c.Replica(); serr == nil && sum.Probes == 0 && !st.ProbedBy(self) {
 				out.KeptBy = st.Owner
-				if h.dir != nil {
-					if _, page := h.dir.Addresses(st.Owner); server.ReachableFrom(page, remoteHost(r)) {
-						out.KeptByPage = page
-					}
-				}
+				_, out.KeptByPage = server.AddressesFor(h.dir, st.Owner, remoteHost(r))
 			}
 			evs := sum.Events
 			if len(evs) > maxPageEvents {
